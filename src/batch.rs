@@ -1,0 +1,89 @@
+//! What [`crate::Pipeline::next_batch`] returns, and the per-epoch account of every image.
+
+use crate::error::ItemError;
+use crate::tensor::Tensor;
+
+/// One batch: the images as a tensor, and which source images they are.
+#[derive(Debug)]
+pub struct Batch {
+    pub(crate) images: Tensor,
+    pub(crate) indices: Vec<usize>,
+    pub(crate) ids: Vec<String>,
+    pub(crate) labels: Option<Vec<u32>>,
+    pub(crate) skipped: Vec<ItemError>,
+    pub(crate) epoch: u64,
+    pub(crate) uploaded_bytes: usize,
+}
+
+impl Batch {
+    /// The images, `[N, 3, H, W]` (NCHW) or `[N, H, W, 3]` (NHWC), on the device the pipeline
+    /// was built for.
+    pub fn images(&self) -> &Tensor {
+        &self.images
+    }
+
+    /// Takes the images out of the batch.
+    pub fn into_images(self) -> Tensor {
+        self.images
+    }
+
+    /// Number of images in the batch.
+    pub fn len(&self) -> usize {
+        self.indices.len()
+    }
+
+    /// Whether the batch has no images (never the case for batches the pipeline yields).
+    pub fn is_empty(&self) -> bool {
+        self.indices.is_empty()
+    }
+
+    /// Index in the source's listing of each image, in batch order.
+    pub fn indices(&self) -> &[usize] {
+        &self.indices
+    }
+
+    /// Id (path, or the caller's id for bytes) of each image, in batch order.
+    pub fn ids(&self) -> &[String] {
+        &self.ids
+    }
+
+    /// Class label of each image, in batch order, when the source has labels.
+    pub fn labels(&self) -> Option<&[u32]> {
+        self.labels.as_deref()
+    }
+
+    /// Images that were skipped while this batch was filled (policy [`crate::OnError::Skip`]),
+    /// each with its id and reason.
+    pub fn skipped(&self) -> &[ItemError] {
+        &self.skipped
+    }
+
+    /// The epoch this batch belongs to.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Bytes this batch moved from host to device: `N * H * W * 3` as u8 on a CUDA device,
+    /// 0 on the CPU device.
+    pub fn uploaded_bytes(&self) -> usize {
+        self.uploaded_bytes
+    }
+}
+
+/// Where every image of one epoch went: `images + skipped.len() + dropped` equals the number of
+/// images this process's shard holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EpochReport {
+    /// The epoch.
+    pub epoch: u64,
+    /// Images delivered in batches.
+    pub images: usize,
+    /// Batches delivered.
+    pub batches: usize,
+    /// Every image skipped in the epoch, in order (also those listed on batches).
+    pub skipped: Vec<ItemError>,
+    /// Good images left out because the last batch was partial and [`crate::LastBatch::Drop`].
+    pub dropped: usize,
+    /// Whether the epoch ran to its end (false if it was abandoned or stopped by an error).
+    pub complete: bool,
+}

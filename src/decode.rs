@@ -1,0 +1,229 @@
+//! Encoded bytes to RGB8 pixels.
+//!
+//! The format is sniffed from the bytes, never the file name. JPEG goes straight through
+//! zune-jpeg into the caller's reusable buffer (including CMYK/YCCK and grayscale, converted to
+//! RGB by the decoder); PNG, WebP, BMP, GIF (first frame) and TIFF go through `image`. Gray,
+//! alpha (dropped, as Pillow's `convert("RGB")` does), palette and 16-bit images become RGB8.
+//! The pixel limit is checked against the header before any pixel buffer is allocated.
+
+use std::io::Cursor;
+
+use image::metadata::Orientation;
+use image::{DynamicImage, ImageDecoder, ImageFormat};
+use zune_core::bytestream::ZCursor;
+use zune_core::colorspace::ColorSpace;
+use zune_core::options::DecoderOptions;
+use zune_jpeg::JpegDecoder;
+
+use crate::error::ItemErrorKind;
+
+/// Options of the decode stage.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DecodeOptions {
+    pub max_pixels: u64,
+    pub exif_orientation: bool,
+}
+
+/// Size of a decoded RGB8 image; its pixels are in the caller's buffer, rows packed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Decoded {
+    pub width: u32,
+    pub height: u32,
+}
+
+/// Decodes `bytes` into `pixels` (resized to `width * height * 3`) as packed RGB8.
+pub(crate) fn decode_rgb8(
+    bytes: &[u8],
+    options: &DecodeOptions,
+    pixels: &mut Vec<u8>,
+) -> Result<Decoded, ItemErrorKind> {
+    if bytes.is_empty() {
+        return Err(ItemErrorKind::Decode("file is empty".into()));
+    }
+    let format = image::guess_format(bytes).map_err(|_| ItemErrorKind::UnknownFormat)?;
+    match format {
+        ImageFormat::Jpeg => decode_jpeg(bytes, options, pixels),
+        ImageFormat::Png
+        | ImageFormat::WebP
+        | ImageFormat::Bmp
+        | ImageFormat::Gif
+        | ImageFormat::Tiff => decode_with_image(bytes, format, options, pixels),
+        _ => Err(ItemErrorKind::UnknownFormat),
+    }
+}
+
+fn check_size(width: u64, height: u64, options: &DecodeOptions) -> Result<(), ItemErrorKind> {
+    if width == 0 || height == 0 {
+        return Err(ItemErrorKind::Empty);
+    }
+    if width.saturating_mul(height) > options.max_pixels {
+        return Err(ItemErrorKind::TooLarge {
+            width,
+            height,
+            limit: options.max_pixels,
+        });
+    }
+    Ok(())
+}
+
+fn decode_jpeg(
+    bytes: &[u8],
+    options: &DecodeOptions,
+    pixels: &mut Vec<u8>,
+) -> Result<Decoded, ItemErrorKind> {
+    let zune_options = DecoderOptions::default()
+        .jpeg_set_out_colorspace(ColorSpace::RGB)
+        .set_strict_mode(false)
+        .set_max_width(usize::MAX)
+        .set_max_height(usize::MAX);
+    let mut decoder = JpegDecoder::new_with_options(ZCursor::new(bytes), zune_options);
+    decoder
+        .decode_headers()
+        .map_err(|e| ItemErrorKind::Decode(format!("JPEG: {e:?}")))?;
+    let (width, height) = decoder
+        .dimensions()
+        .ok_or_else(|| ItemErrorKind::Decode("JPEG: no frame header".into()))?;
+    check_size(width as u64, height as u64, options)?;
+    let len = decoder
+        .output_buffer_size()
+        .ok_or_else(|| ItemErrorKind::Decode("JPEG: size overflows".into()))?;
+    if len != width * height * 3 {
+        return Err(ItemErrorKind::Decode(format!(
+            "JPEG: decoder gives {len} bytes for {width}x{height} RGB"
+        )));
+    }
+    pixels.resize(len, 0);
+    decoder
+        .decode_into(pixels)
+        .map_err(|e| ItemErrorKind::Decode(format!("JPEG: {e:?}")))?;
+    let decoded = Decoded {
+        width: width as u32,
+        height: height as u32,
+    };
+    if options.exif_orientation {
+        if let Some(orientation) = decoder.exif().and_then(|e| Orientation::from_exif_chunk(e)) {
+            return orient(decoded, orientation, pixels);
+        }
+    }
+    Ok(decoded)
+}
+
+fn decode_with_image(
+    bytes: &[u8],
+    format: ImageFormat,
+    options: &DecodeOptions,
+    pixels: &mut Vec<u8>,
+) -> Result<Decoded, ItemErrorKind> {
+    let name = format!("{format:?}").to_uppercase();
+    let fail = |e: image::ImageError| ItemErrorKind::Decode(format!("{name}: {e}"));
+    let mut reader = image::ImageReader::with_format(Cursor::new(bytes), format);
+    let mut limits = image::Limits::default();
+    // 16-bit RGBA is the widest layout a decoder produces: 8 bytes a pixel, plus headroom.
+    limits.max_alloc = Some(options.max_pixels.saturating_mul(8).saturating_add(1 << 26));
+    reader.limits(limits);
+    let mut decoder = reader.into_decoder().map_err(fail)?;
+    let (width, height) = decoder.dimensions();
+    check_size(width as u64, height as u64, options)?;
+    let orientation = if options.exif_orientation {
+        decoder.orientation().unwrap_or(Orientation::NoTransforms)
+    } else {
+        Orientation::NoTransforms
+    };
+    let mut image = DynamicImage::from_decoder(decoder).map_err(fail)?;
+    image.apply_orientation(orientation);
+    let rgb = image.into_rgb8();
+    let decoded = Decoded {
+        width: rgb.width(),
+        height: rgb.height(),
+    };
+    *pixels = rgb.into_raw();
+    Ok(decoded)
+}
+
+fn orient(
+    decoded: Decoded,
+    orientation: Orientation,
+    pixels: &mut Vec<u8>,
+) -> Result<Decoded, ItemErrorKind> {
+    if orientation == Orientation::NoTransforms {
+        return Ok(decoded);
+    }
+    let rgb = image::RgbImage::from_raw(decoded.width, decoded.height, std::mem::take(pixels))
+        .ok_or_else(|| ItemErrorKind::Decode("pixel buffer does not match its size".into()))?;
+    let mut image = DynamicImage::ImageRgb8(rgb);
+    image.apply_orientation(orientation);
+    let rgb = image.into_rgb8();
+    let oriented = Decoded {
+        width: rgb.width(),
+        height: rgb.height(),
+    };
+    *pixels = rgb.into_raw();
+    Ok(oriented)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OPTIONS: DecodeOptions = DecodeOptions {
+        max_pixels: crate::config::DEFAULT_MAX_PIXELS,
+        exif_orientation: false,
+    };
+
+    #[test]
+    fn garbage_and_empty_are_errors() {
+        let mut buf = Vec::new();
+        assert!(matches!(
+            decode_rgb8(b"", &OPTIONS, &mut buf),
+            Err(ItemErrorKind::Decode(_))
+        ));
+        assert_eq!(
+            decode_rgb8(b"hello, I am text", &OPTIONS, &mut buf),
+            Err(ItemErrorKind::UnknownFormat)
+        );
+    }
+
+    #[test]
+    fn forged_png_header_is_refused_before_allocating() {
+        // A 60-byte PNG whose header claims 70000 x 70000 pixels.
+        let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+        let mut ihdr = Vec::new();
+        ihdr.extend_from_slice(b"IHDR");
+        ihdr.extend_from_slice(&70000u32.to_be_bytes());
+        ihdr.extend_from_slice(&70000u32.to_be_bytes());
+        ihdr.extend_from_slice(&[8, 2, 0, 0, 0]);
+        png.extend_from_slice(&13u32.to_be_bytes());
+        png.extend_from_slice(&ihdr);
+        png.extend_from_slice(&crc32(&ihdr).to_be_bytes());
+        for (name, data) in [(&b"IDAT"[..], &[0x78, 0x9c, 0x03, 0x00][..]), (b"IEND", &[])] {
+            let mut chunk = name.to_vec();
+            chunk.extend_from_slice(data);
+            png.extend_from_slice(&(data.len() as u32).to_be_bytes());
+            png.extend_from_slice(&chunk);
+            png.extend_from_slice(&crc32(&chunk).to_be_bytes());
+        }
+        let mut buf = Vec::new();
+        match decode_rgb8(&png, &OPTIONS, &mut buf) {
+            Err(ItemErrorKind::TooLarge { width, height, .. }) => {
+                assert_eq!((width, height), (70000, 70000))
+            }
+            other => panic!("expected TooLarge, got {other:?}"),
+        }
+        assert!(buf.capacity() < 1 << 20);
+    }
+
+    fn crc32(data: &[u8]) -> u32 {
+        let mut crc = 0xFFFF_FFFFu32;
+        for &b in data {
+            crc ^= b as u32;
+            for _ in 0..8 {
+                crc = if crc & 1 != 0 {
+                    (crc >> 1) ^ 0xEDB8_8320
+                } else {
+                    crc >> 1
+                };
+            }
+        }
+        !crc
+    }
+}

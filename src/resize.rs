@@ -1,0 +1,233 @@
+//! RGB8 image to the output size, written straight into the image's slot of the staging buffer.
+//!
+//! The default reproduces torchvision's `Resize(s)` + `CenterCrop(h, w)` on PIL images: the
+//! geometry is computed exactly as torchvision does, and only the part of the resized image that
+//! survives the crop is computed, by handing fast_image_resize the crop box in source coordinates
+//! (sample positions and filter support are those of the full resize). Resampling is
+//! antialiased like Pillow's.
+
+use fast_image_resize::images::{TypedCroppedImageMut, TypedImage, TypedImageRef};
+use fast_image_resize::pixels::U8x3;
+use fast_image_resize::{FilterType, ResizeAlg, ResizeOptions, Resizer};
+
+use crate::config::{Config, Interpolation, ResizeMode};
+use crate::decode::Decoded;
+use crate::error::ItemErrorKind;
+
+/// A source rectangle (fractional, source pixels) and the output rectangle it is resized into;
+/// the output outside it is filled with `pad`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Placement {
+    pub src_left: f64,
+    pub src_top: f64,
+    pub src_width: f64,
+    pub src_height: f64,
+    pub dst_left: u32,
+    pub dst_top: u32,
+    pub dst_width: u32,
+    pub dst_height: u32,
+    pub pad: u8,
+}
+
+/// The output geometry of a pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Geometry {
+    pub mode: ResizeMode,
+    pub width: u32,
+    pub height: u32,
+    pub interpolation: Interpolation,
+}
+
+impl Geometry {
+    pub fn from_config(config: &Config) -> Geometry {
+        Geometry {
+            mode: config.resize_mode,
+            width: config.width,
+            height: config.height,
+            interpolation: config.interpolation,
+        }
+    }
+
+    /// Where an image of `width` x `height` lands in the output.
+    pub fn place(&self, width: u32, height: u32) -> Placement {
+        let (w, h) = (width as f64, height as f64);
+        let (out_w, out_h) = (self.width, self.height);
+        match self.mode {
+            ResizeMode::ShorterSideThenCenterCrop { shorter_side } => {
+                let s = shorter_side as u64;
+                // torchvision: the long side is int(s * long / short), computed in floating point.
+                let long = |side: u32, short: f64| (((s * side as u64) as f64 / short) as u64).max(1);
+                let (nw, nh) = if width <= height {
+                    (s, long(height, w))
+                } else {
+                    (long(width, h), s)
+                };
+                let (src_left, src_width, dst_left, dst_width) = center_crop_axis(w, nw, out_w);
+                let (src_top, src_height, dst_top, dst_height) = center_crop_axis(h, nh, out_h);
+                Placement {
+                    src_left,
+                    src_top,
+                    src_width,
+                    src_height,
+                    dst_left,
+                    dst_top,
+                    dst_width,
+                    dst_height,
+                    pad: 0,
+                }
+            }
+            ResizeMode::Stretch => Placement {
+                src_left: 0.0,
+                src_top: 0.0,
+                src_width: w,
+                src_height: h,
+                dst_left: 0,
+                dst_top: 0,
+                dst_width: out_w,
+                dst_height: out_h,
+                pad: 0,
+            },
+            ResizeMode::Letterbox { pad } => {
+                let scale = (out_w as f64 / w).min(out_h as f64 / h);
+                let nw = ((w * scale).round() as u32).clamp(1, out_w);
+                let nh = ((h * scale).round() as u32).clamp(1, out_h);
+                Placement {
+                    src_left: 0.0,
+                    src_top: 0.0,
+                    src_width: w,
+                    src_height: h,
+                    dst_left: (out_w - nw) / 2,
+                    dst_top: (out_h - nh) / 2,
+                    dst_width: nw,
+                    dst_height: nh,
+                    pad,
+                }
+            }
+        }
+    }
+}
+
+/// One axis of torchvision's `CenterCrop(out)` applied to a source axis of length `src` resized
+/// to `resized`: returns (source start, source length, output start, output length).
+fn center_crop_axis(src: f64, resized: u64, out: u32) -> (f64, f64, u32, u32) {
+    let scale = src / resized as f64;
+    let out_len = out as u64;
+    if resized >= out_len {
+        // top = int(round((resized - out) / 2.0)), Python's round: ties to even.
+        let start = ((resized - out_len) as f64 / 2.0).round_ties_even();
+        (start * scale, out as f64 * scale, 0, out)
+    } else {
+        // torchvision pads (out - resized) // 2 zeros before the image and crops at 0.
+        let before = ((out_len - resized) / 2) as u32;
+        (0.0, src, before, resized as u32)
+    }
+}
+
+fn resize_alg(interpolation: Interpolation) -> ResizeAlg {
+    match interpolation {
+        Interpolation::Bilinear => ResizeAlg::Convolution(FilterType::Bilinear),
+        Interpolation::Bicubic => ResizeAlg::Convolution(FilterType::CatmullRom),
+        Interpolation::Lanczos => ResizeAlg::Convolution(FilterType::Lanczos3),
+        Interpolation::Nearest => ResizeAlg::Nearest,
+    }
+}
+
+/// Resizes the decoded RGB8 `pixels` into `slot` (`geometry.width * geometry.height * 3` bytes).
+pub(crate) fn resize_into_slot(
+    pixels: &[u8],
+    decoded: Decoded,
+    geometry: &Geometry,
+    resizer: &mut Resizer,
+    slot: &mut [u8],
+) -> Result<(), ItemErrorKind> {
+    let fail = |what: &str, e: &dyn std::fmt::Display| {
+        ItemErrorKind::Decode(format!("resize ({what}): {e}"))
+    };
+    let placement = geometry.place(decoded.width, decoded.height);
+    let src = TypedImageRef::<U8x3>::from_buffer(decoded.width, decoded.height, pixels)
+        .map_err(|e| fail("source", &e))?;
+    let covers_all = placement.dst_left == 0
+        && placement.dst_top == 0
+        && placement.dst_width == geometry.width
+        && placement.dst_height == geometry.height;
+    if !covers_all {
+        slot.fill(placement.pad);
+    }
+    let dst = TypedImage::<U8x3>::from_buffer(geometry.width, geometry.height, slot)
+        .map_err(|e| fail("destination", &e))?;
+    let mut dst = TypedCroppedImageMut::new(
+        dst,
+        placement.dst_left,
+        placement.dst_top,
+        placement.dst_width,
+        placement.dst_height,
+    )
+    .map_err(|e| fail("placement", &e))?;
+    let options = ResizeOptions::new()
+        .resize_alg(resize_alg(geometry.interpolation))
+        .crop(
+            placement.src_left,
+            placement.src_top,
+            placement.src_width,
+            placement.src_height,
+        );
+    resizer
+        .resize_typed(&src, &mut dst, &options)
+        .map_err(|e| fail("resample", &e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn torchvision(mode_side: u32, crop: u32) -> Geometry {
+        Geometry {
+            mode: ResizeMode::ShorterSideThenCenterCrop {
+                shorter_side: mode_side,
+            },
+            width: crop,
+            height: crop,
+            interpolation: Interpolation::Bilinear,
+        }
+    }
+
+    #[test]
+    fn torchvision_geometry() {
+        // 500x375 -> Resize(256) -> 341x256; CenterCrop(224): left = round(58.5) = 58 (ties to even).
+        let p = torchvision(256, 224).place(500, 375);
+        let scale = 375.0 / 256.0;
+        assert_eq!((p.dst_left, p.dst_top, p.dst_width, p.dst_height), (0, 0, 224, 224));
+        assert!((p.src_left - 58.0 * 500.0 / 341.0).abs() < 1e-9);
+        assert!((p.src_top - 16.0 * scale).abs() < 1e-9);
+        // 375x500 -> 256x341: top = round(58.5) = 58.
+        let p = torchvision(256, 224).place(375, 500);
+        assert!((p.src_top - 58.0 * 500.0 / 341.0).abs() < 1e-9);
+        // 256x333 stays 256x333; CenterCrop(202): top = round(65.5) = 66 (ties to even).
+        let p = torchvision(256, 202).place(256, 333);
+        assert_eq!(p.src_top, 66.0);
+        // 256x331: top = round(64.5) = 64, not 65.
+        let p = torchvision(256, 202).place(256, 331);
+        assert_eq!(p.src_top, 64.0);
+    }
+
+    #[test]
+    fn crop_larger_than_resized_pads_like_torchvision() {
+        // Resize(100) of 100x100 then CenterCrop(111): 5 zeros before (11 // 2), 6 after.
+        let p = torchvision(100, 111).place(100, 100);
+        assert_eq!((p.dst_left, p.dst_top, p.dst_width, p.dst_height), (5, 5, 100, 100));
+        assert_eq!((p.src_left, p.src_width), (0.0, 100.0));
+    }
+
+    #[test]
+    fn letterbox_keeps_aspect() {
+        let g = Geometry {
+            mode: ResizeMode::Letterbox { pad: 114 },
+            width: 640,
+            height: 640,
+            interpolation: Interpolation::Bilinear,
+        };
+        let p = g.place(1280, 720);
+        assert_eq!((p.dst_left, p.dst_top, p.dst_width, p.dst_height), (0, 140, 640, 360));
+        assert_eq!(p.pad, 114);
+    }
+}
