@@ -242,7 +242,7 @@ impl Config {
             ));
         }
         for c in 0..3 {
-            if !(self.std[c].is_finite() && self.std[c] > 0.0) || !self.mean[c].is_finite() {
+            if !(self.std[c].is_finite() && self.std[c] > 0.0 && self.mean[c].is_finite()) {
                 return fail(format!(
                     "mean {:?} / std {:?}: every std must be finite and > 0",
                     self.mean, self.std

@@ -100,7 +100,7 @@ pub enum Error {
         reason: String,
     },
     /// The kernel source failed to compile with NVRTC.
-    #[error("NVRTC could not compile kernels/normalize.cu: {0}")]
+    #[error("NVRTC could not compile kernels/{0}")]
     KernelCompile(String),
     /// The device does not have the memory a batch needs.
     #[error("out of GPU memory: {0}")]

@@ -30,6 +30,7 @@
 #![deny(unsafe_code)]
 
 mod batch;
+mod chart;
 mod config;
 mod decode;
 mod error;

@@ -474,7 +474,7 @@ impl Drop for Pipeline {
 enum DeviceStage {
     Cuda {
         gpu: Gpu,
-        ring: StagingRing,
+        ring: Box<StagingRing>,
         kernel: NormalizeKernel,
         spec: NormalizeSpec,
     },
@@ -494,7 +494,7 @@ impl DeviceStage {
             Device::Cuda(ordinal) => {
                 let gpu = Gpu::open(ordinal)?;
                 let kernel = NormalizeKernel::compile(gpu.stream())?;
-                let ring = StagingRing::new(gpu.stream(), STAGING_SLOTS, slot_bytes)?;
+                let ring = Box::new(StagingRing::new(gpu.stream(), STAGING_SLOTS, slot_bytes)?);
                 Ok(DeviceStage::Cuda {
                     gpu,
                     ring,

@@ -84,8 +84,8 @@ fn normalize_as<T: Element>(pixels: &[u8], hw: usize, spec: &NormalizeSpec) -> V
     let mut table = [[T::default(); 256]; 3];
     for c in 0..3 {
         let oc = output_channel(spec.channel_order, c);
-        for x in 0..256 {
-            table[oc][x] = T::from_f32(spec.affine.apply(c, x as u8));
+        for (x, entry) in table[oc].iter_mut().enumerate() {
+            *entry = T::from_f32(spec.affine.apply(c, x as u8));
         }
     }
     let mut out = vec![T::default(); pixels.len()];

@@ -144,6 +144,14 @@ impl Tensor {
         }
     }
 
+    /// Waits until the tensor is complete (a no-op in host memory).
+    pub fn synchronize(&self) -> Result<()> {
+        match self {
+            Tensor::Device(t) => t.synchronize(),
+            Tensor::Host(_) => Ok(()),
+        }
+    }
+
     /// A host copy (waits for the GPU when on a device).
     pub fn to_host(&self) -> Result<HostTensor> {
         match self {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::{
-    CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
+    CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 
@@ -16,6 +16,27 @@ use crate::reference::NormalizeSpec;
 
 /// The kernel source, embedded at build time.
 pub(crate) const SOURCE: &str = include_str!("../../kernels/normalize.cu");
+
+/// Compiles CUDA C++ `source` with NVRTC for the stream's device and loads it.
+pub(crate) fn compile_module(
+    stream: &Arc<CudaStream>,
+    source: &str,
+    name: &str,
+) -> Result<Arc<CudaModule>> {
+    let ctx = stream.context().clone();
+    let (major, minor) = ctx
+        .compute_capability()
+        .map_err(|e| driver_error("reading the compute capability", e))?;
+    let options = CompileOptions {
+        options: vec![format!("--gpu-architecture=compute_{major}{minor}")],
+        name: Some(name.into()),
+        ..Default::default()
+    };
+    let ptx = std::panic::catch_unwind(|| compile_ptx_with_opts(source, options))
+        .map_err(|_| Error::CudaUnavailable("NVRTC could not be called".into()))?
+        .map_err(|e| Error::KernelCompile(format!("{name}: {e}")))?;
+    guarded("loading a compiled kernel", || ctx.load_module(ptx))
+}
 
 /// Pixels each thread of the fast kernels handles.
 const PIXELS_PER_THREAD: usize = 16;
@@ -52,19 +73,7 @@ pub(crate) struct NormalizeKernel {
 impl NormalizeKernel {
     /// Compiles the kernel source for the stream's device and loads it.
     pub fn compile(stream: &Arc<CudaStream>) -> Result<NormalizeKernel> {
-        let ctx = stream.context().clone();
-        let (major, minor) = ctx
-            .compute_capability()
-            .map_err(|e| driver_error("reading the compute capability", e))?;
-        let options = CompileOptions {
-            options: vec![format!("--gpu-architecture=compute_{major}{minor}")],
-            name: Some("normalize.cu".into()),
-            ..Default::default()
-        };
-        let ptx = std::panic::catch_unwind(|| compile_ptx_with_opts(SOURCE, options))
-            .map_err(|_| Error::CudaUnavailable("NVRTC could not be called".into()))?
-            .map_err(|e| Error::KernelCompile(e.to_string()))?;
-        let module = guarded("loading the compiled kernel", || ctx.load_module(ptx))?;
+        let module = compile_module(stream, SOURCE, "normalize.cu")?;
         let load = |name: String| {
             module
                 .load_function(&name)

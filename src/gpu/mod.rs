@@ -5,6 +5,7 @@
 //! [`probe`] checks for both before any other call, and the few calls that could still panic on an
 //! unusual installation (an old driver lacking a symbol) run under `catch_unwind`.
 
+pub mod bench;
 mod kernel;
 mod staging;
 mod tensor;

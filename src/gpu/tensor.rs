@@ -113,6 +113,14 @@ impl DeviceTensor {
         }
     }
 
+    /// Waits until the kernel that writes this tensor (and everything queued before it on its
+    /// stream) has finished.
+    pub fn synchronize(&self) -> Result<()> {
+        self.stream()
+            .synchronize()
+            .map_err(|e| driver_error("waiting for a batch", e))
+    }
+
     /// Copies the tensor to host memory (waits for the stream).
     pub fn to_host(&self) -> Result<HostTensor> {
         let len = self.len();
