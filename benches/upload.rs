@@ -14,7 +14,10 @@ fn main() {
     }
     let mut options = BenchOptions::default();
     if let Ok(list) = std::env::var("GPUFEED_BENCH_BATCHES") {
-        options.batch_sizes = list.split(',').filter_map(|s| s.trim().parse().ok()).collect();
+        options.batch_sizes = list
+            .split(',')
+            .filter_map(|s| s.trim().parse().ok())
+            .collect();
     }
     if let Some(runs) = std::env::var("GPUFEED_BENCH_RUNS")
         .ok()
@@ -36,9 +39,10 @@ fn main() {
     let _ = std::fs::create_dir_all(&out);
     let csv = out.join("upload.csv");
     let svg = out.join("upload.svg");
-    match std::fs::write(&csv, report.csv()).map_err(|e| e.to_string()).and_then(|_| {
-        report.write_svg(&svg).map_err(|e| e.to_string())
-    }) {
+    match std::fs::write(&csv, report.csv())
+        .map_err(|e| e.to_string())
+        .and_then(|_| report.write_svg(&svg).map_err(|e| e.to_string()))
+    {
         Ok(()) => println!("wrote {} and {}", csv.display(), svg.display()),
         Err(e) => eprintln!("bench upload: {e}"),
     }

@@ -195,7 +195,10 @@ mod tests {
         png.extend_from_slice(&13u32.to_be_bytes());
         png.extend_from_slice(&ihdr);
         png.extend_from_slice(&crc32(&ihdr).to_be_bytes());
-        for (name, data) in [(&b"IDAT"[..], &[0x78, 0x9c, 0x03, 0x00][..]), (b"IEND", &[])] {
+        for (name, data) in [
+            (&b"IDAT"[..], &[0x78, 0x9c, 0x03, 0x00][..]),
+            (b"IEND", &[]),
+        ] {
             let mut chunk = name.to_vec();
             chunk.extend_from_slice(data);
             png.extend_from_slice(&(data.len() as u32).to_be_bytes());

@@ -599,7 +599,10 @@ impl Worker {
                             return;
                         }
                     }
-                    Ok(Produced::Tail { skipped, dropped: d }) => {
+                    Ok(Produced::Tail {
+                        skipped,
+                        dropped: d,
+                    }) => {
                         trailing_skipped = skipped;
                         dropped = d;
                         break;
@@ -640,9 +643,8 @@ impl Worker {
             ..
         } = self;
         let staging = device_stage.slot_mut(slot)?;
-        let filled = pool.install(|| {
-            fill_slot(staging, order, *batch_size, source, options, abandon)
-        })?;
+        let filled =
+            pool.install(|| fill_slot(staging, order, *batch_size, source, options, abandon))?;
         let Some(filled) = filled else {
             return Ok(Produced::Stopped);
         };

@@ -56,7 +56,8 @@ impl Geometry {
             ResizeMode::ShorterSideThenCenterCrop { shorter_side } => {
                 let s = shorter_side as u64;
                 // torchvision: the long side is int(s * long / short), computed in floating point.
-                let long = |side: u32, short: f64| (((s * side as u64) as f64 / short) as u64).max(1);
+                let long =
+                    |side: u32, short: f64| (((s * side as u64) as f64 / short) as u64).max(1);
                 let (nw, nh) = if width <= height {
                     (s, long(height, w))
                 } else {
@@ -196,7 +197,10 @@ mod tests {
         // 500x375 -> Resize(256) -> 341x256; CenterCrop(224): left = round(58.5) = 58 (ties to even).
         let p = torchvision(256, 224).place(500, 375);
         let scale = 375.0 / 256.0;
-        assert_eq!((p.dst_left, p.dst_top, p.dst_width, p.dst_height), (0, 0, 224, 224));
+        assert_eq!(
+            (p.dst_left, p.dst_top, p.dst_width, p.dst_height),
+            (0, 0, 224, 224)
+        );
         assert!((p.src_left - 58.0 * 500.0 / 341.0).abs() < 1e-9);
         assert!((p.src_top - 16.0 * scale).abs() < 1e-9);
         // 375x500 -> 256x341: top = round(58.5) = 58.
@@ -214,7 +218,10 @@ mod tests {
     fn crop_larger_than_resized_pads_like_torchvision() {
         // Resize(100) of 100x100 then CenterCrop(111): 5 zeros before (11 // 2), 6 after.
         let p = torchvision(100, 111).place(100, 100);
-        assert_eq!((p.dst_left, p.dst_top, p.dst_width, p.dst_height), (5, 5, 100, 100));
+        assert_eq!(
+            (p.dst_left, p.dst_top, p.dst_width, p.dst_height),
+            (5, 5, 100, 100)
+        );
         assert_eq!((p.src_left, p.src_width), (0.0, 100.0));
     }
 
@@ -227,7 +234,10 @@ mod tests {
             interpolation: Interpolation::Bilinear,
         };
         let p = g.place(1280, 720);
-        assert_eq!((p.dst_left, p.dst_top, p.dst_width, p.dst_height), (0, 140, 640, 360));
+        assert_eq!(
+            (p.dst_left, p.dst_top, p.dst_width, p.dst_height),
+            (0, 140, 640, 360)
+        );
         assert_eq!(p.pad, 114);
     }
 }

@@ -260,8 +260,12 @@ fn measure_batch(
         .as_mut_slice()
         .map_err(fail("mapping pinned memory"))?
         .copy_from_slice(&normalized);
-    let host_u8 = pinned_u8.as_slice().map_err(fail("mapping pinned memory"))?;
-    let host_f32 = pinned_f32.as_slice().map_err(fail("mapping pinned memory"))?;
+    let host_u8 = pinned_u8
+        .as_slice()
+        .map_err(fail("mapping pinned memory"))?;
+    let host_f32 = pinned_f32
+        .as_slice()
+        .map_err(fail("mapping pinned memory"))?;
 
     // Device buffers, rotated.
     let k_in = rotation(elements);
@@ -276,7 +280,14 @@ fn measure_batch(
         .map_err(fail("allocating device f32"))?;
     let outputs = |dtype, layout| -> Result<Vec<DeviceTensor>> {
         (0..k_out)
-            .map(|_| DeviceTensor::alloc(stream, dtype, layout_shape(layout, batch, height, width), layout))
+            .map(|_| {
+                DeviceTensor::alloc(
+                    stream,
+                    dtype,
+                    layout_shape(layout, batch, height, width),
+                    layout,
+                )
+            })
             .collect()
     };
     let mut out_f16_nchw = outputs(DType::F16, Layout::Nchw)?;
@@ -290,8 +301,9 @@ fn measure_batch(
             .map_err(driver_error_fn("uploading"))
     };
     let h2d_u8_pinned_ms = time_ms(stream, runs, |i| upload_u8(&mut dev_u8[i % k_in], host_u8))?;
-    let h2d_u8_pageable_ms =
-        time_ms(stream, runs, |i| upload_u8(&mut dev_u8[i % k_in], &pixels_u8))?;
+    let h2d_u8_pageable_ms = time_ms(stream, runs, |i| {
+        upload_u8(&mut dev_u8[i % k_in], &pixels_u8)
+    })?;
     let k_f32 = dev_f32_in.len();
     let h2d_f32_pinned_ms = time_ms(stream, runs, |i| {
         stream
@@ -340,7 +352,12 @@ fn measure_batch(
     let f16_nchw = spec(DType::F16, Layout::Nchw);
     let way_a_ms = time_ms(stream, runs, |i| {
         upload_u8(&mut dev_u8[i % k_in], host_u8)?;
-        kernel.run_into(stream, &dev_u8[i % k_in], &mut out_f16_nchw[i % k_out], &f16_nchw)
+        kernel.run_into(
+            stream,
+            &dev_u8[i % k_in],
+            &mut out_f16_nchw[i % k_out],
+            &f16_nchw,
+        )
     })?;
     let way_b_ms = h2d_f32_pinned_ms;
     let way_c_ms = time_ms(stream, runs, |i| {
@@ -397,7 +414,11 @@ struct NaiveKernels {
 
 impl NaiveKernels {
     fn compile(stream: &Arc<CudaStream>) -> Result<NaiveKernels> {
-        let module = compile_module(stream, include_str!("../../kernels/baseline.cu"), "baseline.cu")?;
+        let module = compile_module(
+            stream,
+            include_str!("../../kernels/baseline.cu"),
+            "baseline.cu",
+        )?;
         let load = |name: &str| {
             module
                 .load_function(name)
@@ -438,8 +459,22 @@ impl NaiveKernels {
         // buffers hold `n` elements and every kernel checks its index against `n` (the permute
         // reads `in` at indices below `n` too).
         unsafe {
-            launch(stream.launch_builder(&self.cast_u8_f32).arg(input).arg(&mut *a).arg(&n).launch(cfg))?;
-            launch(stream.launch_builder(&self.scale).arg(&mut *a).arg(&scale).arg(&n).launch(cfg))?;
+            launch(
+                stream
+                    .launch_builder(&self.cast_u8_f32)
+                    .arg(input)
+                    .arg(&mut *a)
+                    .arg(&n)
+                    .launch(cfg),
+            )?;
+            launch(
+                stream
+                    .launch_builder(&self.scale)
+                    .arg(&mut *a)
+                    .arg(&scale)
+                    .arg(&n)
+                    .launch(cfg),
+            )?;
             launch(
                 stream
                     .launch_builder(&self.sub_channel)
@@ -469,7 +504,14 @@ impl NaiveKernels {
                     .arg(&n)
                     .launch(cfg),
             )?;
-            launch(stream.launch_builder(&self.cast_f32_f16).arg(&*b).arg(out).arg(&n).launch(cfg))?;
+            launch(
+                stream
+                    .launch_builder(&self.cast_f32_f16)
+                    .arg(&*b)
+                    .arg(out)
+                    .arg(&n)
+                    .launch(cfg),
+            )?;
         }
         Ok(())
     }
@@ -489,7 +531,15 @@ impl BenchReport {
         let _ = writeln!(
             s,
             "{:>6} {:>9} {:>9} {:>9} | {:>15} {:>15} {:>7} | {:>15} {:>15}",
-            "batch", "u8 MB", "f16 MB", "f32 MB", "u8 pinned", "f32 pinned", "u8/f32", "u8 pageable", "f32 pageable"
+            "batch",
+            "u8 MB",
+            "f16 MB",
+            "f32 MB",
+            "u8 pinned",
+            "f32 pinned",
+            "u8/f32",
+            "u8 pageable",
+            "f32 pageable"
         );
         for r in &self.rows {
             let cell = |bytes, ms| format!("{ms:.3} ({:.1})", BenchRow::gb_per_s(bytes, ms));
@@ -514,7 +564,13 @@ impl BenchReport {
         let _ = writeln!(
             s,
             "{:>6} | {:>16} {:>16} {:>16} {:>16} | {:>10} {:>8}",
-            "batch", "u8->f16 NCHW", "u8->f16 NHWC", "u8->f32 NCHW", "u8->f32 NHWC", "naive f16", "speedup"
+            "batch",
+            "u8->f16 NCHW",
+            "u8->f16 NHWC",
+            "u8->f32 NCHW",
+            "u8->f32 NHWC",
+            "naive f16",
+            "speedup"
         );
         for r in &self.rows {
             let cell = |out, ms| format!("{ms:.4} ({:.2})", r.kernel_tb_per_s(out, ms));
@@ -534,7 +590,12 @@ impl BenchReport {
         let _ = writeln!(
             s,
             "{:>6} | {:>22} {:>22} {:>22} | {:>6} | {:>18}",
-            "batch", "(a) u8 up + fused", "(b) f32 made on CPU, up", "(c) u8 up + naive", "a/b", "CPU f32 normalize"
+            "batch",
+            "(a) u8 up + fused",
+            "(b) f32 made on CPU, up",
+            "(c) u8 up + naive",
+            "a/b",
+            "CPU f32 normalize"
         );
         for r in &self.rows {
             let _ = writeln!(
@@ -591,9 +652,24 @@ impl BenchReport {
     /// Draws time per batch against batch size for ways (a), (b) and (c) as an SVG file.
     pub fn write_svg(&self, path: &Path) -> Result<()> {
         let series = [
-            ("(a) u8 upload + fused kernel", "#1b9e77", self.rows.iter().map(|r| (r.batch, r.way_a_ms)).collect::<Vec<_>>()),
-            ("(b) f32 made on CPU, uploaded", "#d95f02", self.rows.iter().map(|r| (r.batch, r.way_b_ms)).collect()),
-            ("(c) u8 upload + naive multi-pass", "#7570b3", self.rows.iter().map(|r| (r.batch, r.way_c_ms)).collect()),
+            (
+                "(a) u8 upload + fused kernel",
+                "#1b9e77",
+                self.rows
+                    .iter()
+                    .map(|r| (r.batch, r.way_a_ms))
+                    .collect::<Vec<_>>(),
+            ),
+            (
+                "(b) f32 made on CPU, uploaded",
+                "#d95f02",
+                self.rows.iter().map(|r| (r.batch, r.way_b_ms)).collect(),
+            ),
+            (
+                "(c) u8 upload + naive multi-pass",
+                "#7570b3",
+                self.rows.iter().map(|r| (r.batch, r.way_c_ms)).collect(),
+            ),
         ];
         let svg = crate::chart::line_chart(
             &format!("Normalized f16 NCHW batch on the GPU: {}", self.device),

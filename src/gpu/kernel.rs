@@ -247,3 +247,135 @@ impl LaunchShape {
             .map_err(|e| driver_error("launching the normalize kernel", e))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use half::{bf16, f16};
+
+    use super::*;
+    use crate::config::{Affine, Config};
+    use crate::gpu::test_gpu;
+    use crate::prepare::{prepare_one, PrepareOptions};
+    use crate::reference::normalize;
+    use crate::source::Source;
+
+    fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+        let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..len)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                (state >> 24) as u8
+            })
+            .collect()
+    }
+
+    /// Fills the tensor with NaN bit patterns, so an element the kernel skips cannot pass.
+    fn poison(stream: &Arc<CudaStream>, t: &mut DeviceTensor) {
+        let len = t.len();
+        match &mut t.data {
+            DeviceData::F16(s) => stream.memcpy_htod(&vec![f16::from_bits(0xFFFF); len], s),
+            DeviceData::BF16(s) => stream.memcpy_htod(&vec![bf16::from_bits(0xFFFF); len], s),
+            DeviceData::F32(s) => stream.memcpy_htod(&vec![f32::from_bits(u32::MAX); len], s),
+        }
+        .expect("poisoning the output");
+    }
+
+    fn first_mismatch(got: &[u8], want: &[u8], elem: usize) -> Option<usize> {
+        got.chunks(elem)
+            .zip(want.chunks(elem))
+            .position(|(a, b)| a != b)
+    }
+
+    #[test]
+    fn kernel_matches_reference_bit_for_bit() {
+        let Some(gpu) = test_gpu() else { return };
+        let stream = gpu.stream();
+        let kernel = NormalizeKernel::compile(stream).expect("compile");
+        let real = Source::paths(["assets/chelsea.png", "assets/rocket.jpg"]);
+        let imagenet = Config::default().affine();
+        let odd = Affine {
+            scale: [0.5, -1.25, 1.0 / 3.0],
+            bias: [-7.0, 0.125, 100.0],
+        };
+        // (n, h, w): the 16-pixel paths, a per-pixel path (35 pixels an image), tiny sizes.
+        let shapes = [
+            (3, 224, 224),
+            (2, 5, 7),
+            (4, 4, 4),
+            (1, 1, 1),
+            (5, 3, 16),
+            (3, 17, 19),
+        ];
+        for (case, &(n, h, w)) in shapes.iter().enumerate() {
+            let mut pixels = random_bytes(n * h * w * 3, case as u64 + 1);
+            if (h, w) == (224, 224) {
+                // Real photos in the first images, prepared by the CPU stage.
+                let options = PrepareOptions {
+                    decode: crate::decode::DecodeOptions {
+                        max_pixels: crate::config::DEFAULT_MAX_PIXELS,
+                        exif_orientation: false,
+                    },
+                    geometry: crate::resize::Geometry::from_config(&Config::default()),
+                    on_error: crate::config::OnError::Fail,
+                };
+                for (i, slot) in pixels.chunks_mut(h * w * 3).take(2).enumerate() {
+                    prepare_one(&real, i, &options, slot).expect("prepare a real photo");
+                }
+            }
+            let input = stream.clone_htod(&pixels).expect("upload");
+            for dtype in [DType::F16, DType::BF16, DType::F32] {
+                for layout in [Layout::Nchw, Layout::Nhwc] {
+                    for channel_order in [ChannelOrder::Rgb, ChannelOrder::Bgr] {
+                        for affine in [imagenet, odd] {
+                            let spec = NormalizeSpec {
+                                affine,
+                                dtype,
+                                layout,
+                                channel_order,
+                            };
+                            let shape = layout.shape(n, h, w);
+                            let mut out =
+                                DeviceTensor::alloc(stream, dtype, shape, layout).expect("alloc");
+                            poison(stream, &mut out);
+                            kernel
+                                .run_into(stream, &input, &mut out, &spec)
+                                .expect("run");
+                            let got = out.to_host().expect("download");
+                            let want = normalize(&pixels, n, h, w, &spec);
+                            assert_eq!(got.shape(), want.shape());
+                            let (g, r) = (got.to_le_bytes(), want.to_le_bytes());
+                            if let Some(i) = first_mismatch(&g, &r, dtype.size_of()) {
+                                panic!(
+                                    "{n}x{h}x{w} {dtype:?} {layout:?} {channel_order:?} \
+                                     {affine:?}: element {i} is {} on the GPU, {} on the CPU",
+                                    got.to_f32_vec()[i],
+                                    want.to_f32_vec()[i]
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn kernel_refuses_a_too_small_input() {
+        let Some(gpu) = test_gpu() else { return };
+        let stream = gpu.stream();
+        let kernel = NormalizeKernel::compile(stream).expect("compile");
+        let input = stream.clone_htod(&[0u8; 10]).expect("upload");
+        let spec = NormalizeSpec {
+            affine: Config::default().affine(),
+            dtype: DType::F16,
+            layout: Layout::Nchw,
+            channel_order: ChannelOrder::Rgb,
+        };
+        assert!(matches!(
+            kernel.run(stream, &input, 1, 4, 4, &spec),
+            Err(Error::Config(_))
+        ));
+    }
+}

@@ -135,3 +135,20 @@ impl Gpu {
         }
     }
 }
+
+/// For tests: device 0, or `None` (printing why) when there is none, unless
+/// `GPUFEED_REQUIRE_GPU=1`, which turns a missing GPU into a failure.
+#[cfg(test)]
+pub(crate) fn test_gpu() -> Option<Gpu> {
+    match Gpu::open(0) {
+        Ok(gpu) => Some(gpu),
+        Err(e) => {
+            assert!(
+                std::env::var("GPUFEED_REQUIRE_GPU").as_deref() != Ok("1"),
+                "GPUFEED_REQUIRE_GPU=1 but {e}"
+            );
+            println!("skipped: no CUDA device ({e})");
+            None
+        }
+    }
+}

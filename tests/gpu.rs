@@ -1,0 +1,143 @@
+//! The pipeline on a CUDA device, checked against the same pipeline on the CPU (the reference).
+//! Each test prints `skipped: no CUDA device` and passes where there is no GPU, and fails
+//! instead when `GPUFEED_REQUIRE_GPU=1`.
+
+use gpufeed::{
+    ChannelOrder, DType, Device, Error, Layout, OnError, Pipeline, PipelineBuilder, Source,
+};
+
+fn gpu_present() -> bool {
+    match gpufeed::gpu::probe() {
+        Ok(_) => true,
+        Err(e) => {
+            assert!(
+                std::env::var("GPUFEED_REQUIRE_GPU").as_deref() != Ok("1"),
+                "GPUFEED_REQUIRE_GPU=1 but {e}"
+            );
+            println!("skipped: no CUDA device ({e})");
+            false
+        }
+    }
+}
+
+/// Every batch of one epoch: (ids, output bytes) per batch.
+fn collect(builder: PipelineBuilder) -> Vec<(Vec<String>, Vec<u8>, [usize; 4])> {
+    let mut pipeline = builder.build().expect("build");
+    let mut out = Vec::new();
+    while let Some(batch) = pipeline.next_batch().expect("next_batch") {
+        let host = batch.images().to_host().expect("to_host");
+        out.push((batch.ids().to_vec(), host.to_le_bytes(), host.shape()));
+    }
+    out
+}
+
+fn sources() -> Source {
+    // The bundled photos and every test fixture, real and odd formats alike.
+    let mut paths: Vec<_> = std::fs::read_dir("assets")
+        .expect("assets/")
+        .chain(std::fs::read_dir("tests/fixtures").expect("tests/fixtures/"))
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e != "md" && e != "txt"))
+        .collect();
+    paths.sort();
+    Source::paths(paths)
+}
+
+#[test]
+fn gpu_pipeline_equals_cpu_reference_for_every_dtype_layout_order() {
+    if !gpu_present() {
+        return;
+    }
+    for dtype in [DType::F16, DType::BF16, DType::F32] {
+        for layout in [Layout::Nchw, Layout::Nhwc] {
+            for order in [ChannelOrder::Rgb, ChannelOrder::Bgr] {
+                let builder = |device| {
+                    Pipeline::builder()
+                        .source(sources())
+                        .batch_size(5)
+                        .dtype(dtype)
+                        .layout(layout)
+                        .channel_order(order)
+                        .device(device)
+                };
+                let gpu = collect(builder(Device::Cuda(0)));
+                let cpu = collect(builder(Device::Cpu));
+                assert_eq!(gpu.len(), cpu.len());
+                for (g, c) in gpu.iter().zip(&cpu) {
+                    assert_eq!(g.0, c.0, "same images in the same order");
+                    assert_eq!(g.2, c.2, "same shape");
+                    assert!(
+                        g.1 == c.1,
+                        "{dtype:?} {layout:?} {order:?}: GPU output differs from the CPU \
+                         reference for {:?}",
+                        g.0
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn prefetch_depths_give_identical_output() {
+    if !gpu_present() {
+        return;
+    }
+    let run = |prefetch| {
+        collect(
+            Pipeline::builder()
+                .source(sources())
+                .batch_size(3)
+                .prefetch(prefetch)
+                .threads(3)
+                .device(Device::Cuda(0)),
+        )
+    };
+    let first = run(1);
+    for depth in 2..=4 {
+        assert!(
+            run(depth) == first,
+            "prefetch {depth} differs from prefetch 1"
+        );
+    }
+}
+
+#[test]
+fn missing_device_ordinal_is_a_clear_error() {
+    if !gpu_present() {
+        return;
+    }
+    let err = Pipeline::builder()
+        .source(Source::directory("assets").expect("assets"))
+        .device(Device::Cuda(999))
+        .build()
+        .expect_err("device 999 should not exist");
+    assert!(
+        matches!(&err, Error::CudaUnavailable(m) if m.contains("999")),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_files_are_skipped_on_the_gpu_too() {
+    if !gpu_present() {
+        return;
+    }
+    let mut paths = vec![std::path::PathBuf::from("assets/chelsea.png")];
+    paths.push("tests/does-not-exist.jpg".into());
+    paths.push("assets/rocket.jpg".into());
+    let mut pipeline = Pipeline::builder()
+        .source(Source::paths(paths))
+        .batch_size(4)
+        .on_error(OnError::Skip)
+        .device(Device::Cuda(0))
+        .build()
+        .expect("build");
+    let batch = pipeline.next_batch().expect("batch").expect("one batch");
+    assert_eq!(batch.len(), 2);
+    assert_eq!(batch.skipped().len(), 1);
+    assert!(batch.skipped()[0].id.contains("does-not-exist"));
+    let host = batch.images().to_host().expect("to_host");
+    assert!(host.to_f32_vec().iter().all(|v| v.is_finite()));
+    assert!(pipeline.next_batch().expect("end").is_none());
+}

@@ -1,0 +1,518 @@
+//! The pipeline on the CPU device: fidelity against Pillow goldens, order, labels, shuffling,
+//! sharding, last-batch policies, bad input under both error policies, epochs and the no-GPU
+//! error. Runs everywhere.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use gpufeed::{
+    DType, Device, Error, Interpolation, ItemErrorKind, LastBatch, Layout, OnError, Pipeline,
+    PipelineBuilder, ResizeMode, Source,
+};
+
+/// mean 0, std 1/255: the f32 output is the u8 pixel value itself.
+const IDENTITY_MEAN: [f32; 3] = [0.0; 3];
+const IDENTITY_STD: [f32; 3] = [1.0 / 255.0; 3];
+
+fn raw_pixels(builder: PipelineBuilder) -> Vec<(String, Vec<f32>)> {
+    let mut pipeline = builder
+        .mean_std(IDENTITY_MEAN, IDENTITY_STD)
+        .dtype(DType::F32)
+        .layout(Layout::Nhwc)
+        .device(Device::Cpu)
+        .build()
+        .expect("build");
+    let mut out = Vec::new();
+    while let Some(batch) = pipeline.next_batch().expect("next_batch") {
+        let values = batch.images().to_host().expect("host").to_f32_vec();
+        let per_image = values.len() / batch.len();
+        for (id, chunk) in batch.ids().iter().zip(values.chunks(per_image)) {
+            out.push((id.clone(), chunk.to_vec()));
+        }
+    }
+    out
+}
+
+fn ids(builder: PipelineBuilder) -> Vec<Vec<String>> {
+    let mut pipeline = builder.device(Device::Cpu).build().expect("build");
+    let mut out = Vec::new();
+    while let Some(batch) = pipeline.next_batch().expect("next_batch") {
+        out.push(batch.ids().to_vec());
+    }
+    out
+}
+
+struct Golden {
+    input: PathBuf,
+    golden: PathBuf,
+    variant: String,
+}
+
+fn goldens() -> Vec<Golden> {
+    let manifest = std::fs::read_to_string("tests/golden/MANIFEST.txt").expect("manifest");
+    manifest
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            Golden {
+                input: PathBuf::from(f[0]),
+                golden: Path::new("tests/golden").join(f[1]),
+                variant: f.get(3).unwrap_or(&"default").to_string(),
+            }
+        })
+        .collect()
+}
+
+fn builder_for(variant: &str) -> PipelineBuilder {
+    let b = Pipeline::builder();
+    match variant {
+        "default" => b,
+        "bicubic" => b.interpolation(Interpolation::Bicubic),
+        "nearest" => b.interpolation(Interpolation::Nearest),
+        "lanczos" => b.interpolation(Interpolation::Lanczos),
+        "r160c128" => b.resize(160).center_crop(128),
+        "stretch224" => b.resize_mode(ResizeMode::Stretch).center_crop(224),
+        other => panic!("unknown golden variant {other}"),
+    }
+}
+
+/// Absolute differences, in levels, between our output and Pillow's for every golden of
+/// `variant`, per file.
+fn golden_differences(variant: &str) -> BTreeMap<String, Vec<f32>> {
+    let cases: Vec<Golden> = goldens()
+        .into_iter()
+        .filter(|g| g.variant == variant)
+        .collect();
+    assert!(!cases.is_empty(), "no goldens for {variant}");
+    let source = Source::paths(cases.iter().map(|c| c.input.clone()));
+    let ours = raw_pixels(builder_for(variant).source(source).batch_size(7));
+    assert_eq!(ours.len(), cases.len(), "every golden input decodes");
+    let mut diffs = BTreeMap::new();
+    for (case, (id, values)) in cases.iter().zip(ours) {
+        assert_eq!(Path::new(&id), case.input);
+        let golden = image::open(&case.golden).expect("golden png").into_rgb8();
+        assert_eq!(golden.as_raw().len(), values.len(), "{id}: size");
+        let d: Vec<f32> = golden
+            .as_raw()
+            .iter()
+            .zip(&values)
+            .map(|(&g, &v)| (g as f32 - v).abs())
+            .collect();
+        diffs.insert(id, d);
+    }
+    diffs
+}
+
+fn percentile(values: &mut [f32], p: f64) -> f32 {
+    values.sort_by(|a, b| a.total_cmp(b));
+    values[((values.len() - 1) as f64 * p).round() as usize]
+}
+
+/// Pillow-made goldens of torchvision's Resize(256) + CenterCrop(224) on the bundled photos and
+/// every fixture format. Bar: mean absolute difference <= 0.5 levels and 99.9th percentile
+/// <= 3 levels over all of them, and no single file's mean over 1 level.
+#[test]
+fn matches_pillow_torchvision_goldens() {
+    let diffs = golden_differences("default");
+    let mut all: Vec<f32> = Vec::new();
+    for (id, d) in &diffs {
+        let mean = d.iter().sum::<f32>() / d.len() as f32;
+        println!(
+            "{id}: mean {mean:.3}, max {:.0}",
+            d.iter().cloned().fold(0.0, f32::max)
+        );
+        assert!(mean <= 1.0, "{id}: mean difference {mean:.3} levels");
+        all.extend_from_slice(d);
+    }
+    let mean = all.iter().sum::<f32>() / all.len() as f32;
+    let p999 = percentile(&mut all, 0.999);
+    println!("all {} files: mean {mean:.3}, p99.9 {p999}", diffs.len());
+    assert!(mean <= 0.5, "mean difference {mean:.3} levels");
+    assert!(p999 <= 3.0, "99.9th percentile {p999} levels");
+}
+
+/// Other filters, sizes and the stretch mode against their Pillow goldens.
+#[test]
+fn matches_pillow_goldens_for_other_filters_sizes_and_modes() {
+    for variant in ["bicubic", "nearest", "lanczos", "r160c128", "stretch224"] {
+        let diffs = golden_differences(variant);
+        let mut all: Vec<f32> = diffs.values().flatten().cloned().collect();
+        let mean = all.iter().sum::<f32>() / all.len() as f32;
+        let p999 = percentile(&mut all, 0.999);
+        println!("{variant}: mean {mean:.3}, p99.9 {p999}");
+        assert!(mean <= 0.5, "{variant}: mean difference {mean:.3}");
+        assert!(p999 <= 3.0, "{variant}: p99.9 {p999}");
+    }
+}
+
+#[test]
+fn letterbox_fits_the_whole_image_and_pads() {
+    // chelsea.png is 451x300: at 224 wide it is 149 tall, centred with 37 rows of padding above.
+    let out = raw_pixels(
+        Pipeline::builder()
+            .source(Source::paths(["assets/chelsea.png"]))
+            .resize_mode(ResizeMode::Letterbox { pad: 114 })
+            .center_crop(224),
+    );
+    let px = &out[0].1;
+    let row = |y: usize| &px[y * 224 * 3..(y + 1) * 224 * 3];
+    assert!(row(0).iter().all(|&v| v == 114.0));
+    assert!(row(36).iter().all(|&v| v == 114.0));
+    assert!(row(37).iter().any(|&v| v != 114.0));
+    assert!(row(185).iter().any(|&v| v != 114.0));
+    assert!(row(186).iter().all(|&v| v == 114.0));
+    assert!(row(223).iter().all(|&v| v == 114.0));
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("gpufeed-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// An ImageFolder with three classes of copies of the bundled photos.
+fn image_folder() -> PathBuf {
+    let root = temp_dir("folder");
+    let photos = ["chelsea.png", "coffee.png", "rocket.jpg", "camera.png"];
+    for (class, count) in [("cat", 2), ("b_mug", 3), ("a_rocket", 1)] {
+        let dir = root
+            .join(class)
+            .join(if class == "b_mug" { "nested" } else { "" });
+        std::fs::create_dir_all(&dir).expect("class dir");
+        for i in 0..count {
+            let src = photos[(i + class.len()) % photos.len()];
+            std::fs::copy(
+                Path::new("assets").join(src),
+                dir.join(format!("{i}_{src}")),
+            )
+            .expect("copy");
+        }
+        std::fs::write(root.join(class).join("notes.txt"), "not an image").expect("txt");
+    }
+    root
+}
+
+#[test]
+fn image_folder_labels_and_order() {
+    let root = image_folder();
+    let source = Source::image_folder(&root).expect("image folder");
+    assert_eq!(
+        source.class_names().expect("names"),
+        ["a_rocket", "b_mug", "cat"]
+    );
+    assert_eq!(source.len(), 6, "text files are not images");
+    let mut pipeline = Pipeline::builder()
+        .source(source)
+        .batch_size(4)
+        .device(Device::Cpu)
+        .build()
+        .expect("build");
+    let mut labels = Vec::new();
+    let mut seen = Vec::new();
+    while let Some(batch) = pipeline.next_batch().expect("batch") {
+        labels.extend_from_slice(batch.labels().expect("labels"));
+        seen.extend_from_slice(batch.ids());
+    }
+    assert_eq!(labels, [0, 1, 1, 1, 2, 2]);
+    let mut sorted = seen.clone();
+    sorted.sort();
+    assert_eq!(seen, sorted, "deterministic sorted order");
+    assert!(seen[1].contains("b_mug/nested/"));
+    let _ = std::fs::remove_dir_all(root);
+}
+
+fn many_paths(n: usize) -> Vec<PathBuf> {
+    let photos = [
+        "assets/chelsea.png",
+        "assets/rocket.jpg",
+        "assets/camera.png",
+    ];
+    (0..n).map(|i| PathBuf::from(photos[i % 3])).collect()
+}
+
+fn indices(builder: PipelineBuilder) -> Vec<Vec<usize>> {
+    let mut pipeline = builder
+        .device(Device::Cpu)
+        .output_size(8, 8)
+        .build()
+        .expect("build");
+    let mut out = Vec::new();
+    while let Some(batch) = pipeline.next_batch().expect("batch") {
+        out.push(batch.indices().to_vec());
+    }
+    out
+}
+
+#[test]
+fn each_image_exactly_once_in_order_with_partial_or_dropped_last_batch() {
+    let kept = indices(
+        Pipeline::builder()
+            .source(Source::paths(many_paths(11)))
+            .batch_size(4),
+    );
+    assert_eq!(
+        kept,
+        vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7], vec![8, 9, 10]]
+    );
+    let dropped = indices(
+        Pipeline::builder()
+            .source(Source::paths(many_paths(11)))
+            .batch_size(4)
+            .last_batch(LastBatch::Drop),
+    );
+    assert_eq!(dropped, vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7]]);
+}
+
+#[test]
+fn shuffle_is_seeded_per_epoch_and_covers_everything() {
+    let build = || {
+        Pipeline::builder()
+            .source(Source::paths(many_paths(20)))
+            .batch_size(6)
+            .shuffle(42)
+            .output_size(8, 8)
+            .device(Device::Cpu)
+            .build()
+            .expect("build")
+    };
+    let epoch = |p: &mut Pipeline| {
+        let mut all = Vec::new();
+        while let Some(b) = p.next_batch().expect("batch") {
+            all.extend_from_slice(b.indices());
+        }
+        all
+    };
+    let mut a = build();
+    let e0 = epoch(&mut a);
+    assert_eq!(a.next_epoch().expect("next epoch"), 1);
+    let e1 = epoch(&mut a);
+    let mut b = build();
+    assert_eq!(epoch(&mut b), e0, "same seed, same order");
+    assert_ne!(e0, e1, "each epoch reshuffles");
+    assert_ne!(e0, (0..20).collect::<Vec<_>>());
+    for e in [&e0, &e1] {
+        let mut s = e.clone();
+        s.sort();
+        assert_eq!(s, (0..20).collect::<Vec<_>>());
+    }
+}
+
+#[test]
+fn shards_are_disjoint_and_complete() {
+    for world in [1, 2, 3, 4] {
+        let mut all = Vec::new();
+        for rank in 0..world {
+            let part: Vec<usize> = indices(
+                Pipeline::builder()
+                    .source(Source::paths(many_paths(13)))
+                    .batch_size(5)
+                    .shuffle(3)
+                    .shard(rank, world),
+            )
+            .concat();
+            all.extend(part);
+        }
+        all.sort();
+        assert_eq!(all, (0..13).collect::<Vec<_>>(), "world {world}");
+    }
+}
+
+/// A folder with good images and every kind of bad file, in a known order.
+fn faulty_folder(test: &str) -> PathBuf {
+    let dir = temp_dir(test);
+    let good = std::fs::read("assets/rocket.jpg").expect("rocket");
+    std::fs::write(dir.join("a_good.jpg"), &good).expect("write");
+    std::fs::write(dir.join("b_empty.jpg"), b"").expect("write");
+    std::fs::write(
+        dir.join("c_truncated.png"),
+        &std::fs::read("assets/chelsea.png").expect("png")[..100],
+    )
+    .expect("write");
+    std::fs::write(dir.join("d_text.jpg"), b"this is not an image at all").expect("write");
+    std::fs::write(
+        dir.join("e_good.png"),
+        std::fs::read("assets/camera.png").expect("png"),
+    )
+    .expect("write");
+    std::fs::write(dir.join("f_garbage.webp"), [0x52u8; 999]).expect("write");
+    std::fs::write(dir.join("g_good.jpg"), &good).expect("write");
+    dir
+}
+
+#[test]
+fn bad_files_are_skipped_with_path_and_reason_and_nothing_is_lost() {
+    let dir = faulty_folder("skip");
+    let source = Source::directory(&dir).expect("list");
+    assert_eq!(source.len(), 7);
+    let mut paths: Vec<PathBuf> = (0..7)
+        .map(|i| PathBuf::from(source.id(i).expect("id")))
+        .collect();
+    paths.push(dir.join("h_vanished.jpg"));
+    paths.push(dir.clone());
+    let mut pipeline = Pipeline::builder()
+        .source(Source::paths(paths))
+        .batch_size(2)
+        .output_size(16, 16)
+        .device(Device::Cpu)
+        .build()
+        .expect("build");
+    let mut good = Vec::new();
+    let mut skipped = Vec::new();
+    while let Some(batch) = pipeline.next_batch().expect("skip policy never fails") {
+        assert!(!batch.is_empty());
+        good.extend(batch.ids().iter().cloned());
+        skipped.extend(batch.skipped().iter().cloned());
+    }
+    let report = pipeline.epoch_report();
+    assert_eq!(report.images, 3);
+    assert_eq!(
+        report.images + report.skipped.len() + report.dropped,
+        9,
+        "nothing lost"
+    );
+    assert!(good[0].ends_with("a_good.jpg") && good[1].ends_with("e_good.png"));
+    assert!(good[2].ends_with("g_good.jpg"));
+    let reasons: Vec<String> = report.skipped.iter().map(|e| e.to_string()).collect();
+    for (name, reason) in [
+        ("b_empty.jpg", "empty"),
+        ("c_truncated.png", "decode"),
+        ("d_text.jpg", "not a JPEG"),
+        ("f_garbage.webp", "not a JPEG"),
+        ("h_vanished.jpg", "no such file"),
+    ] {
+        assert!(
+            reasons
+                .iter()
+                .any(|r| r.contains(name) && r.contains(reason)),
+            "{name}: expected '{reason}' in {reasons:?}"
+        );
+    }
+    assert!(
+        report
+            .skipped
+            .last()
+            .expect("dir")
+            .to_string()
+            .contains("is a directory"),
+        "{reasons:?}"
+    );
+    assert!(skipped.len() <= report.skipped.len());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn fail_policy_stops_at_the_first_bad_file() {
+    let dir = faulty_folder("fail");
+    let mut pipeline = Pipeline::builder()
+        .source(Source::directory(&dir).expect("list"))
+        .batch_size(1)
+        .output_size(16, 16)
+        .on_error(OnError::Fail)
+        .device(Device::Cpu)
+        .build()
+        .expect("build");
+    let first = pipeline
+        .next_batch()
+        .expect("first is good")
+        .expect("batch");
+    assert!(first.ids()[0].ends_with("a_good.jpg"));
+    match pipeline.next_batch() {
+        Err(Error::Item(e)) => {
+            assert!(e.id.ends_with("b_empty.jpg"), "{e}");
+            assert_eq!(e.kind, ItemErrorKind::Decode("file is empty".into()));
+        }
+        other => panic!("expected the empty file's error, got {other:?}"),
+    }
+    assert!(pipeline.next_batch().expect("epoch over").is_none());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn in_memory_bytes_keep_their_ids() {
+    let bytes = std::fs::read("assets/rocket.jpg").expect("rocket");
+    let source = Source::bytes([
+        ("first", bytes.clone()),
+        ("broken", b"nope".to_vec()),
+        ("second", bytes),
+    ]);
+    let got = ids(Pipeline::builder()
+        .source(source)
+        .batch_size(8)
+        .output_size(8, 8));
+    assert_eq!(got, vec![vec!["first".to_string(), "second".to_string()]]);
+}
+
+#[test]
+fn epochs_restart_without_rebuilding_and_abandon_cleanly() {
+    let mut pipeline = Pipeline::builder()
+        .source(Source::paths(many_paths(9)))
+        .batch_size(2)
+        .output_size(8, 8)
+        .device(Device::Cpu)
+        .build()
+        .expect("build");
+    // Abandon epoch 0 after one batch.
+    assert!(pipeline.next_batch().expect("batch").is_some());
+    assert_eq!(pipeline.next_epoch().expect("epoch 1"), 1);
+    let mut n = 0;
+    while let Some(b) = pipeline.next_batch().expect("batch") {
+        assert_eq!(b.epoch(), 1);
+        n += b.len();
+    }
+    assert_eq!(n, 9);
+    assert!(pipeline.epoch_report().complete);
+    // Dropping mid-epoch returns promptly.
+    pipeline.next_epoch().expect("epoch 2");
+    let _ = pipeline.next_batch().expect("batch");
+    drop(pipeline);
+}
+
+#[test]
+fn asking_for_a_gpu_without_one_is_a_clear_error() {
+    let result = Pipeline::builder()
+        .source(Source::directory("assets").expect("assets"))
+        .device(Device::Cuda(0))
+        .build();
+    match gpufeed::gpu::probe() {
+        Err(_) => match result {
+            Err(Error::CudaUnavailable(message)) => {
+                assert!(
+                    message.contains("libcuda")
+                        || message.contains("NVRTC")
+                        || message.contains("device"),
+                    "{message}"
+                );
+            }
+            other => panic!("expected CudaUnavailable, got {other:?}"),
+        },
+        Ok(_) => assert!(result.is_ok()),
+    }
+}
+
+#[test]
+fn invalid_options_are_refused() {
+    let build = |b: PipelineBuilder| {
+        b.source(Source::paths(many_paths(1)))
+            .device(Device::Cpu)
+            .build()
+    };
+    assert!(matches!(
+        build(Pipeline::builder().batch_size(0)),
+        Err(Error::Config(_))
+    ));
+    assert!(matches!(
+        build(Pipeline::builder().prefetch(0)),
+        Err(Error::Config(_))
+    ));
+    assert!(matches!(
+        build(Pipeline::builder().shard(2, 2)),
+        Err(Error::Config(_))
+    ));
+    assert!(matches!(
+        build(Pipeline::builder().mean_std([0.5; 3], [0.0, 1.0, 1.0])),
+        Err(Error::Config(_))
+    ));
+    assert!(matches!(Pipeline::builder().build(), Err(Error::Config(_))));
+}
