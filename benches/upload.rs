@@ -4,7 +4,7 @@
 //! Environment: `GPUFEED_BENCH_BATCHES` (default 32,64,128,256), `GPUFEED_BENCH_RUNS` (50),
 //! `GPUFEED_BENCH_OUT` (folder for upload.csv and upload.svg; default target/).
 
-use gpufeed::gpu::bench::{self, BenchOptions};
+use gpufeed::bench::upload::{self as bench, BenchOptions};
 
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test --benches` passes nothing special. Both run it.

@@ -7,11 +7,10 @@
 // (torchvision's Normalize on x / 255, folded on the host), rounded to nearest-even into the output
 // type. src/reference.rs computes the very same thing on the CPU; the two agree bit for bit.
 //
-// The fast kernels give each thread 16 whole pixels: three 16-byte loads bring in 48 bytes, and
-// the results leave in 16-byte stores, one run per output channel plane (NCHW) or one contiguous
-// run (NHWC). Neighbouring threads touch neighbouring addresses, so every access is coalesced.
-// They need the pixel count per image (NCHW) or per batch (NHWC) to be a multiple of 16; the host
-// falls back to the one-pixel-per-thread kernels otherwise.
+// The fast kernels read and write whole 16-byte runs, with neighbouring threads on neighbouring
+// addresses, so every access is coalesced (see gf_nchw and gf_nhwc). They need the pixel count per
+// image to be a multiple of 8 (f16/bf16) or 4 (f32) for NCHW, and the batch's bytes a multiple of
+// 16 for NHWC; the host falls back to the one-pixel-per-thread kernels otherwise.
 
 struct GfAffine {
     float scale[3];
@@ -88,56 +87,109 @@ __device__ __forceinline__ void gf_store_run(void* out, size_t i, const float* v
     }
 }
 
-// Loads the 16 pixels at byte offset `at` and normalizes them: y[c][i] for source channel c.
-__device__ __forceinline__ void gf_load16(const unsigned char* __restrict__ in, size_t at,
-                                          const GfAffine& p, float y[3][16]) {
-    const uint4* src = reinterpret_cast<const uint4*>(in + at);
-    const uint4 a = __ldg(src), b = __ldg(src + 1), c = __ldg(src + 2);
-    const unsigned int w[12] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w, c.x, c.y, c.z, c.w};
+// NCHW: each thread takes PIX whole pixels (3*PIX bytes, read as three PIX-byte words) and writes
+// PIX elements to each of the three channel planes as one 16-byte store: PIX = 8 for 16-bit
+// outputs, 4 for f32. A warp's store to a plane is then 512 contiguous bytes.
+template <int KIND>
+__device__ __forceinline__ void gf_nchw(const unsigned char* __restrict__ in, void* __restrict__ out,
+                                        unsigned int groups, unsigned int groups_per_image,
+                                        unsigned int hw, GfAffine p, int bgr) {
+    constexpr int PIX = KIND == GF_F32 ? 4 : 8;
+    const unsigned int g = blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= groups) return;
+    const unsigned int n = g / groups_per_image;
+    const unsigned int pix = (g - n * groups_per_image) * PIX;
+    const size_t at = ((size_t)n * hw + pix) * 3;
+    unsigned int w[3 * PIX / 4];
+    if (PIX == 8) {
+        const uint2* src = reinterpret_cast<const uint2*>(in + at);
 #pragma unroll
-    for (int i = 0; i < 16; i++) {
+        for (int q = 0; q < 3; q++) {
+            const uint2 v = __ldg(src + q);
+            w[2 * q] = v.x;
+            w[2 * q + 1] = v.y;
+        }
+    } else {
+        const unsigned int* src = reinterpret_cast<const unsigned int*>(in + at);
+#pragma unroll
+        for (int q = 0; q < 3; q++) w[q] = __ldg(src + q);
+    }
+    float y[3][PIX];
+#pragma unroll
+    for (int i = 0; i < PIX; i++) {
 #pragma unroll
         for (int ch = 0; ch < 3; ch++) {
             const int k = 3 * i + ch;
             y[ch][i] = fmaf(gf_byte(w[k >> 2], k & 3), p.scale[ch], p.bias[ch]);
         }
     }
-}
-
-template <int KIND>
-__device__ __forceinline__ void gf_nchw16(const unsigned char* __restrict__ in, void* __restrict__ out,
-                                          unsigned int groups, unsigned int groups_per_image,
-                                          unsigned int hw, GfAffine p, int bgr) {
-    const unsigned int g = blockIdx.x * blockDim.x + threadIdx.x;
-    if (g >= groups) return;
-    const unsigned int n = g / groups_per_image;
-    const unsigned int pix = (g - n * groups_per_image) * 16;
-    float y[3][16];
-    gf_load16(in, ((size_t)n * hw + pix) * 3, p, y);
 #pragma unroll
     for (int ch = 0; ch < 3; ch++) {
         const int oc = bgr ? 2 - ch : ch;
-        gf_store_run<KIND, 16>(out, ((size_t)n * 3 + oc) * hw + pix, y[ch]);
+        gf_store_run<KIND, PIX>(out, ((size_t)n * 3 + oc) * hw + pix, y[ch]);
     }
 }
 
+// The output values of an NHWC chunk of N bytes whose first element has channel C0; w holds the
+// input bytes from 4 before the chunk to 4 after it.
+template <int N, int C0, bool BGR>
+__device__ __forceinline__ void gf_nhwc_values(const unsigned int* w, const GfAffine& p, float* y) {
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+        const int oc = (C0 + i) % 3;
+        const int sc = BGR ? 2 - oc : oc;
+        const int k = 4 + i + sc - oc;
+        y[i] = fmaf(gf_byte(w[k >> 2], k & 3), p.scale[sc], p.bias[sc]);
+    }
+}
+
+// NHWC is the input order: thread t maps input bytes [N t, N t + N) to the same output elements,
+// N = 16 / sizeof(output), so each thread ends with one 16-byte store and a warp's loads and stores
+// are contiguous. Element e belongs to channel e % 3; with BGR output it takes the byte
+// 2 - 2 (e % 3) places away, which for the first and last two elements lives in the neighbouring
+// thread's bytes (fetched by warp shuffle, or from memory at the warp's edges).
 template <int KIND>
-__device__ __forceinline__ void gf_nhwc16(const unsigned char* __restrict__ in, void* __restrict__ out,
-                                          unsigned int groups, GfAffine p, int bgr) {
-    const unsigned int g = blockIdx.x * blockDim.x + threadIdx.x;
-    if (g >= groups) return;
-    const size_t at = (size_t)g * 48;
-    float y[3][16];
-    gf_load16(in, at, p, y);
-    float v[48];
+__device__ __forceinline__ void gf_nhwc(const unsigned char* __restrict__ in, void* __restrict__ out,
+                                        unsigned int chunks, GfAffine p, int bgr) {
+    constexpr int N = KIND == GF_F32 ? 4 : 8;
+    constexpr int W = N / 4;
+    const unsigned int t = blockIdx.x * blockDim.x + threadIdx.x;
+    const bool active = t < chunks;
+    const unsigned int* words = reinterpret_cast<const unsigned int*>(in);
+    unsigned int w[W + 2];  // w[0]: the 4 bytes before the chunk, w[W + 1]: the 4 after
 #pragma unroll
-    for (int i = 0; i < 16; i++) {
-#pragma unroll
-        for (int ch = 0; ch < 3; ch++) {
-            v[3 * i + (bgr ? 2 - ch : ch)] = y[ch][i];
+    for (int q = 0; q < W; q++) w[1 + q] = 0;
+    if (active) {
+        if (W == 2) {
+            const uint2 v = __ldg(reinterpret_cast<const uint2*>(in) + t);
+            w[1] = v.x;
+            w[W] = v.y;
+        } else {
+            w[1] = __ldg(words + t);
         }
     }
-    gf_store_run<KIND, 48>(out, at, v);
+    w[0] = 0;
+    w[W + 1] = 0;
+    if (bgr) {
+        const unsigned int lane = threadIdx.x & 31;
+        const unsigned int left = __shfl_up_sync(0xFFFFFFFFu, w[W], 1);
+        const unsigned int right = __shfl_down_sync(0xFFFFFFFFu, w[1], 1);
+        if (active) {
+            w[0] = lane == 0 ? (t > 0 ? __ldg(words + W * t - 1) : 0u) : left;
+            w[W + 1] = (lane == 31 || t + 1 >= chunks)
+                           ? (t + 1 < chunks ? __ldg(words + W * (t + 1)) : 0u)
+                           : right;
+        }
+    }
+    if (!active) return;
+    float y[N];
+    // The channel of element N t is (N t) % 3; each case unrolls with constant indices.
+    switch ((N * t) % 3) {
+        case 0: bgr ? gf_nhwc_values<N, 0, true>(w, p, y) : gf_nhwc_values<N, 0, false>(w, p, y); break;
+        case 1: bgr ? gf_nhwc_values<N, 1, true>(w, p, y) : gf_nhwc_values<N, 1, false>(w, p, y); break;
+        default: bgr ? gf_nhwc_values<N, 2, true>(w, p, y) : gf_nhwc_values<N, 2, false>(w, p, y); break;
+    }
+    gf_store_run<KIND, N>(out, (size_t)t * N, y);
 }
 
 // One thread per pixel: any size, any alignment.
@@ -159,15 +211,15 @@ __device__ __forceinline__ void gf_pixel(const unsigned char* __restrict__ in, v
 }
 
 #define GF_ENTRIES(NAME, KIND)                                                                   \
-    extern "C" __global__ void gpufeed_nchw16_##NAME(                                            \
+    extern "C" __global__ void gpufeed_nchw_##NAME(                                              \
         const unsigned char* __restrict__ in, void* __restrict__ out, unsigned int groups,       \
         unsigned int groups_per_image, unsigned int hw, GfAffine p, int bgr) {                   \
-        gf_nchw16<KIND>(in, out, groups, groups_per_image, hw, p, bgr);                          \
+        gf_nchw<KIND>(in, out, groups, groups_per_image, hw, p, bgr);                            \
     }                                                                                            \
-    extern "C" __global__ void gpufeed_nhwc16_##NAME(const unsigned char* __restrict__ in,       \
-                                                     void* __restrict__ out, unsigned int groups, \
-                                                     GfAffine p, int bgr) {                      \
-        gf_nhwc16<KIND>(in, out, groups, p, bgr);                                                \
+    extern "C" __global__ void gpufeed_nhwc_##NAME(const unsigned char* __restrict__ in,         \
+                                                   void* __restrict__ out, unsigned int chunks,  \
+                                                   GfAffine p, int bgr) {                        \
+        gf_nhwc<KIND>(in, out, chunks, p, bgr);                                                  \
     }                                                                                            \
     extern "C" __global__ void gpufeed_pixel_##NAME(const unsigned char* __restrict__ in,        \
                                                     void* __restrict__ out, unsigned int pixels, \

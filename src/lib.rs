@@ -3,6 +3,7 @@
 #![deny(unsafe_code)]
 
 mod batch;
+pub mod bench;
 mod chart;
 mod config;
 mod decode;

@@ -38,8 +38,6 @@ pub(crate) fn compile_module(
     guarded("loading a compiled kernel", || ctx.load_module(ptx))
 }
 
-/// Pixels each thread of the fast kernels handles.
-const PIXELS_PER_THREAD: usize = 16;
 const THREADS_PER_BLOCK: u32 = 256;
 
 /// `struct GfAffine` of the kernel source.
@@ -57,9 +55,13 @@ unsafe impl DeviceRepr for GfAffine {}
 /// The three entry points of one output dtype.
 #[derive(Debug)]
 struct Entries {
-    nchw16: CudaFunction,
-    nhwc16: CudaFunction,
+    nchw: CudaFunction,
+    nhwc: CudaFunction,
     pixel: CudaFunction,
+    /// Pixels per thread of `nchw`: one 16-byte store per channel plane.
+    nchw_pixels: usize,
+    /// Input bytes (= output elements) per thread of `nhwc`: one 16-byte store.
+    nhwc_bytes: usize,
 }
 
 /// The compiled normalize kernel.
@@ -79,17 +81,20 @@ impl NormalizeKernel {
                 .load_function(&name)
                 .map_err(|e| driver_error("finding a kernel entry point", e))
         };
-        let entries = |dtype: &str| -> Result<Entries> {
+        let entries = |dtype: DType| -> Result<Entries> {
+            let name = dtype.name();
             Ok(Entries {
-                nchw16: load(format!("gpufeed_nchw16_{dtype}"))?,
-                nhwc16: load(format!("gpufeed_nhwc16_{dtype}"))?,
-                pixel: load(format!("gpufeed_pixel_{dtype}"))?,
+                nchw: load(format!("gpufeed_nchw_{name}"))?,
+                nhwc: load(format!("gpufeed_nhwc_{name}"))?,
+                pixel: load(format!("gpufeed_pixel_{name}"))?,
+                nchw_pixels: 16 / dtype.size_of(),
+                nhwc_bytes: 16 / dtype.size_of(),
             })
         };
         Ok(NormalizeKernel {
-            f32: entries("f32")?,
-            f16: entries("f16")?,
-            bf16: entries("bf16")?,
+            f32: entries(DType::F32)?,
+            f16: entries(DType::F16)?,
+            bf16: entries(DType::BF16)?,
         })
     }
 
@@ -201,10 +206,10 @@ impl LaunchShape {
         let count: u32;
         let groups_per_image: u32;
         let (mut builder, config) = match self.layout {
-            Layout::Nchw if self.hw % PIXELS_PER_THREAD == 0 => {
-                count = (self.pixels / PIXELS_PER_THREAD) as u32;
-                groups_per_image = (self.hw / PIXELS_PER_THREAD) as u32;
-                let mut b = stream.launch_builder(&entries.nchw16);
+            Layout::Nchw if self.hw % entries.nchw_pixels == 0 => {
+                count = (self.pixels / entries.nchw_pixels) as u32;
+                groups_per_image = (self.hw / entries.nchw_pixels) as u32;
+                let mut b = stream.launch_builder(&entries.nchw);
                 b.arg(input)
                     .arg(out)
                     .arg(&count)
@@ -214,9 +219,9 @@ impl LaunchShape {
                     .arg(&self.bgr);
                 (b, Self::grid(count as usize))
             }
-            Layout::Nhwc if self.pixels % PIXELS_PER_THREAD == 0 => {
-                count = (self.pixels / PIXELS_PER_THREAD) as u32;
-                let mut b = stream.launch_builder(&entries.nhwc16);
+            Layout::Nhwc if (self.pixels * 3) % entries.nhwc_bytes == 0 => {
+                count = (self.pixels * 3 / entries.nhwc_bytes) as u32;
+                let mut b = stream.launch_builder(&entries.nhwc);
                 b.arg(input)
                     .arg(out)
                     .arg(&count)
@@ -240,8 +245,8 @@ impl LaunchShape {
         // SAFETY: the arguments match the chosen entry point's parameter list; `input` holds at
         // least `pixels * 3` bytes and `out` `pixels * 3` elements of the entry point's dtype
         // (checked by `run_into` and the tensor's shape); every thread checks its index against
-        // `count`; the 16-pixel entry points need 16-byte aligned buffers, which device
-        // allocations are, and are chosen only when the pixel counts divide by 16.
+        // `count`; the vectorized entry points need 16-byte aligned buffers, which device
+        // allocations are, and are chosen only when the pixel or byte counts divide evenly.
         unsafe { builder.launch(config) }
             .map(|_| ())
             .map_err(|e| driver_error("launching the normalize kernel", e))
@@ -299,7 +304,7 @@ mod tests {
             scale: [0.5, -1.25, 1.0 / 3.0],
             bias: [-7.0, 0.125, 100.0],
         };
-        // (n, h, w): the 16-pixel paths, a per-pixel path (35 pixels an image), tiny sizes.
+        // (n, h, w): random pixels, with real photos in the 224x224 case.
         let shapes = [
             (3, 224, 224),
             (2, 5, 7),

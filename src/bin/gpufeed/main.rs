@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use gpufeed::gpu::bench::{self, BenchOptions};
+use gpufeed::bench::upload::{self as bench, BenchOptions};
 use gpufeed::{
     ChannelOrder, DType, Device, Error, LastBatch, Layout, OnError, Pipeline, Result, Source,
 };

@@ -1,0 +1,43 @@
+//! `cargo bench --bench pipeline`: the CPU stage at 1 thread and at every core, and the whole
+//! pipeline on the GPU, over a folder (see `gpufeed::bench::pipeline`).
+//!
+//! Environment: `GPUFEED_BENCH_DIR` (default assets/; use a corpus of 2,000+ images, e.g. from
+//! make-corpus), `GPUFEED_BENCH_THREADS` (default 1,0; 0 is one per core),
+//! `GPUFEED_BENCH_PASSES` (default 3).
+
+use gpufeed::bench::{pipeline, PipelineBenchOptions};
+use gpufeed::Config;
+
+fn main() {
+    let dir = std::env::var("GPUFEED_BENCH_DIR").unwrap_or_else(|_| "assets".into());
+    let threads = std::env::var("GPUFEED_BENCH_THREADS")
+        .unwrap_or_else(|_| "1,0".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let passes = std::env::var("GPUFEED_BENCH_PASSES")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(3);
+    let device = match gpufeed::gpu::probe() {
+        Ok(_) => Some(0),
+        Err(e) => {
+            println!("bench pipeline: {e}; measuring the CPU stage only");
+            None
+        }
+    };
+    let options = PipelineBenchOptions {
+        dir: dir.into(),
+        config: Config::default(),
+        threads,
+        device,
+        passes,
+    };
+    match pipeline(&options) {
+        Ok(report) => print!("{}", report.table()),
+        Err(e) => {
+            eprintln!("bench pipeline: {e}");
+            std::process::exit(1);
+        }
+    }
+}

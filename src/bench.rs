@@ -1,0 +1,236 @@
+//! Measurements users run to see where the time goes: [`pipeline`] (CPU stage and end to end
+//! over a folder) and [`upload`] (u8 vs f32 uploads and the kernel; needs a GPU).
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
+
+pub use crate::gpu::bench as upload;
+
+use crate::config::{Config, Device};
+use crate::decode::DecodeOptions;
+use crate::error::{Error, Result};
+use crate::pipeline::Pipeline;
+use crate::prepare::{fill_slot, PrepareOptions};
+use crate::resize::Geometry;
+use crate::source::Source;
+
+/// What [`pipeline`] measures.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PipelineBenchOptions {
+    /// Folder of images (searched recursively).
+    pub dir: PathBuf,
+    /// Output options (size, dtype, layout, batch size); `threads` and `device` are set per row.
+    pub config: Config,
+    /// Thread counts for the CPU-stage rows (0: one per core).
+    pub threads: Vec<usize>,
+    /// CUDA device for the end-to-end row; `None` leaves the row out.
+    pub device: Option<usize>,
+    /// Passes over the folder per row (the median pass is reported).
+    pub passes: usize,
+}
+
+/// One measured configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PipelineBenchRow {
+    /// What ran.
+    pub label: String,
+    /// CPU threads.
+    pub threads: usize,
+    /// Images per pass.
+    pub images: usize,
+    /// Median seconds per pass.
+    pub seconds: f64,
+}
+
+impl PipelineBenchRow {
+    /// Images per second.
+    pub fn images_per_s(&self) -> f64 {
+        self.images as f64 / self.seconds
+    }
+
+    /// Images per second per thread.
+    pub fn per_thread(&self) -> f64 {
+        self.images_per_s() / self.threads.max(1) as f64
+    }
+}
+
+/// The results of [`pipeline`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct PipelineBenchReport {
+    /// Images in the folder.
+    pub images: usize,
+    /// The rows, in the order measured.
+    pub rows: Vec<PipelineBenchRow>,
+    /// Peak resident memory of the process, bytes (Linux; 0 elsewhere).
+    pub peak_rss_bytes: u64,
+}
+
+impl PipelineBenchReport {
+    /// The results as an aligned text table.
+    pub fn table(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "gpufeed pipeline bench: {} images", self.images);
+        let _ = writeln!(
+            s,
+            "{:<44} {:>7} {:>9} {:>11} {:>11}",
+            "what", "threads", "seconds", "images/s", "per thread"
+        );
+        for r in &self.rows {
+            let _ = writeln!(
+                s,
+                "{:<44} {:>7} {:>9.3} {:>11.0} {:>11.0}",
+                r.label,
+                r.threads,
+                r.seconds,
+                r.images_per_s(),
+                r.per_thread()
+            );
+        }
+        let _ = writeln!(s, "peak RSS {:.0} MB", self.peak_rss_bytes as f64 / 1e6);
+        s
+    }
+}
+
+/// Peak resident set size of this process in bytes (`VmHWM`), 0 where unknown.
+pub fn peak_rss_bytes() -> u64 {
+    resident_field("VmHWM:")
+}
+
+/// Current resident set size of this process in bytes (`VmRSS`), 0 where unknown.
+pub fn rss_bytes() -> u64 {
+    resident_field("VmRSS:")
+}
+
+fn resident_field(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(|a, b| a.total_cmp(b));
+    values[values.len() / 2]
+}
+
+/// Measures the CPU stage alone (read, decode, resize into a staging buffer, batch by batch, as
+/// the pipeline does, without the device stage) at each thread count, and the whole pipeline on
+/// the GPU. The first pass over the folder warms the page cache and is not counted.
+pub fn pipeline(options: &PipelineBenchOptions) -> Result<PipelineBenchReport> {
+    let source = Source::directory(&options.dir)?;
+    if source.is_empty() {
+        return Err(Error::Config(format!(
+            "{}: no images to measure",
+            options.dir.display()
+        )));
+    }
+    let config = &options.config;
+    config.validate()?;
+    let prepare = PrepareOptions {
+        decode: DecodeOptions {
+            max_pixels: config.max_pixels,
+            exif_orientation: config.exif_orientation,
+        },
+        geometry: Geometry::from_config(config),
+        on_error: config.on_error,
+    };
+    let order: Vec<usize> = (0..source.len()).collect();
+    let mut slot = vec![0u8; config.batch_size * prepare.image_bytes()];
+    let stop = AtomicBool::new(false);
+    let passes = options.passes.max(1);
+    let mut rows = Vec::new();
+    let mut warmed = false;
+    for &threads in &options.threads {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .map_err(|e| Error::Config(format!("thread pool: {e}")))?;
+        let used = pool.current_num_threads();
+        let mut times = Vec::new();
+        let mut images = 0;
+        for pass in 0..passes + usize::from(!warmed) {
+            let start = Instant::now();
+            images = 0;
+            let mut position = 0;
+            while position < order.len() {
+                let filled = pool
+                    .install(|| {
+                        fill_slot(
+                            &mut slot,
+                            &order[position..],
+                            config.batch_size,
+                            &source,
+                            &prepare,
+                            &stop,
+                        )
+                    })?
+                    .ok_or_else(|| Error::Worker("stopped".into()))?;
+                position += filled.consumed;
+                images += filled.indices.len();
+            }
+            if warmed || pass > 0 {
+                times.push(start.elapsed().as_secs_f64());
+            }
+        }
+        warmed = true;
+        rows.push(PipelineBenchRow {
+            label: "CPU stage only (read, decode, resize, stage)".into(),
+            threads: used,
+            images,
+            seconds: median(times),
+        });
+    }
+    if let Some(ordinal) = options.device {
+        let mut pipeline = Pipeline::builder()
+            .config(Config {
+                device: Device::Cuda(ordinal),
+                threads: 0,
+                ..config.clone()
+            })
+            .source(source.clone())
+            .build()?;
+        let threads = rayon::current_num_threads();
+        let mut times = Vec::new();
+        let mut images = 0;
+        for pass in 0..passes {
+            if pass > 0 {
+                pipeline.next_epoch()?;
+            }
+            let start = Instant::now();
+            images = 0;
+            let mut last = None;
+            while let Some(batch) = pipeline.next_batch()? {
+                images += batch.len();
+                last = Some(batch);
+            }
+            if let Some(batch) = last {
+                batch.images().synchronize()?;
+            }
+            times.push(start.elapsed().as_secs_f64());
+        }
+        rows.push(PipelineBenchRow {
+            label: format!(
+                "end to end, GPU {} {} batch {}",
+                config.dtype.name(),
+                config.layout.name(),
+                config.batch_size
+            ),
+            threads,
+            images,
+            seconds: median(times),
+        });
+    }
+    Ok(PipelineBenchReport {
+        images: source.len(),
+        rows,
+        peak_rss_bytes: peak_rss_bytes(),
+    })
+}
