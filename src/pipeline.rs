@@ -493,6 +493,17 @@ impl DeviceStage {
             }),
             Device::Cuda(ordinal) => {
                 let gpu = Gpu::open(ordinal)?;
+                // The device holds the u8 input and at least one output batch at a time.
+                let needed = slot_bytes as u128 * (1 + spec.dtype.size_of() as u128);
+                let (free, _) = gpu.memory()?;
+                if needed > free as u128 {
+                    return Err(Error::OutOfDeviceMemory(format!(
+                        "a batch needs {:.2} GB on {} ({:.2} GB free): use a smaller batch size",
+                        needed as f64 / 1e9,
+                        gpu.describe(),
+                        free as f64 / 1e9
+                    )));
+                }
                 let kernel = NormalizeKernel::compile(gpu.stream())?;
                 let ring = Box::new(StagingRing::new(gpu.stream(), STAGING_SLOTS, slot_bytes)?);
                 Ok(DeviceStage::Cuda {

@@ -15,7 +15,7 @@ import struct
 import zlib
 
 import numpy as np
-from PIL import Image, __version__ as PIL_VERSION
+from PIL import Image, ImageOps, __version__ as PIL_VERSION
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ASSETS = os.path.join(ROOT, "assets")
@@ -88,6 +88,9 @@ def make_fixtures():
     save(coffee.resize((250, 170)), "png_named.jpg", "PNG")
     save(rgb.resize((300, 200)), "UPPER.JPG", "JPEG", quality=88)
     save(Image.new("RGB", (1, 1), (200, 30, 90)), "one_pixel.png")
+    exif = Image.Exif()
+    exif[0x0112] = 6  # orientation: rotate 90 degrees clockwise to display
+    save(rgb.resize((320, 200)), "exif_rotate6.jpg", "JPEG", quality=90, exif=exif.tobytes())
     save(small("retina.jpg", 600).resize((4000, 10), Image.BILINEAR), "wide_4000x10.png")
     save(rgb.resize((10, 600), Image.BILINEAR), "tall_10x600.png")
     return base
@@ -138,6 +141,9 @@ def main():
             ("stretch224", im.convert("RGB").resize((224, 224), Image.BILINEAR)),
         ]:
             add(f"assets/{name}", f"assets__{name}__{variant}.png", variant, out)
+    rotated = Image.open(os.path.join(FIXTURES, "exif_rotate6.jpg"))
+    add("tests/fixtures/exif_rotate6.jpg", "exif_rotate6.jpg__exif.png", "exif",
+        torchvision(ImageOps.exif_transpose(rotated)))
     with open(os.path.join(GOLDEN, "MANIFEST.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print(f"{len(lines) - 1} goldens, {len(os.listdir(FIXTURES))} fixtures")

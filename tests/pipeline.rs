@@ -73,6 +73,7 @@ fn builder_for(variant: &str) -> PipelineBuilder {
         "lanczos" => b.interpolation(Interpolation::Lanczos),
         "r160c128" => b.resize(160).center_crop(128),
         "stretch224" => b.resize_mode(ResizeMode::Stretch).center_crop(224),
+        "exif" => b.exif_orientation(true),
         other => panic!("unknown golden variant {other}"),
     }
 }
@@ -132,10 +133,18 @@ fn matches_pillow_torchvision_goldens() {
     assert!(p999 <= 3.0, "99.9th percentile {p999} levels");
 }
 
-/// Other filters, sizes and the stretch mode against their Pillow goldens.
+/// Other filters, sizes, the stretch mode and EXIF orientation (on request; off by default like
+/// torchvision, whose default golden of the same file ignores the tag) against Pillow goldens.
 #[test]
 fn matches_pillow_goldens_for_other_filters_sizes_and_modes() {
-    for variant in ["bicubic", "nearest", "lanczos", "r160c128", "stretch224"] {
+    for variant in [
+        "bicubic",
+        "nearest",
+        "lanczos",
+        "r160c128",
+        "stretch224",
+        "exif",
+    ] {
         let diffs = golden_differences(variant);
         let mut all: Vec<f32> = diffs.values().flatten().cloned().collect();
         let mean = all.iter().sum::<f32>() / all.len() as f32;
@@ -144,6 +153,24 @@ fn matches_pillow_goldens_for_other_filters_sizes_and_modes() {
         assert!(mean <= 0.5, "{variant}: mean difference {mean:.3}");
         assert!(p999 <= 3.0, "{variant}: p99.9 {p999}");
     }
+}
+
+#[test]
+fn folder_listing_takes_image_extensions_in_any_case_and_descends_into_dirs_named_like_images() {
+    let dir = temp_dir("listing");
+    std::fs::copy("assets/rocket.jpg", dir.join("A.JPG")).expect("copy");
+    std::fs::copy("assets/chelsea.png", dir.join("b.PnG")).expect("copy");
+    std::fs::write(dir.join("c.txt"), "notes").expect("write");
+    std::fs::create_dir_all(dir.join("d.jpg")).expect("dir");
+    std::fs::copy("assets/camera.png", dir.join("d.jpg").join("inner.png")).expect("copy");
+    let source = Source::directory(&dir).expect("list");
+    let names: Vec<String> = (0..source.len())
+        .map(|i| source.id(i).expect("id").to_string())
+        .collect();
+    assert_eq!(names.len(), 3, "{names:?}");
+    assert!(names[0].ends_with("A.JPG") && names[1].ends_with("b.PnG"));
+    assert!(names[2].ends_with("d.jpg/inner.png"));
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]

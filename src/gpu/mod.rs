@@ -60,6 +60,11 @@ pub fn probe() -> Result<CudaInfo> {
     })
 }
 
+/// Free and total memory of CUDA device `ordinal`, in bytes.
+pub fn device_memory(ordinal: usize) -> Result<(usize, usize)> {
+    Gpu::open(ordinal)?.memory()
+}
+
 /// Runs a cudarc call that could panic on a broken installation, turning panics and driver
 /// errors into [`Error`]s.
 fn guarded<T>(
@@ -123,6 +128,14 @@ impl Gpu {
     /// The pipeline's stream.
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
+    }
+
+    /// Free and total device memory, in bytes.
+    pub fn memory(&self) -> Result<(usize, usize)> {
+        self.stream
+            .context()
+            .mem_get_info()
+            .map_err(|e| driver_error("reading device memory", e))
     }
 
     /// Device name and compute capability, for reports.
