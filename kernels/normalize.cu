@@ -66,6 +66,14 @@ __device__ __forceinline__ void gf_store_one(void* out, size_t i, float v) {
     }
 }
 
+// Ordinary stores; GF_STREAMING_STORES selects evict-first stores (__stcs), which measured no
+// faster on the H100 (see the README's figures).
+#ifdef GF_STREAMING_STORES
+#define GF_STORE(ptr, value) __stcs((ptr), (value))
+#else
+#define GF_STORE(ptr, value) (*(ptr) = (value))
+#endif
+
 // Stores v[0..COUNT) at element offset i (16-byte aligned) with 16-byte stores.
 template <int KIND, int COUNT>
 __device__ __forceinline__ void gf_store_run(void* out, size_t i, const float* v) {
@@ -73,60 +81,77 @@ __device__ __forceinline__ void gf_store_run(void* out, size_t i, const float* v
         float4* dst = reinterpret_cast<float4*>(static_cast<float*>(out) + i);
 #pragma unroll
         for (int q = 0; q < COUNT / 4; q++) {
-            dst[q] = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+            GF_STORE(dst + q, make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]));
         }
     } else {
         uint4* dst = reinterpret_cast<uint4*>(static_cast<unsigned short*>(out) + i);
 #pragma unroll
         for (int q = 0; q < COUNT / 8; q++) {
-            dst[q] = make_uint4(gf_pack2<KIND>(v[8 * q], v[8 * q + 1]),
-                                gf_pack2<KIND>(v[8 * q + 2], v[8 * q + 3]),
-                                gf_pack2<KIND>(v[8 * q + 4], v[8 * q + 5]),
-                                gf_pack2<KIND>(v[8 * q + 6], v[8 * q + 7]));
+            GF_STORE(dst + q, make_uint4(gf_pack2<KIND>(v[8 * q], v[8 * q + 1]),
+                                         gf_pack2<KIND>(v[8 * q + 2], v[8 * q + 3]),
+                                         gf_pack2<KIND>(v[8 * q + 4], v[8 * q + 5]),
+                                         gf_pack2<KIND>(v[8 * q + 6], v[8 * q + 7])));
         }
     }
 }
 
-// NCHW: each thread takes PIX whole pixels (3*PIX bytes, read as three PIX-byte words) and writes
-// PIX elements to each of the three channel planes as one 16-byte store: PIX = 8 for 16-bit
-// outputs, 4 for f32. A warp's store to a plane is then 512 contiguous bytes.
+// Groups each thread of the NCHW kernel handles, their loads all issued before any store (more
+// bytes in flight per thread); the host passes the same number (src/gpu/kernel.rs).
+#ifndef GF_NCHW_GROUPS
+#define GF_NCHW_GROUPS 4
+#endif
+
+// NCHW: a group is PIX whole pixels (3*PIX bytes, read as three PIX-byte words), written as PIX
+// elements to each of the three channel planes with one 16-byte store: PIX = 8 for 16-bit
+// outputs, 4 for f32. A warp's store to a plane is 512 contiguous bytes. A block of B threads
+// handles B * GF_NCHW_GROUPS consecutive groups, thread j the groups j, j + B, ...
 template <int KIND>
 __device__ __forceinline__ void gf_nchw(const unsigned char* __restrict__ in, void* __restrict__ out,
                                         unsigned int groups, unsigned int groups_per_image,
                                         unsigned int hw, GfAffine p, int bgr) {
     constexpr int PIX = KIND == GF_F32 ? 4 : 8;
-    const unsigned int g = blockIdx.x * blockDim.x + threadIdx.x;
-    if (g >= groups) return;
-    const unsigned int n = g / groups_per_image;
-    const unsigned int pix = (g - n * groups_per_image) * PIX;
-    const size_t at = ((size_t)n * hw + pix) * 3;
-    unsigned int w[3 * PIX / 4];
-    if (PIX == 8) {
-        const uint2* src = reinterpret_cast<const uint2*>(in + at);
+    constexpr int G = GF_NCHW_GROUPS;
+    const unsigned int first = blockIdx.x * blockDim.x * G + threadIdx.x;
+    unsigned int w[G][3 * PIX / 4];
 #pragma unroll
-        for (int q = 0; q < 3; q++) {
-            const uint2 v = __ldg(src + q);
-            w[2 * q] = v.x;
-            w[2 * q + 1] = v.y;
+    for (int j = 0; j < G; j++) {
+        const unsigned int g = first + j * blockDim.x;
+        if (g >= groups) break;
+        const size_t at = (size_t)g * PIX * 3;  // groups never straddle images (hw % PIX == 0)
+        if (PIX == 8) {
+            const uint2* src = reinterpret_cast<const uint2*>(in + at);
+#pragma unroll
+            for (int q = 0; q < 3; q++) {
+                const uint2 v = __ldg(src + q);
+                w[j][2 * q] = v.x;
+                w[j][2 * q + 1] = v.y;
+            }
+        } else {
+            const unsigned int* src = reinterpret_cast<const unsigned int*>(in + at);
+#pragma unroll
+            for (int q = 0; q < 3; q++) w[j][q] = __ldg(src + q);
         }
-    } else {
-        const unsigned int* src = reinterpret_cast<const unsigned int*>(in + at);
-#pragma unroll
-        for (int q = 0; q < 3; q++) w[q] = __ldg(src + q);
     }
-    float y[3][PIX];
 #pragma unroll
-    for (int i = 0; i < PIX; i++) {
+    for (int j = 0; j < G; j++) {
+        const unsigned int g = first + j * blockDim.x;
+        if (g >= groups) return;
+        const unsigned int n = g / groups_per_image;
+        const unsigned int pix = (g - n * groups_per_image) * PIX;
+        float y[3][PIX];
+#pragma unroll
+        for (int i = 0; i < PIX; i++) {
+#pragma unroll
+            for (int ch = 0; ch < 3; ch++) {
+                const int k = 3 * i + ch;
+                y[ch][i] = fmaf(gf_byte(w[j][k >> 2], k & 3), p.scale[ch], p.bias[ch]);
+            }
+        }
 #pragma unroll
         for (int ch = 0; ch < 3; ch++) {
-            const int k = 3 * i + ch;
-            y[ch][i] = fmaf(gf_byte(w[k >> 2], k & 3), p.scale[ch], p.bias[ch]);
+            const int oc = bgr ? 2 - ch : ch;
+            gf_store_run<KIND, PIX>(out, ((size_t)n * 3 + oc) * hw + pix, y[ch]);
         }
-    }
-#pragma unroll
-    for (int ch = 0; ch < 3; ch++) {
-        const int oc = bgr ? 2 - ch : ch;
-        gf_store_run<KIND, PIX>(out, ((size_t)n * 3 + oc) * hw + pix, y[ch]);
     }
 }
 

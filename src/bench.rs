@@ -9,11 +9,9 @@ use std::time::Instant;
 pub use crate::gpu::bench as upload;
 
 use crate::config::{Config, Device};
-use crate::decode::DecodeOptions;
 use crate::error::{Error, Result};
 use crate::pipeline::Pipeline;
 use crate::prepare::{fill_slot, PrepareOptions};
-use crate::resize::Geometry;
 use crate::source::Source;
 
 /// What [`pipeline`] measures.
@@ -134,14 +132,7 @@ pub fn pipeline(options: &PipelineBenchOptions) -> Result<PipelineBenchReport> {
     }
     let config = &options.config;
     config.validate()?;
-    let prepare = PrepareOptions {
-        decode: DecodeOptions {
-            max_pixels: config.max_pixels,
-            exif_orientation: config.exif_orientation,
-        },
-        geometry: Geometry::from_config(config),
-        on_error: config.on_error,
-    };
+    let prepare = PrepareOptions::from_config(config);
     let order: Vec<usize> = (0..source.len()).collect();
     let mut slot = vec![0u8; config.batch_size * prepare.image_bytes()];
     let stop = AtomicBool::new(false);

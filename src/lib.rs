@@ -25,5 +25,6 @@ pub use config::{
 pub use error::{Error, ItemError, ItemErrorKind, Result};
 pub use gpu::DeviceTensor;
 pub use pipeline::{Pipeline, PipelineBuilder};
+pub use prepare::prepare_image;
 pub use source::{Source, IMAGE_EXTENSIONS};
 pub use tensor::{HostData, HostTensor, Tensor};

@@ -14,12 +14,10 @@ use crate::batch::{Batch, EpochReport};
 use crate::config::{
     ChannelOrder, Config, DType, Device, Interpolation, LastBatch, Layout, OnError, ResizeMode,
 };
-use crate::decode::DecodeOptions;
 use crate::error::{Error, ItemError, Result};
 use crate::gpu::{Gpu, NormalizeKernel, StagingRing};
 use crate::prepare::{fill_slot, PrepareOptions};
 use crate::reference::{normalize, NormalizeSpec};
-use crate::resize::Geometry;
 use crate::source::{Sampler, Source};
 use crate::tensor::Tensor;
 
@@ -251,14 +249,7 @@ impl Pipeline {
 
     fn start(source: Source, config: Config) -> Result<Pipeline> {
         config.validate()?;
-        let options = PrepareOptions {
-            decode: DecodeOptions {
-                max_pixels: config.max_pixels,
-                exif_orientation: config.exif_orientation,
-            },
-            geometry: Geometry::from_config(&config),
-            on_error: config.on_error,
-        };
+        let options = PrepareOptions::from_config(&config);
         let spec = NormalizeSpec {
             affine: config.affine(),
             dtype: config.dtype,

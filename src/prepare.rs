@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use fast_image_resize::Resizer;
 use rayon::prelude::*;
 
-use crate::config::OnError;
+use crate::config::{Config, OnError};
 use crate::decode::{decode_rgb8, DecodeOptions};
 use crate::error::{Error, ItemError, ItemErrorKind, Result};
 use crate::resize::{resize_into_slot, Geometry};
@@ -41,6 +41,20 @@ impl PrepareOptions {
     }
 }
 
+impl PrepareOptions {
+    /// The CPU-stage options of `config`.
+    pub fn from_config(config: &Config) -> PrepareOptions {
+        PrepareOptions {
+            decode: DecodeOptions {
+                max_pixels: config.max_pixels,
+                exif_orientation: config.exif_orientation,
+            },
+            geometry: Geometry::from_config(config),
+            on_error: config.on_error,
+        }
+    }
+}
+
 /// Reads, decodes and resizes one image into `dst`.
 pub(crate) fn prepare_one(
     source: &Source,
@@ -49,10 +63,18 @@ pub(crate) fn prepare_one(
     dst: &mut [u8],
 ) -> std::result::Result<(), ItemErrorKind> {
     let bytes = source.item(index).read()?;
+    prepare_bytes(&bytes, options, dst)
+}
+
+/// Decodes and resizes one encoded image into `dst`, with this thread's scratch buffers.
+fn prepare_bytes(
+    bytes: &[u8],
+    options: &PrepareOptions,
+    dst: &mut [u8],
+) -> std::result::Result<(), ItemErrorKind> {
     SCRATCH.with(|scratch| {
         let scratch = &mut *scratch.borrow_mut();
-        let decoded = decode_rgb8(&bytes, &options.decode, &mut scratch.pixels)?;
-        drop(bytes);
+        let decoded = decode_rgb8(bytes, &options.decode, &mut scratch.pixels)?;
         resize_into_slot(
             &scratch.pixels,
             decoded,
@@ -60,6 +82,37 @@ pub(crate) fn prepare_one(
             &mut scratch.resizer,
             dst,
         )
+    })
+}
+
+/// The CPU stage on one encoded image, exactly as the pipeline runs it: sniff the format,
+/// decode, resize and crop per `config` into `out`, which must hold `config.image_bytes()` bytes
+/// (RGB8, rows packed). A bad image is [`Error::Item`] with the id `"<memory>"`.
+///
+/// ```
+/// let config = gpufeed::Config::default();
+/// let bytes = std::fs::read("assets/rocket.jpg")?;
+/// let mut pixels = vec![0u8; config.image_bytes()];
+/// gpufeed::prepare_image(&bytes, &config, &mut pixels)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn prepare_image(bytes: &[u8], config: &Config, out: &mut [u8]) -> Result<()> {
+    config.validate()?;
+    if out.len() != config.image_bytes() {
+        return Err(Error::Config(format!(
+            "output buffer holds {} bytes, one {}x{} RGB image needs {}",
+            out.len(),
+            config.width,
+            config.height,
+            config.image_bytes()
+        )));
+    }
+    prepare_bytes(bytes, &PrepareOptions::from_config(config), out).map_err(|kind| {
+        Error::Item(ItemError {
+            id: "<memory>".into(),
+            index: 0,
+            kind,
+        })
     })
 }
 

@@ -83,6 +83,9 @@ pub struct BenchRow {
     pub kernel_f32_nhwc_ms: f64,
     /// Naive multi-pass conversion u8 -> f16 NCHW (device only).
     pub naive_f16_nchw_ms: f64,
+    /// Device-to-device copy bandwidth (bytes read + written per second, TB/s), the roofline
+    /// a one-pass kernel can approach.
+    pub copy_tb_per_s: f64,
     /// (a) u8 pinned upload + fused kernel to f16 NCHW.
     pub way_a_ms: f64,
     /// (b) upload of the f32 NCHW batch normalized on the CPU (pinned).
@@ -327,6 +330,29 @@ fn measure_batch(
     let kernel_f32_nchw_ms = time_kernel(&mut out_f32_nchw, DType::F32, Layout::Nchw)?;
     let kernel_f32_nhwc_ms = time_kernel(&mut out_f32_nhwc, DType::F32, Layout::Nhwc)?;
 
+    // The roofline: a device-to-device copy of the f16 batch's size, read + written.
+    let copy_bytes = elements * 2;
+    let copy_buffers: Vec<CudaSlice<u8>> = (0..k_out.max(3))
+        .map(|_| stream.alloc_zeros::<u8>(copy_bytes))
+        .collect::<std::result::Result<_, _>>()
+        .map_err(fail("allocating copy buffers"))?;
+    let mut copy_buffers = copy_buffers;
+    let k_copy = copy_buffers.len();
+    let copy_ms = time_ms(stream, runs, |i| {
+        let (src, dst) = (i % k_copy, (i + 1) % k_copy);
+        let (a, b) = copy_buffers.split_at_mut(src.max(dst));
+        let (src_buf, dst_buf) = if src < dst {
+            (&a[src], &mut b[0])
+        } else {
+            (&b[0], &mut a[dst])
+        };
+        stream
+            .memcpy_dtod(src_buf, dst_buf)
+            .map_err(driver_error_fn("copying on the device"))
+    })?;
+    drop(copy_buffers);
+    let copy_tb_per_s = 2.0 * copy_bytes as f64 / (copy_ms * 1e-3) / 1e12;
+
     let mut scratch_a = stream
         .alloc_zeros::<f32>(elements)
         .map_err(fail("allocating scratch"))?;
@@ -387,6 +413,7 @@ fn measure_batch(
         kernel_f32_nchw_ms,
         kernel_f32_nhwc_ms,
         naive_f16_nchw_ms,
+        copy_tb_per_s,
         way_a_ms,
         way_b_ms,
         way_c_ms,
@@ -418,6 +445,7 @@ impl NaiveKernels {
             stream,
             include_str!("../../kernels/baseline.cu"),
             "baseline.cu",
+            &[],
         )?;
         let load = |name: &str| {
             module
@@ -576,7 +604,7 @@ impl BenchReport {
             let cell = |out, ms| format!("{ms:.4} ({:.2})", r.kernel_tb_per_s(out, ms));
             let _ = writeln!(
                 s,
-                "{:>6} | {:>16} {:>16} {:>16} {:>16} | {:>10.4} {:>7.1}x",
+                "{:>6} | {:>16} {:>16} {:>16} {:>16} | {:>10.4} {:>7.1}x | {:>9.2} {:>8.0}%",
                 r.batch,
                 cell(r.f16_bytes, r.kernel_f16_nchw_ms),
                 cell(r.f16_bytes, r.kernel_f16_nhwc_ms),
@@ -584,6 +612,8 @@ impl BenchReport {
                 cell(r.f32_bytes, r.kernel_f32_nhwc_ms),
                 r.naive_f16_nchw_ms,
                 r.naive_f16_nchw_ms / r.kernel_f16_nchw_ms,
+                r.copy_tb_per_s,
+                100.0 * r.kernel_tb_per_s(r.f16_bytes, r.kernel_f16_nchw_ms) / r.copy_tb_per_s,
             );
         }
         let _ = writeln!(s, "\nNormalized f16 NCHW batch on the GPU, ms per batch");
@@ -618,12 +648,12 @@ impl BenchReport {
             "device,batch,height,width,u8_bytes,f16_bytes,f32_bytes,h2d_u8_pinned_ms,\
              h2d_f32_pinned_ms,h2d_u8_pageable_ms,h2d_f32_pageable_ms,kernel_f16_nchw_ms,\
              kernel_f16_nhwc_ms,kernel_f32_nchw_ms,kernel_f32_nhwc_ms,naive_f16_nchw_ms,\
-             way_a_ms,way_b_ms,way_c_ms,cpu_normalize_ms\n",
+             copy_tb_per_s,way_a_ms,way_b_ms,way_c_ms,cpu_normalize_ms\n",
         );
         for r in &self.rows {
             let _ = writeln!(
                 s,
-                "\"{}\",{},{},{},{},{},{},{:.5},{:.5},{:.5},{:.5},{:.5},{:.5},{:.5},{:.5},{:.5},{:.5},{:.5},{:.5},{:.3}",
+                "\"{}\",{},{},{},{},{},{},{:.5},{:.5},{:.5},{:.5},{:.5},{:.5},{:.5},{:.5},{:.5},{:.3},{:.5},{:.5},{:.5},{:.3}",
                 self.device.replace('"', "'"),
                 r.batch,
                 self.image.0,
@@ -640,6 +670,7 @@ impl BenchReport {
                 r.kernel_f32_nchw_ms,
                 r.kernel_f32_nhwc_ms,
                 r.naive_f16_nchw_ms,
+                r.copy_tb_per_s,
                 r.way_a_ms,
                 r.way_b_ms,
                 r.way_c_ms,

@@ -22,13 +22,16 @@ pub(crate) fn compile_module(
     stream: &Arc<CudaStream>,
     source: &str,
     name: &str,
+    defines: &[String],
 ) -> Result<Arc<CudaModule>> {
     let ctx = stream.context().clone();
     let (major, minor) = ctx
         .compute_capability()
         .map_err(|e| driver_error("reading the compute capability", e))?;
+    let mut flags = vec![format!("--gpu-architecture=compute_{major}{minor}")];
+    flags.extend(defines.iter().map(|d| format!("-D{d}")));
     let options = CompileOptions {
-        options: vec![format!("--gpu-architecture=compute_{major}{minor}")],
+        options: flags,
         name: Some(name.into()),
         ..Default::default()
     };
@@ -39,6 +42,8 @@ pub(crate) fn compile_module(
 }
 
 const THREADS_PER_BLOCK: u32 = 256;
+/// Default `GF_NCHW_GROUPS` of kernels/normalize.cu.
+const NCHW_GROUPS: u32 = 4;
 
 /// `struct GfAffine` of the kernel source.
 #[repr(C)]
@@ -70,12 +75,25 @@ pub(crate) struct NormalizeKernel {
     f32: Entries,
     f16: Entries,
     bf16: Entries,
+    /// `GF_NCHW_GROUPS` the module was compiled with.
+    nchw_groups: u32,
 }
 
 impl NormalizeKernel {
     /// Compiles the kernel source for the stream's device and loads it.
     pub fn compile(stream: &Arc<CudaStream>) -> Result<NormalizeKernel> {
-        let module = compile_module(stream, SOURCE, "normalize.cu")?;
+        // Tuning knobs for measurements: GPUFEED_NCHW_GROUPS (groups per thread, 1..8) and
+        // GPUFEED_STREAMING_STORES=1 (evict-first stores).
+        let nchw_groups = std::env::var("GPUFEED_NCHW_GROUPS")
+            .ok()
+            .and_then(|g| g.parse::<u32>().ok())
+            .filter(|g| (1..=8).contains(g))
+            .unwrap_or(NCHW_GROUPS);
+        let mut defines = vec![format!("GF_NCHW_GROUPS={nchw_groups}")];
+        if std::env::var("GPUFEED_STREAMING_STORES").as_deref() == Ok("1") {
+            defines.push("GF_STREAMING_STORES".into());
+        }
+        let module = compile_module(stream, SOURCE, "normalize.cu", &defines)?;
         let load = |name: String| {
             module
                 .load_function(&name)
@@ -95,6 +113,7 @@ impl NormalizeKernel {
             f32: entries(DType::F32)?,
             f16: entries(DType::F16)?,
             bf16: entries(DType::BF16)?,
+            nchw_groups,
         })
     }
 
@@ -165,6 +184,7 @@ impl NormalizeKernel {
             },
             bgr: i32::from(spec.channel_order == ChannelOrder::Bgr),
             layout: spec.layout,
+            nchw_groups: self.nchw_groups,
         };
         match &mut out.data {
             DeviceData::F32(s) => shape.launch(stream, entries, input, s),
@@ -181,12 +201,18 @@ struct LaunchShape {
     affine: GfAffine,
     bgr: i32,
     layout: Layout,
+    nchw_groups: u32,
 }
 
 impl LaunchShape {
-    fn grid(units: usize) -> LaunchConfig {
+    /// One thread per `per_thread` units.
+    fn grid(units: usize, per_thread: u32) -> LaunchConfig {
         LaunchConfig {
-            grid_dim: ((units as u32).div_ceil(THREADS_PER_BLOCK), 1, 1),
+            grid_dim: (
+                (units as u32).div_ceil(THREADS_PER_BLOCK * per_thread),
+                1,
+                1,
+            ),
             block_dim: (THREADS_PER_BLOCK, 1, 1),
             shared_mem_bytes: 0,
         }
@@ -217,7 +243,7 @@ impl LaunchShape {
                     .arg(&hw)
                     .arg(&self.affine)
                     .arg(&self.bgr);
-                (b, Self::grid(count as usize))
+                (b, Self::grid(count as usize, self.nchw_groups))
             }
             Layout::Nhwc if (self.pixels * 3) % entries.nhwc_bytes == 0 => {
                 count = (self.pixels * 3 / entries.nhwc_bytes) as u32;
@@ -227,7 +253,7 @@ impl LaunchShape {
                     .arg(&count)
                     .arg(&self.affine)
                     .arg(&self.bgr);
-                (b, Self::grid(count as usize))
+                (b, Self::grid(count as usize, 1))
             }
             _ => {
                 count = self.pixels as u32;
@@ -239,7 +265,7 @@ impl LaunchShape {
                     .arg(&self.affine)
                     .arg(&self.bgr)
                     .arg(&nchw);
-                (b, Self::grid(count as usize))
+                (b, Self::grid(count as usize, 1))
             }
         };
         // SAFETY: the arguments match the chosen entry point's parameter list; `input` holds at
@@ -317,14 +343,7 @@ mod tests {
             let mut pixels = random_bytes(n * h * w * 3, case as u64 + 1);
             if (h, w) == (224, 224) {
                 // Real photos in the first images, prepared by the CPU stage.
-                let options = PrepareOptions {
-                    decode: crate::decode::DecodeOptions {
-                        max_pixels: crate::config::DEFAULT_MAX_PIXELS,
-                        exif_orientation: false,
-                    },
-                    geometry: crate::resize::Geometry::from_config(&Config::default()),
-                    on_error: crate::config::OnError::Fail,
-                };
+                let options = PrepareOptions::from_config(&Config::default());
                 for (i, slot) in pixels.chunks_mut(h * w * 3).take(2).enumerate() {
                     prepare_one(&real, i, &options, slot).expect("prepare a real photo");
                 }

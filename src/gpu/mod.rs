@@ -10,8 +10,9 @@ mod kernel;
 mod staging;
 mod tensor;
 
+use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{CudaContext, CudaStream, DriverError};
 
@@ -103,6 +104,23 @@ pub(crate) fn driver_error(context: &'static str, e: DriverError) -> Error {
     }
 }
 
+/// The device's primary context, created once per process and kept: pipelines built one after
+/// another (train and validation, one per epoch) then pay the context's creation (~0.3 s) once,
+/// and nothing the driver keeps per context is set up again and again.
+fn shared_context(ordinal: usize) -> Result<Arc<CudaContext>> {
+    static CONTEXTS: OnceLock<Mutex<HashMap<usize, Arc<CudaContext>>>> = OnceLock::new();
+    let mut contexts = CONTEXTS
+        .get_or_init(|| Mutex::new(HashMap::new()))
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(context) = contexts.get(&ordinal) {
+        return Ok(context.clone());
+    }
+    let context = guarded("creating the CUDA context", || CudaContext::new(ordinal))?;
+    contexts.insert(ordinal, context.clone());
+    Ok(context)
+}
+
 /// One CUDA device as a pipeline uses it: its context and the one stream all uploads and kernels
 /// of the pipeline go to, created once.
 #[derive(Debug, Clone)]
@@ -120,7 +138,7 @@ impl Gpu {
                 info.device_count
             )));
         }
-        let context = guarded("creating the CUDA context", || CudaContext::new(ordinal))?;
+        let context = shared_context(ordinal)?;
         let stream = guarded("creating the pipeline's stream", || context.new_stream())?;
         Ok(Gpu { stream })
     }
