@@ -1,11 +1,14 @@
 //! Encoded bytes to RGB8 pixels.
 //!
-//! The format is sniffed from the bytes, never the file name. JPEG goes straight through
-//! zune-jpeg into the caller's reusable buffer (including CMYK/YCCK and grayscale, converted to
-//! RGB by the decoder); PNG, WebP, BMP, GIF (first frame) and TIFF go through `image`. Gray,
+//! The format is sniffed from the bytes, never the file name. JPEG goes straight into the caller's
+//! reusable buffer through libjpeg-turbo (the decoder Pillow uses, SIMD, with one decompressor per
+//! thread); CMYK/YCCK JPEGs, which libjpeg-turbo cannot turn into RGB, and JPEGs it refuses
+//! (truncated or slightly corrupt files it reports instead of concealing) go through zune-jpeg.
+//! PNG, WebP, BMP, GIF (first frame) and TIFF go through `image`. Gray,
 //! alpha (dropped, as Pillow's `convert("RGB")` does), palette and 16-bit images become RGB8.
 //! The pixel limit is checked against the header before any pixel buffer is allocated.
 
+use std::cell::RefCell;
 use std::io::Cursor;
 
 use image::metadata::Orientation;
@@ -66,7 +69,91 @@ fn check_size(width: u64, height: u64, options: &DecodeOptions) -> Result<(), It
     Ok(())
 }
 
+thread_local! {
+    /// This thread's libjpeg-turbo decompressor, created on first use.
+    static TURBO: RefCell<Option<turbojpeg::Decompressor>> = const { RefCell::new(None) };
+}
+
+/// Progressive scans libjpeg-turbo decodes before giving up: real files have about ten; a
+/// crafted file with thousands would take seconds.
+const MAX_PROGRESSIVE_SCANS: u32 = 500;
+
 fn decode_jpeg(
+    bytes: &[u8],
+    options: &DecodeOptions,
+    pixels: &mut Vec<u8>,
+) -> Result<Decoded, ItemErrorKind> {
+    let decoded = match decode_jpeg_turbo(bytes, options, pixels)? {
+        Some(decoded) => decoded,
+        None => return decode_jpeg_zune(bytes, options, pixels),
+    };
+    if options.exif_orientation {
+        // The EXIF block, from the headers alone.
+        let mut headers = JpegDecoder::new(ZCursor::new(bytes));
+        if headers.decode_headers().is_ok() {
+            if let Some(orientation) = headers.exif().and_then(|e| Orientation::from_exif_chunk(e))
+            {
+                return orient(decoded, orientation, pixels);
+            }
+        }
+    }
+    Ok(decoded)
+}
+
+/// libjpeg-turbo: `Ok(None)` hands the file to zune-jpeg (CMYK/YCCK, or refused).
+fn decode_jpeg_turbo(
+    bytes: &[u8],
+    options: &DecodeOptions,
+    pixels: &mut Vec<u8>,
+) -> Result<Option<Decoded>, ItemErrorKind> {
+    TURBO.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            let Ok(mut decompressor) = turbojpeg::Decompressor::new() else {
+                return Ok(None);
+            };
+            if decompressor.set_scan_limit(MAX_PROGRESSIVE_SCANS).is_err() {
+                return Ok(None);
+            }
+            *slot = Some(decompressor);
+        }
+        let Some(decompressor) = slot.as_mut() else {
+            return Ok(None);
+        };
+        let Ok(header) = decompressor.read_header(bytes) else {
+            return Ok(None);
+        };
+        if matches!(
+            header.colorspace,
+            turbojpeg::Colorspace::CMYK | turbojpeg::Colorspace::YCCK
+        ) {
+            return Ok(None);
+        }
+        check_size(header.width as u64, header.height as u64, options)?;
+        let (width, height) = (header.width, header.height);
+        let len = width
+            .checked_mul(height)
+            .and_then(|n| n.checked_mul(3))
+            .ok_or_else(|| ItemErrorKind::Decode("JPEG: size overflows".into()))?;
+        pixels.resize(len, 0);
+        let image = turbojpeg::Image {
+            pixels: &mut pixels[..],
+            width,
+            pitch: width * 3,
+            height,
+            format: turbojpeg::PixelFormat::RGB,
+        };
+        if decompressor.decompress(bytes, image).is_err() {
+            return Ok(None);
+        }
+        Ok(Some(Decoded {
+            width: width as u32,
+            height: height as u32,
+        }))
+    })
+}
+
+fn decode_jpeg_zune(
     bytes: &[u8],
     options: &DecodeOptions,
     pixels: &mut Vec<u8>,
