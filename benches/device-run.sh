@@ -6,6 +6,7 @@
 # on a 2,000-image corpus with Pillow's rate on the same files, and `gpufeed run` on the GPU vs
 # --cpu on that corpus (outputs compared bit for bit).
 set -uo pipefail
+export PYTHONUNBUFFERED=1
 out=${OUT:-/tmp/gpufeed-out}
 mkdir -p "$out"
 corpus=${CORPUS:-/tmp/corpus}
@@ -16,7 +17,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pc
 lscpu | grep -E "^(Model name|Thread|Core|Socket)"
 
 step "tests (GPUFEED_REQUIRE_GPU=1)"
-bash .gpu/run-tests.sh 2>&1 | tee "$out/tests.log" | grep -E "^==|test result|FAILED|panicked"
+bash .gpu/run-tests.sh 2>&1 | tee /tmp/tests.log | grep -E "^==|test result|FAILED|panicked"
 for t in .gpu/bin/test-gpu; do "$t" --nocapture --test-threads 1 2>&1 | grep -E "pipelines:|epochs of|refused:"; done
 
 step "compute-sanitizer"
@@ -24,14 +25,14 @@ if command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck; do
     for t in .gpu/bin/test-lib-gpufeed .gpu/bin/test-gpu; do
       GPUFEED_REQUIRE_GPU=1 compute-sanitizer --tool $tool --error-exitcode 3 "$t" --test-threads 1 \
-        gpu >"$out/sanitizer-$tool-$(basename $t).log" 2>&1
-      echo "$tool $(basename $t): exit $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer-$tool-$(basename $t).log" | tail -1)"
+        gpu >"/tmp/sanitizer-$tool-$(basename $t).log" 2>&1
+      echo "$tool $(basename $t): exit $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "/tmp/sanitizer-$tool-$(basename $t).log" | tail -1)"
     done
   done
 fi
 
 step "upload bench"
-GPUFEED_BENCH_OUT="$out" .gpu/bin/bench-upload 2>&1 | tee "$out/upload.txt"
+GPUFEED_BENCH_OUT="$out" .gpu/bin/bench-upload 2>&1 | tee "$out/upload.txt"  # + upload.csv, upload.svg
 for v in "GPUFEED_NCHW_GROUPS=1" "GPUFEED_NCHW_GROUPS=2" "GPUFEED_NCHW_GROUPS=8" "GPUFEED_STREAMING_STORES=1"; do
   echo "variant $v:"
   env $v GPUFEED_BENCH_BATCHES=256 GPUFEED_BENCH_OUT=/tmp .gpu/bin/bench-upload 2>&1 | grep -A2 "Fused" | tail -1
@@ -39,13 +40,13 @@ done
 
 step "pipeline bench"
 [ -d "$corpus" ] || python3 .gpu/tools/make-corpus "$corpus" 2000
-python3 .gpu/tools/pil-baseline "$corpus" | tee "$out/pillow.txt"
-GPUFEED_BENCH_DIR="$corpus" GPUFEED_BENCH_THREADS=${THREADS:-1,2,4,8,16} .gpu/bin/bench-pipeline 2>&1 | tee "$out/pipeline.txt"
+python3 .gpu/tools/pil-baseline "$corpus" | tee -a "$out/pipeline.txt"
+GPUFEED_BENCH_DIR="$corpus" GPUFEED_BENCH_THREADS=${THREADS:-1,2,4,8,16} .gpu/bin/bench-pipeline 2>&1 | tee -a "$out/pipeline.txt"
 
 step "gpufeed run: GPU vs --cpu"
-.gpu/bin/bin-gpufeed run "$corpus" --json | tail -1 | tee "$out/run-gpu.json"
+.gpu/bin/bin-gpufeed run "$corpus" --json | tail -1 | tee -a "$out/run.json"
 .gpu/bin/bin-gpufeed run "$corpus" --save /tmp/g.npy >/dev/null
-.gpu/bin/bin-gpufeed run "$corpus" --cpu --save /tmp/c.npy --json | tail -1 | tee "$out/run-cpu.json"
+.gpu/bin/bin-gpufeed run "$corpus" --cpu --save /tmp/c.npy --json | tail -1 | tee -a "$out/run.json"
 python3 - <<'PY'
 import numpy as np
 g, c = np.load("/tmp/g.npy"), np.load("/tmp/c.npy")

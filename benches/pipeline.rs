@@ -3,7 +3,8 @@
 //!
 //! Environment: `GPUFEED_BENCH_DIR` (default assets/; use a corpus of 2,000+ images, e.g. from
 //! make-corpus), `GPUFEED_BENCH_THREADS` (default 1,0; 0 is one per core),
-//! `GPUFEED_BENCH_PASSES` (default 3).
+//! `GPUFEED_BENCH_PASSES` (CPU-stage passes, default 3), `GPUFEED_BENCH_EPOCHS` (end-to-end
+//! epochs, default 10).
 
 use gpufeed::bench::{pipeline, PipelineBenchOptions};
 use gpufeed::Config;
@@ -19,6 +20,10 @@ fn main() {
         .ok()
         .and_then(|p| p.parse().ok())
         .unwrap_or(3);
+    let epochs = std::env::var("GPUFEED_BENCH_EPOCHS")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(10);
     let device = match gpufeed::gpu::probe() {
         Ok(_) => Some(0),
         Err(e) => {
@@ -32,6 +37,7 @@ fn main() {
         threads,
         device,
         passes,
+        epochs,
     };
     match pipeline(&options) {
         Ok(report) => print!("{}", report.table()),

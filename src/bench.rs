@@ -25,8 +25,11 @@ pub struct PipelineBenchOptions {
     pub threads: Vec<usize>,
     /// CUDA device for the end-to-end row; `None` leaves the row out.
     pub device: Option<usize>,
-    /// Passes over the folder per row (the median pass is reported).
+    /// Passes over the folder per CPU-stage row (the median pass is reported).
     pub passes: usize,
+    /// Epochs of the end-to-end row (the median epoch is reported; host memory is read after the
+    /// first and the last).
+    pub epochs: usize,
 }
 
 /// One measured configuration.
@@ -63,6 +66,10 @@ pub struct PipelineBenchReport {
     pub rows: Vec<PipelineBenchRow>,
     /// Peak resident memory of the process, bytes (Linux; 0 elsewhere).
     pub peak_rss_bytes: u64,
+    /// Resident memory after the first and after the last end-to-end epoch, bytes.
+    pub rss_after_epochs: Option<(u64, u64)>,
+    /// Epochs the end-to-end row ran.
+    pub epochs: usize,
 }
 
 impl PipelineBenchReport {
@@ -179,6 +186,7 @@ pub fn pipeline(options: &PipelineBenchOptions) -> Result<PipelineBenchReport> {
             seconds: median(times),
         });
     }
+    let mut rss_after_epochs = None;
     if let Some(ordinal) = options.device {
         let mut pipeline = Pipeline::builder()
             .config(Config {
@@ -191,8 +199,10 @@ pub fn pipeline(options: &PipelineBenchOptions) -> Result<PipelineBenchReport> {
         let threads = rayon::current_num_threads();
         let mut times = Vec::new();
         let mut images = 0;
-        for pass in 0..passes {
-            if pass > 0 {
+        let epochs = options.epochs.max(1);
+        let mut first_rss = 0;
+        for epoch in 0..epochs {
+            if epoch > 0 {
                 pipeline.next_epoch()?;
             }
             let start = Instant::now();
@@ -206,7 +216,11 @@ pub fn pipeline(options: &PipelineBenchOptions) -> Result<PipelineBenchReport> {
                 batch.images().synchronize()?;
             }
             times.push(start.elapsed().as_secs_f64());
+            if epoch == 0 {
+                first_rss = rss_bytes();
+            }
         }
+        rss_after_epochs = Some((first_rss, rss_bytes()));
         rows.push(PipelineBenchRow {
             label: format!(
                 "end to end, GPU {} {} batch {}",
@@ -223,5 +237,7 @@ pub fn pipeline(options: &PipelineBenchOptions) -> Result<PipelineBenchReport> {
         images: source.len(),
         rows,
         peak_rss_bytes: peak_rss_bytes(),
+        rss_after_epochs,
+        epochs: options.epochs.max(1),
     })
 }
