@@ -33,7 +33,7 @@ fi
 
 step "upload bench"
 GPUFEED_BENCH_OUT="$out" .gpu/bin/bench-upload 2>&1 | tee "$out/upload.txt"  # + upload.csv, upload.svg
-for v in "GPUFEED_NCHW_GROUPS=1" "GPUFEED_NCHW_GROUPS=2" "GPUFEED_NCHW_GROUPS=8" "GPUFEED_STREAMING_STORES=1"; do
+for v in "GPUFEED_NCHW_GROUPS=1" "GPUFEED_NCHW_GROUPS=4" "GPUFEED_STREAMING_STORES=1"; do
   echo "variant $v:"
   env $v GPUFEED_BENCH_BATCHES=256 GPUFEED_BENCH_OUT=/tmp .gpu/bin/bench-upload 2>&1 | grep -A2 "Fused" | tail -1
 done
@@ -41,7 +41,7 @@ done
 step "pipeline bench"
 [ -d "$corpus" ] || python3 .gpu/tools/make-corpus "$corpus" 2000
 python3 .gpu/tools/pil-baseline "$corpus" | tee -a "$out/pipeline.txt"
-GPUFEED_BENCH_DIR="$corpus" GPUFEED_BENCH_THREADS=${THREADS:-1,2,4,8,16} .gpu/bin/bench-pipeline 2>&1 | tee -a "$out/pipeline.txt"
+GPUFEED_BENCH_EPOCHS=${EPOCHS:-20} GPUFEED_BENCH_DIR="$corpus" GPUFEED_BENCH_THREADS=${THREADS:-1,2,4,8,16} .gpu/bin/bench-pipeline 2>&1 | tee -a "$out/pipeline.txt"
 
 step "gpufeed run: GPU vs --cpu"
 .gpu/bin/bin-gpufeed run "$corpus" --json | tail -1 | tee -a "$out/run.json"

@@ -98,7 +98,7 @@ __device__ __forceinline__ void gf_store_run(void* out, size_t i, const float* v
 // Groups each thread of the NCHW kernel handles, their loads all issued before any store (more
 // bytes in flight per thread); the host passes the same number (src/gpu/kernel.rs).
 #ifndef GF_NCHW_GROUPS
-#define GF_NCHW_GROUPS 4
+#define GF_NCHW_GROUPS 2
 #endif
 
 // NCHW: a group is PIX whole pixels (3*PIX bytes, read as three PIX-byte words), written as PIX

@@ -27,8 +27,8 @@ pub struct PipelineBenchOptions {
     pub device: Option<usize>,
     /// Passes over the folder per CPU-stage row (the median pass is reported).
     pub passes: usize,
-    /// Epochs of the end-to-end row (the median epoch is reported; host memory is read after the
-    /// first and the last).
+    /// Epochs of the end-to-end row (the median epoch is reported; host memory is read after
+    /// each).
     pub epochs: usize,
 }
 
@@ -66,10 +66,8 @@ pub struct PipelineBenchReport {
     pub rows: Vec<PipelineBenchRow>,
     /// Peak resident memory of the process, bytes (Linux; 0 elsewhere).
     pub peak_rss_bytes: u64,
-    /// Resident memory after the first and after the last end-to-end epoch, bytes.
-    pub rss_after_epochs: Option<(u64, u64)>,
-    /// Epochs the end-to-end row ran.
-    pub epochs: usize,
+    /// Resident memory after each end-to-end epoch, bytes.
+    pub rss_after_epochs: Vec<u64>,
 }
 
 impl PipelineBenchReport {
@@ -94,6 +92,14 @@ impl PipelineBenchReport {
             );
         }
         let _ = writeln!(s, "peak RSS {:.0} MB", self.peak_rss_bytes as f64 / 1e6);
+        if !self.rss_after_epochs.is_empty() {
+            let mb: Vec<String> = self
+                .rss_after_epochs
+                .iter()
+                .map(|b| format!("{:.0}", *b as f64 / 1e6))
+                .collect();
+            let _ = writeln!(s, "RSS after each end-to-end epoch (MB): {}", mb.join(" "));
+        }
         s
     }
 }
@@ -186,7 +192,7 @@ pub fn pipeline(options: &PipelineBenchOptions) -> Result<PipelineBenchReport> {
             seconds: median(times),
         });
     }
-    let mut rss_after_epochs = None;
+    let mut rss_after_epochs = Vec::new();
     if let Some(ordinal) = options.device {
         let mut pipeline = Pipeline::builder()
             .config(Config {
@@ -200,7 +206,6 @@ pub fn pipeline(options: &PipelineBenchOptions) -> Result<PipelineBenchReport> {
         let mut times = Vec::new();
         let mut images = 0;
         let epochs = options.epochs.max(1);
-        let mut first_rss = 0;
         for epoch in 0..epochs {
             if epoch > 0 {
                 pipeline.next_epoch()?;
@@ -216,11 +221,8 @@ pub fn pipeline(options: &PipelineBenchOptions) -> Result<PipelineBenchReport> {
                 batch.images().synchronize()?;
             }
             times.push(start.elapsed().as_secs_f64());
-            if epoch == 0 {
-                first_rss = rss_bytes();
-            }
+            rss_after_epochs.push(rss_bytes());
         }
-        rss_after_epochs = Some((first_rss, rss_bytes()));
         rows.push(PipelineBenchRow {
             label: format!(
                 "end to end, GPU {} {} batch {}",
@@ -238,6 +240,5 @@ pub fn pipeline(options: &PipelineBenchOptions) -> Result<PipelineBenchReport> {
         rows,
         peak_rss_bytes: peak_rss_bytes(),
         rss_after_epochs,
-        epochs: options.epochs.max(1),
     })
 }

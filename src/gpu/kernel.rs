@@ -43,7 +43,7 @@ pub(crate) fn compile_module(
 
 const THREADS_PER_BLOCK: u32 = 256;
 /// Default `GF_NCHW_GROUPS` of kernels/normalize.cu.
-const NCHW_GROUPS: u32 = 4;
+const NCHW_GROUPS: u32 = 2;
 
 /// `struct GfAffine` of the kernel source.
 #[repr(C)]
