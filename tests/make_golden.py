@@ -29,10 +29,29 @@ def asset(name):
     return Image.open(os.path.join(ASSETS, name))
 
 
+def pixels_only(im):
+    """Drop the metadata (ICC profile, comment, XMP) that Pillow carries from an asset into
+    every image derived from it and that its PNG/TIFF/GIF/JPEG writers would copy into a fixture:
+    each fixture is meant to test one thing, its format."""
+    im.info = {}
+    return im
+
+
 def small(name, width):
-    im = asset(name).convert("RGB")
+    im = pixels_only(asset(name).convert("RGB"))
     w, h = im.size
     return im.resize((width, max(1, round(h * width / w))), Image.LANCZOS)
+
+
+def cmyk_with_black(rgb, gcr=0.7):
+    """RGB -> CMYK with a real K channel (Pillow's own convert("CMYK") always makes K = 0):
+    K = gcr * (1 - max(R, G, B)), C/M/Y chosen so that (1 - C)(1 - K) = R, as Pillow decodes it."""
+    a = np.asarray(rgb, np.float64) / 255.0
+    k = gcr * (1.0 - a.max(axis=2, keepdims=True))
+    cmy = 1.0 - a / (1.0 - k)
+    cmyk = np.concatenate([cmy, k], axis=2)
+    data = np.clip(np.rint(cmyk * 255.0), 0, 255).astype(np.uint8)
+    return Image.frombytes("CMYK", rgb.size, data.tobytes())
 
 
 def write_png16(path, array16):
@@ -57,10 +76,11 @@ def make_fixtures():
     rgb = small("rocket.jpg", 320)
     cat = small("chelsea.png", 300)
     coffee = small("coffee.png", 280)
-    gray = asset("camera.png").convert("L").resize((256, 256), Image.LANCZOS)
+    gray = pixels_only(asset("camera.png").convert("L")).resize((256, 256), Image.LANCZOS)
     save = lambda im, name, *a, **k: im.save(os.path.join(FIXTURES, name), *a, **k)
     save(gray.resize((240, 200)), "gray.jpg", "JPEG", quality=90)
     save(cat.convert("CMYK"), "cmyk.jpg", "JPEG", quality=90)
+    save(cmyk_with_black(coffee.resize((260, 174))), "cmyk_k.jpg", "JPEG", quality=90)
     save(coffee, "progressive.jpg", "JPEG", quality=85, progressive=True)
     save(rgb, "rgb444.jpg", "JPEG", quality=92, subsampling=0)
     save(cat, "rgb420.jpg", "JPEG", quality=90, subsampling=2)
@@ -69,6 +89,8 @@ def make_fixtures():
     rgba.putalpha(Image.fromarray(alpha))
     save(rgba, "rgba.png")
     la = gray.resize((200, 180)).convert("LA")
+    la.putalpha(Image.fromarray(np.repeat(
+        np.linspace(255, 16, la.size[1], dtype=np.uint8)[:, None], la.size[0], axis=1)))
     save(la, "gray_alpha.png")
     save(cat.convert("P", palette=Image.ADAPTIVE, colors=64), "palette.png")
     rgb16_src = small("hubble_deep_field.jpg", 220)
@@ -116,11 +138,22 @@ def main():
     os.makedirs(GOLDEN, exist_ok=True)
     for f in os.listdir(GOLDEN):
         os.remove(os.path.join(GOLDEN, f))
-    lines = [f"# Pillow {PIL_VERSION}; torchvision Resize(R, BILINEAR unless noted) + CenterCrop(C) "
-             "on PIL images; columns: input golden WxH variant"]
+    lines = [
+        f"# Pillow {PIL_VERSION}; golden = torchvision's CPU stage on PIL images: im = Image.open(input) "
+        "(frame 0) .convert('RGB'); w, h = im.size; (nw, nh) = (R, int(R * h / w)) if w <= h else "
+        "(int(R * w / h), R); im.resize((nw, nh), FILTER); CenterCrop(C): zero-pad to C if smaller "
+        "(ltrb = (C-nw)//2, (C-nh)//2, (C-nw+1)//2, (C-nh+1)//2), left = int(round((nw - C) / 2.0)), "
+        "top = int(round((nh - C) / 2.0)), crop C x C",
+        "# variant default: R=256 C=224 BILINEAR; bicubic / nearest / lanczos: that FILTER; "
+        "r160c128: R=160 C=128; stretch224: im.resize((224, 224), BILINEAR), no crop; "
+        "exif: ImageOps.exif_transpose first",
+        "# rgb16.png / gray16.png hold v8 * 257: their golden is computed from the 8-bit v8 image "
+        "(Pillow clips 16-bit gray to 255 on convert('RGB'); gpufeed scales 16 bits to 8)",
+        "# columns: input golden input-WxH variant",
+    ]
 
     def add(rel, name, variant, out):
-        out.save(os.path.join(GOLDEN, name))
+        pixels_only(out).save(os.path.join(GOLDEN, name))  # plain RGB PNG, no ICC from the input
         with Image.open(os.path.join(ROOT, rel)) as im:
             size = f"{im.size[0]}x{im.size[1]}"
         lines.append(f"{rel} {name} {size} {variant}")
@@ -146,7 +179,7 @@ def main():
         torchvision(ImageOps.exif_transpose(rotated)))
     with open(os.path.join(GOLDEN, "MANIFEST.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
-    print(f"{len(lines) - 1} goldens, {len(os.listdir(FIXTURES))} fixtures")
+    print(f"{sum(not l.startswith('#') for l in lines)} goldens, {len(os.listdir(FIXTURES))} fixtures")
 
 
 if __name__ == "__main__":
