@@ -165,6 +165,7 @@ fn creating_and_dropping_pipelines_leaks_neither_device_nor_host_memory() {
         Pipeline::builder()
             .source(Source::directory("assets").expect("assets"))
             .batch_size(64)
+            .threads(2)
             .device(Device::Cuda(0))
             .build()
             .expect("build")

@@ -118,6 +118,19 @@ def make_fixtures():
     return base
 
 
+def letterbox(im, size=224, pad=114):
+    """Fit the whole image in size x size keeping its aspect ratio (sides rounded half up),
+    centred on a canvas filled with pad (detection models' letterbox)."""
+    im = im.convert("RGB")
+    w, h = im.size
+    scale = min(size / w, size / h)
+    nw = min(size, max(1, int(w * scale + 0.5)))
+    nh = min(size, max(1, int(h * scale + 0.5)))
+    canvas = Image.new("RGB", (size, size), (pad, pad, pad))
+    canvas.paste(im.resize((nw, nh), Image.BILINEAR), ((size - nw) // 2, (size - nh) // 2))
+    return canvas
+
+
 def torchvision(im, R=256, C=224, resample=Image.BILINEAR):
     im = im.convert("RGB")
     w, h = im.size
@@ -146,6 +159,7 @@ def main():
         "top = int(round((nh - C) / 2.0)), crop C x C",
         "# variant default: R=256 C=224 BILINEAR; bicubic / nearest / lanczos: that FILTER; "
         "r160c128: R=160 C=128; stretch224: im.resize((224, 224), BILINEAR), no crop; "
+        "letterbox224: whole image fitted in 224 x 224 (sides rounded half up), centred, pad 114; "
         "exif: ImageOps.exif_transpose first",
         "# rgb16.png / gray16.png hold v8 * 257: their golden is computed from the 8-bit v8 image "
         "(Pillow clips 16-bit gray to 255 on convert('RGB'); gpufeed scales 16 bits to 8)",
@@ -172,6 +186,7 @@ def main():
             ("lanczos", torchvision(im, resample=Image.LANCZOS)),
             ("r160c128", torchvision(im, 160, 128)),
             ("stretch224", im.convert("RGB").resize((224, 224), Image.BILINEAR)),
+            ("letterbox224", letterbox(im)),
         ]:
             add(f"assets/{name}", f"assets__{name}__{variant}.png", variant, out)
     rotated = Image.open(os.path.join(FIXTURES, "exif_rotate6.jpg"))

@@ -73,6 +73,9 @@ fn builder_for(variant: &str) -> PipelineBuilder {
         "lanczos" => b.interpolation(Interpolation::Lanczos),
         "r160c128" => b.resize(160).center_crop(128),
         "stretch224" => b.resize_mode(ResizeMode::Stretch).center_crop(224),
+        "letterbox224" => b
+            .resize_mode(ResizeMode::Letterbox { pad: 114 })
+            .center_crop(224),
         "exif" => b.exif_orientation(true),
         other => panic!("unknown golden variant {other}"),
     }
@@ -133,7 +136,7 @@ fn matches_pillow_torchvision_goldens() {
     assert!(p999 <= 3.0, "99.9th percentile {p999} levels");
 }
 
-/// Other filters, sizes, the stretch mode and EXIF orientation (on request; off by default like
+/// Other filters, sizes, the stretch and letterbox modes and EXIF orientation (on request; off by default like
 /// torchvision, whose default golden of the same file ignores the tag) against Pillow goldens.
 #[test]
 fn matches_pillow_goldens_for_other_filters_sizes_and_modes() {
@@ -143,6 +146,7 @@ fn matches_pillow_goldens_for_other_filters_sizes_and_modes() {
         "lanczos",
         "r160c128",
         "stretch224",
+        "letterbox224",
         "exif",
     ] {
         let diffs = golden_differences(variant);

@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""Fidelity of gpufeed's CPU stage against torchvision's (Pillow) on a whole folder.
+
+Runs `gpufeed run DIR --cpu --dtype f32 --save` (ImageNet normalization, NCHW), undoes the
+normalization (exact: the f32 values are fma(x, 1/(255 std), -mean/std) of the u8 pixel x), and
+compares every pixel with Pillow's Resize(256, BILINEAR) + CenterCrop(224) of the same file.
+
+usage: python3 tests/fidelity.py DIR [GPUFEED]     (needs Pillow and numpy; GPUFEED defaults to
+       target/release/gpufeed)
+prints: files, mean absolute difference, 99th and 99.9th percentile and maximum, in levels of 255
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+from PIL import Image
+
+MEAN = np.array([0.485, 0.456, 0.406], np.float64)
+STD = np.array([0.229, 0.224, 0.225], np.float64)
+
+
+def torchvision(path, R=256, C=224):
+    im = Image.open(path).convert("RGB")
+    w, h = im.size
+    nw, nh = (R, int(R * h / w)) if w <= h else (int(R * w / h), R)
+    im = im.resize((nw, nh), Image.BILINEAR)
+    left, top = int(round((nw - C) / 2.0)), int(round((nh - C) / 2.0))
+    return np.asarray(im.crop((left, top, left + C, top + C)), np.int16)
+
+
+def main():
+    folder = sys.argv[1]
+    binary = sys.argv[2] if len(sys.argv) > 2 else "target/release/gpufeed"
+    with tempfile.TemporaryDirectory() as tmp:
+        npy = os.path.join(tmp, "out.npy")
+        subprocess.run([binary, "run", folder, "--cpu", "--dtype", "f32", "--save", npy],
+                       check=True, stdout=subprocess.DEVNULL)
+        out = np.load(npy)  # N, 3, 224, 224
+        paths = open(os.path.join(tmp, "out.paths.txt")).read().split("\n")[:-1]
+    ours = np.rint(out.astype(np.float64) * (STD * 255)[None, :, None, None]
+                   + (MEAN * 255)[None, :, None, None]).astype(np.int16).transpose(0, 2, 3, 1)
+    diffs = np.concatenate([np.abs(ours[i] - torchvision(p)).ravel() for i, p in enumerate(paths)])
+    print(f"{folder}: {len(paths)} files, mean {diffs.mean():.3f}, p99 {np.percentile(diffs, 99):.0f}, "
+          f"p99.9 {np.percentile(diffs, 99.9):.0f}, max {diffs.max()} levels")
+
+
+if __name__ == "__main__":
+    main()
