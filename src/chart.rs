@@ -7,8 +7,8 @@ pub(crate) type Series<'a> = (&'a str, &'a str, Vec<(usize, f64)>);
 
 /// Draws `series` as lines with markers on linear axes from 0.
 pub(crate) fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series]) -> String {
-    let (width, height) = (760.0, 460.0);
-    let (left, right, top, bottom) = (70.0, 230.0, 50.0, 60.0);
+    let (width, height) = (820.0, 460.0);
+    let (left, right, top, bottom) = (70.0, 260.0, 50.0, 60.0);
     let plot_w = width - left - right;
     let plot_h = height - top - bottom;
     let x_max = series
@@ -111,11 +111,11 @@ pub(crate) fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Se
     s
 }
 
-/// The smallest of 1, 2, 2.5, 5 times a power of ten at or above `v`.
+/// The smallest of 1, 1.5, 2, 2.5, 3, 4, 5, 6, 8 times a power of ten at or above `v`.
 fn nice_ceiling(v: f64) -> f64 {
     let exp = v.log10().floor();
     let base = 10f64.powf(exp);
-    for m in [1.0, 2.0, 2.5, 5.0, 10.0] {
+    for m in [1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0] {
         if m * base >= v {
             return m * base;
         }
@@ -154,7 +154,7 @@ mod tests {
         assert_eq!(svg.matches("<circle").count(), 4);
         assert!(svg.contains("t &lt;1&gt;"));
         assert_eq!(nice_ceiling(0.83), 1.0);
-        assert_eq!(nice_ceiling(2.81), 5.0);
-        assert_eq!(nice_ceiling(256.0), 500.0);
+        assert_eq!(nice_ceiling(2.81), 3.0);
+        assert_eq!(nice_ceiling(256.0), 300.0);
     }
 }
