@@ -218,13 +218,18 @@ fn decode_with_image(
     };
     let mut image = DynamicImage::from_decoder(decoder).map_err(fail)?;
     image.apply_orientation(orientation);
+    Ok(into_rgb8(image, pixels))
+}
+
+/// Converts to packed RGB8 (alpha dropped, 16 bits scaled) into `pixels`.
+fn into_rgb8(image: DynamicImage, pixels: &mut Vec<u8>) -> Decoded {
     let rgb = image.into_rgb8();
     let decoded = Decoded {
         width: rgb.width(),
         height: rgb.height(),
     };
     *pixels = rgb.into_raw();
-    Ok(decoded)
+    decoded
 }
 
 fn orient(
@@ -239,13 +244,7 @@ fn orient(
         .ok_or_else(|| ItemErrorKind::Decode("pixel buffer does not match its size".into()))?;
     let mut image = DynamicImage::ImageRgb8(rgb);
     image.apply_orientation(orientation);
-    let rgb = image.into_rgb8();
-    let oriented = Decoded {
-        width: rgb.width(),
-        height: rgb.height(),
-    };
-    *pixels = rgb.into_raw();
-    Ok(oriented)
+    Ok(into_rgb8(image, pixels))
 }
 
 #[cfg(test)]

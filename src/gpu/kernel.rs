@@ -285,22 +285,11 @@ mod tests {
 
     use super::*;
     use crate::config::{Affine, Config};
+    use crate::gpu::bench::random_bytes;
     use crate::gpu::test_gpu;
     use crate::prepare::{prepare_one, PrepareOptions};
     use crate::reference::normalize;
     use crate::source::Source;
-
-    fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
-        let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..len)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                (state >> 24) as u8
-            })
-            .collect()
-    }
 
     /// Fills the tensor with NaN bit patterns, so an element the kernel skips cannot pass.
     fn poison(stream: &Arc<CudaStream>, t: &mut DeviceTensor) {
