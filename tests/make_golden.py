@@ -81,6 +81,15 @@ def make_fixtures():
     save(gray.resize((240, 200)), "gray.jpg", "JPEG", quality=90)
     save(cat.convert("CMYK"), "cmyk.jpg", "JPEG", quality=90)
     save(cmyk_with_black(coffee.resize((260, 174))), "cmyk_k.jpg", "JPEG", quality=90)
+    # YCCK: no encoder at hand writes it, so take the CMYK file and set its Adobe APP14 transform
+    # flag to 2; decoders then read the four channels as YCCK (libjpeg converts YCCK -> CMYK).
+    with open(os.path.join(FIXTURES, "cmyk_k.jpg"), "rb") as f:
+        data = bytearray(f.read())
+    adobe = data.find(b"Adobe")
+    assert adobe > 0 and data[adobe + 11] == 0, "expected an Adobe APP14 marker, transform 0"
+    data[adobe + 11] = 2
+    with open(os.path.join(FIXTURES, "ycck.jpg"), "wb") as f:
+        f.write(data)
     save(coffee, "progressive.jpg", "JPEG", quality=85, progressive=True)
     save(rgb, "rgb444.jpg", "JPEG", quality=92, subsampling=0)
     save(cat, "rgb420.jpg", "JPEG", quality=90, subsampling=2)
