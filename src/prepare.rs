@@ -66,8 +66,28 @@ pub(crate) fn prepare_one(
     prepare_bytes(&bytes, options, dst)
 }
 
-/// Decodes and resizes one encoded image into `dst`, with this thread's scratch buffers.
+/// Decodes and resizes one encoded image into `dst`. A panic inside a decoder (a bug the fuzzer
+/// has not found) becomes this image's error instead of taking the pipeline down.
 fn prepare_bytes(
+    bytes: &[u8],
+    options: &PrepareOptions,
+    dst: &mut [u8],
+) -> std::result::Result<(), ItemErrorKind> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        prepare_bytes_unguarded(bytes, options, dst)
+    }))
+    .unwrap_or_else(|panic| {
+        let reason = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "unknown".into());
+        Err(ItemErrorKind::Decode(format!("decoder failed: {reason}")))
+    })
+}
+
+/// Decodes and resizes one encoded image into `dst`, with this thread's scratch buffers.
+fn prepare_bytes_unguarded(
     bytes: &[u8],
     options: &PrepareOptions,
     dst: &mut [u8],
