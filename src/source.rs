@@ -1,6 +1,7 @@
 //! Where images come from (folders, path lists, in-memory bytes) and the order they are taken in
 //! (deterministic, seeded shuffle per epoch, sharding across processes).
 
+use std::collections::HashSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -261,18 +262,17 @@ fn has_image_extension(p: &Path) -> bool {
 }
 
 /// Appends the image files under `dir` in torchvision's order: folders visited in sorted order of
-/// their path, files sorted by name within each folder. Symbolic links are followed.
+/// their path, files sorted by name within each folder. Symbolic links are followed, each real
+/// folder is visited once (a link back to a parent does not loop).
 fn walk_images(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     let mut folders: Vec<(String, Vec<PathBuf>)> = Vec::new();
     let mut pending = vec![dir.to_path_buf()];
-    let mut seen = 0usize;
+    let mut visited = HashSet::new();
     while let Some(folder) = pending.pop() {
-        seen += 1;
-        if seen > 1_000_000 {
-            return Err(Error::Source {
-                path: dir.to_path_buf(),
-                reason: "more than a million folders (symbolic link loop?)".into(),
-            });
+        // A folder that cannot be canonicalized is still listed (and its error reported there).
+        let real = fs::canonicalize(&folder).unwrap_or_else(|_| folder.clone());
+        if !visited.insert(real) {
+            continue;
         }
         let mut files = Vec::new();
         for path in read_dir_sorted(&folder)? {

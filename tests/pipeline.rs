@@ -174,6 +174,13 @@ fn folder_listing_takes_image_extensions_in_any_case_and_descends_into_dirs_name
     assert_eq!(names.len(), 3, "{names:?}");
     assert!(names[0].ends_with("A.JPG") && names[1].ends_with("b.PnG"));
     assert!(names[2].ends_with("d.jpg/inner.png"));
+    // A symbolic link back to the top does not make the listing loop.
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::symlink(&dir, dir.join("d.jpg").join("loop")).expect("symlink");
+        let again = Source::directory(&dir).expect("list with a loop");
+        assert_eq!(again.len(), 3);
+    }
     let _ = std::fs::remove_dir_all(dir);
 }
 
