@@ -32,12 +32,36 @@ pub(crate) struct DecodeOptions {
 pub(crate) struct Decoded {
     pub width: u32,
     pub height: u32,
+    /// The image was decoded at 1/`reduction` of its size in the DCT domain (1: full size);
+    /// pixel `i` covers source pixels `[i * reduction, (i + 1) * reduction)`.
+    pub reduction: u32,
+    /// Width of the full-size image (the geometry is computed on it).
+    pub source_width: u32,
+    /// Height of the full-size image.
+    pub source_height: u32,
 }
+
+impl Decoded {
+    fn full(width: u32, height: u32) -> Decoded {
+        Decoded {
+            width,
+            height,
+            reduction: 1,
+            source_width: width,
+            source_height: height,
+        }
+    }
+}
+
+/// How much smaller than full size a JPEG of the given width and height may be decoded: 1, 2, 4
+/// or 8. The CPU stage asks the resize geometry; see [`crate::Config::dct_scaling`].
+pub(crate) type Reduction<'a> = &'a dyn Fn(u32, u32) -> u32;
 
 /// Decodes `bytes` into `pixels` (resized to `width * height * 3`) as packed RGB8.
 pub(crate) fn decode_rgb8(
     bytes: &[u8],
     options: &DecodeOptions,
+    reduction: Reduction,
     pixels: &mut Vec<u8>,
 ) -> Result<Decoded, ItemErrorKind> {
     if bytes.is_empty() {
@@ -45,7 +69,7 @@ pub(crate) fn decode_rgb8(
     }
     let format = image::guess_format(bytes).map_err(|_| ItemErrorKind::UnknownFormat)?;
     match format {
-        ImageFormat::Jpeg => decode_jpeg(bytes, options, pixels),
+        ImageFormat::Jpeg => decode_jpeg(bytes, options, reduction, pixels),
         ImageFormat::Png
         | ImageFormat::WebP
         | ImageFormat::Bmp
@@ -81,9 +105,10 @@ const MAX_PROGRESSIVE_SCANS: u32 = 500;
 fn decode_jpeg(
     bytes: &[u8],
     options: &DecodeOptions,
+    reduction: Reduction,
     pixels: &mut Vec<u8>,
 ) -> Result<Decoded, ItemErrorKind> {
-    let decoded = match decode_jpeg_turbo(bytes, options, pixels)? {
+    let decoded = match decode_jpeg_turbo(bytes, options, reduction, pixels)? {
         Some(decoded) => decoded,
         None => return decode_jpeg_zune(bytes, options, pixels),
     };
@@ -104,6 +129,7 @@ fn decode_jpeg(
 fn decode_jpeg_turbo(
     bytes: &[u8],
     options: &DecodeOptions,
+    reduction: Reduction,
     pixels: &mut Vec<u8>,
 ) -> Result<Option<Decoded>, ItemErrorKind> {
     TURBO.with(|cell| {
@@ -130,7 +156,17 @@ fn decode_jpeg_turbo(
             return Ok(None);
         }
         check_size(header.width as u64, header.height as u64, options)?;
-        let (width, height) = (header.width, header.height);
+        let r = match reduction(header.width as u32, header.height as u32) {
+            r @ (2 | 4 | 8) => r,
+            _ => 1,
+        };
+        let factor = turbojpeg::ScalingFactor::new(1, r as usize);
+        // Set on every image: the decompressor is reused.
+        if decompressor.set_scaling_factor(factor).is_err() {
+            return Ok(None);
+        }
+        let scaled = header.scaled(factor);
+        let (width, height) = (scaled.width, scaled.height);
         let len = width
             .checked_mul(height)
             .and_then(|n| n.checked_mul(3))
@@ -149,6 +185,9 @@ fn decode_jpeg_turbo(
         Ok(Some(Decoded {
             width: width as u32,
             height: height as u32,
+            reduction: r,
+            source_width: header.width as u32,
+            source_height: header.height as u32,
         }))
     })
 }
@@ -183,10 +222,7 @@ fn decode_jpeg_zune(
     decoder
         .decode_into(pixels)
         .map_err(|e| ItemErrorKind::Decode(format!("JPEG: {e:?}")))?;
-    let decoded = Decoded {
-        width: width as u32,
-        height: height as u32,
-    };
+    let decoded = Decoded::full(width as u32, height as u32);
     if options.exif_orientation {
         if let Some(orientation) = decoder.exif().and_then(|e| Orientation::from_exif_chunk(e)) {
             return orient(decoded, orientation, pixels);
@@ -224,10 +260,7 @@ fn decode_with_image(
 /// Converts to packed RGB8 (alpha dropped, 16 bits scaled) into `pixels`.
 fn into_rgb8(image: DynamicImage, pixels: &mut Vec<u8>) -> Decoded {
     let rgb = image.into_rgb8();
-    let decoded = Decoded {
-        width: rgb.width(),
-        height: rgb.height(),
-    };
+    let decoded = Decoded::full(rgb.width(), rgb.height());
     *pixels = rgb.into_raw();
     decoded
 }
@@ -244,7 +277,23 @@ fn orient(
         .ok_or_else(|| ItemErrorKind::Decode("pixel buffer does not match its size".into()))?;
     let mut image = DynamicImage::ImageRgb8(rgb);
     image.apply_orientation(orientation);
-    Ok(into_rgb8(image, pixels))
+    let oriented = into_rgb8(image, pixels);
+    // A quarter turn swaps the sides of the full-size image too.
+    let turned = oriented.width != decoded.width;
+    Ok(Decoded {
+        reduction: decoded.reduction,
+        source_width: if turned {
+            decoded.source_height
+        } else {
+            decoded.source_width
+        },
+        source_height: if turned {
+            decoded.source_width
+        } else {
+            decoded.source_height
+        },
+        ..oriented
+    })
 }
 
 #[cfg(test)]
@@ -260,11 +309,11 @@ mod tests {
     fn garbage_and_empty_are_errors() {
         let mut buf = Vec::new();
         assert!(matches!(
-            decode_rgb8(b"", &OPTIONS, &mut buf),
+            decode_rgb8(b"", &OPTIONS, &|_, _| 1, &mut buf),
             Err(ItemErrorKind::Decode(_))
         ));
         assert_eq!(
-            decode_rgb8(b"hello, I am text", &OPTIONS, &mut buf),
+            decode_rgb8(b"hello, I am text", &OPTIONS, &|_, _| 1, &mut buf),
             Err(ItemErrorKind::UnknownFormat)
         );
     }
@@ -292,7 +341,7 @@ mod tests {
             png.extend_from_slice(&crc32(&chunk).to_be_bytes());
         }
         let mut buf = Vec::new();
-        match decode_rgb8(&png, &OPTIONS, &mut buf) {
+        match decode_rgb8(&png, &OPTIONS, &|_, _| 1, &mut buf) {
             Err(ItemErrorKind::TooLarge { width, height, .. }) => {
                 assert_eq!((width, height), (70000, 70000))
             }

@@ -164,6 +164,12 @@ impl PipelineBuilder {
         self
     }
 
+    /// Decode large JPEGs reduced in the DCT domain (default off); see [`Config::dct_scaling`].
+    pub fn dct_scaling(mut self, on: bool) -> Self {
+        self.config.dct_scaling = on;
+        self
+    }
+
     /// Checks the options, opens the device, compiles the kernel, allocates the staging ring and
     /// starts the first epoch in the background.
     pub fn build(self) -> Result<Pipeline> {

@@ -32,6 +32,8 @@ pub(crate) struct PrepareOptions {
     pub decode: DecodeOptions,
     pub geometry: Geometry,
     pub on_error: OnError,
+    /// Decode large JPEGs reduced in the DCT domain ([`Config::dct_scaling`]).
+    pub dct_scaling: bool,
 }
 
 impl PrepareOptions {
@@ -51,6 +53,7 @@ impl PrepareOptions {
             },
             geometry: Geometry::from_config(config),
             on_error: config.on_error,
+            dct_scaling: config.dct_scaling,
         }
     }
 }
@@ -94,7 +97,15 @@ fn prepare_bytes_unguarded(
 ) -> std::result::Result<(), ItemErrorKind> {
     SCRATCH.with(|scratch| {
         let scratch = &mut *scratch.borrow_mut();
-        let decoded = decode_rgb8(bytes, &options.decode, &mut scratch.pixels)?;
+        let geometry = &options.geometry;
+        let max_reduction = |w: u32, h: u32| geometry.max_reduction(w, h);
+        let no_reduction = |_: u32, _: u32| 1;
+        let reduction: &dyn Fn(u32, u32) -> u32 = if options.dct_scaling {
+            &max_reduction
+        } else {
+            &no_reduction
+        };
+        let decoded = decode_rgb8(bytes, &options.decode, reduction, &mut scratch.pixels)?;
         resize_into_slot(
             &scratch.pixels,
             decoded,

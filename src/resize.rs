@@ -108,6 +108,22 @@ impl Geometry {
     }
 }
 
+impl Geometry {
+    /// The largest DCT-domain reduction (2, 4 or 8; 1 for none) that leaves the part of an image
+    /// of `width` x `height` the output uses with at least twice the output's pixels along each
+    /// axis, so the antialiased resize that follows still has a margin to filter.
+    pub fn max_reduction(&self, width: u32, height: u32) -> u32 {
+        let p = self.place(width, height);
+        let margin_x = p.src_width / (2.0 * p.dst_width.max(1) as f64);
+        let margin_y = p.src_height / (2.0 * p.dst_height.max(1) as f64);
+        let margin = margin_x.min(margin_y);
+        [8, 4, 2]
+            .into_iter()
+            .find(|&r| margin >= r as f64)
+            .unwrap_or(1)
+    }
+}
+
 /// One axis of torchvision's `CenterCrop(out)` applied to a source axis of length `src` resized
 /// to `resized`: returns (source start, source length, output start, output length).
 fn center_crop_axis(src: f64, resized: u64, out: u32) -> (f64, f64, u32, u32) {
@@ -144,7 +160,17 @@ pub(crate) fn resize_into_slot(
     let fail = |what: &str, e: &dyn std::fmt::Display| {
         ItemErrorKind::Decode(format!("resize ({what}): {e}"))
     };
-    let placement = geometry.place(decoded.width, decoded.height);
+    // The geometry is that of the full-size image; a DCT-reduced decode shrinks the source box.
+    let r = decoded.reduction.max(1);
+    let mut placement = geometry.place(decoded.source_width, decoded.source_height);
+    if r > 1 {
+        let (w, h) = (decoded.width as f64, decoded.height as f64);
+        let scale = 1.0 / r as f64;
+        placement.src_left = (placement.src_left * scale).min(w);
+        placement.src_top = (placement.src_top * scale).min(h);
+        placement.src_width = (placement.src_width * scale).min(w - placement.src_left);
+        placement.src_height = (placement.src_height * scale).min(h - placement.src_top);
+    }
     let src = TypedImageRef::<U8x3>::from_buffer(decoded.width, decoded.height, pixels)
         .map_err(|e| fail("source", &e))?;
     let covers_all = placement.dst_left == 0
@@ -223,6 +249,15 @@ mod tests {
             (5, 5, 100, 100)
         );
         assert_eq!((p.src_left, p.src_width), (0.0, 100.0));
+    }
+
+    #[test]
+    fn dct_reduction_keeps_a_twofold_margin() {
+        let g = torchvision(256, 224);
+        assert_eq!(g.max_reduction(500, 375), 1);
+        assert_eq!(g.max_reduction(1411, 1411), 2); // crop spans 1235 px: 2.76x of 2 * 224
+        assert_eq!(g.max_reduction(4000, 3000), 4); // 2625 px: 5.9x
+        assert_eq!(g.max_reduction(12000, 9000), 8);
     }
 
     #[test]

@@ -5,8 +5,8 @@ Runs `gpufeed run DIR --cpu --dtype f32 --save` (ImageNet normalization, NCHW), 
 normalization (exact: the f32 values are fma(x, 1/(255 std), -mean/std) of the u8 pixel x), and
 compares every pixel with Pillow's Resize(256, BILINEAR) + CenterCrop(224) of the same file.
 
-usage: python3 tests/fidelity.py DIR [GPUFEED]     (needs Pillow and numpy; GPUFEED defaults to
-       target/release/gpufeed)
+usage: python3 tests/fidelity.py DIR [GPUFEED [ARGS...]]   (needs Pillow and numpy; GPUFEED
+       defaults to target/release/gpufeed; ARGS go to `gpufeed run`, e.g. --dct-scaling)
 prints: files, mean absolute difference, 99th and 99.9th percentile and maximum, in levels of 255
 """
 import os
@@ -35,8 +35,8 @@ def main():
     binary = sys.argv[2] if len(sys.argv) > 2 else "target/release/gpufeed"
     with tempfile.TemporaryDirectory() as tmp:
         npy = os.path.join(tmp, "out.npy")
-        subprocess.run([binary, "run", folder, "--cpu", "--dtype", "f32", "--save", npy],
-                       check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([binary, "run", folder, "--cpu", "--dtype", "f32", "--save", npy]
+                       + sys.argv[3:], check=True, stdout=subprocess.DEVNULL)
         out = np.load(npy)  # N, 3, 224, 224
         paths = open(os.path.join(tmp, "out.paths.txt")).read().split("\n")[:-1]
     ours = np.rint(out.astype(np.float64) * (STD * 255)[None, :, None, None]

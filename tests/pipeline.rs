@@ -554,3 +554,26 @@ fn invalid_options_are_refused() {
     ));
     assert!(matches!(Pipeline::builder().build(), Err(Error::Config(_))));
 }
+
+/// DCT-domain reduced decoding (opt-in) stays within the fidelity bar on a photo large enough to
+/// use it (retina.jpg, 1411 x 1411: decoded at 1/2), and really takes the reduced path.
+#[test]
+fn dct_scaling_stays_within_the_fidelity_bar() {
+    let golden = image::open("tests/golden/assets__retina.jpg.png")
+        .expect("golden")
+        .into_rgb8();
+    let source = || Source::paths(["assets/retina.jpg"]);
+    let reduced = raw_pixels(Pipeline::builder().source(source()).dct_scaling(true));
+    let full = raw_pixels(Pipeline::builder().source(source()));
+    assert_ne!(reduced[0].1, full[0].1, "the reduced decode was not used");
+    let mut d: Vec<f32> = golden
+        .as_raw()
+        .iter()
+        .zip(&reduced[0].1)
+        .map(|(&g, &v)| (g as f32 - v).abs())
+        .collect();
+    let mean = d.iter().sum::<f32>() / d.len() as f32;
+    let p999 = percentile(&mut d, 0.999);
+    println!("retina.jpg with DCT scaling: mean {mean:.3}, p99.9 {p999}");
+    assert!(mean <= 0.5 && p999 <= 3.0, "mean {mean}, p99.9 {p999}");
+}

@@ -105,6 +105,10 @@ struct RunArgs {
     /// Shuffle with this seed.
     #[arg(long)]
     shuffle: Option<u64>,
+    /// Decode large JPEGs at 1/2, 1/4 or 1/8 size in the DCT domain when the output keeps a 2x
+    /// margin (faster on big photos; slightly further from torchvision).
+    #[arg(long)]
+    dct_scaling: bool,
     /// Write every processed image, in order, to FILE.npy (output dtype and layout; bf16 as its
     /// raw u16 bits) and the source path of each row to FILE.paths.txt.
     #[arg(long, value_name = "FILE.npy")]
@@ -258,7 +262,8 @@ fn run(args: &RunArgs) -> Result<Device> {
             LastBatch::Drop
         } else {
             LastBatch::Keep
-        });
+        })
+        .dct_scaling(args.dct_scaling);
     if let Some(seed) = args.shuffle {
         builder = builder.shuffle(seed);
     }
