@@ -388,6 +388,18 @@ fn bad_files_are_skipped_with_path_and_reason_and_nothing_is_lost() {
         .map(|i| PathBuf::from(source.id(i).expect("id")))
         .collect();
     paths.push(dir.join("h_vanished.jpg"));
+    // Unreadable: a path through a file, and a file without read permission (which root can
+    // still read, so that one is only checked when the tests do not run as root).
+    paths.push(dir.join("a_good.jpg").join("i_inside_a_file.jpg"));
+    let locked = dir.join("j_locked.jpg");
+    std::fs::write(&locked, std::fs::read("assets/rocket.jpg").expect("rocket")).expect("write");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).expect("chmod");
+    }
+    let locked_is_readable = std::fs::read(&locked).is_ok();
+    paths.push(locked);
     paths.push(dir.clone());
     let mut pipeline = Pipeline::builder()
         .source(Source::paths(paths))
@@ -404,10 +416,10 @@ fn bad_files_are_skipped_with_path_and_reason_and_nothing_is_lost() {
         skipped.extend(batch.skipped().iter().cloned());
     }
     let report = pipeline.epoch_report();
-    assert_eq!(report.images, 3);
+    assert_eq!(report.images, 3 + usize::from(locked_is_readable));
     assert_eq!(
         report.images + report.skipped.len() + report.dropped,
-        9,
+        11,
         "nothing lost"
     );
     assert!(good[0].ends_with("a_good.jpg") && good[1].ends_with("e_good.png"));
@@ -419,6 +431,7 @@ fn bad_files_are_skipped_with_path_and_reason_and_nothing_is_lost() {
         ("d_text.jpg", "not a JPEG"),
         ("f_garbage.webp", "not a JPEG"),
         ("h_vanished.jpg", "no such file"),
+        ("i_inside_a_file.jpg", "cannot read"),
     ] {
         assert!(
             reasons
@@ -436,6 +449,14 @@ fn bad_files_are_skipped_with_path_and_reason_and_nothing_is_lost() {
             .contains("is a directory"),
         "{reasons:?}"
     );
+    if !locked_is_readable {
+        assert!(
+            reasons
+                .iter()
+                .any(|r| r.contains("j_locked.jpg") && r.contains("permission denied")),
+            "{reasons:?}"
+        );
+    }
     assert!(skipped.len() <= report.skipped.len());
     let _ = std::fs::remove_dir_all(dir);
 }
