@@ -234,6 +234,7 @@ fn twenty_epochs_keep_host_memory_flat() {
         .source(sources())
         .batch_size(8)
         .shuffle(1)
+        .threads(2)
         .device(Device::Cuda(0))
         .build()
         .expect("build");
@@ -260,10 +261,12 @@ fn twenty_epochs_keep_host_memory_flat() {
         rss[19] as f64 / 1e6,
         pinned as f64 / 1e6
     );
+    // RSS is process-wide, and the other tests' threads may still be exiting during the first
+    // epochs: compare the steady state, epoch 5 to epoch 20.
     assert!(
-        rss[19] < rss[0] + (32 << 20),
-        "RSS grew from {} to {} bytes",
-        rss[0],
+        rss[19] < rss[4] + (32 << 20),
+        "RSS grew from {} after epoch 5 to {} bytes after epoch 20",
+        rss[4],
         rss[19]
     );
 }
