@@ -232,7 +232,6 @@ fn measure_batch(
     };
 
     // Host sources: pinned and pageable, u8 and f32 (the f32 batch is what the usual way uploads).
-    let cpu_start = Instant::now();
     let mut cpu_times = Vec::new();
     let mut normalized = Vec::new();
     for _ in 0..3 {
@@ -247,7 +246,6 @@ fn measure_batch(
         .to_f32_vec();
         cpu_times.push(t.elapsed().as_secs_f64() * 1e3);
     }
-    let _ = cpu_start;
     let cpu_normalize_ms = median(&mut cpu_times);
     let ctx = stream.context();
     // SAFETY: uninitialized pinned memory, fully written right below before any read.
@@ -282,16 +280,9 @@ fn measure_batch(
         .map(|_| stream.alloc_zeros::<f32>(elements))
         .collect::<std::result::Result<_, _>>()
         .map_err(fail("allocating device f32"))?;
-    let outputs = |dtype, layout| -> Result<Vec<DeviceTensor>> {
+    let outputs = |dtype, layout: Layout| -> Result<Vec<DeviceTensor>> {
         (0..k_out)
-            .map(|_| {
-                DeviceTensor::alloc(
-                    stream,
-                    dtype,
-                    layout_shape(layout, batch, height, width),
-                    layout,
-                )
-            })
+            .map(|_| DeviceTensor::alloc(stream, dtype, layout.shape(batch, height, width), layout))
             .collect()
     };
     let mut out_f16_nchw = outputs(DType::F16, Layout::Nchw)?;
@@ -333,25 +324,20 @@ fn measure_batch(
 
     // The roofline: a device-to-device copy of the f16 batch's size, read + written.
     let copy_bytes = elements * 2;
-    let copy_buffers: Vec<CudaSlice<u8>> = (0..k_out.max(3))
-        .map(|_| stream.alloc_zeros::<u8>(copy_bytes))
-        .collect::<std::result::Result<_, _>>()
-        .map_err(fail("allocating copy buffers"))?;
-    let mut copy_buffers = copy_buffers;
-    let k_copy = copy_buffers.len();
+    let copy_buffers = |n: usize| -> Result<Vec<CudaSlice<u8>>> {
+        (0..n)
+            .map(|_| stream.alloc_zeros::<u8>(copy_bytes))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(fail("allocating copy buffers"))
+    };
+    let copy_sources = copy_buffers(k_out)?;
+    let mut copy_targets = copy_buffers(k_out)?;
     let copy_ms = time_ms(stream, runs, |i| {
-        let (src, dst) = (i % k_copy, (i + 1) % k_copy);
-        let (a, b) = copy_buffers.split_at_mut(src.max(dst));
-        let (src_buf, dst_buf) = if src < dst {
-            (&a[src], &mut b[0])
-        } else {
-            (&b[0], &mut a[dst])
-        };
         stream
-            .memcpy_dtod(src_buf, dst_buf)
+            .memcpy_dtod(&copy_sources[i % k_out], &mut copy_targets[i % k_out])
             .map_err(driver_error_fn("copying on the device"))
     })?;
-    drop(copy_buffers);
+    drop((copy_sources, copy_targets));
     let copy_tb_per_s = 2.0 * copy_bytes as f64 / (copy_ms * 1e-3) / 1e12;
 
     let mut scratch_a = stream
@@ -417,10 +403,6 @@ fn measure_batch(
 
 fn driver_error_fn(what: &'static str) -> impl Fn(cudarc::driver::DriverError) -> Error {
     move |e| driver_error(what, e)
-}
-
-fn layout_shape(layout: Layout, n: usize, h: usize, w: usize) -> [usize; 4] {
-    layout.shape(n, h, w)
 }
 
 /// `kernels/baseline.cu`: one pass per step, like PyTorch eager.
