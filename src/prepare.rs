@@ -9,7 +9,7 @@ use rayon::prelude::*;
 
 use crate::config::{Config, OnError};
 use crate::decode::{decode_rgb8, DecodeOptions};
-use crate::error::{Error, ItemError, ItemErrorKind, Result};
+use crate::error::{panic_message, Error, ItemError, ItemErrorKind, Result};
 use crate::resize::{resize_into_slot, Geometry};
 use crate::source::Source;
 
@@ -80,12 +80,10 @@ fn prepare_bytes(
         prepare_bytes_unguarded(bytes, options, dst)
     }))
     .unwrap_or_else(|panic| {
-        let reason = panic
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "unknown".into());
-        Err(ItemErrorKind::Decode(format!("decoder failed: {reason}")))
+        Err(ItemErrorKind::Decode(format!(
+            "decoder failed: {}",
+            panic_message(panic.as_ref())
+        )))
     })
 }
 

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{CudaContext, CudaStream, DriverError};
 
-use crate::error::{Error, Result};
+use crate::error::{panic_message, Error, Result};
 
 pub(crate) use kernel::NormalizeKernel;
 pub(crate) use staging::StagingRing;
@@ -74,14 +74,10 @@ fn guarded<T>(
 ) -> Result<T> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(result) => result.map_err(|e| driver_error(context, e)),
-        Err(panic) => {
-            let reason = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "unknown failure".into());
-            Err(Error::CudaUnavailable(format!("{context}: {reason}")))
-        }
+        Err(panic) => Err(Error::CudaUnavailable(format!(
+            "{context}: {}",
+            panic_message(panic.as_ref())
+        ))),
     }
 }
 
