@@ -8,6 +8,8 @@ use std::time::Instant;
 
 pub use crate::gpu::bench as upload;
 
+use crate::gpu::bench::median;
+
 use crate::config::{Config, Device};
 use crate::error::{Error, Result};
 use crate::pipeline::Pipeline;
@@ -127,11 +129,6 @@ fn resident_field(field: &str) -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(|a, b| a.total_cmp(b));
-    values[values.len() / 2]
-}
-
 /// Measures the CPU stage alone (read, decode, resize into a staging buffer, batch by batch, as
 /// the pipeline does, without the device stage) at each thread count, and the whole pipeline on
 /// the GPU. The first pass over the folder warms the page cache and is not counted.
@@ -189,7 +186,7 @@ pub fn pipeline(options: &PipelineBenchOptions) -> Result<PipelineBenchReport> {
             label: "CPU stage only (read, decode, resize, stage)".into(),
             threads: used,
             images,
-            seconds: median(times),
+            seconds: median(&mut times),
         });
     }
     let mut rss_after_epochs = Vec::new();
@@ -232,7 +229,7 @@ pub fn pipeline(options: &PipelineBenchOptions) -> Result<PipelineBenchReport> {
             ),
             threads,
             images,
-            seconds: median(times),
+            seconds: median(&mut times),
         });
     }
     Ok(PipelineBenchReport {

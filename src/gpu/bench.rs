@@ -179,7 +179,8 @@ fn time_ms(
     Ok(median(&mut times))
 }
 
-fn median(values: &mut [f64]) -> f64 {
+/// Median of `values` (the mean of the middle two for an even count); sorts them.
+pub(crate) fn median(values: &mut [f64]) -> f64 {
     values.sort_by(|a, b| a.total_cmp(b));
     let n = values.len();
     if n % 2 == 1 {
