@@ -2,8 +2,11 @@
 //!
 //! The format is sniffed from the bytes, never the file name. JPEG goes straight into the caller's
 //! reusable buffer through libjpeg-turbo (the decoder Pillow uses, SIMD, with one decompressor per
-//! thread); CMYK/YCCK JPEGs, which libjpeg-turbo cannot turn into RGB, and JPEGs it refuses
-//! (truncated or slightly corrupt files it reports instead of concealing) go through zune-jpeg.
+//! thread), and only the [`DecodeWindow`] the resize will read: rows above it are entropy-decoded
+//! but not transformed, rows below it not decoded at all, columns beside it skip the inverse DCT
+//! and colour conversion. Gray JPEGs stay one channel. CMYK/YCCK JPEGs, which libjpeg-turbo
+//! cannot turn into RGB, and JPEGs it refuses (truncated or slightly corrupt files it reports
+//! instead of concealing) go through zune-jpeg, whole.
 //! PNG, WebP, BMP, GIF (first frame) and TIFF go through `image`. Gray,
 //! alpha (dropped, as Pillow's `convert("RGB")` does), palette and 16-bit images become RGB8.
 //! The pixel limit is checked against the header before any pixel buffer is allocated.
@@ -18,6 +21,8 @@ use zune_core::colorspace::ColorSpace;
 use zune_core::options::DecoderOptions;
 use zune_jpeg::JpegDecoder;
 
+use turbojpeg_region::{Colorspace, Format, Region, Request};
+
 use crate::error::ItemErrorKind;
 
 /// Options of the decode stage.
@@ -27,11 +32,15 @@ pub(crate) struct DecodeOptions {
     pub exif_orientation: bool,
 }
 
-/// Size of a decoded RGB8 image; its pixels are in the caller's buffer, rows packed.
+/// A decoded image; its pixels are in the caller's buffer, rows packed, `channels` bytes a
+/// pixel. After a partial decode only the [`DecodeWindow`] holds this image's pixels; the rest of
+/// the buffer is stale, and the resize never reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Decoded {
     pub width: u32,
     pub height: u32,
+    /// 3 (RGB) or 1 (gray, from a gray JPEG).
+    pub channels: u32,
     /// The image was decoded at 1/`reduction` of its size in the DCT domain (1: full size);
     /// pixel `i` covers source pixels `[i * reduction, (i + 1) * reduction)`.
     pub reduction: u32,
@@ -46,6 +55,7 @@ impl Decoded {
         Decoded {
             width,
             height,
+            channels: 3,
             reduction: 1,
             source_width: width,
             source_height: height,
@@ -53,15 +63,41 @@ impl Decoded {
     }
 }
 
-/// How much smaller than full size a JPEG of the given width and height may be decoded: 1, 2, 4
-/// or 8. The CPU stage asks the resize geometry; see [`crate::Config::dct_scaling`].
-pub(crate) type Reduction<'a> = &'a dyn Fn(u32, u32) -> u32;
+/// A rectangle of an image in full-size pixels, end exclusive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SourceRect {
+    pub x0: u32,
+    pub y0: u32,
+    pub x1: u32,
+    pub y1: u32,
+}
 
-/// Decodes `bytes` into `pixels` (resized to `width * height * 3`) as packed RGB8.
-pub(crate) fn decode_rgb8(
+/// What of a JPEG to decode: how much smaller than full size (1, 2, 4 or 8; see
+/// [`crate::Config::dct_scaling`]) and which part (`None`: all of it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DecodeWindow {
+    pub reduction: u32,
+    pub region: Option<SourceRect>,
+}
+
+#[cfg(test)]
+impl DecodeWindow {
+    /// The whole image at full size.
+    pub const WHOLE: DecodeWindow = DecodeWindow {
+        reduction: 1,
+        region: None,
+    };
+}
+
+/// The [`DecodeWindow`] for a JPEG of the given full-size width and height; the CPU stage asks
+/// the resize geometry.
+pub(crate) type WindowFor<'a> = &'a dyn Fn(u32, u32) -> DecodeWindow;
+
+/// Decodes `bytes` into `pixels` (resized to fit) as packed RGB8, or gray for gray JPEGs.
+pub(crate) fn decode(
     bytes: &[u8],
     options: &DecodeOptions,
-    reduction: Reduction,
+    window: WindowFor,
     pixels: &mut Vec<u8>,
 ) -> Result<Decoded, ItemErrorKind> {
     if bytes.is_empty() {
@@ -69,7 +105,7 @@ pub(crate) fn decode_rgb8(
     }
     let format = image::guess_format(bytes).map_err(|_| ItemErrorKind::UnknownFormat)?;
     match format {
-        ImageFormat::Jpeg => decode_jpeg(bytes, options, reduction, pixels),
+        ImageFormat::Jpeg => decode_jpeg(bytes, options, window, pixels),
         ImageFormat::Png
         | ImageFormat::WebP
         | ImageFormat::Bmp
@@ -95,7 +131,7 @@ fn check_size(width: u64, height: u64, options: &DecodeOptions) -> Result<(), It
 
 thread_local! {
     /// This thread's libjpeg-turbo decompressor, created on first use.
-    static TURBO: RefCell<Option<turbojpeg::Decompressor>> = const { RefCell::new(None) };
+    static TURBO: RefCell<Option<turbojpeg_region::Decoder>> = const { RefCell::new(None) };
 }
 
 /// Progressive scans libjpeg-turbo decodes before giving up: real files have about ten; a
@@ -105,89 +141,90 @@ const MAX_PROGRESSIVE_SCANS: u32 = 500;
 fn decode_jpeg(
     bytes: &[u8],
     options: &DecodeOptions,
-    reduction: Reduction,
+    window: WindowFor,
     pixels: &mut Vec<u8>,
 ) -> Result<Decoded, ItemErrorKind> {
-    let decoded = match decode_jpeg_turbo(bytes, options, reduction, pixels)? {
-        Some(decoded) => decoded,
-        None => return decode_jpeg_zune(bytes, options, pixels),
-    };
-    if options.exif_orientation {
-        // The EXIF block, from the headers alone.
+    // A turned image is decoded whole and in RGB, then turned: the window is that of the
+    // upright image.
+    let orientation = if options.exif_orientation {
         let mut headers = JpegDecoder::new(ZCursor::new(bytes));
-        if headers.decode_headers().is_ok() {
-            if let Some(orientation) = headers.exif().and_then(|e| Orientation::from_exif_chunk(e))
-            {
-                return orient(decoded, orientation, pixels);
-            }
-        }
+        headers
+            .decode_headers()
+            .ok()
+            .and_then(|()| headers.exif().and_then(|e| Orientation::from_exif_chunk(e)))
+            .unwrap_or(Orientation::NoTransforms)
+    } else {
+        Orientation::NoTransforms
+    };
+    let upright = orientation == Orientation::NoTransforms;
+    let whole_window = |w, h| DecodeWindow {
+        region: None,
+        ..window(w, h)
+    };
+    let window: WindowFor = if upright { window } else { &whole_window };
+    match decode_jpeg_turbo(bytes, options, window, upright, pixels)? {
+        Some(decoded) if upright => Ok(decoded),
+        Some(decoded) => orient(decoded, orientation, pixels),
+        None => decode_jpeg_zune(bytes, options, pixels),
     }
-    Ok(decoded)
 }
 
 /// libjpeg-turbo: `Ok(None)` hands the file to zune-jpeg (CMYK/YCCK, or refused).
 fn decode_jpeg_turbo(
     bytes: &[u8],
     options: &DecodeOptions,
-    reduction: Reduction,
+    window: WindowFor,
+    allow_gray: bool,
     pixels: &mut Vec<u8>,
 ) -> Result<Option<Decoded>, ItemErrorKind> {
     TURBO.with(|cell| {
         let mut slot = cell.borrow_mut();
         if slot.is_none() {
-            let Ok(mut decompressor) = turbojpeg::Decompressor::new() else {
+            let Ok(mut decoder) = turbojpeg_region::Decoder::new() else {
                 return Ok(None);
             };
-            if decompressor.set_scan_limit(MAX_PROGRESSIVE_SCANS).is_err() {
+            if decoder.set_scan_limit(MAX_PROGRESSIVE_SCANS).is_err() {
                 return Ok(None);
             }
-            *slot = Some(decompressor);
+            *slot = Some(decoder);
         }
-        let Some(decompressor) = slot.as_mut() else {
+        let Some(decoder) = slot.as_mut() else {
             return Ok(None);
         };
-        let Ok(header) = decompressor.read_header(bytes) else {
+        let Ok(header) = decoder.read_header(bytes) else {
             return Ok(None);
         };
-        if matches!(
-            header.colorspace,
-            turbojpeg::Colorspace::CMYK | turbojpeg::Colorspace::YCCK
-        ) {
+        if matches!(header.colorspace, Colorspace::Cmyk | Colorspace::Ycck) {
             return Ok(None);
         }
         check_size(header.width as u64, header.height as u64, options)?;
-        let r = match reduction(header.width as u32, header.height as u32) {
-            r @ (2 | 4 | 8) => r,
+        let window = window(header.width, header.height);
+        let reduction = match window.reduction {
+            r @ (2 | 4 | 8) if !header.lossless => r,
             _ => 1,
         };
-        let factor = turbojpeg::ScalingFactor::new(1, r as usize);
-        // Set on every image: the decompressor is reused.
-        if decompressor.set_scaling_factor(factor).is_err() {
-            return Ok(None);
-        }
-        let scaled = header.scaled(factor);
-        let (width, height) = (scaled.width, scaled.height);
-        let len = width
-            .checked_mul(height)
-            .and_then(|n| n.checked_mul(3))
-            .ok_or_else(|| ItemErrorKind::Decode("JPEG: size overflows".into()))?;
-        pixels.resize(len, 0);
-        let image = turbojpeg::Image {
-            pixels: &mut pixels[..],
-            width,
-            pitch: width * 3,
-            height,
-            format: turbojpeg::PixelFormat::RGB,
+        let region = window.region.filter(|_| !header.lossless).map(|rect| {
+            let (x0, y0) = (rect.x0 / reduction, rect.y0 / reduction);
+            let (x1, y1) = (rect.x1.div_ceil(reduction), rect.y1.div_ceil(reduction));
+            Region::aligned(&header, reduction, x0, y0, x1 - x0, y1 - y0)
+        });
+        let gray = allow_gray && header.colorspace == Colorspace::Gray;
+        let request = Request {
+            format: if gray { Format::Gray } else { Format::Rgb },
+            reduction,
+            region,
         };
-        if decompressor.decompress(bytes, image).is_err() {
+        pixels.resize(request.output_len(&header), 0);
+        let Ok(decoded) = decoder.decompress(bytes, &request, pixels) else {
             return Ok(None);
-        }
+        };
         Ok(Some(Decoded {
-            width: width as u32,
-            height: height as u32,
-            reduction: r,
-            source_width: header.width as u32,
-            source_height: header.height as u32,
+            width: decoded.width,
+            height: decoded.height,
+            channels: request.format.bytes_per_pixel() as u32,
+            reduction,
+            source_width: header.width,
+            source_height: header.height,
         }))
     })
 }
@@ -309,11 +346,16 @@ mod tests {
     fn garbage_and_empty_are_errors() {
         let mut buf = Vec::new();
         assert!(matches!(
-            decode_rgb8(b"", &OPTIONS, &|_, _| 1, &mut buf),
+            decode(b"", &OPTIONS, &|_, _| DecodeWindow::WHOLE, &mut buf),
             Err(ItemErrorKind::Decode(_))
         ));
         assert_eq!(
-            decode_rgb8(b"hello, I am text", &OPTIONS, &|_, _| 1, &mut buf),
+            decode(
+                b"hello, I am text",
+                &OPTIONS,
+                &|_, _| DecodeWindow::WHOLE,
+                &mut buf
+            ),
             Err(ItemErrorKind::UnknownFormat)
         );
     }
@@ -341,7 +383,7 @@ mod tests {
             png.extend_from_slice(&crc32(&chunk).to_be_bytes());
         }
         let mut buf = Vec::new();
-        match decode_rgb8(&png, &OPTIONS, &|_, _| 1, &mut buf) {
+        match decode(&png, &OPTIONS, &|_, _| DecodeWindow::WHOLE, &mut buf) {
             Err(ItemErrorKind::TooLarge { width, height, .. }) => {
                 assert_eq!((width, height), (70000, 70000))
             }

@@ -8,21 +8,24 @@ use fast_image_resize::Resizer;
 use rayon::prelude::*;
 
 use crate::config::{Config, OnError};
-use crate::decode::{decode_rgb8, DecodeOptions};
+use crate::decode::{decode, DecodeOptions, DecodeWindow};
 use crate::error::{panic_message, Error, ItemError, ItemErrorKind, Result};
 use crate::resize::{resize_into_slot, Geometry};
 use crate::source::Source;
 
-/// Per-thread scratch, reused across images: the decoded pixels and the resizer's buffers.
+/// Per-thread scratch, reused across images: the decoded pixels, the resizer's buffers and the
+/// one-channel output of gray images.
 struct Scratch {
     pixels: Vec<u8>,
     resizer: Resizer,
+    gray: Vec<u8>,
 }
 
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch {
         pixels: Vec::new(),
         resizer: Resizer::new(),
+        gray: Vec::new(),
     });
 }
 
@@ -34,6 +37,8 @@ pub(crate) struct PrepareOptions {
     pub on_error: OnError,
     /// Decode large JPEGs reduced in the DCT domain ([`Config::dct_scaling`]).
     pub dct_scaling: bool,
+    /// Decode only the part of a JPEG the resize reads (same output; off only to measure it).
+    pub partial_decode: bool,
 }
 
 impl PrepareOptions {
@@ -54,6 +59,7 @@ impl PrepareOptions {
             geometry: Geometry::from_config(config),
             on_error: config.on_error,
             dct_scaling: config.dct_scaling,
+            partial_decode: true,
         }
     }
 }
@@ -96,19 +102,27 @@ fn prepare_bytes_unguarded(
     SCRATCH.with(|scratch| {
         let scratch = &mut *scratch.borrow_mut();
         let geometry = &options.geometry;
-        let max_reduction = |w: u32, h: u32| geometry.max_reduction(w, h);
-        let no_reduction = |_: u32, _: u32| 1;
-        let reduction: &dyn Fn(u32, u32) -> u32 = if options.dct_scaling {
-            &max_reduction
-        } else {
-            &no_reduction
+        let window = |w: u32, h: u32| {
+            let reduction = if options.dct_scaling {
+                geometry.max_reduction(w, h)
+            } else {
+                1
+            };
+            DecodeWindow {
+                reduction,
+                region: options
+                    .partial_decode
+                    .then(|| geometry.source_window(w, h, reduction))
+                    .flatten(),
+            }
         };
-        let decoded = decode_rgb8(bytes, &options.decode, reduction, &mut scratch.pixels)?;
+        let decoded = decode(bytes, &options.decode, &window, &mut scratch.pixels)?;
         resize_into_slot(
             &scratch.pixels,
             decoded,
-            &options.geometry,
+            geometry,
             &mut scratch.resizer,
+            &mut scratch.gray,
             dst,
         )
     })
@@ -218,4 +232,148 @@ pub(crate) fn fill_slot(
         filled.consumed += take;
     }
     Ok(Some(filled))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Interpolation, ResizeMode};
+
+    /// JPEGs of every shape the partial decode meets: the bundled photos, the JPEG fixtures,
+    /// ImageNet-sized crops of the photos (colour 4:2:0 and 4:4:4, and gray) at random sizes and
+    /// aspect ratios, and the files of `GPUFEED_TEST_CORPUS` if set (e.g. a make-corpus folder).
+    fn jpegs() -> Vec<(String, Vec<u8>)> {
+        use image::codecs::jpeg::JpegEncoder;
+        let mut out: Vec<(String, Vec<u8>)> = Vec::new();
+        let mut read_dir = |dir: &std::path::Path| {
+            let mut stack = vec![dir.to_path_buf()];
+            while let Some(d) = stack.pop() {
+                for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                    let path = entry.path();
+                    let name = path.to_string_lossy().to_lowercase();
+                    if path.is_dir() {
+                        stack.push(path);
+                    } else if name.ends_with(".jpg") || name.ends_with(".jpeg") {
+                        out.push((name, std::fs::read(&path).expect("read")));
+                    }
+                }
+            }
+        };
+        read_dir(std::path::Path::new("assets"));
+        read_dir(std::path::Path::new("tests/fixtures"));
+        if let Ok(dir) = std::env::var("GPUFEED_TEST_CORPUS") {
+            read_dir(std::path::Path::new(&dir));
+        }
+        let photo = image::open("assets/astronaut.png")
+            .expect("photo")
+            .to_rgb8();
+        let photo = image::imageops::resize(&photo, 1000, 900, image::imageops::Triangle);
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = |n: u32| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as u32
+        };
+        for i in 0..24 {
+            let (w, h) = (100 + next(700), 60 + next(700));
+            let (x, y) = (next(photo.width() - w), next(photo.height() - h));
+            let crop = image::imageops::crop_imm(&photo, x, y, w, h).to_image();
+            let mut bytes = Vec::new();
+            let mut encoder = JpegEncoder::new_with_quality(&mut bytes, 75 + (i % 20) as u8);
+            if i % 4 == 3 {
+                let gray = image::DynamicImage::ImageRgb8(crop).to_luma8();
+                encoder.encode_image(&gray).expect("encode");
+            } else {
+                encoder.encode_image(&crop).expect("encode");
+            }
+            out.push((format!("synthetic {w}x{h} #{i}"), bytes));
+        }
+        out
+    }
+
+    /// Decoding only the window the resize reads gives the very bytes of decoding everything,
+    /// for every filter, other sizes, and with DCT scaling.
+    #[test]
+    fn partial_decode_is_exact() {
+        let configs = [
+            Config::default(),
+            Config {
+                interpolation: Interpolation::Lanczos,
+                ..Config::default()
+            },
+            Config {
+                interpolation: Interpolation::Bicubic,
+                dct_scaling: true,
+                ..Config::default()
+            },
+            Config {
+                interpolation: Interpolation::Nearest,
+                ..Config::default()
+            },
+            Config {
+                resize_mode: ResizeMode::ShorterSideThenCenterCrop { shorter_side: 160 },
+                height: 128,
+                width: 96,
+                dct_scaling: true,
+                ..Config::default()
+            },
+        ];
+        let files = jpegs();
+        let mut compared = 0;
+        for config in &configs {
+            let whole = PrepareOptions {
+                partial_decode: false,
+                ..PrepareOptions::from_config(config)
+            };
+            let partial = PrepareOptions::from_config(config);
+            assert!(partial.partial_decode);
+            let mut a = vec![0u8; config.image_bytes()];
+            let mut b = vec![1u8; config.image_bytes()];
+            for (name, bytes) in &files {
+                let ra = prepare_bytes(bytes, &whole, &mut a);
+                let rb = prepare_bytes(bytes, &partial, &mut b);
+                assert_eq!(ra.is_ok(), rb.is_ok(), "{name}");
+                if ra.is_ok() {
+                    assert!(a == b, "{name}: partial decode differs ({config:?})");
+                    compared += 1;
+                }
+            }
+        }
+        assert!(compared >= configs.len() * 30, "only {compared} compared");
+    }
+
+    /// A gray JPEG resized as one channel equals the same image resized as RGB.
+    #[test]
+    fn gray_jpegs_resize_as_one_channel_exactly() {
+        let jpeg = std::fs::read("tests/fixtures/gray.jpg").expect("fixture");
+        let options = PrepareOptions::from_config(&Config::default());
+        let mut one_channel = vec![0u8; options.image_bytes()];
+        prepare_bytes(&jpeg, &options, &mut one_channel).expect("gray path");
+        // The same gray pixels spread to RGB and resized as RGB.
+        let mut gray = Vec::new();
+        let decoded = decode(
+            &jpeg,
+            &options.decode,
+            &|_, _| DecodeWindow::WHOLE,
+            &mut gray,
+        )
+        .expect("decode");
+        assert_eq!(decoded.channels, 1);
+        let rgb: Vec<u8> = gray.iter().flat_map(|&g| [g, g, g]).collect();
+        let mut three_channels = vec![0u8; options.image_bytes()];
+        resize_into_slot(
+            &rgb,
+            crate::decode::Decoded {
+                channels: 3,
+                ..decoded
+            },
+            &options.geometry,
+            &mut Resizer::new(),
+            &mut Vec::new(),
+            &mut three_channels,
+        )
+        .expect("rgb resize");
+        assert!(one_channel == three_channels);
+    }
 }

@@ -7,11 +7,11 @@
 //! antialiased like Pillow's.
 
 use fast_image_resize::images::{TypedCroppedImageMut, TypedImage, TypedImageRef};
-use fast_image_resize::pixels::U8x3;
-use fast_image_resize::{FilterType, ResizeAlg, ResizeOptions, Resizer};
+use fast_image_resize::pixels::{U8x3, U8};
+use fast_image_resize::{FilterType, PixelTrait, ResizeAlg, ResizeOptions, Resizer};
 
 use crate::config::{Config, Interpolation, ResizeMode};
-use crate::decode::Decoded;
+use crate::decode::{Decoded, SourceRect};
 use crate::error::ItemErrorKind;
 
 /// A source rectangle (fractional, source pixels) and the output rectangle it is resized into;
@@ -124,6 +124,50 @@ impl Geometry {
     }
 }
 
+impl Geometry {
+    /// The part of an image of `width` x `height`, decoded at 1/`reduction`, that the resize
+    /// reads: the placement's source box widened by the filter's reach plus two pixels (one for
+    /// the border a partial JPEG decode may compute differently, one to spare), in full-size
+    /// pixels. `None` when that is the whole image.
+    pub fn source_window(&self, width: u32, height: u32, reduction: u32) -> Option<SourceRect> {
+        let p = self.place(width, height);
+        let r = reduction.max(1) as f64;
+        let support = match resize_alg(self.interpolation) {
+            ResizeAlg::Convolution(filter) => filter_support(filter),
+            // Nearest reads the pixel under each sample position.
+            _ => 0.5,
+        };
+        // The filter's reach, in pixels of the reduced image, back in full-size pixels.
+        let reach = |src: f64, dst: u32| {
+            let scale = src / r / dst.max(1) as f64;
+            ((support * scale.max(1.0)).ceil() + 2.0) * r
+        };
+        let (mx, my) = (
+            reach(p.src_width, p.dst_width),
+            reach(p.src_height, p.dst_height),
+        );
+        let clip = |v: f64, len: u32| v.clamp(0.0, len as f64);
+        let rect = SourceRect {
+            x0: clip((p.src_left - mx).floor(), width) as u32,
+            y0: clip((p.src_top - my).floor(), height) as u32,
+            x1: clip((p.src_left + p.src_width + mx).ceil(), width) as u32,
+            y1: clip((p.src_top + p.src_height + my).ceil(), height) as u32,
+        };
+        let whole = rect.x0 == 0 && rect.y0 == 0 && rect.x1 == width && rect.y1 == height;
+        (!whole && rect.x1 > rect.x0 && rect.y1 > rect.y0).then_some(rect)
+    }
+}
+
+/// Radius of `filter` at scale 1, in pixels (fast_image_resize's values).
+fn filter_support(filter: FilterType) -> f64 {
+    match filter {
+        FilterType::Box => 0.5,
+        FilterType::Bilinear | FilterType::Hamming => 1.0,
+        FilterType::CatmullRom | FilterType::Mitchell => 2.0,
+        _ => 3.0,
+    }
+}
+
 /// One axis of torchvision's `CenterCrop(out)` applied to a source axis of length `src` resized
 /// to `resized`: returns (source start, source length, output start, output length).
 fn center_crop_axis(src: f64, resized: u64, out: u32) -> (f64, f64, u32, u32) {
@@ -149,17 +193,16 @@ fn resize_alg(interpolation: Interpolation) -> ResizeAlg {
     }
 }
 
-/// Resizes the decoded RGB8 `pixels` into `slot` (`geometry.width * geometry.height * 3` bytes).
+/// Resizes the decoded `pixels` into `slot` (`geometry.width * geometry.height * 3` bytes, RGB8).
+/// Gray images are resized as one channel into `gray`, this thread's scratch, then spread to RGB.
 pub(crate) fn resize_into_slot(
     pixels: &[u8],
     decoded: Decoded,
     geometry: &Geometry,
     resizer: &mut Resizer,
+    gray: &mut Vec<u8>,
     slot: &mut [u8],
 ) -> Result<(), ItemErrorKind> {
-    let fail = |what: &str, e: &dyn std::fmt::Display| {
-        ItemErrorKind::Decode(format!("resize ({what}): {e}"))
-    };
     // The geometry is that of the full-size image; a DCT-reduced decode shrinks the source box.
     let r = decoded.reduction.max(1);
     let mut placement = geometry.place(decoded.source_width, decoded.source_height);
@@ -171,16 +214,45 @@ pub(crate) fn resize_into_slot(
         placement.src_width = (placement.src_width * scale).min(w - placement.src_left);
         placement.src_height = (placement.src_height * scale).min(h - placement.src_top);
     }
-    let src = TypedImageRef::<U8x3>::from_buffer(decoded.width, decoded.height, pixels)
+    match decoded.channels {
+        3 => resample::<U8x3>(pixels, decoded, &placement, geometry, resizer, slot),
+        1 => {
+            gray.resize(geometry.width as usize * geometry.height as usize, 0);
+            resample::<U8>(pixels, decoded, &placement, geometry, resizer, gray)?;
+            for (rgb, &g) in slot.chunks_exact_mut(3).zip(gray.iter()) {
+                rgb.fill(g);
+            }
+            Ok(())
+        }
+        n => Err(ItemErrorKind::Decode(format!(
+            "resize: {n} channels a pixel"
+        ))),
+    }
+}
+
+/// Resamples `placement`'s source box of `pixels` into its output box of `out` (the whole
+/// output, padded outside the box).
+fn resample<P: PixelTrait<Component = u8>>(
+    pixels: &[u8],
+    decoded: Decoded,
+    placement: &Placement,
+    geometry: &Geometry,
+    resizer: &mut Resizer,
+    out: &mut [u8],
+) -> Result<(), ItemErrorKind> {
+    let fail = |what: &str, e: &dyn std::fmt::Display| {
+        ItemErrorKind::Decode(format!("resize ({what}): {e}"))
+    };
+    let src = TypedImageRef::<P>::from_buffer(decoded.width, decoded.height, pixels)
         .map_err(|e| fail("source", &e))?;
     let covers_all = placement.dst_left == 0
         && placement.dst_top == 0
         && placement.dst_width == geometry.width
         && placement.dst_height == geometry.height;
     if !covers_all {
-        slot.fill(placement.pad);
+        out.fill(placement.pad);
     }
-    let dst = TypedImage::<U8x3>::from_buffer(geometry.width, geometry.height, slot)
+    let dst = TypedImage::<P>::from_buffer(geometry.width, geometry.height, out)
         .map_err(|e| fail("destination", &e))?;
     let mut dst = TypedCroppedImageMut::new(
         dst,
