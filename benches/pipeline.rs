@@ -4,7 +4,8 @@
 //! Environment: `GPUFEED_BENCH_DIR` (default assets/; use a corpus of 2,000+ images, e.g. from
 //! make-corpus), `GPUFEED_BENCH_THREADS` (default 1,0; 0 is one per core),
 //! `GPUFEED_BENCH_PASSES` (CPU-stage passes, default 3), `GPUFEED_BENCH_EPOCHS` (end-to-end
-//! epochs, default 10).
+//! epochs, default 10), `GPUFEED_BENCH_BATCH` (images per batch, default 256),
+//! `GPUFEED_BENCH_WHOLE` (0 leaves out the one-thread row with JPEGs decoded whole).
 
 use gpufeed::bench::{pipeline, PipelineBenchOptions};
 use gpufeed::Config;
@@ -24,6 +25,11 @@ fn main() {
         .ok()
         .and_then(|p| p.parse().ok())
         .unwrap_or(10);
+    let batch_size = std::env::var("GPUFEED_BENCH_BATCH")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(256);
+    let whole_decode_row = std::env::var("GPUFEED_BENCH_WHOLE").map_or(true, |v| v != "0");
     let device = match gpufeed::gpu::probe() {
         Ok(_) => Some(0),
         Err(e) => {
@@ -33,11 +39,15 @@ fn main() {
     };
     let options = PipelineBenchOptions {
         dir: dir.into(),
-        config: Config::default(),
+        config: Config {
+            batch_size,
+            ..Config::default()
+        },
         threads,
         device,
         passes,
         epochs,
+        whole_decode_row,
     };
     match pipeline(&options) {
         Ok(report) => print!("{}", report.table()),

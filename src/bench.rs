@@ -32,6 +32,9 @@ pub struct PipelineBenchOptions {
     /// Epochs of the end-to-end row (the median epoch is reported; host memory is read after
     /// each).
     pub epochs: usize,
+    /// At one thread, also measure the CPU stage with every JPEG decoded whole, passes taken in
+    /// turn with the usual ones: what the partial decode saves.
+    pub whole_decode_row: bool,
 }
 
 /// One measured configuration.
@@ -106,6 +109,49 @@ impl PipelineBenchReport {
     }
 }
 
+/// Passes of the CPU stage over `source` on `pool`, batch by batch into `slot` as the pipeline
+/// does, once per variant in turn (so that drifts of the machine's speed hit every variant
+/// alike); returns the images of a pass and the median seconds of the `passes` counted passes of
+/// each variant.
+fn cpu_stage(
+    pool: &rayon::ThreadPool,
+    source: &Source,
+    variants: &[PrepareOptions],
+    slot: &mut [u8],
+    passes: usize,
+    warm_up: usize,
+) -> Result<Vec<(usize, f64)>> {
+    let order: Vec<usize> = (0..source.len()).collect();
+    let stop = AtomicBool::new(false);
+    let mut times = vec![Vec::new(); variants.len()];
+    let mut images = vec![0; variants.len()];
+    for pass in 0..passes + warm_up {
+        for (v, prepare) in variants.iter().enumerate() {
+            let batch_size = slot.len() / prepare.image_bytes();
+            let start = Instant::now();
+            images[v] = 0;
+            let mut position = 0;
+            while position < order.len() {
+                let filled = pool
+                    .install(|| {
+                        fill_slot(slot, &order[position..], batch_size, source, prepare, &stop)
+                    })?
+                    .ok_or_else(|| Error::Worker("stopped".into()))?;
+                position += filled.consumed;
+                images[v] += filled.indices.len();
+            }
+            if pass >= warm_up {
+                times[v].push(start.elapsed().as_secs_f64());
+            }
+        }
+    }
+    Ok(images
+        .into_iter()
+        .zip(times.iter_mut())
+        .map(|(n, t)| (n, median(t)))
+        .collect())
+}
+
 /// Peak resident set size of this process in bytes (`VmHWM`), 0 where unknown.
 pub fn peak_rss_bytes() -> u64 {
     resident_field("VmHWM:")
@@ -143,51 +189,40 @@ pub fn pipeline(options: &PipelineBenchOptions) -> Result<PipelineBenchReport> {
     let config = &options.config;
     config.validate()?;
     let prepare = PrepareOptions::from_config(config);
-    let order: Vec<usize> = (0..source.len()).collect();
     let mut slot = vec![0u8; config.batch_size * prepare.image_bytes()];
-    let stop = AtomicBool::new(false);
     let passes = options.passes.max(1);
     let mut rows = Vec::new();
-    let mut warmed = false;
+    // The first pass over the folder warms the page cache and is not counted.
+    let mut warm_up = 1;
     for &threads in &options.threads {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .build()
             .map_err(|e| Error::Config(format!("thread pool: {e}")))?;
         let used = pool.current_num_threads();
-        let mut times = Vec::new();
-        let mut images = 0;
-        for pass in 0..passes + usize::from(!warmed) {
-            let start = Instant::now();
-            images = 0;
-            let mut position = 0;
-            while position < order.len() {
-                let filled = pool
-                    .install(|| {
-                        fill_slot(
-                            &mut slot,
-                            &order[position..],
-                            config.batch_size,
-                            &source,
-                            &prepare,
-                            &stop,
-                        )
-                    })?
-                    .ok_or_else(|| Error::Worker("stopped".into()))?;
-                position += filled.consumed;
-                images += filled.indices.len();
-            }
-            if warmed || pass > 0 {
-                times.push(start.elapsed().as_secs_f64());
-            }
+        // At one thread, the same passes with every JPEG decoded whole, in turn with the usual
+        // ones: what the partial decode saves.
+        let mut variants = vec![prepare];
+        if used == 1 && options.whole_decode_row {
+            variants.push(PrepareOptions {
+                partial_decode: false,
+                ..prepare
+            });
         }
-        warmed = true;
-        rows.push(PipelineBenchRow {
-            label: "CPU stage only (read, decode, resize, stage)".into(),
-            threads: used,
-            images,
-            seconds: median(&mut times),
-        });
+        let measured = cpu_stage(&pool, &source, &variants, &mut slot, passes, warm_up)?;
+        warm_up = 0;
+        let labels = [
+            "CPU stage only (read, decode, resize, stage)",
+            "CPU stage, JPEGs decoded whole",
+        ];
+        for (label, (images, seconds)) in labels.iter().zip(measured) {
+            rows.push(PipelineBenchRow {
+                label: label.to_string(),
+                threads: used,
+                images,
+                seconds,
+            });
+        }
     }
     let mut rss_after_epochs = Vec::new();
     if let Some(ordinal) = options.device {
