@@ -5,7 +5,8 @@
 //! make-corpus), `GPUFEED_BENCH_THREADS` (default 1,0; 0 is one per core),
 //! `GPUFEED_BENCH_PASSES` (CPU-stage passes, default 3), `GPUFEED_BENCH_EPOCHS` (end-to-end
 //! epochs, default 10), `GPUFEED_BENCH_BATCH` (images per batch, default 256),
-//! `GPUFEED_BENCH_WHOLE` (0 leaves out the one-thread row with JPEGs decoded whole).
+//! `GPUFEED_BENCH_WHOLE` (0 leaves out the one-thread row with JPEGs decoded whole),
+//! `GPUFEED_BENCH_IN_MEMORY` (1 reads the files into memory first: no file reads timed).
 
 use gpufeed::bench::{pipeline, PipelineBenchOptions};
 use gpufeed::Config;
@@ -29,6 +30,7 @@ fn main() {
         .ok()
         .and_then(|p| p.parse().ok())
         .unwrap_or(256);
+    let in_memory = std::env::var("GPUFEED_BENCH_IN_MEMORY").is_ok_and(|v| v == "1");
     let whole_decode_row = std::env::var("GPUFEED_BENCH_WHOLE").map_or(true, |v| v != "0");
     let device = match gpufeed::gpu::probe() {
         Ok(_) => Some(0),
@@ -47,6 +49,7 @@ fn main() {
         device,
         passes,
         epochs,
+        in_memory,
         whole_decode_row,
     };
     match pipeline(&options) {

@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::Instant;
 
 pub use crate::gpu::bench as upload;
@@ -32,6 +33,8 @@ pub struct PipelineBenchOptions {
     /// Epochs of the end-to-end row (the median epoch is reported; host memory is read after
     /// each).
     pub epochs: usize,
+    /// Read every file into memory first and measure from there (no file reads in the timings).
+    pub in_memory: bool,
     /// At one thread, also measure the CPU stage with every JPEG decoded whole, passes taken in
     /// turn with the usual ones: what the partial decode saves.
     pub whole_decode_row: bool,
@@ -82,18 +85,32 @@ impl PipelineBenchReport {
         let _ = writeln!(s, "gpufeed pipeline bench: {} images", self.images);
         let _ = writeln!(
             s,
-            "{:<44} {:>7} {:>9} {:>11} {:>11}",
+            "{:<48} {:>7} {:>9} {:>11} {:>11}",
             "what", "threads", "seconds", "images/s", "per thread"
         );
         for r in &self.rows {
             let _ = writeln!(
                 s,
-                "{:<44} {:>7} {:>9.3} {:>11.0} {:>11.0}",
+                "{:<48} {:>7} {:>9.3} {:>11.0} {:>11.0}",
                 r.label,
                 r.threads,
                 r.seconds,
                 r.images_per_s(),
                 r.per_thread()
+            );
+        }
+        let rate = |prefix: &str| {
+            self.rows
+                .iter()
+                .find(|r| r.label.starts_with(prefix))
+                .map(PipelineBenchRow::images_per_s)
+        };
+        if let (Some(end_to_end), Some(cpu)) = (rate("end to end"), rate("CPU stage only, in turn"))
+        {
+            let _ = writeln!(
+                s,
+                "end to end keeps {:.1}% of the CPU-stage rate measured in turn",
+                100.0 * end_to_end / cpu
             );
         }
         let _ = writeln!(s, "peak RSS {:.0} MB", self.peak_rss_bytes as f64 / 1e6);
@@ -179,7 +196,18 @@ fn resident_field(field: &str) -> u64 {
 /// the pipeline does, without the device stage) at each thread count, and the whole pipeline on
 /// the GPU. The first pass over the folder warms the page cache and is not counted.
 pub fn pipeline(options: &PipelineBenchOptions) -> Result<PipelineBenchReport> {
-    let source = Source::directory(&options.dir)?;
+    let mut source = Source::directory(&options.dir)?;
+    if options.in_memory {
+        let mut images = Vec::with_capacity(source.len());
+        for index in 0..source.len() {
+            let item = source.item(index);
+            let bytes = item
+                .read()
+                .map_err(|kind| Error::Config(format!("{}: {kind}", item.id())))?;
+            images.push((item.id().to_string(), Arc::<[u8]>::from(&*bytes)));
+        }
+        source = Source::bytes(images);
+    }
     if source.is_empty() {
         return Err(Error::Config(format!(
             "{}: no images to measure",
@@ -235,8 +263,17 @@ pub fn pipeline(options: &PipelineBenchOptions) -> Result<PipelineBenchReport> {
             .source(source.clone())
             .build()?;
         let threads = rayon::current_num_threads();
+        // A pass of the CPU stage alone after each epoch, on as many threads: the pipeline's
+        // rate with the device stage removed, measured in turn so that drifts of the machine's
+        // speed hit both alike.
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .map_err(|e| Error::Config(format!("thread pool: {e}")))?;
         let mut times = Vec::new();
+        let mut cpu_times = Vec::new();
         let mut images = 0;
+        let mut cpu_images = 0;
         let epochs = options.epochs.max(1);
         for epoch in 0..epochs {
             if epoch > 0 {
@@ -254,7 +291,18 @@ pub fn pipeline(options: &PipelineBenchOptions) -> Result<PipelineBenchReport> {
             }
             times.push(start.elapsed().as_secs_f64());
             rss_after_epochs.push(rss_bytes());
+            let measured = cpu_stage(&pool, &source, &[prepare], &mut slot, 1, 0)?;
+            if let Some(&(n, seconds)) = measured.first() {
+                cpu_images = n;
+                cpu_times.push(seconds);
+            }
         }
+        rows.push(PipelineBenchRow {
+            label: "CPU stage only, in turn with the epochs below".into(),
+            threads: pool.current_num_threads(),
+            images: cpu_images,
+            seconds: median(&mut cpu_times),
+        });
         rows.push(PipelineBenchRow {
             label: format!(
                 "end to end, GPU {} {} batch {}",
