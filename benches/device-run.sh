@@ -3,7 +3,7 @@
 # building the executables into .gpu/ (tests, benches, the CLI; see README "Figures").
 # Writes logs, CSV and SVG to ${OUT:-/tmp/gpufeed-out}. Steps: all tests with the GPU required,
 # compute-sanitizer (memcheck, racecheck) on the GPU tests, the upload bench, the pipeline bench
-# on a 2,000-image corpus with Pillow's rate on the same files, and `gpufeed run` on the GPU vs
+# on a 2,000-image corpus in rounds with Pillow's rate on the same files, and `gpufeed run` on the GPU vs
 # --cpu on that corpus (outputs compared bit for bit), and the partial JPEG decode checked against
 # the whole decode on the corpus. STEPS picks steps (default: all of
 # "tests sanitizer upload pipeline run").
@@ -48,10 +48,14 @@ fi
 
 [ -d "$corpus" ] || python3 .gpu/tools/make-corpus "$corpus" 2000
 if want pipeline; then
-step "pipeline bench (Pillow before and after, on the same files)"
+# This machine's CPUs change speed from minute to minute (a shared host): Pillow and the bench
+# run in turn, ROUNDS times; compare figures within a round, or medians over the rounds.
+for round in $(seq "${ROUNDS:-3}"); do
+step "pipeline bench, round $round: Pillow, then gpufeed on the same files"
 python3 .gpu/tools/pil-baseline "$corpus" | tee -a "$out/pipeline.txt"
-GPUFEED_BENCH_PASSES=${PASSES:-5} GPUFEED_BENCH_EPOCHS=${EPOCHS:-20} GPUFEED_BENCH_DIR="$corpus" GPUFEED_BENCH_THREADS=${THREADS:-1,2,4,8,16} .gpu/bin/bench-pipeline 2>&1 | tee -a "$out/pipeline.txt"
-python3 .gpu/tools/pil-baseline "$corpus" | tee -a "$out/pipeline.txt"
+GPUFEED_BENCH_PASSES=${PASSES:-3} GPUFEED_BENCH_EPOCHS=${EPOCHS:-10} GPUFEED_BENCH_DIR="$corpus" \
+  GPUFEED_BENCH_THREADS=${THREADS:-1,2,4,8,16} .gpu/bin/bench-pipeline 2>&1 | tee -a "$out/pipeline.txt"
+done
 step "partial JPEG decode against the whole decode, on the corpus"
 GPUFEED_TEST_CORPUS="$corpus" .gpu/bin/test-lib-gpufeed partial_decode 2>&1 | grep -E "^test "
 fi

@@ -3,6 +3,7 @@
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 use fast_image_resize::Resizer;
 use rayon::prelude::*;
@@ -170,6 +171,50 @@ pub(crate) struct Filled {
     pub consumed: usize,
 }
 
+/// What became of one image: `None` if it was not tried because `stop` was raised.
+type Outcome = Option<std::result::Result<(), ItemErrorKind>>;
+
+/// Prepares image `chunk[k]` of `source` into the `k`-th image of `region`, for every `k`, on every
+/// thread of the current pool. The largest files go first and each thread takes the next one as
+/// it frees up, so the batch ends on small images and no thread idles long at its end (a split
+/// of the batch into fixed shares ends on whatever image is slowest).
+fn prepare_largest_first(
+    region: &mut [u8],
+    chunk: &[usize],
+    source: &Source,
+    options: &PrepareOptions,
+    stop: &AtomicBool,
+) -> Vec<Outcome> {
+    let sizes: Vec<u64> = chunk
+        .par_iter()
+        .map(|&index| source.item(index).size_hint())
+        .collect();
+    let mut jobs: Vec<(usize, &mut [u8])> = region
+        .chunks_mut(options.image_bytes())
+        .enumerate()
+        .collect();
+    jobs.sort_by_key(|&(k, _)| std::cmp::Reverse(sizes[k]));
+    let queue = Mutex::new(jobs.into_iter());
+    let per_thread: Vec<Vec<(usize, Outcome)>> = rayon::broadcast(|_| {
+        let mut done = Vec::new();
+        loop {
+            // Nothing panics while the lock is held, so a poisoned queue is still whole.
+            let job = queue.lock().unwrap_or_else(|e| e.into_inner()).next();
+            let Some((k, dst)) = job else {
+                break done;
+            };
+            let outcome = (!stop.load(Ordering::Relaxed))
+                .then(|| prepare_one(source, chunk[k], options, dst));
+            done.push((k, outcome));
+        }
+    });
+    let mut outcomes: Vec<Outcome> = (0..chunk.len()).map(|_| None).collect();
+    for (k, outcome) in per_thread.into_iter().flatten() {
+        outcomes[k] = outcome;
+    }
+    outcomes
+}
+
 /// Fills `slot` with up to `batch_size` good images taken from `order` in order, skipping (or,
 /// under [`OnError::Fail`], stopping at) images that fail. Runs on the current rayon pool.
 /// Returns `Ok(None)` if `stop` was raised meanwhile.
@@ -188,16 +233,7 @@ pub(crate) fn fill_slot(
         let take = (batch_size - good).min(order.len() - filled.consumed);
         let chunk = &order[filled.consumed..filled.consumed + take];
         let region = &mut slot[good * image_bytes..(good + take) * image_bytes];
-        let results: Vec<Option<std::result::Result<(), ItemErrorKind>>> = region
-            .par_chunks_mut(image_bytes)
-            .zip(chunk.par_iter())
-            .map(|(dst, &index)| {
-                if stop.load(Ordering::Relaxed) {
-                    return None;
-                }
-                Some(prepare_one(source, index, options, dst))
-            })
-            .collect();
+        let results = prepare_largest_first(region, chunk, source, options, stop);
         // Close the gaps the failed images left, keeping the order.
         let first = good;
         for (k, result) in results.into_iter().enumerate() {

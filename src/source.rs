@@ -37,6 +37,15 @@ impl SourceItem {
         self.label
     }
 
+    /// Encoded size in bytes, to schedule large images first: the file's size (0 if it cannot
+    /// be read; reading it later reports why), or the length of in-memory bytes.
+    pub(crate) fn size_hint(&self) -> u64 {
+        match &self.payload {
+            Payload::Path(path) => fs::metadata(path).map_or(0, |m| m.len()),
+            Payload::Bytes(bytes) => bytes.len() as u64,
+        }
+    }
+
     /// The encoded bytes: read from disk, or shared from memory.
     pub(crate) fn read(&self) -> std::result::Result<ItemBytes, ItemErrorKind> {
         match &self.payload {
