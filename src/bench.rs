@@ -263,9 +263,9 @@ pub fn pipeline(options: &PipelineBenchOptions) -> Result<PipelineBenchReport> {
             .source(source.clone())
             .build()?;
         let threads = rayon::current_num_threads();
-        // A pass of the CPU stage alone after each epoch, on as many threads: the pipeline's
+        // A pass of the CPU stage alone before each epoch, on as many threads: the pipeline's
         // rate with the device stage removed, measured in turn so that drifts of the machine's
-        // speed hit both alike.
+        // speed hit both alike. (Its pool's scratch is in the RSS from the first epoch on.)
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .build()
@@ -276,6 +276,11 @@ pub fn pipeline(options: &PipelineBenchOptions) -> Result<PipelineBenchReport> {
         let mut cpu_images = 0;
         let epochs = options.epochs.max(1);
         for epoch in 0..epochs {
+            let measured = cpu_stage(&pool, &source, &[prepare], &mut slot, 1, 0)?;
+            if let Some(&(n, seconds)) = measured.first() {
+                cpu_images = n;
+                cpu_times.push(seconds);
+            }
             if epoch > 0 {
                 pipeline.next_epoch()?;
             }
@@ -291,11 +296,6 @@ pub fn pipeline(options: &PipelineBenchOptions) -> Result<PipelineBenchReport> {
             }
             times.push(start.elapsed().as_secs_f64());
             rss_after_epochs.push(rss_bytes());
-            let measured = cpu_stage(&pool, &source, &[prepare], &mut slot, 1, 0)?;
-            if let Some(&(n, seconds)) = measured.first() {
-                cpu_images = n;
-                cpu_times.push(seconds);
-            }
         }
         rows.push(PipelineBenchRow {
             label: "CPU stage only, in turn with the epochs below".into(),
