@@ -215,7 +215,17 @@ fn decode_jpeg_turbo(
             region,
         };
         pixels.resize(request.output_len(&header), 0);
-        let Ok(decoded) = decoder.decompress(bytes, &request, pixels) else {
+        // A region libjpeg-turbo cannot cut where asked (unusual sampling factors) is decoded
+        // whole before the file goes to the other decoder.
+        let mut decoded = decoder.decompress(bytes, &request, pixels);
+        if decoded.is_err() && region.is_some() {
+            let whole = Request {
+                region: None,
+                ..request
+            };
+            decoded = decoder.decompress(bytes, &whole, pixels);
+        }
+        let Ok(decoded) = decoded else {
             return Ok(None);
         };
         Ok(Some(Decoded {

@@ -275,7 +275,9 @@ mod tests {
     use super::*;
     use crate::config::{Interpolation, ResizeMode};
 
-    /// JPEGs of every shape the partial decode meets: the bundled photos, the JPEG fixtures,
+    /// JPEGs of every shape the partial decode meets: the bundled photos, the JPEG fixtures
+    /// (`sampling_2x1_all.jpg`, made with `cjpeg -sample 2x1,2x1,2x1`, has sampling factors
+    /// libjpeg-turbo cannot crop at the MCU it reports, so it is decoded whole),
     /// ImageNet-sized crops of the photos (colour 4:2:0 and 4:4:4, and gray) at random sizes and
     /// aspect ratios, and the files of `GPUFEED_TEST_CORPUS` if set (e.g. a make-corpus folder).
     fn jpegs() -> Vec<(String, Vec<u8>)> {
