@@ -144,8 +144,8 @@ fn decode_jpeg(
     window: WindowFor,
     pixels: &mut Vec<u8>,
 ) -> Result<Decoded, ItemErrorKind> {
-    // A turned image is decoded whole and in RGB, then turned: the window is that of the
-    // upright image.
+    // An image the EXIF tag turns is decoded whole and in RGB, then turned: the window was
+    // computed for the image as stored.
     let orientation = if options.exif_orientation {
         let mut headers = JpegDecoder::new(ZCursor::new(bytes));
         headers
