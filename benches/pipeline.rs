@@ -1,5 +1,5 @@
 //! `cargo bench --bench pipeline`: the CPU stage at 1 thread and at every core, and the whole
-//! pipeline on the GPU, over a folder (see `gpufeed::bench::pipeline`).
+//! pipeline on the GPU, over a folder (see `gpufeed_bench::pipeline`).
 //!
 //! Environment: `GPUFEED_BENCH_DIR` (default assets/; use a corpus of 2,000+ images, e.g. from
 //! make-corpus), `GPUFEED_BENCH_THREADS` (default 1,0; 0 is one per core),
@@ -8,8 +8,8 @@
 //! `GPUFEED_BENCH_WHOLE` (0 leaves out the one-thread row with JPEGs decoded whole),
 //! `GPUFEED_BENCH_IN_MEMORY` (1 reads the files into memory first: no file reads timed).
 
-use gpufeed::bench::{pipeline, PipelineBenchOptions};
-use gpufeed::Config;
+use gpufeed::{BatchOptions, Options};
+use gpufeed_bench::pipeline::{pipeline, PipelineBenchOptions};
 
 fn main() {
     let dir = std::env::var("GPUFEED_BENCH_DIR").unwrap_or_else(|_| "assets".into());
@@ -32,7 +32,7 @@ fn main() {
         .unwrap_or(256);
     let in_memory = std::env::var("GPUFEED_BENCH_IN_MEMORY").is_ok_and(|v| v == "1");
     let whole_decode_row = std::env::var("GPUFEED_BENCH_WHOLE").map_or(true, |v| v != "0");
-    let device = match gpufeed::gpu::probe() {
+    let device = match gpufeed::cuda::probe() {
         Ok(_) => Some(0),
         Err(e) => {
             println!("bench pipeline: {e}; measuring the CPU stage only");
@@ -41,10 +41,7 @@ fn main() {
     };
     let options = PipelineBenchOptions {
         dir: dir.into(),
-        config: Config {
-            batch_size,
-            ..Config::default()
-        },
+        options: Options::default().batching(BatchOptions::default().batch_size(batch_size)),
         threads,
         device,
         passes,

@@ -1,14 +1,16 @@
 //! `cargo bench --bench upload`: u8 vs f32 upload size and time, and the fused kernel against a
-//! naive multi-pass conversion. The same code as `gpufeed bench`; see `gpufeed::gpu::bench`.
+//! naive multi-pass conversion. The same code as `gpufeed bench`; see `gpufeed_bench::upload`.
 //!
 //! Environment: `GPUFEED_BENCH_BATCHES` (default 32,64,128,256), `GPUFEED_BENCH_RUNS` (50),
-//! `GPUFEED_BENCH_OUT` (folder for upload.csv and upload.svg; default target/).
+//! `GPUFEED_BENCH_OUT` (folder for upload.csv and upload.svg; default target/),
+//! `GPUFEED_NCHW_GROUPS` (1..8) and `GPUFEED_STREAMING_STORES=1` (kernel variants to compare).
 
-use gpufeed::bench::upload::{self as bench, BenchOptions};
+use gpufeed::cuda::NormalizeTuning;
+use gpufeed_bench::upload::{self as bench, BenchOptions};
 
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test --benches` passes nothing special. Both run it.
-    if let Err(e) = gpufeed::gpu::probe() {
+    if let Err(e) = gpufeed::cuda::probe() {
         println!("bench upload: {e}\nbench upload: skipped (no CUDA device)");
         return;
     }
@@ -25,6 +27,17 @@ fn main() {
     {
         options.runs = runs;
     }
+    let mut tuning = NormalizeTuning::default();
+    if let Some(groups) = std::env::var("GPUFEED_NCHW_GROUPS")
+        .ok()
+        .and_then(|g| g.parse().ok())
+    {
+        tuning = tuning.nchw_groups(groups);
+    }
+    if std::env::var("GPUFEED_STREAMING_STORES").as_deref() == Ok("1") {
+        tuning = tuning.streaming_stores(true);
+    }
+    options.tuning = tuning;
     let report = match bench::run(&options) {
         Ok(report) => report,
         Err(e) => {

@@ -1,22 +1,38 @@
-//! The crate's one error type.
+//! The crate's one error type, and the errors of single images.
 //!
-//! Errors that concern a single image ([`ItemError`]) carry the image's id (its path, or the id the
-//! caller gave in-memory bytes) and the reason; the pipeline either skips such an image and lists
-//! it on the batch, or stops with [`Error::Item`], depending on [`crate::OnError`].
+//! Errors keep their causes: a failed CUDA call carries cudarc's [`DriverError`] as its
+//! [`std::error::Error::source`], an unreadable file its [`std::io::ErrorKind`], a CUDA probe says
+//! which piece is missing ([`CudaUnavailable`]), and an option mistake names the option.
+//!
+//! Errors that concern a single image ([`ItemError`]) carry the image's id (its path, or the id
+//! the caller gave in-memory bytes) and the reason; the pipeline either skips such an image and
+//! lists it on the batch, or stops with [`Error::Item`], depending on [`crate::OnError`].
 
 use std::fmt;
 use std::path::PathBuf;
+
+use cudarc::driver::sys::CUresult;
+use cudarc::driver::DriverError;
 
 /// Why one image could not be turned into pixels.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ItemErrorKind {
     /// The file could not be read (missing, vanished after listing, a directory, no permission).
-    Read(String),
+    Read {
+        /// The operating system's classification of the failure.
+        kind: std::io::ErrorKind,
+        /// The failure in words.
+        reason: String,
+    },
     /// The bytes are not in a format this crate decodes.
     UnknownFormat,
     /// The bytes look like an image but could not be decoded (truncated, corrupt).
     Decode(String),
+    /// The decoded image could not be resized to the output (an inconsistent size).
+    Resize(String),
+    /// A decoder panicked on these bytes; the panic was caught and fails this image only.
+    DecoderPanic(String),
     /// The image claims more pixels than the configured limit; refused before decoding.
     TooLarge {
         /// Width the file claims.
@@ -30,14 +46,26 @@ pub enum ItemErrorKind {
     Empty,
 }
 
+impl ItemErrorKind {
+    /// A read failure from an I/O error, keeping its kind.
+    pub(crate) fn read(error: &std::io::Error, reason: impl Into<String>) -> ItemErrorKind {
+        ItemErrorKind::Read {
+            kind: error.kind(),
+            reason: reason.into(),
+        }
+    }
+}
+
 impl fmt::Display for ItemErrorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ItemErrorKind::Read(reason) => write!(f, "cannot read: {reason}"),
+            ItemErrorKind::Read { reason, .. } => write!(f, "cannot read: {reason}"),
             ItemErrorKind::UnknownFormat => {
                 write!(f, "not a JPEG, PNG, WebP, BMP, GIF or TIFF image")
             }
             ItemErrorKind::Decode(reason) => write!(f, "cannot decode: {reason}"),
+            ItemErrorKind::Resize(reason) => write!(f, "cannot resize: {reason}"),
+            ItemErrorKind::DecoderPanic(reason) => write!(f, "the decoder failed: {reason}"),
             ItemErrorKind::TooLarge {
                 width,
                 height,
@@ -70,6 +98,52 @@ impl fmt::Display for ItemError {
 
 impl std::error::Error for ItemError {}
 
+/// Why CUDA cannot be used on this machine, as far as the probe could tell.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CudaUnavailable {
+    /// The driver library could not be loaded.
+    #[error(
+        "the NVIDIA driver library (libcuda.so) was not found: install the NVIDIA driver, or use \
+         the CPU device"
+    )]
+    NoDriverLibrary,
+    /// NVRTC could not be loaded.
+    #[error(
+        "NVRTC (libnvrtc.so, from the CUDA toolkit) was not found: it compiles the kernels at run \
+         time; install the CUDA runtime libraries, or use the CPU device"
+    )]
+    NoNvrtc,
+    /// The driver loaded but reports no device.
+    #[error("the driver reports no CUDA device")]
+    NoDevice,
+    /// The requested ordinal is out of range.
+    #[error("no CUDA device {ordinal}: this machine has {count} device(s)")]
+    NoSuchDevice {
+        /// The ordinal asked for.
+        ordinal: usize,
+        /// Devices present.
+        count: usize,
+    },
+    /// The driver refused to start (not initialized, a stub library, an invalid device).
+    #[error("{context}: {source}")]
+    Driver {
+        /// What was being done.
+        context: &'static str,
+        /// The driver's error.
+        #[source]
+        source: DriverError,
+    },
+    /// A call into the CUDA libraries panicked (an installation lacking a symbol).
+    #[error("{context}: {message}")]
+    Broken {
+        /// What was being done.
+        context: &'static str,
+        /// The panic's message.
+        message: String,
+    },
+}
+
 /// Everything that can go wrong in gpufeed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -77,45 +151,89 @@ pub enum Error {
     /// One image failed and the pipeline's policy is [`crate::OnError::Fail`].
     #[error("{0}")]
     Item(ItemError),
-    /// A source could not be listed (missing folder, unreadable directory).
+    /// A source could not be listed (missing folder, unreadable directory, no class folders).
     #[error("cannot list {path}: {reason}")]
     Source {
         /// The folder or file that could not be listed.
         path: PathBuf,
-        /// Why.
+        /// Why, in words.
+        reason: String,
+        /// The I/O error behind it, if any.
+        #[source]
+        source: Option<std::io::Error>,
+    },
+    /// An option has a value that cannot work; names the option.
+    #[error("invalid option {option}: {reason}")]
+    InvalidOption {
+        /// The option, as the builder and the command line name it.
+        option: &'static str,
+        /// What is wrong with its value.
         reason: String,
     },
-    /// The pipeline's options do not make sense together.
-    #[error("invalid configuration: {0}")]
-    Config(String),
-    /// CUDA was asked for but cannot be used: no driver library, no device, no NVRTC.
+    /// CUDA was asked for but cannot be used.
     #[error("CUDA is not available: {0}")]
-    CudaUnavailable(String),
+    CudaUnavailable(#[from] CudaUnavailable),
     /// A CUDA driver call failed.
-    #[error("CUDA driver error during {context}: {reason}")]
+    #[error("CUDA driver error while {context}: {source}")]
     Cuda {
         /// What the pipeline was doing.
         context: &'static str,
-        /// The driver's message.
-        reason: String,
+        /// The driver's error.
+        #[source]
+        source: DriverError,
     },
-    /// The kernel source failed to compile with NVRTC.
-    #[error("NVRTC could not compile kernels/{0}")]
-    KernelCompile(String),
+    /// A kernel source failed to compile with NVRTC.
+    #[error("NVRTC could not compile kernels/{kernel}: {log}")]
+    KernelCompile {
+        /// The kernel file.
+        kernel: &'static str,
+        /// NVRTC's message and log.
+        log: String,
+    },
     /// The device does not have the memory a batch needs.
-    #[error("out of GPU memory: {0}")]
-    OutOfDeviceMemory(String),
+    #[error("out of GPU memory while {context}{}", .needed.map_or(String::new(), |(needed, free)| format!(
+        ": {:.2} GB needed, {:.2} GB free; use a smaller batch size or prefetch depth",
+        needed as f64 / 1e9, free as f64 / 1e9)))]
+    OutOfDeviceMemory {
+        /// What was being allocated.
+        context: &'static str,
+        /// Bytes needed and bytes free, when known before allocating.
+        needed: Option<(u64, u64)>,
+    },
+    /// A caller's buffer or tensor does not have the size or type the call needs.
+    #[error("{0}")]
+    Mismatch(String),
     /// The prefetch thread stopped unexpectedly.
     #[error("the prefetch thread stopped: {0}")]
     Worker(String),
-    /// Writing an output file failed.
-    #[error("cannot write {path}: {reason}")]
-    Write {
-        /// The file being written.
-        path: PathBuf,
-        /// Why.
-        reason: String,
-    },
+}
+
+impl Error {
+    /// An option mistake.
+    pub(crate) fn invalid(option: &'static str, reason: impl Into<String>) -> Error {
+        Error::InvalidOption {
+            option,
+            reason: reason.into(),
+        }
+    }
+
+    /// A failed driver call: out-of-memory and a missing or unusable device get their own
+    /// variants, the rest keep the driver's error as their source.
+    pub(crate) fn cuda(context: &'static str, source: DriverError) -> Error {
+        match source.0 {
+            CUresult::CUDA_ERROR_OUT_OF_MEMORY => Error::OutOfDeviceMemory {
+                context,
+                needed: None,
+            },
+            CUresult::CUDA_ERROR_NO_DEVICE
+            | CUresult::CUDA_ERROR_INVALID_DEVICE
+            | CUresult::CUDA_ERROR_NOT_INITIALIZED
+            | CUresult::CUDA_ERROR_STUB_LIBRARY => {
+                Error::CudaUnavailable(CudaUnavailable::Driver { context, source })
+            }
+            _ => Error::Cuda { context, source },
+        }
+    }
 }
 
 /// The crate's result type.

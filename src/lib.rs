@@ -1,30 +1,68 @@
-#![doc = include_str!("../README.md")]
+//! Feed images to a GPU model as fast as the hardware allows.
+//!
+//! The CPU reads, decodes (only the part of a JPEG the resize reads), resizes and crops each image
+//! in parallel, pixels kept `u8`, straight into pinned staging; the batch crosses PCIe as `u8`, a
+//! quarter of the bytes of `f32`, on the pipeline's own stream while the CPU prepares the next
+//! batches; one NVRTC-compiled kernel converts, normalizes and lays the batch out as
+//! `f16`/`bf16`/`f32`, NCHW or NHWC. Defaults follow torchvision's evaluation transform
+//! (`Resize(256)` + `CenterCrop(224)`, ImageNet mean and std, NCHW).
+//!
+//! ```
+//! use gpufeed::{DType, Device, Pipeline, Source};
+//!
+//! let mut pipeline = Pipeline::builder()
+//!     .source(Source::directory("assets")?)
+//!     .batch_size(4)
+//!     .dtype(DType::F32)
+//!     .device(Device::Cpu) // Device::Cuda(0) for the GPU
+//!     .build()?;
+//! while let Some(batch) = pipeline.next_batch()? {
+//!     assert_eq!(batch.images().shape()[1..], [3, 224, 224]);
+//!     println!("{} images: {:?}", batch.len(), batch.ids());
+//! }
+//! # Ok::<(), gpufeed::Error>(())
+//! ```
+//!
+//! The data flows one way, and the modules follow it: [`source`](Source) and [`order`](Options)
+//! -> the CPU lane ([`cpu`]: decode, resize, stage) -> the CUDA side ([`cuda`]: staging ring,
+//! upload, normalize kernel) -> [`Tensor`] -> [`Batch`]. Options are grouped by the stage that
+//! uses them ([`Options`]). The README has the figures, the command line and the design.
+
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
 mod batch;
-pub mod bench;
-mod chart;
-mod config;
-mod decode;
-mod error;
+pub mod cpu;
 #[allow(unsafe_code)]
-pub mod gpu;
+pub mod cuda;
+mod error;
+mod geometry;
+mod options;
+mod order;
 mod pipeline;
-mod prepare;
-pub mod reference;
-mod resize;
 mod source;
+#[allow(unsafe_code)]
 mod tensor;
 
 pub use batch::{Batch, EpochReport};
-pub use config::{
-    Affine, ChannelOrder, Config, DType, Device, Interpolation, LastBatch, Layout, OnError,
-    ResizeMode, DEFAULT_MAX_PIXELS, IMAGENET_MEAN, IMAGENET_STD,
+pub use cpu::{prepare_image, CpuStage, PreparedBatch};
+pub use error::{CudaUnavailable, Error, ItemError, ItemErrorKind, Result};
+pub use options::{
+    Affine, BatchOptions, ChannelOrder, DType, DecodeOptions, Device, Interpolation, LastBatch,
+    Layout, NormalizeSpec, OnError, Options, OutputOptions, ParseOptionError, ResizeMode,
+    ResizeOptions, RuntimeOptions, Shard, DEFAULT_MAX_PIXELS, IMAGENET_MEAN, IMAGENET_STD,
 };
-pub use error::{Error, ItemError, ItemErrorKind, Result};
-pub use gpu::DeviceTensor;
 pub use pipeline::{Pipeline, PipelineBuilder};
-pub use prepare::prepare_image;
 pub use source::{Source, IMAGE_EXTENSIONS};
-pub use tensor::{HostData, HostTensor, Tensor};
+pub use tensor::{DeviceData, DeviceTensor, HostData, HostTensor, Tensor};
+
+/// The cudarc this crate was built with: name its types (streams, slices, events) through this,
+/// so their versions always match the batches'.
+pub use cudarc;
+/// The `half` crate of the `f16` and `bf16` element types.
+pub use half;
+
+/// The README's examples, compiled and run as doc tests so they cannot fall behind the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExamples;

@@ -2,8 +2,12 @@
 //! Each test prints `skipped: no CUDA device` and passes where there is no GPU, and fails
 //! instead when `GPUFEED_REQUIRE_GPU=1`.
 
+mod common;
+
+use common::{gpu_present, rss_bytes};
 use gpufeed::{
-    ChannelOrder, DType, Device, Error, Layout, OnError, Pipeline, PipelineBuilder, Source,
+    ChannelOrder, CudaUnavailable, DType, Device, Error, Layout, OnError, Pipeline,
+    PipelineBuilder, ResizeMode, Source,
 };
 
 /// The tests share one process and one GPU; the memory tests read process-wide figures, so the
@@ -13,20 +17,6 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn gpu_present() -> bool {
-    match gpufeed::gpu::probe() {
-        Ok(_) => true,
-        Err(e) => {
-            assert!(
-                std::env::var("GPUFEED_REQUIRE_GPU").as_deref() != Ok("1"),
-                "GPUFEED_REQUIRE_GPU=1 but {e}"
-            );
-            println!("skipped: no CUDA device ({e})");
-            false
-        }
-    }
 }
 
 /// Every batch of one epoch: (ids, output bytes) per batch.
@@ -55,7 +45,7 @@ fn sources() -> Source {
 #[test]
 fn gpu_pipeline_equals_cpu_reference_for_every_dtype_layout_order() {
     let _serial = serial();
-    if !gpu_present() {
+    if !gpu_present("gpu_pipeline_equals_cpu_reference_for_every_dtype_layout_order") {
         return;
     }
     for dtype in [DType::F16, DType::BF16, DType::F32] {
@@ -91,7 +81,7 @@ fn gpu_pipeline_equals_cpu_reference_for_every_dtype_layout_order() {
 #[test]
 fn prefetch_depths_give_identical_output() {
     let _serial = serial();
-    if !gpu_present() {
+    if !gpu_present("prefetch_depths_give_identical_output") {
         return;
     }
     let run = |prefetch| {
@@ -116,7 +106,7 @@ fn prefetch_depths_give_identical_output() {
 #[test]
 fn missing_device_ordinal_is_a_clear_error() {
     let _serial = serial();
-    if !gpu_present() {
+    if !gpu_present("missing_device_ordinal_is_a_clear_error") {
         return;
     }
     let err = Pipeline::builder()
@@ -125,7 +115,10 @@ fn missing_device_ordinal_is_a_clear_error() {
         .build()
         .expect_err("device 999 should not exist");
     assert!(
-        matches!(&err, Error::CudaUnavailable(m) if m.contains("999")),
+        matches!(
+            &err,
+            Error::CudaUnavailable(CudaUnavailable::NoSuchDevice { ordinal: 999, .. })
+        ) && err.to_string().contains("999"),
         "{err}"
     );
 }
@@ -133,7 +126,7 @@ fn missing_device_ordinal_is_a_clear_error() {
 #[test]
 fn bad_files_are_skipped_on_the_gpu_too() {
     let _serial = serial();
-    if !gpu_present() {
+    if !gpu_present("bad_files_are_skipped_on_the_gpu_too") {
         return;
     }
     let mut paths = vec![std::path::PathBuf::from("assets/chelsea.png")];
@@ -158,7 +151,7 @@ fn bad_files_are_skipped_on_the_gpu_too() {
 #[test]
 fn creating_and_dropping_pipelines_leaks_neither_device_nor_host_memory() {
     let _serial = serial();
-    if !gpu_present() {
+    if !gpu_present("creating_and_dropping_pipelines_leaks_neither_device_nor_host_memory") {
         return;
     }
     let build = || {
@@ -173,8 +166,8 @@ fn creating_and_dropping_pipelines_leaks_neither_device_nor_host_memory() {
     // Warm up once (context, allocator pools), then measure across 100 pipelines, half of them
     // dropped mid-epoch with batches still in flight.
     drop(build());
-    let (free_before, _) = gpufeed::gpu::device_memory(0).expect("memory");
-    let rss_before = gpufeed::bench::rss_bytes();
+    let (free_before, _) = gpufeed::cuda::device_memory(0).expect("memory");
+    let rss_before = rss_bytes();
     for i in 0..100 {
         let mut pipeline = build();
         if i % 2 == 0 {
@@ -182,8 +175,8 @@ fn creating_and_dropping_pipelines_leaks_neither_device_nor_host_memory() {
             assert_eq!(batch.len(), 7);
         }
     }
-    let (free_after, _) = gpufeed::gpu::device_memory(0).expect("memory");
-    let rss_after = gpufeed::bench::rss_bytes();
+    let (free_after, _) = gpufeed::cuda::device_memory(0).expect("memory");
+    let rss_after = rss_bytes();
     let device_growth = free_before.saturating_sub(free_after);
     println!(
         "100 pipelines: device memory -{} MB, host RSS {} -> {} MB",
@@ -206,19 +199,19 @@ fn creating_and_dropping_pipelines_leaks_neither_device_nor_host_memory() {
 #[test]
 fn a_batch_too_big_for_the_machine_is_a_clear_error() {
     let _serial = serial();
-    if !gpu_present() {
+    if !gpu_present("a_batch_too_big_for_the_machine_is_a_clear_error") {
         return;
     }
     // 4096 x 4096 x 3 bytes per image, 100,000 images: 5 TB of staging.
     let result = Pipeline::builder()
         .source(Source::directory("assets").expect("assets"))
         .batch_size(100_000)
-        .output_size(4096, 4096)
+        .resize(ResizeMode::stretch(4096, 4096))
         .device(Device::Cuda(0))
         .build();
     match result {
-        Err(Error::OutOfDeviceMemory(m)) | Err(Error::Cuda { reason: m, .. }) => {
-            println!("refused: {m}")
+        Err(e @ Error::OutOfDeviceMemory { .. }) | Err(e @ Error::InvalidOption { .. }) => {
+            println!("refused: {e}")
         }
         other => panic!("expected an out-of-memory error, got {other:?}"),
     }
@@ -227,7 +220,7 @@ fn a_batch_too_big_for_the_machine_is_a_clear_error() {
 #[test]
 fn twenty_epochs_keep_host_memory_flat() {
     let _serial = serial();
-    if !gpu_present() {
+    if !gpu_present("twenty_epochs_keep_host_memory_flat") {
         return;
     }
     let mut pipeline = Pipeline::builder()
@@ -249,7 +242,7 @@ fn twenty_epochs_keep_host_memory_flat() {
             images += batch.len();
         }
         assert_eq!(images, pipeline.len());
-        rss.push(gpufeed::bench::rss_bytes());
+        rss.push(rss_bytes());
         assert_eq!(pipeline.pinned_bytes(), pinned);
     }
     println!(

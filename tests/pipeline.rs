@@ -5,6 +5,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+mod common;
+
+use common::TempDir;
 use gpufeed::{
     DType, Device, Error, Interpolation, ItemErrorKind, LastBatch, Layout, OnError, Pipeline,
     PipelineBuilder, ResizeMode, Source,
@@ -71,11 +74,9 @@ fn builder_for(variant: &str) -> PipelineBuilder {
         "bicubic" => b.interpolation(Interpolation::Bicubic),
         "nearest" => b.interpolation(Interpolation::Nearest),
         "lanczos" => b.interpolation(Interpolation::Lanczos),
-        "r160c128" => b.resize(160).center_crop(128),
-        "stretch224" => b.resize_mode(ResizeMode::Stretch).center_crop(224),
-        "letterbox224" => b
-            .resize_mode(ResizeMode::Letterbox { pad: 114 })
-            .center_crop(224),
+        "r160c128" => b.resize(ResizeMode::center_crop(160, 128)),
+        "stretch224" => b.resize(ResizeMode::stretch(224, 224)),
+        "letterbox224" => b.resize(ResizeMode::letterbox(224, 224, 114)),
         "exif" => b.exif_orientation(true),
         other => panic!("unknown golden variant {other}"),
     }
@@ -181,7 +182,6 @@ fn folder_listing_takes_image_extensions_in_any_case_and_descends_into_dirs_name
         let again = Source::directory(&dir).expect("list with a loop");
         assert_eq!(again.len(), 3);
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -190,8 +190,7 @@ fn letterbox_fits_the_whole_image_and_pads() {
     let out = raw_pixels(
         Pipeline::builder()
             .source(Source::paths(["assets/chelsea.png"]))
-            .resize_mode(ResizeMode::Letterbox { pad: 114 })
-            .center_crop(224),
+            .resize(ResizeMode::letterbox(224, 224, 114)),
     );
     let px = &out[0].1;
     let row = |y: usize| &px[y * 224 * 3..(y + 1) * 224 * 3];
@@ -203,15 +202,12 @@ fn letterbox_fits_the_whole_image_and_pads() {
     assert!(row(223).iter().all(|&v| v == 114.0));
 }
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gpufeed-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
+fn temp_dir(name: &str) -> TempDir {
+    TempDir::new(name)
 }
 
 /// An ImageFolder with three classes of copies of the bundled photos.
-fn image_folder() -> PathBuf {
+fn image_folder() -> TempDir {
     let root = temp_dir("folder");
     let photos = ["chelsea.png", "coffee.png", "rocket.jpg", "camera.png"];
     for (class, count) in [("cat", 2), ("b_mug", 3), ("a_rocket", 1)] {
@@ -273,7 +269,7 @@ fn many_paths(n: usize) -> Vec<PathBuf> {
 fn indices(builder: PipelineBuilder) -> Vec<Vec<usize>> {
     let mut pipeline = builder
         .device(Device::Cpu)
-        .output_size(8, 8)
+        .resize(ResizeMode::stretch(8, 8))
         .build()
         .expect("build");
     let mut out = Vec::new();
@@ -310,7 +306,7 @@ fn shuffle_is_seeded_per_epoch_and_covers_everything() {
             .source(Source::paths(many_paths(20)))
             .batch_size(6)
             .shuffle(42)
-            .output_size(8, 8)
+            .resize(ResizeMode::stretch(8, 8))
             .device(Device::Cpu)
             .build()
             .expect("build")
@@ -358,7 +354,7 @@ fn shards_are_disjoint_and_complete() {
 }
 
 /// A folder with good images and every kind of bad file, in a known order.
-fn faulty_folder(test: &str) -> PathBuf {
+fn faulty_folder(test: &str) -> TempDir {
     let dir = temp_dir(test);
     let good = std::fs::read("assets/rocket.jpg").expect("rocket");
     std::fs::write(dir.join("a_good.jpg"), &good).expect("write");
@@ -400,11 +396,11 @@ fn bad_files_are_skipped_with_path_and_reason_and_nothing_is_lost() {
     }
     let locked_is_readable = std::fs::read(&locked).is_ok();
     paths.push(locked);
-    paths.push(dir.clone());
+    paths.push(dir.to_path_buf());
     let mut pipeline = Pipeline::builder()
         .source(Source::paths(paths))
         .batch_size(2)
-        .output_size(16, 16)
+        .resize(ResizeMode::stretch(16, 16))
         .device(Device::Cpu)
         .build()
         .expect("build");
@@ -458,7 +454,6 @@ fn bad_files_are_skipped_with_path_and_reason_and_nothing_is_lost() {
         );
     }
     assert!(skipped.len() <= report.skipped.len());
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -467,7 +462,7 @@ fn fail_policy_stops_at_the_first_bad_file() {
     let mut pipeline = Pipeline::builder()
         .source(Source::directory(&dir).expect("list"))
         .batch_size(1)
-        .output_size(16, 16)
+        .resize(ResizeMode::stretch(16, 16))
         .on_error(OnError::Fail)
         .device(Device::Cpu)
         .build()
@@ -485,7 +480,6 @@ fn fail_policy_stops_at_the_first_bad_file() {
         other => panic!("expected the empty file's error, got {other:?}"),
     }
     assert!(pipeline.next_batch().expect("epoch over").is_none());
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -499,7 +493,7 @@ fn in_memory_bytes_keep_their_ids() {
     let got = ids(Pipeline::builder()
         .source(source)
         .batch_size(8)
-        .output_size(8, 8));
+        .resize(ResizeMode::stretch(8, 8)));
     assert_eq!(got, vec![vec!["first".to_string(), "second".to_string()]]);
 }
 
@@ -508,7 +502,7 @@ fn epochs_restart_without_rebuilding_and_abandon_cleanly() {
     let mut pipeline = Pipeline::builder()
         .source(Source::paths(many_paths(9)))
         .batch_size(2)
-        .output_size(8, 8)
+        .resize(ResizeMode::stretch(8, 8))
         .device(Device::Cpu)
         .build()
         .expect("build");
@@ -534,9 +528,10 @@ fn asking_for_a_gpu_without_one_is_a_clear_error() {
         .source(Source::directory("assets").expect("assets"))
         .device(Device::Cuda(0))
         .build();
-    match gpufeed::gpu::probe() {
+    match gpufeed::cuda::probe() {
         Err(_) => match result {
-            Err(Error::CudaUnavailable(message)) => {
+            Err(e @ Error::CudaUnavailable(_)) => {
+                let message = e.to_string();
                 assert!(
                     message.contains("libcuda")
                         || message.contains("NVRTC")
@@ -557,23 +552,28 @@ fn invalid_options_are_refused() {
             .device(Device::Cpu)
             .build()
     };
+    let refused = |b: PipelineBuilder, name: &str| match build(b) {
+        Err(Error::InvalidOption { option, .. }) => assert_eq!(option, name),
+        other => panic!("{name}: expected an invalid option, got {other:?}"),
+    };
+    refused(Pipeline::builder().batch_size(0), "batch_size");
+    refused(Pipeline::builder().prefetch(0), "prefetch");
+    refused(Pipeline::builder().shard(2, 2), "shard");
+    refused(
+        Pipeline::builder().mean_std([0.5; 3], [0.0, 1.0, 1.0]),
+        "mean/std",
+    );
+    refused(
+        Pipeline::builder().resize(ResizeMode::stretch(0, 5)),
+        "resize",
+    );
     assert!(matches!(
-        build(Pipeline::builder().batch_size(0)),
-        Err(Error::Config(_))
+        Pipeline::builder().build(),
+        Err(Error::InvalidOption {
+            option: "source",
+            ..
+        })
     ));
-    assert!(matches!(
-        build(Pipeline::builder().prefetch(0)),
-        Err(Error::Config(_))
-    ));
-    assert!(matches!(
-        build(Pipeline::builder().shard(2, 2)),
-        Err(Error::Config(_))
-    ));
-    assert!(matches!(
-        build(Pipeline::builder().mean_std([0.5; 3], [0.0, 1.0, 1.0])),
-        Err(Error::Config(_))
-    ));
-    assert!(matches!(Pipeline::builder().build(), Err(Error::Config(_))));
 }
 
 /// DCT-domain reduced decoding (opt-in) stays within the fidelity bar on a photo large enough to

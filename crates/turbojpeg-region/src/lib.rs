@@ -448,9 +448,16 @@ impl Drop for Decoder {
 mod tests {
     use super::*;
 
+    /// A bundled photo, found from wherever the tests run: the crate's folder under cargo, the
+    /// repository's root when the test executable is carried to another machine.
     fn asset(name: &str) -> Vec<u8> {
-        let path = format!("{}/../../assets/{name}", env!("CARGO_MANIFEST_DIR"));
-        std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+        let cwd = std::env::current_dir().expect("current directory");
+        let path = cwd
+            .ancestors()
+            .map(|dir| dir.join("assets").join(name))
+            .find(|path| path.is_file())
+            .unwrap_or_else(|| panic!("assets/{name} not found above {}", cwd.display()));
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
     }
 
     fn full(decoder: &mut Decoder, jpeg: &[u8], format: Format, reduction: u32) -> Vec<u8> {

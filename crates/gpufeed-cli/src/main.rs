@@ -10,13 +10,17 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
-use gpufeed::bench::upload::{self as bench, BenchOptions};
+use clap::{Args, Parser, Subcommand};
 use gpufeed::{
-    ChannelOrder, DType, Device, Error, LastBatch, Layout, OnError, Pipeline, Result, Source,
+    BatchOptions, ChannelOrder, DType, DecodeOptions, Device, LastBatch, Layout, OnError, Options,
+    OutputOptions, Pipeline, ResizeMode, ResizeOptions, RuntimeOptions, Source,
 };
+use gpufeed_bench::upload::{self as bench, BenchOptions};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
+
+/// The command line's errors: the library's, the bench's, and its own files'.
+type Result<T, E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -38,25 +42,6 @@ enum Command {
     Bench(BenchArgs),
 }
 
-#[derive(Copy, Clone, Debug, ValueEnum)]
-enum DTypeArg {
-    F16,
-    Bf16,
-    F32,
-}
-
-#[derive(Copy, Clone, Debug, ValueEnum)]
-enum LayoutArg {
-    Nchw,
-    Nhwc,
-}
-
-#[derive(Copy, Clone, Debug, ValueEnum)]
-enum OnErrorArg {
-    Skip,
-    Fail,
-}
-
 #[derive(Args, Debug)]
 struct RunArgs {
     /// Folder of images, searched recursively (default: the bundled assets/).
@@ -74,12 +59,12 @@ struct RunArgs {
     /// Side of the centre crop (torchvision's CenterCrop).
     #[arg(long, default_value_t = 224)]
     crop: u32,
-    /// Output element type.
-    #[arg(long, value_enum, default_value_t = DTypeArg::F16)]
-    dtype: DTypeArg,
-    /// Output layout.
-    #[arg(long, value_enum, default_value_t = LayoutArg::Nchw)]
-    layout: LayoutArg,
+    /// Output element type: f16, bf16 or f32.
+    #[arg(long, default_value_t = DType::F16)]
+    dtype: DType,
+    /// Output layout: nchw or nhwc.
+    #[arg(long, default_value_t = Layout::Nchw)]
+    layout: Layout,
     /// Output channels in BGR order.
     #[arg(long)]
     bgr: bool,
@@ -96,9 +81,9 @@ struct RunArgs {
     /// Stay on the CPU: CPU stages and the CPU reference normalize.
     #[arg(long)]
     cpu: bool,
-    /// What a bad image does.
-    #[arg(long, value_enum, default_value_t = OnErrorArg::Skip)]
-    on_error: OnErrorArg,
+    /// What a bad image does: skip or fail.
+    #[arg(long, default_value_t = OnError::Skip)]
+    on_error: OnError,
     /// Drop a last partial batch.
     #[arg(long)]
     drop_last: bool,
@@ -160,7 +145,7 @@ fn main() -> ExitCode {
 fn default_job() -> Result<()> {
     let device = match Cli::parse_from(["gpufeed", "run"]).command {
         Some(Command::Run(args)) => run(&args)?,
-        _ => return Err(Error::Config("default arguments did not parse".into())),
+        _ => return Err("default arguments did not parse".into()),
     };
     if let Device::Cuda(ordinal) = device {
         println!();
@@ -182,8 +167,9 @@ fn bench_command(args: &BenchArgs) -> Result<()> {
         width: args.size,
         runs: args.runs,
         device: args.device,
+        ..BenchOptions::default()
     };
-    if let Err(e) = gpufeed::gpu::probe() {
+    if let Err(e) = gpufeed::cuda::probe() {
         println!("gpufeed bench: {e}");
         println!("The bench measures GPU uploads and kernels; nothing to measure here.");
         return Ok(());
@@ -191,10 +177,8 @@ fn bench_command(args: &BenchArgs) -> Result<()> {
     let report = bench::run(&options)?;
     print!("{}", report.table());
     if let Some(path) = &args.csv {
-        std::fs::write(path, report.csv()).map_err(|e| Error::Write {
-            path: path.clone(),
-            reason: e.to_string(),
-        })?;
+        std::fs::write(path, report.csv())
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         println!("wrote {}", path.display());
     }
     if let Some(path) = &args.svg {
@@ -213,7 +197,7 @@ fn choose_device(args: &RunArgs) -> Device {
     if let Some(ordinal) = args.device {
         return Device::Cuda(ordinal);
     }
-    match gpufeed::gpu::probe() {
+    match gpufeed::cuda::probe() {
         Ok(_) => Device::Cuda(0),
         Err(e) => {
             eprintln!(
@@ -232,46 +216,42 @@ fn run(args: &RunArgs) -> Result<Device> {
     } else {
         Source::directory(&args.dir)?
     };
-    let mut builder = Pipeline::builder()
-        .source(source)
-        .batch_size(args.batch_size)
-        .resize(args.resize)
-        .center_crop(args.crop)
-        .dtype(match args.dtype {
-            DTypeArg::F16 => DType::F16,
-            DTypeArg::Bf16 => DType::BF16,
-            DTypeArg::F32 => DType::F32,
-        })
-        .layout(match args.layout {
-            LayoutArg::Nchw => Layout::Nchw,
-            LayoutArg::Nhwc => Layout::Nhwc,
-        })
-        .channel_order(if args.bgr {
-            ChannelOrder::Bgr
-        } else {
-            ChannelOrder::Rgb
-        })
-        .prefetch(args.prefetch)
-        .threads(args.threads)
-        .device(device)
-        .on_error(match args.on_error {
-            OnErrorArg::Skip => OnError::Skip,
-            OnErrorArg::Fail => OnError::Fail,
-        })
-        .last_batch(if args.drop_last {
-            LastBatch::Drop
-        } else {
-            LastBatch::Keep
-        })
-        .dct_scaling(args.dct_scaling);
-    if let Some(seed) = args.shuffle {
-        builder = builder.shuffle(seed);
-    }
+    let options = Options::default()
+        .decode(DecodeOptions::default().dct_scaling(args.dct_scaling))
+        .resize(ResizeOptions::default().mode(ResizeMode::center_crop(args.resize, args.crop)))
+        .output(
+            OutputOptions::default()
+                .dtype(args.dtype)
+                .layout(args.layout)
+                .channel_order(if args.bgr {
+                    ChannelOrder::Bgr
+                } else {
+                    ChannelOrder::Rgb
+                }),
+        )
+        .batching(
+            BatchOptions::default()
+                .batch_size(args.batch_size)
+                .on_error(args.on_error)
+                .last_batch(if args.drop_last {
+                    LastBatch::Drop
+                } else {
+                    LastBatch::Keep
+                })
+                .shuffle_seed(args.shuffle),
+        )
+        .runtime(
+            RuntimeOptions::default()
+                .device(device)
+                .prefetch(args.prefetch)
+                .threads(args.threads),
+        );
     let setup = Instant::now();
-    let mut pipeline = builder.build()?;
+    let mut pipeline = Pipeline::with_options(source, options)?;
     let setup_seconds = setup.elapsed().as_secs_f64();
-    let config = pipeline.config().clone();
-    let image_bytes = config.image_bytes();
+    let config = *pipeline.options();
+    let (height, width) = config.resize.output_size();
+    let image_bytes = config.resize.image_bytes()?;
 
     let progress = if std::io::stderr().is_terminal() && !args.json {
         let bar = ProgressBar::new(pipeline.len() as u64);
@@ -285,7 +265,7 @@ fn run(args: &RunArgs) -> Result<Device> {
         ProgressBar::hidden()
     };
     let mut saver = match &args.save {
-        Some(path) => Some(Saver::create(path, config.dtype)?),
+        Some(path) => Some(Saver::create(path, config.output.dtype)?),
         None => None,
     };
     let start = Instant::now();
@@ -333,13 +313,13 @@ fn run(args: &RunArgs) -> Result<Device> {
     );
     println!(
         "  output      {} x [{}] {} {}{}",
-        config.batch_size,
-        match config.layout {
-            Layout::Nchw => format!("3, {}, {}", config.height, config.width),
-            Layout::Nhwc => format!("{}, {}, 3", config.height, config.width),
+        config.batching.batch_size,
+        match config.output.layout {
+            Layout::Nhwc => format!("{height}, {width}, 3"),
+            _ => format!("3, {height}, {width}"),
         },
-        config.dtype.name(),
-        config.layout.name(),
+        config.output.dtype,
+        config.output.layout,
         if args.bgr { " bgr" } else { "" }
     );
     println!("  images      {images} in {} batches", report.batches);
@@ -383,9 +363,9 @@ fn run(args: &RunArgs) -> Result<Device> {
             "errors": errors,
             "dropped": report.dropped,
             "batches": report.batches,
-            "batch_size": config.batch_size,
-            "dtype": config.dtype.name(),
-            "layout": config.layout.name(),
+            "batch_size": config.batching.batch_size,
+            "dtype": config.output.dtype.name(),
+            "layout": config.output.layout.name(),
             "setup_seconds": setup_seconds,
             "seconds": seconds,
             "images_per_s": images_per_s,
@@ -447,9 +427,7 @@ impl Saver {
         self.npy.finish()?;
         let mut text = self.paths.join("\n");
         text.push('\n');
-        std::fs::write(&self.paths_file, text).map_err(|e| Error::Write {
-            path: self.paths_file.clone(),
-            reason: e.to_string(),
-        })
+        std::fs::write(&self.paths_file, text)
+            .map_err(|e| format!("cannot write {}: {e}", self.paths_file.display()).into())
     }
 }

@@ -1,16 +1,17 @@
-//! Device tensors: the batches the kernel writes, owned by the [`crate::Batch`] that carries them.
+//! Tensors in GPU memory: the batches the normalize kernel writes, owned by the
+//! [`crate::Batch`] that carries them.
 
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use half::{bf16, f16};
 
-use super::driver_error;
-use crate::config::{DType, Layout};
-use crate::error::Result;
-use crate::tensor::{HostData, HostTensor};
+use super::host::{HostData, HostTensor};
+use crate::error::{Error, Result};
+use crate::options::{DType, Layout};
 
-/// Elements of a device tensor, as cudarc slices.
+/// Elements of a device tensor, as cudarc slices (`gpufeed::cudarc` is the cudarc this crate
+/// was built with).
 #[derive(Debug)]
 pub enum DeviceData {
     /// Half precision.
@@ -21,30 +22,46 @@ pub enum DeviceData {
     F32(CudaSlice<f32>),
 }
 
+impl DeviceData {
+    /// The stream the memory was allocated and written on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        match self {
+            DeviceData::F16(s) => s.stream(),
+            DeviceData::BF16(s) => s.stream(),
+            DeviceData::F32(s) => s.stream(),
+        }
+    }
+}
+
 /// A batch of normalized images in GPU memory.
 ///
 /// It was written on the pipeline's stream ([`DeviceTensor::stream`]): work queued on that stream
-/// sees it complete; cudarc orders work on other streams through the slice's events.
+/// sees it complete.
 #[derive(Debug)]
 pub struct DeviceTensor {
-    pub(crate) data: DeviceData,
-    pub(crate) shape: [usize; 4],
-    pub(crate) layout: Layout,
+    data: DeviceData,
+    shape: [usize; 4],
+    layout: Layout,
 }
 
 impl DeviceTensor {
-    /// Allocates an uninitialized tensor of `shape` on `stream`.
-    pub(crate) fn alloc(
+    /// Allocates a tensor of `shape` (in `layout` order) on `stream`, uninitialized: whoever
+    /// allocates it writes every element before reading any.
+    pub fn alloc(
         stream: &Arc<CudaStream>,
         dtype: DType,
         shape: [usize; 4],
         layout: Layout,
     ) -> Result<DeviceTensor> {
-        let len: usize = shape.iter().product();
-        let len = len.max(1);
-        let fail = |e| driver_error("allocating the output batch", e);
-        // SAFETY: the memory is left uninitialized; the kernel writes every element of the
-        // `shape` before the tensor is handed out.
+        let len = shape
+            .iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+            .ok_or_else(|| Error::Mismatch(format!("a tensor of shape {shape:?} is too large")))?
+            .max(1);
+        let fail = |e| Error::cuda("allocating a device tensor", e);
+        // SAFETY: the memory is left uninitialized, which the caller is told above; f16, bf16
+        // and f32 have no invalid bit patterns, so reading unwritten elements is wrong but not
+        // undefined behaviour.
         let data = unsafe {
             match dtype {
                 DType::F16 => DeviceData::F16(stream.alloc::<f16>(len).map_err(fail)?),
@@ -88,18 +105,19 @@ impl DeviceTensor {
         self.len() == 0
     }
 
-    /// The cudarc slice holding the elements, to hand to your own kernels or libraries.
+    /// The cudarc slice holding the elements.
     pub fn data(&self) -> &DeviceData {
         &self.data
     }
 
+    /// The cudarc slice holding the elements, writable (the normalize kernel writes through it).
+    pub fn data_mut(&mut self) -> &mut DeviceData {
+        &mut self.data
+    }
+
     /// The stream the tensor was written on.
     pub fn stream(&self) -> &Arc<CudaStream> {
-        match &self.data {
-            DeviceData::F16(s) => s.stream(),
-            DeviceData::BF16(s) => s.stream(),
-            DeviceData::F32(s) => s.stream(),
-        }
+        self.data.stream()
     }
 
     /// The raw device address of the first element (a `CUdeviceptr`), for frameworks that take
@@ -118,14 +136,14 @@ impl DeviceTensor {
     pub fn synchronize(&self) -> Result<()> {
         self.stream()
             .synchronize()
-            .map_err(|e| driver_error("waiting for a batch", e))
+            .map_err(|e| Error::cuda("waiting for a batch", e))
     }
 
     /// Copies the tensor to host memory (waits for the stream).
     pub fn to_host(&self) -> Result<HostTensor> {
         let len = self.len();
         let stream = self.stream().clone();
-        let fail = |e| driver_error("copying a batch to the host", e);
+        let fail = |e| Error::cuda("copying a batch to the host", e);
         let data = match &self.data {
             DeviceData::F16(s) => HostData::F16(stream.clone_dtoh(&s.slice(..len)).map_err(fail)?),
             DeviceData::BF16(s) => {
@@ -134,10 +152,7 @@ impl DeviceTensor {
             DeviceData::F32(s) => HostData::F32(stream.clone_dtoh(&s.slice(..len)).map_err(fail)?),
         };
         stream.synchronize().map_err(fail)?;
-        Ok(HostTensor {
-            data,
-            shape: self.shape,
-            layout: self.layout,
-        })
+        HostTensor::new(data, self.shape, self.layout)
+            .ok_or_else(|| Error::Mismatch("a downloaded batch does not match its shape".into()))
     }
 }

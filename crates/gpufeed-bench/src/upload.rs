@@ -17,15 +17,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use cudarc::driver::sys::CUevent_flags;
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use gpufeed::cuda::{NormalizeTuning, Normalizer};
+use gpufeed::cudarc::driver::sys::CUevent_flags;
+use gpufeed::cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use gpufeed::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+use gpufeed::{DType, DeviceTensor, Layout, NormalizeSpec, OutputOptions};
 
-use super::kernel::{compile_module, NormalizeKernel};
-use super::tensor::DeviceTensor;
-use super::{driver_error, Gpu};
-use crate::config::{ChannelOrder, Config, DType, Layout};
-use crate::error::{Error, Result};
-use crate::reference::{normalize, NormalizeSpec};
+use crate::{cuda, median, BenchError, Result};
 
 /// What to measure.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +38,8 @@ pub struct BenchOptions {
     pub runs: usize,
     /// CUDA device ordinal.
     pub device: usize,
+    /// How the normalize kernel is compiled (the default is what the pipeline uses).
+    pub tuning: NormalizeTuning,
 }
 
 impl Default for BenchOptions {
@@ -50,6 +50,7 @@ impl Default for BenchOptions {
             width: 224,
             runs: 50,
             device: 0,
+            tuning: NormalizeTuning::default(),
         }
     }
 }
@@ -124,11 +125,12 @@ pub struct BenchReport {
 /// Runs the bench on `options.device`.
 pub fn run(options: &BenchOptions) -> Result<BenchReport> {
     if options.batch_sizes.is_empty() || options.height == 0 || options.width == 0 {
-        return Err(Error::Config("bench: nothing to measure".into()));
+        return Err(BenchError::Nothing(
+            "no batch size, or images of no pixels".into(),
+        ));
     }
-    let gpu = Gpu::open(options.device)?;
-    let stream = gpu.stream().clone();
-    let kernel = NormalizeKernel::compile(&stream)?;
+    let stream = gpufeed::cuda::new_stream(options.device)?;
+    let kernel = Normalizer::with_tuning(&stream, options.tuning)?;
     let naive = NaiveKernels::compile(&stream)?;
     let runs = options.runs.max(3);
     let mut rows = Vec::new();
@@ -144,7 +146,7 @@ pub fn run(options: &BenchOptions) -> Result<BenchReport> {
         )?);
     }
     Ok(BenchReport {
-        device: gpu.describe(),
+        device: gpufeed::cuda::describe_device(options.device)?,
         image: (options.height, options.width),
         runs,
         rows,
@@ -158,7 +160,7 @@ fn time_ms(
     mut f: impl FnMut(usize) -> Result<()>,
 ) -> Result<f64> {
     let ctx = stream.context();
-    let fail = |e| driver_error("timing with events", e);
+    let fail = cuda("timing with events");
     for i in 0..3 {
         f(i)?;
     }
@@ -179,17 +181,6 @@ fn time_ms(
     Ok(median(&mut times))
 }
 
-/// Median of `values` (the mean of the middle two for an even count); sorts them.
-pub(crate) fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(|a, b| a.total_cmp(b));
-    let n = values.len();
-    if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        (values[n / 2 - 1] + values[n / 2]) / 2.0
-    }
-}
-
 /// Enough copies of a buffer of `bytes` that cycling through them overflows a 50 MB L2 cache
 /// several times: at least 2, at most 16.
 fn rotation(bytes: usize) -> usize {
@@ -197,7 +188,7 @@ fn rotation(bytes: usize) -> usize {
 }
 
 /// Deterministic pseudo-random bytes (xorshift), for inputs that are not all alike.
-pub(crate) fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
     let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..len)
         .map(|_| {
@@ -211,33 +202,25 @@ pub(crate) fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
 
 fn measure_batch(
     stream: &Arc<CudaStream>,
-    kernel: &NormalizeKernel,
+    kernel: &Normalizer,
     naive: &NaiveKernels,
     batch: usize,
     height: usize,
     width: usize,
     runs: usize,
 ) -> Result<BenchRow> {
-    let fail = |what: &'static str| move |e| driver_error(what, e);
+    let fail = cuda;
     let elements = batch * height * width * 3;
     let pixels_u8 = random_bytes(elements, batch as u64);
-    let config = Config {
-        dtype: DType::F32,
-        ..Config::default()
-    };
-    let spec = |dtype, layout| NormalizeSpec {
-        affine: config.affine(),
-        dtype,
-        layout,
-        channel_order: ChannelOrder::Rgb,
-    };
+    let output = OutputOptions::default();
+    let spec = |dtype, layout| -> NormalizeSpec { output.dtype(dtype).layout(layout).spec() };
 
     // Host sources: pinned and pageable, u8 and f32 (the f32 batch is what the usual way uploads).
     let mut cpu_times = Vec::new();
     let mut normalized = Vec::new();
     for _ in 0..3 {
         let t = Instant::now();
-        normalized = normalize(
+        normalized = gpufeed::cpu::normalize(
             &pixels_u8,
             batch,
             height,
@@ -283,7 +266,10 @@ fn measure_batch(
         .map_err(fail("allocating device f32"))?;
     let outputs = |dtype, layout: Layout| -> Result<Vec<DeviceTensor>> {
         (0..k_out)
-            .map(|_| DeviceTensor::alloc(stream, dtype, layout.shape(batch, height, width), layout))
+            .map(|_| {
+                DeviceTensor::alloc(stream, dtype, layout.shape(batch, height, width), layout)
+                    .map_err(BenchError::from)
+            })
             .collect()
     };
     let mut out_f16_nchw = outputs(DType::F16, Layout::Nchw)?;
@@ -292,9 +278,7 @@ fn measure_batch(
     let mut out_f32_nhwc = outputs(DType::F32, Layout::Nhwc)?;
 
     let upload_u8 = |dst: &mut CudaSlice<u8>, src: &[u8]| {
-        stream
-            .memcpy_htod(src, dst)
-            .map_err(driver_error_fn("uploading"))
+        stream.memcpy_htod(src, dst).map_err(cuda("uploading"))
     };
     let h2d_u8_pinned_ms = time_ms(stream, runs, |i| upload_u8(&mut dev_u8[i % k_in], host_u8))?;
     let h2d_u8_pageable_ms = time_ms(stream, runs, |i| {
@@ -304,18 +288,18 @@ fn measure_batch(
     let h2d_f32_pinned_ms = time_ms(stream, runs, |i| {
         stream
             .memcpy_htod(host_f32, &mut dev_f32_in[i % k_f32])
-            .map_err(driver_error_fn("uploading"))
+            .map_err(cuda("uploading"))
     })?;
     let h2d_f32_pageable_ms = time_ms(stream, runs, |i| {
         stream
             .memcpy_htod(&normalized, &mut dev_f32_in[i % k_f32])
-            .map_err(driver_error_fn("uploading"))
+            .map_err(cuda("uploading"))
     })?;
 
     let time_kernel = |outs: &mut Vec<DeviceTensor>, dtype, layout| {
         let s = spec(dtype, layout);
         time_ms(stream, runs, |i| {
-            kernel.run_into(stream, &dev_u8[i % k_in], &mut outs[i % k_out], &s)
+            Ok(kernel.run_into(stream, &dev_u8[i % k_in], &mut outs[i % k_out], &s)?)
         })
     };
     let kernel_f16_nchw_ms = time_kernel(&mut out_f16_nchw, DType::F16, Layout::Nchw)?;
@@ -336,7 +320,7 @@ fn measure_batch(
     let copy_ms = time_ms(stream, runs, |i| {
         stream
             .memcpy_dtod(&copy_sources[i % k_out], &mut copy_targets[i % k_out])
-            .map_err(driver_error_fn("copying on the device"))
+            .map_err(cuda("copying on the device"))
     })?;
     drop((copy_sources, copy_targets));
     let copy_tb_per_s = 2.0 * copy_bytes as f64 / (copy_ms * 1e-3) / 1e12;
@@ -359,7 +343,7 @@ fn measure_batch(
             &mut scratch_b,
             &mut naive_out,
             hw,
-            &config,
+            &output,
         )
     };
     let naive_f16_nchw_ms = time_ms(stream, runs, |i| naive_pass(&dev_u8[i % k_in]))?;
@@ -367,12 +351,12 @@ fn measure_batch(
     let f16_nchw = spec(DType::F16, Layout::Nchw);
     let way_a_ms = time_ms(stream, runs, |i| {
         upload_u8(&mut dev_u8[i % k_in], host_u8)?;
-        kernel.run_into(
+        Ok(kernel.run_into(
             stream,
             &dev_u8[i % k_in],
             &mut out_f16_nchw[i % k_out],
             &f16_nchw,
-        )
+        )?)
     })?;
     let way_b_ms = h2d_f32_pinned_ms;
     let way_c_ms = time_ms(stream, runs, |i| {
@@ -402,10 +386,6 @@ fn measure_batch(
     })
 }
 
-fn driver_error_fn(what: &'static str) -> impl Fn(cudarc::driver::DriverError) -> Error {
-    move |e| driver_error(what, e)
-}
-
 /// `kernels/baseline.cu`: one pass per step, like PyTorch eager.
 struct NaiveKernels {
     cast_u8_f32: CudaFunction,
@@ -418,16 +398,24 @@ struct NaiveKernels {
 
 impl NaiveKernels {
     fn compile(stream: &Arc<CudaStream>) -> Result<NaiveKernels> {
-        let module = compile_module(
-            stream,
-            include_str!("../../kernels/baseline.cu"),
-            "baseline.cu",
-            &[],
-        )?;
+        let ctx = stream.context();
+        let (major, minor) = ctx
+            .compute_capability()
+            .map_err(cuda("reading the compute capability"))?;
+        let options = CompileOptions {
+            options: vec![format!("--gpu-architecture=compute_{major}{minor}")],
+            name: Some("baseline.cu".into()),
+            ..Default::default()
+        };
+        let ptx = compile_ptx_with_opts(include_str!("../../../kernels/baseline.cu"), options)
+            .map_err(|e| BenchError::Compile(format!("{e:?}")))?;
+        let module = ctx
+            .load_module(ptx)
+            .map_err(cuda("loading the baseline kernels"))?;
         let load = |name: &str| {
             module
                 .load_function(name)
-                .map_err(|e| driver_error("finding a baseline kernel", e))
+                .map_err(cuda("finding a baseline kernel"))
         };
         Ok(NaiveKernels {
             cast_u8_f32: load("baseline_cast_u8_f32")?,
@@ -449,16 +437,15 @@ impl NaiveKernels {
         b: &mut CudaSlice<f32>,
         out: &mut CudaSlice<u16>,
         hw: u32,
-        config: &Config,
+        output: &OutputOptions,
     ) -> Result<()> {
         let n = a.len() as u32;
         let cfg = LaunchConfig::for_num_elems(n);
         let scale = 1.0f32 / 255.0;
-        let [m0, m1, m2] = config.mean;
-        let [s0, s1, s2] = config.std;
-        let launch = |r: std::result::Result<_, cudarc::driver::DriverError>| {
-            r.map(|_| ())
-                .map_err(|e| driver_error("launching a baseline kernel", e))
+        let [m0, m1, m2] = output.mean;
+        let [s0, s1, s2] = output.std;
+        let launch = |r: std::result::Result<_, gpufeed::cudarc::driver::DriverError>| {
+            r.map(|_| ()).map_err(cuda("launching a baseline kernel"))
         };
         // SAFETY: each launch passes the parameters its kernel declares in baseline.cu; all
         // buffers hold `n` elements and every kernel checks its index against `n` (the permute
@@ -685,9 +672,9 @@ impl BenchReport {
             "ms per batch",
             &series,
         );
-        std::fs::write(path, svg).map_err(|e| Error::Write {
+        std::fs::write(path, svg).map_err(|source| BenchError::Write {
             path: path.to_path_buf(),
-            reason: e.to_string(),
+            source,
         })
     }
 }

@@ -24,13 +24,8 @@ use zune_jpeg::JpegDecoder;
 use turbojpeg_region::{Colorspace, Format, Region, Request};
 
 use crate::error::ItemErrorKind;
-
-/// Options of the decode stage.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct DecodeOptions {
-    pub max_pixels: u64,
-    pub exif_orientation: bool,
-}
+use crate::geometry::SourceRect;
+use crate::options::DecodeOptions;
 
 /// A decoded image; its pixels are in the caller's buffer, rows packed, `channels` bytes a
 /// pixel. After a partial decode only the [`DecodeWindow`] holds this image's pixels; the rest of
@@ -63,17 +58,8 @@ impl Decoded {
     }
 }
 
-/// A rectangle of an image in full-size pixels, end exclusive.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct SourceRect {
-    pub x0: u32,
-    pub y0: u32,
-    pub x1: u32,
-    pub y1: u32,
-}
-
 /// What of a JPEG to decode: how much smaller than full size (1, 2, 4 or 8; see
-/// [`crate::Config::dct_scaling`]) and which part (`None`: all of it).
+/// [`crate::DecodeOptions::dct_scaling`]) and which part (`None`: all of it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct DecodeWindow {
     pub reduction: u32,
@@ -347,22 +333,21 @@ fn orient(
 mod tests {
     use super::*;
 
-    const OPTIONS: DecodeOptions = DecodeOptions {
-        max_pixels: crate::config::DEFAULT_MAX_PIXELS,
-        exif_orientation: false,
-    };
+    fn options() -> DecodeOptions {
+        DecodeOptions::default()
+    }
 
     #[test]
     fn garbage_and_empty_are_errors() {
         let mut buf = Vec::new();
         assert!(matches!(
-            decode(b"", &OPTIONS, &|_, _| DecodeWindow::WHOLE, &mut buf),
+            decode(b"", &options(), &|_, _| DecodeWindow::WHOLE, &mut buf),
             Err(ItemErrorKind::Decode(_))
         ));
         assert_eq!(
             decode(
                 b"hello, I am text",
-                &OPTIONS,
+                &options(),
                 &|_, _| DecodeWindow::WHOLE,
                 &mut buf
             ),
@@ -393,7 +378,7 @@ mod tests {
             png.extend_from_slice(&crc32(&chunk).to_be_bytes());
         }
         let mut buf = Vec::new();
-        match decode(&png, &OPTIONS, &|_, _| DecodeWindow::WHOLE, &mut buf) {
+        match decode(&png, &options(), &|_, _| DecodeWindow::WHOLE, &mut buf) {
             Err(ItemErrorKind::TooLarge { width, height, .. }) => {
                 assert_eq!((width, height), (70000, 70000))
             }

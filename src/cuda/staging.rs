@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, PinnedHostSlice};
 
-use super::{driver_error, guarded};
+use super::guarded;
 use crate::error::{Error, Result};
 
 struct Slot {
@@ -23,7 +23,7 @@ impl Slot {
         if let Some(event) = self.uploaded.take() {
             event
                 .synchronize()
-                .map_err(|e| driver_error("waiting for an upload", e))?;
+                .map_err(|e| Error::cuda("waiting for an upload", e))?;
         }
         Ok(())
     }
@@ -94,14 +94,14 @@ impl StagingRing {
         slot.host
             .as_mut_slice()
             .map(|s| &mut s[..self.slot_bytes])
-            .map_err(|e| driver_error("mapping pinned staging memory", e))
+            .map_err(|e| Error::cuda("mapping pinned staging memory", e))
     }
 
     /// Queues the upload of the first `bytes` of slot `index` to the device input buffer and
     /// returns that buffer. The slot stays untouched until the copy has finished.
     pub fn upload(&mut self, index: usize, bytes: usize) -> Result<&CudaSlice<u8>> {
         if bytes > self.slot_bytes {
-            return Err(Error::Config(format!(
+            return Err(Error::Mismatch(format!(
                 "upload of {bytes} bytes from a {}-byte slot",
                 self.slot_bytes
             )));
@@ -111,17 +111,17 @@ impl StagingRing {
         let host = slot
             .host
             .as_slice()
-            .map_err(|e| driver_error("mapping pinned staging memory", e))?;
+            .map_err(|e| Error::cuda("mapping pinned staging memory", e))?;
         let mut dst = self.device_input.slice_mut(..bytes);
         // From a plain slice of page-locked memory the copy is asynchronous and cudarc does not
         // track it; the event below does.
         self.stream
             .memcpy_htod(&host[..bytes], &mut dst)
-            .map_err(|e| driver_error("uploading a batch", e))?;
+            .map_err(|e| Error::cuda("uploading a batch", e))?;
         slot.uploaded = Some(
             self.stream
                 .record_event(None)
-                .map_err(|e| driver_error("recording an upload", e))?,
+                .map_err(|e| Error::cuda("recording an upload", e))?,
         );
         Ok(&self.device_input)
     }

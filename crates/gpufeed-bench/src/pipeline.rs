@@ -1,29 +1,22 @@
-//! Measurements users run to see where the time goes: [`pipeline`] (CPU stage and end to end
-//! over a folder) and [`upload`] (u8 vs f32 uploads and the kernel; needs a GPU).
+//! The pipeline bench: the CPU stage alone (read, decode, resize into a staging buffer, batch by
+//! batch) at several thread counts, and the whole pipeline on the GPU, over a folder.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
-pub use crate::gpu::bench as upload;
+use gpufeed::{CpuStage, Device, Options, Pipeline, Source};
 
-use crate::gpu::bench::median;
-
-use crate::config::{Config, Device};
-use crate::error::{Error, Result};
-use crate::pipeline::Pipeline;
-use crate::prepare::{fill_slot, PrepareOptions};
-use crate::source::Source;
+use crate::{median, peak_rss_bytes, rss_bytes, BenchError, Result};
 
 /// What [`pipeline`] measures.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PipelineBenchOptions {
     /// Folder of images (searched recursively).
     pub dir: PathBuf,
-    /// Output options (size, dtype, layout, batch size); `threads` and `device` are set per row.
-    pub config: Config,
+    /// Output options (size, dtype, layout, batch size); threads and device are set per row.
+    pub options: Options,
     /// Thread counts for the CPU-stage rows (0: one per core).
     pub threads: Vec<usize>,
     /// CUDA device for the end-to-end row; `None` leaves the row out.
@@ -126,36 +119,26 @@ impl PipelineBenchReport {
     }
 }
 
-/// Passes of the CPU stage over `source` on `pool`, batch by batch into `slot` as the pipeline
-/// does, once per variant in turn (so that drifts of the machine's speed hit every variant
-/// alike); returns the images of a pass and the median seconds of the `passes` counted passes of
-/// each variant.
+/// Passes of the CPU stage over `source`, batch by batch of `batch_size` into `slot`, once per
+/// stage in turn (so that drifts of the machine's speed hit every variant alike); returns the
+/// images of a pass and the median seconds of the `passes` counted passes of each stage.
 fn cpu_stage(
-    pool: &rayon::ThreadPool,
+    stages: &[&CpuStage],
     source: &Source,
-    variants: &[PrepareOptions],
+    batch_size: usize,
     slot: &mut [u8],
     passes: usize,
     warm_up: usize,
 ) -> Result<Vec<(usize, f64)>> {
     let order: Vec<usize> = (0..source.len()).collect();
-    let stop = AtomicBool::new(false);
-    let mut times = vec![Vec::new(); variants.len()];
-    let mut images = vec![0; variants.len()];
+    let mut times = vec![Vec::new(); stages.len()];
+    let mut images = vec![0; stages.len()];
     for pass in 0..passes + warm_up {
-        for (v, prepare) in variants.iter().enumerate() {
-            let batch_size = slot.len() / prepare.image_bytes();
+        for (v, stage) in stages.iter().enumerate() {
             let start = Instant::now();
             images[v] = 0;
-            let mut position = 0;
-            while position < order.len() {
-                let filled = pool
-                    .install(|| {
-                        fill_slot(slot, &order[position..], batch_size, source, prepare, &stop)
-                    })?
-                    .ok_or_else(|| Error::Worker("stopped".into()))?;
-                position += filled.consumed;
-                images[v] += filled.indices.len();
+            for batch in order.chunks(batch_size.max(1)) {
+                images[v] += stage.prepare_batch(source, batch, slot)?.indices.len();
             }
             if pass >= warm_up {
                 times[v].push(start.elapsed().as_secs_f64());
@@ -169,29 +152,6 @@ fn cpu_stage(
         .collect())
 }
 
-/// Peak resident set size of this process in bytes (`VmHWM`), 0 where unknown.
-pub fn peak_rss_bytes() -> u64 {
-    resident_field("VmHWM:")
-}
-
-/// Current resident set size of this process in bytes (`VmRSS`), 0 where unknown.
-pub fn rss_bytes() -> u64 {
-    resident_field("VmRSS:")
-}
-
-fn resident_field(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find(|l| l.starts_with(field))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb * 1024)
-}
-
 /// Measures the CPU stage alone (read, decode, resize into a staging buffer, batch by batch, as
 /// the pipeline does, without the device stage) at each thread count, and the whole pipeline on
 /// the GPU. The first pass over the folder warms the page cache and is not counted.
@@ -200,44 +160,42 @@ pub fn pipeline(options: &PipelineBenchOptions) -> Result<PipelineBenchReport> {
     if options.in_memory {
         let mut images = Vec::with_capacity(source.len());
         for index in 0..source.len() {
-            let item = source.item(index);
-            let bytes = item
-                .read()
-                .map_err(|kind| Error::Config(format!("{}: {kind}", item.id())))?;
-            images.push((item.id().to_string(), Arc::<[u8]>::from(&*bytes)));
+            let bytes = source.read(index).map_err(gpufeed::Error::Item)?;
+            let id = source.id(index).unwrap_or_default().to_string();
+            images.push((id, Arc::<[u8]>::from(bytes)));
         }
         source = Source::bytes(images);
     }
     if source.is_empty() {
-        return Err(Error::Config(format!(
-            "{}: no images to measure",
+        return Err(BenchError::Nothing(format!(
+            "{}: no images",
             options.dir.display()
         )));
     }
-    let config = &options.config;
+    let config = &options.options;
     config.validate()?;
-    let prepare = PrepareOptions::from_config(config);
-    let mut slot = vec![0u8; config.batch_size * prepare.image_bytes()];
+    let batch_size = config.batching.batch_size;
+    let image_bytes = config.resize.image_bytes()?;
+    let mut slot = vec![0u8; batch_size * image_bytes];
     let passes = options.passes.max(1);
     let mut rows = Vec::new();
     // The first pass over the folder warms the page cache and is not counted.
     let mut warm_up = 1;
     for &threads in &options.threads {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .map_err(|e| Error::Config(format!("thread pool: {e}")))?;
-        let used = pool.current_num_threads();
+        let stage = CpuStage::new(&config.decode, &config.resize, threads)?;
+        let used = stage.threads();
         // At one thread, the same passes with every JPEG decoded whole, in turn with the usual
         // ones: what the partial decode saves.
-        let mut variants = vec![prepare];
+        let whole = CpuStage::new(
+            &config.decode.partial_decode(false),
+            &config.resize,
+            threads,
+        )?;
+        let mut variants = vec![&stage];
         if used == 1 && options.whole_decode_row {
-            variants.push(PrepareOptions {
-                partial_decode: false,
-                ..prepare
-            });
+            variants.push(&whole);
         }
-        let measured = cpu_stage(&pool, &source, &variants, &mut slot, passes, warm_up)?;
+        let measured = cpu_stage(&variants, &source, batch_size, &mut slot, passes, warm_up)?;
         warm_up = 0;
         let labels = [
             "CPU stage only (read, decode, resize, stage)",
@@ -254,29 +212,21 @@ pub fn pipeline(options: &PipelineBenchOptions) -> Result<PipelineBenchReport> {
     }
     let mut rss_after_epochs = Vec::new();
     if let Some(ordinal) = options.device {
-        let mut pipeline = Pipeline::builder()
-            .config(Config {
-                device: Device::Cuda(ordinal),
-                threads: 0,
-                ..config.clone()
-            })
-            .source(source.clone())
-            .build()?;
-        let threads = rayon::current_num_threads();
+        let pipeline_options =
+            config.runtime(config.runtime.device(Device::Cuda(ordinal)).threads(0));
+        let mut pipeline = Pipeline::with_options(source.clone(), pipeline_options)?;
         // A pass of the CPU stage alone before each epoch, on as many threads: the pipeline's
         // rate with the device stage removed, measured in turn so that drifts of the machine's
-        // speed hit both alike. (Its pool's scratch is in the RSS from the first epoch on.)
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .map_err(|e| Error::Config(format!("thread pool: {e}")))?;
+        // speed hit both alike. (Its threads' scratch is in the RSS from the first epoch on.)
+        let stage = CpuStage::new(&config.decode, &config.resize, 0)?;
+        let threads = stage.threads();
         let mut times = Vec::new();
         let mut cpu_times = Vec::new();
         let mut images = 0;
         let mut cpu_images = 0;
         let epochs = options.epochs.max(1);
         for epoch in 0..epochs {
-            let measured = cpu_stage(&pool, &source, &[prepare], &mut slot, 1, 0)?;
+            let measured = cpu_stage(&[&stage], &source, batch_size, &mut slot, 1, 0)?;
             if let Some(&(n, seconds)) = measured.first() {
                 cpu_images = n;
                 cpu_times.push(seconds);
@@ -299,16 +249,14 @@ pub fn pipeline(options: &PipelineBenchOptions) -> Result<PipelineBenchReport> {
         }
         rows.push(PipelineBenchRow {
             label: "CPU stage only, in turn with the epochs below".into(),
-            threads: pool.current_num_threads(),
+            threads,
             images: cpu_images,
             seconds: median(&mut cpu_times),
         });
         rows.push(PipelineBenchRow {
             label: format!(
                 "end to end, GPU {} {} batch {}",
-                config.dtype.name(),
-                config.layout.name(),
-                config.batch_size
+                config.output.dtype, config.output.layout, batch_size
             ),
             threads,
             images,

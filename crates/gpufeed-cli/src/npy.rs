@@ -5,7 +5,9 @@ use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use gpufeed::{DType, Error, HostTensor, Result};
+use gpufeed::{DType, HostTensor};
+
+type Result<T, E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
 
 /// Fixed header length (magic, version, length field and the padded dict), a multiple of 64.
 const HEADER_LEN: usize = 128;
@@ -18,19 +20,17 @@ pub struct NpyWriter {
     rows: usize,
 }
 
-fn write_error(path: &Path, e: impl std::fmt::Display) -> Error {
-    Error::Write {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    }
+fn write_error(path: &Path, e: impl std::fmt::Display) -> Box<dyn std::error::Error> {
+    format!("cannot write {}: {e}", path.display()).into()
 }
 
 /// numpy's type string; bf16 has none, so its raw bits are stored as little-endian u16.
-fn descr(dtype: DType) -> &'static str {
+fn descr(dtype: DType) -> Result<&'static str> {
     match dtype {
-        DType::F16 => "<f2",
-        DType::BF16 => "<u2",
-        DType::F32 => "<f4",
+        DType::F16 => Ok("<f2"),
+        DType::BF16 => Ok("<u2"),
+        DType::F32 => Ok("<f4"),
+        other => Err(format!("no .npy type for {other}").into()),
     }
 }
 
@@ -40,7 +40,7 @@ impl NpyWriter {
         let mut writer = NpyWriter {
             file: BufWriter::with_capacity(1 << 22, file),
             path: path.to_path_buf(),
-            descr: descr(dtype),
+            descr: descr(dtype)?,
             row_shape: None,
             rows: 0,
         };

@@ -1,18 +1,22 @@
-//! RGB8 image to the output size, written straight into the image's slot of the staging buffer.
+//! The planner: where an image of a given size lands in the output, which part of it the resize
+//! reads, and how much of it a JPEG decode may skip. Pure arithmetic, shared by every decode
+//! lane, so what is decoded and what is read are decided in one place.
 //!
-//! The default reproduces torchvision's `Resize(s)` + `CenterCrop(h, w)` on PIL images: the
-//! geometry is computed exactly as torchvision does, and only the part of the resized image that
-//! survives the crop is computed, by handing fast_image_resize the crop box in source coordinates
-//! (sample positions and filter support are those of the full resize). Resampling is
-//! antialiased like Pillow's.
+//! The default reproduces torchvision's `Resize(s)` + `CenterCrop(h, w)` on PIL images exactly:
+//! the long side is `int(s * long / short)`, the crop offset `int(round((resized - crop) / 2))`
+//! with Python's round (ties to even), and a crop larger than the resized image pads with zeros
+//! before `(crop - resized) // 2` pixels.
 
-use fast_image_resize::images::{TypedCroppedImageMut, TypedImage, TypedImageRef};
-use fast_image_resize::pixels::{U8x3, U8};
-use fast_image_resize::{FilterType, PixelTrait, ResizeAlg, ResizeOptions, Resizer};
+use crate::options::{Interpolation, ResizeMode, ResizeOptions};
 
-use crate::config::{Config, Interpolation, ResizeMode};
-use crate::decode::{Decoded, SourceRect};
-use crate::error::ItemErrorKind;
+/// A rectangle of an image in full-size pixels, end exclusive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SourceRect {
+    pub x0: u32,
+    pub y0: u32,
+    pub x1: u32,
+    pub y1: u32,
+}
 
 /// A source rectangle (fractional, source pixels) and the output rectangle it is resized into;
 /// the output outside it is filled with `pad`.
@@ -29,7 +33,7 @@ pub(crate) struct Placement {
     pub pad: u8,
 }
 
-/// The output geometry of a pipeline.
+/// The output geometry of a pipeline: the resize mode (with the output size) and the filter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Geometry {
     pub mode: ResizeMode,
@@ -39,13 +43,19 @@ pub(crate) struct Geometry {
 }
 
 impl Geometry {
-    pub fn from_config(config: &Config) -> Geometry {
+    pub fn new(resize: &ResizeOptions) -> Geometry {
+        let (height, width) = resize.output_size();
         Geometry {
-            mode: config.resize_mode,
-            width: config.width,
-            height: config.height,
-            interpolation: config.interpolation,
+            mode: resize.mode,
+            width,
+            height,
+            interpolation: resize.interpolation,
         }
+    }
+
+    /// Bytes of one output image as u8 RGB.
+    pub fn image_bytes(&self) -> usize {
+        self.width as usize * self.height as usize * 3
     }
 
     /// Where an image of `width` x `height` lands in the output.
@@ -53,7 +63,7 @@ impl Geometry {
         let (w, h) = (width as f64, height as f64);
         let (out_w, out_h) = (self.width, self.height);
         match self.mode {
-            ResizeMode::ShorterSideThenCenterCrop { shorter_side } => {
+            ResizeMode::ShorterSideThenCenterCrop { shorter_side, .. } => {
                 let s = shorter_side as u64;
                 // torchvision: the long side is int(s * long / short), computed in floating point.
                 let long =
@@ -77,7 +87,7 @@ impl Geometry {
                     pad: 0,
                 }
             }
-            ResizeMode::Stretch => Placement {
+            ResizeMode::Stretch { .. } => Placement {
                 src_left: 0.0,
                 src_top: 0.0,
                 src_width: w,
@@ -88,7 +98,7 @@ impl Geometry {
                 dst_height: out_h,
                 pad: 0,
             },
-            ResizeMode::Letterbox { pad } => {
+            ResizeMode::Letterbox { pad, .. } => {
                 let scale = (out_w as f64 / w).min(out_h as f64 / h);
                 let nw = ((w * scale).round() as u32).clamp(1, out_w);
                 let nh = ((h * scale).round() as u32).clamp(1, out_h);
@@ -106,9 +116,7 @@ impl Geometry {
             }
         }
     }
-}
 
-impl Geometry {
     /// The largest DCT-domain reduction (2, 4 or 8; 1 for none) that leaves the part of an image
     /// of `width` x `height` the output uses with at least twice the output's pixels along each
     /// axis, so the antialiased resize that follows still has a margin to filter.
@@ -122,9 +130,7 @@ impl Geometry {
             .find(|&r| margin >= r as f64)
             .unwrap_or(1)
     }
-}
 
-impl Geometry {
     /// The part of an image of `width` x `height`, decoded at 1/`reduction`, that the resize
     /// reads: the placement's source box widened by the filter's reach plus two pixels (one for
     /// the border a partial JPEG decode may compute differently, one to spare), in full-size
@@ -132,11 +138,7 @@ impl Geometry {
     pub fn source_window(&self, width: u32, height: u32, reduction: u32) -> Option<SourceRect> {
         let p = self.place(width, height);
         let r = reduction.max(1) as f64;
-        let support = match resize_alg(self.interpolation) {
-            ResizeAlg::Convolution(filter) => filter_support(filter),
-            // Nearest reads the pixel under each sample position.
-            _ => 0.5,
-        };
+        let support = self.interpolation.support();
         // The filter's reach, in pixels of the reduced image, back in full-size pixels.
         let reach = |src: f64, dst: u32| {
             let scale = src / r / dst.max(1) as f64;
@@ -158,16 +160,6 @@ impl Geometry {
     }
 }
 
-/// Radius of `filter` at scale 1, in pixels (fast_image_resize's values).
-fn filter_support(filter: FilterType) -> f64 {
-    match filter {
-        FilterType::Box => 0.5,
-        FilterType::Bilinear | FilterType::Hamming => 1.0,
-        FilterType::CatmullRom | FilterType::Mitchell => 2.0,
-        _ => 3.0,
-    }
-}
-
 /// One axis of torchvision's `CenterCrop(out)` applied to a source axis of length `src` resized
 /// to `resized`: returns (source start, source length, output start, output length).
 fn center_crop_axis(src: f64, resized: u64, out: u32) -> (f64, f64, u32, u32) {
@@ -184,110 +176,12 @@ fn center_crop_axis(src: f64, resized: u64, out: u32) -> (f64, f64, u32, u32) {
     }
 }
 
-fn resize_alg(interpolation: Interpolation) -> ResizeAlg {
-    match interpolation {
-        Interpolation::Bilinear => ResizeAlg::Convolution(FilterType::Bilinear),
-        Interpolation::Bicubic => ResizeAlg::Convolution(FilterType::CatmullRom),
-        Interpolation::Lanczos => ResizeAlg::Convolution(FilterType::Lanczos3),
-        Interpolation::Nearest => ResizeAlg::Nearest,
-    }
-}
-
-/// Resizes the decoded `pixels` into `slot` (`geometry.width * geometry.height * 3` bytes, RGB8).
-/// Gray images are resized as one channel into `gray`, this thread's scratch, then spread to RGB.
-pub(crate) fn resize_into_slot(
-    pixels: &[u8],
-    decoded: Decoded,
-    geometry: &Geometry,
-    resizer: &mut Resizer,
-    gray: &mut Vec<u8>,
-    slot: &mut [u8],
-) -> Result<(), ItemErrorKind> {
-    // The geometry is that of the full-size image; a DCT-reduced decode shrinks the source box.
-    let r = decoded.reduction.max(1);
-    let mut placement = geometry.place(decoded.source_width, decoded.source_height);
-    if r > 1 {
-        let (w, h) = (decoded.width as f64, decoded.height as f64);
-        let scale = 1.0 / r as f64;
-        placement.src_left = (placement.src_left * scale).min(w);
-        placement.src_top = (placement.src_top * scale).min(h);
-        placement.src_width = (placement.src_width * scale).min(w - placement.src_left);
-        placement.src_height = (placement.src_height * scale).min(h - placement.src_top);
-    }
-    match decoded.channels {
-        3 => resample::<U8x3>(pixels, decoded, &placement, geometry, resizer, slot),
-        1 => {
-            gray.resize(geometry.width as usize * geometry.height as usize, 0);
-            resample::<U8>(pixels, decoded, &placement, geometry, resizer, gray)?;
-            for (rgb, &g) in slot.chunks_exact_mut(3).zip(gray.iter()) {
-                rgb.fill(g);
-            }
-            Ok(())
-        }
-        n => Err(ItemErrorKind::Decode(format!(
-            "resize: {n} channels a pixel"
-        ))),
-    }
-}
-
-/// Resamples `placement`'s source box of `pixels` into its output box of `out` (the whole
-/// output, padded outside the box).
-fn resample<P: PixelTrait<Component = u8>>(
-    pixels: &[u8],
-    decoded: Decoded,
-    placement: &Placement,
-    geometry: &Geometry,
-    resizer: &mut Resizer,
-    out: &mut [u8],
-) -> Result<(), ItemErrorKind> {
-    let fail = |what: &str, e: &dyn std::fmt::Display| {
-        ItemErrorKind::Decode(format!("resize ({what}): {e}"))
-    };
-    let src = TypedImageRef::<P>::from_buffer(decoded.width, decoded.height, pixels)
-        .map_err(|e| fail("source", &e))?;
-    let covers_all = placement.dst_left == 0
-        && placement.dst_top == 0
-        && placement.dst_width == geometry.width
-        && placement.dst_height == geometry.height;
-    if !covers_all {
-        out.fill(placement.pad);
-    }
-    let dst = TypedImage::<P>::from_buffer(geometry.width, geometry.height, out)
-        .map_err(|e| fail("destination", &e))?;
-    let mut dst = TypedCroppedImageMut::new(
-        dst,
-        placement.dst_left,
-        placement.dst_top,
-        placement.dst_width,
-        placement.dst_height,
-    )
-    .map_err(|e| fail("placement", &e))?;
-    let options = ResizeOptions::new()
-        .resize_alg(resize_alg(geometry.interpolation))
-        .crop(
-            placement.src_left,
-            placement.src_top,
-            placement.src_width,
-            placement.src_height,
-        );
-    resizer
-        .resize_typed(&src, &mut dst, &options)
-        .map_err(|e| fail("resample", &e))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn torchvision(mode_side: u32, crop: u32) -> Geometry {
-        Geometry {
-            mode: ResizeMode::ShorterSideThenCenterCrop {
-                shorter_side: mode_side,
-            },
-            width: crop,
-            height: crop,
-            interpolation: Interpolation::Bilinear,
-        }
+    fn torchvision(shorter_side: u32, crop: u32) -> Geometry {
+        Geometry::new(&ResizeOptions::default().mode(ResizeMode::center_crop(shorter_side, crop)))
     }
 
     #[test]
@@ -334,17 +228,32 @@ mod tests {
 
     #[test]
     fn letterbox_keeps_aspect() {
-        let g = Geometry {
-            mode: ResizeMode::Letterbox { pad: 114 },
-            width: 640,
-            height: 640,
-            interpolation: Interpolation::Bilinear,
-        };
+        let g = Geometry::new(&ResizeOptions::default().mode(ResizeMode::letterbox(640, 640, 114)));
         let p = g.place(1280, 720);
         assert_eq!(
             (p.dst_left, p.dst_top, p.dst_width, p.dst_height),
             (0, 140, 640, 360)
         );
         assert_eq!(p.pad, 114);
+    }
+
+    #[test]
+    fn the_window_covers_the_crop_and_the_filter_reach() {
+        let g = torchvision(256, 224);
+        let w = g.source_window(1000, 500, 1).expect("a partial window");
+        let p = g.place(1000, 500);
+        // Bilinear at a scale of ~1.95 reaches 2 pixels beyond the box, plus 2 to spare.
+        assert!(w.x0 as f64 <= p.src_left - 4.0 && w.x1 as f64 >= p.src_left + p.src_width + 4.0);
+        assert!(w.y0 as f64 <= p.src_top - 4.0 && w.y1 as f64 >= p.src_top + p.src_height + 4.0);
+        assert!(
+            w.x0 > 0 && w.x1 < 1000,
+            "the sides of the long axis are skipped"
+        );
+        let stretch = Geometry::new(&ResizeOptions::default().mode(ResizeMode::stretch(100, 100)));
+        assert_eq!(
+            stretch.source_window(300, 200, 1),
+            None,
+            "a stretch reads everything"
+        );
     }
 }

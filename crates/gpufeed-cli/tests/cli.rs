@@ -1,13 +1,18 @@
 //! The `gpufeed` command line, run as a user would. On a machine without a GPU `run` falls back
 //! to the CPU with a message; `--cpu` makes the tests independent of the machine.
 
+#[path = "../../../tests/common/mod.rs"]
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use common::{repo_path, repo_root, TempDir};
 
 /// The binary cargo built, or the bundled copy when the tests were carried to another machine.
 fn binary() -> PathBuf {
     let built = PathBuf::from(env!("CARGO_BIN_EXE_gpufeed"));
-    let bundled = PathBuf::from(".gpu/bin/bin-gpufeed");
+    let bundled = repo_path(".gpu/bin/bin-gpufeed");
     if !built.exists() && bundled.exists() {
         bundled
     } else {
@@ -15,9 +20,11 @@ fn binary() -> PathBuf {
     }
 }
 
+/// Runs the command line from the repository's root, as the README does.
 fn gpufeed(args: &[&str]) -> Output {
     Command::new(binary())
         .args(args)
+        .current_dir(repo_root())
         .output()
         .expect("run gpufeed")
 }
@@ -32,11 +39,8 @@ fn last_json(o: &Output) -> serde_json::Value {
     serde_json::from_str(line).unwrap_or_else(|e| panic!("last line is not JSON ({e}): {line}"))
 }
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gpufeed-cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
+fn temp_dir(name: &str) -> TempDir {
+    TempDir::new(name)
 }
 
 /// Reads a .npy written by `--save`: (descr, shape, data bytes).
@@ -96,7 +100,6 @@ fn run_prints_a_json_summary_and_saves_every_image_in_order() {
     let paths: Vec<&str> = paths.lines().collect();
     assert_eq!(paths.len(), 7);
     assert!(paths[0].ends_with("astronaut.png") && paths[6].ends_with("rocket.jpg"));
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -115,19 +118,18 @@ fn saved_output_matches_the_library_output() {
     assert_eq!(descr, "<f2");
     assert_eq!(shape, vec![7, 3, 224, 224]);
     let mut pipeline = gpufeed::Pipeline::builder()
-        .source(gpufeed::Source::directory("assets").expect("assets"))
+        .source(gpufeed::Source::directory(repo_path("assets")).expect("assets"))
         .device(gpufeed::Device::Cpu)
         .build()
         .expect("build");
     let batch = pipeline.next_batch().expect("batch").expect("one batch");
     assert_eq!(batch.images().to_host().expect("host").to_le_bytes(), data);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn bad_files_are_listed_with_path_and_reason() {
     let dir = temp_dir("bad");
-    std::fs::copy("assets/rocket.jpg", dir.join("good.jpg")).expect("copy");
+    std::fs::copy(repo_path("assets/rocket.jpg"), dir.join("good.jpg")).expect("copy");
     std::fs::write(dir.join("broken.jpg"), b"not a jpeg").expect("write");
     let o = gpufeed(&["run", dir.to_str().expect("path"), "--cpu", "--json"]);
     assert!(o.status.success());
@@ -154,7 +156,6 @@ fn bad_files_are_listed_with_path_and_reason() {
     assert!(!o.status.success());
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(stderr.contains("broken.jpg"), "{stderr}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -163,7 +164,7 @@ fn no_arguments_runs_on_the_bundled_assets() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let out = stdout(&o);
     assert!(out.contains("images      7"), "{out}");
-    if gpufeed::gpu::probe().is_err() {
+    if gpufeed::cuda::probe().is_err() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains("CUDA is not available"), "{err}");
         assert!(err.contains("CPU"), "{err}");
@@ -186,7 +187,7 @@ fn missing_folder_is_an_error_not_a_panic() {
 
 #[test]
 fn bench_without_a_gpu_says_so_and_exits_cleanly() {
-    if gpufeed::gpu::probe().is_ok() {
+    if gpufeed::cuda::probe().is_ok() {
         return; // covered by the GPU machine's bench run
     }
     let o = gpufeed(&["bench"]);

@@ -1,0 +1,88 @@
+//! gpufeed's measurements, on its public API only: [`upload`] (bytes and time of u8 vs f32
+//! uploads, the fused normalize kernel against a naive multi-pass conversion; needs a GPU) and
+//! [`pipeline`] (the CPU stage at several thread counts, and the whole pipeline on the GPU).
+//! `gpufeed bench`, `cargo bench --bench upload` and `cargo bench --bench pipeline` run them.
+
+mod chart;
+pub mod pipeline;
+pub mod upload;
+
+use gpufeed::cudarc::driver::DriverError;
+
+pub use pipeline::{PipelineBenchOptions, PipelineBenchReport, PipelineBenchRow};
+pub use upload::{BenchOptions, BenchReport, BenchRow};
+
+/// Why a measurement could not be made.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BenchError {
+    /// gpufeed refused or failed.
+    #[error(transparent)]
+    Gpufeed(#[from] gpufeed::Error),
+    /// A CUDA call of the bench itself failed.
+    #[error("CUDA driver error while {context}: {source}")]
+    Cuda {
+        /// What the bench was doing.
+        context: &'static str,
+        /// The driver's error.
+        #[source]
+        source: DriverError,
+    },
+    /// The baseline kernel did not compile.
+    #[error("NVRTC could not compile kernels/baseline.cu: {0}")]
+    Compile(String),
+    /// The options leave nothing to measure.
+    #[error("nothing to measure: {0}")]
+    Nothing(String),
+    /// An output file could not be written.
+    #[error("cannot write {path}: {source}")]
+    Write {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The bench's result type.
+pub type Result<T, E = BenchError> = std::result::Result<T, E>;
+
+/// A failed driver call of the bench, with what it was doing.
+pub(crate) fn cuda(context: &'static str) -> impl Fn(DriverError) -> BenchError + Copy {
+    move |source| BenchError::Cuda { context, source }
+}
+
+/// Median of `values` (the mean of the middle two for an even count); sorts them.
+pub fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(|a, b| a.total_cmp(b));
+    let n = values.len();
+    match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => values[n / 2],
+        _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+/// Peak resident set size of this process in bytes (`VmHWM`), 0 where unknown.
+pub fn peak_rss_bytes() -> u64 {
+    resident_field("VmHWM:")
+}
+
+/// Current resident set size of this process in bytes (`VmRSS`), 0 where unknown.
+pub fn rss_bytes() -> u64 {
+    resident_field("VmRSS:")
+}
+
+fn resident_field(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}

@@ -1,0 +1,16 @@
+//! The CPU lane: read, decode, resize and crop on a pool of threads, pixels kept `u8`, each image
+//! written straight into its place in the batch's staging (and, on the CPU device, normalized
+//! there by the same thread).
+
+mod decode;
+mod normalize;
+mod prepare;
+mod resize;
+mod stage;
+
+pub use normalize::normalize;
+pub use prepare::prepare_image;
+pub use stage::{CpuStage, PreparedBatch};
+
+pub(crate) use normalize::NormalizeTable;
+pub(crate) use stage::{BatchRequest, CpuLane, Staging};

@@ -1,0 +1,309 @@
+//! One image through the CPU lane: read, decode (only the window the resize reads), resize and
+//! crop straight into its destination, with this thread's reusable scratch buffers.
+
+use std::cell::RefCell;
+
+use fast_image_resize::Resizer;
+
+use super::decode::{decode, DecodeWindow};
+use super::resize::resize_into_slot;
+use crate::error::{panic_message, Error, ItemError, ItemErrorKind, Result};
+use crate::geometry::Geometry;
+use crate::options::{DecodeOptions, ResizeOptions};
+use crate::source::Source;
+
+/// Per-thread scratch, reused across images: the decoded pixels, the resizer's buffers and the
+/// one-channel output of gray images.
+struct Scratch {
+    pixels: Vec<u8>,
+    resizer: Resizer,
+    gray: Vec<u8>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch {
+        pixels: Vec::new(),
+        resizer: Resizer::new(),
+        gray: Vec::new(),
+    });
+}
+
+/// How the CPU lane turns one image into output pixels.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PrepareOptions {
+    pub decode: DecodeOptions,
+    pub geometry: Geometry,
+}
+
+impl PrepareOptions {
+    pub fn new(decode: &DecodeOptions, resize: &ResizeOptions) -> PrepareOptions {
+        PrepareOptions {
+            decode: *decode,
+            geometry: Geometry::new(resize),
+        }
+    }
+}
+
+/// Which image of which epoch is being prepared: random transforms draw from both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ImageTask {
+    /// Index of the image in the source.
+    pub index: usize,
+    /// The epoch it is prepared for.
+    pub epoch: u64,
+}
+
+/// Reads, decodes and resizes one image of `source` into `dst`.
+pub(crate) fn prepare_one(
+    source: &Source,
+    task: ImageTask,
+    options: &PrepareOptions,
+    dst: &mut [u8],
+) -> std::result::Result<(), ItemErrorKind> {
+    let bytes = source.item(task.index).read()?;
+    prepare_bytes(&bytes, options, dst)
+}
+
+/// Decodes and resizes one encoded image into `dst`. A panic inside a decoder (a bug the fuzzer
+/// has not found) becomes this image's error instead of taking the pipeline down.
+fn prepare_bytes(
+    bytes: &[u8],
+    options: &PrepareOptions,
+    dst: &mut [u8],
+) -> std::result::Result<(), ItemErrorKind> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        prepare_bytes_unguarded(bytes, options, dst)
+    }))
+    .unwrap_or_else(|panic| {
+        // The scratch may have been left mid-update: start the next image from fresh buffers.
+        let _ = SCRATCH.try_with(|s| {
+            if let Ok(mut s) = s.try_borrow_mut() {
+                *s = Scratch {
+                    pixels: Vec::new(),
+                    resizer: Resizer::new(),
+                    gray: Vec::new(),
+                };
+            }
+        });
+        Err(ItemErrorKind::DecoderPanic(panic_message(panic.as_ref())))
+    })
+}
+
+/// Decodes and resizes one encoded image into `dst`, with this thread's scratch buffers.
+fn prepare_bytes_unguarded(
+    bytes: &[u8],
+    options: &PrepareOptions,
+    dst: &mut [u8],
+) -> std::result::Result<(), ItemErrorKind> {
+    SCRATCH.with(|scratch| {
+        let scratch = &mut *scratch.borrow_mut();
+        let geometry = &options.geometry;
+        let window = |w: u32, h: u32| {
+            let reduction = if options.decode.dct_scaling {
+                geometry.max_reduction(w, h)
+            } else {
+                1
+            };
+            DecodeWindow {
+                reduction,
+                region: options
+                    .decode
+                    .partial_decode
+                    .then(|| geometry.source_window(w, h, reduction))
+                    .flatten(),
+            }
+        };
+        let decoded = decode(bytes, &options.decode, &window, &mut scratch.pixels)?;
+        resize_into_slot(
+            &scratch.pixels,
+            decoded,
+            geometry,
+            &mut scratch.resizer,
+            &mut scratch.gray,
+            dst,
+        )
+    })
+}
+
+/// The CPU lane on one encoded image, exactly as the pipeline runs it: sniff the format, decode,
+/// resize and crop into `out`, which must hold one output image as packed RGB8
+/// (`height * width * 3` bytes of [`ResizeOptions::output_size`]). A bad image is
+/// [`Error::Item`] with the id `"<memory>"`.
+///
+/// ```
+/// use gpufeed::{DecodeOptions, ResizeOptions};
+/// let bytes = std::fs::read("assets/rocket.jpg")?;
+/// let resize = ResizeOptions::default(); // Resize(256) + CenterCrop(224)
+/// let mut pixels = vec![0u8; resize.image_bytes()?];
+/// gpufeed::prepare_image(&bytes, &DecodeOptions::default(), &resize, &mut pixels)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn prepare_image(
+    bytes: &[u8],
+    decode: &DecodeOptions,
+    resize: &ResizeOptions,
+    out: &mut [u8],
+) -> Result<()> {
+    crate::Options::default()
+        .decode(*decode)
+        .resize(*resize)
+        .validate()?;
+    let options = PrepareOptions::new(decode, resize);
+    let want = options.geometry.image_bytes();
+    if out.len() != want {
+        return Err(Error::Mismatch(format!(
+            "output buffer holds {} bytes, one {}x{} RGB image needs {want}",
+            out.len(),
+            options.geometry.width,
+            options.geometry.height,
+        )));
+    }
+    prepare_bytes(bytes, &options, out).map_err(|kind| {
+        Error::Item(ItemError {
+            id: "<memory>".into(),
+            index: 0,
+            kind,
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::decode::{decode, Decoded};
+    use crate::options::{Interpolation, ResizeMode, ResizeOptions};
+
+    /// JPEGs of every shape the partial decode meets: the bundled photos, the JPEG fixtures
+    /// (`sampling_2x1_all.jpg`, made with `cjpeg -sample 2x1,2x1,2x1`, has sampling factors
+    /// libjpeg-turbo cannot crop at the MCU it reports, so it is decoded whole),
+    /// ImageNet-sized crops of the photos (colour 4:2:0 and 4:4:4, and gray) at random sizes and
+    /// aspect ratios, and the files of `GPUFEED_TEST_CORPUS` if set (e.g. a make-corpus folder).
+    fn jpegs() -> Vec<(String, Vec<u8>)> {
+        use image::codecs::jpeg::JpegEncoder;
+        let mut out: Vec<(String, Vec<u8>)> = Vec::new();
+        let mut read_dir = |dir: &std::path::Path| {
+            let mut stack = vec![dir.to_path_buf()];
+            while let Some(d) = stack.pop() {
+                for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                    let path = entry.path();
+                    let name = path.to_string_lossy().to_lowercase();
+                    if path.is_dir() {
+                        stack.push(path);
+                    } else if name.ends_with(".jpg") || name.ends_with(".jpeg") {
+                        out.push((name, std::fs::read(&path).expect("read")));
+                    }
+                }
+            }
+        };
+        read_dir(std::path::Path::new("assets"));
+        read_dir(std::path::Path::new("tests/fixtures"));
+        if let Ok(dir) = std::env::var("GPUFEED_TEST_CORPUS") {
+            read_dir(std::path::Path::new(&dir));
+        }
+        let photo = image::open("assets/astronaut.png")
+            .expect("photo")
+            .to_rgb8();
+        let photo = image::imageops::resize(&photo, 1000, 900, image::imageops::Triangle);
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = |n: u32| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as u32
+        };
+        for i in 0..24 {
+            let (w, h) = (100 + next(700), 60 + next(700));
+            let (x, y) = (next(photo.width() - w), next(photo.height() - h));
+            let crop = image::imageops::crop_imm(&photo, x, y, w, h).to_image();
+            let mut bytes = Vec::new();
+            let mut encoder = JpegEncoder::new_with_quality(&mut bytes, 75 + (i % 20) as u8);
+            if i % 4 == 3 {
+                let gray = image::DynamicImage::ImageRgb8(crop).to_luma8();
+                encoder.encode_image(&gray).expect("encode");
+            } else {
+                encoder.encode_image(&crop).expect("encode");
+            }
+            out.push((format!("synthetic {w}x{h} #{i}"), bytes));
+        }
+        out
+    }
+
+    /// Decoding only the window the resize reads gives the very bytes of decoding everything,
+    /// for every filter, other sizes, and with DCT scaling.
+    #[test]
+    fn partial_decode_is_exact() {
+        let plain = DecodeOptions::default();
+        let scaled = DecodeOptions::default().dct_scaling(true);
+        let resize = ResizeOptions::default();
+        let configs = [
+            (plain, resize),
+            (plain, resize.interpolation(Interpolation::Lanczos)),
+            (scaled, resize.interpolation(Interpolation::Bicubic)),
+            (plain, resize.interpolation(Interpolation::Nearest)),
+            (
+                scaled,
+                resize.mode(ResizeMode::ShorterSideThenCenterCrop {
+                    shorter_side: 160,
+                    height: 128,
+                    width: 96,
+                }),
+            ),
+        ];
+        let files = jpegs();
+        let mut compared = 0;
+        for (decode, resize) in &configs {
+            let partial = PrepareOptions::new(decode, resize);
+            let whole = PrepareOptions::new(&decode.partial_decode(false), resize);
+            assert!(partial.decode.partial_decode);
+            let mut a = vec![0u8; partial.geometry.image_bytes()];
+            let mut b = vec![1u8; partial.geometry.image_bytes()];
+            for (name, bytes) in &files {
+                let ra = prepare_bytes(bytes, &whole, &mut a);
+                let rb = prepare_bytes(bytes, &partial, &mut b);
+                assert_eq!(ra.is_ok(), rb.is_ok(), "{name}");
+                if ra.is_ok() {
+                    assert!(
+                        a == b,
+                        "{name}: partial decode differs ({decode:?} {resize:?})"
+                    );
+                    compared += 1;
+                }
+            }
+        }
+        assert!(compared >= configs.len() * 30, "only {compared} compared");
+    }
+
+    /// A gray JPEG resized as one channel equals the same image resized as RGB.
+    #[test]
+    fn gray_jpegs_resize_as_one_channel_exactly() {
+        let jpeg = std::fs::read("tests/fixtures/gray.jpg").expect("fixture");
+        let options = PrepareOptions::new(&DecodeOptions::default(), &ResizeOptions::default());
+        let mut one_channel = vec![0u8; options.geometry.image_bytes()];
+        prepare_bytes(&jpeg, &options, &mut one_channel).expect("gray path");
+        // The same gray pixels spread to RGB and resized as RGB.
+        let mut gray = Vec::new();
+        let decoded = decode(
+            &jpeg,
+            &options.decode,
+            &|_, _| DecodeWindow::WHOLE,
+            &mut gray,
+        )
+        .expect("decode");
+        assert_eq!(decoded.channels, 1);
+        let rgb: Vec<u8> = gray.iter().flat_map(|&g| [g, g, g]).collect();
+        let mut three_channels = vec![0u8; options.geometry.image_bytes()];
+        resize_into_slot(
+            &rgb,
+            Decoded {
+                channels: 3,
+                ..decoded
+            },
+            &options.geometry,
+            &mut Resizer::new(),
+            &mut Vec::new(),
+            &mut three_channels,
+        )
+        .expect("rgb resize");
+        assert!(one_channel == three_channels);
+    }
+}

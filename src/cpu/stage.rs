@@ -1,0 +1,317 @@
+//! The CPU lane on a batch: its images read, decoded and resized in parallel on the lane's
+//! threads, each straight into its place in the batch's staging, failures accounted for.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use rayon::prelude::*;
+
+use super::normalize::NormalizeTable;
+use super::prepare::{prepare_one, ImageTask, PrepareOptions};
+use crate::error::{Error, ItemError, ItemErrorKind, Result};
+use crate::options::{DecodeOptions, OnError, ResizeOptions};
+use crate::source::Source;
+use crate::tensor::{HostData, NormalizedSlot};
+
+/// Where a batch's images go: u8 RGB HWC, one image after another, and on the CPU device also
+/// their normalized copy, made by the thread that prepared each image while it is in its cache.
+pub(crate) struct Staging<'a> {
+    /// `batch_size` images of packed RGB8.
+    pub pixels: &'a mut [u8],
+    /// The batch's normalized output and how to make it, when the output lives on the host.
+    pub normalized: Option<(&'a mut HostData, &'a NormalizeTable)>,
+}
+
+impl Staging<'_> {
+    /// Moves image `from` to place `to` (closing the gap a failed image left).
+    fn move_image(&mut self, from: usize, to: usize, image_bytes: usize) {
+        self.pixels.copy_within(
+            from * image_bytes..(from + 1) * image_bytes,
+            to * image_bytes,
+        );
+        if let Some((data, _)) = &mut self.normalized {
+            data.move_image(from, to, image_bytes);
+        }
+    }
+}
+
+/// A filled staging: its first `indices.len()` images are good, in order.
+#[derive(Debug, Default)]
+pub(crate) struct Filled {
+    /// Source index of each image in the staging.
+    pub indices: Vec<usize>,
+    /// Images that failed, in order.
+    pub skipped: Vec<ItemError>,
+    /// How many entries of the order were used.
+    pub consumed: usize,
+}
+
+/// Which images a batch is filled from, and how.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BatchRequest<'a> {
+    /// Source indices to take images from, in order (the rest of the epoch's order).
+    pub order: &'a [usize],
+    /// The epoch the batch belongs to.
+    pub epoch: u64,
+    /// Good images wanted.
+    pub batch_size: usize,
+    /// Skip bad images, or stop at the first.
+    pub on_error: OnError,
+}
+
+/// What became of one image: `None` if it was not tried because the lane was stopped.
+type Outcome = Option<std::result::Result<(), ItemErrorKind>>;
+
+/// One image's destinations: its u8 pixels and, on the CPU device, its normalized copy.
+type Job<'a> = (usize, &'a mut [u8], Option<NormalizedSlot<'a>>);
+
+/// The CPU lane: a pool of threads and how they prepare an image.
+#[derive(Debug)]
+pub(crate) struct CpuLane {
+    pool: rayon::ThreadPool,
+    options: PrepareOptions,
+}
+
+impl CpuLane {
+    /// A lane of `threads` threads (0: one per core).
+    pub fn new(decode: &DecodeOptions, resize: &ResizeOptions, threads: usize) -> Result<CpuLane> {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("gpufeed-cpu-{i}"))
+            .build()
+            .map_err(|e| Error::invalid("threads", format!("cannot start the threads: {e}")))?;
+        Ok(CpuLane {
+            pool,
+            options: PrepareOptions::new(decode, resize),
+        })
+    }
+
+    /// Threads of the lane.
+    pub fn threads(&self) -> usize {
+        self.pool.current_num_threads()
+    }
+
+    /// Bytes of one prepared image.
+    pub fn image_bytes(&self) -> usize {
+        self.options.geometry.image_bytes()
+    }
+
+    /// Fills `staging` with up to `batch_size` good images taken from the request's order, in
+    /// order, skipping (or, under [`OnError::Fail`], stopping at) images that fail. Returns
+    /// `Ok(None)` if `stop` was raised meanwhile.
+    pub fn fill(
+        &self,
+        staging: &mut Staging<'_>,
+        request: &BatchRequest<'_>,
+        source: &Source,
+        stop: &AtomicBool,
+    ) -> Result<Option<Filled>> {
+        let BatchRequest {
+            order,
+            epoch,
+            batch_size,
+            on_error,
+        } = *request;
+        let image_bytes = self.image_bytes();
+        let mut filled = Filled::default();
+        let mut good = 0;
+        while good < batch_size && filled.consumed < order.len() {
+            let take = (batch_size - good).min(order.len() - filled.consumed);
+            let chunk = &order[filled.consumed..filled.consumed + take];
+            let outcomes = self
+                .pool
+                .install(|| self.prepare_range(staging, good, chunk, epoch, source, stop));
+            // Close the gaps the failed images left, keeping the order.
+            let first = good;
+            for (k, outcome) in outcomes.into_iter().enumerate() {
+                let Some(outcome) = outcome else {
+                    return Ok(None);
+                };
+                match outcome {
+                    Ok(()) => {
+                        if first + k != good {
+                            staging.move_image(first + k, good, image_bytes);
+                        }
+                        filled.indices.push(chunk[k]);
+                        good += 1;
+                    }
+                    Err(kind) => {
+                        let error = ItemError {
+                            id: source.item(chunk[k]).id().to_string(),
+                            index: chunk[k],
+                            kind,
+                        };
+                        if on_error == OnError::Fail {
+                            return Err(Error::Item(error));
+                        }
+                        filled.skipped.push(error);
+                    }
+                }
+            }
+            filled.consumed += take;
+        }
+        Ok(Some(filled))
+    }
+
+    /// Prepares image `chunk[k]` into image `first + k` of `staging`, for every `k`, on every
+    /// thread of the pool. The largest files go first and each thread takes the next one as it
+    /// frees up, so the batch ends on small images and no thread idles long at its end (a split
+    /// of the batch into fixed shares ends on whatever image is slowest).
+    fn prepare_range(
+        &self,
+        staging: &mut Staging<'_>,
+        first: usize,
+        chunk: &[usize],
+        epoch: u64,
+        source: &Source,
+        stop: &AtomicBool,
+    ) -> Vec<Outcome> {
+        let image_bytes = self.image_bytes();
+        let sizes: Vec<u64> = chunk
+            .par_iter()
+            .map(|&index| source.item(index).size_hint())
+            .collect();
+        let range = first * image_bytes..(first + chunk.len()) * image_bytes;
+        let (mut normalized_slots, table) = match &mut staging.normalized {
+            Some((data, table)) => {
+                let slots: Vec<_> = data
+                    .image_slots(image_bytes)
+                    .into_iter()
+                    .skip(first)
+                    .collect();
+                (Some(slots.into_iter()), Some(&**table))
+            }
+            None => (None, None),
+        };
+        let mut jobs: Vec<Job<'_>> = staging.pixels[range]
+            .chunks_mut(image_bytes)
+            .enumerate()
+            .map(|(k, pixels)| {
+                let normalized = normalized_slots.as_mut().and_then(Iterator::next);
+                (k, pixels, normalized)
+            })
+            .collect();
+        jobs.sort_by_key(|&(k, _, _)| std::cmp::Reverse(sizes[k]));
+        let queue = Mutex::new(jobs.into_iter());
+        let options = &self.options;
+        let per_thread: Vec<Vec<(usize, Outcome)>> = rayon::broadcast(|_| {
+            let mut done = Vec::new();
+            loop {
+                // Nothing panics while the lock is held, so a poisoned queue is still whole.
+                let job = queue.lock().unwrap_or_else(|e| e.into_inner()).next();
+                let Some((k, pixels, normalized)) = job else {
+                    break done;
+                };
+                let outcome = (!stop.load(Ordering::Relaxed)).then(|| {
+                    let task = ImageTask {
+                        index: chunk[k],
+                        epoch,
+                    };
+                    prepare_one(source, task, options, pixels)?;
+                    if let (Some(slot), Some(table)) = (normalized, table) {
+                        table.write_image(pixels, slot);
+                    }
+                    Ok(())
+                });
+                done.push((k, outcome));
+            }
+        });
+        let mut outcomes: Vec<Outcome> = (0..chunk.len()).map(|_| None).collect();
+        for (k, outcome) in per_thread.into_iter().flatten() {
+            outcomes[k] = outcome;
+        }
+        outcomes
+    }
+}
+
+/// The CPU lane on its own: reads, decodes, resizes and crops batches of a source into packed
+/// RGB8 buffers on its own threads, as a pipeline's CPU stage does, for code that uploads or
+/// measures the pixels itself.
+///
+/// ```
+/// use gpufeed::{CpuStage, DecodeOptions, ResizeOptions, Source};
+/// let stage = CpuStage::new(&DecodeOptions::default(), &ResizeOptions::default(), 2)?;
+/// let source = Source::directory("assets")?;
+/// let mut pixels = vec![0u8; 4 * stage.image_bytes()];
+/// let prepared = stage.prepare_batch(&source, &[0, 1, 2, 3], &mut pixels)?;
+/// assert_eq!(prepared.indices.len() + prepared.failed.len(), 4);
+/// # Ok::<(), gpufeed::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct CpuStage {
+    lane: CpuLane,
+}
+
+/// What [`CpuStage::prepare_batch`] made of a batch.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PreparedBatch {
+    /// Source index of each prepared image, in the order they sit in the buffer.
+    pub indices: Vec<usize>,
+    /// Images that could not be prepared, with the reason.
+    pub failed: Vec<ItemError>,
+}
+
+impl CpuStage {
+    /// A stage of `threads` threads (0: one per core).
+    pub fn new(decode: &DecodeOptions, resize: &ResizeOptions, threads: usize) -> Result<CpuStage> {
+        crate::Options::default()
+            .decode(*decode)
+            .resize(*resize)
+            .validate()?;
+        Ok(CpuStage {
+            lane: CpuLane::new(decode, resize, threads)?,
+        })
+    }
+
+    /// Threads of the stage.
+    pub fn threads(&self) -> usize {
+        self.lane.threads()
+    }
+
+    /// Bytes of one prepared image (`height * width * 3`).
+    pub fn image_bytes(&self) -> usize {
+        self.lane.image_bytes()
+    }
+
+    /// Prepares the images `indices` of `source` into `out`, one after another; failed images
+    /// are left out (the good ones close up) and listed. `out` must hold `indices.len()` images.
+    pub fn prepare_batch(
+        &self,
+        source: &Source,
+        indices: &[usize],
+        out: &mut [u8],
+    ) -> Result<PreparedBatch> {
+        let need = indices.len() * self.image_bytes();
+        if out.len() < need {
+            return Err(Error::Mismatch(format!(
+                "output buffer holds {} bytes, {} images need {need}",
+                out.len(),
+                indices.len()
+            )));
+        }
+        if let Some(&bad) = indices.iter().find(|&&i| i >= source.len()) {
+            return Err(Error::Mismatch(format!(
+                "index {bad} is outside a source of {} images",
+                source.len()
+            )));
+        }
+        let mut staging = Staging {
+            pixels: out,
+            normalized: None,
+        };
+        let stop = AtomicBool::new(false);
+        let request = BatchRequest {
+            order: indices,
+            epoch: 0,
+            batch_size: indices.len(),
+            on_error: OnError::Skip,
+        };
+        let filled = self.lane.fill(&mut staging, &request, source, &stop)?;
+        let filled = filled.unwrap_or_default();
+        Ok(PreparedBatch {
+            indices: filled.indices,
+            failed: filled.skipped,
+        })
+    }
+}

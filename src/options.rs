@@ -1,0 +1,886 @@
+//! What a pipeline does, grouped by the stage that uses it: [`DecodeOptions`] (bytes to pixels),
+//! [`ResizeOptions`] (pixels to the output size), [`OutputOptions`] (normalize, dtype, layout),
+//! [`BatchOptions`] (batches and their order) and [`RuntimeOptions`] (device, threads, prefetch).
+//! [`Options`] holds one of each; every stage takes exactly its part.
+//!
+//! The option enums parse from and print as the names the command line and the Python package
+//! use (`"f16".parse::<DType>()`, `DType::F16.to_string() == "f16"`).
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::error::{Error, Result};
+
+/// ImageNet channel means in 0..1 units, RGB order (torchvision's `Normalize` defaults).
+pub const IMAGENET_MEAN: [f32; 3] = [0.485, 0.456, 0.406];
+/// ImageNet channel standard deviations in 0..1 units, RGB order.
+pub const IMAGENET_STD: [f32; 3] = [0.229, 0.224, 0.225];
+
+/// Default pixel limit: Pillow's decompression-bomb error threshold (2 x 89,478,485), so every
+/// image Pillow opens opens here too, and a forged header cannot make us allocate gigabytes.
+pub const DEFAULT_MAX_PIXELS: u64 = 178_956_970;
+
+/// An option value that does not name one of the choices; says which were expected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} {given:?}: expected one of {expected}")]
+pub struct ParseOptionError {
+    what: &'static str,
+    given: String,
+    expected: &'static str,
+}
+
+/// `FromStr` and `Display` for an option enum from one table of (variant, names); the first
+/// name is the one printed, the others are accepted aliases (compared without case).
+macro_rules! named_choices {
+    ($ty:ty, $what:literal, [$(($variant:path, [$first:literal $(, $alias:literal)*])),+ $(,)?]) => {
+        impl $ty {
+            /// The name this value prints as and parses from.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $($variant => $first,)+
+                }
+            }
+        }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+
+        impl FromStr for $ty {
+            type Err = ParseOptionError;
+
+            fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+                $(if [$first $(, $alias)*].iter().any(|n| n.eq_ignore_ascii_case(s.trim())) {
+                    return Ok($variant);
+                })+
+                Err(ParseOptionError {
+                    what: $what,
+                    given: s.to_string(),
+                    expected: concat!($($first, " "),+),
+                })
+            }
+        }
+    };
+}
+
+/// Element type of the output tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DType {
+    /// IEEE half precision (`half::f16`).
+    F16,
+    /// bfloat16 (`half::bf16`).
+    BF16,
+    /// IEEE single precision.
+    F32,
+}
+
+named_choices!(
+    DType,
+    "dtype",
+    [
+        (DType::F16, ["f16", "float16", "half"]),
+        (DType::BF16, ["bf16", "bfloat16"]),
+        (DType::F32, ["f32", "float32", "float"]),
+    ]
+);
+
+impl DType {
+    /// Bytes per element.
+    pub fn size_of(self) -> usize {
+        match self {
+            DType::F16 | DType::BF16 => 2,
+            DType::F32 => 4,
+        }
+    }
+}
+
+/// Memory layout of the output batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Layout {
+    /// `[N, C, H, W]`, PyTorch's default.
+    Nchw,
+    /// `[N, H, W, C]`, channels last.
+    Nhwc,
+}
+
+named_choices!(
+    Layout,
+    "layout",
+    [(Layout::Nchw, ["nchw"]), (Layout::Nhwc, ["nhwc"]),]
+);
+
+impl Layout {
+    /// Shape of a batch of `n` images of `height` x `width` with 3 channels in this layout.
+    pub fn shape(self, n: usize, height: usize, width: usize) -> [usize; 4] {
+        match self {
+            Layout::Nchw => [n, 3, height, width],
+            Layout::Nhwc => [n, height, width, 3],
+        }
+    }
+}
+
+/// Order of the colour channels in the output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum ChannelOrder {
+    /// Red, green, blue (torchvision, timm).
+    #[default]
+    Rgb,
+    /// Blue, green, red (Caffe- and OpenCV-style models).
+    Bgr,
+}
+
+named_choices!(
+    ChannelOrder,
+    "channel order",
+    [(ChannelOrder::Rgb, ["rgb"]), (ChannelOrder::Bgr, ["bgr"]),]
+);
+
+impl ChannelOrder {
+    /// The output channel that source channel `c` (RGB order) goes to; the map is its own
+    /// inverse.
+    pub fn output_channel(self, c: usize) -> usize {
+        match self {
+            ChannelOrder::Rgb => c,
+            ChannelOrder::Bgr => 2 - c,
+        }
+    }
+}
+
+/// Where the output tensor lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Device {
+    /// The CUDA device with this ordinal: u8 upload and the NVRTC kernel.
+    Cuda(usize),
+    /// Host memory: the same CPU stage, normalized on the CPU. Works anywhere.
+    Cpu,
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Device::Cuda(ordinal) => write!(f, "cuda:{ordinal}"),
+            Device::Cpu => f.write_str("cpu"),
+        }
+    }
+}
+
+impl FromStr for Device {
+    type Err = ParseOptionError;
+
+    /// `cpu`, `cuda` (device 0) or `cuda:N`, as PyTorch writes devices.
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        let s = s.trim();
+        let fail = || ParseOptionError {
+            what: "device",
+            given: s.to_string(),
+            expected: "cpu cuda cuda:N",
+        };
+        if s.eq_ignore_ascii_case("cpu") {
+            return Ok(Device::Cpu);
+        }
+        if s.eq_ignore_ascii_case("cuda") {
+            return Ok(Device::Cuda(0));
+        }
+        let (prefix, ordinal) = s.split_once(':').ok_or_else(fail)?;
+        if !prefix.eq_ignore_ascii_case("cuda") {
+            return Err(fail());
+        }
+        ordinal.parse().map(Device::Cuda).map_err(|_| fail())
+    }
+}
+
+/// What happens when one image cannot be read or decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum OnError {
+    /// Fill the batch with the next good images and list the bad one in [`crate::Batch::skipped`].
+    #[default]
+    Skip,
+    /// Stop: `next_batch` returns [`Error::Item`] naming the image.
+    Fail,
+}
+
+named_choices!(
+    OnError,
+    "error policy",
+    [(OnError::Skip, ["skip"]), (OnError::Fail, ["fail"]),]
+);
+
+/// What happens to a last batch smaller than the batch size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum LastBatch {
+    /// Yield it (PyTorch's `drop_last=False`).
+    #[default]
+    Keep,
+    /// Leave it out (PyTorch's `drop_last=True`).
+    Drop,
+}
+
+named_choices!(
+    LastBatch,
+    "last-batch policy",
+    [(LastBatch::Keep, ["keep"]), (LastBatch::Drop, ["drop"]),]
+);
+
+/// Resampling filter used when resizing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Interpolation {
+    /// Antialiased bilinear, like Pillow's `BILINEAR` (torchvision's default).
+    #[default]
+    Bilinear,
+    /// Antialiased bicubic (Catmull-Rom, a = -0.5), like Pillow's `BICUBIC`.
+    Bicubic,
+    /// Nearest neighbour, like Pillow's `NEAREST`.
+    Nearest,
+    /// Antialiased Lanczos-3, like Pillow's `LANCZOS`.
+    Lanczos,
+}
+
+named_choices!(
+    Interpolation,
+    "interpolation",
+    [
+        (Interpolation::Bilinear, ["bilinear"]),
+        (Interpolation::Bicubic, ["bicubic"]),
+        (Interpolation::Nearest, ["nearest"]),
+        (Interpolation::Lanczos, ["lanczos"]),
+    ]
+);
+
+impl Interpolation {
+    /// Radius of the filter at scale 1, in source pixels (Nearest reads the pixel under each
+    /// sample position).
+    pub fn support(self) -> f64 {
+        match self {
+            Interpolation::Bilinear => 1.0,
+            Interpolation::Bicubic => 2.0,
+            Interpolation::Lanczos => 3.0,
+            Interpolation::Nearest => 0.5,
+        }
+    }
+}
+
+/// How an image becomes an output of `height` x `width` pixels. The output size is part of the
+/// mode, so no other option can change it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ResizeMode {
+    /// torchvision's `Resize(shorter_side)` then `CenterCrop((height, width))`: the shorter side
+    /// becomes `shorter_side`, the longer keeps the aspect ratio, and the centre is cut out
+    /// (padded with zeros where the crop is larger than the resized image, as torchvision does).
+    ShorterSideThenCenterCrop {
+        /// Target length of the shorter side.
+        shorter_side: u32,
+        /// Output height.
+        height: u32,
+        /// Output width.
+        width: u32,
+    },
+    /// Resize straight to `height` x `width`, ignoring the aspect ratio.
+    Stretch {
+        /// Output height.
+        height: u32,
+        /// Output width.
+        width: u32,
+    },
+    /// Keep the aspect ratio, fit the whole image inside `height` x `width`, and pad the rest
+    /// with `pad` (detection models' letterbox).
+    Letterbox {
+        /// Output height.
+        height: u32,
+        /// Output width.
+        width: u32,
+        /// Value of every padded channel, 0..=255.
+        pad: u8,
+    },
+}
+
+impl ResizeMode {
+    /// torchvision's `Resize(shorter_side)` + `CenterCrop(crop)`, a square output.
+    pub const fn center_crop(shorter_side: u32, crop: u32) -> ResizeMode {
+        ResizeMode::ShorterSideThenCenterCrop {
+            shorter_side,
+            height: crop,
+            width: crop,
+        }
+    }
+
+    /// A plain resize to `height` x `width`.
+    pub const fn stretch(height: u32, width: u32) -> ResizeMode {
+        ResizeMode::Stretch { height, width }
+    }
+
+    /// Fit inside `height` x `width`, padding with `pad`.
+    pub const fn letterbox(height: u32, width: u32, pad: u8) -> ResizeMode {
+        ResizeMode::Letterbox { height, width, pad }
+    }
+
+    /// Output `(height, width)` in pixels.
+    pub fn output_size(self) -> (u32, u32) {
+        match self {
+            ResizeMode::ShorterSideThenCenterCrop { height, width, .. }
+            | ResizeMode::Stretch { height, width }
+            | ResizeMode::Letterbox { height, width, .. } => (height, width),
+        }
+    }
+
+    /// The mode's name: `center-crop`, `stretch` or `letterbox`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ResizeMode::ShorterSideThenCenterCrop { .. } => "center-crop",
+            ResizeMode::Stretch { .. } => "stretch",
+            ResizeMode::Letterbox { .. } => "letterbox",
+        }
+    }
+}
+
+impl Default for ResizeMode {
+    /// torchvision's evaluation transform: `Resize(256)` + `CenterCrop(224)`.
+    fn default() -> Self {
+        ResizeMode::center_crop(256, 224)
+    }
+}
+
+impl fmt::Display for ResizeMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            ResizeMode::ShorterSideThenCenterCrop {
+                shorter_side,
+                height,
+                width,
+            } => write!(f, "resize {shorter_side}, center crop {height}x{width}"),
+            ResizeMode::Stretch { height, width } => write!(f, "stretch to {height}x{width}"),
+            ResizeMode::Letterbox { height, width, pad } => {
+                write!(f, "letterbox {height}x{width}, pad {pad}")
+            }
+        }
+    }
+}
+
+/// Bytes to pixels: limits and decoder choices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DecodeOptions {
+    /// Images that claim more pixels than this are refused from their header, before decoding
+    /// (default [`DEFAULT_MAX_PIXELS`]).
+    pub max_pixels: u64,
+    /// Apply the EXIF orientation tag of JPEG, PNG, WebP and TIFF files (default off, like
+    /// torchvision, whose PIL loader ignores the tag).
+    pub exif_orientation: bool,
+    /// Decode large JPEGs at 1/2, 1/4 or 1/8 size in the DCT domain when the part the output
+    /// uses keeps at least twice the output's pixels along each axis: faster on photos much
+    /// larger than the output, at a small cost in fidelity to torchvision (which decodes at full
+    /// size). Default off.
+    pub dct_scaling: bool,
+    /// Decode only the part of a JPEG the resize reads (default on). The output is the same bit
+    /// for bit; turning it off only serves to measure what it saves.
+    pub partial_decode: bool,
+}
+
+impl Default for DecodeOptions {
+    fn default() -> Self {
+        DecodeOptions {
+            max_pixels: DEFAULT_MAX_PIXELS,
+            exif_orientation: false,
+            dct_scaling: false,
+            partial_decode: true,
+        }
+    }
+}
+
+impl DecodeOptions {
+    /// Sets [`DecodeOptions::max_pixels`].
+    pub fn max_pixels(mut self, max_pixels: u64) -> Self {
+        self.max_pixels = max_pixels;
+        self
+    }
+
+    /// Sets [`DecodeOptions::exif_orientation`].
+    pub fn exif_orientation(mut self, apply: bool) -> Self {
+        self.exif_orientation = apply;
+        self
+    }
+
+    /// Sets [`DecodeOptions::dct_scaling`].
+    pub fn dct_scaling(mut self, on: bool) -> Self {
+        self.dct_scaling = on;
+        self
+    }
+
+    /// Sets [`DecodeOptions::partial_decode`].
+    pub fn partial_decode(mut self, on: bool) -> Self {
+        self.partial_decode = on;
+        self
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.max_pixels == 0 {
+            return Err(Error::invalid("max_pixels", "must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
+/// Pixels to the output size: the resize mode (which owns the output size) and the filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct ResizeOptions {
+    /// How an image reaches the output size (default `Resize(256)` + `CenterCrop(224)`).
+    pub mode: ResizeMode,
+    /// Resampling filter (default antialiased bilinear).
+    pub interpolation: Interpolation,
+}
+
+impl ResizeOptions {
+    /// Sets [`ResizeOptions::mode`].
+    pub fn mode(mut self, mode: ResizeMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Sets [`ResizeOptions::interpolation`].
+    pub fn interpolation(mut self, interpolation: Interpolation) -> Self {
+        self.interpolation = interpolation;
+        self
+    }
+
+    /// Output `(height, width)`.
+    pub fn output_size(&self) -> (u32, u32) {
+        self.mode.output_size()
+    }
+
+    /// Bytes of one output image as u8 RGB (`height * width * 3`), or an error naming the
+    /// option when that does not fit in memory's address space.
+    pub fn image_bytes(&self) -> Result<usize> {
+        let (h, w) = self.output_size();
+        (h as usize)
+            .checked_mul(w as usize)
+            .and_then(|p| p.checked_mul(3))
+            .ok_or_else(|| Error::invalid("resize", format!("an output of {w}x{h} is too large")))
+    }
+
+    fn validate(&self) -> Result<()> {
+        let (h, w) = self.output_size();
+        if h == 0 || w == 0 {
+            return Err(Error::invalid(
+                "resize",
+                format!("output size {w}x{h} has no pixels"),
+            ));
+        }
+        if let ResizeMode::ShorterSideThenCenterCrop {
+            shorter_side: 0, ..
+        } = self.mode
+        {
+            return Err(Error::invalid(
+                "resize",
+                "resize to a shorter side of 0 pixels",
+            ));
+        }
+        self.image_bytes().map(|_| ())
+    }
+}
+
+/// Per-channel `y = x * scale + bias`, RGB order: torchvision's `Normalize` on `x / 255`, folded.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Affine {
+    /// Multiplier of the u8 value, per source channel.
+    pub scale: [f32; 3],
+    /// Offset, per source channel.
+    pub bias: [f32; 3],
+}
+
+impl Affine {
+    /// The value one u8 sample of source channel `c` normalizes to, computed as one fused
+    /// multiply-add in f32: the CUDA kernel uses `fmaf`, so the two agree bit for bit.
+    pub fn apply(&self, c: usize, x: u8) -> f32 {
+        (x as f32).mul_add(self.scale[c], self.bias[c])
+    }
+}
+
+/// What the normalize step makes of a u8 HWC batch: the one description both the CUDA kernel
+/// and the CPU normalize follow.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NormalizeSpec {
+    /// Per-channel multiply-add, RGB order.
+    pub affine: Affine,
+    /// Output element type.
+    pub dtype: DType,
+    /// Output layout.
+    pub layout: Layout,
+    /// Output channel order.
+    pub channel_order: ChannelOrder,
+}
+
+/// The output tensor: normalization, element type, layout, channel order.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct OutputOptions {
+    /// Per-channel mean, 0..1 units, RGB order (default ImageNet's).
+    pub mean: [f32; 3],
+    /// Per-channel standard deviation, 0..1 units, RGB order (default ImageNet's).
+    pub std: [f32; 3],
+    /// Element type (default f16).
+    pub dtype: DType,
+    /// Layout (default NCHW).
+    pub layout: Layout,
+    /// Channel order (default RGB). Mean and std name colours, whatever the order.
+    pub channel_order: ChannelOrder,
+}
+
+impl Default for OutputOptions {
+    fn default() -> Self {
+        OutputOptions {
+            mean: IMAGENET_MEAN,
+            std: IMAGENET_STD,
+            dtype: DType::F16,
+            layout: Layout::Nchw,
+            channel_order: ChannelOrder::Rgb,
+        }
+    }
+}
+
+impl OutputOptions {
+    /// Sets mean and standard deviation, 0..1 units, RGB order.
+    pub fn mean_std(mut self, mean: [f32; 3], std: [f32; 3]) -> Self {
+        self.mean = mean;
+        self.std = std;
+        self
+    }
+
+    /// Sets [`OutputOptions::dtype`].
+    pub fn dtype(mut self, dtype: DType) -> Self {
+        self.dtype = dtype;
+        self
+    }
+
+    /// Sets [`OutputOptions::layout`].
+    pub fn layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
+        self
+    }
+
+    /// Sets [`OutputOptions::channel_order`].
+    pub fn channel_order(mut self, order: ChannelOrder) -> Self {
+        self.channel_order = order;
+        self
+    }
+
+    /// The normalization folded into one multiply-add per channel: `y = x * scale + bias` with
+    /// `x` the u8 value, `scale = 1 / (255 std)` and `bias = -mean / std`, RGB order.
+    pub fn affine(&self) -> Affine {
+        let mut a = Affine {
+            scale: [0.0; 3],
+            bias: [0.0; 3],
+        };
+        for c in 0..3 {
+            a.scale[c] = 1.0 / (255.0 * self.std[c]);
+            a.bias[c] = -self.mean[c] / self.std[c];
+        }
+        a
+    }
+
+    /// What the normalize step makes of these options.
+    pub fn spec(&self) -> NormalizeSpec {
+        NormalizeSpec {
+            affine: self.affine(),
+            dtype: self.dtype,
+            layout: self.layout,
+            channel_order: self.channel_order,
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        let ok = (0..3).all(|c| self.std[c].is_finite() && self.std[c] > 0.0)
+            && self.mean.iter().all(|m| m.is_finite());
+        if !ok {
+            return Err(Error::invalid(
+                "mean/std",
+                format!(
+                    "mean {:?} / std {:?}: every mean must be finite and every std finite and > 0",
+                    self.mean, self.std
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// This process's part of a source shared by `world` processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct Shard {
+    /// This process's index, `0..world`.
+    pub rank: usize,
+    /// Number of processes.
+    pub world: usize,
+}
+
+impl Shard {
+    /// Process `rank` of `world`.
+    pub const fn new(rank: usize, world: usize) -> Shard {
+        Shard { rank, world }
+    }
+}
+
+impl Default for Shard {
+    /// The whole source: rank 0 of 1.
+    fn default() -> Self {
+        Shard::new(0, 1)
+    }
+}
+
+impl fmt::Display for Shard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.rank, self.world)
+    }
+}
+
+/// Batches and their order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BatchOptions {
+    /// Images per batch (default 256).
+    pub batch_size: usize,
+    /// Keep or drop a last partial batch (default keep).
+    pub last_batch: LastBatch,
+    /// What a bad image does (default: skip it and list it on the batch).
+    pub on_error: OnError,
+    /// Seed of the per-epoch shuffle; `None` (default) keeps the source's order.
+    pub shuffle_seed: Option<u64>,
+    /// This process's part: every `world`-th image of the (shuffled) order starting at `rank`.
+    pub shard: Shard,
+}
+
+impl Default for BatchOptions {
+    fn default() -> Self {
+        BatchOptions {
+            batch_size: 256,
+            last_batch: LastBatch::Keep,
+            on_error: OnError::Skip,
+            shuffle_seed: None,
+            shard: Shard::default(),
+        }
+    }
+}
+
+impl BatchOptions {
+    /// Sets [`BatchOptions::batch_size`].
+    pub fn batch_size(mut self, n: usize) -> Self {
+        self.batch_size = n;
+        self
+    }
+
+    /// Sets [`BatchOptions::last_batch`].
+    pub fn last_batch(mut self, policy: LastBatch) -> Self {
+        self.last_batch = policy;
+        self
+    }
+
+    /// Sets [`BatchOptions::on_error`].
+    pub fn on_error(mut self, policy: OnError) -> Self {
+        self.on_error = policy;
+        self
+    }
+
+    /// Sets [`BatchOptions::shuffle_seed`].
+    pub fn shuffle_seed(mut self, seed: Option<u64>) -> Self {
+        self.shuffle_seed = seed;
+        self
+    }
+
+    /// Sets [`BatchOptions::shard`].
+    pub fn shard(mut self, shard: Shard) -> Self {
+        self.shard = shard;
+        self
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.batch_size == 0 {
+            return Err(Error::invalid("batch_size", "must be at least 1"));
+        }
+        let Shard { rank, world } = self.shard;
+        if world == 0 || rank >= world {
+            return Err(Error::invalid(
+                "shard",
+                format!("rank {rank} of world {world}: need rank < world"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Where and how the pipeline runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RuntimeOptions {
+    /// Where the output lives (default `Device::Cuda(0)`).
+    pub device: Device,
+    /// Threads of the CPU stage (default 0: one per core).
+    pub threads: usize,
+    /// Batches prepared ahead of the consumer (default 2).
+    pub prefetch: usize,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        RuntimeOptions {
+            device: Device::Cuda(0),
+            threads: 0,
+            prefetch: 2,
+        }
+    }
+}
+
+impl RuntimeOptions {
+    /// Sets [`RuntimeOptions::device`].
+    pub fn device(mut self, device: Device) -> Self {
+        self.device = device;
+        self
+    }
+
+    /// Sets [`RuntimeOptions::threads`].
+    pub fn threads(mut self, threads: usize) -> Self {
+        self.threads = threads;
+        self
+    }
+
+    /// Sets [`RuntimeOptions::prefetch`].
+    pub fn prefetch(mut self, depth: usize) -> Self {
+        self.prefetch = depth;
+        self
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.prefetch == 0 {
+            return Err(Error::invalid("prefetch", "must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
+/// Every option of a pipeline, one group per stage; the defaults are torchvision's evaluation
+/// transform on ImageNet (`Resize(256)`, `CenterCrop(224)`, ImageNet mean and std), f16 NCHW on
+/// CUDA device 0, batches of 256.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[non_exhaustive]
+pub struct Options {
+    /// Bytes to pixels.
+    pub decode: DecodeOptions,
+    /// Pixels to the output size.
+    pub resize: ResizeOptions,
+    /// The output tensor.
+    pub output: OutputOptions,
+    /// Batches and their order.
+    pub batching: BatchOptions,
+    /// Device, threads, prefetch.
+    pub runtime: RuntimeOptions,
+}
+
+impl Options {
+    /// Sets the decode options.
+    pub fn decode(mut self, decode: DecodeOptions) -> Self {
+        self.decode = decode;
+        self
+    }
+
+    /// Sets the resize options.
+    pub fn resize(mut self, resize: ResizeOptions) -> Self {
+        self.resize = resize;
+        self
+    }
+
+    /// Sets the output options.
+    pub fn output(mut self, output: OutputOptions) -> Self {
+        self.output = output;
+        self
+    }
+
+    /// Sets the batch options.
+    pub fn batching(mut self, batching: BatchOptions) -> Self {
+        self.batching = batching;
+        self
+    }
+
+    /// Sets the runtime options.
+    pub fn runtime(mut self, runtime: RuntimeOptions) -> Self {
+        self.runtime = runtime;
+        self
+    }
+
+    /// Checks every group; the error names the first option that is wrong.
+    pub fn validate(&self) -> Result<()> {
+        self.decode.validate()?;
+        self.resize.validate()?;
+        self.output.validate()?;
+        self.batching.validate()?;
+        self.runtime.validate()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn enums_print_and_parse_the_same_names() {
+        for d in [DType::F16, DType::BF16, DType::F32] {
+            assert_eq!(d.to_string().parse::<DType>(), Ok(d));
+        }
+        assert_eq!("float16".parse::<DType>(), Ok(DType::F16));
+        assert_eq!("BFloat16".parse::<DType>(), Ok(DType::BF16));
+        for l in [Layout::Nchw, Layout::Nhwc] {
+            assert_eq!(l.to_string().parse::<Layout>(), Ok(l));
+        }
+        for i in [
+            Interpolation::Bilinear,
+            Interpolation::Bicubic,
+            Interpolation::Nearest,
+            Interpolation::Lanczos,
+        ] {
+            assert_eq!(i.to_string().parse::<Interpolation>(), Ok(i));
+        }
+        for d in [Device::Cpu, Device::Cuda(0), Device::Cuda(3)] {
+            assert_eq!(d.to_string().parse::<Device>(), Ok(d));
+        }
+        assert_eq!("cuda".parse::<Device>(), Ok(Device::Cuda(0)));
+        let err = "f64".parse::<DType>().expect_err("not a dtype");
+        assert!(err.to_string().contains("f16"), "{err}");
+        assert!("gpu:1".parse::<Device>().is_err());
+        assert_eq!("drop".parse::<LastBatch>(), Ok(LastBatch::Drop));
+        assert_eq!("fail".parse::<OnError>(), Ok(OnError::Fail));
+        assert_eq!("bgr".parse::<ChannelOrder>(), Ok(ChannelOrder::Bgr));
+    }
+
+    #[test]
+    fn mistakes_name_the_option() {
+        let name = |o: Options| match o.validate() {
+            Err(Error::InvalidOption { option, .. }) => option,
+            other => panic!("expected an invalid option, got {other:?}"),
+        };
+        let d = Options::default();
+        assert_eq!(name(d.batching(d.batching.batch_size(0))), "batch_size");
+        assert_eq!(name(d.runtime(d.runtime.prefetch(0))), "prefetch");
+        assert_eq!(
+            name(d.batching(d.batching.shard(Shard::new(2, 2)))),
+            "shard"
+        );
+        assert_eq!(
+            name(d.output(d.output.mean_std([0.5; 3], [0.0, 1.0, 1.0]))),
+            "mean/std"
+        );
+        assert_eq!(
+            name(d.resize(d.resize.mode(ResizeMode::stretch(0, 3)))),
+            "resize"
+        );
+        assert_eq!(name(d.decode(d.decode.max_pixels(0))), "max_pixels");
+        assert!(d.validate().is_ok());
+    }
+}

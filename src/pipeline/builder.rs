@@ -1,0 +1,147 @@
+//! [`PipelineBuilder`]: one setter per option, each touching exactly its option, so setters
+//! cannot undo each other whatever their order.
+
+use super::Pipeline;
+use crate::error::{Error, Result};
+use crate::options::{
+    ChannelOrder, DType, Device, Interpolation, LastBatch, Layout, OnError, Options, ResizeMode,
+    Shard,
+};
+use crate::source::Source;
+
+/// Builds a [`Pipeline`]; every option has torchvision's default (see [`Options`]).
+#[derive(Debug, Clone, Default)]
+pub struct PipelineBuilder {
+    source: Option<Source>,
+    options: Options,
+}
+
+impl PipelineBuilder {
+    /// The images to read (required).
+    pub fn source(mut self, source: Source) -> Self {
+        self.source = Some(source);
+        self
+    }
+
+    /// Images per batch (default 256).
+    pub fn batch_size(mut self, n: usize) -> Self {
+        self.options.batching.batch_size = n;
+        self
+    }
+
+    /// How images reach the output size, which the mode carries (default
+    /// `ResizeMode::center_crop(256, 224)`: torchvision's `Resize(256)` + `CenterCrop(224)`).
+    pub fn resize(mut self, mode: ResizeMode) -> Self {
+        self.options.resize.mode = mode;
+        self
+    }
+
+    /// Resampling filter (default: antialiased bilinear).
+    pub fn interpolation(mut self, interpolation: Interpolation) -> Self {
+        self.options.resize.interpolation = interpolation;
+        self
+    }
+
+    /// Per-channel mean and standard deviation in 0..1 units, RGB order (default ImageNet's).
+    /// They apply to the colour they name whatever the output channel order.
+    pub fn mean_std(mut self, mean: [f32; 3], std: [f32; 3]) -> Self {
+        self.options.output.mean = mean;
+        self.options.output.std = std;
+        self
+    }
+
+    /// Output element type (default f16).
+    pub fn dtype(mut self, dtype: DType) -> Self {
+        self.options.output.dtype = dtype;
+        self
+    }
+
+    /// Output layout (default NCHW).
+    pub fn layout(mut self, layout: Layout) -> Self {
+        self.options.output.layout = layout;
+        self
+    }
+
+    /// Output channel order (default RGB).
+    pub fn channel_order(mut self, order: ChannelOrder) -> Self {
+        self.options.output.channel_order = order;
+        self
+    }
+
+    /// Batches prepared ahead of the consumer (default 2).
+    pub fn prefetch(mut self, depth: usize) -> Self {
+        self.options.runtime.prefetch = depth;
+        self
+    }
+
+    /// Threads of the CPU stage (default 0: one per core).
+    pub fn threads(mut self, threads: usize) -> Self {
+        self.options.runtime.threads = threads;
+        self
+    }
+
+    /// Where the output lives (default `Device::Cuda(0)`).
+    pub fn device(mut self, device: Device) -> Self {
+        self.options.runtime.device = device;
+        self
+    }
+
+    /// What a bad image does (default: skip it and list it on the batch).
+    pub fn on_error(mut self, policy: OnError) -> Self {
+        self.options.batching.on_error = policy;
+        self
+    }
+
+    /// Keep or drop a last partial batch (default keep).
+    pub fn last_batch(mut self, policy: LastBatch) -> Self {
+        self.options.batching.last_batch = policy;
+        self
+    }
+
+    /// Shuffle each epoch with a permutation drawn from `seed` and the epoch number.
+    pub fn shuffle(mut self, seed: u64) -> Self {
+        self.options.batching.shuffle_seed = Some(seed);
+        self
+    }
+
+    /// Take only this process's part: every `world`-th image of the (shuffled) order starting at
+    /// `rank`. The parts of ranks `0..world` are disjoint and cover the source.
+    pub fn shard(mut self, rank: usize, world: usize) -> Self {
+        self.options.batching.shard = Shard::new(rank, world);
+        self
+    }
+
+    /// Refuse images that claim more pixels than this (default [`crate::DEFAULT_MAX_PIXELS`]).
+    pub fn max_pixels(mut self, max_pixels: u64) -> Self {
+        self.options.decode.max_pixels = max_pixels;
+        self
+    }
+
+    /// Rotate and flip images as their EXIF orientation tag says (default off, like torchvision,
+    /// whose PIL loader ignores the tag).
+    pub fn exif_orientation(mut self, apply: bool) -> Self {
+        self.options.decode.exif_orientation = apply;
+        self
+    }
+
+    /// Decode large JPEGs reduced in the DCT domain (default off); see
+    /// [`crate::DecodeOptions::dct_scaling`].
+    pub fn dct_scaling(mut self, on: bool) -> Self {
+        self.options.decode.dct_scaling = on;
+        self
+    }
+
+    /// The options set so far.
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
+    /// Checks the options, opens the device, compiles the kernel, allocates the staging ring and
+    /// starts the first epoch in the background.
+    pub fn build(self) -> Result<Pipeline> {
+        let source = self
+            .source
+            .ok_or_else(|| Error::invalid("source", "no source: call .source(...)"))?;
+        Pipeline::with_options(source, self.options)
+    }
+}

@@ -1,0 +1,256 @@
+//! Tensors in host memory, and the pool that lets a pipeline reuse their memory once the
+//! consumer has dropped them.
+
+use std::sync::{Arc, Mutex};
+
+use half::{bf16, f16};
+
+use crate::options::{DType, Layout};
+
+/// Elements of a host tensor.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HostData {
+    /// Half precision.
+    F16(Vec<f16>),
+    /// bfloat16.
+    BF16(Vec<bf16>),
+    /// Single precision.
+    F32(Vec<f32>),
+}
+
+impl HostData {
+    fn len(&self) -> usize {
+        match self {
+            HostData::F16(v) => v.len(),
+            HostData::BF16(v) => v.len(),
+            HostData::F32(v) => v.len(),
+        }
+    }
+
+    fn dtype(&self) -> DType {
+        match self {
+            HostData::F16(_) => DType::F16,
+            HostData::BF16(_) => DType::BF16,
+            HostData::F32(_) => DType::F32,
+        }
+    }
+
+    /// `len` elements of `dtype`, reusing `self`'s memory when the type matches.
+    fn resized(self, dtype: DType, len: usize) -> HostData {
+        match (self, dtype) {
+            (HostData::F16(mut v), DType::F16) => {
+                v.resize(len, f16::ZERO);
+                HostData::F16(v)
+            }
+            (HostData::BF16(mut v), DType::BF16) => {
+                v.resize(len, bf16::ZERO);
+                HostData::BF16(v)
+            }
+            (HostData::F32(mut v), DType::F32) => {
+                v.resize(len, 0.0);
+                HostData::F32(v)
+            }
+            (_, DType::F16) => HostData::F16(vec![f16::ZERO; len]),
+            (_, DType::BF16) => HostData::BF16(vec![bf16::ZERO; len]),
+            (_, DType::F32) => HostData::F32(vec![0.0; len]),
+        }
+    }
+
+    /// Per-image writable chunks of `image_len` elements.
+    pub(crate) fn image_slots(&mut self, image_len: usize) -> Vec<NormalizedSlot<'_>> {
+        match self {
+            HostData::F16(v) => v.chunks_mut(image_len).map(NormalizedSlot::F16).collect(),
+            HostData::BF16(v) => v.chunks_mut(image_len).map(NormalizedSlot::BF16).collect(),
+            HostData::F32(v) => v.chunks_mut(image_len).map(NormalizedSlot::F32).collect(),
+        }
+    }
+
+    /// Copies image `from` over image `to` (`image_len` elements each).
+    pub(crate) fn move_image(&mut self, from: usize, to: usize, image_len: usize) {
+        let src = from * image_len..(from + 1) * image_len;
+        let dst = to * image_len;
+        match self {
+            HostData::F16(v) => v.copy_within(src, dst),
+            HostData::BF16(v) => v.copy_within(src, dst),
+            HostData::F32(v) => v.copy_within(src, dst),
+        }
+    }
+
+    fn truncate(&mut self, len: usize) {
+        match self {
+            HostData::F16(v) => v.truncate(len),
+            HostData::BF16(v) => v.truncate(len),
+            HostData::F32(v) => v.truncate(len),
+        }
+    }
+}
+
+/// The normalized output of one image, written by the thread that prepared it.
+pub(crate) enum NormalizedSlot<'a> {
+    F16(&'a mut [f16]),
+    BF16(&'a mut [bf16]),
+    F32(&'a mut [f32]),
+}
+
+/// Host buffers given back by dropped tensors, for the next batches.
+#[derive(Debug, Default)]
+pub(crate) struct HostPool {
+    free: Mutex<Vec<HostData>>,
+}
+
+/// Buffers a pool keeps at most; more are freed.
+const POOL_KEEPS: usize = 8;
+
+impl HostPool {
+    /// Storage for `len` elements of `dtype`, reused when a dropped tensor left one.
+    pub fn take(&self, dtype: DType, len: usize) -> HostData {
+        let reused = self
+            .free
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .pop();
+        reused
+            .unwrap_or_else(|| HostData::F32(Vec::new()))
+            .resized(dtype, len)
+    }
+
+    fn give_back(&self, data: HostData) {
+        let mut free = self
+            .free
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if free.len() < POOL_KEEPS {
+            free.push(data);
+        }
+    }
+}
+
+/// A batch of images in host memory.
+#[derive(Debug)]
+pub struct HostTensor {
+    data: HostData,
+    shape: [usize; 4],
+    layout: Layout,
+    /// Where the memory goes when the tensor is dropped (tensors a pipeline made).
+    recycle: Option<Arc<HostPool>>,
+}
+
+impl HostTensor {
+    /// Wraps `data` with its `shape` (in `layout` order); `None` if the element count does not
+    /// match the shape.
+    pub fn new(data: HostData, shape: [usize; 4], layout: Layout) -> Option<HostTensor> {
+        (data.len() == shape.iter().product::<usize>()).then_some(HostTensor {
+            data,
+            shape,
+            layout,
+            recycle: None,
+        })
+    }
+
+    /// `data` sized for `shape` by the caller.
+    pub(crate) fn from_parts(data: HostData, shape: [usize; 4], layout: Layout) -> HostTensor {
+        debug_assert_eq!(data.len(), shape.iter().product::<usize>());
+        HostTensor {
+            data,
+            shape,
+            layout,
+            recycle: None,
+        }
+    }
+
+    /// A tensor of the elements of `data` that `shape` covers, whose memory returns to `pool` when dropped.
+    pub(crate) fn pooled(
+        mut data: HostData,
+        shape: [usize; 4],
+        layout: Layout,
+        pool: &Arc<HostPool>,
+    ) -> HostTensor {
+        data.truncate(shape.iter().product());
+        HostTensor {
+            data,
+            shape,
+            layout,
+            recycle: Some(pool.clone()),
+        }
+    }
+
+    /// `[N, C, H, W]` or `[N, H, W, C]`, per [`HostTensor::layout`].
+    pub fn shape(&self) -> [usize; 4] {
+        self.shape
+    }
+
+    /// Memory layout.
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        self.data.dtype()
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Whether the tensor has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The elements.
+    pub fn data(&self) -> &HostData {
+        &self.data
+    }
+
+    /// Takes the elements out (the pipeline then allocates anew for a later batch).
+    pub fn into_data(mut self) -> HostData {
+        self.recycle = None;
+        std::mem::replace(&mut self.data, HostData::F32(Vec::new()))
+    }
+
+    /// Every element widened to f32 (exact for all three dtypes).
+    pub fn to_f32_vec(&self) -> Vec<f32> {
+        match &self.data {
+            HostData::F16(v) => v.iter().map(|x| x.to_f32()).collect(),
+            HostData::BF16(v) => v.iter().map(|x| x.to_f32()).collect(),
+            HostData::F32(v) => v.clone(),
+        }
+    }
+
+    /// The elements as little-endian bytes, in memory order (what a `.npy` file holds).
+    pub fn to_le_bytes(&self) -> Vec<u8> {
+        match &self.data {
+            HostData::F16(v) => v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect(),
+            HostData::BF16(v) => v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect(),
+            HostData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        }
+    }
+}
+
+impl Clone for HostTensor {
+    /// A copy of the elements that belongs to no pool.
+    fn clone(&self) -> Self {
+        HostTensor {
+            data: self.data.clone(),
+            shape: self.shape,
+            layout: self.layout,
+            recycle: None,
+        }
+    }
+}
+
+impl PartialEq for HostTensor {
+    fn eq(&self, other: &Self) -> bool {
+        self.shape == other.shape && self.layout == other.layout && self.data == other.data
+    }
+}
+
+impl Drop for HostTensor {
+    fn drop(&mut self) {
+        if let Some(pool) = self.recycle.take() {
+            pool.give_back(std::mem::replace(&mut self.data, HostData::F32(Vec::new())));
+        }
+    }
+}

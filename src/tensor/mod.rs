@@ -1,0 +1,80 @@
+//! Output tensors: [`HostTensor`] in host memory, [`DeviceTensor`] on a CUDA device, and
+//! [`Tensor`], which is one or the other. The stages produce them; this module imports none of
+//! the stages.
+
+mod device;
+mod host;
+
+pub use device::{DeviceData, DeviceTensor};
+pub use host::{HostData, HostTensor};
+pub(crate) use host::{HostPool, NormalizedSlot};
+
+use crate::error::Result;
+use crate::options::{DType, Layout};
+
+/// A batch of images, on the GPU or in host memory depending on [`crate::Device`].
+#[derive(Debug)]
+pub enum Tensor {
+    /// On a CUDA device, written by the pipeline's stream.
+    Device(DeviceTensor),
+    /// In host memory ([`crate::Device::Cpu`]).
+    Host(HostTensor),
+}
+
+impl Tensor {
+    /// `[N, C, H, W]` or `[N, H, W, C]`.
+    pub fn shape(&self) -> [usize; 4] {
+        match self {
+            Tensor::Device(t) => t.shape(),
+            Tensor::Host(t) => t.shape(),
+        }
+    }
+
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        match self {
+            Tensor::Device(t) => t.dtype(),
+            Tensor::Host(t) => t.dtype(),
+        }
+    }
+
+    /// Memory layout.
+    pub fn layout(&self) -> Layout {
+        match self {
+            Tensor::Device(t) => t.layout(),
+            Tensor::Host(t) => t.layout(),
+        }
+    }
+
+    /// The device tensor, if this lives on a GPU.
+    pub fn as_device(&self) -> Option<&DeviceTensor> {
+        match self {
+            Tensor::Device(t) => Some(t),
+            Tensor::Host(_) => None,
+        }
+    }
+
+    /// The host tensor, if this lives in host memory.
+    pub fn as_host(&self) -> Option<&HostTensor> {
+        match self {
+            Tensor::Device(_) => None,
+            Tensor::Host(t) => Some(t),
+        }
+    }
+
+    /// Waits until the tensor is complete (a no-op in host memory).
+    pub fn synchronize(&self) -> Result<()> {
+        match self {
+            Tensor::Device(t) => t.synchronize(),
+            Tensor::Host(_) => Ok(()),
+        }
+    }
+
+    /// A host copy (waits for the GPU when on a device).
+    pub fn to_host(&self) -> Result<HostTensor> {
+        match self {
+            Tensor::Device(t) => t.to_host(),
+            Tensor::Host(t) => Ok(t.clone()),
+        }
+    }
+}

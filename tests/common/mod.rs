@@ -1,0 +1,102 @@
+//! Helpers shared by the integration tests (and, through `#[path]`, the command line's tests):
+//! files of the repository found from wherever the tests run, temporary folders that clean up
+//! after themselves, and GPU presence.
+#![allow(dead_code)]
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The repository's root: the nearest folder, from the current one up, that holds `assets/`
+/// and `tests/fixtures/`. Tests run from their package's folder under cargo, and from the
+/// repository root when carried to another machine; both find the same files.
+pub fn repo_root() -> PathBuf {
+    let cwd = std::env::current_dir().expect("current directory");
+    cwd.ancestors()
+        .find(|dir| dir.join("assets").is_dir() && dir.join("tests/fixtures").is_dir())
+        .map(Path::to_path_buf)
+        .unwrap_or(cwd)
+}
+
+/// A file or folder of the repository, by its path from the root (`"assets/rocket.jpg"`).
+pub fn repo_path(relative: &str) -> PathBuf {
+    repo_root().join(relative)
+}
+
+/// A fresh, empty folder under the system's temporary folder, removed when dropped.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    /// A new folder whose name contains `name`, the process id and a counter.
+    pub fn new(name: &str) -> TempDir {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "gpufeed-test-{name}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        TempDir(dir)
+    }
+
+    /// The folder.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TempDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Says on the terminal, past the test harness's output capture, that a test did not run its
+/// checks and why: a skipped GPU test stays visible in `cargo test`'s output.
+pub fn say_skipped(test: &str, why: &str) {
+    let _ = writeln!(std::io::stderr(), "skipped: {test}: {why}");
+}
+
+/// Whether a CUDA device is usable. Without one the test is skipped (and says so, see
+/// [`say_skipped`]), unless `GPUFEED_REQUIRE_GPU=1`, which turns a missing GPU into a failure.
+pub fn gpu_present(test: &str) -> bool {
+    match gpufeed::cuda::probe() {
+        Ok(_) => true,
+        Err(e) => {
+            assert!(
+                std::env::var("GPUFEED_REQUIRE_GPU").as_deref() != Ok("1"),
+                "GPUFEED_REQUIRE_GPU=1 but {e}"
+            );
+            say_skipped(test, &format!("no CUDA device ({e})"));
+            false
+        }
+    }
+}
+
+/// Current resident set size of this process in bytes (`VmRSS`), 0 where unknown.
+pub fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
