@@ -27,8 +27,11 @@ pub enum ItemErrorKind {
     },
     /// The bytes are not in a format this crate decodes.
     UnknownFormat,
-    /// The bytes look like an image but could not be decoded (truncated, corrupt).
+    /// The bytes look like an image but could not be decoded (corrupt).
     Decode(String),
+    /// The file ends before the image does (Pillow's "image file is truncated"); refused rather
+    /// than delivered with its missing part filled in.
+    Truncated(String),
     /// The decoded image could not be resized to the output (an inconsistent size).
     Resize(String),
     /// A decoder panicked on these bytes; the panic was caught and fails this image only.
@@ -44,6 +47,13 @@ pub enum ItemErrorKind {
     },
     /// The image has a zero dimension.
     Empty,
+    /// The file is larger than the configured limit; refused before it is read.
+    FileTooLarge {
+        /// Size of the file.
+        bytes: u64,
+        /// The configured limit ([`crate::DecodeOptions::max_file_bytes`]).
+        limit: u64,
+    },
 }
 
 impl ItemErrorKind {
@@ -61,9 +71,10 @@ impl fmt::Display for ItemErrorKind {
         match self {
             ItemErrorKind::Read { reason, .. } => write!(f, "cannot read: {reason}"),
             ItemErrorKind::UnknownFormat => {
-                write!(f, "not a JPEG, PNG, WebP, BMP, GIF or TIFF image")
+                write!(f, "not a JPEG, PNG, WebP, BMP, GIF, TIFF, PPM or PGM image")
             }
             ItemErrorKind::Decode(reason) => write!(f, "cannot decode: {reason}"),
+            ItemErrorKind::Truncated(reason) => write!(f, "image file is truncated: {reason}"),
             ItemErrorKind::Resize(reason) => write!(f, "cannot resize: {reason}"),
             ItemErrorKind::DecoderPanic(reason) => write!(f, "the decoder failed: {reason}"),
             ItemErrorKind::TooLarge {
@@ -75,6 +86,10 @@ impl fmt::Display for ItemErrorKind {
                 "{width}x{height} pixels is over the limit of {limit} pixels (see max_pixels)"
             ),
             ItemErrorKind::Empty => write!(f, "image has no pixels"),
+            ItemErrorKind::FileTooLarge { bytes, limit } => write!(
+                f,
+                "{bytes} bytes is over the limit of {limit} bytes a file (see max_file_bytes)"
+            ),
         }
     }
 }

@@ -48,9 +48,10 @@ pub use batch::{Batch, EpochReport};
 pub use cpu::{prepare_image, CpuStage, PreparedBatch};
 pub use error::{CudaUnavailable, Error, ItemError, ItemErrorKind, Result};
 pub use options::{
-    Affine, BatchOptions, ChannelOrder, DType, DecodeOptions, Device, Interpolation, LastBatch,
-    Layout, NormalizeSpec, OnError, Options, OutputOptions, ParseOptionError, ResizeMode,
-    ResizeOptions, RuntimeOptions, Shard, DEFAULT_MAX_PIXELS, IMAGENET_MEAN, IMAGENET_STD,
+    Affine, BatchOptions, ChannelOrder, DType, DecodeOptions, Device, Gray16, Interpolation,
+    LastBatch, Layout, NormalizeSpec, OnError, Options, OutputOptions, ParseOptionError,
+    ResizeMode, ResizeOptions, RuntimeOptions, Shard, DEFAULT_DECODE_MEMORY,
+    DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, IMAGENET_MEAN, IMAGENET_STD,
 };
 pub use pipeline::{Pipeline, PipelineBuilder};
 pub use source::{Source, IMAGE_EXTENSIONS};

@@ -365,6 +365,30 @@ impl fmt::Display for ResizeMode {
     }
 }
 
+/// How 16-bit gray images (Pillow's `I;16`) become 8-bit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Gray16 {
+    /// Values over 255 become 255, as Pillow's `convert("RGB")` (and so torchvision) does.
+    #[default]
+    Clip,
+    /// `v * 255 / 65535`, rounded: the whole 16-bit range kept, unlike torchvision.
+    Scale,
+}
+
+named_choices!(
+    Gray16,
+    "16-bit gray conversion",
+    [(Gray16::Clip, ["clip"]), (Gray16::Scale, ["scale"]),]
+);
+
+/// Default [`DecodeOptions::max_file_bytes`]: 1 GiB, twice the largest uncompressed 8-bit RGB
+/// file at [`DEFAULT_MAX_PIXELS`].
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 1 << 30;
+
+/// Default [`DecodeOptions::memory_limit`]: 4 GiB.
+pub const DEFAULT_DECODE_MEMORY: u64 = 4 << 30;
+
 /// Bytes to pixels: limits and decoder choices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -383,6 +407,17 @@ pub struct DecodeOptions {
     /// Decode only the part of a JPEG the resize reads (default on). The output is the same bit
     /// for bit; turning it off only serves to measure what it saves.
     pub partial_decode: bool,
+    /// Files larger than this are refused before they are read (default
+    /// [`DEFAULT_MAX_FILE_BYTES`]).
+    pub max_file_bytes: u64,
+    /// The most memory the decode threads of a pipeline hold together for images in flight
+    /// (their encoded bytes and decoded pixels), whatever the number of threads: an image
+    /// reserves its share from its header before it is read, and waits while others hold too
+    /// much; one larger than the whole limit is decoded alone (default
+    /// [`DEFAULT_DECODE_MEMORY`]).
+    pub memory_limit: u64,
+    /// 16-bit gray to 8 bits: clipped like torchvision (default) or scaled.
+    pub gray16: Gray16,
 }
 
 impl Default for DecodeOptions {
@@ -392,6 +427,9 @@ impl Default for DecodeOptions {
             exif_orientation: false,
             dct_scaling: false,
             partial_decode: true,
+            max_file_bytes: DEFAULT_MAX_FILE_BYTES,
+            memory_limit: DEFAULT_DECODE_MEMORY,
+            gray16: Gray16::Clip,
         }
     }
 }
@@ -421,9 +459,33 @@ impl DecodeOptions {
         self
     }
 
+    /// Sets [`DecodeOptions::max_file_bytes`].
+    pub fn max_file_bytes(mut self, bytes: u64) -> Self {
+        self.max_file_bytes = bytes;
+        self
+    }
+
+    /// Sets [`DecodeOptions::memory_limit`].
+    pub fn memory_limit(mut self, bytes: u64) -> Self {
+        self.memory_limit = bytes;
+        self
+    }
+
+    /// Sets [`DecodeOptions::gray16`].
+    pub fn gray16(mut self, conversion: Gray16) -> Self {
+        self.gray16 = conversion;
+        self
+    }
+
     fn validate(&self) -> Result<()> {
         if self.max_pixels == 0 {
             return Err(Error::invalid("max_pixels", "must be at least 1"));
+        }
+        if self.max_file_bytes == 0 {
+            return Err(Error::invalid("max_file_bytes", "must be at least 1"));
+        }
+        if self.memory_limit == 0 {
+            return Err(Error::invalid("memory_limit", "must be at least 1"));
         }
         Ok(())
     }
@@ -739,6 +801,17 @@ impl Default for RuntimeOptions {
     }
 }
 
+/// The most batches a pipeline prepares ahead of its consumer.
+pub const MAX_PREFETCH: usize = 1024;
+
+/// The most CPU threads a pipeline starts: eight per core, and at least 64.
+pub fn max_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .saturating_mul(8)
+        .max(64)
+}
+
 impl RuntimeOptions {
     /// Sets [`RuntimeOptions::device`].
     pub fn device(mut self, device: Device) -> Self {
@@ -759,8 +832,21 @@ impl RuntimeOptions {
     }
 
     fn validate(&self) -> Result<()> {
-        if self.prefetch == 0 {
-            return Err(Error::invalid("prefetch", "must be at least 1"));
+        if self.prefetch == 0 || self.prefetch > MAX_PREFETCH {
+            return Err(Error::invalid(
+                "prefetch",
+                format!("{} batches: must be 1 to {MAX_PREFETCH}", self.prefetch),
+            ));
+        }
+        let max = max_threads();
+        if self.threads > max {
+            return Err(Error::invalid(
+                "threads",
+                format!(
+                    "{} threads is over the limit of {max} (eight per core); 0 means one per core",
+                    self.threads
+                ),
+            ));
         }
         Ok(())
     }
@@ -821,7 +907,18 @@ impl Options {
         self.resize.validate()?;
         self.output.validate()?;
         self.batching.validate()?;
-        self.runtime.validate()
+        self.runtime.validate()?;
+        let (h, w) = self.resize.output_size();
+        if u64::from(h) * u64::from(w) > self.decode.max_pixels {
+            return Err(Error::invalid(
+                "resize",
+                format!(
+                    "an output of {w}x{h} pixels is over max_pixels ({})",
+                    self.decode.max_pixels
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -881,6 +978,15 @@ mod tests {
             "resize"
         );
         assert_eq!(name(d.decode(d.decode.max_pixels(0))), "max_pixels");
+        assert_eq!(
+            name(d.runtime(d.runtime.prefetch(10_000_000_000))),
+            "prefetch"
+        );
+        assert_eq!(name(d.runtime(d.runtime.threads(20_000))), "threads");
+        assert_eq!(
+            name(d.resize(d.resize.mode(ResizeMode::center_crop(256, 100_000)))),
+            "resize"
+        );
         assert!(d.validate().is_ok());
     }
 }

@@ -6,9 +6,10 @@ usage (from the repository root):  python3 tests/make_golden.py      (needs Pill
 
 Golden = PIL open -> convert("RGB") -> Resize(R) (BILINEAR unless the variant says otherwise,
 long side int(R * long / short)) -> CenterCrop(C) with torchvision's zero padding when the crop is
-larger than the image. The two 16-bit PNGs are made as v8 * 257 from an 8-bit image, and their
-golden is computed from that 8-bit image: Pillow clips 16-bit grayscale to 255 on convert("RGB"),
-a quirk gpufeed does not reproduce (it scales 16 bits to 8).
+larger than the image. The two 16-bit PNGs are made as v8 * 257 from an 8-bit image; their
+goldens are what Pillow makes of the files (16-bit colour cut to its high byte, which is v8;
+16-bit gray clipped to 255, torchvision's behaviour and gpufeed's default). The variant
+gray16-scale is gpufeed's scaled 16-bit gray conversion, whose golden is the 8-bit v8 image.
 """
 import os
 import struct
@@ -104,10 +105,9 @@ def make_fixtures():
     save(cat.convert("P", palette=Image.ADAPTIVE, colors=64), "palette.png")
     rgb16_src = small("hubble_deep_field.jpg", 220)
     write_png16(os.path.join(FIXTURES, "rgb16.png"), np.asarray(rgb16_src, np.uint16) * 257)
-    base["rgb16.png"] = rgb16_src
     gray16_src = gray.resize((210, 230))
     write_png16(os.path.join(FIXTURES, "gray16.png"), np.asarray(gray16_src, np.uint16) * 257)
-    base["gray16.png"] = gray16_src
+    base["gray16.png:scaled"] = gray16_src
     save(coffee, "lossy.webp", "WEBP", quality=80)
     save(cat, "lossless.webp", "WEBP", lossless=True)
     save(rgb.resize((260, 180)), "plain.bmp", "BMP")
@@ -170,8 +170,8 @@ def main():
         "r160c128: R=160 C=128; stretch224: im.resize((224, 224), BILINEAR), no crop; "
         "letterbox224: whole image fitted in 224 x 224 (sides rounded half up), centred, pad 114; "
         "exif: ImageOps.exif_transpose first",
-        "# rgb16.png / gray16.png hold v8 * 257: their golden is computed from the 8-bit v8 image "
-        "(Pillow clips 16-bit gray to 255 on convert('RGB'); gpufeed scales 16 bits to 8)",
+        "# rgb16.png / gray16.png hold v8 * 257; their goldens are Pillow's reading of the files "
+        "(16-bit gray clipped to 255 on convert('RGB')); gray16-scale: the 8-bit v8 image",
         "# columns: input golden input-WxH variant",
     ]
 
@@ -184,6 +184,8 @@ def main():
     for name in sorted(os.listdir(FIXTURES)):
         src = base.get(name) or Image.open(os.path.join(FIXTURES, name))
         add(f"tests/fixtures/{name}", f"{name}.png", "default", torchvision(src))
+    add("tests/fixtures/gray16.png", "gray16.png__scale.png", "gray16-scale",
+        torchvision(base["gray16.png:scaled"]))
     for name in sorted(os.listdir(ASSETS)):
         if name.endswith((".png", ".jpg")):
             add(f"assets/{name}", f"assets__{name}.png", "default", torchvision(asset(name)))

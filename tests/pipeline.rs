@@ -9,8 +9,8 @@ mod common;
 
 use common::TempDir;
 use gpufeed::{
-    DType, Device, Error, Interpolation, ItemErrorKind, LastBatch, Layout, OnError, Pipeline,
-    PipelineBuilder, ResizeMode, Source,
+    DType, Device, Error, Gray16, Interpolation, ItemErrorKind, LastBatch, Layout, OnError,
+    Pipeline, PipelineBuilder, ResizeMode, Source,
 };
 
 /// mean 0, std 1/255: the f32 output is the u8 pixel value itself.
@@ -78,6 +78,7 @@ fn builder_for(variant: &str) -> PipelineBuilder {
         "stretch224" => b.resize(ResizeMode::stretch(224, 224)),
         "letterbox224" => b.resize(ResizeMode::letterbox(224, 224, 114)),
         "exif" => b.exif_orientation(true),
+        "gray16-scale" => b.gray16(Gray16::Scale),
         other => panic!("unknown golden variant {other}"),
     }
 }
@@ -149,6 +150,7 @@ fn matches_pillow_goldens_for_other_filters_sizes_and_modes() {
         "stretch224",
         "letterbox224",
         "exif",
+        "gray16-scale",
     ] {
         let diffs = golden_differences(variant);
         let mut all: Vec<f32> = diffs.values().flatten().cloned().collect();
@@ -423,7 +425,7 @@ fn bad_files_are_skipped_with_path_and_reason_and_nothing_is_lost() {
     let reasons: Vec<String> = report.skipped.iter().map(|e| e.to_string()).collect();
     for (name, reason) in [
         ("b_empty.jpg", "empty"),
-        ("c_truncated.png", "decode"),
+        ("c_truncated.png", "truncated"),
         ("d_text.jpg", "not a JPEG"),
         ("f_garbage.webp", "not a JPEG"),
         ("h_vanished.jpg", "no such file"),

@@ -23,9 +23,10 @@ use zune_jpeg::JpegDecoder;
 
 use turbojpeg_region::{Colorspace, Format, Region, Request};
 
+use super::probe::{check_size, sniff_format};
 use crate::error::ItemErrorKind;
 use crate::geometry::SourceRect;
-use crate::options::DecodeOptions;
+use crate::options::{DecodeOptions, Gray16};
 
 /// A decoded image; its pixels are in the caller's buffer, rows packed, `channels` bytes a
 /// pixel. After a partial decode only the [`DecodeWindow`] holds this image's pixels; the rest of
@@ -89,30 +90,10 @@ pub(crate) fn decode(
     if bytes.is_empty() {
         return Err(ItemErrorKind::Decode("file is empty".into()));
     }
-    let format = image::guess_format(bytes).map_err(|_| ItemErrorKind::UnknownFormat)?;
-    match format {
+    match sniff_format(bytes).ok_or(ItemErrorKind::UnknownFormat)? {
         ImageFormat::Jpeg => decode_jpeg(bytes, options, window, pixels),
-        ImageFormat::Png
-        | ImageFormat::WebP
-        | ImageFormat::Bmp
-        | ImageFormat::Gif
-        | ImageFormat::Tiff => decode_with_image(bytes, format, options, pixels),
-        _ => Err(ItemErrorKind::UnknownFormat),
+        format => decode_with_image(bytes, format, options, pixels),
     }
-}
-
-fn check_size(width: u64, height: u64, options: &DecodeOptions) -> Result<(), ItemErrorKind> {
-    if width == 0 || height == 0 {
-        return Err(ItemErrorKind::Empty);
-    }
-    if width.saturating_mul(height) > options.max_pixels {
-        return Err(ItemErrorKind::TooLarge {
-            width,
-            height,
-            limit: options.max_pixels,
-        });
-    }
-    Ok(())
 }
 
 thread_local! {
@@ -214,6 +195,15 @@ fn decode_jpeg_turbo(
         let Ok(decoded) = decoded else {
             return Ok(None);
         };
+        // libjpeg fills a truncated file's missing rows and says so; Pillow (and so torchvision)
+        // refuses such a file, and so does gpufeed. Other warnings (corrupt data libjpeg steps
+        // over) leave an image Pillow delivers too.
+        if let Some(warning) = decoded
+            .warning
+            .filter(|w| w.contains("Premature end of JPEG"))
+        {
+            return Err(ItemErrorKind::Truncated(format!("JPEG: {warning}")));
+        }
         Ok(Some(Decoded {
             width: decoded.width,
             height: decoded.height,
@@ -236,9 +226,7 @@ fn decode_jpeg_zune(
         .set_max_width(usize::MAX)
         .set_max_height(usize::MAX);
     let mut decoder = JpegDecoder::new_with_options(ZCursor::new(bytes), zune_options);
-    decoder
-        .decode_headers()
-        .map_err(|e| ItemErrorKind::Decode(format!("JPEG: {e:?}")))?;
+    decoder.decode_headers().map_err(|e| jpeg_error(&e))?;
     let (width, height) = decoder
         .dimensions()
         .ok_or_else(|| ItemErrorKind::Decode("JPEG: no frame header".into()))?;
@@ -252,9 +240,7 @@ fn decode_jpeg_zune(
         )));
     }
     pixels.resize(len, 0);
-    decoder
-        .decode_into(pixels)
-        .map_err(|e| ItemErrorKind::Decode(format!("JPEG: {e:?}")))?;
+    decoder.decode_into(pixels).map_err(|e| jpeg_error(&e))?;
     let decoded = Decoded::full(width as u32, height as u32);
     if options.exif_orientation {
         if let Some(orientation) = decoder.exif().and_then(|e| Orientation::from_exif_chunk(e)) {
@@ -264,6 +250,18 @@ fn decode_jpeg_zune(
     Ok(decoded)
 }
 
+/// zune-jpeg's error in words: its `Display` quotes and escapes the message of its most common
+/// errors, so those are taken as they are.
+fn jpeg_error(e: &zune_jpeg::errors::DecodeErrors) -> ItemErrorKind {
+    use zune_jpeg::errors::DecodeErrors;
+    let text = match e {
+        DecodeErrors::Format(message) => message.clone(),
+        DecodeErrors::FormatStatic(message) => (*message).to_string(),
+        other => other.to_string(),
+    };
+    ItemErrorKind::Decode(format!("JPEG: {}", text.trim().replace('\n', " ")))
+}
+
 fn decode_with_image(
     bytes: &[u8],
     format: ImageFormat,
@@ -271,7 +269,7 @@ fn decode_with_image(
     pixels: &mut Vec<u8>,
 ) -> Result<Decoded, ItemErrorKind> {
     let name = format!("{format:?}").to_uppercase();
-    let fail = |e: image::ImageError| ItemErrorKind::Decode(format!("{name}: {e}"));
+    let fail = |e: image::ImageError| image_error(&name, e);
     let mut reader = image::ImageReader::with_format(Cursor::new(bytes), format);
     let mut limits = image::Limits::default();
     // 16-bit RGBA is the widest layout a decoder produces: 8 bytes a pixel, plus headroom.
@@ -287,15 +285,58 @@ fn decode_with_image(
     };
     let mut image = DynamicImage::from_decoder(decoder).map_err(fail)?;
     image.apply_orientation(orientation);
-    Ok(into_rgb8(image, pixels))
+    Ok(into_rgb8(image, options.gray16, pixels))
 }
 
-/// Converts to packed RGB8 (alpha dropped, 16 bits scaled) into `pixels`.
-fn into_rgb8(image: DynamicImage, pixels: &mut Vec<u8>) -> Decoded {
-    let rgb = image.into_rgb8();
-    let decoded = Decoded::full(rgb.width(), rgb.height());
-    *pixels = rgb.into_raw();
-    decoded
+/// A decoder's error: a file that ends early is truncated, as Pillow says.
+pub(crate) fn image_error(format: &str, e: image::ImageError) -> ItemErrorKind {
+    let ends_early = match &e {
+        image::ImageError::IoError(io) => io.kind() == std::io::ErrorKind::UnexpectedEof,
+        other => {
+            let text = other.to_string().to_lowercase();
+            text.contains("unexpected end") || text.contains("unexpected eof")
+        }
+    };
+    if ends_early {
+        ItemErrorKind::Truncated(format!("{format}: {e}"))
+    } else {
+        ItemErrorKind::Decode(format!("{format}: {e}"))
+    }
+}
+
+/// Converts to packed RGB8 into `pixels` as Pillow's `convert("RGB")` does: alpha dropped,
+/// 16-bit colour and gray-with-alpha samples cut to their high byte, and 16-bit gray (Pillow's
+/// `I;16`) clipped to 255 or, on request, scaled.
+fn into_rgb8(image: DynamicImage, gray16: Gray16, pixels: &mut Vec<u8>) -> Decoded {
+    let (width, height) = (image.width(), image.height());
+    let high_byte = |v: u16| (v >> 8) as u8;
+    let rgb: Vec<u8> = match image {
+        DynamicImage::ImageRgb16(img) => img.into_raw().into_iter().map(high_byte).collect(),
+        DynamicImage::ImageRgba16(img) => img
+            .into_raw()
+            .chunks_exact(4)
+            .flat_map(|p| [high_byte(p[0]), high_byte(p[1]), high_byte(p[2])])
+            .collect(),
+        DynamicImage::ImageLumaA16(img) => img
+            .into_raw()
+            .chunks_exact(2)
+            .flat_map(|p| [high_byte(p[0]); 3])
+            .collect(),
+        DynamicImage::ImageLuma16(img) => img
+            .into_raw()
+            .into_iter()
+            .flat_map(|v| {
+                let g = match gray16 {
+                    Gray16::Clip => v.min(255) as u8,
+                    Gray16::Scale => ((u32::from(v) * 255 + 32767) / 65535) as u8,
+                };
+                [g; 3]
+            })
+            .collect(),
+        other => other.into_rgb8().into_raw(),
+    };
+    *pixels = rgb;
+    Decoded::full(width, height)
 }
 
 fn orient(
@@ -310,7 +351,7 @@ fn orient(
         .ok_or_else(|| ItemErrorKind::Decode("pixel buffer does not match its size".into()))?;
     let mut image = DynamicImage::ImageRgb8(rgb);
     image.apply_orientation(orientation);
-    let oriented = into_rgb8(image, pixels);
+    let oriented = into_rgb8(image, Gray16::Clip, pixels);
     // A quarter turn swaps the sides of the full-size image too.
     let turned = oriented.width != decoded.width;
     Ok(Decoded {

@@ -2,9 +2,11 @@
 //! written straight into its place in the batch's staging (and, on the CPU device, normalized
 //! there by the same thread).
 
+mod budget;
 mod decode;
 mod normalize;
 mod prepare;
+mod probe;
 mod resize;
 mod stage;
 
@@ -13,4 +15,5 @@ pub use prepare::prepare_image;
 pub use stage::{CpuStage, PreparedBatch};
 
 pub(crate) use normalize::NormalizeTable;
+pub(crate) use probe::sniff_format;
 pub(crate) use stage::{BatchRequest, CpuLane, Staging};

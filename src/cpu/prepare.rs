@@ -5,7 +5,9 @@ use std::cell::RefCell;
 
 use fast_image_resize::Resizer;
 
+use super::budget::MemoryBudget;
 use super::decode::{decode, DecodeWindow};
+use super::probe::probe;
 use super::resize::resize_into_slot;
 use crate::error::{panic_message, Error, ItemError, ItemErrorKind, Result};
 use crate::geometry::Geometry;
@@ -53,14 +55,27 @@ pub(crate) struct ImageTask {
     pub epoch: u64,
 }
 
-/// Reads, decodes and resizes one image of `source` into `dst`.
+/// Scratch capacity a thread keeps between images; a larger buffer (a photo of many megapixels)
+/// is given back after its image, so idle threads hold little and the decode budget bounds
+/// what they hold while busy.
+const SCRATCH_KEPT: usize = 4 << 20;
+
+/// Reads, decodes and resizes one image of `source` into `dst`. The image's header is read
+/// first: an image over the pixel limit is refused before its file is read, and the memory its
+/// decode will hold is reserved from `budget` for as long as it is in flight.
 pub(crate) fn prepare_one(
     source: &Source,
     task: ImageTask,
     options: &PrepareOptions,
+    budget: &MemoryBudget,
     dst: &mut [u8],
 ) -> std::result::Result<(), ItemErrorKind> {
-    let bytes = source.item(task.index).read()?;
+    let item = source
+        .item(task.index)
+        .open(options.decode.max_file_bytes)?;
+    let header = probe(&item, &options.decode)?;
+    let _reservation = budget.reserve(header.bytes_in_flight);
+    let bytes = item.read()?;
     prepare_bytes(&bytes, options, dst)
 }
 
@@ -113,15 +128,21 @@ fn prepare_bytes_unguarded(
                     .flatten(),
             }
         };
-        let decoded = decode(bytes, &options.decode, &window, &mut scratch.pixels)?;
-        resize_into_slot(
-            &scratch.pixels,
-            decoded,
-            geometry,
-            &mut scratch.resizer,
-            &mut scratch.gray,
-            dst,
-        )
+        let decoded = decode(bytes, &options.decode, &window, &mut scratch.pixels);
+        let resized = decoded.and_then(|decoded| {
+            resize_into_slot(
+                &scratch.pixels,
+                decoded,
+                geometry,
+                &mut scratch.resizer,
+                &mut scratch.gray,
+                dst,
+            )
+        });
+        if scratch.pixels.capacity() > SCRATCH_KEPT {
+            scratch.pixels = Vec::new();
+        }
+        resized
     })
 }
 

@@ -6,6 +6,7 @@ use std::sync::Mutex;
 
 use rayon::prelude::*;
 
+use super::budget::MemoryBudget;
 use super::normalize::NormalizeTable;
 use super::prepare::{prepare_one, ImageTask, PrepareOptions};
 use crate::error::{Error, ItemError, ItemErrorKind, Result};
@@ -70,6 +71,7 @@ type Job<'a> = (usize, &'a mut [u8], Option<NormalizedSlot<'a>>);
 pub(crate) struct CpuLane {
     pool: rayon::ThreadPool,
     options: PrepareOptions,
+    budget: MemoryBudget,
 }
 
 impl CpuLane {
@@ -83,6 +85,7 @@ impl CpuLane {
         Ok(CpuLane {
             pool,
             options: PrepareOptions::new(decode, resize),
+            budget: MemoryBudget::new(decode.memory_limit),
         })
     }
 
@@ -193,7 +196,7 @@ impl CpuLane {
             .collect();
         jobs.sort_by_key(|&(k, _, _)| std::cmp::Reverse(sizes[k]));
         let queue = Mutex::new(jobs.into_iter());
-        let options = &self.options;
+        let (options, budget) = (&self.options, &self.budget);
         let per_thread: Vec<Vec<(usize, Outcome)>> = rayon::broadcast(|_| {
             let mut done = Vec::new();
             loop {
@@ -207,7 +210,7 @@ impl CpuLane {
                         index: chunk[k],
                         epoch,
                     };
-                    prepare_one(source, task, options, pixels)?;
+                    prepare_one(source, task, options, budget, pixels)?;
                     if let (Some(slot), Some(table)) = (normalized, table) {
                         table.write_image(pixels, slot);
                     }

@@ -4,8 +4,8 @@
 use super::Pipeline;
 use crate::error::{Error, Result};
 use crate::options::{
-    ChannelOrder, DType, Device, Interpolation, LastBatch, Layout, OnError, Options, ResizeMode,
-    Shard,
+    ChannelOrder, DType, Device, Gray16, Interpolation, LastBatch, Layout, OnError, Options,
+    ResizeMode, Shard,
 };
 use crate::source::Source;
 
@@ -128,6 +128,26 @@ impl PipelineBuilder {
     /// [`crate::DecodeOptions::dct_scaling`].
     pub fn dct_scaling(mut self, on: bool) -> Self {
         self.options.decode.dct_scaling = on;
+        self
+    }
+
+    /// Refuse files larger than this many bytes, before reading them (default
+    /// [`crate::DEFAULT_MAX_FILE_BYTES`]).
+    pub fn max_file_bytes(mut self, bytes: u64) -> Self {
+        self.options.decode.max_file_bytes = bytes;
+        self
+    }
+
+    /// The most memory the decode threads hold together for images in flight (default
+    /// [`crate::DEFAULT_DECODE_MEMORY`]); see [`crate::DecodeOptions::memory_limit`].
+    pub fn decode_memory(mut self, bytes: u64) -> Self {
+        self.options.decode.memory_limit = bytes;
+        self
+    }
+
+    /// How 16-bit gray images become 8-bit (default: clipped, like torchvision).
+    pub fn gray16(mut self, conversion: Gray16) -> Self {
+        self.options.decode.gray16 = conversion;
         self
     }
 

@@ -54,6 +54,8 @@ pub struct Pipeline {
     pinned_bytes: usize,
     epoch: u64,
     state: EpochState,
+    /// The iterator has returned the end of the current epoch: its next call starts another.
+    end_returned: bool,
     report: EpochReport,
     abandon: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
@@ -90,6 +92,9 @@ impl Pipeline {
     /// option given at once.
     pub fn with_options(source: Source, options: Options) -> Result<Pipeline> {
         options.validate()?;
+        if source.is_empty() {
+            return Err(Error::invalid("source", "the source has no images"));
+        }
         let lane = CpuLane::new(&options.decode, &options.resize, options.runtime.threads)?;
         let output = output::open(&options, lane.image_bytes())?;
         let device_description = output.describe();
@@ -125,6 +130,7 @@ impl Pipeline {
             pinned_bytes,
             epoch: 0,
             state: EpochState::Ended,
+            end_returned: false,
             report: EpochReport::default(),
             abandon,
             stop,
@@ -143,6 +149,7 @@ impl Pipeline {
             ..EpochReport::default()
         };
         self.state = EpochState::Running;
+        self.end_returned = false;
         self.commands
             .as_ref()
             .and_then(|c| c.send(epoch).ok())
@@ -275,6 +282,47 @@ impl Drop for Pipeline {
         self.batches.take();
         if let Some(worker) = self.worker.take() {
             let _ = worker.join();
+        }
+    }
+}
+
+/// The batches of one epoch at a time: `for batch in &mut pipeline` runs the current epoch to
+/// its end, and a later loop over the pipeline starts the next epoch (reshuffled when
+/// shuffling), so no epoch starts that nobody asked for. The first epoch starts when the
+/// pipeline is built.
+///
+/// ```
+/// # use gpufeed::{Device, Pipeline, ResizeMode, Source};
+/// let mut pipeline = Pipeline::builder()
+///     .source(Source::directory("assets")?)
+///     .resize(ResizeMode::stretch(32, 32))
+///     .batch_size(4)
+///     .device(Device::Cpu)
+///     .build()?;
+/// for epoch in 0..2 {
+///     for batch in &mut pipeline {
+///         let batch = batch?;
+///         assert_eq!(batch.epoch(), epoch);
+///     }
+/// }
+/// # Ok::<(), gpufeed::Error>(())
+/// ```
+impl Iterator for Pipeline {
+    type Item = Result<Batch>;
+
+    fn next(&mut self) -> Option<Result<Batch>> {
+        if self.end_returned {
+            if let Err(e) = self.begin_epoch(self.epoch + 1) {
+                return Some(Err(e));
+            }
+        }
+        match self.next_batch() {
+            Ok(Some(batch)) => Some(Ok(batch)),
+            Ok(None) => {
+                self.end_returned = true;
+                None
+            }
+            Err(e) => Some(Err(e)),
         }
     }
 }

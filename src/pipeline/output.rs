@@ -33,7 +33,8 @@ pub(crate) trait OutputStage: Send {
     fn finish(&mut self, slot: usize, n: usize) -> Result<(Tensor, usize)>;
 }
 
-/// Opens the output stage `options` ask for, refusing up front a batch the device cannot hold.
+/// Opens the output stage `options` ask for, refusing up front batches the machine cannot hold
+/// (the error names the option to lower).
 pub(crate) fn open(options: &Options, image_bytes: usize) -> Result<Box<dyn OutputStage>> {
     let batch_size = options.batching.batch_size;
     let slot_bytes = batch_size.checked_mul(image_bytes).ok_or_else(|| {
@@ -45,12 +46,73 @@ pub(crate) fn open(options: &Options, image_bytes: usize) -> Result<Box<dyn Outp
     let (height, width) = options.resize.output_size();
     let dims = (height as usize, width as usize);
     let spec = options.output.spec();
+    let sizes = BatchSizes {
+        staging: slot_bytes as u128,
+        output: slot_bytes as u128 * spec.dtype.size_of() as u128,
+        prefetch: options.runtime.prefetch as u128,
+    };
     Ok(match options.runtime.device {
-        crate::Device::Cpu => Box::new(HostOutput::new(slot_bytes, dims, spec)),
+        crate::Device::Cpu => {
+            // The staging slot, and the batches ahead, the one in use and the one being filled.
+            sizes.fits(
+                sizes.staging + (sizes.prefetch + 2) * sizes.output,
+                available_host_memory(),
+                "host memory",
+            )?;
+            Box::new(HostOutput::new(slot_bytes, dims, spec)?)
+        }
         crate::Device::Cuda(ordinal) => {
-            Box::new(CudaOutput::open(ordinal, slot_bytes, dims, spec)?)
+            sizes.fits(
+                STAGING_SLOTS as u128 * sizes.staging,
+                available_host_memory(),
+                "pinned host memory",
+            )?;
+            Box::new(CudaOutput::open(ordinal, slot_bytes, dims, spec, &sizes)?)
         }
     })
+}
+
+/// Bytes of one batch at each step, and how many batches wait ahead.
+struct BatchSizes {
+    staging: u128,
+    output: u128,
+    prefetch: u128,
+}
+
+impl BatchSizes {
+    /// Refuses `needed` bytes where only `available` are: naming the prefetch depth when two
+    /// batches would fit, the batch size otherwise.
+    fn fits(&self, needed: u128, available: Option<u64>, memory: &str) -> Result<()> {
+        let Some(available) = available else {
+            return Ok(());
+        };
+        if needed <= available as u128 {
+            return Ok(());
+        }
+        let gb = |b: u128| b as f64 / 1e9;
+        let one_batch = self.staging + self.output;
+        let option = if one_batch * 2 <= available as u128 {
+            "prefetch"
+        } else {
+            "batch_size"
+        };
+        Err(Error::invalid(
+            option,
+            format!(
+                "the batches need {:.2} GB of {memory}, {:.2} GB is available",
+                gb(needed),
+                gb(available as u128)
+            ),
+        ))
+    }
+}
+
+/// Memory the system can give without swapping (`MemAvailable`), where known.
+fn available_host_memory() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb.saturating_mul(1024))
 }
 
 /// Batches on a CUDA device.
@@ -68,17 +130,20 @@ impl CudaOutput {
         slot_bytes: usize,
         dims: (usize, usize),
         spec: NormalizeSpec,
+        sizes: &BatchSizes,
     ) -> Result<CudaOutput> {
         let gpu = Gpu::open(ordinal)?;
-        // The device holds the u8 input and at least one output batch at a time.
-        let needed = slot_bytes as u128 * (1 + spec.dtype.size_of() as u128);
+        // The device holds the u8 input, and the batches ahead plus the one in use.
         let (free, _) = gpu.memory()?;
-        if needed > free as u128 {
+        let one = sizes.staging + sizes.output;
+        if one > free as u128 {
             return Err(Error::OutOfDeviceMemory {
                 context: "sizing the batch",
-                needed: Some((needed.min(u64::MAX as u128) as u64, free as u64)),
+                needed: Some((one.min(u64::MAX as u128) as u64, free as u64)),
             });
         }
+        let all = sizes.staging + (sizes.prefetch + 1) * sizes.output;
+        sizes.fits(all, Some(free as u64), "GPU memory")?;
         let normalizer = Normalizer::new(gpu.stream())?;
         let ring = StagingRing::new(gpu.stream(), STAGING_SLOTS, slot_bytes)?;
         Ok(CudaOutput {
@@ -134,15 +199,23 @@ struct HostOutput {
 }
 
 impl HostOutput {
-    fn new(slot_bytes: usize, dims: (usize, usize), spec: NormalizeSpec) -> HostOutput {
-        HostOutput {
-            pixels: vec![0; slot_bytes],
+    fn new(slot_bytes: usize, dims: (usize, usize), spec: NormalizeSpec) -> Result<HostOutput> {
+        let mut pixels = Vec::new();
+        pixels.try_reserve_exact(slot_bytes).map_err(|_| {
+            Error::invalid(
+                "batch_size",
+                format!("cannot allocate {slot_bytes} bytes of staging"),
+            )
+        })?;
+        pixels.resize(slot_bytes, 0);
+        Ok(HostOutput {
+            pixels,
             table: NormalizeTable::new(&spec),
             pool: Arc::new(HostPool::default()),
             current: None,
             spec,
             dims,
-        }
+        })
     }
 }
 
@@ -160,13 +233,17 @@ impl OutputStage for HostOutput {
     }
 
     fn staging(&mut self, _slot: usize) -> Result<Staging<'_>> {
-        let current = match self.current.take() {
+        let data = match self.current.take() {
             // A batch that yielded nothing (only bad images) left its output unused.
-            Some(unused) => self.current.insert(unused),
+            Some(unused) => unused,
             None => self
-                .current
-                .insert(self.pool.take(self.spec.dtype, self.pixels.len())),
+                .pool
+                .take(self.spec.dtype, self.pixels.len())
+                .ok_or_else(|| {
+                    Error::invalid("batch_size", "cannot allocate the output of a batch")
+                })?,
         };
+        let current = self.current.insert(data);
         Ok(Staging {
             pixels: &mut self.pixels,
             normalized: Some((current, &self.table)),

@@ -29,7 +29,7 @@ pub(crate) struct SourceItem {
 impl SourceItem {
     fn from_path(path: PathBuf, label: Option<u32>) -> SourceItem {
         SourceItem {
-            id: path.display().to_string(),
+            id: path_id(&path),
             payload: Payload::Path(path),
             label,
         }
@@ -46,7 +46,7 @@ impl SourceItem {
     }
 
     /// Encoded size in bytes, to schedule large images first: the file's size (0 if it cannot
-    /// be read; reading it later reports why), or the length of in-memory bytes.
+    /// be read; opening it later reports why), or the length of in-memory bytes.
     pub(crate) fn size_hint(&self) -> u64 {
         match &self.payload {
             Payload::Path(path) => fs::metadata(path).map_or(0, |m| m.len()),
@@ -54,14 +54,199 @@ impl SourceItem {
         }
     }
 
-    /// The encoded bytes: read from disk, or shared from memory.
-    pub(crate) fn read(&self) -> std::result::Result<ItemBytes, ItemErrorKind> {
+    /// Opens the image for reading, refusing without reading it what cannot be an image: a
+    /// FIFO, device or socket (opened without blocking, so a FIFO with no writer cannot hang
+    /// the pipeline), a file over `max_bytes`, or a file whose first bytes name no format
+    /// gpufeed decodes.
+    pub(crate) fn open(&self, max_bytes: u64) -> std::result::Result<OpenItem, ItemErrorKind> {
         match &self.payload {
-            Payload::Path(path) => fs::read(path)
-                .map(ItemBytes::Owned)
-                .map_err(|e| ItemErrorKind::read(&e, describe_io_error(path, &e))),
-            Payload::Bytes(bytes) => Ok(ItemBytes::Shared(bytes.clone())),
+            Payload::Path(path) => OpenItem::file(path, max_bytes),
+            Payload::Bytes(bytes) => {
+                if bytes.len() as u64 > max_bytes {
+                    return Err(ItemErrorKind::FileTooLarge {
+                        bytes: bytes.len() as u64,
+                        limit: max_bytes,
+                    });
+                }
+                Ok(OpenItem::Memory(bytes.clone()))
+            }
         }
+    }
+
+    /// The encoded bytes, read whole (no size limit): for copies of a source.
+    fn read_all(&self) -> std::result::Result<Vec<u8>, ItemErrorKind> {
+        match &self.payload {
+            Payload::Path(path) => {
+                fs::read(path).map_err(|e| ItemErrorKind::read(&e, describe_io_error(path, &e)))
+            }
+            Payload::Bytes(bytes) => Ok(bytes.to_vec()),
+        }
+    }
+}
+
+/// An image opened for reading: a regular file checked for size and format, or bytes in memory.
+pub(crate) enum OpenItem {
+    /// A regular file of `len` bytes; `head` holds its first bytes.
+    File {
+        file: fs::File,
+        path: PathBuf,
+        len: u64,
+        head: Vec<u8>,
+    },
+    /// Bytes given in memory.
+    Memory(Arc<[u8]>),
+}
+
+/// Bytes read to sniff a file's format before the rest is read.
+const SNIFF_BYTES: usize = 64;
+
+impl OpenItem {
+    fn file(path: &Path, max_bytes: u64) -> std::result::Result<OpenItem, ItemErrorKind> {
+        use std::io::Read;
+        let fail = |e: std::io::Error| ItemErrorKind::read(&e, describe_io_error(path, &e));
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut options = fs::OpenOptions::new();
+        // A FIFO opens at once without a writer instead of blocking; on regular files the flag
+        // changes nothing.
+        options.read(true).custom_flags(libc::O_NONBLOCK);
+        let mut file = options.open(path).map_err(fail)?;
+        let meta = file.metadata().map_err(fail)?;
+        if !meta.is_file() {
+            let reason = if meta.is_dir() {
+                "is a directory".to_string()
+            } else {
+                format!("not a regular file ({})", file_kind(&meta.file_type()))
+            };
+            return Err(ItemErrorKind::Read {
+                kind: std::io::ErrorKind::InvalidInput,
+                reason,
+            });
+        }
+        let len = meta.len();
+        if len > max_bytes {
+            return Err(ItemErrorKind::FileTooLarge {
+                bytes: len,
+                limit: max_bytes,
+            });
+        }
+        let mut head = Vec::with_capacity(SNIFF_BYTES);
+        (&mut file)
+            .take(SNIFF_BYTES as u64)
+            .read_to_end(&mut head)
+            .map_err(fail)?;
+        if head.is_empty() {
+            return Err(ItemErrorKind::Decode("file is empty".into()));
+        }
+        if crate::cpu::sniff_format(&head).is_none() {
+            return Err(ItemErrorKind::UnknownFormat);
+        }
+        Ok(OpenItem::File {
+            file,
+            path: path.to_path_buf(),
+            len,
+            head,
+        })
+    }
+
+    /// Encoded size in bytes.
+    pub(crate) fn len(&self) -> u64 {
+        match self {
+            OpenItem::File { len, .. } => *len,
+            OpenItem::Memory(bytes) => bytes.len() as u64,
+        }
+    }
+
+    /// The first bytes (all of them for bytes in memory).
+    pub(crate) fn head(&self) -> &[u8] {
+        match self {
+            OpenItem::File { head, .. } => head,
+            OpenItem::Memory(bytes) => bytes,
+        }
+    }
+
+    /// Reads `len` bytes at `offset` (fewer at the end of the file) into `out`, without
+    /// disturbing a later [`OpenItem::read`].
+    pub(crate) fn read_at(
+        &self,
+        offset: u64,
+        len: usize,
+        out: &mut Vec<u8>,
+    ) -> std::io::Result<()> {
+        out.clear();
+        match self {
+            OpenItem::File { file, .. } => {
+                out.resize(len, 0);
+                let mut filled = 0;
+                while filled < len {
+                    let n = std::os::unix::fs::FileExt::read_at(
+                        file,
+                        &mut out[filled..],
+                        offset + filled as u64,
+                    )?;
+                    if n == 0 {
+                        break;
+                    }
+                    filled += n;
+                }
+                out.truncate(filled);
+            }
+            OpenItem::Memory(bytes) => {
+                let start = (offset.min(bytes.len() as u64)) as usize;
+                let end = start.saturating_add(len).min(bytes.len());
+                out.extend_from_slice(&bytes[start..end]);
+            }
+        }
+        Ok(())
+    }
+
+    /// All the encoded bytes.
+    pub(crate) fn read(self) -> std::result::Result<ItemBytes, ItemErrorKind> {
+        use std::io::Read;
+        match self {
+            OpenItem::File {
+                mut file,
+                path,
+                len,
+                ..
+            } => {
+                use std::io::Seek;
+                let fail =
+                    |e: std::io::Error| ItemErrorKind::read(&e, describe_io_error(&path, &e));
+                let mut bytes = Vec::new();
+                bytes.try_reserve_exact(len as usize).map_err(|_| {
+                    ItemErrorKind::read(
+                        &std::io::Error::from(std::io::ErrorKind::OutOfMemory),
+                        format!("no memory for its {len} bytes"),
+                    )
+                })?;
+                file.seek(std::io::SeekFrom::Start(0)).map_err(fail)?;
+                // The file may have grown since it was measured: read no more than was counted.
+                (&mut file)
+                    .take(len)
+                    .read_to_end(&mut bytes)
+                    .map_err(fail)?;
+                Ok(ItemBytes::Owned(bytes))
+            }
+            OpenItem::Memory(bytes) => Ok(ItemBytes::Shared(bytes)),
+        }
+    }
+}
+
+/// What a non-regular file is, in words.
+fn file_kind(file_type: &fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if file_type.is_fifo() {
+        "a FIFO"
+    } else if file_type.is_char_device() {
+        "a character device"
+    } else if file_type.is_block_device() {
+        "a block device"
+    } else if file_type.is_socket() {
+        "a socket"
+    } else if file_type.is_dir() {
+        "a directory"
+    } else {
+        "not a file"
     }
 }
 
@@ -104,25 +289,64 @@ fn describe_io_error(path: &Path, e: &std::io::Error) -> String {
 pub struct Source {
     items: Vec<SourceItem>,
     class_names: Option<Vec<String>>,
+    unreadable_folders: Vec<(PathBuf, String)>,
+}
+
+/// A path as an image id: the path itself when it is valid UTF-8; otherwise its valid parts with
+/// backslashes doubled and every other byte written `\xNN`, so two names that differ in one
+/// byte keep different ids.
+pub(crate) fn path_id(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = path.as_os_str().as_bytes();
+    if let Ok(text) = std::str::from_utf8(bytes) {
+        return text.to_string();
+    }
+    let mut id = String::with_capacity(bytes.len() + 8);
+    for chunk in bytes.utf8_chunks() {
+        id.push_str(&chunk.valid().replace('\\', r"\\"));
+        for byte in chunk.invalid() {
+            id.push_str(&format!("\\x{byte:02x}"));
+        }
+    }
+    id
 }
 
 impl Source {
-    /// Every image file under `root`, recursively, in sorted path order; no labels.
+    /// Every image file under `root`, recursively, in sorted path order (the order and the
+    /// extensions of torchvision's `ImageFolder`, [`IMAGE_EXTENSIONS`]); no labels. A folder
+    /// without any image file is an error; subfolders that cannot be read are skipped and
+    /// listed by [`Source::unreadable_folders`].
     pub fn directory(root: impl AsRef<Path>) -> Result<Source> {
-        let items = folders::image_files(root.as_ref())?
+        let root = root.as_ref();
+        let listing = folders::image_files(root)?;
+        if listing.files.is_empty() {
+            return Err(Error::Source {
+                path: root.to_path_buf(),
+                reason: format!(
+                    "no image file (looked for .{})",
+                    IMAGE_EXTENSIONS.join(", .")
+                ),
+                source: None,
+            });
+        }
+        let items = listing
+            .files
             .into_iter()
             .map(|path| SourceItem::from_path(path, None))
             .collect();
         Ok(Source {
             items,
             class_names: None,
+            unreadable_folders: listing.unreadable,
         })
     }
 
     /// torchvision's `ImageFolder`: each subfolder of `root` is a class, labelled by its position
-    /// among the sorted subfolder names; its images are found recursively, in sorted order.
+    /// among the sorted subfolder names; its images are found recursively, in sorted order. As
+    /// in torchvision, a root without class folders, or a class without any image file, is an
+    /// error.
     pub fn image_folder(root: impl AsRef<Path>) -> Result<Source> {
-        let classes = folders::image_folder(root.as_ref())?;
+        let (classes, unreadable_folders) = folders::image_folder(root.as_ref())?;
         let mut items = Vec::new();
         let mut class_names = Vec::with_capacity(classes.len());
         for (label, class) in classes.into_iter().enumerate() {
@@ -137,6 +361,7 @@ impl Source {
         Ok(Source {
             items,
             class_names: Some(class_names),
+            unreadable_folders,
         })
     }
 
@@ -154,6 +379,7 @@ impl Source {
         Source {
             items,
             class_names: None,
+            unreadable_folders: Vec::new(),
         }
     }
 
@@ -176,6 +402,7 @@ impl Source {
         Source {
             items,
             class_names: None,
+            unreadable_folders: Vec::new(),
         }
     }
 
@@ -209,6 +436,12 @@ impl Source {
         self.class_names.as_deref()
     }
 
+    /// Folders the listing could not read (a `lost+found` without permission, say), each with
+    /// the reason; they were skipped, as torchvision skips them.
+    pub fn unreadable_folders(&self) -> &[(PathBuf, String)] {
+        &self.unreadable_folders
+    }
+
     /// Whether every image has a label.
     pub fn has_labels(&self) -> bool {
         !self.items.is_empty() && self.items.iter().all(|i| i.label.is_some())
@@ -230,13 +463,11 @@ impl Source {
                 format!("no image {index} in a source of {}", self.items.len()),
             ),
         })?;
-        item.read()
-            .map(|bytes| bytes.to_vec())
-            .map_err(|kind| crate::ItemError {
-                id: item.id.clone(),
-                index,
-                kind,
-            })
+        item.read_all().map_err(|kind| crate::ItemError {
+            id: item.id.clone(),
+            index,
+            kind,
+        })
     }
 
     pub(crate) fn item(&self, index: usize) -> &SourceItem {

@@ -35,25 +35,22 @@ impl HostData {
         }
     }
 
-    /// `len` elements of `dtype`, reusing `self`'s memory when the type matches.
-    fn resized(self, dtype: DType, len: usize) -> HostData {
-        match (self, dtype) {
-            (HostData::F16(mut v), DType::F16) => {
-                v.resize(len, f16::ZERO);
-                HostData::F16(v)
-            }
-            (HostData::BF16(mut v), DType::BF16) => {
-                v.resize(len, bf16::ZERO);
-                HostData::BF16(v)
-            }
-            (HostData::F32(mut v), DType::F32) => {
-                v.resize(len, 0.0);
-                HostData::F32(v)
-            }
-            (_, DType::F16) => HostData::F16(vec![f16::ZERO; len]),
-            (_, DType::BF16) => HostData::BF16(vec![bf16::ZERO; len]),
-            (_, DType::F32) => HostData::F32(vec![0.0; len]),
+    /// `len` elements of `dtype`, reusing `self`'s memory when the type matches; `None` when
+    /// the memory cannot be had.
+    fn resized(self, dtype: DType, len: usize) -> Option<HostData> {
+        fn sized<T: Clone>(mut v: Vec<T>, len: usize, zero: T) -> Option<Vec<T>> {
+            v.try_reserve_exact(len.saturating_sub(v.len())).ok()?;
+            v.resize(len, zero);
+            Some(v)
         }
+        Some(match (self, dtype) {
+            (HostData::F16(v), DType::F16) => HostData::F16(sized(v, len, f16::ZERO)?),
+            (HostData::BF16(v), DType::BF16) => HostData::BF16(sized(v, len, bf16::ZERO)?),
+            (HostData::F32(v), DType::F32) => HostData::F32(sized(v, len, 0.0)?),
+            (_, DType::F16) => HostData::F16(sized(Vec::new(), len, f16::ZERO)?),
+            (_, DType::BF16) => HostData::BF16(sized(Vec::new(), len, bf16::ZERO)?),
+            (_, DType::F32) => HostData::F32(sized(Vec::new(), len, 0.0)?),
+        })
     }
 
     /// Per-image writable chunks of `image_len` elements.
@@ -102,8 +99,9 @@ pub(crate) struct HostPool {
 const POOL_KEEPS: usize = 8;
 
 impl HostPool {
-    /// Storage for `len` elements of `dtype`, reused when a dropped tensor left one.
-    pub fn take(&self, dtype: DType, len: usize) -> HostData {
+    /// Storage for `len` elements of `dtype`, reused when a dropped tensor left one; `None`
+    /// when the memory cannot be had.
+    pub fn take(&self, dtype: DType, len: usize) -> Option<HostData> {
         let reused = self
             .free
             .lock()

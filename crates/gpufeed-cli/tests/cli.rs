@@ -186,11 +186,12 @@ fn missing_folder_is_an_error_not_a_panic() {
 }
 
 #[test]
-fn bench_without_a_gpu_says_so_and_exits_cleanly() {
+fn bench_without_a_gpu_says_so_and_fails() {
     if gpufeed::cuda::probe().is_ok() {
         return; // covered by the GPU machine's bench run
     }
     let o = gpufeed(&["bench"]);
-    assert!(o.status.success());
-    assert!(stdout(&o).contains("nothing to measure"));
+    assert!(!o.status.success(), "nothing was measured: the exit says so");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("nothing to measure"), "{stderr}");
 }

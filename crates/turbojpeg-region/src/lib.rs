@@ -193,7 +193,7 @@ impl Request {
 }
 
 /// What a decode wrote: the scaled image's size and the part of it that holds decoded pixels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decoded {
     /// Width of the scaled image in pixels (the output buffer's row length).
     pub width: u32,
@@ -201,6 +201,10 @@ pub struct Decoded {
     pub height: u32,
     /// The pixels written; the rest of the buffer is left as it was.
     pub region: Region,
+    /// libjpeg's warning, when the data had a recoverable fault ("Premature end of JPEG file"
+    /// for a truncated file, "Corrupt JPEG data: ..."): the image was decoded to its end, the
+    /// damaged part filled in by libjpeg.
+    pub warning: Option<String>,
 }
 
 /// A libjpeg-turbo decompressor, reused across images by one thread.
@@ -426,13 +430,23 @@ impl Decoder {
                 request.format.code(),
             )
         };
+        let mut warning = None;
         if status != 0 {
-            return Err(self.error());
+            // SAFETY: the handle is live; tj3GetErrorCode only reads its state.
+            let code = unsafe { sys::tj3GetErrorCode(self.handle.as_ptr()) };
+            if code != sys::TJERR_TJERR_WARNING as libc::c_int {
+                return Err(self.error());
+            }
+            // A warning: libjpeg finished the image. Its message is kept; the handle is sound.
+            // SAFETY: as in `error`: a NUL-terminated string owned by the handle, copied here.
+            let message = unsafe { CStr::from_ptr(sys::tj3GetErrorStr(self.handle.as_ptr())) };
+            warning = Some(message.to_string_lossy().trim().replace('\n', " "));
         }
         Ok(Decoded {
             width: scaled_w,
             height: scaled_h,
             region: written,
+            warning,
         })
     }
 }

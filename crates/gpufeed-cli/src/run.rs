@@ -1,0 +1,515 @@
+//! `gpufeed run`: the pipeline over a folder, a summary in words or as one JSON object, and the
+//! output saved on request.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use gpufeed::{
+    BatchOptions, ChannelOrder, DType, DecodeOptions, Device, EpochReport, Gray16, Interpolation,
+    LastBatch, Layout, OnError, Options, OutputOptions, Pipeline, ResizeMode, ResizeOptions,
+    RuntimeOptions, Source, DEFAULT_DECODE_MEMORY, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS,
+};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{json, Value};
+
+use crate::save::{paths_file, Saver};
+use crate::Result;
+
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// Folder of images, searched recursively (default: the bundled assets/).
+    #[arg(default_value = "assets")]
+    dir: PathBuf,
+    /// Treat DIR as an ImageFolder: each subfolder is a class, labels from sorted names.
+    #[arg(long)]
+    image_folder: bool,
+    /// Images per batch.
+    #[arg(long, default_value_t = 256)]
+    batch_size: usize,
+    /// How images reach the output size: center-crop (torchvision's Resize + CenterCrop),
+    /// stretch, or letterbox.
+    #[arg(long, default_value = "center-crop", value_parser = ["center-crop", "stretch", "letterbox"])]
+    resize_mode: String,
+    /// Shorter side after resizing (torchvision's Resize), for center-crop.
+    #[arg(long, default_value_t = 256)]
+    resize: u32,
+    /// Side of the centre crop (torchvision's CenterCrop), and of the output unless --size.
+    #[arg(long, default_value_t = 224)]
+    crop: u32,
+    /// Output size HEIGHTxWIDTH (e.g. 640x640), for any mode; default CROPxCROP.
+    #[arg(long, value_parser = parse_size)]
+    size: Option<(u32, u32)>,
+    /// Value of padded pixels, for letterbox.
+    #[arg(long, default_value_t = 114)]
+    pad: u8,
+    /// Resampling filter: bilinear, bicubic, nearest or lanczos (antialiased like Pillow's).
+    #[arg(long, default_value_t = Interpolation::Bilinear)]
+    interpolation: Interpolation,
+    /// Per-channel mean in 0..1 units, R,G,B (default ImageNet's).
+    #[arg(long, value_delimiter = ',', num_args = 3, default_values_t = gpufeed::IMAGENET_MEAN)]
+    mean: Vec<f32>,
+    /// Per-channel standard deviation in 0..1 units, R,G,B (default ImageNet's).
+    #[arg(long, value_delimiter = ',', num_args = 3, default_values_t = gpufeed::IMAGENET_STD)]
+    std: Vec<f32>,
+    /// Output element type: f16, bf16 or f32.
+    #[arg(long, default_value_t = DType::F16)]
+    dtype: DType,
+    /// Output layout: nchw or nhwc.
+    #[arg(long, default_value_t = Layout::Nchw)]
+    layout: Layout,
+    /// Output channels in BGR order.
+    #[arg(long)]
+    bgr: bool,
+    /// Batches prepared ahead.
+    #[arg(long, default_value_t = 2)]
+    prefetch: usize,
+    /// CPU threads (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+    /// CUDA device ordinal; without it (and without --cpu) device 0 is used when present, the
+    /// CPU otherwise.
+    #[arg(long, conflicts_with = "cpu")]
+    device: Option<usize>,
+    /// Stay on the CPU: CPU stages and the CPU normalize.
+    #[arg(long)]
+    cpu: bool,
+    /// What a bad image does: skip or fail.
+    #[arg(long, default_value_t = OnError::Skip)]
+    on_error: OnError,
+    /// Drop a last partial batch.
+    #[arg(long)]
+    drop_last: bool,
+    /// Shuffle with this seed (a new order each epoch).
+    #[arg(long)]
+    shuffle: Option<u64>,
+    /// Epochs to run.
+    #[arg(long, default_value_t = 1)]
+    epochs: u64,
+    /// Refuse images claiming more pixels than this.
+    #[arg(long, default_value_t = DEFAULT_MAX_PIXELS)]
+    max_pixels: u64,
+    /// Refuse files larger than this many bytes.
+    #[arg(long, default_value_t = DEFAULT_MAX_FILE_BYTES)]
+    max_file_bytes: u64,
+    /// The most bytes the decode threads hold together for images in flight.
+    #[arg(long, default_value_t = DEFAULT_DECODE_MEMORY)]
+    decode_memory: u64,
+    /// Turn images as their EXIF orientation tag says (torchvision does not).
+    #[arg(long)]
+    exif_orientation: bool,
+    /// 16-bit gray to 8 bits: clip (torchvision's) or scale.
+    #[arg(long, default_value_t = Gray16::Clip)]
+    gray16: Gray16,
+    /// Decode large JPEGs at 1/2, 1/4 or 1/8 size in the DCT domain when the output keeps a 2x
+    /// margin (faster on big photos; further from torchvision).
+    #[arg(long)]
+    dct_scaling: bool,
+    /// Write every processed image, in order, to FILE.npy (output dtype and layout; bf16 as its
+    /// raw u16 bits) and the id of each row to FILE.paths.txt (one a line, with backslash,
+    /// newline and carriage return written \\, \n and \r). Both appear only once the run has
+    /// succeeded.
+    #[arg(long, value_name = "FILE.npy")]
+    save: Option<PathBuf>,
+    /// Let --save replace existing files (never an image the run reads).
+    #[arg(long)]
+    overwrite: bool,
+    /// Print only the summary, as one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_size(text: &str) -> std::result::Result<(u32, u32), String> {
+    let (h, w) = text
+        .split_once(['x', 'X'])
+        .ok_or_else(|| format!("{text:?}: expected HEIGHTxWIDTH, e.g. 224x224"))?;
+    let side = |s: &str| {
+        s.trim()
+            .parse::<u32>()
+            .map_err(|e| format!("{text:?}: {e}"))
+    };
+    Ok((side(h)?, side(w)?))
+}
+
+impl RunArgs {
+    /// The library's options for these arguments on `device`.
+    fn options(&self, device: Device) -> Result<Options> {
+        let (height, width) = self.size.unwrap_or((self.crop, self.crop));
+        let mode = match self.resize_mode.as_str() {
+            "stretch" => ResizeMode::stretch(height, width),
+            "letterbox" => ResizeMode::letterbox(height, width, self.pad),
+            _ => ResizeMode::ShorterSideThenCenterCrop {
+                shorter_side: self.resize,
+                height,
+                width,
+            },
+        };
+        let three = |values: &[f32], name: &str| -> Result<[f32; 3]> {
+            <[f32; 3]>::try_from(values)
+                .map_err(|_| format!("--{name} takes three values, R,G,B").into())
+        };
+        Ok(Options::default()
+            .decode(
+                DecodeOptions::default()
+                    .max_pixels(self.max_pixels)
+                    .max_file_bytes(self.max_file_bytes)
+                    .memory_limit(self.decode_memory)
+                    .exif_orientation(self.exif_orientation)
+                    .gray16(self.gray16)
+                    .dct_scaling(self.dct_scaling),
+            )
+            .resize(
+                ResizeOptions::default()
+                    .mode(mode)
+                    .interpolation(self.interpolation),
+            )
+            .output(
+                OutputOptions::default()
+                    .mean_std(three(&self.mean, "mean")?, three(&self.std, "std")?)
+                    .dtype(self.dtype)
+                    .layout(self.layout)
+                    .channel_order(if self.bgr {
+                        ChannelOrder::Bgr
+                    } else {
+                        ChannelOrder::Rgb
+                    }),
+            )
+            .batching(
+                BatchOptions::default()
+                    .batch_size(self.batch_size)
+                    .on_error(self.on_error)
+                    .last_batch(if self.drop_last {
+                        LastBatch::Drop
+                    } else {
+                        LastBatch::Keep
+                    })
+                    .shuffle_seed(self.shuffle),
+            )
+            .runtime(
+                RuntimeOptions::default()
+                    .device(device)
+                    .prefetch(self.prefetch)
+                    .threads(self.threads),
+            ))
+    }
+
+    /// The device: explicit `--device N` must work; `--cpu` is the CPU; otherwise the first GPU
+    /// if there is one, else the CPU with a message saying why.
+    fn device(&self) -> Device {
+        if self.cpu {
+            return Device::Cpu;
+        }
+        if let Some(ordinal) = self.device {
+            return Device::Cuda(ordinal);
+        }
+        match gpufeed::cuda::probe() {
+            Ok(_) => Device::Cuda(0),
+            Err(e) => {
+                eprintln!(
+                    "gpufeed: {e}\ngpufeed: running the CPU stages and the CPU normalize instead \
+                     (--device N requires a GPU, --cpu silences this)"
+                );
+                Device::Cpu
+            }
+        }
+    }
+}
+
+/// The suffix of the labels file `--save` writes for a source with labels.
+const LABELS: &str = ".labels.txt";
+
+/// What one run did, for the summary.
+struct Tally {
+    reports: Vec<EpochReport>,
+    seconds: Vec<f64>,
+    uploaded_bytes: usize,
+}
+
+/// Runs the pipeline as `args` say and prints the summary; returns the device used.
+pub fn run(args: &RunArgs) -> Result<Device> {
+    let device = args.device();
+    let source = if args.image_folder {
+        Source::image_folder(&args.dir)?
+    } else {
+        Source::directory(&args.dir)?
+    };
+    for (folder, reason) in source.unreadable_folders() {
+        eprintln!("gpufeed: skipped {}: {reason}", folder.display());
+    }
+    let unreadable: Vec<Value> = source
+        .unreadable_folders()
+        .iter()
+        .map(|(folder, reason)| json!({"path": folder.display().to_string(), "reason": reason}))
+        .collect();
+    let options = args.options(device)?;
+    if args.epochs == 0 {
+        return Err("--epochs must be at least 1".into());
+    }
+    // With labels, `--save` also writes FILE.labels.txt, one label a row.
+    let extra: &[&str] = if source.has_labels() { &[LABELS] } else { &[] };
+    let mut saver = match &args.save {
+        Some(path) => Some(Saver::create(
+            path,
+            options.output.dtype,
+            &source,
+            args.overwrite,
+            extra,
+        )?),
+        None => None,
+    };
+    let setup = Instant::now();
+    let mut pipeline = Pipeline::with_options(source, options)?;
+    let setup_seconds = setup.elapsed().as_secs_f64();
+    let progress = if std::io::stderr().is_terminal() && !args.json {
+        let bar = ProgressBar::new(pipeline.len() as u64 * args.epochs);
+        if let Ok(style) =
+            ProgressStyle::default_bar().template("{bar:40} {pos}/{len} images {per_sec} {eta}")
+        {
+            bar.set_style(style);
+        }
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+    let mut tally = Tally {
+        reports: Vec::new(),
+        seconds: Vec::new(),
+        uploaded_bytes: 0,
+    };
+    let outcome = run_epochs(args, &mut pipeline, saver.as_mut(), &progress, &mut tally);
+    progress.finish_and_clear();
+    if outcome.is_ok() {
+        if let Some(saver) = saver.take() {
+            saver.finish()?;
+        }
+    }
+    drop(saver);
+    let summary = Summary {
+        args,
+        pipeline: &pipeline,
+        tally: &tally,
+        setup_seconds,
+        unreadable,
+    };
+    if args.json {
+        let mut value = summary.json();
+        if let Err(e) = &outcome {
+            value["error"] = json!(e.to_string());
+        }
+        println!("{value}");
+    } else if outcome.is_ok() {
+        summary.print();
+    }
+    // Under --on-error fail the first bad image stops the run here, naming the image.
+    outcome?;
+    Ok(device)
+}
+
+/// Runs `args.epochs` epochs, saving on request.
+fn run_epochs(
+    args: &RunArgs,
+    pipeline: &mut Pipeline,
+    mut saver: Option<&mut Saver>,
+    progress: &ProgressBar,
+    tally: &mut Tally,
+) -> Result<()> {
+    for _ in 0..args.epochs {
+        let start = Instant::now();
+        let mut last = None;
+        let outcome: Result<()> = (|| {
+            for batch in &mut *pipeline {
+                let batch = batch?;
+                tally.uploaded_bytes += batch.uploaded_bytes();
+                progress.inc((batch.len() + batch.skipped().len()) as u64);
+                if let Some(saver) = saver.as_deref_mut() {
+                    saver.append(&batch.images().to_host()?, batch.ids())?;
+                    if let Some(labels) = batch.labels() {
+                        let lines: Vec<String> = labels.iter().map(u32::to_string).collect();
+                        saver.append_extra(0, &lines)?;
+                    }
+                }
+                last = Some(batch);
+            }
+            // The last batch is ready only once the stream has run its kernel.
+            if let Some(batch) = &last {
+                batch.images().synchronize()?;
+            }
+            Ok(())
+        })();
+        tally.seconds.push(start.elapsed().as_secs_f64());
+        tally.reports.push(pipeline.epoch_report().clone());
+        outcome?;
+    }
+    Ok(())
+}
+
+/// The summary of a run, in words or as JSON.
+struct Summary<'a> {
+    args: &'a RunArgs,
+    pipeline: &'a Pipeline,
+    tally: &'a Tally,
+    setup_seconds: f64,
+    unreadable: Vec<Value>,
+}
+
+impl Summary<'_> {
+    fn images(&self) -> usize {
+        self.tally.reports.iter().map(|r| r.images).sum()
+    }
+
+    fn seconds(&self) -> f64 {
+        self.tally.seconds.iter().sum()
+    }
+
+    fn images_per_s(&self) -> f64 {
+        let seconds = self.seconds();
+        if seconds > 0.0 {
+            self.images() as f64 / seconds
+        } else {
+            0.0
+        }
+    }
+
+    fn image_bytes(&self) -> usize {
+        self.pipeline.options().resize.image_bytes().unwrap_or(0)
+    }
+
+    fn skipped(&self) -> Vec<&gpufeed::ItemError> {
+        self.tally
+            .reports
+            .iter()
+            .flat_map(|r| r.skipped.iter())
+            .collect()
+    }
+
+    fn json(&self) -> Value {
+        let options = self.pipeline.options();
+        let images = self.images();
+        let errors: Vec<Value> = self
+            .skipped()
+            .iter()
+            .map(|e| json!({"path": e.id, "reason": e.kind.to_string()}))
+            .collect();
+        let epochs: Vec<Value> = self
+            .tally
+            .reports
+            .iter()
+            .zip(&self.tally.seconds)
+            .map(|(r, &s)| {
+                json!({"epoch": r.epoch, "images": r.images, "batches": r.batches,
+                       "skipped": r.skipped.len(), "dropped": r.dropped, "seconds": s,
+                       "complete": r.complete})
+            })
+            .collect();
+        json!({
+            "dir": self.args.dir.display().to_string(),
+            "device": self.pipeline.device_description(),
+            "images": images,
+            "skipped": errors.len(),
+            "errors": errors,
+            "unreadable_folders": self.unreadable,
+            "dropped": self.tally.reports.iter().map(|r| r.dropped).sum::<usize>(),
+            "batches": self.tally.reports.iter().map(|r| r.batches).sum::<usize>(),
+            "epochs": epochs,
+            "batch_size": options.batching.batch_size,
+            "dtype": options.output.dtype.name(),
+            "layout": options.output.layout.name(),
+            "setup_seconds": self.setup_seconds,
+            "seconds": self.seconds(),
+            "images_per_s": self.images_per_s(),
+            "uploaded_bytes": self.tally.uploaded_bytes,
+            "f32_bytes": images * self.image_bytes() * 4,
+            "peak_rss_bytes": peak_rss_bytes(),
+        })
+    }
+
+    fn print(&self) {
+        let options = self.pipeline.options();
+        let (height, width) = options.resize.output_size();
+        let images = self.images();
+        let skipped = self.skipped();
+        let f32_bytes = images * self.image_bytes() * 4;
+        println!(
+            "gpufeed run: {} on {}",
+            self.args.dir.display(),
+            self.pipeline.device_description()
+        );
+        println!(
+            "  output      {images} x [{}] {} {}{}",
+            match options.output.layout {
+                Layout::Nhwc => format!("{height}, {width}, 3"),
+                _ => format!("3, {height}, {width}"),
+            },
+            options.output.dtype,
+            options.output.layout,
+            if self.args.bgr { " bgr" } else { "" }
+        );
+        let batches: usize = self.tally.reports.iter().map(|r| r.batches).sum();
+        println!("  images      {images} in {batches} batches");
+        if self.tally.reports.len() > 1 {
+            println!("  epochs      {}", self.tally.reports.len());
+        }
+        println!("  skipped     {}", skipped.len());
+        for e in &skipped {
+            println!("    {}: {}", e.id, e.kind);
+        }
+        let dropped: usize = self.tally.reports.iter().map(|r| r.dropped).sum();
+        if dropped > 0 {
+            println!("  dropped     {dropped} (partial last batch)");
+        }
+        println!(
+            "  setup       {:.3} s (device, kernel compile, staging)",
+            self.setup_seconds
+        );
+        println!("  seconds     {:.3}", self.seconds());
+        println!("  images/s    {:.1}", self.images_per_s());
+        if self.tally.uploaded_bytes > 0 {
+            println!(
+                "  uploaded    {} as u8; f32 would have uploaded {} ({:.2}x less)",
+                human_bytes(self.tally.uploaded_bytes),
+                human_bytes(f32_bytes),
+                f32_bytes as f64 / self.tally.uploaded_bytes.max(1) as f64
+            );
+        } else {
+            println!(
+                "  uploaded    nothing (CPU device); on a GPU: {} as u8 instead of {} as f32",
+                human_bytes(images * self.image_bytes()),
+                human_bytes(f32_bytes)
+            );
+        }
+        if let Some(path) = &self.args.save {
+            println!(
+                "  saved       {} and {}",
+                path.display(),
+                paths_file(path).display()
+            );
+        }
+    }
+}
+
+fn human_bytes(bytes: usize) -> String {
+    let b = bytes as f64;
+    if b >= 1e9 {
+        format!("{:.2} GB", b / 1e9)
+    } else if b >= 1e6 {
+        format!("{:.2} MB", b / 1e6)
+    } else if b >= 1e3 {
+        format!("{:.1} kB", b / 1e3)
+    } else {
+        format!("{bytes} B")
+    }
+}
+
+/// Peak resident set size of this process in bytes (`VmHWM`), 0 where unknown.
+fn peak_rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
