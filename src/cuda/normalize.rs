@@ -248,7 +248,7 @@ impl LaunchShape {
         let count: u32;
         let groups_per_image: u32;
         let (mut builder, config) = match self.layout {
-            Layout::Nchw if self.hw % entries.nchw_pixels == 0 => {
+            Layout::Nchw if self.hw.is_multiple_of(entries.nchw_pixels) => {
                 count = (self.pixels / entries.nchw_pixels) as u32;
                 groups_per_image = (self.hw / entries.nchw_pixels) as u32;
                 let mut b = stream.launch_builder(&entries.nchw);
@@ -261,7 +261,7 @@ impl LaunchShape {
                     .arg(&self.bgr);
                 (b, Self::grid(count as usize, self.nchw_groups))
             }
-            Layout::Nhwc if (self.pixels * 3) % entries.nhwc_bytes == 0 => {
+            Layout::Nhwc if (self.pixels * 3).is_multiple_of(entries.nhwc_bytes) => {
                 count = (self.pixels * 3 / entries.nhwc_bytes) as u32;
                 let mut b = stream.launch_builder(&entries.nhwc);
                 b.arg(input)

@@ -25,12 +25,15 @@ pub(super) struct Class {
     pub files: Vec<PathBuf>,
 }
 
+/// Folders a listing could not read, each with the reason.
+pub(super) type Unreadable = Vec<(PathBuf, String)>;
+
 /// What a listing found: the image files, and the folders it could not read (skipped, as
 /// torchvision's `os.walk` skips them).
 #[derive(Default)]
 pub(super) struct Listing {
     pub files: Vec<PathBuf>,
-    pub unreadable: Vec<(PathBuf, String)>,
+    pub unreadable: Unreadable,
 }
 
 /// Every image file under `root`, in torchvision's order. `root` itself must be readable.
@@ -43,7 +46,7 @@ pub(super) fn image_files(root: &Path) -> Result<Listing> {
 
 /// torchvision's `ImageFolder` classes of `root`, sorted by name, each with its images; like
 /// torchvision, refuses a root without class folders and a class without images.
-pub(super) fn image_folder(root: &Path) -> Result<(Vec<Class>, Vec<(PathBuf, String)>)> {
+pub(super) fn image_folder(root: &Path) -> Result<(Vec<Class>, Unreadable)> {
     let mut classes: Vec<(OsString, PathBuf)> = read_dir_sorted(root)
         .map_err(|e| source_error(root, e))?
         .into_iter()

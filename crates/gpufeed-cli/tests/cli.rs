@@ -191,7 +191,10 @@ fn bench_without_a_gpu_says_so_and_fails() {
         return; // covered by the GPU machine's bench run
     }
     let o = gpufeed(&["bench"]);
-    assert!(!o.status.success(), "nothing was measured: the exit says so");
+    assert!(
+        !o.status.success(),
+        "nothing was measured: the exit says so"
+    );
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(stderr.contains("nothing to measure"), "{stderr}");
 }
