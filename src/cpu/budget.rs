@@ -60,6 +60,68 @@ impl Drop for Reservation<'_> {
     }
 }
 
+/// Pixel buffers lent to the lane's threads and taken back after each image, so the memory of
+/// large images is reused instead of freed and allocated again: glibc keeps what one thread
+/// frees in that thread's arena, where no other thread can use it, and resident memory would
+/// grow by a large image per thread. What the pool keeps, with what it has lent, stays within
+/// its limit.
+#[derive(Debug)]
+pub(crate) struct BufferPool {
+    keep: u64,
+    state: Mutex<PoolState>,
+}
+
+#[derive(Debug, Default)]
+struct PoolState {
+    free: Vec<Vec<u8>>,
+    free_bytes: u64,
+    lent_bytes: u64,
+}
+
+impl BufferPool {
+    /// A pool keeping at most `keep` bytes, free and lent together.
+    pub fn new(keep: u64) -> BufferPool {
+        BufferPool {
+            keep,
+            state: Mutex::new(PoolState::default()),
+        }
+    }
+
+    /// A buffer of at least `capacity` bytes when the pool has one (the smallest that fits),
+    /// else a new one; its contents are stale.
+    pub fn take(&self, capacity: usize) -> Vec<u8> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let fit = state
+            .free
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.capacity() >= capacity)
+            .min_by_key(|(_, b)| b.capacity())
+            .map(|(i, _)| i);
+        let buffer = match fit {
+            Some(i) => {
+                let buffer = state.free.swap_remove(i);
+                state.free_bytes -= buffer.capacity() as u64;
+                buffer
+            }
+            None => Vec::new(),
+        };
+        state.lent_bytes += buffer.capacity() as u64;
+        buffer
+    }
+
+    /// Takes a buffer back, keeping it for reuse while the pool is under its limit.
+    pub fn give(&self, buffer: Vec<u8>, lent_capacity: usize) {
+        let capacity = buffer.capacity() as u64;
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.lent_bytes = state.lent_bytes.saturating_sub(lent_capacity as u64);
+        if capacity > 0 && state.free_bytes + state.lent_bytes + capacity <= self.keep {
+            state.free_bytes += capacity;
+            state.free.push(buffer);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,6 +150,23 @@ mod tests {
         }
         assert!(peak.load(Ordering::SeqCst) <= 100);
         assert_eq!(budget.used(), 0);
+    }
+
+    #[test]
+    fn the_pool_reuses_buffers_within_its_limit() {
+        let pool = BufferPool::new(1000);
+        let mut a = pool.take(100);
+        a.resize(100, 1);
+        let cap = a.capacity();
+        pool.give(a, 0);
+        let b = pool.take(50);
+        assert_eq!(b.capacity(), cap, "the free buffer is reused");
+        pool.give(b, cap);
+        let mut big = pool.take(2000);
+        big.resize(2000, 0);
+        pool.give(big, 0);
+        let c = pool.take(1500);
+        assert_eq!(c.capacity(), 0, "a buffer over the limit is not kept");
     }
 
     #[test]

@@ -23,6 +23,7 @@ use zune_jpeg::JpegDecoder;
 
 use turbojpeg_region::{Colorspace, Format, Region, Request};
 
+use super::budget::BufferPool;
 use super::probe::{check_size, sniff_format};
 use crate::error::ItemErrorKind;
 use crate::geometry::SourceRect;
@@ -86,13 +87,14 @@ pub(crate) fn decode(
     options: &DecodeOptions,
     window: WindowFor,
     pixels: &mut Vec<u8>,
+    pool: &BufferPool,
 ) -> Result<Decoded, ItemErrorKind> {
     if bytes.is_empty() {
         return Err(ItemErrorKind::Decode("file is empty".into()));
     }
     match sniff_format(bytes).ok_or(ItemErrorKind::UnknownFormat)? {
         ImageFormat::Jpeg => decode_jpeg(bytes, options, window, pixels),
-        format => decode_with_image(bytes, format, options, pixels),
+        format => decode_with_image(bytes, format, options, pixels, pool),
     }
 }
 
@@ -267,6 +269,7 @@ fn decode_with_image(
     format: ImageFormat,
     options: &DecodeOptions,
     pixels: &mut Vec<u8>,
+    pool: &BufferPool,
 ) -> Result<Decoded, ItemErrorKind> {
     let name = format!("{format:?}").to_uppercase();
     let fail = |e: image::ImageError| image_error(&name, e);
@@ -283,9 +286,79 @@ fn decode_with_image(
     } else {
         Orientation::NoTransforms
     };
-    let mut image = DynamicImage::from_decoder(decoder).map_err(fail)?;
-    image.apply_orientation(orientation);
-    Ok(into_rgb8(image, options.gray16, pixels))
+    if orientation != Orientation::NoTransforms {
+        let mut image = DynamicImage::from_decoder(decoder).map_err(fail)?;
+        image.apply_orientation(orientation);
+        return Ok(into_rgb8(image, options.gray16, pixels));
+    }
+    let color = decoder.color_type();
+    let total = usize::try_from(decoder.total_bytes())
+        .map_err(|_| ItemErrorKind::Decode(format!("{name}: too large for memory")))?;
+    if color == image::ColorType::Rgb8 {
+        pixels.resize(total, 0);
+        decoder.read_image(pixels).map_err(fail)?;
+    } else {
+        // The decoder's own pixels, in a buffer of the lane's pool, then RGB8 from them.
+        let mut native = pool.take(total);
+        let lent = native.capacity();
+        native.resize(total, 0);
+        let converted = decoder
+            .read_image(&mut native)
+            .map_err(fail)
+            .and_then(|()| native_to_rgb8(color, &native, options.gray16, pixels));
+        pool.give(native, lent);
+        converted?;
+    }
+    Ok(Decoded::full(width, height))
+}
+
+/// Packed RGB8 from a decoder's pixels of `color` (16-bit samples in native byte order), as
+/// Pillow's `convert("RGB")` does: see [`into_rgb8`].
+fn native_to_rgb8(
+    color: image::ColorType,
+    native: &[u8],
+    gray16: Gray16,
+    pixels: &mut Vec<u8>,
+) -> Result<(), ItemErrorKind> {
+    use image::ColorType;
+    let channels = usize::from(color.channel_count());
+    let sample = usize::from(color.bytes_per_pixel()) / channels.max(1);
+    let n = native.len() / (channels * sample).max(1);
+    pixels.clear();
+    pixels.reserve(n * 3);
+    let u16_at = |px: &[u8], c: usize| u16::from_ne_bytes([px[2 * c], px[2 * c + 1]]);
+    let f32_at = |px: &[u8], c: usize| {
+        let v = f32::from_ne_bytes([px[4 * c], px[4 * c + 1], px[4 * c + 2], px[4 * c + 3]]);
+        (v.clamp(0.0, 1.0) * 255.0).round() as u8
+    };
+    let px_bytes = channels * sample;
+    for px in native.chunks_exact(px_bytes) {
+        let rgb = match color {
+            ColorType::L8 | ColorType::La8 => [px[0]; 3],
+            ColorType::Rgb8 | ColorType::Rgba8 => [px[0], px[1], px[2]],
+            ColorType::L16 => {
+                let v = u16_at(px, 0);
+                [match gray16 {
+                    Gray16::Clip => v.min(255) as u8,
+                    Gray16::Scale => ((u32::from(v) * 255 + 32767) / 65535) as u8,
+                }; 3]
+            }
+            ColorType::La16 => [(u16_at(px, 0) >> 8) as u8; 3],
+            ColorType::Rgb16 | ColorType::Rgba16 => [
+                (u16_at(px, 0) >> 8) as u8,
+                (u16_at(px, 1) >> 8) as u8,
+                (u16_at(px, 2) >> 8) as u8,
+            ],
+            ColorType::Rgb32F | ColorType::Rgba32F => [f32_at(px, 0), f32_at(px, 1), f32_at(px, 2)],
+            other => {
+                return Err(ItemErrorKind::Decode(format!(
+                    "pixels of type {other:?} are not supported"
+                )))
+            }
+        };
+        pixels.extend_from_slice(&rgb);
+    }
+    Ok(())
 }
 
 /// A decoder's error: a file that ends early is truncated, as Pillow says.
@@ -382,7 +455,13 @@ mod tests {
     fn garbage_and_empty_are_errors() {
         let mut buf = Vec::new();
         assert!(matches!(
-            decode(b"", &options(), &|_, _| DecodeWindow::WHOLE, &mut buf),
+            decode(
+                b"",
+                &options(),
+                &|_, _| DecodeWindow::WHOLE,
+                &mut buf,
+                &BufferPool::new(1 << 30)
+            ),
             Err(ItemErrorKind::Decode(_))
         ));
         assert_eq!(
@@ -390,7 +469,8 @@ mod tests {
                 b"hello, I am text",
                 &options(),
                 &|_, _| DecodeWindow::WHOLE,
-                &mut buf
+                &mut buf,
+                &BufferPool::new(1 << 30)
             ),
             Err(ItemErrorKind::UnknownFormat)
         );
@@ -419,7 +499,13 @@ mod tests {
             png.extend_from_slice(&crc32(&chunk).to_be_bytes());
         }
         let mut buf = Vec::new();
-        match decode(&png, &options(), &|_, _| DecodeWindow::WHOLE, &mut buf) {
+        match decode(
+            &png,
+            &options(),
+            &|_, _| DecodeWindow::WHOLE,
+            &mut buf,
+            &BufferPool::new(1 << 30),
+        ) {
             Err(ItemErrorKind::TooLarge { width, height, .. }) => {
                 assert_eq!((width, height), (70000, 70000))
             }

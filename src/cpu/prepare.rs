@@ -5,7 +5,8 @@ use std::cell::RefCell;
 
 use fast_image_resize::Resizer;
 
-use super::budget::MemoryBudget;
+use super::allocator::{release_free_memory, TRIM_AFTER};
+use super::budget::{BufferPool, MemoryBudget};
 use super::decode::{decode, DecodeWindow};
 use super::probe::probe;
 use super::resize::resize_into_slot;
@@ -14,17 +15,15 @@ use crate::geometry::Geometry;
 use crate::options::{DecodeOptions, ResizeOptions};
 use crate::source::Source;
 
-/// Per-thread scratch, reused across images: the decoded pixels, the resizer's buffers and the
-/// one-channel output of gray images.
+/// Per-thread scratch, reused across images: the resizer's buffers and the one-channel output
+/// of gray images (small: the output's size). Decoded pixels live in the lane's pool.
 struct Scratch {
-    pixels: Vec<u8>,
     resizer: Resizer,
     gray: Vec<u8>,
 }
 
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch {
-        pixels: Vec::new(),
         resizer: Resizer::new(),
         gray: Vec::new(),
     });
@@ -55,11 +54,6 @@ pub(crate) struct ImageTask {
     pub epoch: u64,
 }
 
-/// Scratch capacity a thread keeps between images; a larger buffer (a photo of many megapixels)
-/// is given back after its image, so idle threads hold little and the decode budget bounds
-/// what they hold while busy.
-const SCRATCH_KEPT: usize = 4 << 20;
-
 /// Reads, decodes and resizes one image of `source` into `dst`. The image's header is read
 /// first: an image over the pixel limit is refused before its file is read, and the memory its
 /// decode will hold is reserved from `budget` for as long as it is in flight.
@@ -68,15 +62,23 @@ pub(crate) fn prepare_one(
     task: ImageTask,
     options: &PrepareOptions,
     budget: &MemoryBudget,
+    pool: &BufferPool,
     dst: &mut [u8],
 ) -> std::result::Result<(), ItemErrorKind> {
     let item = source
         .item(task.index)
         .open(options.decode.max_file_bytes)?;
     let header = probe(&item, &options.decode)?;
-    let _reservation = budget.reserve(header.bytes_in_flight);
-    let bytes = item.read()?;
-    prepare_bytes(&bytes, options, dst)
+    let reservation = budget.reserve(header.bytes_in_flight);
+    let rgb_bytes = header.width.saturating_mul(header.height).saturating_mul(3);
+    let prepared = item
+        .read()
+        .and_then(|bytes| prepare_bytes(&bytes, options, pool, rgb_bytes as usize, dst));
+    drop(reservation);
+    if header.bytes_in_flight > TRIM_AFTER {
+        release_free_memory();
+    }
+    prepared
 }
 
 /// Decodes and resizes one encoded image into `dst`. A panic inside a decoder (a bug the fuzzer
@@ -84,17 +86,22 @@ pub(crate) fn prepare_one(
 fn prepare_bytes(
     bytes: &[u8],
     options: &PrepareOptions,
+    pool: &BufferPool,
+    size_hint: usize,
     dst: &mut [u8],
 ) -> std::result::Result<(), ItemErrorKind> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        prepare_bytes_unguarded(bytes, options, dst)
+        let mut pixels = pool.take(size_hint);
+        let lent = pixels.capacity();
+        let prepared = prepare_bytes_unguarded(bytes, options, pool, &mut pixels, dst);
+        pool.give(pixels, lent);
+        prepared
     }))
     .unwrap_or_else(|panic| {
         // The scratch may have been left mid-update: start the next image from fresh buffers.
         let _ = SCRATCH.try_with(|s| {
             if let Ok(mut s) = s.try_borrow_mut() {
                 *s = Scratch {
-                    pixels: Vec::new(),
                     resizer: Resizer::new(),
                     gray: Vec::new(),
                 };
@@ -108,6 +115,8 @@ fn prepare_bytes(
 fn prepare_bytes_unguarded(
     bytes: &[u8],
     options: &PrepareOptions,
+    pool: &BufferPool,
+    pixels: &mut Vec<u8>,
     dst: &mut [u8],
 ) -> std::result::Result<(), ItemErrorKind> {
     SCRATCH.with(|scratch| {
@@ -128,21 +137,15 @@ fn prepare_bytes_unguarded(
                     .flatten(),
             }
         };
-        let decoded = decode(bytes, &options.decode, &window, &mut scratch.pixels);
-        let resized = decoded.and_then(|decoded| {
-            resize_into_slot(
-                &scratch.pixels,
-                decoded,
-                geometry,
-                &mut scratch.resizer,
-                &mut scratch.gray,
-                dst,
-            )
-        });
-        if scratch.pixels.capacity() > SCRATCH_KEPT {
-            scratch.pixels = Vec::new();
-        }
-        resized
+        let decoded = decode(bytes, &options.decode, &window, pixels, pool)?;
+        resize_into_slot(
+            pixels,
+            decoded,
+            geometry,
+            &mut scratch.resizer,
+            &mut scratch.gray,
+            dst,
+        )
     })
 }
 
@@ -179,7 +182,8 @@ pub fn prepare_image(
             options.geometry.height,
         )));
     }
-    prepare_bytes(bytes, &options, out).map_err(|kind| {
+    let pool = BufferPool::new(options.decode.memory_limit);
+    prepare_bytes(bytes, &options, &pool, 0, out).map_err(|kind| {
         Error::Item(ItemError {
             id: "<memory>".into(),
             index: 0,
@@ -191,6 +195,10 @@ pub fn prepare_image(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn pool() -> BufferPool {
+        BufferPool::new(1 << 30)
+    }
     use crate::cpu::decode::{decode, Decoded};
     use crate::options::{Interpolation, ResizeMode, ResizeOptions};
 
@@ -279,8 +287,8 @@ mod tests {
             let mut a = vec![0u8; partial.geometry.image_bytes()];
             let mut b = vec![1u8; partial.geometry.image_bytes()];
             for (name, bytes) in &files {
-                let ra = prepare_bytes(bytes, &whole, &mut a);
-                let rb = prepare_bytes(bytes, &partial, &mut b);
+                let ra = prepare_bytes(bytes, &whole, &pool(), 0, &mut a);
+                let rb = prepare_bytes(bytes, &partial, &pool(), 0, &mut b);
                 assert_eq!(ra.is_ok(), rb.is_ok(), "{name}");
                 if ra.is_ok() {
                     assert!(
@@ -300,7 +308,7 @@ mod tests {
         let jpeg = std::fs::read("tests/fixtures/gray.jpg").expect("fixture");
         let options = PrepareOptions::new(&DecodeOptions::default(), &ResizeOptions::default());
         let mut one_channel = vec![0u8; options.geometry.image_bytes()];
-        prepare_bytes(&jpeg, &options, &mut one_channel).expect("gray path");
+        prepare_bytes(&jpeg, &options, &pool(), 0, &mut one_channel).expect("gray path");
         // The same gray pixels spread to RGB and resized as RGB.
         let mut gray = Vec::new();
         let decoded = decode(
@@ -308,6 +316,7 @@ mod tests {
             &options.decode,
             &|_, _| DecodeWindow::WHOLE,
             &mut gray,
+            &pool(),
         )
         .expect("decode");
         assert_eq!(decoded.channels, 1);

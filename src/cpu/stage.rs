@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use rayon::prelude::*;
 
-use super::budget::MemoryBudget;
+use super::budget::{BufferPool, MemoryBudget};
 use super::normalize::NormalizeTable;
 use super::prepare::{prepare_one, ImageTask, PrepareOptions};
 use crate::error::{Error, ItemError, ItemErrorKind, Result};
@@ -72,6 +72,7 @@ pub(crate) struct CpuLane {
     pool: rayon::ThreadPool,
     options: PrepareOptions,
     budget: MemoryBudget,
+    buffers: BufferPool,
 }
 
 impl CpuLane {
@@ -86,6 +87,7 @@ impl CpuLane {
             pool,
             options: PrepareOptions::new(decode, resize),
             budget: MemoryBudget::new(decode.memory_limit),
+            buffers: BufferPool::new(decode.memory_limit),
         })
     }
 
@@ -196,7 +198,7 @@ impl CpuLane {
             .collect();
         jobs.sort_by_key(|&(k, _, _)| std::cmp::Reverse(sizes[k]));
         let queue = Mutex::new(jobs.into_iter());
-        let (options, budget) = (&self.options, &self.budget);
+        let (options, budget, buffers) = (&self.options, &self.budget, &self.buffers);
         let per_thread: Vec<Vec<(usize, Outcome)>> = rayon::broadcast(|_| {
             let mut done = Vec::new();
             loop {
@@ -210,7 +212,7 @@ impl CpuLane {
                         index: chunk[k],
                         epoch,
                     };
-                    prepare_one(source, task, options, budget, pixels)?;
+                    prepare_one(source, task, options, budget, buffers, pixels)?;
                     if let (Some(slot), Some(table)) = (normalized, table) {
                         table.write_image(pixels, slot);
                     }

@@ -198,3 +198,197 @@ fn bench_without_a_gpu_says_so_and_fails() {
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(stderr.contains("nothing to measure"), "{stderr}");
 }
+
+/// The whole of stdout is one JSON object under `--json`, under either error policy; under
+/// `--on-error fail` it carries the error and the exit status is a failure.
+#[test]
+fn json_is_all_of_stdout_under_every_policy() {
+    let dir = temp_dir("json");
+    std::fs::copy(repo_path("assets/rocket.jpg"), dir.join("a.jpg")).expect("copy");
+    std::fs::write(dir.join("b.jpg"), b"not a jpeg").expect("write");
+    for (policy, ok) in [("skip", true), ("fail", false)] {
+        let o = gpufeed(&[
+            "run",
+            dir.to_str().expect("path"),
+            "--cpu",
+            "--json",
+            "--on-error",
+            policy,
+        ]);
+        assert_eq!(o.status.success(), ok, "{policy}");
+        let out = stdout(&o);
+        let value: serde_json::Value = serde_json::from_str(&out)
+            .unwrap_or_else(|e| panic!("{policy}: stdout is not one JSON object ({e}): {out}"));
+        if ok {
+            assert_eq!(value["images"], 1);
+            assert_eq!(value["skipped"], 1);
+        } else {
+            assert!(
+                value["error"].as_str().expect("error").contains("b.jpg"),
+                "{value}"
+            );
+        }
+    }
+}
+
+/// A folder without images is a failure with a reason, not a success with 0 images.
+#[test]
+fn a_folder_without_images_fails() {
+    let dir = temp_dir("noimages");
+    std::fs::write(dir.join("readme.txt"), "no images").expect("write");
+    let o = gpufeed(&["run", dir.to_str().expect("path"), "--cpu"]);
+    assert!(!o.status.success());
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("no image file"), "{stderr}");
+}
+
+/// `--save` files are complete or absent: a failed run leaves none, an existing file is kept
+/// unless `--overwrite`, and an input of the run is never written over.
+#[test]
+fn save_is_complete_or_absent_and_never_clobbers() {
+    let dir = temp_dir("atomic");
+    let images = dir.join("images");
+    std::fs::create_dir(&images).expect("dir");
+    std::fs::copy(repo_path("assets/rocket.jpg"), images.join("a.jpg")).expect("copy");
+    std::fs::write(images.join("b.jpg"), b"not a jpeg").expect("write");
+    let npy = dir.join("out.npy");
+    let args = |extra: &[&str]| {
+        let mut a = vec![
+            "run".to_string(),
+            images.display().to_string(),
+            "--cpu".into(),
+            "--save".into(),
+            npy.display().to_string(),
+        ];
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let run = |extra: &[&str]| {
+        let a = args(extra);
+        gpufeed(&a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let failed = run(&["--on-error", "fail"]);
+    assert!(!failed.status.success());
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("list")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(leftovers, ["images"], "a failed run leaves no file");
+    assert!(run(&[]).status.success());
+    let (_, shape, _) = read_npy(&npy);
+    assert_eq!(shape[0], 1);
+    let again = run(&[]);
+    assert!(!again.status.success(), "an existing --save file is kept");
+    assert!(String::from_utf8_lossy(&again.stderr).contains("--overwrite"));
+    assert!(run(&["--overwrite"]).status.success());
+    let input = images.join("a.jpg");
+    let clobber = gpufeed(&[
+        "run",
+        images.to_str().expect("path"),
+        "--cpu",
+        "--overwrite",
+        "--save",
+        input.to_str().expect("path"),
+    ]);
+    assert!(!clobber.status.success());
+    assert_eq!(
+        std::fs::read(&input).expect("input"),
+        std::fs::read(repo_path("assets/rocket.jpg")).expect("rocket"),
+        "the input is untouched"
+    );
+}
+
+/// Every row of the paths file is one line, whatever the names hold.
+#[test]
+fn paths_file_keeps_one_row_per_line() {
+    let dir = temp_dir("rows");
+    let images = dir.join("images");
+    std::fs::create_dir(&images).expect("dir");
+    std::fs::copy(
+        repo_path("assets/rocket.jpg"),
+        images.join("line\nbreak.jpg"),
+    )
+    .expect("copy");
+    std::fs::copy(repo_path("assets/rocket.jpg"), images.join("plain.jpg")).expect("copy");
+    let npy = dir.join("out.npy");
+    let o = gpufeed(&[
+        "run",
+        images.to_str().expect("path"),
+        "--cpu",
+        "--save",
+        npy.to_str().expect("path"),
+    ]);
+    assert!(o.status.success());
+    let text = std::fs::read_to_string(dir.join("out.paths.txt")).expect("paths");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text:?}");
+    assert!(lines[0].ends_with("line\\nbreak.jpg"), "{text:?}");
+}
+
+/// Peak memory over a folder of images just under the pixel limit stays within the documented
+/// bound, `decode_memory + threads * 8 MB` over the process's base, at 2, 8 and 64 threads,
+/// where each image alone takes over 40 MB to decode.
+#[test]
+fn decode_memory_bounds_peak_memory_whatever_the_threads() {
+    let dir = temp_dir("bound");
+    let image = image::ImageBuffer::<image::Rgba<u16>, Vec<u16>>::from_fn(1990, 1990, |x, y| {
+        image::Rgba([
+            (x * 33) as u16,
+            (y * 31) as u16,
+            ((x + y) * 7) as u16,
+            65535,
+        ])
+    });
+    let first = dir.join("big_00.png");
+    image.save(&first).expect("png");
+    for i in 1..64 {
+        std::fs::hard_link(&first, dir.join(format!("big_{i:02}.png"))).expect("link");
+    }
+    let decode_memory: u64 = 100 << 20;
+    let base = {
+        let o = gpufeed(&[
+            "run",
+            "assets",
+            "--cpu",
+            "--json",
+            "--threads",
+            "1",
+            "--resize-mode",
+            "stretch",
+            "--size",
+            "64x64",
+        ]);
+        last_json(&o)["peak_rss_bytes"].as_u64().expect("rss")
+    };
+    for threads in [2u64, 8, 64] {
+        let o = gpufeed(&[
+            "run",
+            dir.to_str().expect("path"),
+            "--cpu",
+            "--json",
+            "--threads",
+            &threads.to_string(),
+            "--batch-size",
+            "64",
+            "--resize-mode",
+            "stretch",
+            "--size",
+            "64x64",
+            "--max-pixels",
+            "4000000",
+            "--decode-memory",
+            &decode_memory.to_string(),
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let summary = last_json(&o);
+        assert_eq!(summary["images"], 64);
+        let peak = summary["peak_rss_bytes"].as_u64().expect("rss");
+        let bound = base + decode_memory + threads * (8 << 20);
+        println!(
+            "{threads} threads: peak {} MB, bound {} MB",
+            peak >> 20,
+            bound >> 20
+        );
+        assert!(peak <= bound, "{threads} threads: peak {peak} over {bound}");
+    }
+}

@@ -592,9 +592,19 @@ mod tests {
             decoder.read_header(b"\xFF\xD8\xFF not a jpeg"),
             Err(Error::Library(_))
         ));
+        // A file cut short decodes to its end with libjpeg's warning saying so.
         let truncated = &jpeg[..jpeg.len() / 2];
         let mut out = vec![0; whole.output_len(&header)];
-        assert!(decoder.decompress(truncated, &whole, &mut out).is_err());
+        let decoded = decoder
+            .decompress(truncated, &whole, &mut out)
+            .expect("decoded with a warning");
+        let warning = decoded.warning.expect("a warning");
+        assert!(warning.contains("Premature end of JPEG file"), "{warning}");
+        // A complete file has none.
+        let complete = decoder
+            .decompress(&jpeg, &whole, &mut out)
+            .expect("decoded");
+        assert_eq!(complete.warning, None);
         // The decoder is still usable after errors.
         assert_eq!(full(&mut decoder, &jpeg, Format::Rgb, 1).len(), out.len());
     }
