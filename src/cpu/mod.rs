@@ -2,8 +2,6 @@
 //! written straight into its place in the batch's staging (and, on the CPU device, normalized
 //! there by the same thread).
 
-#[allow(unsafe_code)]
-mod allocator;
 mod budget;
 mod decode;
 mod normalize;

@@ -5,7 +5,6 @@ use std::cell::RefCell;
 
 use fast_image_resize::Resizer;
 
-use super::allocator::{release_free_memory, TRIM_AFTER};
 use super::budget::{BufferPool, MemoryBudget};
 use super::decode::{decode, DecodeWindow};
 use super::probe::probe;
@@ -71,13 +70,21 @@ pub(crate) fn prepare_one(
     let header = probe(&item, &options.decode)?;
     let reservation = budget.reserve(header.bytes_in_flight);
     let rgb_bytes = header.width.saturating_mul(header.height).saturating_mul(3);
-    let prepared = item
-        .read()
-        .and_then(|bytes| prepare_bytes(&bytes, options, pool, rgb_bytes as usize, dst));
+    // The encoded bytes too go in a buffer of the pool.
+    let buffer = pool.take(item.len() as usize);
+    let lent = buffer.capacity();
+    let prepared = match item.read(buffer) {
+        Ok(bytes) => {
+            let prepared = prepare_bytes(&bytes, options, pool, rgb_bytes as usize, dst);
+            pool.give(bytes.into_buffer(), lent);
+            prepared
+        }
+        Err((e, buffer)) => {
+            pool.give(buffer, lent);
+            Err(e)
+        }
+    };
     drop(reservation);
-    if header.bytes_in_flight > TRIM_AFTER {
-        release_free_memory();
-    }
     prepared
 }
 

@@ -199,8 +199,12 @@ impl OpenItem {
         Ok(())
     }
 
-    /// All the encoded bytes.
-    pub(crate) fn read(self) -> std::result::Result<ItemBytes, ItemErrorKind> {
+    /// All the encoded bytes, read into `buffer` (whose old contents are dropped) for a file;
+    /// the shared bytes for memory, `buffer` then coming back unused.
+    pub(crate) fn read(
+        self,
+        mut buffer: Vec<u8>,
+    ) -> std::result::Result<ItemBytes, (ItemErrorKind, Vec<u8>)> {
         use std::io::Read;
         match self {
             OpenItem::File {
@@ -212,22 +216,24 @@ impl OpenItem {
                 use std::io::Seek;
                 let fail =
                     |e: std::io::Error| ItemErrorKind::read(&e, describe_io_error(&path, &e));
-                let mut bytes = Vec::new();
-                bytes.try_reserve_exact(len as usize).map_err(|_| {
-                    ItemErrorKind::read(
+                buffer.clear();
+                if buffer.try_reserve_exact(len as usize).is_err() {
+                    let e = ItemErrorKind::read(
                         &std::io::Error::from(std::io::ErrorKind::OutOfMemory),
                         format!("no memory for its {len} bytes"),
-                    )
-                })?;
-                file.seek(std::io::SeekFrom::Start(0)).map_err(fail)?;
+                    );
+                    return Err((e, buffer));
+                }
+                if let Err(e) = file.seek(std::io::SeekFrom::Start(0)) {
+                    return Err((fail(e), buffer));
+                }
                 // The file may have grown since it was measured: read no more than was counted.
-                (&mut file)
-                    .take(len)
-                    .read_to_end(&mut bytes)
-                    .map_err(fail)?;
-                Ok(ItemBytes::Owned(bytes))
+                match (&mut file).take(len).read_to_end(&mut buffer) {
+                    Ok(_) => Ok(ItemBytes::Owned(buffer)),
+                    Err(e) => Err((fail(e), buffer)),
+                }
             }
-            OpenItem::Memory(bytes) => Ok(ItemBytes::Shared(bytes)),
+            OpenItem::Memory(bytes) => Ok(ItemBytes::Shared(bytes, buffer)),
         }
     }
 }
@@ -250,10 +256,20 @@ fn file_kind(file_type: &fs::FileType) -> &'static str {
     }
 }
 
-/// Encoded bytes of one image.
+/// Encoded bytes of one image: read into a buffer, or shared from memory (with the buffer
+/// that was not needed).
 pub(crate) enum ItemBytes {
     Owned(Vec<u8>),
-    Shared(Arc<[u8]>),
+    Shared(Arc<[u8]>, Vec<u8>),
+}
+
+impl ItemBytes {
+    /// The buffer, for reuse.
+    pub(crate) fn into_buffer(self) -> Vec<u8> {
+        match self {
+            ItemBytes::Owned(v) | ItemBytes::Shared(_, v) => v,
+        }
+    }
 }
 
 impl std::ops::Deref for ItemBytes {
@@ -261,7 +277,7 @@ impl std::ops::Deref for ItemBytes {
     fn deref(&self) -> &[u8] {
         match self {
             ItemBytes::Owned(v) => v,
-            ItemBytes::Shared(a) => a,
+            ItemBytes::Shared(a, _) => a,
         }
     }
 }

@@ -326,7 +326,8 @@ fn paths_file_keeps_one_row_per_line() {
 }
 
 /// Peak memory over a folder of images just under the pixel limit stays within the documented
-/// bound, `decode_memory + threads * 8 MB` over the process's base, at 2, 8 and 64 threads,
+/// bound, `decode_memory + threads * 2 MB` over the process's base (and 32 MB for the staging
+/// and the allocator's slack), at 2, 8 and 64 threads,
 /// where each image alone takes over 40 MB to decode.
 #[test]
 fn decode_memory_bounds_peak_memory_whatever_the_threads() {
@@ -383,7 +384,7 @@ fn decode_memory_bounds_peak_memory_whatever_the_threads() {
         let summary = last_json(&o);
         assert_eq!(summary["images"], 64);
         let peak = summary["peak_rss_bytes"].as_u64().expect("rss");
-        let bound = base + decode_memory + threads * (8 << 20);
+        let bound = base + decode_memory + threads * (2 << 20) + (32 << 20);
         println!(
             "{threads} threads: peak {} MB, bound {} MB",
             peak >> 20,
