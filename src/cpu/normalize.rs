@@ -69,20 +69,24 @@ impl NormalizeTable {
 
     fn write<T: Copy>(&self, table: &[[T; 256]; 3], pixels: &[u8], out: &mut [T]) {
         let hw = pixels.len() / 3;
+        let [s0, s1, s2] = self.source_channel;
         match self.layout {
             Layout::Nchw => {
-                for (oc, plane) in out.chunks_mut(hw.max(1)).enumerate().take(3) {
-                    let sc = self.source_channel[oc];
-                    for (y, px) in plane.iter_mut().zip(pixels.chunks_exact(3)) {
-                        *y = table[oc][px[sc] as usize];
-                    }
+                // One pass over the pixels, writing the three planes side by side.
+                let (p0, rest) = out.split_at_mut(hw.min(out.len()));
+                let (p1, p2) = rest.split_at_mut(hw.min(rest.len()));
+                let planes = p0.iter_mut().zip(p1.iter_mut()).zip(p2.iter_mut());
+                for (((y0, y1), y2), px) in planes.zip(pixels.chunks_exact(3)) {
+                    *y0 = table[0][px[s0] as usize];
+                    *y1 = table[1][px[s1] as usize];
+                    *y2 = table[2][px[s2] as usize];
                 }
             }
             Layout::Nhwc => {
-                for (out_px, px) in out.chunks_exact_mut(3).zip(pixels.chunks_exact(3)) {
-                    for (oc, y) in out_px.iter_mut().enumerate() {
-                        *y = table[oc][px[self.source_channel[oc]] as usize];
-                    }
+                for (y, px) in out.chunks_exact_mut(3).zip(pixels.chunks_exact(3)) {
+                    y[0] = table[0][px[s0] as usize];
+                    y[1] = table[1][px[s1] as usize];
+                    y[2] = table[2][px[s2] as usize];
                 }
             }
         }

@@ -59,7 +59,12 @@ pub(crate) fn open(options: &Options, image_bytes: usize) -> Result<Box<dyn Outp
                 available_host_memory(),
                 "host memory",
             )?;
-            Box::new(HostOutput::new(slot_bytes, dims, spec)?)
+            let output = HostOutput::new(slot_bytes, dims, spec)?;
+            // The batches ahead, the one in use and the one being filled.
+            output
+                .pool
+                .warm(spec.dtype, slot_bytes, options.runtime.prefetch + 2);
+            Box::new(output)
         }
         crate::Device::Cuda(ordinal) => {
             sizes.fits(
@@ -236,12 +241,7 @@ impl OutputStage for HostOutput {
         let data = match self.current.take() {
             // A batch that yielded nothing (only bad images) left its output unused.
             Some(unused) => unused,
-            None => self
-                .pool
-                .take(self.spec.dtype, self.pixels.len())
-                .ok_or_else(|| {
-                    Error::invalid("batch_size", "cannot allocate the output of a batch")
-                })?,
+            None => self.pool.take(self.spec.dtype, self.pixels.len()),
         };
         let current = self.current.insert(data);
         Ok(Staging {

@@ -35,22 +35,28 @@ impl HostData {
         }
     }
 
-    /// `len` elements of `dtype`, reusing `self`'s memory when the type matches; `None` when
-    /// the memory cannot be had.
-    fn resized(self, dtype: DType, len: usize) -> Option<HostData> {
-        fn sized<T: Clone>(mut v: Vec<T>, len: usize, zero: T) -> Option<Vec<T>> {
-            v.try_reserve_exact(len.saturating_sub(v.len())).ok()?;
-            v.resize(len, zero);
-            Some(v)
+    /// `len` elements of `dtype`, reusing `self`'s memory when the type matches. New memory is
+    /// zeroed by the system as its pages are first touched (by the threads that write the
+    /// images), not by a pass over it here.
+    fn resized(self, dtype: DType, len: usize) -> HostData {
+        use half::vec::HalfBitsVecExt;
+        match (self, dtype) {
+            (HostData::F16(mut v), DType::F16) => {
+                v.resize(len, f16::ZERO);
+                HostData::F16(v)
+            }
+            (HostData::BF16(mut v), DType::BF16) => {
+                v.resize(len, bf16::ZERO);
+                HostData::BF16(v)
+            }
+            (HostData::F32(mut v), DType::F32) => {
+                v.resize(len, 0.0);
+                HostData::F32(v)
+            }
+            (_, DType::F16) => HostData::F16(vec![0u16; len].reinterpret_into()),
+            (_, DType::BF16) => HostData::BF16(vec![0u16; len].reinterpret_into()),
+            (_, DType::F32) => HostData::F32(vec![0.0; len]),
         }
-        Some(match (self, dtype) {
-            (HostData::F16(v), DType::F16) => HostData::F16(sized(v, len, f16::ZERO)?),
-            (HostData::BF16(v), DType::BF16) => HostData::BF16(sized(v, len, bf16::ZERO)?),
-            (HostData::F32(v), DType::F32) => HostData::F32(sized(v, len, 0.0)?),
-            (_, DType::F16) => HostData::F16(sized(Vec::new(), len, f16::ZERO)?),
-            (_, DType::BF16) => HostData::BF16(sized(Vec::new(), len, bf16::ZERO)?),
-            (_, DType::F32) => HostData::F32(sized(Vec::new(), len, 0.0)?),
-        })
     }
 
     /// Per-image writable chunks of `image_len` elements.
@@ -99,9 +105,9 @@ pub(crate) struct HostPool {
 const POOL_KEEPS: usize = 8;
 
 impl HostPool {
-    /// Storage for `len` elements of `dtype`, reused when a dropped tensor left one; `None`
-    /// when the memory cannot be had.
-    pub fn take(&self, dtype: DType, len: usize) -> Option<HostData> {
+    /// Storage for `len` elements of `dtype`, reused when a dropped tensor left one (the
+    /// pipeline checked at build time that the memory for its batches is there).
+    pub fn take(&self, dtype: DType, len: usize) -> HostData {
         let reused = self
             .free
             .lock()
@@ -110,6 +116,20 @@ impl HostPool {
         reused
             .unwrap_or_else(|| HostData::F32(Vec::new()))
             .resized(dtype, len)
+    }
+
+    /// Fills the pool with `count` buffers of `len` elements of `dtype`, their pages touched,
+    /// so the first batches write into memory as ready as the later ones.
+    pub fn warm(&self, dtype: DType, len: usize, count: usize) {
+        for _ in 0..count.min(POOL_KEEPS) {
+            let mut data = HostData::F32(Vec::new()).resized(dtype, len);
+            match &mut data {
+                HostData::F16(v) => v.fill(f16::ZERO),
+                HostData::BF16(v) => v.fill(bf16::ZERO),
+                HostData::F32(v) => v.fill(0.0),
+            }
+            self.give_back(data);
+        }
     }
 
     fn give_back(&self, data: HostData) {
