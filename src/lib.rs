@@ -37,6 +37,8 @@ pub mod cpu;
 pub mod cuda;
 mod error;
 mod geometry;
+#[allow(unsafe_code)]
+pub mod interop;
 mod options;
 mod order;
 mod pipeline;
@@ -47,6 +49,7 @@ mod tensor;
 pub use batch::{Batch, EpochReport};
 pub use cpu::{prepare_image, CpuStage, PreparedBatch};
 pub use error::{CudaUnavailable, Error, ItemError, ItemErrorKind, Result};
+pub use interop::dlpack;
 pub use options::{
     Affine, BatchOptions, ChannelOrder, DType, DecodeOptions, Device, Interpolation, LastBatch,
     Layout, NormalizeSpec, OnError, Options, OutputOptions, ParseOptionError, ResizeMode,
@@ -54,7 +57,7 @@ pub use options::{
 };
 pub use pipeline::{Pipeline, PipelineBuilder};
 pub use source::{Source, IMAGE_EXTENSIONS};
-pub use tensor::{DeviceData, DeviceTensor, HostData, HostTensor, Tensor};
+pub use tensor::{DeviceData, DeviceTensor, Element, HostData, HostTensor, Tensor};
 
 /// The cudarc this crate was built with: name its types (streams, slices, events) through this,
 /// so their versions always match the batches'.
