@@ -25,8 +25,10 @@
 //!
 //! The data flows one way, and the modules follow it: [`source`](Source) and [`order`](Options)
 //! -> the CPU lane ([`cpu`]: decode, resize, stage) -> the CUDA side ([`cuda`]: staging ring,
-//! upload, normalize kernel) -> [`Tensor`] -> [`Batch`]. Options are grouped by the stage that
-//! uses them ([`Options`]). The README has the figures, the command line and the design.
+//! upload, normalize kernel) -> [`Tensor`] -> [`Batch`] -> [`interop`] (DLPack, ONNX Runtime).
+//! Options are grouped by the stage that uses them ([`Options`]). A batch on the GPU is read by
+//! other streams under the rules of [`DeviceTensor::use_on`]. The README has the figures, the
+//! command line, the Python package and the design.
 
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
