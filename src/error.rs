@@ -218,6 +218,9 @@ pub enum Error {
     /// A caller's buffer or tensor does not have the size or type the call needs.
     #[error("{0}")]
     Mismatch(String),
+    /// A batch cannot be handed over as asked (DLPack, ONNX Runtime): says why.
+    #[error("cannot export the batch: {0}")]
+    Export(String),
     /// The prefetch thread stopped unexpectedly.
     #[error("the prefetch thread stopped: {0}")]
     Worker(String),

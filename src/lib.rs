@@ -25,8 +25,10 @@
 //!
 //! The data flows one way, and the modules follow it: [`source`](Source) and [`order`](Options)
 //! -> the CPU lane ([`cpu`]: decode, resize, stage) -> the CUDA side ([`cuda`]: staging ring,
-//! upload, normalize kernel) -> [`Tensor`] -> [`Batch`]. Options are grouped by the stage that
-//! uses them ([`Options`]). The README has the figures, the command line and the design.
+//! upload, normalize kernel) -> [`Tensor`] -> [`Batch`] -> [`interop`] (DLPack, ONNX Runtime).
+//! Options are grouped by the stage that uses them ([`Options`]). A batch on the GPU is read by
+//! other streams under the rules of [`DeviceTensor::use_on`]. The README has the figures, the
+//! command line, the Python package and the design.
 
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
@@ -37,6 +39,8 @@ pub mod cpu;
 pub mod cuda;
 mod error;
 mod geometry;
+#[allow(unsafe_code)]
+pub mod interop;
 mod options;
 mod order;
 mod pipeline;
@@ -47,6 +51,7 @@ mod tensor;
 pub use batch::{Batch, EpochReport};
 pub use cpu::{prepare_image, CpuStage, PreparedBatch};
 pub use error::{CudaUnavailable, Error, ItemError, ItemErrorKind, Result};
+pub use interop::dlpack;
 pub use options::{
     Affine, BatchOptions, ChannelOrder, DType, DecodeOptions, Device, Gray16, Interpolation,
     LastBatch, Layout, NormalizeSpec, OnError, Options, OutputOptions, ParseOptionError,
@@ -55,7 +60,7 @@ pub use options::{
 };
 pub use pipeline::{Pipeline, PipelineBuilder};
 pub use source::{Source, IMAGE_EXTENSIONS};
-pub use tensor::{DeviceData, DeviceTensor, HostData, HostTensor, Tensor};
+pub use tensor::{DeviceData, DeviceTensor, Element, HostData, HostTensor, Tensor};
 
 /// The cudarc this crate was built with: name its types (streams, slices, events) through this,
 /// so their versions always match the batches'.

@@ -263,3 +263,177 @@ fn twenty_epochs_keep_host_memory_flat() {
         rss[19]
     );
 }
+
+/// A kernel that keeps a stream busy for about `cycles` clock cycles: the slow consumer.
+const SPIN_KERNEL: &str = r#"
+extern "C" __global__ void gpufeed_test_spin(long long cycles) {
+    long long start = clock64();
+    while (clock64() - start < cycles) {}
+}
+"#;
+
+/// About 20 ms on a 1.7-2 GHz GPU: long enough for several batches to be produced meanwhile.
+const SPIN_CYCLES: i64 = 40_000_000;
+
+/// How a slow consumer takes each batch in [`slow_consumer_reads`].
+#[derive(Debug, Clone, Copy)]
+enum Handoff {
+    /// `DeviceTensor::device_ptr_on(&consumer)`.
+    RawPointer,
+    /// A versioned DLPack export for the consumer's stream, deleted right after the read is
+    /// queued (what a framework does when its tensor dies before its kernels run).
+    Dlpack,
+    /// The same through the stream's raw handle, as the Python protocol passes it.
+    DlpackHandle,
+    /// The legacy default stream (`__dlpack__(stream=1)`, PyTorch's default stream).
+    DlpackLegacyStream,
+}
+
+/// Every batch of one epoch read by a slow consumer on another stream: for each batch the
+/// consumer spins ~20 ms, then copies the batch's memory by raw address; the batch is dropped
+/// (and the export deleted) as soon as that work is queued, while the pipeline goes on writing
+/// the next batches. Returns the copies, downloaded after the consumer finished.
+fn slow_consumer_reads(builder: PipelineBuilder, handoff: Handoff) -> Vec<Vec<u8>> {
+    use gpufeed::cudarc::driver::{result, DevicePtrMut, LaunchConfig, PushKernelArg};
+    use gpufeed::dlpack::{export_versioned, ConsumerStream};
+    use std::sync::Arc;
+
+    let mut pipeline = builder.build().expect("build");
+    let own = gpufeed::cuda::new_stream(0).expect("a consumer stream");
+    let consumer = match handoff {
+        Handoff::DlpackLegacyStream => own.context().default_stream(),
+        _ => own,
+    };
+    let ptx = gpufeed::cudarc::nvrtc::compile_ptx(SPIN_KERNEL).expect("compile the spin kernel");
+    let spin = consumer
+        .context()
+        .load_module(ptx)
+        .and_then(|m| m.load_function("gpufeed_test_spin"))
+        .expect("load the spin kernel");
+    let mut copies = Vec::new();
+    while let Some(batch) = pipeline.next_batch().expect("next_batch") {
+        let bytes = batch.images().len() * batch.images().dtype().size_of();
+        let images = Arc::new(batch.into_images());
+        let mut export = None;
+        let source = match handoff {
+            Handoff::RawPointer => images
+                .as_device()
+                .expect("a device batch")
+                .device_ptr_on(&consumer)
+                .expect("device_ptr_on"),
+            Handoff::Dlpack | Handoff::DlpackHandle | Handoff::DlpackLegacyStream => {
+                let stream = match handoff {
+                    // SAFETY: the handle is `consumer`'s, which outlives every batch here.
+                    Handoff::DlpackHandle => unsafe {
+                        ConsumerStream::from_handle(consumer.cu_stream() as usize)
+                    },
+                    Handoff::DlpackLegacyStream => ConsumerStream::legacy_default(),
+                    _ => ConsumerStream::stream(&consumer),
+                };
+                let e = export_versioned(&images, &stream).expect("export");
+                // SAFETY: the export is alive.
+                let data = unsafe { (*e.as_ptr()).dl_tensor.data } as u64;
+                export = Some(e);
+                data
+            }
+        };
+        let mut builder = consumer.launch_builder(&spin);
+        builder.arg(&SPIN_CYCLES);
+        // SAFETY: the kernel takes one `long long`; it reads and writes no memory.
+        unsafe { builder.launch(LaunchConfig::for_num_elems(1)) }.expect("spin");
+        let mut copy = consumer.alloc_zeros::<u8>(bytes).expect("alloc a copy");
+        {
+            let (target, _record_write) = copy.device_ptr_mut(&consumer);
+            // SAFETY: `source` holds `bytes` bytes of the batch, which the handoff keeps alive
+            // for work queued on `consumer`; `target` is a fresh allocation of `bytes` bytes.
+            unsafe { result::memcpy_dtod_async(target, source, bytes, consumer.cu_stream()) }
+                .expect("copy on the consumer stream");
+        }
+        // The consumer's work is queued, not done: let go of everything at once.
+        drop(export);
+        drop(images);
+        copies.push(copy);
+    }
+    consumer.synchronize().expect("consumer done");
+    copies
+        .iter()
+        .map(|c| consumer.clone_dtoh(c).expect("download a copy"))
+        .collect()
+}
+
+#[test]
+fn a_slow_consumer_on_another_stream_never_sees_the_next_batch() {
+    let _serial = serial();
+    if !gpu_present("a_slow_consumer_on_another_stream_never_sees_the_next_batch") {
+        return;
+    }
+    let builder = |device| {
+        Pipeline::builder()
+            .source(sources())
+            .batch_size(3)
+            .prefetch(3)
+            .device(device)
+    };
+    let want: Vec<Vec<u8>> = collect(builder(Device::Cpu))
+        .into_iter()
+        .map(|(_, bytes, _)| bytes)
+        .collect();
+    assert!(want.len() >= 8, "enough batches to overlap: {}", want.len());
+    for handoff in [
+        Handoff::RawPointer,
+        Handoff::Dlpack,
+        Handoff::DlpackHandle,
+        Handoff::DlpackLegacyStream,
+    ] {
+        let started = std::time::Instant::now();
+        let got = slow_consumer_reads(builder(Device::Cuda(0)), handoff);
+        eprintln!(
+            "slow consumer, {handoff:?}: {} batches in {:.0} ms",
+            got.len(),
+            started.elapsed().as_secs_f64() * 1e3
+        );
+        assert_eq!(got.len(), want.len(), "{handoff:?}");
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                g == w,
+                "{handoff:?}: batch {i} as the consumer read it differs from the reference: \
+                 its memory was reused before the consumer was done"
+            );
+        }
+    }
+}
+
+#[test]
+fn device_batches_name_their_memory() {
+    let _serial = serial();
+    if !gpu_present("device_batches_name_their_memory") {
+        return;
+    }
+    use gpufeed::half::f16;
+    let mut pipeline = Pipeline::builder()
+        .source(sources())
+        .batch_size(4)
+        .device(Device::Cuda(0))
+        .build()
+        .expect("build");
+    let stream = pipeline.cuda_stream().expect("a CUDA stream").clone();
+    let batch = pipeline.next_batch().expect("next_batch").expect("a batch");
+    let images = batch.images().as_device().expect("on the device");
+    assert_eq!(images.ordinal(), 0);
+    assert_eq!(images.strides(), [3 * 224 * 224, 224 * 224, 224, 1]);
+    assert_eq!(batch.images().strides(), images.strides());
+    assert_eq!(**images.stream(), *stream);
+    let slice = images.as_slice::<f16>().expect("an f16 slice");
+    assert!(slice.len() >= images.len());
+    assert!(images.as_slice::<f32>().is_none());
+    let host = images.to_host().expect("to_host");
+    let owned = match batch.into_images() {
+        gpufeed::Tensor::Device(t) => t.into_slice::<f16>().expect("the f16 slice"),
+        gpufeed::Tensor::Host(_) => panic!("a host batch"),
+    };
+    let downloaded = stream.clone_dtoh(&owned).expect("download");
+    assert_eq!(
+        &downloaded[..host.len()],
+        host.as_slice::<f16>().expect("f16 elements")
+    );
+}

@@ -31,13 +31,10 @@ pub struct CudaInfo {
 /// Checks, without panicking, that the CUDA driver library and NVRTC can be loaded and that at
 /// least one device exists. The error says which piece is missing.
 pub fn probe() -> Result<CudaInfo> {
-    // SAFETY: `is_culib_present` only tries to dlopen the library by its usual names and
-    // reports whether that worked; it calls nothing inside it.
-    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+    if !library_loads(&["cuda", "nvcuda"]) {
         return Err(CudaUnavailable::NoDriverLibrary.into());
     }
-    // SAFETY: as above, for libnvrtc.
-    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+    if !library_loads(&["nvrtc"]) {
         return Err(CudaUnavailable::NoNvrtc.into());
     }
     let count = guarded("counting CUDA devices", CudaContext::device_count)?;
@@ -47,6 +44,44 @@ pub fn probe() -> Result<CudaInfo> {
     Ok(CudaInfo {
         device_count: count as usize,
     })
+}
+
+/// Whether one of the libraries named (`"cuda"` for libcuda) can be loaded under one of the
+/// file names cudarc tries. cudarc's own check (`is_culib_present`) exists only when cudarc
+/// loads the libraries at run time; this one also works when a crate beside this one (candle)
+/// has cudarc link them at build time, where they are loaded already and the check passes.
+fn library_loads(names: &[&str]) -> bool {
+    // The CUDA version of the `cuda-13000` feature, as cudarc's candidate names use it.
+    const MAJOR: &str = "13";
+    const MINOR: &str = "0";
+    use std::env::consts::{DLL_PREFIX as PRE, DLL_SUFFIX as SUF};
+    let bits = usize::BITS;
+    names
+        .iter()
+        .flat_map(|name| {
+            [
+                format!("{PRE}{name}{SUF}"),
+                format!("{PRE}{name}{bits}{SUF}"),
+                format!("{PRE}{name}{bits}_{MAJOR}{SUF}"),
+                format!("{PRE}{name}{bits}_{MAJOR}{MINOR}{SUF}"),
+                format!("{PRE}{name}{bits}_{MAJOR}{MINOR}_0{SUF}"),
+                format!("{PRE}{name}{bits}_{MAJOR}0_{MINOR}{SUF}"),
+                format!("{PRE}{name}{bits}_10{SUF}"),
+                format!("{PRE}{name}{bits}_11{SUF}"),
+                format!("{PRE}{name}{bits}_12{SUF}"),
+                format!("{PRE}{name}{bits}_{MAJOR}0_0{SUF}"),
+                format!("{PRE}{name}{bits}_9{SUF}"),
+                format!("{PRE}{name}{SUF}.{MAJOR}"),
+                format!("{PRE}{name}{SUF}.12"),
+                format!("{PRE}{name}{SUF}.11"),
+                format!("{PRE}{name}{SUF}.10"),
+                format!("{PRE}{name}{SUF}.9"),
+                format!("{PRE}{name}{SUF}.1"),
+            ]
+        })
+        // SAFETY: loading the CUDA driver or NVRTC runs their initializers, exactly as cudarc
+        // does when it loads them; nothing inside is called, and the handle is closed at once.
+        .any(|file| unsafe { libloading::Library::new(file) }.is_ok())
 }
 
 /// Free and total memory of CUDA device `ordinal`, in bytes.

@@ -14,6 +14,8 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use cudarc::driver::CudaStream;
+
 use crate::batch::{Batch, EpochReport};
 use crate::cpu::CpuLane;
 use crate::error::{Error, Result};
@@ -52,6 +54,7 @@ pub struct Pipeline {
     class_names: Option<Vec<String>>,
     device_description: String,
     pinned_bytes: usize,
+    cuda_stream: Option<Arc<CudaStream>>,
     epoch: u64,
     state: EpochState,
     /// The iterator has returned the end of the current epoch: its next call starts another.
@@ -99,6 +102,7 @@ impl Pipeline {
         let output = output::open(&options, lane.image_bytes())?;
         let device_description = output.describe();
         let pinned_bytes = output.pinned_bytes();
+        let cuda_stream = output.cuda_stream();
         let sampler = Sampler::new(source.len(), &options.batching);
         let shard_len = sampler.epoch_order(0).len();
         let (command_tx, command_rx) = mpsc::channel::<u64>();
@@ -128,6 +132,7 @@ impl Pipeline {
             class_names,
             device_description,
             pinned_bytes,
+            cuda_stream,
             epoch: 0,
             state: EpochState::Ended,
             end_returned: false,
@@ -265,6 +270,14 @@ impl Pipeline {
     /// The device the batches land on, in words.
     pub fn device_description(&self) -> &str {
         &self.device_description
+    }
+
+    /// The CUDA stream every batch is uploaded, written and freed on (none on the CPU device).
+    /// Work queued on it is ordered with the batches by the stream itself: give it to a
+    /// framework that can run on a caller's stream (ONNX Runtime's `with_compute_stream`), or
+    /// declare other streams with [`crate::DeviceTensor::use_on`].
+    pub fn cuda_stream(&self) -> Option<&Arc<CudaStream>> {
+        self.cuda_stream.as_ref()
     }
 
     /// Page-locked host memory held by the staging ring (0 on the CPU device).

@@ -6,6 +6,8 @@
 
 use std::sync::Arc;
 
+use cudarc::driver::CudaStream;
+
 use crate::cpu::{NormalizeTable, Staging};
 use crate::cuda::{Gpu, Normalizer, StagingRing};
 use crate::error::{Error, Result};
@@ -22,6 +24,9 @@ pub(crate) trait OutputStage: Send {
 
     /// Page-locked host memory held.
     fn pinned_bytes(&self) -> usize;
+
+    /// The CUDA stream the batches are written on (none on the CPU device).
+    fn cuda_stream(&self) -> Option<Arc<CudaStream>>;
 
     /// Staging slots in rotation.
     fn slots(&self) -> usize;
@@ -170,6 +175,10 @@ impl OutputStage for CudaOutput {
         self.ring.pinned_bytes()
     }
 
+    fn cuda_stream(&self) -> Option<Arc<CudaStream>> {
+        Some(self.gpu.stream().clone())
+    }
+
     fn slots(&self) -> usize {
         self.ring.len()
     }
@@ -231,6 +240,10 @@ impl OutputStage for HostOutput {
 
     fn pinned_bytes(&self) -> usize {
         0
+    }
+
+    fn cuda_stream(&self) -> Option<Arc<CudaStream>> {
+        None
     }
 
     fn slots(&self) -> usize {

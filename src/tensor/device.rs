@@ -1,9 +1,28 @@
 //! Tensors in GPU memory: the batches the normalize kernel writes, owned by the
-//! [`crate::Batch`] that carries them.
+//! [`crate::Batch`] that carries them, and the rules that let other streams read them.
+//!
+//! # Streams
+//!
+//! A device tensor is allocated and written on its *producer* stream
+//! ([`DeviceTensor::stream`]): the pipeline's own non-blocking stream. Its memory is freed on
+//! that stream too, stream-ordered, when the tensor is dropped, and the pipeline's next batches
+//! may be allocated in the same memory right after. Work on the producer stream is ordered with
+//! all of this by the stream itself. Work on any other stream (a framework's, ONNX Runtime's, the
+//! legacy default stream) is not: declare such a *consumer* with [`DeviceTensor::use_on`] (or
+//! take the pointer with [`DeviceTensor::device_ptr_on`]), and then
+//! - the consumer stream waits, on the GPU, until the kernel that wrote the tensor has finished
+//!   (an event; the host does not wait);
+//! - when the tensor is dropped, an event is recorded on every consumer stream and the producer
+//!   stream waits for it before the memory is freed: everything queued on a consumer until the
+//!   drop reads the batch, never the next one written in its place.
+//!
+//! Reading through cudarc's own API (`stream.memcpy_dtod(tensor.as_slice::<f16>()?, ..)`, a
+//! kernel argument, `slice.device_ptr(&stream)` with its guard kept until the work is queued) is
+//! ordered by cudarc's per-slice read and write events, which the drop honours as well.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DriverError};
 use half::{bf16, f16};
 
 use super::host::{HostData, HostTensor};
@@ -31,14 +50,161 @@ impl DeviceData {
             DeviceData::F32(s) => s.stream(),
         }
     }
+
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        match self {
+            DeviceData::F16(_) => DType::F16,
+            DeviceData::BF16(_) => DType::BF16,
+            DeviceData::F32(_) => DType::F32,
+        }
+    }
+
+    /// Number of elements allocated.
+    pub fn len(&self) -> usize {
+        match self {
+            DeviceData::F16(s) => s.len(),
+            DeviceData::BF16(s) => s.len(),
+            DeviceData::F32(s) => s.len(),
+        }
+    }
+
+    /// Whether no element is allocated.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The device address of the first element, after making `stream` wait for the slice's last
+    /// write (cudarc's write event) and recording a read on it (cudarc's read event).
+    fn ordered_address(&self, stream: &CudaStream) -> u64 {
+        match self {
+            DeviceData::F16(s) => s.device_ptr(stream).0,
+            DeviceData::BF16(s) => s.device_ptr(stream).0,
+            DeviceData::F32(s) => s.device_ptr(stream).0,
+        }
+    }
+}
+
+/// An element type a batch can have: `half::f16`, `half::bf16` or `f32`. Names the cudarc
+/// slice (and host slice) of that type inside a tensor.
+pub trait Element: cudarc::driver::DeviceRepr + Copy + sealed::Sealed + 'static {
+    /// The [`DType`] of this element type.
+    const DTYPE: DType;
+    /// The slice, if `data` holds this type.
+    fn device_slice(data: &DeviceData) -> Option<&CudaSlice<Self>>;
+    /// The slice, if `data` holds this type; `data` back otherwise.
+    fn into_device_slice(data: DeviceData) -> std::result::Result<CudaSlice<Self>, DeviceData>;
+    /// The elements, if `data` holds this type.
+    fn host_slice(data: &HostData) -> Option<&[Self]>;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for half::f16 {}
+    impl Sealed for half::bf16 {}
+    impl Sealed for f32 {}
+}
+
+macro_rules! element {
+    ($ty:ty, $variant:ident) => {
+        impl Element for $ty {
+            const DTYPE: DType = DType::$variant;
+            fn device_slice(data: &DeviceData) -> Option<&CudaSlice<Self>> {
+                match data {
+                    DeviceData::$variant(s) => Some(s),
+                    _ => None,
+                }
+            }
+            fn into_device_slice(
+                data: DeviceData,
+            ) -> std::result::Result<CudaSlice<Self>, DeviceData> {
+                match data {
+                    DeviceData::$variant(s) => Ok(s),
+                    other => Err(other),
+                }
+            }
+            fn host_slice(data: &HostData) -> Option<&[Self]> {
+                match data {
+                    HostData::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+element!(f16, F16);
+element!(bf16, BF16);
+element!(f32, F32);
+
+/// The streams other than the producer that read a tensor. Dropped before the tensor's memory
+/// (it is the first field of [`DeviceTensor`]): the producer stream then waits for each of them.
+#[derive(Debug)]
+struct Consumers {
+    producer: Arc<CudaStream>,
+    streams: Mutex<Vec<Arc<CudaStream>>>,
+}
+
+impl Consumers {
+    fn new(producer: &Arc<CudaStream>) -> Consumers {
+        Consumers {
+            producer: producer.clone(),
+            streams: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Adds `consumer` once (streams compare by handle and context).
+    fn add(&self, consumer: &Arc<CudaStream>) {
+        let mut streams = self
+            .streams
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !streams.iter().any(|s| **s == **consumer) {
+            streams.push(consumer.clone());
+        }
+    }
+
+    fn remove(&self, consumer: &Arc<CudaStream>) {
+        self.streams
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .retain(|s| **s != **consumer);
+    }
+
+    /// Makes the producer stream wait for the work queued on every consumer so far.
+    fn release(&self) -> std::result::Result<(), DriverError> {
+        let streams = std::mem::take(
+            &mut *self
+                .streams
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        );
+        for consumer in streams {
+            let done = consumer.record_event(None)?;
+            self.producer.wait(&done)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Consumers {
+    fn drop(&mut self) {
+        // A failure is kept by the context, as cudarc keeps those of its own drops
+        // (`CudaContext::check_err`): it means a broken context, where later calls fail too.
+        let released = self.release();
+        self.producer.context().record_err(released);
+    }
 }
 
 /// A batch of normalized images in GPU memory.
 ///
-/// It was written on the pipeline's stream ([`DeviceTensor::stream`]): work queued on that stream
-/// sees it complete.
+/// It was written on the pipeline's stream ([`DeviceTensor::stream`]); the module
+/// documentation says how another stream reads it safely ([`DeviceTensor::use_on`]).
 #[derive(Debug)]
 pub struct DeviceTensor {
+    /// Declared first, so it is dropped before `data`: the memory is freed after the consumers.
+    /// Boxed: most batches never meet another stream, and they move through channels.
+    consumers: Box<Consumers>,
     data: DeviceData,
     shape: [usize; 4],
     layout: Layout,
@@ -70,6 +236,7 @@ impl DeviceTensor {
             }
         };
         Ok(DeviceTensor {
+            consumers: Box::new(Consumers::new(stream)),
             data,
             shape,
             layout,
@@ -81,6 +248,12 @@ impl DeviceTensor {
         self.shape
     }
 
+    /// Distance in elements between neighbours along each axis of [`DeviceTensor::shape`]: the
+    /// tensor is dense and row-major (C order), whatever its layout.
+    pub fn strides(&self) -> [usize; 4] {
+        super::row_major_strides(self.shape)
+    }
+
     /// Memory layout.
     pub fn layout(&self) -> Layout {
         self.layout
@@ -88,11 +261,7 @@ impl DeviceTensor {
 
     /// Element type.
     pub fn dtype(&self) -> DType {
-        match self.data {
-            DeviceData::F16(_) => DType::F16,
-            DeviceData::BF16(_) => DType::BF16,
-            DeviceData::F32(_) => DType::F32,
-        }
+        self.data.dtype()
     }
 
     /// Number of elements.
@@ -105,30 +274,130 @@ impl DeviceTensor {
         self.len() == 0
     }
 
-    /// The cudarc slice holding the elements.
+    /// Ordinal of the CUDA device the memory is on.
+    pub fn ordinal(&self) -> usize {
+        self.stream().context().ordinal()
+    }
+
+    /// The cudarc slices holding the elements (at least [`DeviceTensor::len`] of them). Work that
+    /// cudarc queues on them is ordered by cudarc's read and write events.
     pub fn data(&self) -> &DeviceData {
         &self.data
     }
 
-    /// The cudarc slice holding the elements, writable (the normalize kernel writes through it).
+    /// The cudarc slice of element type `T`, or `None` if the tensor holds another type:
+    /// `tensor.as_slice::<half::f16>()`.
+    pub fn as_slice<T: Element>(&self) -> Option<&CudaSlice<T>> {
+        T::device_slice(&self.data)
+    }
+
+    /// The cudarc slices holding the elements, writable (the normalize kernel writes through it).
     pub fn data_mut(&mut self) -> &mut DeviceData {
         &mut self.data
     }
 
-    /// The stream the tensor was written on.
+    /// Takes the memory out of the tensor: the slice is then yours, and cudarc's rules apply
+    /// to it alone (it is freed on [`DeviceTensor::stream`] when dropped, after cudarc's read
+    /// and write events). The producer stream first waits for what the consumers declared with
+    /// [`DeviceTensor::use_on`] have queued so far.
+    pub fn into_data(self) -> Result<DeviceData> {
+        let DeviceTensor {
+            consumers, data, ..
+        } = self;
+        consumers
+            .release()
+            .map_err(|e| Error::cuda("ordering a batch's release after its consumers", e))?;
+        Ok(data)
+    }
+
+    /// [`DeviceTensor::into_data`] for element type `T`; the tensor back if it holds another.
+    pub fn into_slice<T: Element>(self) -> std::result::Result<CudaSlice<T>, DeviceTensor> {
+        if self.dtype() != T::DTYPE {
+            return Err(self);
+        }
+        let DeviceTensor {
+            consumers,
+            data,
+            shape,
+            layout,
+        } = self;
+        if consumers.release().is_err() {
+            // The memory stays with a tensor, whose drop orders it again.
+            return Err(DeviceTensor {
+                consumers,
+                data,
+                shape,
+                layout,
+            });
+        }
+        T::into_device_slice(data).map_err(|data| DeviceTensor {
+            consumers: Box::new(Consumers::new(data.stream())),
+            data,
+            shape,
+            layout,
+        })
+    }
+
+    /// The stream the tensor was written on, and whose work is ordered with it by the stream
+    /// itself: the pipeline's stream.
     pub fn stream(&self) -> &Arc<CudaStream> {
         self.data.stream()
     }
 
-    /// The raw device address of the first element (a `CUdeviceptr`), for frameworks that take
-    /// pointers. Valid while this tensor lives; use it on [`DeviceTensor::stream`].
-    pub fn device_ptr(&self) -> u64 {
-        let stream = self.stream();
-        match &self.data {
-            DeviceData::F16(s) => s.device_ptr(stream).0,
-            DeviceData::BF16(s) => s.device_ptr(stream).0,
-            DeviceData::F32(s) => s.device_ptr(stream).0,
+    /// Declares that `consumer` reads this tensor: `consumer` waits (on the GPU, no host sync)
+    /// until the tensor is written, and the memory is not freed, when the tensor is dropped,
+    /// before everything queued on `consumer` until then has finished. Call it before queuing
+    /// the reads; calling it again for the same stream adds nothing. `consumer` must belong to
+    /// the tensor's device and outlive the tensor.
+    pub fn use_on(&self, consumer: &Arc<CudaStream>) -> Result<()> {
+        if **consumer == **self.stream() {
+            return Ok(());
         }
+        if consumer.context().ordinal() != self.ordinal() {
+            return Err(Error::Mismatch(format!(
+                "a stream of CUDA device {} cannot read a batch on device {}",
+                consumer.context().ordinal(),
+                self.ordinal()
+            )));
+        }
+        if self.stream().context().is_managing_stream_synchronization() {
+            // Waits for cudarc's write event: the end of the kernel that wrote the tensor.
+            self.data.ordered_address(consumer);
+        } else {
+            // Without cudarc's events: wait for everything queued on the producer so far.
+            consumer
+                .join(self.stream())
+                .map_err(|e| Error::cuda("making a stream wait for a batch", e))?;
+        }
+        self.consumers.add(consumer);
+        Ok(())
+    }
+
+    /// The raw device address of the first element (a `CUdeviceptr`), for code that takes
+    /// pointers, to be read by work queued on `consumer`: calls [`DeviceTensor::use_on`]
+    /// first. The address is valid while this tensor lives; work queued on `consumer` before the
+    /// tensor is dropped may use it, on the GPU, until it finishes.
+    pub fn device_ptr_on(&self, consumer: &Arc<CudaStream>) -> Result<u64> {
+        self.use_on(consumer)?;
+        Ok(self.data.ordered_address(self.stream()))
+    }
+
+    /// Like [`DeviceTensor::use_on`], with the release ordered after `release_on` instead of
+    /// `consumer` (for a consumer whose stream cannot be named from another thread).
+    pub(crate) fn use_on_then_release_on(
+        &self,
+        consumer: &Arc<CudaStream>,
+        release_on: &Arc<CudaStream>,
+    ) -> Result<()> {
+        self.use_on(consumer)?;
+        self.consumers.remove(consumer);
+        self.consumers.add(release_on);
+        Ok(())
+    }
+
+    /// The raw device address of the first element, with no ordering.
+    pub(crate) fn address(&self) -> u64 {
+        self.data.ordered_address(self.stream())
     }
 
     /// Waits until the kernel that writes this tensor (and everything queued before it on its

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use half::{bf16, f16};
 
+use super::device::Element;
 use crate::options::{DType, Layout};
 
 /// Elements of a host tensor.
@@ -197,6 +198,12 @@ impl HostTensor {
         self.shape
     }
 
+    /// Distance in elements between neighbours along each axis of [`HostTensor::shape`]: the
+    /// tensor is dense and row-major (C order), whatever its layout.
+    pub fn strides(&self) -> [usize; 4] {
+        super::row_major_strides(self.shape)
+    }
+
     /// Memory layout.
     pub fn layout(&self) -> Layout {
         self.layout
@@ -205,6 +212,12 @@ impl HostTensor {
     /// Element type.
     pub fn dtype(&self) -> DType {
         self.data.dtype()
+    }
+
+    /// The elements as a slice of `T`, or `None` if the tensor holds another type:
+    /// `tensor.as_slice::<f32>()`.
+    pub fn as_slice<T: Element>(&self) -> Option<&[T]> {
+        T::host_slice(&self.data)
     }
 
     /// Number of elements.

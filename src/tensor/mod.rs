@@ -5,12 +5,28 @@
 mod device;
 mod host;
 
-pub use device::{DeviceData, DeviceTensor};
+pub use device::{DeviceData, DeviceTensor, Element};
 pub use host::{HostData, HostTensor};
 pub(crate) use host::{HostPool, NormalizedSlot};
 
 use crate::error::Result;
-use crate::options::{DType, Layout};
+use crate::options::{DType, Device, Layout};
+
+/// Strides in elements of a dense row-major tensor of `shape`.
+pub(crate) fn row_major_strides(shape: [usize; 4]) -> [usize; 4] {
+    [
+        shape[1] * shape[2] * shape[3],
+        shape[2] * shape[3],
+        shape[3],
+        1,
+    ]
+}
+
+// Exports (DLPack) share tensors across threads and drop them on any thread.
+const _: fn() = || {
+    fn shared_across_threads<T: Send + Sync>() {}
+    shared_across_threads::<Tensor>();
+};
 
 /// A batch of images, on the GPU or in host memory depending on [`crate::Device`].
 #[derive(Debug)]
@@ -30,12 +46,35 @@ impl Tensor {
         }
     }
 
+    /// Distance in elements between neighbours along each axis: dense, row-major.
+    pub fn strides(&self) -> [usize; 4] {
+        row_major_strides(self.shape())
+    }
+
     /// Element type.
     pub fn dtype(&self) -> DType {
         match self {
             Tensor::Device(t) => t.dtype(),
             Tensor::Host(t) => t.dtype(),
         }
+    }
+
+    /// Where the elements are: `Device::Cuda(ordinal)` or `Device::Cpu`.
+    pub fn device(&self) -> Device {
+        match self {
+            Tensor::Device(t) => Device::Cuda(t.ordinal()),
+            Tensor::Host(_) => Device::Cpu,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.shape().iter().product()
+    }
+
+    /// Whether the tensor has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Memory layout.

@@ -1,0 +1,107 @@
+"""Type stubs of gpufeed's native module (one line per Pipeline keyword, as in the Rust table)."""
+
+import os
+from typing import Any, Iterator, Literal, Optional, Sequence, Tuple, Union
+
+_Path = Union[str, "os.PathLike[str]"]
+
+KEYWORDS: list[str]
+
+class GpufeedError(RuntimeError):
+    """Something gpufeed could not do (CUDA, the prefetch thread); the message says what."""
+
+class ItemError(GpufeedError):
+    """An image could not be read or decoded under on_error="fail"; the message names the file."""
+
+class CudaUnavailableError(GpufeedError):
+    """A CUDA device was asked for but cannot be used; the message says which piece is missing."""
+
+class Tensor:
+    """A batch's images, on a CUDA device or in host memory; hand it to torch.from_dlpack or
+    numpy.from_dlpack (no copy)."""
+
+    def __dlpack__(
+        self,
+        stream: Optional[int] = None,
+        *,
+        max_version: Optional[Tuple[int, int]] = None,
+        dl_device: Optional[Tuple[int, int]] = None,
+        copy: Optional[bool] = None,
+    ) -> Any: ...
+    def __dlpack_device__(self) -> Tuple[int, int]: ...
+    @property
+    def shape(self) -> Tuple[int, int, int, int]: ...
+    @property
+    def strides(self) -> Tuple[int, int, int, int]: ...
+    @property
+    def dtype(self) -> Literal["float16", "bfloat16", "float32"]: ...
+    @property
+    def layout(self) -> Literal["nchw", "nhwc"]: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def cuda_stream(self) -> Optional[int]: ...
+    def __len__(self) -> int: ...
+
+class Batch:
+    """One batch: the images, and which images they are."""
+
+    images: Tensor
+    labels: Optional[list[int]]
+    ids: list[str]
+    indices: list[int]
+    skipped: list[Tuple[str, str]]
+    epoch: int
+    def __len__(self) -> int: ...
+
+class Pipeline:
+    """Batches of images, prepared in the background. Iterating runs one epoch; iterating again
+    runs the next one. Defaults follow torchvision's evaluation transform: Resize(256) +
+    CenterCrop(224), ImageNet mean and std, float16 NCHW on cuda:0, batches of 256."""
+
+    def __init__(
+        self,
+        source: Optional[_Path] = None,
+        *,
+        paths: Optional[Sequence[_Path]] = None,
+        image_folder: bool = False,
+        batch_size: int = 256,
+        resize_mode: Literal["center-crop", "stretch", "letterbox"] = "center-crop",
+        resize: int = 256,
+        crop: Union[int, Tuple[int, int]] = 224,
+        pad: int = 0,
+        interpolation: Literal["bilinear", "bicubic", "nearest", "lanczos"] = "bilinear",
+        mean: Sequence[float] = (0.485, 0.456, 0.406),
+        std: Sequence[float] = (0.229, 0.224, 0.225),
+        dtype: Union[str, Any] = "float16",
+        layout: Literal["nchw", "nhwc"] = "nchw",
+        channel_order: Literal["rgb", "bgr"] = "rgb",
+        device: Union[str, int, Any] = "cuda:0",
+        on_error: Literal["skip", "fail"] = "skip",
+        drop_last: bool = False,
+        shuffle: Union[None, bool, int] = None,
+        shard: Optional[Tuple[int, int]] = None,
+        threads: int = 0,
+        prefetch: int = 2,
+        max_pixels: int = 178_956_970,
+        exif_orientation: bool = False,
+        dct_scaling: bool = False,
+    ) -> None: ...
+    def __iter__(self) -> Iterator[Batch]: ...
+    def __next__(self) -> Batch: ...
+    def next_batch(self) -> Optional[Batch]: ...
+    def next_epoch(self) -> int: ...
+    def __len__(self) -> int: ...
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def source_len(self) -> int: ...
+    @property
+    def class_names(self) -> Optional[list[str]]: ...
+    @property
+    def device_description(self) -> str: ...
+    @property
+    def cuda_stream(self) -> Optional[int]: ...
+    def epoch_report(self) -> dict[str, Any]: ...

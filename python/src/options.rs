@@ -1,0 +1,311 @@
+//! Keyword arguments of `gpufeed.Pipeline(...)`: one table line per keyword. A keyword the Rust
+//! builder gains is one line in [`KEYWORDS`] (and one in the `.pyi` stub); defaults are the
+//! builder's own, and enum names parse with the library's `FromStr`, so they match the command
+//! line's.
+
+use std::str::FromStr;
+
+use gpufeed::{
+    ChannelOrder, DType, Device, Interpolation, LastBatch, Layout, OnError, PipelineBuilder,
+    ResizeMode,
+};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyString};
+
+/// What the keywords set so far: the builder, and the parts of the resize mode, which several
+/// keywords describe together (`resize_mode`, `resize`, `crop`, `pad`).
+pub(crate) struct Keywords {
+    builder: Option<PipelineBuilder>,
+    mode: String,
+    /// The `resize` keyword, if given.
+    shorter_side: Option<u32>,
+    /// The builder's default shorter side.
+    default_shorter_side: Option<u32>,
+    size: (u32, u32),
+    pad: u8,
+    mean: [f32; 3],
+    std: [f32; 3],
+}
+
+type Apply = fn(&mut Keywords, &Bound<'_, PyAny>) -> PyResult<()>;
+
+/// `keyword!("name", |k, v: Type| body)`: extracts the value as `Type` (a `TypeError` naming
+/// the keyword otherwise) and runs `body`, a `PyResult<()>`.
+macro_rules! keyword {
+    ($name:literal, |$k:ident, $v:ident: $ty:ty| $body:expr) => {
+        (
+            $name,
+            (|$k: &mut Keywords, value: &Bound<'_, PyAny>| -> PyResult<()> {
+                let $v: $ty = extract(value, $name)?;
+                $body
+            }) as Apply,
+        )
+    };
+}
+
+/// Every keyword, with what it does. Keep `python/gpufeed/_native.pyi` in step.
+const KEYWORDS: &[(&str, Apply)] = &[
+    keyword!("batch_size", |k, v: usize| k.with(|b| Ok(b.batch_size(v)))),
+    keyword!("resize_mode", |k, v: Name| k.set_mode(&v.0)),
+    keyword!("resize", |k, v: u32| {
+        k.shorter_side = Some(v);
+        Ok(())
+    }),
+    keyword!("crop", |k, v: Size| {
+        k.size = v.0;
+        Ok(())
+    }),
+    keyword!("pad", |k, v: u8| {
+        k.pad = v;
+        Ok(())
+    }),
+    keyword!("interpolation", |k, v: Name| k
+        .with(|b| Ok(b.interpolation(parse::<Interpolation>(&v)?)))),
+    keyword!("mean", |k, v: Triple| {
+        k.mean = v.0;
+        Ok(())
+    }),
+    keyword!("std", |k, v: Triple| {
+        k.std = v.0;
+        Ok(())
+    }),
+    keyword!("dtype", |k, v: Name| k
+        .with(|b| Ok(b.dtype(parse::<DType>(&v)?)))),
+    keyword!("layout", |k, v: Name| k
+        .with(|b| Ok(b.layout(parse::<Layout>(&v)?)))),
+    keyword!("channel_order", |k, v: Name| k
+        .with(|b| Ok(b.channel_order(parse::<ChannelOrder>(&v)?)))),
+    keyword!("device", |k, v: DeviceName| k.with(|b| Ok(b.device(v.0)))),
+    keyword!("on_error", |k, v: Name| k
+        .with(|b| Ok(b.on_error(parse::<OnError>(&v)?)))),
+    keyword!("drop_last", |k, v: bool| k.with(|b| Ok(
+        b.last_batch(if v { LastBatch::Drop } else { LastBatch::Keep })
+    ))),
+    keyword!("shuffle", |k, v: Seed| k.with(|b| Ok(match v.0 {
+        Some(seed) => b.shuffle(seed),
+        None => b,
+    }))),
+    keyword!("shard", |k, v: Option<(usize, usize)>| k.with(|b| Ok(
+        match v {
+            Some((rank, world)) => b.shard(rank, world),
+            None => b,
+        }
+    ))),
+    keyword!("threads", |k, v: usize| k.with(|b| Ok(b.threads(v)))),
+    keyword!("prefetch", |k, v: usize| k.with(|b| Ok(b.prefetch(v)))),
+    keyword!("max_pixels", |k, v: u64| k.with(|b| Ok(b.max_pixels(v)))),
+    keyword!("exif_orientation", |k, v: bool| k
+        .with(|b| Ok(b.exif_orientation(v)))),
+    keyword!("dct_scaling", |k, v: bool| k.with(|b| Ok(b.dct_scaling(v)))),
+];
+
+/// The keyword names, in table order (exported as `gpufeed.KEYWORDS`).
+pub(crate) fn keyword_names() -> Vec<&'static str> {
+    KEYWORDS.iter().map(|(name, _)| *name).collect()
+}
+
+impl Keywords {
+    /// The builder's defaults.
+    fn new() -> Keywords {
+        let builder = PipelineBuilder::default();
+        let options = *builder.options();
+        let (shorter_side, size, pad) = match options.resize.mode {
+            ResizeMode::ShorterSideThenCenterCrop {
+                shorter_side,
+                height,
+                width,
+            } => (Some(shorter_side), (height, width), 0),
+            ResizeMode::Stretch { height, width } => (None, (height, width), 0),
+            ResizeMode::Letterbox { height, width, pad } => (None, (height, width), pad),
+            _ => (None, options.resize.output_size(), 0),
+        };
+        Keywords {
+            mode: options.resize.mode.name().to_string(),
+            shorter_side: None,
+            default_shorter_side: shorter_side,
+            size,
+            pad,
+            mean: options.output.mean,
+            std: options.output.std,
+            builder: Some(builder),
+        }
+    }
+
+    /// Applies `f` to the builder.
+    fn with(
+        &mut self,
+        f: impl FnOnce(PipelineBuilder) -> PyResult<PipelineBuilder>,
+    ) -> PyResult<()> {
+        let builder = self.builder.take().unwrap_or_default();
+        self.builder = Some(f(builder)?);
+        Ok(())
+    }
+
+    fn set_mode(&mut self, name: &str) -> PyResult<()> {
+        let canonical = name.trim().to_ascii_lowercase().replace('_', "-");
+        match canonical.as_str() {
+            "center-crop" | "stretch" | "letterbox" => {
+                self.mode = canonical;
+                Ok(())
+            }
+            _ => Err(PyValueError::new_err(format!(
+                "unknown resize_mode {name:?}: expected one of center-crop stretch letterbox"
+            ))),
+        }
+    }
+
+    /// The builder with every keyword applied.
+    fn finish(mut self) -> PyResult<PipelineBuilder> {
+        let (height, width) = self.size;
+        let mode = match self.mode.as_str() {
+            "center-crop" => ResizeMode::ShorterSideThenCenterCrop {
+                shorter_side: self
+                    .shorter_side
+                    .or(self.default_shorter_side)
+                    .unwrap_or(height.min(width)),
+                height,
+                width,
+            },
+            other => {
+                if self.shorter_side.is_some() {
+                    return Err(PyValueError::new_err(format!(
+                        "resize (the shorter side) applies to resize_mode=\"center-crop\", not \
+                         {other:?}: crop gives the output size"
+                    )));
+                }
+                if other == "stretch" {
+                    ResizeMode::stretch(height, width)
+                } else {
+                    ResizeMode::letterbox(height, width, self.pad)
+                }
+            }
+        };
+        let (mean, std) = (self.mean, self.std);
+        self.with(|b| Ok(b.resize(mode).mean_std(mean, std)))?;
+        Ok(self.builder.take().unwrap_or_default())
+    }
+}
+
+/// A builder from the keyword arguments (`None`: none given).
+pub(crate) fn builder_from(options: Option<&Bound<'_, PyDict>>) -> PyResult<PipelineBuilder> {
+    let mut keywords = Keywords::new();
+    if let Some(options) = options {
+        for (key, value) in options.iter() {
+            let key: String = key.extract()?;
+            let Some((_, apply)) = KEYWORDS.iter().find(|(name, _)| *name == key) else {
+                return Err(PyTypeError::new_err(format!(
+                    "Pipeline() got an unexpected keyword argument {key:?}; the keywords are: \
+                     source, paths, image_folder, {}",
+                    keyword_names().join(", ")
+                )));
+            };
+            apply(&mut keywords, &value)?;
+        }
+    }
+    keywords.finish()
+}
+
+fn extract<'py, T>(value: &Bound<'py, PyAny>, name: &str) -> PyResult<T>
+where
+    T: FromPyObjectOwned<'py>,
+    for<'a> <T as FromPyObject<'a, 'py>>::Error: Into<PyErr>,
+{
+    value.extract::<T>().map_err(|e| {
+        let e: PyErr = e.into();
+        // A value of the right type but wrong (an unknown name) stays a ValueError.
+        if e.is_instance_of::<PyValueError>(value.py()) {
+            PyValueError::new_err(format!("{name}: {}", e.value(value.py())))
+        } else {
+            PyTypeError::new_err(format!("{name}: {e}"))
+        }
+    })
+}
+
+fn parse<T: FromStr>(name: &Name) -> PyResult<T>
+where
+    T::Err: std::fmt::Display,
+{
+    name.0
+        .parse::<T>()
+        .map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+/// An option name: a string, or an object whose name is one (`torch.float16`, `numpy.float32`,
+/// `torch.device("cuda:0")`).
+struct Name(String);
+
+impl<'py> FromPyObject<'_, 'py> for Name {
+    type Error = PyErr;
+
+    fn extract(value: Borrowed<'_, 'py, PyAny>) -> PyResult<Self> {
+        if value.is_instance_of::<PyString>() {
+            return Ok(Name(value.extract::<String>()?));
+        }
+        if let Ok(name) = value.getattr("__name__") {
+            return Ok(Name(name.str()?.extract::<String>()?));
+        }
+        let text: String = value.str()?.extract()?;
+        let last = text.rsplit('.').next().unwrap_or(&text).to_string();
+        Ok(Name(last))
+    }
+}
+
+/// `device`: `"cpu"`, `"cuda"`, `"cuda:N"`, an ordinal, or a `torch.device`.
+struct DeviceName(Device);
+
+impl<'py> FromPyObject<'_, 'py> for DeviceName {
+    type Error = PyErr;
+
+    fn extract(value: Borrowed<'_, 'py, PyAny>) -> PyResult<Self> {
+        if !value.is_instance_of::<PyBool>() {
+            if let Ok(ordinal) = value.extract::<usize>() {
+                return Ok(DeviceName(Device::Cuda(ordinal)));
+            }
+        }
+        let text: String = value.str()?.extract()?;
+        parse::<Device>(&Name(text)).map(DeviceName)
+    }
+}
+
+/// `crop`: one side, or `(height, width)`.
+struct Size((u32, u32));
+
+impl<'py> FromPyObject<'_, 'py> for Size {
+    type Error = PyErr;
+
+    fn extract(value: Borrowed<'_, 'py, PyAny>) -> PyResult<Self> {
+        if let Ok(side) = value.extract::<u32>() {
+            return Ok(Size((side, side)));
+        }
+        Ok(Size(value.extract::<(u32, u32)>()?))
+    }
+}
+
+/// `mean`, `std`: three numbers, RGB order.
+struct Triple([f32; 3]);
+
+impl<'py> FromPyObject<'_, 'py> for Triple {
+    type Error = PyErr;
+
+    fn extract(value: Borrowed<'_, 'py, PyAny>) -> PyResult<Self> {
+        let values: Vec<f32> = value.extract()?;
+        <[f32; 3]>::try_from(values.as_slice())
+            .map(Triple)
+            .map_err(|_| PyValueError::new_err(format!("expected 3 values, got {}", values.len())))
+    }
+}
+
+/// `shuffle`: `None` or `False` (source order), `True` (seed 0) or a seed.
+struct Seed(Option<u64>);
+
+impl<'py> FromPyObject<'_, 'py> for Seed {
+    type Error = PyErr;
+
+    fn extract(value: Borrowed<'_, 'py, PyAny>) -> PyResult<Self> {
+        if let Ok(flag) = value.cast::<PyBool>() {
+            return Ok(Seed(flag.is_true().then_some(0)));
+        }
+        Ok(Seed(value.extract::<Option<u64>>()?))
+    }
+}
