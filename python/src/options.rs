@@ -6,8 +6,8 @@
 use std::str::FromStr;
 
 use gpufeed::{
-    ChannelOrder, DType, Device, Interpolation, LastBatch, Layout, OnError, PipelineBuilder,
-    ResizeMode,
+    ChannelOrder, DType, Device, Gray16, Interpolation, LastBatch, Layout, OnError,
+    PipelineBuilder, ResizeMode,
 };
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -98,6 +98,12 @@ const KEYWORDS: &[(&str, Apply)] = &[
     keyword!("exif_orientation", |k, v: bool| k
         .with(|b| Ok(b.exif_orientation(v)))),
     keyword!("dct_scaling", |k, v: bool| k.with(|b| Ok(b.dct_scaling(v)))),
+    keyword!("max_file_bytes", |k, v: u64| k
+        .with(|b| Ok(b.max_file_bytes(v)))),
+    keyword!("decode_memory", |k, v: u64| k
+        .with(|b| Ok(b.decode_memory(v)))),
+    keyword!("gray16", |k, v: Name| k
+        .with(|b| Ok(b.gray16(parse::<Gray16>(&v)?)))),
 ];
 
 /// The keyword names, in table order (exported as `gpufeed.KEYWORDS`).

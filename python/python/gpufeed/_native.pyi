@@ -88,6 +88,9 @@ class Pipeline:
         max_pixels: int = 178_956_970,
         exif_orientation: bool = False,
         dct_scaling: bool = False,
+        max_file_bytes: int = 1 << 30,
+        decode_memory: int = 4 << 30,
+        gray16: Literal["clip", "scale"] = "clip",
     ) -> None: ...
     def __iter__(self) -> Iterator[Batch]: ...
     def __next__(self) -> Batch: ...
