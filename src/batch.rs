@@ -13,6 +13,7 @@ pub struct Batch {
     pub(crate) skipped: Vec<ItemError>,
     pub(crate) epoch: u64,
     pub(crate) uploaded_bytes: usize,
+    pub(crate) decoded_by: crate::pipeline::DecodedBy,
 }
 
 impl Batch {
@@ -63,6 +64,12 @@ impl Batch {
         self.epoch
     }
 
+    /// How many of the batch's images the CPU threads decoded and how many the GPU's JPEG
+    /// engines (with [`crate::Decode::Hybrid`]), as `(cpu, gpu)`.
+    pub fn decoded_by(&self) -> (usize, usize) {
+        (self.decoded_by.cpu, self.decoded_by.gpu)
+    }
+
     /// Bytes this batch moved from host to device: `N * H * W * 3` as u8 on a CUDA device,
     /// 0 on the CPU device.
     pub fn uploaded_bytes(&self) -> usize {
@@ -86,4 +93,8 @@ pub struct EpochReport {
     pub dropped: usize,
     /// Whether the epoch ran to its end (false if it was abandoned or stopped by an error).
     pub complete: bool,
+    /// Images of the delivered batches decoded by the CPU threads.
+    pub decoded_by_cpu: usize,
+    /// Images of the delivered batches decoded by the GPU's JPEG engines.
+    pub decoded_by_gpu: usize,
 }

@@ -8,6 +8,7 @@
 //! before `(crop - resized) // 2` pixels.
 
 use crate::options::{Interpolation, ResizeMode, ResizeOptions};
+use crate::pillow::{torchvision_resize, AxisPlan};
 
 /// A rectangle of an image in full-size pixels, end exclusive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,6 +114,33 @@ impl Geometry {
                     dst_height: nh,
                     pad,
                 }
+            }
+        }
+    }
+
+    /// The placement of an image of `width` x `height` as integer plans per axis, in Pillow's
+    /// terms (what is resized to how many samples, which of them are kept, where they land): the
+    /// form the GPU lane's resize takes. The same arithmetic as [`Geometry::place`].
+    pub fn axis_plans(&self, width: u32, height: u32) -> (AxisPlan, AxisPlan) {
+        let (out_w, out_h) = (self.width, self.height);
+        match self.mode {
+            ResizeMode::ShorterSideThenCenterCrop { shorter_side, .. } => {
+                let (nw, nh) = torchvision_resize(width, height, shorter_side);
+                (
+                    AxisPlan::center_crop(width, nw.max(1), out_w),
+                    AxisPlan::center_crop(height, nh.max(1), out_h),
+                )
+            }
+            ResizeMode::Stretch { .. } => (
+                AxisPlan::stretch(width, out_w),
+                AxisPlan::stretch(height, out_h),
+            ),
+            ResizeMode::Letterbox { .. } => {
+                let p = self.place(width, height);
+                (
+                    AxisPlan::letterbox(width, p.dst_width, out_w),
+                    AxisPlan::letterbox(height, p.dst_height, out_h),
+                )
             }
         }
     }
@@ -224,6 +252,45 @@ mod tests {
         assert_eq!(g.max_reduction(1411, 1411), 2); // crop spans 1235 px: 2.76x of 2 * 224
         assert_eq!(g.max_reduction(4000, 3000), 4); // 2625 px: 5.9x
         assert_eq!(g.max_reduction(12000, 9000), 8);
+    }
+
+    #[test]
+    fn axis_plans_agree_with_the_placement() {
+        for (mode, sizes) in [
+            (
+                ResizeMode::center_crop(256, 224),
+                [(500, 375), (375, 500), (100, 100), (256, 333)],
+            ),
+            (
+                ResizeMode::stretch(224, 160),
+                [(500, 375), (10, 600), (224, 160), (1, 1)],
+            ),
+            (
+                ResizeMode::letterbox(224, 224, 114),
+                [(1280, 720), (300, 301), (5, 900), (224, 224)],
+            ),
+        ] {
+            let g = Geometry::new(&ResizeOptions::default().mode(mode));
+            for (w, h) in sizes {
+                let p = g.place(w, h);
+                let (x, y) = g.axis_plans(w, h);
+                assert_eq!(
+                    (x.dst_offset, x.out_len),
+                    (p.dst_left, p.dst_width),
+                    "{mode} {w}x{h}"
+                );
+                assert_eq!(
+                    (y.dst_offset, y.out_len),
+                    (p.dst_top, p.dst_height),
+                    "{mode} {w}x{h}"
+                );
+                // The kept part starts where the placement's source box does.
+                let scale_x = w as f64 / x.resized as f64;
+                assert!((x.out_first as f64 * scale_x - p.src_left).abs() < 1e-6);
+                let scale_y = h as f64 / y.resized as f64;
+                assert!((y.out_first as f64 * scale_y - p.src_top).abs() < 1e-6);
+            }
+        }
     }
 
     #[test]

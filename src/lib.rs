@@ -43,6 +43,7 @@ mod geometry;
 pub mod interop;
 mod options;
 mod order;
+mod pillow;
 mod pipeline;
 mod source;
 #[allow(unsafe_code)]
@@ -53,9 +54,9 @@ pub use cpu::{prepare_image, CpuStage, PreparedBatch};
 pub use error::{CudaUnavailable, Error, ItemError, ItemErrorKind, Result};
 pub use interop::dlpack;
 pub use options::{
-    Affine, BatchOptions, ChannelOrder, DType, DecodeOptions, Device, Gray16, Interpolation,
-    LastBatch, Layout, NormalizeSpec, OnError, Options, OutputOptions, ParseOptionError,
-    ResizeMode, ResizeOptions, RuntimeOptions, Shard, DEFAULT_DECODE_MEMORY,
+    Affine, BatchOptions, ChannelOrder, DType, Decode, DecodeOptions, Device, Gray16,
+    Interpolation, LastBatch, Layout, NormalizeSpec, OnError, Options, OutputOptions,
+    ParseOptionError, ResizeMode, ResizeOptions, RuntimeOptions, Shard, DEFAULT_DECODE_MEMORY,
     DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, IMAGENET_MEAN, IMAGENET_STD,
 };
 pub use pipeline::{Pipeline, PipelineBuilder};

@@ -365,6 +365,27 @@ impl fmt::Display for ResizeMode {
     }
 }
 
+/// Which decoders fill the batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Decode {
+    /// The CPU threads decode every image (libjpeg-turbo for JPEG): torchvision's decoder.
+    #[default]
+    Cpu,
+    /// The GPU's hardware JPEG engines (nvJPEG) beside the CPU threads: baseline colour JPEGs
+    /// can go to the GPU lane, resized there exactly as Pillow resizes; everything else, and any
+    /// image the GPU lane cannot take, goes to the CPU threads. Needs a CUDA device; where the
+    /// engines or nvJPEG are missing, the CPU threads decode everything and the pipeline's
+    /// device description says why.
+    Hybrid,
+}
+
+named_choices!(
+    Decode,
+    "decode lanes",
+    [(Decode::Cpu, ["cpu"]), (Decode::Hybrid, ["hybrid"]),]
+);
+
 /// How 16-bit gray images (Pillow's `I;16`) become 8-bit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
@@ -390,7 +411,7 @@ pub const DEFAULT_MAX_FILE_BYTES: u64 = 1 << 30;
 pub const DEFAULT_DECODE_MEMORY: u64 = 4 << 30;
 
 /// Bytes to pixels: limits and decoder choices.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 #[non_exhaustive]
 pub struct DecodeOptions {
     /// Images that claim more pixels than this are refused from their header, before decoding
@@ -418,6 +439,13 @@ pub struct DecodeOptions {
     pub memory_limit: u64,
     /// 16-bit gray to 8 bits: clipped like torchvision (default) or scaled.
     pub gray16: Gray16,
+    /// Which decoders fill the batches (default: the CPU threads alone).
+    pub lanes: Decode,
+    /// With [`Decode::Hybrid`], the share of the images the GPU lane can take that it is given,
+    /// 0 to 1. `None` (default): measured on the pipeline's first batch (the faster lane takes
+    /// more) and kept from then on; the pipeline reports it, and giving that share back makes a
+    /// later run decode every image in the same lane, so its output is the same bit for bit.
+    pub gpu_share: Option<f32>,
 }
 
 impl Default for DecodeOptions {
@@ -430,6 +458,8 @@ impl Default for DecodeOptions {
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
             memory_limit: DEFAULT_DECODE_MEMORY,
             gray16: Gray16::Clip,
+            lanes: Decode::Cpu,
+            gpu_share: None,
         }
     }
 }
@@ -471,6 +501,18 @@ impl DecodeOptions {
         self
     }
 
+    /// Sets [`DecodeOptions::lanes`].
+    pub fn lanes(mut self, lanes: Decode) -> Self {
+        self.lanes = lanes;
+        self
+    }
+
+    /// Sets [`DecodeOptions::gpu_share`].
+    pub fn gpu_share(mut self, share: Option<f32>) -> Self {
+        self.gpu_share = share;
+        self
+    }
+
     /// Sets [`DecodeOptions::gray16`].
     pub fn gray16(mut self, conversion: Gray16) -> Self {
         self.gray16 = conversion;
@@ -486,6 +528,14 @@ impl DecodeOptions {
         }
         if self.memory_limit == 0 {
             return Err(Error::invalid("memory_limit", "must be at least 1"));
+        }
+        if let Some(share) = self.gpu_share {
+            if !(0.0..=1.0).contains(&share) {
+                return Err(Error::invalid(
+                    "gpu_share",
+                    format!("{share} is not a share from 0 to 1"),
+                ));
+            }
         }
         Ok(())
     }
@@ -908,6 +958,12 @@ impl Options {
         self.output.validate()?;
         self.batching.validate()?;
         self.runtime.validate()?;
+        if self.decode.lanes == Decode::Hybrid && self.runtime.device == Device::Cpu {
+            return Err(Error::invalid(
+                "decode",
+                "hybrid decoding uses the GPU's JPEG engines: it needs a CUDA device",
+            ));
+        }
         let (h, w) = self.resize.output_size();
         if u64::from(h) * u64::from(w) > self.decode.max_pixels {
             return Err(Error::invalid(

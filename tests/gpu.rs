@@ -6,7 +6,7 @@ mod common;
 
 use common::{gpu_present, rss_bytes};
 use gpufeed::{
-    ChannelOrder, CudaUnavailable, DType, Device, Error, Layout, OnError, Pipeline,
+    ChannelOrder, CudaUnavailable, DType, Decode, Device, Error, Layout, OnError, Pipeline,
     PipelineBuilder, ResizeMode, Source,
 };
 
@@ -436,4 +436,246 @@ fn device_batches_name_their_memory() {
         &downloaded[..host.len()],
         host.as_slice::<f16>().expect("f16 elements")
     );
+}
+
+/// A folder of every kind of file the GPU lane must hand back: bad files, a progressive, CMYK,
+/// gray, truncated JPEG, PNG, WebP, beside baseline colour JPEGs.
+fn mixed_folder() -> common::TempDir {
+    let dir = common::TempDir::new("hybrid-mixed");
+    let fixtures = [
+        "rgb420.jpg",
+        "rgb444.jpg",
+        "UPPER.JPG",
+        "progressive.jpg",
+        "cmyk.jpg",
+        "ycck.jpg",
+        "gray.jpg",
+        "rgba.png",
+        "lossy.webp",
+        "sampling_2x1_all.jpg",
+    ];
+    for name in fixtures {
+        std::fs::copy(
+            common::repo_path(&format!("tests/fixtures/{name}")),
+            dir.join(format!("f_{name}")),
+        )
+        .expect("copy");
+    }
+    for name in [
+        "rocket.jpg",
+        "retina.jpg",
+        "hubble_deep_field.jpg",
+        "chelsea.png",
+    ] {
+        std::fs::copy(common::repo_path(&format!("assets/{name}")), dir.join(name)).expect("copy");
+    }
+    let jpeg = std::fs::read(common::repo_path("assets/rocket.jpg")).expect("rocket");
+    std::fs::write(dir.join("t_truncated.jpg"), &jpeg[..jpeg.len() / 2]).expect("write");
+    std::fs::write(dir.join("u_not_an_image.jpg"), b"hello").expect("write");
+    std::fs::write(dir.join("v_empty.jpg"), b"").expect("write");
+    dir
+}
+
+/// Every batch of an epoch: (ids, skipped as "id: reason", output bits, decoded by (cpu, gpu)).
+fn epoch(builder: PipelineBuilder) -> (Vec<String>, Vec<String>, Vec<u8>, (usize, usize)) {
+    let mut pipeline = builder.build().expect("build");
+    let (mut ids, mut bits) = (Vec::new(), Vec::new());
+    while let Some(batch) = pipeline.next_batch().expect("batch") {
+        ids.extend(batch.ids().iter().cloned());
+        bits.extend(batch.images().to_host().expect("host").to_le_bytes());
+    }
+    let report = pipeline.epoch_report();
+    let skipped = report.skipped.iter().map(|e| e.to_string()).collect();
+    (
+        ids,
+        skipped,
+        bits,
+        (report.decoded_by_cpu, report.decoded_by_gpu),
+    )
+}
+
+/// Hybrid decoding accounts for every file exactly as CPU decoding does (same images, same
+/// order, same skipped files with the same reasons), the GPU lane decodes the baseline colour
+/// JPEGs it is offered, and every other file goes to the CPU lane.
+#[test]
+fn hybrid_accounts_for_every_file_like_the_cpu() {
+    let _serial = serial();
+    if !gpu_present("hybrid_accounts_for_every_file_like_the_cpu") {
+        return;
+    }
+    let dir = mixed_folder();
+    let builder = |decode| {
+        Pipeline::builder()
+            .source(Source::directory(dir.path()).expect("list"))
+            .batch_size(5)
+            .decode(decode)
+            .gpu_share(1.0)
+            .device(Device::Cuda(0))
+    };
+    let cpu = epoch(builder(Decode::Cpu));
+    let hybrid = epoch(builder(Decode::Hybrid));
+    assert_eq!(hybrid.0, cpu.0, "same images in the same order");
+    assert_eq!(hybrid.1, cpu.1, "same files skipped for the same reasons");
+    assert_eq!(cpu.3, (cpu.0.len(), 0));
+    let (by_cpu, by_gpu) = hybrid.3;
+    assert_eq!(by_cpu + by_gpu, cpu.0.len());
+    // rgb420, rgb444, UPPER, rocket, retina, hubble: baseline colour JPEGs.
+    assert!(by_gpu >= 6, "the GPU lane decoded {by_gpu}");
+    assert!(
+        by_cpu >= 5,
+        "progressive, CMYK, YCCK, gray, PNG, WebP stay on the CPU: {by_cpu}"
+    );
+    println!(
+        "hybrid: {by_cpu} images by the CPU, {by_gpu} by the GPU; skipped {:?}",
+        hybrid.1
+    );
+}
+
+/// The same settings give the same bytes on every run: with a given share the same images go to
+/// the same lane; the measured share is reported, and giving it back reproduces the run.
+#[test]
+fn hybrid_output_is_the_same_on_every_run() {
+    let _serial = serial();
+    if !gpu_present("hybrid_output_is_the_same_on_every_run") {
+        return;
+    }
+    let source = || {
+        Source::paths(
+            vec![common::repo_path("assets/rocket.jpg"); 7]
+                .into_iter()
+                .chain([
+                    common::repo_path("tests/fixtures/rgb420.jpg"),
+                    common::repo_path("tests/fixtures/gray.jpg"),
+                ]),
+        )
+    };
+    let run = |share: Option<f32>, threads| {
+        let mut b = Pipeline::builder()
+            .source(source())
+            .batch_size(4)
+            .threads(threads)
+            .decode(Decode::Hybrid)
+            .device(Device::Cuda(0));
+        if let Some(share) = share {
+            b = b.gpu_share(share);
+        }
+        let mut pipeline = b.build().expect("build");
+        let mut bits = Vec::new();
+        while let Some(batch) = pipeline.next_batch().expect("batch") {
+            bits.extend(batch.images().to_host().expect("host").to_le_bytes());
+        }
+        (bits, pipeline.gpu_share())
+    };
+    let (first, share) = run(Some(0.5), 1);
+    assert_eq!(share, Some(0.5));
+    assert!(run(Some(0.5), 3).0 == first, "threads change nothing");
+    assert!(run(Some(0.5), 2).0 == first, "runs change nothing");
+    let (measured, measured_share) = run(None, 2);
+    let measured_share = measured_share.expect("a measured share is reported");
+    assert!((0.0..=1.0).contains(&measured_share));
+    assert!(
+        run(Some(measured_share), 2).0 == measured,
+        "the reported share reproduces the run"
+    );
+}
+
+/// The hybrid output against Pillow's (torchvision's) on the bundled JPEG photos and fixtures,
+/// every image through the GPU lane: within the fidelity bars.
+#[test]
+fn hybrid_output_is_within_the_fidelity_bars() {
+    let _serial = serial();
+    if !gpu_present("hybrid_output_is_within_the_fidelity_bars") {
+        return;
+    }
+    let manifest =
+        std::fs::read_to_string(common::repo_path("tests/golden/MANIFEST.txt")).expect("manifest");
+    let cases: Vec<(String, String)> = manifest
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let default = f.get(3).is_none_or(|v| *v == "default");
+            (default && f[0].to_lowercase().ends_with(".jpg"))
+                .then(|| (f[0].to_string(), f[1].to_string()))
+        })
+        .collect();
+    let mut pipeline = Pipeline::builder()
+        .source(Source::paths(
+            cases.iter().map(|(i, _)| common::repo_path(i)),
+        ))
+        .batch_size(64)
+        .mean_std([0.0; 3], [1.0 / 255.0; 3])
+        .dtype(DType::F32)
+        .layout(Layout::Nhwc)
+        .decode(Decode::Hybrid)
+        .gpu_share(1.0)
+        .device(Device::Cuda(0))
+        .build()
+        .expect("build");
+    let batch = pipeline.next_batch().expect("batch").expect("one batch");
+    let (_, by_gpu) = batch.decoded_by();
+    let values = batch.images().to_host().expect("host").to_f32_vec();
+    let per_image = values.len() / batch.len();
+    let mut diffs = Vec::new();
+    for (id, pixels) in batch.ids().iter().zip(values.chunks(per_image)) {
+        let (_, golden) = cases
+            .iter()
+            .find(|(i, _)| common::repo_path(i).display().to_string() == *id)
+            .expect("case");
+        let want = image::open(common::repo_path(&format!("tests/golden/{golden}")))
+            .expect("golden")
+            .into_rgb8();
+        diffs.extend(
+            want.as_raw()
+                .iter()
+                .zip(pixels)
+                .map(|(&w, &g)| (w as f32 - g).abs()),
+        );
+    }
+    diffs.sort_by(|a, b| a.total_cmp(b));
+    let mean = diffs.iter().sum::<f32>() / diffs.len() as f32;
+    let p999 = diffs[(diffs.len() - 1) * 999 / 1000];
+    println!(
+        "hybrid vs Pillow on {} JPEGs ({by_gpu} by the GPU lane): mean {mean:.3}, p99.9 {p999}",
+        batch.len()
+    );
+    assert!(by_gpu >= 6, "the GPU lane decoded {by_gpu}");
+    assert!(mean <= 0.5 && p999 <= 3.0, "mean {mean:.3}, p99.9 {p999}");
+}
+
+/// Twenty epochs of hybrid decoding leave host and device memory where the first left them.
+#[test]
+fn hybrid_memory_is_flat_over_twenty_epochs() {
+    let _serial = serial();
+    if !gpu_present("hybrid_memory_is_flat_over_twenty_epochs") {
+        return;
+    }
+    let dir = mixed_folder();
+    let mut pipeline = Pipeline::builder()
+        .source(Source::directory(dir.path()).expect("list"))
+        .batch_size(6)
+        .shuffle(3)
+        .decode(Decode::Hybrid)
+        .device(Device::Cuda(0))
+        .build()
+        .expect("build");
+    let mut rss = Vec::new();
+    let mut free = Vec::new();
+    for epoch in 0..20 {
+        for batch in &mut pipeline {
+            let batch = batch.expect("batch");
+            assert_eq!(batch.epoch(), epoch);
+        }
+        rss.push(rss_bytes());
+        free.push(gpufeed::cuda::device_memory(0).expect("memory").0);
+    }
+    println!(
+        "hybrid, 20 epochs: RSS {} -> {} MB, device free {} -> {} MB",
+        rss[4] >> 20,
+        rss[19] >> 20,
+        free[4] >> 20,
+        free[19] >> 20
+    );
+    assert!(rss[19] < rss[4] + (32 << 20), "host memory grew");
+    assert!(free[19] + (64 << 20) > free[4], "device memory grew");
 }

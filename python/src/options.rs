@@ -6,7 +6,7 @@
 use std::str::FromStr;
 
 use gpufeed::{
-    ChannelOrder, DType, Device, Gray16, Interpolation, LastBatch, Layout, OnError,
+    ChannelOrder, DType, Decode, Device, Gray16, Interpolation, LastBatch, Layout, OnError,
     PipelineBuilder, ResizeMode,
 };
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -102,6 +102,12 @@ const KEYWORDS: &[(&str, Apply)] = &[
         .with(|b| Ok(b.max_file_bytes(v)))),
     keyword!("decode_memory", |k, v: u64| k
         .with(|b| Ok(b.decode_memory(v)))),
+    keyword!("decode", |k, v: Name| k
+        .with(|b| Ok(b.decode(parse::<Decode>(&v)?)))),
+    keyword!("gpu_share", |k, v: Option<f32>| k.with(|b| Ok(match v {
+        Some(share) => b.gpu_share(share),
+        None => b,
+    }))),
     keyword!("gray16", |k, v: Name| k
         .with(|b| Ok(b.gray16(parse::<Gray16>(&v)?)))),
 ];

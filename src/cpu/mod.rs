@@ -16,4 +16,4 @@ pub use stage::{CpuStage, PreparedBatch};
 
 pub(crate) use normalize::NormalizeTable;
 pub(crate) use probe::sniff_format;
-pub(crate) use stage::{BatchRequest, CpuLane, Staging};
+pub(crate) use stage::{BatchRequest, CpuLane, Filled, Job, JobQueue, Outcome, Staging};

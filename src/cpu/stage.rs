@@ -2,7 +2,7 @@
 //! threads, each straight into its place in the batch's staging, failures accounted for.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 
 use rayon::prelude::*;
 
@@ -25,7 +25,7 @@ pub(crate) struct Staging<'a> {
 
 impl Staging<'_> {
     /// Moves image `from` to place `to` (closing the gap a failed image left).
-    fn move_image(&mut self, from: usize, to: usize, image_bytes: usize) {
+    pub fn move_image(&mut self, from: usize, to: usize, image_bytes: usize) {
         self.pixels.copy_within(
             from * image_bytes..(from + 1) * image_bytes,
             to * image_bytes,
@@ -47,6 +47,37 @@ pub(crate) struct Filled {
     pub consumed: usize,
 }
 
+impl Filled {
+    /// Records the outcome of image `index`: a good image joins the batch (`Ok(true)`), a bad
+    /// one is listed as skipped, or, under [`OnError::Fail`], ends the batch with its error.
+    pub fn record(
+        &mut self,
+        index: usize,
+        outcome: std::result::Result<(), ItemErrorKind>,
+        source: &Source,
+        on_error: OnError,
+    ) -> Result<bool> {
+        match outcome {
+            Ok(()) => {
+                self.indices.push(index);
+                Ok(true)
+            }
+            Err(kind) => {
+                let error = ItemError {
+                    id: source.item(index).id().to_string(),
+                    index,
+                    kind,
+                };
+                if on_error == OnError::Fail {
+                    return Err(Error::Item(error));
+                }
+                self.skipped.push(error);
+                Ok(false)
+            }
+        }
+    }
+}
+
 /// Which images a batch is filled from, and how.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct BatchRequest<'a> {
@@ -61,10 +92,7 @@ pub(crate) struct BatchRequest<'a> {
 }
 
 /// What became of one image: `None` if it was not tried because the lane was stopped.
-type Outcome = Option<std::result::Result<(), ItemErrorKind>>;
-
-/// One image's destinations: its u8 pixels and, on the CPU device, its normalized copy.
-type Job<'a> = (usize, &'a mut [u8], Option<NormalizedSlot<'a>>);
+pub(crate) type Outcome = Option<std::result::Result<(), ItemErrorKind>>;
 
 /// The CPU lane: a pool of threads and how they prepare an image.
 #[derive(Debug)]
@@ -111,6 +139,19 @@ impl CpuLane {
         source: &Source,
         stop: &AtomicBool,
     ) -> Result<Option<Filled>> {
+        self.fill_after(staging, request, source, stop, Filled::default())
+    }
+
+    /// [`CpuLane::fill`] for a staging whose first `filled.indices.len()` images are done and
+    /// whose order is used up to `filled.consumed`: the rest of the batch.
+    pub fn fill_after(
+        &self,
+        staging: &mut Staging<'_>,
+        request: &BatchRequest<'_>,
+        source: &Source,
+        stop: &AtomicBool,
+        mut filled: Filled,
+    ) -> Result<Option<Filled>> {
         let BatchRequest {
             order,
             epoch,
@@ -118,8 +159,7 @@ impl CpuLane {
             on_error,
         } = *request;
         let image_bytes = self.image_bytes();
-        let mut filled = Filled::default();
-        let mut good = 0;
+        let mut good = filled.indices.len();
         while good < batch_size && filled.consumed < order.len() {
             let take = (batch_size - good).min(order.len() - filled.consumed);
             let chunk = &order[filled.consumed..filled.consumed + take];
@@ -132,30 +172,21 @@ impl CpuLane {
                 let Some(outcome) = outcome else {
                     return Ok(None);
                 };
-                match outcome {
-                    Ok(()) => {
-                        if first + k != good {
-                            staging.move_image(first + k, good, image_bytes);
-                        }
-                        filled.indices.push(chunk[k]);
-                        good += 1;
+                if filled.record(chunk[k], outcome, source, on_error)? {
+                    if first + k != good {
+                        staging.move_image(first + k, good, image_bytes);
                     }
-                    Err(kind) => {
-                        let error = ItemError {
-                            id: source.item(chunk[k]).id().to_string(),
-                            index: chunk[k],
-                            kind,
-                        };
-                        if on_error == OnError::Fail {
-                            return Err(Error::Item(error));
-                        }
-                        filled.skipped.push(error);
-                    }
+                    good += 1;
                 }
             }
             filled.consumed += take;
         }
         Ok(Some(filled))
+    }
+
+    /// Runs `f` on the lane's threads.
+    pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        self.pool.install(f)
     }
 
     /// Prepares image `chunk[k]` into image `first + k` of `staging`, for every `k`, on every
@@ -171,61 +202,154 @@ impl CpuLane {
         source: &Source,
         stop: &AtomicBool,
     ) -> Vec<Outcome> {
+        let jobs = self.jobs(staging, first, chunk.len());
+        let queue = JobQueue::new(jobs, chunk, source);
+        queue.close();
+        let done = self
+            .pool
+            .install(|| self.run_queue(&queue, chunk, epoch, source, stop));
+        let mut outcomes: Vec<Outcome> = (0..chunk.len()).map(|_| None).collect();
+        for (k, outcome) in done {
+            outcomes[k] = outcome;
+        }
+        outcomes
+    }
+
+    /// The destinations of images `first..first + count` of `staging`, one job each.
+    pub fn jobs<'s>(
+        &self,
+        staging: &'s mut Staging<'_>,
+        first: usize,
+        count: usize,
+    ) -> Vec<Job<'s>> {
         let image_bytes = self.image_bytes();
-        let sizes: Vec<u64> = chunk
-            .par_iter()
-            .map(|&index| source.item(index).size_hint())
-            .collect();
-        let range = first * image_bytes..(first + chunk.len()) * image_bytes;
-        let (mut normalized_slots, table) = match &mut staging.normalized {
+        let range = first * image_bytes..(first + count) * image_bytes;
+        let mut normalized_slots = match &mut staging.normalized {
             Some((data, table)) => {
+                let table: &NormalizeTable = table;
                 let slots: Vec<_> = data
                     .image_slots(image_bytes)
                     .into_iter()
                     .skip(first)
+                    .map(move |slot| (slot, table))
                     .collect();
-                (Some(slots.into_iter()), Some(&**table))
+                Some(slots.into_iter())
             }
-            None => (None, None),
+            None => None,
         };
-        let mut jobs: Vec<Job<'_>> = staging.pixels[range]
+        staging.pixels[range]
             .chunks_mut(image_bytes)
             .enumerate()
-            .map(|(k, pixels)| {
-                let normalized = normalized_slots.as_mut().and_then(Iterator::next);
-                (k, pixels, normalized)
+            .map(|(k, pixels)| Job {
+                k,
+                pixels,
+                normalized: normalized_slots.as_mut().and_then(Iterator::next),
             })
-            .collect();
-        jobs.sort_by_key(|&(k, _, _)| std::cmp::Reverse(sizes[k]));
-        let queue = Mutex::new(jobs.into_iter());
+            .collect()
+    }
+
+    /// Prepares the jobs of `queue` on every thread of the pool until it is closed and empty
+    /// (call it inside the pool); returns each job's outcome, by its `k` (image `chunk[k]`).
+    pub fn run_queue(
+        &self,
+        queue: &JobQueue<'_>,
+        chunk: &[usize],
+        epoch: u64,
+        source: &Source,
+        stop: &AtomicBool,
+    ) -> Vec<(usize, Outcome)> {
         let (options, budget, buffers) = (&self.options, &self.budget, &self.buffers);
         let per_thread: Vec<Vec<(usize, Outcome)>> = rayon::broadcast(|_| {
             let mut done = Vec::new();
-            loop {
-                // Nothing panics while the lock is held, so a poisoned queue is still whole.
-                let job = queue.lock().unwrap_or_else(|e| e.into_inner()).next();
-                let Some((k, pixels, normalized)) = job else {
-                    break done;
-                };
+            while let Some(Job {
+                k,
+                pixels,
+                normalized,
+            }) = queue.pop()
+            {
                 let outcome = (!stop.load(Ordering::Relaxed)).then(|| {
                     let task = ImageTask {
                         index: chunk[k],
                         epoch,
                     };
                     prepare_one(source, task, options, budget, buffers, pixels)?;
-                    if let (Some(slot), Some(table)) = (normalized, table) {
+                    if let Some((slot, table)) = normalized {
                         table.write_image(pixels, slot);
                     }
                     Ok(())
                 });
                 done.push((k, outcome));
             }
+            done
         });
-        let mut outcomes: Vec<Outcome> = (0..chunk.len()).map(|_| None).collect();
-        for (k, outcome) in per_thread.into_iter().flatten() {
-            outcomes[k] = outcome;
+        per_thread.into_iter().flatten().collect()
+    }
+}
+
+/// One image's destinations in the staging: its u8 pixels and, on the CPU device, its
+/// normalized copy; `k` is its place in the round.
+pub(crate) struct Job<'a> {
+    pub k: usize,
+    pub pixels: &'a mut [u8],
+    normalized: Option<(NormalizedSlot<'a>, &'a NormalizeTable)>,
+}
+
+/// The jobs of one round, shared by the lane's threads: each takes the next as it frees up, the
+/// largest files first. Another lane may hand jobs back while the round runs (images it cannot
+/// decode); the threads wait for them until the queue is closed.
+pub(crate) struct JobQueue<'a> {
+    state: Mutex<(Vec<Job<'a>>, bool)>,
+    changed: Condvar,
+}
+
+impl<'a> JobQueue<'a> {
+    /// A queue of `jobs` (image `chunk[job.k]` of `source`), open.
+    pub fn new(mut jobs: Vec<Job<'a>>, chunk: &[usize], source: &Source) -> JobQueue<'a> {
+        let sizes: Vec<u64> = jobs
+            .par_iter()
+            .map(|job| source.item(chunk[job.k]).size_hint())
+            .collect();
+        let mut order: Vec<usize> = (0..jobs.len()).collect();
+        // Popped from the end: the smallest at the front.
+        order.sort_by_key(|&i| sizes[i]);
+        let mut by_index: Vec<Option<Job<'a>>> = jobs.drain(..).map(Some).collect();
+        let sorted = order
+            .into_iter()
+            .filter_map(|i| by_index[i].take())
+            .collect();
+        JobQueue {
+            state: Mutex::new((sorted, true)),
+            changed: Condvar::new(),
         }
-        outcomes
+    }
+
+    /// Adds a job handed back by another lane.
+    pub fn push(&self, job: Job<'a>) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.0.push(job);
+        self.changed.notify_one();
+    }
+
+    /// No job will be added any more.
+    pub fn close(&self) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.1 = false;
+        self.changed.notify_all();
+    }
+
+    /// The next job, waiting while the queue is empty but open; `None` once closed and empty.
+    fn pop(&self) -> Option<Job<'a>> {
+        // Nothing panics while the lock is held, so a poisoned queue is still whole.
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(job) = state.0.pop() {
+                return Some(job);
+            }
+            if !state.1 {
+                return None;
+            }
+            state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
     }
 }
 

@@ -7,7 +7,10 @@
 //! installation (an old driver lacking a symbol) run under `catch_unwind`.
 
 mod device;
+mod jpeg;
+mod lane;
 mod normalize;
+mod resize;
 mod staging;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -17,6 +20,7 @@ use cudarc::driver::{CudaContext, DriverError};
 use crate::error::{panic_message, CudaUnavailable, Error, Result};
 
 pub(crate) use device::Gpu;
+pub(crate) use lane::{JpegLane, LaneImage};
 pub use normalize::{NormalizeTuning, Normalizer};
 pub(crate) use staging::StagingRing;
 

@@ -97,12 +97,20 @@ impl StagingRing {
             .map_err(|e| Error::cuda("mapping pinned staging memory", e))
     }
 
-    /// Queues the upload of the first `bytes` of slot `index` to the device input buffer and
-    /// returns that buffer. The slot stays untouched until the copy has finished.
-    pub fn upload(&mut self, index: usize, bytes: usize) -> Result<&CudaSlice<u8>> {
-        if bytes > self.slot_bytes {
+    /// Queues the upload of the byte ranges `ranges` (each inside the slot) of slot `index` to
+    /// the same ranges of the device input buffer, and returns that buffer. The slot stays
+    /// untouched until the copies have finished.
+    pub fn upload(
+        &mut self,
+        index: usize,
+        ranges: &[std::ops::Range<usize>],
+    ) -> Result<&mut CudaSlice<u8>> {
+        if let Some(r) = ranges
+            .iter()
+            .find(|r| r.end > self.slot_bytes || r.start > r.end)
+        {
             return Err(Error::Mismatch(format!(
-                "upload of {bytes} bytes from a {}-byte slot",
+                "upload of bytes {r:?} from a {}-byte slot",
                 self.slot_bytes
             )));
         }
@@ -112,17 +120,19 @@ impl StagingRing {
             .host
             .as_slice()
             .map_err(|e| Error::cuda("mapping pinned staging memory", e))?;
-        let mut dst = self.device_input.slice_mut(..bytes);
-        // From a plain slice of page-locked memory the copy is asynchronous and cudarc does not
-        // track it; the event below does.
-        self.stream
-            .memcpy_htod(&host[..bytes], &mut dst)
-            .map_err(|e| Error::cuda("uploading a batch", e))?;
+        for range in ranges.iter().filter(|r| !r.is_empty()) {
+            let mut dst = self.device_input.slice_mut(range.clone());
+            // From a plain slice of page-locked memory the copy is asynchronous and cudarc does
+            // not track it; the event below does.
+            self.stream
+                .memcpy_htod(&host[range.clone()], &mut dst)
+                .map_err(|e| Error::cuda("uploading a batch", e))?;
+        }
         slot.uploaded = Some(
             self.stream
                 .record_event(None)
                 .map_err(|e| Error::cuda("recording an upload", e))?,
         );
-        Ok(&self.device_input)
+        Ok(&mut self.device_input)
     }
 }

@@ -4,8 +4,8 @@
 use super::Pipeline;
 use crate::error::{Error, Result};
 use crate::options::{
-    ChannelOrder, DType, Device, Gray16, Interpolation, LastBatch, Layout, OnError, Options,
-    ResizeMode, Shard,
+    ChannelOrder, DType, Decode, Device, Gray16, Interpolation, LastBatch, Layout, OnError,
+    Options, ResizeMode, Shard,
 };
 use crate::source::Source;
 
@@ -142,6 +142,19 @@ impl PipelineBuilder {
     /// [`crate::DEFAULT_DECODE_MEMORY`]); see [`crate::DecodeOptions::memory_limit`].
     pub fn decode_memory(mut self, bytes: u64) -> Self {
         self.options.decode.memory_limit = bytes;
+        self
+    }
+
+    /// Which decoders fill the batches (default: the CPU threads alone); see [`Decode`].
+    pub fn decode(mut self, lanes: Decode) -> Self {
+        self.options.decode.lanes = lanes;
+        self
+    }
+
+    /// With hybrid decoding, the share of the GPU lane's images it is given (default: measured
+    /// on the first batch); see [`crate::DecodeOptions::gpu_share`].
+    pub fn gpu_share(mut self, share: f32) -> Self {
+        self.options.decode.gpu_share = Some(share);
         self
     }
 

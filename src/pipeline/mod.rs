@@ -6,12 +6,15 @@
 //! the [`Batch`]. A bounded channel keeps at most `prefetch` batches ready ahead of the consumer.
 
 mod builder;
+mod hybrid;
 mod output;
 mod worker;
 
+pub(crate) use hybrid::DecodedBy;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use cudarc::driver::CudaStream;
@@ -54,6 +57,8 @@ pub struct Pipeline {
     class_names: Option<Vec<String>>,
     device_description: String,
     pinned_bytes: usize,
+    /// The GPU lane's share, as the worker measured or was given it.
+    gpu_share: Arc<Mutex<Option<f32>>>,
     cuda_stream: Option<Arc<CudaStream>>,
     epoch: u64,
     state: EpochState,
@@ -111,12 +116,19 @@ impl Pipeline {
         let stop = Arc::new(AtomicBool::new(false));
         let class_names = source.class_names().map(|c| c.to_vec());
         let source_len = source.len();
+        let gpu_share = Arc::new(Mutex::new(match options.decode.lanes {
+            crate::Decode::Hybrid => options.decode.gpu_share,
+            _ => None,
+        }));
         let worker = Worker {
             labelled: source.has_labels(),
             source,
             sampler,
             batching: options.batching,
             lane,
+            balance: hybrid::Balance::new(options.decode.gpu_share),
+            share_report: gpu_share.clone(),
+            max_file_bytes: options.decode.max_file_bytes,
             output,
             abandon: abandon.clone(),
             stop: stop.clone(),
@@ -132,6 +144,7 @@ impl Pipeline {
             class_names,
             device_description,
             pinned_bytes,
+            gpu_share,
             cuda_stream,
             epoch: 0,
             state: EpochState::Ended,
@@ -177,20 +190,24 @@ impl Pipeline {
                 Error::Worker("the prefetch thread stopped unexpectedly".into())
             })?;
         match message {
-            Message::Batch(Ok(batch)) => {
-                self.report.images += batch.len();
-                self.report.batches += 1;
-                self.report.skipped.extend_from_slice(batch.skipped());
-                Ok(Some(batch))
-            }
-            Message::Batch(Err(error)) => {
-                // The worker ends the epoch after an error; consume its end marker.
-                self.drain_epoch();
-                if let Error::Item(item) = &error {
-                    self.report.skipped.push(item.clone());
+            Message::Batch(batch) => match *batch {
+                Ok(batch) => {
+                    self.report.images += batch.len();
+                    self.report.batches += 1;
+                    self.report.decoded_by_cpu += batch.decoded_by.cpu;
+                    self.report.decoded_by_gpu += batch.decoded_by.gpu;
+                    self.report.skipped.extend_from_slice(batch.skipped());
+                    Ok(Some(batch))
                 }
-                Err(error)
-            }
+                Err(error) => {
+                    // The worker ends the epoch after an error; consume its end marker.
+                    self.drain_epoch();
+                    if let Error::Item(item) = &error {
+                        self.report.skipped.push(item.clone());
+                    }
+                    Err(error)
+                }
+            },
             Message::EndOfEpoch {
                 trailing_skipped,
                 dropped,
@@ -278,6 +295,16 @@ impl Pipeline {
     /// declare other streams with [`crate::DeviceTensor::use_on`].
     pub fn cuda_stream(&self) -> Option<&Arc<CudaStream>> {
         self.cuda_stream.as_ref()
+    }
+
+    /// With hybrid decoding, the GPU lane's share of the images it can take: as given, or as
+    /// measured on the first batch (`None` until then, and without hybrid decoding). Giving it
+    /// back ([`PipelineBuilder::gpu_share`]) puts every image on the same lane in a later run.
+    pub fn gpu_share(&self) -> Option<f32> {
+        *self
+            .gpu_share
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Page-locked host memory held by the staging ring (0 on the CPU device).

@@ -9,8 +9,10 @@ use std::sync::Arc;
 use cudarc::driver::CudaStream;
 
 use crate::cpu::{NormalizeTable, Staging};
-use crate::cuda::{Gpu, Normalizer, StagingRing};
+use crate::cuda::{Gpu, JpegLane, LaneImage, Normalizer, StagingRing};
 use crate::error::{Error, Result};
+use crate::geometry::Geometry;
+use crate::options::Decode;
 use crate::options::{NormalizeSpec, Options};
 use crate::tensor::{HostData, HostPool, HostTensor, Tensor};
 
@@ -34,8 +36,31 @@ pub(crate) trait OutputStage: Send {
     /// Slot `slot` for the lanes to fill, once nothing reads it any more.
     fn staging(&mut self, slot: usize) -> Result<Staging<'_>>;
 
-    /// The first `n` images of slot `slot` as the batch's tensor, and the bytes uploaded.
-    fn finish(&mut self, slot: usize, n: usize) -> Result<(Tensor, usize)>;
+    /// Slot `slot` and the GPU decode lane, for a batch both lanes fill; `None` when this stage
+    /// has no GPU lane.
+    fn hybrid(&mut self, slot: usize) -> Result<Option<HybridParts<'_>>> {
+        let _ = slot;
+        Ok(None)
+    }
+
+    /// The first `n` images of slot `slot` as the batch's tensor, and the bytes uploaded;
+    /// `from_gpu` are the images the GPU lane decoded for it, with their places in the batch.
+    fn finish(
+        &mut self,
+        slot: usize,
+        n: usize,
+        from_gpu: &[(LaneImage, usize)],
+    ) -> Result<(Tensor, usize)>;
+}
+
+/// What a batch filled by both lanes borrows from the output stage.
+pub(crate) struct HybridParts<'a> {
+    /// The staging slot the CPU lane writes.
+    pub staging: Staging<'a>,
+    /// The GPU decode lane.
+    pub lane: &'a mut JpegLane,
+    /// The pipeline's stream.
+    pub stream: &'a Arc<CudaStream>,
 }
 
 /// Opens the output stage `options` ask for, refusing up front batches the machine cannot hold
@@ -77,7 +102,23 @@ pub(crate) fn open(options: &Options, image_bytes: usize) -> Result<Box<dyn Outp
                 available_host_memory(),
                 "pinned host memory",
             )?;
-            Box::new(CudaOutput::open(ordinal, slot_bytes, dims, spec, &sizes)?)
+            let mut output = CudaOutput::open(ordinal, slot_bytes, dims, spec, &sizes)?;
+            if options.decode.lanes == Decode::Hybrid {
+                let geometry = Geometry::new(&options.resize);
+                output.lane = match JpegLane::open(
+                    &output.gpu,
+                    &geometry,
+                    options.batching.batch_size,
+                    options.decode.max_pixels,
+                ) {
+                    Ok(lane) => Some(lane),
+                    Err(reason) => {
+                        output.lane_off = Some(reason);
+                        None
+                    }
+                };
+            }
+            Box::new(output)
         }
     })
 }
@@ -132,6 +173,10 @@ struct CudaOutput {
     normalizer: Normalizer,
     spec: NormalizeSpec,
     dims: (usize, usize),
+    /// The GPU decode lane, with hybrid decoding where it could be opened.
+    lane: Option<JpegLane>,
+    /// Why hybrid decoding runs without its GPU lane.
+    lane_off: Option<String>,
 }
 
 impl CudaOutput {
@@ -162,13 +207,22 @@ impl CudaOutput {
             normalizer,
             spec,
             dims,
+            lane: None,
+            lane_off: None,
         })
     }
 }
 
 impl OutputStage for CudaOutput {
     fn describe(&self) -> String {
-        self.gpu.describe()
+        match (&self.lane, &self.lane_off) {
+            (Some(lane), _) => format!("{}, {}", self.gpu.describe(), lane.describe()),
+            (None, Some(off)) => format!(
+                "{} (GPU decode lane off: {off}; the CPU decodes every image)",
+                self.gpu.describe()
+            ),
+            (None, None) => self.gpu.describe(),
+        }
     }
 
     fn pinned_bytes(&self) -> usize {
@@ -190,14 +244,49 @@ impl OutputStage for CudaOutput {
         })
     }
 
-    fn finish(&mut self, slot: usize, n: usize) -> Result<(Tensor, usize)> {
+    fn hybrid(&mut self, slot: usize) -> Result<Option<HybridParts<'_>>> {
+        let Some(lane) = self.lane.as_mut() else {
+            return Ok(None);
+        };
+        Ok(Some(HybridParts {
+            staging: Staging {
+                pixels: self.ring.slot_mut(slot)?,
+                normalized: None,
+            },
+            lane,
+            stream: self.gpu.stream(),
+        }))
+    }
+
+    fn finish(
+        &mut self,
+        slot: usize,
+        n: usize,
+        from_gpu: &[(LaneImage, usize)],
+    ) -> Result<(Tensor, usize)> {
         let (height, width) = self.dims;
-        let bytes = n * height * width * 3;
-        let input = self.ring.upload(slot, bytes)?;
+        let image = height * width * 3;
+        // The CPU lane's images go up (runs between the GPU lane's places); the GPU lane's are
+        // written into their places on the device.
+        let mut on_gpu: Vec<usize> = from_gpu.iter().map(|&(_, place)| place).collect();
+        on_gpu.sort_unstable();
+        let mut ranges = Vec::with_capacity(on_gpu.len() + 1);
+        let mut start = 0;
+        for &place in on_gpu.iter().chain(std::iter::once(&n)) {
+            if place > start {
+                ranges.push(start * image..place * image);
+            }
+            start = place + 1;
+        }
+        let uploaded = ranges.iter().map(|r| r.len()).sum();
+        let input = self.ring.upload(slot, &ranges)?;
+        if let Some(lane) = self.lane.as_mut() {
+            lane.resize_into(self.gpu.stream(), from_gpu, input)?;
+        }
         let tensor = self
             .normalizer
             .run(self.gpu.stream(), input, n, height, width, &self.spec)?;
-        Ok((Tensor::Device(tensor), bytes))
+        Ok((Tensor::Device(tensor), uploaded))
     }
 }
 
@@ -263,7 +352,12 @@ impl OutputStage for HostOutput {
         })
     }
 
-    fn finish(&mut self, _slot: usize, n: usize) -> Result<(Tensor, usize)> {
+    fn finish(
+        &mut self,
+        _slot: usize,
+        n: usize,
+        _from_gpu: &[(LaneImage, usize)],
+    ) -> Result<(Tensor, usize)> {
         let (height, width) = self.dims;
         let data = self
             .current

@@ -3,8 +3,9 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
+use super::hybrid::{self, Balance, DecodedBy, HybridFilled};
 use super::output::OutputStage;
 use crate::batch::Batch;
 use crate::cpu::{BatchRequest, CpuLane};
@@ -15,7 +16,7 @@ use crate::source::Source;
 
 /// What the worker sends the consumer.
 pub(super) enum Message {
-    Batch(Result<Batch>),
+    Batch(Box<Result<Batch>>),
     /// The epoch is over; carries what no batch carried: skipped images after the last batch and
     /// images dropped with a partial last batch.
     EndOfEpoch {
@@ -33,13 +34,19 @@ pub(super) struct Worker {
     pub sampler: Sampler,
     pub batching: BatchOptions,
     pub lane: CpuLane,
+    /// The GPU decode lane's share, with hybrid decoding.
+    pub balance: Balance,
+    /// Where the consumer reads the share in force.
+    pub share_report: Arc<Mutex<Option<f32>>>,
+    /// The decode options' file size limit (the GPU lane reads files too).
+    pub max_file_bytes: u64,
     pub output: Box<dyn OutputStage>,
     pub abandon: Arc<AtomicBool>,
     pub stop: Arc<AtomicBool>,
 }
 
 enum Produced {
-    Batch(Batch, usize),
+    Batch(Box<Batch>, usize),
     /// Nothing more to yield this epoch: these were skipped after the last batch, and `dropped`
     /// good images were left out with a partial last batch.
     Tail {
@@ -68,7 +75,7 @@ impl Worker {
                     Ok(Produced::Batch(batch, consumed)) => {
                         position += consumed;
                         slot = (slot + 1) % self.output.slots();
-                        if batches.send(Message::Batch(Ok(batch))).is_err() {
+                        if batches.send(Message::Batch(Box::new(Ok(*batch)))).is_err() {
                             return;
                         }
                     }
@@ -86,7 +93,7 @@ impl Worker {
                     }
                     Err(error) => {
                         complete = false;
-                        if batches.send(Message::Batch(Err(error))).is_err() {
+                        if batches.send(Message::Batch(Box::new(Err(error)))).is_err() {
                             return;
                         }
                         break;
@@ -107,17 +114,49 @@ impl Worker {
     /// Prepares the batch that starts at `order[0]`.
     fn next_batch(&mut self, epoch: u64, order: &[usize], slot: usize) -> Result<Produced> {
         let batch_size = self.batching.batch_size;
-        let mut staging = self.output.staging(slot)?;
         let request = BatchRequest {
             order,
             epoch,
             batch_size,
             on_error: self.batching.on_error,
         };
-        let filled = self
-            .lane
-            .fill(&mut staging, &request, &self.source, &self.abandon)?;
-        let Some(filled) = filled else {
+        let filled = match self.output.hybrid(slot)? {
+            Some(parts) => {
+                let filled = hybrid::fill(
+                    &self.lane,
+                    parts,
+                    &request,
+                    &self.source,
+                    &self.abandon,
+                    &mut self.balance,
+                    self.max_file_bytes,
+                )?;
+                *self
+                    .share_report
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()) = self.balance.share();
+                filled
+            }
+            None => {
+                let mut staging = self.output.staging(slot)?;
+                self.lane
+                    .fill(&mut staging, &request, &self.source, &self.abandon)?
+                    .map(|filled| HybridFilled {
+                        decoded_by: DecodedBy {
+                            cpu: filled.indices.len(),
+                            gpu: 0,
+                        },
+                        filled,
+                        from_gpu: Vec::new(),
+                    })
+            }
+        };
+        let Some(HybridFilled {
+            filled,
+            from_gpu,
+            decoded_by,
+        }) = filled
+        else {
             return Ok(Produced::Stopped);
         };
         let n = filled.indices.len();
@@ -128,7 +167,7 @@ impl Worker {
                 dropped: n,
             });
         }
-        let (images, uploaded_bytes) = self.output.finish(slot, n)?;
+        let (images, uploaded_bytes) = self.output.finish(slot, n, &from_gpu)?;
         let ids = filled
             .indices
             .iter()
@@ -149,7 +188,8 @@ impl Worker {
             skipped: filled.skipped,
             epoch,
             uploaded_bytes,
+            decoded_by,
         };
-        Ok(Produced::Batch(batch, filled.consumed))
+        Ok(Produced::Batch(Box::new(batch), filled.consumed))
     }
 }

@@ -6,9 +6,10 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use gpufeed::{
-    BatchOptions, ChannelOrder, DType, DecodeOptions, Device, EpochReport, Gray16, Interpolation,
-    LastBatch, Layout, OnError, Options, OutputOptions, Pipeline, ResizeMode, ResizeOptions,
-    RuntimeOptions, Source, DEFAULT_DECODE_MEMORY, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS,
+    BatchOptions, ChannelOrder, DType, Decode, DecodeOptions, Device, EpochReport, Gray16,
+    Interpolation, LastBatch, Layout, OnError, Options, OutputOptions, Pipeline, ResizeMode,
+    ResizeOptions, RuntimeOptions, Source, DEFAULT_DECODE_MEMORY, DEFAULT_MAX_FILE_BYTES,
+    DEFAULT_MAX_PIXELS,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Value};
@@ -101,6 +102,15 @@ pub struct RunArgs {
     /// 16-bit gray to 8 bits: clip (torchvision's) or scale.
     #[arg(long, default_value_t = Gray16::Clip)]
     gray16: Gray16,
+    /// Which decoders fill the batches: cpu (the CPU threads), or hybrid (the GPU's JPEG
+    /// engines beside them, for baseline colour JPEGs).
+    #[arg(long, default_value_t = Decode::Cpu)]
+    decode: Decode,
+    /// With --decode hybrid, the GPU lane's share of the images it can take, 0 to 1 (default:
+    /// measured on the first batch and printed; give it back to decode every image in the same
+    /// lane again).
+    #[arg(long)]
+    gpu_share: Option<f32>,
     /// Decode large JPEGs at 1/2, 1/4 or 1/8 size in the DCT domain when the output keeps a 2x
     /// margin (faster on big photos; further from torchvision).
     #[arg(long)]
@@ -156,7 +166,9 @@ impl RunArgs {
                     .memory_limit(self.decode_memory)
                     .exif_orientation(self.exif_orientation)
                     .gray16(self.gray16)
-                    .dct_scaling(self.dct_scaling),
+                    .dct_scaling(self.dct_scaling)
+                    .lanes(self.decode)
+                    .gpu_share(self.gpu_share),
             )
             .resize(
                 ResizeOptions::default()
@@ -418,6 +430,11 @@ impl Summary<'_> {
             "seconds": self.seconds(),
             "images_per_s": self.images_per_s(),
             "uploaded_bytes": self.tally.uploaded_bytes,
+            "decoded_by": {
+                "cpu": self.tally.reports.iter().map(|r| r.decoded_by_cpu).sum::<usize>(),
+                "gpu": self.tally.reports.iter().map(|r| r.decoded_by_gpu).sum::<usize>(),
+            },
+            "gpu_share": self.pipeline.gpu_share(),
             "f32_bytes": images * self.image_bytes() * 4,
             "peak_rss_bytes": peak_rss_bytes(),
         })
@@ -448,6 +465,17 @@ impl Summary<'_> {
         println!("  images      {images} in {batches} batches");
         if self.tally.reports.len() > 1 {
             println!("  epochs      {}", self.tally.reports.len());
+        }
+        let by_gpu: usize = self.tally.reports.iter().map(|r| r.decoded_by_gpu).sum();
+        if self.pipeline.options().decode.lanes == Decode::Hybrid {
+            let share = self
+                .pipeline
+                .gpu_share()
+                .map_or(String::new(), |s| format!(" (GPU share {s})"));
+            println!(
+                "  decoded     {} by the CPU threads, {by_gpu} by the GPU's JPEG engines{share}",
+                images - by_gpu
+            );
         }
         println!("  skipped     {}", skipped.len());
         for e in &skipped {

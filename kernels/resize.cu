@@ -1,0 +1,188 @@
+// gpufeed: a batch of decoded images in device memory -> Pillow's antialiased resize and crop,
+// bit for bit, into u8 HWC RGB slots of one batch buffer.
+//
+// Compiled at run time by NVRTC (src/cuda.rs), which has no include path here: no headers.
+//
+// The host (src/batch.rs) does everything that involves floating point or choices: Pillow's
+// integer coefficients (src/pillow.rs: precompute_coeffs + normalize_coeffs_8bpc, 22 fraction
+// bits), which passes run in which order (Pillow skips an axis whose size is unchanged, and
+// Pillow 13 runs the vertical pass first when the height shrinks much more than the width), and
+// which rows or columns each pass covers. The kernels only sum products in 32-bit integers from
+// the same rounding half and clamp as Pillow's clip8 does, so they agree with the CPU rendition,
+// and so with Pillow, byte for byte:
+//
+//   gpufeed_resize_first  one thread per intermediate pixel of every image that resamples both
+//                         axes: Pillow's first pass over only the rows (or columns) the second
+//                         reads, into the 8-bit intermediate. Its grid is every image's blocks
+//                         back to back (a prefix sum, searched per block).
+//   gpufeed_resize_last   grid (blocks per slot, images), one thread per output pixel of every
+//                         slot written: the pad value outside the kept rectangle, inside it the
+//                         last (or only) pass, from the intermediate or the source region.
+//
+// Sources are addressed per channel (a pointer, a row pitch, a pixel step), which covers
+// interleaved RGB (step 3), planar RGB (step 1, three planes) and gray (one plane).
+
+#define GF_PRECISION_BITS 22
+#define GF_HALF (1 << (GF_PRECISION_BITS - 1))
+
+// One pass: src/batch.rs's PassDescriptor. Output pixel (i, j) takes its taps from the bounds and
+// weights of output i along input row fixed_first + j (horizontal), or of output j down input
+// column fixed_first + i (vertical). Offsets count ints into `coeffs`; bounds are (first input
+// sample, samples) pairs, weights `taps` per output.
+struct GfPass {
+    unsigned int vertical;
+    unsigned int from_tmp;      // 1: reads the intermediate; 0: the source region
+    unsigned int fixed_first;
+    unsigned int taps;
+    unsigned int bounds;
+    unsigned int weights;
+};
+
+// One image of the batch: src/batch.rs's ResizeDescriptor, field for field (136 bytes).
+struct GfResizeImage {
+    unsigned long long src[3];  // each channel's sample at the source region's top-left
+    unsigned long long tmp;     // byte offset of the image's intermediate in `tmp`
+    unsigned int src_pitch[3];  // bytes per row of each channel's plane
+    unsigned int src_step;      // bytes from one pixel to the next along a row
+    unsigned int channels;      // 3, or 1 for gray (spread to RGB on output)
+    unsigned int slot;          // output slot
+    unsigned int block0;        // first block of the image in the first pass's grid
+    unsigned int tmp_width;     // intermediate pixels per row
+    unsigned int tmp_height;    // intermediate rows; 0: no first pass
+    GfPass first;               // into the intermediate
+    GfPass last;                // into the slot's kept rectangle
+    unsigned int dst_x;         // kept rectangle in the slot
+    unsigned int dst_y;
+    unsigned int dst_w;
+    unsigned int dst_h;
+    unsigned int pad;           // value of every byte outside the rectangle
+};
+
+// NVRTC has no offsetof; src/batch.rs's tests read the two structs above, field by field, and
+// compare the C layout with the Rust one.
+static_assert(sizeof(GfPass) == 24, "GfPass size");
+static_assert(sizeof(GfResizeImage) == 136, "GfResizeImage size");
+
+// Pillow's clip8: the sum's integer part (arithmetic shift: negative sums floor), clamped.
+__device__ __forceinline__ unsigned char gf_clip8(int sum) {
+    const int v = sum >> GF_PRECISION_BITS;
+    return (unsigned char)(v < 0 ? 0 : (v > 255 ? 255 : v));
+}
+
+// C channels: out[c] = clip8(HALF + sum over k < len of p[c][k * stride[c]] * w[k]), in 32-bit
+// integers as Pillow sums them (the two headroom bits keep the sum from overflowing).
+template <int C>
+__device__ __forceinline__ void gf_taps(const unsigned char* const* p, const size_t* stride,
+                                        const int* __restrict__ w, int len, unsigned char* out) {
+    int sum[C];
+#pragma unroll
+    for (int c = 0; c < C; c++) sum[c] = GF_HALF;
+    for (int k = 0; k < len; k++) {
+        const int wk = __ldg(w + k);
+#pragma unroll
+        for (int c = 0; c < C; c++) sum[c] += (int)__ldg(p[c] + (size_t)k * stride[c]) * wk;
+    }
+#pragma unroll
+    for (int c = 0; c < C; c++) out[c] = gf_clip8(sum[c]);
+}
+
+// Output pixel (i, j) of `pass` of image `im` into v[0 .. im->channels).
+__device__ __forceinline__ void gf_pass_pixel(const GfResizeImage* __restrict__ im,
+                                              const GfPass& pass, const int* __restrict__ coeffs,
+                                              const unsigned char* tmp, unsigned int i,
+                                              unsigned int j, unsigned char* v) {
+    const bool vertical = pass.vertical != 0;
+    const unsigned int index = vertical ? j : i;
+    const int start = __ldg(coeffs + pass.bounds + 2 * index);
+    const int len = __ldg(coeffs + pass.bounds + 2 * index + 1);
+    const int* w = coeffs + pass.weights + (size_t)index * pass.taps;
+    // The first tap's input pixel.
+    const size_t x = vertical ? (size_t)pass.fixed_first + i : (size_t)start;
+    const size_t y = vertical ? (size_t)start : (size_t)pass.fixed_first + j;
+    const unsigned char* p[3];
+    size_t stride[3];
+    if (pass.from_tmp) {
+        const size_t pitch = (size_t)im->tmp_width * im->channels;
+        const unsigned char* at = tmp + im->tmp + y * pitch + x * im->channels;
+#pragma unroll
+        for (int c = 0; c < 3; c++) {
+            p[c] = at + c;
+            stride[c] = vertical ? pitch : im->channels;
+        }
+    } else {
+#pragma unroll
+        for (int c = 0; c < 3; c++) {
+            p[c] = reinterpret_cast<const unsigned char*>(im->src[c]) + y * im->src_pitch[c] +
+                   x * im->src_step;
+            stride[c] = vertical ? im->src_pitch[c] : im->src_step;
+        }
+    }
+    if (im->channels == 3) {
+        gf_taps<3>(p, stride, w, len, v);
+    } else {
+        gf_taps<1>(p, stride, w, len, v);
+    }
+}
+
+// The image whose first-pass blocks include `block`: the last one whose first block is at or
+// before it (images without a first pass own no blocks and are passed over).
+__device__ __forceinline__ unsigned int gf_block_owner(const GfResizeImage* __restrict__ images,
+                                                       unsigned int count, unsigned int block) {
+    unsigned int lo = 0, hi = count;
+    while (hi - lo > 1) {
+        const unsigned int mid = (lo + hi) / 2;
+        if (images[mid].block0 <= block) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo;
+}
+
+// The first pass of every image that has one, into its intermediate (tmp_height rows of
+// tmp_width pixels of `channels` bytes).
+extern "C" __global__ void gpufeed_resize_first(const GfResizeImage* __restrict__ images,
+                                                unsigned int count,
+                                                const int* __restrict__ coeffs,
+                                                unsigned char* __restrict__ tmp) {
+    const GfResizeImage* im = images + gf_block_owner(images, count, blockIdx.x);
+    const unsigned int width = im->tmp_width;
+    const unsigned int unit = (blockIdx.x - im->block0) * blockDim.x + threadIdx.x;
+    if (unit >= im->tmp_height * width) return;
+    const unsigned int j = unit / width;
+    const unsigned int i = unit - j * width;
+    unsigned char v[3];
+    gf_pass_pixel(im, im->first, coeffs, tmp, i, j, v);
+    unsigned char* out = tmp + im->tmp + (size_t)unit * im->channels;
+    for (unsigned int c = 0; c < im->channels; c++) out[c] = v[c];
+}
+
+// The last pass into each image's slot: every byte of the slot, the pad value around the kept
+// rectangle. Grid (blocks per slot, images).
+extern "C" __global__ void gpufeed_resize_last(const GfResizeImage* __restrict__ images,
+                                               const int* __restrict__ coeffs,
+                                               const unsigned char* __restrict__ tmp,
+                                               unsigned char* __restrict__ out,
+                                               unsigned int out_width, unsigned int out_height) {
+    const GfResizeImage* im = images + blockIdx.y;
+    const unsigned int pixels = out_width * out_height;
+    const unsigned int pixel = blockIdx.x * blockDim.x + threadIdx.x;
+    if (pixel >= pixels) return;
+    const unsigned int y = pixel / out_width;
+    const unsigned int x = pixel - y * out_width;
+    unsigned char* dst = out + ((size_t)im->slot * pixels + pixel) * 3;
+    // Unsigned: a pixel left of or above the rectangle wraps to a large index.
+    const unsigned int i = x - im->dst_x;
+    const unsigned int j = y - im->dst_y;
+    unsigned char v[3];
+    if (i >= im->dst_w || j >= im->dst_h) {
+        v[0] = v[1] = v[2] = (unsigned char)im->pad;
+    } else {
+        gf_pass_pixel(im, im->last, coeffs, tmp, i, j, v);
+        if (im->channels == 1) v[1] = v[2] = v[0];
+    }
+    dst[0] = v[0];
+    dst[1] = v[1];
+    dst[2] = v[2];
+}

@@ -1,0 +1,1449 @@
+//! A second decode lane: baseline JPEGs decoded by the GPU's hardware JPEG engines (A100, A30,
+//! H100, ...) through nvJPEG's hardware backend, into device memory that cudarc owns.
+//!
+//! [`NvJpeg::load`] finds and opens `libnvjpeg.so.13` (or `.12`) at run time; it never panics and
+//! says which paths it tried. A [`HardwareDecoder`] is created once for a maximum batch size and
+//! reused: its nvJPEG state, parse object, pinned staging for the compressed bytes and device
+//! output arena are kept between batches and only grown, up to caps, when a larger batch or image
+//! arrives, so the hot path allocates nothing.
+//!
+//! # What happens in one [`HardwareDecoder::decode`]
+//!
+//! 1. Each image is inspected on the CPU: this crate's marker walk ([`header::scan`]) refuses what
+//!    the hardware does not take (progressive, lossless, hierarchical, arithmetic-coded, 12-bit,
+//!    CMYK/YCCK, RGB-coded, 4:1:1 and odd subsamplings, several scans, truncated files), then
+//!    `nvjpegJpegStreamParse` and `nvjpegJpegStreamGetFrameDimensions` /
+//!    `GetComponentsNum` / `GetChromaSubsampling` read the header and
+//!    `nvjpegDecodeBatchedSupported` gives nvJPEG's own verdict (0 means supported). A refused
+//!    image is reported as [`Outcome::Refused`] with its [`Refusal`]; it never reaches the
+//!    hardware, so it cannot fail the batch. Send it to the CPU lane.
+//! 2. The accepted images are laid out in the output arena (each image 256-byte aligned) and their
+//!    compressed bytes are copied into one of two pinned staging buffers, so they cross PCIe from
+//!    page-locked memory (DALI stages its hardware-decoder input the same way).
+//! 3. The host waits for the previous batch's decode to finish (an event recorded after it): the
+//!    nvJPEG state is reused, and NVIDIA's own integrations (DALI, nvImageCodec) never queue a
+//!    batch on a state whose previous batch is still running.
+//! 4. `nvjpegDecodeBatchedInitialize(handle, state, n, 1, format)` when `n` or the format changed
+//!    since the last call (or after a failed batch, which the header says it resets), then
+//!    `nvjpegDecodeBatched(handle, state, data, lengths, destinations, stream)` on the caller's
+//!    stream, and an event is recorded on that stream.
+//!
+//! # Buffer lifetimes and asynchrony
+//!
+//! `nvjpegDecodeBatched` queues work on the stream and may return before the hardware has read the
+//! compressed bytes. So everything one call hands it (the pinned compressed bytes and the host
+//! arrays `data`, `lengths` and `destinations`) lives in one of two staging slots that is not
+//! written again until that batch's event has completed; the next `decode` fills the other slot
+//! while the batch runs, and the one after waits for the event. The nvJPEG state, handle and parse
+//! object live as long as the decoder, whose `Drop` waits for outstanding work before destroying
+//! them. The output of a batch stays valid until the next `decode` on the same decoder: queue the
+//! work that reads it on the same stream before calling `decode` again, or make another stream
+//! wait for [`DecodedBatch::completion_event`] and finish before the next `decode`. Growing the
+//! output arena (rare: only for a batch larger than any before) waits for the stream. The
+//! `nvjpeg_probe` binary measures how long `nvjpegDecodeBatched` blocks the host and whether
+//! rewriting the compressed bytes right after it returns changes the output.
+//!
+//! # CUDA runtime and context
+//!
+//! `libnvjpeg.so.13` links the CUDA runtime statically (its only `NEEDED` libraries are libc,
+//! libm, libdl, librt, libpthread and libgcc_s; it opens `libcuda.so.1` itself): no `libcudart.so`
+//! is needed, with or without custom allocators. With null allocators (what this module passes)
+//! nvJPEG allocates its internal buffers with that runtime's `cudaMalloc` / `cudaHostAlloc`. The
+//! runtime uses the context current on the calling thread; every call here first binds the context
+//! of the caller's stream (the device's primary context, which `CudaContext::new` retains), so
+//! nvJPEG's buffers, the output arena and the staging memory all belong to one context. The
+//! library also names the driver's `libnvcuvid.so.1`, which the hardware backend presumably drives
+//! the JPEG engines through: in a container, `NVIDIA_DRIVER_CAPABILITIES` should include `video`.
+//!
+//! # Output
+//!
+//! [`OutputFormat::Interleaved`] (`NVJPEG_OUTPUT_RGBI`, the default): one plane of R,G,B bytes per
+//! pixel, the HWC u8 layout gpufeed's normalize kernel already reads. [`OutputFormat::Planar`]
+//! (`NVJPEG_OUTPUT_RGB`): three planes, stored one after the other. Either way a pixel's channel
+//! `c` is at `ptr + y * pitch + x * pixel_stride + c * channel_stride` ([`DecodedImage::offset_of`]).
+//! Gray JPEGs are decoded to RGB with the gray value in all three channels. EXIF orientation is
+//! not applied (as `image`'s plain decode).
+// The whole of what it ports or wraps is kept, used by the pipeline or not.
+#![allow(dead_code)]
+
+pub mod header;
+pub mod sys;
+
+use std::ffi::{c_int, c_uint};
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use cudarc::driver::{
+    CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtrMut, DriverError, PinnedHostSlice,
+};
+
+pub use header::{HeaderError, JpegHeader, Subsampling};
+pub use sys::Unavailable;
+
+/// An nvJPEG status code, printed with its name from `nvjpeg.h`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Status(pub c_int);
+
+impl Status {
+    /// `NVJPEG_STATUS_...` name.
+    pub fn name(self) -> &'static str {
+        sys::status_name(self.0)
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.name(), self.0)
+    }
+}
+
+impl fmt::Debug for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// Errors of the hardware decode lane.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An nvJPEG call failed.
+    #[error("{call} returned {status}")]
+    Nvjpeg {
+        /// The call, as written in C.
+        call: &'static str,
+        /// What it returned.
+        status: Status,
+    },
+    /// A CUDA driver call (through cudarc) failed.
+    #[error("CUDA error during {call}: {reason}")]
+    Cuda {
+        /// What was being done.
+        call: &'static str,
+        /// The driver's message.
+        reason: String,
+    },
+    /// The GPU has no JPEG engine, or nvJPEG cannot drive it (no `libnvcuvid.so.1`, say).
+    #[error("no hardware JPEG decoder: {0}")]
+    NoHardware(String),
+    /// More images than the decoder was created for.
+    #[error("a batch of {len} images is over the decoder's max_batch of {max}")]
+    BatchTooLarge {
+        /// Images given.
+        len: usize,
+        /// The decoder's `max_batch`.
+        max: usize,
+    },
+    /// The configuration makes no sense.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// An index or range outside the batch or its output.
+    #[error("out of range: {0}")]
+    OutOfRange(String),
+}
+
+fn cuda(call: &'static str) -> impl Fn(DriverError) -> Error {
+    move |e| Error::Cuda {
+        call,
+        reason: e.to_string(),
+    }
+}
+
+fn check(call: &'static str, status: c_int) -> Result<(), Error> {
+    if status == sys::NVJPEG_STATUS_SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::Nvjpeg {
+            call,
+            status: Status(status),
+        })
+    }
+}
+
+/// A loaded nvJPEG library. Cheap to clone (the function table is shared).
+#[derive(Clone)]
+pub struct NvJpeg {
+    functions: Arc<sys::Functions>,
+    version: (i32, i32, i32),
+    cudart_version: Option<(i32, i32, i32)>,
+}
+
+impl fmt::Debug for NvJpeg {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NvJpeg")
+            .field("path", &self.functions.path)
+            .field("version", &self.version)
+            .finish()
+    }
+}
+
+impl NvJpeg {
+    /// Finds and opens libnvjpeg (see [`sys::candidates`] for where it looks; `GPUFEED_NVJPEG`
+    /// names a file or folder to try first) and resolves the functions this module calls. Needs no
+    /// GPU. Never panics: a missing library or symbol is an [`Unavailable`] listing what was tried.
+    pub fn load() -> Result<NvJpeg, Unavailable> {
+        // Loaded once and never unloaded: nvJPEG carries a static CUDA runtime, which is not
+        // meant to be torn down while the process runs.
+        static LOADED: OnceLock<NvJpeg> = OnceLock::new();
+        if let Some(loaded) = LOADED.get() {
+            return Ok(loaded.clone());
+        }
+        let loaded = Self::load_uncached()?;
+        Ok(LOADED.get_or_init(|| loaded).clone())
+    }
+
+    fn load_uncached() -> Result<NvJpeg, Unavailable> {
+        let functions = sys::load()?;
+        let property = |get: sys::GetPropertyFn| -> Option<(i32, i32, i32)> {
+            let mut v = [0 as c_int; 3];
+            for (kind, slot) in [sys::MAJOR_VERSION, sys::MINOR_VERSION, sys::PATCH_LEVEL]
+                .into_iter()
+                .zip(v.iter_mut())
+            {
+                // SAFETY: `get` is nvjpegGetProperty or nvjpegGetCudartProperty from the loaded
+                // library (alive in `functions`); it writes one int through a valid pointer.
+                let status = unsafe { get(kind, slot) };
+                if status != sys::NVJPEG_STATUS_SUCCESS {
+                    return None;
+                }
+            }
+            Some((v[0], v[1], v[2]))
+        };
+        let Some(version) = property(functions.get_property) else {
+            return Err(Unavailable {
+                reason: format!(
+                    "{} was loaded but nvjpegGetProperty failed",
+                    functions.path.display()
+                ),
+                tried: Vec::new(),
+                searched: Vec::new(),
+            });
+        };
+        if version.0 < 12 {
+            return Err(Unavailable {
+                reason: format!(
+                    "{} is nvJPEG {}.{}.{}; the hardware lane needs nvJPEG 12 or 13",
+                    functions.path.display(),
+                    version.0,
+                    version.1,
+                    version.2
+                ),
+                tried: Vec::new(),
+                searched: Vec::new(),
+            });
+        }
+        let cudart_version = functions.get_cudart_property.and_then(property);
+        Ok(NvJpeg {
+            functions: Arc::new(functions),
+            version,
+            cudart_version,
+        })
+    }
+
+    /// nvJPEG's version (major, minor, patch).
+    pub fn version(&self) -> (i32, i32, i32) {
+        self.version
+    }
+}
+
+/// How decoded pixels are laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OutputFormat {
+    /// `NVJPEG_OUTPUT_RGBI`: R,G,B bytes per pixel in one plane (HWC).
+    Interleaved,
+    /// `NVJPEG_OUTPUT_RGB`: an R plane, then a G plane, then a B plane (CHW).
+    Planar,
+}
+
+impl OutputFormat {
+    fn nvjpeg(self) -> sys::nvjpegOutputFormat_t {
+        match self {
+            OutputFormat::Interleaved => sys::NVJPEG_OUTPUT_RGBI,
+            OutputFormat::Planar => sys::NVJPEG_OUTPUT_RGB,
+        }
+    }
+}
+
+impl fmt::Display for OutputFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            OutputFormat::Interleaved => "interleaved RGB (NVJPEG_OUTPUT_RGBI)",
+            OutputFormat::Planar => "planar RGB (NVJPEG_OUTPUT_RGB)",
+        })
+    }
+}
+
+/// Where nvJPEG reads the compressed bytes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Staging {
+    /// Copied into the decoder's pinned buffers first (the default).
+    Pinned,
+    /// The caller's own slices, whatever memory they are in. `decode` then waits for the batch to
+    /// finish before returning, since nothing else keeps those slices alive. For comparisons.
+    Caller,
+}
+
+/// Which checks run before an image is sent to the hardware.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checks {
+    /// This module's marker walk, then nvJPEG's parse and `nvjpegDecodeBatchedSupported` (the
+    /// default).
+    Full,
+    /// nvJPEG's parse and `nvjpegDecodeBatchedSupported` only.
+    NvjpegOnly,
+    /// This module's marker walk alone: everything it refuses nvJPEG refuses too, and it costs
+    /// microseconds where nvJPEG's parse of the whole stream costs tens (`nvjpegDecodeBatched`
+    /// parses the streams again anyway).
+    Markers,
+    /// Diagnostics only: the size from the marker walk, nothing else. Files the hardware cannot
+    /// decode reach it and may fail the whole batch.
+    SizeOnly,
+}
+
+/// How much of each file `nvjpegJpegStreamParse` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParseMode {
+    /// `nvjpegJpegStreamParse`: the whole stream (the default).
+    Full,
+    /// `nvjpegJpegStreamParseHeader`: the header only.
+    Header,
+}
+
+/// Settings of a [`HardwareDecoder`].
+#[derive(Debug, Clone)]
+pub struct DecoderConfig {
+    /// Most images per [`HardwareDecoder::decode`] call.
+    pub max_batch: usize,
+    /// Pixel layout of the output.
+    pub output: OutputFormat,
+    /// Images with more pixels are refused ([`Refusal::TooLarge`]).
+    pub max_image_pixels: u64,
+    /// Cap on the device output arena; images of a batch that do not fit are refused
+    /// ([`Refusal::NoRoom`]).
+    pub max_output_bytes: usize,
+    /// Cap on each of the two pinned staging buffers; likewise.
+    pub max_staging_bytes: usize,
+    /// Pinned bytes allocated up front for each staging buffer.
+    pub initial_staging_bytes: usize,
+    /// Device bytes allocated up front for the output arena.
+    pub initial_output_bytes: usize,
+    /// `(width, height)` for `nvjpegDecodeBatchedPreAllocate(max_batch, width, height, 4:4:4)`;
+    /// DALI and nvImageCodec call it (with 1x1 when given no hint) because it makes nvJPEG keep a
+    /// memory pool for the hardware decoder.
+    pub preallocate: Option<(u32, u32)>,
+    /// `NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION`: smooth chroma upsampling, as libjpeg's
+    /// "fancy" upsampling.
+    pub upsampling_with_interpolation: bool,
+    /// Where the compressed bytes are read from.
+    pub staging: Staging,
+    /// What runs before an image is sent to the hardware.
+    pub checks: Checks,
+    /// How nvJPEG parses each file.
+    pub parse: ParseMode,
+    /// Call `nvjpegDecodeBatchedInitialize` before every batch, as DALI and nvImageCodec do,
+    /// rather than only when the batch size or format changes (the header says once per size is
+    /// enough).
+    pub reinitialize_every_batch: bool,
+    /// Diagnostics: fill the whole output arena with this byte before every batch, so that bytes
+    /// the decoder does not write stand out.
+    pub poison: Option<u8>,
+    /// Send one-component (gray) JPEGs to the hardware (with [`Checks::Markers`]).
+    pub gray: bool,
+}
+
+impl Default for DecoderConfig {
+    fn default() -> Self {
+        DecoderConfig {
+            max_batch: 256,
+            output: OutputFormat::Interleaved,
+            max_image_pixels: 64 << 20,
+            max_output_bytes: 4 << 30,
+            max_staging_bytes: 512 << 20,
+            initial_staging_bytes: 16 << 20,
+            initial_output_bytes: 0,
+            preallocate: Some((1, 1)),
+            upsampling_with_interpolation: false,
+            staging: Staging::Pinned,
+            checks: Checks::Full,
+            parse: ParseMode::Full,
+            reinitialize_every_batch: false,
+            poison: None,
+            gray: true,
+        }
+    }
+}
+
+/// Header facts of one JPEG the hardware will decode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JpegInfo {
+    /// Width in pixels.
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+    /// Components in the file: 1 (gray) or 3.
+    pub components: u32,
+    /// Chroma subsampling.
+    pub subsampling: Subsampling,
+    /// Compressed size in bytes.
+    pub compressed_bytes: usize,
+}
+
+/// Why an image is not sent to the hardware decoder. Decode it on the CPU instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// No SOI marker.
+    NotJpeg,
+    /// The file ends before its end-of-image marker.
+    Truncated,
+    /// The markers make no sense.
+    Malformed(&'static str),
+    /// Progressive DCT.
+    Progressive,
+    /// Lossless JPEG.
+    Lossless,
+    /// Hierarchical JPEG.
+    Hierarchical,
+    /// Arithmetic entropy coding.
+    Arithmetic,
+    /// Not 8 bits per sample.
+    Precision(u8),
+    /// Four components: CMYK or YCCK.
+    Cmyk,
+    /// Neither 1 nor 3 (nor 4) components.
+    Components(u32),
+    /// Three components stored as RGB, not YCbCr.
+    RgbColorspace,
+    /// A subsampling the hardware does not decode.
+    Subsampling(Subsampling),
+    /// More than one scan (non-interleaved sequential).
+    MultipleScans(u16),
+    /// A zero dimension (or a height only given by a DNL marker).
+    Empty,
+    /// More pixels than [`DecoderConfig::max_image_pixels`].
+    TooLarge {
+        /// Width.
+        width: u32,
+        /// Height.
+        height: u32,
+    },
+    /// nvJPEG's parser and this module's marker walk disagree on the size.
+    HeaderMismatch,
+    /// An nvJPEG call on this image failed.
+    Nvjpeg {
+        /// The call.
+        call: &'static str,
+        /// What it returned.
+        status: Status,
+    },
+    /// `nvjpegDecodeBatchedSupported` says the hardware cannot decode it.
+    HardwareDeclined,
+    /// The batch's output or compressed bytes are over the decoder's caps.
+    NoRoom,
+}
+
+impl Refusal {}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::NotJpeg => f.write_str("not a JPEG file"),
+            Refusal::Truncated => f.write_str("truncated (no end-of-image marker)"),
+            Refusal::Malformed(what) => write!(f, "malformed JPEG: {what}"),
+            Refusal::Progressive => f.write_str("progressive JPEG"),
+            Refusal::Lossless => f.write_str("lossless JPEG"),
+            Refusal::Hierarchical => f.write_str("hierarchical JPEG"),
+            Refusal::Arithmetic => f.write_str("arithmetic-coded JPEG"),
+            Refusal::Precision(bits) => write!(f, "{bits}-bit samples"),
+            Refusal::Cmyk => f.write_str("CMYK or YCCK JPEG"),
+            Refusal::Components(n) => write!(f, "{n} components"),
+            Refusal::RgbColorspace => f.write_str("RGB-coded JPEG (not YCbCr)"),
+            Refusal::Subsampling(s) => write!(f, "{s} subsampling"),
+            Refusal::MultipleScans(n) => write!(f, "{n} scans"),
+            Refusal::Empty => f.write_str("zero width or height"),
+            Refusal::TooLarge { width, height } => {
+                write!(f, "{width}x{height} is over max_image_pixels")
+            }
+            Refusal::HeaderMismatch => f.write_str("nvJPEG reads a different size"),
+            Refusal::Nvjpeg { call, status } => write!(f, "{call} returned {status}"),
+            Refusal::HardwareDeclined => {
+                f.write_str("nvjpegDecodeBatchedSupported: not for the hardware decoder")
+            }
+            Refusal::NoRoom => f.write_str("over the decoder's output or staging cap"),
+        }
+    }
+}
+
+/// One decoded image in device memory.
+///
+/// Channel `c` (0 = R, 1 = G, 2 = B) of pixel `(x, y)` is the byte at
+/// `ptr + y * pitch + x * pixel_stride + c * channel_stride`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecodedImage {
+    /// Header facts.
+    pub info: JpegInfo,
+    /// Device address (`CUdeviceptr`) of pixel (0, 0), channel 0.
+    pub ptr: u64,
+    /// Offset of `ptr` in the decoder's output arena.
+    pub offset: usize,
+    /// Layout.
+    pub format: OutputFormat,
+    /// Bytes from one row to the next.
+    pub pitch: usize,
+    /// Bytes from one pixel to the next in a row: 3 interleaved, 1 planar.
+    pub pixel_stride: usize,
+    /// Bytes from one channel to the next: 1 interleaved, the plane size planar.
+    pub channel_stride: usize,
+    /// Bytes from `ptr` that hold this image (all channels, padding between planes included).
+    pub span: usize,
+}
+
+impl DecodedImage {}
+
+/// What became of one image of a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Decoded (once the batch's work has run on its stream).
+    Decoded(DecodedImage),
+    /// Not sent to the hardware.
+    Refused(Refusal),
+}
+
+/// Host time spent in the phases of one `decode` call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BatchTimings {
+    /// Inspecting the images and laying out the output.
+    pub inspect: Duration,
+    /// Copying compressed bytes into pinned staging.
+    pub stage: Duration,
+    /// Waiting for the previous batch to finish.
+    pub wait_previous: Duration,
+    /// `nvjpegDecodeBatchedInitialize` (when called) and `nvjpegDecodeBatched`, plus growing the
+    /// arena when needed.
+    pub submit: Duration,
+    /// Images sent to the hardware.
+    pub images: usize,
+    /// Whether `nvjpegDecodeBatchedInitialize` ran for this batch.
+    pub initialized: bool,
+}
+
+const ALIGN: usize = 256;
+
+fn align_up(n: usize, to: usize) -> Option<usize> {
+    n.checked_add(to - 1).map(|v| v / to * to)
+}
+
+/// Bytes an image of `width` x `height` takes in `format`, with its pitch and channel stride.
+fn layout(format: OutputFormat, width: u32, height: u32) -> Option<(usize, usize, usize, usize)> {
+    let (w, h) = (width as usize, height as usize);
+    match format {
+        OutputFormat::Interleaved => {
+            let pitch = w.checked_mul(3)?;
+            Some((pitch.checked_mul(h)?, pitch, 3, 1))
+        }
+        OutputFormat::Planar => {
+            let plane = align_up(w.checked_mul(h)?, ALIGN)?;
+            Some((plane.checked_mul(3)?, w, 1, plane))
+        }
+    }
+}
+
+/// What one batch hands to `nvjpegDecodeBatched`, kept untouched until that batch's event has
+/// completed: the pinned compressed bytes and the host arrays that point into them and into the
+/// output arena. Two of these alternate, so the next batch can be staged while one decodes.
+struct StagingSlot {
+    host: Option<PinnedHostSlice<u8>>,
+    ptr: *mut u8,
+    capacity: usize,
+    data: Vec<*const u8>,
+    lengths: Vec<usize>,
+    destinations: Vec<sys::nvjpegImage_t>,
+    /// Recorded after the batch that read this slot.
+    done: CudaEvent,
+    pending: bool,
+}
+
+impl StagingSlot {
+    fn wait(&mut self) -> Result<(), Error> {
+        if self.pending {
+            self.done
+                .synchronize()
+                .map_err(cuda("waiting for a batch's decode"))?;
+            self.pending = false;
+        }
+        Ok(())
+    }
+}
+
+/// Decodes batches of baseline JPEGs on the GPU's hardware JPEG engines. See the module docs.
+///
+/// Not `Sync`: one thread at a time (nvJPEG's state and parse objects are per thread).
+pub struct HardwareDecoder {
+    functions: Arc<sys::Functions>,
+    ctx: Arc<CudaContext>,
+    handle: sys::nvjpegHandle_t,
+    state: sys::nvjpegJpegState_t,
+    jpeg_stream: sys::nvjpegJpegStream_t,
+    config: DecoderConfig,
+    engines: Option<(u32, u32)>,
+    initialized_for: Option<(usize, sys::nvjpegOutputFormat_t)>,
+    slots: [StagingSlot; 2],
+    next_slot: usize,
+    last_slot: Option<usize>,
+    /// The slot of the last batch that `decode` returned successfully with hardware work.
+    ready: Option<usize>,
+    arena: Option<CudaSlice<u8>>,
+    stream: Option<Arc<CudaStream>>,
+    outcomes: Vec<Outcome>,
+    staged_offsets: Vec<usize>,
+    timings: BatchTimings,
+    warnings: Vec<(&'static str, Status)>,
+}
+
+// SAFETY: the nvJPEG handle, state and parse object are plain heap objects that nvJPEG lets any
+// thread use as long as no two threads use them at once, which `&mut self` guarantees (the type is
+// not `Sync`). The raw pointers into pinned memory are owned by this decoder. Every method binds
+// the CUDA context to the calling thread before calling nvJPEG or CUDA.
+unsafe impl Send for HardwareDecoder {}
+
+impl fmt::Debug for HardwareDecoder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HardwareDecoder")
+            .field("library", &self.functions.path)
+            .field("engines", &self.engines)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HardwareDecoder {
+    /// Creates the decoder on the context of `stream`: `nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE,
+    /// NULL, NULL, flags)`, `nvjpegGetHardwareDecoderInfo`, `nvjpegJpegStateCreate`,
+    /// `nvjpegJpegStreamCreate`, `nvjpegDecodeBatchedPreAllocate`, and the staging buffers.
+    ///
+    /// [`Error::NoHardware`] when the GPU has no JPEG engine (`NVJPEG_STATUS_ARCH_MISMATCH`, or no
+    /// engines reported).
+    pub fn new(
+        nvjpeg: &NvJpeg,
+        stream: &Arc<CudaStream>,
+        config: DecoderConfig,
+    ) -> Result<HardwareDecoder, Error> {
+        if config.max_batch == 0 || config.max_batch > i32::MAX as usize {
+            return Err(Error::Config(format!(
+                "max_batch must be 1 to {}, not {}",
+                i32::MAX,
+                config.max_batch
+            )));
+        }
+        let ctx = stream.context().clone();
+        ctx.bind_to_thread()
+            .map_err(cuda("binding the CUDA context"))?;
+        let new_event = || ctx.new_event(None).map_err(cuda("creating a CUDA event"));
+        let max_batch = config.max_batch;
+        let slot = |done| StagingSlot {
+            host: None,
+            ptr: std::ptr::null_mut(),
+            capacity: 0,
+            data: Vec::with_capacity(max_batch),
+            lengths: Vec::with_capacity(max_batch),
+            destinations: Vec::with_capacity(max_batch),
+            done,
+            pending: false,
+        };
+        let mut decoder = HardwareDecoder {
+            functions: nvjpeg.functions.clone(),
+            ctx: ctx.clone(),
+            handle: std::ptr::null_mut(),
+            state: std::ptr::null_mut(),
+            jpeg_stream: std::ptr::null_mut(),
+            engines: None,
+            initialized_for: None,
+            slots: [slot(new_event()?), slot(new_event()?)],
+            next_slot: 0,
+            last_slot: None,
+            ready: None,
+            arena: None,
+            stream: None,
+            outcomes: Vec::with_capacity(max_batch),
+            staged_offsets: Vec::with_capacity(max_batch),
+            timings: BatchTimings::default(),
+            warnings: Vec::new(),
+            config,
+        };
+        // From here on, `decoder`'s Drop releases whatever was created if a step fails.
+        let f = decoder.functions.clone();
+        let flags = if decoder.config.upsampling_with_interpolation {
+            sys::NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION
+        } else {
+            sys::NVJPEG_FLAGS_DEFAULT
+        };
+        let mut handle: sys::nvjpegHandle_t = std::ptr::null_mut();
+        // SAFETY: null allocators are allowed (nvJPEG then uses its runtime's allocators); the
+        // handle is written through a valid pointer; the context is current on this thread.
+        let status = unsafe {
+            (f.create_ex)(
+                sys::NVJPEG_BACKEND_HARDWARE,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                flags,
+                &mut handle,
+            )
+        };
+        match status {
+            sys::NVJPEG_STATUS_SUCCESS => decoder.handle = handle,
+            sys::NVJPEG_STATUS_ARCH_MISMATCH
+            | sys::NVJPEG_STATUS_JPEG_NOT_SUPPORTED
+            | sys::NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED => {
+                return Err(Error::NoHardware(format!(
+                    "nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE) returned {} (a GPU without JPEG \
+                     engines, or no libnvcuvid.so.1)",
+                    Status(status)
+                )));
+            }
+            other => {
+                check("nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE)", other)?;
+            }
+        }
+        if let Some(info) = f.get_hardware_decoder_info {
+            let (mut engines, mut cores) = (0 as c_uint, 0 as c_uint);
+            // SAFETY: valid handle and out-pointers.
+            let status = unsafe { info(decoder.handle, &mut engines, &mut cores) };
+            if status == sys::NVJPEG_STATUS_SUCCESS {
+                if engines == 0 {
+                    return Err(Error::NoHardware(
+                        "nvjpegGetHardwareDecoderInfo reports 0 engines".into(),
+                    ));
+                }
+                decoder.engines = Some((engines, cores));
+            } else {
+                // Informative only (the handle exists): kept for `setup_warnings`.
+                decoder
+                    .warnings
+                    .push(("nvjpegGetHardwareDecoderInfo", Status(status)));
+            }
+        }
+        let mut state: sys::nvjpegJpegState_t = std::ptr::null_mut();
+        // SAFETY: valid handle and out-pointer.
+        check("nvjpegJpegStateCreate", unsafe {
+            (f.jpeg_state_create)(decoder.handle, &mut state)
+        })?;
+        decoder.state = state;
+        let mut jpeg_stream: sys::nvjpegJpegStream_t = std::ptr::null_mut();
+        // SAFETY: valid handle and out-pointer.
+        check("nvjpegJpegStreamCreate", unsafe {
+            (f.jpeg_stream_create)(decoder.handle, &mut jpeg_stream)
+        })?;
+        decoder.jpeg_stream = jpeg_stream;
+        if let (Some((w, h)), Some(pre)) =
+            (decoder.config.preallocate, f.decode_batched_pre_allocate)
+        {
+            let (w, h) = (w.clamp(1, i32::MAX as u32), h.clamp(1, i32::MAX as u32));
+            // SAFETY: valid handle and state; plain integer arguments.
+            let status = unsafe {
+                pre(
+                    decoder.handle,
+                    decoder.state,
+                    max_batch as c_int,
+                    w as c_int,
+                    h as c_int,
+                    sys::NVJPEG_CSS_444,
+                    decoder.config.output.nvjpeg(),
+                )
+            };
+            // A pre-allocation that fails only costs speed: decoding allocates on demand.
+            if status != sys::NVJPEG_STATUS_SUCCESS {
+                decoder
+                    .warnings
+                    .push(("nvjpegDecodeBatchedPreAllocate", Status(status)));
+            }
+        }
+        if decoder.config.staging == Staging::Pinned {
+            let initial = decoder
+                .config
+                .initial_staging_bytes
+                .min(decoder.config.max_staging_bytes);
+            for i in 0..2 {
+                decoder.grow_staging(i, initial)?;
+            }
+        }
+        if decoder.config.initial_output_bytes > 0 {
+            let bytes = decoder
+                .config
+                .initial_output_bytes
+                .min(decoder.config.max_output_bytes);
+            decoder.grow_arena(stream, bytes)?;
+        }
+        Ok(decoder)
+    }
+
+    /// JPEG engines and cores per engine, from `nvjpegGetHardwareDecoderInfo`.
+    pub fn engines(&self) -> Option<(u32, u32)> {
+        self.engines
+    }
+
+    /// Bytes of the device output arena now.
+    fn output_capacity(&self) -> usize {
+        self.arena.as_ref().map_or(0, |a| a.len())
+    }
+
+    /// Whether the hardware lane takes `jpeg`, with its header facts. Runs the same checks as
+    /// [`HardwareDecoder::decode`] (CPU only, no GPU work).
+    pub fn inspect(&mut self, jpeg: &[u8]) -> Result<JpegInfo, Refusal> {
+        // nvJPEG's parser needs no context, so a failure to bind it changes nothing here.
+        let _ = self.ctx.bind_to_thread();
+        inspect_one(
+            &self.functions,
+            self.handle,
+            self.jpeg_stream,
+            &self.config,
+            jpeg,
+        )
+    }
+
+    /// Decodes `jpegs` (at most `max_batch`) on `stream`: inspects each, sends the accepted ones
+    /// to the hardware in one `nvjpegDecodeBatched`, and returns one [`Outcome`] per input, in
+    /// order. The pixels are ready once the batch's work on `stream` has run
+    /// ([`DecodedBatch::synchronize`], or later work on the same stream).
+    ///
+    /// Blocks until the previous batch has finished on the GPU. An `Err` concerns the whole batch
+    /// (an nvJPEG or CUDA call failed); the next call starts afresh.
+    pub fn decode<'d>(
+        &'d mut self,
+        stream: &Arc<CudaStream>,
+        jpegs: &[&[u8]],
+    ) -> Result<DecodedBatch<'d>, Error> {
+        if jpegs.len() > self.config.max_batch {
+            return Err(Error::BatchTooLarge {
+                len: jpegs.len(),
+                max: self.config.max_batch,
+            });
+        }
+        if stream.context() != &self.ctx {
+            return Err(Error::Config(
+                "the stream belongs to another CUDA context than the decoder".into(),
+            ));
+        }
+        self.ctx
+            .bind_to_thread()
+            .map_err(cuda("binding the CUDA context"))?;
+        self.timings = BatchTimings::default();
+        self.ready = None;
+        let started = Instant::now();
+
+        // 1. Inspect and lay out.
+        self.outcomes.clear();
+        self.staged_offsets.clear();
+        let format = self.config.output;
+        let mut output_bytes = 0usize;
+        let mut staged_bytes = 0usize;
+        for jpeg in jpegs {
+            let info = match inspect_one(
+                &self.functions,
+                self.handle,
+                self.jpeg_stream,
+                &self.config,
+                jpeg,
+            ) {
+                Ok(info) => info,
+                Err(refusal) => {
+                    self.outcomes.push(Outcome::Refused(refusal));
+                    continue;
+                }
+            };
+            let Some((bytes, pitch, pixel_stride, channel_stride)) =
+                layout(format, info.width, info.height)
+            else {
+                self.outcomes.push(Outcome::Refused(Refusal::TooLarge {
+                    width: info.width,
+                    height: info.height,
+                }));
+                continue;
+            };
+            let out_end = align_up(output_bytes, ALIGN).and_then(|o| o.checked_add(bytes));
+            let stage_end = align_up(staged_bytes, 64).and_then(|o| o.checked_add(jpeg.len()));
+            let fits_output = out_end.is_some_and(|end| end <= self.config.max_output_bytes);
+            let fits_staging = self.config.staging == Staging::Caller
+                || stage_end.is_some_and(|end| end <= self.config.max_staging_bytes);
+            let (Some(out_end), Some(stage_end), true, true) =
+                (out_end, stage_end, fits_output, fits_staging)
+            else {
+                self.outcomes.push(Outcome::Refused(Refusal::NoRoom));
+                continue;
+            };
+            let offset = out_end - bytes;
+            self.staged_offsets.push(stage_end - jpeg.len());
+            output_bytes = out_end;
+            staged_bytes = stage_end;
+            self.outcomes.push(Outcome::Decoded(DecodedImage {
+                info,
+                ptr: 0, // set once the arena exists
+                offset,
+                format,
+                pitch,
+                pixel_stride,
+                channel_stride,
+                span: bytes,
+            }));
+        }
+        let n = self.staged_offsets.len();
+        self.timings.inspect = started.elapsed();
+        self.timings.images = n;
+        self.stream = Some(stream.clone());
+        if n == 0 {
+            return Ok(DecodedBatch {
+                decoder: self,
+                slot: None,
+            });
+        }
+
+        // 2. Stage the compressed bytes (in the slot the in-flight batch does not use).
+        let t = Instant::now();
+        let slot_index = self.next_slot;
+        self.slots[slot_index].wait()?;
+        if self.config.staging == Staging::Pinned && self.slots[slot_index].capacity < staged_bytes
+        {
+            let grown = staged_bytes
+                .saturating_add(staged_bytes / 4)
+                .min(self.config.max_staging_bytes)
+                .max(staged_bytes);
+            self.grow_staging(slot_index, grown)?;
+        }
+        let slot = &mut self.slots[slot_index];
+        slot.data.clear();
+        slot.lengths.clear();
+        slot.destinations.clear();
+        let mut k = 0;
+        for (jpeg, outcome) in jpegs.iter().zip(&self.outcomes) {
+            if let Outcome::Decoded(_) = outcome {
+                let src = match self.config.staging {
+                    Staging::Pinned => {
+                        let at = self.staged_offsets[k];
+                        // SAFETY: `slot.ptr` points to `capacity >= staged_bytes` bytes of pinned
+                        // memory owned by this slot, which no queued work reads (waited above);
+                        // `[at, at + len)` lies within `staged_bytes` by construction, and the
+                        // source is a separate host slice.
+                        unsafe {
+                            let dst = slot.ptr.add(at);
+                            std::ptr::copy_nonoverlapping(jpeg.as_ptr(), dst, jpeg.len());
+                            dst.cast_const()
+                        }
+                    }
+                    Staging::Caller => jpeg.as_ptr(),
+                };
+                slot.data.push(src);
+                slot.lengths.push(jpeg.len());
+                k += 1;
+            }
+        }
+        self.timings.stage = t.elapsed();
+
+        // 3. The previous batch must be done before its state is reused.
+        let t = Instant::now();
+        if let Some(last) = self.last_slot {
+            self.slots[last].wait()?;
+        }
+        self.timings.wait_previous = t.elapsed();
+
+        // 4. Output arena, descriptors, nvJPEG.
+        let t = Instant::now();
+        if self.output_capacity() < output_bytes {
+            let grown = output_bytes
+                .saturating_add(output_bytes / 4)
+                .min(self.config.max_output_bytes)
+                .max(output_bytes);
+            self.grow_arena(stream, grown)?;
+        }
+        let fmt = format.nvjpeg();
+        if self.config.reinitialize_every_batch || self.initialized_for != Some((n, fmt)) {
+            self.initialized_for = None;
+            // SAFETY: valid handle and state, not used by queued work (previous batch waited for);
+            // plain integer arguments (n <= max_batch <= i32::MAX).
+            check("nvjpegDecodeBatchedInitialize", unsafe {
+                (self.functions.decode_batched_initialize)(
+                    self.handle,
+                    self.state,
+                    n as c_int,
+                    1,
+                    fmt,
+                )
+            })?;
+            self.initialized_for = Some((n, fmt));
+            self.timings.initialized = true;
+        }
+        let Some(arena) = self.arena.as_mut() else {
+            return Err(Error::Config("no output arena".into()));
+        };
+        let arena_len = arena.len();
+        let (base, arena_guard) = arena.device_ptr_mut(stream);
+        if let Some(value) = self.config.poison {
+            // SAFETY: `base` is the start of this arena's `arena_len` bytes, alive while the
+            // guard borrows it; the memset is queued on `stream`, which the guard orders after
+            // earlier uses of the arena.
+            unsafe {
+                cudarc::driver::result::memset_d8_async(base, value, arena_len, stream.cu_stream())
+            }
+            .map_err(cuda("poisoning the output arena"))?;
+        }
+        let slot = &mut self.slots[slot_index];
+        for outcome in self.outcomes.iter_mut() {
+            if let Outcome::Decoded(image) = outcome {
+                image.ptr = base + image.offset as u64;
+                let mut d = sys::nvjpegImage_t::EMPTY;
+                match format {
+                    OutputFormat::Interleaved => {
+                        d.channel[0] = image.ptr as usize as *mut u8;
+                        d.pitch[0] = image.pitch;
+                    }
+                    OutputFormat::Planar => {
+                        for c in 0..3 {
+                            d.channel[c] =
+                                (image.ptr as usize + c * image.channel_stride) as *mut u8;
+                            d.pitch[c] = image.pitch;
+                        }
+                    }
+                }
+                slot.destinations.push(d);
+            }
+        }
+        // SAFETY: the slot's `data`/`lengths`/`destinations` hold `n` entries each, matching the
+        // `n` given to nvjpegDecodeBatchedInitialize, and, like the bytes `data[i]` points to
+        // (`lengths[i]` of them), stay untouched until this batch's event has completed (pinned
+        // staging: the slot is not written again before `wait`; caller staging: we wait below
+        // before returning). Each destination addresses `span` bytes inside the arena, which lives
+        // until the decoder is dropped or grows it after waiting for this batch. The stream
+        // belongs to the current context.
+        let status = unsafe {
+            (self.functions.decode_batched)(
+                self.handle,
+                self.state,
+                slot.data.as_ptr(),
+                slot.lengths.as_ptr(),
+                slot.destinations.as_mut_ptr(),
+                stream.cu_stream() as sys::cudaStream_t,
+            )
+        };
+        // Records the arena's write on `stream` for cudarc's own ordering.
+        drop(arena_guard);
+        let recorded = slot.done.record(stream);
+        slot.pending = recorded.is_ok();
+        self.last_slot = Some(slot_index);
+        self.next_slot = 1 - slot_index;
+        if status != sys::NVJPEG_STATUS_SUCCESS {
+            // The header: nvjpegDecodeBatchedInitialize also "resets failed batches".
+            self.initialized_for = None;
+            if self.config.staging == Staging::Caller {
+                let _ = self.slots[slot_index].wait();
+            }
+            return Err(Error::Nvjpeg {
+                call: "nvjpegDecodeBatched",
+                status: Status(status),
+            });
+        }
+        recorded.map_err(cuda("recording the batch's event"))?;
+        self.timings.submit = t.elapsed();
+        if self.config.staging == Staging::Caller {
+            self.slots[slot_index].wait()?;
+        }
+        self.ready = Some(slot_index);
+        Ok(DecodedBatch {
+            decoder: self,
+            slot: Some(slot_index),
+        })
+    }
+
+    /// Waits for outstanding work, then destroys the nvJPEG objects, reporting the first failure
+    /// (dropping the decoder does the same, silently).
+    pub fn close(mut self) -> Result<(), Error> {
+        self.release()
+    }
+
+    fn release(&mut self) -> Result<(), Error> {
+        let mut first: Result<(), Error> = Ok(());
+        let mut keep = |r: Result<(), Error>| {
+            if first.is_ok() {
+                first = r;
+            }
+        };
+        keep(
+            self.ctx
+                .bind_to_thread()
+                .map_err(cuda("binding the CUDA context")),
+        );
+        for slot in self.slots.iter_mut() {
+            keep(slot.wait());
+        }
+        let f = self.functions.clone();
+        if !self.jpeg_stream.is_null() {
+            // SAFETY: created by nvjpegJpegStreamCreate, destroyed once (nulled below).
+            keep(check("nvjpegJpegStreamDestroy", unsafe {
+                (f.jpeg_stream_destroy)(self.jpeg_stream)
+            }));
+            self.jpeg_stream = std::ptr::null_mut();
+        }
+        if !self.state.is_null() {
+            // SAFETY: created by nvjpegJpegStateCreate; no queued work uses it (waited above).
+            keep(check("nvjpegJpegStateDestroy", unsafe {
+                (f.jpeg_state_destroy)(self.state)
+            }));
+            self.state = std::ptr::null_mut();
+        }
+        if !self.handle.is_null() {
+            // SAFETY: created by nvjpegCreateEx; its state and stream are destroyed above.
+            keep(check("nvjpegDestroy", unsafe { (f.destroy)(self.handle) }));
+            self.handle = std::ptr::null_mut();
+        }
+        first
+    }
+
+    fn grow_staging(&mut self, index: usize, bytes: usize) -> Result<(), Error> {
+        let slot = &mut self.slots[index];
+        slot.wait()?;
+        // Drop the old buffer first: no queued work reads it (waited above).
+        slot.host = None;
+        slot.ptr = std::ptr::null_mut();
+        slot.capacity = 0;
+        let bytes = align_up(bytes.max(1), 1 << 20).unwrap_or(bytes.max(1));
+        // Flags 0: ordinary page-locked memory. Not write-combined: nvJPEG reads the headers back
+        // on the CPU, and CPU reads of write-combined memory are very slow.
+        // SAFETY: the memory is uninitialized u8, only written by `decode` before nvJPEG reads
+        // the written range.
+        let mut host = unsafe { self.ctx.alloc_pinned_with_flags::<u8>(bytes, 0) }
+            .map_err(cuda("allocating pinned staging memory"))?;
+        let ptr = host
+            .as_mut_ptr()
+            .map_err(cuda("mapping pinned staging memory"))?;
+        slot.ptr = ptr;
+        slot.capacity = bytes;
+        slot.host = Some(host);
+        Ok(())
+    }
+
+    fn grow_arena(&mut self, stream: &Arc<CudaStream>, bytes: usize) -> Result<(), Error> {
+        // Dropping the old arena queues its release behind the work cudarc knows about; nothing
+        // of ours uses it any more (the previous batch was waited for).
+        self.arena = None;
+        let bytes = align_up(bytes.max(1), 2 << 20)
+            .unwrap_or(bytes.max(1))
+            .min(self.config.max_output_bytes.max(bytes));
+        // SAFETY: uninitialized device bytes; nvJPEG writes every byte of an image before it is
+        // reported decoded, and u8 has no invalid values for the diagnostics that read the rest.
+        let arena = unsafe { stream.alloc::<u8>(bytes) }
+            .map_err(cuda("allocating the device output arena"))?;
+        // Stream-ordered allocations are only usable in stream order; waiting once here makes the
+        // arena plain device memory for nvJPEG's engines, whatever they synchronize with.
+        stream
+            .synchronize()
+            .map_err(cuda("waiting for the output arena's allocation"))?;
+        self.arena = Some(arena);
+        Ok(())
+    }
+}
+
+impl Drop for HardwareDecoder {
+    fn drop(&mut self) {
+        // Errors cannot be reported from here; `close` reports them.
+        let _ = self.release();
+    }
+}
+
+/// Maps nvJPEG's subsampling value.
+fn subsampling_of(css: sys::nvjpegChromaSubsampling_t) -> Subsampling {
+    match css {
+        sys::NVJPEG_CSS_444 => Subsampling::S444,
+        sys::NVJPEG_CSS_422 => Subsampling::S422,
+        sys::NVJPEG_CSS_420 => Subsampling::S420,
+        sys::NVJPEG_CSS_440 => Subsampling::S440,
+        sys::NVJPEG_CSS_411 => Subsampling::S411,
+        sys::NVJPEG_CSS_410 => Subsampling::S410,
+        sys::NVJPEG_CSS_410V => Subsampling::S410V,
+        sys::NVJPEG_CSS_GRAY => Subsampling::Gray,
+        _ => Subsampling::Unknown,
+    }
+}
+
+/// This module's own verdict from the marker walk.
+fn classify(h: &JpegHeader) -> Result<(), Refusal> {
+    if h.hierarchical() {
+        return Err(Refusal::Hierarchical);
+    }
+    if h.progressive() {
+        return Err(Refusal::Progressive);
+    }
+    if h.lossless() {
+        return Err(Refusal::Lossless);
+    }
+    if h.arithmetic() {
+        return Err(Refusal::Arithmetic);
+    }
+    if h.precision != 8 {
+        return Err(Refusal::Precision(h.precision));
+    }
+    match h.components {
+        1 | 3 => {}
+        4 => return Err(Refusal::Cmyk),
+        n => return Err(Refusal::Components(n as u32)),
+    }
+    if h.rgb_colorspace() {
+        return Err(Refusal::RgbColorspace);
+    }
+    let s = h.subsampling();
+    if !s.hardware_supported() {
+        return Err(Refusal::Subsampling(s));
+    }
+    if h.scans != 1 {
+        return Err(Refusal::MultipleScans(h.scans));
+    }
+    if !h.complete {
+        return Err(Refusal::Truncated);
+    }
+    if h.width == 0 || h.height == 0 {
+        return Err(Refusal::Empty);
+    }
+    Ok(())
+}
+
+fn refusal_of(e: HeaderError) -> Refusal {
+    match e {
+        HeaderError::NotJpeg => Refusal::NotJpeg,
+        HeaderError::Truncated => Refusal::Truncated,
+        HeaderError::Malformed(what) => Refusal::Malformed(what),
+    }
+}
+
+fn inspect_one(
+    f: &sys::Functions,
+    handle: sys::nvjpegHandle_t,
+    jpeg_stream: sys::nvjpegJpegStream_t,
+    config: &DecoderConfig,
+    data: &[u8],
+) -> Result<JpegInfo, Refusal> {
+    let nv = |call: &'static str, status: c_int| -> Result<(), Refusal> {
+        if status == sys::NVJPEG_STATUS_SUCCESS {
+            Ok(())
+        } else {
+            Err(Refusal::Nvjpeg {
+                call,
+                status: Status(status),
+            })
+        }
+    };
+    let own = match config.checks {
+        Checks::Full => {
+            let h = header::scan(data).map_err(refusal_of)?;
+            classify(&h)?;
+            Some(h)
+        }
+        Checks::SizeOnly => {
+            let h = header::scan(data).map_err(refusal_of)?;
+            if h.width == 0 || h.height == 0 {
+                return Err(Refusal::Empty);
+            }
+            let info = JpegInfo {
+                width: h.width as u32,
+                height: h.height as u32,
+                components: h.components as u32,
+                subsampling: h.subsampling(),
+                compressed_bytes: data.len(),
+            };
+            return within_limit(info, config);
+        }
+        Checks::Markers => {
+            let h = header::scan(data).map_err(refusal_of)?;
+            classify(&h)?;
+            if h.components == 1 && !config.gray {
+                return Err(Refusal::Components(1));
+            }
+            let info = JpegInfo {
+                width: h.width as u32,
+                height: h.height as u32,
+                components: h.components as u32,
+                subsampling: h.subsampling(),
+                compressed_bytes: data.len(),
+            };
+            return within_limit(info, config);
+        }
+        Checks::NvjpegOnly => None,
+    };
+    if data.is_empty() {
+        return Err(Refusal::NotJpeg);
+    }
+    // `handle` and `jpeg_stream` are live objects of the decoder that called this, used by one
+    // thread at a time (`&mut` access); that is what every SAFETY comment below relies on.
+    let status = match config.parse {
+        // SAFETY: live handle and parse object; `data` is a valid slice of `data.len()` bytes.
+        ParseMode::Full => unsafe {
+            (f.jpeg_stream_parse)(handle, data.as_ptr(), data.len(), 0, 0, jpeg_stream)
+        },
+        // SAFETY: as above.
+        ParseMode::Header => unsafe {
+            (f.jpeg_stream_parse_header)(handle, data.as_ptr(), data.len(), jpeg_stream)
+        },
+    };
+    nv(
+        match config.parse {
+            ParseMode::Full => "nvjpegJpegStreamParse",
+            ParseMode::Header => "nvjpegJpegStreamParseHeader",
+        },
+        status,
+    )?;
+    let (mut width, mut height, mut components) = (0 as c_uint, 0 as c_uint, 0 as c_uint);
+    let mut css: sys::nvjpegChromaSubsampling_t = sys::NVJPEG_CSS_UNKNOWN;
+    // SAFETY: live parse object, just parsed; the out-pointers are valid locals.
+    let status =
+        unsafe { (f.jpeg_stream_get_frame_dimensions)(jpeg_stream, &mut width, &mut height) };
+    nv("nvjpegJpegStreamGetFrameDimensions", status)?;
+    // SAFETY: as above.
+    let status = unsafe { (f.jpeg_stream_get_components_num)(jpeg_stream, &mut components) };
+    nv("nvjpegJpegStreamGetComponentsNum", status)?;
+    // SAFETY: as above.
+    let status = unsafe { (f.jpeg_stream_get_chroma_subsampling)(jpeg_stream, &mut css) };
+    nv("nvjpegJpegStreamGetChromaSubsampling", status)?;
+    if let Some(get_encoding) = f.jpeg_stream_get_jpeg_encoding {
+        let mut encoding: sys::nvjpegJpegEncoding_t = 0;
+        // SAFETY: as above.
+        let status = unsafe { get_encoding(jpeg_stream, &mut encoding) };
+        // Informative only: a failure here leaves the verdict to nvjpegDecodeBatchedSupported.
+        let encoding = if status == sys::NVJPEG_STATUS_SUCCESS {
+            encoding
+        } else {
+            sys::NVJPEG_ENCODING_BASELINE_DCT
+        };
+        match encoding {
+            sys::NVJPEG_ENCODING_BASELINE_DCT
+            | sys::NVJPEG_ENCODING_EXTENDED_SEQUENTIAL_DCT_HUFFMAN => {}
+            sys::NVJPEG_ENCODING_PROGRESSIVE_DCT_HUFFMAN => return Err(Refusal::Progressive),
+            _ => return Err(Refusal::HardwareDeclined),
+        }
+    }
+    match components {
+        1 | 3 => {}
+        4 => return Err(Refusal::Cmyk),
+        n => return Err(Refusal::Components(n)),
+    }
+    let subsampling = subsampling_of(css);
+    if !subsampling.hardware_supported() {
+        return Err(Refusal::Subsampling(subsampling));
+    }
+    if width == 0 || height == 0 {
+        return Err(Refusal::Empty);
+    }
+    if let Some(h) = own {
+        if (h.width as u32, h.height as u32) != (width, height) {
+            return Err(Refusal::HeaderMismatch);
+        }
+    }
+    let mut is_supported: c_int = -1;
+    // SAFETY: live handle and parse object (parsed above); the out-pointer is a valid local.
+    let status = unsafe { (f.decode_batched_supported)(handle, jpeg_stream, &mut is_supported) };
+    nv("nvjpegDecodeBatchedSupported", status)?;
+    // nvjpeg.h: "sets is_supported value to 0 if decoder is capable to handle jpeg_stream".
+    if is_supported != 0 {
+        return Err(Refusal::HardwareDeclined);
+    }
+    within_limit(
+        JpegInfo {
+            width,
+            height,
+            components,
+            subsampling,
+            compressed_bytes: data.len(),
+        },
+        config,
+    )
+}
+
+fn within_limit(info: JpegInfo, config: &DecoderConfig) -> Result<JpegInfo, Refusal> {
+    if info.width as u64 * info.height as u64 > config.max_image_pixels {
+        return Err(Refusal::TooLarge {
+            width: info.width,
+            height: info.height,
+        });
+    }
+    Ok(info)
+}
+
+/// The result of one [`HardwareDecoder::decode`]: one [`Outcome`] per input image. Borrows the
+/// decoder, whose output arena holds the pixels, until dropped.
+pub struct DecodedBatch<'d> {
+    decoder: &'d HardwareDecoder,
+    slot: Option<usize>,
+}
+
+impl fmt::Debug for DecodedBatch<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DecodedBatch")
+            .field("outcomes", &self.decoder.outcomes.len())
+            .field("slot", &self.slot)
+            .finish()
+    }
+}
+
+impl<'d> DecodedBatch<'d> {
+    /// One outcome per input image, in input order.
+    pub fn outcomes(&self) -> &'d [Outcome] {
+        &self.decoder.outcomes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layouts_address_every_channel() {
+        let (bytes, pitch, ps, cs) = layout(OutputFormat::Interleaved, 37, 23).unwrap();
+        assert_eq!((bytes, pitch, ps, cs), (37 * 3 * 23, 111, 3, 1));
+        let (bytes, pitch, ps, cs) = layout(OutputFormat::Planar, 37, 23).unwrap();
+        assert_eq!((pitch, ps), (37, 1));
+        assert_eq!(cs, align_up(37 * 23, ALIGN).unwrap());
+        assert_eq!(bytes, 3 * cs);
+        assert!(layout(OutputFormat::Interleaved, u32::MAX, u32::MAX).is_none());
+        assert!(layout(OutputFormat::Planar, u32::MAX, u32::MAX).is_none());
+    }
+
+    fn fixture(name: &str) -> Vec<u8> {
+        let path = format!("tests/jpeg-lane/{name}");
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    #[test]
+    fn the_marker_walk_refuses_what_the_hardware_cannot_take() {
+        let verdict = |name: &str| {
+            header::scan(&fixture(name))
+                .map_err(refusal_of)
+                .and_then(|h| classify(&h))
+        };
+        for ok in [
+            "ok_444.jpg",
+            "ok_422.jpg",
+            "ok_420.jpg",
+            "ok_440.jpg",
+            "ok_gray.jpg",
+            "ok_420_odd_37x23.jpg",
+            "ok_gray_odd_37x23.jpg",
+            "ok_420_1x1.jpg",
+            "ok_420_restart.jpg",
+            "ok_420_optimized.jpg",
+        ] {
+            assert_eq!(verdict(ok), Ok(()), "{ok}");
+        }
+        assert_eq!(verdict("bad_progressive.jpg"), Err(Refusal::Progressive));
+        assert_eq!(verdict("bad_arithmetic.jpg"), Err(Refusal::Arithmetic));
+        assert_eq!(
+            verdict("bad_411.jpg"),
+            Err(Refusal::Subsampling(Subsampling::S411))
+        );
+        assert_eq!(
+            verdict("bad_rgb_colorspace.jpg"),
+            Err(Refusal::RgbColorspace)
+        );
+        assert_eq!(verdict("bad_multiscan.jpg"), Err(Refusal::MultipleScans(3)));
+        assert_eq!(verdict("bad_cmyk.jpg"), Err(Refusal::Cmyk));
+        assert_eq!(verdict("bad_truncated.jpg"), Err(Refusal::Truncated));
+        assert_eq!(verdict("bad_truncated_header.jpg"), Err(Refusal::Truncated));
+        assert_eq!(verdict("bad_12bit_header.jpg"), Err(Refusal::Precision(12)));
+        assert_eq!(verdict("bad_lossless_header.jpg"), Err(Refusal::Lossless));
+        assert_eq!(verdict("bad_not_jpeg.png"), Err(Refusal::NotJpeg));
+    }
+}

@@ -1,0 +1,819 @@
+//! The batch planner: pure arithmetic that turns one resize per image (where its decoded pixels
+//! are, its plans, filter, pad and slot) into what `kernels/resize.cu` reads: one descriptor per
+//! image ([`ResizeDescriptor`], the kernel's `GfResizeImage`), one packed buffer of integer
+//! coefficients, and the layout of the intermediate the first pass writes.
+//!
+//! The kernels run the passes of [`crate::pillow::plan_passes`], as the CPU rendition does:
+//!
+//! - `gpufeed_resize_first`, one launch for the batch, one thread per intermediate pixel of every
+//!   image that resamples both axes: Pillow's first pass (horizontal or vertical, by the pass
+//!   order) over just the rows or columns the second reads, into the 8-bit intermediate (rounded
+//!   and clamped, as Pillow's `imTemp`). Its grid is the prefix sum of every image's blocks
+//!   ([`ResizeDescriptor::block0`]); skipped when no image needs it.
+//! - `gpufeed_resize_last`, one launch, grid `(blocks per slot, images)`, one thread per output
+//!   pixel of every slot written: the pad value outside the kept rectangle, inside it the last
+//!   (or only) pass, from the intermediate or straight from the source region. An image that
+//!   resamples neither axis is copied by a vertical pass of one tap of weight 1.0.
+// The whole of what it ports is kept, used by the pipeline or not (tests, other filters).
+#![allow(dead_code)]
+
+use thiserror::Error;
+
+use crate::pillow::{plan_passes, Axis, AxisPlan, Direction, Filter, Pass, PassOrder, PlanError};
+
+/// Threads per block of both kernels; the horizontal grid's prefix sum counts blocks of this many.
+pub const THREADS_PER_BLOCK: u32 = 256;
+
+/// The most images in one batch: the vertical pass puts the image on the grid's y dimension.
+pub const MAX_IMAGES: usize = 65_535;
+
+/// Where a decoded image's samples are in device memory (addresses in the stream's context).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourcePixels {
+    /// Interleaved RGB (nvJPEG's `NVJPEG_OUTPUT_RGBI`): sample (x, y, c) at
+    /// `ptr + y * pitch + 3 * x + c`.
+    Interleaved {
+        /// Address of the first pixel.
+        ptr: u64,
+        /// Bytes from one row to the next.
+        pitch: u32,
+    },
+    /// Planar RGB (nvJPEG's `NVJPEG_OUTPUT_RGB`): sample (x, y, c) at
+    /// `planes[c] + y * pitches[c] + x`.
+    Planar {
+        /// Address of the R, G and B planes.
+        planes: [u64; 3],
+        /// Bytes from one row to the next, per plane.
+        pitches: [u32; 3],
+    },
+    /// One gray plane (`NVJPEG_OUTPUT_Y`): sample (x, y) at `ptr + y * pitch + x`; resampled as
+    /// one channel, written as three equal ones.
+    Gray {
+        /// Address of the first sample.
+        ptr: u64,
+        /// Bytes from one row to the next.
+        pitch: u32,
+    },
+}
+
+impl SourcePixels {
+    /// Planar RGB in one allocation: plane `c` at `ptr + c * plane_bytes`, all of `pitch`.
+    /// `None` if an address overflows.
+    pub fn planar_strided(ptr: u64, pitch: u32, plane_bytes: u64) -> Option<SourcePixels> {
+        let g = ptr.checked_add(plane_bytes)?;
+        let b = g.checked_add(plane_bytes)?;
+        Some(SourcePixels::Planar {
+            planes: [ptr, g, b],
+            pitches: [pitch; 3],
+        })
+    }
+
+    /// Channels resampled: 3, or 1 for gray.
+    pub fn channels(&self) -> u32 {
+        match self {
+            SourcePixels::Gray { .. } => 1,
+            _ => 3,
+        }
+    }
+
+    /// Bytes from one pixel to the next along a row.
+    fn step(&self) -> u32 {
+        match self {
+            SourcePixels::Interleaved { .. } => 3,
+            _ => 1,
+        }
+    }
+
+    /// Each channel's row pitch (gray repeats its plane's).
+    fn pitches(&self) -> [u32; 3] {
+        match *self {
+            SourcePixels::Interleaved { pitch, .. } | SourcePixels::Gray { pitch, .. } => {
+                [pitch; 3]
+            }
+            SourcePixels::Planar { pitches, .. } => pitches,
+        }
+    }
+
+    /// Each channel's first sample (gray repeats its plane's); `None` on overflow.
+    fn channel_addresses(&self) -> Option<[u64; 3]> {
+        match *self {
+            SourcePixels::Interleaved { ptr, .. } => {
+                Some([ptr, ptr.checked_add(1)?, ptr.checked_add(2)?])
+            }
+            SourcePixels::Planar { planes, .. } => Some(planes),
+            SourcePixels::Gray { ptr, .. } => Some([ptr; 3]),
+        }
+    }
+}
+
+/// A decoded image in device memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SourceImage {
+    /// Where its samples are.
+    pub pixels: SourcePixels,
+    /// Pixels per row.
+    pub width: u32,
+    /// Rows.
+    pub height: u32,
+}
+
+/// One image's resize: from its decoded pixels to its slot of the batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResizeJob {
+    /// The decoded image.
+    pub source: SourceImage,
+    /// The horizontal plan.
+    pub x: AxisPlan,
+    /// The vertical plan.
+    pub y: AxisPlan,
+    /// The resampling filter.
+    pub filter: Filter,
+    /// Which Pillow's pass order to reproduce ([`PassOrder::for_pillow`]; Pillow 13's by
+    /// default).
+    pub order: PassOrder,
+    /// The value of every output byte outside the kept rectangle.
+    pub pad: u8,
+    /// The slot written: bytes `[slot * out_h * out_w * 3, (slot + 1) * out_h * out_w * 3)`.
+    pub slot: u32,
+}
+
+/// `struct GfPass` of kernels/resize.cu: one pass of one image (see [`crate::pillow::Pass`]).
+///
+/// Output pixel (i, j) of the pass reads, for a horizontal pass, input row `fixed_first + j`,
+/// columns from the bounds of output i; for a vertical pass, input column `fixed_first + i`, rows
+/// from the bounds of output j.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PassDescriptor {
+    /// 0: taps along rows (horizontal); 1: along columns (vertical).
+    pub vertical: u32,
+    /// 1: the pass reads the intermediate; 0: the source region.
+    pub from_tmp: u32,
+    /// The input row (horizontal) or column (vertical) of the pass's first output row or column.
+    pub fixed_first: u32,
+    /// Weights per output.
+    pub taps: u32,
+    /// Offset of the bounds table: `(first input sample, samples)` per output, as `i32` pairs.
+    pub bounds: u32,
+    /// Offset of the weights: `taps` per output.
+    pub weights: u32,
+}
+
+/// `struct GfResizeImage` of kernels/resize.cu, field for field: one image of a batch.
+///
+/// Coefficient offsets count `i32`s into the batch's coefficient buffer.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ResizeDescriptor {
+    /// Address of each channel's sample at the source region's top-left corner.
+    pub src: [u64; 3],
+    /// Byte offset of the image's intermediate in the batch's intermediate buffer.
+    pub tmp: u64,
+    /// Row pitch of each channel's plane, in bytes.
+    pub src_pitch: [u32; 3],
+    /// Bytes from one source pixel to the next along a row (3 interleaved, 1 planar or gray).
+    pub src_step: u32,
+    /// Channels resampled: 3, or 1 for gray (spread to RGB on output).
+    pub channels: u32,
+    /// The output slot.
+    pub slot: u32,
+    /// First block of the image in the first pass's grid.
+    pub block0: u32,
+    /// The intermediate's width in pixels (rows are `tmp_width * channels` bytes).
+    pub tmp_width: u32,
+    /// The intermediate's height; 0 when there is no first pass.
+    pub tmp_height: u32,
+    /// The pass into the intermediate (unused when `tmp_height` is 0).
+    pub first: PassDescriptor,
+    /// The pass into the slot's kept rectangle.
+    pub last: PassDescriptor,
+    /// Left edge of the kept rectangle in the slot.
+    pub dst_x: u32,
+    /// Top edge of the kept rectangle.
+    pub dst_y: u32,
+    /// Width of the kept rectangle.
+    pub dst_w: u32,
+    /// Height of the kept rectangle.
+    pub dst_h: u32,
+    /// The pad value (low 8 bits).
+    pub pad: u32,
+}
+
+/// What the kernels need for one batch, computed on the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchPlan {
+    /// One descriptor per job, in the jobs' order.
+    pub descriptors: Vec<ResizeDescriptor>,
+    /// Every image's bounds and weights, packed (never empty, so it can be uploaded as is).
+    pub coefficients: Vec<i32>,
+    /// Bytes of the intermediate buffer (at least 1).
+    pub intermediate_bytes: u64,
+    /// Blocks of the first pass; 0 when no image resamples both axes (the launch is skipped).
+    pub first_pass_blocks: u32,
+    /// Output width of every slot.
+    pub out_width: u32,
+    /// Output height of every slot.
+    pub out_height: u32,
+    /// One past the highest slot written: the output needs `slots * slot_bytes()` bytes.
+    pub slots: u32,
+}
+
+impl BatchPlan {
+    /// Bytes of one output slot (u8 HWC RGB).
+    pub fn slot_bytes(&self) -> u64 {
+        u64::from(self.out_width) * u64::from(self.out_height) * 3
+    }
+
+    /// Bytes of output the batch writes into, slots `0..slots`.
+    pub fn output_bytes(&self) -> u64 {
+        u64::from(self.slots) * self.slot_bytes()
+    }
+
+    /// The last pass's grid: blocks per slot, images.
+    pub fn last_pass_grid(&self) -> (u32, u32) {
+        let pixels = self.out_width * self.out_height;
+        (
+            pixels.div_ceil(THREADS_PER_BLOCK),
+            self.descriptors.len() as u32,
+        )
+    }
+}
+
+/// Why a batch cannot be planned.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum BatchError {
+    /// One image's plans do not fit its source or the output.
+    #[error("image {index}: {source}")]
+    Image {
+        /// The job's index.
+        index: usize,
+        /// What is wrong.
+        #[source]
+        source: PlanError,
+    },
+    /// A row pitch shorter than a row.
+    #[error("image {index}: a row pitch of {pitch} bytes is under the {needed} bytes of a row")]
+    Pitch {
+        /// The job's index.
+        index: usize,
+        /// The pitch given.
+        pitch: u32,
+        /// Bytes of one row.
+        needed: u64,
+    },
+    /// A source address past the 64-bit address space.
+    #[error("image {index}: the source region's address overflows")]
+    Address {
+        /// The job's index.
+        index: usize,
+    },
+    /// Two images write the same slot.
+    #[error("slot {slot} is written by images {first} and {second}")]
+    DuplicateSlot {
+        /// The slot.
+        slot: u32,
+        /// The first job writing it.
+        first: usize,
+        /// The second.
+        second: usize,
+    },
+    /// A count over the kernels' 32-bit indices (or [`MAX_IMAGES`]).
+    #[error("the batch is too large for the kernels: {0}")]
+    TooLarge(&'static str),
+}
+
+/// Plans the batch `jobs` into slots of `out_width` x `out_height` RGB8.
+pub fn plan_batch(
+    jobs: &[ResizeJob],
+    out_width: u32,
+    out_height: u32,
+) -> Result<BatchPlan, BatchError> {
+    if jobs.len() > MAX_IMAGES {
+        return Err(BatchError::TooLarge("more than 65535 images"));
+    }
+    let slot_pixels = u64::from(out_width) * u64::from(out_height);
+    if slot_pixels == 0 || slot_pixels > u64::from(u32::MAX / 3) {
+        return Err(BatchError::TooLarge("output pixels per slot (or none)"));
+    }
+    check_slots(jobs)?;
+    let mut builder = Builder::default();
+    let descriptors = jobs
+        .iter()
+        .enumerate()
+        .map(|(index, job)| builder.add(index, job, out_width, out_height))
+        .collect::<Result<Vec<_>, _>>()?;
+    if builder.coefficients.is_empty() {
+        builder.coefficients.push(0);
+    }
+    let slots = jobs.iter().map(|j| j.slot + 1).max().unwrap_or(0);
+    Ok(BatchPlan {
+        descriptors,
+        coefficients: builder.coefficients,
+        intermediate_bytes: builder.intermediate_bytes.max(1),
+        first_pass_blocks: builder.blocks,
+        out_width,
+        out_height,
+        slots,
+    })
+}
+
+/// Refuses two jobs writing the same slot (their threads would race) and slots past `u32`'s
+/// range of `slot + 1`.
+fn check_slots(jobs: &[ResizeJob]) -> Result<(), BatchError> {
+    let mut by_slot: Vec<(u32, usize)> = jobs.iter().map(|j| j.slot).zip(0..).collect();
+    by_slot.sort_unstable();
+    for pair in by_slot.windows(2) {
+        if pair[0].0 == pair[1].0 {
+            return Err(BatchError::DuplicateSlot {
+                slot: pair[0].0,
+                first: pair[0].1.min(pair[1].1),
+                second: pair[0].1.max(pair[1].1),
+            });
+        }
+    }
+    if by_slot.last().is_some_and(|&(slot, _)| slot == u32::MAX) {
+        return Err(BatchError::TooLarge("slot number"));
+    }
+    Ok(())
+}
+
+/// The running state of a plan: coefficients packed so far, intermediate bytes and first-pass
+/// blocks handed out.
+#[derive(Default)]
+struct Builder {
+    coefficients: Vec<i32>,
+    intermediate_bytes: u64,
+    blocks: u32,
+}
+
+impl Builder {
+    /// The descriptor of job `index`, its coefficients appended and its intermediate placed.
+    fn add(
+        &mut self,
+        index: usize,
+        job: &ResizeJob,
+        out_width: u32,
+        out_height: u32,
+    ) -> Result<ResizeDescriptor, BatchError> {
+        let image_error = |source| BatchError::Image { index, source };
+        let source = &job.source;
+        job.x
+            .check(Axis::X, source.width, out_width)
+            .map_err(image_error)?;
+        job.y
+            .check(Axis::Y, source.height, out_height)
+            .map_err(image_error)?;
+        check_pitch(index, source)?;
+        let passes = plan_passes(&job.x, &job.y, job.filter, job.order).map_err(image_error)?;
+        let (src, src_pitch) = region_addresses(index, job)?;
+        let channels = source.pixels.channels();
+
+        let (tmp_width, tmp_height) = passes.intermediate;
+        let tmp = self.place_intermediate(tmp_width, tmp_height, channels)?;
+        let block0 = self.blocks;
+        self.add_blocks(tmp_width, tmp_height)?;
+        let first = match &passes.first {
+            Some(pass) => self.push_pass(pass, false)?,
+            None => PassDescriptor::default(),
+        };
+        let last = self.push_pass(&passes.last, passes.first.is_some())?;
+        Ok(ResizeDescriptor {
+            src,
+            tmp,
+            src_pitch,
+            src_step: source.pixels.step(),
+            channels,
+            slot: job.slot,
+            block0,
+            tmp_width,
+            tmp_height,
+            first,
+            last,
+            dst_x: job.x.dst_offset,
+            dst_y: job.y.dst_offset,
+            dst_w: job.x.out_len,
+            dst_h: job.y.out_len,
+            pad: u32::from(job.pad),
+        })
+    }
+
+    /// Reserves `width` x `height` pixels of `channels` bytes in the intermediate, 16-byte
+    /// aligned; returns their offset.
+    fn place_intermediate(
+        &mut self,
+        width: u32,
+        height: u32,
+        channels: u32,
+    ) -> Result<u64, BatchError> {
+        let pixels = u64::from(width) * u64::from(height);
+        if pixels > u64::from(u32::MAX) {
+            return Err(BatchError::TooLarge("intermediate pixels of one image"));
+        }
+        let offset = self.intermediate_bytes.next_multiple_of(16);
+        self.intermediate_bytes = offset + pixels * u64::from(channels);
+        Ok(offset)
+    }
+
+    /// Hands the image the first-pass blocks covering its `width` x `height` intermediate.
+    fn add_blocks(&mut self, width: u32, height: u32) -> Result<(), BatchError> {
+        let pixels = u64::from(width) * u64::from(height);
+        let blocks = pixels.div_ceil(u64::from(THREADS_PER_BLOCK));
+        self.blocks = u32::try_from(u64::from(self.blocks) + blocks)
+            .ok()
+            .filter(|&b| b < i32::MAX as u32)
+            .ok_or(BatchError::TooLarge("blocks of the first pass"))?;
+        Ok(())
+    }
+
+    /// Appends a pass's bounds (as `i32` pairs) and weights; returns its descriptor.
+    fn push_pass(&mut self, pass: &Pass, from_tmp: bool) -> Result<PassDescriptor, BatchError> {
+        let axis = &pass.coefficients;
+        let bounds = self.offset()?;
+        for &(start, len) in &axis.bounds {
+            // Both are below MAX_SIDE, so they fit an i32.
+            self.coefficients.push(start as i32);
+            self.coefficients.push(len as i32);
+        }
+        let weights = self.offset()?;
+        self.coefficients.extend_from_slice(&axis.weights);
+        self.offset()?;
+        Ok(PassDescriptor {
+            vertical: u32::from(pass.direction == Direction::Vertical),
+            from_tmp: u32::from(from_tmp),
+            fixed_first: pass.fixed_first,
+            taps: u32::try_from(axis.taps).map_err(|_| BatchError::TooLarge("taps"))?,
+            bounds,
+            weights,
+        })
+    }
+
+    fn offset(&self) -> Result<u32, BatchError> {
+        u32::try_from(self.coefficients.len())
+            .map_err(|_| BatchError::TooLarge("coefficients of the batch"))
+    }
+}
+
+/// Refuses a pitch shorter than a row of the image.
+fn check_pitch(index: usize, source: &SourceImage) -> Result<(), BatchError> {
+    let pitches = source.pixels.pitches();
+    let needed = u64::from(source.width) * u64::from(source.pixels.step());
+    let planes = source.pixels.channels() as usize;
+    match pitches[..planes].iter().find(|&&p| u64::from(p) < needed) {
+        Some(&pitch) => Err(BatchError::Pitch {
+            index,
+            pitch,
+            needed,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Each channel's address at the source region's top-left corner, and its pitch.
+fn region_addresses(index: usize, job: &ResizeJob) -> Result<([u64; 3], [u32; 3]), BatchError> {
+    let address_error = || BatchError::Address { index };
+    let bases = job
+        .source
+        .pixels
+        .channel_addresses()
+        .ok_or_else(address_error)?;
+    let pitches = job.source.pixels.pitches();
+    let step = u64::from(job.source.pixels.step());
+    let mut src = [0u64; 3];
+    for ((dst, &base), &pitch) in src.iter_mut().zip(&bases).zip(&pitches) {
+        *dst = u64::from(job.y.src_offset)
+            .checked_mul(u64::from(pitch))
+            .and_then(|rows| rows.checked_add(u64::from(job.x.src_offset) * step))
+            .and_then(|offset| base.checked_add(offset))
+            .ok_or_else(address_error)?;
+    }
+    Ok((src, pitches))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::mem::{align_of, offset_of, size_of};
+
+    use super::*;
+    use crate::pillow::torchvision_center_crop;
+
+    #[test]
+    fn descriptor_layout_matches_the_kernel_struct() {
+        // kernels/resize.cu static_asserts the same numbers for GfResizeImage and GfPass.
+        assert_eq!(size_of::<PassDescriptor>(), 24);
+        assert_eq!(offset_of!(PassDescriptor, vertical), 0);
+        assert_eq!(offset_of!(PassDescriptor, from_tmp), 4);
+        assert_eq!(offset_of!(PassDescriptor, fixed_first), 8);
+        assert_eq!(offset_of!(PassDescriptor, taps), 12);
+        assert_eq!(offset_of!(PassDescriptor, bounds), 16);
+        assert_eq!(offset_of!(PassDescriptor, weights), 20);
+        assert_eq!(size_of::<ResizeDescriptor>(), 136);
+        assert_eq!(align_of::<ResizeDescriptor>(), 8);
+        assert_eq!(offset_of!(ResizeDescriptor, src), 0);
+        assert_eq!(offset_of!(ResizeDescriptor, tmp), 24);
+        assert_eq!(offset_of!(ResizeDescriptor, src_pitch), 32);
+        assert_eq!(offset_of!(ResizeDescriptor, src_step), 44);
+        assert_eq!(offset_of!(ResizeDescriptor, channels), 48);
+        assert_eq!(offset_of!(ResizeDescriptor, slot), 52);
+        assert_eq!(offset_of!(ResizeDescriptor, block0), 56);
+        assert_eq!(offset_of!(ResizeDescriptor, tmp_width), 60);
+        assert_eq!(offset_of!(ResizeDescriptor, tmp_height), 64);
+        assert_eq!(offset_of!(ResizeDescriptor, first), 68);
+        assert_eq!(offset_of!(ResizeDescriptor, last), 92);
+        assert_eq!(offset_of!(ResizeDescriptor, dst_x), 116);
+        assert_eq!(offset_of!(ResizeDescriptor, dst_y), 120);
+        assert_eq!(offset_of!(ResizeDescriptor, dst_w), 124);
+        assert_eq!(offset_of!(ResizeDescriptor, dst_h), 128);
+        assert_eq!(offset_of!(ResizeDescriptor, pad), 132);
+    }
+
+    /// The fields of `struct NAME { ... };` in kernels/resize.cu with their C offsets and
+    /// sizes (every field is naturally aligned, as in the Rust structs).
+    fn c_layout(name: &str) -> Vec<(String, usize, usize)> {
+        let source = include_str!("../../../kernels/resize.cu");
+        let start = source
+            .find(&format!("struct {name} {{"))
+            .unwrap_or_else(|| panic!("no struct {name}"));
+        let body = &source[start..];
+        let body = &body[body.find('{').unwrap_or(0) + 1..body.find("};").unwrap_or(0)];
+        let mut offset = 0usize;
+        let mut fields = Vec::new();
+        for line in body.lines() {
+            let code = line.split("//").next().unwrap_or("").trim();
+            let Some(decl) = code.strip_suffix(';') else {
+                continue;
+            };
+            let (ty, field) = decl.rsplit_once(' ').expect("a `type name;` declaration");
+            let (field, count) = match field.split_once('[') {
+                Some((f, n)) => (
+                    f,
+                    n.trim_end_matches(']').parse::<usize>().expect("a count"),
+                ),
+                None => (field, 1),
+            };
+            let (size, align) = match ty {
+                "unsigned long long" => (8, 8),
+                "unsigned int" => (4, 4),
+                "GfPass" => (24, 4),
+                other => panic!("unexpected field type {other}"),
+            };
+            offset = offset.next_multiple_of(align);
+            fields.push((field.to_string(), offset, size * count));
+            offset += size * count;
+        }
+        fields
+    }
+
+    #[test]
+    fn the_kernel_structs_have_the_rust_layout() {
+        let pass: Vec<_> = [
+            ("vertical", offset_of!(PassDescriptor, vertical)),
+            ("from_tmp", offset_of!(PassDescriptor, from_tmp)),
+            ("fixed_first", offset_of!(PassDescriptor, fixed_first)),
+            ("taps", offset_of!(PassDescriptor, taps)),
+            ("bounds", offset_of!(PassDescriptor, bounds)),
+            ("weights", offset_of!(PassDescriptor, weights)),
+        ]
+        .into_iter()
+        .map(|(f, o)| (f.to_string(), o))
+        .collect();
+        let c: Vec<_> = c_layout("GfPass")
+            .into_iter()
+            .map(|(f, o, _)| (f, o))
+            .collect();
+        assert_eq!(c, pass);
+        let image: Vec<_> = [
+            ("src", offset_of!(ResizeDescriptor, src)),
+            ("tmp", offset_of!(ResizeDescriptor, tmp)),
+            ("src_pitch", offset_of!(ResizeDescriptor, src_pitch)),
+            ("src_step", offset_of!(ResizeDescriptor, src_step)),
+            ("channels", offset_of!(ResizeDescriptor, channels)),
+            ("slot", offset_of!(ResizeDescriptor, slot)),
+            ("block0", offset_of!(ResizeDescriptor, block0)),
+            ("tmp_width", offset_of!(ResizeDescriptor, tmp_width)),
+            ("tmp_height", offset_of!(ResizeDescriptor, tmp_height)),
+            ("first", offset_of!(ResizeDescriptor, first)),
+            ("last", offset_of!(ResizeDescriptor, last)),
+            ("dst_x", offset_of!(ResizeDescriptor, dst_x)),
+            ("dst_y", offset_of!(ResizeDescriptor, dst_y)),
+            ("dst_w", offset_of!(ResizeDescriptor, dst_w)),
+            ("dst_h", offset_of!(ResizeDescriptor, dst_h)),
+            ("pad", offset_of!(ResizeDescriptor, pad)),
+        ]
+        .into_iter()
+        .map(|(f, o)| (f.to_string(), o))
+        .collect();
+        let c = c_layout("GfResizeImage");
+        let end = c.last().map_or(0, |(_, o, s)| o + s);
+        let c: Vec<_> = c.into_iter().map(|(f, o, _)| (f, o)).collect();
+        assert_eq!(c, image);
+        assert_eq!(end, size_of::<ResizeDescriptor>(), "no tail padding");
+        let source = include_str!("../../../kernels/resize.cu");
+        assert!(source.contains("sizeof(GfResizeImage) == 136"));
+        assert!(source.contains("sizeof(GfPass) == 24"));
+    }
+
+    fn job(width: u32, height: u32, pixels: SourcePixels, slot: u32) -> ResizeJob {
+        let (x, y) = torchvision_center_crop(width, height, 256, 224, 224);
+        ResizeJob {
+            source: SourceImage {
+                pixels,
+                width,
+                height,
+            },
+            x,
+            y,
+            filter: Filter::Bilinear,
+            order: PassOrder::ShrinkVerticalFirst,
+            pad: 0,
+            slot,
+        }
+    }
+
+    #[test]
+    fn a_batch_packs_coefficients_blocks_and_intermediates() {
+        let a = job(
+            500,
+            375,
+            SourcePixels::Interleaved {
+                ptr: 1 << 20,
+                pitch: 1536,
+            },
+            1,
+        );
+        let b = job(
+            256,
+            400,
+            SourcePixels::Gray {
+                ptr: 1 << 30,
+                pitch: 256,
+            },
+            0,
+        );
+        let plan = plan_batch(&[a, b], 224, 224).expect("plan");
+        let [da, db] = [plan.descriptors[0], plan.descriptors[1]];
+
+        // a: 500x375 -> 341x256, crop at (58, 16): horizontal pass over the rows the vertical
+        // one reads, into a 224-wide intermediate.
+        assert_eq!((da.channels, da.src_step), (3, 3));
+        assert_eq!(da.src, [1 << 20, (1 << 20) + 1, (1 << 20) + 2]);
+        assert_eq!((da.tmp_width, da.tmp, da.block0), (224, 0, 0));
+        assert!(
+            da.tmp_height > 224 && da.tmp_height < 375,
+            "{}",
+            da.tmp_height
+        );
+        assert_eq!((da.first.vertical, da.first.from_tmp), (0, 0));
+        assert!(
+            da.first.fixed_first > 0,
+            "the rows above the crop are not resampled"
+        );
+        assert_eq!(
+            (da.last.vertical, da.last.from_tmp, da.last.fixed_first),
+            (1, 1, 0)
+        );
+        let a_pixels = u64::from(da.tmp_height) * 224;
+        assert_eq!(
+            u64::from(db.block0),
+            a_pixels.div_ceil(u64::from(THREADS_PER_BLOCK))
+        );
+        // b: 256 wide stays 256 wide: no first pass; the vertical pass reads the source from
+        // column round(32 / 2) = 16 on.
+        assert_eq!(
+            (db.tmp_height, db.last.vertical, db.last.from_tmp),
+            (0, 1, 0)
+        );
+        assert_eq!(db.last.fixed_first, 16);
+        assert_eq!(db.tmp, (a_pixels * 3).next_multiple_of(16));
+        assert_eq!(plan.first_pass_blocks, db.block0);
+        assert_eq!(plan.slots, 2);
+        assert_eq!(plan.last_pass_grid(), ((224 * 224u32).div_ceil(256), 2));
+
+        // Coefficients: a's first pass (x), a's last (y), then b's last (y).
+        let (xa, ya) = (da.first.taps as usize, da.last.taps as usize);
+        assert_eq!(da.first.weights as usize, 2 * 224);
+        assert_eq!(da.last.bounds as usize, 2 * 224 + 224 * xa);
+        assert_eq!(db.last.bounds as usize, da.last.weights as usize + 224 * ya);
+        let end = db.last.weights as usize + 224 * db.last.taps as usize;
+        assert_eq!(plan.coefficients.len(), end);
+    }
+
+    #[test]
+    fn a_tall_image_goes_vertical_first_under_pillow_13() {
+        // 300x1000 -> Resize(256) is 256x853: the height shrinks by 147 rows, more than twice the
+        // width's 44 columns, so Pillow 13 runs the vertical pass first.
+        let mut tall = job(
+            300,
+            1000,
+            SourcePixels::Interleaved { ptr: 0, pitch: 900 },
+            0,
+        );
+        let plan = plan_batch(&[tall], 224, 224).expect("plan");
+        let d = plan.descriptors[0];
+        assert_eq!(
+            (d.first.vertical, d.last.vertical, d.last.from_tmp),
+            (1, 0, 1)
+        );
+        assert_eq!(d.tmp_height, 224, "the kept rows");
+        assert!(
+            d.tmp_width > 224 && d.tmp_width < 300,
+            "the columns read: {}",
+            d.tmp_width
+        );
+        tall.order = PassOrder::HorizontalFirst;
+        let d = plan_batch(&[tall], 224, 224).expect("plan").descriptors[0];
+        assert_eq!((d.first.vertical, d.last.vertical), (0, 1));
+    }
+
+    #[test]
+    fn planar_sources_address_each_plane() {
+        let pixels = SourcePixels::planar_strided(4096, 512, 512 * 400).expect("planes");
+        let mut j = job(500, 400, pixels, 0);
+        j.x.src_offset = 10;
+        j.x.src_len = 490;
+        j.y.src_offset = 5;
+        j.y.src_len = 395;
+        let plan = plan_batch(&[j], 224, 224).expect("plan");
+        let d = plan.descriptors[0];
+        let corner = 5 * 512 + 10;
+        assert_eq!(
+            d.src,
+            [
+                4096 + corner,
+                4096 + 512 * 400 + corner,
+                4096 + 2 * 512 * 400 + corner
+            ]
+        );
+        assert_eq!((d.src_step, d.src_pitch), (1, [512; 3]));
+    }
+
+    #[test]
+    fn inconsistent_batches_are_refused() {
+        let ok = job(
+            500,
+            375,
+            SourcePixels::Interleaved {
+                ptr: 0,
+                pitch: 1500,
+            },
+            0,
+        );
+        let same_slot = plan_batch(&[ok, ok], 224, 224);
+        assert!(matches!(
+            same_slot,
+            Err(BatchError::DuplicateSlot { slot: 0, .. })
+        ));
+        let with_pixels = |pixels| ResizeJob {
+            source: SourceImage {
+                pixels,
+                ..ok.source
+            },
+            ..ok
+        };
+        let short_pitch = with_pixels(SourcePixels::Interleaved {
+            ptr: 0,
+            pitch: 1499,
+        });
+        assert!(matches!(
+            plan_batch(&[short_pitch], 224, 224),
+            Err(BatchError::Pitch { .. })
+        ));
+        let far = with_pixels(SourcePixels::Interleaved {
+            ptr: u64::MAX - 1,
+            pitch: 1500,
+        });
+        assert!(matches!(
+            plan_batch(&[far], 224, 224),
+            Err(BatchError::Address { .. })
+        ));
+        let wide = ResizeJob {
+            x: AxisPlan {
+                src_len: 501,
+                ..ok.x
+            },
+            ..ok
+        };
+        assert!(matches!(
+            plan_batch(&[wide], 224, 224),
+            Err(BatchError::Image { index: 0, .. })
+        ));
+        assert!(matches!(
+            plan_batch(&[ok], 200, 224),
+            Err(BatchError::Image { .. })
+        ));
+        assert!(plan_batch(&[ok], 0, 224).is_err());
+        let last = ResizeJob {
+            slot: u32::MAX,
+            ..ok
+        };
+        assert!(plan_batch(&[last], 224, 224).is_err());
+    }
+
+    #[test]
+    fn an_empty_batch_plans_to_nothing() {
+        let plan = plan_batch(&[], 224, 224).expect("plan");
+        assert!(plan.descriptors.is_empty());
+        assert_eq!((plan.first_pass_blocks, plan.slots), (0, 0));
+        assert_eq!(plan.coefficients.len(), 1);
+    }
+}
