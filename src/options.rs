@@ -441,10 +441,11 @@ pub struct DecodeOptions {
     pub gray16: Gray16,
     /// Which decoders fill the batches (default: the CPU threads alone).
     pub lanes: Decode,
-    /// With [`Decode::Hybrid`], the share of the images the GPU lane can take that it is given,
-    /// 0 to 1. `None` (default): measured on the pipeline's first batch (the faster lane takes
-    /// more) and kept from then on; the pipeline reports it, and giving that share back makes a
-    /// later run decode every image in the same lane, so its output is the same bit for bit.
+    /// With [`Decode::Hybrid`], the share of the images the GPU lane can take that it is offered,
+    /// 0 to 1. `None` (default): measured on the first batch's images before any batch is made
+    /// (the faster lane takes more) and kept from then on; the pipeline reports it
+    /// ([`crate::Pipeline::gpu_share`]), and giving that share back makes a later run decode
+    /// every image in the same lane, so its output is the same bit for bit.
     pub gpu_share: Option<f32>,
 }
 
@@ -835,7 +836,8 @@ impl BatchOptions {
 pub struct RuntimeOptions {
     /// Where the output lives (default `Device::Cuda(0)`).
     pub device: Device,
-    /// Threads of the CPU stage (default 0: one per core).
+    /// Threads of the CPU stage (default 0: one per core, less the GPU decode lane's
+    /// submitting threads when hybrid decoding runs).
     pub threads: usize,
     /// Batches prepared ahead of the consumer (default 2).
     pub prefetch: usize,

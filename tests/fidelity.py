@@ -6,8 +6,10 @@ normalization (exact: the f32 values are fma(x, 1/(255 std), -mean/std) of the u
 compares every pixel with Pillow's Resize(256, BILINEAR) + CenterCrop(224) of the same file.
 
 usage: python3 tests/fidelity.py DIR [GPUFEED [ARGS...]]   (needs Pillow and numpy; GPUFEED
-       defaults to target/release/gpufeed; ARGS go to `gpufeed run`, e.g. --dct-scaling)
+       defaults to target/release/gpufeed; ARGS go to `gpufeed run`, e.g. --dct-scaling, or
+       --decode hybrid --gpu-share 1, which runs on GPU 0)
 prints: files, mean absolute difference, 99th and 99.9th percentile and maximum, in levels of 255
+       (FIDELITY=--worst first lists the ten files that differ most)
 """
 import os
 import subprocess
@@ -35,13 +37,21 @@ def main():
     binary = sys.argv[2] if len(sys.argv) > 2 else "target/release/gpufeed"
     with tempfile.TemporaryDirectory() as tmp:
         npy = os.path.join(tmp, "out.npy")
-        subprocess.run([binary, "run", folder, "--cpu", "--dtype", "f32", "--save", npy]
+        # On the CPU device unless the arguments ask for the GPU (hybrid decoding needs it).
+        device = [] if "hybrid" in sys.argv[3:] or "--device" in sys.argv[3:] else ["--cpu"]
+        subprocess.run([binary, "run", folder, *device, "--dtype", "f32", "--save", npy]
                        + sys.argv[3:], check=True, stdout=subprocess.DEVNULL)
         out = np.load(npy)  # N, 3, 224, 224
         paths = open(os.path.join(tmp, "out.paths.txt")).read().split("\n")[:-1]
     ours = np.rint(out.astype(np.float64) * (STD * 255)[None, :, None, None]
                    + (MEAN * 255)[None, :, None, None]).astype(np.int16).transpose(0, 2, 3, 1)
-    diffs = np.concatenate([np.abs(ours[i] - torchvision(p)).ravel() for i, p in enumerate(paths)])
+    per_file = [np.abs(ours[i] - torchvision(p)).ravel() for i, p in enumerate(paths)]
+    diffs = np.concatenate(per_file)
+    if "--worst" in os.environ.get("FIDELITY", ""):
+        means = sorted(((d.mean(), i) for i, d in enumerate(per_file)), reverse=True)
+        for mean, i in means[:10]:
+            with Image.open(paths[i]) as im:
+                print(f"  {mean:7.3f}  place {i:5d}  {im.mode} {im.size[0]}x{im.size[1]}  {paths[i]}")
     print(f"{folder}: {len(paths)} files, mean {diffs.mean():.3f}, p99 {np.percentile(diffs, 99):.0f}, "
           f"p99.9 {np.percentile(diffs, 99.9):.0f}, max {diffs.max()} levels")
 

@@ -12,6 +12,7 @@ mod lane;
 mod normalize;
 mod resize;
 mod staging;
+mod ycc;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -20,7 +21,7 @@ use cudarc::driver::{CudaContext, DriverError};
 use crate::error::{panic_message, CudaUnavailable, Error, Result};
 
 pub(crate) use device::Gpu;
-pub(crate) use lane::{JpegLane, LaneImage};
+pub(crate) use lane::{JpegLane, LaneImage, PlannedImages, Screened};
 pub use normalize::{NormalizeTuning, Normalizer};
 pub(crate) use staging::StagingRing;
 

@@ -8,8 +8,11 @@
 //! fail on goes back the same way, so nothing is lost. Each image keeps its place in the batch
 //! whichever lane decodes it. Refills after bad images run on the CPU lane.
 //!
-//! The share is measured on the first batch unless given: both lanes' throughputs on that batch
-//! decide how much the GPU lane takes from then on, so that neither waits on the other.
+//! The share is measured before the first batch unless given: both lanes' throughputs on the
+//! first batch's images (decoded twice and dropped: a warm-up, then the measurement) decide how
+//! much the GPU lane takes, so that neither waits on the other; every batch is then made with
+//! that share, which the pipeline reports, so a run given it back decodes every image in the
+//! same lane.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -20,7 +23,7 @@ use rayon::prelude::*;
 
 use super::output::HybridParts;
 use crate::cpu::{BatchRequest, CpuLane, Filled, JobQueue};
-use crate::cuda::{JpegLane, LaneImage};
+use crate::cuda::{JpegLane, LaneImage, PlannedImages, Screened};
 use crate::error::Result;
 use crate::source::Source;
 
@@ -93,7 +96,7 @@ impl Balance {
 /// with their places.
 pub(crate) struct HybridFilled {
     pub filled: Filled,
-    pub from_gpu: Vec<(LaneImage, usize)>,
+    pub from_gpu: PlannedImages,
     pub decoded_by: DecodedBy,
 }
 
@@ -113,54 +116,27 @@ pub(crate) fn fill(
         lane,
         stream,
     } = parts;
-    let measuring = balance.share.is_none();
-    let share = balance.share.unwrap_or(PROBE_SHARE);
     let take = request.batch_size.min(request.order.len());
     let chunk = &request.order[..take];
-    let started = Instant::now();
-    let outcome = {
-        let jobs = cpu.jobs(&mut staging, 0, take);
-        let (offered, kept): (Vec<_>, Vec<_>) = jobs
-            .into_iter()
-            .partition(|job| Balance::offered(chunk[job.k], share));
-        // The offered files, read on the lane's threads.
-        let bytes: Vec<Option<Vec<u8>>> = cpu.install(|| {
-            offered
-                .par_iter()
-                .map(|job| read_whole(source, chunk[job.k], max_file_bytes))
-                .collect()
-        });
-        let offered_count = offered.len();
-        let queue = JobQueue::new(kept, chunk, source);
-        let mut gpu_seconds = 0.0;
-        let (cpu_done, decoded) = std::thread::scope(|scope| {
-            let cpu_side = scope.spawn(|| {
-                let done =
-                    cpu.install(|| cpu.run_queue(&queue, chunk, request.epoch, source, stop));
-                (done, started.elapsed().as_secs_f64())
-            });
-            let decoded = gpu_side(lane, stream, offered, bytes, &queue);
-            queue.close();
-            if measuring {
-                // The engines' work must be done to count: wait for it, on this batch alone.
-                let _ = stream.synchronize();
-            }
-            gpu_seconds = started.elapsed().as_secs_f64();
-            let cpu_done = cpu_side.join();
-            (cpu_done, decoded)
-        });
-        let Ok((cpu_done, cpu_seconds)) = cpu_done else {
-            return Err(crate::Error::Worker("a CPU lane thread panicked".into()));
-        };
-        if measuring {
-            balance.measured(
-                (cpu_done.len(), cpu_seconds),
-                (decoded.len(), gpu_seconds),
-                offered_count,
-            );
-        }
-        (cpu_done, decoded)
+    let round = Round {
+        cpu,
+        chunk,
+        epoch: request.epoch,
+        source,
+        stop,
+        max_file_bytes,
     };
+    if balance.share.is_none() {
+        // The share is measured once, before any batch is made: this batch's images go through
+        // both lanes twice (the first pass warms them up) and the results are dropped, so every
+        // batch, this one too, is made with the share the pipeline reports.
+        round.run(&mut staging, lane, stream, PROBE_SHARE, false)?;
+        let probe = round.run(&mut staging, lane, stream, PROBE_SHARE, true)?;
+        balance.measured(probe.cpu_time, probe.gpu_time, probe.offered);
+    }
+    let share = balance.share.unwrap_or(PROBE_SHARE);
+    let outcome = round.run(&mut staging, lane, stream, share, false)?;
+    let outcome = (outcome.cpu_done, outcome.decoded);
     let (cpu_done, decoded) = outcome;
     // Every place of the round, in order: the CPU lane's outcome or the GPU lane's image.
     let mut cpu_outcomes: Vec<Option<crate::cpu::Outcome>> = (0..take).map(|_| None).collect();
@@ -195,6 +171,9 @@ pub(crate) fn fill(
     }
     filled.consumed = take;
     let gpu = from_gpu.len();
+    // The GPU resize's plan, made on the lane's threads (they are idle until the next round).
+    let planner = lane.planner();
+    let from_gpu = cpu.install(|| planner.plan(&from_gpu))?;
     // Places left by bad images are refilled from the rest of the order, on the CPU lane.
     let Some(filled) = cpu.fill_after(&mut staging, request, source, stop, filled)? else {
         return Ok(None);
@@ -210,6 +189,93 @@ pub(crate) fn fill(
     }))
 }
 
+/// One pass of a batch's images through both lanes.
+struct Round<'r> {
+    cpu: &'r CpuLane,
+    chunk: &'r [usize],
+    epoch: u64,
+    source: &'r Source,
+    stop: &'r AtomicBool,
+    max_file_bytes: u64,
+}
+
+/// What a [`Round`] made: each lane's images (by their place `k`), and how long each took.
+struct RoundOutcome {
+    cpu_done: Vec<(usize, crate::cpu::Outcome)>,
+    decoded: Vec<(usize, LaneImage)>,
+    /// Images the CPU lane prepared and seconds it took.
+    cpu_time: (usize, f64),
+    /// Images the GPU lane decoded and seconds until its engines were done (when measured).
+    gpu_time: (usize, f64),
+    /// Images offered to the GPU lane.
+    offered: usize,
+}
+
+impl Round<'_> {
+    /// Runs the images of the round through both lanes with the GPU lane's `share`; with
+    /// `measure`, waits for the engines so the GPU lane's time is theirs.
+    fn run(
+        &self,
+        staging: &mut crate::cpu::Staging<'_>,
+        lane: &mut JpegLane,
+        stream: &Arc<CudaStream>,
+        share: f32,
+        measure: bool,
+    ) -> Result<RoundOutcome> {
+        let Round {
+            cpu,
+            chunk,
+            epoch,
+            source,
+            stop,
+            max_file_bytes,
+        } = *self;
+        let started = Instant::now();
+        let jobs = cpu.jobs(staging, 0, chunk.len());
+        let (offered, kept): (Vec<_>, Vec<_>) = jobs
+            .into_iter()
+            .partition(|job| Balance::offered(chunk[job.k], share));
+        // The offered files, read and screened on the lane's threads.
+        let screen = lane.screen().clone();
+        let bytes: Vec<Option<(Vec<u8>, Screened)>> = cpu.install(|| {
+            offered
+                .par_iter()
+                .map(|job| {
+                    let data = read_whole(source, chunk[job.k], max_file_bytes)?;
+                    let screened = screen.take(&data)?;
+                    Some((data, screened))
+                })
+                .collect()
+        });
+        let offered_count = offered.len();
+        let queue = JobQueue::new(kept, chunk, source);
+        let (cpu_side, decoded, gpu_seconds) = std::thread::scope(|scope| {
+            let cpu_side = scope.spawn(|| {
+                let done = cpu.install(|| cpu.run_queue(&queue, chunk, epoch, source, stop));
+                (done, started.elapsed().as_secs_f64())
+            });
+            let decoded = gpu_side(lane, stream, offered, bytes, &queue);
+            queue.close();
+            if measure {
+                // The engines' work must be done to count.
+                let _ = stream.synchronize();
+            }
+            let gpu_seconds = started.elapsed().as_secs_f64();
+            (cpu_side.join(), decoded, gpu_seconds)
+        });
+        let Ok((cpu_done, cpu_seconds)) = cpu_side else {
+            return Err(crate::Error::Worker("a CPU lane thread panicked".into()));
+        };
+        Ok(RoundOutcome {
+            cpu_time: (cpu_done.len(), cpu_seconds),
+            gpu_time: (decoded.len(), gpu_seconds),
+            offered: offered_count,
+            cpu_done,
+            decoded,
+        })
+    }
+}
+
 /// The GPU lane's part of a round: keeps the offered images its engines take, queues their
 /// decode, and hands every other one (not a baseline JPEG, unreadable, refused, failed) back to
 /// the CPU lane through `queue`. Returns the decoded images by their place `k`.
@@ -217,37 +283,31 @@ fn gpu_side<'a>(
     lane: &mut JpegLane,
     stream: &Arc<CudaStream>,
     offered: Vec<crate::cpu::Job<'a>>,
-    bytes: Vec<Option<Vec<u8>>>,
+    bytes: Vec<Option<(Vec<u8>, Screened)>>,
     queue: &JobQueue<'a>,
 ) -> Vec<(usize, LaneImage)> {
     let mut accepted = Vec::with_capacity(offered.len());
     for (job, data) in offered.into_iter().zip(bytes) {
         match data {
-            Some(data) if lane.accepts(&data) => accepted.push((job, data)),
-            _ => queue.push(job),
+            Some(data) => accepted.push((job, data)),
+            None => queue.push(job),
         }
     }
     if accepted.is_empty() {
         return Vec::new();
     }
-    let jpegs: Vec<&[u8]> = accepted.iter().map(|(_, data)| data.as_slice()).collect();
+    let jpegs: Vec<(&[u8], Screened)> = accepted
+        .iter()
+        .map(|(_, (data, screened))| (data.as_slice(), *screened))
+        .collect();
     let outcomes = lane.decode(stream, &jpegs);
     drop(jpegs);
     let mut decoded = Vec::with_capacity(accepted.len());
-    match outcomes {
-        Ok(outcomes) => {
-            for ((job, _), outcome) in accepted.into_iter().zip(outcomes) {
-                match outcome {
-                    Some(image) => decoded.push((job.k, image)),
-                    None => queue.push(job),
-                }
-            }
-        }
-        // The whole batch failed on the engines: the CPU lane decodes all of it.
-        Err(_) => {
-            for (job, _) in accepted {
-                queue.push(job);
-            }
+    // Images the engines refused or failed on go to the CPU lane.
+    for ((job, _), outcome) in accepted.into_iter().zip(outcomes) {
+        match outcome {
+            Some(image) => decoded.push((job.k, image)),
+            None => queue.push(job),
         }
     }
     decoded

@@ -22,6 +22,7 @@ use cudarc::driver::CudaStream;
 use crate::batch::{Batch, EpochReport};
 use crate::cpu::CpuLane;
 use crate::error::{Error, Result};
+use crate::geometry::Geometry;
 use crate::options::Options;
 use crate::order::Sampler;
 use crate::source::Source;
@@ -103,8 +104,16 @@ impl Pipeline {
         if source.is_empty() {
             return Err(Error::invalid("source", "the source has no images"));
         }
-        let lane = CpuLane::new(&options.decode, &options.resize, options.runtime.threads)?;
-        let output = output::open(&options, lane.image_bytes())?;
+        let output = output::open(&options, Geometry::new(&options.resize).image_bytes())?;
+        // By default the CPU lane leaves the cores the GPU lane's submitting threads keep busy.
+        let threads = match (options.runtime.threads, output.gpu_lane_threads()) {
+            (0, lane) if lane > 0 => std::thread::available_parallelism()
+                .map_or(1, |n| n.get())
+                .saturating_sub(lane)
+                .max(1),
+            (threads, _) => threads,
+        };
+        let lane = CpuLane::new(&options.decode, &options.resize, threads)?;
         let device_description = output.describe();
         let pinned_bytes = output.pinned_bytes();
         let cuda_stream = output.cuda_stream();

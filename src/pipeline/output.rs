@@ -9,7 +9,7 @@ use std::sync::Arc;
 use cudarc::driver::CudaStream;
 
 use crate::cpu::{NormalizeTable, Staging};
-use crate::cuda::{Gpu, JpegLane, LaneImage, Normalizer, StagingRing};
+use crate::cuda::{Gpu, JpegLane, Normalizer, PlannedImages, StagingRing};
 use crate::error::{Error, Result};
 use crate::geometry::Geometry;
 use crate::options::Decode;
@@ -30,6 +30,11 @@ pub(crate) trait OutputStage: Send {
     /// The CUDA stream the batches are written on (none on the CPU device).
     fn cuda_stream(&self) -> Option<Arc<CudaStream>>;
 
+    /// Host threads the GPU decode lane keeps busy while a batch is made (0 without one).
+    fn gpu_lane_threads(&self) -> usize {
+        0
+    }
+
     /// Staging slots in rotation.
     fn slots(&self) -> usize;
 
@@ -49,7 +54,7 @@ pub(crate) trait OutputStage: Send {
         &mut self,
         slot: usize,
         n: usize,
-        from_gpu: &[(LaneImage, usize)],
+        from_gpu: &PlannedImages,
     ) -> Result<(Tensor, usize)>;
 }
 
@@ -105,18 +110,14 @@ pub(crate) fn open(options: &Options, image_bytes: usize) -> Result<Box<dyn Outp
             let mut output = CudaOutput::open(ordinal, slot_bytes, dims, spec, &sizes)?;
             if options.decode.lanes == Decode::Hybrid {
                 let geometry = Geometry::new(&options.resize);
-                output.lane = match JpegLane::open(
-                    &output.gpu,
-                    &geometry,
-                    options.batching.batch_size,
-                    options.decode.max_pixels,
-                ) {
-                    Ok(lane) => Some(lane),
-                    Err(reason) => {
-                        output.lane_off = Some(reason);
-                        None
-                    }
-                };
+                output.lane =
+                    match JpegLane::open(&output.gpu, &geometry, options.decode.max_pixels) {
+                        Ok(lane) => Some(lane),
+                        Err(reason) => {
+                            output.lane_off = Some(reason);
+                            None
+                        }
+                    };
             }
             Box::new(output)
         }
@@ -233,6 +234,10 @@ impl OutputStage for CudaOutput {
         Some(self.gpu.stream().clone())
     }
 
+    fn gpu_lane_threads(&self) -> usize {
+        self.lane.as_ref().map_or(0, JpegLane::submitting_threads)
+    }
+
     fn slots(&self) -> usize {
         self.ring.len()
     }
@@ -262,13 +267,13 @@ impl OutputStage for CudaOutput {
         &mut self,
         slot: usize,
         n: usize,
-        from_gpu: &[(LaneImage, usize)],
+        from_gpu: &PlannedImages,
     ) -> Result<(Tensor, usize)> {
         let (height, width) = self.dims;
         let image = height * width * 3;
         // The CPU lane's images go up (runs between the GPU lane's places); the GPU lane's are
         // written into their places on the device.
-        let mut on_gpu: Vec<usize> = from_gpu.iter().map(|&(_, place)| place).collect();
+        let mut on_gpu: Vec<usize> = from_gpu.places.clone();
         on_gpu.sort_unstable();
         let mut ranges = Vec::with_capacity(on_gpu.len() + 1);
         let mut start = 0;
@@ -281,7 +286,7 @@ impl OutputStage for CudaOutput {
         let uploaded = ranges.iter().map(|r| r.len()).sum();
         let input = self.ring.upload(slot, &ranges)?;
         if let Some(lane) = self.lane.as_mut() {
-            lane.resize_into(self.gpu.stream(), from_gpu, input)?;
+            lane.resize_planned(self.gpu.stream(), from_gpu, input)?;
         }
         let tensor = self
             .normalizer
@@ -356,7 +361,7 @@ impl OutputStage for HostOutput {
         &mut self,
         _slot: usize,
         n: usize,
-        _from_gpu: &[(LaneImage, usize)],
+        _from_gpu: &PlannedImages,
     ) -> Result<(Tensor, usize)> {
         let (height, width) = self.dims;
         let data = self

@@ -9,6 +9,7 @@ use super::hybrid::{self, Balance, DecodedBy, HybridFilled};
 use super::output::OutputStage;
 use crate::batch::Batch;
 use crate::cpu::{BatchRequest, CpuLane};
+use crate::cuda::PlannedImages;
 use crate::error::{ItemError, Result};
 use crate::options::{BatchOptions, LastBatch};
 use crate::order::Sampler;
@@ -147,7 +148,7 @@ impl Worker {
                             gpu: 0,
                         },
                         filled,
-                        from_gpu: Vec::new(),
+                        from_gpu: PlannedImages::default(),
                     })
             }
         };

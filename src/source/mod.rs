@@ -97,8 +97,9 @@ pub(crate) enum OpenItem {
     Memory(Arc<[u8]>),
 }
 
-/// Bytes read to sniff a file's format before the rest is read.
-const SNIFF_BYTES: usize = 64;
+/// Bytes read first: enough to sniff the format and, for nearly every file, to read its header
+/// without another read (the rest follows in one more read, if any is left).
+const HEAD_BYTES: usize = 64 << 10;
 
 impl OpenItem {
     fn file(path: &Path, max_bytes: u64) -> std::result::Result<OpenItem, ItemErrorKind> {
@@ -129,9 +130,9 @@ impl OpenItem {
                 limit: max_bytes,
             });
         }
-        let mut head = Vec::with_capacity(SNIFF_BYTES);
+        let mut head = Vec::with_capacity(HEAD_BYTES.min(len as usize));
         (&mut file)
-            .take(SNIFF_BYTES as u64)
+            .take(HEAD_BYTES as u64)
             .read_to_end(&mut head)
             .map_err(fail)?;
         if head.is_empty() {
@@ -174,6 +175,12 @@ impl OpenItem {
     ) -> std::io::Result<()> {
         out.clear();
         match self {
+            OpenItem::File { head, .. }
+                if offset.saturating_add(len as u64) <= head.len() as u64 =>
+            {
+                let start = offset as usize;
+                out.extend_from_slice(&head[start..start + len]);
+            }
             OpenItem::File { file, .. } => {
                 out.resize(len, 0);
                 let mut filled = 0;
@@ -211,7 +218,7 @@ impl OpenItem {
                 mut file,
                 path,
                 len,
-                ..
+                head,
             } => {
                 use std::io::Seek;
                 let fail =
@@ -224,11 +231,14 @@ impl OpenItem {
                     );
                     return Err((e, buffer));
                 }
-                if let Err(e) = file.seek(std::io::SeekFrom::Start(0)) {
+                // The head is read already; the rest follows it.
+                buffer.extend_from_slice(&head);
+                if let Err(e) = file.seek(std::io::SeekFrom::Start(head.len() as u64)) {
                     return Err((fail(e), buffer));
                 }
                 // The file may have grown since it was measured: read no more than was counted.
-                match (&mut file).take(len).read_to_end(&mut buffer) {
+                let rest = len.saturating_sub(head.len() as u64);
+                match (&mut file).take(rest).read_to_end(&mut buffer) {
                     Ok(_) => Ok(ItemBytes::Owned(buffer)),
                     Err(e) => Err((fail(e), buffer)),
                 }

@@ -87,6 +87,8 @@ pub struct JpegHeader {
     pub scans: u16,
     /// Whether the file ends with an EOI marker after its scans.
     pub complete: bool,
+    /// Offset in the file of the frame header's content (the byte after its length).
+    pub frame_at: usize,
 }
 
 impl JpegHeader {
@@ -118,6 +120,30 @@ impl JpegHeader {
                 || (!self.jfif
                     && self.adobe_transform.is_none()
                     && self.component_ids[..3] == *b"RGB"))
+    }
+
+    /// Whether the sampling factors are those the hardware decoder is known to decode right: for
+    /// three components, chroma at 1x1 and luma at 1x1, 2x1, 1x2 or 2x2 (what encoders write for
+    /// 4:4:4, 4:2:2, 4:4:0 and 4:2:0); for one component, any factors from 1 to 4, which change
+    /// nothing in a one-component frame (its single scan is non-interleaved, one block per MCU) but
+    /// which the engines misread unless [`JpegHeader::gray_factors_at`] is rewritten as 1x1.
+    pub fn standard_factors(&self) -> bool {
+        let ok = |f: u8| (1..=4).contains(&f);
+        match self.components {
+            1 => ok(self.sampling[0].0) && ok(self.sampling[0].1),
+            3 => {
+                let [y, cb, cr, _] = self.sampling;
+                cb == (1, 1) && cr == (1, 1) && matches!(y, (1, 1) | (2, 1) | (1, 2) | (2, 2))
+            }
+            _ => false,
+        }
+    }
+
+    /// For a one-component frame whose sampling factors are not 1x1 (Pillow writes 2x2 when asked
+    /// for 4:2:0), the file offset of that factor byte: writing 0x11 there changes nothing in how
+    /// the frame decodes, and makes the hardware decoder read it right.
+    pub fn gray_factors_at(&self) -> Option<usize> {
+        (self.components == 1 && self.sampling[0] != (1, 1)).then_some(self.frame_at + 7)
     }
 
     /// Chroma subsampling from the sampling factors.
@@ -197,6 +223,7 @@ pub fn scan(data: &[u8]) -> Result<JpegHeader, HeaderError> {
         jfif: false,
         scans: 0,
         complete: false,
+        frame_at: 0,
     };
     let mut have_frame = false;
     let mut pos = 2;
@@ -252,6 +279,7 @@ pub fn scan(data: &[u8]) -> Result<JpegHeader, HeaderError> {
                     ));
                 }
                 header.frame_marker = marker;
+                header.frame_at = pos - length + 2;
                 header.precision = segment[0];
                 header.height = be16(segment, 1);
                 header.width = be16(segment, 3);
@@ -387,6 +415,34 @@ mod tests {
             Err(HeaderError::NotJpeg)
         );
         assert_eq!(scan(&[]), Err(HeaderError::NotJpeg));
+    }
+
+    #[test]
+    fn gray_sampling_factors_are_found_and_unusual_colour_ones_refused() {
+        let gray = fixture("ok_gray.jpg");
+        let h = scan(&gray).unwrap();
+        assert!(h.standard_factors());
+        assert_eq!(h.gray_factors_at(), None);
+        assert_eq!(gray[h.frame_at - 4..h.frame_at - 2], [0xFF, 0xC0]);
+        // The same frame as Pillow writes it with subsampling=2: factors 2x2.
+        let mut pillow = gray.clone();
+        pillow[h.frame_at + 7] = 0x22;
+        let p = scan(&pillow).unwrap();
+        assert_eq!(p.sampling[0], (2, 2));
+        assert!(p.standard_factors());
+        assert_eq!(p.gray_factors_at(), Some(h.frame_at + 7));
+        // Colour: every component at 2x2 (4:4:4 by ratio, unusual factors) is refused.
+        let colour = fixture("ok_444.jpg");
+        let c = scan(&colour).unwrap();
+        assert!(c.standard_factors());
+        let mut doubled = colour.clone();
+        for k in 0..3 {
+            doubled[c.frame_at + 7 + 3 * k] = 0x22;
+        }
+        let d = scan(&doubled).unwrap();
+        assert_eq!(d.subsampling(), Subsampling::S444);
+        assert!(!d.standard_factors());
+        assert!(scan(&fixture("ok_420.jpg")).unwrap().standard_factors());
     }
 
     #[test]

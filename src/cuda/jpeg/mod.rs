@@ -254,6 +254,11 @@ pub enum OutputFormat {
     Interleaved,
     /// `NVJPEG_OUTPUT_RGB`: an R plane, then a G plane, then a B plane (CHW).
     Planar,
+    /// `NVJPEG_OUTPUT_YUV`: the Y plane, then the Cb and Cr planes at their stored
+    /// (subsampled) size: what libjpeg's own chroma upsampling and colour conversion start from.
+    Yuv,
+    /// `NVJPEG_OUTPUT_Y`: the Y plane alone (gray JPEGs).
+    Y,
 }
 
 impl OutputFormat {
@@ -261,6 +266,8 @@ impl OutputFormat {
         match self {
             OutputFormat::Interleaved => sys::NVJPEG_OUTPUT_RGBI,
             OutputFormat::Planar => sys::NVJPEG_OUTPUT_RGB,
+            OutputFormat::Yuv => sys::NVJPEG_OUTPUT_YUV,
+            OutputFormat::Y => sys::NVJPEG_OUTPUT_Y,
         }
     }
 }
@@ -270,6 +277,8 @@ impl fmt::Display for OutputFormat {
         f.write_str(match self {
             OutputFormat::Interleaved => "interleaved RGB (NVJPEG_OUTPUT_RGBI)",
             OutputFormat::Planar => "planar RGB (NVJPEG_OUTPUT_RGB)",
+            OutputFormat::Yuv => "Y, Cb and Cr planes as stored (NVJPEG_OUTPUT_YUV)",
+            OutputFormat::Y => "the Y plane (NVJPEG_OUTPUT_Y)",
         })
     }
 }
@@ -313,7 +322,8 @@ pub enum ParseMode {
 /// Settings of a [`HardwareDecoder`].
 #[derive(Debug, Clone)]
 pub struct DecoderConfig {
-    /// Most images per [`HardwareDecoder::decode`] call.
+    /// Most images per `nvjpegDecodeBatched`: a [`HardwareDecoder::decode`] call with more
+    /// decodes them in chunks of this many.
     pub max_batch: usize,
     /// Pixel layout of the output.
     pub output: OutputFormat,
@@ -345,11 +355,18 @@ pub struct DecoderConfig {
     /// rather than only when the batch size or format changes (the header says once per size is
     /// enough).
     pub reinitialize_every_batch: bool,
+    /// Pad every chunk of `max_batch` images with tiny ones up to `max_batch`, so that
+    /// `nvjpegDecodeBatchedInitialize` runs once, not whenever the number of images changes:
+    /// on the H100 machine a batch decoded after it costs two to ten times the host time, and
+    /// the first one after a change of size tens of milliseconds.
+    pub pad_chunks: bool,
     /// Diagnostics: fill the whole output arena with this byte before every batch, so that bytes
     /// the decoder does not write stand out.
     pub poison: Option<u8>,
     /// Send one-component (gray) JPEGs to the hardware (with [`Checks::Markers`]).
     pub gray: bool,
+    /// Send three-component (colour) JPEGs to the hardware (with [`Checks::Markers`]).
+    pub colour: bool,
 }
 
 impl Default for DecoderConfig {
@@ -368,8 +385,10 @@ impl Default for DecoderConfig {
             checks: Checks::Full,
             parse: ParseMode::Full,
             reinitialize_every_batch: false,
+            pad_chunks: false,
             poison: None,
             gray: true,
+            colour: true,
         }
     }
 }
@@ -387,6 +406,9 @@ pub struct JpegInfo {
     pub subsampling: Subsampling,
     /// Compressed size in bytes.
     pub compressed_bytes: usize,
+    /// Where a gray frame's sampling factors are rewritten as 1x1 in the staged copy
+    /// ([`header::JpegHeader::gray_factors_at`]).
+    pub gray_factors_at: Option<usize>,
 }
 
 /// Why an image is not sent to the hardware decoder. Decode it on the CPU instead.
@@ -417,6 +439,9 @@ pub enum Refusal {
     RgbColorspace,
     /// A subsampling the hardware does not decode.
     Subsampling(Subsampling),
+    /// Sampling factors other than the usual ones for the subsampling (see
+    /// [`header::JpegHeader::standard_factors`]).
+    SamplingFactors,
     /// More than one scan (non-interleaved sequential).
     MultipleScans(u16),
     /// A zero dimension (or a height only given by a DNL marker).
@@ -460,6 +485,7 @@ impl fmt::Display for Refusal {
             Refusal::Components(n) => write!(f, "{n} components"),
             Refusal::RgbColorspace => f.write_str("RGB-coded JPEG (not YCbCr)"),
             Refusal::Subsampling(s) => write!(f, "{s} subsampling"),
+            Refusal::SamplingFactors => f.write_str("unusual sampling factors"),
             Refusal::MultipleScans(n) => write!(f, "{n} scans"),
             Refusal::Empty => f.write_str("zero width or height"),
             Refusal::TooLarge { width, height } => {
@@ -497,6 +523,21 @@ pub struct DecodedImage {
     pub channel_stride: usize,
     /// Bytes from `ptr` that hold this image (all channels, padding between planes included).
     pub span: usize,
+    /// With [`OutputFormat::Yuv`], the Cb and Cr planes.
+    pub chroma: Option<ChromaPlanes>,
+}
+
+/// Where the Cb and Cr planes of a [`OutputFormat::Yuv`] image are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChromaPlanes {
+    /// Offsets of the Cb and Cr planes from the image's `ptr`.
+    pub offsets: [usize; 2],
+    /// Bytes from one row to the next in each.
+    pub pitch: usize,
+    /// Samples per row and rows of each.
+    pub width: usize,
+    /// Rows of each.
+    pub height: usize,
 }
 
 impl DecodedImage {}
@@ -524,6 +565,8 @@ pub struct BatchTimings {
     pub submit: Duration,
     /// Images sent to the hardware.
     pub images: usize,
+    /// Tiny images that padded the batch.
+    pub pads: usize,
     /// Whether `nvjpegDecodeBatchedInitialize` ran for this batch.
     pub initialized: bool,
 }
@@ -538,6 +581,7 @@ fn align_up(n: usize, to: usize) -> Option<usize> {
 fn layout(format: OutputFormat, width: u32, height: u32) -> Option<(usize, usize, usize, usize)> {
     let (w, h) = (width as usize, height as usize);
     match format {
+        OutputFormat::Yuv | OutputFormat::Y => None,
         OutputFormat::Interleaved => {
             let pitch = w.checked_mul(3)?;
             Some((pitch.checked_mul(h)?, pitch, 3, 1))
@@ -547,6 +591,40 @@ fn layout(format: OutputFormat, width: u32, height: u32) -> Option<(usize, usize
             Some((plane.checked_mul(3)?, w, 1, plane))
         }
     }
+}
+
+/// The planes of a [`OutputFormat::Yuv`] or [`OutputFormat::Y`] image of `width` x `height`
+/// stored with `subsampling`: (bytes, Y pitch, chroma planes).
+fn plane_layout(
+    format: OutputFormat,
+    width: u32,
+    height: u32,
+    subsampling: Subsampling,
+) -> Option<(usize, usize, Option<ChromaPlanes>)> {
+    let (w, h) = (width as usize, height as usize);
+    let y_plane = align_up(w.checked_mul(h)?, ALIGN)?;
+    if format == OutputFormat::Y || subsampling == Subsampling::Gray {
+        return Some((y_plane, w, None));
+    }
+    let (cw, ch) = match subsampling {
+        Subsampling::S444 => (w, h),
+        Subsampling::S422 => (w.div_ceil(2), h),
+        Subsampling::S420 => (w.div_ceil(2), h.div_ceil(2)),
+        Subsampling::S440 => (w, h.div_ceil(2)),
+        _ => return None,
+    };
+    let c_plane = align_up(cw.checked_mul(ch)?, ALIGN)?;
+    let bytes = y_plane.checked_add(c_plane.checked_mul(2)?)?;
+    Some((
+        bytes,
+        w,
+        Some(ChromaPlanes {
+            offsets: [y_plane, y_plane + c_plane],
+            pitch: cw,
+            width: cw,
+            height: ch,
+        }),
+    ))
 }
 
 /// What one batch hands to `nvjpegDecodeBatched`, kept untouched until that batch's event has
@@ -576,6 +654,9 @@ impl StagingSlot {
     }
 }
 
+/// Most images one [`HardwareDecoder::decode`] call takes.
+pub const MAX_IMAGES_PER_CALL: usize = 1 << 16;
+
 /// Decodes batches of baseline JPEGs on the GPU's hardware JPEG engines. See the module docs.
 ///
 /// Not `Sync`: one thread at a time (nvJPEG's state and parse objects are per thread).
@@ -584,10 +665,13 @@ pub struct HardwareDecoder {
     ctx: Arc<CudaContext>,
     handle: sys::nvjpegHandle_t,
     state: sys::nvjpegJpegState_t,
+    /// The batch size and format the state was initialized for.
+    initialized_for: Option<(usize, sys::nvjpegOutputFormat_t)>,
     jpeg_stream: sys::nvjpegJpegStream_t,
     config: DecoderConfig,
     engines: Option<(u32, u32)>,
-    initialized_for: Option<(usize, sys::nvjpegOutputFormat_t)>,
+    /// A tiny JPEG of the kind the decoder takes, with its facts, that pads chunks.
+    pad: Option<(Vec<u8>, JpegInfo)>,
     slots: [StagingSlot; 2],
     next_slot: usize,
     last_slot: Option<usize>,
@@ -596,7 +680,8 @@ pub struct HardwareDecoder {
     arena: Option<CudaSlice<u8>>,
     stream: Option<Arc<CudaStream>>,
     outcomes: Vec<Outcome>,
-    staged_offsets: Vec<usize>,
+    /// Indices of the call's images sent to the hardware.
+    accepted: Vec<usize>,
     timings: BatchTimings,
     warnings: Vec<(&'static str, Status)>,
 }
@@ -656,9 +741,10 @@ impl HardwareDecoder {
             ctx: ctx.clone(),
             handle: std::ptr::null_mut(),
             state: std::ptr::null_mut(),
+            initialized_for: None,
             jpeg_stream: std::ptr::null_mut(),
             engines: None,
-            initialized_for: None,
+            pad: None,
             slots: [slot(new_event()?), slot(new_event()?)],
             next_slot: 0,
             last_slot: None,
@@ -666,7 +752,7 @@ impl HardwareDecoder {
             arena: None,
             stream: None,
             outcomes: Vec::with_capacity(max_batch),
-            staged_offsets: Vec::with_capacity(max_batch),
+            accepted: Vec::with_capacity(max_batch),
             timings: BatchTimings::default(),
             warnings: Vec::new(),
             config,
@@ -758,6 +844,14 @@ impl HardwareDecoder {
                     .push(("nvjpegDecodeBatchedPreAllocate", Status(status)));
             }
         }
+        if decoder.config.pad_chunks {
+            let pad = pad_image(decoder.config.colour);
+            // The pad goes through the decoder's own checks; one it refused would only mean no
+            // padding (and more initializations).
+            if let Ok(info) = decoder.inspect(&pad) {
+                decoder.pad = Some((pad, info));
+            }
+        }
         if decoder.config.staging == Staging::Pinned {
             let initial = decoder
                 .config
@@ -813,10 +907,38 @@ impl HardwareDecoder {
         stream: &Arc<CudaStream>,
         jpegs: &[&[u8]],
     ) -> Result<DecodedBatch<'d>, Error> {
-        if jpegs.len() > self.config.max_batch {
+        self.decode_with(stream, jpegs, None)
+    }
+
+    /// [`HardwareDecoder::decode`] of files already inspected: `infos[i]` is what
+    /// [`inspect_markers`] (or [`HardwareDecoder::inspect`]) returned for `jpegs[i]` with this
+    /// decoder's configuration. Saves the inspection on the calling thread.
+    pub fn decode_inspected<'d>(
+        &'d mut self,
+        stream: &Arc<CudaStream>,
+        jpegs: &[&[u8]],
+        infos: &[JpegInfo],
+    ) -> Result<DecodedBatch<'d>, Error> {
+        if infos.len() != jpegs.len() {
+            return Err(Error::Config(format!(
+                "{} infos for {} files",
+                infos.len(),
+                jpegs.len()
+            )));
+        }
+        self.decode_with(stream, jpegs, Some(infos))
+    }
+
+    fn decode_with<'d>(
+        &'d mut self,
+        stream: &Arc<CudaStream>,
+        jpegs: &[&[u8]],
+        infos: Option<&[JpegInfo]>,
+    ) -> Result<DecodedBatch<'d>, Error> {
+        if jpegs.len() > MAX_IMAGES_PER_CALL {
             return Err(Error::BatchTooLarge {
                 len: jpegs.len(),
-                max: self.config.max_batch,
+                max: MAX_IMAGES_PER_CALL,
             });
         }
         if stream.context() != &self.ctx {
@@ -833,27 +955,40 @@ impl HardwareDecoder {
 
         // 1. Inspect and lay out.
         self.outcomes.clear();
-        self.staged_offsets.clear();
+        self.accepted.clear();
         let format = self.config.output;
         let mut output_bytes = 0usize;
-        let mut staged_bytes = 0usize;
-        for jpeg in jpegs {
-            let info = match inspect_one(
-                &self.functions,
-                self.handle,
-                self.jpeg_stream,
-                &self.config,
-                jpeg,
-            ) {
+        for (i, jpeg) in jpegs.iter().enumerate() {
+            let inspected = match infos {
+                // The caller's facts; the limit is this decoder's.
+                Some(infos) if infos[i].compressed_bytes == jpeg.len() => {
+                    within_limit(infos[i], &self.config)
+                }
+                Some(_) => Err(Refusal::HeaderMismatch),
+                None => inspect_one(
+                    &self.functions,
+                    self.handle,
+                    self.jpeg_stream,
+                    &self.config,
+                    jpeg,
+                ),
+            };
+            let info = match inspected {
                 Ok(info) => info,
                 Err(refusal) => {
                     self.outcomes.push(Outcome::Refused(refusal));
                     continue;
                 }
             };
-            let Some((bytes, pitch, pixel_stride, channel_stride)) =
-                layout(format, info.width, info.height)
-            else {
+            let planes = match format {
+                OutputFormat::Yuv | OutputFormat::Y => {
+                    plane_layout(format, info.width, info.height, info.subsampling)
+                        .map(|(bytes, pitch, chroma)| (bytes, pitch, 1, 0, chroma))
+                }
+                _ => layout(format, info.width, info.height)
+                    .map(|(bytes, pitch, ps, cs)| (bytes, pitch, ps, cs, None)),
+            };
+            let Some((bytes, pitch, pixel_stride, channel_stride, chroma)) = planes else {
                 self.outcomes.push(Outcome::Refused(Refusal::TooLarge {
                     width: info.width,
                     height: info.height,
@@ -861,20 +996,17 @@ impl HardwareDecoder {
                 continue;
             };
             let out_end = align_up(output_bytes, ALIGN).and_then(|o| o.checked_add(bytes));
-            let stage_end = align_up(staged_bytes, 64).and_then(|o| o.checked_add(jpeg.len()));
             let fits_output = out_end.is_some_and(|end| end <= self.config.max_output_bytes);
+            // Chunks are staged one at a time: one file must fit the cap with the pads.
             let fits_staging = self.config.staging == Staging::Caller
-                || stage_end.is_some_and(|end| end <= self.config.max_staging_bytes);
-            let (Some(out_end), Some(stage_end), true, true) =
-                (out_end, stage_end, fits_output, fits_staging)
-            else {
+                || jpeg.len().saturating_add(self.pad_bytes()) <= self.config.max_staging_bytes;
+            let (Some(out_end), true, true) = (out_end, fits_output, fits_staging) else {
                 self.outcomes.push(Outcome::Refused(Refusal::NoRoom));
                 continue;
             };
             let offset = out_end - bytes;
-            self.staged_offsets.push(stage_end - jpeg.len());
+            self.accepted.push(i);
             output_bytes = out_end;
-            staged_bytes = stage_end;
             self.outcomes.push(Outcome::Decoded(DecodedImage {
                 info,
                 ptr: 0, // set once the arena exists
@@ -884,9 +1016,31 @@ impl HardwareDecoder {
                 pixel_stride,
                 channel_stride,
                 span: bytes,
+                chroma,
             }));
         }
-        let n = self.staged_offsets.len();
+        let n = self.accepted.len();
+        // The pads' outputs: one region per place of a chunk, after the images, shared by the
+        // chunks (nothing reads them).
+        let fmt = format.nvjpeg();
+        let chunk = self.config.max_batch;
+        let pads = self.pad.is_some() && self.config.pad_chunks;
+        let pad_span = self.pad_span();
+        let pads_at = align_up(output_bytes, ALIGN).unwrap_or(usize::MAX);
+        if pads && n > 0 {
+            let end = pad_span
+                .checked_mul(chunk)
+                .and_then(|b| pads_at.checked_add(b))
+                .filter(|&end| end <= self.config.max_output_bytes.max(output_bytes));
+            match end {
+                Some(end) => output_bytes = end,
+                None => {
+                    return Err(Error::Config(
+                        "no room in the output arena for the batch's pads".into(),
+                    ))
+                }
+            }
+        }
         self.timings.inspect = started.elapsed();
         self.timings.images = n;
         self.stream = Some(stream.clone());
@@ -897,79 +1051,18 @@ impl HardwareDecoder {
             });
         }
 
-        // 2. Stage the compressed bytes (in the slot the in-flight batch does not use).
+        // 2. The previous call's batches must be done before the arena and state are reused.
         let t = Instant::now();
-        let slot_index = self.next_slot;
-        self.slots[slot_index].wait()?;
-        if self.config.staging == Staging::Pinned && self.slots[slot_index].capacity < staged_bytes
-        {
-            let grown = staged_bytes
-                .saturating_add(staged_bytes / 4)
-                .min(self.config.max_staging_bytes)
-                .max(staged_bytes);
-            self.grow_staging(slot_index, grown)?;
-        }
-        let slot = &mut self.slots[slot_index];
-        slot.data.clear();
-        slot.lengths.clear();
-        slot.destinations.clear();
-        let mut k = 0;
-        for (jpeg, outcome) in jpegs.iter().zip(&self.outcomes) {
-            if let Outcome::Decoded(_) = outcome {
-                let src = match self.config.staging {
-                    Staging::Pinned => {
-                        let at = self.staged_offsets[k];
-                        // SAFETY: `slot.ptr` points to `capacity >= staged_bytes` bytes of pinned
-                        // memory owned by this slot, which no queued work reads (waited above);
-                        // `[at, at + len)` lies within `staged_bytes` by construction, and the
-                        // source is a separate host slice.
-                        unsafe {
-                            let dst = slot.ptr.add(at);
-                            std::ptr::copy_nonoverlapping(jpeg.as_ptr(), dst, jpeg.len());
-                            dst.cast_const()
-                        }
-                    }
-                    Staging::Caller => jpeg.as_ptr(),
-                };
-                slot.data.push(src);
-                slot.lengths.push(jpeg.len());
-                k += 1;
-            }
-        }
-        self.timings.stage = t.elapsed();
-
-        // 3. The previous batch must be done before its state is reused.
-        let t = Instant::now();
-        if let Some(last) = self.last_slot {
-            self.slots[last].wait()?;
+        for slot in self.slots.iter_mut() {
+            slot.wait()?;
         }
         self.timings.wait_previous = t.elapsed();
-
-        // 4. Output arena, descriptors, nvJPEG.
-        let t = Instant::now();
         if self.output_capacity() < output_bytes {
             let grown = output_bytes
                 .saturating_add(output_bytes / 4)
-                .min(self.config.max_output_bytes)
+                .min(self.config.max_output_bytes.max(output_bytes))
                 .max(output_bytes);
             self.grow_arena(stream, grown)?;
-        }
-        let fmt = format.nvjpeg();
-        if self.config.reinitialize_every_batch || self.initialized_for != Some((n, fmt)) {
-            self.initialized_for = None;
-            // SAFETY: valid handle and state, not used by queued work (previous batch waited for);
-            // plain integer arguments (n <= max_batch <= i32::MAX).
-            check("nvjpegDecodeBatchedInitialize", unsafe {
-                (self.functions.decode_batched_initialize)(
-                    self.handle,
-                    self.state,
-                    n as c_int,
-                    1,
-                    fmt,
-                )
-            })?;
-            self.initialized_for = Some((n, fmt));
-            self.timings.initialized = true;
         }
         let Some(arena) = self.arena.as_mut() else {
             return Err(Error::Config("no output arena".into()));
@@ -985,34 +1078,189 @@ impl HardwareDecoder {
             }
             .map_err(cuda("poisoning the output arena"))?;
         }
-        let slot = &mut self.slots[slot_index];
         for outcome in self.outcomes.iter_mut() {
             if let Outcome::Decoded(image) = outcome {
                 image.ptr = base + image.offset as u64;
-                let mut d = sys::nvjpegImage_t::EMPTY;
-                match format {
-                    OutputFormat::Interleaved => {
-                        d.channel[0] = image.ptr as usize as *mut u8;
-                        d.pitch[0] = image.pitch;
-                    }
-                    OutputFormat::Planar => {
-                        for c in 0..3 {
-                            d.channel[c] =
-                                (image.ptr as usize + c * image.channel_stride) as *mut u8;
-                            d.pitch[c] = image.pitch;
-                        }
-                    }
-                }
-                slot.destinations.push(d);
             }
         }
-        // SAFETY: the slot's `data`/`lengths`/`destinations` hold `n` entries each, matching the
-        // `n` given to nvjpegDecodeBatchedInitialize, and, like the bytes `data[i]` points to
-        // (`lengths[i]` of them), stay untouched until this batch's event has completed (pinned
-        // staging: the slot is not written again before `wait`; caller staging: we wait below
-        // before returning). Each destination addresses `span` bytes inside the arena, which lives
-        // until the decoder is dropped or grows it after waiting for this batch. The stream
-        // belongs to the current context.
+        drop(arena_guard);
+
+        // 3. The chunks, each staged in the slot the previous one does not use and sent to the
+        // hardware in one `nvjpegDecodeBatched`, padded to the chunk size when asked.
+        let mut last = None;
+        for start in (0..n).step_by(chunk.max(1)) {
+            let images = start..(start + chunk).min(n);
+            let pad_count = if pads { chunk - images.len() } else { 0 };
+            let slot = self.submit_chunk(stream, jpegs, images, pad_count, base, pads_at, fmt)?;
+            last = Some(slot);
+        }
+        self.ready = last;
+        Ok(DecodedBatch {
+            decoder: self,
+            slot: last,
+        })
+    }
+
+    /// Bytes of staging one pad takes (0 without pads).
+    fn pad_bytes(&self) -> usize {
+        match (&self.pad, self.config.pad_chunks) {
+            (Some((pad, _)), true) => self.config.max_batch.saturating_mul(pad.len() + 64),
+            _ => 0,
+        }
+    }
+
+    /// Bytes of output one pad takes.
+    fn pad_span(&self) -> usize {
+        let Some((_, info)) = &self.pad else {
+            return 0;
+        };
+        let format = self.config.output;
+        let span = match format {
+            OutputFormat::Yuv | OutputFormat::Y => {
+                plane_layout(format, info.width, info.height, info.subsampling).map(|p| p.0)
+            }
+            _ => layout(format, info.width, info.height).map(|l| l.0),
+        };
+        span.and_then(|s| align_up(s, ALIGN)).unwrap_or(0)
+    }
+
+    /// Stages the accepted images `images` (indices into `self.accepted`) and `pad_count` pads,
+    /// and queues their decode on `stream`; returns the slot used.
+    #[allow(clippy::too_many_arguments)]
+    fn submit_chunk(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        jpegs: &[&[u8]],
+        images: std::ops::Range<usize>,
+        pad_count: usize,
+        base: u64,
+        pads_at: usize,
+        fmt: sys::nvjpegOutputFormat_t,
+    ) -> Result<usize, Error> {
+        let t = Instant::now();
+        let format = self.config.output;
+        let slot_index = self.next_slot;
+        self.slots[slot_index].wait()?;
+        // Staging layout: the images, then the pads, 64-byte aligned.
+        let pad_len = self.pad.as_ref().map_or(0, |(pad, _)| pad.len());
+        let mut staged = 0usize;
+        for &i in &self.accepted[images.clone()] {
+            staged = staged.next_multiple_of(64).saturating_add(jpegs[i].len());
+        }
+        staged = staged.saturating_add(pad_count.saturating_mul(pad_len + 64));
+        if self.config.staging == Staging::Pinned && self.slots[slot_index].capacity < staged {
+            let grown = staged
+                .saturating_add(staged / 4)
+                .min(self.config.max_staging_bytes)
+                .max(staged);
+            self.grow_staging(slot_index, grown)?;
+        }
+        let pad_span = self.pad_span();
+        let slot = &mut self.slots[slot_index];
+        slot.data.clear();
+        slot.lengths.clear();
+        slot.destinations.clear();
+        let mut at = 0usize;
+        let pad_bytes: &[u8] = self.pad.as_ref().map_or(&[], |(pad, _)| pad.as_slice());
+        let sources = self.accepted[images.clone()]
+            .iter()
+            .map(|&i| {
+                let factors = match &self.outcomes[i] {
+                    Outcome::Decoded(d) => d.info.gray_factors_at,
+                    _ => None,
+                };
+                (jpegs[i], factors)
+            })
+            .chain(std::iter::repeat_n((pad_bytes, None), pad_count));
+        for (jpeg, factors) in sources {
+            let src = match self.config.staging {
+                Staging::Pinned => {
+                    at = at.next_multiple_of(64);
+                    // SAFETY: `slot.ptr` points to `capacity >= staged` bytes of pinned memory
+                    // owned by this slot, which no queued work reads (waited above); `[at, at +
+                    // len)` lies within `staged` (laid out the same way above), the source is a
+                    // separate host slice, and the factor byte is written only inside the copy.
+                    let dst = unsafe {
+                        let dst = slot.ptr.add(at);
+                        std::ptr::copy_nonoverlapping(jpeg.as_ptr(), dst, jpeg.len());
+                        if let Some(byte) = factors.filter(|&b| b < jpeg.len()) {
+                            *dst.add(byte) = 0x11;
+                        }
+                        dst.cast_const()
+                    };
+                    at += jpeg.len();
+                    dst
+                }
+                Staging::Caller => jpeg.as_ptr(),
+            };
+            slot.data.push(src);
+            slot.lengths.push(jpeg.len());
+        }
+        // Destinations: each image's place in the arena, then the pads' regions.
+        for &i in &self.accepted[images] {
+            if let Outcome::Decoded(image) = &self.outcomes[i] {
+                slot.destinations.push(destination(
+                    format,
+                    image.ptr,
+                    image.pitch,
+                    image.channel_stride,
+                    image.chroma,
+                ));
+            }
+        }
+        if let Some((_, info)) = &self.pad {
+            let span = pad_span;
+            let layout = match format {
+                OutputFormat::Yuv | OutputFormat::Y => {
+                    plane_layout(format, info.width, info.height, info.subsampling)
+                        .map(|(_, pitch, chroma)| (pitch, 0, chroma))
+                }
+                _ => layout(format, info.width, info.height)
+                    .map(|(_, pitch, _, cs)| (pitch, cs, None)),
+            };
+            if let Some((pitch, channel_stride, chroma)) = layout {
+                for p in 0..pad_count {
+                    let ptr = base + (pads_at + p * span) as u64;
+                    slot.destinations
+                        .push(destination(format, ptr, pitch, channel_stride, chroma));
+                }
+            }
+        }
+        self.timings.stage += t.elapsed();
+        let batch_len = slot.data.len();
+        self.timings.pads += pad_count;
+
+        // The previous chunk must be done before the state is reused.
+        let t = Instant::now();
+        if let Some(last) = self.last_slot {
+            self.slots[last].wait()?;
+        }
+        self.timings.wait_previous += t.elapsed();
+        let t = Instant::now();
+        if self.config.reinitialize_every_batch || self.initialized_for != Some((batch_len, fmt)) {
+            self.initialized_for = None;
+            // SAFETY: valid handle and state, not used by queued work (previous chunk waited
+            // for); plain integer arguments (batch_len <= max_batch <= i32::MAX).
+            check("nvjpegDecodeBatchedInitialize", unsafe {
+                (self.functions.decode_batched_initialize)(
+                    self.handle,
+                    self.state,
+                    batch_len as c_int,
+                    1,
+                    fmt,
+                )
+            })?;
+            self.initialized_for = Some((batch_len, fmt));
+            self.timings.initialized = true;
+        }
+        let slot = &mut self.slots[slot_index];
+        // SAFETY: the slot's `data`/`lengths`/`destinations` hold `batch_len` entries each,
+        // matching the size given to nvjpegDecodeBatchedInitialize, and, like the bytes `data[i]`
+        // points to (`lengths[i]` of them), stay untouched until this chunk's event has completed
+        // (pinned staging: the slot is not written again before `wait`; caller staging: we wait
+        // below before returning). Each destination addresses its image's bytes inside the
+        // arena, which lives until the decoder is dropped or grows it after waiting for every
+        // slot. The stream belongs to the current context.
         let status = unsafe {
             (self.functions.decode_batched)(
                 self.handle,
@@ -1023,8 +1271,6 @@ impl HardwareDecoder {
                 stream.cu_stream() as sys::cudaStream_t,
             )
         };
-        // Records the arena's write on `stream` for cudarc's own ordering.
-        drop(arena_guard);
         let recorded = slot.done.record(stream);
         slot.pending = recorded.is_ok();
         self.last_slot = Some(slot_index);
@@ -1041,15 +1287,39 @@ impl HardwareDecoder {
             });
         }
         recorded.map_err(cuda("recording the batch's event"))?;
-        self.timings.submit = t.elapsed();
+        self.timings.submit += t.elapsed();
         if self.config.staging == Staging::Caller {
             self.slots[slot_index].wait()?;
         }
-        self.ready = Some(slot_index);
-        Ok(DecodedBatch {
-            decoder: self,
-            slot: Some(slot_index),
-        })
+        Ok(slot_index)
+    }
+
+    /// Decodes one chunk of pads and waits for it, so that the state's initialization and the
+    /// hardware's first allocations happen now rather than in the first batch.
+    pub fn warm_up(&mut self, stream: &Arc<CudaStream>) -> Result<(), Error> {
+        if self.pad.is_none() || !self.config.pad_chunks {
+            return Ok(());
+        }
+        self.ctx
+            .bind_to_thread()
+            .map_err(cuda("binding the CUDA context"))?;
+        for slot in self.slots.iter_mut() {
+            slot.wait()?;
+        }
+        let bytes = self.pad_span().saturating_mul(self.config.max_batch);
+        if self.output_capacity() < bytes {
+            self.grow_arena(stream, bytes)?;
+        }
+        let Some(arena) = self.arena.as_mut() else {
+            return Err(Error::Config("no output arena".into()));
+        };
+        let (base, guard) = arena.device_ptr_mut(stream);
+        drop(guard);
+        self.accepted.clear();
+        self.outcomes.clear();
+        let fmt = self.config.output.nvjpeg();
+        let slot = self.submit_chunk(stream, &[], 0..0, self.config.max_batch, base, 0, fmt)?;
+        self.slots[slot].wait()
     }
 
     /// Waits for outstanding work, then destroys the nvJPEG objects, reporting the first failure
@@ -1147,6 +1417,59 @@ impl Drop for HardwareDecoder {
     }
 }
 
+/// nvJPEG's descriptor of an output at `ptr` laid out in `format`.
+fn destination(
+    format: OutputFormat,
+    ptr: u64,
+    pitch: usize,
+    channel_stride: usize,
+    chroma: Option<ChromaPlanes>,
+) -> sys::nvjpegImage_t {
+    let ptr = ptr as usize;
+    let mut d = sys::nvjpegImage_t::EMPTY;
+    match format {
+        OutputFormat::Interleaved => {
+            d.channel[0] = ptr as *mut u8;
+            d.pitch[0] = pitch;
+        }
+        OutputFormat::Planar => {
+            for c in 0..3 {
+                d.channel[c] = (ptr + c * channel_stride) as *mut u8;
+                d.pitch[c] = pitch;
+            }
+        }
+        OutputFormat::Yuv | OutputFormat::Y => {
+            d.channel[0] = ptr as *mut u8;
+            d.pitch[0] = pitch;
+            if let Some(chroma) = chroma {
+                for c in 0..2 {
+                    d.channel[c + 1] = (ptr + chroma.offsets[c]) as *mut u8;
+                    d.pitch[c + 1] = chroma.pitch;
+                }
+            }
+        }
+    }
+    d
+}
+
+/// A 16x16 baseline JPEG (mid-gray, colour 4:2:0 or one component) that pads batches.
+fn pad_image(colour: bool) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    let mut encoder = image::codecs::jpeg::JpegEncoder::new_with_quality(&mut bytes, 50);
+    let encoded = if colour {
+        encoder.encode(
+            &[128u8; 16 * 16 * 3],
+            16,
+            16,
+            image::ExtendedColorType::Rgb8,
+        )
+    } else {
+        encoder.encode(&[128u8; 16 * 16], 16, 16, image::ExtendedColorType::L8)
+    };
+    // Encoding a constant image into memory does not fail; if it did, no padding is used.
+    encoded.map_or_else(|_| Vec::new(), |()| bytes)
+}
+
 /// Maps nvJPEG's subsampling value.
 fn subsampling_of(css: sys::nvjpegChromaSubsampling_t) -> Subsampling {
     match css {
@@ -1190,6 +1513,9 @@ fn classify(h: &JpegHeader) -> Result<(), Refusal> {
     let s = h.subsampling();
     if !s.hardware_supported() {
         return Err(Refusal::Subsampling(s));
+    }
+    if !h.standard_factors() {
+        return Err(Refusal::SamplingFactors);
     }
     if h.scans != 1 {
         return Err(Refusal::MultipleScans(h.scans));
@@ -1245,24 +1571,11 @@ fn inspect_one(
                 components: h.components as u32,
                 subsampling: h.subsampling(),
                 compressed_bytes: data.len(),
+                gray_factors_at: h.gray_factors_at(),
             };
             return within_limit(info, config);
         }
-        Checks::Markers => {
-            let h = header::scan(data).map_err(refusal_of)?;
-            classify(&h)?;
-            if h.components == 1 && !config.gray {
-                return Err(Refusal::Components(1));
-            }
-            let info = JpegInfo {
-                width: h.width as u32,
-                height: h.height as u32,
-                components: h.components as u32,
-                subsampling: h.subsampling(),
-                compressed_bytes: data.len(),
-            };
-            return within_limit(info, config);
-        }
+        Checks::Markers => return inspect_markers(config, data),
         Checks::NvjpegOnly => None,
     };
     if data.is_empty() {
@@ -1341,6 +1654,13 @@ fn inspect_one(
     if is_supported != 0 {
         return Err(Refusal::HardwareDeclined);
     }
+    // The factor byte to rewrite in a gray frame: from the marker walk (run here for gray files
+    // when the checks skipped it).
+    let gray_factors_at = match (components, own) {
+        (1, Some(h)) => h.gray_factors_at(),
+        (1, None) => header::scan(data).map_err(refusal_of)?.gray_factors_at(),
+        _ => None,
+    };
     within_limit(
         JpegInfo {
             width,
@@ -1348,12 +1668,38 @@ fn inspect_one(
             components,
             subsampling,
             compressed_bytes: data.len(),
+            gray_factors_at,
         },
         config,
     )
 }
 
+/// The checks of [`Checks::Markers`] alone, for a decoder with `config`: what
+/// [`HardwareDecoder::inspect`] says with those checks, callable from any thread (no nvJPEG
+/// object is involved), so that many files can be screened in parallel before
+/// [`HardwareDecoder::decode_inspected`].
+pub fn inspect_markers(config: &DecoderConfig, data: &[u8]) -> Result<JpegInfo, Refusal> {
+    let h = header::scan(data).map_err(refusal_of)?;
+    classify(&h)?;
+    if (h.components == 1 && !config.gray) || (h.components != 1 && !config.colour) {
+        return Err(Refusal::Components(h.components as u32));
+    }
+    let info = JpegInfo {
+        width: h.width as u32,
+        height: h.height as u32,
+        components: h.components as u32,
+        subsampling: h.subsampling(),
+        compressed_bytes: data.len(),
+        gray_factors_at: h.gray_factors_at(),
+    };
+    within_limit(info, config)
+}
+
 fn within_limit(info: JpegInfo, config: &DecoderConfig) -> Result<JpegInfo, Refusal> {
+    if info.gray_factors_at.is_some() && config.staging == Staging::Caller {
+        // The factors are rewritten in the staged copy; the caller's bytes are left alone.
+        return Err(Refusal::SamplingFactors);
+    }
     if info.width as u64 * info.height as u64 > config.max_image_pixels {
         return Err(Refusal::TooLarge {
             width: info.width,
@@ -1384,11 +1730,27 @@ impl<'d> DecodedBatch<'d> {
     pub fn outcomes(&self) -> &'d [Outcome] {
         &self.decoder.outcomes
     }
+
+    /// Host time the `decode` call spent in each phase.
+    pub fn timings(&self) -> BatchTimings {
+        self.decoder.timings
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pads_are_baseline_jpegs_the_hardware_takes() {
+        for (colour, components) in [(true, 3), (false, 1)] {
+            let pad = pad_image(colour);
+            let h = header::scan(&pad).expect("a JPEG");
+            assert_eq!(classify(&h), Ok(()), "colour {colour}");
+            assert!(h.standard_factors());
+            assert_eq!((h.width, h.height, h.components), (16, 16, components));
+        }
+    }
 
     #[test]
     fn layouts_address_every_channel() {
