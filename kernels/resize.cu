@@ -186,3 +186,30 @@ extern "C" __global__ void gpufeed_resize_last(const GfResizeImage* __restrict__
     dst[1] = v[1];
     dst[2] = v[2];
 }
+
+// One image copied from the GPU lane's ring into its place of a batch: src/cuda/lane's
+// GatherDescriptor.
+struct GfGather {
+    unsigned long long src;  // address of the image in the ring
+    unsigned long long dst;  // byte offset of its place in the batch buffer
+};
+static_assert(sizeof(GfGather) == 16, "GfGather size");
+
+// Grid (blocks per image, images): each block copies a strided share of one image's `bytes`
+// bytes, 16 at a time when the addresses and size allow, else byte by byte.
+extern "C" __global__ void gpufeed_gather(const GfGather* __restrict__ images,
+                                          unsigned char* __restrict__ out,
+                                          unsigned long long bytes) {
+    const GfGather g = images[blockIdx.y];
+    const unsigned char* src = reinterpret_cast<const unsigned char*>(g.src);
+    unsigned char* dst = out + g.dst;
+    const size_t step = (size_t)gridDim.x * blockDim.x;
+    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (((g.src | (unsigned long long)(size_t)dst | bytes) & 15) == 0) {
+        const uint4* s = reinterpret_cast<const uint4*>(src);
+        uint4* d = reinterpret_cast<uint4*>(dst);
+        for (size_t i = first; i < bytes / 16; i += step) d[i] = s[i];
+    } else {
+        for (size_t i = first; i < bytes; i += step) dst[i] = src[i];
+    }
+}

@@ -3,6 +3,13 @@
 use crate::error::ItemError;
 use crate::tensor::Tensor;
 
+/// How many images of a batch each decode lane made.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct DecodedBy {
+    pub cpu: usize,
+    pub gpu: usize,
+}
+
 /// One batch: the images as a tensor, and which source images they are.
 #[derive(Debug)]
 pub struct Batch {
@@ -13,7 +20,7 @@ pub struct Batch {
     pub(crate) skipped: Vec<ItemError>,
     pub(crate) epoch: u64,
     pub(crate) uploaded_bytes: usize,
-    pub(crate) decoded_by: crate::pipeline::DecodedBy,
+    pub(crate) decoded_by: DecodedBy,
 }
 
 impl Batch {

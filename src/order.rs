@@ -41,6 +41,34 @@ impl Sampler {
     }
 }
 
+/// The positions of one epoch, in the order they are taken: the source index each holds.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct EpochOrder {
+    indices: Vec<usize>,
+}
+
+impl EpochOrder {
+    /// Positions holding `indices`, in order.
+    pub fn new(indices: Vec<usize>) -> EpochOrder {
+        EpochOrder { indices }
+    }
+
+    /// Positions in the epoch.
+    pub fn len(&self) -> usize {
+        self.indices.len()
+    }
+
+    /// The source index at `position`.
+    pub fn get(&self, position: usize) -> Option<usize> {
+        self.indices.get(position).copied()
+    }
+
+    /// Every position's source index.
+    pub fn indices(&self) -> &[usize] {
+        &self.indices
+    }
+}
+
 /// A small, fast, well-mixed generator; enough for shuffling and stable across platforms.
 struct SplitMix64(u64);
 

@@ -2,6 +2,7 @@
 //! written straight into its place in the batch's staging (and, on the CPU device, normalized
 //! there by the same thread).
 
+mod ahead;
 mod budget;
 mod decode;
 mod normalize;
@@ -14,6 +15,7 @@ pub use normalize::normalize;
 pub use prepare::prepare_image;
 pub use stage::{CpuStage, PreparedBatch};
 
+pub(crate) use ahead::{AheadWork, CpuAhead};
 pub(crate) use normalize::NormalizeTable;
 pub(crate) use probe::sniff_format;
-pub(crate) use stage::{BatchRequest, CpuLane, Filled, Job, JobQueue, Outcome, Staging};
+pub(crate) use stage::{BatchRequest, CpuLane, Filled, Staging};

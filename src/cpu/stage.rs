@@ -2,7 +2,7 @@
 //! threads, each straight into its place in the batch's staging, failures accounted for.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 
 use rayon::prelude::*;
 
@@ -94,13 +94,38 @@ pub(crate) struct BatchRequest<'a> {
 /// What became of one image: `None` if it was not tried because the lane was stopped.
 pub(crate) type Outcome = Option<std::result::Result<(), ItemErrorKind>>;
 
+/// How the CPU lane's threads prepare an image, and the memory they share.
+#[derive(Debug)]
+pub(crate) struct LaneCore {
+    pub options: PrepareOptions,
+    pub budget: MemoryBudget,
+    pub buffers: BufferPool,
+}
+
+impl LaneCore {
+    /// Prepares image `task` of `source` into `dst` (one output image).
+    pub fn prepare(
+        &self,
+        source: &Source,
+        task: ImageTask,
+        dst: &mut [u8],
+    ) -> std::result::Result<(), ItemErrorKind> {
+        prepare_one(
+            source,
+            task,
+            &self.options,
+            &self.budget,
+            &self.buffers,
+            dst,
+        )
+    }
+}
+
 /// The CPU lane: a pool of threads and how they prepare an image.
 #[derive(Debug)]
 pub(crate) struct CpuLane {
     pool: rayon::ThreadPool,
-    options: PrepareOptions,
-    budget: MemoryBudget,
-    buffers: BufferPool,
+    core: Arc<LaneCore>,
 }
 
 impl CpuLane {
@@ -113,9 +138,11 @@ impl CpuLane {
             .map_err(|e| Error::invalid("threads", format!("cannot start the threads: {e}")))?;
         Ok(CpuLane {
             pool,
-            options: PrepareOptions::new(decode, resize),
-            budget: MemoryBudget::new(decode.memory_limit),
-            buffers: BufferPool::new(decode.memory_limit),
+            core: Arc::new(LaneCore {
+                options: PrepareOptions::new(decode, resize),
+                budget: MemoryBudget::new(decode.memory_limit),
+                buffers: BufferPool::new(decode.memory_limit),
+            }),
         })
     }
 
@@ -126,7 +153,13 @@ impl CpuLane {
 
     /// Bytes of one prepared image.
     pub fn image_bytes(&self) -> usize {
-        self.options.geometry.image_bytes()
+        self.core.options.geometry.image_bytes()
+    }
+
+    /// What the lane's threads share, for threads of another kind that prepare images the same
+    /// way.
+    pub fn core(&self) -> &Arc<LaneCore> {
+        &self.core
     }
 
     /// Fills `staging` with up to `batch_size` good images taken from the request's order, in
@@ -184,11 +217,6 @@ impl CpuLane {
         Ok(Some(filled))
     }
 
-    /// Runs `f` on the lane's threads.
-    pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
-        self.pool.install(f)
-    }
-
     /// Prepares image `chunk[k]` into image `first + k` of `staging`, for every `k`, on every
     /// thread of the pool. The largest files go first and each thread takes the next one as it
     /// frees up, so the batch ends on small images and no thread idles long at its end (a split
@@ -204,7 +232,6 @@ impl CpuLane {
     ) -> Vec<Outcome> {
         let jobs = self.jobs(staging, first, chunk.len());
         let queue = JobQueue::new(jobs, chunk, source);
-        queue.close();
         let done = self
             .pool
             .install(|| self.run_queue(&queue, chunk, epoch, source, stop));
@@ -248,7 +275,7 @@ impl CpuLane {
             .collect()
     }
 
-    /// Prepares the jobs of `queue` on every thread of the pool until it is closed and empty
+    /// Prepares the jobs of `queue` on every thread of the pool until none is left
     /// (call it inside the pool); returns each job's outcome, by its `k` (image `chunk[k]`).
     pub fn run_queue(
         &self,
@@ -258,7 +285,7 @@ impl CpuLane {
         source: &Source,
         stop: &AtomicBool,
     ) -> Vec<(usize, Outcome)> {
-        let (options, budget, buffers) = (&self.options, &self.budget, &self.buffers);
+        let core = &*self.core;
         let per_thread: Vec<Vec<(usize, Outcome)>> = rayon::broadcast(|_| {
             let mut done = Vec::new();
             while let Some(Job {
@@ -272,7 +299,7 @@ impl CpuLane {
                         index: chunk[k],
                         epoch,
                     };
-                    prepare_one(source, task, options, budget, buffers, pixels)?;
+                    core.prepare(source, task, pixels)?;
                     if let Some((slot, table)) = normalized {
                         table.write_image(pixels, slot);
                     }
@@ -295,15 +322,13 @@ pub(crate) struct Job<'a> {
 }
 
 /// The jobs of one round, shared by the lane's threads: each takes the next as it frees up, the
-/// largest files first. Another lane may hand jobs back while the round runs (images it cannot
-/// decode); the threads wait for them until the queue is closed.
+/// largest files first.
 pub(crate) struct JobQueue<'a> {
-    state: Mutex<(Vec<Job<'a>>, bool)>,
-    changed: Condvar,
+    jobs: Mutex<Vec<Job<'a>>>,
 }
 
 impl<'a> JobQueue<'a> {
-    /// A queue of `jobs` (image `chunk[job.k]` of `source`), open.
+    /// A queue of `jobs` (image `chunk[job.k]` of `source`).
     pub fn new(mut jobs: Vec<Job<'a>>, chunk: &[usize], source: &Source) -> JobQueue<'a> {
         let sizes: Vec<u64> = jobs
             .par_iter()
@@ -318,38 +343,14 @@ impl<'a> JobQueue<'a> {
             .filter_map(|i| by_index[i].take())
             .collect();
         JobQueue {
-            state: Mutex::new((sorted, true)),
-            changed: Condvar::new(),
+            jobs: Mutex::new(sorted),
         }
     }
 
-    /// Adds a job handed back by another lane.
-    pub fn push(&self, job: Job<'a>) {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        state.0.push(job);
-        self.changed.notify_one();
-    }
-
-    /// No job will be added any more.
-    pub fn close(&self) {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        state.1 = false;
-        self.changed.notify_all();
-    }
-
-    /// The next job, waiting while the queue is empty but open; `None` once closed and empty.
+    /// The next job; `None` once none is left.
     fn pop(&self) -> Option<Job<'a>> {
         // Nothing panics while the lock is held, so a poisoned queue is still whole.
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        loop {
-            if let Some(job) = state.0.pop() {
-                return Some(job);
-            }
-            if !state.1 {
-                return None;
-            }
-            state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
-        }
+        self.jobs.lock().unwrap_or_else(|e| e.into_inner()).pop()
     }
 }
 

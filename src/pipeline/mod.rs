@@ -10,8 +10,6 @@ mod hybrid;
 mod output;
 mod worker;
 
-pub(crate) use hybrid::DecodedBy;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
@@ -20,7 +18,7 @@ use std::thread::JoinHandle;
 use cudarc::driver::CudaStream;
 
 use crate::batch::{Batch, EpochReport};
-use crate::cpu::CpuLane;
+use crate::cpu::{CpuAhead, CpuLane};
 use crate::error::{Error, Result};
 use crate::geometry::Geometry;
 use crate::options::Options;
@@ -105,15 +103,29 @@ impl Pipeline {
             return Err(Error::invalid("source", "the source has no images"));
         }
         let output = output::open(&options, Geometry::new(&options.resize).image_bytes())?;
-        // By default the CPU lane leaves the cores the GPU lane's submitting threads keep busy.
+        // By default the CPU lane leaves the cores the GPU lane's submitting threads keep busy,
+        // and one for the thread that hands the batches out.
         let threads = match (options.runtime.threads, output.gpu_lane_threads()) {
             (0, lane) if lane > 0 => std::thread::available_parallelism()
                 .map_or(1, |n| n.get())
-                .saturating_sub(lane)
+                .saturating_sub(lane + 1)
                 .max(1),
             (threads, _) => threads,
         };
         let lane = CpuLane::new(&options.decode, &options.resize, threads)?;
+        // With a GPU lane, the CPU lane works ahead of the batches too, on threads of its own.
+        let ahead = match output.gpu_lane_threads() {
+            0 => None,
+            _ => {
+                let batch = options.batching.batch_size;
+                Some(CpuAhead::start(
+                    lane.core(),
+                    lane.threads(),
+                    2 * batch,
+                    3 * batch,
+                )?)
+            }
+        };
         let device_description = output.describe();
         let pinned_bytes = output.pinned_bytes();
         let cuda_stream = output.cuda_stream();
@@ -131,13 +143,13 @@ impl Pipeline {
         }));
         let worker = Worker {
             labelled: source.has_labels(),
-            source,
+            source: Arc::new(source),
             sampler,
             batching: options.batching,
             lane,
+            ahead,
             balance: hybrid::Balance::new(options.decode.gpu_share),
             share_report: gpu_share.clone(),
-            max_file_bytes: options.decode.max_file_bytes,
             output,
             abandon: abandon.clone(),
             stop: stop.clone(),

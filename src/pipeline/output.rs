@@ -9,7 +9,7 @@ use std::sync::Arc;
 use cudarc::driver::CudaStream;
 
 use crate::cpu::{NormalizeTable, Staging};
-use crate::cuda::{Gpu, JpegLane, Normalizer, PlannedImages, StagingRing};
+use crate::cuda::{Gpu, JpegLane, LaneConfig, LaneOutput, LaneWork, Normalizer, StagingRing};
 use crate::error::{Error, Result};
 use crate::geometry::Geometry;
 use crate::options::Decode;
@@ -48,13 +48,29 @@ pub(crate) trait OutputStage: Send {
         Ok(None)
     }
 
+    /// Starts the GPU decode lane on `work` (an epoch); `false` when this stage has none.
+    fn begin_lane(&mut self, work: LaneWork) -> Result<bool> {
+        let _ = work;
+        Ok(false)
+    }
+
+    /// Gives back images the GPU lane made for a batch that is not made after all.
+    fn discard(&mut self, from_gpu: Vec<(LaneOutput, usize)>) -> Result<()> {
+        debug_assert!(
+            from_gpu.is_empty(),
+            "only a stage with a GPU lane has its images"
+        );
+        Ok(())
+    }
+
     /// The first `n` images of slot `slot` as the batch's tensor, and the bytes uploaded;
-    /// `from_gpu` are the images the GPU lane decoded for it, with their places in the batch.
+    /// `from_gpu` are the images the GPU lane made for it, with their places in the batch (their
+    /// slots go back to the lane once the batch has taken them).
     fn finish(
         &mut self,
         slot: usize,
         n: usize,
-        from_gpu: &PlannedImages,
+        from_gpu: Vec<(LaneOutput, usize)>,
     ) -> Result<(Tensor, usize)>;
 }
 
@@ -107,17 +123,23 @@ pub(crate) fn open(options: &Options, image_bytes: usize) -> Result<Box<dyn Outp
                 available_host_memory(),
                 "pinned host memory",
             )?;
-            let mut output = CudaOutput::open(ordinal, slot_bytes, dims, spec, &sizes)?;
-            if options.decode.lanes == Decode::Hybrid {
-                let geometry = Geometry::new(&options.resize);
-                output.lane =
-                    match JpegLane::open(&output.gpu, &geometry, options.decode.max_pixels) {
-                        Ok(lane) => Some(lane),
-                        Err(reason) => {
-                            output.lane_off = Some(reason);
-                            None
-                        }
-                    };
+            let lane = (options.decode.lanes == Decode::Hybrid).then(|| LaneConfig {
+                geometry: Geometry::new(&options.resize),
+                max_pixels: options.decode.max_pixels,
+                batch_size,
+                max_file_bytes: options.decode.max_file_bytes,
+                exif_orientation: options.decode.exif_orientation,
+            });
+            let ring = lane.as_ref().map_or(0, JpegLane::device_bytes);
+            let mut output = CudaOutput::open(ordinal, slot_bytes, dims, spec, &sizes, ring)?;
+            if let Some(config) = lane {
+                output.lane = match JpegLane::open(&output.gpu, &config) {
+                    Ok(lane) => Some(lane),
+                    Err(reason) => {
+                        output.lane_off = Some(reason);
+                        None
+                    }
+                };
             }
             Box::new(output)
         }
@@ -187,18 +209,20 @@ impl CudaOutput {
         dims: (usize, usize),
         spec: NormalizeSpec,
         sizes: &BatchSizes,
+        lane_ring: u128,
     ) -> Result<CudaOutput> {
         let gpu = Gpu::open(ordinal)?;
-        // The device holds the u8 input, and the batches ahead plus the one in use.
+        // The device holds the u8 input, the GPU decode lane's ring, and the batches ahead plus
+        // the one in use.
         let (free, _) = gpu.memory()?;
-        let one = sizes.staging + sizes.output;
+        let one = sizes.staging + sizes.output + lane_ring;
         if one > free as u128 {
             return Err(Error::OutOfDeviceMemory {
                 context: "sizing the batch",
                 needed: Some((one.min(u64::MAX as u128) as u64, free as u64)),
             });
         }
-        let all = sizes.staging + (sizes.prefetch + 1) * sizes.output;
+        let all = sizes.staging + lane_ring + (sizes.prefetch + 1) * sizes.output;
         sizes.fits(all, Some(free as u64), "GPU memory")?;
         let normalizer = Normalizer::new(gpu.stream())?;
         let ring = StagingRing::new(gpu.stream(), STAGING_SLOTS, slot_bytes)?;
@@ -263,17 +287,35 @@ impl OutputStage for CudaOutput {
         }))
     }
 
+    fn begin_lane(&mut self, work: LaneWork) -> Result<bool> {
+        let Some(lane) = self.lane.as_mut() else {
+            return Ok(false);
+        };
+        lane.begin(self.gpu.stream(), work)?;
+        Ok(true)
+    }
+
+    fn discard(&mut self, from_gpu: Vec<(LaneOutput, usize)>) -> Result<()> {
+        match self.lane.as_mut() {
+            Some(lane) => lane.discard(
+                self.gpu.stream(),
+                from_gpu.into_iter().map(|(output, _)| output).collect(),
+            ),
+            None => Ok(()),
+        }
+    }
+
     fn finish(
         &mut self,
         slot: usize,
         n: usize,
-        from_gpu: &PlannedImages,
+        from_gpu: Vec<(LaneOutput, usize)>,
     ) -> Result<(Tensor, usize)> {
         let (height, width) = self.dims;
         let image = height * width * 3;
         // The CPU lane's images go up (runs between the GPU lane's places); the GPU lane's are
-        // written into their places on the device.
-        let mut on_gpu: Vec<usize> = from_gpu.places.clone();
+        // copied into their places on the device.
+        let mut on_gpu: Vec<usize> = from_gpu.iter().map(|&(_, place)| place).collect();
         on_gpu.sort_unstable();
         let mut ranges = Vec::with_capacity(on_gpu.len() + 1);
         let mut start = 0;
@@ -286,7 +328,9 @@ impl OutputStage for CudaOutput {
         let uploaded = ranges.iter().map(|r| r.len()).sum();
         let input = self.ring.upload(slot, &ranges)?;
         if let Some(lane) = self.lane.as_mut() {
-            lane.resize_planned(self.gpu.stream(), from_gpu, input)?;
+            let stream = self.gpu.stream();
+            lane.gather(stream, &from_gpu, input)?;
+            lane.release(stream, from_gpu.into_iter().map(|(output, _)| output))?;
         }
         let tensor = self
             .normalizer
@@ -361,7 +405,7 @@ impl OutputStage for HostOutput {
         &mut self,
         _slot: usize,
         n: usize,
-        _from_gpu: &PlannedImages,
+        _from_gpu: Vec<(LaneOutput, usize)>,
     ) -> Result<(Tensor, usize)> {
         let (height, width) = self.dims;
         let data = self

@@ -5,14 +5,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 
-use super::hybrid::{self, Balance, DecodedBy, HybridFilled};
+use super::hybrid::{self, Balance, HybridFilled};
 use super::output::OutputStage;
-use crate::batch::Batch;
-use crate::cpu::{BatchRequest, CpuLane};
-use crate::cuda::PlannedImages;
+use crate::batch::{Batch, DecodedBy};
+use crate::cpu::{AheadWork, BatchRequest, CpuAhead, CpuLane};
+use crate::cuda::{offered, LaneWork};
 use crate::error::{ItemError, Result};
 use crate::options::{BatchOptions, LastBatch};
-use crate::order::Sampler;
+use crate::order::{EpochOrder, Sampler};
 use crate::source::Source;
 
 /// What the worker sends the consumer.
@@ -29,18 +29,18 @@ pub(super) enum Message {
 
 /// Everything the prefetch thread owns.
 pub(super) struct Worker {
-    pub source: Source,
+    pub source: Arc<Source>,
     /// Whether every image of the source has a label.
     pub labelled: bool,
     pub sampler: Sampler,
     pub batching: BatchOptions,
     pub lane: CpuLane,
+    /// The CPU lane working ahead, beside the GPU lane (hybrid decoding).
+    pub ahead: Option<CpuAhead>,
     /// The GPU decode lane's share, with hybrid decoding.
     pub balance: Balance,
     /// Where the consumer reads the share in force.
     pub share_report: Arc<Mutex<Option<f32>>>,
-    /// The decode options' file size limit (the GPU lane reads files too).
-    pub max_file_bytes: u64,
     pub output: Box<dyn OutputStage>,
     pub abandon: Arc<AtomicBool>,
     pub stop: Arc<AtomicBool>,
@@ -62,17 +62,26 @@ impl Worker {
     pub fn run(mut self, commands: Receiver<u64>, batches: SyncSender<Message>) {
         let mut slot = 0;
         while let Ok(epoch) = commands.recv() {
-            let order = self.sampler.epoch_order(epoch);
+            let order = Arc::new(EpochOrder::new(self.sampler.epoch_order(epoch)));
             let mut position = 0;
             let mut trailing_skipped = Vec::new();
             let mut dropped = 0;
             let mut complete = true;
+            let share = match self.begin_lane(epoch, &order) {
+                Ok(share) => share,
+                Err(error) => {
+                    let _ = batches.send(Message::Batch(Box::new(Err(error))));
+                    position = order.len();
+                    complete = false;
+                    None
+                }
+            };
             while position < order.len() {
                 if self.abandon.load(Ordering::SeqCst) {
                     complete = false;
                     break;
                 }
-                match self.next_batch(epoch, &order[position..], slot) {
+                match self.next_batch(epoch, &order, position, slot, share) {
                     Ok(Produced::Batch(batch, consumed)) => {
                         position += consumed;
                         slot = (slot + 1) % self.output.slots();
@@ -112,33 +121,85 @@ impl Worker {
         }
     }
 
-    /// Prepares the batch that starts at `order[0]`.
-    fn next_batch(&mut self, epoch: u64, order: &[usize], slot: usize) -> Result<Produced> {
+    /// With hybrid decoding, starts the GPU lane on the epoch, measuring the share first if it
+    /// is not known yet; returns the share (`None` without a GPU lane).
+    fn begin_lane(&mut self, epoch: u64, order: &Arc<EpochOrder>) -> Result<Option<f32>> {
+        if self.balance.share().is_none() && !order.indices().is_empty() {
+            if let Some(parts) = self.output.hybrid(0)? {
+                let measured = hybrid::measure(
+                    &self.lane,
+                    parts,
+                    &self.source,
+                    order,
+                    epoch,
+                    self.batching.batch_size,
+                    &self.abandon,
+                )?;
+                if let Some(share) = measured {
+                    self.balance = Balance::new(Some(share));
+                }
+            }
+        }
+        let (Some(share), Some(ahead)) = (self.balance.share(), &self.ahead) else {
+            return Ok(None);
+        };
+        ahead.begin(AheadWork {
+            source: self.source.clone(),
+            order: order.clone(),
+            epoch,
+            on_gpu: Arc::new(move |index| offered(index, share)),
+        });
+        let work = LaneWork {
+            source: self.source.clone(),
+            order: order.clone(),
+            share,
+            epoch,
+            refused: Some(ahead.hand_back_fn()),
+        };
+        if !self.output.begin_lane(work)? {
+            return Ok(None);
+        }
+        *self
+            .share_report
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(share);
+        Ok(Some(share))
+    }
+
+    /// Prepares the batch that starts at `position` of `order`; `share` is the GPU lane's, when
+    /// it runs.
+    fn next_batch(
+        &mut self,
+        epoch: u64,
+        order: &EpochOrder,
+        position: usize,
+        slot: usize,
+        share: Option<f32>,
+    ) -> Result<Produced> {
         let batch_size = self.batching.batch_size;
+        let order = &order.indices()[position..];
         let request = BatchRequest {
             order,
             epoch,
             batch_size,
             on_error: self.batching.on_error,
         };
-        let filled = match self.output.hybrid(slot)? {
-            Some(parts) => {
-                let filled = hybrid::fill(
-                    &self.lane,
-                    parts,
-                    &request,
-                    &self.source,
-                    &self.abandon,
-                    &mut self.balance,
-                    self.max_file_bytes,
-                )?;
-                *self
-                    .share_report
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner()) = self.balance.share();
-                filled
-            }
-            None => {
+        let parts = match share {
+            Some(_) => self.output.hybrid(slot)?,
+            None => None,
+        };
+        let filled = match (parts, share, &self.ahead) {
+            (Some(parts), Some(share), Some(ahead)) => hybrid::fill(
+                ahead,
+                parts,
+                &request,
+                position,
+                &self.source,
+                &self.abandon,
+                share,
+                self.lane.image_bytes(),
+            )?,
+            _ => {
                 let mut staging = self.output.staging(slot)?;
                 self.lane
                     .fill(&mut staging, &request, &self.source, &self.abandon)?
@@ -148,7 +209,7 @@ impl Worker {
                             gpu: 0,
                         },
                         filled,
-                        from_gpu: PlannedImages::default(),
+                        from_gpu: Vec::new(),
                     })
             }
         };
@@ -163,12 +224,13 @@ impl Worker {
         let n = filled.indices.len();
         let at_end = filled.consumed == order.len();
         if n == 0 || (at_end && n < batch_size && self.batching.last_batch == LastBatch::Drop) {
+            self.output.discard(from_gpu)?;
             return Ok(Produced::Tail {
                 skipped: filled.skipped,
                 dropped: n,
             });
         }
-        let (images, uploaded_bytes) = self.output.finish(slot, n, &from_gpu)?;
+        let (images, uploaded_bytes) = self.output.finish(slot, n, from_gpu)?;
         let ids = filled
             .indices
             .iter()

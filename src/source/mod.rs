@@ -274,14 +274,6 @@ pub(crate) enum ItemBytes {
 }
 
 impl ItemBytes {
-    /// The bytes as an owned vector (a copy for bytes shared from memory).
-    pub(crate) fn into_vec(self) -> Vec<u8> {
-        match self {
-            ItemBytes::Owned(v) => v,
-            ItemBytes::Shared(a, _) => a.to_vec(),
-        }
-    }
-
     /// The buffer, for reuse.
     pub(crate) fn into_buffer(self) -> Vec<u8> {
         match self {

@@ -83,6 +83,8 @@ pub struct JpegHeader {
     pub adobe_transform: Option<u8>,
     /// Whether a JFIF APP0 segment is present.
     pub jfif: bool,
+    /// Whether an Exif APP1 segment is present.
+    pub exif: bool,
     /// Number of SOS markers (scans).
     pub scans: u16,
     /// Whether the file ends with an EOI marker after its scans.
@@ -221,6 +223,7 @@ pub fn scan(data: &[u8]) -> Result<JpegHeader, HeaderError> {
         sampling: [(0, 0); 4],
         adobe_transform: None,
         jfif: false,
+        exif: false,
         scans: 0,
         complete: false,
         frame_at: 0,
@@ -292,6 +295,7 @@ pub fn scan(data: &[u8]) -> Result<JpegHeader, HeaderError> {
                 have_frame = true;
             }
             0xE0 if segment.starts_with(b"JFIF\0") => header.jfif = true,
+            0xE1 if segment.starts_with(b"Exif\0") => header.exif = true,
             0xEE if segment.len() >= 12 && segment.starts_with(b"Adobe") => {
                 header.adobe_transform = Some(segment[11]);
             }

@@ -409,6 +409,8 @@ pub struct JpegInfo {
     /// Where a gray frame's sampling factors are rewritten as 1x1 in the staged copy
     /// ([`header::JpegHeader::gray_factors_at`]).
     pub gray_factors_at: Option<usize>,
+    /// Whether the file has an Exif APP1 segment (which may turn the image).
+    pub exif: bool,
 }
 
 /// Why an image is not sent to the hardware decoder. Decode it on the CPU instead.
@@ -1572,6 +1574,7 @@ fn inspect_one(
                 subsampling: h.subsampling(),
                 compressed_bytes: data.len(),
                 gray_factors_at: h.gray_factors_at(),
+                exif: h.exif,
             };
             return within_limit(info, config);
         }
@@ -1656,7 +1659,11 @@ fn inspect_one(
     }
     // The factor byte to rewrite in a gray frame: from the marker walk (run here for gray files
     // when the checks skipped it).
-    let gray_factors_at = match (components, own) {
+    let walked = match own {
+        Some(h) => Some(h),
+        None => header::scan(data).ok(),
+    };
+    let gray_factors_at = match (components, &walked) {
         (1, Some(h)) => h.gray_factors_at(),
         (1, None) => header::scan(data).map_err(refusal_of)?.gray_factors_at(),
         _ => None,
@@ -1669,6 +1676,7 @@ fn inspect_one(
             subsampling,
             compressed_bytes: data.len(),
             gray_factors_at,
+            exif: walked.is_some_and(|h| h.exif),
         },
         config,
     )
@@ -1691,6 +1699,7 @@ pub fn inspect_markers(config: &DecoderConfig, data: &[u8]) -> Result<JpegInfo, 
         subsampling: h.subsampling(),
         compressed_bytes: data.len(),
         gray_factors_at: h.gray_factors_at(),
+        exif: h.exif,
     };
     within_limit(info, config)
 }

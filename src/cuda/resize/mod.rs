@@ -12,7 +12,8 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use cudarc::driver::{
-    CudaFunction, CudaSlice, CudaStream, DeviceRepr, DriverError, LaunchConfig, PushKernelArg,
+    CudaFunction, CudaSlice, CudaStream, DevicePtrMut, DeviceRepr, DriverError, LaunchConfig,
+    PushKernelArg,
 };
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileError, CompileOptions, Ptx};
 use thiserror::Error;
@@ -284,10 +285,30 @@ impl BatchResizer {
         plan: &mut DevicePlan,
         out: &mut CudaSlice<u8>,
     ) -> Result<(), GpuError> {
-        if (out.len() as u64) < plan.output_bytes {
+        let len = out.len() as u64;
+        let (address, _written) = out.device_ptr_mut(stream);
+        // SAFETY: `address` is `out`'s start, `len` bytes, borrowed (and its write recorded on
+        // `stream`) while the guard lives; the sources are the caller's promise.
+        unsafe { self.launch_at(stream, plan, address, len) }
+    }
+
+    /// [`BatchResizer::launch`] into `out_len` bytes of device memory at `out`.
+    ///
+    /// # Safety
+    ///
+    /// As [`BatchResizer::launch`], and `[out, out + out_len)` must be device memory of the
+    /// stream's context that nothing else uses until the stream has run these kernels.
+    pub unsafe fn launch_at(
+        &self,
+        stream: &Arc<CudaStream>,
+        plan: &mut DevicePlan,
+        out: u64,
+        out_len: u64,
+    ) -> Result<(), GpuError> {
+        if out_len < plan.output_bytes {
             return Err(GpuError::OutputTooSmall {
                 needed: plan.output_bytes,
-                actual: out.len() as u64,
+                actual: out_len,
             });
         }
         if plan.images == 0 {
@@ -326,7 +347,7 @@ impl BatchResizer {
             .arg(&plan.descriptors)
             .arg(&plan.coefficients)
             .arg(&plan.intermediate)
-            .arg(out)
+            .arg(&out)
             .arg(&plan.out_width)
             .arg(&plan.out_height);
         // SAFETY: the arguments match gpufeed_resize_last's parameters in order. The grid's y is

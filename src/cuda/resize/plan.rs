@@ -19,8 +19,6 @@
 
 use thiserror::Error;
 
-use rayon::prelude::*;
-
 use crate::pillow::{
     plan_passes, Axis, AxisPlan, Direction, Filter, Pass, PassOrder, PassPlan, PlanError,
 };
@@ -301,10 +299,9 @@ pub fn plan_batch(
         return Err(BatchError::TooLarge("output pixels per slot (or none)"));
     }
     check_slots(jobs)?;
-    // The filter coefficients of each image (most of the work), on the current rayon pool, then
-    // packed in order.
+    // The filter coefficients of each image (most of the work), then packed in order.
     let passes: Vec<Result<PassPlan, PlanError>> = jobs
-        .par_iter()
+        .iter()
         .map(|job| plan_passes(&job.x, &job.y, job.filter, job.order))
         .collect();
     let mut builder = Builder::default();

@@ -1,0 +1,348 @@
+//! The CPU lane working ahead of the batches, beside the GPU decode lane (hybrid decoding).
+//!
+//! Its threads walk the epoch's order and prepare, each into a buffer of its own, the images the
+//! GPU lane is not offered, and, first of all, those the GPU lane hands back (not a baseline
+//! JPEG, refused, failed); a batch takes each image's buffer by its position and copies it into
+//! its place. Both lanes so keep working while batches are assembled and handed out, up to a
+//! lookahead past the batches' cursor, and neither waits for the other at a batch's end.
+//! Results of an earlier epoch still in flight when a new one begins are dropped.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use super::prepare::ImageTask;
+use super::stage::LaneCore;
+use crate::error::{Error, ItemErrorKind, Result};
+use crate::order::EpochOrder;
+use crate::source::Source;
+
+/// Whether the image with this source index is offered to the GPU lane.
+pub(crate) type OnGpu = Arc<dyn Fn(usize) -> bool + Send + Sync>;
+
+/// The work of one epoch.
+#[derive(Clone)]
+pub(crate) struct AheadWork {
+    pub source: Arc<Source>,
+    pub order: Arc<EpochOrder>,
+    pub epoch: u64,
+    /// The images the GPU lane is offered, which this lane takes only when handed back.
+    pub on_gpu: OnGpu,
+}
+
+/// What became of a position: its pixels, or why it failed.
+pub(crate) type Prepared = std::result::Result<Vec<u8>, ItemErrorKind>;
+
+struct Current {
+    work: AheadWork,
+    generation: u64,
+}
+
+struct State {
+    current: Option<Arc<Current>>,
+    generation: u64,
+    /// The next position to look at for an image the GPU lane is not offered.
+    next: usize,
+    /// Positions at or past this one wait (the lookahead past the batches' cursor).
+    limit: usize,
+    /// Positions handed back by the GPU lane, not started yet.
+    handed_back: BTreeSet<usize>,
+    /// Positions handed back, started or done (so none is prepared twice).
+    asked: HashSet<usize>,
+    results: HashMap<usize, Prepared>,
+    /// Buffers of one output image, free.
+    free: Vec<Vec<u8>>,
+    /// Buffers in existence (free, in flight or holding a result).
+    buffers: usize,
+    stop: bool,
+    alive: usize,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    changed: Condvar,
+    core: Arc<LaneCore>,
+    image_bytes: usize,
+    lookahead: usize,
+    max_buffers: usize,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Nothing panics while the lock is held, so a poisoned state is still whole.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn wait<'a>(&self, state: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        self.changed.wait(state).unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The next position to prepare, with its work and a buffer; `None` once stopping.
+    fn next_task(&self) -> Option<(Arc<Current>, usize, Vec<u8>)> {
+        let mut state = self.lock();
+        loop {
+            if state.stop {
+                return None;
+            }
+            if let Some(task) = self.take(&mut state) {
+                return Some(task);
+            }
+            state = self.wait(state);
+        }
+    }
+
+    fn take(&self, state: &mut State) -> Option<(Arc<Current>, usize, Vec<u8>)> {
+        let current = state.current.clone()?;
+        if state.free.is_empty() && state.buffers >= self.max_buffers {
+            return None;
+        }
+        let position = match state.handed_back.pop_first() {
+            Some(position) => position,
+            None => {
+                let order = &current.work.order;
+                loop {
+                    if state.next >= order.len() || state.next >= state.limit {
+                        return None;
+                    }
+                    let position = state.next;
+                    state.next += 1;
+                    let on_gpu = order
+                        .get(position)
+                        .is_some_and(|index| (current.work.on_gpu)(index));
+                    if !on_gpu {
+                        break position;
+                    }
+                }
+            }
+        };
+        let buffer = match state.free.pop() {
+            Some(buffer) => buffer,
+            None => {
+                state.buffers += 1;
+                vec![0u8; self.image_bytes]
+            }
+        };
+        Some((current, position, buffer))
+    }
+
+    fn publish(&self, current: &Current, position: usize, result: Prepared) {
+        let mut state = self.lock();
+        if state.generation == current.generation {
+            state.results.insert(position, result);
+        } else if let Ok(buffer) = result {
+            state.free.push(buffer);
+        }
+        self.changed.notify_all();
+    }
+}
+
+/// Counts a thread out when it ends, however it ends.
+struct Alive(Arc<Shared>);
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        let mut state = self.0.lock();
+        state.alive = state.alive.saturating_sub(1);
+        self.0.changed.notify_all();
+    }
+}
+
+/// The CPU lane's threads working ahead, and their results by position.
+pub(crate) struct CpuAhead {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for CpuAhead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CpuAhead")
+            .field("threads", &self.threads.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl CpuAhead {
+    /// Starts `threads` threads preparing images as `core` says, up to `lookahead` positions past
+    /// the batches' cursor, with at most `max_buffers` output buffers.
+    pub fn start(
+        core: &Arc<LaneCore>,
+        threads: usize,
+        lookahead: usize,
+        max_buffers: usize,
+    ) -> Result<CpuAhead> {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                current: None,
+                generation: 0,
+                next: 0,
+                limit: 0,
+                handed_back: BTreeSet::new(),
+                asked: HashSet::new(),
+                results: HashMap::new(),
+                free: Vec::new(),
+                buffers: 0,
+                stop: false,
+                alive: threads,
+            }),
+            changed: Condvar::new(),
+            core: core.clone(),
+            image_bytes: core.options.geometry.image_bytes(),
+            lookahead,
+            max_buffers: max_buffers.max(threads),
+        });
+        let mut ahead = CpuAhead {
+            shared: shared.clone(),
+            threads: Vec::with_capacity(threads),
+        };
+        for i in 0..threads {
+            let shared = shared.clone();
+            let handle = std::thread::Builder::new()
+                .name(format!("gpufeed-ahead-{i}"))
+                .spawn(move || run(shared))
+                .map_err(|e| Error::invalid("threads", format!("cannot start the threads: {e}")));
+            match handle {
+                Ok(handle) => ahead.threads.push(handle),
+                Err(e) => {
+                    // The threads started so far are stopped by the drop.
+                    let mut state = ahead.shared.lock();
+                    state.alive = ahead.threads.len();
+                    drop(state);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(ahead)
+    }
+
+    /// Starts the work of an epoch, dropping what was made for earlier work.
+    pub fn begin(&self, work: AheadWork) {
+        let mut state = self.shared.lock();
+        let freed: Vec<Vec<u8>> = state.results.drain().filter_map(|(_, r)| r.ok()).collect();
+        state.free.extend(freed);
+        state.generation += 1;
+        state.current = Some(Arc::new(Current {
+            work,
+            generation: state.generation,
+        }));
+        state.next = 0;
+        state.limit = self.shared.lookahead;
+        state.handed_back.clear();
+        state.asked.clear();
+        self.shared.changed.notify_all();
+    }
+
+    /// The batches have taken every position before `position`.
+    pub fn advance(&self, position: usize) {
+        let mut state = self.shared.lock();
+        let limit = position.saturating_add(self.shared.lookahead);
+        if limit > state.limit {
+            state.limit = limit;
+            self.shared.changed.notify_all();
+        }
+    }
+
+    /// Position `position`, which the GPU lane was offered, comes back to this lane: it is
+    /// prepared before the images ahead of it.
+    pub fn hand_back(&self, position: usize) {
+        self.shared.hand_back(position);
+    }
+
+    /// [`CpuAhead::hand_back`] as a function another lane can call from its threads.
+    pub fn hand_back_fn(&self) -> Arc<dyn Fn(usize) + Send + Sync> {
+        let shared = self.shared.clone();
+        Arc::new(move |position| shared.hand_back(position))
+    }
+
+    /// The image at `position` (one the GPU lane was not offered, or handed back), waiting for
+    /// it; its buffer goes back with [`CpuAhead::give_back`]. `None` if the lane stopped.
+    pub fn result(&self, position: usize) -> Option<Prepared> {
+        let mut state = self.shared.lock();
+        loop {
+            if let Some(result) = state.results.remove(&position) {
+                return Some(result);
+            }
+            if state.stop || state.alive == 0 || state.current.is_none() {
+                return None;
+            }
+            if state.limit <= position {
+                state.limit = position + 1;
+                self.shared.changed.notify_all();
+            }
+            state = self.shared.wait(state);
+        }
+    }
+
+    /// Returns a result's buffer.
+    pub fn give_back(&self, buffer: Vec<u8>) {
+        let mut state = self.shared.lock();
+        state.free.push(buffer);
+        self.shared.changed.notify_all();
+    }
+}
+
+impl Drop for CpuAhead {
+    fn drop(&mut self) {
+        {
+            let mut state = self.shared.lock();
+            state.stop = true;
+            self.shared.changed.notify_all();
+        }
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// One thread: prepares positions and publishes them until the lane stops.
+fn run(shared: Arc<Shared>) {
+    let _alive = Alive(shared.clone());
+    while let Some((current, position, mut buffer)) = shared.next_task() {
+        let work = &current.work;
+        let result = match work.order.get(position) {
+            Some(index) => {
+                let task = ImageTask {
+                    index,
+                    epoch: work.epoch,
+                };
+                let prepared = catch_unwind(AssertUnwindSafe(|| {
+                    shared.core.prepare(&work.source, task, &mut buffer)
+                }))
+                .unwrap_or_else(|_| {
+                    Err(ItemErrorKind::DecoderPanic(
+                        "the CPU lane panicked preparing it".into(),
+                    ))
+                });
+                match prepared {
+                    Ok(()) => Ok(buffer),
+                    Err(kind) => {
+                        shared.publish_buffer(buffer);
+                        Err(kind)
+                    }
+                }
+            }
+            None => {
+                shared.publish_buffer(buffer);
+                Err(ItemErrorKind::DecoderPanic(
+                    "a position past the epoch".into(),
+                ))
+            }
+        };
+        shared.publish(&current, position, result);
+    }
+}
+
+impl Shared {
+    fn hand_back(&self, position: usize) {
+        let mut state = self.lock();
+        if state.asked.insert(position) {
+            state.handed_back.insert(position);
+            self.changed.notify_all();
+        }
+    }
+
+    /// A buffer back to the free list.
+    fn publish_buffer(&self, buffer: Vec<u8>) {
+        self.lock().free.push(buffer);
+    }
+}

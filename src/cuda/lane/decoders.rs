@@ -1,0 +1,411 @@
+//! One submitting thread's decoders and kernels: a range's files read and screened, decoded on
+//! the engines (colour and gray JPEGs in calls of their own), the colour ones made RGB as
+//! libjpeg-turbo makes them, and every image resized into its slot of the ring, all on the
+//! set's own stream.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaEvent, CudaModule, CudaSlice, CudaStream, DevicePtrMut};
+
+use super::runner::{Shared, Work};
+use super::{
+    LaneOutput, LaneResult, LaneUnavailable, Screened, CHUNK, MAX_CALL_PIXELS, MAX_COMPRESSED,
+    MAX_RANGE_BYTES,
+};
+use crate::cuda::device::Gpu;
+use crate::cuda::jpeg::{
+    DecodedImage, DecoderConfig, HardwareDecoder, JpegInfo, NvJpeg, Outcome, Subsampling,
+};
+use crate::cuda::resize::plan::{plan_batch, ResizeJob, SourceImage, SourcePixels};
+use crate::cuda::resize::{BatchResizer, DevicePlan};
+use crate::cuda::ycc::{ChromaSampling, YccConverter, YccJob};
+use crate::error::{Error, Result};
+use crate::geometry::Geometry;
+use crate::options::ResizeMode;
+use crate::pillow::{Filter, PassOrder};
+use crate::source::ItemBytes;
+
+/// A range handed to a thread: its offered positions (with their source indices) and a ring
+/// slot reserved for each.
+pub(super) struct Job {
+    pub work: Arc<Work>,
+    pub positions: Vec<(usize, usize)>,
+    pub slots: Vec<u32>,
+    /// Whether the thread's stream waits for the slots' last readers (if that wait could not be
+    /// queued, nothing of the range is decoded).
+    pub ordered: bool,
+}
+
+/// Bytes of the RGB buffer: a call's colour images at most, unless one image alone is larger.
+const RGB_BYTES: usize = 3 * MAX_CALL_PIXELS as usize;
+
+/// Read buffers kept for reuse, at most this many.
+const KEPT_BUFFERS: usize = 2 * super::CHUNK;
+
+/// The hardware decoders one host thread submits to, with the kernels that follow them.
+pub(super) struct DecoderSet {
+    /// The set's own stream: nvJPEG waits on the stream it decodes on, which must not hold the
+    /// pipeline's other work nor the other sets'.
+    stream: Arc<CudaStream>,
+    /// Colour JPEGs, decoded to their Y, Cb and Cr planes as stored.
+    colour: HardwareDecoder,
+    /// Gray JPEGs, decoded to their Y plane, in calls of their own.
+    gray: Option<HardwareDecoder>,
+    ycc: YccConverter,
+    /// The RGB of the last range's colour images, grown when a larger range arrives.
+    rgb: Option<CudaSlice<u8>>,
+    resizer: BatchResizer,
+    plan: Option<DevicePlan>,
+    geometry: Geometry,
+    filter: Filter,
+    /// Events recorded after a range's resize; one is reused once nothing else holds it.
+    events: Vec<Arc<CudaEvent>>,
+    buffers: Vec<Vec<u8>>,
+}
+
+impl DecoderSet {
+    /// The set's decoders and kernels on a new stream of `gpu`'s context.
+    pub fn open(
+        gpu: &Gpu,
+        nvjpeg: &NvJpeg,
+        resize: &Arc<CudaModule>,
+        colour: &DecoderConfig,
+        gray: Option<&DecoderConfig>,
+        geometry: Geometry,
+        filter: Filter,
+    ) -> std::result::Result<DecoderSet, LaneUnavailable> {
+        let cuda = |e: cudarc::driver::DriverError| format!("a CUDA stream for the lane: {e}");
+        let stream = gpu.stream().context().new_stream().map_err(cuda)?;
+        let unavailable = |e: crate::cuda::jpeg::Error| {
+            format!("the hardware JPEG decoder is not available: {e}")
+        };
+        let open = |config: &DecoderConfig| {
+            HardwareDecoder::new(nvjpeg, &stream, config.clone()).map_err(unavailable)
+        };
+        let colour = open(colour)?;
+        let gray = match gray {
+            Some(config) => Some(open(config)?),
+            None => None,
+        };
+        let ycc =
+            YccConverter::new(gpu).map_err(|e| format!("the colour conversion kernel: {e}"))?;
+        let resizer =
+            BatchResizer::from_module(resize).map_err(|e| format!("the GPU resize kernel: {e}"))?;
+        // The RGB of one call's colour images, sized once for the largest call.
+        // SAFETY: device memory left uninitialized; the conversion writes every byte of each
+        // image's RGB before the resize reads it (same stream, in that order).
+        let rgb = unsafe { stream.alloc::<u8>(RGB_BYTES) }
+            .map_err(|e| format!("allocating the GPU lane's RGB buffer: {e}"))?;
+        Ok(DecoderSet {
+            stream,
+            colour,
+            gray,
+            ycc,
+            rgb: Some(rgb),
+            resizer,
+            plan: None,
+            geometry,
+            filter,
+            events: Vec::new(),
+            buffers: Vec::new(),
+        })
+    }
+
+    /// The engines and cores per engine, as nvJPEG reports them.
+    pub fn engines(&self) -> Option<(u32, u32)> {
+        self.colour.engines()
+    }
+
+    /// The set's stream.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// The range of `job`: one result per position. The files go to the engines in calls of
+    /// at most [`CHUNK`] images and [`MAX_CALL_PIXELS`] pixels (a larger image alone), each
+    /// resized before the next is decoded. A call that fails leaves its images to the CPU lane,
+    /// and the set's stream idle before their slots are handed out again.
+    pub fn run(&mut self, job: &Job, shared: &Shared) -> Vec<LaneResult> {
+        let mut results = vec![LaneResult::Refused; job.positions.len()];
+        if !job.ordered {
+            return results;
+        }
+        let files = self.read(job, shared);
+        let mut written = Vec::with_capacity(files.len());
+        let mut start = 0;
+        while start < files.len() {
+            let mut end = start;
+            let mut pixels = 0u64;
+            while end < files.len() && end - start < CHUNK {
+                let info = files[end].2.info;
+                let more = u64::from(info.width) * u64::from(info.height);
+                if end > start && pixels + more > MAX_CALL_PIXELS {
+                    break;
+                }
+                pixels += more;
+                end += 1;
+            }
+            let call = &files[start..end];
+            let jpegs: Vec<(&[u8], Screened)> =
+                call.iter().map(|(_, bytes, s)| (&**bytes, *s)).collect();
+            let at: Vec<usize> = call.iter().map(|&(k, _, _)| k).collect();
+            let made = self
+                .decode(&jpegs)
+                .and_then(|images| self.resize(job, shared, &at, &images));
+            match made {
+                Ok(mut done) => written.append(&mut done),
+                Err(_) => {
+                    // Whatever the call queued is done before its slots are free again.
+                    let _ = self.stream.synchronize();
+                }
+            }
+            start = end;
+        }
+        // The decoders staged the bytes: the buffers are free again.
+        for (_, bytes, _) in files {
+            if self.buffers.len() < KEPT_BUFFERS {
+                self.buffers.push(bytes.into_buffer());
+            }
+        }
+        if written.is_empty() {
+            return results;
+        }
+        match self.record() {
+            Ok(event) => {
+                for k in written {
+                    results[k] = LaneResult::Decoded(LaneOutput {
+                        slot: job.slots[k],
+                        ready: event.clone(),
+                    });
+                }
+            }
+            Err(_) => {
+                let _ = self.stream.synchronize();
+            }
+        }
+        results
+    }
+
+    /// An event recorded on the set's stream now (one of the set's, reused once nothing else
+    /// holds it).
+    fn record(&mut self) -> Result<Arc<CudaEvent>> {
+        let event = match self.events.iter().find(|e| Arc::strong_count(e) == 1) {
+            Some(event) => event.clone(),
+            None => {
+                let event = Arc::new(
+                    self.stream
+                        .record_event(None)
+                        .map_err(|e| Error::cuda("creating the GPU lane's event", e))?,
+                );
+                self.events.push(event.clone());
+                event
+            }
+        };
+        event
+            .record(&self.stream)
+            .map_err(|e| Error::cuda("recording the GPU lane's resize", e))?;
+        Ok(event)
+    }
+
+    /// The files of the job the engines take, each with its place `k` in the job and how it is
+    /// decoded; unreadable, oversized or refused files are left out (the CPU lane takes them).
+    fn read(&mut self, job: &Job, shared: &Shared) -> Vec<(usize, ItemBytes, Screened)> {
+        let source = &job.work.lane.source;
+        let max_bytes = shared.limits.max_file_bytes.min(MAX_COMPRESSED as u64);
+        let mut files = Vec::with_capacity(job.positions.len());
+        let mut total = 0u64;
+        for (k, &(_, index)) in job.positions.iter().enumerate() {
+            let Ok(item) = source.item(index).open(max_bytes) else {
+                continue;
+            };
+            if !item.head().starts_with(&[0xFF, 0xD8, 0xFF])
+                || total + item.len() > MAX_RANGE_BYTES as u64
+            {
+                continue;
+            }
+            let buffer = self.buffers.pop().unwrap_or_default();
+            match item.read(buffer) {
+                Ok(bytes) => match shared.screen.take(&bytes) {
+                    Some(screened) => {
+                        total += bytes.len() as u64;
+                        files.push((k, bytes, screened));
+                    }
+                    None => self.buffers.push(bytes.into_buffer()),
+                },
+                Err((_, buffer)) => self.buffers.push(buffer),
+            }
+        }
+        files
+    }
+
+    /// Queues the decode of `jpegs` on the set's stream (colour and gray ones in calls of their
+    /// own, colour made RGB as libjpeg makes it): one image per input, `None` where the engines
+    /// refused it. The pixels stay valid until the next call.
+    fn decode(&mut self, jpegs: &[(&[u8], Screened)]) -> Result<Vec<Option<SourceImage>>> {
+        let stream = &self.stream.clone();
+        let lane_error = |e: &dyn std::fmt::Display| Error::GpuLane(e.to_string());
+        let mut images: Vec<Option<SourceImage>> = vec![None; jpegs.len()];
+        // Gray files to their own decoder, the rest to the colour one.
+        let (gray_at, colour_at): (Vec<usize>, Vec<usize>) =
+            (0..jpegs.len()).partition(|&i| jpegs[i].1.gray);
+        let batch_of = |at: &[usize]| -> (Vec<&[u8]>, Vec<JpegInfo>) {
+            at.iter().map(|&i| (jpegs[i].0, jpegs[i].1.info)).unzip()
+        };
+        if let (Some(gray), false) = (&mut self.gray, gray_at.is_empty()) {
+            let (batch, infos) = batch_of(&gray_at);
+            let decoded = gray
+                .decode_inspected(stream, &batch, &infos)
+                .map_err(|e| lane_error(&e))?;
+            for (&i, outcome) in gray_at.iter().zip(decoded.outcomes()) {
+                if let Outcome::Decoded(d) = outcome {
+                    images[i] = Some(SourceImage {
+                        pixels: SourcePixels::Gray {
+                            ptr: d.ptr,
+                            pitch: d.pitch as u32,
+                        },
+                        width: d.info.width,
+                        height: d.info.height,
+                    });
+                }
+            }
+        }
+        if colour_at.is_empty() {
+            return Ok(images);
+        }
+        let (batch, infos) = batch_of(&colour_at);
+        let decoded: Vec<(usize, DecodedImage)> = {
+            let outcomes = self
+                .colour
+                .decode_inspected(stream, &batch, &infos)
+                .map_err(|e| lane_error(&e))?;
+            colour_at
+                .iter()
+                .zip(outcomes.outcomes())
+                .filter_map(|(&i, outcome)| match outcome {
+                    Outcome::Decoded(d) if d.chroma.is_some() => Some((i, *d)),
+                    _ => None,
+                })
+                .collect()
+        };
+        // One RGB buffer for the call's colour images, grown only for an image larger than a call.
+        let total: usize = decoded
+            .iter()
+            .map(|(_, d)| d.info.width as usize * d.info.height as usize * 3)
+            .sum();
+        if self.rgb.as_ref().is_none_or(|b| b.len() < total) {
+            // SAFETY: device memory left uninitialized; the conversion writes every byte of
+            // each image's RGB before the resize reads it (same stream, in that order).
+            let grown = unsafe { stream.alloc::<u8>(total.max(1) + total / 4) }
+                .map_err(|e| Error::cuda("allocating the GPU lane's RGB buffer", e))?;
+            self.rgb = Some(grown);
+        }
+        let Some(rgb) = self.rgb.as_mut() else {
+            return Err(Error::GpuLane("no RGB buffer".into()));
+        };
+        let (base, guard) = rgb.device_ptr_mut(stream);
+        let mut jobs = Vec::with_capacity(decoded.len());
+        let mut at = 0u64;
+        for &(i, d) in &decoded {
+            let Some(chroma) = d.chroma else { continue };
+            let sampling = match d.info.subsampling {
+                Subsampling::S422 => ChromaSampling::HalfWidth,
+                Subsampling::S420 => ChromaSampling::HalfBoth,
+                Subsampling::S440 => ChromaSampling::HalfHeight,
+                _ => ChromaSampling::Full,
+            };
+            let (w, h) = (d.info.width, d.info.height);
+            jobs.push(YccJob {
+                y: d.ptr,
+                cb: d.ptr + chroma.offsets[0] as u64,
+                cr: d.ptr + chroma.offsets[1] as u64,
+                y_pitch: d.pitch as u32,
+                c_pitch: chroma.pitch as u32,
+                width: w,
+                height: h,
+                c_width: chroma.width as u32,
+                c_height: chroma.height as u32,
+                sampling,
+                out: base + at,
+            });
+            images[i] = Some(SourceImage {
+                pixels: SourcePixels::Interleaved {
+                    ptr: base + at,
+                    pitch: w * 3,
+                },
+                width: w,
+                height: h,
+            });
+            at += u64::from(w) * u64::from(h) * 3;
+        }
+        // SAFETY: the planes are the colour decoder's batch just queued on this stream (its arena
+        // lives in the decoder until its next `decode`, which comes after these kernels), and the
+        // outputs lie inside the RGB buffer (`at` stays within `total`), alive in `self.rgb`.
+        let converted = unsafe { self.ycc.convert(stream, &jobs) };
+        drop(guard);
+        converted?;
+        Ok(images)
+    }
+
+    /// Queues the resize of each decoded image (`images[i]` is the file at place `at[i]` of the
+    /// job) into its slot of the ring; returns the places written.
+    fn resize(
+        &mut self,
+        job: &Job,
+        shared: &Shared,
+        at: &[usize],
+        images: &[Option<SourceImage>],
+    ) -> Result<Vec<usize>> {
+        let geometry = self.geometry;
+        let pad = match geometry.mode {
+            ResizeMode::Letterbox { pad, .. } => pad,
+            _ => 0,
+        };
+        let mut written = Vec::with_capacity(images.len());
+        let mut jobs = Vec::with_capacity(images.len());
+        for (&k, image) in at.iter().zip(images) {
+            let Some(source) = *image else { continue };
+            let (x, y) = geometry.axis_plans(source.width, source.height);
+            jobs.push(ResizeJob {
+                source,
+                x,
+                y,
+                filter: self.filter,
+                order: PassOrder::default(),
+                pad,
+                slot: job.slots[k],
+            });
+            written.push(k);
+        }
+        if jobs.is_empty() {
+            return Ok(written);
+        }
+        let stream = self.stream.clone();
+        let lane_error = |e: &dyn std::fmt::Display| Error::GpuLane(e.to_string());
+        let plan =
+            plan_batch(&jobs, geometry.width, geometry.height).map_err(|e| lane_error(&e))?;
+        let device = match &mut self.plan {
+            Some(device) => {
+                device.update(&stream, &plan).map_err(|e| lane_error(&e))?;
+                device
+            }
+            None => self.plan.insert(
+                self.resizer
+                    .upload(&stream, &plan)
+                    .map_err(|e| lane_error(&e))?,
+            ),
+        };
+        let ring_bytes = (shared.limits.slots as u64) * shared.limits.image_bytes as u64;
+        // SAFETY: every job's source is an image this set just decoded on this stream (a gray
+        // decoder's arena, or the RGB buffer), kept until the set's next decode, which comes
+        // after these kernels on the stream; the ring is `ring_bytes` of device memory alive
+        // while the lane is, and each slot written is one this range reserved, which no gather
+        // reads before the event recorded after the range, and no other range writes before
+        // it is released.
+        unsafe {
+            self.resizer
+                .launch_at(&stream, device, shared.ring, ring_bytes)
+                .map_err(|e| lane_error(&e))?;
+        }
+        Ok(written)
+    }
+}

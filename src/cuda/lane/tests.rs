@@ -1,0 +1,391 @@
+//! The lane against the CPU renditions: the batched resize on identical pixels, whole images
+//! through the engines and the ring, gray ones in calls of their own.
+
+use std::io::Write as _;
+use std::sync::Arc;
+
+use cudarc::driver::DevicePtr;
+
+use super::*;
+use crate::cpu::prepare_image;
+use crate::cuda::resize::plan::{plan_batch, ResizeJob, SourceImage, SourcePixels};
+use crate::cuda::resize::BatchResizer;
+use crate::options::{DecodeOptions, ResizeMode, ResizeOptions};
+use crate::pillow::{resample, AxisPlan, PassOrder};
+
+/// A lane for the default geometry and batches of up to `batch_size`.
+fn open_lane(gpu: &Gpu, geometry: &Geometry, batch_size: usize, gray: bool) -> JpegLane {
+    let config = LaneConfig {
+        geometry: *geometry,
+        max_pixels: 1 << 28,
+        batch_size,
+        max_file_bytes: 1 << 30,
+        exif_orientation: false,
+    };
+    JpegLane::open_for(gpu, &config, gray).expect("the GPU lane")
+}
+
+/// Runs the lane over `files` (a source of in-memory bytes, every file offered), gathers what it
+/// made into a poisoned buffer, one place per file, and downloads it; `made[i]` says whether
+/// the lane took file `i`.
+fn run_lane(lane: &mut JpegLane, gpu: &Gpu, files: &[Vec<u8>]) -> (Vec<bool>, Vec<u8>) {
+    let stream = gpu.stream();
+    let source = Arc::new(Source::bytes(
+        files
+            .iter()
+            .enumerate()
+            .map(|(i, bytes)| (format!("file {i}"), bytes.clone())),
+    ));
+    let order = Arc::new(EpochOrder::new((0..files.len()).collect()));
+    lane.begin(
+        stream,
+        LaneWork {
+            source,
+            order,
+            share: 1.0,
+            epoch: 0,
+            refused: None,
+        },
+    )
+    .expect("begin");
+    lane.advance(files.len());
+    let mut made = vec![false; files.len()];
+    let mut outputs = Vec::new();
+    for (p, taken) in made.iter_mut().enumerate() {
+        if let LaneResult::Decoded(output) = lane.result(p) {
+            outputs.push((output, p));
+            *taken = true;
+        }
+    }
+    let image = lane.image_bytes;
+    let mut out = stream
+        .clone_htod(&vec![0xA5u8; image * files.len().max(1)])
+        .expect("poisoned output");
+    lane.gather(stream, &outputs, &mut out).expect("gather");
+    lane.release(stream, outputs.into_iter().map(|(o, _)| o))
+        .expect("release");
+    (made, stream.clone_dtoh(&out).expect("download"))
+}
+
+#[test]
+fn the_offer_depends_on_the_index_and_the_share_alone() {
+    let offered_at = |share| {
+        (0..10_000)
+            .filter(|&i| offered(i, share))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(offered_at(0.3), offered_at(0.3));
+    assert!(offered_at(0.0).is_empty());
+    assert_eq!(offered_at(1.0).len(), 10_000);
+    let n = offered_at(0.3).len();
+    assert!((2_800..3_200).contains(&n), "{n}");
+    // A larger share offers a superset.
+    let small = offered_at(0.3);
+    let large = offered_at(0.6);
+    assert!(small.iter().all(|i| large.contains(i)));
+    // Ranges hold about a chunk of offered images, and never more positions than the cap.
+    assert_eq!(span(1.0), CHUNK);
+    assert_eq!(span(0.5), 2 * CHUNK);
+    assert_eq!(span(0.01), MAX_SPAN);
+    assert_eq!(span(0.0), MAX_SPAN);
+}
+
+/// Device 0, or `None` (said past the test harness's capture) when there is none, unless
+/// `GPUFEED_REQUIRE_GPU=1`, which turns a missing GPU into a failure.
+fn test_gpu(test: &str) -> Option<Gpu> {
+    match Gpu::open(0) {
+        Ok(gpu) => Some(gpu),
+        Err(e) => {
+            assert!(
+                std::env::var("GPUFEED_REQUIRE_GPU").as_deref() != Ok("1"),
+                "GPUFEED_REQUIRE_GPU=1 but {e}"
+            );
+            let _ = writeln!(std::io::stderr(), "skipped: {test}: no CUDA device ({e})");
+            None
+        }
+    }
+}
+
+/// Deterministic pseudo-random bytes (xorshift).
+fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 32) as u8
+        })
+        .collect()
+}
+
+/// Given the same decoded pixels, the GPU resize writes the CPU rendition's bytes exactly:
+/// random images of many sizes, every mode and GPU filter, slots out of order, outputs
+/// poisoned first so an unwritten byte fails.
+#[test]
+fn gpu_resize_equals_the_cpu_rendition() {
+    let Some(gpu) = test_gpu("gpu_resize_equals_the_cpu_rendition") else {
+        return;
+    };
+    let stream = gpu.stream();
+    let module = gpu
+        .module(&KernelSource {
+            name: "resize.cu",
+            code: super::super::resize::SOURCE,
+            defines: Vec::new(),
+        })
+        .expect("compile");
+    let resizer = BatchResizer::from_module(&module).expect("kernels");
+    let modes = [
+        ResizeMode::center_crop(256, 224),
+        ResizeMode::center_crop(100, 111),
+        ResizeMode::stretch(64, 96),
+        ResizeMode::letterbox(80, 80, 114),
+    ];
+    let sizes = [
+        (500, 375),
+        (375, 500),
+        (37, 23),
+        (1, 1),
+        (900, 13),
+        (224, 224),
+        (1200, 800),
+    ];
+    let mut compared = 0;
+    for (m, mode) in modes.iter().enumerate() {
+        for (f, (filter, interpolation)) in [
+            (Filter::Bilinear, Interpolation::Bilinear),
+            (Filter::Bicubic, Interpolation::Bicubic),
+            (Filter::Lanczos, Interpolation::Lanczos),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let geometry = Geometry::new(
+                &ResizeOptions::default()
+                    .mode(*mode)
+                    .interpolation(interpolation),
+            );
+            let (ow, oh) = (geometry.width, geometry.height);
+            let image = ow as usize * oh as usize * 3;
+            let pad = match mode {
+                ResizeMode::Letterbox { pad, .. } => *pad,
+                _ => 0,
+            };
+            // Every image of the batch uploaded to the device.
+            let sources: Vec<Vec<u8>> = sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &(w, h))| random_bytes(w * h * 3, (m * 31 + f * 7 + i) as u64))
+                .collect();
+            let device: Vec<CudaSlice<u8>> = sources
+                .iter()
+                .map(|s| stream.clone_htod(s).expect("upload"))
+                .collect();
+            let slots: Vec<u32> = (0..sizes.len() as u32).rev().collect();
+            let jobs: Vec<ResizeJob> = sizes
+                .iter()
+                .zip(&device)
+                .zip(&slots)
+                .map(|((&(w, h), d), &slot)| {
+                    let (x, y) = geometry.axis_plans(w as u32, h as u32);
+                    ResizeJob {
+                        source: SourceImage {
+                            pixels: SourcePixels::Interleaved {
+                                ptr: d.device_ptr(stream).0,
+                                pitch: w as u32 * 3,
+                            },
+                            width: w as u32,
+                            height: h as u32,
+                        },
+                        x,
+                        y,
+                        filter,
+                        order: PassOrder::default(),
+                        pad,
+                        slot,
+                    }
+                })
+                .collect();
+            let mut out = stream
+                .clone_htod(&vec![0xA5u8; image * sizes.len()])
+                .expect("poisoned output");
+            let plan = plan_batch(&jobs, ow, oh).expect("plan");
+            let mut device_plan = resizer.upload(stream, &plan).expect("upload plan");
+            // SAFETY: the sources are the live device buffers above, not written again.
+            unsafe { resizer.launch(stream, &mut device_plan, &mut out) }.expect("launch");
+            let got = stream.clone_dtoh(&out).expect("download");
+            for (i, (&(w, h), src)) in sizes.iter().zip(&sources).enumerate() {
+                let (x, y) = geometry.axis_plans(w as u32, h as u32);
+                let mut want = vec![0u8; image];
+                resample(
+                    src, w as u32, h as u32, 3, &x, &y, filter, pad, &mut want, ow, oh,
+                )
+                .expect("cpu rendition");
+                let slot = slots[i] as usize;
+                let got = &got[slot * image..(slot + 1) * image];
+                let differing = got.iter().zip(&want).filter(|(a, b)| a != b).count();
+                assert_eq!(differing, 0, "{mode} {filter:?} {w}x{h}: {differing} bytes");
+                compared += 1;
+            }
+        }
+    }
+    assert_eq!(compared, modes.len() * 3 * sizes.len());
+    let _ = AxisPlan::default();
+}
+
+/// The lane decodes real JPEGs (the bundled photos, the JPEG fixtures, random-size
+/// synthetic ones) to what the CPU lane makes of them, within the fidelity bars (the two
+/// decoders' inverse DCT differs by a level here and there before the resize), gray and
+/// colour ones in one range; progressive and CMYK JPEGs are refused and go to the CPU lane.
+#[test]
+fn the_lane_decodes_like_the_cpu_lane() {
+    let Some(gpu) = test_gpu("the_lane_decodes_like_the_cpu_lane") else {
+        return;
+    };
+    let resize = ResizeOptions::default();
+    let geometry = Geometry::new(&resize);
+    let mut lane = open_lane(&gpu, &geometry, 64, true);
+    let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+    for dir in ["assets", "tests/fixtures"] {
+        for entry in std::fs::read_dir(dir).expect("dir").flatten() {
+            let path = entry.path();
+            let name = path.display().to_string();
+            if name.to_lowercase().ends_with(".jpg") {
+                files.push((name, std::fs::read(&path).expect("read")));
+            }
+        }
+    }
+    let photo = image::open("assets/astronaut.png")
+        .expect("photo")
+        .to_rgb8();
+    for i in 0..16u32 {
+        let (w, h) = (120 + i * 37, 90 + (i * 53) % 400);
+        let crop = image::imageops::resize(&photo, w, h, image::imageops::Triangle);
+        let mut bytes = Vec::new();
+        image::codecs::jpeg::JpegEncoder::new_with_quality(&mut bytes, 80 + i as u8)
+            .encode_image(&crop)
+            .expect("encode");
+        files.push((format!("synthetic {w}x{h}"), bytes));
+    }
+    // Gray ones among them, up to the corpus's largest sizes.
+    let camera = image::open("assets/camera.png").expect("photo").to_luma8();
+    for i in 0..8u32 {
+        let (w, h) = (250 + i * 79, 64 + (i * 131) % 840);
+        let crop = image::imageops::resize(&camera, w, h, image::imageops::Triangle);
+        let mut bytes = Vec::new();
+        image::codecs::jpeg::JpegEncoder::new_with_quality(&mut bytes, 75 + i as u8)
+            .encode_image(&crop)
+            .expect("encode");
+        if i % 2 == 1 {
+            // As Pillow writes gray JPEGs asked for 4:2:0: sampling factors 2x2, which
+            // change nothing in how the frame decodes (the CPU lane makes the same pixels).
+            let at = crate::cuda::jpeg::header::scan(&bytes)
+                .expect("header")
+                .frame_at
+                + 7;
+            let mut pillow = bytes.clone();
+            pillow[at] = 0x22;
+            let mut plain = vec![0u8; geometry.image_bytes()];
+            let mut factored = vec![1u8; geometry.image_bytes()];
+            prepare_image(&bytes, &DecodeOptions::default(), &resize, &mut plain).expect("cpu");
+            prepare_image(&pillow, &DecodeOptions::default(), &resize, &mut factored).expect("cpu");
+            assert!(
+                plain == factored,
+                "2x2 gray factors decode differently on the CPU"
+            );
+            files.push((format!("synthetic gray 2x2 factors {w}x{h}"), pillow));
+        }
+        files.push((format!("synthetic gray {w}x{h}"), bytes));
+    }
+    let screen = lane.runner.screen().clone();
+    for (name, bytes) in &files {
+        let lower = name.to_lowercase();
+        if lower.contains("progressive") || lower.contains("cmyk") {
+            assert!(
+                screen.take(bytes).is_none(),
+                "{name} must go to the CPU lane"
+            );
+        }
+        if lower.contains("gray") {
+            assert!(
+                screen.take(bytes).is_some_and(|s| s.gray),
+                "{name}: the gray decoder"
+            );
+        }
+    }
+    let bytes: Vec<Vec<u8>> = files.iter().map(|(_, b)| b.clone()).collect();
+    let (made, got) = run_lane(&mut lane, &gpu, &bytes);
+    let image = geometry.image_bytes();
+    for ((name, bytes), &taken) in files.iter().zip(&made) {
+        assert_eq!(taken, screen.take(bytes).is_some(), "{name}: taken {taken}");
+    }
+    let accepted: Vec<(usize, &(String, Vec<u8>))> =
+        files.iter().enumerate().filter(|&(i, _)| made[i]).collect();
+    assert!(accepted.len() >= 20, "only {} accepted", accepted.len());
+    let mut all = Vec::new();
+    for &(i, (name, bytes)) in &accepted {
+        let mut want = vec![0u8; image];
+        prepare_image(bytes, &DecodeOptions::default(), &resize, &mut want).expect("cpu");
+        let diffs: Vec<u8> = got[i * image..(i + 1) * image]
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| a.abs_diff(*b))
+            .collect();
+        let mean = diffs.iter().map(|&d| d as f64).sum::<f64>() / diffs.len() as f64;
+        assert!(
+            mean < 1.5,
+            "{name}: mean difference {mean:.3} from the CPU lane"
+        );
+        all.extend(diffs);
+    }
+    all.sort_unstable();
+    let mean = all.iter().map(|&d| d as f64).sum::<f64>() / all.len() as f64;
+    let p999 = all[(all.len() - 1) * 999 / 1000];
+    println!(
+        "GPU lane vs CPU lane, {} images: mean {mean:.3}, p99.9 {p999}",
+        accepted.len()
+    );
+    assert!(mean <= 0.5 && p999 <= 3, "mean {mean:.3}, p99.9 {p999}");
+}
+
+/// Gray JPEGs decoded by the engines in a batch of their own come out as the CPU lane makes
+/// them (what decides whether the lane can take them in batches of their own).
+#[test]
+fn gray_jpegs_decode_on_the_engines_in_a_batch_of_their_own() {
+    let Some(gpu) = test_gpu("gray_jpegs_decode_on_the_engines_in_a_batch_of_their_own") else {
+        return;
+    };
+    let resize = ResizeOptions::default();
+    let geometry = Geometry::new(&resize);
+    let mut lane = open_lane(&gpu, &geometry, 64, true);
+    let photo = image::open("assets/camera.png").expect("photo").to_luma8();
+    let files: Vec<Vec<u8>> = (0..12u32)
+        .map(|i| {
+            let (w, h) = (250 + i * 41, 200 + (i * 67) % 500);
+            let crop = image::imageops::resize(&photo, w, h, image::imageops::Triangle);
+            let mut bytes = Vec::new();
+            image::codecs::jpeg::JpegEncoder::new_with_quality(&mut bytes, 85)
+                .encode_image(&crop)
+                .expect("encode");
+            bytes
+        })
+        .collect();
+    let screen = lane.runner.screen().clone();
+    assert!(files.iter().all(|b| screen.take(b).is_some_and(|s| s.gray)));
+    let (made, got) = run_lane(&mut lane, &gpu, &files);
+    assert!(made.iter().all(|&m| m), "every gray JPEG decoded: {made:?}");
+    let image = geometry.image_bytes();
+    for (i, bytes) in files.iter().enumerate() {
+        let mut want = vec![0u8; image];
+        prepare_image(bytes, &DecodeOptions::default(), &resize, &mut want).expect("cpu");
+        let mean = got[i * image..(i + 1) * image]
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| a.abs_diff(*b) as f64)
+            .sum::<f64>()
+            / image as f64;
+        println!("gray JPEG {i}: mean difference {mean:.3}");
+        assert!(mean <= 0.5, "gray JPEG {i}: mean difference {mean:.3}");
+    }
+}
