@@ -38,7 +38,7 @@ struct GfPass {
     unsigned int weights;
 };
 
-// One image of the batch: src/batch.rs's ResizeDescriptor, field for field (136 bytes).
+// One image of the batch: src/cuda/resize/plan.rs's ResizeDescriptor, field for field (144 bytes).
 struct GfResizeImage {
     unsigned long long src[3];  // each channel's sample at the source region's top-left
     unsigned long long tmp;     // byte offset of the image's intermediate in `tmp`
@@ -56,12 +56,14 @@ struct GfResizeImage {
     unsigned int dst_w;
     unsigned int dst_h;
     unsigned int pad;           // value of every byte outside the rectangle
+    unsigned int flip;          // 1: the slot mirrored left to right (a flip after the resize)
+    unsigned int reserved;
 };
 
 // NVRTC has no offsetof; src/batch.rs's tests read the two structs above, field by field, and
 // compare the C layout with the Rust one.
 static_assert(sizeof(GfPass) == 24, "GfPass size");
-static_assert(sizeof(GfResizeImage) == 136, "GfResizeImage size");
+static_assert(sizeof(GfResizeImage) == 144, "GfResizeImage size");
 
 // Pillow's clip8: the sum's integer part (arithmetic shift: negative sums floor), clamped.
 __device__ __forceinline__ unsigned char gf_clip8(int sum) {
@@ -170,8 +172,10 @@ extern "C" __global__ void gpufeed_resize_last(const GfResizeImage* __restrict__
     const unsigned int pixel = blockIdx.x * blockDim.x + threadIdx.x;
     if (pixel >= pixels) return;
     const unsigned int y = pixel / out_width;
-    const unsigned int x = pixel - y * out_width;
+    const unsigned int written = pixel - y * out_width;
     unsigned char* dst = out + ((size_t)im->slot * pixels + pixel) * 3;
+    // The pixel whose value lands here: itself, or its mirror image when the slot is flipped.
+    const unsigned int x = im->flip ? out_width - 1 - written : written;
     // Unsigned: a pixel left of or above the rectangle wraps to a large index.
     const unsigned int i = x - im->dst_x;
     const unsigned int j = y - im->dst_y;

@@ -1,6 +1,7 @@
 //! What [`crate::Pipeline::next_batch`] returns, and the per-epoch account of every image.
 
 use crate::error::ItemError;
+use crate::geometry::CropDraw;
 use crate::tensor::Tensor;
 
 /// How many images of a batch each decode lane made.
@@ -17,6 +18,8 @@ pub struct Batch {
     pub(crate) indices: Vec<usize>,
     pub(crate) ids: Vec<String>,
     pub(crate) labels: Option<Vec<u32>>,
+    pub(crate) padded: Vec<bool>,
+    pub(crate) crops: Option<Vec<CropDraw>>,
     pub(crate) skipped: Vec<ItemError>,
     pub(crate) epoch: u64,
     pub(crate) uploaded_bytes: usize,
@@ -60,6 +63,19 @@ impl Batch {
         self.labels.as_deref()
     }
 
+    /// Whether each row pads this rank's shard: a repeat of an image, there so that every rank
+    /// yields the same number of batches ([`crate::ShardBalance::Pad`]); mask these rows when
+    /// evaluating.
+    pub fn padded(&self) -> &[bool] {
+        &self.padded
+    }
+
+    /// What the random transforms drew for each row (its box and flip, as torchvision's
+    /// `F.resized_crop` and `F.hflip` take them), when the pipeline draws any.
+    pub fn crops(&self) -> Option<&[CropDraw]> {
+        self.crops.as_deref()
+    }
+
     /// Images that were skipped while this batch was filled (policy [`crate::OnError::Skip`]),
     /// each with its id and reason.
     pub fn skipped(&self) -> &[ItemError] {
@@ -84,14 +100,16 @@ impl Batch {
     }
 }
 
-/// Where every image of one epoch went: `images + skipped.len() + dropped` equals the number of
-/// images this process's shard holds.
+/// Where every image of one epoch went: `images - padded + skipped.len() + dropped` equals the
+/// number of images this process's shard holds.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EpochReport {
     /// The epoch.
     pub epoch: u64,
-    /// Images delivered in batches.
+    /// Images delivered in batches (padding rows included).
     pub images: usize,
+    /// Rows delivered that pad this rank's shard (repeats).
+    pub padded: usize,
     /// Batches delivered.
     pub batches: usize,
     /// Every image skipped in the epoch, in order (also those listed on batches).

@@ -227,6 +227,20 @@ pub enum Error {
     /// The prefetch thread stopped unexpectedly.
     #[error("the prefetch thread stopped: {0}")]
     Worker(String),
+    /// With equal shards, a batch could not be filled even after going round the rank's images
+    /// again: they all fail, and the ranks' batches cannot stay equal.
+    #[error(
+        "rank {rank} of {world}: {missing} place(s) of a batch cannot be filled, every image of \
+         the shard fails (the ranks' batches would no longer be equal)"
+    )]
+    ShardExhausted {
+        /// This process's rank.
+        rank: usize,
+        /// Number of processes.
+        world: usize,
+        /// Places of the batch left empty.
+        missing: usize,
+    },
 }
 
 impl Error {

@@ -41,10 +41,12 @@ mod error;
 mod geometry;
 #[allow(unsafe_code)]
 pub mod interop;
+mod launch;
 mod options;
 mod order;
 mod pillow;
 mod pipeline;
+mod random;
 mod source;
 #[allow(unsafe_code)]
 mod tensor;
@@ -52,12 +54,15 @@ mod tensor;
 pub use batch::{Batch, EpochReport};
 pub use cpu::{prepare_image, CpuStage, PreparedBatch};
 pub use error::{CudaUnavailable, Error, ItemError, ItemErrorKind, Result};
+pub use geometry::CropDraw;
 pub use interop::dlpack;
+pub use launch::{Launch, Launcher};
 pub use options::{
-    Affine, BatchOptions, ChannelOrder, DType, Decode, DecodeOptions, Device, Gray16,
+    Affine, BatchOptions, ChannelOrder, DType, Decode, DecodeOptions, Device, DrawRange, Gray16,
     Interpolation, LastBatch, Layout, NormalizeSpec, OnError, Options, OutputOptions,
-    ParseOptionError, ResizeMode, ResizeOptions, RuntimeOptions, Shard, DEFAULT_DECODE_MEMORY,
-    DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, IMAGENET_MEAN, IMAGENET_STD,
+    ParseOptionError, ResizeMode, ResizeOptions, RuntimeOptions, Shard, ShardBalance,
+    DEFAULT_DECODE_MEMORY, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, IMAGENET_MEAN, IMAGENET_STD,
+    RANDOM_CROP_RATIO, RANDOM_CROP_SCALE,
 };
 pub use pipeline::{Pipeline, PipelineBuilder};
 pub use source::{Source, IMAGE_EXTENSIONS};

@@ -268,9 +268,44 @@ impl Interpolation {
     }
 }
 
+/// A range `min..=max` a random draw is taken from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DrawRange {
+    /// The smallest value.
+    pub min: f64,
+    /// The largest value.
+    pub max: f64,
+}
+
+impl DrawRange {
+    /// `min..=max`.
+    pub const fn new(min: f64, max: f64) -> DrawRange {
+        DrawRange { min, max }
+    }
+
+    fn check(&self, option: &'static str) -> Result<()> {
+        if self.min.is_finite() && self.max.is_finite() && 0.0 < self.min && self.min <= self.max {
+            return Ok(());
+        }
+        Err(Error::invalid(
+            option,
+            format!(
+                "({}, {}): need 0 < min <= max, both finite",
+                self.min, self.max
+            ),
+        ))
+    }
+}
+
+/// torchvision's `RandomResizedCrop` defaults: the crop's area 8% to 100% of the image's.
+pub const RANDOM_CROP_SCALE: DrawRange = DrawRange::new(0.08, 1.0);
+
+/// torchvision's `RandomResizedCrop` defaults: the crop's aspect ratio 3/4 to 4/3.
+pub const RANDOM_CROP_RATIO: DrawRange = DrawRange::new(3.0 / 4.0, 4.0 / 3.0);
+
 /// How an image becomes an output of `height` x `width` pixels. The output size is part of the
 /// mode, so no other option can change it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 #[non_exhaustive]
 pub enum ResizeMode {
     /// torchvision's `Resize(shorter_side)` then `CenterCrop((height, width))`: the shorter side
@@ -301,6 +336,23 @@ pub enum ResizeMode {
         /// Value of every padded channel, 0..=255.
         pad: u8,
     },
+    /// torchvision's `RandomResizedCrop((height, width), scale, ratio)` for training: a box of
+    /// the image whose area is a random share (`scale`) of the image's and whose aspect ratio
+    /// is log-uniform in `ratio` (torchvision's ten tries, then its centre fallback), cropped,
+    /// then resized to `height` x `width` (antialiased, as `resized_crop` does). The box is
+    /// drawn anew for every image and epoch from the seed ([`ResizeOptions::seed`]), the
+    /// epoch and the image's index in the source alone; only the part of a JPEG inside it is
+    /// decoded.
+    RandomResizedCrop {
+        /// Output height.
+        height: u32,
+        /// Output width.
+        width: u32,
+        /// The crop's area as a share of the image's.
+        scale: DrawRange,
+        /// The crop's aspect ratio (width / height), drawn log-uniformly.
+        ratio: DrawRange,
+    },
 }
 
 impl ResizeMode {
@@ -323,22 +375,39 @@ impl ResizeMode {
         ResizeMode::Letterbox { height, width, pad }
     }
 
+    /// torchvision's `RandomResizedCrop(size)` with its default scale and ratio: a square output.
+    pub const fn random_resized_crop(size: u32) -> ResizeMode {
+        ResizeMode::RandomResizedCrop {
+            height: size,
+            width: size,
+            scale: RANDOM_CROP_SCALE,
+            ratio: RANDOM_CROP_RATIO,
+        }
+    }
+
     /// Output `(height, width)` in pixels.
     pub fn output_size(self) -> (u32, u32) {
         match self {
             ResizeMode::ShorterSideThenCenterCrop { height, width, .. }
             | ResizeMode::Stretch { height, width }
-            | ResizeMode::Letterbox { height, width, .. } => (height, width),
+            | ResizeMode::Letterbox { height, width, .. }
+            | ResizeMode::RandomResizedCrop { height, width, .. } => (height, width),
         }
     }
 
-    /// The mode's name: `center-crop`, `stretch` or `letterbox`.
+    /// The mode's name: `center-crop`, `stretch`, `letterbox` or `random-resized-crop`.
     pub fn name(self) -> &'static str {
         match self {
             ResizeMode::ShorterSideThenCenterCrop { .. } => "center-crop",
             ResizeMode::Stretch { .. } => "stretch",
             ResizeMode::Letterbox { .. } => "letterbox",
+            ResizeMode::RandomResizedCrop { .. } => "random-resized-crop",
         }
+    }
+
+    /// Whether each image's box is drawn at random.
+    pub fn is_random(self) -> bool {
+        matches!(self, ResizeMode::RandomResizedCrop { .. })
     }
 }
 
@@ -361,6 +430,16 @@ impl fmt::Display for ResizeMode {
             ResizeMode::Letterbox { height, width, pad } => {
                 write!(f, "letterbox {height}x{width}, pad {pad}")
             }
+            ResizeMode::RandomResizedCrop {
+                height,
+                width,
+                scale,
+                ratio,
+            } => write!(
+                f,
+                "random resized crop to {height}x{width}, scale {}-{}, ratio {:.4}-{:.4}",
+                scale.min, scale.max, ratio.min, ratio.max
+            ),
         }
     }
 }
@@ -542,17 +621,63 @@ impl DecodeOptions {
     }
 }
 
-/// Pixels to the output size: the resize mode (which owns the output size) and the filter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Pixels to the output size: the resize mode (which owns the output size), the filter and the
+/// random transforms of training.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 #[non_exhaustive]
 pub struct ResizeOptions {
     /// How an image reaches the output size (default `Resize(256)` + `CenterCrop(224)`).
     pub mode: ResizeMode,
     /// Resampling filter (default antialiased bilinear).
     pub interpolation: Interpolation,
+    /// torchvision's `RandomHorizontalFlip(p)`: the chance, 0 to 1, that an image is mirrored
+    /// left to right after it is resized (default 0: never).
+    pub horizontal_flip: f64,
+    /// Seed of the random transforms (a random crop's box, a flip): each image's draws depend on
+    /// this seed, the epoch and its index in the source alone (default 0).
+    pub seed: u64,
 }
 
 impl ResizeOptions {
+    /// torchvision's ImageNet training transform, `RandomResizedCrop(size)` +
+    /// `RandomHorizontalFlip()`, drawn from `seed`.
+    pub fn imagenet_train(size: u32, seed: u64) -> ResizeOptions {
+        ResizeOptions::default()
+            .mode(ResizeMode::random_resized_crop(size))
+            .horizontal_flip(0.5)
+            .seed(seed)
+    }
+
+    /// Sets [`ResizeOptions::horizontal_flip`].
+    pub fn horizontal_flip(mut self, chance: f64) -> Self {
+        self.horizontal_flip = chance;
+        self
+    }
+
+    /// Sets [`ResizeOptions::seed`].
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// Whether each image draws random transforms (a random crop, or a chance of a flip).
+    pub fn is_random(&self) -> bool {
+        self.mode.is_random() || self.horizontal_flip > 0.0
+    }
+
+    /// What the random transforms draw for the image with source index `index` in `epoch`,
+    /// `width` x `height` pixels (after any EXIF turn): exactly what a pipeline with these
+    /// options draws for it, on any lane. `None` when nothing is random.
+    pub fn draw(
+        &self,
+        width: u32,
+        height: u32,
+        index: usize,
+        epoch: u64,
+    ) -> Option<crate::CropDraw> {
+        crate::geometry::Geometry::new(self).draw(width, height, index, epoch)
+    }
+
     /// Sets [`ResizeOptions::mode`].
     pub fn mode(mut self, mode: ResizeMode) -> Self {
         self.mode = mode;
@@ -595,6 +720,16 @@ impl ResizeOptions {
             return Err(Error::invalid(
                 "resize",
                 "resize to a shorter side of 0 pixels",
+            ));
+        }
+        if let ResizeMode::RandomResizedCrop { scale, ratio, .. } = self.mode {
+            scale.check("scale")?;
+            ratio.check("ratio")?;
+        }
+        if !(0.0..=1.0).contains(&self.horizontal_flip) {
+            return Err(Error::invalid(
+                "horizontal_flip",
+                format!("{} is not a chance from 0 to 1", self.horizontal_flip),
             ));
         }
         self.image_bytes().map(|_| ())
@@ -726,6 +861,36 @@ impl OutputOptions {
     }
 }
 
+/// How the shards of the ranks are evened out when a source is shared by several processes
+/// (data-parallel training needs every rank to yield the same number of batches, or a collective
+/// waits forever).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum ShardBalance {
+    /// Every rank gets the same number of images: the epoch's order is padded by wrapping around
+    /// it, as PyTorch's `DistributedSampler` does, and padded rows are flagged on the batch
+    /// ([`crate::Batch::padded`]) so evaluation code can mask them. Images that fail are
+    /// replaced by the next ones (padding past the end), so batches stay equal too.
+    #[default]
+    Pad,
+    /// Every rank gets the same number of images: the order is cut to a multiple of the world
+    /// (`DistributedSampler(drop_last=True)`); failed images are replaced as with `Pad`.
+    Drop,
+    /// Every `world`-th image, no more: shards differ in length by up to one image and nothing
+    /// is padded or replaced past the end.
+    Uneven,
+}
+
+named_choices!(
+    ShardBalance,
+    "shard balance",
+    [
+        (ShardBalance::Pad, ["pad"]),
+        (ShardBalance::Drop, ["drop"]),
+        (ShardBalance::Uneven, ["uneven"]),
+    ]
+);
+
 /// This process's part of a source shared by `world` processes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -770,6 +935,8 @@ pub struct BatchOptions {
     pub shuffle_seed: Option<u64>,
     /// This process's part: every `world`-th image of the (shuffled) order starting at `rank`.
     pub shard: Shard,
+    /// How the ranks' shards are evened out (default: padded to equal length).
+    pub shard_balance: ShardBalance,
 }
 
 impl Default for BatchOptions {
@@ -780,6 +947,7 @@ impl Default for BatchOptions {
             on_error: OnError::Skip,
             shuffle_seed: None,
             shard: Shard::default(),
+            shard_balance: ShardBalance::Pad,
         }
     }
 }
@@ -812,6 +980,12 @@ impl BatchOptions {
     /// Sets [`BatchOptions::shard`].
     pub fn shard(mut self, shard: Shard) -> Self {
         self.shard = shard;
+        self
+    }
+
+    /// Sets [`BatchOptions::shard_balance`].
+    pub fn shard_balance(mut self, balance: ShardBalance) -> Self {
+        self.shard_balance = balance;
         self
     }
 

@@ -1241,7 +1241,7 @@ mod tests {
             );
             let source = image::open(input).expect("input").to_rgb8();
             let (w, h) = source.dimensions();
-            let (x, y) = geometry.axis_plans(w, h);
+            let (x, y) = geometry.axis_plans(w, h, None);
             let (ow, oh) = (geometry.width, geometry.height);
             let mut out = vec![0xA5; ow as usize * oh as usize * 3];
             resample(

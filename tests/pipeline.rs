@@ -9,8 +9,8 @@ mod common;
 
 use common::TempDir;
 use gpufeed::{
-    DType, Device, Error, Gray16, Interpolation, ItemErrorKind, LastBatch, Layout, OnError,
-    Pipeline, PipelineBuilder, ResizeMode, Source,
+    DType, Device, EpochReport, Error, Gray16, Interpolation, ItemErrorKind, LastBatch, Layout,
+    OnError, Pipeline, PipelineBuilder, ResizeMode, ShardBalance, Source,
 };
 
 /// mean 0, std 1/255: the f32 output is the u8 pixel value itself.
@@ -336,7 +336,7 @@ fn shuffle_is_seeded_per_epoch_and_covers_everything() {
 }
 
 #[test]
-fn shards_are_disjoint_and_complete() {
+fn uneven_shards_are_disjoint_and_complete() {
     for world in [1, 2, 3, 4] {
         let mut all = Vec::new();
         for rank in 0..world {
@@ -345,7 +345,8 @@ fn shards_are_disjoint_and_complete() {
                     .source(Source::paths(many_paths(13)))
                     .batch_size(5)
                     .shuffle(3)
-                    .shard(rank, world),
+                    .shard(rank, world)
+                    .shard_balance(ShardBalance::Uneven),
             )
             .concat();
             all.extend(part);
@@ -353,6 +354,139 @@ fn shards_are_disjoint_and_complete() {
         all.sort();
         assert_eq!(all, (0..13).collect::<Vec<_>>(), "world {world}");
     }
+}
+
+/// Tiny encoded images, `bad` of them not images at all, as in-memory bytes.
+fn tiny_source(n: usize, bad: &[usize]) -> Source {
+    let images = (0..n).map(|i| {
+        let bytes = if bad.contains(&i) {
+            b"not an image".to_vec()
+        } else {
+            let mut png = Vec::new();
+            image::RgbImage::from_pixel(3, 2, image::Rgb([i as u8, 7, 9]))
+                .write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+                .expect("encode");
+            png
+        };
+        (format!("image {i}"), bytes)
+    });
+    Source::bytes(images)
+}
+
+/// One rank's epoch: its batches ((source index, padded) per row), the skipped ids, the report.
+type RankEpoch = (Vec<Vec<(usize, bool)>>, Vec<String>, EpochReport);
+
+/// Every batch of one epoch of one rank: (source index, padded) per row, and the skipped ids.
+fn rank_epoch(
+    source: Source,
+    rank: usize,
+    world: usize,
+    balance: ShardBalance,
+    batch_size: usize,
+) -> RankEpoch {
+    let mut pipeline = Pipeline::builder()
+        .source(source)
+        .batch_size(batch_size)
+        .shuffle(5)
+        .shard(rank, world)
+        .shard_balance(balance)
+        .device(Device::Cpu)
+        .resize(ResizeMode::stretch(4, 4))
+        .build()
+        .expect("build");
+    let mut batches = Vec::new();
+    let mut skipped = Vec::new();
+    while let Some(batch) = pipeline.next_batch().expect("batch") {
+        assert_eq!(batch.padded().len(), batch.len());
+        batches.push(
+            batch
+                .indices()
+                .iter()
+                .copied()
+                .zip(batch.padded().iter().copied())
+                .collect(),
+        );
+        skipped.extend(batch.skipped().iter().map(|e| e.id.clone()));
+    }
+    (batches, skipped, pipeline.epoch_report().clone())
+}
+
+/// Equal shards: 3 ranks over 400 images at batch 64 yield the same batches (count and sizes),
+/// and the union of their non-padded rows is the corpus, each image once; with bad images too
+/// (they are replaced by the next, so the ranks stay equal), and when dropping to equal length.
+#[test]
+fn equal_shards_give_every_rank_the_same_batches() {
+    let bad = [5, 77, 131, 250, 399];
+    for (balance, bad) in [
+        (ShardBalance::Pad, &[][..]),
+        (ShardBalance::Pad, &bad[..]),
+        (ShardBalance::Drop, &bad[..]),
+    ] {
+        let ranks: Vec<_> = (0..3)
+            .map(|rank| rank_epoch(tiny_source(400, bad), rank, 3, balance, 64))
+            .collect();
+        let sizes: Vec<Vec<usize>> = ranks
+            .iter()
+            .map(|(batches, _, _)| batches.iter().map(Vec::len).collect())
+            .collect();
+        assert!(sizes.iter().all(|s| *s == sizes[0]), "{balance}: {sizes:?}");
+        let expected = match balance {
+            ShardBalance::Drop => vec![64, 64, 5],
+            _ => vec![64, 64, 6],
+        };
+        assert_eq!(sizes[0], expected, "{balance}");
+        let mut real: Vec<usize> = ranks
+            .iter()
+            .flat_map(|(batches, _, _)| batches.iter().flatten())
+            .filter(|&&(_, padded)| !padded)
+            .map(|&(index, _)| index)
+            .collect();
+        real.sort_unstable();
+        let mut skipped: Vec<String> = ranks.iter().flat_map(|(_, s, _)| s.clone()).collect();
+        skipped.sort();
+        let mut want_skipped: Vec<String> = bad.iter().map(|i| format!("image {i}")).collect();
+        want_skipped.sort();
+        let want: Vec<usize> = (0..400).filter(|i| !bad.contains(i)).collect();
+        match balance {
+            ShardBalance::Drop => {
+                // One image of the 400 is left out of the epoch (400 = 3 * 133 + 1).
+                assert_eq!(real.len() + skipped.len(), 399, "{balance}");
+                real.dedup();
+                assert_eq!(real.len() + skipped.len(), 399, "each image once");
+                want_skipped.retain(|s| skipped.contains(s));
+            }
+            _ => assert_eq!(real, want, "{balance}: each good image once"),
+        }
+        assert_eq!(skipped, want_skipped, "{balance}: bad images reported once");
+        for (rank, (batches, skipped, report)) in ranks.iter().enumerate() {
+            let rows: usize = batches.iter().map(Vec::len).sum();
+            let padded = batches.iter().flatten().filter(|&&(_, p)| p).count();
+            assert_eq!((report.images, report.padded), (rows, padded));
+            // Every image of the rank's shard accounted for: delivered (not padding), skipped
+            // or dropped.
+            let shard = match balance {
+                ShardBalance::Drop => 133,
+                _ => [134, 133, 133][rank],
+            };
+            assert_eq!(
+                rows - padded + skipped.len() + report.dropped,
+                shard,
+                "{balance} rank {rank}"
+            );
+        }
+    }
+}
+
+/// Without a GPU, a shard read from a launcher's environment needs one; what is missing is said.
+#[test]
+fn launcher_variables_name_what_is_missing() {
+    let launch = gpufeed::Launch::from_vars(|name| match name {
+        "RANK" => Some("1".into()),
+        "WORLD_SIZE" => Some("2".into()),
+        _ => None,
+    });
+    let error = launch.expect_err("LOCAL_RANK missing").to_string();
+    assert!(error.contains("LOCAL_RANK"), "{error}");
 }
 
 /// A folder with good images and every kind of bad file, in a known order.
@@ -599,4 +733,68 @@ fn dct_scaling_stays_within_the_fidelity_bar() {
     let p999 = percentile(&mut d, 0.999);
     println!("retina.jpg with DCT scaling: mean {mean:.3}, p99.9 {p999}");
     assert!(mean <= 0.5 && p999 <= 3.0, "mean {mean}, p99.9 {p999}");
+}
+
+/// Training transforms: the same seed gives the same bytes on 1 and 16 threads and at any batch
+/// size; each batch carries what was drawn for each row, which is what the options draw for
+/// that image; a new epoch draws anew.
+#[test]
+fn random_crops_depend_on_seed_epoch_and_index_alone() {
+    let source = || Source::paths(many_paths(24));
+    let run = |threads: usize, batch_size: usize, epochs: usize| {
+        let mut pipeline = Pipeline::builder()
+            .source(source())
+            .imagenet_train(64, 11)
+            .batch_size(batch_size)
+            .threads(threads)
+            .device(Device::Cpu)
+            .dtype(DType::F32)
+            .build()
+            .expect("build");
+        let mut out = Vec::new();
+        for _ in 0..epochs {
+            let mut epoch = Vec::new();
+            for batch in &mut pipeline {
+                let batch = batch.expect("batch");
+                let crops = batch.crops().expect("random transforms draw").to_vec();
+                assert_eq!(crops.len(), batch.len());
+                let data = batch
+                    .images()
+                    .as_host()
+                    .expect("host")
+                    .as_slice::<f32>()
+                    .expect("f32")
+                    .to_vec();
+                let per = data.len() / batch.len();
+                for (row, (&index, crop)) in batch.indices().iter().zip(&crops).enumerate() {
+                    epoch.push((index, *crop, data[row * per..(row + 1) * per].to_vec()));
+                }
+            }
+            epoch.sort_by_key(|(index, _, _)| *index);
+            out.push(epoch);
+        }
+        out
+    };
+    let one = run(1, 5, 2);
+    let many = run(16, 8, 2);
+    assert!(one == many, "the same bytes on 1 and 16 threads");
+    assert_ne!(
+        one[0].iter().map(|(_, c, _)| *c).collect::<Vec<_>>(),
+        one[1].iter().map(|(_, c, _)| *c).collect::<Vec<_>>(),
+        "a new epoch draws anew"
+    );
+    let resize = gpufeed::ResizeOptions::imagenet_train(64, 11);
+    for (epoch, rows) in one.iter().enumerate() {
+        for (index, crop, _) in rows {
+            let path = &many_paths(24)[*index];
+            let (w, h) = image::image_dimensions(path).expect("size");
+            assert_eq!(
+                Some(*crop),
+                resize.draw(w, h, *index, epoch as u64),
+                "{path:?}"
+            );
+        }
+    }
+    let flipped = one.iter().flatten().filter(|(_, c, _)| c.flipped).count();
+    assert!((8..=40).contains(&flipped), "{flipped} of 48 flipped");
 }

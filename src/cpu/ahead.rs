@@ -15,6 +15,7 @@ use std::thread::JoinHandle;
 use super::prepare::ImageTask;
 use super::stage::LaneCore;
 use crate::error::{Error, ItemErrorKind, Result};
+use crate::geometry::CropDraw;
 use crate::order::EpochOrder;
 use crate::source::Source;
 
@@ -31,8 +32,8 @@ pub(crate) struct AheadWork {
     pub on_gpu: OnGpu,
 }
 
-/// What became of a position: its pixels, or why it failed.
-pub(crate) type Prepared = std::result::Result<Vec<u8>, ItemErrorKind>;
+/// What became of a position: its pixels and what its random transforms drew, or why it failed.
+pub(crate) type Prepared = std::result::Result<(Vec<u8>, Option<CropDraw>), ItemErrorKind>;
 
 struct Current {
     work: AheadWork,
@@ -102,7 +103,8 @@ impl Shared {
             None => {
                 let order = &current.work.order;
                 loop {
-                    if state.next >= order.len() || state.next >= state.limit {
+                    if (state.next >= order.len() && !order.refills()) || state.next >= state.limit
+                    {
                         return None;
                     }
                     let position = state.next;
@@ -130,7 +132,7 @@ impl Shared {
         let mut state = self.lock();
         if state.generation == current.generation {
             state.results.insert(position, result);
-        } else if let Ok(buffer) = result {
+        } else if let Ok((buffer, _)) = result {
             state.free.push(buffer);
         }
         self.changed.notify_all();
@@ -218,24 +220,31 @@ impl CpuAhead {
     /// Starts the work of an epoch, dropping what was made for earlier work.
     pub fn begin(&self, work: AheadWork) {
         let mut state = self.shared.lock();
-        let freed: Vec<Vec<u8>> = state.results.drain().filter_map(|(_, r)| r.ok()).collect();
+        let freed: Vec<Vec<u8>> = state
+            .results
+            .drain()
+            .filter_map(|(_, r)| r.ok().map(|(buffer, _)| buffer))
+            .collect();
         state.free.extend(freed);
         state.generation += 1;
+        let order_len = work.order.len();
         state.current = Some(Arc::new(Current {
             work,
             generation: state.generation,
         }));
         state.next = 0;
-        state.limit = self.shared.lookahead;
+        state.limit = self.shared.lookahead.min(order_len);
         state.handed_back.clear();
         state.asked.clear();
         self.shared.changed.notify_all();
     }
 
-    /// The batches have taken every position before `position`.
+    /// The batches have taken every position before `position`: the lane works up to its
+    /// lookahead past it, within the epoch's planned positions (past them only when asked).
     pub fn advance(&self, position: usize) {
         let mut state = self.shared.lock();
-        let limit = position.saturating_add(self.shared.lookahead);
+        let planned = state.current.as_ref().map_or(0, |c| c.work.order.len());
+        let limit = position.saturating_add(self.shared.lookahead).min(planned);
         if limit > state.limit {
             state.limit = limit;
             self.shared.changed.notify_all();
@@ -314,7 +323,7 @@ fn run(shared: Arc<Shared>) {
                     ))
                 });
                 match prepared {
-                    Ok(()) => Ok(buffer),
+                    Ok(draw) => Ok((buffer, draw)),
                     Err(kind) => {
                         shared.publish_buffer(buffer);
                         Err(kind)

@@ -10,7 +10,7 @@ use super::decode::{decode, DecodeWindow};
 use super::probe::probe;
 use super::resize::resize_into_slot;
 use crate::error::{panic_message, Error, ItemError, ItemErrorKind, Result};
-use crate::geometry::Geometry;
+use crate::geometry::{CropDraw, Geometry};
 use crate::options::{DecodeOptions, ResizeOptions};
 use crate::source::Source;
 
@@ -63,7 +63,7 @@ pub(crate) fn prepare_one(
     budget: &MemoryBudget,
     pool: &BufferPool,
     dst: &mut [u8],
-) -> std::result::Result<(), ItemErrorKind> {
+) -> std::result::Result<Option<CropDraw>, ItemErrorKind> {
     let item = source
         .item(task.index)
         .open(options.decode.max_file_bytes)?;
@@ -75,7 +75,7 @@ pub(crate) fn prepare_one(
     let lent = buffer.capacity();
     let prepared = match item.read(buffer) {
         Ok(bytes) => {
-            let prepared = prepare_bytes(&bytes, options, pool, rgb_bytes as usize, dst);
+            let prepared = prepare_bytes(&bytes, options, pool, rgb_bytes as usize, task, dst);
             pool.give(bytes.into_buffer(), lent);
             prepared
         }
@@ -88,19 +88,21 @@ pub(crate) fn prepare_one(
     prepared
 }
 
-/// Decodes and resizes one encoded image into `dst`. A panic inside a decoder (a bug the fuzzer
-/// has not found) becomes this image's error instead of taking the pipeline down.
+/// Decodes and resizes one encoded image into `dst`, with the random transforms `task` draws.
+/// A panic inside a decoder (a bug the fuzzer has not found) becomes this image's error instead
+/// of taking the pipeline down.
 fn prepare_bytes(
     bytes: &[u8],
     options: &PrepareOptions,
     pool: &BufferPool,
     size_hint: usize,
+    task: ImageTask,
     dst: &mut [u8],
-) -> std::result::Result<(), ItemErrorKind> {
+) -> std::result::Result<Option<CropDraw>, ItemErrorKind> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let mut pixels = pool.take(size_hint);
         let lent = pixels.capacity();
-        let prepared = prepare_bytes_unguarded(bytes, options, pool, &mut pixels, dst);
+        let prepared = prepare_bytes_unguarded(bytes, options, pool, task, &mut pixels, dst);
         pool.give(pixels, lent);
         prepared
     }))
@@ -118,20 +120,23 @@ fn prepare_bytes(
     })
 }
 
-/// Decodes and resizes one encoded image into `dst`, with this thread's scratch buffers.
+/// Decodes and resizes one encoded image into `dst`, with this thread's scratch buffers; returns
+/// the random transforms it drew (from the image's size after any EXIF turn).
 fn prepare_bytes_unguarded(
     bytes: &[u8],
     options: &PrepareOptions,
     pool: &BufferPool,
+    task: ImageTask,
     pixels: &mut Vec<u8>,
     dst: &mut [u8],
-) -> std::result::Result<(), ItemErrorKind> {
+) -> std::result::Result<Option<CropDraw>, ItemErrorKind> {
     SCRATCH.with(|scratch| {
         let scratch = &mut *scratch.borrow_mut();
         let geometry = &options.geometry;
         let window = |w: u32, h: u32| {
+            let draw = geometry.draw(w, h, task.index, task.epoch);
             let reduction = if options.decode.dct_scaling {
-                geometry.max_reduction(w, h)
+                geometry.max_reduction(w, h, draw.as_ref())
             } else {
                 1
             };
@@ -140,19 +145,27 @@ fn prepare_bytes_unguarded(
                 region: options
                     .decode
                     .partial_decode
-                    .then(|| geometry.source_window(w, h, reduction))
+                    .then(|| geometry.source_window(w, h, reduction, draw.as_ref()))
                     .flatten(),
             }
         };
         let decoded = decode(bytes, &options.decode, &window, pixels, pool)?;
+        let draw = geometry.draw(
+            decoded.source_width,
+            decoded.source_height,
+            task.index,
+            task.epoch,
+        );
         resize_into_slot(
             pixels,
             decoded,
             geometry,
+            draw.as_ref(),
             &mut scratch.resizer,
             &mut scratch.gray,
             dst,
-        )
+        )?;
+        Ok(draw)
     })
 }
 
@@ -190,13 +203,16 @@ pub fn prepare_image(
         )));
     }
     let pool = BufferPool::new(options.decode.memory_limit);
-    prepare_bytes(bytes, &options, &pool, 0, out).map_err(|kind| {
-        Error::Item(ItemError {
-            id: "<memory>".into(),
-            index: 0,
-            kind,
+    let task = ImageTask { index: 0, epoch: 0 };
+    prepare_bytes(bytes, &options, &pool, 0, task, out)
+        .map(|_| ())
+        .map_err(|kind| {
+            Error::Item(ItemError {
+                id: "<memory>".into(),
+                index: 0,
+                kind,
+            })
         })
-    })
 }
 
 #[cfg(test)]
@@ -206,6 +222,8 @@ mod tests {
     fn pool() -> BufferPool {
         BufferPool::new(1 << 30)
     }
+
+    const TASK: ImageTask = ImageTask { index: 0, epoch: 0 };
     use crate::cpu::decode::{decode, Decoded};
     use crate::options::{Interpolation, ResizeMode, ResizeOptions};
 
@@ -284,6 +302,9 @@ mod tests {
                     width: 96,
                 }),
             ),
+            // Random crops (a new box for every file) and flips, whole size and reduced.
+            (plain, ResizeOptions::imagenet_train(224, 3)),
+            (scaled, ResizeOptions::imagenet_train(112, 4)),
         ];
         let files = jpegs();
         let mut compared = 0;
@@ -293,9 +314,10 @@ mod tests {
             assert!(partial.decode.partial_decode);
             let mut a = vec![0u8; partial.geometry.image_bytes()];
             let mut b = vec![1u8; partial.geometry.image_bytes()];
-            for (name, bytes) in &files {
-                let ra = prepare_bytes(bytes, &whole, &pool(), 0, &mut a);
-                let rb = prepare_bytes(bytes, &partial, &pool(), 0, &mut b);
+            for (i, (name, bytes)) in files.iter().enumerate() {
+                let task = ImageTask { index: i, epoch: 1 };
+                let ra = prepare_bytes(bytes, &whole, &pool(), 0, task, &mut a);
+                let rb = prepare_bytes(bytes, &partial, &pool(), 0, task, &mut b);
                 assert_eq!(ra.is_ok(), rb.is_ok(), "{name}");
                 if ra.is_ok() {
                     assert!(
@@ -309,13 +331,94 @@ mod tests {
         assert!(compared >= configs.len() * 30, "only {compared} compared");
     }
 
+    /// A random crop and flip on the CPU lane are torchvision's `F.resized_crop` + `F.hflip` of
+    /// the drawn box: against the Pillow port on the same decoded pixels, every colour and gray
+    /// photo, many draws, within the resampler's rounding (fast_image_resize vs Pillow).
+    #[test]
+    fn random_crops_are_torchvision_resized_crops() {
+        use crate::pillow::{resample, Filter};
+        let resize = ResizeOptions::imagenet_train(96, 5);
+        let options = PrepareOptions::new(&DecodeOptions::default(), &resize);
+        let mut compared = 0;
+        let mut flipped = 0;
+        for name in [
+            "assets/chelsea.png",
+            "assets/astronaut.png",
+            "assets/camera.png",
+        ] {
+            let bytes = std::fs::read(name).expect("photo");
+            let mut rgb = Vec::new();
+            let decoded = decode(
+                &bytes,
+                &options.decode,
+                &|_, _| DecodeWindow::WHOLE,
+                &mut rgb,
+                &pool(),
+            )
+            .expect("decode");
+            let rgb: Vec<u8> = match decoded.channels {
+                1 => rgb.iter().flat_map(|&g| [g, g, g]).collect(),
+                _ => rgb,
+            };
+            for index in 0..12 {
+                let task = ImageTask { index, epoch: 2 };
+                let mut got = vec![0u8; options.geometry.image_bytes()];
+                let draw = prepare_bytes(&bytes, &options, &pool(), 0, task, &mut got)
+                    .expect("prepare")
+                    .expect("random");
+                assert_eq!(
+                    Some(draw),
+                    resize.draw(decoded.width, decoded.height, index, 2),
+                    "the draw the options give"
+                );
+                let (x, y) =
+                    options
+                        .geometry
+                        .axis_plans(decoded.width, decoded.height, Some(&draw));
+                let mut want = vec![0u8; got.len()];
+                resample(
+                    &rgb,
+                    decoded.width,
+                    decoded.height,
+                    3,
+                    &x,
+                    &y,
+                    Filter::Bilinear,
+                    0,
+                    &mut want,
+                    96,
+                    96,
+                )
+                .expect("Pillow port");
+                if draw.flipped {
+                    flipped += 1;
+                    for row in want.chunks_exact_mut(96 * 3) {
+                        let mirrored: Vec<u8> =
+                            row.chunks_exact(3).rev().flatten().copied().collect();
+                        row.copy_from_slice(&mirrored);
+                    }
+                }
+                let diffs: Vec<u8> = got.iter().zip(&want).map(|(a, b)| a.abs_diff(*b)).collect();
+                let mean = diffs.iter().map(|&d| d as f64).sum::<f64>() / diffs.len() as f64;
+                let max = diffs.iter().copied().max().unwrap_or(0);
+                assert!(
+                    mean <= 0.5 && max <= 3,
+                    "{name} #{index} {draw:?}: mean {mean:.3}, max {max}"
+                );
+                compared += 1;
+            }
+        }
+        assert_eq!(compared, 36);
+        assert!((6..=30).contains(&flipped), "{flipped} of 36 flipped");
+    }
+
     /// A gray JPEG resized as one channel equals the same image resized as RGB.
     #[test]
     fn gray_jpegs_resize_as_one_channel_exactly() {
         let jpeg = std::fs::read("tests/fixtures/gray.jpg").expect("fixture");
         let options = PrepareOptions::new(&DecodeOptions::default(), &ResizeOptions::default());
         let mut one_channel = vec![0u8; options.geometry.image_bytes()];
-        prepare_bytes(&jpeg, &options, &pool(), 0, &mut one_channel).expect("gray path");
+        prepare_bytes(&jpeg, &options, &pool(), 0, TASK, &mut one_channel).expect("gray path");
         // The same gray pixels spread to RGB and resized as RGB.
         let mut gray = Vec::new();
         let decoded = decode(
@@ -336,6 +439,7 @@ mod tests {
                 ..decoded
             },
             &options.geometry,
+            None,
             &mut Resizer::new(),
             &mut Vec::new(),
             &mut three_channels,

@@ -6,13 +6,15 @@
 //! coordinates (sample positions and filter support are those of the full resize). Resampling is
 //! antialiased like Pillow's.
 
-use fast_image_resize::images::{TypedCroppedImageMut, TypedImage, TypedImageRef};
+use fast_image_resize::images::{
+    TypedCroppedImage, TypedCroppedImageMut, TypedImage, TypedImageRef,
+};
 use fast_image_resize::pixels::{U8x3, U8};
 use fast_image_resize::{FilterType, PixelTrait, ResizeAlg, ResizeOptions, Resizer};
 
 use super::decode::Decoded;
 use crate::error::ItemErrorKind;
-use crate::geometry::{Geometry, Placement};
+use crate::geometry::{CropDraw, Geometry, Placement};
 use crate::options::Interpolation;
 
 fn resize_alg(interpolation: Interpolation) -> ResizeAlg {
@@ -24,19 +26,44 @@ fn resize_alg(interpolation: Interpolation) -> ResizeAlg {
     }
 }
 
-/// Resizes the decoded `pixels` into `slot` (`geometry.width * geometry.height * 3` bytes, RGB8).
-/// Gray images are resized as one channel into `gray`, this thread's scratch, then spread to RGB.
+/// Resizes the decoded `pixels` into `slot` (`geometry.width * geometry.height * 3` bytes, RGB8)
+/// as the image's random draws say (its box, and a mirror left to right last). Gray images are
+/// resized as one channel into `gray`, this thread's scratch, then spread to RGB.
 pub(crate) fn resize_into_slot(
     pixels: &[u8],
     decoded: Decoded,
     geometry: &Geometry,
+    draw: Option<&CropDraw>,
+    resizer: &mut Resizer,
+    gray: &mut Vec<u8>,
+    slot: &mut [u8],
+) -> Result<(), ItemErrorKind> {
+    resize_unflipped(pixels, decoded, geometry, draw, resizer, gray, slot)?;
+    if draw.is_some_and(|d| d.flipped) {
+        let row = geometry.width as usize * 3;
+        for line in slot.chunks_exact_mut(row) {
+            // Reverse the pixels, then each pixel's reversed channels back.
+            line.reverse();
+            for pixel in line.chunks_exact_mut(3) {
+                pixel.swap(0, 2);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn resize_unflipped(
+    pixels: &[u8],
+    decoded: Decoded,
+    geometry: &Geometry,
+    draw: Option<&CropDraw>,
     resizer: &mut Resizer,
     gray: &mut Vec<u8>,
     slot: &mut [u8],
 ) -> Result<(), ItemErrorKind> {
     // The geometry is that of the full-size image; a DCT-reduced decode shrinks the source box.
     let r = decoded.reduction.max(1);
-    let mut placement = geometry.place(decoded.source_width, decoded.source_height);
+    let mut placement = geometry.place(decoded.source_width, decoded.source_height, draw);
     if r > 1 {
         let (w, h) = (decoded.width as f64, decoded.height as f64);
         let scale = 1.0 / r as f64;
@@ -44,6 +71,9 @@ pub(crate) fn resize_into_slot(
         placement.src_top = (placement.src_top * scale).min(h);
         placement.src_width = (placement.src_width * scale).min(w - placement.src_left);
         placement.src_height = (placement.src_height * scale).min(h - placement.src_top);
+        // A reduced box is fractional: resized with the filter reaching past it (as close to
+        // the full-size crop as a reduced decode gets).
+        placement.isolated = false;
     }
     match decoded.channels {
         3 => resample::<U8x3>(pixels, decoded, &placement, geometry, resizer, slot),
@@ -73,6 +103,23 @@ fn resample<P: PixelTrait<Component = u8>>(
         |what: &str, e: &dyn std::fmt::Display| ItemErrorKind::Resize(format!("{what}: {e}"));
     let src = TypedImageRef::<P>::from_buffer(decoded.width, decoded.height, pixels)
         .map_err(|e| fail("source", &e))?;
+    if placement.isolated {
+        // torchvision's crop, then resize: the box is an image of its own.
+        let boxed = TypedCroppedImage::from_ref(
+            &src,
+            placement.src_left as u32,
+            placement.src_top as u32,
+            placement.src_width as u32,
+            placement.src_height as u32,
+        )
+        .map_err(|e| fail("crop box", &e))?;
+        let mut dst = TypedImage::<P>::from_buffer(geometry.width, geometry.height, out)
+            .map_err(|e| fail("destination", &e))?;
+        let options = ResizeOptions::new().resize_alg(resize_alg(geometry.interpolation));
+        return resizer
+            .resize_typed(&boxed, &mut dst, &options)
+            .map_err(|e| fail("resample", &e));
+    }
     let covers_all = placement.dst_left == 0
         && placement.dst_top == 0
         && placement.dst_width == geometry.width

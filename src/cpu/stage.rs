@@ -10,7 +10,9 @@ use super::budget::{BufferPool, MemoryBudget};
 use super::normalize::NormalizeTable;
 use super::prepare::{prepare_one, ImageTask, PrepareOptions};
 use crate::error::{Error, ItemError, ItemErrorKind, Result};
+use crate::geometry::CropDraw;
 use crate::options::{DecodeOptions, OnError, ResizeOptions};
+use crate::order::EpochOrder;
 use crate::source::Source;
 use crate::tensor::{HostData, NormalizedSlot};
 
@@ -41,25 +43,33 @@ impl Staging<'_> {
 pub(crate) struct Filled {
     /// Source index of each image in the staging.
     pub indices: Vec<usize>,
+    /// What each image's random transforms drew (`None` without random transforms).
+    pub draws: Vec<Option<CropDraw>>,
+    /// Whether each image pads this rank's shard (a repeat, to keep the ranks equal).
+    pub padded: Vec<bool>,
     /// Images that failed, in order.
     pub skipped: Vec<ItemError>,
-    /// How many entries of the order were used.
+    /// How many positions of the order were used.
     pub consumed: usize,
 }
 
 impl Filled {
-    /// Records the outcome of image `index`: a good image joins the batch (`Ok(true)`), a bad
-    /// one is listed as skipped, or, under [`OnError::Fail`], ends the batch with its error.
+    /// Records the outcome of image `index`, which pads the shard if `padding`: a good image
+    /// joins the batch (`Ok(true)`), a bad one is listed as skipped (unless it is padding: its
+    /// own position reports it), or, under [`OnError::Fail`], ends the batch with its error.
     pub fn record(
         &mut self,
         index: usize,
-        outcome: std::result::Result<(), ItemErrorKind>,
+        padding: bool,
+        outcome: std::result::Result<Option<CropDraw>, ItemErrorKind>,
         source: &Source,
         on_error: OnError,
     ) -> Result<bool> {
         match outcome {
-            Ok(()) => {
+            Ok(draw) => {
                 self.indices.push(index);
+                self.draws.push(draw);
+                self.padded.push(padding);
                 Ok(true)
             }
             Err(kind) => {
@@ -71,7 +81,9 @@ impl Filled {
                 if on_error == OnError::Fail {
                     return Err(Error::Item(error));
                 }
-                self.skipped.push(error);
+                if !padding {
+                    self.skipped.push(error);
+                }
                 Ok(false)
             }
         }
@@ -81,8 +93,10 @@ impl Filled {
 /// Which images a batch is filled from, and how.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct BatchRequest<'a> {
-    /// Source indices to take images from, in order (the rest of the epoch's order).
-    pub order: &'a [usize],
+    /// The epoch's positions.
+    pub order: &'a EpochOrder,
+    /// The position the batch starts at.
+    pub start: usize,
     /// The epoch the batch belongs to.
     pub epoch: u64,
     /// Good images wanted.
@@ -91,8 +105,9 @@ pub(crate) struct BatchRequest<'a> {
     pub on_error: OnError,
 }
 
-/// What became of one image: `None` if it was not tried because the lane was stopped.
-pub(crate) type Outcome = Option<std::result::Result<(), ItemErrorKind>>;
+/// What became of one image (what its random transforms drew, or why it failed): `None` if it
+/// was not tried because the lane was stopped.
+pub(crate) type Outcome = Option<std::result::Result<Option<CropDraw>, ItemErrorKind>>;
 
 /// How the CPU lane's threads prepare an image, and the memory they share.
 #[derive(Debug)]
@@ -103,13 +118,14 @@ pub(crate) struct LaneCore {
 }
 
 impl LaneCore {
-    /// Prepares image `task` of `source` into `dst` (one output image).
+    /// Prepares image `task` of `source` into `dst` (one output image); returns what its random
+    /// transforms drew.
     pub fn prepare(
         &self,
         source: &Source,
         task: ImageTask,
         dst: &mut [u8],
-    ) -> std::result::Result<(), ItemErrorKind> {
+    ) -> std::result::Result<Option<CropDraw>, ItemErrorKind> {
         prepare_one(
             source,
             task,
@@ -162,8 +178,8 @@ impl CpuLane {
         &self.core
     }
 
-    /// Fills `staging` with up to `batch_size` good images taken from the request's order, in
-    /// order, skipping (or, under [`OnError::Fail`], stopping at) images that fail. Returns
+    /// Fills `staging` with up to `batch_size` good images taken from the request's positions,
+    /// in order, skipping (or, under [`OnError::Fail`], stopping at) images that fail. Returns
     /// `Ok(None)` if `stop` was raised meanwhile.
     pub fn fill(
         &self,
@@ -177,7 +193,7 @@ impl CpuLane {
 
     /// [`CpuLane::fill`] for a staging whose first `filled.indices.len()` images are done and
     /// whose order is used up to `filled.consumed`: the rest of the batch.
-    pub fn fill_after(
+    fn fill_after(
         &self,
         staging: &mut Staging<'_>,
         request: &BatchRequest<'_>,
@@ -187,32 +203,41 @@ impl CpuLane {
     ) -> Result<Option<Filled>> {
         let BatchRequest {
             order,
+            start,
             epoch,
             batch_size,
             on_error,
         } = *request;
         let image_bytes = self.image_bytes();
+        let reach = order.reach(start);
         let mut good = filled.indices.len();
-        while good < batch_size && filled.consumed < order.len() {
-            let take = (batch_size - good).min(order.len() - filled.consumed);
-            let chunk = &order[filled.consumed..filled.consumed + take];
+        while good < batch_size && filled.consumed < reach {
+            let take = (batch_size - good).min(reach - filled.consumed);
+            let first_position = start + filled.consumed;
+            let chunk: Vec<usize> = (first_position..first_position + take)
+                .map_while(|p| order.get(p))
+                .collect();
+            if chunk.is_empty() {
+                break;
+            }
             let outcomes = self
                 .pool
-                .install(|| self.prepare_range(staging, good, chunk, epoch, source, stop));
+                .install(|| self.prepare_range(staging, good, &chunk, epoch, source, stop));
             // Close the gaps the failed images left, keeping the order.
             let first = good;
             for (k, outcome) in outcomes.into_iter().enumerate() {
                 let Some(outcome) = outcome else {
                     return Ok(None);
                 };
-                if filled.record(chunk[k], outcome, source, on_error)? {
+                let padding = order.is_padding(first_position + k);
+                if filled.record(chunk[k], padding, outcome, source, on_error)? {
                     if first + k != good {
                         staging.move_image(first + k, good, image_bytes);
                     }
                     good += 1;
                 }
             }
-            filled.consumed += take;
+            filled.consumed += chunk.len();
         }
         Ok(Some(filled))
     }
@@ -299,11 +324,11 @@ impl CpuLane {
                         index: chunk[k],
                         epoch,
                     };
-                    core.prepare(source, task, pixels)?;
+                    let draw = core.prepare(source, task, pixels)?;
                     if let Some((slot, table)) = normalized {
                         table.write_image(pixels, slot);
                     }
-                    Ok(())
+                    Ok(draw)
                 });
                 done.push((k, outcome));
             }
@@ -380,6 +405,9 @@ pub struct PreparedBatch {
     pub indices: Vec<usize>,
     /// Images that could not be prepared, with the reason.
     pub failed: Vec<ItemError>,
+    /// What each prepared image's random transforms drew (epoch 0), when the resize options
+    /// draw any.
+    pub crops: Option<Vec<CropDraw>>,
 }
 
 impl CpuStage {
@@ -431,8 +459,10 @@ impl CpuStage {
             normalized: None,
         };
         let stop = AtomicBool::new(false);
+        let order = EpochOrder::new(indices.to_vec());
         let request = BatchRequest {
-            order: indices,
+            order: &order,
+            start: 0,
             epoch: 0,
             batch_size: indices.len(),
             on_error: OnError::Skip,
@@ -440,6 +470,7 @@ impl CpuStage {
         let filled = self.lane.fill(&mut staging, &request, source, &stop)?;
         let filled = filled.unwrap_or_default();
         Ok(PreparedBatch {
+            crops: filled.draws.iter().copied().collect(),
             indices: filled.indices,
             failed: filled.skipped,
         })

@@ -5,7 +5,7 @@ use super::Pipeline;
 use crate::error::{Error, Result};
 use crate::options::{
     ChannelOrder, DType, Decode, Device, Gray16, Interpolation, LastBatch, Layout, OnError,
-    Options, ResizeMode, Shard,
+    Options, ResizeMode, Shard, ShardBalance,
 };
 use crate::source::Source;
 
@@ -14,6 +14,10 @@ use crate::source::Source;
 pub struct PipelineBuilder {
     source: Option<Source>,
     options: Options,
+    /// The device was chosen with [`PipelineBuilder::device`].
+    device_chosen: bool,
+    /// Shard (and GPU) from the launcher's environment, read at build.
+    shard_from_env: bool,
 }
 
 impl PipelineBuilder {
@@ -33,6 +37,31 @@ impl PipelineBuilder {
     /// `ResizeMode::center_crop(256, 224)`: torchvision's `Resize(256)` + `CenterCrop(224)`).
     pub fn resize(mut self, mode: ResizeMode) -> Self {
         self.options.resize.mode = mode;
+        self
+    }
+
+    /// torchvision's `RandomHorizontalFlip(p)`: each image mirrored left to right with chance
+    /// `chance` (default 0).
+    pub fn horizontal_flip(mut self, chance: f64) -> Self {
+        self.options.resize.horizontal_flip = chance;
+        self
+    }
+
+    /// Seed of the random transforms: each image's crop and flip are drawn from it, the epoch
+    /// and the image's index alone (default 0).
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.options.resize.seed = seed;
+        self
+    }
+
+    /// torchvision's ImageNet training recipe in one call: `RandomResizedCrop(size)` +
+    /// `RandomHorizontalFlip()`, drawn from `seed`, and a new shuffle of the source every epoch
+    /// from the same seed.
+    pub fn imagenet_train(mut self, size: u32, seed: u64) -> Self {
+        let interpolation = self.options.resize.interpolation;
+        self.options.resize =
+            crate::ResizeOptions::imagenet_train(size, seed).interpolation(interpolation);
+        self.options.batching.shuffle_seed = Some(seed);
         self
     }
 
@@ -80,9 +109,11 @@ impl PipelineBuilder {
         self
     }
 
-    /// Where the output lives (default `Device::Cuda(0)`).
+    /// Where the output lives (default `Device::Cuda(0)`, or the launcher's GPU with
+    /// [`PipelineBuilder::shard_from_env`]).
     pub fn device(mut self, device: Device) -> Self {
         self.options.runtime.device = device;
+        self.device_chosen = true;
         self
     }
 
@@ -108,6 +139,22 @@ impl PipelineBuilder {
     /// `rank`. The parts of ranks `0..world` are disjoint and cover the source.
     pub fn shard(mut self, rank: usize, world: usize) -> Self {
         self.options.batching.shard = Shard::new(rank, world);
+        self
+    }
+
+    /// How the ranks' shards are evened out (default [`ShardBalance::Pad`]: every rank yields
+    /// the same number of batches).
+    pub fn shard_balance(mut self, balance: ShardBalance) -> Self {
+        self.options.batching.shard_balance = balance;
+        self
+    }
+
+    /// Take the shard from the launcher's environment at build ([`crate::Launch::from_env`]:
+    /// torchrun's `RANK`, `WORLD_SIZE`, `LOCAL_RANK` or Slurm's), and, unless
+    /// [`PipelineBuilder::device`] chose one, the GPU `cuda:LOCAL_RANK`. `build` fails, naming
+    /// the variables, when they are missing or inconsistent.
+    pub fn shard_from_env(mut self) -> Self {
+        self.shard_from_env = true;
         self
     }
 
@@ -175,6 +222,14 @@ impl PipelineBuilder {
         let source = self
             .source
             .ok_or_else(|| Error::invalid("source", "no source: call .source(...)"))?;
-        Pipeline::with_options(source, self.options)
+        let mut options = self.options;
+        if self.shard_from_env {
+            let launch = crate::Launch::from_env()?;
+            options.batching.shard = launch.shard();
+            if !self.device_chosen {
+                options.runtime.device = launch.device();
+            }
+        }
+        Pipeline::with_options(source, options)
     }
 }

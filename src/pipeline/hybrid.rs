@@ -137,8 +137,10 @@ pub(crate) fn measure(
         let started = Instant::now();
         let mut done = 0;
         for chunk in cpu_images.chunks(batch_size.max(1)) {
+            let order = EpochOrder::new(chunk.to_vec());
             let request = BatchRequest {
-                order: chunk,
+                order: &order,
+                start: 0,
                 epoch,
                 batch_size: chunk.len(),
                 on_error: OnError::Skip,
@@ -181,16 +183,14 @@ fn discard_outputs(
 /// How often (in positions) a batch tells the lanes how far it got.
 const ADVANCE_EVERY: usize = 32;
 
-/// Fills a batch with both lanes from `position` of their current work (`request.order` starts
-/// there), with the GPU lane offered `share` of the images: each position in turn takes the GPU
-/// lane's image, or the CPU lane's (copied into its place), or is skipped with its error.
-/// `Ok(None)` if `stop` was raised meanwhile.
-#[allow(clippy::too_many_arguments)]
+/// Fills a batch with both lanes from the request's start position of their current work, with
+/// the GPU lane offered `share` of the images: each position in turn takes the GPU lane's image,
+/// or the CPU lane's (copied into its place), or is skipped with its error. `Ok(None)` if `stop`
+/// was raised meanwhile.
 pub(crate) fn fill(
     ahead: &CpuAhead,
     parts: HybridParts<'_>,
     request: &BatchRequest<'_>,
-    position: usize,
     source: &Source,
     stop: &AtomicBool,
     share: f32,
@@ -203,6 +203,7 @@ pub(crate) fn fill(
     } = parts;
     let BatchRequest {
         order,
+        start,
         batch_size,
         on_error,
         ..
@@ -210,11 +211,13 @@ pub(crate) fn fill(
     let mut filled = Filled::default();
     let mut from_gpu: Vec<(LaneOutput, usize)> = Vec::new();
     let mut used = 0;
+    let reach = order.reach(start);
     let failed = |lane: &mut JpegLane, from_gpu: Vec<(LaneOutput, usize)>| {
         discard_outputs(lane, stream, from_gpu.into_iter().map(|(o, _)| o).collect())
     };
-    while filled.indices.len() < batch_size && used < order.len() {
-        let at = position + used;
+    while filled.indices.len() < batch_size && used < reach {
+        let at = start + used;
+        let Some(index) = order.get(at) else { break };
         if used % ADVANCE_EVERY == 0 {
             if stop.load(Ordering::Relaxed) {
                 failed(lane, from_gpu)?;
@@ -223,25 +226,27 @@ pub(crate) fn fill(
             lane.advance(at);
             ahead.advance(at);
         }
-        let index = order[used];
         used += 1;
         let place = filled.indices.len();
+        let padding = order.is_padding(at);
         if offered(index, share) {
             match lane.result(at) {
                 LaneResult::Decoded(output) => {
-                    from_gpu.push((output, place));
                     filled.indices.push(index);
+                    filled.draws.push(output.draw);
+                    filled.padded.push(padding);
+                    from_gpu.push((output, place));
                     continue;
                 }
                 LaneResult::Refused => ahead.hand_back(at),
             }
         }
         let outcome = match ahead.result(at) {
-            Some(Ok(pixels)) => {
+            Some(Ok((pixels, draw))) => {
                 staging.pixels[place * image_bytes..(place + 1) * image_bytes]
                     .copy_from_slice(&pixels);
                 ahead.give_back(pixels);
-                Ok(())
+                Ok(draw)
             }
             Some(Err(kind)) => Err(kind),
             None => {
@@ -252,7 +257,7 @@ pub(crate) fn fill(
                 return Err(Error::Worker("the CPU lane's threads have stopped".into()));
             }
         };
-        if let Err(error) = filled.record(index, outcome, source, on_error) {
+        if let Err(error) = filled.record(index, padding, outcome, source, on_error) {
             failed(lane, from_gpu)?;
             return Err(error);
         }

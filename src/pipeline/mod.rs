@@ -130,7 +130,7 @@ impl Pipeline {
         let pinned_bytes = output.pinned_bytes();
         let cuda_stream = output.cuda_stream();
         let sampler = Sampler::new(source.len(), &options.batching);
-        let shard_len = sampler.epoch_order(0).len();
+        let shard_len = sampler.epoch(0).real();
         let (command_tx, command_rx) = mpsc::channel::<u64>();
         let (batch_tx, batch_rx) = mpsc::sync_channel::<Message>(options.runtime.prefetch - 1);
         let abandon = Arc::new(AtomicBool::new(false));
@@ -214,6 +214,7 @@ impl Pipeline {
             Message::Batch(batch) => match *batch {
                 Ok(batch) => {
                     self.report.images += batch.len();
+                    self.report.padded += batch.padded().iter().filter(|&&p| p).count();
                     self.report.batches += 1;
                     self.report.decoded_by_cpu += batch.decoded_by.cpu;
                     self.report.decoded_by_gpu += batch.decoded_by.gpu;

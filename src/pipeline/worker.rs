@@ -10,7 +10,7 @@ use super::output::OutputStage;
 use crate::batch::{Batch, DecodedBy};
 use crate::cpu::{AheadWork, BatchRequest, CpuAhead, CpuLane};
 use crate::cuda::{offered, LaneWork};
-use crate::error::{ItemError, Result};
+use crate::error::{Error, ItemError, Result};
 use crate::options::{BatchOptions, LastBatch};
 use crate::order::{EpochOrder, Sampler};
 use crate::source::Source;
@@ -62,8 +62,16 @@ impl Worker {
     pub fn run(mut self, commands: Receiver<u64>, batches: SyncSender<Message>) {
         let mut slot = 0;
         while let Ok(epoch) = commands.recv() {
-            let order = Arc::new(EpochOrder::new(self.sampler.epoch_order(epoch)));
+            let order = Arc::new(self.sampler.epoch(epoch));
+            let batch_size = self.batching.batch_size;
+            // With equal shards, every rank yields exactly this many images, in batches of the
+            // same sizes; otherwise the order's end ends the epoch.
+            let target = order.refills().then(|| match self.batching.last_batch {
+                LastBatch::Drop => order.len() / batch_size * batch_size,
+                _ => order.len(),
+            });
             let mut position = 0;
+            let mut delivered = 0;
             let mut trailing_skipped = Vec::new();
             let mut dropped = 0;
             let mut complete = true;
@@ -71,19 +79,27 @@ impl Worker {
                 Ok(share) => share,
                 Err(error) => {
                     let _ = batches.send(Message::Batch(Box::new(Err(error))));
-                    position = order.len();
                     complete = false;
+                    position = order.len();
+                    delivered = target.unwrap_or(0);
                     None
                 }
             };
-            while position < order.len() {
+            loop {
+                let want = match target {
+                    Some(target) if delivered < target => (target - delivered).min(batch_size),
+                    Some(_) => break,
+                    None if position < order.len() => batch_size,
+                    None => break,
+                };
                 if self.abandon.load(Ordering::SeqCst) {
                     complete = false;
                     break;
                 }
-                match self.next_batch(epoch, &order, position, slot, share) {
+                match self.next_batch(epoch, &order, position, slot, share, want) {
                     Ok(Produced::Batch(batch, consumed)) => {
                         position += consumed;
+                        delivered += batch.len();
                         slot = (slot + 1) % self.output.slots();
                         if batches.send(Message::Batch(Box::new(Ok(*batch)))).is_err() {
                             return;
@@ -109,6 +125,10 @@ impl Worker {
                         break;
                     }
                 }
+            }
+            if target.is_some() && complete {
+                // The rank's own images a partial last batch left out.
+                dropped = order.real().saturating_sub(position);
             }
             let end = Message::EndOfEpoch {
                 trailing_skipped,
@@ -166,8 +186,8 @@ impl Worker {
         Ok(Some(share))
     }
 
-    /// Prepares the batch that starts at `position` of `order`; `share` is the GPU lane's, when
-    /// it runs.
+    /// Prepares a batch of `want` images that starts at `position` of `order`; `share` is the GPU
+    /// lane's, when it runs.
     fn next_batch(
         &mut self,
         epoch: u64,
@@ -175,13 +195,13 @@ impl Worker {
         position: usize,
         slot: usize,
         share: Option<f32>,
+        want: usize,
     ) -> Result<Produced> {
-        let batch_size = self.batching.batch_size;
-        let order = &order.indices()[position..];
         let request = BatchRequest {
             order,
+            start: position,
             epoch,
-            batch_size,
+            batch_size: want,
             on_error: self.batching.on_error,
         };
         let parts = match share {
@@ -193,7 +213,6 @@ impl Worker {
                 ahead,
                 parts,
                 &request,
-                position,
                 &self.source,
                 &self.abandon,
                 share,
@@ -222,8 +241,24 @@ impl Worker {
             return Ok(Produced::Stopped);
         };
         let n = filled.indices.len();
-        let at_end = filled.consumed == order.len();
-        if n == 0 || (at_end && n < batch_size && self.batching.last_batch == LastBatch::Drop) {
+        if order.refills() && n < want {
+            // Every image of the shard failed, even going round it again: the ranks' batches
+            // cannot stay equal.
+            self.output.discard(from_gpu)?;
+            let shard = self.sampler.shard;
+            return Err(Error::ShardExhausted {
+                rank: shard.rank,
+                world: shard.world,
+                missing: want - n,
+            });
+        }
+        let at_end = position + filled.consumed >= order.len();
+        if n == 0
+            || (!order.refills()
+                && at_end
+                && n < want
+                && self.batching.last_batch == LastBatch::Drop)
+        {
             self.output.discard(from_gpu)?;
             return Ok(Produced::Tail {
                 skipped: filled.skipped,
@@ -243,11 +278,14 @@ impl Worker {
                 .map(|&i| self.source.item(i).label().unwrap_or_default())
                 .collect()
         });
+        let crops = filled.draws.iter().copied().collect();
         let batch = Batch {
             images,
             indices: filled.indices,
             ids,
             labels,
+            padded: filled.padded,
+            crops,
             skipped: filled.skipped,
             epoch,
             uploaded_bytes,

@@ -20,7 +20,7 @@ use crate::cuda::resize::plan::{plan_batch, ResizeJob, SourceImage, SourcePixels
 use crate::cuda::resize::{BatchResizer, DevicePlan};
 use crate::cuda::ycc::{ChromaSampling, YccConverter, YccJob};
 use crate::error::{Error, Result};
-use crate::geometry::Geometry;
+use crate::geometry::{CropDraw, Geometry};
 use crate::options::ResizeMode;
 use crate::pillow::{Filter, PassOrder};
 use crate::source::ItemBytes;
@@ -172,10 +172,11 @@ impl DecoderSet {
         }
         match self.record() {
             Ok(event) => {
-                for k in written {
+                for (k, draw) in written {
                     results[k] = LaneResult::Decoded(LaneOutput {
                         slot: job.slots[k],
                         ready: event.clone(),
+                        draw,
                     });
                 }
             }
@@ -347,14 +348,15 @@ impl DecoderSet {
     }
 
     /// Queues the resize of each decoded image (`images[i]` is the file at place `at[i]` of the
-    /// job) into its slot of the ring; returns the places written.
+    /// job) into its slot of the ring, with its random draws; returns the places written, with
+    /// the draws.
     fn resize(
         &mut self,
         job: &Job,
         shared: &Shared,
         at: &[usize],
         images: &[Option<SourceImage>],
-    ) -> Result<Vec<usize>> {
+    ) -> Result<Vec<(usize, Option<CropDraw>)>> {
         let geometry = self.geometry;
         let pad = match geometry.mode {
             ResizeMode::Letterbox { pad, .. } => pad,
@@ -364,7 +366,9 @@ impl DecoderSet {
         let mut jobs = Vec::with_capacity(images.len());
         for (&k, image) in at.iter().zip(images) {
             let Some(source) = *image else { continue };
-            let (x, y) = geometry.axis_plans(source.width, source.height);
+            let index = job.positions[k].1;
+            let draw = geometry.draw(source.width, source.height, index, job.work.lane.epoch);
+            let (x, y) = geometry.axis_plans(source.width, source.height, draw.as_ref());
             jobs.push(ResizeJob {
                 source,
                 x,
@@ -372,9 +376,10 @@ impl DecoderSet {
                 filter: self.filter,
                 order: PassOrder::default(),
                 pad,
+                flip: draw.is_some_and(|d| d.flipped),
                 slot: job.slots[k],
             });
-            written.push(k);
+            written.push((k, draw));
         }
         if jobs.is_empty() {
             return Ok(written);

@@ -34,7 +34,7 @@ use cudarc::driver::{
 use super::device::{Gpu, KernelSource};
 use super::jpeg::{inspect_markers, Checks, DecoderConfig, JpegInfo, NvJpeg, OutputFormat};
 use crate::error::{Error, Result};
-use crate::geometry::Geometry;
+use crate::geometry::{CropDraw, Geometry};
 use crate::options::Interpolation;
 use crate::order::EpochOrder;
 use crate::pillow::Filter;
@@ -119,12 +119,14 @@ pub(crate) struct LaneWork {
     pub refused: Option<Arc<dyn Fn(usize) + Send + Sync>>,
 }
 
-/// An image the lane made: its output in a slot of the ring.
+/// An image the lane made: its output in a slot of the ring, and its random draws.
 #[derive(Debug, Clone)]
 pub(crate) struct LaneOutput {
     slot: u32,
     /// Recorded on the stream that wrote the slot, after the write.
     ready: Arc<CudaEvent>,
+    /// What the random transforms drew for it.
+    pub draw: Option<CropDraw>,
 }
 
 /// What became of an offered position.

@@ -96,10 +96,13 @@ impl Shared {
         let order = &work.lane.order;
         loop {
             let start = state.next_range.checked_mul(work.span)?;
-            if start >= order.len() || start >= state.limit {
+            if (start >= order.len() && !order.refills()) || start >= state.limit {
                 return None;
             }
-            let end = start.saturating_add(work.span).min(order.len());
+            let end = match order.refills() {
+                true => start.saturating_add(work.span),
+                false => start.saturating_add(work.span).min(order.len()),
+            };
             let positions: Vec<(usize, usize)> = (start..end)
                 .filter_map(|p| order.get(p).map(|index| (p, index)))
                 .filter(|&(_, index)| offered(index, work.lane.share))
@@ -280,21 +283,26 @@ impl Runner {
             state.free.extend(freed);
         }
         state.generation += 1;
+        let order_len = work.order.len();
         state.work = Some(Arc::new(Work {
             span: span(work.share),
             lane: work,
             generation: state.generation,
         }));
         state.next_range = 0;
-        state.limit = self.shared.limits.lookahead;
+        state.limit = self.shared.limits.lookahead.min(order_len);
         self.shared.changed.notify_all();
         Ok(())
     }
 
-    /// The batches have taken every position before `position`.
+    /// The batches have taken every position before `position`: the lane works up to its
+    /// lookahead past it, within the epoch's planned positions (past them only when asked).
     pub fn advance(&self, position: usize) {
         let mut state = self.shared.lock();
-        let limit = position.saturating_add(self.shared.limits.lookahead);
+        let planned = state.work.as_ref().map_or(0, |w| w.lane.order.len());
+        let limit = position
+            .saturating_add(self.shared.limits.lookahead)
+            .min(planned);
         if limit > state.limit {
             state.limit = limit;
             self.shared.changed.notify_all();

@@ -141,6 +141,7 @@ fn gpu_resize_equals_the_cpu_rendition() {
         ResizeMode::center_crop(100, 111),
         ResizeMode::stretch(64, 96),
         ResizeMode::letterbox(80, 80, 114),
+        ResizeMode::random_resized_crop(96),
     ];
     let sizes = [
         (500, 375),
@@ -164,8 +165,18 @@ fn gpu_resize_equals_the_cpu_rendition() {
             let geometry = Geometry::new(
                 &ResizeOptions::default()
                     .mode(*mode)
-                    .interpolation(interpolation),
+                    .interpolation(interpolation)
+                    .seed(m as u64),
             );
+            // Random crops where the mode draws them; every other image flipped.
+            let draw = |i: usize, w: usize, h: usize| {
+                let draw = Geometry {
+                    horizontal_flip: 0.0,
+                    ..geometry
+                }
+                .draw(w as u32, h as u32, i, 1);
+                (draw, i % 2 == 1)
+            };
             let (ow, oh) = (geometry.width, geometry.height);
             let image = ow as usize * oh as usize * 3;
             let pad = match mode {
@@ -187,8 +198,10 @@ fn gpu_resize_equals_the_cpu_rendition() {
                 .iter()
                 .zip(&device)
                 .zip(&slots)
-                .map(|((&(w, h), d), &slot)| {
-                    let (x, y) = geometry.axis_plans(w as u32, h as u32);
+                .enumerate()
+                .map(|(i, ((&(w, h), d), &slot))| {
+                    let (crop, flip) = draw(i, w, h);
+                    let (x, y) = geometry.axis_plans(w as u32, h as u32, crop.as_ref());
                     ResizeJob {
                         source: SourceImage {
                             pixels: SourcePixels::Interleaved {
@@ -203,6 +216,7 @@ fn gpu_resize_equals_the_cpu_rendition() {
                         filter,
                         order: PassOrder::default(),
                         pad,
+                        flip,
                         slot,
                     }
                 })
@@ -216,12 +230,20 @@ fn gpu_resize_equals_the_cpu_rendition() {
             unsafe { resizer.launch(stream, &mut device_plan, &mut out) }.expect("launch");
             let got = stream.clone_dtoh(&out).expect("download");
             for (i, (&(w, h), src)) in sizes.iter().zip(&sources).enumerate() {
-                let (x, y) = geometry.axis_plans(w as u32, h as u32);
+                let (crop, flip) = draw(i, w, h);
+                let (x, y) = geometry.axis_plans(w as u32, h as u32, crop.as_ref());
                 let mut want = vec![0u8; image];
                 resample(
                     src, w as u32, h as u32, 3, &x, &y, filter, pad, &mut want, ow, oh,
                 )
                 .expect("cpu rendition");
+                if flip {
+                    for row in want.chunks_exact_mut(ow as usize * 3) {
+                        let mirrored: Vec<u8> =
+                            row.chunks_exact(3).rev().flatten().copied().collect();
+                        row.copy_from_slice(&mirrored);
+                    }
+                }
                 let slot = slots[i] as usize;
                 let got = &got[slot * image..(slot + 1) * image];
                 let differing = got.iter().zip(&want).filter(|(a, b)| a != b).count();

@@ -225,6 +225,7 @@ mod tests {
             filter: Filter::Box,
             order: PassOrder::default(),
             pad: 0,
+            flip: false,
             slot: 0,
         }
     }

@@ -135,6 +135,8 @@ pub struct ResizeJob {
     pub order: PassOrder,
     /// The value of every output byte outside the kept rectangle.
     pub pad: u8,
+    /// Whether the slot is mirrored left to right after the resize (the pad areas too).
+    pub flip: bool,
     /// The slot written: bytes `[slot * out_h * out_w * 3, (slot + 1) * out_h * out_w * 3)`.
     pub slot: u32,
 }
@@ -199,6 +201,10 @@ pub struct ResizeDescriptor {
     pub dst_h: u32,
     /// The pad value (low 8 bits).
     pub pad: u32,
+    /// 1: the slot is written mirrored left to right (a horizontal flip after the resize).
+    pub flip: u32,
+    /// Keeps the struct a multiple of 8 bytes, as the kernel's.
+    pub reserved: u32,
 }
 
 /// What the kernels need for one batch, computed on the host.
@@ -404,6 +410,8 @@ impl Builder {
             dst_w: job.x.out_len,
             dst_h: job.y.out_len,
             pad: u32::from(job.pad),
+            flip: u32::from(job.flip),
+            reserved: 0,
         })
     }
 
@@ -516,7 +524,7 @@ mod tests {
         assert_eq!(offset_of!(PassDescriptor, taps), 12);
         assert_eq!(offset_of!(PassDescriptor, bounds), 16);
         assert_eq!(offset_of!(PassDescriptor, weights), 20);
-        assert_eq!(size_of::<ResizeDescriptor>(), 136);
+        assert_eq!(size_of::<ResizeDescriptor>(), 144);
         assert_eq!(align_of::<ResizeDescriptor>(), 8);
         assert_eq!(offset_of!(ResizeDescriptor, src), 0);
         assert_eq!(offset_of!(ResizeDescriptor, tmp), 24);
@@ -534,6 +542,8 @@ mod tests {
         assert_eq!(offset_of!(ResizeDescriptor, dst_w), 124);
         assert_eq!(offset_of!(ResizeDescriptor, dst_h), 128);
         assert_eq!(offset_of!(ResizeDescriptor, pad), 132);
+        assert_eq!(offset_of!(ResizeDescriptor, flip), 136);
+        assert_eq!(offset_of!(ResizeDescriptor, reserved), 140);
     }
 
     /// The fields of `struct NAME { ... };` in kernels/resize.cu with their C offsets and
@@ -608,6 +618,8 @@ mod tests {
             ("dst_w", offset_of!(ResizeDescriptor, dst_w)),
             ("dst_h", offset_of!(ResizeDescriptor, dst_h)),
             ("pad", offset_of!(ResizeDescriptor, pad)),
+            ("flip", offset_of!(ResizeDescriptor, flip)),
+            ("reserved", offset_of!(ResizeDescriptor, reserved)),
         ]
         .into_iter()
         .map(|(f, o)| (f.to_string(), o))
@@ -618,7 +630,7 @@ mod tests {
         assert_eq!(c, image);
         assert_eq!(end, size_of::<ResizeDescriptor>(), "no tail padding");
         let source = include_str!("../../../kernels/resize.cu");
-        assert!(source.contains("sizeof(GfResizeImage) == 136"));
+        assert!(source.contains("sizeof(GfResizeImage) == 144"));
         assert!(source.contains("sizeof(GfPass) == 24"));
     }
 
@@ -635,6 +647,7 @@ mod tests {
             filter: Filter::Bilinear,
             order: PassOrder::ShrinkVerticalFirst,
             pad: 0,
+            flip: false,
             slot,
         }
     }
