@@ -47,6 +47,9 @@ pub enum ItemErrorKind {
     },
     /// The image has a zero dimension.
     Empty,
+    /// A part of a tar shard that holds no readable sample (a bad header, a member cut short, a
+    /// sample without an image member, a label that is not a number).
+    Archive(String),
     /// The file is larger than the configured limit; refused before it is read.
     FileTooLarge {
         /// Size of the file.
@@ -86,6 +89,7 @@ impl fmt::Display for ItemErrorKind {
                 "{width}x{height} pixels is over the limit of {limit} pixels (see max_pixels)"
             ),
             ItemErrorKind::Empty => write!(f, "image has no pixels"),
+            ItemErrorKind::Archive(reason) => write!(f, "{reason}"),
             ItemErrorKind::FileTooLarge { bytes, limit } => write!(
                 f,
                 "{bytes} bytes is over the limit of {limit} bytes a file (see max_file_bytes)"

@@ -798,3 +798,103 @@ fn random_crops_depend_on_seed_epoch_and_index_alone() {
     let flipped = one.iter().flatten().filter(|(_, c, _)| c.flipped).count();
     assert!((8..=40).contains(&flipped), "{flipped} of 48 flipped");
 }
+
+/// WebDataset tar shards, made by `tar` itself: every sample decoded, with its label, to the
+/// same bytes as the same images read from files; a corrupted shard reports its damaged members
+/// (naming the shard and the member) and loses none of its good samples.
+#[test]
+fn tar_shards_are_read_in_place_with_their_labels() {
+    let dir = temp_dir("webdataset");
+    let photos = ["rocket.jpg", "chelsea.png", "camera.png", "retina.jpg"];
+    let staging = dir.join("members");
+    std::fs::create_dir_all(staging.join("sub")).expect("mkdir");
+    let mut members = Vec::new();
+    for (i, photo) in photos.iter().enumerate() {
+        let ext = photo.rsplit_once('.').map(|(_, e)| e).unwrap_or("jpg");
+        let key = format!("sub/s{i:03}");
+        std::fs::copy(
+            format!("assets/{photo}"),
+            staging.join(format!("{key}.{ext}")),
+        )
+        .expect("copy");
+        std::fs::write(staging.join(format!("{key}.cls")), format!("{}\n", 10 + i)).expect("cls");
+        members.push(format!("{key}.{ext}"));
+        members.push(format!("{key}.cls"));
+    }
+    let shards = dir.join("shards");
+    std::fs::create_dir_all(&shards).expect("mkdir");
+    let tar = |name: &str, files: &[String]| {
+        let status = std::process::Command::new("tar")
+            .arg("-cf")
+            .arg(shards.join(name))
+            .arg("-C")
+            .arg(&staging)
+            .args(files)
+            .status()
+            .expect("tar");
+        assert!(status.success());
+    };
+    tar("a-000.tar", &members[..4]);
+    tar("a-001.tar", &members[4..]);
+    let run = |source: Source| {
+        let mut pipeline = Pipeline::builder()
+            .source(source)
+            .batch_size(3)
+            .device(Device::Cpu)
+            .build()
+            .expect("build");
+        let mut rows = Vec::new();
+        let mut skipped = Vec::new();
+        for batch in &mut pipeline {
+            let batch = batch.expect("batch");
+            let data = batch.images().as_host().expect("host").to_le_bytes();
+            let per = data.len() / batch.len();
+            for (i, id) in batch.ids().iter().enumerate() {
+                let label = batch.labels().map(|l| l[i]);
+                rows.push((id.clone(), label, data[i * per..(i + 1) * per].to_vec()));
+            }
+            skipped.extend(batch.skipped().iter().map(|e| e.to_string()));
+        }
+        (rows, skipped)
+    };
+    let (rows, skipped) = run(Source::webdataset(&shards).expect("shards"));
+    assert!(skipped.is_empty(), "{skipped:?}");
+    assert_eq!(rows.len(), 4);
+    let files = Source::paths(members.iter().step_by(2).map(|m| staging.join(m)));
+    let (from_files, _) = run(files);
+    for (i, ((id, label, pixels), (_, _, want))) in rows.iter().zip(&from_files).enumerate() {
+        assert!(id.ends_with(&format!(":{}", members[2 * i])), "{id}");
+        assert!(id.contains("a-00"), "the id names the shard: {id}");
+        assert_eq!(*label, Some(10 + i as u32));
+        assert!(pixels == want, "{id}: the same pixels as from the file");
+    }
+    // Damage both shards: the first cut short inside its second image, the second with a bad
+    // header for its first member (its label then forms a sample without an image).
+    let path = shards.join("a-000.tar");
+    let mut bytes = std::fs::read(&path).expect("read");
+    let header = bytes
+        .windows(12)
+        .position(|w| w == b"sub/s001.png")
+        .expect("the member's header");
+    bytes.truncate(header + 512 + 1000);
+    std::fs::write(&path, &bytes).expect("write");
+    let path = shards.join("a-001.tar");
+    let mut bytes = std::fs::read(&path).expect("read");
+    bytes[10] ^= 0xFF;
+    std::fs::write(&path, &bytes).expect("write");
+    let (rows, skipped) = run(Source::webdataset(&shards).expect("shards"));
+    let good: Vec<String> = rows.iter().map(|(id, _, _)| id.clone()).collect();
+    assert_eq!(good.len(), 2, "{good:?}; skipped {skipped:?}");
+    assert!(
+        good[0].ends_with("a-000.tar:sub/s000.jpg") && good[1].ends_with("a-001.tar:sub/s003.jpg")
+    );
+    let has = |part: &str, reason: &str| {
+        skipped
+            .iter()
+            .any(|s| s.contains(part) && s.contains(reason))
+    };
+    assert!(has("a-000.tar:sub/s001.png", "truncated"), "{skipped:?}");
+    assert!(has("a-001.tar@0", "checksum"), "{skipped:?}");
+    assert!(has("a-001.tar:sub/s002", "without an image"), "{skipped:?}");
+    assert_eq!(skipped.len(), 3, "{skipped:?}");
+}

@@ -2,7 +2,7 @@
 //! bytes its decode will hold. The size limit is checked here, so an image claiming too many
 //! pixels is refused before its file is read, and the decode budget is reserved from here.
 
-use std::io::{BufReader, Cursor, Seek, SeekFrom};
+use std::io::BufReader;
 
 use image::{ImageDecoder, ImageFormat};
 
@@ -133,23 +133,10 @@ fn image_header(
     let fail = |e: image::ImageError| super::decode::image_error(&name, e);
     let mut limits = image::Limits::default();
     limits.max_alloc = Some(options.max_pixels.saturating_mul(8).saturating_add(1 << 26));
-    let dims = match item {
-        OpenItem::File { file, .. } => {
-            let mut file = file;
-            file.seek(SeekFrom::Start(0))
-                .map_err(|e| ItemErrorKind::read(&e, e.to_string()))?;
-            let mut reader = image::ImageReader::with_format(BufReader::new(file), format);
-            reader.limits(limits);
-            let decoder = reader.into_decoder().map_err(fail)?;
-            (decoder.dimensions(), decoder.color_type())
-        }
-        OpenItem::Memory(bytes) => {
-            let mut reader = image::ImageReader::with_format(Cursor::new(&bytes[..]), format);
-            reader.limits(limits);
-            let decoder = reader.into_decoder().map_err(fail)?;
-            (decoder.dimensions(), decoder.color_type())
-        }
-    };
+    let mut reader = image::ImageReader::with_format(BufReader::new(item.reader()), format);
+    reader.limits(limits);
+    let decoder = reader.into_decoder().map_err(fail)?;
+    let dims = (decoder.dimensions(), decoder.color_type());
     let ((width, height), color) = dims;
     // The decoder's own buffer, then the RGB8 copy; GIF composes frames on a second canvas.
     let native = color.bytes_per_pixel() as u64;

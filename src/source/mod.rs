@@ -3,6 +3,7 @@
 //! is in `folders`; the order images are taken in is [`crate::order`]'s business.
 
 mod folders;
+mod tar;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -16,6 +17,10 @@ pub use folders::IMAGE_EXTENSIONS;
 enum Payload {
     Path(PathBuf),
     Bytes(Arc<[u8]>),
+    /// A sample's image member in a tar shard.
+    Member(tar::MemberPlace),
+    /// A part of a tar shard that cannot be read, and why.
+    Damaged(String),
 }
 
 /// One image of a source: where its bytes are, its id and its class label.
@@ -51,6 +56,8 @@ impl SourceItem {
         match &self.payload {
             Payload::Path(path) => fs::metadata(path).map_or(0, |m| m.len()),
             Payload::Bytes(bytes) => bytes.len() as u64,
+            Payload::Member(place) => place.len,
+            Payload::Damaged(_) => 0,
         }
     }
 
@@ -70,26 +77,30 @@ impl SourceItem {
                 }
                 Ok(OpenItem::Memory(bytes.clone()))
             }
+            Payload::Member(place) => OpenItem::member(place, max_bytes),
+            Payload::Damaged(reason) => Err(ItemErrorKind::Archive(reason.clone())),
         }
     }
 
-    /// The encoded bytes, read whole (no size limit): for copies of a source.
+    /// The encoded bytes, read whole (no size limit, but only from a regular file, never a FIFO
+    /// or a device): for copies of a source.
     fn read_all(&self) -> std::result::Result<Vec<u8>, ItemErrorKind> {
-        match &self.payload {
-            Payload::Path(path) => {
-                fs::read(path).map_err(|e| ItemErrorKind::read(&e, describe_io_error(path, &e)))
-            }
-            Payload::Bytes(bytes) => Ok(bytes.to_vec()),
-        }
+        let item = self.open(u64::MAX)?;
+        item.read(Vec::new())
+            .map(|bytes| bytes.to_vec())
+            .map_err(|(kind, _)| kind)
     }
 }
 
-/// An image opened for reading: a regular file checked for size and format, or bytes in memory.
+/// An image opened for reading: a regular file (or a member of a tar shard) checked for size and
+/// format, or bytes in memory.
 pub(crate) enum OpenItem {
-    /// A regular file of `len` bytes; `head` holds its first bytes.
+    /// `len` bytes at `start` of a regular file (0 for an image file, the member's offset in a
+    /// shard); `head` holds the first of them.
     File {
         file: fs::File,
         path: PathBuf,
+        start: u64,
         len: u64,
         head: Vec<u8>,
     },
@@ -103,38 +114,48 @@ const HEAD_BYTES: usize = 64 << 10;
 
 impl OpenItem {
     fn file(path: &Path, max_bytes: u64) -> std::result::Result<OpenItem, ItemErrorKind> {
-        use std::io::Read;
+        let file = open_regular(path)?;
         let fail = |e: std::io::Error| ItemErrorKind::read(&e, describe_io_error(path, &e));
-        use std::os::unix::fs::OpenOptionsExt;
-        let mut options = fs::OpenOptions::new();
-        // A FIFO opens at once without a writer instead of blocking; on regular files the flag
-        // changes nothing.
-        options.read(true).custom_flags(libc::O_NONBLOCK);
-        let mut file = options.open(path).map_err(fail)?;
-        let meta = file.metadata().map_err(fail)?;
-        if !meta.is_file() {
-            let reason = if meta.is_dir() {
-                "is a directory".to_string()
-            } else {
-                format!("not a regular file ({})", file_kind(&meta.file_type()))
-            };
-            return Err(ItemErrorKind::Read {
-                kind: std::io::ErrorKind::InvalidInput,
-                reason,
-            });
+        let len = file.metadata().map_err(fail)?.len();
+        OpenItem::span(file, path, 0, len, max_bytes)
+    }
+
+    /// The member of a tar shard at `place`.
+    fn member(
+        place: &tar::MemberPlace,
+        max_bytes: u64,
+    ) -> std::result::Result<OpenItem, ItemErrorKind> {
+        let path = place.shard.as_path();
+        let file = open_regular(path)?;
+        let fail = |e: std::io::Error| ItemErrorKind::read(&e, describe_io_error(path, &e));
+        let size = file.metadata().map_err(fail)?.len();
+        if place.offset.saturating_add(place.len) > size {
+            return Err(ItemErrorKind::Truncated(format!(
+                "the shard ends at byte {size}, before the member's end"
+            )));
         }
-        let len = meta.len();
+        OpenItem::span(file, path, place.offset, place.len, max_bytes)
+    }
+
+    /// `len` bytes at `start` of `file`, refused if over `max_bytes`, empty or of no format this
+    /// crate decodes (read from the first bytes).
+    fn span(
+        file: fs::File,
+        path: &Path,
+        start: u64,
+        len: u64,
+        max_bytes: u64,
+    ) -> std::result::Result<OpenItem, ItemErrorKind> {
         if len > max_bytes {
             return Err(ItemErrorKind::FileTooLarge {
                 bytes: len,
                 limit: max_bytes,
             });
         }
-        let mut head = Vec::with_capacity(HEAD_BYTES.min(len as usize));
-        (&mut file)
-            .take(HEAD_BYTES as u64)
-            .read_to_end(&mut head)
-            .map_err(fail)?;
+        let fail = |e: std::io::Error| ItemErrorKind::read(&e, describe_io_error(path, &e));
+        let mut head = vec![0u8; HEAD_BYTES.min(len as usize)];
+        let got = read_span(&file, start, &mut head).map_err(fail)?;
+        head.truncate(got);
         if head.is_empty() {
             return Err(ItemErrorKind::Decode("file is empty".into()));
         }
@@ -144,6 +165,7 @@ impl OpenItem {
         Ok(OpenItem::File {
             file,
             path: path.to_path_buf(),
+            start,
             len,
             head,
         })
@@ -165,6 +187,22 @@ impl OpenItem {
         }
     }
 
+    /// A reader over the image's bytes (for decoders that read as they go), independent of any
+    /// other reads of the item.
+    pub(crate) fn reader(&self) -> ItemReader<'_> {
+        match self {
+            OpenItem::File {
+                file, start, len, ..
+            } => ItemReader::File {
+                file,
+                start: *start,
+                len: *len,
+                at: 0,
+            },
+            OpenItem::Memory(bytes) => ItemReader::Memory(std::io::Cursor::new(bytes)),
+        }
+    }
+
     /// Reads `len` bytes at `offset` (fewer at the end of the file) into `out`, without
     /// disturbing a later [`OpenItem::read`].
     pub(crate) fn read_at(
@@ -181,20 +219,15 @@ impl OpenItem {
                 let start = offset as usize;
                 out.extend_from_slice(&head[start..start + len]);
             }
-            OpenItem::File { file, .. } => {
+            OpenItem::File {
+                file,
+                start,
+                len: total,
+                ..
+            } => {
+                let len = len.min(total.saturating_sub(offset) as usize);
                 out.resize(len, 0);
-                let mut filled = 0;
-                while filled < len {
-                    let n = std::os::unix::fs::FileExt::read_at(
-                        file,
-                        &mut out[filled..],
-                        offset + filled as u64,
-                    )?;
-                    if n == 0 {
-                        break;
-                    }
-                    filled += n;
-                }
+                let filled = read_span(file, start + offset, out)?;
                 out.truncate(filled);
             }
             OpenItem::Memory(bytes) => {
@@ -212,15 +245,14 @@ impl OpenItem {
         self,
         mut buffer: Vec<u8>,
     ) -> std::result::Result<ItemBytes, (ItemErrorKind, Vec<u8>)> {
-        use std::io::Read;
         match self {
             OpenItem::File {
-                mut file,
+                file,
                 path,
+                start,
                 len,
                 head,
             } => {
-                use std::io::Seek;
                 let fail =
                     |e: std::io::Error| ItemErrorKind::read(&e, describe_io_error(&path, &e));
                 buffer.clear();
@@ -231,21 +263,123 @@ impl OpenItem {
                     );
                     return Err((e, buffer));
                 }
-                // The head is read already; the rest follows it.
+                // The head is read already; the rest follows it. The file may have grown since
+                // it was measured: no more than was counted is read.
                 buffer.extend_from_slice(&head);
-                if let Err(e) = file.seek(std::io::SeekFrom::Start(head.len() as u64)) {
-                    return Err((fail(e), buffer));
-                }
-                // The file may have grown since it was measured: read no more than was counted.
-                let rest = len.saturating_sub(head.len() as u64);
-                match (&mut file).take(rest).read_to_end(&mut buffer) {
-                    Ok(_) => Ok(ItemBytes::Owned(buffer)),
+                buffer.resize(len as usize, 0);
+                match read_span(&file, start + head.len() as u64, &mut buffer[head.len()..]) {
+                    Ok(got) => {
+                        buffer.truncate(head.len() + got);
+                        Ok(ItemBytes::Owned(buffer))
+                    }
                     Err(e) => Err((fail(e), buffer)),
                 }
             }
             OpenItem::Memory(bytes) => Ok(ItemBytes::Shared(bytes, buffer)),
         }
     }
+}
+
+/// An image's bytes as `Read + Seek`: a span of a file read with positioned reads, or memory.
+pub(crate) enum ItemReader<'a> {
+    File {
+        file: &'a fs::File,
+        start: u64,
+        len: u64,
+        at: u64,
+    },
+    Memory(std::io::Cursor<&'a Arc<[u8]>>),
+}
+
+impl std::io::Read for ItemReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            ItemReader::File {
+                file,
+                start,
+                len,
+                at,
+            } => {
+                use std::os::unix::fs::FileExt;
+                let left = len.saturating_sub(*at).min(buf.len() as u64) as usize;
+                if left == 0 {
+                    return Ok(0);
+                }
+                let n = file.read_at(&mut buf[..left], *start + *at)?;
+                *at += n as u64;
+                Ok(n)
+            }
+            ItemReader::Memory(cursor) => {
+                let bytes: &[u8] = cursor.get_ref();
+                let at = (cursor.position() as usize).min(bytes.len());
+                let n = buf.len().min(bytes.len() - at);
+                buf[..n].copy_from_slice(&bytes[at..at + n]);
+                cursor.set_position((at + n) as u64);
+                Ok(n)
+            }
+        }
+    }
+}
+
+impl std::io::Seek for ItemReader<'_> {
+    fn seek(&mut self, to: std::io::SeekFrom) -> std::io::Result<u64> {
+        let (len, at) = match self {
+            ItemReader::File { len, at, .. } => (*len, *at),
+            ItemReader::Memory(cursor) => (cursor.get_ref().len() as u64, cursor.position()),
+        };
+        let target = match to {
+            std::io::SeekFrom::Start(n) => Some(n),
+            std::io::SeekFrom::End(d) => len.checked_add_signed(d),
+            std::io::SeekFrom::Current(d) => at.checked_add_signed(d),
+        }
+        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+        match self {
+            ItemReader::File { at, .. } => *at = target,
+            ItemReader::Memory(cursor) => cursor.set_position(target),
+        }
+        Ok(target)
+    }
+}
+
+/// Opens `path` for reading if it is a regular file, without blocking (a FIFO with no writer
+/// would hang an open that waits).
+fn open_regular(path: &Path) -> std::result::Result<fs::File, ItemErrorKind> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let fail = |e: std::io::Error| ItemErrorKind::read(&e, describe_io_error(path, &e));
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(fail)?;
+    let meta = file.metadata().map_err(fail)?;
+    if !meta.is_file() {
+        let reason = if meta.is_dir() {
+            "is a directory".to_string()
+        } else {
+            format!("not a regular file ({})", file_kind(&meta.file_type()))
+        };
+        return Err(ItemErrorKind::Read {
+            kind: std::io::ErrorKind::InvalidInput,
+            reason,
+        });
+    }
+    Ok(file)
+}
+
+/// Reads into `out` from `offset` of `file` with positioned reads until `out` is full or the file
+/// ends; returns the bytes read.
+fn read_span(file: &fs::File, offset: u64, out: &mut [u8]) -> std::io::Result<usize> {
+    use std::os::unix::fs::FileExt;
+    let mut filled = 0;
+    while filled < out.len() {
+        match file.read_at(&mut out[filled..], offset + filled as u64) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
 }
 
 /// What a non-regular file is, in words.
@@ -432,6 +566,76 @@ impl Source {
         }
     }
 
+    /// The samples of the WebDataset tar shards directly inside `dir` (its `.tar` files, in
+    /// sorted order): see [`Source::tar_shards`]. A folder without any is an error.
+    pub fn webdataset(dir: impl AsRef<Path>) -> Result<Source> {
+        let dir = dir.as_ref();
+        let shards = tar::shards_in(dir).map_err(|e| Error::Source {
+            path: dir.to_path_buf(),
+            reason: describe_io_error(dir, &e),
+            source: Some(e),
+        })?;
+        if shards.is_empty() {
+            return Err(Error::Source {
+                path: dir.to_path_buf(),
+                reason: "no .tar shard".into(),
+                source: None,
+            });
+        }
+        Source::tar_shards(shards)
+    }
+
+    /// The samples of these tar shards, in order, in WebDataset's layout: members sharing a key
+    /// (the name up to the first dot of its last part: `n01440764/x_10.jpg` and
+    /// `n01440764/x_10.cls` are sample `n01440764/x_10`) make a sample; its image is the member
+    /// with an image extension ([`IMAGE_EXTENSIONS`]), its label the integer in its `.cls`
+    /// member when it has one. An index of the members is read from the headers once; images
+    /// are read in place. Ids name the shard and the member (`shard.tar:key.jpg`). A damaged
+    /// part of a shard (a bad header, a member cut short, a sample without an image or with a
+    /// label that is not a number) is one entry that fails, naming it, when read; the good
+    /// samples around it are kept. A shard that cannot be opened is an error.
+    pub fn tar_shards<I, P>(shards: I) -> Result<Source>
+    where
+        I: IntoIterator<Item = P>,
+        P: Into<PathBuf>,
+    {
+        let mut items = Vec::new();
+        for shard in shards {
+            let shard = Arc::new(shard.into());
+            let entries = tar::index(&shard).map_err(|e| Error::Source {
+                path: shard.to_path_buf(),
+                reason: describe_io_error(&shard, &e),
+                source: Some(e),
+            })?;
+            items.extend(entries.into_iter().map(|entry| match entry {
+                tar::Entry::Sample {
+                    id,
+                    offset,
+                    len,
+                    label,
+                } => SourceItem {
+                    payload: Payload::Member(tar::MemberPlace {
+                        shard: shard.clone(),
+                        offset,
+                        len,
+                    }),
+                    id,
+                    label,
+                },
+                tar::Entry::Damaged { id, reason, .. } => SourceItem {
+                    payload: Payload::Damaged(reason),
+                    id,
+                    label: None,
+                },
+            }));
+        }
+        Ok(Source {
+            items,
+            class_names: None,
+            unreadable_folders: Vec::new(),
+        })
+    }
+
     /// Attaches a class label to each image, in order (for path lists and bytes).
     pub fn with_labels(mut self, labels: impl IntoIterator<Item = u32>) -> Result<Source> {
         let labels: Vec<u32> = labels.into_iter().collect();
@@ -468,9 +672,15 @@ impl Source {
         &self.unreadable_folders
     }
 
-    /// Whether every image has a label.
+    /// Whether every image has a label (damaged parts of tar shards, which yield no image,
+    /// aside).
     pub fn has_labels(&self) -> bool {
-        !self.items.is_empty() && self.items.iter().all(|i| i.label.is_some())
+        let mut images = self
+            .items
+            .iter()
+            .filter(|i| !matches!(i.payload, Payload::Damaged(_)))
+            .peekable();
+        images.peek().is_some() && images.all(|i| i.label.is_some())
     }
 
     /// The id of image `index` (its path or caller id).

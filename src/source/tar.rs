@@ -1,0 +1,532 @@
+//! Tar shards in WebDataset's layout, read in place: an index of the members is built once from
+//! the 512-byte headers (ustar, GNU long names, pax paths), members sharing a key (the name up
+//! to the first dot of its last component) make a sample, and a sample's image member and `.cls`
+//! label are found by extension. Nothing is extracted: the pipeline reads each image member with
+//! positioned reads.
+//!
+//! A shard that is damaged loses only what is damaged: a member cut short by the end of the file,
+//! a header whose checksum fails (the index skips to the next valid header), a sample without an
+//! image member or with a label that is not an integer each become one entry that reports the
+//! shard, the member and the reason when it is read; every good sample is kept.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::folders::IMAGE_EXTENSIONS;
+
+/// Bytes of a tar block (and header).
+const BLOCK: u64 = 512;
+
+/// The largest member name or pax record this index reads (longer ones are malformed).
+const MAX_NAME: u64 = 1 << 16;
+
+/// The largest `.cls` member read as a label.
+const MAX_LABEL_BYTES: u64 = 64;
+
+/// One sample of a shard, or a damaged part of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Entry {
+    /// A sample with its image member's place in the shard and its label.
+    Sample {
+        /// `shard:member`, naming the image member.
+        id: String,
+        offset: u64,
+        len: u64,
+        label: Option<u32>,
+    },
+    /// What cannot be read, and why; `at` is where in the shard.
+    Damaged { id: String, reason: String, at: u64 },
+}
+
+/// A member as the headers give it.
+#[derive(Debug, Clone)]
+struct Member {
+    name: String,
+    offset: u64,
+    len: u64,
+}
+
+/// The samples of the shard at `path`, in the order their members appear. `Err` only when the
+/// file cannot be opened or read at all.
+pub(crate) fn index(path: &Path) -> std::io::Result<Vec<Entry>> {
+    let file = File::open(path)?;
+    let size = file.metadata()?.len();
+    let shard = super::path_id(path);
+    let (members, mut damaged) = members(&file, size, &shard)?;
+    let mut entries = samples(&file, &shard, &members);
+    entries.append(&mut damaged);
+    // Everything in the order it sits in the shard.
+    entries.sort_by_key(|e| match e {
+        Entry::Sample { offset, .. } => *offset,
+        Entry::Damaged { at, .. } => *at,
+    });
+    Ok(entries)
+}
+
+/// The shard's regular-file members, and its damaged parts.
+fn members(file: &File, size: u64, shard: &str) -> std::io::Result<(Vec<Member>, Vec<Entry>)> {
+    let mut members = Vec::new();
+    let mut damaged = Vec::new();
+    let mut at = 0u64;
+    let mut long_name: Option<String> = None;
+    let mut header = [0u8; BLOCK as usize];
+    while at + BLOCK <= size {
+        read_exact_at(file, &mut header, at)?;
+        if header.iter().all(|&b| b == 0) {
+            // The end-of-archive marker.
+            break;
+        }
+        if !checksum_ok(&header) {
+            // Skip to the next block that is a valid header.
+            let start = at;
+            at += BLOCK;
+            while at + BLOCK <= size {
+                read_exact_at(file, &mut header, at)?;
+                if checksum_ok(&header) && header.iter().any(|&b| b != 0) {
+                    break;
+                }
+                at += BLOCK;
+            }
+            damaged.push(Entry::Damaged {
+                id: format!("{shard}@{start}"),
+                reason: format!(
+                    "bad tar header (checksum) at byte {start}: bytes {start}..{at} skipped"
+                ),
+                at: start,
+            });
+            long_name = None;
+            continue;
+        }
+        let Some(len) = octal_or_binary(&header[124..136]) else {
+            damaged.push(Entry::Damaged {
+                id: format!("{shard}@{at}"),
+                reason: format!("bad tar header at byte {at}: its size is not a number"),
+                at,
+            });
+            break;
+        };
+        let data = at + BLOCK;
+        let next = data.saturating_add(len.div_ceil(BLOCK) * BLOCK);
+        let name = long_name.take().unwrap_or_else(|| header_name(&header));
+        if data.saturating_add(len) > size {
+            damaged.push(Entry::Damaged {
+                id: format!("{shard}:{name}"),
+                reason: format!(
+                    "tar member truncated: {len} bytes at byte {data}, the shard ends at {size}"
+                ),
+                at,
+            });
+            break;
+        }
+        match header[156] {
+            b'0' | 0 | b'7' => members.push(Member {
+                name,
+                offset: data,
+                len,
+            }),
+            // GNU long name: the data is the next member's name.
+            b'L' if len <= MAX_NAME => {
+                let mut buf = vec![0u8; len as usize];
+                read_exact_at(file, &mut buf, data)?;
+                let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+                long_name = Some(String::from_utf8_lossy(&buf[..end]).into_owned());
+            }
+            // pax extended header: its `path` record names the next member.
+            b'x' if len <= MAX_NAME => {
+                let mut buf = vec![0u8; len as usize];
+                read_exact_at(file, &mut buf, data)?;
+                long_name = pax_path(&buf);
+            }
+            _ => {}
+        }
+        at = next;
+    }
+    Ok((members, damaged))
+}
+
+/// Groups consecutive members by WebDataset's key into samples.
+fn samples(file: &File, shard: &str, members: &[Member]) -> Vec<Entry> {
+    let mut entries = Vec::new();
+    let mut i = 0;
+    while i < members.len() {
+        let Some((key, _)) = split_key(&members[i].name) else {
+            // No extension: not part of any sample (as WebDataset skips it).
+            i += 1;
+            continue;
+        };
+        let mut j = i;
+        while j < members.len() && split_key(&members[j].name).is_some_and(|(k, _)| k == key) {
+            j += 1;
+        }
+        entries.push(sample(file, shard, key, &members[i..j]));
+        i = j;
+    }
+    entries
+}
+
+/// One sample from its members.
+fn sample(file: &File, shard: &str, key: &str, members: &[Member]) -> Entry {
+    let extension = |m: &Member| split_key(&m.name).map_or(String::new(), |(_, e)| e.to_string());
+    let image = members.iter().find(|m| {
+        let ext = extension(m).to_ascii_lowercase();
+        IMAGE_EXTENSIONS.contains(&ext.as_str())
+    });
+    let Some(image) = image else {
+        let found: Vec<String> = members
+            .iter()
+            .map(|m| format!(".{}", extension(m)))
+            .collect();
+        return Entry::Damaged {
+            id: format!("{shard}:{key}"),
+            reason: format!(
+                "sample without an image member (it has {}; looked for .{})",
+                found.join(", "),
+                IMAGE_EXTENSIONS.join(", .")
+            ),
+            at: members[0].offset,
+        };
+    };
+    let id = format!("{shard}:{}", image.name);
+    let label = match members
+        .iter()
+        .find(|m| extension(m).eq_ignore_ascii_case("cls"))
+    {
+        None => None,
+        Some(cls) => match read_label(file, cls) {
+            Ok(label) => Some(label),
+            Err(reason) => {
+                return Entry::Damaged {
+                    id,
+                    reason: format!("{}: {reason}", cls.name),
+                    at: image.offset,
+                }
+            }
+        },
+    };
+    Entry::Sample {
+        id,
+        offset: image.offset,
+        len: image.len,
+        label,
+    }
+}
+
+/// A `.cls` member's integer.
+fn read_label(file: &File, cls: &Member) -> Result<u32, String> {
+    if cls.len > MAX_LABEL_BYTES {
+        return Err(format!(
+            "a label of {} bytes is not a class number",
+            cls.len
+        ));
+    }
+    let mut buf = vec![0u8; cls.len as usize];
+    read_exact_at(file, &mut buf, cls.offset).map_err(|e| format!("cannot read it: {e}"))?;
+    let text = String::from_utf8_lossy(&buf);
+    text.trim()
+        .parse()
+        .map_err(|_| format!("label {:?} is not a class number", text.trim()))
+}
+
+/// WebDataset's key and extension: the name up to the first dot of its last component, and
+/// the rest (`a/b.c.d` is key `a/b`, extension `c.d`); `None` without a dot.
+fn split_key(name: &str) -> Option<(&str, &str)> {
+    let base = name.rfind('/').map_or(0, |i| i + 1);
+    let dot = name[base..].find('.')? + base;
+    (dot > base).then(|| (&name[..dot], &name[dot + 1..]))
+}
+
+/// The header's name: `prefix/name` for ustar, `name` otherwise.
+fn header_name(header: &[u8; BLOCK as usize]) -> String {
+    let field = |bytes: &[u8]| {
+        let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+        String::from_utf8_lossy(&bytes[..end]).into_owned()
+    };
+    let name = field(&header[0..100]);
+    if &header[257..262] == b"ustar" {
+        let prefix = field(&header[345..500]);
+        if !prefix.is_empty() {
+            return format!("{prefix}/{name}");
+        }
+    }
+    name
+}
+
+/// The checksum: the header's bytes summed with the checksum field as spaces.
+fn checksum_ok(header: &[u8; BLOCK as usize]) -> bool {
+    let Some(stored) = octal_or_binary(&header[148..156]) else {
+        return false;
+    };
+    let sum: u64 = header
+        .iter()
+        .enumerate()
+        .map(|(i, &b)| {
+            if (148..156).contains(&i) {
+                32
+            } else {
+                b as u64
+            }
+        })
+        .sum();
+    sum == stored
+}
+
+/// A numeric field: octal text (space or NUL terminated), or GNU's base-256 (high bit set).
+fn octal_or_binary(field: &[u8]) -> Option<u64> {
+    if field.first().is_some_and(|&b| b & 0x80 != 0) {
+        let mut value = u64::from(field[0] & 0x7F);
+        for &b in &field[1..] {
+            value = value.checked_mul(256)?.checked_add(u64::from(b))?;
+        }
+        return Some(value);
+    }
+    let text: Vec<u8> = field
+        .iter()
+        .copied()
+        .skip_while(|&b| b == b' ')
+        .take_while(|&b| b != 0 && b != b' ')
+        .collect();
+    if text.is_empty() {
+        return Some(0);
+    }
+    let text = std::str::from_utf8(&text).ok()?;
+    u64::from_str_radix(text, 8).ok()
+}
+
+/// The `path` record of a pax extended header (`LEN path=VALUE\n` records).
+fn pax_path(data: &[u8]) -> Option<String> {
+    let mut rest = data;
+    while !rest.is_empty() {
+        let space = rest.iter().position(|&b| b == b' ')?;
+        let len: usize = std::str::from_utf8(&rest[..space]).ok()?.parse().ok()?;
+        if len <= space || len > rest.len() {
+            return None;
+        }
+        let record = &rest[space + 1..len];
+        let record = record.strip_suffix(b"\n").unwrap_or(record);
+        if let Some(value) = record.strip_prefix(b"path=") {
+            return Some(String::from_utf8_lossy(value).into_owned());
+        }
+        rest = &rest[len..];
+    }
+    None
+}
+
+fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    file.read_exact_at(buf, offset)
+}
+
+/// The `.tar` files directly inside `dir`, in sorted order.
+pub(crate) fn shards_in(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut shards: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| {
+            p.extension().is_some_and(|e| e.eq_ignore_ascii_case("tar"))
+                && p.metadata().is_ok_and(|m| m.is_file())
+        })
+        .collect();
+    shards.sort();
+    Ok(shards)
+}
+
+/// Where a sample's image lives: the shard and the member's bytes in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct MemberPlace {
+    pub shard: Arc<PathBuf>,
+    pub offset: u64,
+    pub len: u64,
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A tar archive of `members` (name, bytes), ustar headers, names longer than 100 bytes as
+    /// GNU long names, with the end-of-archive blocks.
+    pub(crate) fn tar(members: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (name, data) in members {
+            if name.len() >= 100 {
+                let mut long = name.as_bytes().to_vec();
+                long.push(0);
+                out.extend(header("././@LongLink", long.len() as u64, b'L'));
+                out.extend(&long);
+                pad(&mut out);
+            }
+            out.extend(header(&name[..name.len().min(99)], data.len() as u64, b'0'));
+            out.extend(*data);
+            pad(&mut out);
+        }
+        out.extend([0u8; 1024]);
+        out
+    }
+
+    fn pad(out: &mut Vec<u8>) {
+        while out.len() % 512 != 0 {
+            out.push(0);
+        }
+    }
+
+    pub(crate) fn header(name: &str, len: u64, kind: u8) -> Vec<u8> {
+        let mut h = vec![0u8; 512];
+        h[..name.len()].copy_from_slice(name.as_bytes());
+        h[100..108].copy_from_slice(b"0000644\0");
+        h[108..116].copy_from_slice(b"0000000\0");
+        h[116..124].copy_from_slice(b"0000000\0");
+        h[124..136].copy_from_slice(format!("{len:011o}\0").as_bytes());
+        h[136..148].copy_from_slice(b"00000000000\0");
+        h[156] = kind;
+        h[257..263].copy_from_slice(b"ustar\0");
+        h[263..265].copy_from_slice(b"00");
+        h[148..156].copy_from_slice(b"        ");
+        let sum: u32 = h.iter().map(|&b| b as u32).sum();
+        h[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+        h
+    }
+
+    #[test]
+    fn keys_split_as_webdataset_splits_them() {
+        assert_eq!(split_key("a/b.c.d"), Some(("a/b", "c.d")));
+        assert_eq!(split_key("n0144/x_10.JPEG"), Some(("n0144/x_10", "JPEG")));
+        assert_eq!(split_key("dir.v2/file"), None);
+        assert_eq!(split_key(".hidden"), None);
+        assert_eq!(octal_or_binary(b"00000001750\0"), Some(1000));
+        assert_eq!(
+            octal_or_binary(&[0x80, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0]),
+            Some(1 << 32)
+        );
+        assert_eq!(
+            pax_path(b"20 path=abc/def.jpg\n"),
+            Some("abc/def.jpg".into())
+        );
+    }
+
+    fn written(bytes: &[u8]) -> (tempdir::Dir, PathBuf) {
+        let dir = tempdir::Dir::new();
+        let path = dir.0.join("shard-0.tar");
+        std::fs::write(&path, bytes).expect("write");
+        (dir, path)
+    }
+
+    /// A folder removed when dropped.
+    mod tempdir {
+        pub struct Dir(pub std::path::PathBuf);
+        impl Dir {
+            pub fn new() -> Dir {
+                use std::sync::atomic::{AtomicUsize, Ordering};
+                static N: AtomicUsize = AtomicUsize::new(0);
+                let dir = std::env::temp_dir().join(format!(
+                    "gpufeed-tar-{}-{}",
+                    std::process::id(),
+                    N.fetch_add(1, Ordering::Relaxed)
+                ));
+                std::fs::create_dir_all(&dir).expect("temp dir");
+                Dir(dir)
+            }
+        }
+        impl Drop for Dir {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+    }
+
+    #[test]
+    fn samples_group_members_by_key_with_their_labels() {
+        let long = format!("{}/deep.jpg", "d".repeat(120));
+        let bytes = tar(&[
+            ("a.jpg", b"AAAA"),
+            ("a.cls", b"3\n"),
+            ("b.png", b"BB"),
+            ("b.json", b"{}"),
+            (&long, b"LONG"),
+            ("README", b"no key"),
+            ("c.txt", b"no image"),
+            ("d.jpg", b"DD"),
+            ("d.cls", b"seven"),
+        ]);
+        let (_dir, path) = written(&bytes);
+        let entries = index(&path).expect("index");
+        let shard = path.display().to_string();
+        let sample = |e: &Entry| match e {
+            Entry::Sample {
+                id,
+                offset,
+                len,
+                label,
+            } => {
+                let data = &bytes[*offset as usize..(*offset + *len) as usize];
+                (id.clone(), data.to_vec(), *label)
+            }
+            Entry::Damaged { id, reason, .. } => panic!("{id}: {reason}"),
+        };
+        assert_eq!(entries.len(), 5, "{entries:?}");
+        assert_eq!(
+            sample(&entries[0]),
+            (format!("{shard}:a.jpg"), b"AAAA".to_vec(), Some(3))
+        );
+        assert_eq!(
+            sample(&entries[1]),
+            (format!("{shard}:b.png"), b"BB".to_vec(), None)
+        );
+        assert_eq!(
+            sample(&entries[2]),
+            (format!("{shard}:{long}"), b"LONG".to_vec(), None)
+        );
+        let damaged = |e: &Entry| match e {
+            Entry::Damaged { id, reason, .. } => (id.clone(), reason.clone()),
+            other => panic!("expected damage, got {other:?}"),
+        };
+        let (id, reason) = damaged(&entries[3]);
+        assert_eq!(id, format!("{shard}:c"));
+        assert!(reason.contains("without an image member"), "{reason}");
+        let (id, reason) = damaged(&entries[4]);
+        assert_eq!(id, format!("{shard}:d.jpg"));
+        assert!(
+            reason.contains("d.cls") && reason.contains("seven"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn a_damaged_shard_reports_its_bad_parts_and_keeps_its_good_samples() {
+        let mut bytes = tar(&[
+            ("a.jpg", b"AAAA"),
+            ("b.jpg", b"BBBB"),
+            ("c.jpg", b"CCCC"),
+            ("d.jpg", &[7u8; 3000]),
+        ]);
+        // Corrupt b's header: its checksum fails, the index finds c's header next.
+        bytes[1024 + 10] ^= 0xFF;
+        // Cut the shard inside d's data.
+        bytes.truncate(3 * 1024 + 512 + 1000);
+        let (_dir, path) = written(&bytes);
+        let entries = index(&path).expect("index");
+        let ids: Vec<String> = entries
+            .iter()
+            .map(|e| match e {
+                Entry::Sample { id, .. } | Entry::Damaged { id, .. } => id.clone(),
+            })
+            .collect();
+        let shard = path.display().to_string();
+        assert_eq!(
+            ids,
+            vec![
+                format!("{shard}:a.jpg"),
+                format!("{shard}@1024"),
+                format!("{shard}:c.jpg"),
+                format!("{shard}:d.jpg"),
+            ]
+        );
+        assert!(matches!(entries[0], Entry::Sample { .. }));
+        assert!(
+            matches!(&entries[1], Entry::Damaged { reason, .. } if reason.contains("checksum"))
+        );
+        assert!(matches!(entries[2], Entry::Sample { .. }));
+        assert!(
+            matches!(&entries[3], Entry::Damaged { reason, .. } if reason.contains("truncated"))
+        );
+    }
+}
