@@ -364,7 +364,7 @@ pub(crate) mod tests {
     }
 
     fn pad(out: &mut Vec<u8>) {
-        while out.len() % 512 != 0 {
+        while !out.len().is_multiple_of(512) {
             out.push(0);
         }
     }
