@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use gpufeed::{
-    BatchOptions, ChannelOrder, DType, Decode, DecodeOptions, Device, EpochReport, Gray16,
-    Interpolation, LastBatch, Layout, OnError, Options, OutputOptions, Pipeline, ResizeMode,
-    ResizeOptions, RuntimeOptions, Source, DEFAULT_DECODE_MEMORY, DEFAULT_MAX_FILE_BYTES,
-    DEFAULT_MAX_PIXELS,
+    BatchOptions, ChannelOrder, DType, Decode, DecodeOptions, Device, DrawRange, EpochReport,
+    Gray16, Interpolation, LastBatch, Launch, Layout, OnError, Options, OutputOptions, Pipeline,
+    ResizeMode, ResizeOptions, RuntimeOptions, Shard, ShardBalance, Source, DEFAULT_DECODE_MEMORY,
+    DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, RANDOM_CROP_RATIO, RANDOM_CROP_SCALE,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Value};
@@ -23,15 +23,37 @@ pub struct RunArgs {
     #[arg(default_value = "assets")]
     dir: PathBuf,
     /// Treat DIR as an ImageFolder: each subfolder is a class, labels from sorted names.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "webdataset")]
     image_folder: bool,
+    /// Read the WebDataset tar shards in DIR (its .tar files, in sorted order): a sample's image
+    /// member by extension, its label from its .cls member.
+    #[arg(long)]
+    webdataset: bool,
     /// Images per batch.
     #[arg(long, default_value_t = 256)]
     batch_size: usize,
     /// How images reach the output size: center-crop (torchvision's Resize + CenterCrop),
-    /// stretch, or letterbox.
-    #[arg(long, default_value = "center-crop", value_parser = ["center-crop", "stretch", "letterbox"])]
+    /// stretch, letterbox, or random-resized-crop (torchvision's RandomResizedCrop, to the
+    /// --crop or --size output).
+    #[arg(long, default_value = "center-crop", value_parser = ["center-crop", "stretch", "letterbox", "random-resized-crop"])]
     resize_mode: String,
+    /// torchvision's ImageNet training transform: RandomResizedCrop to the --crop (or --size)
+    /// output, RandomHorizontalFlip, and a new shuffle every epoch, all drawn from --seed.
+    #[arg(long, conflicts_with_all = ["resize_mode", "shuffle"])]
+    train: bool,
+    /// Seed of the random transforms (and of the shuffle, with --train).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// RandomResizedCrop's area range MIN,MAX, as shares of the image's.
+    #[arg(long, value_delimiter = ',', num_args = 2, default_values_t = [RANDOM_CROP_SCALE.min, RANDOM_CROP_SCALE.max])]
+    scale: Vec<f64>,
+    /// RandomResizedCrop's aspect-ratio range MIN,MAX (width / height).
+    #[arg(long, value_delimiter = ',', num_args = 2, default_values_t = [RANDOM_CROP_RATIO.min, RANDOM_CROP_RATIO.max])]
+    ratio: Vec<f64>,
+    /// Chance, 0 to 1, that an image is mirrored left to right (RandomHorizontalFlip; 0.5 with
+    /// --train).
+    #[arg(long)]
+    hflip: Option<f64>,
     /// Shorter side after resizing (torchvision's Resize), for center-crop.
     #[arg(long, default_value_t = 256)]
     resize: u32,
@@ -84,6 +106,15 @@ pub struct RunArgs {
     /// Shuffle with this seed (a new order each epoch).
     #[arg(long)]
     shuffle: Option<u64>,
+    /// This process's part of DIR: RANK/WORLD (e.g. 0/4), or env to read it from torchrun's
+    /// (RANK, WORLD_SIZE, LOCAL_RANK) or Slurm's variables (with the GPU LOCAL_RANK unless
+    /// --device or --cpu).
+    #[arg(long, value_parser = parse_shard)]
+    shard: Option<ShardArg>,
+    /// How the ranks' parts are evened out: pad (every rank the same number of images, repeats
+    /// flagged), drop (cut to equal length) or uneven.
+    #[arg(long, default_value_t = ShardBalance::Pad)]
+    shard_balance: ShardBalance,
     /// Epochs to run.
     #[arg(long, default_value_t = 1)]
     epochs: u64,
@@ -117,7 +148,9 @@ pub struct RunArgs {
     dct_scaling: bool,
     /// Write every processed image, in order, to FILE.npy (output dtype and layout; bf16 as its
     /// raw u16 bits) and the id of each row to FILE.paths.txt (one a line, with backslash,
-    /// newline and carriage return written \\, \n and \r). Both appear only once the run has
+    /// newline and carriage return written \\, \n and \r); with labels, FILE.labels.txt; with
+    /// random transforms, FILE.crops.tsv (path, top, left, height, width, flipped: the arguments
+    /// of torchvision's F.resized_crop and F.hflip). They appear only once the run has
     /// succeeded.
     #[arg(long, value_name = "FILE.npy")]
     save: Option<PathBuf>,
@@ -127,6 +160,28 @@ pub struct RunArgs {
     /// Print only the summary, as one JSON object on stdout.
     #[arg(long)]
     json: bool,
+}
+
+/// `--shard`: a fixed part, or the launcher's variables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShardArg {
+    Fixed(Shard),
+    Env,
+}
+
+fn parse_shard(text: &str) -> std::result::Result<ShardArg, String> {
+    if text.trim().eq_ignore_ascii_case("env") {
+        return Ok(ShardArg::Env);
+    }
+    let (rank, world) = text
+        .split_once('/')
+        .ok_or_else(|| format!("{text:?}: expected RANK/WORLD (e.g. 0/4) or env"))?;
+    let number = |s: &str| {
+        s.trim()
+            .parse::<usize>()
+            .map_err(|e| format!("{text:?}: {e}"))
+    };
+    Ok(ShardArg::Fixed(Shard::new(number(rank)?, number(world)?)))
 }
 
 fn parse_size(text: &str) -> std::result::Result<(u32, u32), String> {
@@ -142,17 +197,37 @@ fn parse_size(text: &str) -> std::result::Result<(u32, u32), String> {
 }
 
 impl RunArgs {
-    /// The library's options for these arguments on `device`.
-    fn options(&self, device: Device) -> Result<Options> {
+    /// The library's options for these arguments on `device`, for this process's `shard`.
+    fn options(&self, device: Device, shard: Shard) -> Result<Options> {
         let (height, width) = self.size.unwrap_or((self.crop, self.crop));
+        let range = |values: &[f64], name: &str| -> Result<DrawRange> {
+            match values {
+                [min, max] => Ok(DrawRange::new(*min, *max)),
+                _ => Err(format!("--{name} takes two values, MIN,MAX").into()),
+            }
+        };
+        let random = ResizeMode::RandomResizedCrop {
+            height,
+            width,
+            scale: range(&self.scale, "scale")?,
+            ratio: range(&self.ratio, "ratio")?,
+        };
         let mode = match self.resize_mode.as_str() {
+            _ if self.train => random,
             "stretch" => ResizeMode::stretch(height, width),
             "letterbox" => ResizeMode::letterbox(height, width, self.pad),
+            "random-resized-crop" => random,
             _ => ResizeMode::ShorterSideThenCenterCrop {
                 shorter_side: self.resize,
                 height,
                 width,
             },
+        };
+        let flip = self.hflip.unwrap_or(if self.train { 0.5 } else { 0.0 });
+        let shuffle = if self.train {
+            Some(self.seed)
+        } else {
+            self.shuffle
         };
         let three = |values: &[f32], name: &str| -> Result<[f32; 3]> {
             <[f32; 3]>::try_from(values)
@@ -173,7 +248,9 @@ impl RunArgs {
             .resize(
                 ResizeOptions::default()
                     .mode(mode)
-                    .interpolation(self.interpolation),
+                    .interpolation(self.interpolation)
+                    .horizontal_flip(flip)
+                    .seed(self.seed),
             )
             .output(
                 OutputOptions::default()
@@ -195,7 +272,9 @@ impl RunArgs {
                     } else {
                         LastBatch::Keep
                     })
-                    .shuffle_seed(self.shuffle),
+                    .shuffle_seed(shuffle)
+                    .shard(shard)
+                    .shard_balance(self.shard_balance),
             )
             .runtime(
                 RuntimeOptions::default()
@@ -205,9 +284,21 @@ impl RunArgs {
             ))
     }
 
+    /// This process's shard, and the GPU its launcher gives it (with `--shard env`).
+    fn shard(&self) -> Result<(Shard, Option<usize>)> {
+        Ok(match self.shard {
+            None => (Shard::default(), None),
+            Some(ShardArg::Fixed(shard)) => (shard, None),
+            Some(ShardArg::Env) => {
+                let launch = Launch::from_env()?;
+                (launch.shard(), Some(launch.local_rank))
+            }
+        })
+    }
+
     /// The device: explicit `--device N` must work; `--cpu` is the CPU; otherwise the first GPU
-    /// if there is one, else the CPU with a message saying why.
-    fn device(&self) -> Device {
+    /// (or the launcher's, `local_gpu`) if there is one, else the CPU with a message saying why.
+    fn device(&self, local_gpu: Option<usize>) -> Device {
         if self.cpu {
             return Device::Cpu;
         }
@@ -215,7 +306,7 @@ impl RunArgs {
             return Device::Cuda(ordinal);
         }
         match gpufeed::cuda::probe() {
-            Ok(_) => Device::Cuda(0),
+            Ok(_) => Device::Cuda(local_gpu.unwrap_or(0)),
             Err(e) => {
                 eprintln!(
                     "gpufeed: {e}\ngpufeed: running the CPU stages and the CPU normalize instead \
@@ -230,6 +321,9 @@ impl RunArgs {
 /// The suffix of the labels file `--save` writes for a source with labels.
 const LABELS: &str = ".labels.txt";
 
+/// The suffix of the draws file `--save` writes with random transforms.
+const CROPS: &str = ".crops.tsv";
+
 /// What one run did, for the summary.
 struct Tally {
     reports: Vec<EpochReport>,
@@ -237,11 +331,30 @@ struct Tally {
     uploaded_bytes: usize,
 }
 
-/// Runs the pipeline as `args` say and prints the summary; returns the device used.
+/// Runs the pipeline as `args` say and prints the summary; returns the device used. With
+/// `--json`, stdout is one JSON object whatever happens: the summary (with an `error` field
+/// when the run stopped), or, when the run could not start, `{"error": ..., "dir": ...}`.
 pub fn run(args: &RunArgs) -> Result<Device> {
-    let device = args.device();
+    let mut summarized = false;
+    let outcome = run_and_summarize(args, &mut summarized);
+    if let Err(e) = &outcome {
+        if args.json && !summarized {
+            println!(
+                "{}",
+                json!({"error": e.to_string(), "dir": args.dir.display().to_string()})
+            );
+        }
+    }
+    outcome
+}
+
+fn run_and_summarize(args: &RunArgs, summarized: &mut bool) -> Result<Device> {
+    let (shard, local_gpu) = args.shard()?;
+    let device = args.device(local_gpu);
     let source = if args.image_folder {
         Source::image_folder(&args.dir)?
+    } else if args.webdataset {
+        Source::webdataset(&args.dir)?
     } else {
         Source::directory(&args.dir)?
     };
@@ -253,19 +366,26 @@ pub fn run(args: &RunArgs) -> Result<Device> {
         .iter()
         .map(|(folder, reason)| json!({"path": folder.display().to_string(), "reason": reason}))
         .collect();
-    let options = args.options(device)?;
+    let options = args.options(device, shard)?;
     if args.epochs == 0 {
         return Err("--epochs must be at least 1".into());
     }
-    // With labels, `--save` also writes FILE.labels.txt, one label a row.
-    let extra: &[&str] = if source.has_labels() { &[LABELS] } else { &[] };
+    // With labels, `--save` also writes FILE.labels.txt, one label a row; with random
+    // transforms, FILE.crops.tsv, one row of draws a row.
+    let mut extra = Vec::new();
+    if source.has_labels() {
+        extra.push(LABELS);
+    }
+    if options.resize.is_random() {
+        extra.push(CROPS);
+    }
     let mut saver = match &args.save {
         Some(path) => Some(Saver::create(
             path,
             options.output.dtype,
             &source,
             args.overwrite,
-            extra,
+            &extra,
         )?),
         None => None,
     };
@@ -309,6 +429,7 @@ pub fn run(args: &RunArgs) -> Result<Device> {
             value["error"] = json!(e.to_string());
         }
         println!("{value}");
+        *summarized = true;
     } else if outcome.is_ok() {
         summary.print();
     }
@@ -335,9 +456,30 @@ fn run_epochs(
                 progress.inc((batch.len() + batch.skipped().len()) as u64);
                 if let Some(saver) = saver.as_deref_mut() {
                     saver.append(&batch.images().to_host()?, batch.ids())?;
+                    let mut extra = 0;
                     if let Some(labels) = batch.labels() {
                         let lines: Vec<String> = labels.iter().map(u32::to_string).collect();
-                        saver.append_extra(0, &lines)?;
+                        saver.append_extra(extra, &lines)?;
+                        extra += 1;
+                    }
+                    if let Some(crops) = batch.crops() {
+                        let lines: Vec<String> = batch
+                            .ids()
+                            .iter()
+                            .zip(crops)
+                            .map(|(id, c)| {
+                                format!(
+                                    "{}\t{}\t{}\t{}\t{}\t{}",
+                                    crate::save::escape_line(id),
+                                    c.top,
+                                    c.left,
+                                    c.height,
+                                    c.width,
+                                    u8::from(c.flipped)
+                                )
+                            })
+                            .collect();
+                        saver.append_extra(extra, &lines)?;
                     }
                 }
                 last = Some(batch);
@@ -409,8 +551,8 @@ impl Summary<'_> {
             .zip(&self.tally.seconds)
             .map(|(r, &s)| {
                 json!({"epoch": r.epoch, "images": r.images, "batches": r.batches,
-                       "skipped": r.skipped.len(), "dropped": r.dropped, "seconds": s,
-                       "complete": r.complete})
+                       "padded": r.padded, "skipped": r.skipped.len(), "dropped": r.dropped,
+                       "seconds": s, "complete": r.complete})
             })
             .collect();
         json!({
@@ -421,6 +563,8 @@ impl Summary<'_> {
             "errors": errors,
             "unreadable_folders": self.unreadable,
             "dropped": self.tally.reports.iter().map(|r| r.dropped).sum::<usize>(),
+            "padded": self.tally.reports.iter().map(|r| r.padded).sum::<usize>(),
+            "shard": options.batching.shard.to_string(),
             "batches": self.tally.reports.iter().map(|r| r.batches).sum::<usize>(),
             "epochs": epochs,
             "batch_size": options.batching.batch_size,
@@ -484,6 +628,13 @@ impl Summary<'_> {
         let dropped: usize = self.tally.reports.iter().map(|r| r.dropped).sum();
         if dropped > 0 {
             println!("  dropped     {dropped} (partial last batch)");
+        }
+        let padded: usize = self.tally.reports.iter().map(|r| r.padded).sum();
+        if options.batching.shard.world > 1 {
+            println!(
+                "  shard       {} ({padded} rows padding it to the other ranks' length)",
+                options.batching.shard
+            );
         }
         println!(
             "  setup       {:.3} s (device, kernel compile, staging)",

@@ -393,3 +393,148 @@ fn decode_memory_bounds_peak_memory_whatever_the_threads() {
         assert!(peak <= bound, "{threads} threads: peak {peak} over {bound}");
     }
 }
+
+/// `--train --seed N --save out.npy` writes `out.crops.tsv`: one row per output row, the path and
+/// the arguments of torchvision's `F.resized_crop` and `F.hflip`; the same seed, the same rows.
+#[test]
+fn train_writes_the_draws_of_every_row() {
+    let dir = temp_dir("train");
+    let save = |name: &str| {
+        let npy = dir.join(name);
+        let o = gpufeed(&[
+            "run",
+            "assets",
+            "--cpu",
+            "--train",
+            "--seed",
+            "7",
+            "--crop",
+            "64",
+            "--batch-size",
+            "3",
+            "--save",
+            npy.to_str().expect("utf-8"),
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let crops = std::fs::read_to_string(dir.join(name.replace(".npy", ".crops.tsv")))
+            .expect("crops.tsv");
+        let paths = std::fs::read_to_string(dir.join(name.replace(".npy", ".paths.txt")))
+            .expect("paths.txt");
+        (crops, paths, std::fs::read(&npy).expect("npy"))
+    };
+    let (crops, paths, npy) = save("a.npy");
+    let rows: Vec<Vec<&str>> = crops.lines().map(|l| l.split('\t').collect()).collect();
+    assert_eq!(rows.len(), 7);
+    for (row, path) in rows.iter().zip(paths.lines()) {
+        assert_eq!(row.len(), 6, "{row:?}");
+        assert_eq!(row[0], path);
+        let (w, h) = image::image_dimensions(repo_path(row[0])).expect("size");
+        let n: Vec<u32> = row[1..5]
+            .iter()
+            .map(|v| v.parse().expect("number"))
+            .collect();
+        let (top, left, height, width) = (n[0], n[1], n[2], n[3]);
+        assert!(
+            width > 0 && height > 0 && left + width <= w && top + height <= h,
+            "{row:?}"
+        );
+        assert!(row[5] == "0" || row[5] == "1");
+    }
+    let (again, _, npy_again) = save("b.npy");
+    assert_eq!(crops, again, "the same seed draws the same boxes");
+    assert!(npy == npy_again, "and the same pixels");
+}
+
+/// WebDataset shards with `.cls` labels: `--webdataset` reads them, `--save` writes the labels.
+#[test]
+fn webdataset_shards_run_and_save_their_labels() {
+    let dir = temp_dir("wds");
+    let members = dir.join("m");
+    std::fs::create_dir_all(&members).expect("mkdir");
+    for (i, photo) in ["rocket.jpg", "coffee.png", "chelsea.png"]
+        .iter()
+        .enumerate()
+    {
+        let ext = photo.rsplit_once('.').map(|(_, e)| e).unwrap_or("jpg");
+        std::fs::copy(
+            repo_path(&format!("assets/{photo}")),
+            members.join(format!("k{i}.{ext}")),
+        )
+        .expect("copy");
+        std::fs::write(members.join(format!("k{i}.cls")), format!("{}", 4 - i)).expect("cls");
+    }
+    let shards = dir.join("shards");
+    std::fs::create_dir_all(&shards).expect("mkdir");
+    let status = Command::new("tar")
+        .arg("-cf")
+        .arg(shards.join("s-0.tar"))
+        .arg("-C")
+        .arg(&members)
+        .args(["k0.jpg", "k0.cls", "k1.png", "k1.cls", "k2.png", "k2.cls"])
+        .status()
+        .expect("tar");
+    assert!(status.success());
+    let npy = dir.join("w.npy");
+    let o = gpufeed(&[
+        "run",
+        shards.to_str().expect("utf-8"),
+        "--webdataset",
+        "--cpu",
+        "--json",
+        "--save",
+        npy.to_str().expect("utf-8"),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(last_json(&o)["images"], 3);
+    let labels = std::fs::read_to_string(dir.join("w.labels.txt")).expect("labels");
+    assert_eq!(labels, "4\n3\n2\n");
+    let paths = std::fs::read_to_string(dir.join("w.paths.txt")).expect("paths");
+    assert!(paths.lines().all(|l| l.contains("s-0.tar:k")), "{paths}");
+}
+
+/// `--shard RANK/WORLD` evens the ranks out and counts the padding; `--shard env` reads
+/// torchrun's variables, and says which are missing; a run that cannot start still prints JSON.
+#[test]
+fn shards_from_the_command_line_and_the_environment() {
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        Command::new(binary())
+            .args(args)
+            .envs(env.iter().copied())
+            .current_dir(repo_root())
+            .output()
+            .expect("run gpufeed")
+    };
+    let mut images = Vec::new();
+    for rank in 0..3 {
+        let shard = format!("{rank}/3");
+        let o = run(
+            &["run", "assets", "--cpu", "--json", "--shard", &shard],
+            &[],
+        );
+        assert!(o.status.success());
+        let j = last_json(&o);
+        assert_eq!(j["shard"], shard.as_str());
+        images.push((j["images"].as_u64(), j["padded"].as_u64()));
+    }
+    // 7 images on 3 ranks: 3 each, two of the rows padding.
+    assert_eq!(
+        images,
+        vec![(Some(3), Some(0)), (Some(3), Some(1)), (Some(3), Some(1))]
+    );
+    let o = run(
+        &["run", "assets", "--cpu", "--json", "--shard", "env"],
+        &[("RANK", "1"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "1")],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(last_json(&o)["shard"], "1/2");
+    let o = run(
+        &["run", "assets", "--cpu", "--json", "--shard", "env"],
+        &[("RANK", "1"), ("WORLD_SIZE", "2")],
+    );
+    assert!(!o.status.success());
+    let error = last_json(&o)["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(error.contains("LOCAL_RANK"), "{error}");
+}
