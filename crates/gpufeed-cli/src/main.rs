@@ -32,7 +32,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the pipeline over every image under DIR and print a summary.
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     /// Measure bytes and time of u8 vs f32 uploads and of the normalize kernel (needs a GPU).
     Bench(BenchArgs),
 }
