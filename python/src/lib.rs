@@ -49,8 +49,50 @@ pub(crate) fn to_py_err(error: gpufeed::Error) -> PyErr {
     }
 }
 
+/// What a pipeline's random transforms draw for the image with source index `index` in `epoch`,
+/// `width` x `height` pixels: `(top, left, height, width, flipped)`, the arguments of
+/// torchvision's `F.resized_crop` and `F.hflip` (the box of `RandomResizedCrop` with `scale`
+/// and `ratio`, a flip with chance `hflip`), exactly as a `Pipeline(..., seed=seed)` draws them.
+#[pyfunction]
+#[pyo3(signature = (width, height, index, epoch=0, *, seed=0, scale=(0.08, 1.0), ratio=(0.75, 4.0 / 3.0), hflip=0.5))]
+#[allow(clippy::too_many_arguments)]
+fn draw_crop(
+    width: u32,
+    height: u32,
+    index: usize,
+    epoch: u64,
+    seed: u64,
+    scale: (f64, f64),
+    ratio: (f64, f64),
+    hflip: f64,
+) -> PyResult<(u32, u32, u32, u32, bool)> {
+    let resize = gpufeed::ResizeOptions::default()
+        .mode(gpufeed::ResizeMode::RandomResizedCrop {
+            height: 224,
+            width: 224,
+            scale: gpufeed::DrawRange::new(scale.0, scale.1),
+            ratio: gpufeed::DrawRange::new(ratio.0, ratio.1),
+        })
+        .horizontal_flip(hflip)
+        .seed(seed);
+    gpufeed::Options::default()
+        .resize(resize)
+        .validate()
+        .map_err(to_py_err)?;
+    if width == 0 || height == 0 {
+        return Err(PyValueError::new_err(format!(
+            "an image of {width}x{height} has no pixels"
+        )));
+    }
+    let d = resize
+        .draw(width, height, index, epoch)
+        .ok_or_else(|| PyValueError::new_err("nothing is random"))?;
+    Ok((d.top, d.left, d.height, d.width, d.flipped))
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(draw_crop, m)?)?;
     m.add_class::<pipeline::Pipeline>()?;
     m.add_class::<pipeline::Batch>()?;
     m.add_class::<tensor::Tensor>()?;

@@ -6,8 +6,8 @@
 use std::str::FromStr;
 
 use gpufeed::{
-    ChannelOrder, DType, Decode, Device, Gray16, Interpolation, LastBatch, Layout, OnError,
-    PipelineBuilder, ResizeMode,
+    ChannelOrder, DType, Decode, Device, DrawRange, Gray16, Interpolation, LastBatch, Layout,
+    OnError, PipelineBuilder, ResizeMode, ShardBalance, RANDOM_CROP_RATIO, RANDOM_CROP_SCALE,
 };
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -26,6 +26,15 @@ pub(crate) struct Keywords {
     pad: u8,
     mean: [f32; 3],
     std: [f32; 3],
+    /// RandomResizedCrop's ranges.
+    scale: DrawRange,
+    ratio: DrawRange,
+    /// `train=True`: ImageNet's training transform.
+    train: bool,
+    /// The `hflip`, `seed` and `shuffle` keywords, which `train` completes.
+    hflip: Option<f64>,
+    seed: u64,
+    shuffle_given: bool,
 }
 
 type Apply = fn(&mut Keywords, &Bound<'_, PyAny>) -> PyResult<()>;
@@ -82,16 +91,42 @@ const KEYWORDS: &[(&str, Apply)] = &[
     keyword!("drop_last", |k, v: bool| k.with(|b| Ok(
         b.last_batch(if v { LastBatch::Drop } else { LastBatch::Keep })
     ))),
-    keyword!("shuffle", |k, v: Seed| k.with(|b| Ok(match v.0 {
-        Some(seed) => b.shuffle(seed),
-        None => b,
+    keyword!("shuffle", |k, v: Seed| {
+        k.shuffle_given = true;
+        k.with(|b| {
+            Ok(match v.0 {
+                Some(seed) => b.shuffle(seed),
+                None => b,
+            })
+        })
+    }),
+    keyword!("shard", |k, v: ShardKeyword| k.with(|b| Ok(match v {
+        ShardKeyword::None => b,
+        ShardKeyword::Fixed(rank, world) => b.shard(rank, world),
+        ShardKeyword::Env => b.shard_from_env(),
     }))),
-    keyword!("shard", |k, v: Option<(usize, usize)>| k.with(|b| Ok(
-        match v {
-            Some((rank, world)) => b.shard(rank, world),
-            None => b,
-        }
-    ))),
+    keyword!("shard_balance", |k, v: Name| k
+        .with(|b| Ok(b.shard_balance(parse::<ShardBalance>(&v)?)))),
+    keyword!("train", |k, v: bool| {
+        k.train = v;
+        Ok(())
+    }),
+    keyword!("seed", |k, v: u64| {
+        k.seed = v;
+        k.with(|b| Ok(b.seed(v)))
+    }),
+    keyword!("hflip", |k, v: f64| {
+        k.hflip = Some(v);
+        Ok(())
+    }),
+    keyword!("scale", |k, v: (f64, f64)| {
+        k.scale = DrawRange::new(v.0, v.1);
+        Ok(())
+    }),
+    keyword!("ratio", |k, v: (f64, f64)| {
+        k.ratio = DrawRange::new(v.0, v.1);
+        Ok(())
+    }),
     keyword!("threads", |k, v: usize| k.with(|b| Ok(b.threads(v)))),
     keyword!("prefetch", |k, v: usize| k.with(|b| Ok(b.prefetch(v)))),
     keyword!("max_pixels", |k, v: u64| k.with(|b| Ok(b.max_pixels(v)))),
@@ -140,6 +175,12 @@ impl Keywords {
             pad,
             mean: options.output.mean,
             std: options.output.std,
+            scale: RANDOM_CROP_SCALE,
+            ratio: RANDOM_CROP_RATIO,
+            train: false,
+            hflip: None,
+            seed: options.resize.seed,
+            shuffle_given: false,
             builder: Some(builder),
         }
     }
@@ -157,12 +198,13 @@ impl Keywords {
     fn set_mode(&mut self, name: &str) -> PyResult<()> {
         let canonical = name.trim().to_ascii_lowercase().replace('_', "-");
         match canonical.as_str() {
-            "center-crop" | "stretch" | "letterbox" => {
+            "center-crop" | "stretch" | "letterbox" | "random-resized-crop" => {
                 self.mode = canonical;
                 Ok(())
             }
             _ => Err(PyValueError::new_err(format!(
-                "unknown resize_mode {name:?}: expected one of center-crop stretch letterbox"
+                "unknown resize_mode {name:?}: expected one of center-crop stretch letterbox \
+                 random-resized-crop"
             ))),
         }
     }
@@ -170,6 +212,17 @@ impl Keywords {
     /// The builder with every keyword applied.
     fn finish(mut self) -> PyResult<PipelineBuilder> {
         let (height, width) = self.size;
+        if self.train {
+            // ImageNet's training transform: RandomResizedCrop, a coin-flip mirror and a new
+            // shuffle every epoch, from the seed.
+            self.mode = "random-resized-crop".into();
+            if !self.shuffle_given {
+                let seed = self.seed;
+                self.with(|b| Ok(b.shuffle(seed)))?;
+            }
+        }
+        let flip = self.hflip.unwrap_or(if self.train { 0.5 } else { 0.0 });
+        self.with(|b| Ok(b.horizontal_flip(flip)))?;
         let mode = match self.mode.as_str() {
             "center-crop" => ResizeMode::ShorterSideThenCenterCrop {
                 shorter_side: self
@@ -186,10 +239,15 @@ impl Keywords {
                          {other:?}: crop gives the output size"
                     )));
                 }
-                if other == "stretch" {
-                    ResizeMode::stretch(height, width)
-                } else {
-                    ResizeMode::letterbox(height, width, self.pad)
+                match other {
+                    "stretch" => ResizeMode::stretch(height, width),
+                    "random-resized-crop" => ResizeMode::RandomResizedCrop {
+                        height,
+                        width,
+                        scale: self.scale,
+                        ratio: self.ratio,
+                    },
+                    _ => ResizeMode::letterbox(height, width, self.pad),
                 }
             }
         };
@@ -319,5 +377,33 @@ impl<'py> FromPyObject<'_, 'py> for Seed {
             return Ok(Seed(flag.is_true().then_some(0)));
         }
         Ok(Seed(value.extract::<Option<u64>>()?))
+    }
+}
+
+/// `shard`: `None`, `(rank, world)`, or `"env"` (torchrun's or Slurm's variables).
+enum ShardKeyword {
+    None,
+    Fixed(usize, usize),
+    Env,
+}
+
+impl<'py> FromPyObject<'_, 'py> for ShardKeyword {
+    type Error = PyErr;
+
+    fn extract(value: Borrowed<'_, 'py, PyAny>) -> PyResult<Self> {
+        if value.is_none() {
+            return Ok(ShardKeyword::None);
+        }
+        if value.is_instance_of::<PyString>() {
+            let text: String = value.extract()?;
+            if text.trim().eq_ignore_ascii_case("env") {
+                return Ok(ShardKeyword::Env);
+            }
+            return Err(PyValueError::new_err(format!(
+                "{text:?}: expected (rank, world) or \"env\""
+            )));
+        }
+        let (rank, world): (usize, usize) = value.extract()?;
+        Ok(ShardKeyword::Fixed(rank, world))
     }
 }

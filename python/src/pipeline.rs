@@ -42,22 +42,29 @@ impl Pipeline {
 #[pymethods]
 impl Pipeline {
     #[new]
-    #[pyo3(signature = (source=None, *, paths=None, image_folder=false, **options))]
+    #[pyo3(signature = (source=None, *, paths=None, image_folder=false, webdataset=false, **options))]
     fn new(
         py: Python<'_>,
         source: Option<PathBuf>,
         paths: Option<Vec<PathBuf>>,
         image_folder: bool,
+        webdataset: bool,
         options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Pipeline> {
         let builder = builder_from(options)?;
+        if image_folder && webdataset {
+            return Err(PyTypeError::new_err(
+                "image_folder=True and webdataset=True: a folder is one or the other",
+            ));
+        }
         let source = match (source, paths) {
             (Some(root), None) if image_folder => Source::image_folder(root),
+            (Some(root), None) if webdataset => Source::webdataset(root),
             (Some(root), None) => Source::directory(root),
-            (None, Some(paths)) if !image_folder => Ok(Source::paths(paths)),
+            (None, Some(paths)) if !image_folder && !webdataset => Ok(Source::paths(paths)),
             (None, Some(_)) => {
                 return Err(PyTypeError::new_err(
-                    "image_folder=True needs a folder, not paths=[...]",
+                    "image_folder=True and webdataset=True need a folder, not paths=[...]",
                 ))
             }
             (Some(_), Some(_)) => {
@@ -144,12 +151,13 @@ impl Pipeline {
     }
 
     /// What happened to every image of the current epoch so far: a dict with `epoch`, `images`,
-    /// `batches`, `skipped` (a list of `(id, reason)`), `dropped` and `complete`.
+    /// `padded`, `batches`, `skipped` (a list of `(id, reason)`), `dropped` and `complete`.
     fn epoch_report<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let report = self.lock().epoch_report().clone();
         let dict = PyDict::new(py);
         dict.set_item("epoch", report.epoch)?;
         dict.set_item("images", report.images)?;
+        dict.set_item("padded", report.padded)?;
         dict.set_item("batches", report.batches)?;
         dict.set_item("skipped", skipped_list(&report.skipped))?;
         dict.set_item("dropped", report.dropped)?;
@@ -197,6 +205,14 @@ pub struct Batch {
     /// The epoch the batch belongs to.
     #[pyo3(get)]
     epoch: u64,
+    /// Whether each row pads this rank's shard (a repeat, so that every rank yields the same
+    /// number of batches): mask these rows when evaluating.
+    #[pyo3(get)]
+    padded: Vec<bool>,
+    /// What the random transforms drew for each row, `(top, left, height, width, flipped)` in
+    /// source pixels (torchvision's `F.resized_crop` then `F.hflip`), or `None` without them.
+    #[pyo3(get)]
+    crops: Option<Vec<(u32, u32, u32, u32, bool)>>,
 }
 
 impl Batch {
@@ -206,6 +222,13 @@ impl Batch {
         let indices = batch.indices().to_vec();
         let skipped = skipped_list(batch.skipped());
         let epoch = batch.epoch();
+        let padded = batch.padded().to_vec();
+        let crops = batch.crops().map(|crops| {
+            crops
+                .iter()
+                .map(|c| (c.top, c.left, c.height, c.width, c.flipped))
+                .collect()
+        });
         let images = Py::new(py, Tensor::new(Arc::new(batch.into_images())))?;
         Ok(Batch {
             images,
@@ -214,6 +237,8 @@ impl Batch {
             indices,
             skipped,
             epoch,
+            padded,
+            crops,
         })
     }
 }

@@ -120,7 +120,7 @@ def test_shuffle_is_deterministic_and_shards_partition():
     plain = order()
     shuffled = order(shuffle=7)
     assert shuffled == order(shuffle=7) and sorted(shuffled) == sorted(plain) and shuffled != plain
-    parts = [order(shard=(rank, 3)) for rank in range(3)]
+    parts = [order(shard=(rank, 3), shard_balance="uneven") for rank in range(3)]
     assert sorted(sum(parts, [])) == sorted(plain)
 
 

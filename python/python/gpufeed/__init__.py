@@ -23,6 +23,7 @@ from ._native import (
     ItemError,
     Pipeline,
     Tensor,
+    draw_crop,
 )
 
 __all__ = [
@@ -33,4 +34,5 @@ __all__ = [
     "ItemError",
     "Pipeline",
     "Tensor",
+    "draw_crop",
 ]

@@ -54,7 +54,23 @@ class Batch:
     indices: list[int]
     skipped: list[Tuple[str, str]]
     epoch: int
+    padded: list[bool]
+    crops: Optional[list[Tuple[int, int, int, int, bool]]]
     def __len__(self) -> int: ...
+
+def draw_crop(
+    width: int,
+    height: int,
+    index: int,
+    epoch: int = 0,
+    *,
+    seed: int = 0,
+    scale: Tuple[float, float] = (0.08, 1.0),
+    ratio: Tuple[float, float] = (0.75, 4.0 / 3.0),
+    hflip: float = 0.5,
+) -> Tuple[int, int, int, int, bool]:
+    """(top, left, height, width, flipped): what a Pipeline(seed=seed) with RandomResizedCrop
+    and RandomHorizontalFlip(hflip) draws for the image with this source index in this epoch."""
 
 class Pipeline:
     """Batches of images, prepared in the background. Iterating runs one epoch; iterating again
@@ -67,8 +83,11 @@ class Pipeline:
         *,
         paths: Optional[Sequence[_Path]] = None,
         image_folder: bool = False,
+        webdataset: bool = False,
         batch_size: int = 256,
-        resize_mode: Literal["center-crop", "stretch", "letterbox"] = "center-crop",
+        resize_mode: Literal[
+            "center-crop", "stretch", "letterbox", "random-resized-crop"
+        ] = "center-crop",
         resize: int = 256,
         crop: Union[int, Tuple[int, int]] = 224,
         pad: int = 0,
@@ -82,7 +101,13 @@ class Pipeline:
         on_error: Literal["skip", "fail"] = "skip",
         drop_last: bool = False,
         shuffle: Union[None, bool, int] = None,
-        shard: Optional[Tuple[int, int]] = None,
+        shard: Union[None, Tuple[int, int], Literal["env"]] = None,
+        shard_balance: Literal["pad", "drop", "uneven"] = "pad",
+        train: bool = False,
+        seed: int = 0,
+        hflip: float = 0.0,
+        scale: Tuple[float, float] = (0.08, 1.0),
+        ratio: Tuple[float, float] = (0.75, 4.0 / 3.0),
         threads: int = 0,
         prefetch: int = 2,
         max_pixels: int = 178_956_970,
