@@ -212,8 +212,11 @@ pub struct Batch {
     /// What the random transforms drew for each row, `(top, left, height, width, flipped)` in
     /// source pixels (torchvision's `F.resized_crop` then `F.hflip`), or `None` without them.
     #[pyo3(get)]
-    crops: Option<Vec<(u32, u32, u32, u32, bool)>>,
+    crops: Option<Vec<Crop>>,
 }
+
+/// `(top, left, height, width, flipped)`.
+type Crop = (u32, u32, u32, u32, bool);
 
 impl Batch {
     fn new(py: Python<'_>, batch: gpufeed::Batch) -> PyResult<Batch> {
