@@ -6,9 +6,11 @@
 //! `GPUFEED_BENCH_PASSES` (CPU-stage passes, default 3), `GPUFEED_BENCH_EPOCHS` (end-to-end
 //! epochs, default 10), `GPUFEED_BENCH_BATCH` (images per batch, default 256),
 //! `GPUFEED_BENCH_WHOLE` (0 leaves out the one-thread row with JPEGs decoded whole),
-//! `GPUFEED_BENCH_IN_MEMORY` (1 reads the files into memory first: no file reads timed).
+//! `GPUFEED_BENCH_IN_MEMORY` (1 reads the files into memory first: no file reads timed),
+//! `GPUFEED_BENCH_TRAIN` (1: torchvision's ImageNet training transform, RandomResizedCrop(224) +
+//! RandomHorizontalFlip, instead of Resize(256) + CenterCrop(224)).
 
-use gpufeed::{BatchOptions, Options};
+use gpufeed::{BatchOptions, Options, ResizeOptions};
 use gpufeed_bench::pipeline::{pipeline, PipelineBenchOptions};
 
 fn main() {
@@ -31,6 +33,7 @@ fn main() {
         .and_then(|p| p.parse().ok())
         .unwrap_or(256);
     let in_memory = std::env::var("GPUFEED_BENCH_IN_MEMORY").is_ok_and(|v| v == "1");
+    let train = std::env::var("GPUFEED_BENCH_TRAIN").is_ok_and(|v| v == "1");
     let whole_decode_row = std::env::var("GPUFEED_BENCH_WHOLE").map_or(true, |v| v != "0");
     let device = match gpufeed::cuda::probe() {
         Ok(_) => Some(0),
@@ -41,7 +44,13 @@ fn main() {
     };
     let options = PipelineBenchOptions {
         dir: dir.into(),
-        options: Options::default().batching(BatchOptions::default().batch_size(batch_size)),
+        options: Options::default()
+            .batching(BatchOptions::default().batch_size(batch_size))
+            .resize(if train {
+                ResizeOptions::imagenet_train(224, 0)
+            } else {
+                ResizeOptions::default()
+            }),
         threads,
         device,
         passes,

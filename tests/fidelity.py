@@ -3,7 +3,9 @@
 
 Runs `gpufeed run DIR --cpu --dtype f32 --save` (ImageNet normalization, NCHW), undoes the
 normalization (exact: the f32 values are fma(x, 1/(255 std), -mean/std) of the u8 pixel x), and
-compares every pixel with Pillow's Resize(256, BILINEAR) + CenterCrop(224) of the same file.
+compares every pixel with Pillow's Resize(256, BILINEAR) + CenterCrop(224) of the same file; with
+`--train` among the arguments, with Pillow's crop + resize (+ mirror) of the box each row's line
+of `out.crops.tsv` names: torchvision's `F.resized_crop` + `F.hflip` on the drawn parameters.
 
 usage: python3 tests/fidelity.py DIR [GPUFEED [ARGS...]]   (needs Pillow and numpy; GPUFEED
        defaults to target/release/gpufeed; ARGS go to `gpufeed run`, e.g. --dct-scaling, or
@@ -32,6 +34,14 @@ def torchvision(path, R=256, C=224):
     return np.asarray(im.crop((left, top, left + C, top + C)), np.int16)
 
 
+def resized_crop(path, top, left, height, width, flipped, size=224):
+    im = Image.open(path).convert("RGB").crop((left, top, left + width, top + height))
+    im = im.resize((size, size), Image.BILINEAR)
+    if flipped:
+        im = im.transpose(Image.FLIP_LEFT_RIGHT)
+    return np.asarray(im, np.int16)
+
+
 def main():
     folder = sys.argv[1]
     binary = sys.argv[2] if len(sys.argv) > 2 else "target/release/gpufeed"
@@ -43,9 +53,17 @@ def main():
                        + sys.argv[3:], check=True, stdout=subprocess.DEVNULL)
         out = np.load(npy)  # N, 3, 224, 224
         paths = open(os.path.join(tmp, "out.paths.txt")).read().split("\n")[:-1]
+        crops_file = os.path.join(tmp, "out.crops.tsv")
+        crops = [l.split("\t") for l in open(crops_file).read().splitlines()] \
+            if "--train" in sys.argv[3:] else None
     ours = np.rint(out.astype(np.float64) * (STD * 255)[None, :, None, None]
                    + (MEAN * 255)[None, :, None, None]).astype(np.int16).transpose(0, 2, 3, 1)
-    per_file = [np.abs(ours[i] - torchvision(p)).ravel() for i, p in enumerate(paths)]
+    if crops is not None:
+        assert len(crops) == len(paths) and all(c[0] == p for c, p in zip(crops, paths))
+        want = lambda i: resized_crop(paths[i], *map(int, crops[i][1:6]))
+    else:
+        want = lambda i: torchvision(paths[i])
+    per_file = [np.abs(ours[i] - want(i)).ravel() for i in range(len(paths))]
     diffs = np.concatenate(per_file)
     if "--worst" in os.environ.get("FIDELITY", ""):
         means = sorted(((d.mean(), i) for i, d in enumerate(per_file)), reverse=True)

@@ -682,3 +682,77 @@ fn hybrid_memory_is_flat_over_twenty_epochs() {
     assert!(rss[19] < rss[4] + (32 << 20), "host memory grew");
     assert!(free[19] + (64 << 20) > free[4], "device memory grew");
 }
+
+/// Training transforms on the GPU lane: every JPEG through the engines draws the box and flip
+/// the CPU lane draws for it (reported on the batch), and its pixels are the CPU lane's within
+/// the fidelity bars; the same settings give the same bytes again.
+#[test]
+fn hybrid_random_crops_and_flips_match_the_cpu_lane() {
+    let _serial = serial();
+    if !gpu_present("hybrid_random_crops_and_flips_match_the_cpu_lane") {
+        return;
+    }
+    let photos = [
+        "assets/rocket.jpg",
+        "assets/retina.jpg",
+        "assets/hubble_deep_field.jpg",
+    ];
+    let source = || Source::paths((0..18).map(|i| common::repo_path(photos[i % 3])));
+    let run = |decode: Decode| {
+        let mut pipeline = Pipeline::builder()
+            .source(source())
+            .imagenet_train(96, 21)
+            .batch_size(6)
+            .mean_std([0.0; 3], [1.0 / 255.0; 3])
+            .dtype(DType::F32)
+            .layout(Layout::Nhwc)
+            .decode(decode)
+            .gpu_share(1.0)
+            .device(Device::Cuda(0))
+            .build()
+            .expect("build");
+        let mut rows = Vec::new();
+        let mut by_gpu = 0;
+        for epoch in 0..2 {
+            for batch in &mut pipeline {
+                let batch = batch.expect("batch");
+                assert_eq!(batch.epoch(), epoch);
+                by_gpu += batch.decoded_by().1;
+                let values = batch.images().to_host().expect("host").to_f32_vec();
+                let per = values.len() / batch.len();
+                let crops = batch.crops().expect("draws").to_vec();
+                for (i, &index) in batch.indices().iter().enumerate() {
+                    rows.push((
+                        epoch,
+                        index,
+                        crops[i],
+                        values[i * per..(i + 1) * per].to_vec(),
+                    ));
+                }
+            }
+        }
+        rows.sort_by_key(|r| (r.0, r.1));
+        (rows, by_gpu)
+    };
+    let (cpu, _) = run(Decode::Cpu);
+    let (gpu, by_gpu) = run(Decode::Hybrid);
+    assert_eq!(by_gpu, 36, "every JPEG decoded by the engines");
+    let mut diffs = Vec::new();
+    let mut flipped = 0;
+    for (c, g) in cpu.iter().zip(&gpu) {
+        assert_eq!(
+            (c.0, c.1, c.2),
+            (g.0, g.1, g.2),
+            "the same draws on both lanes"
+        );
+        flipped += usize::from(g.2.flipped);
+        diffs.extend(c.3.iter().zip(&g.3).map(|(a, b)| (a - b).abs()));
+    }
+    diffs.sort_by(|a, b| a.total_cmp(b));
+    let mean = diffs.iter().sum::<f32>() / diffs.len() as f32;
+    let p999 = diffs[(diffs.len() - 1) * 999 / 1000];
+    println!("hybrid training crops vs the CPU lane: mean {mean:.3}, p99.9 {p999}, {flipped} of 36 flipped");
+    assert!(mean <= 0.5 && p999 <= 3.0, "mean {mean:.3}, p99.9 {p999}");
+    assert!((4..=32).contains(&flipped));
+    assert!(run(Decode::Hybrid).0 == gpu, "the same bytes on every run");
+}

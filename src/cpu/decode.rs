@@ -24,10 +24,11 @@ use zune_jpeg::JpegDecoder;
 use turbojpeg_region::{Colorspace, Format, Region, Request};
 
 use super::budget::BufferPool;
-use super::probe::{check_size, sniff_format};
+use super::probe::check_size;
 use crate::error::ItemErrorKind;
 use crate::geometry::SourceRect;
 use crate::options::{DecodeOptions, Gray16};
+use crate::source::sniff_format;
 
 /// A decoded image; its pixels are in the caller's buffer, rows packed, `channels` bytes a
 /// pixel. After a partial decode only the [`DecodeWindow`] holds this image's pixels; the rest of
@@ -94,8 +95,47 @@ pub(crate) fn decode(
     }
     match sniff_format(bytes).ok_or(ItemErrorKind::UnknownFormat)? {
         ImageFormat::Jpeg => decode_jpeg(bytes, options, window, pixels),
+        ImageFormat::WebP if !options.exif_orientation => match decode_webp(bytes, options, pixels)
+        {
+            Some(decoded) => decoded,
+            None => decode_with_image(bytes, ImageFormat::WebP, options, pixels, pool),
+        },
         format => decode_with_image(bytes, format, options, pixels, pool),
     }
+}
+
+/// A still WebP through libwebp, Pillow's decoder (the same pixels, at Pillow's speed): RGB, or
+/// RGBA with the alpha dropped as Pillow's `convert("RGB")` drops it. `None` for what libwebp's
+/// simple decoder does not take (animations, damaged files): the `image` crate decodes those, or
+/// says what is wrong with them.
+fn decode_webp(
+    bytes: &[u8],
+    options: &DecodeOptions,
+    pixels: &mut Vec<u8>,
+) -> Option<Result<Decoded, ItemErrorKind>> {
+    let features = webp::BitstreamFeatures::new(bytes)?;
+    if features.has_animation() {
+        return None;
+    }
+    let (width, height) = (features.width(), features.height());
+    if let Err(e) = check_size(u64::from(width), u64::from(height), options) {
+        return Some(Err(e));
+    }
+    let image = webp::Decoder::new(bytes).decode()?;
+    let channels = if image.is_alpha() { 4 } else { 3 };
+    if image.len() != width as usize * height as usize * channels {
+        return None;
+    }
+    pixels.clear();
+    if channels == 3 {
+        pixels.extend_from_slice(&image);
+    } else {
+        pixels.reserve(width as usize * height as usize * 3);
+        for rgba in image.chunks_exact(4) {
+            pixels.extend_from_slice(&rgba[..3]);
+        }
+    }
+    Some(Ok(Decoded::full(width, height)))
 }
 
 thread_local! {

@@ -8,21 +8,7 @@ use image::{ImageDecoder, ImageFormat};
 
 use crate::error::ItemErrorKind;
 use crate::options::DecodeOptions;
-use crate::source::OpenItem;
-
-/// The formats gpufeed decodes, by their first bytes.
-pub(crate) fn sniff_format(head: &[u8]) -> Option<ImageFormat> {
-    match image::guess_format(head).ok()? {
-        f @ (ImageFormat::Jpeg
-        | ImageFormat::Png
-        | ImageFormat::WebP
-        | ImageFormat::Bmp
-        | ImageFormat::Gif
-        | ImageFormat::Tiff
-        | ImageFormat::Pnm) => Some(f),
-        _ => None,
-    }
-}
+use crate::source::{sniff_format, OpenItem};
 
 /// An image's header, read before the image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -120,3 +120,22 @@ fn guarded<T>(
         .into()),
     }
 }
+
+/// Device 0 for a GPU test, or `None` when there is none, said on stderr past the test
+/// harness's capture (so a skipped test shows), unless `GPUFEED_REQUIRE_GPU=1`, which turns a
+/// missing GPU into a failure.
+#[cfg(test)]
+pub(crate) fn test_gpu(test: &str) -> Option<Gpu> {
+    use std::io::Write as _;
+    match Gpu::open(0) {
+        Ok(gpu) => Some(gpu),
+        Err(e) => {
+            assert!(
+                std::env::var("GPUFEED_REQUIRE_GPU").as_deref() != Ok("1"),
+                "GPUFEED_REQUIRE_GPU=1 but {e}"
+            );
+            let _ = writeln!(std::io::stderr(), "skipped: {test}: no CUDA device ({e})");
+            None
+        }
+    }
+}

@@ -303,22 +303,6 @@ mod tests {
     use crate::cpu::normalize;
     use crate::options::{Affine, DecodeOptions, OutputOptions, ResizeOptions};
 
-    /// Device 0's stream, or `None` (printing why) when there is no GPU, unless
-    /// `GPUFEED_REQUIRE_GPU=1`, which turns a missing GPU into a failure.
-    fn test_stream() -> Option<Arc<CudaStream>> {
-        match Gpu::open(0) {
-            Ok(gpu) => Some(gpu.stream().clone()),
-            Err(e) => {
-                assert!(
-                    std::env::var("GPUFEED_REQUIRE_GPU").as_deref() != Ok("1"),
-                    "GPUFEED_REQUIRE_GPU=1 but {e}"
-                );
-                eprintln!("skipped: no CUDA device ({e})");
-                None
-            }
-        }
-    }
-
     /// Deterministic pseudo-random bytes (xorshift).
     fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
         let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -351,7 +335,10 @@ mod tests {
 
     #[test]
     fn kernel_matches_reference_bit_for_bit() {
-        let Some(stream) = test_stream() else { return };
+        let Some(gpu) = crate::cuda::test_gpu(module_path!()) else {
+            return;
+        };
+        let stream = gpu.stream().clone();
         let stream = &stream;
         let kernel = Normalizer::new(stream).expect("compile");
         let real = ["assets/chelsea.png", "assets/rocket.jpg"];
@@ -423,7 +410,10 @@ mod tests {
 
     #[test]
     fn kernel_refuses_a_too_small_input() {
-        let Some(stream) = test_stream() else { return };
+        let Some(gpu) = crate::cuda::test_gpu(module_path!()) else {
+            return;
+        };
+        let stream = gpu.stream().clone();
         let stream = &stream;
         let kernel = Normalizer::new(stream).expect("compile");
         let input = stream.clone_htod(&[0u8; 10]).expect("upload");

@@ -108,6 +108,21 @@ pub(crate) enum OpenItem {
     Memory(Arc<[u8]>),
 }
 
+/// The formats gpufeed decodes, by their first bytes: what a source's files must start with.
+pub(crate) fn sniff_format(head: &[u8]) -> Option<image::ImageFormat> {
+    use image::ImageFormat;
+    match image::guess_format(head).ok()? {
+        f @ (ImageFormat::Jpeg
+        | ImageFormat::Png
+        | ImageFormat::WebP
+        | ImageFormat::Bmp
+        | ImageFormat::Gif
+        | ImageFormat::Tiff
+        | ImageFormat::Pnm) => Some(f),
+        _ => None,
+    }
+}
+
 /// Bytes read first: enough to sniff the format and, for nearly every file, to read its header
 /// without another read (the rest follows in one more read, if any is left).
 const HEAD_BYTES: usize = 64 << 10;
@@ -159,7 +174,7 @@ impl OpenItem {
         if head.is_empty() {
             return Err(ItemErrorKind::Decode("file is empty".into()));
         }
-        if crate::cpu::sniff_format(&head).is_none() {
+        if sniff_format(&head).is_none() {
             return Err(ItemErrorKind::UnknownFormat);
         }
         Ok(OpenItem::File {

@@ -1,7 +1,6 @@
 //! The lane against the CPU renditions: the batched resize on identical pixels, whole images
 //! through the engines and the ring, gray ones in calls of their own.
 
-use std::io::Write as _;
 use std::sync::Arc;
 
 use cudarc::driver::DevicePtr;
@@ -10,6 +9,7 @@ use super::*;
 use crate::cpu::prepare_image;
 use crate::cuda::resize::plan::{plan_batch, ResizeJob, SourceImage, SourcePixels};
 use crate::cuda::resize::BatchResizer;
+use crate::cuda::test_gpu;
 use crate::options::{DecodeOptions, ResizeMode, ResizeOptions};
 use crate::pillow::{resample, AxisPlan, PassOrder};
 
@@ -88,22 +88,6 @@ fn the_offer_depends_on_the_index_and_the_share_alone() {
     assert_eq!(span(0.5), 2 * CHUNK);
     assert_eq!(span(0.01), MAX_SPAN);
     assert_eq!(span(0.0), MAX_SPAN);
-}
-
-/// Device 0, or `None` (said past the test harness's capture) when there is none, unless
-/// `GPUFEED_REQUIRE_GPU=1`, which turns a missing GPU into a failure.
-fn test_gpu(test: &str) -> Option<Gpu> {
-    match Gpu::open(0) {
-        Ok(gpu) => Some(gpu),
-        Err(e) => {
-            assert!(
-                std::env::var("GPUFEED_REQUIRE_GPU").as_deref() != Ok("1"),
-                "GPUFEED_REQUIRE_GPU=1 but {e}"
-            );
-            let _ = writeln!(std::io::stderr(), "skipped: {test}: no CUDA device ({e})");
-            None
-        }
-    }
 }
 
 /// Deterministic pseudo-random bytes (xorshift).
