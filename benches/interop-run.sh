@@ -18,6 +18,9 @@ export PYTHONUNBUFFERED=1
 corpus=${CORPUS:-/tmp/corpus}
 site=${SITE:-/tmp/gpufeed-site}
 rounds=${ROUNDS:-3}
+# Epochs per measurement of the CLI and the Python loop (one epoch of 2,000 images is a quarter
+# of a second: too short to compare two processes' rates).
+epochs=${EPOCHS:-5}
 rc=0
 step() { echo; echo "=== $*"; }
 
@@ -44,21 +47,23 @@ unset GPUFEED_REQUIRE_GPU
 [ -d "$corpus" ] || python3 .gpu/tools/make-corpus "$corpus" 2000 >/dev/null
 echo "corpus: $(find "$corpus" -type f | wc -l) files in $corpus"
 
-step "gpufeed run and the Python loop over gpufeed (torch.from_dlpack each batch, no model), in turn"
+step "gpufeed run and the Python loop over gpufeed (torch.from_dlpack each batch, no model), $epochs epochs each, in turn"
 cat >/tmp/gpufeed-python-loop.py <<'PY'
 import sys, time, torch, gpufeed
 torch.zeros(1, device="cuda:0")  # torch's CUDA context first, as gpufeed run opens its own before the clock
 pipe = gpufeed.Pipeline(sys.argv[1])  # the defaults of `gpufeed run`: f16 NCHW, batch 256, cuda:0
+epochs = int(sys.argv[2]) if len(sys.argv) > 2 else 1
 started, images = time.perf_counter(), 0
-for batch in pipe:
-    images += torch.from_dlpack(batch.images).shape[0]
+for _ in range(epochs):  # as `gpufeed run --epochs N`: each iteration runs the next epoch
+    for batch in pipe:
+        images += torch.from_dlpack(batch.images).shape[0]
 torch.cuda.synchronize()
 print(images / (time.perf_counter() - started))
 PY
 : >/tmp/interop-rates.txt
 for round in $(seq "$rounds"); do
-  cli=$(.gpu/bin/bin-gpufeed run "$corpus" --json | tail -1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["images_per_s"])')
-  py=$(python3 /tmp/gpufeed-python-loop.py "$corpus")
+  cli=$(.gpu/bin/bin-gpufeed run "$corpus" --json --epochs "$epochs" | tail -1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["images_per_s"])')
+  py=$(python3 /tmp/gpufeed-python-loop.py "$corpus" "$epochs")
   echo "round $round: gpufeed run $cli images/s, Python loop $py images/s" | tee -a /tmp/interop-rates.txt
 done
 python3 - <<'PY'

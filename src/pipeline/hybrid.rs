@@ -43,6 +43,9 @@ const SHARE_STEPS: f32 = 64.0;
 /// Images the GPU lane is measured on (fewer if the epoch has fewer).
 const PROBE_GPU_IMAGES: usize = 1024;
 
+/// Images the engines warm up on before they are measured.
+const PROBE_WARM_UP: usize = 64;
+
 /// Images the CPU lane is measured on meanwhile.
 const PROBE_CPU_IMAGES: usize = 256;
 
@@ -130,7 +133,7 @@ pub(crate) fn measure(
         Ok((seconds, taken))
     };
     // A warm-up of the engines (their first calls initialize them).
-    gpu_pass(lane, &gpu_images[..gpu_images.len().min(batch_size.max(1))])?;
+    gpu_pass(lane, &gpu_images[..gpu_images.len().min(PROBE_WARM_UP)])?;
     let (gpu, cpu_side) = std::thread::scope(|scope| {
         let gpu = scope.spawn(|| gpu_pass(lane, gpu_images));
         // The CPU lane meanwhile, a batch at a time into the staging.

@@ -103,12 +103,12 @@ impl Pipeline {
             return Err(Error::invalid("source", "the source has no images"));
         }
         let output = output::open(&options, Geometry::new(&options.resize).image_bytes())?;
-        // By default the CPU lane leaves the cores the GPU lane's submitting threads keep busy,
-        // and one for the thread that hands the batches out.
+        // By default the CPU lane leaves two cores to the GPU lane's submitting threads (which
+        // wait on the engines most of the time) and the thread that hands the batches out.
         let threads = match (options.runtime.threads, output.gpu_lane_threads()) {
             (0, lane) if lane > 0 => std::thread::available_parallelism()
                 .map_or(1, |n| n.get())
-                .saturating_sub(lane + 1)
+                .saturating_sub(2)
                 .max(1),
             (threads, _) => threads,
         };
@@ -117,12 +117,12 @@ impl Pipeline {
         let ahead = match output.gpu_lane_threads() {
             0 => None,
             _ => {
-                let batch = options.batching.batch_size;
+                let lookahead = crate::cuda::lookahead(options.batching.batch_size);
                 Some(CpuAhead::start(
                     lane.core(),
                     lane.threads(),
-                    2 * batch,
-                    3 * batch,
+                    lookahead,
+                    options.batching.batch_size + lookahead,
                 )?)
             }
         };

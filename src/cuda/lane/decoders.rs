@@ -9,8 +9,8 @@ use cudarc::driver::{CudaEvent, CudaModule, CudaSlice, CudaStream, DevicePtrMut}
 
 use super::runner::{Shared, Work};
 use super::{
-    LaneOutput, LaneResult, LaneUnavailable, Screened, CHUNK, MAX_CALL_PIXELS, MAX_COMPRESSED,
-    MAX_RANGE_BYTES,
+    LaneOutput, LaneResult, LaneUnavailable, Screened, CHUNK, MAX_CALL_BYTES, MAX_CALL_PIXELS,
+    MAX_COMPRESSED,
 };
 use crate::cuda::device::Gpu;
 use crate::cuda::jpeg::{
@@ -121,37 +121,52 @@ impl DecoderSet {
         &self.stream
     }
 
-    /// The range of `job`: one result per position. The files go to the engines in calls of
-    /// at most [`CHUNK`] images and [`MAX_CALL_PIXELS`] pixels (a larger image alone), each
-    /// resized before the next is decoded. A call that fails leaves its images to the CPU lane,
+    /// The range of `job`: one result per position. The files are read and go to the engines in
+    /// calls of at most [`CHUNK`] images, [`MAX_CALL_PIXELS`] pixels and [`MAX_CALL_BYTES`]
+    /// compressed bytes (a larger image alone), each resized before the next is read. A call that fails leaves its images to the CPU lane,
     /// and the set's stream idle before their slots are handed out again.
     pub fn run(&mut self, job: &Job, shared: &Shared) -> Vec<LaneResult> {
         let mut results = vec![LaneResult::Refused; job.positions.len()];
         if !job.ordered {
             return results;
         }
-        let files = self.read(job, shared);
-        let mut written = Vec::with_capacity(files.len());
-        let mut start = 0;
-        while start < files.len() {
-            let mut end = start;
-            let mut pixels = 0u64;
-            while end < files.len() && end - start < CHUNK {
-                let info = files[end].2.info;
+        let mut written = Vec::with_capacity(job.positions.len());
+        let mut next = 0;
+        // A file read for the next call, which did not fit in the last.
+        let mut carried = None;
+        loop {
+            let mut call: Vec<(usize, ItemBytes, Screened)> = Vec::new();
+            let (mut pixels, mut bytes) = (0u64, 0u64);
+            while call.len() < CHUNK {
+                let Some(file) = carried
+                    .take()
+                    .or_else(|| self.read_next(job, shared, &mut next))
+                else {
+                    break;
+                };
+                let info = file.2.info;
                 let more = u64::from(info.width) * u64::from(info.height);
-                if end > start && pixels + more > MAX_CALL_PIXELS {
+                let size = file.1.len() as u64;
+                if !call.is_empty()
+                    && (pixels + more > MAX_CALL_PIXELS || bytes + size > MAX_CALL_BYTES as u64)
+                {
+                    carried = Some(file);
                     break;
                 }
                 pixels += more;
-                end += 1;
+                bytes += size;
+                call.push(file);
             }
-            let call = &files[start..end];
+            if call.is_empty() {
+                break;
+            }
             let jpegs: Vec<(&[u8], Screened)> =
                 call.iter().map(|(_, bytes, s)| (&**bytes, *s)).collect();
             let at: Vec<usize> = call.iter().map(|&(k, _, _)| k).collect();
             let made = self
                 .decode(&jpegs)
                 .and_then(|images| self.resize(job, shared, &at, &images));
+            drop(jpegs);
             match made {
                 Ok(mut done) => written.append(&mut done),
                 Err(_) => {
@@ -159,12 +174,11 @@ impl DecoderSet {
                     let _ = self.stream.synchronize();
                 }
             }
-            start = end;
-        }
-        // The decoders staged the bytes: the buffers are free again.
-        for (_, bytes, _) in files {
-            if self.buffers.len() < KEPT_BUFFERS {
-                self.buffers.push(bytes.into_buffer());
+            // The decoder staged the bytes: the buffers are free again.
+            for (_, bytes, _) in call {
+                if self.buffers.len() < KEPT_BUFFERS {
+                    self.buffers.push(bytes.into_buffer());
+                }
             }
         }
         if written.is_empty() {
@@ -208,35 +222,36 @@ impl DecoderSet {
         Ok(event)
     }
 
-    /// The files of the job the engines take, each with its place `k` in the job and how it is
-    /// decoded; unreadable, oversized or refused files are left out (the CPU lane takes them).
-    fn read(&mut self, job: &Job, shared: &Shared) -> Vec<(usize, ItemBytes, Screened)> {
+    /// The next file of the job, from place `*next` on, that the engines take, with its place
+    /// `k` in the job and how it is decoded; unreadable, oversized or refused files are passed
+    /// over (the CPU lane takes them). `None` once the job's files are all read.
+    fn read_next(
+        &mut self,
+        job: &Job,
+        shared: &Shared,
+        next: &mut usize,
+    ) -> Option<(usize, ItemBytes, Screened)> {
         let source = &job.work.lane.source;
         let max_bytes = shared.limits.max_file_bytes.min(MAX_COMPRESSED as u64);
-        let mut files = Vec::with_capacity(job.positions.len());
-        let mut total = 0u64;
-        for (k, &(_, index)) in job.positions.iter().enumerate() {
+        while let Some(&(_, index)) = job.positions.get(*next) {
+            let k = *next;
+            *next += 1;
             let Ok(item) = source.item(index).open(max_bytes) else {
                 continue;
             };
-            if !item.head().starts_with(&[0xFF, 0xD8, 0xFF])
-                || total + item.len() > MAX_RANGE_BYTES as u64
-            {
+            if !item.head().starts_with(&[0xFF, 0xD8, 0xFF]) {
                 continue;
             }
             let buffer = self.buffers.pop().unwrap_or_default();
             match item.read(buffer) {
                 Ok(bytes) => match shared.screen.take(&bytes) {
-                    Some(screened) => {
-                        total += bytes.len() as u64;
-                        files.push((k, bytes, screened));
-                    }
+                    Some(screened) => return Some((k, bytes, screened)),
                     None => self.buffers.push(bytes.into_buffer()),
                 },
                 Err((_, buffer)) => self.buffers.push(buffer),
             }
         }
-        files
+        None
     }
 
     /// Queues the decode of `jpegs` on the set's stream (colour and gray ones in calls of their

@@ -17,8 +17,8 @@
 //! The lane is opened once per pipeline; when nvJPEG, the engines or a filter are missing it is
 //! not opened, and the reason says why. Its memory is sized once: the ring (a batch, the
 //! lookahead and one range per thread), each thread's decoders and buffers (grown only when a
-//! larger image arrives), and the compressed bytes of one range per thread (at most
-//! [`MAX_RANGE_BYTES`]).
+//! larger image arrives), and the compressed bytes of one call per thread (at most
+//! [`MAX_CALL_BYTES`]).
 
 mod decoders;
 mod runner;
@@ -50,9 +50,9 @@ const GRAY_ON_THE_GPU: bool = true;
 /// Largest compressed file the lane takes (others go to the CPU lane).
 const MAX_COMPRESSED: usize = 16 << 20;
 
-/// The most compressed bytes one submitting thread reads for one range; the rest of a range
-/// over it goes to the CPU lane.
-pub(crate) const MAX_RANGE_BYTES: usize = 64 << 20;
+/// The most compressed bytes one `nvjpegDecodeBatched` takes (a larger file alone): what one
+/// submitting thread holds read at a time.
+pub(crate) const MAX_CALL_BYTES: usize = 64 << 20;
 
 /// Host threads that submit images to the engines, each with its own decoders and stream:
 /// `nvjpegDecodeBatched` returns only once the engines are done, so while one thread waits for
@@ -79,6 +79,15 @@ pub(crate) fn offered(index: usize, share: f32) -> bool {
     z ^= z >> 31;
     ((z >> 40) as f32) < share * (1u64 << 24) as f32
 }
+
+/// Positions the lanes work ahead of the batches: two batches, and at least [`MIN_LOOKAHEAD`]
+/// (small batches of large images would otherwise leave the lanes waiting for the next one).
+pub(crate) fn lookahead(batch_size: usize) -> usize {
+    (2 * batch_size).max(MIN_LOOKAHEAD)
+}
+
+/// The fewest positions the lanes work ahead.
+const MIN_LOOKAHEAD: usize = 256;
 
 /// Positions per range under `share`: about [`CHUNK`] offered images each.
 fn span(share: f32) -> usize {
@@ -272,8 +281,8 @@ impl JpegLane {
             format!(", {engines} JPEG engines x {cores}")
         });
         let image_bytes = geometry.image_bytes();
-        // One batch, the lookahead (two batches) and one range per thread.
-        let lookahead = 2 * config.batch_size;
+        // One batch, the lookahead and one range per thread.
+        let lookahead = lookahead(config.batch_size);
         let slots = config.batch_size + lookahead + SUBMITTING_THREADS * MAX_SPAN;
         let runner = Runner::start(
             gpu,
@@ -299,7 +308,8 @@ impl JpegLane {
     /// Bytes of device memory the lane takes for `config` (before opening it): its ring, and
     /// each thread's decode, colour and resize buffers.
     pub fn device_bytes(config: &LaneConfig) -> u128 {
-        let slots = 3 * config.batch_size + SUBMITTING_THREADS * MAX_SPAN;
+        let slots =
+            config.batch_size + lookahead(config.batch_size) + SUBMITTING_THREADS * MAX_SPAN;
         let per_thread = 6 * MAX_CALL_PIXELS as u128;
         slots as u128 * config.geometry.image_bytes() as u128
             + SUBMITTING_THREADS as u128 * per_thread
