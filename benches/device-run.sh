@@ -1,75 +1,134 @@
 #!/usr/bin/env bash
-# How the README's GPU figures are made: run on a GPU machine from the repository root, after
-# building the executables into .gpu/ (tests, benches, the CLI; see README "Figures").
-# Writes logs, CSV and SVG to ${OUT:-/tmp/gpufeed-out}. Steps: all tests with the GPU required,
-# compute-sanitizer (memcheck, racecheck) on the GPU tests, the upload bench, the pipeline bench
-# on a 2,000-image corpus in rounds with Pillow's rate on the same files, and `gpufeed run` on the GPU vs
-# --cpu on that corpus (outputs compared bit for bit), and the partial JPEG decode checked against
-# the whole decode on the corpus. STEPS picks steps (default: all of
-# "tests sanitizer upload pipeline run").
+# How the README's GPU figures are made: run on the GPU machine from the repository root, after
+# building the executables into .gpu/ (../shared/tools/gpu-bundle; see README "Figures").
+# Writes logs, CSV and SVG to ${OUT:-/tmp/gpufeed-out}. STEPS picks steps (default: all of
+# "tests sanitizer upload pipeline hybrid large train fidelity"):
+#   tests      every test executable with the GPU required
+#   sanitizer  compute-sanitizer memcheck and racecheck on the GPU unit tests and hybrid tests
+#   upload     the u8-vs-f32 upload and kernel bench
+#   pipeline   the pipeline bench on a 2,000-image corpus, in ROUNDS rounds, each after Pillow
+#   hybrid     gpufeed run --decode cpu and --decode hybrid in turn on 8,192 files (host CPU time
+#              per image too), and --cpu against the GPU path
+#   large      camera-size JPEGs (benches/make-large.py): PyTorch's DataLoader vs gpufeed
+#   train      the training transform per core: Pillow (torchvision) vs the CPU stage, in turn
+#   fidelity   every output mode against Pillow on 2,000 files (CPU, hybrid, the engines alone,
+#              training crops on both lanes), and --dct-scaling on real photos
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 out=${OUT:-/tmp/gpufeed-out}
 mkdir -p "$out"
-corpus=${CORPUS:-/tmp/corpus}
-steps=${STEPS:-tests sanitizer upload pipeline run}
+steps=${STEPS:-tests sanitizer upload pipeline hybrid large train fidelity}
+rounds=${ROUNDS:-3}
 want() { [[ " $steps " == *" $1 "* ]]; }
 step() { echo; echo "=== $*"; }
+g=.gpu/bin/bin-gpufeed
 
 step "device"
 nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader
 lscpu | grep -E "^(Model name|Thread|Core|Socket)"
 
+# The corpora, made in the background while the tests run.
+( [ -d /tmp/c8k ] || python3 .gpu/tools/make-corpus /tmp/c8k 8192 0 >/dev/null
+  [ -d /tmp/c2k ] || python3 .gpu/tools/make-corpus /tmp/c2k 2000 1 >/dev/null
+  [ -d /tmp/large ] || python3 benches/make-large.py .gpu/photos /tmp/large 96 1 ) &
+
 if want tests; then
-step "tests (GPUFEED_REQUIRE_GPU=1)"
-bash .gpu/run-tests.sh 2>&1 | tee /tmp/tests.log | grep -E "^==|test result|FAILED|panicked"
-for t in .gpu/bin/test-gpu; do "$t" --nocapture --test-threads 1 2>&1 | grep -E "pipelines:|epochs of|refused:"; done
+  step "tests (GPUFEED_REQUIRE_GPU=1)"
+  bash .gpu/run-tests.sh >"$out/tests.log" 2>&1; echo "run-tests exit $?"
+  grep -E "^==|test result|FAILED|panicked" "$out/tests.log"
+  GPUFEED_REQUIRE_GPU=1 .gpu/bin/test-gpu --test-threads 1 --nocapture hybrid_ 2>&1 \
+    | grep -E "20 epochs|training crops|hybrid vs Pillow|test result"
 fi
 
 if want sanitizer && command -v compute-sanitizer >/dev/null; then
-step "compute-sanitizer"
+  step "compute-sanitizer"
   for tool in memcheck racecheck; do
-    for t in .gpu/bin/test-lib-gpufeed .gpu/bin/test-gpu; do
-      GPUFEED_REQUIRE_GPU=1 compute-sanitizer --tool $tool --error-exitcode 3 "$t" --test-threads 1 \
-        gpu >"/tmp/sanitizer-$tool-$(basename $t).log" 2>&1
-      echo "$tool $(basename $t): exit $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "/tmp/sanitizer-$tool-$(basename $t).log" | tail -1)"
-    done
+    GPUFEED_REQUIRE_GPU=1 timeout 150 compute-sanitizer --tool $tool --error-exitcode 3 \
+      .gpu/bin/test-lib-gpufeed --test-threads 1 cuda >"/tmp/san-$tool.log" 2>&1
+    echo "$tool lib cuda: exit $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "/tmp/san-$tool.log" | tail -1)"
   done
+  GPUFEED_REQUIRE_GPU=1 timeout 200 compute-sanitizer --tool memcheck --error-exitcode 3 \
+    .gpu/bin/test-gpu --test-threads 1 hybrid_random hybrid_accounts >/tmp/san-hybrid.log 2>&1
+  echo "memcheck gpu hybrid: exit $? $(grep -E 'ERROR SUMMARY' /tmp/san-hybrid.log | tail -1)"
 fi
 
 if want upload; then
-step "upload bench"
-GPUFEED_BENCH_OUT="$out" .gpu/bin/bench-upload 2>&1 | tee "$out/upload.txt"  # + upload.csv, upload.svg
-for v in "GPUFEED_NCHW_GROUPS=1" "GPUFEED_NCHW_GROUPS=4" "GPUFEED_STREAMING_STORES=1"; do
-  echo "variant $v:"
-  env $v GPUFEED_BENCH_BATCHES=256 GPUFEED_BENCH_OUT=/tmp .gpu/bin/bench-upload 2>&1 | grep -A2 "Fused" | tail -1
-done
+  step "upload bench"
+  GPUFEED_BENCH_OUT="$out" .gpu/bin/bench-upload 2>&1 | tee "$out/upload.txt"  # + upload.csv, .svg
 fi
+wait
 
-[ -d "$corpus" ] || python3 .gpu/tools/make-corpus "$corpus" 2000
-if want pipeline; then
-# This machine's CPUs change speed from minute to minute (a shared host): Pillow and the bench
-# run in turn, ROUNDS times; compare figures within a round, or medians over the rounds.
-for round in $(seq "${ROUNDS:-3}"); do
-step "pipeline bench, round $round: Pillow, then gpufeed on the same files"
-python3 .gpu/tools/pil-baseline "$corpus" | tee -a "$out/pipeline.txt"
-GPUFEED_BENCH_PASSES=${PASSES:-3} GPUFEED_BENCH_EPOCHS=${EPOCHS:-10} GPUFEED_BENCH_DIR="$corpus" \
-  GPUFEED_BENCH_THREADS=${THREADS:-1,2,4,8,16} .gpu/bin/bench-pipeline 2>&1 | tee -a "$out/pipeline.txt"
-done
-step "partial JPEG decode against the whole decode, on the corpus"
-GPUFEED_TEST_CORPUS="$corpus" .gpu/bin/test-lib-gpufeed partial_decode 2>&1 | grep -E "^test "
-fi
-
-want run || exit 0
-step "gpufeed run: GPU vs --cpu"
-.gpu/bin/bin-gpufeed run "$corpus" --json | tail -1 | tee -a "$out/run.json"
-.gpu/bin/bin-gpufeed run "$corpus" --save /tmp/g.npy >/dev/null
-.gpu/bin/bin-gpufeed run "$corpus" --cpu --save /tmp/c.npy --json | tail -1 | tee -a "$out/run.json"
-python3 - <<'PY'
-import numpy as np
-g, c = np.load("/tmp/g.npy"), np.load("/tmp/c.npy")
-same = g.shape == c.shape and (g.view(np.uint16) == c.view(np.uint16)).all()
-paths = open("/tmp/g.paths.txt").read() == open("/tmp/c.paths.txt").read()
-print(f"GPU {g.shape} {g.dtype} vs CPU {c.shape}: identical bits {same}, same paths {paths}, "
-      f"max |diff| {np.abs(g.astype(np.float32) - c.astype(np.float32)).max()}")
+# One `gpufeed run` with the process's CPU time per image.
+cat >/tmp/timed.py <<'PY'
+import json, resource, subprocess, sys
+r = subprocess.run(sys.argv[2:], capture_output=True, text=True)
+u = resource.getrusage(resource.RUSAGE_CHILDREN)
+try:
+    j = json.loads(r.stdout.strip().splitlines()[-1])
+except Exception:
+    print("FAILED", r.returncode, r.stderr[-1500:]); sys.exit(1)
+cpu = u.ru_utime + u.ru_stime
+print(f"{sys.argv[1]}: {j['images_per_s']:.0f} img/s, {j['images']} images, skipped {j['skipped']}, "
+      f"by {j['decoded_by']}, share {j['gpu_share']}, host CPU {1e3*cpu/max(1,j['images']):.3f} ms/img")
 PY
+
+if want pipeline; then
+  for round in $(seq "$rounds"); do
+    step "pipeline bench, round $round: Pillow, then gpufeed on the same files"
+    python3 .gpu/tools/pil-baseline /tmp/c2k | tee -a "$out/pipeline.txt"
+    GPUFEED_BENCH_PASSES=3 GPUFEED_BENCH_EPOCHS=5 GPUFEED_BENCH_DIR=/tmp/c2k \
+      GPUFEED_BENCH_THREADS=${THREADS:-1,16} .gpu/bin/bench-pipeline 2>&1 | tee -a "$out/pipeline.txt"
+  done
+fi
+
+if want hybrid; then
+  step "--decode cpu and --decode hybrid: 8,192 files, 3 epochs a run, in turn"
+  for round in $(seq "$rounds"); do
+    python3 /tmp/timed.py "round $round cpu   " $g run /tmp/c8k --json --epochs 3 --decode cpu
+    python3 /tmp/timed.py "round $round hybrid" $g run /tmp/c8k --json --epochs 3 --decode hybrid
+  done
+  python3 /tmp/timed.py "training, cpu   " $g run /tmp/c8k --json --epochs 3 --train --decode cpu
+  python3 /tmp/timed.py "training, hybrid" $g run /tmp/c8k --json --epochs 3 --train --decode hybrid
+  step "--cpu against the GPU path (CPU decode, the same threads), in turn"
+  for round in $(seq "$rounds"); do
+    python3 /tmp/timed.py "round $round GPU path" $g run /tmp/c8k --json --epochs 2
+    python3 /tmp/timed.py "round $round --cpu   " $g run /tmp/c8k --json --epochs 2 --cpu
+  done
+fi
+
+if want large; then
+  step "camera-size JPEGs: the DataLoader (batch 8: every worker busy) vs gpufeed (batch 32), in turn"
+  for round in $(seq "$rounds"); do
+    python3 benches/dataloader.py /tmp/large 16 8 5
+    python3 /tmp/timed.py "round $round cpu   " $g run /tmp/large --json --epochs 5 --batch-size 32 --decode cpu
+    python3 /tmp/timed.py "round $round hybrid" $g run /tmp/large --json --epochs 5 --batch-size 32 --decode hybrid
+  done
+fi
+
+if want train; then
+  step "training transform per core: Pillow (torchvision) vs the CPU stage at 1 and 16 threads, in turn"
+  for round in $(seq "$rounds"); do
+    python3 benches/pil-train.py /tmp/c2k
+    GPUFEED_BENCH_TRAIN=1 GPUFEED_BENCH_PASSES=3 GPUFEED_BENCH_EPOCHS=1 GPUFEED_BENCH_WHOLE=0 \
+      GPUFEED_BENCH_DIR=/tmp/c2k GPUFEED_BENCH_THREADS=1,16 .gpu/bin/bench-pipeline 2>&1 | grep "CPU stage"
+  done
+fi
+
+if want fidelity; then
+  step "fidelity against Pillow (2,000 files)"
+  python3 tests/fidelity.py /tmp/c2k $g
+  python3 tests/fidelity.py /tmp/c2k $g --decode hybrid
+  python3 tests/fidelity.py /tmp/c2k $g --decode hybrid --gpu-share 1
+  python3 tests/fidelity.py /tmp/c2k $g --train --seed 3
+  python3 tests/fidelity.py /tmp/c2k $g --train --seed 3 --decode hybrid --gpu-share 1
+  step "--dct-scaling on the shared photos at their own size and on camera-size JPEGs"
+  mkdir -p /tmp/real && cp .gpu/photos/*.jpg .gpu/photos/*.png /tmp/real/ 2>/dev/null
+  for d in /tmp/real /tmp/large; do
+    python3 tests/fidelity.py $d $g
+    python3 tests/fidelity.py $d $g --dct-scaling
+    for a in "" "--dct-scaling"; do
+      $g run $d --cpu --threads 1 --epochs 3 --json $a \
+        | python3 -c "import json,sys; print('$d, 1 thread $a:', round(json.load(sys.stdin)['images_per_s'], 1), 'img/s')"
+    done
+  done
+fi

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Many processes on one machine of several GPUs (e.g. two H200s, 32 cores): processes started
+# the torchrun way (RANK, WORLD_SIZE, LOCAL_RANK), each on its own GPU (`--shard env`) with its
+# share of the cores, over one corpus as a folder and as WebDataset tar shards, with CPU and with
+# hybrid decoding:
+#   1. every image exactly once across the ranks (the uneven split; checked from the ids each
+#      rank saves, at a small output size so the files stay small);
+#   2. aggregate images/s of WORLD processes at once (all images over the slowest rank's time)
+#      against one process alone with every core, in turn.
+# Run from the repository root with .gpu/ built (../shared/tools/gpu-bundle). WORLD (default:
+# the number of GPUs), N (corpus size, default 8192), ROUNDS (default 2).
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+g=.gpu/bin/bin-gpufeed
+world=${WORLD:-$(nvidia-smi -L | wc -l)}
+n=${N:-8192}
+rounds=${ROUNDS:-2}
+cores=$(nproc)
+per=$((cores / world))
+step() { echo; echo "=== $*"; }
+step "device: $world GPUs, $cores cores ($per a process)"
+nvidia-smi --query-gpu=index,name --format=csv,noheader
+
+[ -d /tmp/mg-folder ] || python3 .gpu/tools/make-corpus /tmp/mg-folder "$n" 0 >/dev/null
+if [ ! -d /tmp/mg-shards ]; then
+  # WebDataset shards of the same files: key.jpg + key.cls (the class folder's index), 8 shards.
+  python3 - <<'PY'
+import os, tarfile, io
+root, out = "/tmp/mg-folder", "/tmp/mg-shards"
+os.makedirs(out)
+classes = sorted(os.listdir(root))
+files = [(c, f) for c in classes for f in sorted(os.listdir(os.path.join(root, c)))]
+shards = [tarfile.open(os.path.join(out, f"part-{i:03d}.tar"), "w") for i in range(8)]
+for i, (c, f) in enumerate(files):
+    tar = shards[i % 8]
+    key = f"{c}_{os.path.splitext(f)[0]}"
+    tar.add(os.path.join(root, c, f), arcname=f"{key}.jpg")
+    label = str(classes.index(c)).encode()
+    info = tarfile.TarInfo(f"{key}.cls")
+    info.size = len(label)
+    tar.addfile(info, io.BytesIO(label))
+for tar in shards:
+    tar.close()
+PY
+fi
+
+# WORLD ranks at once, each `gpufeed run ... --shard env` with its variables; prints the ranks'
+# JSON lines to $1.
+ranks() {
+  local log=$1; shift
+  : >"$log"
+  for r in $(seq 0 $((world - 1))); do
+    RANK=$r WORLD_SIZE=$world LOCAL_RANK=$r "$g" run "$@" --shard env --threads "$per" --json \
+      >>"$log.$r" 2>&1 &
+  done
+  wait
+  for r in $(seq 0 $((world - 1))); do tail -1 "$log.$r" >>"$log"; rm -f "$log.$r"; done
+}
+
+for source in folder shards; do
+  dir=/tmp/mg-$source
+  extra=""; [ $source = shards ] && extra="--webdataset"
+  step "$source: every image exactly once across $world ranks (uneven split)"
+  rm -f /tmp/mg-r*.npy /tmp/mg-r*.paths.txt
+  for r in $(seq 0 $((world - 1))); do
+    RANK=$r WORLD_SIZE=$world LOCAL_RANK=$r "$g" run "$dir" $extra --shard env \
+      --shard-balance uneven --crop 8 --resize 8 --save /tmp/mg-r$r.npy --json >/dev/null &
+  done
+  wait
+  cat /tmp/mg-r*.paths.txt | sort | uniq -c | awk '$1 != 1 {bad++} END {print (bad ? bad " ids not seen exactly once" : "every id exactly once")}'
+  cat /tmp/mg-r*.paths.txt | wc -l
+  for decode in cpu hybrid; do
+    step "$source, --decode $decode: one process alone vs $world at once, in turn"
+    for round in $(seq "$rounds"); do
+      one=$("$g" run "$dir" $extra --decode $decode --epochs 2 --json | tail -1 \
+        | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["images_per_s"]))')
+      ranks /tmp/mg.log "$dir" $extra --decode $decode --epochs 2 --shard-balance uneven
+      python3 - "$one" "$round" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open("/tmp/mg.log") if l.startswith("{")]
+images = sum(r["images"] for r in rows)
+seconds = max(r["seconds"] for r in rows)
+one = float(sys.argv[1])
+print(f"round {sys.argv[2]}: one process {one:.0f} img/s; {len(rows)} processes {images / seconds:.0f} "
+      f"img/s together ({images} images, the slowest rank {seconds:.2f} s): {images / seconds / one:.2f}x")
+PY
+    done
+  done
+done
