@@ -5,7 +5,11 @@
 //! quarter of the bytes of `f32`, on the pipeline's own stream while the CPU prepares the next
 //! batches; one NVRTC-compiled kernel converts, normalizes and lays the batch out as
 //! `f16`/`bf16`/`f32`, NCHW or NHWC. Defaults follow torchvision's evaluation transform
-//! (`Resize(256)` + `CenterCrop(224)`, ImageNet mean and std, NCHW).
+//! (`Resize(256)` + `CenterCrop(224)`, ImageNet mean and std, NCHW). With [`Decode::Hybrid`] the
+//! GPU's hardware JPEG engines decode beside the CPU threads; [`ResizeMode::RandomResizedCrop`]
+//! and [`PipelineBuilder::horizontal_flip`] are torchvision's training transforms; shards
+//! ([`PipelineBuilder::shard`], [`Launch`]) and tar shards ([`Source::webdataset`]) serve many
+//! processes.
 //!
 //! ```
 //! use gpufeed::{DType, Device, Pipeline, Source};
@@ -24,8 +28,9 @@
 //! ```
 //!
 //! The data flows one way, and the modules follow it: [`source`](Source) and [`order`](Options)
-//! -> the CPU lane ([`cpu`]: decode, resize, stage) -> the CUDA side ([`cuda`]: staging ring,
-//! upload, normalize kernel) -> [`Tensor`] -> [`Batch`] -> [`interop`] (DLPack, ONNX Runtime).
+//! -> the CPU lane ([`cpu`]: decode, resize, stage) and the GPU lane (in [`cuda`]: nvJPEG,
+//! resize kernels) -> the CUDA side ([`cuda`]: staging ring, upload, normalize kernel) ->
+//! [`Tensor`] -> [`Batch`] -> [`interop`] (DLPack, ONNX Runtime).
 //! Options are grouped by the stage that uses them ([`Options`]). A batch on the GPU is read by
 //! other streams under the rules of [`DeviceTensor::use_on`]. The README has the figures, the
 //! command line, the Python package and the design.

@@ -196,7 +196,7 @@ impl Pipeline {
     }
 
     /// The next batch of the current epoch, waiting only if none is ready yet; `Ok(None)` once
-    /// the epoch is over (see [`Pipeline::next_epoch`]). Under [`OnError::Fail`] the first bad
+    /// the epoch is over (see [`Pipeline::next_epoch`]). Under [`OnError::Fail`](crate::OnError::Fail) the first bad
     /// image ends the epoch with [`Error::Item`].
     pub fn next_batch(&mut self) -> Result<Option<Batch>> {
         if self.state == EpochState::Ended {
