@@ -302,19 +302,7 @@ mod tests {
     use super::*;
     use crate::cpu::normalize;
     use crate::options::{Affine, DecodeOptions, OutputOptions, ResizeOptions};
-
-    /// Deterministic pseudo-random bytes (xorshift).
-    fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
-        let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..len)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                (state >> 32) as u8
-            })
-            .collect()
-    }
+    use crate::random::random_bytes;
 
     /// Fills the tensor with NaN bit patterns, so an element the kernel skips cannot pass.
     fn poison(stream: &Arc<CudaStream>, t: &mut DeviceTensor) {

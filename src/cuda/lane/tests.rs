@@ -12,6 +12,7 @@ use crate::cuda::resize::BatchResizer;
 use crate::cuda::test_gpu;
 use crate::options::{DecodeOptions, ResizeMode, ResizeOptions};
 use crate::pillow::{resample, AxisPlan, PassOrder};
+use crate::random::random_bytes;
 
 /// A lane for the default geometry and batches of up to `batch_size`.
 fn open_lane(gpu: &Gpu, geometry: &Geometry, batch_size: usize, gray: bool) -> JpegLane {
@@ -88,19 +89,6 @@ fn the_offer_depends_on_the_index_and_the_share_alone() {
     assert_eq!(span(0.5), 2 * CHUNK);
     assert_eq!(span(0.01), MAX_SPAN);
     assert_eq!(span(0.0), MAX_SPAN);
-}
-
-/// Deterministic pseudo-random bytes (xorshift).
-fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 32) as u8
-        })
-        .collect()
 }
 
 /// Given the same decoded pixels, the GPU resize writes the CPU rendition's bytes exactly:
