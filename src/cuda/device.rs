@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use cudarc::driver::{CudaContext, CudaModule, CudaStream};
+use cudarc::driver::{CudaContext, CudaModule, CudaSlice, CudaStream, DeviceRepr, DriverError};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileError, CompileOptions};
 
 use super::{guarded, probe};
@@ -25,6 +25,23 @@ fn shared_context(ordinal: usize) -> Result<Arc<CudaContext>> {
     let context = guarded("creating the CUDA context", || CudaContext::new(ordinal))?;
     contexts.insert(ordinal, context.clone());
     Ok(context)
+}
+
+/// Copies `data` into `buffer` on `stream`, allocating the buffer first when there is none or it
+/// is too small, so that a kernel's descriptors cost no allocation in the steady state.
+pub(crate) fn upload_reusing<'b, T: DeviceRepr>(
+    stream: &Arc<CudaStream>,
+    data: &[T],
+    buffer: &'b mut Option<CudaSlice<T>>,
+) -> std::result::Result<&'b CudaSlice<T>, DriverError> {
+    let filled = match buffer.take() {
+        Some(mut d) if d.len() >= data.len() => {
+            stream.memcpy_htod(data, &mut d)?;
+            d
+        }
+        _ => stream.clone_htod(data)?,
+    };
+    Ok(buffer.insert(filled))
 }
 
 /// A kernel source and the macros it is compiled with: the key of the module cache.

@@ -9,7 +9,7 @@ use cudarc::driver::{
     CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 
-use super::device::{Gpu, KernelSource};
+use super::device::{upload_reusing, Gpu, KernelSource};
 use crate::error::{Error, Result};
 
 /// The kernel source, embedded at build time.
@@ -128,21 +128,15 @@ impl YccConverter {
                 unused: 0,
             })
             .collect();
-        let fail = |e| Error::cuda("uploading the colour conversion's descriptors", e);
-        let descriptors = match &mut self.descriptors {
-            Some(d) if d.len() >= images.len() => {
-                stream.memcpy_htod(&images, d).map_err(fail)?;
-                d
-            }
-            slot => slot.insert(stream.clone_htod(&images).map_err(fail)?),
-        };
+        let descriptors = upload_reusing(stream, &images, &mut self.descriptors)
+            .map_err(|e| Error::cuda("uploading the colour conversion's descriptors", e))?;
         let config = LaunchConfig {
             grid_dim: (BLOCKS_PER_IMAGE, images.len() as u32, 1),
             block_dim: (THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
         let mut builder = stream.launch_builder(&self.function);
-        builder.arg(&*descriptors);
+        builder.arg(descriptors);
         // SAFETY: the kernel takes one argument, the descriptor array, which holds at least
         // `images.len()` entries (the grid's y), each naming memory the caller vouches for (this
         // function's contract); every thread stays inside its image's `width * height` pixels.

@@ -19,8 +19,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use cudarc::driver::CudaStream;
-
 use super::output::HybridParts;
 use crate::batch::DecodedBy;
 use crate::cpu::{BatchRequest, CpuAhead, CpuLane, Filled};
@@ -59,21 +57,20 @@ impl Balance {
     pub fn share(&self) -> Option<f32> {
         self.share
     }
+}
 
-    /// Sets the share from each lane's throughput alone, in images per second: the CPU lane's
-    /// over every image, the GPU lane's over those it took, which were `taken` of what it was
-    /// offered. The GPU lane is offered what makes both lanes finish together.
-    fn measured(&mut self, cpu_rate: f64, gpu_rate: f64, taken: f64) {
-        let share = if cpu_rate + gpu_rate > 0.0 && taken > 0.0 {
-            // Of all images, the GPU lane should decode gpu / (cpu + gpu); it takes `taken` of
-            // what it is offered.
-            gpu_rate / (cpu_rate + gpu_rate) / taken
-        } else {
-            0.0
-        };
-        let stepped = (share.clamp(0.0, 1.0) as f32 * SHARE_STEPS).round() / SHARE_STEPS;
-        self.share = Some(stepped);
-    }
+/// The share from each lane's throughput alone, in images per second: the CPU lane's over every
+/// image, the GPU lane's over those it took, which were `taken` of what it was offered. The GPU
+/// lane is offered what makes both lanes finish together.
+fn share_from(cpu_rate: f64, gpu_rate: f64, taken: f64) -> f32 {
+    let share = if cpu_rate + gpu_rate > 0.0 && taken > 0.0 {
+        // Of all images, the GPU lane should decode gpu / (cpu + gpu); it takes `taken` of
+        // what it is offered.
+        gpu_rate / (cpu_rate + gpu_rate) / taken
+    } else {
+        0.0
+    };
+    (share.clamp(0.0, 1.0) as f32 * SHARE_STEPS).round() / SHARE_STEPS
 }
 
 /// A batch both lanes filled: the staging holds the CPU lane's images, `from_gpu` the GPU lane's
@@ -165,22 +162,11 @@ pub(crate) fn measure(
         return Ok(None);
     };
     let rate = |n: usize, s: f64| if s > 0.0 { n as f64 / s } else { 0.0 };
-    let mut balance = Balance::new(None);
-    balance.measured(
+    Ok(Some(share_from(
         rate(done, cpu_seconds),
         rate(taken, gpu_seconds),
         taken as f64 / gpu_images.len().max(1) as f64,
-    );
-    Ok(balance.share())
-}
-
-/// Frees outputs that no batch takes, once the pipeline's stream is past the work that made them.
-fn discard_outputs(
-    lane: &mut JpegLane,
-    stream: &Arc<CudaStream>,
-    outputs: Vec<LaneOutput>,
-) -> Result<()> {
-    lane.discard(stream, outputs)
+    )))
 }
 
 /// How often (in positions) a batch tells the lanes how far it got.
@@ -216,7 +202,7 @@ pub(crate) fn fill(
     let mut used = 0;
     let reach = order.reach(start);
     let failed = |lane: &mut JpegLane, from_gpu: Vec<(LaneOutput, usize)>| {
-        discard_outputs(lane, stream, from_gpu.into_iter().map(|(o, _)| o).collect())
+        lane.discard(stream, from_gpu.into_iter().map(|(o, _)| o).collect())
     };
     while filled.indices.len() < batch_size && used < reach {
         let at = start + used;
@@ -283,21 +269,13 @@ mod tests {
 
     #[test]
     fn the_faster_lane_takes_more() {
-        let mut b = Balance::new(None);
         // The GPU lane decodes 4x faster than the CPU lane and takes everything it is offered.
-        b.measured(2_000.0, 8_000.0, 1.0);
-        let share = b.share().expect("measured");
+        let share = share_from(2_000.0, 8_000.0, 1.0);
         assert!((0.78..0.82).contains(&share), "{share}");
-        let mut b = Balance::new(None);
-        b.measured(8_000.0, 2_000.0, 1.0);
-        assert!(b.share().expect("measured") < 0.25);
+        assert!(share_from(8_000.0, 2_000.0, 1.0) < 0.25);
         // A lane that takes only half of what it is offered is offered twice as much.
-        let mut b = Balance::new(None);
-        b.measured(8_000.0, 2_000.0, 0.5);
-        assert!((0.39..0.41).contains(&b.share().expect("measured")));
+        assert!((0.39..0.41).contains(&share_from(8_000.0, 2_000.0, 0.5)));
         // No GPU throughput: nothing offered.
-        let mut b = Balance::new(None);
-        b.measured(8_000.0, 0.0, 0.0);
-        assert_eq!(b.share(), Some(0.0));
+        assert_eq!(share_from(8_000.0, 0.0, 0.0), 0.0);
     }
 }

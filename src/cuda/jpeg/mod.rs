@@ -72,7 +72,6 @@ pub mod sys;
 use std::ffi::{c_int, c_uint};
 use std::fmt;
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
 
 use cudarc::driver::{
     CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtrMut, DriverError, PinnedHostSlice,
@@ -355,11 +354,6 @@ pub struct DecoderConfig {
     /// rather than only when the batch size or format changes (the header says once per size is
     /// enough).
     pub reinitialize_every_batch: bool,
-    /// Pad every chunk of `max_batch` images with tiny ones up to `max_batch`, so that
-    /// `nvjpegDecodeBatchedInitialize` runs once, not whenever the number of images changes:
-    /// on the H100 machine a batch decoded after it costs two to ten times the host time, and
-    /// the first one after a change of size tens of milliseconds.
-    pub pad_chunks: bool,
     /// Diagnostics: fill the whole output arena with this byte before every batch, so that bytes
     /// the decoder does not write stand out.
     pub poison: Option<u8>,
@@ -385,7 +379,6 @@ impl Default for DecoderConfig {
             checks: Checks::Full,
             parse: ParseMode::Full,
             reinitialize_every_batch: false,
-            pad_chunks: false,
             poison: None,
             gray: true,
             colour: true,
@@ -411,6 +404,21 @@ pub struct JpegInfo {
     pub gray_factors_at: Option<usize>,
     /// Whether the file has an Exif APP1 segment (which may turn the image).
     pub exif: bool,
+}
+
+impl JpegInfo {
+    /// The facts the marker walk found in a file of `compressed_bytes`.
+    fn from_header(h: &header::JpegHeader, compressed_bytes: usize) -> JpegInfo {
+        JpegInfo {
+            width: h.width as u32,
+            height: h.height as u32,
+            components: h.components as u32,
+            subsampling: h.subsampling(),
+            compressed_bytes,
+            gray_factors_at: h.gray_factors_at(),
+            exif: h.exif,
+        }
+    }
 }
 
 /// Why an image is not sent to the hardware decoder. Decode it on the CPU instead.
@@ -553,26 +561,6 @@ pub enum Outcome {
     Refused(Refusal),
 }
 
-/// Host time spent in the phases of one `decode` call.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct BatchTimings {
-    /// Inspecting the images and laying out the output.
-    pub inspect: Duration,
-    /// Copying compressed bytes into pinned staging.
-    pub stage: Duration,
-    /// Waiting for the previous batch to finish.
-    pub wait_previous: Duration,
-    /// `nvjpegDecodeBatchedInitialize` (when called) and `nvjpegDecodeBatched`, plus growing the
-    /// arena when needed.
-    pub submit: Duration,
-    /// Images sent to the hardware.
-    pub images: usize,
-    /// Tiny images that padded the batch.
-    pub pads: usize,
-    /// Whether `nvjpegDecodeBatchedInitialize` ran for this batch.
-    pub initialized: bool,
-}
-
 const ALIGN: usize = 256;
 
 fn align_up(n: usize, to: usize) -> Option<usize> {
@@ -672,8 +660,6 @@ pub struct HardwareDecoder {
     jpeg_stream: sys::nvjpegJpegStream_t,
     config: DecoderConfig,
     engines: Option<(u32, u32)>,
-    /// A tiny JPEG of the kind the decoder takes, with its facts, that pads chunks.
-    pad: Option<(Vec<u8>, JpegInfo)>,
     slots: [StagingSlot; 2],
     next_slot: usize,
     last_slot: Option<usize>,
@@ -684,7 +670,6 @@ pub struct HardwareDecoder {
     outcomes: Vec<Outcome>,
     /// Indices of the call's images sent to the hardware.
     accepted: Vec<usize>,
-    timings: BatchTimings,
     warnings: Vec<(&'static str, Status)>,
 }
 
@@ -746,7 +731,6 @@ impl HardwareDecoder {
             initialized_for: None,
             jpeg_stream: std::ptr::null_mut(),
             engines: None,
-            pad: None,
             slots: [slot(new_event()?), slot(new_event()?)],
             next_slot: 0,
             last_slot: None,
@@ -755,7 +739,6 @@ impl HardwareDecoder {
             stream: None,
             outcomes: Vec::with_capacity(max_batch),
             accepted: Vec::with_capacity(max_batch),
-            timings: BatchTimings::default(),
             warnings: Vec::new(),
             config,
         };
@@ -844,14 +827,6 @@ impl HardwareDecoder {
                 decoder
                     .warnings
                     .push(("nvjpegDecodeBatchedPreAllocate", Status(status)));
-            }
-        }
-        if decoder.config.pad_chunks {
-            let pad = pad_image(decoder.config.colour);
-            // The pad goes through the decoder's own checks; one it refused would only mean no
-            // padding (and more initializations).
-            if let Ok(info) = decoder.inspect(&pad) {
-                decoder.pad = Some((pad, info));
             }
         }
         if decoder.config.staging == Staging::Pinned {
@@ -951,15 +926,16 @@ impl HardwareDecoder {
         self.ctx
             .bind_to_thread()
             .map_err(cuda("binding the CUDA context"))?;
-        self.timings = BatchTimings::default();
         self.ready = None;
-        let started = Instant::now();
 
         // 1. Inspect and lay out.
         self.outcomes.clear();
         self.accepted.clear();
         let format = self.config.output;
+        let chunk = self.config.max_batch;
         let mut output_bytes = 0usize;
+        // Pinned staging of the chunk being laid out: its images and bytes so far.
+        let (mut chunk_images, mut chunk_staged) = (0usize, 0usize);
         for (i, jpeg) in jpegs.iter().enumerate() {
             let inspected = match infos {
                 // The caller's facts; the limit is this decoder's.
@@ -999,13 +975,19 @@ impl HardwareDecoder {
             };
             let out_end = align_up(output_bytes, ALIGN).and_then(|o| o.checked_add(bytes));
             let fits_output = out_end.is_some_and(|end| end <= self.config.max_output_bytes);
-            // Chunks are staged one at a time: one file must fit the cap with the pads.
-            let fits_staging = self.config.staging == Staging::Caller
-                || jpeg.len().saturating_add(self.pad_bytes()) <= self.config.max_staging_bytes;
+            // Chunks are staged one at a time, each within the cap, laid out as `submit_chunk`
+            // lays them out.
+            if chunk_images == chunk {
+                (chunk_images, chunk_staged) = (0, 0);
+            }
+            let staged = chunk_staged.next_multiple_of(64).saturating_add(jpeg.len());
+            let fits_staging =
+                self.config.staging == Staging::Caller || staged <= self.config.max_staging_bytes;
             let (Some(out_end), true, true) = (out_end, fits_output, fits_staging) else {
                 self.outcomes.push(Outcome::Refused(Refusal::NoRoom));
                 continue;
             };
+            (chunk_images, chunk_staged) = (chunk_images + 1, staged);
             let offset = out_end - bytes;
             self.accepted.push(i);
             output_bytes = out_end;
@@ -1022,29 +1004,7 @@ impl HardwareDecoder {
             }));
         }
         let n = self.accepted.len();
-        // The pads' outputs: one region per place of a chunk, after the images, shared by the
-        // chunks (nothing reads them).
         let fmt = format.nvjpeg();
-        let chunk = self.config.max_batch;
-        let pads = self.pad.is_some() && self.config.pad_chunks;
-        let pad_span = self.pad_span();
-        let pads_at = align_up(output_bytes, ALIGN).unwrap_or(usize::MAX);
-        if pads && n > 0 {
-            let end = pad_span
-                .checked_mul(chunk)
-                .and_then(|b| pads_at.checked_add(b))
-                .filter(|&end| end <= self.config.max_output_bytes.max(output_bytes));
-            match end {
-                Some(end) => output_bytes = end,
-                None => {
-                    return Err(Error::Config(
-                        "no room in the output arena for the batch's pads".into(),
-                    ))
-                }
-            }
-        }
-        self.timings.inspect = started.elapsed();
-        self.timings.images = n;
         self.stream = Some(stream.clone());
         if n == 0 {
             return Ok(DecodedBatch {
@@ -1054,11 +1014,9 @@ impl HardwareDecoder {
         }
 
         // 2. The previous call's batches must be done before the arena and state are reused.
-        let t = Instant::now();
         for slot in self.slots.iter_mut() {
             slot.wait()?;
         }
-        self.timings.wait_previous = t.elapsed();
         if self.output_capacity() < output_bytes {
             let grown = output_bytes
                 .saturating_add(output_bytes / 4)
@@ -1088,13 +1046,11 @@ impl HardwareDecoder {
         drop(arena_guard);
 
         // 3. The chunks, each staged in the slot the previous one does not use and sent to the
-        // hardware in one `nvjpegDecodeBatched`, padded to the chunk size when asked.
+        // hardware in one `nvjpegDecodeBatched`.
         let mut last = None;
         for start in (0..n).step_by(chunk.max(1)) {
             let images = start..(start + chunk).min(n);
-            let pad_count = if pads { chunk - images.len() } else { 0 };
-            let slot = self.submit_chunk(stream, jpegs, images, pad_count, base, pads_at, fmt)?;
-            last = Some(slot);
+            last = Some(self.submit_chunk(stream, jpegs, images, fmt)?);
         }
         self.ready = last;
         Ok(DecodedBatch {
@@ -1103,53 +1059,24 @@ impl HardwareDecoder {
         })
     }
 
-    /// Bytes of staging one pad takes (0 without pads).
-    fn pad_bytes(&self) -> usize {
-        match (&self.pad, self.config.pad_chunks) {
-            (Some((pad, _)), true) => self.config.max_batch.saturating_mul(pad.len() + 64),
-            _ => 0,
-        }
-    }
-
-    /// Bytes of output one pad takes.
-    fn pad_span(&self) -> usize {
-        let Some((_, info)) = &self.pad else {
-            return 0;
-        };
-        let format = self.config.output;
-        let span = match format {
-            OutputFormat::Yuv | OutputFormat::Y => {
-                plane_layout(format, info.width, info.height, info.subsampling).map(|p| p.0)
-            }
-            _ => layout(format, info.width, info.height).map(|l| l.0),
-        };
-        span.and_then(|s| align_up(s, ALIGN)).unwrap_or(0)
-    }
-
-    /// Stages the accepted images `images` (indices into `self.accepted`) and `pad_count` pads,
-    /// and queues their decode on `stream`; returns the slot used.
-    #[allow(clippy::too_many_arguments)]
+    /// Stages the accepted images `images` (indices into `self.accepted`) and queues their
+    /// decode on `stream`; returns the slot used.
     fn submit_chunk(
         &mut self,
         stream: &Arc<CudaStream>,
         jpegs: &[&[u8]],
         images: std::ops::Range<usize>,
-        pad_count: usize,
-        base: u64,
-        pads_at: usize,
         fmt: sys::nvjpegOutputFormat_t,
     ) -> Result<usize, Error> {
-        let t = Instant::now();
         let format = self.config.output;
         let slot_index = self.next_slot;
         self.slots[slot_index].wait()?;
-        // Staging layout: the images, then the pads, 64-byte aligned.
-        let pad_len = self.pad.as_ref().map_or(0, |(pad, _)| pad.len());
+        // Staging layout: the images, 64-byte aligned (within the cap: `decode_with` laid the
+        // chunk out so).
         let mut staged = 0usize;
         for &i in &self.accepted[images.clone()] {
             staged = staged.next_multiple_of(64).saturating_add(jpegs[i].len());
         }
-        staged = staged.saturating_add(pad_count.saturating_mul(pad_len + 64));
         if self.config.staging == Staging::Pinned && self.slots[slot_index].capacity < staged {
             let grown = staged
                 .saturating_add(staged / 4)
@@ -1157,23 +1084,18 @@ impl HardwareDecoder {
                 .max(staged);
             self.grow_staging(slot_index, grown)?;
         }
-        let pad_span = self.pad_span();
         let slot = &mut self.slots[slot_index];
         slot.data.clear();
         slot.lengths.clear();
         slot.destinations.clear();
         let mut at = 0usize;
-        let pad_bytes: &[u8] = self.pad.as_ref().map_or(&[], |(pad, _)| pad.as_slice());
-        let sources = self.accepted[images.clone()]
-            .iter()
-            .map(|&i| {
-                let factors = match &self.outcomes[i] {
-                    Outcome::Decoded(d) => d.info.gray_factors_at,
-                    _ => None,
-                };
-                (jpegs[i], factors)
-            })
-            .chain(std::iter::repeat_n((pad_bytes, None), pad_count));
+        let sources = self.accepted[images.clone()].iter().map(|&i| {
+            let factors = match &self.outcomes[i] {
+                Outcome::Decoded(d) => d.info.gray_factors_at,
+                _ => None,
+            };
+            (jpegs[i], factors)
+        });
         for (jpeg, factors) in sources {
             let src = match self.config.staging {
                 Staging::Pinned => {
@@ -1198,7 +1120,7 @@ impl HardwareDecoder {
             slot.data.push(src);
             slot.lengths.push(jpeg.len());
         }
-        // Destinations: each image's place in the arena, then the pads' regions.
+        // Destinations: each image's place in the arena.
         for &i in &self.accepted[images] {
             if let Outcome::Decoded(image) = &self.outcomes[i] {
                 slot.destinations.push(destination(
@@ -1210,35 +1132,12 @@ impl HardwareDecoder {
                 ));
             }
         }
-        if let Some((_, info)) = &self.pad {
-            let span = pad_span;
-            let layout = match format {
-                OutputFormat::Yuv | OutputFormat::Y => {
-                    plane_layout(format, info.width, info.height, info.subsampling)
-                        .map(|(_, pitch, chroma)| (pitch, 0, chroma))
-                }
-                _ => layout(format, info.width, info.height)
-                    .map(|(_, pitch, _, cs)| (pitch, cs, None)),
-            };
-            if let Some((pitch, channel_stride, chroma)) = layout {
-                for p in 0..pad_count {
-                    let ptr = base + (pads_at + p * span) as u64;
-                    slot.destinations
-                        .push(destination(format, ptr, pitch, channel_stride, chroma));
-                }
-            }
-        }
-        self.timings.stage += t.elapsed();
-        let batch_len = slot.data.len();
-        self.timings.pads += pad_count;
 
+        let batch_len = slot.data.len();
         // The previous chunk must be done before the state is reused.
-        let t = Instant::now();
         if let Some(last) = self.last_slot {
             self.slots[last].wait()?;
         }
-        self.timings.wait_previous += t.elapsed();
-        let t = Instant::now();
         if self.config.reinitialize_every_batch || self.initialized_for != Some((batch_len, fmt)) {
             self.initialized_for = None;
             // SAFETY: valid handle and state, not used by queued work (previous chunk waited
@@ -1253,7 +1152,6 @@ impl HardwareDecoder {
                 )
             })?;
             self.initialized_for = Some((batch_len, fmt));
-            self.timings.initialized = true;
         }
         let slot = &mut self.slots[slot_index];
         // SAFETY: the slot's `data`/`lengths`/`destinations` hold `batch_len` entries each,
@@ -1289,39 +1187,10 @@ impl HardwareDecoder {
             });
         }
         recorded.map_err(cuda("recording the batch's event"))?;
-        self.timings.submit += t.elapsed();
         if self.config.staging == Staging::Caller {
             self.slots[slot_index].wait()?;
         }
         Ok(slot_index)
-    }
-
-    /// Decodes one chunk of pads and waits for it, so that the state's initialization and the
-    /// hardware's first allocations happen now rather than in the first batch.
-    pub fn warm_up(&mut self, stream: &Arc<CudaStream>) -> Result<(), Error> {
-        if self.pad.is_none() || !self.config.pad_chunks {
-            return Ok(());
-        }
-        self.ctx
-            .bind_to_thread()
-            .map_err(cuda("binding the CUDA context"))?;
-        for slot in self.slots.iter_mut() {
-            slot.wait()?;
-        }
-        let bytes = self.pad_span().saturating_mul(self.config.max_batch);
-        if self.output_capacity() < bytes {
-            self.grow_arena(stream, bytes)?;
-        }
-        let Some(arena) = self.arena.as_mut() else {
-            return Err(Error::Config("no output arena".into()));
-        };
-        let (base, guard) = arena.device_ptr_mut(stream);
-        drop(guard);
-        self.accepted.clear();
-        self.outcomes.clear();
-        let fmt = self.config.output.nvjpeg();
-        let slot = self.submit_chunk(stream, &[], 0..0, self.config.max_batch, base, 0, fmt)?;
-        self.slots[slot].wait()
     }
 
     /// Waits for outstanding work, then destroys the nvJPEG objects, reporting the first failure
@@ -1454,24 +1323,6 @@ fn destination(
     d
 }
 
-/// A 16x16 baseline JPEG (mid-gray, colour 4:2:0 or one component) that pads batches.
-fn pad_image(colour: bool) -> Vec<u8> {
-    let mut bytes = Vec::new();
-    let mut encoder = image::codecs::jpeg::JpegEncoder::new_with_quality(&mut bytes, 50);
-    let encoded = if colour {
-        encoder.encode(
-            &[128u8; 16 * 16 * 3],
-            16,
-            16,
-            image::ExtendedColorType::Rgb8,
-        )
-    } else {
-        encoder.encode(&[128u8; 16 * 16], 16, 16, image::ExtendedColorType::L8)
-    };
-    // Encoding a constant image into memory does not fail; if it did, no padding is used.
-    encoded.map_or_else(|_| Vec::new(), |()| bytes)
-}
-
 /// Maps nvJPEG's subsampling value.
 fn subsampling_of(css: sys::nvjpegChromaSubsampling_t) -> Subsampling {
     match css {
@@ -1567,16 +1418,7 @@ fn inspect_one(
             if h.width == 0 || h.height == 0 {
                 return Err(Refusal::Empty);
             }
-            let info = JpegInfo {
-                width: h.width as u32,
-                height: h.height as u32,
-                components: h.components as u32,
-                subsampling: h.subsampling(),
-                compressed_bytes: data.len(),
-                gray_factors_at: h.gray_factors_at(),
-                exif: h.exif,
-            };
-            return within_limit(info, config);
+            return within_limit(JpegInfo::from_header(&h, data.len()), config);
         }
         Checks::Markers => return inspect_markers(config, data),
         Checks::NvjpegOnly => None,
@@ -1659,13 +1501,10 @@ fn inspect_one(
     }
     // The factor byte to rewrite in a gray frame: from the marker walk (run here for gray files
     // when the checks skipped it).
-    let walked = match own {
-        Some(h) => Some(h),
-        None => header::scan(data).ok(),
-    };
+    let walked = own.map_or_else(|| header::scan(data).map_err(refusal_of), Ok);
     let gray_factors_at = match (components, &walked) {
-        (1, Some(h)) => h.gray_factors_at(),
-        (1, None) => header::scan(data).map_err(refusal_of)?.gray_factors_at(),
+        (1, Ok(h)) => h.gray_factors_at(),
+        (1, Err(refusal)) => return Err(*refusal),
         _ => None,
     };
     within_limit(
@@ -1676,7 +1515,7 @@ fn inspect_one(
             subsampling,
             compressed_bytes: data.len(),
             gray_factors_at,
-            exif: walked.is_some_and(|h| h.exif),
+            exif: walked.is_ok_and(|h| h.exif),
         },
         config,
     )
@@ -1692,16 +1531,7 @@ pub fn inspect_markers(config: &DecoderConfig, data: &[u8]) -> Result<JpegInfo, 
     if (h.components == 1 && !config.gray) || (h.components != 1 && !config.colour) {
         return Err(Refusal::Components(h.components as u32));
     }
-    let info = JpegInfo {
-        width: h.width as u32,
-        height: h.height as u32,
-        components: h.components as u32,
-        subsampling: h.subsampling(),
-        compressed_bytes: data.len(),
-        gray_factors_at: h.gray_factors_at(),
-        exif: h.exif,
-    };
-    within_limit(info, config)
+    within_limit(JpegInfo::from_header(&h, data.len()), config)
 }
 
 fn within_limit(info: JpegInfo, config: &DecoderConfig) -> Result<JpegInfo, Refusal> {
@@ -1739,27 +1569,11 @@ impl<'d> DecodedBatch<'d> {
     pub fn outcomes(&self) -> &'d [Outcome] {
         &self.decoder.outcomes
     }
-
-    /// Host time the `decode` call spent in each phase.
-    pub fn timings(&self) -> BatchTimings {
-        self.decoder.timings
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_pads_are_baseline_jpegs_the_hardware_takes() {
-        for (colour, components) in [(true, 3), (false, 1)] {
-            let pad = pad_image(colour);
-            let h = header::scan(&pad).expect("a JPEG");
-            assert_eq!(classify(&h), Ok(()), "colour {colour}");
-            assert!(h.standard_factors());
-            assert_eq!((h.width, h.height, h.components), (16, 16, components));
-        }
-    }
 
     #[test]
     fn layouts_address_every_channel() {

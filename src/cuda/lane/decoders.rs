@@ -14,7 +14,8 @@ use super::{
 };
 use crate::cuda::device::Gpu;
 use crate::cuda::jpeg::{
-    DecodedImage, DecoderConfig, HardwareDecoder, JpegInfo, NvJpeg, Outcome, Subsampling,
+    ChromaPlanes, DecodedImage, DecoderConfig, HardwareDecoder, JpegInfo, NvJpeg, Outcome,
+    Subsampling,
 };
 use crate::cuda::resize::plan::{plan_batch, ResizeJob, SourceImage, SourcePixels};
 use crate::cuda::resize::{BatchResizer, DevicePlan};
@@ -289,7 +290,7 @@ impl DecoderSet {
             return Ok(images);
         }
         let (batch, infos) = batch_of(&colour_at);
-        let decoded: Vec<(usize, DecodedImage)> = {
+        let decoded: Vec<(usize, DecodedImage, ChromaPlanes)> = {
             let outcomes = self
                 .colour
                 .decode_inspected(stream, &batch, &infos)
@@ -298,7 +299,7 @@ impl DecoderSet {
                 .iter()
                 .zip(outcomes.outcomes())
                 .filter_map(|(&i, outcome)| match outcome {
-                    Outcome::Decoded(d) if d.chroma.is_some() => Some((i, *d)),
+                    Outcome::Decoded(d) => d.chroma.map(|chroma| (i, *d, chroma)),
                     _ => None,
                 })
                 .collect()
@@ -306,23 +307,20 @@ impl DecoderSet {
         // One RGB buffer for the call's colour images, grown only for an image larger than a call.
         let total: usize = decoded
             .iter()
-            .map(|(_, d)| d.info.width as usize * d.info.height as usize * 3)
+            .map(|(_, d, _)| d.info.width as usize * d.info.height as usize * 3)
             .sum();
-        if self.rgb.as_ref().is_none_or(|b| b.len() < total) {
+        let rgb = match self.rgb.take() {
+            Some(rgb) if rgb.len() >= total => rgb,
             // SAFETY: device memory left uninitialized; the conversion writes every byte of
             // each image's RGB before the resize reads it (same stream, in that order).
-            let grown = unsafe { stream.alloc::<u8>(total.max(1) + total / 4) }
-                .map_err(|e| Error::cuda("allocating the GPU lane's RGB buffer", e))?;
-            self.rgb = Some(grown);
-        }
-        let Some(rgb) = self.rgb.as_mut() else {
-            return Err(Error::GpuLane("no RGB buffer".into()));
+            _ => unsafe { stream.alloc::<u8>(total.max(1) + total / 4) }
+                .map_err(|e| Error::cuda("allocating the GPU lane's RGB buffer", e))?,
         };
+        let rgb = self.rgb.insert(rgb);
         let (base, guard) = rgb.device_ptr_mut(stream);
         let mut jobs = Vec::with_capacity(decoded.len());
         let mut at = 0u64;
-        for &(i, d) in &decoded {
-            let Some(chroma) = d.chroma else { continue };
+        for &(i, d, chroma) in &decoded {
             let sampling = match d.info.subsampling {
                 Subsampling::S422 => ChromaSampling::HalfWidth,
                 Subsampling::S420 => ChromaSampling::HalfBoth,

@@ -31,7 +31,7 @@ use cudarc::driver::{
     CudaEvent, CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 
-use super::device::{Gpu, KernelSource};
+use super::device::{upload_reusing, Gpu, KernelSource};
 use super::jpeg::{inspect_markers, Checks, DecoderConfig, JpegInfo, NvJpeg, OutputFormat};
 use crate::error::{Error, Result};
 use crate::geometry::{CropDraw, Geometry};
@@ -73,10 +73,7 @@ const MAX_SPAN: usize = 4 * CHUNK;
 /// below the share, so the offered images are spread evenly and fixed by the index alone; a
 /// larger share offers a superset.
 pub(crate) fn offered(index: usize, share: f32) -> bool {
-    let mut z = (index as u64).wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^= z >> 31;
+    let z = crate::random::Draws::new(index as u64).next();
     ((z >> 40) as f32) < share * (1u64 << 24) as f32
 }
 
@@ -84,6 +81,11 @@ pub(crate) fn offered(index: usize, share: f32) -> bool {
 /// (small batches of large images would otherwise leave the lanes waiting for the next one).
 pub(crate) fn lookahead(batch_size: usize) -> usize {
     (2 * batch_size).max(MIN_LOOKAHEAD)
+}
+
+/// Slots of the lane's ring: one batch, the lookahead and one range per thread.
+fn ring_slots(batch_size: usize) -> usize {
+    batch_size + lookahead(batch_size) + SUBMITTING_THREADS * MAX_SPAN
 }
 
 /// The fewest positions the lanes work ahead.
@@ -151,8 +153,9 @@ pub(crate) enum LaneResult {
 /// Which files the GPU lane's decoders take: their marker checks, callable from any thread.
 #[derive(Debug, Clone)]
 pub(crate) struct LaneScreen {
-    colour: DecoderConfig,
-    gray: Option<DecoderConfig>,
+    /// The decoders' checks and limits, taking colour files and (when the lane has a gray
+    /// decoder) gray ones: one marker walk says which decoder a file goes to.
+    checks: DecoderConfig,
     exif_orientation: bool,
 }
 
@@ -169,12 +172,10 @@ impl LaneScreen {
         if jpeg.len() > MAX_COMPRESSED {
             return None;
         }
-        let screened = match inspect_markers(&self.colour, jpeg) {
-            Ok(info) => Screened { info, gray: false },
-            Err(_) => {
-                let info = inspect_markers(self.gray.as_ref()?, jpeg).ok()?;
-                Screened { info, gray: true }
-            }
+        let info = inspect_markers(&self.checks, jpeg).ok()?;
+        let screened = Screened {
+            info,
+            gray: info.components == 1,
         };
         // An image the EXIF tag may turn is left to the CPU lane, which turns it.
         (!(self.exif_orientation && screened.info.exif)).then_some(screened)
@@ -251,8 +252,10 @@ impl JpegLane {
             ..colour.clone()
         });
         let screen = LaneScreen {
-            colour: colour.clone(),
-            gray: gray_config.clone(),
+            checks: DecoderConfig {
+                gray: gray_config.is_some(),
+                ..colour.clone()
+            },
             exif_orientation: config.exif_orientation,
         };
         let module = gpu
@@ -281,9 +284,8 @@ impl JpegLane {
             format!(", {engines} JPEG engines x {cores}")
         });
         let image_bytes = geometry.image_bytes();
-        // One batch, the lookahead and one range per thread.
         let lookahead = lookahead(config.batch_size);
-        let slots = config.batch_size + lookahead + SUBMITTING_THREADS * MAX_SPAN;
+        let slots = ring_slots(config.batch_size);
         let runner = Runner::start(
             gpu,
             sets,
@@ -308,8 +310,7 @@ impl JpegLane {
     /// Bytes of device memory the lane takes for `config` (before opening it): its ring, and
     /// each thread's decode, colour and resize buffers.
     pub fn device_bytes(config: &LaneConfig) -> u128 {
-        let slots =
-            config.batch_size + lookahead(config.batch_size) + SUBMITTING_THREADS * MAX_SPAN;
+        let slots = ring_slots(config.batch_size);
         let per_thread = 6 * MAX_CALL_PIXELS as u128;
         slots as u128 * config.geometry.image_bytes() as u128
             + SUBMITTING_THREADS as u128 * per_thread
@@ -372,14 +373,8 @@ impl JpegLane {
                 dst: (place * self.image_bytes) as u64,
             })
             .collect();
-        let fail = |e| Error::cuda("uploading the gather's descriptors", e);
-        let device = match &mut self.gather_descriptors {
-            Some(d) if d.len() >= descriptors.len() => {
-                stream.memcpy_htod(&descriptors, d).map_err(fail)?;
-                d
-            }
-            slot => slot.insert(stream.clone_htod(&descriptors).map_err(fail)?),
-        };
+        let device = upload_reusing(stream, &descriptors, &mut self.gather_descriptors)
+            .map_err(|e| Error::cuda("uploading the gather's descriptors", e))?;
         let bytes = self.image_bytes as u64;
         let blocks = self
             .image_bytes
@@ -391,7 +386,7 @@ impl JpegLane {
             shared_mem_bytes: 0,
         };
         let mut builder = stream.launch_builder(&self.gather);
-        builder.arg(&*device).arg(out).arg(&bytes);
+        builder.arg(device).arg(out).arg(&bytes);
         // SAFETY: the descriptor array holds one entry per image of the grid's y; each source is
         // a slot of the ring (alive while the lane is, not rewritten before the pipeline's
         // stream is past this gather: `release`), made by work this stream waited for above;

@@ -266,21 +266,21 @@ impl Runner {
     /// `stream` is past the work that made them).
     pub fn begin(&self, stream: &Arc<CudaStream>, work: LaneWork) -> Result<()> {
         let mut state = self.shared.lock();
-        let mut freed = Vec::new();
-        for (_, result) in state.results.drain() {
-            if let LaneResult::Decoded(output) = result {
-                stream
-                    .wait(&output.ready)
-                    .map_err(|e| Error::cuda("waiting for the GPU lane", e))?;
-                freed.push(output.slot);
-            }
-        }
-        if !freed.is_empty() {
+        let dropped: Vec<LaneOutput> = state
+            .results
+            .drain()
+            .filter_map(|(_, result)| match result {
+                LaneResult::Decoded(output) => Some(output),
+                _ => None,
+            })
+            .collect();
+        if !dropped.is_empty() {
+            super::wait_for_all(stream, dropped.iter())?;
             self.shared
                 .released
                 .record(stream)
                 .map_err(|e| Error::cuda("recording the GPU lane's release", e))?;
-            state.free.extend(freed);
+            state.free.extend(dropped.iter().map(|output| output.slot));
         }
         state.generation += 1;
         let order_len = work.order.len();

@@ -11,7 +11,7 @@ use crate::cuda::resize::plan::{plan_batch, ResizeJob, SourceImage, SourcePixels
 use crate::cuda::resize::BatchResizer;
 use crate::cuda::test_gpu;
 use crate::options::{DecodeOptions, ResizeMode, ResizeOptions};
-use crate::pillow::{resample, AxisPlan, PassOrder};
+use crate::pillow::{resample, PassOrder};
 use crate::random::random_bytes;
 
 /// A lane for the default geometry and batches of up to `batch_size`.
@@ -225,7 +225,6 @@ fn gpu_resize_equals_the_cpu_rendition() {
         }
     }
     assert_eq!(compared, modes.len() * 3 * sizes.len());
-    let _ = AxisPlan::default();
 }
 
 /// The lane decodes real JPEGs (the bundled photos, the JPEG fixtures, random-size

@@ -19,9 +19,7 @@
 
 use thiserror::Error;
 
-use crate::pillow::{
-    plan_passes, Axis, AxisPlan, Direction, Filter, Pass, PassOrder, PassPlan, PlanError,
-};
+use crate::pillow::{plan_passes, Axis, AxisPlan, Direction, Filter, Pass, PassOrder, PlanError};
 
 /// Threads per block of both kernels; the horizontal grid's prefix sum counts blocks of this many.
 pub const THREADS_PER_BLOCK: u32 = 256;
@@ -305,17 +303,11 @@ pub fn plan_batch(
         return Err(BatchError::TooLarge("output pixels per slot (or none)"));
     }
     check_slots(jobs)?;
-    // The filter coefficients of each image (most of the work), then packed in order.
-    let passes: Vec<Result<PassPlan, PlanError>> = jobs
-        .iter()
-        .map(|job| plan_passes(&job.x, &job.y, job.filter, job.order))
-        .collect();
     let mut builder = Builder::default();
     let descriptors = jobs
         .iter()
-        .zip(passes)
         .enumerate()
-        .map(|(index, (job, passes))| builder.add(index, job, passes, out_width, out_height))
+        .map(|(index, job)| builder.add(index, job, out_width, out_height))
         .collect::<Result<Vec<_>, _>>()?;
     if builder.coefficients.is_empty() {
         builder.coefficients.push(0);
@@ -367,7 +359,6 @@ impl Builder {
         &mut self,
         index: usize,
         job: &ResizeJob,
-        passes: Result<PassPlan, PlanError>,
         out_width: u32,
         out_height: u32,
     ) -> Result<ResizeDescriptor, BatchError> {
@@ -380,7 +371,7 @@ impl Builder {
             .check(Axis::Y, source.height, out_height)
             .map_err(image_error)?;
         check_pitch(index, source)?;
-        let passes = passes.map_err(image_error)?;
+        let passes = plan_passes(&job.x, &job.y, job.filter, job.order).map_err(image_error)?;
         let (src, src_pitch) = region_addresses(index, job)?;
         let channels = source.pixels.channels();
 
