@@ -254,13 +254,16 @@ impl CpuAhead {
     /// Position `position`, which the GPU lane was offered, comes back to this lane: it is
     /// prepared before the images ahead of it.
     pub fn hand_back(&self, position: usize) {
-        self.shared.hand_back(position);
+        self.shared.hand_back(None, position);
     }
 
-    /// [`CpuAhead::hand_back`] as a function another lane can call from its threads.
+    /// [`CpuAhead::hand_back`] as a function another lane can call from its threads, for the
+    /// work begun last: positions it hands back once later work has begun are dropped (they
+    /// belong to an epoch that is over).
     pub fn hand_back_fn(&self) -> Arc<dyn Fn(usize) + Send + Sync> {
         let shared = self.shared.clone();
-        Arc::new(move |position| shared.hand_back(position))
+        let generation = shared.lock().generation;
+        Arc::new(move |position| shared.hand_back(Some(generation), position))
     }
 
     /// The image at `position` (one the GPU lane was not offered, or handed back), waiting for
@@ -284,9 +287,7 @@ impl CpuAhead {
 
     /// Returns a result's buffer.
     pub fn give_back(&self, buffer: Vec<u8>) {
-        let mut state = self.shared.lock();
-        state.free.push(buffer);
-        self.shared.changed.notify_all();
+        self.shared.give_back(buffer);
     }
 }
 
@@ -325,13 +326,13 @@ fn run(shared: Arc<Shared>) {
                 match prepared {
                     Ok(draw) => Ok((buffer, draw)),
                     Err(kind) => {
-                        shared.publish_buffer(buffer);
+                        shared.give_back(buffer);
                         Err(kind)
                     }
                 }
             }
             None => {
-                shared.publish_buffer(buffer);
+                shared.give_back(buffer);
                 Err(ItemErrorKind::DecoderPanic(
                     "a position past the epoch".into(),
                 ))
@@ -342,8 +343,13 @@ fn run(shared: Arc<Shared>) {
 }
 
 impl Shared {
-    fn hand_back(&self, position: usize) {
+    /// Position `position` back to this lane, for the work of `generation` (the current work if
+    /// `None`); ignored once other work has begun.
+    fn hand_back(&self, generation: Option<u64>, position: usize) {
         let mut state = self.lock();
+        if generation.is_some_and(|g| g != state.generation) {
+            return;
+        }
         if state.asked.insert(position) {
             state.handed_back.insert(position);
             self.changed.notify_all();
@@ -351,7 +357,8 @@ impl Shared {
     }
 
     /// A buffer back to the free list.
-    fn publish_buffer(&self, buffer: Vec<u8>) {
+    fn give_back(&self, buffer: Vec<u8>) {
         self.lock().free.push(buffer);
+        self.changed.notify_all();
     }
 }

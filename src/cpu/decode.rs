@@ -153,7 +153,7 @@ fn decode_jpeg(
     window: WindowFor,
     pixels: &mut Vec<u8>,
 ) -> Result<Decoded, ItemErrorKind> {
-    // An image the EXIF tag turns is decoded whole and in RGB, then turned: the window was
+    // An image the EXIF tag turns is decoded whole and in RGB, then turned: a region would be
     // computed for the image as stored.
     let orientation = if options.exif_orientation {
         let mut headers = JpegDecoder::new(ZCursor::new(bytes));
@@ -166,9 +166,21 @@ fn decode_jpeg(
         Orientation::NoTransforms
     };
     let upright = orientation == Orientation::NoTransforms;
+    // Decoded whole; the DCT reduction planned for the image as it will stand once turned.
+    let quarter_turn = matches!(
+        orientation,
+        Orientation::Rotate90
+            | Orientation::Rotate270
+            | Orientation::Rotate90FlipH
+            | Orientation::Rotate270FlipH
+    );
     let whole_window = |w, h| DecodeWindow {
         region: None,
-        ..window(w, h)
+        ..if quarter_turn {
+            window(h, w)
+        } else {
+            window(w, h)
+        }
     };
     let window: WindowFor = if upright { window } else { &whole_window };
     match decode_jpeg_turbo(bytes, options, window, upright, pixels)? {

@@ -188,19 +188,7 @@ impl CpuLane {
         source: &Source,
         stop: &AtomicBool,
     ) -> Result<Option<Filled>> {
-        self.fill_after(staging, request, source, stop, Filled::default())
-    }
-
-    /// [`CpuLane::fill`] for a staging whose first `filled.indices.len()` images are done and
-    /// whose order is used up to `filled.consumed`: the rest of the batch.
-    fn fill_after(
-        &self,
-        staging: &mut Staging<'_>,
-        request: &BatchRequest<'_>,
-        source: &Source,
-        stop: &AtomicBool,
-        mut filled: Filled,
-    ) -> Result<Option<Filled>> {
+        let mut filled = Filled::default();
         let BatchRequest {
             order,
             start,
@@ -268,12 +256,7 @@ impl CpuLane {
     }
 
     /// The destinations of images `first..first + count` of `staging`, one job each.
-    pub fn jobs<'s>(
-        &self,
-        staging: &'s mut Staging<'_>,
-        first: usize,
-        count: usize,
-    ) -> Vec<Job<'s>> {
+    fn jobs<'s>(&self, staging: &'s mut Staging<'_>, first: usize, count: usize) -> Vec<Job<'s>> {
         let image_bytes = self.image_bytes();
         let range = first * image_bytes..(first + count) * image_bytes;
         let mut normalized_slots = match &mut staging.normalized {
@@ -302,7 +285,7 @@ impl CpuLane {
 
     /// Prepares the jobs of `queue` on every thread of the pool until none is left
     /// (call it inside the pool); returns each job's outcome, by its `k` (image `chunk[k]`).
-    pub fn run_queue(
+    fn run_queue(
         &self,
         queue: &JobQueue<'_>,
         chunk: &[usize],
@@ -348,13 +331,13 @@ pub(crate) struct Job<'a> {
 
 /// The jobs of one round, shared by the lane's threads: each takes the next as it frees up, the
 /// largest files first.
-pub(crate) struct JobQueue<'a> {
+struct JobQueue<'a> {
     jobs: Mutex<Vec<Job<'a>>>,
 }
 
 impl<'a> JobQueue<'a> {
     /// A queue of `jobs` (image `chunk[job.k]` of `source`).
-    pub fn new(mut jobs: Vec<Job<'a>>, chunk: &[usize], source: &Source) -> JobQueue<'a> {
+    fn new(mut jobs: Vec<Job<'a>>, chunk: &[usize], source: &Source) -> JobQueue<'a> {
         let sizes: Vec<u64> = jobs
             .par_iter()
             .map(|job| source.item(chunk[job.k]).size_hint())
