@@ -178,6 +178,7 @@ mod tests {
     fn missing_or_inconsistent_variables_are_errors_that_name_them() {
         assert!(reason(launch(&[])).contains("WORLD_SIZE"));
         assert!(reason(launch(&[("RANK", "0"), ("LOCAL_RANK", "0")])).contains("WORLD_SIZE"));
+        assert!(reason(launch(&[("RANK", "1"), ("WORLD_SIZE", "2")])).contains("LOCAL_RANK"));
         assert!(reason(launch(&[
             ("RANK", "two"),
             ("WORLD_SIZE", "4"),

@@ -67,7 +67,7 @@ pub use options::{
     Interpolation, LastBatch, Layout, NormalizeSpec, OnError, Options, OutputOptions,
     ParseOptionError, ResizeMode, ResizeOptions, RuntimeOptions, Shard, ShardBalance,
     DEFAULT_DECODE_MEMORY, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, IMAGENET_MEAN, IMAGENET_STD,
-    RANDOM_CROP_RATIO, RANDOM_CROP_SCALE,
+    RANDOM_CROP_RATIO, RANDOM_CROP_SCALE, RANDOM_FLIP_CHANCE,
 };
 pub use pipeline::{Pipeline, PipelineBuilder};
 pub use source::{Source, IMAGE_EXTENSIONS};

@@ -303,6 +303,9 @@ pub const RANDOM_CROP_SCALE: DrawRange = DrawRange::new(0.08, 1.0);
 /// torchvision's `RandomResizedCrop` defaults: the crop's aspect ratio 3/4 to 4/3.
 pub const RANDOM_CROP_RATIO: DrawRange = DrawRange::new(3.0 / 4.0, 4.0 / 3.0);
 
+/// torchvision's `RandomHorizontalFlip` default: half the images mirrored.
+pub const RANDOM_FLIP_CHANCE: f64 = 0.5;
+
 /// How an image becomes an output of `height` x `width` pixels. The output size is part of the
 /// mode, so no other option can change it.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -644,7 +647,7 @@ impl ResizeOptions {
     pub fn imagenet_train(size: u32, seed: u64) -> ResizeOptions {
         ResizeOptions::default()
             .mode(ResizeMode::random_resized_crop(size))
-            .horizontal_flip(0.5)
+            .horizontal_flip(RANDOM_FLIP_CHANCE)
             .seed(seed)
     }
 
@@ -921,6 +924,23 @@ impl fmt::Display for Shard {
     }
 }
 
+impl FromStr for Shard {
+    type Err = ParseOptionError;
+
+    /// `RANK/WORLD`, as [`Shard`] prints (e.g. `0/4`); the rank is checked against the world
+    /// when the options are validated.
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        let fail = || ParseOptionError {
+            what: "shard",
+            given: s.to_string(),
+            expected: "RANK/WORLD (e.g. 0/4)",
+        };
+        let (rank, world) = s.trim().split_once('/').ok_or_else(fail)?;
+        let number = |n: &str| n.trim().parse::<usize>().map_err(|_| fail());
+        Ok(Shard::new(number(rank)?, number(world)?))
+    }
+}
+
 /// Batches and their order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -1186,6 +1206,13 @@ mod tests {
         assert_eq!("drop".parse::<LastBatch>(), Ok(LastBatch::Drop));
         assert_eq!("fail".parse::<OnError>(), Ok(OnError::Fail));
         assert_eq!("bgr".parse::<ChannelOrder>(), Ok(ChannelOrder::Bgr));
+        let shard = Shard::new(2, 8);
+        assert_eq!(shard.to_string().parse::<Shard>(), Ok(shard));
+        assert_eq!(" 1 / 4 ".parse::<Shard>(), Ok(Shard::new(1, 4)));
+        for bad in ["1", "1/", "a/4", "1/4/2", "-1/4"] {
+            let err = bad.parse::<Shard>().expect_err(bad);
+            assert!(err.to_string().contains("RANK/WORLD"), "{err}");
+        }
     }
 
     #[test]

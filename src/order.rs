@@ -39,6 +39,16 @@ impl Sampler {
         order
     }
 
+    /// How many of this process's positions hold its own images, every epoch (the same whatever
+    /// the shuffle).
+    pub fn real_len(&self) -> usize {
+        let (rank, world) = (self.shard.rank, self.shard.world.max(1));
+        match self.balance {
+            ShardBalance::Drop if world > 1 => self.len / world,
+            _ => self.len.saturating_sub(rank).div_ceil(world),
+        }
+    }
+
     /// This process's positions for `epoch`: every `world`-th entry of the global order,
     /// starting at `rank`. With more than one rank and [`ShardBalance::Pad`] the global order is
     /// first padded by wrapping around it (as PyTorch's `DistributedSampler` does) to a multiple
@@ -52,12 +62,7 @@ impl Sampler {
             order.iter().copied().skip(rank).step_by(world).collect()
         };
         if world == 1 || self.balance == ShardBalance::Uneven {
-            let indices = take(&global);
-            return EpochOrder {
-                real: indices.len(),
-                indices,
-                refill: false,
-            };
+            return EpochOrder::new(take(&global));
         }
         let n = global.len();
         match self.balance {
@@ -72,12 +77,11 @@ impl Sampler {
             }
             _ => {
                 let per = n.div_ceil(world);
-                // The rank's real positions: those whose global position is below n.
-                let real = (0..per).take_while(|p| rank + p * world < n).count();
-                let padded: Vec<usize> = global.iter().copied().cycle().take(per * world).collect();
+                // Position p holds global position rank + p * world, wrapped around the order:
+                // the rank's real positions are those below n.
                 EpochOrder {
-                    indices: if n == 0 { Vec::new() } else { take(&padded) },
-                    real,
+                    indices: (0..per).map(|p| global[(rank + p * world) % n]).collect(),
+                    real: self.real_len(),
                     refill: true,
                 }
             }
@@ -228,6 +232,27 @@ mod tests {
             let o = &orders[0];
             assert!(o.refills() && o.is_padding(o.len()));
             assert_eq!(o.get(o.len()), o.get(0));
+        }
+    }
+
+    #[test]
+    fn the_real_length_is_each_epochs() {
+        for balance in [ShardBalance::Pad, ShardBalance::Drop, ShardBalance::Uneven] {
+            for (n, world) in [(0, 1), (0, 3), (1, 5), (2, 3), (9, 3), (103, 4), (400, 3)] {
+                for rank in 0..world {
+                    let s = Sampler {
+                        len: n,
+                        shuffle_seed: Some(5),
+                        shard: Shard::new(rank, world),
+                        balance,
+                    };
+                    for epoch in 0..3 {
+                        let order = s.epoch(epoch);
+                        assert_eq!(s.real_len(), order.real(), "{balance:?} {n} {rank}/{world}");
+                        assert!(order.real() <= order.len());
+                    }
+                }
+            }
         }
     }
 

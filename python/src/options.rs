@@ -8,6 +8,7 @@ use std::str::FromStr;
 use gpufeed::{
     ChannelOrder, DType, Decode, Device, DrawRange, Gray16, Interpolation, LastBatch, Layout,
     OnError, PipelineBuilder, ResizeMode, ShardBalance, RANDOM_CROP_RATIO, RANDOM_CROP_SCALE,
+    RANDOM_FLIP_CHANCE,
 };
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -221,7 +222,9 @@ impl Keywords {
                 self.with(|b| Ok(b.shuffle(seed)))?;
             }
         }
-        let flip = self.hflip.unwrap_or(if self.train { 0.5 } else { 0.0 });
+        let flip = self
+            .hflip
+            .unwrap_or(if self.train { RANDOM_FLIP_CHANCE } else { 0.0 });
         self.with(|b| Ok(b.horizontal_flip(flip)))?;
         let mode = match self.mode.as_str() {
             "center-crop" => ResizeMode::ShorterSideThenCenterCrop {

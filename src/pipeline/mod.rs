@@ -130,7 +130,7 @@ impl Pipeline {
         let pinned_bytes = output.pinned_bytes();
         let cuda_stream = output.cuda_stream();
         let sampler = Sampler::new(source.len(), &options.batching);
-        let shard_len = sampler.epoch(0).real();
+        let shard_len = sampler.real_len();
         let (command_tx, command_rx) = mpsc::channel::<u64>();
         let (batch_tx, batch_rx) = mpsc::sync_channel::<Message>(options.runtime.prefetch - 1);
         let abandon = Arc::new(AtomicBool::new(false));

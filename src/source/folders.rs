@@ -99,7 +99,7 @@ fn source_error(path: &Path, e: std::io::Error) -> Error {
     }
 }
 
-fn read_dir_sorted(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+pub(super) fn read_dir_sorted(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut paths = fs::read_dir(dir)?
         .map(|entry| entry.map(|e| e.path()))
         .collect::<std::io::Result<Vec<_>>>()?;

@@ -87,7 +87,7 @@ impl SourceItem {
     fn read_all(&self) -> std::result::Result<Vec<u8>, ItemErrorKind> {
         let item = self.open(u64::MAX)?;
         item.read(Vec::new())
-            .map(|bytes| bytes.to_vec())
+            .map(ItemBytes::into_vec)
             .map_err(|(kind, _)| kind)
     }
 }
@@ -129,9 +129,7 @@ const HEAD_BYTES: usize = 64 << 10;
 
 impl OpenItem {
     fn file(path: &Path, max_bytes: u64) -> std::result::Result<OpenItem, ItemErrorKind> {
-        let file = open_regular(path)?;
-        let fail = |e: std::io::Error| ItemErrorKind::read(&e, describe_io_error(path, &e));
-        let len = file.metadata().map_err(fail)?.len();
+        let (file, len) = open_regular(path)?;
         OpenItem::span(file, path, 0, len, max_bytes)
     }
 
@@ -141,9 +139,7 @@ impl OpenItem {
         max_bytes: u64,
     ) -> std::result::Result<OpenItem, ItemErrorKind> {
         let path = place.shard.as_path();
-        let file = open_regular(path)?;
-        let fail = |e: std::io::Error| ItemErrorKind::read(&e, describe_io_error(path, &e));
-        let size = file.metadata().map_err(fail)?.len();
+        let (file, size) = open_regular(path)?;
         if place.offset.saturating_add(place.len) > size {
             return Err(ItemErrorKind::Truncated(format!(
                 "the shard ends at byte {size}, before the member's end"
@@ -207,11 +203,16 @@ impl OpenItem {
     pub(crate) fn reader(&self) -> ItemReader<'_> {
         match self {
             OpenItem::File {
-                file, start, len, ..
+                file,
+                start,
+                len,
+                head,
+                ..
             } => ItemReader::File {
                 file,
                 start: *start,
                 len: *len,
+                head,
                 at: 0,
             },
             OpenItem::Memory(bytes) => ItemReader::Memory(std::io::Cursor::new(bytes)),
@@ -301,6 +302,8 @@ pub(crate) enum ItemReader<'a> {
         file: &'a fs::File,
         start: u64,
         len: u64,
+        /// The first bytes, read when the item was opened: served without another read.
+        head: &'a [u8],
         at: u64,
     },
     Memory(std::io::Cursor<&'a Arc<[u8]>>),
@@ -313,6 +316,7 @@ impl std::io::Read for ItemReader<'_> {
                 file,
                 start,
                 len,
+                head,
                 at,
             } => {
                 use std::os::unix::fs::FileExt;
@@ -320,18 +324,18 @@ impl std::io::Read for ItemReader<'_> {
                 if left == 0 {
                     return Ok(0);
                 }
-                let n = file.read_at(&mut buf[..left], *start + *at)?;
+                let n = match head.get(*at as usize..) {
+                    Some(rest) if !rest.is_empty() => {
+                        let n = rest.len().min(left);
+                        buf[..n].copy_from_slice(&rest[..n]);
+                        n
+                    }
+                    _ => file.read_at(&mut buf[..left], *start + *at)?,
+                };
                 *at += n as u64;
                 Ok(n)
             }
-            ItemReader::Memory(cursor) => {
-                let bytes: &[u8] = cursor.get_ref();
-                let at = (cursor.position() as usize).min(bytes.len());
-                let n = buf.len().min(bytes.len() - at);
-                buf[..n].copy_from_slice(&bytes[at..at + n]);
-                cursor.set_position((at + n) as u64);
-                Ok(n)
-            }
+            ItemReader::Memory(cursor) => cursor.read(buf),
         }
     }
 }
@@ -339,26 +343,22 @@ impl std::io::Read for ItemReader<'_> {
 impl std::io::Seek for ItemReader<'_> {
     fn seek(&mut self, to: std::io::SeekFrom) -> std::io::Result<u64> {
         let (len, at) = match self {
-            ItemReader::File { len, at, .. } => (*len, *at),
-            ItemReader::Memory(cursor) => (cursor.get_ref().len() as u64, cursor.position()),
+            ItemReader::File { len, at, .. } => (*len, at),
+            ItemReader::Memory(cursor) => return cursor.seek(to),
         };
-        let target = match to {
+        *at = match to {
             std::io::SeekFrom::Start(n) => Some(n),
             std::io::SeekFrom::End(d) => len.checked_add_signed(d),
             std::io::SeekFrom::Current(d) => at.checked_add_signed(d),
         }
         .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-        match self {
-            ItemReader::File { at, .. } => *at = target,
-            ItemReader::Memory(cursor) => cursor.set_position(target),
-        }
-        Ok(target)
+        Ok(*at)
     }
 }
 
 /// Opens `path` for reading if it is a regular file, without blocking (a FIFO with no writer
-/// would hang an open that waits).
-fn open_regular(path: &Path) -> std::result::Result<fs::File, ItemErrorKind> {
+/// would hang an open that waits); returns it with its length.
+fn open_regular(path: &Path) -> std::result::Result<(fs::File, u64), ItemErrorKind> {
     use std::os::unix::fs::OpenOptionsExt;
     let fail = |e: std::io::Error| ItemErrorKind::read(&e, describe_io_error(path, &e));
     let file = fs::OpenOptions::new()
@@ -378,7 +378,7 @@ fn open_regular(path: &Path) -> std::result::Result<fs::File, ItemErrorKind> {
             reason,
         });
     }
-    Ok(file)
+    Ok((file, meta.len()))
 }
 
 /// Reads into `out` from `offset` of `file` with positioned reads until `out` is full or the file
@@ -423,6 +423,14 @@ pub(crate) enum ItemBytes {
 }
 
 impl ItemBytes {
+    /// The bytes as an owned vector (a copy for bytes shared from memory).
+    fn into_vec(self) -> Vec<u8> {
+        match self {
+            ItemBytes::Owned(v) => v,
+            ItemBytes::Shared(a, _) => a.to_vec(),
+        }
+    }
+
     /// The buffer, for reuse.
     pub(crate) fn into_buffer(self) -> Vec<u8> {
         match self {

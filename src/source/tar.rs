@@ -108,7 +108,6 @@ fn members(file: &File, size: u64, shard: &str) -> std::io::Result<(Vec<Member>,
             break;
         };
         let data = at + BLOCK;
-        let next = data.saturating_add(len.div_ceil(BLOCK) * BLOCK);
         let name = long_name.take().unwrap_or_else(|| header_name(&header));
         if data.saturating_add(len) > size {
             damaged.push(Entry::Damaged {
@@ -120,6 +119,8 @@ fn members(file: &File, size: u64, shard: &str) -> std::io::Result<(Vec<Member>,
             });
             break;
         }
+        // The member ends within the shard, so its padded end cannot overflow.
+        let next = data + len.div_ceil(BLOCK) * BLOCK;
         match header[156] {
             b'0' | 0 | b'7' => members.push(Member {
                 name,
@@ -168,10 +169,13 @@ fn samples(file: &File, shard: &str, members: &[Member]) -> Vec<Entry> {
 
 /// One sample from its members.
 fn sample(file: &File, shard: &str, key: &str, members: &[Member]) -> Entry {
-    let extension = |m: &Member| split_key(&m.name).map_or(String::new(), |(_, e)| e.to_string());
+    fn extension(m: &Member) -> &str {
+        split_key(&m.name).map_or("", |(_, e)| e)
+    }
     let image = members.iter().find(|m| {
-        let ext = extension(m).to_ascii_lowercase();
-        IMAGE_EXTENSIONS.contains(&ext.as_str())
+        IMAGE_EXTENSIONS
+            .iter()
+            .any(|ext| ext.eq_ignore_ascii_case(extension(m)))
     });
     let Some(image) = image else {
         let found: Vec<String> = members
@@ -244,7 +248,8 @@ fn header_name(header: &[u8; BLOCK as usize]) -> String {
         String::from_utf8_lossy(&bytes[..end]).into_owned()
     };
     let name = field(&header[0..100]);
-    if &header[257..262] == b"ustar" {
+    // POSIX ustar only: GNU's magic ("ustar  ") keeps other fields where ustar has the prefix.
+    if &header[257..263] == b"ustar\0" {
         let prefix = field(&header[345..500]);
         if !prefix.is_empty() {
             return format!("{prefix}/{name}");
@@ -319,15 +324,11 @@ fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()
 
 /// The `.tar` files directly inside `dir`, in sorted order.
 pub(crate) fn shards_in(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let mut shards: Vec<PathBuf> = std::fs::read_dir(dir)?
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .filter(|p| {
-            p.extension().is_some_and(|e| e.eq_ignore_ascii_case("tar"))
-                && p.metadata().is_ok_and(|m| m.is_file())
-        })
-        .collect();
-    shards.sort();
+    let mut shards = super::folders::read_dir_sorted(dir)?;
+    shards.retain(|p| {
+        p.extension().is_some_and(|e| e.eq_ignore_ascii_case("tar"))
+            && p.metadata().is_ok_and(|m| m.is_file())
+    });
     Ok(shards)
 }
 

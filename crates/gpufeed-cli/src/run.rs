@@ -10,6 +10,7 @@ use gpufeed::{
     Gray16, Interpolation, LastBatch, Launch, Layout, OnError, Options, OutputOptions, Pipeline,
     ResizeMode, ResizeOptions, RuntimeOptions, Shard, ShardBalance, Source, DEFAULT_DECODE_MEMORY,
     DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, RANDOM_CROP_RATIO, RANDOM_CROP_SCALE,
+    RANDOM_FLIP_CHANCE,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Value};
@@ -173,15 +174,9 @@ fn parse_shard(text: &str) -> std::result::Result<ShardArg, String> {
     if text.trim().eq_ignore_ascii_case("env") {
         return Ok(ShardArg::Env);
     }
-    let (rank, world) = text
-        .split_once('/')
-        .ok_or_else(|| format!("{text:?}: expected RANK/WORLD (e.g. 0/4) or env"))?;
-    let number = |s: &str| {
-        s.trim()
-            .parse::<usize>()
-            .map_err(|e| format!("{text:?}: {e}"))
-    };
-    Ok(ShardArg::Fixed(Shard::new(number(rank)?, number(world)?)))
+    text.parse::<Shard>()
+        .map(ShardArg::Fixed)
+        .map_err(|e| format!("{e}, or env"))
 }
 
 fn parse_size(text: &str) -> std::result::Result<(u32, u32), String> {
@@ -223,7 +218,9 @@ impl RunArgs {
                 width,
             },
         };
-        let flip = self.hflip.unwrap_or(if self.train { 0.5 } else { 0.0 });
+        let flip = self
+            .hflip
+            .unwrap_or(if self.train { RANDOM_FLIP_CHANCE } else { 0.0 });
         let shuffle = if self.train {
             Some(self.seed)
         } else {
