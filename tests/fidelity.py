@@ -54,8 +54,9 @@ def main():
         out = np.load(npy)  # N, 3, 224, 224
         paths = open(os.path.join(tmp, "out.paths.txt")).read().split("\n")[:-1]
         crops_file = os.path.join(tmp, "out.crops.tsv")
+        # Random transforms (--train, random-resized-crop, --hflip) write the drawn boxes.
         crops = [l.split("\t") for l in open(crops_file).read().splitlines()] \
-            if "--train" in sys.argv[3:] else None
+            if os.path.exists(crops_file) else None
     ours = np.rint(out.astype(np.float64) * (STD * 255)[None, :, None, None]
                    + (MEAN * 255)[None, :, None, None]).astype(np.int16).transpose(0, 2, 3, 1)
     if crops is not None:
@@ -70,7 +71,8 @@ def main():
         for mean, i in means[:10]:
             with Image.open(paths[i]) as im:
                 print(f"  {mean:7.3f}  place {i:5d}  {im.mode} {im.size[0]}x{im.size[1]}  {paths[i]}")
-    print(f"{folder}: {len(paths)} files, mean {diffs.mean():.3f}, p99 {np.percentile(diffs, 99):.0f}, "
+    flags = " ".join(sys.argv[3:]) or "(defaults)"
+    print(f"{folder} {flags}: {len(paths)} files, mean {diffs.mean():.3f}, p99 {np.percentile(diffs, 99):.0f}, "
           f"p99.9 {np.percentile(diffs, 99.9):.0f}, max {diffs.max()} levels")
 
 

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{gpu_present, rss_bytes};
+use common::{gpu_present, mean_and_p999, rss_bytes};
 use gpufeed::{
     ChannelOrder, CudaUnavailable, DType, Decode, Device, Error, Layout, OnError, Pipeline,
     PipelineBuilder, ResizeMode, Source,
@@ -632,9 +632,7 @@ fn hybrid_output_is_within_the_fidelity_bars() {
                 .map(|(&w, &g)| (w as f32 - g).abs()),
         );
     }
-    diffs.sort_by(|a, b| a.total_cmp(b));
-    let mean = diffs.iter().sum::<f32>() / diffs.len() as f32;
-    let p999 = diffs[(diffs.len() - 1) * 999 / 1000];
+    let (mean, p999) = mean_and_p999(&mut diffs);
     println!(
         "hybrid vs Pillow on {} JPEGs ({by_gpu} by the GPU lane): mean {mean:.3}, p99.9 {p999}",
         batch.len()
@@ -748,9 +746,7 @@ fn hybrid_random_crops_and_flips_match_the_cpu_lane() {
         flipped += usize::from(g.2.flipped);
         diffs.extend(c.3.iter().zip(&g.3).map(|(a, b)| (a - b).abs()));
     }
-    diffs.sort_by(|a, b| a.total_cmp(b));
-    let mean = diffs.iter().sum::<f32>() / diffs.len() as f32;
-    let p999 = diffs[(diffs.len() - 1) * 999 / 1000];
+    let (mean, p999) = mean_and_p999(&mut diffs);
     println!("hybrid training crops vs the CPU lane: mean {mean:.3}, p99.9 {p999}, {flipped} of 36 flipped");
     assert!(mean <= 0.5 && p999 <= 3.0, "mean {mean:.3}, p99.9 {p999}");
     assert!((4..=32).contains(&flipped));

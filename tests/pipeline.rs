@@ -110,11 +110,6 @@ fn golden_differences(variant: &str) -> BTreeMap<String, Vec<f32>> {
     diffs
 }
 
-fn percentile(values: &mut [f32], p: f64) -> f32 {
-    values.sort_by(|a, b| a.total_cmp(b));
-    values[((values.len() - 1) as f64 * p).round() as usize]
-}
-
 /// Pillow-made goldens of torchvision's Resize(256) + CenterCrop(224) on the bundled photos and
 /// every fixture format. Bar: mean absolute difference <= 0.5 levels and 99.9th percentile
 /// <= 3 levels over all of them, and no single file's mean over 1 level.
@@ -131,8 +126,7 @@ fn matches_pillow_torchvision_goldens() {
         assert!(mean <= 1.0, "{id}: mean difference {mean:.3} levels");
         all.extend_from_slice(d);
     }
-    let mean = all.iter().sum::<f32>() / all.len() as f32;
-    let p999 = percentile(&mut all, 0.999);
+    let (mean, p999) = common::mean_and_p999(&mut all);
     println!("all {} files: mean {mean:.3}, p99.9 {p999}", diffs.len());
     assert!(mean <= 0.5, "mean difference {mean:.3} levels");
     assert!(p999 <= 3.0, "99.9th percentile {p999} levels");
@@ -154,8 +148,7 @@ fn matches_pillow_goldens_for_other_filters_sizes_and_modes() {
     ] {
         let diffs = golden_differences(variant);
         let mut all: Vec<f32> = diffs.values().flatten().cloned().collect();
-        let mean = all.iter().sum::<f32>() / all.len() as f32;
-        let p999 = percentile(&mut all, 0.999);
+        let (mean, p999) = common::mean_and_p999(&mut all);
         println!("{variant}: mean {mean:.3}, p99.9 {p999}");
         assert!(mean <= 0.5, "{variant}: mean difference {mean:.3}");
         assert!(p999 <= 3.0, "{variant}: p99.9 {p999}");
@@ -477,18 +470,6 @@ fn equal_shards_give_every_rank_the_same_batches() {
     }
 }
 
-/// Without a GPU, a shard read from a launcher's environment needs one; what is missing is said.
-#[test]
-fn launcher_variables_name_what_is_missing() {
-    let launch = gpufeed::Launch::from_vars(|name| match name {
-        "RANK" => Some("1".into()),
-        "WORLD_SIZE" => Some("2".into()),
-        _ => None,
-    });
-    let error = launch.expect_err("LOCAL_RANK missing").to_string();
-    assert!(error.contains("LOCAL_RANK"), "{error}");
-}
-
 /// A folder with good images and every kind of bad file, in a known order.
 fn faulty_folder(test: &str) -> TempDir {
     let dir = temp_dir(test);
@@ -729,8 +710,7 @@ fn dct_scaling_stays_within_the_fidelity_bar() {
         .zip(&reduced[0].1)
         .map(|(&g, &v)| (g as f32 - v).abs())
         .collect();
-    let mean = d.iter().sum::<f32>() / d.len() as f32;
-    let p999 = percentile(&mut d, 0.999);
+    let (mean, p999) = common::mean_and_p999(&mut d);
     println!("retina.jpg with DCT scaling: mean {mean:.3}, p99.9 {p999}");
     assert!(mean <= 0.5 && p999 <= 3.0, "mean {mean}, p99.9 {p999}");
 }

@@ -100,3 +100,15 @@ pub fn rss_bytes() -> u64 {
         })
         .map_or(0, |kb| kb * 1024)
 }
+
+/// The mean and the 99.9th percentile of `diffs` (sorted in place), as the fidelity bars count
+/// them.
+pub fn mean_and_p999(diffs: &mut [f32]) -> (f32, f32) {
+    diffs.sort_by(|a, b| a.total_cmp(b));
+    let mean = diffs.iter().sum::<f32>() / diffs.len().max(1) as f32;
+    let p999 = diffs
+        .get(((diffs.len().max(1) - 1) as f64 * 0.999).round() as usize)
+        .copied()
+        .unwrap_or(0.0);
+    (mean, p999)
+}
