@@ -40,7 +40,9 @@ if want tests; then
     | grep -E "20 epochs|training crops|hybrid vs Pillow|test result"
 fi
 
-if want sanitizer && command -v compute-sanitizer >/dev/null; then
+if want sanitizer && ! command -v compute-sanitizer >/dev/null; then
+  step "compute-sanitizer: not on PATH, skipped"
+elif want sanitizer; then
   step "compute-sanitizer"
   for tool in memcheck racecheck; do
     GPUFEED_REQUIRE_GPU=1 timeout 150 compute-sanitizer --tool $tool --error-exitcode 3 \
@@ -52,11 +54,11 @@ if want sanitizer && command -v compute-sanitizer >/dev/null; then
   echo "memcheck gpu hybrid: exit $? $(grep -E 'ERROR SUMMARY' /tmp/san-hybrid.log | tail -1)"
 fi
 
+wait  # the corpora: the benches below run on a quiet machine
 if want upload; then
   step "upload bench"
   GPUFEED_BENCH_OUT="$out" .gpu/bin/bench-upload 2>&1 | tee "$out/upload.txt"  # + upload.csv, .svg
 fi
-wait
 
 # One `gpufeed run` with the process's CPU time per image.
 cat >/tmp/timed.py <<'PY'
@@ -73,6 +75,8 @@ print(f"{sys.argv[1]}: {j['images_per_s']:.0f} img/s, {j['images']} images, skip
 PY
 
 if want pipeline; then
+  step "partial decode against whole decode on every corpus file"
+  GPUFEED_TEST_CORPUS=/tmp/c2k .gpu/bin/test-lib-gpufeed partial_decode 2>&1 | grep -E "test result|FAILED|panicked"
   for round in $(seq "$rounds"); do
     step "pipeline bench, round $round: Pillow, then gpufeed on the same files"
     python3 .gpu/tools/pil-baseline /tmp/c2k | tee -a "$out/pipeline.txt"
@@ -97,7 +101,7 @@ if want hybrid; then
 fi
 
 if want large; then
-  step "camera-size JPEGs: the DataLoader (batch 8: every worker busy) vs gpufeed (batch 32), in turn"
+  step "camera-size JPEGs: the DataLoader (batch 8: 12 batches an epoch for its 16 workers) vs gpufeed (batch 32), in turn"
   for round in $(seq "$rounds"); do
     python3 benches/dataloader.py /tmp/large 16 8 5
     python3 /tmp/timed.py "round $round cpu   " $g run /tmp/large --json --epochs 5 --batch-size 32 --decode cpu

@@ -12,7 +12,8 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 g=.gpu/bin/bin-gpufeed
-world=${WORLD:-$(nvidia-smi -L | wc -l)}
+world=${WORLD:-$(nvidia-smi -L 2>/dev/null | wc -l)}
+if [ "$world" -lt 1 ]; then echo "no GPU found (set WORLD to choose the number of ranks)"; exit 1; fi
 n=${N:-8192}
 rounds=${ROUNDS:-2}
 cores=$(nproc)
@@ -62,22 +63,35 @@ for source in folder shards; do
   extra=""; [ $source = shards ] && extra="--webdataset"
   step "$source: every image exactly once across $world ranks (uneven split)"
   rm -f /tmp/mg-r*.npy /tmp/mg-r*.paths.txt
+  pids=()
   for r in $(seq 0 $((world - 1))); do
     RANK=$r WORLD_SIZE=$world LOCAL_RANK=$r "$g" run "$dir" $extra --shard env \
       --shard-balance uneven --crop 8 --resize 8 --save /tmp/mg-r$r.npy --json >/dev/null &
+    pids+=($!)
   done
-  wait
-  cat /tmp/mg-r*.paths.txt | sort | uniq -c | awk '$1 != 1 {bad++} END {print (bad ? bad " ids not seen exactly once" : "every id exactly once")}'
-  cat /tmp/mg-r*.paths.txt | wc -l
+  failed=0
+  for pid in "${pids[@]}"; do wait "$pid" || failed=$((failed + 1)); done
+  seen=$(cat /tmp/mg-r*.paths.txt 2>/dev/null | wc -l)
+  repeated=$(cat /tmp/mg-r*.paths.txt 2>/dev/null | sort | uniq -d | wc -l)
+  if [ "$failed" = 0 ] && [ "$seen" = "$n" ] && [ "$repeated" = 0 ]; then
+    echo "every id exactly once: $seen of $n"
+  else
+    echo "FAILED: $failed ranks failed, $seen ids of $n seen, $repeated seen more than once"
+  fi
   for decode in cpu hybrid; do
     step "$source, --decode $decode: one process alone vs $world at once, in turn"
     for round in $(seq "$rounds"); do
       one=$("$g" run "$dir" $extra --decode $decode --epochs 2 --json | tail -1 \
         | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["images_per_s"]))')
       ranks /tmp/mg.log "$dir" $extra --decode $decode --epochs 2 --shard-balance uneven
-      python3 - "$one" "$round" <<'PY'
+      python3 - "$one" "$round" "$world" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open("/tmp/mg.log") if l.startswith("{")]
+rows = [r for r in rows if "error" not in r]
+world = int(sys.argv[3])
+if len(rows) != world:
+    print(f"round {sys.argv[2]}: FAILED: {world - len(rows)} of {world} ranks gave no summary")
+    sys.exit(0)
 images = sum(r["images"] for r in rows)
 seconds = max(r["seconds"] for r in rows)
 one = float(sys.argv[1])
