@@ -39,9 +39,9 @@
 //! them. The output of a batch stays valid until the next `decode` on the same decoder: queue the
 //! work that reads it on the same stream before calling `decode` again, or make another stream
 //! wait for [`DecodedBatch::completion_event`] and finish before the next `decode`. Growing the
-//! output arena (rare: only for a batch larger than any before) waits for the stream. The
-//! `nvjpeg_probe` binary measures how long `nvjpegDecodeBatched` blocks the host and whether
-//! rewriting the compressed bytes right after it returns changes the output.
+//! output arena (rare: only for a batch larger than any before) waits for the stream. With the
+//! hardware backend, `nvjpegDecodeBatched` keeps the calling thread busy for most of the decode
+//! (measured on the H100 machine: about 45 µs of host time an image, one thread alone).
 //!
 //! # CUDA runtime and context
 //!

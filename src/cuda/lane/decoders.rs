@@ -1,47 +1,30 @@
-//! One submitting thread's decoders and kernels: a range's files read and screened, decoded on
-//! the engines (colour and gray JPEGs in calls of their own), the colour ones made RGB as
-//! libjpeg-turbo makes them, and every image resized into its slot of the ring, all on the
-//! set's own stream.
+//! One submitting thread's decoders and kernels: a prepared call's files decoded on the engines
+//! (colour and gray JPEGs in calls of their own), the colour ones made RGB as libjpeg-turbo makes
+//! them, and every image resized into its slot of the ring with the coefficients the preparing
+//! thread computed, all on the set's own stream.
 
 use std::sync::Arc;
 
 use cudarc::driver::{CudaEvent, CudaModule, CudaSlice, CudaStream, DevicePtrMut};
 
-use super::runner::{Shared, Work};
-use super::{
-    LaneOutput, LaneResult, LaneUnavailable, Screened, CHUNK, MAX_CALL_BYTES, MAX_CALL_PIXELS,
-    MAX_COMPRESSED,
-};
+use super::prepare::Call;
+use super::runner::Shared;
+use super::{LaneOutput, LaneResult, LaneUnavailable, Screened};
 use crate::cuda::device::Gpu;
 use crate::cuda::jpeg::{
     ChromaPlanes, DecodedImage, DecoderConfig, HardwareDecoder, JpegInfo, NvJpeg, Outcome,
     Subsampling,
 };
-use crate::cuda::resize::plan::{plan_batch, ResizeJob, SourceImage, SourcePixels};
+use crate::cuda::resize::plan::{plan_batch_with, ResizeJob, SourceImage, SourcePixels};
 use crate::cuda::resize::{BatchResizer, DevicePlan};
 use crate::cuda::ycc::{ChromaSampling, YccConverter, YccJob};
 use crate::error::{Error, Result};
-use crate::geometry::{CropDraw, Geometry};
+use crate::geometry::Geometry;
 use crate::options::ResizeMode;
 use crate::pillow::{Filter, PassOrder};
-use crate::source::ItemBytes;
-
-/// A range handed to a thread: its offered positions (with their source indices) and a ring
-/// slot reserved for each.
-pub(super) struct Job {
-    pub work: Arc<Work>,
-    pub positions: Vec<(usize, usize)>,
-    pub slots: Vec<u32>,
-    /// Whether the thread's stream waits for the slots' last readers (if that wait could not be
-    /// queued, nothing of the range is decoded).
-    pub ordered: bool,
-}
 
 /// Bytes of the RGB buffer: a call's colour images at most, unless one image alone is larger.
-const RGB_BYTES: usize = 3 * MAX_CALL_PIXELS as usize;
-
-/// Read buffers kept for reuse, at most this many.
-const KEPT_BUFFERS: usize = 2 * super::CHUNK;
+const RGB_BYTES: usize = 3 * super::MAX_CALL_PIXELS as usize;
 
 /// The hardware decoders one host thread submits to, with the kernels that follow them.
 pub(super) struct DecoderSet {
@@ -61,7 +44,6 @@ pub(super) struct DecoderSet {
     filter: Filter,
     /// Events recorded after a range's resize; one is reused once nothing else holds it.
     events: Vec<Arc<CudaEvent>>,
-    buffers: Vec<Vec<u8>>,
 }
 
 impl DecoderSet {
@@ -108,7 +90,6 @@ impl DecoderSet {
             geometry,
             filter,
             events: Vec::new(),
-            buffers: Vec::new(),
         })
     }
 
@@ -122,76 +103,40 @@ impl DecoderSet {
         &self.stream
     }
 
-    /// The range of `job`: one result per position. The files are read and go to the engines in
-    /// calls of at most [`CHUNK`] images, [`MAX_CALL_PIXELS`] pixels and [`MAX_CALL_BYTES`]
-    /// compressed bytes (a larger image alone), each resized before the next is read. A call that fails leaves its images to the CPU lane,
-    /// and the set's stream idle before their slots are handed out again.
-    pub fn run(&mut self, job: &Job, shared: &Shared) -> Vec<LaneResult> {
-        let mut results = vec![LaneResult::Refused; job.positions.len()];
-        if !job.ordered {
+    /// Decodes, converts and resizes the images of `call` into their slots: one result per
+    /// image. Nothing is written unless `ordered` (the stream waits for the slots' last readers).
+    /// A call that fails leaves its images to the CPU lane, and the set's stream idle before
+    /// their slots are handed out again.
+    pub fn run(&mut self, call: &Call, shared: &Shared, ordered: bool) -> Vec<LaneResult> {
+        let mut results = vec![LaneResult::Refused; call.images.len()];
+        if !ordered {
             return results;
         }
-        let mut written = Vec::with_capacity(job.positions.len());
-        let mut next = 0;
-        // A file read for the next call, which did not fit in the last.
-        let mut carried = None;
-        loop {
-            let mut call: Vec<(usize, ItemBytes, Screened)> = Vec::new();
-            let (mut pixels, mut bytes) = (0u64, 0u64);
-            while call.len() < CHUNK {
-                let Some(file) = carried
-                    .take()
-                    .or_else(|| self.read_next(job, shared, &mut next))
-                else {
-                    break;
-                };
-                let info = file.2.info;
-                let more = u64::from(info.width) * u64::from(info.height);
-                let size = file.1.len() as u64;
-                if !call.is_empty()
-                    && (pixels + more > MAX_CALL_PIXELS || bytes + size > MAX_CALL_BYTES as u64)
-                {
-                    carried = Some(file);
-                    break;
-                }
-                pixels += more;
-                bytes += size;
-                call.push(file);
+        let jpegs: Vec<(&[u8], Screened)> = call
+            .images
+            .iter()
+            .map(|image| (&*image.bytes, image.screened))
+            .collect();
+        let made = self
+            .decode(&jpegs)
+            .and_then(|images| self.resize(call, shared, &images));
+        let written = match made {
+            Ok(written) if !written.is_empty() => written,
+            Ok(_) => return results,
+            Err(_) => {
+                // Whatever the call queued is done before its slots are free again.
+                let _ = self.stream.synchronize();
+                return results;
             }
-            if call.is_empty() {
-                break;
-            }
-            let jpegs: Vec<(&[u8], Screened)> =
-                call.iter().map(|(_, bytes, s)| (&**bytes, *s)).collect();
-            let at: Vec<usize> = call.iter().map(|&(k, _, _)| k).collect();
-            let made = self
-                .decode(&jpegs)
-                .and_then(|images| self.resize(job, shared, &at, &images));
-            drop(jpegs);
-            match made {
-                Ok(mut done) => written.append(&mut done),
-                Err(_) => {
-                    // Whatever the call queued is done before its slots are free again.
-                    let _ = self.stream.synchronize();
-                }
-            }
-            // The decoder staged the bytes: the buffers are free again.
-            for (_, bytes, _) in call {
-                if self.buffers.len() < KEPT_BUFFERS {
-                    self.buffers.push(bytes.into_buffer());
-                }
-            }
-        }
-        if written.is_empty() {
-            return results;
-        }
+        };
         match self.record() {
             Ok(event) => {
-                for (k, draw) in written {
+                for k in written {
+                    let image = &call.images[k];
                     results[k] = LaneResult::Decoded(LaneOutput {
-                        slot: job.slots[k],
+                        slot: image.slot,
                         ready: event.clone(),
-                        draw,
+                        draw: image.draw,
                     });
                 }
             }
@@ -221,38 +166,6 @@ impl DecoderSet {
             .record(&self.stream)
             .map_err(|e| Error::cuda("recording the GPU lane's resize", e))?;
         Ok(event)
-    }
-
-    /// The next file of the job, from place `*next` on, that the engines take, with its place
-    /// `k` in the job and how it is decoded; unreadable, oversized or refused files are passed
-    /// over (the CPU lane takes them). `None` once the job's files are all read.
-    fn read_next(
-        &mut self,
-        job: &Job,
-        shared: &Shared,
-        next: &mut usize,
-    ) -> Option<(usize, ItemBytes, Screened)> {
-        let source = &job.work.lane.source;
-        let max_bytes = shared.limits.max_file_bytes.min(MAX_COMPRESSED as u64);
-        while let Some(&(_, index)) = job.positions.get(*next) {
-            let k = *next;
-            *next += 1;
-            let Ok(item) = source.item(index).open(max_bytes) else {
-                continue;
-            };
-            if !item.head().starts_with(&[0xFF, 0xD8, 0xFF]) {
-                continue;
-            }
-            let buffer = self.buffers.pop().unwrap_or_default();
-            match item.read(buffer) {
-                Ok(bytes) => match shared.screen.take(&bytes) {
-                    Some(screened) => return Some((k, bytes, screened)),
-                    None => self.buffers.push(bytes.into_buffer()),
-                },
-                Err((_, buffer)) => self.buffers.push(buffer),
-            }
-        }
-        None
     }
 
     /// Queues the decode of `jpegs` on the set's stream (colour and gray ones in calls of their
@@ -360,47 +273,43 @@ impl DecoderSet {
         Ok(images)
     }
 
-    /// Queues the resize of each decoded image (`images[i]` is the file at place `at[i]` of the
-    /// job) into its slot of the ring, with its random draws; returns the places written, with
-    /// the draws.
+    /// Queues the resize of each decoded image (`images[k]` is image `k` of `call`) into its slot
+    /// of the ring; returns the images written.
     fn resize(
         &mut self,
-        job: &Job,
+        call: &Call,
         shared: &Shared,
-        at: &[usize],
         images: &[Option<SourceImage>],
-    ) -> Result<Vec<(usize, Option<CropDraw>)>> {
-        let geometry = self.geometry;
-        let pad = match geometry.mode {
+    ) -> Result<Vec<usize>> {
+        let pad = match self.geometry.mode {
             ResizeMode::Letterbox { pad, .. } => pad,
             _ => 0,
         };
         let mut written = Vec::with_capacity(images.len());
         let mut jobs = Vec::with_capacity(images.len());
-        for (&k, image) in at.iter().zip(images) {
-            let Some(source) = *image else { continue };
-            let index = job.positions[k].1;
-            let draw = geometry.draw(source.width, source.height, index, job.work.lane.epoch);
-            let (x, y) = geometry.axis_plans(source.width, source.height, draw.as_ref());
+        let mut passes = Vec::with_capacity(images.len());
+        for (k, (image, source)) in call.images.iter().zip(images).enumerate() {
+            let Some(source) = *source else { continue };
             jobs.push(ResizeJob {
                 source,
-                x,
-                y,
+                x: image.x,
+                y: image.y,
                 filter: self.filter,
                 order: PassOrder::default(),
                 pad,
-                flip: draw.is_some_and(|d| d.flipped),
-                slot: job.slots[k],
+                flip: image.draw.is_some_and(|d| d.flipped),
+                slot: image.slot,
             });
-            written.push((k, draw));
+            passes.push(&image.passes);
+            written.push(k);
         }
         if jobs.is_empty() {
             return Ok(written);
         }
         let stream = self.stream.clone();
         let lane_error = |e: &dyn std::fmt::Display| Error::GpuLane(e.to_string());
-        let plan =
-            plan_batch(&jobs, geometry.width, geometry.height).map_err(|e| lane_error(&e))?;
+        let plan = plan_batch_with(&jobs, &passes, self.geometry.width, self.geometry.height)
+            .map_err(|e| lane_error(&e))?;
         let device = match &mut self.plan {
             Some(device) => {
                 device.update(&stream, &plan).map_err(|e| lane_error(&e))?;

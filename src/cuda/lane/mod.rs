@@ -5,9 +5,13 @@
 //! normalize kernel takes them like the CPU lane's.
 //!
 //! The lane works ahead of the batches, on threads of its own ([`runner`]): the epoch's order is
-//! cut into ranges of positions, and each submitting thread takes the next range, reads and
-//! screens the files of it the lane is offered ([`offered`]), decodes them on its own decoders
-//! and stream, resizes them into free ring slots and publishes one [`LaneResult`] per position.
+//! cut into ranges of positions; a preparing thread takes the next range, reads and screens the
+//! files of it the lane is offered ([`offered`]), computes each image's draws and resize
+//! coefficients and cuts the images into calls ([`prepare`]); a submitting thread takes the next
+//! call, decodes it on its own decoders and stream, resizes the images into their ring slots
+//! ([`decoders`]) and publishes one [`LaneResult`] per position. nvJPEG's hardware decode keeps
+//! the submitting thread busy on the host, so the host work that does not need the decoders is
+//! done beside it rather than between its calls.
 //! A batch asks for the results of its positions ([`JpegLane::result`]), waiting only for those
 //! not ready yet, so the engines keep decoding while the CPU lane and the batches' hand-off run.
 //! Which image goes to which lane, and which images share an `nvjpegDecodeBatched` call, depend
@@ -16,11 +20,13 @@
 //!
 //! The lane is opened once per pipeline; when nvJPEG, the engines or a filter are missing it is
 //! not opened, and the reason says why. Its memory is sized once: the ring (a batch, the
-//! lookahead and one range per thread), each thread's decoders and buffers (grown only when a
-//! larger image arrives), and the compressed bytes of one call per thread (at most
-//! [`MAX_CALL_BYTES`]).
+//! lookahead and one range per preparing thread), each submitting thread's decoders and buffers
+//! (grown only when a larger image arrives), and the compressed bytes of the calls being
+//! prepared, waiting (one per submitting thread at most) and decoded, each at most
+//! [`MAX_CALL_BYTES`].
 
 mod decoders;
+mod prepare;
 mod runner;
 #[cfg(test)]
 mod tests;
@@ -41,6 +47,7 @@ use crate::pillow::Filter;
 use crate::source::Source;
 
 use decoders::DecoderSet;
+use prepare::Preparer;
 use runner::Runner;
 
 /// Whether gray (one-component) JPEGs go to the hardware. They do, in calls of their own
@@ -50,20 +57,24 @@ const GRAY_ON_THE_GPU: bool = true;
 /// Largest compressed file the lane takes (others go to the CPU lane).
 const MAX_COMPRESSED: usize = 16 << 20;
 
-/// The most compressed bytes one `nvjpegDecodeBatched` takes (a larger file alone): what one
-/// submitting thread holds read at a time.
-pub(crate) const MAX_CALL_BYTES: usize = 64 << 20;
+/// The most compressed bytes one call takes (a larger file alone): what one call holds read.
+pub(crate) const MAX_CALL_BYTES: usize = 16 << 20;
 
-/// Host threads that submit images to the engines, each with its own decoders and stream:
-/// `nvjpegDecodeBatched` returns only once the engines are done, so while one thread waits for
-/// its call the other reads, screens and stages the next range.
-const SUBMITTING_THREADS: usize = 3;
+/// Host threads that submit calls to the engines, each with its own decoders and stream.
+/// `nvjpegDecodeBatched` keeps its thread busy on the host for most of the call (about 45 µs an
+/// image on the H100 machine) and scales poorly past two threads at once: measured there, three
+/// submitting threads gave less than two.
+const SUBMITTING_THREADS: usize = 2;
 
-/// Most images per `nvjpegDecodeBatched`, and about how many the lane is offered per range.
+/// Host threads that read, screen and plan the lane's images for the submitting threads (about
+/// 50 µs an image), so that those do nothing but decode, convert and resize.
+const PREPARING_THREADS: usize = 3;
+
+/// Most images per call, and about how many the lane is offered per range.
 const CHUNK: usize = 32;
 
-/// Pixels one `nvjpegDecodeBatched` decodes at most (an image larger alone): what sizes each
-/// thread's decode buffers once.
+/// Pixels one call decodes at most (an image larger alone): what sizes each submitting thread's
+/// decode buffers once.
 const MAX_CALL_PIXELS: u64 = 12 << 20;
 
 /// A range never spans more positions than this, however small the share.
@@ -83,9 +94,9 @@ pub(crate) fn lookahead(batch_size: usize) -> usize {
     (2 * batch_size).max(MIN_LOOKAHEAD)
 }
 
-/// Slots of the lane's ring: one batch, the lookahead and one range per thread.
+/// Slots of the lane's ring: one batch, the lookahead and one range per preparing thread.
 fn ring_slots(batch_size: usize) -> usize {
-    batch_size + lookahead(batch_size) + SUBMITTING_THREADS * MAX_SPAN
+    batch_size + lookahead(batch_size) + PREPARING_THREADS * MAX_SPAN
 }
 
 /// The fewest positions the lanes work ahead.
@@ -286,15 +297,20 @@ impl JpegLane {
         let image_bytes = geometry.image_bytes();
         let lookahead = lookahead(config.batch_size);
         let slots = ring_slots(config.batch_size);
+        let preparers = (0..PREPARING_THREADS)
+            .map(|_| Preparer::new(geometry, filter))
+            .collect();
         let runner = Runner::start(
             gpu,
             sets,
+            preparers,
             screen,
             runner::Limits {
                 slots,
                 image_bytes,
                 lookahead,
                 max_file_bytes: config.max_file_bytes,
+                queued_calls: SUBMITTING_THREADS,
             },
         )?;
         let (major, minor, patch) = nvjpeg.version();

@@ -19,7 +19,9 @@
 
 use thiserror::Error;
 
-use crate::pillow::{plan_passes, Axis, AxisPlan, Direction, Filter, Pass, PassOrder, PlanError};
+use crate::pillow::{
+    plan_passes, Axis, AxisPlan, Direction, Filter, Pass, PassOrder, PassPlan, PlanError,
+};
 
 /// Threads per block of both kernels; the horizontal grid's prefix sum counts blocks of this many.
 pub const THREADS_PER_BLOCK: u32 = 256;
@@ -284,6 +286,14 @@ pub enum BatchError {
         /// The second.
         second: usize,
     },
+    /// Passes given for another number of jobs.
+    #[error("{passes} pass plans for {jobs} images")]
+    PassCount {
+        /// Jobs in the batch.
+        jobs: usize,
+        /// Pass plans given.
+        passes: usize,
+    },
     /// A count over the kernels' 32-bit indices (or [`MAX_IMAGES`]).
     #[error("the batch is too large for the kernels: {0}")]
     TooLarge(&'static str),
@@ -295,8 +305,35 @@ pub fn plan_batch(
     out_width: u32,
     out_height: u32,
 ) -> Result<BatchPlan, BatchError> {
+    let passes = jobs
+        .iter()
+        .enumerate()
+        .map(|(index, job)| {
+            plan_passes(&job.x, &job.y, job.filter, job.order)
+                .map_err(|source| BatchError::Image { index, source })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let passes: Vec<&PassPlan> = passes.iter().collect();
+    plan_batch_with(jobs, &passes, out_width, out_height)
+}
+
+/// [`plan_batch`] with each job's passes already computed: `passes[i]` is
+/// [`plan_passes`]`(jobs[i].x, jobs[i].y, jobs[i].filter, jobs[i].order)` (the costly part, which
+/// depends on neither the source's address nor the slot, so it can be done ahead, elsewhere).
+pub fn plan_batch_with(
+    jobs: &[ResizeJob],
+    passes: &[&PassPlan],
+    out_width: u32,
+    out_height: u32,
+) -> Result<BatchPlan, BatchError> {
     if jobs.len() > MAX_IMAGES {
         return Err(BatchError::TooLarge("more than 65535 images"));
+    }
+    if passes.len() != jobs.len() {
+        return Err(BatchError::PassCount {
+            jobs: jobs.len(),
+            passes: passes.len(),
+        });
     }
     let slot_pixels = u64::from(out_width) * u64::from(out_height);
     if slot_pixels == 0 || slot_pixels > u64::from(u32::MAX / 3) {
@@ -306,8 +343,9 @@ pub fn plan_batch(
     let mut builder = Builder::default();
     let descriptors = jobs
         .iter()
+        .zip(passes)
         .enumerate()
-        .map(|(index, job)| builder.add(index, job, out_width, out_height))
+        .map(|(index, (job, passes))| builder.add(index, job, passes, out_width, out_height))
         .collect::<Result<Vec<_>, _>>()?;
     if builder.coefficients.is_empty() {
         builder.coefficients.push(0);
@@ -354,11 +392,13 @@ struct Builder {
 }
 
 impl Builder {
-    /// The descriptor of job `index`, its coefficients appended and its intermediate placed.
+    /// The descriptor of job `index` (resampled by `passes`), its coefficients appended and its
+    /// intermediate placed.
     fn add(
         &mut self,
         index: usize,
         job: &ResizeJob,
+        passes: &PassPlan,
         out_width: u32,
         out_height: u32,
     ) -> Result<ResizeDescriptor, BatchError> {
@@ -371,7 +411,6 @@ impl Builder {
             .check(Axis::Y, source.height, out_height)
             .map_err(image_error)?;
         check_pitch(index, source)?;
-        let passes = plan_passes(&job.x, &job.y, job.filter, job.order).map_err(image_error)?;
         let (src, src_pitch) = region_addresses(index, job)?;
         let channels = source.pixels.channels();
 
