@@ -579,6 +579,38 @@ fn hybrid_output_is_the_same_on_every_run() {
     );
 }
 
+/// The share is measured on the first 1,024 images of a larger epoch while the batches are
+/// small: the lane's ring, sized for the batch and its lookahead, holds fewer slots than the
+/// probe has images, so the probe must give each image back as it comes (it once waited for
+/// slots that only its own end would free). Then every image of the epoch arrives.
+#[test]
+fn hybrid_measures_its_share_on_more_images_than_the_ring_holds() {
+    let _serial = serial();
+    if !gpu_present("hybrid_measures_its_share_on_more_images_than_the_ring_holds") {
+        return;
+    }
+    let files = 1_300;
+    let mut pipeline = Pipeline::builder()
+        .source(Source::paths(vec![
+            common::repo_path(
+                "tests/fixtures/rgb420.jpg"
+            );
+            files
+        ]))
+        .batch_size(8)
+        .decode(Decode::Hybrid)
+        .device(Device::Cuda(0))
+        .build()
+        .expect("build");
+    let mut images = 0;
+    while let Some(batch) = pipeline.next_batch().expect("batch") {
+        images += batch.len();
+    }
+    assert_eq!(images, files);
+    let share = pipeline.gpu_share().expect("a measured share");
+    assert!((0.0..=1.0).contains(&share), "{share}");
+}
+
 /// The hybrid output against Pillow's (torchvision's) on the bundled JPEG photos and fixtures,
 /// every image through the GPU lane: within the fidelity bars.
 #[test]

@@ -118,15 +118,15 @@ pub(crate) fn measure(
             },
         )?;
         lane.advance(images.len());
-        let outputs: Vec<LaneOutput> = (0..images.len())
-            .filter_map(|p| match lane.result(p) {
-                LaneResult::Decoded(output) => Some(output),
-                LaneResult::Refused => None,
-            })
-            .collect();
+        // Each output given back as soon as it is made: the ring need not hold the probe.
+        let mut taken = 0;
+        for p in 0..images.len() {
+            if let LaneResult::Decoded(output) = lane.result(p) {
+                taken += 1;
+                lane.discard(stream, vec![output])?;
+            }
+        }
         let seconds = started.elapsed().as_secs_f64();
-        let taken = outputs.len();
-        lane.discard(stream, outputs)?;
         Ok((seconds, taken))
     };
     // A warm-up of the engines (their first calls initialize them).
