@@ -44,6 +44,10 @@ const PROBE_GPU_IMAGES: usize = 1024;
 /// Images the engines warm up on before they are measured.
 const PROBE_WARM_UP: usize = 64;
 
+/// Outputs the probe gives back to the lane at a time (well under the smallest ring, which holds
+/// at least the lookahead of 256).
+const PROBE_GIVE_BACK: usize = 32;
+
 /// Images the CPU lane is measured on meanwhile.
 const PROBE_CPU_IMAGES: usize = 256;
 
@@ -118,12 +122,16 @@ pub(crate) fn measure(
             },
         )?;
         lane.advance(images.len());
-        // Each output given back as soon as it is made: the ring need not hold the probe.
+        // Outputs given back as they come, a few at a time: the ring need not hold the probe.
         let mut taken = 0;
+        let mut made = Vec::with_capacity(PROBE_GIVE_BACK);
         for p in 0..images.len() {
             if let LaneResult::Decoded(output) = lane.result(p) {
                 taken += 1;
-                lane.discard(stream, vec![output])?;
+                made.push(output);
+            }
+            if made.len() == PROBE_GIVE_BACK || p + 1 == images.len() {
+                lane.discard(stream, std::mem::take(&mut made))?;
             }
         }
         let seconds = started.elapsed().as_secs_f64();

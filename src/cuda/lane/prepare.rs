@@ -28,6 +28,14 @@ pub(super) struct CallImage {
     pub passes: PassPlan,
 }
 
+impl CallImage {
+    /// Pixels the engines decode for it.
+    fn pixels(&self) -> u64 {
+        let info = self.screened.info;
+        u64::from(info.width) * u64::from(info.height)
+    }
+}
+
 /// The images of one round of `nvjpegDecodeBatched` calls (colour and gray ones in calls of their
 /// own): at most [`super::CHUNK`] images, [`super::MAX_CALL_PIXELS`] pixels and [`MAX_CALL_BYTES`]
 /// compressed bytes, unless one image alone is larger.
@@ -153,17 +161,14 @@ impl Pending {
     /// Whether `image` would take the call past [`super::CHUNK`] images, [`super::MAX_CALL_PIXELS`]
     /// pixels or [`MAX_CALL_BYTES`] compressed bytes (an empty call takes any image).
     fn is_full_for(&self, image: &CallImage) -> bool {
-        let info = image.screened.info;
-        let pixels = u64::from(info.width) * u64::from(info.height);
         !self.images.is_empty()
             && (self.images.len() == super::CHUNK
-                || self.pixels + pixels > super::MAX_CALL_PIXELS
+                || self.pixels + image.pixels() > super::MAX_CALL_PIXELS
                 || self.bytes + image.bytes.len() as u64 > MAX_CALL_BYTES as u64)
     }
 
     fn add(&mut self, place: usize, image: CallImage) {
-        let info = image.screened.info;
-        self.pixels += u64::from(info.width) * u64::from(info.height);
+        self.pixels += image.pixels();
         self.bytes += image.bytes.len() as u64;
         self.places.push(place);
         self.images.push(image);

@@ -185,9 +185,7 @@ impl Shared {
             buffers.push(image.bytes.into_buffer());
         }
         self.publish(&call.work, entries, Some(stream));
-        let mut state = self.lock();
-        let room = KEPT_BUFFERS.saturating_sub(state.buffers.len());
-        state.buffers.extend(buffers.into_iter().take(room));
+        keep_buffers(&mut self.lock(), buffers);
     }
 
     /// Publishes results by position (their slots given back where refused), or drops them
@@ -269,12 +267,18 @@ fn take_range(state: &mut State) -> Option<Job> {
 
 /// Drops a call that was never submitted: its slots were never written.
 fn drop_call(state: &mut State, call: Call) {
+    let mut buffers = Vec::with_capacity(call.images.len());
     for image in call.images {
         state.free.push(image.slot);
-        if state.buffers.len() < KEPT_BUFFERS {
-            state.buffers.push(image.bytes.into_buffer());
-        }
+        buffers.push(image.bytes.into_buffer());
     }
+    keep_buffers(state, buffers);
+}
+
+/// Keeps read buffers for the preparing threads, up to [`KEPT_BUFFERS`].
+fn keep_buffers(state: &mut State, buffers: Vec<Vec<u8>>) {
+    let room = KEPT_BUFFERS.saturating_sub(state.buffers.len());
+    state.buffers.extend(buffers.into_iter().take(room));
 }
 
 /// The lane's threads and ring.
