@@ -337,9 +337,12 @@ pub struct DecoderConfig {
     pub initial_staging_bytes: usize,
     /// Device bytes allocated up front for the output arena.
     pub initial_output_bytes: usize,
-    /// `(width, height)` for `nvjpegDecodeBatchedPreAllocate(max_batch, width, height, 4:4:4)`;
-    /// DALI and nvImageCodec call it (with 1x1 when given no hint) because it makes nvJPEG keep a
-    /// memory pool for the hardware decoder.
+    /// `(width, height)` for `nvjpegDecodeBatchedPreAllocate(max_batch, width, height, chroma)`,
+    /// with 4:4:4 chroma (gray for a decoder of gray JPEGs only); DALI and nvImageCodec call it
+    /// (with 1x1 when given no hint) because it makes nvJPEG keep a memory pool for the hardware
+    /// decoder. Images up to that size then need no allocation inside nvJPEG: measured on the
+    /// H100 machine, a 1x1 hint left the first epoch of an 8,192-file corpus at half the speed of
+    /// the next ones while nvJPEG's pool grew.
     pub preallocate: Option<(u32, u32)>,
     /// `NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION`: smooth chroma upsampling, as libjpeg's
     /// "fancy" upsampling.
@@ -810,6 +813,11 @@ impl HardwareDecoder {
             (decoder.config.preallocate, f.decode_batched_pre_allocate)
         {
             let (w, h) = (w.clamp(1, i32::MAX as u32), h.clamp(1, i32::MAX as u32));
+            let chroma = if decoder.config.gray && !decoder.config.colour {
+                sys::NVJPEG_CSS_GRAY
+            } else {
+                sys::NVJPEG_CSS_444
+            };
             // SAFETY: valid handle and state; plain integer arguments.
             let status = unsafe {
                 pre(
@@ -818,7 +826,7 @@ impl HardwareDecoder {
                     max_batch as c_int,
                     w as c_int,
                     h as c_int,
-                    sys::NVJPEG_CSS_444,
+                    chroma,
                     decoder.config.output.nvjpeg(),
                 )
             };

@@ -77,6 +77,15 @@ const CHUNK: usize = 32;
 /// decode buffers once.
 const MAX_CALL_PIXELS: u64 = 12 << 20;
 
+/// Side of the square image each decoder's nvJPEG pool is made ready for at open
+/// (`nvjpegDecodeBatchedPreAllocate` for a call of [`CHUNK`] of them), so that typical photos
+/// (ImageNet's are about 400x350, few over 1 Mpx) decode without nvJPEG allocating on the way.
+const PREALLOCATE_SIDE: u32 = 1024;
+
+/// Room for the alignment of a full call's planes in a decoder's output arena (256 bytes
+/// each, three per image).
+const ARENA_SLACK: usize = 1 << 20;
+
 /// A range never spans more positions than this, however small the share.
 const MAX_SPAN: usize = 4 * CHUNK;
 
@@ -254,12 +263,17 @@ impl JpegLane {
             output: OutputFormat::Yuv,
             gray: false,
             max_image_pixels: config.max_pixels,
+            preallocate: Some((PREALLOCATE_SIDE, PREALLOCATE_SIDE)),
+            // A full call's Y, Cb and Cr planes at most (4:4:4), with the planes' alignment, so
+            // the arena is sized once.
+            initial_output_bytes: 3 * MAX_CALL_PIXELS as usize + ARENA_SLACK,
             ..DecoderConfig::default()
         };
         let gray_config = gray.then(|| DecoderConfig {
             output: OutputFormat::Y,
             gray: true,
             colour: false,
+            initial_output_bytes: MAX_CALL_PIXELS as usize + ARENA_SLACK,
             ..colour.clone()
         });
         let screen = LaneScreen {
