@@ -38,18 +38,34 @@ pub(crate) struct Balance {
 /// Shares are kept in steps of 1/64, so measuring twice on one machine usually lands on one.
 const SHARE_STEPS: f32 = 64.0;
 
-/// Images the GPU lane is measured on (fewer if the epoch has fewer).
+/// Images the GPU lane is measured on at most.
 const PROBE_GPU_IMAGES: usize = 1024;
 
-/// Images the engines warm up on before they are measured.
+/// Images each lane is measured on at least, where the epoch has them.
+const PROBE_MIN_IMAGES: usize = 64;
+
+/// Images the engines warm up on before they are measured, at most.
 const PROBE_WARM_UP: usize = 64;
 
 /// Outputs the probe gives back to the lane at a time (well under the smallest ring, which holds
 /// at least the lookahead of 256).
 const PROBE_GIVE_BACK: usize = 32;
 
-/// Images the CPU lane is measured on meanwhile.
+/// Images the CPU lane is measured on meanwhile, at most.
 const PROBE_CPU_IMAGES: usize = 256;
+
+/// How many images the probe warms the engines up on, then measures the GPU lane and the CPU
+/// lane on, in an epoch of `n`: a quarter of the epoch at most for the GPU lane (but at least
+/// [`PROBE_MIN_IMAGES`]), a quarter of that for the CPU lane (likewise), and an eighth of it for
+/// the warm-up. On 8,192 images that is 64, 1,024 and 256; on a folder of 96 camera-size photos
+/// 8, 64 and 64, where decoding all of them, as a fixed size would, made the first epoch cost
+/// several of the next.
+fn probe_sizes(n: usize) -> (usize, usize, usize) {
+    let gpu = (n / 4).clamp(PROBE_MIN_IMAGES, PROBE_GPU_IMAGES).min(n);
+    let cpu = (gpu / 4).clamp(PROBE_MIN_IMAGES, PROBE_CPU_IMAGES).min(n);
+    let warm_up = (gpu / 8).clamp(1, PROBE_WARM_UP).min(n);
+    (warm_up, gpu, cpu)
+}
 
 impl Balance {
     /// A given share, or one to measure (`None`).
@@ -103,11 +119,12 @@ pub(crate) fn measure(
         stream,
     } = parts;
     let indices = order.indices();
+    let (warm_up, gpu_count, cpu_count) = probe_sizes(indices.len());
     // The GPU lane's images first, the CPU lane's after them (the same ones in a small epoch).
-    let gpu_images = &indices[..indices.len().min(PROBE_GPU_IMAGES)];
-    let cpu_images = match indices.get(gpu_images.len()..) {
-        Some(rest) if rest.len() >= PROBE_CPU_IMAGES => &rest[..PROBE_CPU_IMAGES],
-        _ => &indices[..indices.len().min(PROBE_CPU_IMAGES)],
+    let gpu_images = &indices[..gpu_count];
+    let cpu_images = match indices.get(gpu_count..) {
+        Some(rest) if rest.len() >= cpu_count => &rest[..cpu_count],
+        _ => &indices[..cpu_count],
     };
     let gpu_pass = |lane: &mut JpegLane, images: &[usize]| -> Result<(f64, usize)> {
         let started = Instant::now();
@@ -138,7 +155,7 @@ pub(crate) fn measure(
         Ok((seconds, taken))
     };
     // A warm-up of the engines (their first calls initialize them).
-    gpu_pass(lane, &gpu_images[..gpu_images.len().min(PROBE_WARM_UP)])?;
+    gpu_pass(lane, &gpu_images[..warm_up])?;
     let (gpu, cpu_side) = std::thread::scope(|scope| {
         let gpu = scope.spawn(|| gpu_pass(lane, gpu_images));
         // The CPU lane meanwhile, a batch at a time into the staging.
@@ -285,5 +302,22 @@ mod tests {
         assert!((0.39..0.41).contains(&share_from(8_000.0, 2_000.0, 0.5)));
         // No GPU throughput: nothing offered.
         assert_eq!(share_from(8_000.0, 0.0, 0.0), 0.0);
+    }
+
+    #[test]
+    fn the_probe_fits_the_epoch() {
+        assert_eq!(probe_sizes(8_192), (64, 1_024, 256));
+        assert_eq!(probe_sizes(100_000), (64, 1_024, 256));
+        assert_eq!(probe_sizes(2_000), (62, 500, 125));
+        assert_eq!(probe_sizes(96), (8, 64, 64));
+        assert_eq!(probe_sizes(10), (1, 10, 10));
+        assert_eq!(probe_sizes(1), (1, 1, 1));
+        for n in 1..3_000 {
+            let (warm_up, gpu, cpu) = probe_sizes(n);
+            assert!(
+                warm_up >= 1 && warm_up <= gpu && gpu <= n && cpu >= 1 && cpu <= n,
+                "{n}"
+            );
+        }
     }
 }
