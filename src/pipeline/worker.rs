@@ -61,8 +61,15 @@ impl Worker {
     /// Runs each epoch asked for on `commands`, sending its batches, then its end, on `batches`.
     pub fn run(mut self, commands: Receiver<u64>, batches: SyncSender<Message>) {
         let mut slot = 0;
+        // The next epoch, its order and share, when the lanes were started on it ahead of its
+        // command.
+        let mut begun: Option<(u64, Arc<EpochOrder>, Option<f32>)> = None;
         while let Ok(epoch) = commands.recv() {
-            let order = Arc::new(self.sampler.epoch(epoch));
+            let ahead = begun.take().filter(|(e, _, _)| *e == epoch);
+            let order = match &ahead {
+                Some((_, order, _)) => order.clone(),
+                None => Arc::new(self.sampler.epoch(epoch)),
+            };
             let batch_size = self.batching.batch_size;
             // With equal shards, every rank yields exactly this many images, in batches of the
             // same sizes; otherwise the order's end ends the epoch.
@@ -75,7 +82,11 @@ impl Worker {
             let mut trailing_skipped = Vec::new();
             let mut dropped = 0;
             let mut complete = true;
-            let share = match self.begin_lane(epoch, &order) {
+            let begin = match ahead {
+                Some((_, _, share)) => Ok(share),
+                None => self.begin_lane(epoch, &order),
+            };
+            let share = match begin {
                 Ok(share) => share,
                 Err(error) => {
                     let _ = batches.send(Message::Batch(Box::new(Err(error))));
@@ -129,6 +140,16 @@ impl Worker {
             if target.is_some() && complete {
                 // The rank's own images a partial last batch left out.
                 dropped = order.real().saturating_sub(position);
+            }
+            if complete && share.is_some() && !self.stop.load(Ordering::SeqCst) {
+                // Every position of this epoch is in a batch: the lanes start on the next epoch
+                // now, while the consumer takes this one's last batches, rather than once it
+                // asks for the next (which it almost always does).
+                let next = epoch + 1;
+                let order = Arc::new(self.sampler.epoch(next));
+                if let Ok(share) = self.begin_lane(next, &order) {
+                    begun = Some((next, order, share));
+                }
             }
             let end = Message::EndOfEpoch {
                 trailing_skipped,
