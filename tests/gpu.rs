@@ -579,6 +579,86 @@ fn hybrid_output_is_the_same_on_every_run() {
     );
 }
 
+/// The lanes start on the next epoch as soon as every position of the current one is in a batch,
+/// before the consumer asks for it. An epoch so begun gives the bytes it gives when nothing is
+/// held back, and so does the epoch after one abandoned part-way.
+#[test]
+fn hybrid_epochs_begun_early_or_after_an_abandoned_one_are_exact() {
+    let _serial = serial();
+    if !gpu_present("hybrid_epochs_begun_early_or_after_an_abandoned_one_are_exact") {
+        return;
+    }
+    let source = || {
+        Source::paths(
+            vec![common::repo_path("assets/rocket.jpg"); 30]
+                .into_iter()
+                .chain(vec![common::repo_path("tests/fixtures/rgb420.jpg"); 8])
+                .chain(vec![common::repo_path("tests/fixtures/gray.jpg"); 4]),
+        )
+    };
+    let build = || {
+        Pipeline::builder()
+            .source(source())
+            .batch_size(4)
+            .shuffle(7)
+            .decode(Decode::Hybrid)
+            .gpu_share(0.5)
+            .device(Device::Cuda(0))
+            .build()
+            .expect("build")
+    };
+    let bytes = |batch: &gpufeed::Batch| {
+        let mut bits = batch.indices().iter().map(|&i| i as u8).collect::<Vec<_>>();
+        bits.extend(batch.images().to_host().expect("host").to_le_bytes());
+        bits
+    };
+    // Every batch taken at once, three epochs.
+    let mut pipeline = build();
+    let mut epochs = Vec::new();
+    for epoch in 0..3 {
+        if epoch > 0 {
+            pipeline.next_epoch().expect("next epoch");
+        }
+        let mut batches = Vec::new();
+        while let Some(batch) = pipeline.next_batch().expect("batch") {
+            batches.push(bytes(&batch));
+        }
+        assert_eq!(batches.len(), 11);
+        epochs.push(batches);
+    }
+    // The same, but the last batch of epoch 0 taken late (the lanes have begun epoch 1 by
+    // then), and epoch 1 abandoned after its first batch.
+    let mut pipeline = build();
+    let mut first = Vec::new();
+    while first.len() < 10 {
+        let batch = pipeline.next_batch().expect("batch").expect("a batch");
+        first.push(bytes(&batch));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let batch = pipeline
+        .next_batch()
+        .expect("batch")
+        .expect("the last batch");
+    first.push(bytes(&batch));
+    assert!(pipeline.next_batch().expect("end").is_none());
+    assert!(first == epochs[0], "epoch 0 changed");
+    pipeline.next_epoch().expect("epoch 1");
+    let batch = pipeline.next_batch().expect("batch").expect("a batch");
+    assert!(
+        bytes(&batch) == epochs[1][0],
+        "epoch 1, begun early, changed"
+    );
+    pipeline.next_epoch().expect("epoch 2");
+    let mut third = Vec::new();
+    while let Some(batch) = pipeline.next_batch().expect("batch") {
+        third.push(bytes(&batch));
+    }
+    assert!(
+        third == epochs[2],
+        "the epoch after an abandoned one changed"
+    );
+}
+
 /// The share is measured on the first 1,024 images of a larger epoch while the batches are
 /// small: the lane's ring, sized for the batch and its lookahead, holds fewer slots than the
 /// probe has images, so the probe must give each image back as it comes (it once waited for
