@@ -3,6 +3,17 @@
 //! With no arguments it runs the pipeline over the bundled `assets/` and, when a GPU is present,
 //! the u8-vs-f32 upload comparison.
 
+/// `println!` to standard output that ends the program quietly once the reader has gone
+/// (`gpufeed run DIR --json | head -1`), where `println!` would panic.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout(), $($arg)*) {
+            $crate::stdout_failed(e);
+        }
+    }};
+}
+
 mod npy;
 mod run;
 mod save;
@@ -75,6 +86,16 @@ fn main() -> ExitCode {
     }
 }
 
+/// Standard output failed: a reader that has gone is the end of the program, not an error;
+/// anything else is reported.
+fn stdout_failed(error: std::io::Error) -> ! {
+    if error.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(0);
+    }
+    eprintln!("gpufeed: error: writing to standard output: {error}");
+    std::process::exit(1);
+}
+
 /// `gpufeed` alone: the pipeline over assets/, then the upload comparison if there is a GPU.
 fn default_job() -> Result<()> {
     let device = match Cli::parse_from(["gpufeed", "run"]).command {
@@ -82,14 +103,14 @@ fn default_job() -> Result<()> {
         _ => return Err("default arguments did not parse".into()),
     };
     if let Device::Cuda(ordinal) = device {
-        println!();
+        out!();
         let options = BenchOptions {
             device: ordinal,
             runs: 30,
             ..BenchOptions::default()
         };
         let report = bench::run(&options)?;
-        print!("{}", report.table());
+        out!("{}", report.table().trim_end());
     }
     Ok(())
 }
@@ -110,15 +131,15 @@ fn bench_command(args: &BenchArgs) -> Result<()> {
         .into());
     }
     let report = bench::run(&options)?;
-    print!("{}", report.table());
+    out!("{}", report.table().trim_end());
     if let Some(path) = &args.csv {
         std::fs::write(path, report.csv())
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        println!("wrote {}", path.display());
+        out!("wrote {}", path.display());
     }
     if let Some(path) = &args.svg {
         report.write_svg(path)?;
-        println!("wrote {}", path.display());
+        out!("wrote {}", path.display());
     }
     Ok(())
 }

@@ -336,7 +336,7 @@ pub fn run(args: &RunArgs) -> Result<Device> {
     let outcome = run_and_summarize(args, &mut summarized);
     if let Err(e) = &outcome {
         if args.json && !summarized {
-            println!(
+            out!(
                 "{}",
                 json!({"error": e.to_string(), "dir": args.dir.display().to_string()})
             );
@@ -425,7 +425,7 @@ fn run_and_summarize(args: &RunArgs, summarized: &mut bool) -> Result<Device> {
         if let Err(e) = &outcome {
             value["error"] = json!(e.to_string());
         }
-        println!("{value}");
+        out!("{value}");
         *summarized = true;
     } else if outcome.is_ok() {
         summary.print();
@@ -587,12 +587,12 @@ impl Summary<'_> {
         let images = self.images();
         let skipped = self.skipped();
         let f32_bytes = images * self.image_bytes() * 4;
-        println!(
+        out!(
             "gpufeed run: {} on {}",
             self.args.dir.display(),
             self.pipeline.device_description()
         );
-        println!(
+        out!(
             "  output      {images} x [{}] {} {}{}",
             match options.output.layout {
                 Layout::Nhwc => format!("{height}, {width}, 3"),
@@ -603,9 +603,9 @@ impl Summary<'_> {
             if self.args.bgr { " bgr" } else { "" }
         );
         let batches: usize = self.tally.reports.iter().map(|r| r.batches).sum();
-        println!("  images      {images} in {batches} batches");
+        out!("  images      {images} in {batches} batches");
         if self.tally.reports.len() > 1 {
-            println!("  epochs      {}", self.tally.reports.len());
+            out!("  epochs      {}", self.tally.reports.len());
         }
         let by_gpu: usize = self.tally.reports.iter().map(|r| r.decoded_by_gpu).sum();
         if self.pipeline.options().decode.lanes == Decode::Hybrid {
@@ -613,48 +613,48 @@ impl Summary<'_> {
                 .pipeline
                 .gpu_share()
                 .map_or(String::new(), |s| format!(" (GPU share {s})"));
-            println!(
+            out!(
                 "  decoded     {} by the CPU threads, {by_gpu} by the GPU's JPEG engines{share}",
                 images - by_gpu
             );
         }
-        println!("  skipped     {}", skipped.len());
+        out!("  skipped     {}", skipped.len());
         for e in &skipped {
-            println!("    {}: {}", e.id, e.kind);
+            out!("    {}: {}", e.id, e.kind);
         }
         let dropped: usize = self.tally.reports.iter().map(|r| r.dropped).sum();
         if dropped > 0 {
-            println!("  dropped     {dropped} (partial last batch)");
+            out!("  dropped     {dropped} (partial last batch)");
         }
         let padded: usize = self.tally.reports.iter().map(|r| r.padded).sum();
         if options.batching.shard.world > 1 {
-            println!(
+            out!(
                 "  shard       {} ({padded} rows padding it to the other ranks' length)",
                 options.batching.shard
             );
         }
-        println!(
+        out!(
             "  setup       {:.3} s (device, kernel compile, staging)",
             self.setup_seconds
         );
-        println!("  seconds     {:.3}", self.seconds());
-        println!("  images/s    {:.1}", self.images_per_s());
+        out!("  seconds     {:.3}", self.seconds());
+        out!("  images/s    {:.1}", self.images_per_s());
         if self.tally.uploaded_bytes > 0 {
-            println!(
+            out!(
                 "  uploaded    {} as u8; f32 would have uploaded {} ({:.2}x less)",
                 human_bytes(self.tally.uploaded_bytes),
                 human_bytes(f32_bytes),
                 f32_bytes as f64 / self.tally.uploaded_bytes.max(1) as f64
             );
         } else {
-            println!(
+            out!(
                 "  uploaded    nothing (CPU device); on a GPU: {} as u8 instead of {} as f32",
                 human_bytes(images * self.image_bytes()),
                 human_bytes(f32_bytes)
             );
         }
         if let Some(path) = &self.args.save {
-            println!(
+            out!(
                 "  saved       {} and {}",
                 path.display(),
                 paths_file(path).display()

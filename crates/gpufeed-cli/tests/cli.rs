@@ -538,3 +538,22 @@ fn shards_from_the_command_line_and_the_environment() {
         .to_string();
     assert!(error.contains("LOCAL_RANK"), "{error}");
 }
+
+/// A reader that stops reading (`gpufeed run DIR | head -1`) ends the run quietly, with success,
+/// rather than a panic about a broken pipe.
+#[test]
+fn a_reader_that_goes_away_ends_the_run_quietly() {
+    let mut child = Command::new(binary())
+        .args(["run", "assets", "--cpu", "--epochs", "3"])
+        .current_dir(repo_root())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run gpufeed");
+    // The read end closed before the first line is written.
+    drop(child.stdout.take());
+    let output = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{:?}: {stderr}", output.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
