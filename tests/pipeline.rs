@@ -878,3 +878,28 @@ fn tar_shards_are_read_in_place_with_their_labels() {
     assert!(has("a-001.tar:sub/s002", "without an image"), "{skipped:?}");
     assert_eq!(skipped.len(), 3, "{skipped:?}");
 }
+
+/// `dct_scaling` on a JPEG its EXIF tag turns a quarter: the DCT reduction is chosen for the
+/// image as it stands once turned. The fixture is stored 320x200 and stands 200x320; stretched
+/// to 80x40, its 200 columns leave no twofold margin over 80 at half size, so it is decoded
+/// whole and the output is the exact decode's. A reduction planned on the stored size (320 over
+/// 80, 200 over 40) would halve it.
+#[test]
+fn dct_scaling_on_a_turned_jpeg_is_planned_for_the_turned_image() {
+    let bytes = std::fs::read("tests/fixtures/exif_rotate6.jpg").expect("fixture");
+    let resize = gpufeed::ResizeOptions::default().mode(ResizeMode::Stretch {
+        height: 40,
+        width: 80,
+    });
+    let prepare = |dct_scaling| {
+        let decode = gpufeed::DecodeOptions::default()
+            .exif_orientation(true)
+            .dct_scaling(dct_scaling);
+        let mut pixels = vec![0u8; resize.image_bytes().expect("size")];
+        gpufeed::prepare_image(&bytes, &decode, &resize, &mut pixels).expect("prepare");
+        pixels
+    };
+    let (exact, scaled) = (prepare(false), prepare(true));
+    let differing = exact.iter().zip(&scaled).filter(|(a, b)| a != b).count();
+    assert_eq!(differing, 0, "bytes that differ from the exact decode's");
+}
