@@ -51,20 +51,6 @@ impl Draws {
     }
 }
 
-/// Deterministic pseudo-random bytes (xorshift), test inputs that are not all alike.
-#[cfg(test)]
-pub(crate) fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 32) as u8
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -302,7 +302,7 @@ mod tests {
     use super::*;
     use crate::cpu::normalize;
     use crate::options::{Affine, DecodeOptions, OutputOptions, ResizeOptions};
-    use crate::random::random_bytes;
+    use gpufeed_bench::upload::random_bytes;
 
     /// Fills the tensor with NaN bit patterns, so an element the kernel skips cannot pass.
     fn poison(stream: &Arc<CudaStream>, t: &mut DeviceTensor) {

@@ -12,7 +12,7 @@ use crate::cuda::resize::BatchResizer;
 use crate::cuda::test_gpu;
 use crate::options::{DecodeOptions, ResizeMode, ResizeOptions};
 use crate::pillow::{resample, PassOrder};
-use crate::random::random_bytes;
+use gpufeed_bench::upload::random_bytes;
 
 /// A lane for the default geometry and batches of up to `batch_size`.
 fn open_lane(gpu: &Gpu, geometry: &Geometry, batch_size: usize, gray: bool) -> JpegLane {
