@@ -225,9 +225,9 @@ pub enum Error {
     /// A batch cannot be handed over as asked (DLPack, ONNX Runtime): says why.
     #[error("cannot export the batch: {0}")]
     Export(String),
-    /// The GPU decode lane failed on a batch; its images go to the CPU lane instead.
+    /// The GPU decode lane failed.
     #[error("the GPU decode lane failed: {0}")]
-    GpuLane(String),
+    GpuLane(#[from] crate::gpu::GpuLaneError),
     /// The prefetch thread stopped unexpectedly.
     #[error("the prefetch thread stopped: {0}")]
     Worker(String),

@@ -45,6 +45,8 @@ pub mod cuda;
 mod error;
 mod geometry;
 #[allow(unsafe_code)]
+mod gpu;
+#[allow(unsafe_code)]
 pub mod interop;
 mod launch;
 mod options;
@@ -60,6 +62,7 @@ pub use batch::{Batch, EpochReport};
 pub use cpu::{prepare_image, CpuStage, PreparedBatch};
 pub use error::{CudaUnavailable, Error, ItemError, ItemErrorKind, Result};
 pub use geometry::CropDraw;
+pub use gpu::{GpuLaneError, NvjpegError, NvjpegStatus, NvjpegUnavailable};
 pub use interop::dlpack;
 pub use launch::{Launch, Launcher};
 pub use options::{

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{CudaContext, CudaModule, CudaSlice, CudaStream, DeviceRepr, DriverError};
-use cudarc::nvrtc::{compile_ptx_with_opts, CompileError, CompileOptions};
+use cudarc::nvrtc::{compile_ptx_with_opts, CompileError, CompileOptions, Ptx};
 
 use super::{guarded, probe};
 use crate::error::{CudaUnavailable, Error, Result};
@@ -137,27 +137,33 @@ impl Gpu {
         let (major, minor) = ctx
             .compute_capability()
             .map_err(|e| Error::cuda("reading the compute capability", e))?;
-        let mut flags = vec![format!("--gpu-architecture=compute_{major}{minor}")];
-        flags.extend(source.defines.iter().map(|d| format!("-D{d}")));
-        let options = CompileOptions {
-            options: flags,
-            name: Some(source.name.into()),
-            ..Default::default()
-        };
-        let ptx = std::panic::catch_unwind(|| compile_ptx_with_opts(source.code, options))
-            .map_err(|panic| CudaUnavailable::Broken {
-                context: "calling NVRTC",
-                message: crate::error::panic_message(panic.as_ref()),
-            })?
-            .map_err(|e| Error::KernelCompile {
-                kernel: source.name,
-                log: match e {
-                    CompileError::CompileError { nvrtc, log, .. } => {
-                        format!("{nvrtc:?}: {}", log.to_string_lossy())
-                    }
-                    other => format!("{other:?}"),
-                },
-            })?;
+        let ptx = compile_ptx(source, major, minor)?;
         guarded("loading a compiled kernel", || ctx.load_module(ptx))
     }
+}
+
+/// `source` compiled by NVRTC to PTX for compute capability `major.minor`
+/// (`--gpu-architecture=compute_XY`): the crate's one call of NVRTC. Needs NVRTC, no device.
+pub(crate) fn compile_ptx(source: &KernelSource, major: i32, minor: i32) -> Result<Ptx> {
+    let mut flags = vec![format!("--gpu-architecture=compute_{major}{minor}")];
+    flags.extend(source.defines.iter().map(|d| format!("-D{d}")));
+    let options = CompileOptions {
+        options: flags,
+        name: Some(source.name.into()),
+        ..Default::default()
+    };
+    std::panic::catch_unwind(|| compile_ptx_with_opts(source.code, options))
+        .map_err(|panic| CudaUnavailable::Broken {
+            context: "calling NVRTC",
+            message: crate::error::panic_message(panic.as_ref()),
+        })?
+        .map_err(|e| Error::KernelCompile {
+            kernel: source.name,
+            log: match e {
+                CompileError::CompileError { nvrtc, log, .. } => {
+                    format!("{nvrtc:?}: {}", log.to_string_lossy())
+                }
+                other => format!("{other:?}"),
+            },
+        })
 }

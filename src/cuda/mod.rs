@@ -1,18 +1,15 @@
-//! The CUDA side, the only code (with the device tensors) that touches cudarc: finding a usable
-//! device, the context and compiled modules kept per device, the pinned staging ring and upload,
-//! and the normalize kernel.
+//! The device stage: finding a usable CUDA device, its context and the modules compiled for it
+//! (one NVRTC module cache for every kernel of the crate), the pinned staging ring and upload, and
+//! the normalize kernel. With the GPU decode lane ([`crate::gpu`]) and the device tensors, the
+//! only code that touches cudarc; it knows nothing of decoding.
 //!
 //! cudarc loads libcuda and libnvrtc at run time and panics when they are missing, so [`probe`]
 //! checks for both before any other call, and the few calls that could still panic on an unusual
 //! installation (an old driver lacking a symbol) run under `catch_unwind`.
 
 mod device;
-mod jpeg;
-mod lane;
 mod normalize;
-mod resize;
 mod staging;
-mod ycc;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -20,8 +17,9 @@ use cudarc::driver::{CudaContext, DriverError};
 
 use crate::error::{panic_message, CudaUnavailable, Error, Result};
 
-pub(crate) use device::Gpu;
-pub(crate) use lane::{lookahead, offered, JpegLane, LaneConfig, LaneOutput, LaneResult, LaneWork};
+#[cfg(test)]
+pub(crate) use device::compile_ptx;
+pub(crate) use device::{upload_reusing, Gpu, KernelSource};
 pub use normalize::{NormalizeTuning, Normalizer};
 pub(crate) use staging::StagingRing;
 

@@ -7,6 +7,7 @@
 
 mod builder;
 mod hybrid;
+mod lanes;
 mod output;
 mod worker;
 
@@ -18,12 +19,13 @@ use std::thread::JoinHandle;
 use cudarc::driver::CudaStream;
 
 use crate::batch::{Batch, EpochReport};
-use crate::cpu::{CpuAhead, CpuLane};
+use crate::cuda::Gpu;
 use crate::error::{Error, Result};
 use crate::geometry::Geometry;
 use crate::options::Options;
 use crate::order::Sampler;
 use crate::source::Source;
+use lanes::Lanes;
 use worker::{Message, Worker};
 
 pub use builder::PipelineBuilder;
@@ -102,31 +104,19 @@ impl Pipeline {
         if source.is_empty() {
             return Err(Error::invalid("source", "the source has no images"));
         }
-        let output = output::open(&options, Geometry::new(&options.resize).image_bytes())?;
-        // By default the CPU lane leaves two cores to the GPU lane's submitting threads (which
-        // wait on the engines most of the time) and the thread that hands the batches out.
-        let threads = match (options.runtime.threads, output.gpu_lane_threads()) {
-            (0, lane) if lane > 0 => std::thread::available_parallelism()
-                .map_or(1, |n| n.get())
-                .saturating_sub(2)
-                .max(1),
-            (threads, _) => threads,
+        let gpu = match options.runtime.device {
+            crate::Device::Cuda(ordinal) => Some(Gpu::open(ordinal)?),
+            crate::Device::Cpu => None,
         };
-        let lane = CpuLane::new(&options.decode, &options.resize, threads)?;
-        // With a GPU lane, the CPU lane works ahead of the batches too, on threads of its own.
-        let ahead = match output.gpu_lane_threads() {
-            0 => None,
-            _ => {
-                let lookahead = crate::cuda::lookahead(options.batching.batch_size);
-                Some(CpuAhead::start(
-                    lane.core(),
-                    lane.threads(),
-                    lookahead,
-                    options.batching.batch_size + lookahead,
-                )?)
-            }
-        };
-        let device_description = output.describe();
+        let image_bytes = Geometry::new(&options.resize).image_bytes();
+        let output = output::open(
+            &options,
+            image_bytes,
+            gpu.as_ref(),
+            Lanes::device_bytes(&options),
+        )?;
+        let lanes = Lanes::open(&options, gpu.as_ref())?;
+        let device_description = format!("{}{}", output.describe(), lanes.describe());
         let pinned_bytes = output.pinned_bytes();
         let cuda_stream = output.cuda_stream();
         let sampler = Sampler::new(source.len(), &options.batching);
@@ -137,18 +127,13 @@ impl Pipeline {
         let stop = Arc::new(AtomicBool::new(false));
         let class_names = source.class_names().map(|c| c.to_vec());
         let source_len = source.len();
-        let gpu_share = Arc::new(Mutex::new(match options.decode.lanes {
-            crate::Decode::Hybrid => options.decode.gpu_share,
-            _ => None,
-        }));
+        let gpu_share = Arc::new(Mutex::new(lanes.gpu_share()));
         let worker = Worker {
             labelled: source.has_labels(),
             source: Arc::new(source),
             sampler,
             batching: options.batching,
-            lane,
-            ahead,
-            balance: hybrid::Balance::new(options.decode.gpu_share),
+            lanes,
             share_report: gpu_share.clone(),
             output,
             abandon: abandon.clone(),

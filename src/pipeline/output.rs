@@ -2,17 +2,16 @@
 //! lanes write each image into, and turns a filled staging into the batch's tensor. Two
 //! siblings: [`CudaOutput`] (pinned staging, u8 upload and the normalize kernel on the
 //! pipeline's stream) and [`HostOutput`] (the CPU device: each image normalized by the thread
-//! that prepared it, into memory reused across batches).
+//! that prepared it, into memory reused across batches). Neither knows who decoded an image:
+//! images that are already on the device reach a batch through [`DeviceWrites`].
 
 use std::sync::Arc;
 
-use cudarc::driver::CudaStream;
+use cudarc::driver::{CudaSlice, CudaStream};
 
 use crate::cpu::{NormalizeTable, Staging};
-use crate::cuda::{Gpu, JpegLane, LaneConfig, LaneOutput, LaneWork, Normalizer, StagingRing};
+use crate::cuda::{Gpu, Normalizer, StagingRing};
 use crate::error::{Error, Result};
-use crate::geometry::Geometry;
-use crate::options::Decode;
 use crate::options::{NormalizeSpec, Options};
 use crate::tensor::{HostData, HostPool, HostTensor, Tensor};
 
@@ -30,63 +29,42 @@ pub(crate) trait OutputStage: Send {
     /// The CUDA stream the batches are written on (none on the CPU device).
     fn cuda_stream(&self) -> Option<Arc<CudaStream>>;
 
-    /// Host threads the GPU decode lane keeps busy while a batch is made (0 without one).
-    fn gpu_lane_threads(&self) -> usize {
-        0
-    }
-
     /// Staging slots in rotation.
     fn slots(&self) -> usize;
 
     /// Slot `slot` for the lanes to fill, once nothing reads it any more.
     fn staging(&mut self, slot: usize) -> Result<Staging<'_>>;
 
-    /// Slot `slot` and the GPU decode lane, for a batch both lanes fill; `None` when this stage
-    /// has no GPU lane.
-    fn hybrid(&mut self, slot: usize) -> Result<Option<HybridParts<'_>>> {
-        let _ = slot;
-        Ok(None)
-    }
-
-    /// Starts the GPU decode lane on `work` (an epoch); `false` when this stage has none.
-    fn begin_lane(&mut self, work: LaneWork) -> Result<bool> {
-        let _ = work;
-        Ok(false)
-    }
-
-    /// Gives back images the GPU lane made for a batch that is not made after all.
-    fn discard(&mut self, from_gpu: Vec<(LaneOutput, usize)>) -> Result<()> {
-        debug_assert!(
-            from_gpu.is_empty(),
-            "only a stage with a GPU lane has its images"
-        );
-        Ok(())
-    }
-
-    /// The first `n` images of slot `slot` as the batch's tensor, and the bytes uploaded;
-    /// `from_gpu` are the images the GPU lane made for it, with their places in the batch (their
-    /// slots go back to the lane once the batch has taken them).
+    /// The first `n` images of slot `slot` as the batch's tensor, and the bytes uploaded; the
+    /// places `on_device` names are not uploaded but written on the device, after the upload and
+    /// before the kernel.
     fn finish(
         &mut self,
         slot: usize,
         n: usize,
-        from_gpu: Vec<(LaneOutput, usize)>,
+        on_device: &mut dyn DeviceWrites,
     ) -> Result<(Tensor, usize)>;
 }
 
-/// What a batch filled by both lanes borrows from the output stage.
-pub(crate) struct HybridParts<'a> {
-    /// The staging slot the CPU lane writes.
-    pub staging: Staging<'a>,
-    /// The GPU decode lane.
-    pub lane: &'a mut JpegLane,
-    /// The pipeline's stream.
-    pub stream: &'a Arc<CudaStream>,
+/// Images of a batch that are already on the device: written into their places of the batch's
+/// u8 buffer on the pipeline's stream, between the upload of the staged ones and the kernel.
+pub(crate) trait DeviceWrites {
+    /// The places written, in increasing order.
+    fn places(&self) -> Vec<usize>;
+
+    /// Queues the writes on `stream` into `input` (u8 RGB HWC images, one after another).
+    fn write(&mut self, stream: &Arc<CudaStream>, input: &mut CudaSlice<u8>) -> Result<()>;
 }
 
-/// Opens the output stage `options` ask for, refusing up front batches the machine cannot hold
-/// (the error names the option to lower).
-pub(crate) fn open(options: &Options, image_bytes: usize) -> Result<Box<dyn OutputStage>> {
+/// Opens the output stage `options` ask for, on `gpu` for a CUDA device, refusing up front
+/// batches the machine cannot hold beside `device_bytes` the lanes take on the device (the error
+/// names the option to lower).
+pub(crate) fn open(
+    options: &Options,
+    image_bytes: usize,
+    gpu: Option<&Gpu>,
+    device_bytes: u128,
+) -> Result<Box<dyn OutputStage>> {
     let batch_size = options.batching.batch_size;
     let slot_bytes = batch_size.checked_mul(image_bytes).ok_or_else(|| {
         Error::invalid(
@@ -123,25 +101,18 @@ pub(crate) fn open(options: &Options, image_bytes: usize) -> Result<Box<dyn Outp
                 available_host_memory(),
                 "pinned host memory",
             )?;
-            let lane = (options.decode.lanes == Decode::Hybrid).then(|| LaneConfig {
-                geometry: Geometry::new(&options.resize),
-                max_pixels: options.decode.max_pixels,
-                batch_size,
-                max_file_bytes: options.decode.max_file_bytes,
-                exif_orientation: options.decode.exif_orientation,
-            });
-            let ring = lane.as_ref().map_or(0, JpegLane::device_bytes);
-            let mut output = CudaOutput::open(ordinal, slot_bytes, dims, spec, &sizes, ring)?;
-            if let Some(config) = lane {
-                output.lane = match JpegLane::open(&output.gpu, &config) {
-                    Ok(lane) => Some(lane),
-                    Err(reason) => {
-                        output.lane_off = Some(reason);
-                        None
-                    }
-                };
-            }
-            Box::new(output)
+            let gpu = match gpu {
+                Some(gpu) => gpu.clone(),
+                None => Gpu::open(ordinal)?,
+            };
+            Box::new(CudaOutput::open(
+                gpu,
+                slot_bytes,
+                dims,
+                spec,
+                &sizes,
+                device_bytes,
+            )?)
         }
     })
 }
@@ -196,33 +167,28 @@ struct CudaOutput {
     normalizer: Normalizer,
     spec: NormalizeSpec,
     dims: (usize, usize),
-    /// The GPU decode lane, with hybrid decoding where it could be opened.
-    lane: Option<JpegLane>,
-    /// Why hybrid decoding runs without its GPU lane.
-    lane_off: Option<String>,
 }
 
 impl CudaOutput {
     fn open(
-        ordinal: usize,
+        gpu: Gpu,
         slot_bytes: usize,
         dims: (usize, usize),
         spec: NormalizeSpec,
         sizes: &BatchSizes,
-        lane_ring: u128,
+        lanes_bytes: u128,
     ) -> Result<CudaOutput> {
-        let gpu = Gpu::open(ordinal)?;
-        // The device holds the u8 input, the GPU decode lane's ring, and the batches ahead plus
-        // the one in use.
+        // The device holds the u8 input, what the lanes take there (the GPU decode lane's ring
+        // and buffers), and the batches ahead plus the one in use.
         let (free, _) = gpu.memory()?;
-        let one = sizes.staging + sizes.output + lane_ring;
+        let one = sizes.staging + sizes.output + lanes_bytes;
         if one > free as u128 {
             return Err(Error::OutOfDeviceMemory {
                 context: "sizing the batch",
                 needed: Some((one.min(u64::MAX as u128) as u64, free as u64)),
             });
         }
-        let all = sizes.staging + lane_ring + (sizes.prefetch + 1) * sizes.output;
+        let all = sizes.staging + lanes_bytes + (sizes.prefetch + 1) * sizes.output;
         sizes.fits(all, Some(free as u64), "GPU memory")?;
         let normalizer = Normalizer::new(gpu.stream())?;
         let ring = StagingRing::new(gpu.stream(), STAGING_SLOTS, slot_bytes)?;
@@ -232,22 +198,13 @@ impl CudaOutput {
             normalizer,
             spec,
             dims,
-            lane: None,
-            lane_off: None,
         })
     }
 }
 
 impl OutputStage for CudaOutput {
     fn describe(&self) -> String {
-        match (&self.lane, &self.lane_off) {
-            (Some(lane), _) => format!("{}, {}", self.gpu.describe(), lane.describe()),
-            (None, Some(off)) => format!(
-                "{} (GPU decode lane off: {off}; the CPU decodes every image)",
-                self.gpu.describe()
-            ),
-            (None, None) => self.gpu.describe(),
-        }
+        self.gpu.describe()
     }
 
     fn pinned_bytes(&self) -> usize {
@@ -256,10 +213,6 @@ impl OutputStage for CudaOutput {
 
     fn cuda_stream(&self) -> Option<Arc<CudaStream>> {
         Some(self.gpu.stream().clone())
-    }
-
-    fn gpu_lane_threads(&self) -> usize {
-        self.lane.as_ref().map_or(0, JpegLane::submitting_threads)
     }
 
     fn slots(&self) -> usize {
@@ -273,53 +226,20 @@ impl OutputStage for CudaOutput {
         })
     }
 
-    fn hybrid(&mut self, slot: usize) -> Result<Option<HybridParts<'_>>> {
-        let Some(lane) = self.lane.as_mut() else {
-            return Ok(None);
-        };
-        Ok(Some(HybridParts {
-            staging: Staging {
-                pixels: self.ring.slot_mut(slot)?,
-                normalized: None,
-            },
-            lane,
-            stream: self.gpu.stream(),
-        }))
-    }
-
-    fn begin_lane(&mut self, work: LaneWork) -> Result<bool> {
-        let Some(lane) = self.lane.as_mut() else {
-            return Ok(false);
-        };
-        lane.begin(self.gpu.stream(), work)?;
-        Ok(true)
-    }
-
-    fn discard(&mut self, from_gpu: Vec<(LaneOutput, usize)>) -> Result<()> {
-        match self.lane.as_mut() {
-            Some(lane) => lane.discard(
-                self.gpu.stream(),
-                from_gpu.into_iter().map(|(output, _)| output).collect(),
-            ),
-            None => Ok(()),
-        }
-    }
-
     fn finish(
         &mut self,
         slot: usize,
         n: usize,
-        from_gpu: Vec<(LaneOutput, usize)>,
+        on_device: &mut dyn DeviceWrites,
     ) -> Result<(Tensor, usize)> {
         let (height, width) = self.dims;
         let image = height * width * 3;
-        // The CPU lane's images go up (runs between the GPU lane's places); the GPU lane's are
-        // copied into their places on the device.
-        let mut on_gpu: Vec<usize> = from_gpu.iter().map(|&(_, place)| place).collect();
-        on_gpu.sort_unstable();
-        let mut ranges = Vec::with_capacity(on_gpu.len() + 1);
+        // The staged images go up (runs between the places written on the device); the others
+        // are written into their places on the device.
+        let written = on_device.places();
+        let mut ranges = Vec::with_capacity(written.len() + 1);
         let mut start = 0;
-        for &place in on_gpu.iter().chain(std::iter::once(&n)) {
+        for &place in written.iter().chain(std::iter::once(&n)) {
             if place > start {
                 ranges.push(start * image..place * image);
             }
@@ -327,11 +247,7 @@ impl OutputStage for CudaOutput {
         }
         let uploaded = ranges.iter().map(|r| r.len()).sum();
         let input = self.ring.upload(slot, &ranges)?;
-        if let Some(lane) = self.lane.as_mut() {
-            let stream = self.gpu.stream();
-            lane.gather(stream, &from_gpu, input)?;
-            lane.release(stream, from_gpu.into_iter().map(|(output, _)| output))?;
-        }
+        on_device.write(self.gpu.stream(), input)?;
         let tensor = self
             .normalizer
             .run(self.gpu.stream(), input, n, height, width, &self.spec)?;
@@ -405,8 +321,13 @@ impl OutputStage for HostOutput {
         &mut self,
         _slot: usize,
         n: usize,
-        _from_gpu: Vec<(LaneOutput, usize)>,
+        on_device: &mut dyn DeviceWrites,
     ) -> Result<(Tensor, usize)> {
+        if !on_device.places().is_empty() {
+            return Err(Error::Mismatch(
+                "images on a CUDA device for a batch on the CPU".into(),
+            ));
+        }
         let (height, width) = self.dims;
         let data = self
             .current

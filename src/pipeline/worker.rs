@@ -1,15 +1,16 @@
 //! The prefetch thread: runs epochs, batch after batch, wiring the stages together. It owns no
-//! pixel math: the decode lanes fill a staging slot, the output stage turns it into a tensor.
+//! pixel math: the decode lanes fill a staging slot (and make images on the device), the output
+//! stage turns them into a tensor.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 
-use super::hybrid::{self, Balance, HybridFilled};
+use super::hybrid::{HybridFilled, Probe};
+use super::lanes::Lanes;
 use super::output::OutputStage;
-use crate::batch::{Batch, DecodedBy};
-use crate::cpu::{AheadWork, BatchRequest, CpuAhead, CpuLane};
-use crate::cuda::{offered, LaneWork};
+use crate::batch::Batch;
+use crate::cpu::BatchRequest;
 use crate::error::{Error, ItemError, Result};
 use crate::options::{BatchOptions, LastBatch};
 use crate::order::{EpochOrder, Sampler};
@@ -34,11 +35,7 @@ pub(super) struct Worker {
     pub labelled: bool,
     pub sampler: Sampler,
     pub batching: BatchOptions,
-    pub lane: CpuLane,
-    /// The CPU lane working ahead, beside the GPU lane (hybrid decoding).
-    pub ahead: Option<CpuAhead>,
-    /// The GPU decode lane's share, with hybrid decoding.
-    pub balance: Balance,
+    pub lanes: Lanes,
     /// Where the consumer reads the share in force.
     pub share_report: Arc<Mutex<Option<f32>>>,
     pub output: Box<dyn OutputStage>,
@@ -165,46 +162,24 @@ impl Worker {
     /// With hybrid decoding, starts the GPU lane on the epoch, measuring the share first if it
     /// is not known yet; returns the share (`None` without a GPU lane).
     fn begin_lane(&mut self, epoch: u64, order: &Arc<EpochOrder>) -> Result<Option<f32>> {
-        if self.balance.share().is_none() && !order.indices().is_empty() {
-            if let Some(parts) = self.output.hybrid(0)? {
-                let measured = hybrid::measure(
-                    &self.lane,
-                    parts,
-                    &self.source,
-                    order,
-                    epoch,
-                    self.batching.batch_size,
-                    &self.abandon,
-                )?;
-                if let Some(share) = measured {
-                    self.balance = Balance::new(Some(share));
-                }
-            }
+        if self.lanes.needs_measuring() && !order.indices().is_empty() {
+            let probe = Probe {
+                source: &self.source,
+                order,
+                epoch,
+                batch_size: self.batching.batch_size,
+            };
+            let staging = self.output.staging(0)?;
+            self.lanes.measure(staging, &probe, &self.abandon)?;
         }
-        let (Some(share), Some(ahead)) = (self.balance.share(), &self.ahead) else {
-            return Ok(None);
-        };
-        ahead.begin(AheadWork {
-            source: self.source.clone(),
-            order: order.clone(),
-            epoch,
-            on_gpu: Arc::new(move |index| offered(index, share)),
-        });
-        let work = LaneWork {
-            source: self.source.clone(),
-            order: order.clone(),
-            share,
-            epoch,
-            refused: Some(ahead.hand_back_fn()),
-        };
-        if !self.output.begin_lane(work)? {
-            return Ok(None);
+        let share = self.lanes.begin(&self.source, order, epoch)?;
+        if share.is_some() {
+            *self
+                .share_report
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()) = share;
         }
-        *self
-            .share_report
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(share);
-        Ok(Some(share))
+        Ok(share)
     }
 
     /// Prepares a batch of `want` images that starts at `position` of `order`; `share` is the GPU
@@ -225,34 +200,10 @@ impl Worker {
             batch_size: want,
             on_error: self.batching.on_error,
         };
-        let parts = match share {
-            Some(_) => self.output.hybrid(slot)?,
-            None => None,
-        };
-        let filled = match (parts, share, &self.ahead) {
-            (Some(parts), Some(share), Some(ahead)) => hybrid::fill(
-                ahead,
-                parts,
-                &request,
-                &self.source,
-                &self.abandon,
-                share,
-                self.lane.image_bytes(),
-            )?,
-            _ => {
-                let mut staging = self.output.staging(slot)?;
-                self.lane
-                    .fill(&mut staging, &request, &self.source, &self.abandon)?
-                    .map(|filled| HybridFilled {
-                        decoded_by: DecodedBy {
-                            cpu: filled.indices.len(),
-                            gpu: 0,
-                        },
-                        filled,
-                        from_gpu: Vec::new(),
-                    })
-            }
-        };
+        let mut staging = self.output.staging(slot)?;
+        let filled = self
+            .lanes
+            .fill(&mut staging, &request, &self.source, &self.abandon, share)?;
         let Some(HybridFilled {
             filled,
             from_gpu,
@@ -265,7 +216,7 @@ impl Worker {
         if order.refills() && n < want {
             // Every image of the shard failed, even going round it again: the ranks' batches
             // cannot stay equal.
-            self.output.discard(from_gpu)?;
+            self.lanes.discard(from_gpu)?;
             let shard = self.sampler.shard;
             return Err(Error::ShardExhausted {
                 rank: shard.rank,
@@ -280,13 +231,14 @@ impl Worker {
                 && n < want
                 && self.batching.last_batch == LastBatch::Drop)
         {
-            self.output.discard(from_gpu)?;
+            self.lanes.discard(from_gpu)?;
             return Ok(Produced::Tail {
                 skipped: filled.skipped,
                 dropped: n,
             });
         }
-        let (images, uploaded_bytes) = self.output.finish(slot, n, from_gpu)?;
+        let mut on_device = self.lanes.device_writes(from_gpu);
+        let (images, uploaded_bytes) = self.output.finish(slot, n, &mut on_device)?;
         let ids = filled
             .indices
             .iter()

@@ -85,68 +85,16 @@ impl DeviceData {
     }
 }
 
-/// An element type a batch can have: `half::f16`, `half::bf16` or `f32`. Names the cudarc
-/// slice (and host slice) of that type inside a tensor.
-pub trait Element: cudarc::driver::DeviceRepr + Copy + sealed::Sealed + 'static {
-    /// The [`DType`] of this element type.
-    const DTYPE: DType;
-    /// The slice, if `data` holds this type.
-    fn device_slice(data: &DeviceData) -> Option<&CudaSlice<Self>>;
-    /// The slice, if `data` holds this type; `data` back otherwise.
-    fn into_device_slice(data: DeviceData) -> std::result::Result<CudaSlice<Self>, DeviceData>;
-    /// The elements, if `data` holds this type.
-    fn host_slice(data: &HostData) -> Option<&[Self]>;
-}
-
-mod sealed {
-    pub trait Sealed {}
-    impl Sealed for half::f16 {}
-    impl Sealed for half::bf16 {}
-    impl Sealed for f32 {}
-}
-
-macro_rules! element {
-    ($ty:ty, $variant:ident) => {
-        impl Element for $ty {
-            const DTYPE: DType = DType::$variant;
-            fn device_slice(data: &DeviceData) -> Option<&CudaSlice<Self>> {
-                match data {
-                    DeviceData::$variant(s) => Some(s),
-                    _ => None,
-                }
-            }
-            fn into_device_slice(
-                data: DeviceData,
-            ) -> std::result::Result<CudaSlice<Self>, DeviceData> {
-                match data {
-                    DeviceData::$variant(s) => Ok(s),
-                    other => Err(other),
-                }
-            }
-            fn host_slice(data: &HostData) -> Option<&[Self]> {
-                match data {
-                    HostData::$variant(v) => Some(v),
-                    _ => None,
-                }
-            }
-        }
-    };
-}
-
-element!(f16, F16);
-element!(bf16, BF16);
-element!(f32, F32);
-
 /// The streams other than the producer that read a tensor. Dropped before the tensor's memory
 /// (it is the first field of [`DeviceTensor`]): the producer stream then waits for each of them.
 #[derive(Debug)]
-struct Consumers {
+pub(super) struct Consumers {
     producer: Arc<CudaStream>,
     streams: Mutex<Vec<Arc<CudaStream>>>,
 }
 
 impl Consumers {
-    fn new(producer: &Arc<CudaStream>) -> Consumers {
+    pub(super) fn new(producer: &Arc<CudaStream>) -> Consumers {
         Consumers {
             producer: producer.clone(),
             streams: Mutex::new(Vec::new()),
@@ -172,7 +120,7 @@ impl Consumers {
     }
 
     /// Makes the producer stream wait for the work queued on every consumer so far.
-    fn release(&self) -> std::result::Result<(), DriverError> {
+    pub(super) fn release(&self) -> std::result::Result<(), DriverError> {
         let streams = std::mem::take(
             &mut *self
                 .streams
@@ -204,10 +152,10 @@ impl Drop for Consumers {
 pub struct DeviceTensor {
     /// Declared first, so it is dropped before `data`: the memory is freed after the consumers.
     /// Boxed: most batches never meet another stream, and they move through channels.
-    consumers: Box<Consumers>,
-    data: DeviceData,
-    shape: [usize; 4],
-    layout: Layout,
+    pub(super) consumers: Box<Consumers>,
+    pub(super) data: DeviceData,
+    pub(super) shape: [usize; 4],
+    pub(super) layout: Layout,
 }
 
 impl DeviceTensor {
@@ -285,12 +233,6 @@ impl DeviceTensor {
         &self.data
     }
 
-    /// The cudarc slice of element type `T`, or `None` if the tensor holds another type:
-    /// `tensor.as_slice::<half::f16>()`.
-    pub fn as_slice<T: Element>(&self) -> Option<&CudaSlice<T>> {
-        T::device_slice(&self.data)
-    }
-
     /// The cudarc slices holding the elements, writable (the normalize kernel writes through it).
     pub fn data_mut(&mut self) -> &mut DeviceData {
         &mut self.data
@@ -308,34 +250,6 @@ impl DeviceTensor {
             .release()
             .map_err(|e| Error::cuda("ordering a batch's release after its consumers", e))?;
         Ok(data)
-    }
-
-    /// [`DeviceTensor::into_data`] for element type `T`; the tensor back if it holds another.
-    pub fn into_slice<T: Element>(self) -> std::result::Result<CudaSlice<T>, DeviceTensor> {
-        if self.dtype() != T::DTYPE {
-            return Err(self);
-        }
-        let DeviceTensor {
-            consumers,
-            data,
-            shape,
-            layout,
-        } = self;
-        if consumers.release().is_err() {
-            // The memory stays with a tensor, whose drop orders it again.
-            return Err(DeviceTensor {
-                consumers,
-                data,
-                shape,
-                layout,
-            });
-        }
-        T::into_device_slice(data).map_err(|data| DeviceTensor {
-            consumers: Box::new(Consumers::new(data.stream())),
-            data,
-            shape,
-            layout,
-        })
     }
 
     /// The stream the tensor was written on, and whose work is ordered with it by the stream

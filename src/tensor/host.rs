@@ -5,7 +5,6 @@ use std::sync::{Arc, Mutex};
 
 use half::{bf16, f16};
 
-use super::device::Element;
 use crate::options::{DType, Layout};
 
 /// Elements of a host tensor.
@@ -212,12 +211,6 @@ impl HostTensor {
     /// Element type.
     pub fn dtype(&self) -> DType {
         self.data.dtype()
-    }
-
-    /// The elements as a slice of `T`, or `None` if the tensor holds another type:
-    /// `tensor.as_slice::<f32>()`.
-    pub fn as_slice<T: Element>(&self) -> Option<&[T]> {
-        T::host_slice(&self.data)
     }
 
     /// Number of elements.

@@ -3,9 +3,11 @@
 //! the stages.
 
 mod device;
+mod element;
 mod host;
 
-pub use device::{DeviceData, DeviceTensor, Element};
+pub use device::{DeviceData, DeviceTensor};
+pub use element::Element;
 pub use host::{HostData, HostTensor};
 pub(crate) use host::{HostPool, NormalizedSlot};
 

@@ -14,14 +14,10 @@
 //!   pixel of every slot written: the pad value outside the kept rectangle, inside it the last
 //!   (or only) pass, from the intermediate or straight from the source region. An image that
 //!   resamples neither axis is copied by a vertical pass of one tap of weight 1.0.
-// The whole of what it ports is kept, used by the pipeline or not (tests, other filters).
-#![allow(dead_code)]
 
 use thiserror::Error;
 
-use crate::pillow::{
-    plan_passes, Axis, AxisPlan, Direction, Filter, Pass, PassOrder, PassPlan, PlanError,
-};
+use crate::pillow::{Axis, AxisPlan, Direction, Filter, Pass, PassOrder, PassPlan, PlanError};
 
 /// Threads per block of both kernels; the horizontal grid's prefix sum counts blocks of this many.
 pub const THREADS_PER_BLOCK: u32 = 256;
@@ -40,14 +36,6 @@ pub enum SourcePixels {
         /// Bytes from one row to the next.
         pitch: u32,
     },
-    /// Planar RGB (nvJPEG's `NVJPEG_OUTPUT_RGB`): sample (x, y, c) at
-    /// `planes[c] + y * pitches[c] + x`.
-    Planar {
-        /// Address of the R, G and B planes.
-        planes: [u64; 3],
-        /// Bytes from one row to the next, per plane.
-        pitches: [u32; 3],
-    },
     /// One gray plane (`NVJPEG_OUTPUT_Y`): sample (x, y) at `ptr + y * pitch + x`; resampled as
     /// one channel, written as three equal ones.
     Gray {
@@ -59,17 +47,6 @@ pub enum SourcePixels {
 }
 
 impl SourcePixels {
-    /// Planar RGB in one allocation: plane `c` at `ptr + c * plane_bytes`, all of `pitch`.
-    /// `None` if an address overflows.
-    pub fn planar_strided(ptr: u64, pitch: u32, plane_bytes: u64) -> Option<SourcePixels> {
-        let g = ptr.checked_add(plane_bytes)?;
-        let b = g.checked_add(plane_bytes)?;
-        Some(SourcePixels::Planar {
-            planes: [ptr, g, b],
-            pitches: [pitch; 3],
-        })
-    }
-
     /// Channels resampled: 3, or 1 for gray.
     pub fn channels(&self) -> u32 {
         match self {
@@ -92,7 +69,6 @@ impl SourcePixels {
             SourcePixels::Interleaved { pitch, .. } | SourcePixels::Gray { pitch, .. } => {
                 [pitch; 3]
             }
-            SourcePixels::Planar { pitches, .. } => pitches,
         }
     }
 
@@ -102,7 +78,6 @@ impl SourcePixels {
             SourcePixels::Interleaved { ptr, .. } => {
                 Some([ptr, ptr.checked_add(1)?, ptr.checked_add(2)?])
             }
-            SourcePixels::Planar { planes, .. } => Some(planes),
             SourcePixels::Gray { ptr, .. } => Some([ptr; 3]),
         }
     }
@@ -300,11 +275,13 @@ pub enum BatchError {
 }
 
 /// Plans the batch `jobs` into slots of `out_width` x `out_height` RGB8.
+#[cfg(test)]
 pub fn plan_batch(
     jobs: &[ResizeJob],
     out_width: u32,
     out_height: u32,
 ) -> Result<BatchPlan, BatchError> {
+    use crate::pillow::plan_passes;
     let passes = jobs
         .iter()
         .enumerate()
@@ -775,28 +752,6 @@ mod tests {
         tall.order = PassOrder::HorizontalFirst;
         let d = plan_batch(&[tall], 224, 224).expect("plan").descriptors[0];
         assert_eq!((d.first.vertical, d.last.vertical), (0, 1));
-    }
-
-    #[test]
-    fn planar_sources_address_each_plane() {
-        let pixels = SourcePixels::planar_strided(4096, 512, 512 * 400).expect("planes");
-        let mut j = job(500, 400, pixels, 0);
-        j.x.src_offset = 10;
-        j.x.src_len = 490;
-        j.y.src_offset = 5;
-        j.y.src_len = 395;
-        let plan = plan_batch(&[j], 224, 224).expect("plan");
-        let d = plan.descriptors[0];
-        let corner = 5 * 512 + 10;
-        assert_eq!(
-            d.src,
-            [
-                4096 + corner,
-                4096 + 512 * 400 + corner,
-                4096 + 2 * 512 * 400 + corner
-            ]
-        );
-        assert_eq!((d.src_step, d.src_pitch), (1, [512; 3]));
     }
 
     #[test]

@@ -1,14 +1,12 @@
 //! Raw nvJPEG: the C types of `nvjpeg.h` (CUDA 12 and 13 share them) and a table of the functions
 //! this crate calls, loaded at run time with `libloading` (the crate cudarc uses for libcuda and
-//! libnvrtc). Nothing here panics: a missing library or symbol is an [`Unavailable`] that names it
+//! libnvrtc). Nothing here panics: a missing library or symbol is an [`NvjpegUnavailable`] that names it
 //! and lists every place that was tried.
 //!
 //! Checked against `nvjpeg.h` 13.0.1.86 (the `nvidia-nvjpeg` 13.0.1.86 wheel) and the exports of
 //! its `libnvjpeg.so.13`. All enums are C `int`s. `libnvjpeg.so.13` links the CUDA runtime
 //! statically (its `NEEDED` entries are libc, libm, libdl, librt, libpthread and libgcc_s only) and
 //! opens `libcuda.so.1` and, for the hardware backend, the driver's `libnvcuvid.so.1` itself.
-// The C interface as nvjpeg.h declares it, used or not.
-#![allow(dead_code)]
 #![allow(non_camel_case_types)]
 
 use std::ffi::{c_int, c_uchar, c_uint, c_void};
@@ -43,88 +41,27 @@ pub const NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED: nvjpegStatus_t = 9;
 /// `NVJPEG_STATUS_INCOMPLETE_BITSTREAM`.
 pub const NVJPEG_STATUS_INCOMPLETE_BITSTREAM: nvjpegStatus_t = 10;
 
-/// The name `nvjpeg.h` gives a status value.
-pub fn status_name(status: nvjpegStatus_t) -> &'static str {
-    match status {
-        NVJPEG_STATUS_SUCCESS => "NVJPEG_STATUS_SUCCESS",
-        NVJPEG_STATUS_NOT_INITIALIZED => "NVJPEG_STATUS_NOT_INITIALIZED",
-        NVJPEG_STATUS_INVALID_PARAMETER => "NVJPEG_STATUS_INVALID_PARAMETER",
-        NVJPEG_STATUS_BAD_JPEG => "NVJPEG_STATUS_BAD_JPEG",
-        NVJPEG_STATUS_JPEG_NOT_SUPPORTED => "NVJPEG_STATUS_JPEG_NOT_SUPPORTED",
-        NVJPEG_STATUS_ALLOCATOR_FAILURE => "NVJPEG_STATUS_ALLOCATOR_FAILURE",
-        NVJPEG_STATUS_EXECUTION_FAILED => "NVJPEG_STATUS_EXECUTION_FAILED",
-        NVJPEG_STATUS_ARCH_MISMATCH => "NVJPEG_STATUS_ARCH_MISMATCH",
-        NVJPEG_STATUS_INTERNAL_ERROR => "NVJPEG_STATUS_INTERNAL_ERROR",
-        NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED => "NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED",
-        NVJPEG_STATUS_INCOMPLETE_BITSTREAM => "NVJPEG_STATUS_INCOMPLETE_BITSTREAM",
-        _ => "unknown nvjpegStatus_t",
-    }
-}
-
 /// `nvjpegBackend_t`.
 pub type nvjpegBackend_t = c_int;
-/// `NVJPEG_BACKEND_DEFAULT`.
-pub const NVJPEG_BACKEND_DEFAULT: nvjpegBackend_t = 0;
-/// `NVJPEG_BACKEND_HYBRID`.
-pub const NVJPEG_BACKEND_HYBRID: nvjpegBackend_t = 1;
-/// `NVJPEG_BACKEND_GPU_HYBRID`.
-pub const NVJPEG_BACKEND_GPU_HYBRID: nvjpegBackend_t = 2;
 /// `NVJPEG_BACKEND_HARDWARE`: the GPU's JPEG engines (A100, A30, H100, ...); baseline JPEGs with
 /// one scan, 1 or 3 components; not 4:1:1 or 4:1:0.
 pub const NVJPEG_BACKEND_HARDWARE: nvjpegBackend_t = 3;
-/// `NVJPEG_BACKEND_GPU_HYBRID_DEVICE`.
-pub const NVJPEG_BACKEND_GPU_HYBRID_DEVICE: nvjpegBackend_t = 4;
-/// `NVJPEG_BACKEND_HARDWARE_DEVICE`: as `NVJPEG_BACKEND_HARDWARE`, bitstreams in device memory.
-pub const NVJPEG_BACKEND_HARDWARE_DEVICE: nvjpegBackend_t = 5;
-/// `NVJPEG_BACKEND_LOSSLESS_JPEG`.
-pub const NVJPEG_BACKEND_LOSSLESS_JPEG: nvjpegBackend_t = 6;
 
 /// `nvjpegOutputFormat_t`.
 pub type nvjpegOutputFormat_t = c_int;
-/// `NVJPEG_OUTPUT_UNCHANGED`.
-pub const NVJPEG_OUTPUT_UNCHANGED: nvjpegOutputFormat_t = 0;
 /// `NVJPEG_OUTPUT_YUV`.
 pub const NVJPEG_OUTPUT_YUV: nvjpegOutputFormat_t = 1;
 /// `NVJPEG_OUTPUT_Y`.
 pub const NVJPEG_OUTPUT_Y: nvjpegOutputFormat_t = 2;
-/// `NVJPEG_OUTPUT_RGB`: planar R, G, B in `channel[0..3]`, each with its own pitch.
-pub const NVJPEG_OUTPUT_RGB: nvjpegOutputFormat_t = 3;
-/// `NVJPEG_OUTPUT_BGR`.
-pub const NVJPEG_OUTPUT_BGR: nvjpegOutputFormat_t = 4;
 /// `NVJPEG_OUTPUT_RGBI`: interleaved RGB in `channel[0]`, `pitch[0]` bytes a row.
 pub const NVJPEG_OUTPUT_RGBI: nvjpegOutputFormat_t = 5;
-/// `NVJPEG_OUTPUT_BGRI`.
-pub const NVJPEG_OUTPUT_BGRI: nvjpegOutputFormat_t = 6;
 
 /// `nvjpegChromaSubsampling_t`.
 pub type nvjpegChromaSubsampling_t = c_int;
 /// `NVJPEG_CSS_444`.
 pub const NVJPEG_CSS_444: nvjpegChromaSubsampling_t = 0;
-/// `NVJPEG_CSS_422`.
-pub const NVJPEG_CSS_422: nvjpegChromaSubsampling_t = 1;
-/// `NVJPEG_CSS_420`.
-pub const NVJPEG_CSS_420: nvjpegChromaSubsampling_t = 2;
-/// `NVJPEG_CSS_440`.
-pub const NVJPEG_CSS_440: nvjpegChromaSubsampling_t = 3;
-/// `NVJPEG_CSS_411`.
-pub const NVJPEG_CSS_411: nvjpegChromaSubsampling_t = 4;
-/// `NVJPEG_CSS_410`.
-pub const NVJPEG_CSS_410: nvjpegChromaSubsampling_t = 5;
 /// `NVJPEG_CSS_GRAY`.
 pub const NVJPEG_CSS_GRAY: nvjpegChromaSubsampling_t = 6;
-/// `NVJPEG_CSS_410V`.
-pub const NVJPEG_CSS_410V: nvjpegChromaSubsampling_t = 7;
-/// `NVJPEG_CSS_UNKNOWN`.
-pub const NVJPEG_CSS_UNKNOWN: nvjpegChromaSubsampling_t = -1;
-
-/// `nvjpegJpegEncoding_t` (the SOF marker's second byte).
-pub type nvjpegJpegEncoding_t = c_int;
-/// `NVJPEG_ENCODING_BASELINE_DCT`.
-pub const NVJPEG_ENCODING_BASELINE_DCT: nvjpegJpegEncoding_t = 0xc0;
-/// `NVJPEG_ENCODING_EXTENDED_SEQUENTIAL_DCT_HUFFMAN`.
-pub const NVJPEG_ENCODING_EXTENDED_SEQUENTIAL_DCT_HUFFMAN: nvjpegJpegEncoding_t = 0xc1;
-/// `NVJPEG_ENCODING_PROGRESSIVE_DCT_HUFFMAN`.
-pub const NVJPEG_ENCODING_PROGRESSIVE_DCT_HUFFMAN: nvjpegJpegEncoding_t = 0xc2;
 
 /// `libraryPropertyType` (`library_types.h`).
 pub type libraryPropertyType = c_int;
@@ -137,12 +74,6 @@ pub const PATCH_LEVEL: libraryPropertyType = 2;
 
 /// `NVJPEG_FLAGS_DEFAULT`.
 pub const NVJPEG_FLAGS_DEFAULT: c_uint = 0;
-/// `NVJPEG_FLAGS_HW_DECODE_NO_PIPELINE`.
-pub const NVJPEG_FLAGS_HW_DECODE_NO_PIPELINE: c_uint = 1;
-/// `NVJPEG_FLAGS_ENABLE_MEMORY_POOLS`.
-pub const NVJPEG_FLAGS_ENABLE_MEMORY_POOLS: c_uint = 1 << 1;
-/// `NVJPEG_FLAGS_BITSTREAM_STRICT`.
-pub const NVJPEG_FLAGS_BITSTREAM_STRICT: c_uint = 1 << 2;
 /// `NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION` (nvJPEG 12.1 and later).
 pub const NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION: c_uint = 1 << 5;
 
@@ -186,14 +117,6 @@ pub struct nvjpegJpegState {
 }
 /// `nvjpegJpegState_t`.
 pub type nvjpegJpegState_t = *mut nvjpegJpegState;
-
-/// Opaque `struct nvjpegJpegStream`.
-#[repr(C)]
-pub struct nvjpegJpegStream {
-    _opaque: [u8; 0],
-}
-/// `nvjpegJpegStream_t`.
-pub type nvjpegJpegStream_t = *mut nvjpegJpegStream;
 
 /// `cudaStream_t`: the runtime's `struct CUstream_st*`, the same object as the driver's `CUstream`
 /// (pass `cudarc::driver::CudaStream::cu_stream()` cast to this).
@@ -251,57 +174,6 @@ pub type DecodeBatchedPreAllocateFn = unsafe extern "C" fn(
     chroma_subsampling: nvjpegChromaSubsampling_t,
     output_format: nvjpegOutputFormat_t,
 ) -> nvjpegStatus_t;
-/// `nvjpegDecodeBatchedSupported`: sets `*is_supported` to **0** when the hardware can decode it.
-pub type DecodeBatchedSupportedFn = unsafe extern "C" fn(
-    handle: nvjpegHandle_t,
-    jpeg_stream: nvjpegJpegStream_t,
-    is_supported: *mut c_int,
-) -> nvjpegStatus_t;
-/// `nvjpegJpegStreamCreate`.
-pub type JpegStreamCreateFn = unsafe extern "C" fn(
-    handle: nvjpegHandle_t,
-    jpeg_stream: *mut nvjpegJpegStream_t,
-) -> nvjpegStatus_t;
-/// `nvjpegJpegStreamDestroy`.
-pub type JpegStreamDestroyFn =
-    unsafe extern "C" fn(jpeg_stream: nvjpegJpegStream_t) -> nvjpegStatus_t;
-/// `nvjpegJpegStreamParse`.
-pub type JpegStreamParseFn = unsafe extern "C" fn(
-    handle: nvjpegHandle_t,
-    data: *const c_uchar,
-    length: usize,
-    save_metadata: c_int,
-    save_stream: c_int,
-    jpeg_stream: nvjpegJpegStream_t,
-) -> nvjpegStatus_t;
-/// `nvjpegJpegStreamParseHeader`.
-pub type JpegStreamParseHeaderFn = unsafe extern "C" fn(
-    handle: nvjpegHandle_t,
-    data: *const c_uchar,
-    length: usize,
-    jpeg_stream: nvjpegJpegStream_t,
-) -> nvjpegStatus_t;
-/// `nvjpegJpegStreamGetFrameDimensions`.
-pub type JpegStreamGetFrameDimensionsFn = unsafe extern "C" fn(
-    jpeg_stream: nvjpegJpegStream_t,
-    width: *mut c_uint,
-    height: *mut c_uint,
-) -> nvjpegStatus_t;
-/// `nvjpegJpegStreamGetComponentsNum`.
-pub type JpegStreamGetComponentsNumFn = unsafe extern "C" fn(
-    jpeg_stream: nvjpegJpegStream_t,
-    components_num: *mut c_uint,
-) -> nvjpegStatus_t;
-/// `nvjpegJpegStreamGetChromaSubsampling`.
-pub type JpegStreamGetChromaSubsamplingFn = unsafe extern "C" fn(
-    jpeg_stream: nvjpegJpegStream_t,
-    chroma_subsampling: *mut nvjpegChromaSubsampling_t,
-) -> nvjpegStatus_t;
-/// `nvjpegJpegStreamGetJpegEncoding`.
-pub type JpegStreamGetJpegEncodingFn = unsafe extern "C" fn(
-    jpeg_stream: nvjpegJpegStream_t,
-    jpeg_encoding: *mut nvjpegJpegEncoding_t,
-) -> nvjpegStatus_t;
 
 /// The nvJPEG functions this crate calls, resolved from one loaded library.
 ///
@@ -310,8 +182,6 @@ pub type JpegStreamGetJpegEncodingFn = unsafe extern "C" fn(
 pub struct Functions {
     /// `nvjpegGetProperty`.
     pub get_property: GetPropertyFn,
-    /// `nvjpegGetCudartProperty` (absent from old releases).
-    pub get_cudart_property: Option<GetPropertyFn>,
     /// `nvjpegCreateEx`.
     pub create_ex: CreateExFn,
     /// `nvjpegDestroy`.
@@ -328,24 +198,6 @@ pub struct Functions {
     pub decode_batched: DecodeBatchedFn,
     /// `nvjpegDecodeBatchedPreAllocate` (nvJPEG 11.6 and later).
     pub decode_batched_pre_allocate: Option<DecodeBatchedPreAllocateFn>,
-    /// `nvjpegDecodeBatchedSupported`.
-    pub decode_batched_supported: DecodeBatchedSupportedFn,
-    /// `nvjpegJpegStreamCreate`.
-    pub jpeg_stream_create: JpegStreamCreateFn,
-    /// `nvjpegJpegStreamDestroy`.
-    pub jpeg_stream_destroy: JpegStreamDestroyFn,
-    /// `nvjpegJpegStreamParse`.
-    pub jpeg_stream_parse: JpegStreamParseFn,
-    /// `nvjpegJpegStreamParseHeader`.
-    pub jpeg_stream_parse_header: JpegStreamParseHeaderFn,
-    /// `nvjpegJpegStreamGetFrameDimensions`.
-    pub jpeg_stream_get_frame_dimensions: JpegStreamGetFrameDimensionsFn,
-    /// `nvjpegJpegStreamGetComponentsNum`.
-    pub jpeg_stream_get_components_num: JpegStreamGetComponentsNumFn,
-    /// `nvjpegJpegStreamGetChromaSubsampling`.
-    pub jpeg_stream_get_chroma_subsampling: JpegStreamGetChromaSubsamplingFn,
-    /// `nvjpegJpegStreamGetJpegEncoding`.
-    pub jpeg_stream_get_jpeg_encoding: Option<JpegStreamGetJpegEncodingFn>,
     /// The file the functions came from.
     pub path: PathBuf,
     _library: Library,
@@ -361,7 +213,7 @@ impl fmt::Debug for Functions {
 
 /// nvJPEG cannot be used: the library or one of its symbols is missing.
 #[derive(Debug, Clone)]
-pub struct Unavailable {
+pub struct NvjpegUnavailable {
     /// What is missing, in words.
     pub reason: String,
     /// Every library name or path that was tried, with what happened.
@@ -370,7 +222,7 @@ pub struct Unavailable {
     pub searched: Vec<PathBuf>,
 }
 
-impl fmt::Display for Unavailable {
+impl fmt::Display for NvjpegUnavailable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.reason)?;
         if !self.tried.is_empty() {
@@ -392,7 +244,7 @@ impl fmt::Display for Unavailable {
     }
 }
 
-impl std::error::Error for Unavailable {}
+impl std::error::Error for NvjpegUnavailable {}
 
 /// File names of the library, newest first: CUDA 13's, then CUDA 12's, then the development link.
 pub const LIBRARY_NAMES: [&str; 3] = ["libnvjpeg.so.13", "libnvjpeg.so.12", "libnvjpeg.so"];
@@ -561,7 +413,7 @@ pub fn mapped_nvidia_library_dirs() -> Vec<PathBuf> {
 }
 
 /// Loads the first library in [`candidates`] that opens and has every required function.
-pub fn load() -> Result<Functions, Unavailable> {
+pub fn load() -> Result<Functions, NvjpegUnavailable> {
     let mut tried = Vec::new();
     let mut opened = false;
     for candidate in candidates() {
@@ -591,7 +443,7 @@ pub fn load() -> Result<Functions, Unavailable> {
         "libnvjpeg (CUDA's JPEG library: libnvjpeg.so.13 from the CUDA 13 toolkit or the \
          nvidia-nvjpeg wheel) was not found; set GPUFEED_NVJPEG to its path"
     };
-    Err(Unavailable {
+    Err(NvjpegUnavailable {
         reason: reason.into(),
         tried,
         searched: search_dirs(),
@@ -626,7 +478,6 @@ fn resolve(library: Library, path: PathBuf) -> Result<Functions, &'static str> {
     unsafe {
         Ok(Functions {
             get_property: required(&library, "nvjpegGetProperty")?,
-            get_cudart_property: optional(&library, "nvjpegGetCudartProperty"),
             create_ex: required(&library, "nvjpegCreateEx")?,
             destroy: required(&library, "nvjpegDestroy")?,
             get_hardware_decoder_info: optional(&library, "nvjpegGetHardwareDecoderInfo"),
@@ -635,21 +486,6 @@ fn resolve(library: Library, path: PathBuf) -> Result<Functions, &'static str> {
             decode_batched_initialize: required(&library, "nvjpegDecodeBatchedInitialize")?,
             decode_batched: required(&library, "nvjpegDecodeBatched")?,
             decode_batched_pre_allocate: optional(&library, "nvjpegDecodeBatchedPreAllocate"),
-            decode_batched_supported: required(&library, "nvjpegDecodeBatchedSupported")?,
-            jpeg_stream_create: required(&library, "nvjpegJpegStreamCreate")?,
-            jpeg_stream_destroy: required(&library, "nvjpegJpegStreamDestroy")?,
-            jpeg_stream_parse: required(&library, "nvjpegJpegStreamParse")?,
-            jpeg_stream_parse_header: required(&library, "nvjpegJpegStreamParseHeader")?,
-            jpeg_stream_get_frame_dimensions: required(
-                &library,
-                "nvjpegJpegStreamGetFrameDimensions",
-            )?,
-            jpeg_stream_get_components_num: required(&library, "nvjpegJpegStreamGetComponentsNum")?,
-            jpeg_stream_get_chroma_subsampling: required(
-                &library,
-                "nvjpegJpegStreamGetChromaSubsampling",
-            )?,
-            jpeg_stream_get_jpeg_encoding: optional(&library, "nvjpegJpegStreamGetJpegEncoding"),
             path,
             _library: library,
         })
@@ -659,14 +495,6 @@ fn resolve(library: Library, path: PathBuf) -> Result<Functions, &'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn status_names_follow_the_header() {
-        assert_eq!(status_name(0), "NVJPEG_STATUS_SUCCESS");
-        assert_eq!(status_name(7), "NVJPEG_STATUS_ARCH_MISMATCH");
-        assert_eq!(status_name(10), "NVJPEG_STATUS_INCOMPLETE_BITSTREAM");
-        assert_eq!(status_name(42), "unknown nvjpegStatus_t");
-    }
 
     #[test]
     fn image_descriptor_has_the_c_layout() {
@@ -689,10 +517,8 @@ mod tests {
             return;
         }
         let f = load().unwrap_or_else(|e| panic!("{e}"));
-        assert!(f.get_cudart_property.is_some());
         assert!(f.get_hardware_decoder_info.is_some());
         assert!(f.decode_batched_pre_allocate.is_some());
-        assert!(f.jpeg_stream_get_jpeg_encoding.is_some());
         let mut major = 0;
         // SAFETY: nvjpegGetProperty writes one int.
         let status = unsafe { (f.get_property)(MAJOR_VERSION, &mut major) };

@@ -9,7 +9,7 @@ use cudarc::driver::{
     CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 
-use super::device::{upload_reusing, Gpu, KernelSource};
+use crate::cuda::{upload_reusing, Gpu, KernelSource};
 use crate::error::{Error, Result};
 
 /// The kernel source, embedded at build time.

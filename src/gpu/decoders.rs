@@ -7,24 +7,26 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaEvent, CudaModule, CudaSlice, CudaStream, DevicePtrMut};
 
-use super::prepare::Call;
-use super::runner::Shared;
-use super::{LaneOutput, LaneResult, LaneUnavailable, Screened};
-use crate::cuda::device::Gpu;
-use crate::cuda::jpeg::{
+use super::call::{Call, MAX_CALL_PIXELS};
+use super::error::GpuLaneError;
+use super::nvjpeg::{
     ChromaPlanes, DecodedImage, DecoderConfig, HardwareDecoder, JpegInfo, NvJpeg, Outcome,
     Subsampling,
 };
-use crate::cuda::resize::plan::{plan_batch_with, ResizeJob, SourceImage, SourcePixels};
-use crate::cuda::resize::{BatchResizer, DevicePlan};
-use crate::cuda::ycc::{ChromaSampling, YccConverter, YccJob};
+use super::resize::plan::{plan_batch_with, ResizeJob, SourceImage, SourcePixels};
+use super::resize::{BatchResizer, DevicePlan};
+use super::screen::Screened;
+use super::shared::Shared;
+use super::work::{LaneOutput, LaneResult};
+use super::ycc::{ChromaSampling, YccConverter, YccJob};
+use crate::cuda::Gpu;
 use crate::error::{Error, Result};
 use crate::geometry::Geometry;
 use crate::options::ResizeMode;
 use crate::pillow::{Filter, PassOrder};
 
 /// Bytes of the RGB buffer: a call's colour images at most, unless one image alone is larger.
-const RGB_BYTES: usize = 3 * super::MAX_CALL_PIXELS as usize;
+const RGB_BYTES: usize = 3 * MAX_CALL_PIXELS as usize;
 
 /// The hardware decoders one host thread submits to, with the kernels that follow them.
 pub(super) struct DecoderSet {
@@ -56,29 +58,25 @@ impl DecoderSet {
         gray: Option<&DecoderConfig>,
         geometry: Geometry,
         filter: Filter,
-    ) -> std::result::Result<DecoderSet, LaneUnavailable> {
-        let cuda = |e: cudarc::driver::DriverError| format!("a CUDA stream for the lane: {e}");
-        let stream = gpu.stream().context().new_stream().map_err(cuda)?;
-        let unavailable = |e: crate::cuda::jpeg::Error| {
-            format!("the hardware JPEG decoder is not available: {e}")
-        };
-        let open = |config: &DecoderConfig| {
-            HardwareDecoder::new(nvjpeg, &stream, config.clone()).map_err(unavailable)
-        };
+    ) -> Result<DecoderSet, GpuLaneError> {
+        let stream = gpu
+            .stream()
+            .context()
+            .new_stream()
+            .map_err(GpuLaneError::cuda("creating a stream for the lane"))?;
+        let open = |config: &DecoderConfig| HardwareDecoder::new(nvjpeg, &stream, config.clone());
         let colour = open(colour)?;
         let gray = match gray {
             Some(config) => Some(open(config)?),
             None => None,
         };
-        let ycc =
-            YccConverter::new(gpu).map_err(|e| format!("the colour conversion kernel: {e}"))?;
-        let resizer =
-            BatchResizer::from_module(resize).map_err(|e| format!("the GPU resize kernel: {e}"))?;
+        let ycc = YccConverter::new(gpu).map_err(GpuLaneError::kernel("ycc.cu"))?;
+        let resizer = BatchResizer::from_module(resize)?;
         // The RGB of one call's colour images, sized once for the largest call.
         // SAFETY: device memory left uninitialized; the conversion writes every byte of each
         // image's RGB before the resize reads it (same stream, in that order).
         let rgb = unsafe { stream.alloc::<u8>(RGB_BYTES) }
-            .map_err(|e| format!("allocating the GPU lane's RGB buffer: {e}"))?;
+            .map_err(GpuLaneError::cuda("allocating the RGB buffer"))?;
         Ok(DecoderSet {
             stream,
             colour,
@@ -173,7 +171,6 @@ impl DecoderSet {
     /// refused it. The pixels stay valid until the next call.
     fn decode(&mut self, jpegs: &[(&[u8], Screened)]) -> Result<Vec<Option<SourceImage>>> {
         let stream = &self.stream.clone();
-        let lane_error = |e: &dyn std::fmt::Display| Error::GpuLane(e.to_string());
         let mut images: Vec<Option<SourceImage>> = vec![None; jpegs.len()];
         // Gray files to their own decoder, the rest to the colour one.
         let (gray_at, colour_at): (Vec<usize>, Vec<usize>) =
@@ -185,7 +182,7 @@ impl DecoderSet {
             let (batch, infos) = batch_of(&gray_at);
             let decoded = gray
                 .decode_inspected(stream, &batch, &infos)
-                .map_err(|e| lane_error(&e))?;
+                .map_err(GpuLaneError::from)?;
             for (&i, outcome) in gray_at.iter().zip(decoded.outcomes()) {
                 if let Outcome::Decoded(d) = outcome {
                     images[i] = Some(SourceImage {
@@ -207,7 +204,7 @@ impl DecoderSet {
             let outcomes = self
                 .colour
                 .decode_inspected(stream, &batch, &infos)
-                .map_err(|e| lane_error(&e))?;
+                .map_err(GpuLaneError::from)?;
             colour_at
                 .iter()
                 .zip(outcomes.outcomes())
@@ -307,18 +304,17 @@ impl DecoderSet {
             return Ok(written);
         }
         let stream = self.stream.clone();
-        let lane_error = |e: &dyn std::fmt::Display| Error::GpuLane(e.to_string());
         let plan = plan_batch_with(&jobs, &passes, self.geometry.width, self.geometry.height)
-            .map_err(|e| lane_error(&e))?;
+            .map_err(|e| GpuLaneError::Resize(e.into()))?;
         let device = match &mut self.plan {
             Some(device) => {
-                device.update(&stream, &plan).map_err(|e| lane_error(&e))?;
+                device.update(&stream, &plan).map_err(GpuLaneError::from)?;
                 device
             }
             None => self.plan.insert(
                 self.resizer
                     .upload(&stream, &plan)
-                    .map_err(|e| lane_error(&e))?,
+                    .map_err(GpuLaneError::from)?,
             ),
         };
         let ring_bytes = (shared.limits.slots as u64) * shared.limits.image_bytes as u64;
@@ -331,7 +327,7 @@ impl DecoderSet {
         unsafe {
             self.resizer
                 .launch_at(&stream, device, shared.ring, ring_bytes)
-                .map_err(|e| lane_error(&e))?;
+                .map_err(GpuLaneError::from)?;
         }
         Ok(written)
     }

@@ -1,5 +1,5 @@
-//! The lane's threads and what they share: the current work, the ranges handed out, the calls
-//! prepared, the results by position, and the free slots of the ring.
+//! What the lane's threads and the pipeline share: the current work, the ranges handed out, the
+//! calls prepared, the results by position, and the free slots of the ring.
 //!
 //! Ranges are handed out in order, to whichever preparing thread is free, as long as their first
 //! position is within the lookahead past the batches' cursor and the ring has a slot for each
@@ -11,21 +11,19 @@
 //! once their thread's stream is done with them.
 
 use std::collections::{HashMap, VecDeque};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::JoinHandle;
 
-use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr};
+use cudarc::driver::{CudaEvent, CudaStream};
 
-use super::decoders::DecoderSet;
-use super::prepare::{Call, Preparer};
-use super::{offered, span, LaneOutput, LaneResult, LaneScreen, LaneUnavailable, LaneWork};
-use crate::cuda::device::Gpu;
 use crate::error::{Error, Result};
+
+use super::call::Call;
+use super::screen::LaneScreen;
+use super::work::{offered, span, wait_for_all, LaneOutput, LaneResult, LaneWork, Work, CHUNK};
 
 /// The sizes the runner is started with.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Limits {
+pub(crate) struct Limits {
     /// Slots of the ring.
     pub slots: usize,
     /// Bytes of one output image (one slot).
@@ -38,16 +36,9 @@ pub(super) struct Limits {
     pub queued_calls: usize,
 }
 
-/// Work of one epoch, with the generation that tells it from earlier work.
-pub(super) struct Work {
-    pub lane: LaneWork,
-    pub generation: u64,
-    pub span: usize,
-}
-
 /// A range handed to a preparing thread: its offered positions (with their source indices) and
 /// a ring slot reserved for each.
-pub(super) struct Job {
+pub(crate) struct Job {
     pub work: Arc<Work>,
     pub positions: Vec<(usize, usize)>,
     pub slots: Vec<u32>,
@@ -76,7 +67,7 @@ struct State {
 }
 
 /// What the threads and the pipeline share.
-pub(super) struct Shared {
+pub(crate) struct Shared {
     state: Mutex<State>,
     changed: Condvar,
     /// Recorded on the pipeline's stream after the last use of every slot in the free list.
@@ -88,6 +79,54 @@ pub(super) struct Shared {
 }
 
 impl Shared {
+    /// The state of a lane whose ring has `limits.slots` free slots at `ring`, run by
+    /// `preparing` preparing and `submitting` submitting threads.
+    pub fn new(
+        screen: LaneScreen,
+        limits: Limits,
+        ring: u64,
+        released: CudaEvent,
+        preparing: usize,
+        submitting: usize,
+    ) -> Shared {
+        Shared {
+            state: Mutex::new(State {
+                work: None,
+                generation: 0,
+                next_range: 0,
+                limit: 0,
+                calls: VecDeque::new(),
+                results: HashMap::new(),
+                free: (0..limits.slots as u32).rev().collect(),
+                buffers: Vec::new(),
+                stop: false,
+                preparing,
+                submitting,
+            }),
+            changed: Condvar::new(),
+            released,
+            screen,
+            limits,
+            ring,
+        }
+    }
+
+    /// Tells every thread to stop.
+    pub fn stop(&self) {
+        self.lock().stop = true;
+        self.changed.notify_all();
+    }
+
+    /// Counts a thread out (`submitting`: a submitting thread, else a preparing one).
+    pub fn thread_ended(&self, submitting: bool) {
+        let mut state = self.lock();
+        match submitting {
+            true => state.submitting = state.submitting.saturating_sub(1),
+            false => state.preparing = state.preparing.saturating_sub(1),
+        }
+        self.changed.notify_all();
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // Nothing panics while the lock is held, so a poisoned state is still whole.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
@@ -99,7 +138,7 @@ impl Shared {
 
     /// The next range for a preparing thread, waiting until there is one; `None` once the lane
     /// stops.
-    fn next_range(&self) -> Option<Job> {
+    pub fn next_range(&self) -> Option<Job> {
         let mut state = self.lock();
         loop {
             if state.stop {
@@ -151,14 +190,14 @@ impl Shared {
     /// Moves read buffers the submitting threads gave back into `into`.
     pub fn take_buffers(&self, into: &mut Vec<Vec<u8>>) {
         let mut state = self.lock();
-        let keep = state.buffers.len().saturating_sub(super::CHUNK);
+        let keep = state.buffers.len().saturating_sub(CHUNK);
         into.extend(state.buffers.drain(keep..));
     }
 
     /// The next prepared call for the thread of `stream`, waiting until there is one, and
     /// whether `stream` was made to wait for the last readers of the call's slots (if that wait
     /// could not be queued, nothing of the call may be written); `None` once the lane stops.
-    fn next_call(&self, stream: &Arc<CudaStream>) -> Option<(Call, bool)> {
+    pub fn next_call(&self, stream: &Arc<CudaStream>) -> Option<(Call, bool)> {
         let mut state = self.lock();
         loop {
             if state.stop {
@@ -177,7 +216,7 @@ impl Shared {
 
     /// Publishes a call's results (one per image), or drops them if the work is stale, and
     /// takes its read buffers back.
-    fn finish_call(&self, call: Call, results: Vec<LaneResult>, stream: &Arc<CudaStream>) {
+    pub fn finish_call(&self, call: Call, results: Vec<LaneResult>, stream: &Arc<CudaStream>) {
         let mut entries = Vec::with_capacity(call.images.len());
         let mut buffers = Vec::with_capacity(call.images.len());
         for (image, result) in call.images.into_iter().zip(results) {
@@ -226,6 +265,100 @@ impl Shared {
                 hand_back(position);
             }
         }
+    }
+
+    /// Starts `work`, dropping the results of earlier work (their slots come back once
+    /// `stream` is past the work that made them).
+    pub fn begin(&self, stream: &Arc<CudaStream>, work: LaneWork) -> Result<()> {
+        let mut state = self.lock();
+        let dropped: Vec<LaneOutput> = state
+            .results
+            .drain()
+            .filter_map(|(_, result)| match result {
+                LaneResult::Decoded(output) => Some(output),
+                _ => None,
+            })
+            .collect();
+        if !dropped.is_empty() {
+            wait_for_all(stream, dropped.iter())?;
+            self.released
+                .record(stream)
+                .map_err(|e| Error::cuda("recording the GPU lane's release", e))?;
+            state.free.extend(dropped.iter().map(|output| output.slot));
+        }
+        // Calls prepared for earlier work and not submitted: never written.
+        while let Some(call) = state.calls.pop_front() {
+            drop_call(&mut state, call);
+        }
+        state.generation += 1;
+        let order_len = work.order.len();
+        state.work = Some(Arc::new(Work {
+            span: span(work.share),
+            lane: work,
+            generation: state.generation,
+        }));
+        state.next_range = 0;
+        state.limit = self.limits.lookahead.min(order_len);
+        self.changed.notify_all();
+        Ok(())
+    }
+
+    /// The batches have taken every position before `position`: the lane works up to its
+    /// lookahead past it, within the epoch's planned positions (past them only when asked).
+    pub fn advance(&self, position: usize) {
+        let mut state = self.lock();
+        let planned = state.work.as_ref().map_or(0, |w| w.lane.order.len());
+        let limit = position.saturating_add(self.limits.lookahead).min(planned);
+        if limit > state.limit {
+            state.limit = limit;
+            self.changed.notify_all();
+        }
+    }
+
+    /// The result of offered position `position`, waiting for it. A position the lane was not
+    /// offered, or any position once its threads have ended, is [`LaneResult::Refused`].
+    pub fn result(&self, position: usize) -> LaneResult {
+        let mut state = self.lock();
+        loop {
+            if let Some(result) = state.results.remove(&position) {
+                return result;
+            }
+            let Some(work) = state.work.clone() else {
+                return LaneResult::Refused;
+            };
+            let is_offered = work
+                .lane
+                .order
+                .get(position)
+                .is_some_and(|index| offered(index, work.lane.share));
+            if !is_offered || state.preparing == 0 || state.submitting == 0 || state.stop {
+                return LaneResult::Refused;
+            }
+            if state.limit <= position {
+                state.limit = position + 1;
+                self.changed.notify_all();
+            }
+            state = self.wait(state);
+        }
+    }
+
+    /// Frees the slots of `outputs` once `stream` is past every use of them queued so far.
+    pub fn release(
+        &self,
+        stream: &Arc<CudaStream>,
+        outputs: impl IntoIterator<Item = LaneOutput>,
+    ) -> Result<()> {
+        let slots: Vec<u32> = outputs.into_iter().map(|o| o.slot).collect();
+        if slots.is_empty() {
+            return Ok(());
+        }
+        let mut state = self.lock();
+        self.released
+            .record(stream)
+            .map_err(|e| Error::cuda("recording the GPU lane's release", e))?;
+        state.free.extend(slots);
+        self.changed.notify_all();
+        Ok(())
     }
 }
 
@@ -279,286 +412,4 @@ fn drop_call(state: &mut State, call: Call) {
 fn keep_buffers(state: &mut State, buffers: Vec<Vec<u8>>) {
     let room = KEPT_BUFFERS.saturating_sub(state.buffers.len());
     state.buffers.extend(buffers.into_iter().take(room));
-}
-
-/// The lane's threads and ring.
-pub(super) struct Runner {
-    shared: Arc<Shared>,
-    threads: Vec<JoinHandle<()>>,
-    /// The ring of output slots, read by the batches' gathers through its address.
-    _ring: CudaSlice<u8>,
-}
-
-/// Counts a thread out when it ends, however it ends (`true`: a submitting thread).
-struct Alive(Arc<Shared>, bool);
-
-impl Drop for Alive {
-    fn drop(&mut self) {
-        let mut state = self.0.lock();
-        match self.1 {
-            true => state.submitting = state.submitting.saturating_sub(1),
-            false => state.preparing = state.preparing.saturating_sub(1),
-        }
-        self.0.changed.notify_all();
-    }
-}
-
-impl Runner {
-    /// Allocates the ring and starts one submitting thread per decoder set and one preparing
-    /// thread per preparer.
-    pub fn start(
-        gpu: &Gpu,
-        sets: Vec<DecoderSet>,
-        preparers: Vec<Preparer>,
-        screen: LaneScreen,
-        limits: Limits,
-    ) -> std::result::Result<Runner, LaneUnavailable> {
-        let stream = gpu.stream();
-        let bytes = limits
-            .slots
-            .checked_mul(limits.image_bytes)
-            .ok_or("the ring's size overflows")?;
-        // SAFETY: device memory left uninitialized; a slot is read (gathered) only after the
-        // resize wrote every byte of it, which the gather's wait on that write orders.
-        let ring = unsafe { stream.alloc::<u8>(bytes.max(1)) }
-            .map_err(|e| format!("allocating the GPU lane's ring: {e}"))?;
-        let (address, guard) = ring.device_ptr(stream);
-        drop(guard);
-        let released = stream
-            .record_event(None)
-            .map_err(|e| format!("a CUDA event for the lane: {e}"))?;
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State {
-                work: None,
-                generation: 0,
-                next_range: 0,
-                limit: 0,
-                calls: VecDeque::new(),
-                results: HashMap::new(),
-                free: (0..limits.slots as u32).rev().collect(),
-                buffers: Vec::new(),
-                stop: false,
-                preparing: preparers.len(),
-                submitting: sets.len(),
-            }),
-            changed: Condvar::new(),
-            released,
-            screen,
-            limits,
-            ring: address,
-        });
-        let mut threads = Vec::with_capacity(sets.len() + preparers.len());
-        let mut spawn = |name: String, body: Box<dyn FnOnce() + Send>| {
-            std::thread::Builder::new()
-                .name(name)
-                .spawn(body)
-                .map(|handle| threads.push(handle))
-        };
-        let mut spawned = Ok(());
-        for (i, set) in sets.into_iter().enumerate() {
-            let shared = shared.clone();
-            spawned = spawned.and_then(|_| {
-                spawn(
-                    format!("gpufeed-jpeg-{i}"),
-                    Box::new(move || submit(shared, set)),
-                )
-            });
-        }
-        for (i, preparer) in preparers.into_iter().enumerate() {
-            let shared = shared.clone();
-            spawned = spawned.and_then(|_| {
-                spawn(
-                    format!("gpufeed-jpeg-read-{i}"),
-                    Box::new(move || prepare(shared, preparer)),
-                )
-            });
-        }
-        let runner = Runner {
-            shared,
-            threads,
-            _ring: ring,
-        };
-        match spawned {
-            Ok(()) => Ok(runner),
-            Err(e) => {
-                drop(runner);
-                Err(format!("cannot start the lane's threads: {e}"))
-            }
-        }
-    }
-
-    /// Which files the lane takes.
-    #[cfg(test)]
-    pub fn screen(&self) -> &LaneScreen {
-        &self.shared.screen
-    }
-
-    /// Threads of the lane, submitting and preparing.
-    pub fn threads(&self) -> usize {
-        self.threads.len()
-    }
-
-    /// Address of the ring's first slot.
-    pub fn ring_address(&self) -> u64 {
-        self.shared.ring
-    }
-
-    /// Starts `work`, dropping the results of earlier work (their slots come back once
-    /// `stream` is past the work that made them).
-    pub fn begin(&self, stream: &Arc<CudaStream>, work: LaneWork) -> Result<()> {
-        let mut state = self.shared.lock();
-        let dropped: Vec<LaneOutput> = state
-            .results
-            .drain()
-            .filter_map(|(_, result)| match result {
-                LaneResult::Decoded(output) => Some(output),
-                _ => None,
-            })
-            .collect();
-        if !dropped.is_empty() {
-            super::wait_for_all(stream, dropped.iter())?;
-            self.shared
-                .released
-                .record(stream)
-                .map_err(|e| Error::cuda("recording the GPU lane's release", e))?;
-            state.free.extend(dropped.iter().map(|output| output.slot));
-        }
-        // Calls prepared for earlier work and not submitted: never written.
-        while let Some(call) = state.calls.pop_front() {
-            drop_call(&mut state, call);
-        }
-        state.generation += 1;
-        let order_len = work.order.len();
-        state.work = Some(Arc::new(Work {
-            span: span(work.share),
-            lane: work,
-            generation: state.generation,
-        }));
-        state.next_range = 0;
-        state.limit = self.shared.limits.lookahead.min(order_len);
-        self.shared.changed.notify_all();
-        Ok(())
-    }
-
-    /// The batches have taken every position before `position`: the lane works up to its
-    /// lookahead past it, within the epoch's planned positions (past them only when asked).
-    pub fn advance(&self, position: usize) {
-        let mut state = self.shared.lock();
-        let planned = state.work.as_ref().map_or(0, |w| w.lane.order.len());
-        let limit = position
-            .saturating_add(self.shared.limits.lookahead)
-            .min(planned);
-        if limit > state.limit {
-            state.limit = limit;
-            self.shared.changed.notify_all();
-        }
-    }
-
-    /// The result of offered position `position`, waiting for it. A position the lane was not
-    /// offered, or any position once its threads have ended, is [`LaneResult::Refused`].
-    pub fn result(&self, position: usize) -> LaneResult {
-        let mut state = self.shared.lock();
-        loop {
-            if let Some(result) = state.results.remove(&position) {
-                return result;
-            }
-            let Some(work) = state.work.clone() else {
-                return LaneResult::Refused;
-            };
-            let is_offered = work
-                .lane
-                .order
-                .get(position)
-                .is_some_and(|index| offered(index, work.lane.share));
-            if !is_offered || state.preparing == 0 || state.submitting == 0 || state.stop {
-                return LaneResult::Refused;
-            }
-            if state.limit <= position {
-                state.limit = position + 1;
-                self.shared.changed.notify_all();
-            }
-            state = self.shared.wait(state);
-        }
-    }
-
-    /// Frees the slots of `outputs` once `stream` is past every use of them queued so far.
-    pub fn release(
-        &self,
-        stream: &Arc<CudaStream>,
-        outputs: impl IntoIterator<Item = LaneOutput>,
-    ) -> Result<()> {
-        let slots: Vec<u32> = outputs.into_iter().map(|o| o.slot).collect();
-        if slots.is_empty() {
-            return Ok(());
-        }
-        let mut state = self.shared.lock();
-        self.shared
-            .released
-            .record(stream)
-            .map_err(|e| Error::cuda("recording the GPU lane's release", e))?;
-        state.free.extend(slots);
-        self.shared.changed.notify_all();
-        Ok(())
-    }
-}
-
-impl Drop for Runner {
-    fn drop(&mut self) {
-        {
-            let mut state = self.shared.lock();
-            state.stop = true;
-            self.shared.changed.notify_all();
-        }
-        for thread in self.threads.drain(..) {
-            let _ = thread.join();
-        }
-    }
-}
-
-/// A submitting thread: takes prepared calls and publishes their results until the lane stops.
-/// Each thread's stream is synchronized before it ends, so nothing of it runs past the lane.
-fn submit(shared: Arc<Shared>, mut set: DecoderSet) {
-    let _alive = Alive(shared.clone(), true);
-    let stream = set.stream().clone();
-    loop {
-        let next = shared.next_call(&stream);
-        let Some((call, ordered)) = next else { break };
-        let results = match catch_unwind(AssertUnwindSafe(|| set.run(&call, &shared, ordered))) {
-            Ok(results) if results.len() == call.images.len() => results,
-            _ => {
-                // Whatever the set queued before it failed is done before the slots are free.
-                let _ = stream.synchronize();
-                vec![LaneResult::Refused; call.images.len()]
-            }
-        };
-        shared.finish_call(call, results, &stream);
-    }
-    let _ = stream.synchronize();
-}
-
-/// A preparing thread: takes ranges and prepares their calls until the lane stops. Whatever a
-/// preparation that panics had not handed over yet is refused (the CPU lane takes it).
-fn prepare(shared: Arc<Shared>, mut preparer: Preparer) {
-    let _alive = Alive(shared.clone(), false);
-    while let Some(job) = shared.next_range() {
-        let work = job.work.clone();
-        let places: Vec<(usize, u32)> = job
-            .positions
-            .iter()
-            .map(|&(position, _)| position)
-            .zip(job.slots.iter().copied())
-            .collect();
-        let mut handed = vec![false; places.len()];
-        let prepared = catch_unwind(AssertUnwindSafe(|| {
-            preparer.prepare(job, &shared, &mut handed)
-        }));
-        if prepared.is_err() {
-            let left = places
-                .into_iter()
-                .zip(handed)
-                .filter_map(|(place, handed)| (!handed).then_some(place))
-                .collect();
-            shared.refuse(&work, left);
-        }
-    }
 }

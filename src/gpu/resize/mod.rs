@@ -1,22 +1,17 @@
-//! `kernels/resize.cu`: the batched Pillow resize, compiled by NVRTC for the stream's device and
-//! launched over a planned batch ([`super::plan`]): the first pass (skipped when no image
-//! resamples both axes), then the last pass that writes every byte of every slot a job names.
-//!
-//! cudarc loads libcuda and NVRTC at run time and panics when they are missing: call
-//! `cudarc::driver::sys::is_culib_present()` and `cudarc::nvrtc::sys::is_culib_present()` before
-//! anything here (src/bin/resize_check.rs shows how).
-// The whole of what it ports is kept, used by the pipeline or not (tests, other filters).
-#![allow(dead_code)]
+//! `kernels/resize.cu`: the batched Pillow resize, compiled through the device's module cache
+//! ([`crate::cuda::Gpu::module`]) and launched over a planned batch ([`plan`]): the first pass
+//! (skipped when no image resamples both axes), then the last pass that writes every byte of
+//! every slot a job names.
 
 use std::borrow::Cow;
 use std::sync::Arc;
 
 use cudarc::driver::{
-    CudaFunction, CudaSlice, CudaStream, DevicePtrMut, DeviceRepr, DriverError, LaunchConfig,
-    PushKernelArg,
+    CudaFunction, CudaSlice, CudaStream, DeviceRepr, DriverError, LaunchConfig, PushKernelArg,
 };
-use cudarc::nvrtc::{compile_ptx_with_opts, CompileError, CompileOptions, Ptx};
 use thiserror::Error;
+
+use crate::cuda::KernelSource;
 
 #[cfg(test)]
 mod host;
@@ -36,7 +31,7 @@ unsafe impl DeviceRepr for ResizeDescriptor {}
 /// What can go wrong on the device side.
 #[derive(Debug, Error)]
 #[non_exhaustive]
-pub enum GpuError {
+pub enum ResizeError {
     /// A CUDA driver call failed.
     #[error("CUDA failed {context}: {source}")]
     Driver {
@@ -46,9 +41,6 @@ pub enum GpuError {
         #[source]
         source: DriverError,
     },
-    /// NVRTC rejected the kernel source.
-    #[error("NVRTC could not compile kernels/resize.cu: {0}")]
-    Compile(String),
     /// The batch could not be planned.
     #[error(transparent)]
     Plan(#[from] BatchError),
@@ -62,31 +54,19 @@ pub enum GpuError {
     },
 }
 
-impl GpuError {
-    fn driver(context: &'static str) -> impl FnOnce(DriverError) -> GpuError {
-        move |source| GpuError::Driver { context, source }
+impl ResizeError {
+    fn driver(context: &'static str) -> impl FnOnce(DriverError) -> ResizeError {
+        move |source| ResizeError::Driver { context, source }
     }
 }
 
-/// kernels/resize.cu compiled by NVRTC to PTX for compute capability `major.minor`
-/// (`--gpu-architecture=compute_XY`). Needs NVRTC only, no device.
-pub fn compile(major: i32, minor: i32) -> Result<Ptx, GpuError> {
-    let options = CompileOptions {
-        options: vec![format!("--gpu-architecture=compute_{major}{minor}")],
-        name: Some("resize.cu".into()),
-        ..Default::default()
-    };
-    // cudarc panics when NVRTC cannot be loaded; that becomes an error here.
-    let compiled = std::panic::catch_unwind(|| compile_ptx_with_opts(SOURCE, options))
-        .map_err(|_| GpuError::Compile("NVRTC could not be loaded".into()))?;
-    compiled.map_err(|e| {
-        GpuError::Compile(match e {
-            CompileError::CompileError { nvrtc, log, .. } => {
-                format!("{nvrtc:?}: {}", log.to_string_lossy())
-            }
-            other => format!("{other:?}"),
-        })
-    })
+/// The kernel source as the module cache compiles it.
+pub(crate) fn kernel_source() -> KernelSource {
+    KernelSource {
+        name: "resize.cu",
+        code: SOURCE,
+        defines: Vec::new(),
+    }
 }
 
 /// The two entry points of kernels/resize.cu, compiled for one device.
@@ -112,14 +92,13 @@ pub struct DevicePlan {
 }
 
 impl DevicePlan {
-    /// Bytes of output the batch writes into (slots `0..plan.slots`).
-    pub fn output_bytes(&self) -> u64 {
-        self.output_bytes
-    }
-
     /// Replaces the batch with `plan`, on `stream`, reusing the device buffers where they are
     /// large enough (a pipeline's steady state allocates nothing).
-    pub fn update(&mut self, stream: &Arc<CudaStream>, plan: &BatchPlan) -> Result<(), GpuError> {
+    pub fn update(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        plan: &BatchPlan,
+    ) -> Result<(), ResizeError> {
         let descriptors = descriptors_of(plan);
         refill(
             stream,
@@ -138,7 +117,7 @@ impl DevicePlan {
         if self.intermediate.len() < intermediate {
             self.intermediate = stream
                 .alloc_zeros::<u8>(intermediate)
-                .map_err(GpuError::driver("allocating the intermediate"))?;
+                .map_err(ResizeError::driver("allocating the intermediate"))?;
         }
         self.images = plan.descriptors.len() as u32;
         self.first_pass_blocks = plan.first_pass_blocks;
@@ -160,9 +139,9 @@ fn descriptors_of(plan: &BatchPlan) -> Cow<'_, [ResizeDescriptor]> {
 }
 
 /// Bytes to allocate for the plan's intermediate (at least 1).
-fn intermediate_len(plan: &BatchPlan) -> Result<usize, GpuError> {
+fn intermediate_len(plan: &BatchPlan) -> Result<usize, ResizeError> {
     usize::try_from(plan.intermediate_bytes.max(1))
-        .map_err(|_| GpuError::Plan(BatchError::TooLarge("intermediate bytes")))
+        .map_err(|_| ResizeError::Plan(BatchError::TooLarge("intermediate bytes")))
 }
 
 /// Copies `data` into `slice`, reallocating it first when it is too small.
@@ -171,45 +150,27 @@ fn refill<T: DeviceRepr>(
     data: &[T],
     slice: &mut CudaSlice<T>,
     context: &'static str,
-) -> Result<(), GpuError> {
+) -> Result<(), ResizeError> {
     if slice.len() < data.len() {
-        *slice = stream.clone_htod(data).map_err(GpuError::driver(context))?;
+        *slice = stream
+            .clone_htod(data)
+            .map_err(ResizeError::driver(context))?;
         return Ok(());
     }
     stream
         .memcpy_htod(data, slice)
-        .map_err(GpuError::driver(context))
+        .map_err(ResizeError::driver(context))
 }
 
 impl BatchResizer {
-    /// Compiles the kernels with NVRTC for the stream's device (`compute_XY` of its compute
-    /// capability) and loads them.
-    pub fn new(stream: &Arc<CudaStream>) -> Result<BatchResizer, GpuError> {
-        let ctx = stream.context();
-        let (major, minor) = ctx
-            .compute_capability()
-            .map_err(GpuError::driver("reading the compute capability"))?;
-        let ptx = compile(major, minor)?;
-        let module = ctx
-            .load_module(ptx)
-            .map_err(GpuError::driver("loading the compiled kernels"))?;
-        let load = |name: &str| {
-            module
-                .load_function(name)
-                .map_err(GpuError::driver("finding a kernel entry point"))
-        };
-        Ok(BatchResizer {
-            first: load("gpufeed_resize_first")?,
-            last: load("gpufeed_resize_last")?,
-        })
-    }
-
     /// The kernels of a module compiled from [`SOURCE`] (the device's module cache keeps it).
-    pub fn from_module(module: &Arc<cudarc::driver::CudaModule>) -> Result<BatchResizer, GpuError> {
+    pub fn from_module(
+        module: &Arc<cudarc::driver::CudaModule>,
+    ) -> Result<BatchResizer, ResizeError> {
         let load = |name: &str| {
             module
                 .load_function(name)
-                .map_err(GpuError::driver("finding a kernel entry point"))
+                .map_err(ResizeError::driver("finding a kernel entry point"))
         };
         Ok(BatchResizer {
             first: load("gpufeed_resize_first")?,
@@ -223,16 +184,16 @@ impl BatchResizer {
         &self,
         stream: &Arc<CudaStream>,
         plan: &BatchPlan,
-    ) -> Result<DevicePlan, GpuError> {
+    ) -> Result<DevicePlan, ResizeError> {
         let descriptors = stream
             .clone_htod(&*descriptors_of(plan))
-            .map_err(GpuError::driver("uploading the descriptors"))?;
+            .map_err(ResizeError::driver("uploading the descriptors"))?;
         let coefficients = stream
             .clone_htod(&plan.coefficients)
-            .map_err(GpuError::driver("uploading the coefficients"))?;
+            .map_err(ResizeError::driver("uploading the coefficients"))?;
         let intermediate = stream
             .alloc_zeros::<u8>(intermediate_len(plan)?)
-            .map_err(GpuError::driver("allocating the intermediate"))?;
+            .map_err(ResizeError::driver("allocating the intermediate"))?;
         Ok(DevicePlan {
             descriptors,
             coefficients,
@@ -246,30 +207,8 @@ impl BatchResizer {
         })
     }
 
-    /// Plans `jobs` into slots of `out_width` x `out_height`, uploads and launches: the whole
-    /// batch resize in one call. See [`BatchResizer::launch`] for the safety contract.
-    ///
-    /// # Safety
-    ///
-    /// As for [`BatchResizer::launch`]: every job's source must be device memory of the stream's
-    /// context holding the image it describes, alive and unchanged until the stream has run the
-    /// kernels.
-    pub unsafe fn resize(
-        &self,
-        stream: &Arc<CudaStream>,
-        jobs: &[plan::ResizeJob],
-        out_width: u32,
-        out_height: u32,
-        out: &mut CudaSlice<u8>,
-    ) -> Result<DevicePlan, GpuError> {
-        let plan = plan::plan_batch(jobs, out_width, out_height)?;
-        let mut device = self.upload(stream, &plan)?;
-        // SAFETY: the caller guarantees the sources, as this function's contract says.
-        unsafe { self.launch(stream, &mut device, out) }?;
-        Ok(device)
-    }
-
-    /// Launches both passes of `plan` on `stream`, writing every byte of every slot a job of the
+    /// Launches both passes of `plan` on `stream` (for the tests: the lane launches at an address,
+    /// [`BatchResizer::launch_at`]), writing every byte of every slot a job of the
     /// batch names in `out` (slot `s` at `s * out_height * out_width * 3`); other slots are left
     /// as they are.
     ///
@@ -279,12 +218,14 @@ impl BatchResizer {
     /// check: each must be device memory of the stream's context holding at least the rows and
     /// pitches its [`crate::SourceImage`] describes, alive and not written until the stream has
     /// run these kernels (same stream, or an event in between).
+    #[cfg(test)]
     pub unsafe fn launch(
         &self,
         stream: &Arc<CudaStream>,
         plan: &mut DevicePlan,
         out: &mut CudaSlice<u8>,
-    ) -> Result<(), GpuError> {
+    ) -> Result<(), ResizeError> {
+        use cudarc::driver::DevicePtrMut;
         let len = out.len() as u64;
         let (address, _written) = out.device_ptr_mut(stream);
         // SAFETY: `address` is `out`'s start, `len` bytes, borrowed (and its write recorded on
@@ -304,9 +245,9 @@ impl BatchResizer {
         plan: &mut DevicePlan,
         out: u64,
         out_len: u64,
-    ) -> Result<(), GpuError> {
+    ) -> Result<(), ResizeError> {
         if out_len < plan.output_bytes {
-            return Err(GpuError::OutputTooSmall {
+            return Err(ResizeError::OutputTooSmall {
                 needed: plan.output_bytes,
                 actual: out_len,
             });
@@ -334,7 +275,7 @@ impl BatchResizer {
             // early, and the source rows and columns read those of its checked plans; the
             // sources themselves are the caller's promise (this function's contract).
             unsafe { builder.launch(config) }
-                .map_err(GpuError::driver("launching the first pass"))?;
+                .map_err(ResizeError::driver("launching the first pass"))?;
         }
         let (blocks_per_slot, images) = plan.last_pass_grid;
         let config = LaunchConfig {
@@ -357,7 +298,8 @@ impl BatchResizer {
         // (plan_batch), and the bounds only name intermediate pixels the first pass wrote
         // before it on this stream, or source pixels of the checked plans (the caller's promise
         // for the memory behind them).
-        unsafe { builder.launch(config) }.map_err(GpuError::driver("launching the last pass"))?;
+        unsafe { builder.launch(config) }
+            .map_err(ResizeError::driver("launching the last pass"))?;
         Ok(())
     }
 }
@@ -382,17 +324,16 @@ mod tests {
             return;
         }
         for (major, minor) in [(9, 0), (8, 0)] {
-            let ptx =
-                compile(major, minor).unwrap_or_else(|e| panic!("compute_{major}{minor}: {e}"));
+            let ptx = crate::cuda::compile_ptx(&kernel_source(), major, minor)
+                .unwrap_or_else(|e| panic!("compute_{major}{minor}: {e}"));
             let text = ptx.to_src();
-            assert!(
-                text.contains("gpufeed_resize_first"),
-                "compute_{major}{minor}"
-            );
-            assert!(
-                text.contains("gpufeed_resize_last"),
-                "compute_{major}{minor}"
-            );
+            for kernel in [
+                "gpufeed_resize_first",
+                "gpufeed_resize_last",
+                "gpufeed_gather",
+            ] {
+                assert!(text.contains(kernel), "{kernel} for compute_{major}{minor}");
+            }
         }
     }
 }

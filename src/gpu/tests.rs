@@ -5,31 +5,34 @@ use std::sync::Arc;
 
 use cudarc::driver::DevicePtr;
 
+use super::work::{span, LaneResult};
 use super::*;
 use crate::cpu::prepare_image;
-use crate::cuda::resize::plan::{plan_batch, ResizeJob, SourceImage, SourcePixels};
-use crate::cuda::resize::BatchResizer;
 use crate::cuda::test_gpu;
+use crate::gpu::resize::plan::{plan_batch, ResizeJob, SourceImage, SourcePixels};
+use crate::gpu::resize::BatchResizer;
 use crate::options::{DecodeOptions, ResizeMode, ResizeOptions};
+use crate::order::EpochOrder;
 use crate::pillow::{resample, PassOrder};
+use crate::source::Source;
 use gpufeed_bench::upload::random_bytes;
 
 /// A lane for the default geometry and batches of up to `batch_size`.
-fn open_lane(gpu: &Gpu, geometry: &Geometry, batch_size: usize, gray: bool) -> JpegLane {
-    let config = LaneConfig {
+fn open_lane(gpu: &Gpu, geometry: &Geometry, batch_size: usize, gray: bool) -> GpuLane {
+    let config = GpuLaneConfig {
         geometry: *geometry,
         max_pixels: 1 << 28,
         batch_size,
         max_file_bytes: 1 << 30,
         exif_orientation: false,
     };
-    JpegLane::open_for(gpu, &config, gray).expect("the GPU lane")
+    GpuLane::open_for(gpu, &config, gray).expect("the GPU lane")
 }
 
 /// Runs the lane over `files` (a source of in-memory bytes, every file offered), gathers what it
 /// made into a poisoned buffer, one place per file, and downloads it; `made[i]` says whether
 /// the lane took file `i`.
-fn run_lane(lane: &mut JpegLane, gpu: &Gpu, files: &[Vec<u8>]) -> (Vec<bool>, Vec<u8>) {
+fn run_lane(lane: &mut GpuLane, gpu: &Gpu, files: &[Vec<u8>]) -> (Vec<bool>, Vec<u8>) {
     let stream = gpu.stream();
     let source = Arc::new(Source::bytes(
         files
@@ -101,11 +104,7 @@ fn gpu_resize_equals_the_cpu_rendition() {
     };
     let stream = gpu.stream();
     let module = gpu
-        .module(&KernelSource {
-            name: "resize.cu",
-            code: super::super::resize::SOURCE,
-            defines: Vec::new(),
-        })
+        .module(&super::resize::kernel_source())
         .expect("compile");
     let resizer = BatchResizer::from_module(&module).expect("kernels");
     let modes = [
@@ -273,7 +272,7 @@ fn the_lane_decodes_like_the_cpu_lane() {
         if i % 2 == 1 {
             // As Pillow writes gray JPEGs asked for 4:2:0: sampling factors 2x2, which
             // change nothing in how the frame decodes (the CPU lane makes the same pixels).
-            let at = crate::cuda::jpeg::header::scan(&bytes)
+            let at = crate::gpu::nvjpeg::header::scan(&bytes)
                 .expect("header")
                 .frame_at
                 + 7;

@@ -7,16 +7,14 @@
 //! output arena are kept between batches and only grown, up to caps, when a larger batch or image
 //! arrives, so the hot path allocates nothing.
 //!
-//! # What happens in one [`HardwareDecoder::decode`]
+//! # What happens in one [`HardwareDecoder::decode_inspected`]
 //!
-//! 1. Each image is inspected on the CPU: this crate's marker walk ([`header::scan`]) refuses what
-//!    the hardware does not take (progressive, lossless, hierarchical, arithmetic-coded, 12-bit,
-//!    CMYK/YCCK, RGB-coded, 4:1:1 and odd subsamplings, several scans, truncated files), then
-//!    `nvjpegJpegStreamParse` and `nvjpegJpegStreamGetFrameDimensions` /
-//!    `GetComponentsNum` / `GetChromaSubsampling` read the header and
-//!    `nvjpegDecodeBatchedSupported` gives nvJPEG's own verdict (0 means supported). A refused
-//!    image is reported as [`Outcome::Refused`] with its [`Refusal`]; it never reaches the
-//!    hardware, so it cannot fail the batch. Send it to the CPU lane.
+//! 1. Each image was inspected on the CPU beforehand, on any thread ([`inspect_markers`]): this
+//!    crate's marker walk ([`header::scan`]) refuses what the hardware does not take
+//!    (progressive, lossless, hierarchical, arithmetic-coded, 12-bit, CMYK/YCCK, RGB-coded, 4:1:1
+//!    and odd subsamplings, several scans, truncated files). A refused image is reported as
+//!    [`Outcome::Refused`] with its [`Refusal`]; it never reaches the hardware, so it cannot fail
+//!    the batch. Send it to the CPU lane.
 //! 2. The accepted images are laid out in the output arena (each image 256-byte aligned) and their
 //!    compressed bytes are copied into one of two pinned staging buffers, so they cross PCIe from
 //!    page-locked memory (DALI stages its hardware-decoder input the same way).
@@ -63,8 +61,6 @@
 //! `c` is at `ptr + y * pitch + x * pixel_stride + c * channel_stride` ([`DecodedImage::offset_of`]).
 //! Gray JPEGs are decoded to RGB with the gray value in all three channels. EXIF orientation is
 //! not applied (as `image`'s plain decode).
-// The whole of what it ports or wraps is kept, used by the pipeline or not.
-#![allow(dead_code)]
 
 pub mod header;
 pub mod sys;
@@ -78,54 +74,119 @@ use cudarc::driver::{
 };
 
 pub use header::{HeaderError, JpegHeader, Subsampling};
-pub use sys::Unavailable;
+pub use sys::NvjpegUnavailable;
 
-/// An nvJPEG status code, printed with its name from `nvjpeg.h`.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Status(pub c_int);
+/// An nvJPEG status code (`nvjpegStatus_t`), other than success.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum NvjpegStatus {
+    /// `NVJPEG_STATUS_NOT_INITIALIZED`.
+    NotInitialized,
+    /// `NVJPEG_STATUS_INVALID_PARAMETER`.
+    InvalidParameter,
+    /// `NVJPEG_STATUS_BAD_JPEG`.
+    BadJpeg,
+    /// `NVJPEG_STATUS_JPEG_NOT_SUPPORTED`.
+    JpegNotSupported,
+    /// `NVJPEG_STATUS_ALLOCATOR_FAILURE`.
+    AllocatorFailure,
+    /// `NVJPEG_STATUS_EXECUTION_FAILED`.
+    ExecutionFailed,
+    /// `NVJPEG_STATUS_ARCH_MISMATCH`: what the hardware backend gives on a GPU without JPEG
+    /// engines.
+    ArchMismatch,
+    /// `NVJPEG_STATUS_INTERNAL_ERROR`.
+    InternalError,
+    /// `NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED`.
+    ImplementationNotSupported,
+    /// `NVJPEG_STATUS_INCOMPLETE_BITSTREAM`.
+    IncompleteBitstream,
+    /// A value `nvjpeg.h` does not name.
+    Other(i32),
+}
 
-impl Status {
-    /// `NVJPEG_STATUS_...` name.
+impl NvjpegStatus {
+    /// `Ok` for `NVJPEG_STATUS_SUCCESS`, else the status.
+    pub(crate) fn of(status: c_int) -> Result<(), NvjpegStatus> {
+        Err(match status {
+            sys::NVJPEG_STATUS_SUCCESS => return Ok(()),
+            sys::NVJPEG_STATUS_NOT_INITIALIZED => NvjpegStatus::NotInitialized,
+            sys::NVJPEG_STATUS_INVALID_PARAMETER => NvjpegStatus::InvalidParameter,
+            sys::NVJPEG_STATUS_BAD_JPEG => NvjpegStatus::BadJpeg,
+            sys::NVJPEG_STATUS_JPEG_NOT_SUPPORTED => NvjpegStatus::JpegNotSupported,
+            sys::NVJPEG_STATUS_ALLOCATOR_FAILURE => NvjpegStatus::AllocatorFailure,
+            sys::NVJPEG_STATUS_EXECUTION_FAILED => NvjpegStatus::ExecutionFailed,
+            sys::NVJPEG_STATUS_ARCH_MISMATCH => NvjpegStatus::ArchMismatch,
+            sys::NVJPEG_STATUS_INTERNAL_ERROR => NvjpegStatus::InternalError,
+            sys::NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED => {
+                NvjpegStatus::ImplementationNotSupported
+            }
+            sys::NVJPEG_STATUS_INCOMPLETE_BITSTREAM => NvjpegStatus::IncompleteBitstream,
+            other => NvjpegStatus::Other(other),
+        })
+    }
+
+    /// The name `nvjpeg.h` gives the status.
     pub fn name(self) -> &'static str {
-        sys::status_name(self.0)
+        match self {
+            NvjpegStatus::NotInitialized => "NVJPEG_STATUS_NOT_INITIALIZED",
+            NvjpegStatus::InvalidParameter => "NVJPEG_STATUS_INVALID_PARAMETER",
+            NvjpegStatus::BadJpeg => "NVJPEG_STATUS_BAD_JPEG",
+            NvjpegStatus::JpegNotSupported => "NVJPEG_STATUS_JPEG_NOT_SUPPORTED",
+            NvjpegStatus::AllocatorFailure => "NVJPEG_STATUS_ALLOCATOR_FAILURE",
+            NvjpegStatus::ExecutionFailed => "NVJPEG_STATUS_EXECUTION_FAILED",
+            NvjpegStatus::ArchMismatch => "NVJPEG_STATUS_ARCH_MISMATCH",
+            NvjpegStatus::InternalError => "NVJPEG_STATUS_INTERNAL_ERROR",
+            NvjpegStatus::ImplementationNotSupported => {
+                "NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED"
+            }
+            NvjpegStatus::IncompleteBitstream => "NVJPEG_STATUS_INCOMPLETE_BITSTREAM",
+            NvjpegStatus::Other(_) => "an nvjpegStatus_t nvjpeg.h does not name",
+        }
     }
 }
 
-impl fmt::Display for Status {
+impl fmt::Display for NvjpegStatus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({})", self.name(), self.0)
+        match self {
+            NvjpegStatus::Other(code) => write!(f, "{} ({code})", self.name()),
+            _ => f.write_str(self.name()),
+        }
     }
 }
 
-impl fmt::Debug for Status {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
-
-/// Errors of the hardware decode lane.
+/// What can go wrong in a call of the hardware decoder.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum Error {
+pub enum NvjpegError {
     /// An nvJPEG call failed.
     #[error("{call} returned {status}")]
-    Nvjpeg {
+    Call {
         /// The call, as written in C.
         call: &'static str,
         /// What it returned.
-        status: Status,
+        status: NvjpegStatus,
     },
     /// A CUDA driver call (through cudarc) failed.
-    #[error("CUDA error during {call}: {reason}")]
+    #[error("CUDA failed {context}: {source}")]
     Cuda {
         /// What was being done.
-        call: &'static str,
-        /// The driver's message.
-        reason: String,
+        context: &'static str,
+        /// The driver's error.
+        #[source]
+        source: DriverError,
     },
     /// The GPU has no JPEG engine, or nvJPEG cannot drive it (no `libnvcuvid.so.1`, say).
-    #[error("no hardware JPEG decoder: {0}")]
-    NoHardware(String),
+    #[error("no hardware JPEG decoder: {call} returned {status}")]
+    NoHardware {
+        /// The call that said so.
+        call: &'static str,
+        /// What it returned.
+        status: NvjpegStatus,
+    },
+    /// nvJPEG reports a hardware decoder with no engines.
+    #[error("no hardware JPEG decoder: nvjpegGetHardwareDecoderInfo reports 0 engines")]
+    NoEngines,
     /// More images than the decoder was created for.
     #[error("a batch of {len} images is over the decoder's max_batch of {max}")]
     BatchTooLarge {
@@ -134,30 +195,18 @@ pub enum Error {
         /// The decoder's `max_batch`.
         max: usize,
     },
-    /// The configuration makes no sense.
-    #[error("invalid configuration: {0}")]
+    /// The decoder's configuration, or a call's arguments, make no sense.
+    #[error("invalid decoder use: {0}")]
     Config(String),
-    /// An index or range outside the batch or its output.
-    #[error("out of range: {0}")]
-    OutOfRange(String),
 }
 
-fn cuda(call: &'static str) -> impl Fn(DriverError) -> Error {
-    move |e| Error::Cuda {
-        call,
-        reason: e.to_string(),
-    }
+fn cuda(context: &'static str) -> impl Fn(DriverError) -> NvjpegError {
+    move |source| NvjpegError::Cuda { context, source }
 }
 
-fn check(call: &'static str, status: c_int) -> Result<(), Error> {
-    if status == sys::NVJPEG_STATUS_SUCCESS {
-        Ok(())
-    } else {
-        Err(Error::Nvjpeg {
-            call,
-            status: Status(status),
-        })
-    }
+/// The result layer of every nvJPEG call: `Ok` for success, else the call and its status.
+fn check(call: &'static str, status: c_int) -> Result<(), NvjpegError> {
+    NvjpegStatus::of(status).map_err(|status| NvjpegError::Call { call, status })
 }
 
 /// A loaded nvJPEG library. Cheap to clone (the function table is shared).
@@ -165,7 +214,6 @@ fn check(call: &'static str, status: c_int) -> Result<(), Error> {
 pub struct NvJpeg {
     functions: Arc<sys::Functions>,
     version: (i32, i32, i32),
-    cudart_version: Option<(i32, i32, i32)>,
 }
 
 impl fmt::Debug for NvJpeg {
@@ -181,7 +229,7 @@ impl NvJpeg {
     /// Finds and opens libnvjpeg (see [`sys::candidates`] for where it looks; `GPUFEED_NVJPEG`
     /// names a file or folder to try first) and resolves the functions this module calls. Needs no
     /// GPU. Never panics: a missing library or symbol is an [`Unavailable`] listing what was tried.
-    pub fn load() -> Result<NvJpeg, Unavailable> {
+    pub fn load() -> Result<NvJpeg, NvjpegUnavailable> {
         // Loaded once and never unloaded: nvJPEG carries a static CUDA runtime, which is not
         // meant to be torn down while the process runs.
         static LOADED: OnceLock<NvJpeg> = OnceLock::new();
@@ -192,7 +240,7 @@ impl NvJpeg {
         Ok(LOADED.get_or_init(|| loaded).clone())
     }
 
-    fn load_uncached() -> Result<NvJpeg, Unavailable> {
+    fn load_uncached() -> Result<NvJpeg, NvjpegUnavailable> {
         let functions = sys::load()?;
         let property = |get: sys::GetPropertyFn| -> Option<(i32, i32, i32)> {
             let mut v = [0 as c_int; 3];
@@ -210,7 +258,7 @@ impl NvJpeg {
             Some((v[0], v[1], v[2]))
         };
         let Some(version) = property(functions.get_property) else {
-            return Err(Unavailable {
+            return Err(NvjpegUnavailable {
                 reason: format!(
                     "{} was loaded but nvjpegGetProperty failed",
                     functions.path.display()
@@ -220,7 +268,7 @@ impl NvJpeg {
             });
         };
         if version.0 < 12 {
-            return Err(Unavailable {
+            return Err(NvjpegUnavailable {
                 reason: format!(
                     "{} is nvJPEG {}.{}.{}; the hardware lane needs nvJPEG 12 or 13",
                     functions.path.display(),
@@ -232,11 +280,9 @@ impl NvJpeg {
                 searched: Vec::new(),
             });
         }
-        let cudart_version = functions.get_cudart_property.and_then(property);
         Ok(NvJpeg {
             functions: Arc::new(functions),
             version,
-            cudart_version,
         })
     }
 
@@ -251,8 +297,6 @@ impl NvJpeg {
 pub enum OutputFormat {
     /// `NVJPEG_OUTPUT_RGBI`: R,G,B bytes per pixel in one plane (HWC).
     Interleaved,
-    /// `NVJPEG_OUTPUT_RGB`: an R plane, then a G plane, then a B plane (CHW).
-    Planar,
     /// `NVJPEG_OUTPUT_YUV`: the Y plane, then the Cb and Cr planes at their stored
     /// (subsampled) size: what libjpeg's own chroma upsampling and colour conversion start from.
     Yuv,
@@ -264,7 +308,6 @@ impl OutputFormat {
     fn nvjpeg(self) -> sys::nvjpegOutputFormat_t {
         match self {
             OutputFormat::Interleaved => sys::NVJPEG_OUTPUT_RGBI,
-            OutputFormat::Planar => sys::NVJPEG_OUTPUT_RGB,
             OutputFormat::Yuv => sys::NVJPEG_OUTPUT_YUV,
             OutputFormat::Y => sys::NVJPEG_OUTPUT_Y,
         }
@@ -275,7 +318,6 @@ impl fmt::Display for OutputFormat {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             OutputFormat::Interleaved => "interleaved RGB (NVJPEG_OUTPUT_RGBI)",
-            OutputFormat::Planar => "planar RGB (NVJPEG_OUTPUT_RGB)",
             OutputFormat::Yuv => "Y, Cb and Cr planes as stored (NVJPEG_OUTPUT_YUV)",
             OutputFormat::Y => "the Y plane (NVJPEG_OUTPUT_Y)",
         })
@@ -292,36 +334,10 @@ pub enum Staging {
     Caller,
 }
 
-/// Which checks run before an image is sent to the hardware.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Checks {
-    /// This module's marker walk, then nvJPEG's parse and `nvjpegDecodeBatchedSupported` (the
-    /// default).
-    Full,
-    /// nvJPEG's parse and `nvjpegDecodeBatchedSupported` only.
-    NvjpegOnly,
-    /// This module's marker walk alone: everything it refuses nvJPEG refuses too, and it costs
-    /// microseconds where nvJPEG's parse of the whole stream costs tens (`nvjpegDecodeBatched`
-    /// parses the streams again anyway).
-    Markers,
-    /// Diagnostics only: the size from the marker walk, nothing else. Files the hardware cannot
-    /// decode reach it and may fail the whole batch.
-    SizeOnly,
-}
-
-/// How much of each file `nvjpegJpegStreamParse` reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ParseMode {
-    /// `nvjpegJpegStreamParse`: the whole stream (the default).
-    Full,
-    /// `nvjpegJpegStreamParseHeader`: the header only.
-    Header,
-}
-
 /// Settings of a [`HardwareDecoder`].
 #[derive(Debug, Clone)]
 pub struct DecoderConfig {
-    /// Most images per `nvjpegDecodeBatched`: a [`HardwareDecoder::decode`] call with more
+    /// Most images per `nvjpegDecodeBatched`: a [`HardwareDecoder::decode_inspected`] call with more
     /// decodes them in chunks of this many.
     pub max_batch: usize,
     /// Pixel layout of the output.
@@ -349,10 +365,6 @@ pub struct DecoderConfig {
     pub upsampling_with_interpolation: bool,
     /// Where the compressed bytes are read from.
     pub staging: Staging,
-    /// What runs before an image is sent to the hardware.
-    pub checks: Checks,
-    /// How nvJPEG parses each file.
-    pub parse: ParseMode,
     /// Call `nvjpegDecodeBatchedInitialize` before every batch, as DALI and nvImageCodec do,
     /// rather than only when the batch size or format changes (the header says once per size is
     /// enough).
@@ -360,9 +372,9 @@ pub struct DecoderConfig {
     /// Diagnostics: fill the whole output arena with this byte before every batch, so that bytes
     /// the decoder does not write stand out.
     pub poison: Option<u8>,
-    /// Send one-component (gray) JPEGs to the hardware (with [`Checks::Markers`]).
+    /// Send one-component (gray) JPEGs to the hardware (by [`inspect_markers`]).
     pub gray: bool,
-    /// Send three-component (colour) JPEGs to the hardware (with [`Checks::Markers`]).
+    /// Send three-component (colour) JPEGs to the hardware (by [`inspect_markers`]).
     pub colour: bool,
 }
 
@@ -379,8 +391,6 @@ impl Default for DecoderConfig {
             preallocate: Some((1, 1)),
             upsampling_with_interpolation: false,
             staging: Staging::Pinned,
-            checks: Checks::Full,
-            parse: ParseMode::Full,
             reinitialize_every_batch: false,
             poison: None,
             gray: true,
@@ -468,15 +478,6 @@ pub enum Refusal {
     },
     /// nvJPEG's parser and this module's marker walk disagree on the size.
     HeaderMismatch,
-    /// An nvJPEG call on this image failed.
-    Nvjpeg {
-        /// The call.
-        call: &'static str,
-        /// What it returned.
-        status: Status,
-    },
-    /// `nvjpegDecodeBatchedSupported` says the hardware cannot decode it.
-    HardwareDeclined,
     /// The batch's output or compressed bytes are over the decoder's caps.
     NoRoom,
 }
@@ -505,10 +506,6 @@ impl fmt::Display for Refusal {
                 write!(f, "{width}x{height} is over max_image_pixels")
             }
             Refusal::HeaderMismatch => f.write_str("nvJPEG reads a different size"),
-            Refusal::Nvjpeg { call, status } => write!(f, "{call} returned {status}"),
-            Refusal::HardwareDeclined => {
-                f.write_str("nvjpegDecodeBatchedSupported: not for the hardware decoder")
-            }
             Refusal::NoRoom => f.write_str("over the decoder's output or staging cap"),
         }
     }
@@ -579,10 +576,6 @@ fn layout(format: OutputFormat, width: u32, height: u32) -> Option<(usize, usize
             let pitch = w.checked_mul(3)?;
             Some((pitch.checked_mul(h)?, pitch, 3, 1))
         }
-        OutputFormat::Planar => {
-            let plane = align_up(w.checked_mul(h)?, ALIGN)?;
-            Some((plane.checked_mul(3)?, w, 1, plane))
-        }
     }
 }
 
@@ -636,7 +629,7 @@ struct StagingSlot {
 }
 
 impl StagingSlot {
-    fn wait(&mut self) -> Result<(), Error> {
+    fn wait(&mut self) -> Result<(), NvjpegError> {
         if self.pending {
             self.done
                 .synchronize()
@@ -647,7 +640,7 @@ impl StagingSlot {
     }
 }
 
-/// Most images one [`HardwareDecoder::decode`] call takes.
+/// Most images one [`HardwareDecoder::decode_inspected`] call takes.
 pub const MAX_IMAGES_PER_CALL: usize = 1 << 16;
 
 /// Decodes batches of baseline JPEGs on the GPU's hardware JPEG engines. See the module docs.
@@ -660,7 +653,6 @@ pub struct HardwareDecoder {
     state: sys::nvjpegJpegState_t,
     /// The batch size and format the state was initialized for.
     initialized_for: Option<(usize, sys::nvjpegOutputFormat_t)>,
-    jpeg_stream: sys::nvjpegJpegStream_t,
     config: DecoderConfig,
     engines: Option<(u32, u32)>,
     slots: [StagingSlot; 2],
@@ -673,7 +665,6 @@ pub struct HardwareDecoder {
     outcomes: Vec<Outcome>,
     /// Indices of the call's images sent to the hardware.
     accepted: Vec<usize>,
-    warnings: Vec<(&'static str, Status)>,
 }
 
 // SAFETY: the nvJPEG handle, state and parse object are plain heap objects that nvJPEG lets any
@@ -695,17 +686,17 @@ impl fmt::Debug for HardwareDecoder {
 impl HardwareDecoder {
     /// Creates the decoder on the context of `stream`: `nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE,
     /// NULL, NULL, flags)`, `nvjpegGetHardwareDecoderInfo`, `nvjpegJpegStateCreate`,
-    /// `nvjpegJpegStreamCreate`, `nvjpegDecodeBatchedPreAllocate`, and the staging buffers.
+    /// `nvjpegDecodeBatchedPreAllocate`, and the staging buffers.
     ///
-    /// [`Error::NoHardware`] when the GPU has no JPEG engine (`NVJPEG_STATUS_ARCH_MISMATCH`, or no
+    /// [`NvjpegError::NoHardware`] when the GPU has no JPEG engine (`NVJPEG_STATUS_ARCH_MISMATCH`, or no
     /// engines reported).
     pub fn new(
         nvjpeg: &NvJpeg,
         stream: &Arc<CudaStream>,
         config: DecoderConfig,
-    ) -> Result<HardwareDecoder, Error> {
+    ) -> Result<HardwareDecoder, NvjpegError> {
         if config.max_batch == 0 || config.max_batch > i32::MAX as usize {
-            return Err(Error::Config(format!(
+            return Err(NvjpegError::Config(format!(
                 "max_batch must be 1 to {}, not {}",
                 i32::MAX,
                 config.max_batch
@@ -732,7 +723,6 @@ impl HardwareDecoder {
             handle: std::ptr::null_mut(),
             state: std::ptr::null_mut(),
             initialized_for: None,
-            jpeg_stream: std::ptr::null_mut(),
             engines: None,
             slots: [slot(new_event()?), slot(new_event()?)],
             next_slot: 0,
@@ -742,7 +732,6 @@ impl HardwareDecoder {
             stream: None,
             outcomes: Vec::with_capacity(max_batch),
             accepted: Vec::with_capacity(max_batch),
-            warnings: Vec::new(),
             config,
         };
         // From here on, `decoder`'s Drop releases whatever was created if a step fails.
@@ -769,11 +758,11 @@ impl HardwareDecoder {
             sys::NVJPEG_STATUS_ARCH_MISMATCH
             | sys::NVJPEG_STATUS_JPEG_NOT_SUPPORTED
             | sys::NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED => {
-                return Err(Error::NoHardware(format!(
-                    "nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE) returned {} (a GPU without JPEG \
-                     engines, or no libnvcuvid.so.1)",
-                    Status(status)
-                )));
+                let call = "nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE)";
+                return Err(match NvjpegStatus::of(status) {
+                    Err(status) => NvjpegError::NoHardware { call, status },
+                    Ok(()) => NvjpegError::NoEngines,
+                });
             }
             other => {
                 check("nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE)", other)?;
@@ -785,17 +774,11 @@ impl HardwareDecoder {
             let status = unsafe { info(decoder.handle, &mut engines, &mut cores) };
             if status == sys::NVJPEG_STATUS_SUCCESS {
                 if engines == 0 {
-                    return Err(Error::NoHardware(
-                        "nvjpegGetHardwareDecoderInfo reports 0 engines".into(),
-                    ));
+                    return Err(NvjpegError::NoEngines);
                 }
                 decoder.engines = Some((engines, cores));
-            } else {
-                // Informative only (the handle exists): kept for `setup_warnings`.
-                decoder
-                    .warnings
-                    .push(("nvjpegGetHardwareDecoderInfo", Status(status)));
             }
+            // Otherwise the count is unknown; the handle exists and decodes.
         }
         let mut state: sys::nvjpegJpegState_t = std::ptr::null_mut();
         // SAFETY: valid handle and out-pointer.
@@ -803,12 +786,6 @@ impl HardwareDecoder {
             (f.jpeg_state_create)(decoder.handle, &mut state)
         })?;
         decoder.state = state;
-        let mut jpeg_stream: sys::nvjpegJpegStream_t = std::ptr::null_mut();
-        // SAFETY: valid handle and out-pointer.
-        check("nvjpegJpegStreamCreate", unsafe {
-            (f.jpeg_stream_create)(decoder.handle, &mut jpeg_stream)
-        })?;
-        decoder.jpeg_stream = jpeg_stream;
         if let (Some((w, h)), Some(pre)) =
             (decoder.config.preallocate, f.decode_batched_pre_allocate)
         {
@@ -819,7 +796,9 @@ impl HardwareDecoder {
                 sys::NVJPEG_CSS_444
             };
             // SAFETY: valid handle and state; plain integer arguments.
-            let status = unsafe {
+            // A pre-allocation that fails only costs speed (decoding allocates on demand), so its
+            // status is not checked.
+            unsafe {
                 pre(
                     decoder.handle,
                     decoder.state,
@@ -830,12 +809,6 @@ impl HardwareDecoder {
                     decoder.config.output.nvjpeg(),
                 )
             };
-            // A pre-allocation that fails only costs speed: decoding allocates on demand.
-            if status != sys::NVJPEG_STATUS_SUCCESS {
-                decoder
-                    .warnings
-                    .push(("nvjpegDecodeBatchedPreAllocate", Status(status)));
-            }
         }
         if decoder.config.staging == Staging::Pinned {
             let initial = decoder
@@ -866,68 +839,43 @@ impl HardwareDecoder {
         self.arena.as_ref().map_or(0, |a| a.len())
     }
 
-    /// Whether the hardware lane takes `jpeg`, with its header facts. Runs the same checks as
-    /// [`HardwareDecoder::decode`] (CPU only, no GPU work).
-    pub fn inspect(&mut self, jpeg: &[u8]) -> Result<JpegInfo, Refusal> {
-        // nvJPEG's parser needs no context, so a failure to bind it changes nothing here.
-        let _ = self.ctx.bind_to_thread();
-        inspect_one(
-            &self.functions,
-            self.handle,
-            self.jpeg_stream,
-            &self.config,
-            jpeg,
-        )
-    }
-
-    /// Decodes `jpegs` (at most `max_batch`) on `stream`: inspects each, sends the accepted ones
-    /// to the hardware in one `nvjpegDecodeBatched`, and returns one [`Outcome`] per input, in
-    /// order. The pixels are ready once the batch's work on `stream` has run
-    /// ([`DecodedBatch::synchronize`], or later work on the same stream).
+    /// Decodes `jpegs` (at most `max_batch`) on `stream`, already inspected: `infos[i]` is what
+    /// [`inspect_markers`] returned for `jpegs[i]` with this decoder's configuration. Sends the
+    /// accepted ones to the hardware in one `nvjpegDecodeBatched` and returns one [`Outcome`] per
+    /// input, in order. The pixels are ready once the batch's work on `stream` has run.
     ///
     /// Blocks until the previous batch has finished on the GPU. An `Err` concerns the whole batch
     /// (an nvJPEG or CUDA call failed); the next call starts afresh.
-    pub fn decode<'d>(
-        &'d mut self,
-        stream: &Arc<CudaStream>,
-        jpegs: &[&[u8]],
-    ) -> Result<DecodedBatch<'d>, Error> {
-        self.decode_with(stream, jpegs, None)
-    }
-
-    /// [`HardwareDecoder::decode`] of files already inspected: `infos[i]` is what
-    /// [`inspect_markers`] (or [`HardwareDecoder::inspect`]) returned for `jpegs[i]` with this
-    /// decoder's configuration. Saves the inspection on the calling thread.
     pub fn decode_inspected<'d>(
         &'d mut self,
         stream: &Arc<CudaStream>,
         jpegs: &[&[u8]],
         infos: &[JpegInfo],
-    ) -> Result<DecodedBatch<'d>, Error> {
+    ) -> Result<DecodedBatch<'d>, NvjpegError> {
         if infos.len() != jpegs.len() {
-            return Err(Error::Config(format!(
+            return Err(NvjpegError::Config(format!(
                 "{} infos for {} files",
                 infos.len(),
                 jpegs.len()
             )));
         }
-        self.decode_with(stream, jpegs, Some(infos))
+        self.decode_with(stream, jpegs, infos)
     }
 
     fn decode_with<'d>(
         &'d mut self,
         stream: &Arc<CudaStream>,
         jpegs: &[&[u8]],
-        infos: Option<&[JpegInfo]>,
-    ) -> Result<DecodedBatch<'d>, Error> {
+        infos: &[JpegInfo],
+    ) -> Result<DecodedBatch<'d>, NvjpegError> {
         if jpegs.len() > MAX_IMAGES_PER_CALL {
-            return Err(Error::BatchTooLarge {
+            return Err(NvjpegError::BatchTooLarge {
                 len: jpegs.len(),
                 max: MAX_IMAGES_PER_CALL,
             });
         }
         if stream.context() != &self.ctx {
-            return Err(Error::Config(
+            return Err(NvjpegError::Config(
                 "the stream belongs to another CUDA context than the decoder".into(),
             ));
         }
@@ -945,19 +893,12 @@ impl HardwareDecoder {
         // Pinned staging of the chunk being laid out: its images and bytes so far.
         let (mut chunk_images, mut chunk_staged) = (0usize, 0usize);
         for (i, jpeg) in jpegs.iter().enumerate() {
-            let inspected = match infos {
-                // The caller's facts; the limit is this decoder's.
-                Some(infos) if infos[i].compressed_bytes == jpeg.len() => {
-                    within_limit(infos[i], &self.config)
+            // The caller's facts; the limit is this decoder's.
+            let inspected = match infos.get(i) {
+                Some(info) if info.compressed_bytes == jpeg.len() => {
+                    within_limit(*info, &self.config)
                 }
-                Some(_) => Err(Refusal::HeaderMismatch),
-                None => inspect_one(
-                    &self.functions,
-                    self.handle,
-                    self.jpeg_stream,
-                    &self.config,
-                    jpeg,
-                ),
+                _ => Err(Refusal::HeaderMismatch),
             };
             let info = match inspected {
                 Ok(info) => info,
@@ -1033,7 +974,7 @@ impl HardwareDecoder {
             self.grow_arena(stream, grown)?;
         }
         let Some(arena) = self.arena.as_mut() else {
-            return Err(Error::Config("no output arena".into()));
+            return Err(NvjpegError::Config("no output arena".into()));
         };
         let arena_len = arena.len();
         let (base, arena_guard) = arena.device_ptr_mut(stream);
@@ -1075,7 +1016,7 @@ impl HardwareDecoder {
         jpegs: &[&[u8]],
         images: std::ops::Range<usize>,
         fmt: sys::nvjpegOutputFormat_t,
-    ) -> Result<usize, Error> {
+    ) -> Result<usize, NvjpegError> {
         let format = self.config.output;
         let slot_index = self.next_slot;
         self.slots[slot_index].wait()?;
@@ -1131,13 +1072,8 @@ impl HardwareDecoder {
         // Destinations: each image's place in the arena.
         for &i in &self.accepted[images] {
             if let Outcome::Decoded(image) = &self.outcomes[i] {
-                slot.destinations.push(destination(
-                    format,
-                    image.ptr,
-                    image.pitch,
-                    image.channel_stride,
-                    image.chroma,
-                ));
+                slot.destinations
+                    .push(destination(format, image.ptr, image.pitch, image.chroma));
             }
         }
 
@@ -1189,10 +1125,7 @@ impl HardwareDecoder {
             if self.config.staging == Staging::Caller {
                 let _ = self.slots[slot_index].wait();
             }
-            return Err(Error::Nvjpeg {
-                call: "nvjpegDecodeBatched",
-                status: Status(status),
-            });
+            return check("nvjpegDecodeBatched", status).map(|()| slot_index);
         }
         recorded.map_err(cuda("recording the batch's event"))?;
         if self.config.staging == Staging::Caller {
@@ -1203,13 +1136,9 @@ impl HardwareDecoder {
 
     /// Waits for outstanding work, then destroys the nvJPEG objects, reporting the first failure
     /// (dropping the decoder does the same, silently).
-    pub fn close(mut self) -> Result<(), Error> {
-        self.release()
-    }
-
-    fn release(&mut self) -> Result<(), Error> {
-        let mut first: Result<(), Error> = Ok(());
-        let mut keep = |r: Result<(), Error>| {
+    fn release(&mut self) -> Result<(), NvjpegError> {
+        let mut first: Result<(), NvjpegError> = Ok(());
+        let mut keep = |r: Result<(), NvjpegError>| {
             if first.is_ok() {
                 first = r;
             }
@@ -1223,13 +1152,6 @@ impl HardwareDecoder {
             keep(slot.wait());
         }
         let f = self.functions.clone();
-        if !self.jpeg_stream.is_null() {
-            // SAFETY: created by nvjpegJpegStreamCreate, destroyed once (nulled below).
-            keep(check("nvjpegJpegStreamDestroy", unsafe {
-                (f.jpeg_stream_destroy)(self.jpeg_stream)
-            }));
-            self.jpeg_stream = std::ptr::null_mut();
-        }
         if !self.state.is_null() {
             // SAFETY: created by nvjpegJpegStateCreate; no queued work uses it (waited above).
             keep(check("nvjpegJpegStateDestroy", unsafe {
@@ -1245,7 +1167,7 @@ impl HardwareDecoder {
         first
     }
 
-    fn grow_staging(&mut self, index: usize, bytes: usize) -> Result<(), Error> {
+    fn grow_staging(&mut self, index: usize, bytes: usize) -> Result<(), NvjpegError> {
         let slot = &mut self.slots[index];
         slot.wait()?;
         // Drop the old buffer first: no queued work reads it (waited above).
@@ -1268,7 +1190,7 @@ impl HardwareDecoder {
         Ok(())
     }
 
-    fn grow_arena(&mut self, stream: &Arc<CudaStream>, bytes: usize) -> Result<(), Error> {
+    fn grow_arena(&mut self, stream: &Arc<CudaStream>, bytes: usize) -> Result<(), NvjpegError> {
         // Dropping the old arena queues its release behind the work cudarc knows about; nothing
         // of ours uses it any more (the previous batch was waited for).
         self.arena = None;
@@ -1301,7 +1223,6 @@ fn destination(
     format: OutputFormat,
     ptr: u64,
     pitch: usize,
-    channel_stride: usize,
     chroma: Option<ChromaPlanes>,
 ) -> sys::nvjpegImage_t {
     let ptr = ptr as usize;
@@ -1310,12 +1231,6 @@ fn destination(
         OutputFormat::Interleaved => {
             d.channel[0] = ptr as *mut u8;
             d.pitch[0] = pitch;
-        }
-        OutputFormat::Planar => {
-            for c in 0..3 {
-                d.channel[c] = (ptr + c * channel_stride) as *mut u8;
-                d.pitch[c] = pitch;
-            }
         }
         OutputFormat::Yuv | OutputFormat::Y => {
             d.channel[0] = ptr as *mut u8;
@@ -1332,21 +1247,6 @@ fn destination(
 }
 
 /// Maps nvJPEG's subsampling value.
-fn subsampling_of(css: sys::nvjpegChromaSubsampling_t) -> Subsampling {
-    match css {
-        sys::NVJPEG_CSS_444 => Subsampling::S444,
-        sys::NVJPEG_CSS_422 => Subsampling::S422,
-        sys::NVJPEG_CSS_420 => Subsampling::S420,
-        sys::NVJPEG_CSS_440 => Subsampling::S440,
-        sys::NVJPEG_CSS_411 => Subsampling::S411,
-        sys::NVJPEG_CSS_410 => Subsampling::S410,
-        sys::NVJPEG_CSS_410V => Subsampling::S410V,
-        sys::NVJPEG_CSS_GRAY => Subsampling::Gray,
-        _ => Subsampling::Unknown,
-    }
-}
-
-/// This module's own verdict from the marker walk.
 fn classify(h: &JpegHeader) -> Result<(), Refusal> {
     if h.hierarchical() {
         return Err(Refusal::Hierarchical);
@@ -1398,139 +1298,9 @@ fn refusal_of(e: HeaderError) -> Refusal {
     }
 }
 
-fn inspect_one(
-    f: &sys::Functions,
-    handle: sys::nvjpegHandle_t,
-    jpeg_stream: sys::nvjpegJpegStream_t,
-    config: &DecoderConfig,
-    data: &[u8],
-) -> Result<JpegInfo, Refusal> {
-    let nv = |call: &'static str, status: c_int| -> Result<(), Refusal> {
-        if status == sys::NVJPEG_STATUS_SUCCESS {
-            Ok(())
-        } else {
-            Err(Refusal::Nvjpeg {
-                call,
-                status: Status(status),
-            })
-        }
-    };
-    let own = match config.checks {
-        Checks::Full => {
-            let h = header::scan(data).map_err(refusal_of)?;
-            classify(&h)?;
-            Some(h)
-        }
-        Checks::SizeOnly => {
-            let h = header::scan(data).map_err(refusal_of)?;
-            if h.width == 0 || h.height == 0 {
-                return Err(Refusal::Empty);
-            }
-            return within_limit(JpegInfo::from_header(&h, data.len()), config);
-        }
-        Checks::Markers => return inspect_markers(config, data),
-        Checks::NvjpegOnly => None,
-    };
-    if data.is_empty() {
-        return Err(Refusal::NotJpeg);
-    }
-    // `handle` and `jpeg_stream` are live objects of the decoder that called this, used by one
-    // thread at a time (`&mut` access); that is what every SAFETY comment below relies on.
-    let status = match config.parse {
-        // SAFETY: live handle and parse object; `data` is a valid slice of `data.len()` bytes.
-        ParseMode::Full => unsafe {
-            (f.jpeg_stream_parse)(handle, data.as_ptr(), data.len(), 0, 0, jpeg_stream)
-        },
-        // SAFETY: as above.
-        ParseMode::Header => unsafe {
-            (f.jpeg_stream_parse_header)(handle, data.as_ptr(), data.len(), jpeg_stream)
-        },
-    };
-    nv(
-        match config.parse {
-            ParseMode::Full => "nvjpegJpegStreamParse",
-            ParseMode::Header => "nvjpegJpegStreamParseHeader",
-        },
-        status,
-    )?;
-    let (mut width, mut height, mut components) = (0 as c_uint, 0 as c_uint, 0 as c_uint);
-    let mut css: sys::nvjpegChromaSubsampling_t = sys::NVJPEG_CSS_UNKNOWN;
-    // SAFETY: live parse object, just parsed; the out-pointers are valid locals.
-    let status =
-        unsafe { (f.jpeg_stream_get_frame_dimensions)(jpeg_stream, &mut width, &mut height) };
-    nv("nvjpegJpegStreamGetFrameDimensions", status)?;
-    // SAFETY: as above.
-    let status = unsafe { (f.jpeg_stream_get_components_num)(jpeg_stream, &mut components) };
-    nv("nvjpegJpegStreamGetComponentsNum", status)?;
-    // SAFETY: as above.
-    let status = unsafe { (f.jpeg_stream_get_chroma_subsampling)(jpeg_stream, &mut css) };
-    nv("nvjpegJpegStreamGetChromaSubsampling", status)?;
-    if let Some(get_encoding) = f.jpeg_stream_get_jpeg_encoding {
-        let mut encoding: sys::nvjpegJpegEncoding_t = 0;
-        // SAFETY: as above.
-        let status = unsafe { get_encoding(jpeg_stream, &mut encoding) };
-        // Informative only: a failure here leaves the verdict to nvjpegDecodeBatchedSupported.
-        let encoding = if status == sys::NVJPEG_STATUS_SUCCESS {
-            encoding
-        } else {
-            sys::NVJPEG_ENCODING_BASELINE_DCT
-        };
-        match encoding {
-            sys::NVJPEG_ENCODING_BASELINE_DCT
-            | sys::NVJPEG_ENCODING_EXTENDED_SEQUENTIAL_DCT_HUFFMAN => {}
-            sys::NVJPEG_ENCODING_PROGRESSIVE_DCT_HUFFMAN => return Err(Refusal::Progressive),
-            _ => return Err(Refusal::HardwareDeclined),
-        }
-    }
-    match components {
-        1 | 3 => {}
-        4 => return Err(Refusal::Cmyk),
-        n => return Err(Refusal::Components(n)),
-    }
-    let subsampling = subsampling_of(css);
-    if !subsampling.hardware_supported() {
-        return Err(Refusal::Subsampling(subsampling));
-    }
-    if width == 0 || height == 0 {
-        return Err(Refusal::Empty);
-    }
-    if let Some(h) = own {
-        if (h.width as u32, h.height as u32) != (width, height) {
-            return Err(Refusal::HeaderMismatch);
-        }
-    }
-    let mut is_supported: c_int = -1;
-    // SAFETY: live handle and parse object (parsed above); the out-pointer is a valid local.
-    let status = unsafe { (f.decode_batched_supported)(handle, jpeg_stream, &mut is_supported) };
-    nv("nvjpegDecodeBatchedSupported", status)?;
-    // nvjpeg.h: "sets is_supported value to 0 if decoder is capable to handle jpeg_stream".
-    if is_supported != 0 {
-        return Err(Refusal::HardwareDeclined);
-    }
-    // The factor byte to rewrite in a gray frame: from the marker walk (run here for gray files
-    // when the checks skipped it).
-    let walked = own.map_or_else(|| header::scan(data).map_err(refusal_of), Ok);
-    let gray_factors_at = match (components, &walked) {
-        (1, Ok(h)) => h.gray_factors_at(),
-        (1, Err(refusal)) => return Err(*refusal),
-        _ => None,
-    };
-    within_limit(
-        JpegInfo {
-            width,
-            height,
-            components,
-            subsampling,
-            compressed_bytes: data.len(),
-            gray_factors_at,
-            exif: walked.is_ok_and(|h| h.exif),
-        },
-        config,
-    )
-}
-
-/// The checks of [`Checks::Markers`] alone, for a decoder with `config`: what
-/// [`HardwareDecoder::inspect`] says with those checks, callable from any thread (no nvJPEG
+/// Whether a decoder with `config` takes `data`, from this module's marker walk alone
+/// ([`header::scan`]): everything it refuses nvJPEG refuses too, and it costs microseconds where
+/// nvJPEG's parse of the whole stream costs tens. Callable from any thread (no nvJPEG
 /// object is involved), so that many files can be screened in parallel before
 /// [`HardwareDecoder::decode_inspected`].
 pub fn inspect_markers(config: &DecoderConfig, data: &[u8]) -> Result<JpegInfo, Refusal> {
@@ -1556,7 +1326,7 @@ fn within_limit(info: JpegInfo, config: &DecoderConfig) -> Result<JpegInfo, Refu
     Ok(info)
 }
 
-/// The result of one [`HardwareDecoder::decode`]: one [`Outcome`] per input image. Borrows the
+/// The result of one [`HardwareDecoder::decode_inspected`]: one [`Outcome`] per input image. Borrows the
 /// decoder, whose output arena holds the pixels, until dropped.
 pub struct DecodedBatch<'d> {
     decoder: &'d HardwareDecoder,
@@ -1584,15 +1354,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn statuses_are_typed_with_their_header_names() {
+        assert_eq!(NvjpegStatus::of(sys::NVJPEG_STATUS_SUCCESS), Ok(()));
+        let arch = NvjpegStatus::of(sys::NVJPEG_STATUS_ARCH_MISMATCH);
+        assert_eq!(arch, Err(NvjpegStatus::ArchMismatch));
+        assert_eq!(
+            NvjpegStatus::IncompleteBitstream.to_string(),
+            "NVJPEG_STATUS_INCOMPLETE_BITSTREAM"
+        );
+        assert_eq!(NvjpegStatus::of(42), Err(NvjpegStatus::Other(42)));
+        let failed = check("nvjpegDecodeBatched", sys::NVJPEG_STATUS_EXECUTION_FAILED);
+        let message = failed.map_err(|e| e.to_string()).err();
+        assert_eq!(
+            message.as_deref(),
+            Some("nvjpegDecodeBatched returned NVJPEG_STATUS_EXECUTION_FAILED")
+        );
+    }
+
+    #[test]
     fn layouts_address_every_channel() {
         let (bytes, pitch, ps, cs) = layout(OutputFormat::Interleaved, 37, 23).unwrap();
         assert_eq!((bytes, pitch, ps, cs), (37 * 3 * 23, 111, 3, 1));
-        let (bytes, pitch, ps, cs) = layout(OutputFormat::Planar, 37, 23).unwrap();
-        assert_eq!((pitch, ps), (37, 1));
-        assert_eq!(cs, align_up(37 * 23, ALIGN).unwrap());
-        assert_eq!(bytes, 3 * cs);
         assert!(layout(OutputFormat::Interleaved, u32::MAX, u32::MAX).is_none());
-        assert!(layout(OutputFormat::Planar, u32::MAX, u32::MAX).is_none());
     }
 
     fn fixture(name: &str) -> Vec<u8> {

@@ -5,44 +5,12 @@
 
 use std::sync::Arc;
 
-use super::runner::{Job, Shared, Work};
-use super::{Screened, MAX_CALL_BYTES, MAX_COMPRESSED};
-use crate::geometry::{CropDraw, Geometry};
-use crate::pillow::{plan_passes, AxisPlan, Filter, PassOrder, PassPlan};
-use crate::source::ItemBytes;
-
-/// An image of a call: where it goes, its compressed bytes and header facts, what the random
-/// transforms drew for it and how it is resized.
-pub(super) struct CallImage {
-    /// Its position in the epoch's order.
-    pub position: usize,
-    /// The ring slot reserved for it.
-    pub slot: u32,
-    pub bytes: ItemBytes,
-    pub screened: Screened,
-    pub draw: Option<CropDraw>,
-    /// The source region and output placement along each axis.
-    pub x: AxisPlan,
-    pub y: AxisPlan,
-    /// The resize passes with their coefficients.
-    pub passes: PassPlan,
-}
-
-impl CallImage {
-    /// Pixels the engines decode for it.
-    fn pixels(&self) -> u64 {
-        let info = self.screened.info;
-        u64::from(info.width) * u64::from(info.height)
-    }
-}
-
-/// The images of one round of `nvjpegDecodeBatched` calls (colour and gray ones in calls of their
-/// own): at most [`super::CHUNK`] images, [`super::MAX_CALL_PIXELS`] pixels and [`MAX_CALL_BYTES`]
-/// compressed bytes, unless one image alone is larger.
-pub(super) struct Call {
-    pub work: Arc<Work>,
-    pub images: Vec<CallImage>,
-}
+use super::call::{Call, CallImage, MAX_CALL_BYTES, MAX_CALL_PIXELS};
+use super::screen::MAX_COMPRESSED;
+use super::shared::{Job, Shared};
+use super::work::{Work, CHUNK};
+use crate::geometry::Geometry;
+use crate::pillow::{plan_passes, Filter, PassOrder};
 
 /// A preparing thread's state: the geometry and filter the images are planned for, and read
 /// buffers kept for reuse.
@@ -158,12 +126,12 @@ struct Pending {
 }
 
 impl Pending {
-    /// Whether `image` would take the call past [`super::CHUNK`] images, [`super::MAX_CALL_PIXELS`]
+    /// Whether `image` would take the call past [`CHUNK`] images, [`MAX_CALL_PIXELS`]
     /// pixels or [`MAX_CALL_BYTES`] compressed bytes (an empty call takes any image).
     fn is_full_for(&self, image: &CallImage) -> bool {
         !self.images.is_empty()
-            && (self.images.len() == super::CHUNK
-                || self.pixels + image.pixels() > super::MAX_CALL_PIXELS
+            && (self.images.len() == CHUNK
+                || self.pixels + image.pixels() > MAX_CALL_PIXELS
                 || self.bytes + image.bytes.len() as u64 > MAX_CALL_BYTES as u64)
     }
 

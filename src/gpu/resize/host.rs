@@ -6,7 +6,7 @@
 
 use thiserror::Error;
 
-use crate::cuda::resize::plan::{BatchPlan, PassDescriptor, ResizeDescriptor, THREADS_PER_BLOCK};
+use crate::gpu::resize::plan::{BatchPlan, PassDescriptor, ResizeDescriptor, THREADS_PER_BLOCK};
 use crate::pillow::{clip8, HALF};
 
 /// Why a host run stopped: the plan reads or writes outside the buffers given (a bad address).
@@ -210,7 +210,7 @@ fn pass_pixel(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cuda::resize::plan::{plan_batch, ResizeJob, SourceImage, SourcePixels};
+    use crate::gpu::resize::plan::{plan_batch, ResizeJob, SourceImage, SourcePixels};
     use crate::pillow::{AxisPlan, Filter, PassOrder};
 
     fn job(ptr: u64) -> ResizeJob {

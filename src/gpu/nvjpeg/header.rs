@@ -23,8 +23,6 @@ pub enum Subsampling {
     S411,
     /// 4:1:0 (not for the hardware decoder).
     S410,
-    /// 4:1:0 with vertical quartering (`NVJPEG_CSS_410V`; not for the hardware decoder).
-    S410V,
     /// One component.
     Gray,
     /// Anything else (unequal chroma sampling, unusual factors).
@@ -54,7 +52,6 @@ impl fmt::Display for Subsampling {
             Subsampling::S440 => "4:4:0",
             Subsampling::S411 => "4:1:1",
             Subsampling::S410 => "4:1:0",
-            Subsampling::S410V => "4:1:0 (vertical)",
             Subsampling::Gray => "gray",
             Subsampling::Unknown => "unknown subsampling",
         })

@@ -1,0 +1,201 @@
+//! The lane's threads and ring: preparing threads take ranges and prepare their calls, submitting
+//! threads decode them; the pipeline asks for results by position and gives slots back.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+
+use super::decoders::DecoderSet;
+use super::error::GpuLaneError;
+use super::prepare::Preparer;
+use super::screen::LaneScreen;
+use super::shared::{Limits, Shared};
+use super::work::{LaneOutput, LaneResult, LaneWork};
+use crate::cuda::Gpu;
+use crate::error::Result;
+
+/// The lane's threads and ring.
+pub(super) struct Runner {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+    /// The ring of output slots, read by the batches' gathers through its address.
+    _ring: CudaSlice<u8>,
+}
+
+/// Counts a thread out when it ends, however it ends (`true`: a submitting thread).
+struct Alive(Arc<Shared>, bool);
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        self.0.thread_ended(self.1);
+    }
+}
+
+impl Runner {
+    /// Allocates the ring and starts one submitting thread per decoder set and one preparing
+    /// thread per preparer.
+    pub fn start(
+        gpu: &Gpu,
+        sets: Vec<DecoderSet>,
+        preparers: Vec<Preparer>,
+        screen: LaneScreen,
+        limits: Limits,
+    ) -> Result<Runner, GpuLaneError> {
+        let stream = gpu.stream();
+        let bytes = limits
+            .slots
+            .checked_mul(limits.image_bytes)
+            .ok_or(GpuLaneError::TooLarge("the ring"))?;
+        // SAFETY: device memory left uninitialized; a slot is read (gathered) only after the
+        // resize wrote every byte of it, which the gather's wait on that write orders.
+        let ring = unsafe { stream.alloc::<u8>(bytes.max(1)) }
+            .map_err(GpuLaneError::cuda("allocating the ring"))?;
+        let (address, guard) = ring.device_ptr(stream);
+        drop(guard);
+        let released = stream
+            .record_event(None)
+            .map_err(GpuLaneError::cuda("creating the ring's release event"))?;
+        let shared = Arc::new(Shared::new(
+            screen,
+            limits,
+            address,
+            released,
+            preparers.len(),
+            sets.len(),
+        ));
+        let mut threads = Vec::with_capacity(sets.len() + preparers.len());
+        let mut spawn = |name: String, body: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new()
+                .name(name)
+                .spawn(body)
+                .map(|handle| threads.push(handle))
+        };
+        let mut spawned = Ok(());
+        for (i, set) in sets.into_iter().enumerate() {
+            let shared = shared.clone();
+            spawned = spawned.and_then(|_| {
+                spawn(
+                    format!("gpufeed-jpeg-{i}"),
+                    Box::new(move || submit(shared, set)),
+                )
+            });
+        }
+        for (i, preparer) in preparers.into_iter().enumerate() {
+            let shared = shared.clone();
+            spawned = spawned.and_then(|_| {
+                spawn(
+                    format!("gpufeed-jpeg-read-{i}"),
+                    Box::new(move || prepare(shared, preparer)),
+                )
+            });
+        }
+        let runner = Runner {
+            shared,
+            threads,
+            _ring: ring,
+        };
+        match spawned {
+            Ok(()) => Ok(runner),
+            Err(e) => {
+                drop(runner);
+                Err(GpuLaneError::Threads(e))
+            }
+        }
+    }
+
+    /// Which files the lane takes.
+    #[cfg(test)]
+    pub fn screen(&self) -> &LaneScreen {
+        &self.shared.screen
+    }
+
+    /// Address of the ring's first slot.
+    pub fn ring_address(&self) -> u64 {
+        self.shared.ring
+    }
+
+    /// Starts `work`, dropping the results of earlier work (their slots come back once
+    /// `stream` is past the work that made them).
+    pub fn begin(&self, stream: &Arc<CudaStream>, work: LaneWork) -> Result<()> {
+        self.shared.begin(stream, work)
+    }
+
+    /// The batches have taken every position before `position`: the lane works up to its
+    /// lookahead past it.
+    pub fn advance(&self, position: usize) {
+        self.shared.advance(position);
+    }
+
+    /// The result of offered position `position`, waiting for it.
+    pub fn result(&self, position: usize) -> LaneResult {
+        self.shared.result(position)
+    }
+
+    /// Frees the slots of `outputs` once `stream` is past every use of them queued so far.
+    pub fn release(
+        &self,
+        stream: &Arc<CudaStream>,
+        outputs: impl IntoIterator<Item = LaneOutput>,
+    ) -> Result<()> {
+        self.shared.release(stream, outputs)
+    }
+}
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        self.shared.stop();
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A submitting thread: takes prepared calls and publishes their results until the lane stops.
+/// Each thread's stream is synchronized before it ends, so nothing of it runs past the lane.
+fn submit(shared: Arc<Shared>, mut set: DecoderSet) {
+    let _alive = Alive(shared.clone(), true);
+    let stream = set.stream().clone();
+    loop {
+        let next = shared.next_call(&stream);
+        let Some((call, ordered)) = next else { break };
+        let results = match catch_unwind(AssertUnwindSafe(|| set.run(&call, &shared, ordered))) {
+            Ok(results) if results.len() == call.images.len() => results,
+            _ => {
+                // Whatever the set queued before it failed is done before the slots are free.
+                let _ = stream.synchronize();
+                vec![LaneResult::Refused; call.images.len()]
+            }
+        };
+        shared.finish_call(call, results, &stream);
+    }
+    let _ = stream.synchronize();
+}
+
+/// A preparing thread: takes ranges and prepares their calls until the lane stops. Whatever a
+/// preparation that panics had not handed over yet is refused (the CPU lane takes it).
+fn prepare(shared: Arc<Shared>, mut preparer: Preparer) {
+    let _alive = Alive(shared.clone(), false);
+    while let Some(job) = shared.next_range() {
+        let work = job.work.clone();
+        let places: Vec<(usize, u32)> = job
+            .positions
+            .iter()
+            .map(|&(position, _)| position)
+            .zip(job.slots.iter().copied())
+            .collect();
+        let mut handed = vec![false; places.len()];
+        let prepared = catch_unwind(AssertUnwindSafe(|| {
+            preparer.prepare(job, &shared, &mut handed)
+        }));
+        if prepared.is_err() {
+            let left = places
+                .into_iter()
+                .zip(handed)
+                .filter_map(|(place, handed)| (!handed).then_some(place))
+                .collect();
+            shared.refuse(&work, left);
+        }
+    }
+}

@@ -1,0 +1,90 @@
+//! The work the lane is given (an epoch, or the positions of a measurement) and what it gives
+//! back per offered position, with the rule that says which images it is offered.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaEvent, CudaStream};
+
+use crate::error::{Error, Result};
+use crate::geometry::CropDraw;
+use crate::order::EpochOrder;
+use crate::source::Source;
+
+/// A range never spans more positions than this, however small the share.
+pub(crate) const MAX_SPAN: usize = 4 * CHUNK;
+
+/// Whether image `index` is offered to the GPU lane under `share` (0 to 1): a hash of the index
+/// below the share, so the offered images are spread evenly and fixed by the index alone; a
+/// larger share offers a superset.
+pub fn offered(index: usize, share: f32) -> bool {
+    let z = crate::random::Draws::new(index as u64).next();
+    ((z >> 40) as f32) < share * (1u64 << 24) as f32
+}
+
+/// Most images per call, and about how many the lane is offered per range.
+pub(crate) const CHUNK: usize = 32;
+
+/// Positions per range under `share`: about [`CHUNK`] offered images each.
+pub(crate) fn span(share: f32) -> usize {
+    if share <= 0.0 {
+        return MAX_SPAN;
+    }
+    ((CHUNK as f32 / share).floor() as usize).clamp(1, MAX_SPAN)
+}
+
+/// The work of one epoch: the order's positions, the files behind them and the share.
+#[derive(Clone)]
+pub(crate) struct LaneWork {
+    pub source: Arc<Source>,
+    pub order: Arc<EpochOrder>,
+    pub share: f32,
+    pub epoch: u64,
+    /// Called from the lane's threads with each offered position the engines do not take, as
+    /// soon as that is known.
+    pub refused: Option<Arc<dyn Fn(usize) + Send + Sync>>,
+}
+
+/// An image the lane made: its output in a slot of the ring, and its random draws.
+#[derive(Debug, Clone)]
+pub(crate) struct LaneOutput {
+    pub slot: u32,
+    /// Recorded on the stream that wrote the slot, after the write.
+    pub ready: Arc<CudaEvent>,
+    /// What the random transforms drew for it.
+    pub draw: Option<CropDraw>,
+}
+
+/// What became of an offered position.
+#[derive(Debug, Clone)]
+pub(crate) enum LaneResult {
+    /// Decoded and resized into a slot of the ring.
+    Decoded(LaneOutput),
+    /// Not for the engines (not a baseline JPEG, too large, unreadable, refused or failed):
+    /// the CPU lane takes it, and reports any problem with it.
+    Refused,
+}
+
+/// Work with the generation that tells it from earlier work, and its range length.
+pub(crate) struct Work {
+    pub lane: LaneWork,
+    pub generation: u64,
+    pub span: usize,
+}
+
+/// Makes `stream` wait for the work that made each of `outputs` (each event once).
+pub(crate) fn wait_for_all<'a>(
+    stream: &Arc<CudaStream>,
+    outputs: impl Iterator<Item = &'a LaneOutput>,
+) -> Result<()> {
+    let mut waited: Vec<*const CudaEvent> = Vec::new();
+    for output in outputs {
+        let event = Arc::as_ptr(&output.ready);
+        if !waited.contains(&event) {
+            stream
+                .wait(&output.ready)
+                .map_err(|e| Error::cuda("waiting for the GPU lane's images", e))?;
+            waited.push(event);
+        }
+    }
+    Ok(())
+}
