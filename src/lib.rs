@@ -28,8 +28,9 @@
 //! ```
 //!
 //! The data flows one way, and the modules follow it: [`source`](Source) and [`order`](Options)
-//! -> the CPU lane ([`cpu`]: decode, resize, stage) and the GPU lane (in [`cuda`]: nvJPEG,
-//! resize kernels) -> the CUDA side ([`cuda`]: staging ring, upload, normalize kernel) ->
+//! -> the decode lanes, siblings: the CPU lane ([`cpu`]: decode, resize, stage) and the GPU
+//! decode lane (the JPEG engines through nvJPEG, the GPU resize; its errors are
+//! [`GpuLaneError`]) -> the device stage ([`cuda`]: staging ring, upload, normalize kernel) ->
 //! [`Tensor`] -> [`Batch`] -> [`interop`] (DLPack, ONNX Runtime).
 //! Options are grouped by the stage that uses them ([`Options`]). A batch on the GPU is read by
 //! other streams under the rules of [`DeviceTensor::use_on`]. The README has the figures, the
