@@ -451,8 +451,12 @@ impl fmt::Display for ResizeMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum Decode {
-    /// The CPU threads decode every image (libjpeg-turbo for JPEG): torchvision's decoder.
+    /// The fastest the machine offers: [`Decode::Hybrid`] on a CUDA device whose JPEG engines
+    /// nvJPEG can drive, [`Decode::Cpu`] otherwise. The pipeline says which it runs and why
+    /// ([`crate::Pipeline::decode_description`]).
     #[default]
+    Auto,
+    /// The CPU threads decode every image (libjpeg-turbo for JPEG): torchvision's decoder.
     Cpu,
     /// The GPU's hardware JPEG engines (nvJPEG) beside the CPU threads: baseline colour JPEGs
     /// can go to the GPU lane, resized there exactly as Pillow resizes; everything else, and any
@@ -465,7 +469,11 @@ pub enum Decode {
 named_choices!(
     Decode,
     "decode lanes",
-    [(Decode::Cpu, ["cpu"]), (Decode::Hybrid, ["hybrid"]),]
+    [
+        (Decode::Auto, ["auto"]),
+        (Decode::Cpu, ["cpu"]),
+        (Decode::Hybrid, ["hybrid"]),
+    ]
 );
 
 /// How 16-bit gray images (Pillow's `I;16`) become 8-bit.
@@ -541,7 +549,7 @@ impl Default for DecodeOptions {
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
             memory_limit: DEFAULT_DECODE_MEMORY,
             gray16: Gray16::Clip,
-            lanes: Decode::Cpu,
+            lanes: Decode::Auto,
             gpu_share: None,
         }
     }

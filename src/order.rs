@@ -159,6 +159,7 @@ impl EpochOrder {
     }
 
     /// The planned positions' source indices.
+    #[cfg(test)]
     pub fn indices(&self) -> &[usize] {
         &self.indices
     }

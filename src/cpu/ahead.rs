@@ -19,8 +19,9 @@ use crate::geometry::CropDraw;
 use crate::order::EpochOrder;
 use crate::source::Source;
 
-/// Whether the image with this source index is offered to the GPU lane.
-pub(crate) type OnGpu = Arc<dyn Fn(usize) -> bool + Send + Sync>;
+/// Whether the image at a position of the order (with its source index) is offered to the GPU
+/// lane: `on_gpu(position, index)`.
+pub(crate) type OnGpu = Arc<dyn Fn(usize, usize) -> bool + Send + Sync>;
 
 /// The work of one epoch.
 #[derive(Clone)]
@@ -58,6 +59,9 @@ struct State {
     buffers: usize,
     stop: bool,
     alive: usize,
+    /// Threads that may prepare images at once (the others wait), and those preparing now.
+    active: usize,
+    working: usize,
 }
 
 struct Shared {
@@ -86,8 +90,11 @@ impl Shared {
             if state.stop {
                 return None;
             }
-            if let Some(task) = self.take(&mut state) {
-                return Some(task);
+            if state.working < state.active {
+                if let Some(task) = self.take(&mut state) {
+                    state.working += 1;
+                    return Some(task);
+                }
             }
             state = self.wait(state);
         }
@@ -111,7 +118,7 @@ impl Shared {
                     state.next += 1;
                     let on_gpu = order
                         .get(position)
-                        .is_some_and(|index| (current.work.on_gpu)(index));
+                        .is_some_and(|index| (current.work.on_gpu)(position, index));
                     if !on_gpu {
                         break position;
                     }
@@ -130,6 +137,7 @@ impl Shared {
 
     fn publish(&self, current: &Current, position: usize, result: Prepared) {
         let mut state = self.lock();
+        state.working = state.working.saturating_sub(1);
         if state.generation == current.generation {
             state.results.insert(position, result);
         } else if let Ok((buffer, _)) = result {
@@ -186,6 +194,8 @@ impl CpuAhead {
                 buffers: 0,
                 stop: false,
                 alive: threads,
+                active: threads,
+                working: 0,
             }),
             changed: Condvar::new(),
             core: core.clone(),
@@ -283,6 +293,14 @@ impl CpuAhead {
             }
             state = self.shared.wait(state);
         }
+    }
+
+    /// At most `threads` of the lane's threads prepare images at once from now on (the others
+    /// wait), so that other work (the GPU lane's host threads) has cores of its own.
+    pub fn set_active_threads(&self, threads: usize) {
+        let mut state = self.shared.lock();
+        state.active = threads.max(1);
+        self.shared.changed.notify_all();
     }
 
     /// Returns a result's buffer.

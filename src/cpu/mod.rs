@@ -17,4 +17,4 @@ pub use stage::{CpuStage, PreparedBatch};
 
 pub(crate) use ahead::{AheadWork, CpuAhead};
 pub(crate) use normalize::NormalizeTable;
-pub(crate) use stage::{BatchRequest, CpuLane, Filled, Staging};
+pub(crate) use stage::{BatchRequest, CpuLane, Filled, LaneCore, Staging};

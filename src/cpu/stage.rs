@@ -118,6 +118,15 @@ pub(crate) struct LaneCore {
 }
 
 impl LaneCore {
+    /// How images are prepared under `decode` and `resize`, with the memory budget of `decode`.
+    pub fn new(decode: &DecodeOptions, resize: &ResizeOptions) -> LaneCore {
+        LaneCore {
+            options: PrepareOptions::new(decode, resize),
+            budget: MemoryBudget::new(decode.memory_limit),
+            buffers: BufferPool::new(decode.memory_limit),
+        }
+    }
+
     /// Prepares image `task` of `source` into `dst` (one output image); returns what its random
     /// transforms drew.
     pub fn prepare(
@@ -154,11 +163,7 @@ impl CpuLane {
             .map_err(|e| Error::invalid("threads", format!("cannot start the threads: {e}")))?;
         Ok(CpuLane {
             pool,
-            core: Arc::new(LaneCore {
-                options: PrepareOptions::new(decode, resize),
-                budget: MemoryBudget::new(decode.memory_limit),
-                buffers: BufferPool::new(decode.memory_limit),
-            }),
+            core: Arc::new(LaneCore::new(decode, resize)),
         })
     }
 
@@ -170,12 +175,6 @@ impl CpuLane {
     /// Bytes of one prepared image.
     pub fn image_bytes(&self) -> usize {
         self.core.options.geometry.image_bytes()
-    }
-
-    /// What the lane's threads share, for threads of another kind that prepare images the same
-    /// way.
-    pub fn core(&self) -> &Arc<LaneCore> {
-        &self.core
     }
 
     /// Fills `staging` with up to `batch_size` good images taken from the request's positions,

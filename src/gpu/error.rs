@@ -44,6 +44,9 @@ pub enum GpuLaneError {
     /// A buffer's size overflows.
     #[error("the size of {0} overflows")]
     TooLarge(&'static str),
+    /// The lane could not be opened beside the pipeline.
+    #[error("the lane could not be opened: {0}")]
+    Opening(String),
     /// The lane's threads could not be started.
     #[error("cannot start the lane's threads: {0}")]
     Threads(#[source] std::io::Error),

@@ -57,11 +57,11 @@ use nvjpeg::{DecoderConfig, NvJpeg, OutputFormat};
 use prepare::Preparer;
 use runner::Runner;
 use screen::LaneScreen;
-use work::{wait_for_all, CHUNK, MAX_SPAN};
+use work::{wait_for_all, CHUNK};
 
 pub use error::GpuLaneError;
 pub use nvjpeg::{NvjpegError, NvjpegStatus, NvjpegUnavailable};
-pub(crate) use work::{offered, LaneOutput, LaneResult, LaneWork};
+pub(crate) use work::{LaneOutput, LaneResult, LaneWork, ShareSchedule, MAX_SPAN};
 
 /// Whether gray (one-component) JPEGs go to the hardware. They do, in calls of their own
 /// (measured on the H100 machine: decoded in one call with colour images, some came out wrong).

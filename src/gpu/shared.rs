@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 
 use super::call::Call;
 use super::screen::LaneScreen;
-use super::work::{offered, span, wait_for_all, LaneOutput, LaneResult, LaneWork, Work, CHUNK};
+use super::work::{span, wait_for_all, LaneOutput, LaneResult, LaneWork, Work, CHUNK};
 
 /// The sizes the runner is started with.
 #[derive(Debug, Clone, Copy)]
@@ -51,7 +51,7 @@ struct State {
     work: Option<Arc<Work>>,
     generation: u64,
     /// The next range to hand out (its first position is `next_range * span`).
-    next_range: usize,
+    next_start: usize,
     /// Ranges starting at or past this position wait.
     limit: usize,
     /// Calls prepared, oldest first, for the submitting threads.
@@ -93,7 +93,7 @@ impl Shared {
             state: Mutex::new(State {
                 work: None,
                 generation: 0,
-                next_range: 0,
+                next_start: 0,
                 limit: 0,
                 calls: VecDeque::new(),
                 results: HashMap::new(),
@@ -293,11 +293,10 @@ impl Shared {
         state.generation += 1;
         let order_len = work.order.len();
         state.work = Some(Arc::new(Work {
-            span: span(work.share),
             lane: work,
             generation: state.generation,
         }));
-        state.next_range = 0;
+        state.next_start = 0;
         state.limit = self.limits.lookahead.min(order_len);
         self.changed.notify_all();
         Ok(())
@@ -330,7 +329,7 @@ impl Shared {
                 .lane
                 .order
                 .get(position)
-                .is_some_and(|index| offered(index, work.lane.share));
+                .is_some_and(|index| work.lane.share.offers(position, index));
             if !is_offered || state.preparing == 0 || state.submitting == 0 || state.stop {
                 return LaneResult::Refused;
             }
@@ -368,20 +367,21 @@ fn take_range(state: &mut State) -> Option<Job> {
     let work = state.work.clone()?;
     let order = &work.lane.order;
     loop {
-        let start = state.next_range.checked_mul(work.span)?;
+        let start = state.next_start;
         if (start >= order.len() && !order.refills()) || start >= state.limit {
             return None;
         }
+        let span = span(work.lane.share.at(start));
         let end = match order.refills() {
-            true => start.saturating_add(work.span),
-            false => start.saturating_add(work.span).min(order.len()),
+            true => start.saturating_add(span),
+            false => start.saturating_add(span).min(order.len()),
         };
         let positions: Vec<(usize, usize)> = (start..end)
             .filter_map(|p| order.get(p).map(|index| (p, index)))
-            .filter(|&(_, index)| offered(index, work.lane.share))
+            .filter(|&(p, index)| work.lane.share.offers(p, index))
             .collect();
         if positions.is_empty() {
-            state.next_range += 1;
+            state.next_start = end;
             continue;
         }
         if positions.len() > state.free.len() {
@@ -389,7 +389,7 @@ fn take_range(state: &mut State) -> Option<Job> {
         }
         let at = state.free.len() - positions.len();
         let slots = state.free.split_off(at);
-        state.next_range += 1;
+        state.next_start = end;
         return Some(Job {
             work,
             positions,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use cudarc::driver::DevicePtr;
 
-use super::work::{span, LaneResult};
+use super::work::{offered, span, LaneResult};
 use super::*;
 use crate::cpu::prepare_image;
 use crate::cuda::test_gpu;
@@ -46,7 +46,7 @@ fn run_lane(lane: &mut GpuLane, gpu: &Gpu, files: &[Vec<u8>]) -> (Vec<bool>, Vec
         LaneWork {
             source,
             order,
-            share: 1.0,
+            share: Arc::new(ShareSchedule::new(1.0)),
             epoch: 0,
             refused: None,
         },

@@ -1,7 +1,7 @@
 //! The work the lane is given (an epoch, or the positions of a measurement) and what it gives
 //! back per offered position, with the rule that says which images it is offered.
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use cudarc::driver::{CudaEvent, CudaStream};
 
@@ -21,6 +21,54 @@ pub fn offered(index: usize, share: f32) -> bool {
     ((z >> 40) as f32) < share * (1u64 << 24) as f32
 }
 
+/// The GPU lane's share over the positions of an epoch: from each step's position on, the share
+/// of the images it is offered. Both lanes read it, and a step is only ever added past every
+/// position either lane has looked at, so they always agree on which lane an image is for.
+#[derive(Debug)]
+pub(crate) struct ShareSchedule {
+    /// `(first position, share)`, in increasing positions; the first from position 0.
+    steps: RwLock<Vec<(usize, f32)>>,
+}
+
+impl ShareSchedule {
+    /// `share` from the first position on.
+    pub fn new(share: f32) -> ShareSchedule {
+        ShareSchedule {
+            steps: RwLock::new(vec![(0, share)]),
+        }
+    }
+
+    /// The share in force at `position`.
+    pub fn at(&self, position: usize) -> f32 {
+        let steps = self.steps.read().unwrap_or_else(|e| e.into_inner());
+        steps
+            .iter()
+            .rev()
+            .find(|&&(from, _)| from <= position)
+            .map_or(0.0, |&(_, share)| share)
+    }
+
+    /// The share of the last step, and the position it starts at.
+    pub fn last(&self) -> (usize, f32) {
+        let steps = self.steps.read().unwrap_or_else(|e| e.into_inner());
+        steps.last().copied().unwrap_or((0, 0.0))
+    }
+
+    /// `share` from `position` on (positions before the last step's are taken as that step's).
+    pub fn set_from(&self, position: usize, share: f32) {
+        let mut steps = self.steps.write().unwrap_or_else(|e| e.into_inner());
+        let from = steps.last().map_or(0, |&(from, _)| from).max(position);
+        steps.retain(|&(at, _)| at < from);
+        steps.push((from, share));
+    }
+
+    /// Whether the image at `position` of the order, source index `index`, is offered to the
+    /// GPU lane.
+    pub fn offers(&self, position: usize, index: usize) -> bool {
+        offered(index, self.at(position))
+    }
+}
+
 /// Most images per call, and about how many the lane is offered per range.
 pub(crate) const CHUNK: usize = 32;
 
@@ -37,7 +85,7 @@ pub(crate) fn span(share: f32) -> usize {
 pub(crate) struct LaneWork {
     pub source: Arc<Source>,
     pub order: Arc<EpochOrder>,
-    pub share: f32,
+    pub share: Arc<ShareSchedule>,
     pub epoch: u64,
     /// Called from the lane's threads with each offered position the engines do not take, as
     /// soon as that is known.
@@ -64,11 +112,10 @@ pub(crate) enum LaneResult {
     Refused,
 }
 
-/// Work with the generation that tells it from earlier work, and its range length.
+/// Work with the generation that tells it from earlier work.
 pub(crate) struct Work {
     pub lane: LaneWork,
     pub generation: u64,
-    pub span: usize,
 }
 
 /// Makes `stream` wait for the work that made each of `outputs` (each event once).
@@ -87,4 +134,34 @@ pub(crate) fn wait_for_all<'a>(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_schedule_gives_each_position_the_share_of_its_step() {
+        let schedule = ShareSchedule::new(0.0);
+        assert_eq!(schedule.at(0), 0.0);
+        schedule.set_from(640, 0.5);
+        assert_eq!((schedule.at(639), schedule.at(640)), (0.0, 0.5));
+        schedule.set_from(2_000, 0.75);
+        assert_eq!(schedule.at(1_999), 0.5);
+        assert_eq!(schedule.at(5_000), 0.75);
+        assert_eq!(schedule.last(), (2_000, 0.75));
+        // A step never reaches back before the last one.
+        schedule.set_from(100, 0.25);
+        assert_eq!(schedule.at(1_000), 0.5);
+        assert_eq!(schedule.last(), (2_000, 0.25));
+        // Offers follow the step in force at the position.
+        let offered_at = |position: usize| {
+            (0..10_000)
+                .filter(|&index| schedule.offers(position, index))
+                .count()
+        };
+        assert_eq!(offered_at(0), 0);
+        assert!((4_700..5_300).contains(&offered_at(700)));
+        assert!((2_200..2_800).contains(&offered_at(3_000)));
+    }
 }

@@ -1,100 +1,144 @@
-//! Hybrid decoding: the CPU threads and the GPU's JPEG engines fill the same batches.
+//! Hybrid decoding: the CPU threads and the GPU decode lane fill the same batches.
 //!
-//! Each image is offered to the GPU lane or not by a rule of its source index and the lane's
-//! share alone ([`crate::gpu::offered`]), so the same settings put the same images on the same
-//! lane on every run. The GPU lane works ahead on its own threads through the epoch's order and
-//! keeps the offered images its engines decode; a batch takes its positions in order, runs the
-//! ones not offered on the CPU lane at once, and takes the GPU lane's results for the others,
-//! handing back to the CPU lane's queue every one the engines did not take (not a baseline JPEG,
-//! unreadable, refused, failed), so nothing is lost. Each image keeps its place in the batch
-//! whichever lane decodes it; places left by bad images are refilled from the next positions the
-//! same way.
+//! Which lane an image is offered to is a rule of its source index and the GPU lane's share at
+//! its position in the order ([`ShareSchedule`]): the GPU lane works ahead on its own threads
+//! through the epoch's order and keeps the offered images it decodes; the CPU lane's threads work
+//! ahead through the others. A batch takes its positions in order, the GPU lane's results for the
+//! offered ones and the CPU lane's for the rest, handing back to the CPU lane every offered image
+//! the GPU lane did not take (not a baseline JPEG, unreadable, refused, failed), so nothing is
+//! lost. Each image keeps its place in the batch whichever lane decodes it; places left by bad
+//! images are refilled from the next positions the same way.
 //!
-//! The share is measured once, before the first batch, unless given: both lanes at once, each on
-//! first images of the epoch of its own (after a warm-up of the engines; the results dropped),
-//! and the GPU lane is offered what makes both finish together. The pipeline reports the share,
-//! and a run given it back decodes every image in the same lane.
+//! Nothing holds the first batch back. The CPU lane starts at once; the GPU lane opens on a thread
+//! of its own meanwhile (its decoders, pools and kernels take a second or two) and is offered
+//! images from the first position past both lanes' reach once it is ready. From then on the share
+//! follows the lanes: after each batch the time it waited on each lane moves the share towards the
+//! lane that kept it waiting less, again from the first position neither lane has reached, so the
+//! lanes always agree on who decodes what. A share given ([`crate::PipelineBuilder::gpu_share`])
+//! is kept instead, and the lane opens before the first batch: every image then goes to the same
+//! lane on every run, and the bytes are the same run after run.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use cudarc::driver::CudaStream;
 
 use crate::batch::DecodedBy;
-use crate::cpu::{BatchRequest, CpuAhead, CpuLane, Filled, Staging};
+use crate::cpu::{AheadWork, BatchRequest, CpuAhead, Filled, Staging};
 use crate::error::{Error, Result};
-use crate::gpu::{offered, GpuLane, LaneOutput, LaneResult, LaneWork};
-use crate::options::OnError;
+use crate::gpu::{
+    GpuLane, GpuLaneError, LaneOutput, LaneResult, LaneWork, ShareSchedule, MAX_SPAN,
+};
 use crate::order::EpochOrder;
 use crate::source::Source;
-
-/// The GPU lane's share of the images it can take.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Balance {
-    /// The share in force; `None` until measured.
-    share: Option<f32>,
-}
 
 /// How often (in positions) a batch tells the lanes how far it got.
 const ADVANCE_EVERY: usize = 32;
 
-/// Shares are kept in steps of 1/64, so measuring twice on one machine usually lands on one.
+/// Shares move in steps of 1/64.
 const SHARE_STEPS: f32 = 64.0;
 
-/// Images the GPU lane is measured on at most.
-const PROBE_GPU_IMAGES: usize = 1024;
+/// The share the GPU lane starts from once it is open, before the waits say more: on the H100
+/// machine it settled between 0.5 and 0.7 on ImageNet-sized JPEGs and around 0.5 on photos.
+const INITIAL_SHARE: f32 = 0.5;
 
-/// Images each lane is measured on at least, where the epoch has them.
-const PROBE_MIN_IMAGES: usize = 64;
+/// A batch that waited on one lane for less than this fraction of its time more than on the
+/// other leaves the share as it is.
+const DEAD_BAND: f64 = 0.02;
 
-/// Images the engines warm up on before they are measured, at most.
-const PROBE_WARM_UP: usize = 64;
+/// The most the share moves after one batch.
+const MAX_STEP: f32 = 0.125;
 
-/// Outputs the probe gives back to the lane at a time (well under the smallest ring, which holds
-/// at least the lookahead of 256).
-const PROBE_GIVE_BACK: usize = 32;
-
-/// Images the CPU lane is measured on meanwhile, at most.
-const PROBE_CPU_IMAGES: usize = 256;
-
-/// How many images the probe warms the engines up on, then measures the GPU lane and the CPU
-/// lane on, in an epoch of `n`: a quarter of the epoch at most for the GPU lane (but at least
-/// [`PROBE_MIN_IMAGES`]), a quarter of that for the CPU lane (likewise), and an eighth of it for
-/// the warm-up. On 8,192 images that is 64, 1,024 and 256; on a folder of 96 camera-size photos
-/// 8, 64 and 64, where decoding all of them, as a fixed size would, made the first epoch cost
-/// several of the next.
-fn probe_sizes(n: usize) -> (usize, usize, usize) {
-    let gpu = (n / 4).clamp(PROBE_MIN_IMAGES, PROBE_GPU_IMAGES).min(n);
-    let cpu = (gpu / 4).clamp(PROBE_MIN_IMAGES, PROBE_CPU_IMAGES).min(n);
-    let warm_up = (gpu / 8).clamp(1, PROBE_WARM_UP).min(n);
-    (warm_up, gpu, cpu)
+/// The share between the lanes: given and kept, or following the lanes' waits.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Balance {
+    share: f32,
+    pinned: bool,
 }
 
 impl Balance {
-    /// A given share, or one to measure (`None`).
-    pub fn new(share: Option<f32>) -> Balance {
-        Balance { share }
+    /// A given share, kept; or (`None`) one that starts at [`INITIAL_SHARE`] and follows the
+    /// lanes.
+    pub fn new(given: Option<f32>) -> Balance {
+        match given {
+            Some(share) => Balance {
+                share,
+                pinned: true,
+            },
+            None => Balance {
+                share: INITIAL_SHARE,
+                pinned: false,
+            },
+        }
     }
 
-    /// The share in force, once known.
-    pub fn share(&self) -> Option<f32> {
+    /// The share in force.
+    pub fn share(&self) -> f32 {
         self.share
+    }
+
+    /// Whether the share was given.
+    pub fn is_pinned(&self) -> bool {
+        self.pinned
+    }
+
+    /// The share after a batch that waited `gpu_wait` on the GPU lane and `cpu_wait` on the
+    /// CPU lane in `elapsed`: moved towards the lane that kept it waiting less, by the
+    /// difference's fraction of the batch's time (at most [`MAX_STEP`], in steps of 1/64).
+    fn follow(&mut self, gpu_wait: Duration, cpu_wait: Duration, elapsed: Duration) -> bool {
+        if self.pinned || elapsed.is_zero() {
+            return false;
+        }
+        let imbalance = (gpu_wait.as_secs_f64() - cpu_wait.as_secs_f64()) / elapsed.as_secs_f64();
+        if imbalance.abs() < DEAD_BAND {
+            return false;
+        }
+        let step = (imbalance.abs() as f32 / 2.0).clamp(1.0 / SHARE_STEPS, MAX_STEP);
+        let moved = if imbalance > 0.0 {
+            self.share - step
+        } else {
+            self.share + step
+        };
+        let share = (moved.clamp(0.0, 1.0) * SHARE_STEPS).round() / SHARE_STEPS;
+        let changed = share != self.share;
+        self.share = share;
+        changed
     }
 }
 
-/// The share from each lane's throughput alone, in images per second: the CPU lane's over every
-/// image, the GPU lane's over those it took, which were `taken` of what it was offered. The GPU
-/// lane is offered what makes both lanes finish together.
-fn share_from(cpu_rate: f64, gpu_rate: f64, taken: f64) -> f32 {
-    let share = if cpu_rate + gpu_rate > 0.0 && taken > 0.0 {
-        // Of all images, the GPU lane should decode gpu / (cpu + gpu); it takes `taken` of
-        // what it is offered.
-        gpu_rate / (cpu_rate + gpu_rate) / taken
-    } else {
-        0.0
-    };
-    (share.clamp(0.0, 1.0) as f32 * SHARE_STEPS).round() / SHARE_STEPS
+/// The GPU lane: opening on a thread of its own, open, or off for a reason.
+enum GpuState {
+    Opening(Receiver<std::result::Result<GpuLane, GpuLaneError>>),
+    Open(Box<GpuLane>),
+    Off(GpuLaneError),
+}
+
+/// The epoch the lanes work on, kept to begin the GPU lane on it when it opens mid-epoch.
+struct Epoch {
+    source: Arc<Source>,
+    order: Arc<EpochOrder>,
+    epoch: u64,
+    schedule: Arc<ShareSchedule>,
+    /// Whether the GPU lane was begun on it.
+    gpu_begun: bool,
+}
+
+/// The GPU decode lane, the CPU lane working ahead beside it, and the share between them.
+pub(crate) struct HybridLanes {
+    gpu: GpuState,
+    ahead: CpuAhead,
+    balance: Balance,
+    /// The pipeline's stream: the batches read the GPU lane's images on it.
+    stream: Arc<CudaStream>,
+    image_bytes: usize,
+    /// Positions the lanes work past the batches' cursor.
+    lookahead: usize,
+    /// CPU lane threads that prepare images while the GPU lane runs (the others leave their
+    /// cores to its host threads).
+    threads_beside_gpu: usize,
+    epoch: Option<Epoch>,
 }
 
 /// A batch both lanes filled: the staging holds the CPU lane's images, `from_gpu` the GPU lane's
@@ -105,133 +149,211 @@ pub(crate) struct HybridFilled {
     pub decoded_by: DecodedBy,
 }
 
-/// The GPU decode lane, the CPU lane working ahead beside it, and the share between them.
-pub(crate) struct HybridLanes {
-    pub gpu: GpuLane,
-    pub ahead: CpuAhead,
-    pub balance: Balance,
-    /// The pipeline's stream: the batches read the GPU lane's images on it.
-    pub stream: Arc<CudaStream>,
-    /// Bytes of one output image.
-    pub image_bytes: usize,
-}
-
-/// The first images of an epoch, which the share is measured on.
-pub(crate) struct Probe<'a> {
-    pub source: &'a Arc<Source>,
-    pub order: &'a EpochOrder,
-    pub epoch: u64,
-    pub batch_size: usize,
+/// How the GPU lane comes to a [`HybridLanes`].
+pub(crate) enum GpuOpening {
+    /// Opened before the first batch.
+    Open(GpuLane),
+    /// Opening on a thread of its own.
+    Pending(Receiver<std::result::Result<GpuLane, GpuLaneError>>),
 }
 
 impl HybridLanes {
-    /// Measures the share on the probe's images (see the module's description): each lane on
-    /// images of its own, both at once, as they run in the batches, the CPU lane's written into
-    /// `staging` and dropped. `Ok(None)` if `stop` was raised meanwhile.
-    pub fn measure(
-        &mut self,
-        cpu: &CpuLane,
-        mut staging: Staging<'_>,
-        probe: &Probe<'_>,
-        stop: &AtomicBool,
-    ) -> Result<Option<f32>> {
-        let Probe {
-            source,
-            order,
-            epoch,
-            batch_size,
-        } = *probe;
-        let (lane, stream) = (&mut self.gpu, &self.stream);
-        let indices = order.indices();
-        let (warm_up, gpu_count, cpu_count) = probe_sizes(indices.len());
-        // The GPU lane's images first, the CPU lane's after them (the same ones in a small epoch).
-        let gpu_images = &indices[..gpu_count];
-        let cpu_images = match indices.get(gpu_count..) {
-            Some(rest) if rest.len() >= cpu_count => &rest[..cpu_count],
-            _ => &indices[..cpu_count],
-        };
-        let gpu_pass = |lane: &mut GpuLane, images: &[usize]| -> Result<(f64, usize)> {
-            let started = Instant::now();
-            lane.begin(
-                stream,
-                LaneWork {
-                    source: source.clone(),
-                    order: Arc::new(EpochOrder::new(images.to_vec())),
-                    share: 1.0,
-                    epoch,
-                    refused: None,
-                },
-            )?;
-            lane.advance(images.len());
-            // Outputs given back as they come, a few at a time: the ring need not hold the probe.
-            let mut taken = 0;
-            let mut made = Vec::with_capacity(PROBE_GIVE_BACK);
-            for p in 0..images.len() {
-                if let LaneResult::Decoded(output) = lane.result(p) {
-                    taken += 1;
-                    made.push(output);
-                }
-                if made.len() == PROBE_GIVE_BACK || p + 1 == images.len() {
-                    lane.discard(stream, std::mem::take(&mut made))?;
-                }
+    /// The lanes, with the GPU lane as `gpu` brings it; the CPU lane's `ahead` threads all
+    /// prepare images until the GPU lane runs, `threads_beside_gpu` of them after.
+    pub fn new(
+        gpu: GpuOpening,
+        ahead: CpuAhead,
+        balance: Balance,
+        stream: Arc<CudaStream>,
+        image_bytes: usize,
+        lookahead: usize,
+        threads_beside_gpu: usize,
+    ) -> HybridLanes {
+        let gpu = match gpu {
+            GpuOpening::Open(lane) => {
+                ahead.set_active_threads(threads_beside_gpu);
+                GpuState::Open(Box::new(lane))
             }
-            let seconds = started.elapsed().as_secs_f64();
-            Ok((seconds, taken))
+            GpuOpening::Pending(receiver) => GpuState::Opening(receiver),
         };
-        // A warm-up of the engines (their first calls initialize them).
-        gpu_pass(lane, &gpu_images[..warm_up])?;
-        let (gpu, cpu_side) = std::thread::scope(|scope| {
-            let gpu = scope.spawn(|| gpu_pass(lane, gpu_images));
-            // The CPU lane meanwhile, a batch at a time into the staging.
-            let started = Instant::now();
-            let mut done = 0;
-            for chunk in cpu_images.chunks(batch_size.max(1)) {
-                let order = EpochOrder::new(chunk.to_vec());
-                let request = BatchRequest {
-                    order: &order,
-                    start: 0,
-                    epoch,
-                    batch_size: chunk.len(),
-                    on_error: OnError::Skip,
-                };
-                match cpu.fill(&mut staging, &request, source, stop) {
-                    Ok(Some(_)) => done += chunk.len(),
-                    Ok(None) => return (gpu.join(), Ok(None)),
-                    Err(e) => return (gpu.join(), Err(e)),
-                }
-            }
-            (
-                gpu.join(),
-                Ok(Some((done, started.elapsed().as_secs_f64()))),
-            )
-        });
-        let (gpu_seconds, taken) =
-            gpu.map_err(|_| Error::Worker("the GPU lane's probe panicked".into()))??;
-        let Some((done, cpu_seconds)) = cpu_side? else {
-            return Ok(None);
-        };
-        let rate = |n: usize, s: f64| if s > 0.0 { n as f64 / s } else { 0.0 };
-        Ok(Some(share_from(
-            rate(done, cpu_seconds),
-            rate(taken, gpu_seconds),
-            taken as f64 / gpu_images.len().max(1) as f64,
-        )))
+        HybridLanes {
+            gpu,
+            ahead,
+            balance,
+            stream,
+            image_bytes,
+            lookahead,
+            threads_beside_gpu,
+            epoch: None,
+        }
     }
 
-    /// Fills a batch with both lanes from the request's start position of their current work,
-    /// with the GPU lane offered `share` of the images: each position in turn takes the GPU
-    /// lane's image, or the CPU lane's (copied into its place in `staging`), or is skipped with
-    /// its error. `Ok(None)` if `stop` was raised meanwhile.
+    /// Which lanes decode now, in words: both (with the GPU lane and its share), the CPU
+    /// while the GPU lane opens, or the CPU alone and why.
+    pub fn describe(&self) -> String {
+        match &self.gpu {
+            GpuState::Open(lane) => format!(
+                "CPU and GPU decode ({}), GPU share {:.3}{}",
+                lane.describe(),
+                self.balance.share(),
+                if self.balance.is_pinned() {
+                    " (given)"
+                } else {
+                    ""
+                }
+            ),
+            GpuState::Opening(_) => "CPU decode while the GPU decode lane opens".into(),
+            GpuState::Off(reason) => format!("CPU decode, the GPU decode lane is off: {reason}"),
+        }
+    }
+
+    /// The GPU lane's share in force; `None` while it is not open.
+    pub fn share(&self) -> Option<f32> {
+        matches!(self.gpu, GpuState::Open(_)).then_some(self.balance.share())
+    }
+
+    /// Starts both lanes on `order` (an epoch), under the share in force (none while the GPU
+    /// lane is not open).
+    pub fn begin(
+        &mut self,
+        source: &Arc<Source>,
+        order: &Arc<EpochOrder>,
+        epoch: u64,
+    ) -> Result<()> {
+        self.poll_gpu();
+        let share = match self.gpu {
+            GpuState::Open(_) => self.balance.share(),
+            _ => 0.0,
+        };
+        let schedule = Arc::new(ShareSchedule::new(share));
+        let on_gpu = schedule.clone();
+        self.ahead.begin(AheadWork {
+            source: source.clone(),
+            order: order.clone(),
+            epoch,
+            on_gpu: Arc::new(move |position, index| on_gpu.offers(position, index)),
+        });
+        let mut current = Epoch {
+            source: source.clone(),
+            order: order.clone(),
+            epoch,
+            schedule,
+            gpu_begun: false,
+        };
+        if let GpuState::Open(lane) = &mut self.gpu {
+            lane.begin(&self.stream, lane_work(&current, &self.ahead))?;
+            current.gpu_begun = true;
+        }
+        self.epoch = Some(current);
+        Ok(())
+    }
+
+    /// Takes the GPU lane if it has opened meanwhile (then [`HybridLanes::start_gpu_lane`]
+    /// begins it on the epoch under way).
+    fn poll_gpu(&mut self) {
+        let GpuState::Opening(receiver) = &self.gpu else {
+            return;
+        };
+        let opened = match receiver.try_recv() {
+            Ok(opened) => opened,
+            Err(TryRecvError::Empty) => return,
+            Err(TryRecvError::Disconnected) => Err(GpuLaneError::Opening(
+                "the thread opening it stopped".into(),
+            )),
+        };
+        self.gpu = match opened {
+            Ok(lane) => {
+                self.ahead.set_active_threads(self.threads_beside_gpu);
+                GpuState::Open(Box::new(lane))
+            }
+            Err(reason) => GpuState::Off(reason),
+        };
+    }
+
+    /// The first position neither lane has looked at while the batches' cursor is at `cursor`.
+    fn frontier(&self, cursor: usize) -> usize {
+        cursor + self.lookahead + MAX_SPAN
+    }
+
+    /// Fills a batch with both lanes from the request's start position of their current work:
+    /// each position in turn takes the GPU lane's image, or the CPU lane's (copied into its place
+    /// in `staging`), or is skipped with its error. `Ok(None)` if `stop` was raised meanwhile.
     pub fn fill(
         &mut self,
         staging: &mut Staging<'_>,
         request: &BatchRequest<'_>,
         source: &Source,
         stop: &AtomicBool,
-        share: f32,
+    ) -> Result<Option<HybridFilled>> {
+        self.poll_gpu();
+        self.start_gpu_lane(request.start)?;
+        let started = Instant::now();
+        let mut waits = Waits::default();
+        let filled = self.fill_positions(staging, request, source, stop, &mut waits)?;
+        if let Some(filled) = &filled {
+            self.follow(
+                request.start,
+                filled.filled.consumed,
+                &waits,
+                started.elapsed(),
+            );
+        }
+        Ok(filled)
+    }
+
+    /// Begins a GPU lane that has just opened on the epoch under way, offered images from the
+    /// frontier of a batch starting at `cursor` on.
+    fn start_gpu_lane(&mut self, cursor: usize) -> Result<()> {
+        let frontier = self.frontier(cursor);
+        let (GpuState::Open(lane), Some(current)) = (&mut self.gpu, &mut self.epoch) else {
+            return Ok(());
+        };
+        if current.gpu_begun {
+            return Ok(());
+        }
+        current.schedule.set_from(frontier, self.balance.share());
+        lane.begin(&self.stream, lane_work(current, &self.ahead))?;
+        current.gpu_begun = true;
+        Ok(())
+    }
+
+    /// Moves the share after a batch of `used` positions from `start`, by what it waited on
+    /// each lane, from the frontier on. Only a batch that ran wholly under the latest share
+    /// counts (an earlier move has not shown yet otherwise).
+    fn follow(&mut self, start: usize, used: usize, waits: &Waits, elapsed: Duration) {
+        let (GpuState::Open(_), Some(current)) = (&self.gpu, &self.epoch) else {
+            return;
+        };
+        let (from, _) = current.schedule.last();
+        if !current.gpu_begun || start < from {
+            return;
+        }
+        if self.balance.follow(waits.gpu, waits.cpu, elapsed) {
+            let frontier = self.frontier(start + used);
+            current.schedule.set_from(frontier, self.balance.share());
+        }
+    }
+
+    fn fill_positions(
+        &mut self,
+        staging: &mut Staging<'_>,
+        request: &BatchRequest<'_>,
+        source: &Source,
+        stop: &AtomicBool,
+        waits: &mut Waits,
     ) -> Result<Option<HybridFilled>> {
         let image_bytes = self.image_bytes;
-        let (ahead, lane, stream) = (&self.ahead, &mut self.gpu, &self.stream);
+        let Some(current) = &self.epoch else {
+            return Err(Error::Worker(
+                "a hybrid batch before its epoch began".into(),
+            ));
+        };
+        let schedule = current.schedule.clone();
+        let (ahead, stream) = (&self.ahead, &self.stream);
+        let lane = match &mut self.gpu {
+            GpuState::Open(lane) => Some(lane.as_mut()),
+            _ => None,
+        };
         let BatchRequest {
             order,
             start,
@@ -243,8 +365,9 @@ impl HybridLanes {
         let mut from_gpu: Vec<(LaneOutput, usize)> = Vec::new();
         let mut used = 0;
         let reach = order.reach(start);
-        let failed = |lane: &mut GpuLane, from_gpu: Vec<(LaneOutput, usize)>| {
-            lane.discard(stream, from_gpu.into_iter().map(|(o, _)| o).collect())
+        let failed = |lane: Option<&mut GpuLane>, from_gpu: Vec<(LaneOutput, usize)>| match lane {
+            Some(lane) => lane.discard(stream, from_gpu.into_iter().map(|(o, _)| o).collect()),
+            None => Ok(()),
         };
         while filled.indices.len() < batch_size && used < reach {
             let at = start + used;
@@ -254,14 +377,19 @@ impl HybridLanes {
                     failed(lane, from_gpu)?;
                     return Ok(None);
                 }
-                lane.advance(at);
+                if let Some(lane) = lane.as_deref() {
+                    lane.advance(at);
+                }
                 ahead.advance(at);
             }
             used += 1;
             let place = filled.indices.len();
             let padding = order.is_padding(at);
-            if offered(index, share) {
-                match lane.result(at) {
+            if let (Some(gpu), true) = (lane.as_deref(), schedule.offers(at, index)) {
+                let waited = Instant::now();
+                let result = gpu.result(at);
+                waits.gpu += waited.elapsed();
+                match result {
                     LaneResult::Decoded(output) => {
                         filled.indices.push(index);
                         filled.draws.push(output.draw);
@@ -272,7 +400,10 @@ impl HybridLanes {
                     LaneResult::Refused => ahead.hand_back(at),
                 }
             }
-            let outcome = match ahead.result(at) {
+            let waited = Instant::now();
+            let result = ahead.result(at);
+            waits.cpu += waited.elapsed();
+            let outcome = match result {
                 Some(Ok((pixels, draw))) => {
                     staging.pixels[place * image_bytes..(place + 1) * image_bytes]
                         .copy_from_slice(&pixels);
@@ -304,38 +435,89 @@ impl HybridLanes {
             decoded_by,
         }))
     }
+
+    /// Gives back the GPU lane's images of a batch that is not made after all.
+    pub fn discard(&mut self, from_gpu: Vec<(LaneOutput, usize)>) -> Result<()> {
+        match &mut self.gpu {
+            GpuState::Open(lane) => lane.discard(
+                &self.stream,
+                from_gpu.into_iter().map(|(output, _)| output).collect(),
+            ),
+            _ => Ok(()),
+        }
+    }
+
+    /// The GPU lane, when open.
+    pub fn gpu_lane(&mut self) -> Option<&mut GpuLane> {
+        match &mut self.gpu {
+            GpuState::Open(lane) => Some(lane.as_mut()),
+            _ => None,
+        }
+    }
+}
+
+/// The GPU lane's work for an epoch: the CPU lane takes back what it does not decode.
+fn lane_work(epoch: &Epoch, ahead: &CpuAhead) -> LaneWork {
+    LaneWork {
+        source: epoch.source.clone(),
+        order: epoch.order.clone(),
+        share: epoch.schedule.clone(),
+        epoch: epoch.epoch,
+        refused: Some(ahead.hand_back_fn()),
+    }
+}
+
+/// What a batch waited on each lane.
+#[derive(Debug, Default)]
+struct Waits {
+    gpu: Duration,
+    cpu: Duration,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_faster_lane_takes_more() {
-        // The GPU lane decodes 4x faster than the CPU lane and takes everything it is offered.
-        let share = share_from(2_000.0, 8_000.0, 1.0);
-        assert!((0.78..0.82).contains(&share), "{share}");
-        assert!(share_from(8_000.0, 2_000.0, 1.0) < 0.25);
-        // A lane that takes only half of what it is offered is offered twice as much.
-        assert!((0.39..0.41).contains(&share_from(8_000.0, 2_000.0, 0.5)));
-        // No GPU throughput: nothing offered.
-        assert_eq!(share_from(8_000.0, 0.0, 0.0), 0.0);
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
     }
 
     #[test]
-    fn the_probe_fits_the_epoch() {
-        assert_eq!(probe_sizes(8_192), (64, 1_024, 256));
-        assert_eq!(probe_sizes(100_000), (64, 1_024, 256));
-        assert_eq!(probe_sizes(2_000), (62, 500, 125));
-        assert_eq!(probe_sizes(96), (8, 64, 64));
-        assert_eq!(probe_sizes(10), (1, 10, 10));
-        assert_eq!(probe_sizes(1), (1, 1, 1));
-        for n in 1..3_000 {
-            let (warm_up, gpu, cpu) = probe_sizes(n);
-            assert!(
-                warm_up >= 1 && warm_up <= gpu && gpu <= n && cpu >= 1 && cpu <= n,
-                "{n}"
-            );
+    fn the_share_moves_towards_the_lane_that_waits_less() {
+        let mut balance = Balance::new(None);
+        assert_eq!(balance.share(), INITIAL_SHARE);
+        // The batch waited on the GPU lane for half its time: less for the GPU lane.
+        assert!(balance.follow(ms(50), ms(0), ms(100)));
+        assert!(balance.share() < INITIAL_SHARE);
+        let after_gpu_wait = balance.share();
+        // Then on the CPU lane: more for the GPU lane.
+        assert!(balance.follow(ms(0), ms(80), ms(100)));
+        assert!(balance.share() > after_gpu_wait);
+        // Balanced waits change nothing.
+        let before = balance.share();
+        assert!(!balance.follow(ms(10), ms(10), ms(100)));
+        assert_eq!(balance.share(), before);
+        // Steps are multiples of 1/64 and at most MAX_STEP.
+        assert_eq!((balance.share() * SHARE_STEPS).fract(), 0.0);
+        let mut b = Balance::new(None);
+        b.follow(ms(100), ms(0), ms(100));
+        assert!((INITIAL_SHARE - b.share() - MAX_STEP).abs() < 1e-6);
+    }
+
+    #[test]
+    fn the_share_stays_within_its_range_and_a_given_one_is_kept() {
+        let mut balance = Balance::new(None);
+        for _ in 0..100 {
+            balance.follow(ms(100), ms(0), ms(100));
         }
+        assert_eq!(balance.share(), 0.0);
+        for _ in 0..100 {
+            balance.follow(ms(0), ms(100), ms(100));
+        }
+        assert_eq!(balance.share(), 1.0);
+        let mut pinned = Balance::new(Some(0.3));
+        assert!(!pinned.follow(ms(100), ms(0), ms(100)));
+        assert_eq!(pinned.share(), 0.3);
+        assert!(pinned.is_pinned());
     }
 }

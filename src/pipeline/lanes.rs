@@ -2,39 +2,49 @@
 //! decode lane side by side (hybrid decoding). The decode choice ([`DecodeOptions::lanes`]) is
 //! read here, where the lanes are built, and nowhere else; the worker asks the lanes for a batch's
 //! images and the output stage never learns who decoded them.
+//!
+//! [`DecodeOptions::lanes`]: crate::DecodeOptions::lanes
 
 use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 
 use cudarc::driver::{CudaSlice, CudaStream};
 
-use super::hybrid::{Balance, HybridFilled, HybridLanes, Probe};
+use super::hybrid::{Balance, GpuOpening, HybridFilled, HybridLanes};
 use super::output::DeviceWrites;
 use crate::batch::DecodedBy;
-use crate::cpu::{AheadWork, BatchRequest, CpuAhead, CpuLane, Staging};
+use crate::cpu::{BatchRequest, CpuAhead, CpuLane, LaneCore, Staging};
 use crate::cuda::Gpu;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::geometry::Geometry;
-use crate::gpu::{lookahead, offered, GpuLane, GpuLaneConfig, LaneOutput, LaneWork};
-use crate::options::{Decode, Options};
+use crate::gpu::{lookahead, GpuLane, GpuLaneConfig, LaneOutput};
+use crate::options::{Decode, Device, Options};
 use crate::order::EpochOrder;
 use crate::source::Source;
 
+/// Cores the CPU lane leaves to the GPU lane's host threads (its submitting threads wait on the
+/// engines most of the time) and the thread that hands the batches out, when the thread count is
+/// left to the pipeline.
+const CORES_FOR_THE_GPU_LANE: usize = 2;
+
 /// The lanes a pipeline decodes with.
-pub(crate) struct Lanes {
-    cpu: CpuLane,
-    /// With hybrid decoding, the GPU lane and the CPU lane's threads working ahead beside it.
-    hybrid: Option<HybridLanes>,
-    /// Why hybrid decoding was asked for and runs without its GPU lane.
-    gpu_off: Option<String>,
+pub(crate) enum Lanes {
+    /// The CPU lane alone; with the reason when another choice fell back to it.
+    Cpu(CpuLane, DecodeWhy),
+    /// The CPU lane and the GPU decode lane.
+    Hybrid(Box<HybridLanes>, DecodeWhy),
 }
 
+/// Why the lanes are what they are, in words.
+#[derive(Debug, Clone)]
+pub(crate) struct DecodeWhy(String);
+
 impl Lanes {
-    /// The GPU lane's configuration when `options` ask for hybrid decoding on a CUDA device.
+    /// The GPU lane's configuration when `options` may run it: hybrid or automatic decoding on
+    /// a CUDA device.
     fn gpu_config(options: &Options) -> Option<GpuLaneConfig> {
-        let hybrid =
-            options.decode.lanes == Decode::Hybrid && options.runtime.device != crate::Device::Cpu;
-        hybrid.then(|| GpuLaneConfig {
+        let wanted = matches!(options.decode.lanes, Decode::Hybrid | Decode::Auto);
+        (wanted && options.runtime.device != Device::Cpu).then(|| GpuLaneConfig {
             geometry: Geometry::new(&options.resize),
             max_pixels: options.decode.max_pixels,
             batch_size: options.batching.batch_size,
@@ -43,135 +53,122 @@ impl Lanes {
         })
     }
 
-    /// Device memory the lanes `options` ask for take (the GPU lane's ring and buffers), for
-    /// the output stage's check of what fits before anything is allocated.
+    /// Device memory the lanes `options` ask for may take (the GPU lane's ring and buffers),
+    /// for the output stage's check of what fits before anything is allocated.
     pub fn device_bytes(options: &Options) -> u128 {
         Lanes::gpu_config(options).map_or(0, |config| GpuLane::device_bytes(&config))
     }
 
-    /// Opens the lanes `options` ask for; the GPU lane on `gpu` (the pipeline's device) with
-    /// hybrid decoding. A GPU lane that cannot run here leaves the CPU lane alone, and
-    /// [`Lanes::describe`] says why.
+    /// Opens the lanes `options` ask for. With hybrid or automatic decoding on `gpu` (the
+    /// pipeline's device) the CPU lane starts at once and the GPU lane opens on a thread of its
+    /// own, joining the batches once ready; with a given share it opens before the first batch
+    /// instead, so that every image goes to the same lane on every run.
     pub fn open(options: &Options, gpu: Option<&Gpu>) -> Result<Lanes> {
-        let opened = match (Lanes::gpu_config(options), gpu) {
-            (Some(config), Some(gpu)) => Some(GpuLane::open(gpu, &config).map(|lane| (lane, gpu))),
-            _ => None,
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let (config, gpu) = match (Lanes::gpu_config(options), gpu) {
+            (Some(config), Some(gpu)) => (config, gpu),
+            _ => {
+                let why = match options.decode.lanes {
+                    Decode::Cpu => "CPU decode, as asked",
+                    _ => "automatic: CPU decode, as the batches go to the CPU",
+                };
+                let threads = options.runtime.threads;
+                let cpu = CpuLane::new(&options.decode, &options.resize, threads)?;
+                return Ok(Lanes::Cpu(cpu, DecodeWhy(why.into())));
+            }
         };
-        let (gpu_lane, gpu_off) = match opened {
-            Some(Ok(lane)) => (Some(lane), None),
-            Some(Err(reason)) => (None, Some(reason.to_string())),
-            None => (None, None),
+        let threads = match options.runtime.threads {
+            0 => cores,
+            given => given,
         };
-        // By default the CPU lane leaves two cores to the GPU lane's submitting threads (which
-        // wait on the engines most of the time) and the thread that hands the batches out.
-        let threads = match (options.runtime.threads, &gpu_lane) {
-            (0, Some(_)) => std::thread::available_parallelism()
-                .map_or(1, |n| n.get())
-                .saturating_sub(2)
-                .max(1),
-            (threads, _) => threads,
+        let beside_gpu = match options.runtime.threads {
+            0 => cores.saturating_sub(CORES_FOR_THE_GPU_LANE).max(1),
+            given => given,
         };
-        let cpu = CpuLane::new(&options.decode, &options.resize, threads)?;
-        let hybrid = match gpu_lane {
-            Some((gpu_lane, gpu)) => {
-                let batch_size = options.batching.batch_size;
-                let lookahead = lookahead(batch_size);
-                let ahead =
-                    CpuAhead::start(cpu.core(), cpu.threads(), lookahead, batch_size + lookahead)?;
-                Some(HybridLanes {
-                    gpu: gpu_lane,
-                    ahead,
-                    balance: Balance::new(options.decode.gpu_share),
-                    stream: gpu.stream().clone(),
-                    image_bytes: cpu.image_bytes(),
+        let batch_size = options.batching.batch_size;
+        let lookahead = lookahead(batch_size);
+        let core = Arc::new(LaneCore::new(&options.decode, &options.resize));
+        let image_bytes = core.options.geometry.image_bytes();
+        let ahead = CpuAhead::start(&core, threads, lookahead, batch_size + lookahead)?;
+        let balance = Balance::new(options.decode.gpu_share);
+        let opening = if balance.is_pinned() {
+            match GpuLane::open(gpu, &config) {
+                Ok(lane) => GpuOpening::Open(lane),
+                Err(reason) => return Lanes::fall_back(options, reason.to_string()),
+            }
+        } else {
+            let (sender, receiver) = mpsc::channel();
+            let device = gpu.clone();
+            std::thread::Builder::new()
+                .name("gpufeed-gpu-lane-open".into())
+                .spawn(move || {
+                    let _ = sender.send(GpuLane::open(&device, &config));
                 })
-            }
-            None => None,
+                .map_err(|e| Error::Worker(format!("cannot open the GPU lane: {e}")))?;
+            GpuOpening::Pending(receiver)
         };
-        Ok(Lanes {
-            cpu,
-            hybrid,
-            gpu_off,
-        })
+        let why = match options.decode.lanes {
+            Decode::Auto => "automatic",
+            _ => "hybrid, as asked",
+        };
+        Ok(Lanes::Hybrid(
+            Box::new(HybridLanes::new(
+                opening,
+                ahead,
+                balance,
+                gpu.stream().clone(),
+                image_bytes,
+                lookahead,
+                beside_gpu,
+            )),
+            DecodeWhy(why.into()),
+        ))
     }
 
-    /// What the pipeline's device description adds for the lanes: the GPU lane in words, or
-    /// why it is off; empty for the CPU lane alone.
+    /// The CPU lane alone, after the GPU lane could not open (with a given share).
+    fn fall_back(options: &Options, reason: String) -> Result<Lanes> {
+        let cpu = CpuLane::new(&options.decode, &options.resize, options.runtime.threads)?;
+        let why = format!("hybrid, as asked: CPU decode, the GPU decode lane is off: {reason}");
+        Ok(Lanes::Cpu(cpu, DecodeWhy(why)))
+    }
+
+    /// Which lanes decode, and why, in words: for the pipeline's reports.
     pub fn describe(&self) -> String {
-        match (&self.hybrid, &self.gpu_off) {
-            (Some(hybrid), _) => format!(", {}", hybrid.gpu.describe()),
-            (None, Some(off)) => {
-                format!(" (GPU decode lane off: {off}; the CPU decodes every image)")
-            }
-            (None, None) => String::new(),
+        match self {
+            Lanes::Cpu(_, why) => why.0.clone(),
+            Lanes::Hybrid(hybrid, why) => format!("{}: {}", why.0, hybrid.describe()),
         }
     }
 
-    /// The GPU lane's share in force: as given, or once measured; `None` without a GPU lane.
+    /// The GPU lane's share in force; `None` while it does not run.
     pub fn gpu_share(&self) -> Option<f32> {
-        self.hybrid.as_ref().and_then(|h| h.balance.share())
-    }
-
-    /// Whether the GPU lane runs and its share is still to be measured.
-    pub fn needs_measuring(&self) -> bool {
-        self.hybrid
-            .as_ref()
-            .is_some_and(|h| h.balance.share().is_none())
-    }
-
-    /// Measures the share on the probe's images, with `staging` as the CPU lane's scratch (see
-    /// [`HybridLanes::measure`]); nothing without a GPU lane.
-    pub fn measure(
-        &mut self,
-        staging: Staging<'_>,
-        probe: &Probe<'_>,
-        stop: &AtomicBool,
-    ) -> Result<()> {
-        let Some(hybrid) = self.hybrid.as_mut() else {
-            return Ok(());
-        };
-        let measured = hybrid.measure(&self.cpu, staging, probe, stop)?;
-        if let Some(share) = measured {
-            hybrid.balance = Balance::new(Some(share));
+        match self {
+            Lanes::Hybrid(hybrid, _) => hybrid.share(),
+            Lanes::Cpu(..) => None,
         }
-        Ok(())
     }
 
-    /// Starts both lanes on `order` (an epoch) under the share in force; returns it, or `None`
-    /// when only the CPU lane runs (it needs no start: it works batch by batch).
+    /// Whether the lanes work ahead of the batches (and so are started on the next epoch before
+    /// it is asked for).
+    pub fn work_ahead(&self) -> bool {
+        matches!(self, Lanes::Hybrid(..))
+    }
+
+    /// Starts the lanes on `order` (an epoch). The CPU lane alone needs no start: it works batch
+    /// by batch.
     pub fn begin(
         &mut self,
         source: &Arc<Source>,
         order: &Arc<EpochOrder>,
         epoch: u64,
-    ) -> Result<Option<f32>> {
-        let Some(hybrid) = self.hybrid.as_mut() else {
-            return Ok(None);
-        };
-        let Some(share) = hybrid.balance.share() else {
-            return Ok(None);
-        };
-        hybrid.ahead.begin(AheadWork {
-            source: source.clone(),
-            order: order.clone(),
-            epoch,
-            on_gpu: Arc::new(move |index| offered(index, share)),
-        });
-        hybrid.gpu.begin(
-            &hybrid.stream,
-            LaneWork {
-                source: source.clone(),
-                order: order.clone(),
-                share,
-                epoch,
-                refused: Some(hybrid.ahead.hand_back_fn()),
-            },
-        )?;
-        Ok(Some(share))
+    ) -> Result<()> {
+        match self {
+            Lanes::Hybrid(hybrid, _) => hybrid.begin(source, order, epoch),
+            Lanes::Cpu(..) => Ok(()),
+        }
     }
 
-    /// Fills a batch from the request's positions: with both lanes when they were begun on the
-    /// epoch with `share`, else with the CPU lane alone, its images written into `staging`.
+    /// Fills a batch from the request's positions, the CPU lane's images written into `staging`.
     /// `Ok(None)` if `stop` was raised meanwhile.
     pub fn fill(
         &mut self,
@@ -179,40 +176,41 @@ impl Lanes {
         request: &BatchRequest<'_>,
         source: &Source,
         stop: &AtomicBool,
-        share: Option<f32>,
     ) -> Result<Option<HybridFilled>> {
-        if let (Some(hybrid), Some(share)) = (self.hybrid.as_mut(), share) {
-            return hybrid.fill(staging, request, source, stop, share);
+        match self {
+            Lanes::Hybrid(hybrid, _) => hybrid.fill(staging, request, source, stop),
+            Lanes::Cpu(cpu, _) => {
+                Ok(cpu
+                    .fill(staging, request, source, stop)?
+                    .map(|filled| HybridFilled {
+                        decoded_by: DecodedBy {
+                            cpu: filled.indices.len(),
+                            gpu: 0,
+                        },
+                        filled,
+                        from_gpu: Vec::new(),
+                    }))
+            }
         }
-        Ok(self
-            .cpu
-            .fill(staging, request, source, stop)?
-            .map(|filled| HybridFilled {
-                decoded_by: DecodedBy {
-                    cpu: filled.indices.len(),
-                    gpu: 0,
-                },
-                filled,
-                from_gpu: Vec::new(),
-            }))
     }
 
     /// Gives back the GPU lane's images of a batch that is not made after all.
     pub fn discard(&mut self, from_gpu: Vec<(LaneOutput, usize)>) -> Result<()> {
-        match self.hybrid.as_mut() {
-            Some(hybrid) => hybrid.gpu.discard(
-                &hybrid.stream,
-                from_gpu.into_iter().map(|(output, _)| output).collect(),
-            ),
-            None => Ok(()),
+        match self {
+            Lanes::Hybrid(hybrid, _) => hybrid.discard(from_gpu),
+            Lanes::Cpu(..) => Ok(()),
         }
     }
 
     /// The GPU lane's images of a batch, to be written into its places of the batch's device
     /// buffer by the output stage (their slots go back to the lane once queued).
     pub fn device_writes(&mut self, from_gpu: Vec<(LaneOutput, usize)>) -> GpuImages<'_> {
+        let lane = match self {
+            Lanes::Hybrid(hybrid, _) => hybrid.gpu_lane(),
+            Lanes::Cpu(..) => None,
+        };
         GpuImages {
-            lane: self.hybrid.as_mut().map(|h| &mut h.gpu),
+            lane,
             outputs: from_gpu,
         }
     }

@@ -26,7 +26,7 @@ use crate::options::Options;
 use crate::order::Sampler;
 use crate::source::Source;
 use lanes::Lanes;
-use worker::{Message, Worker};
+use worker::{LanesReport, Message, Worker};
 
 pub use builder::PipelineBuilder;
 
@@ -58,8 +58,8 @@ pub struct Pipeline {
     class_names: Option<Vec<String>>,
     device_description: String,
     pinned_bytes: usize,
-    /// The GPU lane's share, as the worker measured or was given it.
-    gpu_share: Arc<Mutex<Option<f32>>>,
+    /// Which lanes decode and the GPU lane's share, as the worker last reported them.
+    lanes_report: Arc<Mutex<LanesReport>>,
     cuda_stream: Option<Arc<CudaStream>>,
     epoch: u64,
     state: EpochState,
@@ -116,7 +116,7 @@ impl Pipeline {
             Lanes::device_bytes(&options),
         )?;
         let lanes = Lanes::open(&options, gpu.as_ref())?;
-        let device_description = format!("{}{}", output.describe(), lanes.describe());
+        let device_description = output.describe();
         let pinned_bytes = output.pinned_bytes();
         let cuda_stream = output.cuda_stream();
         let sampler = Sampler::new(source.len(), &options.batching);
@@ -127,14 +127,17 @@ impl Pipeline {
         let stop = Arc::new(AtomicBool::new(false));
         let class_names = source.class_names().map(|c| c.to_vec());
         let source_len = source.len();
-        let gpu_share = Arc::new(Mutex::new(lanes.gpu_share()));
+        let lanes_report = Arc::new(Mutex::new(LanesReport {
+            share: lanes.gpu_share(),
+            description: lanes.describe(),
+        }));
         let worker = Worker {
             labelled: source.has_labels(),
             source: Arc::new(source),
             sampler,
             batching: options.batching,
             lanes,
-            share_report: gpu_share.clone(),
+            lanes_report: lanes_report.clone(),
             output,
             abandon: abandon.clone(),
             stop: stop.clone(),
@@ -150,7 +153,7 @@ impl Pipeline {
             class_names,
             device_description,
             pinned_bytes,
-            gpu_share,
+            lanes_report,
             cuda_stream,
             epoch: 0,
             state: EpochState::Ended,
@@ -304,14 +307,27 @@ impl Pipeline {
         self.cuda_stream.as_ref()
     }
 
-    /// With hybrid decoding, the GPU lane's share of the images it can take: as given, or as
-    /// measured on the first batch (`None` until then, and without hybrid decoding). Giving it
-    /// back ([`PipelineBuilder::gpu_share`]) puts every image on the same lane in a later run.
+    /// While the GPU decode lane runs, its share of the images it can take: as given, or as it
+    /// follows the lanes' speeds batch after batch (`None` while it does not run). Giving it back
+    /// ([`PipelineBuilder::gpu_share`]) keeps it, and puts every image on the same lane in a
+    /// later run.
     pub fn gpu_share(&self) -> Option<f32> {
-        *self
-            .gpu_share
+        self.lanes_report().share
+    }
+
+    /// Which lanes decode the images, and why, in words: the CPU alone (as asked, or because
+    /// the GPU decode lane cannot run here, with the reason), or the CPU and the GPU's JPEG
+    /// engines with the GPU lane's share. With [`crate::Decode::Auto`] the GPU lane opens beside
+    /// the first batches, so this changes once it runs.
+    pub fn decode_description(&self) -> String {
+        self.lanes_report().description
+    }
+
+    fn lanes_report(&self) -> LanesReport {
+        self.lanes_report
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
     }
 
     /// Page-locked host memory held by the staging ring (0 on the CPU device).

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 
-use super::hybrid::{HybridFilled, Probe};
+use super::hybrid::HybridFilled;
 use super::lanes::Lanes;
 use super::output::OutputStage;
 use crate::batch::Batch;
@@ -15,6 +15,15 @@ use crate::error::{Error, ItemError, Result};
 use crate::options::{BatchOptions, LastBatch};
 use crate::order::{EpochOrder, Sampler};
 use crate::source::Source;
+
+/// Which lanes decode, as the worker last saw them.
+#[derive(Debug, Clone, Default)]
+pub(super) struct LanesReport {
+    /// The GPU lane's share in force, while it runs.
+    pub share: Option<f32>,
+    /// Which lanes decode, and why, in words.
+    pub description: String,
+}
 
 /// What the worker sends the consumer.
 pub(super) enum Message {
@@ -36,8 +45,8 @@ pub(super) struct Worker {
     pub sampler: Sampler,
     pub batching: BatchOptions,
     pub lanes: Lanes,
-    /// Where the consumer reads the share in force.
-    pub share_report: Arc<Mutex<Option<f32>>>,
+    /// Where the consumer reads which lanes decode and the share in force.
+    pub lanes_report: Arc<Mutex<LanesReport>>,
     pub output: Box<dyn OutputStage>,
     pub abandon: Arc<AtomicBool>,
     pub stop: Arc<AtomicBool>,
@@ -58,13 +67,12 @@ impl Worker {
     /// Runs each epoch asked for on `commands`, sending its batches, then its end, on `batches`.
     pub fn run(mut self, commands: Receiver<u64>, batches: SyncSender<Message>) {
         let mut slot = 0;
-        // The next epoch, its order and share, when the lanes were started on it ahead of its
-        // command.
-        let mut begun: Option<(u64, Arc<EpochOrder>, Option<f32>)> = None;
+        // The next epoch and its order, when the lanes were started on it ahead of its command.
+        let mut begun: Option<(u64, Arc<EpochOrder>)> = None;
         while let Ok(epoch) = commands.recv() {
-            let ahead = begun.take().filter(|(e, _, _)| *e == epoch);
+            let ahead = begun.take().filter(|(e, _)| *e == epoch);
             let order = match &ahead {
-                Some((_, order, _)) => order.clone(),
+                Some((_, order)) => order.clone(),
                 None => Arc::new(self.sampler.epoch(epoch)),
             };
             let batch_size = self.batching.batch_size;
@@ -80,19 +88,15 @@ impl Worker {
             let mut dropped = 0;
             let mut complete = true;
             let begin = match ahead {
-                Some((_, _, share)) => Ok(share),
-                None => self.begin_lane(epoch, &order),
+                Some(_) => Ok(()),
+                None => self.lanes.begin(&self.source, &order, epoch),
             };
-            let share = match begin {
-                Ok(share) => share,
-                Err(error) => {
-                    let _ = batches.send(Message::Batch(Box::new(Err(error))));
-                    complete = false;
-                    position = order.len();
-                    delivered = target.unwrap_or(0);
-                    None
-                }
-            };
+            if let Err(error) = begin {
+                let _ = batches.send(Message::Batch(Box::new(Err(error))));
+                complete = false;
+                position = order.len();
+                delivered = target.unwrap_or(0);
+            }
             loop {
                 let want = match target {
                     Some(target) if delivered < target => (target - delivered).min(batch_size),
@@ -104,7 +108,9 @@ impl Worker {
                     complete = false;
                     break;
                 }
-                match self.next_batch(epoch, &order, position, slot, share, want) {
+                let made = self.next_batch(epoch, &order, position, slot, want);
+                self.report_lanes();
+                match made {
                     Ok(Produced::Batch(batch, consumed)) => {
                         position += consumed;
                         delivered += batch.len();
@@ -138,14 +144,14 @@ impl Worker {
                 // The rank's own images a partial last batch left out.
                 dropped = order.real().saturating_sub(position);
             }
-            if complete && share.is_some() && !self.stop.load(Ordering::SeqCst) {
+            if complete && self.lanes.work_ahead() && !self.stop.load(Ordering::SeqCst) {
                 // Every position of this epoch is in a batch: the lanes start on the next epoch
                 // now, while the consumer takes this one's last batches, rather than once it
                 // asks for the next (which it almost always does).
                 let next = epoch + 1;
                 let order = Arc::new(self.sampler.epoch(next));
-                if let Ok(share) = self.begin_lane(next, &order) {
-                    begun = Some((next, order, share));
+                if self.lanes.begin(&self.source, &order, next).is_ok() {
+                    begun = Some((next, order));
                 }
             }
             let end = Message::EndOfEpoch {
@@ -159,38 +165,23 @@ impl Worker {
         }
     }
 
-    /// With hybrid decoding, starts the GPU lane on the epoch, measuring the share first if it
-    /// is not known yet; returns the share (`None` without a GPU lane).
-    fn begin_lane(&mut self, epoch: u64, order: &Arc<EpochOrder>) -> Result<Option<f32>> {
-        if self.lanes.needs_measuring() && !order.indices().is_empty() {
-            let probe = Probe {
-                source: &self.source,
-                order,
-                epoch,
-                batch_size: self.batching.batch_size,
-            };
-            let staging = self.output.staging(0)?;
-            self.lanes.measure(staging, &probe, &self.abandon)?;
-        }
-        let share = self.lanes.begin(&self.source, order, epoch)?;
-        if share.is_some() {
-            *self
-                .share_report
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner()) = share;
-        }
-        Ok(share)
+    /// Publishes which lanes decode and the GPU lane's share, for the consumer.
+    fn report_lanes(&self) {
+        let mut report = self
+            .lanes_report
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        report.share = self.lanes.gpu_share();
+        report.description = self.lanes.describe();
     }
 
-    /// Prepares a batch of `want` images that starts at `position` of `order`; `share` is the GPU
-    /// lane's, when it runs.
+    /// Prepares a batch of `want` images that starts at `position` of `order`.
     fn next_batch(
         &mut self,
         epoch: u64,
         order: &EpochOrder,
         position: usize,
         slot: usize,
-        share: Option<f32>,
         want: usize,
     ) -> Result<Produced> {
         let request = BatchRequest {
@@ -203,7 +194,7 @@ impl Worker {
         let mut staging = self.output.staging(slot)?;
         let filled = self
             .lanes
-            .fill(&mut staging, &request, &self.source, &self.abandon, share)?;
+            .fill(&mut staging, &request, &self.source, &self.abandon)?;
         let Some(HybridFilled {
             filled,
             from_gpu,

@@ -134,13 +134,14 @@ pub struct RunArgs {
     /// 16-bit gray to 8 bits: clip (torchvision's) or scale.
     #[arg(long, default_value_t = Gray16::Clip)]
     gray16: Gray16,
-    /// Which decoders fill the batches: cpu (the CPU threads), or hybrid (the GPU's JPEG
-    /// engines beside them, for baseline colour JPEGs).
-    #[arg(long, default_value_t = Decode::Cpu)]
+    /// Which decoders fill the batches: auto (hybrid on a CUDA device whose JPEG engines nvJPEG
+    /// drives, else cpu), cpu (the CPU threads), or hybrid (the GPU's JPEG engines beside them,
+    /// for baseline JPEGs).
+    #[arg(long, default_value_t = Decode::Auto)]
     decode: Decode,
-    /// With --decode hybrid, the GPU lane's share of the images it can take, 0 to 1 (default:
-    /// measured on the first batch and printed; give it back to decode every image in the same
-    /// lane again).
+    /// With the GPU decode lane, its share of the images it can take, 0 to 1 (default: follows
+    /// the lanes' speeds and is printed; give it back to decode every image in the same lane
+    /// again).
     #[arg(long)]
     gpu_share: Option<f32>,
     /// Decode large JPEGs at 1/2, 1/4 or 1/8 size in the DCT domain when the output keeps a 2x
@@ -555,6 +556,7 @@ impl Summary<'_> {
         json!({
             "dir": self.args.dir.display().to_string(),
             "device": self.pipeline.device_description(),
+            "decode": self.pipeline.decode_description(),
             "images": images,
             "skipped": errors.len(),
             "errors": errors,
@@ -608,13 +610,10 @@ impl Summary<'_> {
             out!("  epochs      {}", self.tally.reports.len());
         }
         let by_gpu: usize = self.tally.reports.iter().map(|r| r.decoded_by_gpu).sum();
-        if self.pipeline.options().decode.lanes == Decode::Hybrid {
-            let share = self
-                .pipeline
-                .gpu_share()
-                .map_or(String::new(), |s| format!(" (GPU share {s})"));
+        out!("  decode      {}", self.pipeline.decode_description());
+        if by_gpu > 0 || self.pipeline.gpu_share().is_some() {
             out!(
-                "  decoded     {} by the CPU threads, {by_gpu} by the GPU's JPEG engines{share}",
+                "  decoded     {} by the CPU threads, {by_gpu} by the GPU decode lane",
                 images - by_gpu
             );
         }
