@@ -7,8 +7,10 @@
 #   sanitizer  compute-sanitizer memcheck and racecheck on the GPU unit tests and hybrid tests
 #   upload     the u8-vs-f32 upload and kernel bench
 #   pipeline   the pipeline bench on a 2,000-image corpus, in ROUNDS rounds, each after Pillow
-#   hybrid     gpufeed run --decode cpu and --decode hybrid in turn on 8,192 files (host CPU time
-#              per image too), and --cpu against the GPU path
+#   hybrid     gpufeed run --decode cpu, auto (the default) and hybrid with the share following
+#              the lanes, in turn, on 8,192 files (host CPU time per image too), and --cpu
+#              against the GPU path
+#   cold       process start to exit over one epoch of 8,192 files, each decode mode, in turn
 #   large      camera-size JPEGs (benches/make-large.py): PyTorch's DataLoader vs gpufeed
 #   train      the training transform per core: Pillow (torchvision) vs the CPU stage, in turn
 #   fidelity   every output mode against Pillow on 2,000 files (CPU, hybrid, the engines alone,
@@ -17,7 +19,7 @@ set -uo pipefail
 export PYTHONUNBUFFERED=1
 out=${OUT:-/tmp/gpufeed-out}
 mkdir -p "$out"
-steps=${STEPS:-tests sanitizer upload pipeline hybrid large train fidelity}
+steps=${STEPS:-tests sanitizer upload pipeline hybrid cold large train fidelity}
 rounds=${ROUNDS:-3}
 want() { [[ " $steps " == *" $1 "* ]]; }
 step() { echo; echo "=== $*"; }
@@ -70,8 +72,11 @@ try:
 except Exception:
     print("FAILED", r.returncode, r.stderr[-1500:]); sys.exit(1)
 cpu = u.ru_utime + u.ru_stime
-print(f"{sys.argv[1]}: {j['images_per_s']:.0f} img/s, {j['images']} images, skipped {j['skipped']}, "
-      f"by {j['decoded_by']}, share {j['gpu_share']}, host CPU {1e3*cpu/max(1,j['images']):.3f} ms/img")
+epochs = " ".join(f"{e['images'] / max(e['seconds'], 1e-9):.0f}" for e in j["epochs"])
+print(f"{sys.argv[1]}: {j['images_per_s']:.0f} img/s (epochs {epochs}), {j['images']} images, "
+      f"skipped {j['skipped']}, by {j['decoded_by']}, share {j['gpu_share']}, "
+      f"setup {j['setup_seconds']:.2f} s, host CPU {1e3*cpu/max(1,j['images']):.3f} ms/img; "
+      f"{j.get('decode', '')}")
 PY
 
 if want pipeline; then
@@ -86,9 +91,10 @@ if want pipeline; then
 fi
 
 if want hybrid; then
-  step "--decode cpu and --decode hybrid: 8,192 files, 3 epochs a run, in turn"
+  step "--decode cpu, auto and hybrid: 8,192 files, 3 epochs a run, in turn"
   for round in $(seq "$rounds"); do
     python3 /tmp/timed.py "round $round cpu   " $g run /tmp/c8k --json --epochs 3 --decode cpu
+    python3 /tmp/timed.py "round $round auto  " $g run /tmp/c8k --json --epochs 3
     python3 /tmp/timed.py "round $round hybrid" $g run /tmp/c8k --json --epochs 3 --decode hybrid
   done
   python3 /tmp/timed.py "training, cpu   " $g run /tmp/c8k --json --epochs 3 --train --decode cpu
@@ -97,6 +103,18 @@ if want hybrid; then
   for round in $(seq "$rounds"); do
     python3 /tmp/timed.py "round $round GPU path" $g run /tmp/c8k --json --epochs 2
     python3 /tmp/timed.py "round $round --cpu   " $g run /tmp/c8k --json --epochs 2 --cpu
+  done
+fi
+
+if want cold; then
+  step "cold: process start to exit, one epoch of 8,192 files, in turn"
+  for round in $(seq "$rounds"); do
+    for mode in cpu auto hybrid; do
+      start=$(date +%s.%N)
+      $g run /tmp/c8k --json --decode $mode >/tmp/cold.json
+      end=$(date +%s.%N)
+      python3 -c "import json; j=json.load(open('/tmp/cold.json')); s=$end-$start; print(f'round $round $mode: {s:.2f} s start to exit, {j[\"images\"]/s:.0f} images/s; setup {j[\"setup_seconds\"]:.2f} s, by {j[\"decoded_by\"]}')"
+    done
   done
 fi
 

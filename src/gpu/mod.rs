@@ -40,6 +40,7 @@ mod tests;
 mod work;
 pub(crate) mod ycc;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use cudarc::driver::{
@@ -154,11 +155,32 @@ impl GpuLane {
     /// Opens the lane on `gpu` (its decoders initialized and warmed up, its threads started);
     /// `Err` says why it cannot run here.
     pub fn open(gpu: &Gpu, config: &GpuLaneConfig) -> Result<GpuLane, GpuLaneError> {
-        GpuLane::open_for(gpu, config, GRAY_ON_THE_GPU)
+        GpuLane::open_for(gpu, config, GRAY_ON_THE_GPU, &AtomicBool::new(false))
     }
 
-    /// [`GpuLane::open`], saying whether gray JPEGs go to the hardware.
-    fn open_for(gpu: &Gpu, config: &GpuLaneConfig, gray: bool) -> Result<GpuLane, GpuLaneError> {
+    /// [`GpuLane::open`] on a thread of its own: gives up, between its steps, once `cancel` is
+    /// raised (the pipeline that wanted it is gone).
+    pub fn open_unless(
+        gpu: &Gpu,
+        config: &GpuLaneConfig,
+        cancel: &AtomicBool,
+    ) -> Result<GpuLane, GpuLaneError> {
+        GpuLane::open_for(gpu, config, GRAY_ON_THE_GPU, cancel)
+    }
+
+    /// [`GpuLane::open`], saying whether gray JPEGs go to the hardware, given up once `cancel`
+    /// is raised.
+    fn open_for(
+        gpu: &Gpu,
+        config: &GpuLaneConfig,
+        gray: bool,
+        cancel: &AtomicBool,
+    ) -> Result<GpuLane, GpuLaneError> {
+        let given_up = || {
+            cancel
+                .load(Ordering::Relaxed)
+                .then(|| GpuLaneError::Opening("the pipeline was dropped".into()))
+        };
         let geometry = config.geometry;
         let filter = match geometry.interpolation {
             Interpolation::Bilinear => Filter::Bilinear,
@@ -200,6 +222,9 @@ impl GpuLane {
             .map_err(GpuLaneError::cuda("finding the gather kernel"))?;
         let mut sets = Vec::with_capacity(SUBMITTING_THREADS);
         for _ in 0..SUBMITTING_THREADS {
+            if let Some(cancelled) = given_up() {
+                return Err(cancelled);
+            }
             sets.push(DecoderSet::open(
                 gpu,
                 &nvjpeg,
@@ -216,6 +241,9 @@ impl GpuLane {
         let image_bytes = geometry.image_bytes();
         let lookahead = lookahead(config.batch_size);
         let slots = ring_slots(config.batch_size);
+        if let Some(cancelled) = given_up() {
+            return Err(cancelled);
+        }
         let preparers = (0..PREPARING_THREADS)
             .map(|_| Preparer::new(geometry, filter))
             .collect();

@@ -26,7 +26,13 @@ fn open_lane(gpu: &Gpu, geometry: &Geometry, batch_size: usize, gray: bool) -> G
         max_file_bytes: 1 << 30,
         exif_orientation: false,
     };
-    GpuLane::open_for(gpu, &config, gray).expect("the GPU lane")
+    GpuLane::open_for(
+        gpu,
+        &config,
+        gray,
+        &std::sync::atomic::AtomicBool::new(false),
+    )
+    .expect("the GPU lane")
 }
 
 /// Runs the lane over `files` (a source of in-memory bytes, every file offered), gathers what it

@@ -19,8 +19,9 @@
 //! lane on every run, and the bytes are the same run after run.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::CudaStream;
@@ -110,9 +111,51 @@ impl Balance {
 
 /// The GPU lane: opening on a thread of its own, open, or off for a reason.
 enum GpuState {
-    Opening(Receiver<std::result::Result<GpuLane, GpuLaneError>>),
+    Opening(Opening),
     Open(Box<GpuLane>),
     Off(GpuLaneError),
+}
+
+/// A GPU lane opening on a thread of its own.
+pub(crate) struct Opening {
+    receiver: Receiver<std::result::Result<GpuLane, GpuLaneError>>,
+    thread: Option<JoinHandle<()>>,
+    /// Raised to make the thread give up.
+    cancel: Arc<AtomicBool>,
+}
+
+impl Opening {
+    /// Opens the lane `open` makes on a thread of its own; `open` gives up once its flag is
+    /// raised.
+    pub fn start(
+        open: impl FnOnce(&AtomicBool) -> std::result::Result<GpuLane, GpuLaneError> + Send + 'static,
+    ) -> Result<Opening> {
+        let (sender, receiver) = mpsc::channel();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let flag = cancel.clone();
+        let thread = std::thread::Builder::new()
+            .name("gpufeed-gpu-lane-open".into())
+            .spawn(move || {
+                let _ = sender.send(open(&flag));
+            })
+            .map_err(|e| Error::Worker(format!("cannot open the GPU lane: {e}")))?;
+        Ok(Opening {
+            receiver,
+            thread: Some(thread),
+            cancel,
+        })
+    }
+}
+
+impl Drop for Opening {
+    /// A lane still opening is given up, and its thread waited for, so that nothing it holds
+    /// outlives the pipeline.
+    fn drop(&mut self) {
+        self.cancel.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// The epoch the lanes work on, kept to begin the GPU lane on it when it opens mid-epoch.
@@ -154,7 +197,7 @@ pub(crate) enum GpuOpening {
     /// Opened before the first batch.
     Open(GpuLane),
     /// Opening on a thread of its own.
-    Pending(Receiver<std::result::Result<GpuLane, GpuLaneError>>),
+    Pending(Opening),
 }
 
 impl HybridLanes {
@@ -174,7 +217,7 @@ impl HybridLanes {
                 ahead.set_active_threads(threads_beside_gpu);
                 GpuState::Open(Box::new(lane))
             }
-            GpuOpening::Pending(receiver) => GpuState::Opening(receiver),
+            GpuOpening::Pending(opening) => GpuState::Opening(opening),
         };
         HybridLanes {
             gpu,
@@ -251,10 +294,10 @@ impl HybridLanes {
     /// Takes the GPU lane if it has opened meanwhile (then [`HybridLanes::start_gpu_lane`]
     /// begins it on the epoch under way).
     fn poll_gpu(&mut self) {
-        let GpuState::Opening(receiver) = &self.gpu else {
+        let GpuState::Opening(opening) = &self.gpu else {
             return;
         };
-        let opened = match receiver.try_recv() {
+        let opened = match opening.receiver.try_recv() {
             Ok(opened) => opened,
             Err(TryRecvError::Empty) => return,
             Err(TryRecvError::Disconnected) => Err(GpuLaneError::Opening(

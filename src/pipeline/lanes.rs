@@ -6,16 +6,16 @@
 //! [`DecodeOptions::lanes`]: crate::DecodeOptions::lanes
 
 use std::sync::atomic::AtomicBool;
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream};
 
-use super::hybrid::{Balance, GpuOpening, HybridFilled, HybridLanes};
+use super::hybrid::{Balance, GpuOpening, HybridFilled, HybridLanes, Opening};
 use super::output::DeviceWrites;
 use crate::batch::DecodedBy;
 use crate::cpu::{BatchRequest, CpuAhead, CpuLane, LaneCore, Staging};
 use crate::cuda::Gpu;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::geometry::Geometry;
 use crate::gpu::{lookahead, GpuLane, GpuLaneConfig, LaneOutput};
 use crate::options::{Decode, Device, Options};
@@ -26,6 +26,11 @@ use crate::source::Source;
 /// engines most of the time) and the thread that hands the batches out, when the thread count is
 /// left to the pipeline.
 const CORES_FOR_THE_GPU_LANE: usize = 2;
+
+/// Images an epoch needs for [`Decode::Auto`] to open the GPU lane: opening it takes a second or
+/// two of a core and about a gigabyte of device memory, which fewer images than this (well under
+/// a second of the CPU lane's work on 16 cores) do not repay.
+pub(crate) const AUTO_MIN_IMAGES: usize = 1024;
 
 /// The lanes a pipeline decodes with.
 pub(crate) enum Lanes {
@@ -59,22 +64,30 @@ impl Lanes {
         Lanes::gpu_config(options).map_or(0, |config| GpuLane::device_bytes(&config))
     }
 
-    /// Opens the lanes `options` ask for. With hybrid or automatic decoding on `gpu` (the
-    /// pipeline's device) the CPU lane starts at once and the GPU lane opens on a thread of its
-    /// own, joining the batches once ready; with a given share it opens before the first batch
-    /// instead, so that every image goes to the same lane on every run.
-    pub fn open(options: &Options, gpu: Option<&Gpu>) -> Result<Lanes> {
+    /// Opens the lanes `options` ask for, for epochs of `images`. With hybrid or automatic
+    /// decoding on `gpu` (the pipeline's device) the CPU lane starts at once and the GPU lane
+    /// opens on a thread of its own, joining the batches once ready; with a given share it opens
+    /// before the first batch instead, so that every image goes to the same lane on every run.
+    /// Automatic decoding opens it only for epochs of at least [`AUTO_MIN_IMAGES`].
+    pub fn open(options: &Options, gpu: Option<&Gpu>, images: usize) -> Result<Lanes> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let small = options.decode.lanes == Decode::Auto && images < AUTO_MIN_IMAGES;
         let (config, gpu) = match (Lanes::gpu_config(options), gpu) {
-            (Some(config), Some(gpu)) => (config, gpu),
+            (Some(config), Some(gpu)) if !small => (config, gpu),
             _ => {
                 let why = match options.decode.lanes {
-                    Decode::Cpu => "CPU decode, as asked",
-                    _ => "automatic: CPU decode, as the batches go to the CPU",
+                    Decode::Cpu => "CPU decode, as asked".to_string(),
+                    _ if gpu.is_none() => {
+                        "automatic: CPU decode, as the batches go to the CPU".into()
+                    }
+                    _ => format!(
+                        "automatic: CPU decode, as an epoch of {images} images does not repay \
+                         opening the GPU decode lane (it takes {AUTO_MIN_IMAGES})"
+                    ),
                 };
                 let threads = options.runtime.threads;
                 let cpu = CpuLane::new(&options.decode, &options.resize, threads)?;
-                return Ok(Lanes::Cpu(cpu, DecodeWhy(why.into())));
+                return Ok(Lanes::Cpu(cpu, DecodeWhy(why)));
             }
         };
         let threads = match options.runtime.threads {
@@ -97,15 +110,10 @@ impl Lanes {
                 Err(reason) => return Lanes::fall_back(options, reason.to_string()),
             }
         } else {
-            let (sender, receiver) = mpsc::channel();
             let device = gpu.clone();
-            std::thread::Builder::new()
-                .name("gpufeed-gpu-lane-open".into())
-                .spawn(move || {
-                    let _ = sender.send(GpuLane::open(&device, &config));
-                })
-                .map_err(|e| Error::Worker(format!("cannot open the GPU lane: {e}")))?;
-            GpuOpening::Pending(receiver)
+            GpuOpening::Pending(Opening::start(move |cancel| {
+                GpuLane::open_unless(&device, &config, cancel)
+            })?)
         };
         let why = match options.decode.lanes {
             Decode::Auto => "automatic",

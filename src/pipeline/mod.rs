@@ -104,6 +104,8 @@ impl Pipeline {
         if source.is_empty() {
             return Err(Error::invalid("source", "the source has no images"));
         }
+        let sampler = Sampler::new(source.len(), &options.batching);
+        let shard_len = sampler.real_len();
         let gpu = match options.runtime.device {
             crate::Device::Cuda(ordinal) => Some(Gpu::open(ordinal)?),
             crate::Device::Cpu => None,
@@ -115,12 +117,10 @@ impl Pipeline {
             gpu.as_ref(),
             Lanes::device_bytes(&options),
         )?;
-        let lanes = Lanes::open(&options, gpu.as_ref())?;
+        let lanes = Lanes::open(&options, gpu.as_ref(), shard_len)?;
         let device_description = output.describe();
         let pinned_bytes = output.pinned_bytes();
         let cuda_stream = output.cuda_stream();
-        let sampler = Sampler::new(source.len(), &options.batching);
-        let shard_len = sampler.real_len();
         let (command_tx, command_rx) = mpsc::channel::<u64>();
         let (batch_tx, batch_rx) = mpsc::sync_channel::<Message>(options.runtime.prefetch - 1);
         let abandon = Arc::new(AtomicBool::new(false));
