@@ -21,7 +21,7 @@ use crate::cuda::ycc::{ChromaSampling, YccConverter, YccJob};
 use crate::error::{Error, Result};
 use crate::geometry::Geometry;
 use crate::options::ResizeMode;
-use crate::pillow::{Filter, PassOrder};
+use crate::resample::{Filter, PassOrder};
 
 /// Bytes of the RGB buffer: a call's colour images at most, unless one image alone is larger.
 const RGB_BYTES: usize = 3 * super::MAX_CALL_PIXELS as usize;

@@ -43,7 +43,7 @@ use crate::error::{Error, Result};
 use crate::geometry::{CropDraw, Geometry};
 use crate::options::Interpolation;
 use crate::order::EpochOrder;
-use crate::pillow::Filter;
+use crate::resample::Filter;
 use crate::source::Source;
 
 use decoders::DecoderSet;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::runner::{Job, Shared, Work};
 use super::{Screened, MAX_CALL_BYTES, MAX_COMPRESSED};
 use crate::geometry::{CropDraw, Geometry};
-use crate::pillow::{plan_passes, AxisPlan, Filter, PassOrder, PassPlan};
+use crate::resample::{plan_passes, AxisPlan, Filter, PassOrder, PassPlan};
 use crate::source::ItemBytes;
 
 /// An image of a call: where it goes, its compressed bytes and header facts, what the random

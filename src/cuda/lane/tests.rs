@@ -11,7 +11,7 @@ use crate::cuda::resize::plan::{plan_batch, ResizeJob, SourceImage, SourcePixels
 use crate::cuda::resize::BatchResizer;
 use crate::cuda::test_gpu;
 use crate::options::{DecodeOptions, ResizeMode, ResizeOptions};
-use crate::pillow::{resample, PassOrder};
+use crate::resample::{resample, PassOrder};
 use gpufeed_bench::upload::random_bytes;
 
 /// A lane for the default geometry and batches of up to `batch_size`.
