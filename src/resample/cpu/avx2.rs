@@ -8,7 +8,8 @@
 //!
 //! - Vertical pass: 16 bytes of a row at a time, two taps per `madd` (the rows interleaved
 //!   byte by byte), four accumulators; the tail of a row goes through the portable pass.
-//! - Horizontal pass, RGB: two rows at a time (one per 128-bit lane), four taps per step: the
+//! - Horizontal pass, RGB: four rows at a time (two per register, one per 128-bit lane), four
+//!   taps per step, each output's weights broadcast once for the four rows: the
 //!   12 bytes of four pixels shuffled into `[r0 r1 g0 g1 b0 b1 0 0]` and `[r2 r3 g2 g3 ...]`,
 //!   each `madd`ed with a broadcast pair of weights. Gray: eight taps per step. Each output's
 //!   weights are padded with zeros to the step, so a step may read up to three pixels (RGB) or
@@ -71,81 +72,164 @@ fn taps_of(pass: &HorizontalPass, j: usize, step: usize) -> (usize, usize) {
     (start, (len as usize).div_ceil(step))
 }
 
+/// Bytes of pixels 0, 1 (and 2, 3) of four into 16-bit lanes, channel by channel, in pairs:
+/// `[r0 r1 g0 g1 b0 b1 0 0]`; -1 makes a zero byte.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn rgb_shuffles() -> (__m256i, __m256i) {
+    (
+        _mm256_setr_epi8(
+            0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1, 0, -1, 3, -1, 1, -1, 4, -1,
+            2, -1, 5, -1, -1, -1, -1, -1,
+        ),
+        _mm256_setr_epi8(
+            6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1, 6, -1, 9, -1, 7, -1, 10,
+            -1, 8, -1, 11, -1, -1, -1, -1, -1,
+        ),
+    )
+}
+
+/// Four pixels of two rows from byte `off` of each (row `a` in the low lane).
+///
+/// # Safety
+/// `a + off + 16` and `b + off + 16` are at most `input.len()`.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn load_two(input: &[u8], a: usize, b: usize, off: usize) -> __m256i {
+    debug_assert!(a.max(b) + off + 16 <= input.len());
+    // SAFETY: as the caller promises.
+    unsafe {
+        let pa = _mm_loadu_si128(input.as_ptr().add(a + off) as *const __m128i);
+        let pb = _mm_loadu_si128(input.as_ptr().add(b + off) as *const __m128i);
+        _mm256_set_m128i(pb, pa)
+    }
+}
+
+/// The two rows' pixels of `acc_hi`/`acc_lo`, clipped: `[r g b _]` of each.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn finish_two(acc_hi: __m256i, acc_lo: __m256i) -> ([u8; 4], [u8; 4]) {
+    let v = combine(acc_hi, acc_lo);
+    let v = _mm256_packs_epi32(v, v);
+    let v = _mm256_packus_epi16(v, v);
+    (
+        (_mm256_cvtsi256_si32(v) as u32).to_le_bytes(),
+        (_mm_cvtsi128_si32(_mm256_extracti128_si256::<1>(v)) as u32).to_le_bytes(),
+    )
+}
+
+/// Writes one RGB pixel at `at` of `out`.
+#[inline]
+fn put3(out: &mut [u8], at: usize, px: &[u8; 4]) {
+    if let Some(dst) = out.get_mut(at..at + 3) {
+        dst.copy_from_slice(&px[..3]);
+    }
+}
+
 #[target_feature(enable = "avx2")]
 unsafe fn horizontal_rgb(pass: &mut HorizontalPass) {
-    // Bytes of pixels 0, 1 (and 2, 3) of four into 16-bit lanes, channel by channel, in
-    // pairs: [r0 r1 g0 g1 b0 b1 0 0]; -1 makes a zero byte.
-    let low = _mm256_setr_epi8(
-        0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1, 0, -1, 3, -1, 1, -1, 4, -1, 2,
-        -1, 5, -1, -1, -1, -1, -1,
-    );
-    let high = _mm256_setr_epi8(
-        6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1, 6, -1, 9, -1, 7, -1, 10, -1, 8,
-        -1, 11, -1, -1, -1, -1, -1,
-    );
+    let (low, high) = rgb_shuffles();
     let SplitWeights { hi, lo, stride } = pass.split;
     let stride = *stride;
     let input = pass.input;
-    let outputs = pass.coefficients.bounds.len();
+    let bounds = &pass.coefficients.bounds;
+    if bounds.len() * stride > hi.len() || bounds.len() * stride > lo.len() {
+        portable::horizontal(pass);
+        return;
+    }
+    // The furthest any output's loads reach past its row's start: rows up to `safe_rows` take
+    // every load unchecked, the rest go through the portable pass.
+    let reach = bounds
+        .iter()
+        .map(|&(start, len)| {
+            let start = (start as usize).saturating_sub(pass.shift) * 3;
+            start + 12 * (len as usize).div_ceil(4).saturating_sub(1) + 16
+        })
+        .max()
+        .unwrap_or(0);
+    let safe_rows = match input.len().checked_sub(reach) {
+        Some(room) if pass.pitch > 0 => (room / pass.pitch + 1).min(pass.rows),
+        Some(_) => pass.rows,
+        None => 0,
+    };
+    let (pitch, out_pitch) = (pass.pitch, pass.out_pitch);
     let mut r = 0;
-    while r < pass.rows {
-        // Two rows a step, the second a copy of the first for an odd last row.
-        let b_row = if r + 1 < pass.rows { r + 1 } else { r };
-        let (a_at, b_at) = (r * pass.pitch, b_row * pass.pitch);
-        for j in 0..outputs {
-            let (start, steps) = taps_of(pass, j, 4);
-            let reach = b_at + start + 12 * steps.saturating_sub(1) + 16;
-            if steps == 0 || reach > input.len() || (j + 1) * stride > hi.len() {
-                for row in [r, b_row] {
-                    let line = input.get(row * pass.pitch..).unwrap_or(&[]);
-                    let px = portable::horizontal_pixel(pass, line, j);
-                    let at = row * pass.out_pitch + j * pass.out_step;
-                    portable::write_pixel(pass.output, at, &px, pass.out_step);
-                }
-                continue;
-            }
-            let mut acc_hi = _mm256_setzero_si256();
-            let mut acc_lo = _mm256_setzero_si256();
+    while r + 4 <= safe_rows {
+        let (a, b, c, d) = (r * pitch, (r + 1) * pitch, (r + 2) * pitch, (r + 3) * pitch);
+        for (j, &(start, len)) in bounds.iter().enumerate() {
+            let start = (start as usize).saturating_sub(pass.shift) * 3;
+            let steps = (len as usize).div_ceil(4);
             let w = j * stride;
+            let (mut h_ab, mut l_ab) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+            let (mut h_cd, mut l_cd) = (_mm256_setzero_si256(), _mm256_setzero_si256());
             for s in 0..steps {
                 let off = start + 12 * s;
-                // SAFETY: `b_at + off + 16 <= reach <= input.len()`, and `a_at <= b_at`.
-                let pixels = unsafe {
-                    let pa = _mm_loadu_si128(input.as_ptr().add(a_at + off) as *const __m128i);
-                    let pb = _mm_loadu_si128(input.as_ptr().add(b_at + off) as *const __m128i);
-                    _mm256_set_m128i(pb, pa)
-                };
-                let p01 = _mm256_shuffle_epi8(pixels, low);
-                let p23 = _mm256_shuffle_epi8(pixels, high);
-                // SAFETY: `w + 4 * s + 3 < w + stride <= hi.len() == lo.len()` (the weights
-                // are padded to a multiple of 8, and `4 * steps <= stride`).
-                let (h01, h23, l01, l23) = unsafe {
+                // SAFETY: every row below `safe_rows` has `reach` bytes from its start inside
+                // the input, and `off + 16 <= reach`; `w + 4 * s + 3 < w + stride <=
+                // hi.len() == lo.len()` (weights padded to a multiple of 8, `4 * steps <=
+                // stride`).
+                let (ab, cd, h01, h23, l01, l23) = unsafe {
                     (
+                        load_two(input, a, b, off),
+                        load_two(input, c, d, off),
                         pair(hi, w + 4 * s),
                         pair(hi, w + 4 * s + 2),
                         pair(lo, w + 4 * s),
                         pair(lo, w + 4 * s + 2),
                     )
                 };
-                acc_hi = _mm256_add_epi32(acc_hi, _mm256_madd_epi16(p01, h01));
-                acc_hi = _mm256_add_epi32(acc_hi, _mm256_madd_epi16(p23, h23));
-                acc_lo = _mm256_add_epi32(acc_lo, _mm256_madd_epi16(p01, l01));
-                acc_lo = _mm256_add_epi32(acc_lo, _mm256_madd_epi16(p23, l23));
+                let (ab01, ab23) = (_mm256_shuffle_epi8(ab, low), _mm256_shuffle_epi8(ab, high));
+                let (cd01, cd23) = (_mm256_shuffle_epi8(cd, low), _mm256_shuffle_epi8(cd, high));
+                h_ab = _mm256_add_epi32(h_ab, _mm256_madd_epi16(ab01, h01));
+                h_ab = _mm256_add_epi32(h_ab, _mm256_madd_epi16(ab23, h23));
+                l_ab = _mm256_add_epi32(l_ab, _mm256_madd_epi16(ab01, l01));
+                l_ab = _mm256_add_epi32(l_ab, _mm256_madd_epi16(ab23, l23));
+                h_cd = _mm256_add_epi32(h_cd, _mm256_madd_epi16(cd01, h01));
+                h_cd = _mm256_add_epi32(h_cd, _mm256_madd_epi16(cd23, h23));
+                l_cd = _mm256_add_epi32(l_cd, _mm256_madd_epi16(cd01, l01));
+                l_cd = _mm256_add_epi32(l_cd, _mm256_madd_epi16(cd23, l23));
             }
-            let v = combine(acc_hi, acc_lo);
-            let v = _mm256_packs_epi32(v, v);
-            let v = _mm256_packus_epi16(v, v);
-            let a = (_mm256_cvtsi256_si32(v) as u32).to_le_bytes();
-            let b = (_mm_cvtsi128_si32(_mm256_extracti128_si256::<1>(v)) as u32).to_le_bytes();
-            let at = r * pass.out_pitch + j * pass.out_step;
-            portable::write_pixel(pass.output, at, &a[..3], pass.out_step);
-            if b_row != r {
-                let at = b_row * pass.out_pitch + j * pass.out_step;
-                portable::write_pixel(pass.output, at, &b[..3], pass.out_step);
+            let (pa, pb) = finish_two(h_ab, l_ab);
+            let (pc, pd) = finish_two(h_cd, l_cd);
+            let at = r * out_pitch + j * pass.out_step;
+            put3(pass.output, at, &pa);
+            put3(pass.output, at + out_pitch, &pb);
+            put3(pass.output, at + 2 * out_pitch, &pc);
+            put3(pass.output, at + 3 * out_pitch, &pd);
+        }
+        r += 4;
+    }
+    while r + 2 <= safe_rows {
+        let (a, b) = (r * pitch, (r + 1) * pitch);
+        for (j, &(start, len)) in bounds.iter().enumerate() {
+            let start = (start as usize).saturating_sub(pass.shift) * 3;
+            let w = j * stride;
+            let (mut h, mut l) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+            for s in 0..(len as usize).div_ceil(4) {
+                // SAFETY: as in the four-row loop.
+                let (ab, h01, h23, l01, l23) = unsafe {
+                    (
+                        load_two(input, a, b, start + 12 * s),
+                        pair(hi, w + 4 * s),
+                        pair(hi, w + 4 * s + 2),
+                        pair(lo, w + 4 * s),
+                        pair(lo, w + 4 * s + 2),
+                    )
+                };
+                let (p01, p23) = (_mm256_shuffle_epi8(ab, low), _mm256_shuffle_epi8(ab, high));
+                h = _mm256_add_epi32(h, _mm256_madd_epi16(p01, h01));
+                h = _mm256_add_epi32(h, _mm256_madd_epi16(p23, h23));
+                l = _mm256_add_epi32(l, _mm256_madd_epi16(p01, l01));
+                l = _mm256_add_epi32(l, _mm256_madd_epi16(p23, l23));
             }
+            let (pa, pb) = finish_two(h, l);
+            let at = r * out_pitch + j * pass.out_step;
+            put3(pass.output, at, &pa);
+            put3(pass.output, at + out_pitch, &pb);
         }
         r += 2;
     }
+    portable::horizontal_rows(pass, r, pass.rows);
 }
 
 #[target_feature(enable = "avx2")]
@@ -273,7 +357,15 @@ unsafe fn vertical_avx2(pass: &mut VerticalPass) {
             let mut done = [0u8; 16];
             // SAFETY: `done` holds 16 bytes.
             unsafe { _mm_storeu_si128(done.as_mut_ptr() as *mut __m128i, bytes) };
-            portable::write_row_part(pass, j, x, &done);
+            if pass.spread {
+                portable::write_row_part(pass, j, x, &done);
+            } else if let Some(dst) = pass
+                .output
+                .get_mut(j * pass.out_pitch + x..)
+                .and_then(|row| row.get_mut(..16))
+            {
+                dst.copy_from_slice(&done);
+            }
             x += 16;
         }
     }
