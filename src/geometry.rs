@@ -1,17 +1,27 @@
-//! The planner: where an image of a given size lands in the output, which part of it the resize
-//! reads, and how much of it a JPEG decode may skip. Pure arithmetic, shared by every decode
-//! lane, so what is decoded and what is read are decided in one place.
+//! The planner: where an image of a given size lands in the output, as one integer plan per
+//! axis ([`AxisPlan`]), from which everything else follows: the coefficients both lanes resample
+//! with, the DCT scaling a JPEG decode may take, and the window of it the resize reads. Pure
+//! arithmetic, shared by every decode lane, so what is decoded and what is read are decided in
+//! one place.
 //!
-//! The default reproduces torchvision's `Resize(s)` + `CenterCrop(h, w)` on PIL images exactly:
-//! the long side is `int(s * long / short)`, the crop offset `int(round((resized - crop) / 2))`
-//! with Python's round (ties to even), and a crop larger than the resized image pads with zeros
-//! before `(crop - resized) // 2` pixels. Training's `RandomResizedCrop` and
-//! `RandomHorizontalFlip` draw each image's box and flip here too ([`Geometry::draw`]), with
-//! torchvision's algorithm, from (seed, epoch, source index) alone.
+//! The default reproduces torchvision's `Resize(s)` + `CenterCrop(h, w)` on PIL images exactly
+//! (the sizes and crop offsets are [`crate::resample`]'s: `int(s * long / short)`,
+//! `int(round((resized - crop) / 2))` with Python's round, zero padding before
+//! `(crop - resized) // 2` pixels). Training's `RandomResizedCrop` and `RandomHorizontalFlip`
+//! draw each image's box and flip here too ([`Geometry::draw`]), with torchvision's algorithm,
+//! from (seed, epoch, source index) alone; the box is cropped, then resized
+//! (`F.resized_crop`), and the flip comes last.
+//!
+//! A JPEG decoded at 1/2, 1/4 or 1/8 of its size (`--dct-scaling`, an approximation) is
+//! resized as Pillow resizes after `Image.draft`: the plans' region becomes a fractional box of
+//! the reduced image ([`AxisPlan::reduced`]).
 
 use crate::options::{DrawRange, Interpolation, ResizeMode, ResizeOptions};
-use crate::pillow::{torchvision_resize, AxisPlan};
 use crate::random::Draws;
+use crate::resample::{
+    letterbox_fit, torchvision_resize, AxisPlan, Filter, ImagePlan, PassOrder, PlanError,
+    Resampling,
+};
 
 /// What was drawn for one image by the random transforms of training: the box of the source
 /// image (in its pixels, after any EXIF turn) that torchvision's
@@ -42,24 +52,10 @@ pub(crate) struct SourceRect {
     pub y1: u32,
 }
 
-/// A source rectangle (fractional, source pixels) and the output rectangle it is resized into;
-/// the output outside it is filled with `pad`. An `isolated` rectangle (a random crop's box) is
-/// resized as an image of its own: the filter reads nothing outside it (torchvision's crop, then
-/// resize); otherwise the filter reaches past its edges as far as the image goes (a resize of
-/// the whole image, of which a part is kept).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Placement {
-    pub src_left: f64,
-    pub src_top: f64,
-    pub src_width: f64,
-    pub src_height: f64,
-    pub dst_left: u32,
-    pub dst_top: u32,
-    pub dst_width: u32,
-    pub dst_height: u32,
-    pub pad: u8,
-    pub isolated: bool,
-}
+/// Decoded pixels a partial JPEG decode adds around the samples the resize reads: libjpeg-turbo
+/// may compute the first row or column of a region differently (its fancy upsampling sees no
+/// neighbour there), so one more, and one to spare.
+const WINDOW_MARGIN: u32 = 2;
 
 /// The output geometry of a pipeline: the resize mode (with the output size), the filter and the
 /// random transforms.
@@ -71,6 +67,8 @@ pub(crate) struct Geometry {
     pub interpolation: Interpolation,
     pub horizontal_flip: f64,
     pub seed: u64,
+    /// The pass order of the Pillow version reproduced.
+    pub pass_order: PassOrder,
 }
 
 impl Geometry {
@@ -83,6 +81,7 @@ impl Geometry {
             interpolation: resize.interpolation,
             horizontal_flip: resize.horizontal_flip,
             seed: resize.seed,
+            pass_order: PassOrder::for_pillow(resize.pillow_version.0, resize.pillow_version.1),
         }
     }
 
@@ -128,9 +127,36 @@ impl Geometry {
         self.width as usize * self.height as usize * 3
     }
 
-    /// Where an image of `width` x `height` lands in the output, given its random draws.
-    pub fn place(&self, width: u32, height: u32, draw: Option<&CropDraw>) -> Placement {
-        let (w, h) = (width as f64, height as f64);
+    /// The value of the output outside the image (a letterbox's bands; torchvision's zeros
+    /// around a crop larger than the resize).
+    pub fn pad(&self) -> u8 {
+        match self.mode {
+            ResizeMode::Letterbox { pad, .. } => pad,
+            _ => 0,
+        }
+    }
+
+    /// Pillow's resampling of the interpolation chosen.
+    pub fn resampling(&self) -> Resampling {
+        match self.interpolation {
+            Interpolation::Nearest => Resampling::Nearest,
+            Interpolation::Bicubic => Resampling::Filter(Filter::Bicubic),
+            Interpolation::Lanczos => Resampling::Filter(Filter::Lanczos),
+            Interpolation::Box => Resampling::Filter(Filter::Box),
+            Interpolation::Hamming => Resampling::Filter(Filter::Hamming),
+            Interpolation::Bilinear => Resampling::Filter(Filter::Bilinear),
+        }
+    }
+
+    /// Where an image of `width` x `height` (full size, after any EXIF turn) lands in the
+    /// output, given its random draws, as one integer plan per axis (x, y) in Pillow's terms:
+    /// what is resized to how many samples, which of them are kept, where they land.
+    pub fn axis_plans(
+        &self,
+        width: u32,
+        height: u32,
+        draw: Option<&CropDraw>,
+    ) -> (AxisPlan, AxisPlan) {
         let (out_w, out_h) = (self.width, self.height);
         match self.mode {
             ResizeMode::RandomResizedCrop { .. } => {
@@ -141,99 +167,16 @@ impl Geometry {
                     width,
                     flipped: false,
                 });
-                Placement {
-                    src_left: b.left as f64,
-                    src_top: b.top as f64,
-                    src_width: b.width as f64,
-                    src_height: b.height as f64,
-                    dst_left: 0,
-                    dst_top: 0,
-                    dst_width: out_w,
-                    dst_height: out_h,
-                    pad: 0,
-                    isolated: true,
-                }
-            }
-            ResizeMode::ShorterSideThenCenterCrop { shorter_side, .. } => {
-                let s = shorter_side as u64;
-                // torchvision: the long side is int(s * long / short), computed in floating point.
-                let long =
-                    |side: u32, short: f64| (((s * side as u64) as f64 / short) as u64).max(1);
-                let (nw, nh) = if width <= height {
-                    (s, long(height, w))
-                } else {
-                    (long(width, h), s)
-                };
-                let (src_left, src_width, dst_left, dst_width) = center_crop_axis(w, nw, out_w);
-                let (src_top, src_height, dst_top, dst_height) = center_crop_axis(h, nh, out_h);
-                Placement {
-                    src_left,
-                    src_top,
-                    src_width,
-                    src_height,
-                    dst_left,
-                    dst_top,
-                    dst_width,
-                    dst_height,
-                    pad: 0,
-                    isolated: false,
-                }
-            }
-            ResizeMode::Stretch { .. } => Placement {
-                src_left: 0.0,
-                src_top: 0.0,
-                src_width: w,
-                src_height: h,
-                dst_left: 0,
-                dst_top: 0,
-                dst_width: out_w,
-                dst_height: out_h,
-                pad: 0,
-                isolated: false,
-            },
-            ResizeMode::Letterbox { pad, .. } => {
-                let scale = (out_w as f64 / w).min(out_h as f64 / h);
-                let nw = ((w * scale).round() as u32).clamp(1, out_w);
-                let nh = ((h * scale).round() as u32).clamp(1, out_h);
-                Placement {
-                    src_left: 0.0,
-                    src_top: 0.0,
-                    src_width: w,
-                    src_height: h,
-                    dst_left: (out_w - nw) / 2,
-                    dst_top: (out_h - nh) / 2,
-                    dst_width: nw,
-                    dst_height: nh,
-                    pad,
-                    isolated: false,
-                }
-            }
-        }
-    }
-
-    /// The placement of an image of `width` x `height` as integer plans per axis, in Pillow's
-    /// terms (what is resized to how many samples, which of them are kept, where they land): the
-    /// form the GPU lane's resize takes. The same arithmetic as [`Geometry::place`].
-    pub fn axis_plans(
-        &self,
-        width: u32,
-        height: u32,
-        draw: Option<&CropDraw>,
-    ) -> (AxisPlan, AxisPlan) {
-        let (out_w, out_h) = (self.width, self.height);
-        match self.mode {
-            ResizeMode::RandomResizedCrop { .. } => {
-                let p = self.place(width, height, draw);
                 (
-                    AxisPlan::crop_then_resize(p.src_left as u32, p.src_width as u32, out_w),
-                    AxisPlan::crop_then_resize(p.src_top as u32, p.src_height as u32, out_h),
+                    AxisPlan::crop_then_resize(b.left, b.width, out_w),
+                    AxisPlan::crop_then_resize(b.top, b.height, out_h),
                 )
             }
             ResizeMode::ShorterSideThenCenterCrop { shorter_side, .. } => {
                 let (nw, nh) = torchvision_resize(width, height, shorter_side);
                 (
-                    AxisPlan::center_crop(width, nw.max(1), out_w),
-                    AxisPlan::center_crop(height, nh.max(1), out_h),
+                    AxisPlan::center_crop(width, nw, out_w),
+                    AxisPlan::center_crop(height, nh, out_h),
                 )
             }
             ResizeMode::Stretch { .. } => (
@@ -241,66 +184,73 @@ impl Geometry {
                 AxisPlan::stretch(height, out_h),
             ),
             ResizeMode::Letterbox { .. } => {
-                let p = self.place(width, height, None);
+                let (nw, nh) = letterbox_fit(width, height, out_w, out_h);
                 (
-                    AxisPlan::letterbox(width, p.dst_width, out_w),
-                    AxisPlan::letterbox(height, p.dst_height, out_h),
+                    AxisPlan::letterbox(width, nw, out_w),
+                    AxisPlan::letterbox(height, nh, out_h),
                 )
             }
         }
     }
 
-    /// The largest DCT-domain reduction (2, 4 or 8; 1 for none) that leaves the part of an image
-    /// of `width` x `height` the output uses with at least twice the output's pixels along each
-    /// axis, so the antialiased resize that follows still has a margin to filter.
-    pub fn max_reduction(&self, width: u32, height: u32, draw: Option<&CropDraw>) -> u32 {
-        let p = self.place(width, height, draw);
-        let margin_x = p.src_width / (2.0 * p.dst_width.max(1) as f64);
-        let margin_y = p.src_height / (2.0 * p.dst_height.max(1) as f64);
-        let margin = margin_x.min(margin_y);
+    /// The largest DCT-domain reduction (2, 4 or 8; 1 for none) that leaves the box each plan
+    /// resizes with at least twice the output's samples along each axis (`len >= 2 * r *
+    /// resized`), so the antialiased resize that follows still has a margin to filter.
+    pub fn max_reduction(x: &AxisPlan, y: &AxisPlan) -> u32 {
+        let fits = |p: &AxisPlan, r: u32| {
+            let b = p.source_box();
+            let len = u64::from(b.end.saturating_sub(b.start));
+            len >= 2 * u64::from(r) * u64::from(p.resized) * u64::from(b.divisor)
+        };
         [8, 4, 2]
             .into_iter()
-            .find(|&r| margin >= r as f64)
+            .find(|&r| fits(x, r) && fits(y, r))
             .unwrap_or(1)
     }
 
-    /// The part of an image of `width` x `height`, decoded at 1/`reduction`, that the resize
-    /// reads: the placement's source box widened by the filter's reach plus two pixels (one for
-    /// the border a partial JPEG decode may compute differently, one to spare), in full-size
-    /// pixels. `None` when that is the whole image. An isolated box (a random crop's) decoded
-    /// at full size needs only itself and the two pixels.
-    pub fn source_window(
+    /// Plans the resample of an image of `width` x `height` (full size) decoded at
+    /// 1/`reduction` into `decoded_width` x `decoded_height` pixels, into `plan`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn plan_image(
         &self,
         width: u32,
         height: u32,
-        reduction: u32,
         draw: Option<&CropDraw>,
+        reduction: u32,
+        decoded_width: u32,
+        decoded_height: u32,
+        plan: &mut ImagePlan,
+    ) -> Result<(), PlanError> {
+        let (x, y) = self.axis_plans(width, height, draw);
+        plan.plan(
+            &x.reduced(reduction, decoded_width),
+            &y.reduced(reduction, decoded_height),
+            self.resampling(),
+            self.pass_order,
+        )
+    }
+
+    /// The part of an image of `width` x `height` (full size), decoded at 1/`reduction`, that
+    /// `plan`'s resample reads: the source samples of every kept output's taps, plus
+    /// [`WINDOW_MARGIN`] decoded pixels on each side, in full-size pixels. `None` when that is
+    /// the whole image.
+    pub fn decode_window(
+        plan: &ImagePlan,
+        reduction: u32,
+        width: u32,
+        height: u32,
     ) -> Option<SourceRect> {
-        let p = self.place(width, height, draw);
-        let r = reduction.max(1) as f64;
-        let isolated = p.isolated && reduction <= 1;
-        let support = self.interpolation.support();
-        // The filter's reach, in pixels of the reduced image, back in full-size pixels.
-        let reach = |src: f64, dst: u32| {
-            if isolated {
-                return 2.0;
-            }
-            let scale = src / r / dst.max(1) as f64;
-            ((support * scale.max(1.0)).ceil() + 2.0) * r
+        let r = reduction.max(1);
+        let (xs, ys) = plan.source_span();
+        let widen = |span: std::ops::Range<u32>, len: u32| {
+            let first = span.start.saturating_sub(WINDOW_MARGIN).saturating_mul(r);
+            let end = span.end.saturating_add(WINDOW_MARGIN).saturating_mul(r);
+            (first.min(len), end.min(len))
         };
-        let (mx, my) = (
-            reach(p.src_width, p.dst_width),
-            reach(p.src_height, p.dst_height),
-        );
-        let clip = |v: f64, len: u32| v.clamp(0.0, len as f64);
-        let rect = SourceRect {
-            x0: clip((p.src_left - mx).floor(), width) as u32,
-            y0: clip((p.src_top - my).floor(), height) as u32,
-            x1: clip((p.src_left + p.src_width + mx).ceil(), width) as u32,
-            y1: clip((p.src_top + p.src_height + my).ceil(), height) as u32,
-        };
-        let whole = rect.x0 == 0 && rect.y0 == 0 && rect.x1 == width && rect.y1 == height;
-        (!whole && rect.x1 > rect.x0 && rect.y1 > rect.y0).then_some(rect)
+        let (x0, x1) = widen(xs, width);
+        let (y0, y1) = widen(ys, height);
+        let whole = x0 == 0 && y0 == 0 && x1 == width && y1 == height;
+        (!whole && x1 > x0 && y1 > y0).then_some(SourceRect { x0, y0, x1, y1 })
     }
 }
 
@@ -353,22 +303,6 @@ fn random_resized_crop(
     )
 }
 
-/// One axis of torchvision's `CenterCrop(out)` applied to a source axis of length `src` resized
-/// to `resized`: returns (source start, source length, output start, output length).
-fn center_crop_axis(src: f64, resized: u64, out: u32) -> (f64, f64, u32, u32) {
-    let scale = src / resized as f64;
-    let out_len = out as u64;
-    if resized >= out_len {
-        // top = int(round((resized - out) / 2.0)), Python's round: ties to even.
-        let start = ((resized - out_len) as f64 / 2.0).round_ties_even();
-        (start * scale, out as f64 * scale, 0, out)
-    } else {
-        // torchvision pads (out - resized) // 2 zeros before the image and crops at 0.
-        let before = ((out_len - resized) / 2) as u32;
-        (0.0, src, before, resized as u32)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -377,85 +311,82 @@ mod tests {
         Geometry::new(&ResizeOptions::default().mode(ResizeMode::center_crop(shorter_side, crop)))
     }
 
+    fn plan(g: &Geometry, w: u32, h: u32, draw: Option<&CropDraw>, r: u32) -> ImagePlan {
+        let mut p = ImagePlan::default();
+        g.plan_image(w, h, draw, r, w.div_ceil(r), h.div_ceil(r), &mut p)
+            .expect("plan");
+        p
+    }
+
     #[test]
     fn torchvision_geometry() {
         // 500x375 -> Resize(256) -> 341x256; CenterCrop(224): left = round(58.5) = 58 (ties to even).
-        let p = torchvision(256, 224).place(500, 375, None);
-        let scale = 375.0 / 256.0;
+        let (x, y) = torchvision(256, 224).axis_plans(500, 375, None);
         assert_eq!(
-            (p.dst_left, p.dst_top, p.dst_width, p.dst_height),
-            (0, 0, 224, 224)
+            (x.resized, x.out_first, x.out_len, x.dst_offset),
+            (341, 58, 224, 0)
         );
-        assert!((p.src_left - 58.0 * 500.0 / 341.0).abs() < 1e-9);
-        assert!((p.src_top - 16.0 * scale).abs() < 1e-9);
+        assert_eq!(
+            (y.resized, y.out_first, y.out_len, y.dst_offset),
+            (256, 16, 224, 0)
+        );
         // 375x500 -> 256x341: top = round(58.5) = 58.
-        let p = torchvision(256, 224).place(375, 500, None);
-        assert!((p.src_top - 58.0 * 500.0 / 341.0).abs() < 1e-9);
+        let (_, y) = torchvision(256, 224).axis_plans(375, 500, None);
+        assert_eq!(y.out_first, 58);
         // 256x333 stays 256x333; CenterCrop(202): top = round(65.5) = 66 (ties to even).
-        let p = torchvision(256, 202).place(256, 333, None);
-        assert_eq!(p.src_top, 66.0);
+        let (x, y) = torchvision(256, 202).axis_plans(256, 333, None);
+        assert!(!x.is_resampled() && !y.is_resampled());
+        assert_eq!(y.out_first, 66);
         // 256x331: top = round(64.5) = 64, not 65.
-        let p = torchvision(256, 202).place(256, 331, None);
-        assert_eq!(p.src_top, 64.0);
+        assert_eq!(
+            torchvision(256, 202).axis_plans(256, 331, None).1.out_first,
+            64
+        );
     }
 
     #[test]
     fn crop_larger_than_resized_pads_like_torchvision() {
         // Resize(100) of 100x100 then CenterCrop(111): 5 zeros before (11 // 2), 6 after.
-        let p = torchvision(100, 111).place(100, 100, None);
-        assert_eq!(
-            (p.dst_left, p.dst_top, p.dst_width, p.dst_height),
-            (5, 5, 100, 100)
-        );
-        assert_eq!((p.src_left, p.src_width), (0.0, 100.0));
+        let (x, y) = torchvision(100, 111).axis_plans(100, 100, None);
+        for p in [x, y] {
+            assert_eq!((p.dst_offset, p.out_len, p.out_first), (5, 100, 0));
+        }
     }
 
     #[test]
     fn dct_reduction_keeps_a_twofold_margin() {
         let g = torchvision(256, 224);
-        assert_eq!(g.max_reduction(500, 375, None), 1);
-        assert_eq!(g.max_reduction(1411, 1411, None), 2); // crop spans 1235 px: 2.76x of 2 * 224
-        assert_eq!(g.max_reduction(4000, 3000, None), 4); // 2625 px: 5.9x
-        assert_eq!(g.max_reduction(12000, 9000, None), 8);
+        let r = |w, h| {
+            let (x, y) = g.axis_plans(w, h, None);
+            Geometry::max_reduction(&x, &y)
+        };
+        assert_eq!(r(500, 375), 1);
+        assert_eq!(r(1411, 1411), 2); // 1411 px to 256: 5.5x, 2.76x of 2
+        assert_eq!(r(4000, 3000), 4); // 3000 to 256: 11.7x
+        assert_eq!(r(12000, 9000), 8);
+        // A random crop's box decides, not the image.
+        let t = train(224);
+        let d = CropDraw {
+            top: 0,
+            left: 0,
+            height: 900,
+            width: 1000,
+            flipped: false,
+        };
+        let (x, y) = t.axis_plans(4000, 3000, Some(&d));
+        assert_eq!(Geometry::max_reduction(&x, &y), 2);
     }
 
     #[test]
-    fn axis_plans_agree_with_the_placement() {
-        for (mode, sizes) in [
-            (
-                ResizeMode::center_crop(256, 224),
-                [(500, 375), (375, 500), (100, 100), (256, 333)],
-            ),
-            (
-                ResizeMode::stretch(224, 160),
-                [(500, 375), (10, 600), (224, 160), (1, 1)],
-            ),
-            (
-                ResizeMode::letterbox(224, 224, 114),
-                [(1280, 720), (300, 301), (5, 900), (224, 224)],
-            ),
-        ] {
-            let g = Geometry::new(&ResizeOptions::default().mode(mode));
-            for (w, h) in sizes {
-                let p = g.place(w, h, None);
-                let (x, y) = g.axis_plans(w, h, None);
-                assert_eq!(
-                    (x.dst_offset, x.out_len),
-                    (p.dst_left, p.dst_width),
-                    "{mode} {w}x{h}"
-                );
-                assert_eq!(
-                    (y.dst_offset, y.out_len),
-                    (p.dst_top, p.dst_height),
-                    "{mode} {w}x{h}"
-                );
-                // The kept part starts where the placement's source box does.
-                let scale_x = w as f64 / x.resized as f64;
-                assert!((x.out_first as f64 * scale_x - p.src_left).abs() < 1e-6);
-                let scale_y = h as f64 / y.resized as f64;
-                assert!((y.out_first as f64 * scale_y - p.src_top).abs() < 1e-6);
-            }
-        }
+    fn letterbox_and_stretch_plans() {
+        let g = Geometry::new(&ResizeOptions::default().mode(ResizeMode::letterbox(640, 640, 114)));
+        let (x, y) = g.axis_plans(1280, 720, None);
+        assert_eq!((x.dst_offset, x.out_len), (0, 640));
+        assert_eq!((y.dst_offset, y.out_len, y.resized), (140, 360, 360));
+        assert_eq!(g.pad(), 114);
+        let s = Geometry::new(&ResizeOptions::default().mode(ResizeMode::stretch(224, 160)));
+        let (x, y) = s.axis_plans(10, 600, None);
+        assert_eq!((x.resized, y.resized), (160, 224));
     }
 
     fn train(size: u32) -> Geometry {
@@ -511,21 +442,18 @@ mod tests {
     }
 
     #[test]
-    fn a_random_crop_is_placed_and_windowed_as_its_box() {
+    fn a_random_crop_is_planned_and_windowed_as_its_box() {
         let g = train(224);
         let d = g.draw(1000, 800, 4, 0).expect("random");
-        let p = g.place(1000, 800, Some(&d));
-        assert!(p.isolated);
-        assert_eq!(
-            (p.src_left, p.src_top, p.src_width, p.src_height),
-            (d.left as f64, d.top as f64, d.width as f64, d.height as f64)
-        );
-        assert_eq!((p.dst_width, p.dst_height), (224, 224));
         let (x, y) = g.axis_plans(1000, 800, Some(&d));
         assert_eq!((x.src_offset, x.src_len, x.resized), (d.left, d.width, 224));
         assert_eq!((y.src_offset, y.src_len, y.resized), (d.top, d.height, 224));
-        // The decode window is the box and two pixels, no filter reach.
-        if let Some(w) = g.source_window(1000, 800, 1, Some(&d)) {
+        // The taps never leave the box (crop, then resize); the window is the box and the margin.
+        let p = plan(&g, 1000, 800, Some(&d), 1);
+        let (xs, ys) = p.source_span();
+        assert_eq!((xs.start, xs.end), (d.left, d.left + d.width));
+        assert_eq!((ys.start, ys.end), (d.top, d.top + d.height));
+        if let Some(w) = Geometry::decode_window(&p, 1, 1000, 800) {
             assert_eq!(w.x0, d.left.saturating_sub(2));
             assert_eq!(w.x1, (d.left + d.width + 2).min(1000));
             assert_eq!(w.y1, (d.top + d.height + 2).min(800));
@@ -536,33 +464,29 @@ mod tests {
     }
 
     #[test]
-    fn letterbox_keeps_aspect() {
-        let g = Geometry::new(&ResizeOptions::default().mode(ResizeMode::letterbox(640, 640, 114)));
-        let p = g.place(1280, 720, None);
-        assert_eq!(
-            (p.dst_left, p.dst_top, p.dst_width, p.dst_height),
-            (0, 140, 640, 360)
-        );
-        assert_eq!(p.pad, 114);
-    }
-
-    #[test]
-    fn the_window_covers_the_crop_and_the_filter_reach() {
+    fn the_window_is_what_the_taps_read() {
         let g = torchvision(256, 224);
-        let w = g
-            .source_window(1000, 500, 1, None)
-            .expect("a partial window");
-        let p = g.place(1000, 500, None);
-        // Bilinear at a scale of ~1.95 reaches 2 pixels beyond the box, plus 2 to spare.
-        assert!(w.x0 as f64 <= p.src_left - 4.0 && w.x1 as f64 >= p.src_left + p.src_width + 4.0);
-        assert!(w.y0 as f64 <= p.src_top - 4.0 && w.y1 as f64 >= p.src_top + p.src_height + 4.0);
+        let p = plan(&g, 1000, 500, None, 1);
+        let w = Geometry::decode_window(&p, 1, 1000, 500).expect("a partial window");
+        // 1000x500 -> 512x256, crop 224 from x = 144: source x from 144 * 500 / 256 = 281.25,
+        // the bilinear filter (support 1.95) reaching two more samples, and the margin.
+        let (xs, ys) = p.source_span();
+        assert_eq!((w.x0, w.x1), (xs.start - 2, xs.end + 2));
+        assert!((278..281).contains(&xs.start), "{xs:?}");
+        assert!(ys.start <= 1 + 31 * 2 && w.y0 < ys.start);
         assert!(
             w.x0 > 0 && w.x1 < 1000,
             "the sides of the long axis are skipped"
         );
+        // At 1/2 the span is counted in reduced pixels and scaled back.
+        let big = plan(&g, 4000, 2000, None, 2);
+        let w2 = Geometry::decode_window(&big, 2, 4000, 2000).expect("window");
+        let (xs, _) = big.source_span();
+        assert_eq!((w2.x0, w2.x1), ((xs.start - 2) * 2, (xs.end + 2) * 2));
         let stretch = Geometry::new(&ResizeOptions::default().mode(ResizeMode::stretch(100, 100)));
+        let p = plan(&stretch, 300, 200, None, 1);
         assert_eq!(
-            stretch.source_window(300, 200, 1, None),
+            Geometry::decode_window(&p, 1, 300, 200),
             None,
             "a stretch reads everything"
         );

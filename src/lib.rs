@@ -52,9 +52,9 @@ pub mod interop;
 mod launch;
 mod options;
 mod order;
-mod pillow;
 mod pipeline;
 mod random;
+mod resample;
 mod source;
 #[allow(unsafe_code)]
 mod tensor;

@@ -242,6 +242,10 @@ pub enum Interpolation {
     Nearest,
     /// Antialiased Lanczos-3, like Pillow's `LANCZOS`.
     Lanczos,
+    /// Antialiased box (each output the mean of the samples it covers), like Pillow's `BOX`.
+    Box,
+    /// Antialiased Hamming-windowed sinc, like Pillow's `HAMMING`.
+    Hamming,
 }
 
 named_choices!(
@@ -252,6 +256,8 @@ named_choices!(
         (Interpolation::Bicubic, ["bicubic"]),
         (Interpolation::Nearest, ["nearest"]),
         (Interpolation::Lanczos, ["lanczos"]),
+        (Interpolation::Box, ["box"]),
+        (Interpolation::Hamming, ["hamming"]),
     ]
 );
 
@@ -260,10 +266,10 @@ impl Interpolation {
     /// sample position).
     pub fn support(self) -> f64 {
         match self {
-            Interpolation::Bilinear => 1.0,
+            Interpolation::Bilinear | Interpolation::Hamming => 1.0,
             Interpolation::Bicubic => 2.0,
             Interpolation::Lanczos => 3.0,
-            Interpolation::Nearest => 0.5,
+            Interpolation::Nearest | Interpolation::Box => 0.5,
         }
     }
 }
@@ -634,7 +640,7 @@ impl DecodeOptions {
 
 /// Pixels to the output size: the resize mode (which owns the output size), the filter and the
 /// random transforms of training.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 #[non_exhaustive]
 pub struct ResizeOptions {
     /// How an image reaches the output size (default `Resize(256)` + `CenterCrop(224)`).
@@ -647,9 +653,36 @@ pub struct ResizeOptions {
     /// Seed of the random transforms (a random crop's box, a flip): each image's draws depend on
     /// this seed, the epoch and its index in the source alone (default 0).
     pub seed: u64,
+    /// The Pillow version (major, minor) whose rounding to reproduce (default 13.0). Pillow
+    /// rounds to 8 bits between its horizontal and vertical pass, and chose which runs first
+    /// differently before 12.2, in 12.2 and 12.3, and from 13.0 on; a level of difference at
+    /// places. The GPU lane resamples as Pillow 13 does, so hybrid decoding takes only 13.0 or
+    /// later.
+    pub pillow_version: (u32, u32),
 }
 
+impl Default for ResizeOptions {
+    fn default() -> ResizeOptions {
+        ResizeOptions {
+            mode: ResizeMode::default(),
+            interpolation: Interpolation::default(),
+            horizontal_flip: 0.0,
+            seed: 0,
+            pillow_version: PILLOW_VERSION,
+        }
+    }
+}
+
+/// The Pillow version gpufeed reproduces by default: the latest, 13.0.
+pub const PILLOW_VERSION: (u32, u32) = (13, 0);
+
 impl ResizeOptions {
+    /// Sets [`ResizeOptions::pillow_version`].
+    pub fn pillow_version(mut self, major: u32, minor: u32) -> Self {
+        self.pillow_version = (major, minor);
+        self
+    }
+
     /// torchvision's ImageNet training transform, `RandomResizedCrop(size)` +
     /// `RandomHorizontalFlip()`, drawn from `seed`.
     pub fn imagenet_train(size: u32, seed: u64) -> ResizeOptions {

@@ -4,9 +4,9 @@
 //! reusable buffer through libjpeg-turbo (the decoder Pillow uses, SIMD, with one decompressor per
 //! thread), and only the [`DecodeWindow`] the resize will read: rows above it are entropy-decoded
 //! but not transformed, rows below it not decoded at all, columns beside it skip the inverse DCT
-//! and colour conversion. Gray JPEGs stay one channel. CMYK/YCCK JPEGs, which libjpeg-turbo
-//! cannot turn into RGB, and JPEGs it refuses (truncated or slightly corrupt files it reports
-//! instead of concealing) go through zune-jpeg, whole.
+//! and colour conversion. Gray JPEGs stay one channel. CMYK/YCCK JPEGs are decoded whole to
+//! CMYK and turned into RGB as Pillow turns them; JPEGs libjpeg-turbo refuses (truncated or
+//! slightly corrupt files it reports instead of concealing) go through zune-jpeg, whole.
 //! PNG, WebP, BMP, GIF (first frame) and TIFF go through `image`. Gray,
 //! alpha (dropped, as Pillow's `convert("RGB")` does), palette and 16-bit images become RGB8.
 //! The pixel limit is checked against the header before any pixel buffer is allocated.
@@ -190,7 +190,7 @@ fn decode_jpeg(
     }
 }
 
-/// libjpeg-turbo: `Ok(None)` hands the file to zune-jpeg (CMYK/YCCK, or refused).
+/// libjpeg-turbo: `Ok(None)` hands the file to zune-jpeg (refused).
 fn decode_jpeg_turbo(
     bytes: &[u8],
     options: &DecodeOptions,
@@ -215,10 +215,10 @@ fn decode_jpeg_turbo(
         let Ok(header) = decoder.read_header(bytes) else {
             return Ok(None);
         };
-        if matches!(header.colorspace, Colorspace::Cmyk | Colorspace::Ycck) {
-            return Ok(None);
-        }
         check_size(header.width as u64, header.height as u64, options)?;
+        if matches!(header.colorspace, Colorspace::Cmyk | Colorspace::Ycck) {
+            return decode_cmyk(decoder, bytes, &header, pixels);
+        }
         let window = window(header.width, header.height);
         let reduction = match window.reduction {
             r @ (2 | 4 | 8) if !header.lossless => r,
@@ -267,6 +267,46 @@ fn decode_jpeg_turbo(
             source_height: header.height,
         }))
     })
+}
+
+/// A CMYK or YCCK JPEG, whole, as Pillow decodes it: libjpeg's CMYK samples taken as Adobe's
+/// inverted ones (`CMYK;I`), then Pillow's `convert("RGB")` (`cmyk2rgb`:
+/// `nk - nk * c / 255` per channel with `nk = 255 - k`, rounded as `MULDIV255`).
+fn decode_cmyk(
+    decoder: &mut turbojpeg_region::Decoder,
+    bytes: &[u8],
+    header: &turbojpeg_region::Header,
+    pixels: &mut Vec<u8>,
+) -> Result<Option<Decoded>, ItemErrorKind> {
+    let request = Request {
+        format: Format::Cmyk,
+        reduction: 1,
+        region: None,
+    };
+    let mut cmyk = vec![0u8; request.output_len(header)];
+    let Ok(decoded) = decoder.decompress(bytes, &request, &mut cmyk) else {
+        return Ok(None);
+    };
+    if let Some(warning) = decoded
+        .warning
+        .filter(|w| w.contains("Premature end of JPEG"))
+    {
+        return Err(ItemErrorKind::Truncated(format!("JPEG: {warning}")));
+    }
+    pixels.clear();
+    pixels.reserve(cmyk.len() / 4 * 3);
+    let muldiv255 = |a: u32, b: u32| {
+        let t = a * b + 128;
+        ((t >> 8) + t) >> 8
+    };
+    for px in cmyk.chunks_exact(4) {
+        let nk = u32::from(px[3]);
+        for &v in &px[..3] {
+            // Inverted: c = 255 - v, and 255 - k = the stored k.
+            pixels.push(nk.saturating_sub(muldiv255(255 - u32::from(v), nk)) as u8);
+        }
+    }
+    Ok(Some(Decoded::full(decoded.width, decoded.height)))
 }
 
 fn decode_jpeg_zune(

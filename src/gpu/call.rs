@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::screen::Screened;
 use super::work::Work;
 use crate::geometry::CropDraw;
-use crate::pillow::{AxisPlan, PassPlan};
+use crate::resample::{AxisPlan, PassPlan};
 use crate::source::ItemBytes;
 
 /// The most compressed bytes one call takes (a larger file alone): what one call holds read.

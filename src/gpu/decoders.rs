@@ -23,7 +23,7 @@ use crate::cuda::Gpu;
 use crate::error::{Error, Result};
 use crate::geometry::Geometry;
 use crate::options::ResizeMode;
-use crate::pillow::{Filter, PassOrder};
+use crate::resample::Filter;
 
 /// Bytes of the RGB buffer: a call's colour images at most, unless one image alone is larger.
 const RGB_BYTES: usize = 3 * MAX_CALL_PIXELS as usize;
@@ -292,7 +292,7 @@ impl DecoderSet {
                 x: image.x,
                 y: image.y,
                 filter: self.filter,
-                order: PassOrder::default(),
+                order: self.geometry.pass_order,
                 pad,
                 flip: image.draw.is_some_and(|d| d.flipped),
                 slot: image.slot,

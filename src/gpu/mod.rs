@@ -50,8 +50,7 @@ use cudarc::driver::{
 use crate::cuda::{upload_reusing, Gpu};
 use crate::error::{Error, Result};
 use crate::geometry::Geometry;
-use crate::options::Interpolation;
-use crate::pillow::Filter;
+use crate::resample::Resampling;
 use call::MAX_CALL_PIXELS;
 use decoders::DecoderSet;
 use nvjpeg::{DecoderConfig, NvJpeg, OutputFormat};
@@ -182,11 +181,9 @@ impl GpuLane {
                 .then(|| GpuLaneError::Opening("the pipeline was dropped".into()))
         };
         let geometry = config.geometry;
-        let filter = match geometry.interpolation {
-            Interpolation::Bilinear => Filter::Bilinear,
-            Interpolation::Bicubic => Filter::Bicubic,
-            Interpolation::Lanczos => Filter::Lanczos,
-            other => return Err(GpuLaneError::Filter(other)),
+        let filter = match geometry.resampling() {
+            Resampling::Filter(filter) => filter,
+            Resampling::Nearest => return Err(GpuLaneError::Filter(geometry.interpolation)),
         };
         let nvjpeg = NvJpeg::load()?;
         let colour = DecoderConfig {

@@ -10,7 +10,7 @@ use super::screen::MAX_COMPRESSED;
 use super::shared::{Job, Shared};
 use super::work::{Work, CHUNK};
 use crate::geometry::Geometry;
-use crate::pillow::{plan_passes, Filter, PassOrder};
+use crate::resample::{plan_passes, Filter};
 
 /// A preparing thread's state: the geometry and filter the images are planned for, and read
 /// buffers kept for reuse.
@@ -99,7 +99,7 @@ impl Preparer {
         let (width, height) = (screened.info.width, screened.info.height);
         let draw = self.geometry.draw(width, height, index, work.lane.epoch);
         let (x, y) = self.geometry.axis_plans(width, height, draw.as_ref());
-        let Ok(passes) = plan_passes(&x, &y, self.filter, PassOrder::default()) else {
+        let Ok(passes) = plan_passes(&x, &y, self.filter, self.geometry.pass_order) else {
             self.buffers.push(bytes.into_buffer());
             return None;
         };

@@ -11,9 +11,10 @@ use crate::cpu::prepare_image;
 use crate::cuda::test_gpu;
 use crate::gpu::resize::plan::{plan_batch, ResizeJob, SourceImage, SourcePixels};
 use crate::gpu::resize::BatchResizer;
+use crate::options::Interpolation;
 use crate::options::{DecodeOptions, ResizeMode, ResizeOptions};
 use crate::order::EpochOrder;
-use crate::pillow::{resample, PassOrder};
+use crate::resample::{resample, Filter, PassOrder};
 use crate::source::Source;
 use gpufeed_bench::upload::random_bytes;
 

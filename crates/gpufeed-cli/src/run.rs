@@ -67,9 +67,13 @@ pub struct RunArgs {
     /// Value of padded pixels, for letterbox.
     #[arg(long, default_value_t = 114)]
     pad: u8,
-    /// Resampling filter: bilinear, bicubic, nearest or lanczos (antialiased like Pillow's).
+    /// Resampling filter: bilinear, bicubic, nearest, lanczos, box or hamming (as Pillow's).
     #[arg(long, default_value_t = Interpolation::Bilinear)]
     interpolation: Interpolation,
+    /// The Pillow version MAJOR.MINOR whose rounding to reproduce (its pass order changed in
+    /// 12.2 and 13.0); default 13.0.
+    #[arg(long, value_parser = parse_version, default_value = "13.0")]
+    pillow_version: (u32, u32),
     /// Per-channel mean in 0..1 units, R,G,B (default ImageNet's).
     #[arg(long, value_delimiter = ',', num_args = 3, default_values_t = gpufeed::IMAGENET_MEAN)]
     mean: Vec<f32>,
@@ -180,6 +184,14 @@ fn parse_shard(text: &str) -> std::result::Result<ShardArg, String> {
         .map_err(|e| format!("{e}, or env"))
 }
 
+fn parse_version(text: &str) -> Result<(u32, u32), String> {
+    let (major, minor) = text.split_once('.').unwrap_or((text, "0"));
+    match (major.trim().parse(), minor.trim().parse()) {
+        (Ok(major), Ok(minor)) => Ok((major, minor)),
+        _ => Err(format!("{text:?} is not a version MAJOR.MINOR (e.g. 12.1)")),
+    }
+}
+
 fn parse_size(text: &str) -> std::result::Result<(u32, u32), String> {
     let (h, w) = text
         .split_once(['x', 'X'])
@@ -248,7 +260,8 @@ impl RunArgs {
                     .mode(mode)
                     .interpolation(self.interpolation)
                     .horizontal_flip(flip)
-                    .seed(self.seed),
+                    .seed(self.seed)
+                    .pillow_version(self.pillow_version.0, self.pillow_version.1),
             )
             .output(
                 OutputOptions::default()

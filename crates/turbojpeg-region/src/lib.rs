@@ -153,6 +153,9 @@ pub enum Format {
     Rgb,
     /// 8-bit gray, 1 byte a pixel (a colour image is converted to its luminance).
     Gray,
+    /// CMYK as stored, 4 bytes a pixel (a YCCK image is converted to CMYK); for CMYK and YCCK
+    /// JPEGs only.
+    Cmyk,
 }
 
 impl Format {
@@ -161,6 +164,7 @@ impl Format {
         match self {
             Format::Rgb => 3,
             Format::Gray => 1,
+            Format::Cmyk => 4,
         }
     }
 
@@ -168,6 +172,7 @@ impl Format {
         match self {
             Format::Rgb => sys::TJPF_TJPF_RGB,
             Format::Gray => sys::TJPF_TJPF_GRAY,
+            Format::Cmyk => sys::TJPF_TJPF_CMYK,
         }
     }
 }

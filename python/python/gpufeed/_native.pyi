@@ -91,7 +91,7 @@ class Pipeline:
         resize: int = 256,
         crop: Union[int, Tuple[int, int]] = 224,
         pad: int = 0,
-        interpolation: Literal["bilinear", "bicubic", "nearest", "lanczos"] = "bilinear",
+        interpolation: Literal["bilinear", "bicubic", "nearest", "lanczos", "box", "hamming"] = "bilinear",
         mean: Sequence[float] = (0.485, 0.456, 0.406),
         std: Sequence[float] = (0.229, 0.224, 0.225),
         dtype: Union[str, Any] = "float16",

@@ -2,12 +2,12 @@
 //! search, index arithmetic and integer sums over a planned batch, with "device memory" a host
 //! buffer. It checks the planner's descriptors (addresses, offsets, shifted bounds, the prefix sum)
 //! against the CPU rendition without a GPU, and lets `resize_check --host` run its whole suite
-//! anywhere; on the GPU, the kernels must agree with it and with [`crate::pillow::resample`].
+//! anywhere; on the GPU, the kernels must agree with it and with [`crate::resample::resample`].
 
 use thiserror::Error;
 
 use crate::gpu::resize::plan::{BatchPlan, PassDescriptor, ResizeDescriptor, THREADS_PER_BLOCK};
-use crate::pillow::{clip8, HALF};
+use crate::resample::{clip8, HALF};
 
 /// Why a host run stopped: the plan reads or writes outside the buffers given (a bad address).
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -211,7 +211,7 @@ fn pass_pixel(
 mod tests {
     use super::*;
     use crate::gpu::resize::plan::{plan_batch, ResizeJob, SourceImage, SourcePixels};
-    use crate::pillow::{AxisPlan, Filter, PassOrder};
+    use crate::resample::{AxisPlan, Filter, PassOrder};
 
     fn job(ptr: u64) -> ResizeJob {
         ResizeJob {

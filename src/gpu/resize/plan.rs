@@ -3,7 +3,7 @@
 //! image ([`ResizeDescriptor`], the kernel's `GfResizeImage`), one packed buffer of integer
 //! coefficients, and the layout of the intermediate the first pass writes.
 //!
-//! The kernels run the passes of [`crate::pillow::plan_passes`], as the CPU rendition does:
+//! The kernels run the passes of [`crate::resample::plan_passes`], as the CPU rendition does:
 //!
 //! - `gpufeed_resize_first`, one launch for the batch, one thread per intermediate pixel of every
 //!   image that resamples both axes: Pillow's first pass (horizontal or vertical, by the pass
@@ -17,7 +17,7 @@
 
 use thiserror::Error;
 
-use crate::pillow::{Axis, AxisPlan, Direction, Filter, Pass, PassOrder, PassPlan, PlanError};
+use crate::resample::{Axis, AxisPlan, Direction, Filter, Pass, PassOrder, PassPlan, PlanError};
 
 /// Threads per block of both kernels; the horizontal grid's prefix sum counts blocks of this many.
 pub const THREADS_PER_BLOCK: u32 = 256;
@@ -116,7 +116,7 @@ pub struct ResizeJob {
     pub slot: u32,
 }
 
-/// `struct GfPass` of kernels/resize.cu: one pass of one image (see [`crate::pillow::Pass`]).
+/// `struct GfPass` of kernels/resize.cu: one pass of one image (see [`crate::resample::Pass`]).
 ///
 /// Output pixel (i, j) of the pass reads, for a horizontal pass, input row `fixed_first + j`,
 /// columns from the bounds of output i; for a vertical pass, input column `fixed_first + i`, rows
@@ -281,7 +281,7 @@ pub fn plan_batch(
     out_width: u32,
     out_height: u32,
 ) -> Result<BatchPlan, BatchError> {
-    use crate::pillow::plan_passes;
+    use crate::resample::plan_passes;
     let passes = jobs
         .iter()
         .enumerate()
@@ -519,7 +519,7 @@ mod tests {
     use std::mem::{align_of, offset_of, size_of};
 
     use super::*;
-    use crate::pillow::torchvision_center_crop;
+    use crate::resample::torchvision_center_crop;
 
     #[test]
     fn descriptor_layout_matches_the_kernel_struct() {

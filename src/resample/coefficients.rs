@@ -1,0 +1,317 @@
+//! The integer coefficients of one axis: Pillow's `precompute_coeffs` and `normalize_coeffs_8bpc`
+//! for a convolution filter, `ImagingScaleAffine`'s sample positions for `NEAREST`, and a copy
+//! for an axis Pillow leaves alone.
+//!
+//! What is ported, and must stay as it is for the results to match Pillow's:
+//!
+//! - the filter is centred on `in0 + (i + 0.5) * scale` (`in0`, `in1`: the box's edges as C
+//!   floats, `scale = (double)(in1 - in0) / out`), stretched by `max(scale, 1)` (antialiasing
+//!   when shrinking), its taps clamped to the edges of the image Pillow resizes and the clamped
+//!   weights renormalised to sum to one, all in `f64` in Pillow's order of operations;
+//! - each weight becomes an `i32` with [`PRECISION_BITS`] = 22 fraction bits, rounded half away
+//!   from zero;
+//! - a sum starts at `1 << 21` (one half), adds `sample * weight` in `i32`, and is shifted right
+//!   by 22 and clamped to 0..=255 ([`clip8`]);
+//! - `NEAREST` walks the box with a `double` position that starts at `in0 + step / 2` and adds
+//!   `step = (double)(in1 - in0) / out` once per output (a running sum, not a product), taking the
+//!   sample `(int)position`; a position past the image leaves the output 0.
+
+use super::filter::Resampling;
+use super::plan::{Axis, AxisPlan, PlanError};
+
+/// Fraction bits of the integer weights: 32 bits less 8 for the sample, less 2 for headroom
+/// (weights can sum above one, or below zero, before the final clamp).
+pub const PRECISION_BITS: u32 = 32 - 8 - 2;
+
+/// The rounding half every sum starts from: `clip8` then rounds to nearest.
+pub const HALF: i32 = 1 << (PRECISION_BITS - 1);
+
+/// The weight of a copied sample: 1.0 in [`PRECISION_BITS`] fixed point.
+pub const ONE: i32 = 1 << PRECISION_BITS;
+
+/// The coefficients of one axis for its kept outputs: output `j` (the resize's sample
+/// `out_first + j`) is `clip8(HALF + sum(sample[start + k] * weights[j * taps + k]))` over
+/// `k < len`, with `(start, len) = bounds[j]` in samples of the source region. An output with no
+/// taps (`len` 0: a nearest position past the image) is 0.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AxisCoefficients {
+    /// Whether the axis is filtered. When it is not (Pillow leaves an unchanged axis alone, and
+    /// `NEAREST` picks samples), every output has one tap of weight [`ONE`] (or none).
+    pub resampled: bool,
+    /// Weights per output (Pillow's `ksize`, the most taps any output of the resize may have;
+    /// 1 for an axis that is not filtered); weights past an output's `len` are zero.
+    pub taps: usize,
+    /// Per kept output: the first source sample it reads and how many it reads.
+    pub bounds: Vec<(u32, u32)>,
+    /// `taps` weights per kept output, [`PRECISION_BITS`] fraction bits.
+    pub weights: Vec<i32>,
+}
+
+impl AxisCoefficients {
+    /// The source samples the kept outputs read, `[first, end)`.
+    pub fn span(&self) -> (u32, u32) {
+        let read = self.bounds.iter().filter(|b| b.1 > 0);
+        let first = read.clone().map(|b| b.0).min().unwrap_or(0);
+        let end = read.map(|b| b.0 + b.1).max().unwrap_or(first);
+        (first, end.max(first))
+    }
+
+    /// The same coefficients with every bound's start moved `by` samples back: for an input
+    /// that starts `by` samples into the region (Pillow's "shift bounds for vertical pass").
+    pub fn shifted(mut self, by: u32) -> AxisCoefficients {
+        for b in &mut self.bounds {
+            b.0 = b.0.saturating_sub(by);
+        }
+        self
+    }
+
+    /// Computes the coefficients of `plan`'s kept outputs under `resampling` into `self`,
+    /// reusing its buffers.
+    pub(crate) fn compute(
+        &mut self,
+        plan: &AxisPlan,
+        resampling: Resampling,
+        axis: Axis,
+    ) -> Result<(), PlanError> {
+        plan.check_own(axis)?;
+        self.bounds.clear();
+        self.weights.clear();
+        match resampling {
+            _ if !plan.is_resampled() => {
+                let first = plan.source_box().start / plan.source_box().divisor;
+                self.copy(first + plan.out_first, plan.out_len);
+            }
+            Resampling::Nearest => self.nearest(plan),
+            Resampling::Filter(filter) => self.convolution(plan, |x| filter.weight(x), filter),
+        }
+        Ok(())
+    }
+
+    /// One tap of weight [`ONE`] per output, from sample `first` on.
+    fn copy(&mut self, first: u32, len: u32) {
+        self.resampled = false;
+        self.taps = 1;
+        self.bounds.extend((first..first + len).map(|i| (i, 1)));
+        self.weights.resize(len as usize, ONE);
+    }
+
+    /// `ImagingScaleAffine` along one axis.
+    fn nearest(&mut self, plan: &AxisPlan) {
+        self.resampled = false;
+        self.taps = 1;
+        let (in0, in1) = plan.source_box().edges();
+        // `a[0] = (double)(box[2] - box[0]) / xsize; a[2] = box[0]`: a float difference.
+        let step = f64::from(in1 - in0) / f64::from(plan.resized);
+        let mut position = f64::from(in0) + step * 0.5;
+        let kept = plan.out_first..plan.out_first + plan.out_len;
+        for i in 0..plan.out_first + plan.out_len {
+            if kept.contains(&i) {
+                // `COORD(v)`: -1 below zero, else `(int)v`.
+                let sample = if position < 0.0 { -1 } else { position as i64 };
+                if (0..i64::from(plan.src_len)).contains(&sample) {
+                    self.bounds.push((sample as u32, 1));
+                } else {
+                    self.bounds.push((0, 0));
+                }
+            }
+            position += step;
+        }
+        self.weights.resize(plan.out_len as usize, ONE);
+    }
+
+    /// `precompute_coeffs` and `normalize_coeffs_8bpc` for the kept outputs.
+    fn convolution(
+        &mut self,
+        plan: &AxisPlan,
+        weight: impl Fn(f64) -> f64,
+        filter: super::filter::Filter,
+    ) {
+        let in_size = plan.src_len as i32;
+        let (in0, in1) = plan.source_box().edges();
+        let scale = f64::from(in1 - in0) / f64::from(plan.resized);
+        let filterscale = scale.max(1.0);
+        let support = filter.support() * filterscale;
+        let taps = (support.ceil() as usize) * 2 + 1;
+        let inv_filterscale = 1.0 / filterscale;
+        self.resampled = true;
+        self.taps = taps;
+        self.weights.resize(plan.out_len as usize * taps, 0);
+        let mut prekk = [0f64; 64];
+        let mut spill = Vec::new();
+        let prekk: &mut [f64] = if taps <= prekk.len() {
+            &mut prekk[..taps]
+        } else {
+            spill.resize(taps, 0.0);
+            &mut spill
+        };
+        let kept = plan.out_first..plan.out_first + plan.out_len;
+        for (xx, row) in kept.zip(self.weights.chunks_exact_mut(taps)) {
+            let center = f64::from(in0) + (f64::from(xx) + 0.5) * scale;
+            // `(int)` truncates toward zero; Rust's `as` does too (and saturates instead of UB).
+            let xmin = ((center - support + 0.5) as i32).max(0);
+            let xmax = ((center + support + 0.5) as i32).min(in_size);
+            let len = (xmax - xmin).max(0) as usize;
+            let k = &mut prekk[..len.min(taps)];
+            let mut ww = 0.0;
+            for (x, w) in k.iter_mut().enumerate() {
+                let v = weight((f64::from(x as i32 + xmin) - center + 0.5) * inv_filterscale);
+                *w = v;
+                ww += v;
+            }
+            if ww != 0.0 {
+                k.iter_mut().for_each(|w| *w /= ww);
+            }
+            row.fill(0);
+            for (dst, &w) in row.iter_mut().zip(k.iter()) {
+                *dst = to_fixed(w);
+            }
+            self.bounds.push((xmin as u32, k.len() as u32));
+        }
+    }
+
+    /// Output `j`'s bounds and weights (the first `len` of its row).
+    pub(crate) fn output(&self, j: usize) -> ((u32, u32), &[i32]) {
+        let bounds = self.bounds.get(j).copied().unwrap_or((0, 0));
+        let start = j * self.taps;
+        let weights = self
+            .weights
+            .get(start..start + bounds.1 as usize)
+            .unwrap_or(&[]);
+        (bounds, weights)
+    }
+}
+
+/// The coefficients of `plan`'s kept outputs under `resampling`: a convolution filter's, the
+/// nearest samples', or a copy for an axis Pillow does not resample.
+pub fn axis_coefficients(
+    plan: &AxisPlan,
+    resampling: Resampling,
+    axis: Axis,
+) -> Result<AxisCoefficients, PlanError> {
+    let mut c = AxisCoefficients::default();
+    c.compute(plan, resampling, axis)?;
+    Ok(c)
+}
+
+/// `normalize_coeffs_8bpc` for one weight: rounded half away from zero (then truncated by the
+/// conversion, as `(int)` does).
+fn to_fixed(w: f64) -> i32 {
+    let scaled = w * f64::from(ONE);
+    if w < 0.0 {
+        (-0.5 + scaled) as i32
+    } else {
+        (0.5 + scaled) as i32
+    }
+}
+
+/// `clip8`: the sum shifted down to 8 bits (arithmetic shift, so negative sums floor) and
+/// clamped to 0..=255, as Pillow's lookup table does.
+#[inline]
+pub fn clip8(sum: i32) -> u8 {
+    (sum >> PRECISION_BITS).clamp(0, 255) as u8
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::filter::Filter;
+    use super::super::plan::SourceBox;
+    use super::*;
+
+    fn plan(src_len: u32, resized: u32) -> AxisPlan {
+        AxisPlan::stretch(src_len, resized)
+    }
+
+    #[test]
+    fn fixed_point_constants_are_pillows() {
+        assert_eq!(PRECISION_BITS, 22);
+        assert_eq!(HALF, 1 << 21);
+        assert_eq!(clip8(HALF + 200 * ONE), 200);
+        assert_eq!(clip8(-1), 0, "negative sums floor, then clamp to 0");
+        assert_eq!(clip8(i32::MAX), 255);
+    }
+
+    #[test]
+    fn weights_round_half_away_from_zero() {
+        assert_eq!(to_fixed(1.0), ONE);
+        assert_eq!(to_fixed(0.5 / f64::from(ONE)), 1);
+        assert_eq!(to_fixed(-0.5 / f64::from(ONE)), -1);
+        assert_eq!(to_fixed(0.49 / f64::from(ONE)), 0);
+        assert_eq!(to_fixed(-0.0), 0);
+    }
+
+    #[test]
+    fn bilinear_halving_averages_pairs() {
+        // Scale 2: support 2, ksize 5; output 0 is centred on 1.0 and reads samples 0..3 with
+        // weights 3/8, 3/8... normalised over the clamped taps.
+        let bilinear = Resampling::Filter(Filter::Bilinear);
+        let c = axis_coefficients(&plan(4, 2), bilinear, Axis::X).expect("plan");
+        assert!(c.resampled);
+        assert_eq!(c.taps, 5);
+        assert_eq!(c.bounds, vec![(0, 3), (1, 3)]);
+        let sum: i64 = c.weights[..5].iter().map(|&w| i64::from(w)).sum();
+        assert!((sum - i64::from(ONE)).abs() <= 2);
+    }
+
+    #[test]
+    fn an_unchanged_axis_is_copied() {
+        let p = AxisPlan {
+            src_offset: 3,
+            src_len: 10,
+            resized: 10,
+            out_first: 2,
+            out_len: 5,
+            ..AxisPlan::default()
+        };
+        let lanczos = Resampling::Filter(Filter::Lanczos);
+        let c = axis_coefficients(&p, lanczos, Axis::Y).expect("plan");
+        assert!(!c.resampled);
+        assert_eq!(c.taps, 1);
+        assert_eq!(c.bounds, vec![(2, 1), (3, 1), (4, 1), (5, 1), (6, 1)]);
+        assert!(c.weights.iter().all(|&w| w == ONE));
+    }
+
+    #[test]
+    fn nearest_takes_the_sample_under_each_centre() {
+        // 10 -> 4: step 2.5, positions 1.25, 3.75, 6.25, 8.75.
+        let c = axis_coefficients(&plan(10, 4), Resampling::Nearest, Axis::X).expect("plan");
+        assert_eq!(c.bounds, vec![(1, 1), (3, 1), (6, 1), (8, 1)]);
+        // 3 -> 7 keeping outputs 2..5: positions (i + 0.5) * 3 / 7.
+        let kept = AxisPlan {
+            out_first: 2,
+            out_len: 3,
+            ..plan(3, 7)
+        };
+        let c = axis_coefficients(&kept, Resampling::Nearest, Axis::X).expect("plan");
+        assert_eq!(c.bounds, vec![(1, 1), (1, 1), (1, 1)]);
+        // A box (0.5, 5.5) of 6 samples to 2: positions 1.75 and 4.25.
+        let boxed = AxisPlan {
+            src_box: Some(SourceBox {
+                start: 1,
+                end: 11,
+                divisor: 2,
+            }),
+            ..plan(6, 2)
+        };
+        let c = axis_coefficients(&boxed, Resampling::Nearest, Axis::X).expect("plan");
+        assert_eq!(c.bounds, vec![(1, 1), (4, 1)]);
+    }
+
+    #[test]
+    fn a_box_moves_the_filter_centres() {
+        // The box (0.5, 4.5) of 6 samples resized to 4: scale 1, centres 1.0, 2.0, 3.0, 4.0:
+        // bilinear takes half of each neighbour.
+        let boxed = AxisPlan {
+            src_box: Some(SourceBox {
+                start: 1,
+                end: 9,
+                divisor: 2,
+            }),
+            ..plan(6, 4)
+        };
+        let c =
+            axis_coefficients(&boxed, Resampling::Filter(Filter::Bilinear), Axis::X).expect("plan");
+        assert_eq!(c.bounds[0], (0, 2));
+        assert_eq!(&c.weights[..2], &[ONE / 2, ONE / 2]);
+        assert_eq!(c.bounds[3], (3, 2));
+    }
+}

@@ -1,0 +1,326 @@
+//! Pillow's passes on the CPU, written straight into an output slot: a portable rendition and an
+//! AVX2 one, chosen at run time, bit-identical to each other and to Pillow.
+//!
+//! An [`ImagePlan`] runs as Pillow runs it: `NEAREST` and unchanged axes are a gather; one
+//! resampled axis is one pass from the source; two are two passes through an 8-bit intermediate
+//! in Pillow's order (the horizontal one over only the rows the vertical one reads). The last
+//! pass writes the kept rectangle of the slot, gray spread to three equal channels there.
+
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod avx2;
+mod portable;
+
+use super::coefficients::AxisCoefficients;
+use super::image::ImagePlan;
+use super::plan::{Axis, PlanError};
+
+/// The instruction sets the passes can run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kernels {
+    /// Plain Rust, any CPU.
+    Portable,
+    /// x86-64 with AVX2 (checked at run time).
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+}
+
+impl Kernels {
+    /// The fastest this CPU runs.
+    pub fn detect() -> Kernels {
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx2") {
+            return Kernels::Avx2;
+        }
+        Kernels::Portable
+    }
+}
+
+/// A decoded image in host memory: `width` x `height` pixels of `channels` (1 or 3)
+/// interleaved 8-bit samples, rows packed.
+#[derive(Debug, Clone, Copy)]
+pub struct HostImage<'a> {
+    /// The samples.
+    pub pixels: &'a [u8],
+    /// Pixels per row.
+    pub width: u32,
+    /// Rows.
+    pub height: u32,
+    /// Samples per pixel: 1 (gray) or 3 (RGB).
+    pub channels: u32,
+}
+
+/// An output image: `width` x `height` packed RGB8 pixels.
+#[derive(Debug)]
+pub struct Slot<'a> {
+    /// The bytes, `width * height * 3`.
+    pub bytes: &'a mut [u8],
+    /// Pixels per row.
+    pub width: u32,
+    /// Rows.
+    pub height: u32,
+}
+
+/// A horizontal pass over `rows` rows of `input` (row `r` at `r * pitch`; a bound's start less
+/// `shift` counts pixels from the row's start) into `output` (row `r` at `r * out_pitch`, pixel `j` at
+/// `j * out_step`; `out_step` 3 with one channel spreads gray to RGB).
+pub(super) struct HorizontalPass<'a> {
+    pub input: &'a [u8],
+    pub pitch: usize,
+    pub rows: usize,
+    pub channels: usize,
+    pub coefficients: &'a AxisCoefficients,
+    pub shift: usize,
+    /// The weights split for 16-bit multiplies (used by the AVX2 pass).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused))]
+    pub split: &'a SplitWeights,
+    pub output: &'a mut [u8],
+    pub out_pitch: usize,
+    pub out_step: usize,
+}
+
+/// A vertical pass: output row `j` is the weighted sum of input rows `start_j - shift..` (`len_j`
+/// of them, row `i` at `i * pitch`), over the first `row_bytes` bytes of each, written at
+/// `j * out_pitch` of `output` (each byte three times when `spread`).
+pub(super) struct VerticalPass<'a> {
+    pub input: &'a [u8],
+    pub pitch: usize,
+    pub row_bytes: usize,
+    pub coefficients: &'a AxisCoefficients,
+    pub shift: usize,
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused))]
+    pub split: &'a SplitWeights,
+    pub output: &'a mut [u8],
+    pub out_pitch: usize,
+    pub spread: bool,
+}
+
+/// An axis's weights as two 16-bit halves, `w = hi * 65536 + lo` with `lo` in `i16`'s range
+/// (so `hi` is within +-128 for any weight Pillow makes): `sample * w` is then two exact 16-bit
+/// products, `(sample * hi) << 16` plus `sample * lo`, which `madd` instructions sum in pairs.
+/// Each output's row of `stride` weights is padded with zeros to a multiple of 8.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SplitWeights {
+    pub hi: Vec<i16>,
+    pub lo: Vec<i16>,
+    pub stride: usize,
+}
+
+impl SplitWeights {
+    /// Splits `c`'s weights into `self`, reusing its buffers.
+    pub fn split(&mut self, c: &AxisCoefficients) {
+        let stride = c.taps.next_multiple_of(8);
+        self.stride = stride;
+        let n = c.bounds.len() * stride;
+        self.hi.clear();
+        self.lo.clear();
+        self.hi.resize(n, 0);
+        self.lo.resize(n, 0);
+        for (j, row) in c.weights.chunks_exact(c.taps.max(1)).enumerate() {
+            for (k, &w) in row.iter().enumerate() {
+                let lo = w as i16;
+                self.lo[j * stride + k] = lo;
+                self.hi[j * stride + k] = (w.wrapping_sub(i32::from(lo)) >> 16) as i16;
+            }
+        }
+    }
+}
+
+/// Resamples `source` by `plan` into `slot`: the kept outputs at the plans' destination, `pad`
+/// everywhere else, with `kernels`. `scratch` holds the intermediate (grown, never shrunk).
+pub(crate) fn resample_into(
+    plan: &ImagePlan,
+    source: &HostImage,
+    pad: u8,
+    slot: &mut Slot,
+    kernels: Kernels,
+    scratch: &mut Vec<u8>,
+) -> Result<(), PlanError> {
+    let channels = source.channels;
+    if channels != 1 && channels != 3 {
+        return Err(PlanError::Channels(channels));
+    }
+    check_len(
+        "source",
+        source.pixels.len(),
+        [source.width, source.height, channels],
+    )?;
+    check_len("output", slot.bytes.len(), [slot.width, slot.height, 3])?;
+    let (x, y) = (&plan.x, &plan.y);
+    x.check(Axis::X, source.width, slot.width)?;
+    y.check(Axis::Y, source.height, slot.height)?;
+    if x.out_len != slot.width || y.out_len != slot.height {
+        slot.bytes.fill(pad);
+    }
+    let c = channels as usize;
+    let pitch = source.width as usize * c;
+    // The source region starts at its top-left sample; the coefficients count from there.
+    let corner = y.src_offset as usize * pitch + x.src_offset as usize * c;
+    let region = source.pixels.get(corner..).unwrap_or(&[]);
+    let out_pitch = slot.width as usize * 3;
+    let out_at = y.dst_offset as usize * out_pitch + x.dst_offset as usize * 3;
+    let output = slot.bytes.get_mut(out_at..).unwrap_or(&mut []);
+    let (xc, yc) = (&plan.xc, &plan.yc);
+    match (xc.resampled, yc.resampled) {
+        (false, false) => gather(region, pitch, c, xc, yc, output, out_pitch),
+        (true, false) => {
+            // One horizontal pass over the rows the kept outputs copy (consecutive).
+            let rows = yc.span().0 as usize;
+            let mut pass = HorizontalPass {
+                input: region.get(rows * pitch..).unwrap_or(&[]),
+                pitch,
+                rows: yc.bounds.len(),
+                channels: c,
+                coefficients: xc,
+                shift: 0,
+                split: &plan.x_split,
+                output,
+                out_pitch,
+                out_step: 3,
+            };
+            horizontal(&mut pass, kernels);
+        }
+        (false, true) => {
+            let columns = xc.span().0 as usize;
+            let mut pass = VerticalPass {
+                input: region.get(columns * c..).unwrap_or(&[]),
+                pitch,
+                row_bytes: xc.bounds.len() * c,
+                coefficients: yc,
+                shift: 0,
+                split: &plan.y_split,
+                output,
+                out_pitch,
+                spread: c == 1,
+            };
+            vertical(&mut pass, kernels);
+        }
+        (true, true) if plan.vertical_first => {
+            // The vertical pass over the columns the horizontal one reads, into the
+            // intermediate; then the horizontal pass from it.
+            let (first, end) = xc.span();
+            let width = (end - first) as usize;
+            let tmp_pitch = width * c;
+            scratch.resize(tmp_pitch * yc.bounds.len(), 0);
+            let mut pass = VerticalPass {
+                input: region.get(first as usize * c..).unwrap_or(&[]),
+                pitch,
+                row_bytes: tmp_pitch,
+                coefficients: yc,
+                shift: 0,
+                split: &plan.y_split,
+                output: scratch,
+                out_pitch: tmp_pitch,
+                spread: false,
+            };
+            vertical(&mut pass, kernels);
+            let mut pass = HorizontalPass {
+                input: scratch,
+                pitch: tmp_pitch,
+                rows: yc.bounds.len(),
+                channels: c,
+                coefficients: &plan.xc,
+                shift: first as usize,
+                split: &plan.x_split,
+                output,
+                out_pitch,
+                out_step: 3,
+            };
+            horizontal(&mut pass, kernels);
+        }
+        (true, true) => {
+            // The horizontal pass over the rows the vertical one reads, into the
+            // intermediate; then the vertical pass from it.
+            let (first, end) = yc.span();
+            let rows = (end - first) as usize;
+            let tmp_pitch = xc.bounds.len() * c;
+            scratch.resize(tmp_pitch * rows, 0);
+            let mut pass = HorizontalPass {
+                input: region.get(first as usize * pitch..).unwrap_or(&[]),
+                pitch,
+                rows,
+                channels: c,
+                coefficients: xc,
+                shift: 0,
+                split: &plan.x_split,
+                output: scratch,
+                out_pitch: tmp_pitch,
+                out_step: c,
+            };
+            horizontal(&mut pass, kernels);
+            let mut pass = VerticalPass {
+                input: scratch,
+                pitch: tmp_pitch,
+                row_bytes: tmp_pitch,
+                coefficients: &plan.yc,
+                shift: first as usize,
+                split: &plan.y_split,
+                output,
+                out_pitch,
+                spread: c == 1,
+            };
+            vertical(&mut pass, kernels);
+        }
+    }
+    Ok(())
+}
+
+fn horizontal(pass: &mut HorizontalPass, kernels: Kernels) {
+    match kernels {
+        Kernels::Portable => portable::horizontal(pass),
+        #[cfg(target_arch = "x86_64")]
+        Kernels::Avx2 => avx2::horizontal(pass),
+    }
+}
+
+fn vertical(pass: &mut VerticalPass, kernels: Kernels) {
+    match kernels {
+        Kernels::Portable => portable::vertical(pass),
+        #[cfg(target_arch = "x86_64")]
+        Kernels::Avx2 => avx2::vertical(pass),
+    }
+}
+
+/// Neither axis filtered (`NEAREST`, or a copy): each output pixel is one source pixel, or 0
+/// where a nearest position falls past the image.
+fn gather(
+    region: &[u8],
+    pitch: usize,
+    c: usize,
+    xc: &AxisCoefficients,
+    yc: &AxisCoefficients,
+    output: &mut [u8],
+    out_pitch: usize,
+) {
+    for (j, &(row, rows)) in yc.bounds.iter().enumerate() {
+        let Some(out) = output.get_mut(j * out_pitch..j * out_pitch + xc.bounds.len() * 3) else {
+            return;
+        };
+        if rows == 0 {
+            out.fill(0);
+            continue;
+        }
+        let line = region.get(row as usize * pitch..).unwrap_or(&[]);
+        for (px, &(col, cols)) in out.chunks_exact_mut(3).zip(&xc.bounds) {
+            let at = col as usize * c;
+            match line.get(at..at + c) {
+                Some(s) if cols > 0 && c == 3 => px.copy_from_slice(s),
+                Some(s) if cols > 0 => px.fill(s[0]),
+                _ => px.fill(0),
+            }
+        }
+    }
+}
+
+/// Checks that a buffer holds exactly the product of `dims` bytes.
+fn check_len(what: &'static str, len: usize, dims: [u32; 3]) -> Result<(), PlanError> {
+    let expected = dims.iter().map(|&d| u64::from(d)).product::<u64>();
+    if len as u64 != expected {
+        return Err(PlanError::BufferSize {
+            what,
+            expected,
+            actual: len as u64,
+        });
+    }
+    Ok(())
+}
