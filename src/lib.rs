@@ -53,6 +53,7 @@ mod launch;
 mod options;
 mod order;
 mod pipeline;
+mod profile;
 mod random;
 mod resample;
 mod source;
@@ -74,6 +75,7 @@ pub use options::{
     RANDOM_CROP_RATIO, RANDOM_CROP_SCALE, RANDOM_FLIP_CHANCE,
 };
 pub use pipeline::{Pipeline, PipelineBuilder};
+pub use profile::{Profile, Stage, StageTime};
 pub use source::{Source, IMAGE_EXTENSIONS};
 pub use tensor::{DeviceData, DeviceTensor, Element, HostData, HostTensor, Tensor};
 

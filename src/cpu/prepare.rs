@@ -2,14 +2,17 @@
 //! crop straight into its destination, with this thread's reusable scratch buffers.
 
 use std::cell::RefCell;
+use std::sync::Arc;
+use std::time::Instant;
 
-use super::budget::{BufferPool, MemoryBudget};
 use super::decode::{decode, DecodeWindow, Decoded};
 use super::probe::probe;
 use super::resize::resize_into_slot;
+use super::stage::LaneCore;
 use crate::error::{panic_message, Error, ItemError, ItemErrorKind, Result};
 use crate::geometry::{CropDraw, Geometry};
 use crate::options::{DecodeOptions, ResizeOptions};
+use crate::profile::Stage;
 use crate::resample::{ImagePlan, Kernels};
 use crate::source::Source;
 
@@ -92,11 +95,11 @@ pub(crate) struct ImageTask {
 pub(crate) fn prepare_one(
     source: &Source,
     task: ImageTask,
-    options: &PrepareOptions,
-    budget: &MemoryBudget,
-    pool: &BufferPool,
+    core: &LaneCore,
     dst: &mut [u8],
 ) -> std::result::Result<Option<CropDraw>, ItemErrorKind> {
+    let (options, budget, pool) = (&core.options, &core.budget, &core.buffers);
+    let reading = Instant::now();
     let item = source
         .item(task.index)
         .open(options.decode.max_file_bytes)?;
@@ -106,9 +109,11 @@ pub(crate) fn prepare_one(
     // The encoded bytes too go in a buffer of the pool.
     let buffer = pool.take(item.len() as usize);
     let lent = buffer.capacity();
-    let prepared = match item.read(buffer) {
+    let read = item.read(buffer);
+    core.stopwatch.add(Stage::CpuRead, reading.elapsed());
+    let prepared = match read {
         Ok(bytes) => {
-            let prepared = prepare_bytes(&bytes, options, pool, rgb_bytes as usize, task, dst);
+            let prepared = prepare_bytes(&bytes, core, rgb_bytes as usize, task, dst);
             pool.give(bytes.into_buffer(), lent);
             prepared
         }
@@ -126,16 +131,16 @@ pub(crate) fn prepare_one(
 /// of taking the pipeline down.
 fn prepare_bytes(
     bytes: &[u8],
-    options: &PrepareOptions,
-    pool: &BufferPool,
+    core: &LaneCore,
     size_hint: usize,
     task: ImageTask,
     dst: &mut [u8],
 ) -> std::result::Result<Option<CropDraw>, ItemErrorKind> {
+    let pool = &core.buffers;
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let mut pixels = pool.take(size_hint);
         let lent = pixels.capacity();
-        let prepared = prepare_bytes_unguarded(bytes, options, pool, task, &mut pixels, dst);
+        let prepared = prepare_bytes_unguarded(bytes, core, task, &mut pixels, dst);
         pool.give(pixels, lent);
         prepared
     }))
@@ -154,12 +159,12 @@ fn prepare_bytes(
 /// the random transforms it drew (from the image's size after any EXIF turn).
 fn prepare_bytes_unguarded(
     bytes: &[u8],
-    options: &PrepareOptions,
-    pool: &BufferPool,
+    core: &LaneCore,
     task: ImageTask,
     pixels: &mut Vec<u8>,
     dst: &mut [u8],
 ) -> std::result::Result<Option<CropDraw>, ItemErrorKind> {
+    let (options, pool, stopwatch) = (&core.options, &core.buffers, &core.stopwatch);
     SCRATCH.with(|scratch| {
         let scratch = &mut *scratch.borrow_mut();
         let geometry = &options.geometry;
@@ -207,7 +212,9 @@ fn prepare_bytes_unguarded(
                     .flatten(),
             }
         };
-        let decoded = decode(bytes, &options.decode, &window, pixels, pool)?;
+        let decoded = stopwatch.time(Stage::CpuDecode, || {
+            decode(bytes, &options.decode, &window, pixels, pool)
+        })?;
         let (plan, planned) = planning.into_inner();
         let draw = geometry.draw(
             decoded.source_width,
@@ -229,16 +236,18 @@ fn prepare_bytes_unguarded(
                 )
                 .map_err(|e| ItemErrorKind::Resize(e.to_string()))?;
         }
-        resize_into_slot(
-            pixels,
-            decoded,
-            geometry,
-            plan,
-            draw.is_some_and(|d| d.flipped),
-            *kernels,
-            intermediate,
-            dst,
-        )?;
+        stopwatch.time(Stage::CpuResize, || {
+            resize_into_slot(
+                pixels,
+                decoded,
+                geometry,
+                plan,
+                draw.is_some_and(|d| d.flipped),
+                *kernels,
+                intermediate,
+                dst,
+            )
+        })?;
         Ok(draw)
     })
 }
@@ -266,19 +275,18 @@ pub fn prepare_image(
         .decode(*decode)
         .resize(*resize)
         .validate()?;
-    let options = PrepareOptions::new(decode, resize);
-    let want = options.geometry.image_bytes();
+    let core = LaneCore::new(decode, resize, Arc::default());
+    let want = core.options.geometry.image_bytes();
     if out.len() != want {
         return Err(Error::Mismatch(format!(
             "output buffer holds {} bytes, one {}x{} RGB image needs {want}",
             out.len(),
-            options.geometry.width,
-            options.geometry.height,
+            core.options.geometry.width,
+            core.options.geometry.height,
         )));
     }
-    let pool = BufferPool::new(options.decode.memory_limit);
     let task = ImageTask { index: 0, epoch: 0 };
-    prepare_bytes(bytes, &options, &pool, 0, task, out)
+    prepare_bytes(bytes, &core, 0, task, out)
         .map(|_| ())
         .map_err(|kind| {
             Error::Item(ItemError {
@@ -292,9 +300,20 @@ pub fn prepare_image(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpu::budget::BufferPool;
 
     fn pool() -> BufferPool {
         BufferPool::new(1 << 30)
+    }
+
+    /// A lane core that prepares images as `options` say.
+    fn core_of(options: &PrepareOptions) -> LaneCore {
+        LaneCore {
+            options: *options,
+            budget: crate::cpu::budget::MemoryBudget::new(1 << 30),
+            buffers: pool(),
+            stopwatch: Arc::default(),
+        }
     }
 
     const TASK: ImageTask = ImageTask { index: 0, epoch: 0 };
@@ -390,8 +409,8 @@ mod tests {
             let mut b = vec![1u8; partial.geometry.image_bytes()];
             for (i, (name, bytes)) in files.iter().enumerate() {
                 let task = ImageTask { index: i, epoch: 1 };
-                let ra = prepare_bytes(bytes, &whole, &pool(), 0, task, &mut a);
-                let rb = prepare_bytes(bytes, &partial, &pool(), 0, task, &mut b);
+                let ra = prepare_bytes(bytes, &core_of(&whole), 0, task, &mut a);
+                let rb = prepare_bytes(bytes, &core_of(&partial), 0, task, &mut b);
                 assert_eq!(ra.is_ok(), rb.is_ok(), "{name}");
                 if ra.is_ok() {
                     assert!(
@@ -437,7 +456,7 @@ mod tests {
             for index in 0..12 {
                 let task = ImageTask { index, epoch: 2 };
                 let mut got = vec![0u8; options.geometry.image_bytes()];
-                let draw = prepare_bytes(&bytes, &options, &pool(), 0, task, &mut got)
+                let draw = prepare_bytes(&bytes, &core_of(&options), 0, task, &mut got)
                     .expect("prepare")
                     .expect("random");
                 assert_eq!(
@@ -487,7 +506,7 @@ mod tests {
         let jpeg = std::fs::read("tests/fixtures/gray.jpg").expect("fixture");
         let options = PrepareOptions::new(&DecodeOptions::default(), &ResizeOptions::default());
         let mut one_channel = vec![0u8; options.geometry.image_bytes()];
-        prepare_bytes(&jpeg, &options, &pool(), 0, TASK, &mut one_channel).expect("gray path");
+        prepare_bytes(&jpeg, &core_of(&options), 0, TASK, &mut one_channel).expect("gray path");
         // The same gray pixels spread to RGB and resized as RGB.
         let mut gray = Vec::new();
         let decoded = decode(

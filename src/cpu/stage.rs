@@ -13,6 +13,7 @@ use crate::error::{Error, ItemError, ItemErrorKind, Result};
 use crate::geometry::CropDraw;
 use crate::options::{DecodeOptions, OnError, ResizeOptions};
 use crate::order::EpochOrder;
+use crate::profile::Stopwatch;
 use crate::source::Source;
 use crate::tensor::{HostData, NormalizedSlot};
 
@@ -115,15 +116,23 @@ pub(crate) struct LaneCore {
     pub options: PrepareOptions,
     pub budget: MemoryBudget,
     pub buffers: BufferPool,
+    /// Where the lane's read, decode and resize times go.
+    pub stopwatch: Arc<Stopwatch>,
 }
 
 impl LaneCore {
-    /// How images are prepared under `decode` and `resize`, with the memory budget of `decode`.
-    pub fn new(decode: &DecodeOptions, resize: &ResizeOptions) -> LaneCore {
+    /// How images are prepared under `decode` and `resize`, with the memory budget of `decode`;
+    /// the stages' times go to `stopwatch`.
+    pub fn new(
+        decode: &DecodeOptions,
+        resize: &ResizeOptions,
+        stopwatch: Arc<Stopwatch>,
+    ) -> LaneCore {
         LaneCore {
             options: PrepareOptions::new(decode, resize),
             budget: MemoryBudget::new(decode.memory_limit),
             buffers: BufferPool::new(decode.memory_limit),
+            stopwatch,
         }
     }
 
@@ -135,14 +144,7 @@ impl LaneCore {
         task: ImageTask,
         dst: &mut [u8],
     ) -> std::result::Result<Option<CropDraw>, ItemErrorKind> {
-        prepare_one(
-            source,
-            task,
-            &self.options,
-            &self.budget,
-            &self.buffers,
-            dst,
-        )
+        prepare_one(source, task, self, dst)
     }
 }
 
@@ -155,7 +157,12 @@ pub(crate) struct CpuLane {
 
 impl CpuLane {
     /// A lane of `threads` threads (0: one per core).
-    pub fn new(decode: &DecodeOptions, resize: &ResizeOptions, threads: usize) -> Result<CpuLane> {
+    pub fn new(
+        decode: &DecodeOptions,
+        resize: &ResizeOptions,
+        threads: usize,
+        stopwatch: Arc<Stopwatch>,
+    ) -> Result<CpuLane> {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("gpufeed-cpu-{i}"))
@@ -163,7 +170,7 @@ impl CpuLane {
             .map_err(|e| Error::invalid("threads", format!("cannot start the threads: {e}")))?;
         Ok(CpuLane {
             pool,
-            core: Arc::new(LaneCore::new(decode, resize)),
+            core: Arc::new(LaneCore::new(decode, resize, stopwatch)),
         })
     }
 
@@ -400,7 +407,7 @@ impl CpuStage {
             .resize(*resize)
             .validate()?;
         Ok(CpuStage {
-            lane: CpuLane::new(decode, resize, threads)?,
+            lane: CpuLane::new(decode, resize, threads, Arc::default())?,
         })
     }
 

@@ -50,6 +50,7 @@ use cudarc::driver::{
 use crate::cuda::{upload_reusing, Gpu};
 use crate::error::{Error, Result};
 use crate::geometry::Geometry;
+use crate::profile::Stopwatch;
 use crate::resample::Resampling;
 use call::MAX_CALL_PIXELS;
 use decoders::DecoderSet;
@@ -101,8 +102,10 @@ fn ring_slots(batch_size: usize) -> usize {
 const MIN_LOOKAHEAD: usize = 256;
 
 /// What the lane needs to know when it opens.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct GpuLaneConfig {
+    /// Where the lane's threads' times go.
+    pub stopwatch: Arc<Stopwatch>,
     /// The output geometry.
     pub geometry: Geometry,
     /// Images claiming more pixels are left to the CPU lane.
@@ -242,7 +245,7 @@ impl GpuLane {
             return Err(cancelled);
         }
         let preparers = (0..PREPARING_THREADS)
-            .map(|_| Preparer::new(geometry, filter))
+            .map(|_| Preparer::new(geometry, filter, config.stopwatch.clone()))
             .collect();
         let runner = Runner::start(
             gpu,
@@ -250,6 +253,7 @@ impl GpuLane {
             preparers,
             screen,
             shared::Limits {
+                stopwatch: config.stopwatch.clone(),
                 slots,
                 image_bytes,
                 lookahead,

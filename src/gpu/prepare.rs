@@ -4,12 +4,14 @@
 //! the decoders, so it runs beside the calls of the submitting threads instead of between them.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use super::call::{Call, CallImage, MAX_CALL_BYTES, MAX_CALL_PIXELS};
 use super::screen::MAX_COMPRESSED;
 use super::shared::{Job, Shared};
 use super::work::{Work, CHUNK};
 use crate::geometry::Geometry;
+use crate::profile::{Stage, Stopwatch};
 use crate::resample::{plan_passes, Filter};
 
 /// A preparing thread's state: the geometry and filter the images are planned for, and read
@@ -17,14 +19,16 @@ use crate::resample::{plan_passes, Filter};
 pub(super) struct Preparer {
     geometry: Geometry,
     filter: Filter,
+    stopwatch: Arc<Stopwatch>,
     buffers: Vec<Vec<u8>>,
 }
 
 impl Preparer {
-    pub fn new(geometry: Geometry, filter: Filter) -> Preparer {
+    pub fn new(geometry: Geometry, filter: Filter, stopwatch: Arc<Stopwatch>) -> Preparer {
         Preparer {
             geometry,
             filter,
+            stopwatch,
             buffers: Vec::new(),
         }
     }
@@ -42,7 +46,9 @@ impl Preparer {
         // The call being filled for colour images, and for gray ones.
         let mut pending = [Pending::default(), Pending::default()];
         for (k, (&(position, index), &slot)) in job.positions.iter().zip(&job.slots).enumerate() {
+            let reading = Instant::now();
             let image = self.read(&work, shared, position, index, slot);
+            self.stopwatch.add(Stage::GpuPrepare, reading.elapsed());
             let Some(image) = image else {
                 refused.push((position, slot));
                 refused_at.push(k);

@@ -4,6 +4,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 
@@ -15,6 +16,7 @@ use super::shared::{Limits, Shared};
 use super::work::{LaneOutput, LaneResult, LaneWork};
 use crate::cuda::Gpu;
 use crate::error::Result;
+use crate::profile::Stage;
 
 /// The lane's threads and ring.
 pub(super) struct Runner {
@@ -160,7 +162,13 @@ fn submit(shared: Arc<Shared>, mut set: DecoderSet) {
     loop {
         let next = shared.next_call(&stream);
         let Some((call, ordered)) = next else { break };
-        let results = match catch_unwind(AssertUnwindSafe(|| set.run(&call, &shared, ordered))) {
+        let calling = Instant::now();
+        let ran = catch_unwind(AssertUnwindSafe(|| set.run(&call, &shared, ordered)));
+        shared
+            .limits
+            .stopwatch
+            .add(Stage::GpuCall, calling.elapsed());
+        let results = match ran {
             Ok(results) if results.len() == call.images.len() => results,
             _ => {
                 // Whatever the set queued before it failed is done before the slots are free.

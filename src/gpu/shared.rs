@@ -20,10 +20,13 @@ use crate::error::{Error, Result};
 use super::call::Call;
 use super::screen::LaneScreen;
 use super::work::{span, wait_for_all, LaneOutput, LaneResult, LaneWork, Work, CHUNK};
+use crate::profile::Stopwatch;
 
-/// The sizes the runner is started with.
-#[derive(Debug, Clone, Copy)]
+/// The sizes the runner is started with, and where its threads' times go.
+#[derive(Debug, Clone)]
 pub(crate) struct Limits {
+    /// Where the lane's threads' times go.
+    pub stopwatch: Arc<Stopwatch>,
     /// Slots of the ring.
     pub slots: usize,
     /// Bytes of one output image (one slot).

@@ -21,6 +21,7 @@ use gpufeed_bench::upload::random_bytes;
 /// A lane for the default geometry and batches of up to `batch_size`.
 fn open_lane(gpu: &Gpu, geometry: &Geometry, batch_size: usize, gray: bool) -> GpuLane {
     let config = GpuLaneConfig {
+        stopwatch: Arc::default(),
         geometry: *geometry,
         max_pixels: 1 << 28,
         batch_size,

@@ -21,7 +21,6 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::CudaStream;
@@ -119,7 +118,6 @@ enum GpuState {
 /// A GPU lane opening on a thread of its own.
 pub(crate) struct Opening {
     receiver: Receiver<std::result::Result<GpuLane, GpuLaneError>>,
-    thread: Option<JoinHandle<()>>,
     /// Raised to make the thread give up.
     cancel: Arc<AtomicBool>,
 }
@@ -133,28 +131,22 @@ impl Opening {
         let (sender, receiver) = mpsc::channel();
         let cancel = Arc::new(AtomicBool::new(false));
         let flag = cancel.clone();
-        let thread = std::thread::Builder::new()
+        std::thread::Builder::new()
             .name("gpufeed-gpu-lane-open".into())
             .spawn(move || {
+                // A lane made after its pipeline is gone is dropped here, on this thread.
                 let _ = sender.send(open(&flag));
             })
             .map_err(|e| Error::Worker(format!("cannot open the GPU lane: {e}")))?;
-        Ok(Opening {
-            receiver,
-            thread: Some(thread),
-            cancel,
-        })
+        Ok(Opening { receiver, cancel })
     }
 }
 
 impl Drop for Opening {
-    /// A lane still opening is given up, and its thread waited for, so that nothing it holds
-    /// outlives the pipeline.
+    /// A lane still opening is given up at its next step; the pipeline's drop does not wait for
+    /// it (the thread frees what it made as it ends).
     fn drop(&mut self) {
         self.cancel.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 
@@ -190,6 +182,8 @@ pub(crate) struct HybridFilled {
     pub filled: Filled,
     pub from_gpu: Vec<(LaneOutput, usize)>,
     pub decoded_by: DecodedBy,
+    /// What filling it waited on each lane, and spent copying the CPU lane's images.
+    pub waits: Waits,
 }
 
 /// How the GPU lane comes to a [`HybridLanes`].
@@ -331,13 +325,12 @@ impl HybridLanes {
         self.poll_gpu();
         self.start_gpu_lane(request.start)?;
         let started = Instant::now();
-        let mut waits = Waits::default();
-        let filled = self.fill_positions(staging, request, source, stop, &mut waits)?;
+        let filled = self.fill_positions(staging, request, source, stop)?;
         if let Some(filled) = &filled {
             self.follow(
                 request.start,
                 filled.filled.consumed,
-                &waits,
+                &filled.waits,
                 started.elapsed(),
             );
         }
@@ -383,9 +376,9 @@ impl HybridLanes {
         request: &BatchRequest<'_>,
         source: &Source,
         stop: &AtomicBool,
-        waits: &mut Waits,
     ) -> Result<Option<HybridFilled>> {
         let image_bytes = self.image_bytes;
+        let mut waits = Waits::default();
         let Some(current) = &self.epoch else {
             return Err(Error::Worker(
                 "a hybrid batch before its epoch began".into(),
@@ -448,8 +441,10 @@ impl HybridLanes {
             waits.cpu += waited.elapsed();
             let outcome = match result {
                 Some(Ok((pixels, draw))) => {
+                    let copying = Instant::now();
                     staging.pixels[place * image_bytes..(place + 1) * image_bytes]
                         .copy_from_slice(&pixels);
+                    waits.copy += copying.elapsed();
                     ahead.give_back(pixels);
                     Ok(draw)
                 }
@@ -476,6 +471,7 @@ impl HybridLanes {
             filled,
             from_gpu,
             decoded_by,
+            waits,
         }))
     }
 
@@ -510,11 +506,12 @@ fn lane_work(epoch: &Epoch, ahead: &CpuAhead) -> LaneWork {
     }
 }
 
-/// What a batch waited on each lane.
-#[derive(Debug, Default)]
-struct Waits {
-    gpu: Duration,
-    cpu: Duration,
+/// What a batch waited on each lane, and spent copying the CPU lane's images into the staging.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Waits {
+    pub gpu: Duration,
+    pub cpu: Duration,
+    pub copy: Duration,
 }
 
 #[cfg(test)]

@@ -7,10 +7,11 @@
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::time::Instant;
 
 use cudarc::driver::{CudaSlice, CudaStream};
 
-use super::hybrid::{Balance, GpuOpening, HybridFilled, HybridLanes, Opening};
+use super::hybrid::{Balance, GpuOpening, HybridFilled, HybridLanes, Opening, Waits};
 use super::output::DeviceWrites;
 use crate::batch::DecodedBy;
 use crate::cpu::{BatchRequest, CpuAhead, CpuLane, LaneCore, Staging};
@@ -20,6 +21,7 @@ use crate::geometry::Geometry;
 use crate::gpu::{lookahead, GpuLane, GpuLaneConfig, LaneOutput};
 use crate::options::{Decode, Device, Options};
 use crate::order::EpochOrder;
+use crate::profile::{Stage, Stopwatch};
 use crate::source::Source;
 
 /// Cores the CPU lane leaves to the GPU lane's host threads (its submitting threads wait on the
@@ -47,9 +49,10 @@ pub(crate) struct DecodeWhy(String);
 impl Lanes {
     /// The GPU lane's configuration when `options` may run it: hybrid or automatic decoding on
     /// a CUDA device.
-    fn gpu_config(options: &Options) -> Option<GpuLaneConfig> {
+    fn gpu_config(options: &Options, stopwatch: &Arc<Stopwatch>) -> Option<GpuLaneConfig> {
         let wanted = matches!(options.decode.lanes, Decode::Hybrid | Decode::Auto);
         (wanted && options.runtime.device != Device::Cpu).then(|| GpuLaneConfig {
+            stopwatch: stopwatch.clone(),
             geometry: Geometry::new(&options.resize),
             max_pixels: options.decode.max_pixels,
             batch_size: options.batching.batch_size,
@@ -61,7 +64,8 @@ impl Lanes {
     /// Device memory the lanes `options` ask for may take (the GPU lane's ring and buffers),
     /// for the output stage's check of what fits before anything is allocated.
     pub fn device_bytes(options: &Options) -> u128 {
-        Lanes::gpu_config(options).map_or(0, |config| GpuLane::device_bytes(&config))
+        Lanes::gpu_config(options, &Arc::default())
+            .map_or(0, |config| GpuLane::device_bytes(&config))
     }
 
     /// Opens the lanes `options` ask for, for epochs of `images`. With hybrid or automatic
@@ -69,10 +73,15 @@ impl Lanes {
     /// opens on a thread of its own, joining the batches once ready; with a given share it opens
     /// before the first batch instead, so that every image goes to the same lane on every run.
     /// Automatic decoding opens it only for epochs of at least [`AUTO_MIN_IMAGES`].
-    pub fn open(options: &Options, gpu: Option<&Gpu>, images: usize) -> Result<Lanes> {
+    pub fn open(
+        options: &Options,
+        gpu: Option<&Gpu>,
+        images: usize,
+        stopwatch: &Arc<Stopwatch>,
+    ) -> Result<Lanes> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let small = options.decode.lanes == Decode::Auto && images < AUTO_MIN_IMAGES;
-        let (config, gpu) = match (Lanes::gpu_config(options), gpu) {
+        let (config, gpu) = match (Lanes::gpu_config(options, stopwatch), gpu) {
             (Some(config), Some(gpu)) if !small => (config, gpu),
             _ => {
                 let why = match options.decode.lanes {
@@ -86,7 +95,8 @@ impl Lanes {
                     ),
                 };
                 let threads = options.runtime.threads;
-                let cpu = CpuLane::new(&options.decode, &options.resize, threads)?;
+                let cpu =
+                    CpuLane::new(&options.decode, &options.resize, threads, stopwatch.clone())?;
                 return Ok(Lanes::Cpu(cpu, DecodeWhy(why)));
             }
         };
@@ -100,19 +110,26 @@ impl Lanes {
         };
         let batch_size = options.batching.batch_size;
         let lookahead = lookahead(batch_size);
-        let core = Arc::new(LaneCore::new(&options.decode, &options.resize));
+        let core = Arc::new(LaneCore::new(
+            &options.decode,
+            &options.resize,
+            stopwatch.clone(),
+        ));
         let image_bytes = core.options.geometry.image_bytes();
         let ahead = CpuAhead::start(&core, threads, lookahead, batch_size + lookahead)?;
         let balance = Balance::new(options.decode.gpu_share);
         let opening = if balance.is_pinned() {
-            match GpuLane::open(gpu, &config) {
+            match stopwatch.time(Stage::GpuOpen, || GpuLane::open(gpu, &config)) {
                 Ok(lane) => GpuOpening::Open(lane),
-                Err(reason) => return Lanes::fall_back(options, reason.to_string()),
+                Err(reason) => return Lanes::fall_back(options, reason.to_string(), stopwatch),
             }
         } else {
             let device = gpu.clone();
+            let watch = stopwatch.clone();
             GpuOpening::Pending(Opening::start(move |cancel| {
-                GpuLane::open_unless(&device, &config, cancel)
+                watch.time(Stage::GpuOpen, || {
+                    GpuLane::open_unless(&device, &config, cancel)
+                })
             })?)
         };
         let why = match options.decode.lanes {
@@ -134,8 +151,13 @@ impl Lanes {
     }
 
     /// The CPU lane alone, after the GPU lane could not open (with a given share).
-    fn fall_back(options: &Options, reason: String) -> Result<Lanes> {
-        let cpu = CpuLane::new(&options.decode, &options.resize, options.runtime.threads)?;
+    fn fall_back(options: &Options, reason: String, stopwatch: &Arc<Stopwatch>) -> Result<Lanes> {
+        let cpu = CpuLane::new(
+            &options.decode,
+            &options.resize,
+            options.runtime.threads,
+            stopwatch.clone(),
+        )?;
         let why = format!("hybrid, as asked: CPU decode, the GPU decode lane is off: {reason}");
         Ok(Lanes::Cpu(cpu, DecodeWhy(why)))
     }
@@ -188,16 +210,21 @@ impl Lanes {
         match self {
             Lanes::Hybrid(hybrid, _) => hybrid.fill(staging, request, source, stop),
             Lanes::Cpu(cpu, _) => {
-                Ok(cpu
-                    .fill(staging, request, source, stop)?
-                    .map(|filled| HybridFilled {
-                        decoded_by: DecodedBy {
-                            cpu: filled.indices.len(),
-                            gpu: 0,
-                        },
-                        filled,
-                        from_gpu: Vec::new(),
-                    }))
+                let started = Instant::now();
+                let filled = cpu.fill(staging, request, source, stop)?;
+                let waits = Waits {
+                    cpu: started.elapsed(),
+                    ..Waits::default()
+                };
+                Ok(filled.map(|filled| HybridFilled {
+                    decoded_by: DecodedBy {
+                        cpu: filled.indices.len(),
+                        gpu: 0,
+                    },
+                    filled,
+                    from_gpu: Vec::new(),
+                    waits,
+                }))
             }
         }
     }

@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use cudarc::driver::CudaStream;
 
@@ -24,6 +25,7 @@ use crate::error::{Error, Result};
 use crate::geometry::Geometry;
 use crate::options::Options;
 use crate::order::Sampler;
+use crate::profile::{Profile, Stage, Stopwatch};
 use crate::source::Source;
 use lanes::Lanes;
 use worker::{LanesReport, Message, Worker};
@@ -60,6 +62,8 @@ pub struct Pipeline {
     pinned_bytes: usize,
     /// Which lanes decode and the GPU lane's share, as the worker last reported them.
     lanes_report: Arc<Mutex<LanesReport>>,
+    /// Where the stages' times go.
+    stopwatch: Arc<Stopwatch>,
     cuda_stream: Option<Arc<CudaStream>>,
     epoch: u64,
     state: EpochState,
@@ -117,7 +121,8 @@ impl Pipeline {
             gpu.as_ref(),
             Lanes::device_bytes(&options),
         )?;
-        let lanes = Lanes::open(&options, gpu.as_ref(), shard_len)?;
+        let stopwatch = Arc::new(Stopwatch::default());
+        let lanes = Lanes::open(&options, gpu.as_ref(), shard_len, &stopwatch)?;
         let device_description = output.describe();
         let pinned_bytes = output.pinned_bytes();
         let cuda_stream = output.cuda_stream();
@@ -137,6 +142,7 @@ impl Pipeline {
             sampler,
             batching: options.batching,
             lanes,
+            stopwatch: stopwatch.clone(),
             lanes_report: lanes_report.clone(),
             output,
             abandon: abandon.clone(),
@@ -154,6 +160,7 @@ impl Pipeline {
             device_description,
             pinned_bytes,
             lanes_report,
+            stopwatch,
             cuda_stream,
             epoch: 0,
             state: EpochState::Ended,
@@ -190,14 +197,13 @@ impl Pipeline {
         if self.state == EpochState::Ended {
             return Ok(None);
         }
-        let message = self
-            .batches
-            .as_ref()
-            .and_then(|b| b.recv().ok())
-            .ok_or_else(|| {
-                self.state = EpochState::Ended;
-                Error::Worker("the prefetch thread stopped unexpectedly".into())
-            })?;
+        let waiting = Instant::now();
+        let received = self.batches.as_ref().and_then(|b| b.recv().ok());
+        self.stopwatch.add(Stage::WaitBatch, waiting.elapsed());
+        let message = received.ok_or_else(|| {
+            self.state = EpochState::Ended;
+            Error::Worker("the prefetch thread stopped unexpectedly".into())
+        })?;
         match message {
             Message::Batch(batch) => match *batch {
                 Ok(batch) => {
@@ -321,6 +327,17 @@ impl Pipeline {
     /// the first batches, so this changes once it runs.
     pub fn decode_description(&self) -> String {
         self.lanes_report().description
+    }
+
+    /// Where the pipeline's time went since it was built: each stage's time, summed over the
+    /// threads that ran it, and how many times it ran. The stage that keeps the others waiting
+    /// is the one to look at: [`Stage::WaitBatch`] high means the pipeline is the bottleneck,
+    /// [`Stage::WaitConsumer`] high means the consumer is.
+    ///
+    /// [`Stage::WaitBatch`]: crate::Stage::WaitBatch
+    /// [`Stage::WaitConsumer`]: crate::Stage::WaitConsumer
+    pub fn profile(&self) -> Profile {
+        self.stopwatch.profile()
     }
 
     fn lanes_report(&self) -> LanesReport {

@@ -5,6 +5,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use super::hybrid::HybridFilled;
 use super::lanes::Lanes;
@@ -14,6 +15,7 @@ use crate::cpu::BatchRequest;
 use crate::error::{Error, ItemError, Result};
 use crate::options::{BatchOptions, LastBatch};
 use crate::order::{EpochOrder, Sampler};
+use crate::profile::{Stage, Stopwatch};
 use crate::source::Source;
 
 /// Which lanes decode, as the worker last saw them.
@@ -45,6 +47,8 @@ pub(super) struct Worker {
     pub sampler: Sampler,
     pub batching: BatchOptions,
     pub lanes: Lanes,
+    /// Where the stages' times go.
+    pub stopwatch: Arc<Stopwatch>,
     /// Where the consumer reads which lanes decode and the share in force.
     pub lanes_report: Arc<Mutex<LanesReport>>,
     pub output: Box<dyn OutputStage>,
@@ -115,9 +119,11 @@ impl Worker {
                         position += consumed;
                         delivered += batch.len();
                         slot = (slot + 1) % self.output.slots();
+                        let sending = Instant::now();
                         if batches.send(Message::Batch(Box::new(Ok(*batch)))).is_err() {
                             return;
                         }
+                        self.stopwatch.add(Stage::WaitConsumer, sending.elapsed());
                     }
                     Ok(Produced::Tail {
                         skipped,
@@ -199,10 +205,14 @@ impl Worker {
             filled,
             from_gpu,
             decoded_by,
+            waits,
         }) = filled
         else {
             return Ok(Produced::Stopped);
         };
+        self.stopwatch.add(Stage::WaitCpu, waits.cpu);
+        self.stopwatch.add(Stage::WaitGpu, waits.gpu);
+        self.stopwatch.add(Stage::StagingCopy, waits.copy);
         let n = filled.indices.len();
         if order.refills() && n < want {
             // Every image of the shard failed, even going round it again: the ranks' batches
@@ -228,8 +238,10 @@ impl Worker {
                 dropped: n,
             });
         }
+        let finishing = Instant::now();
         let mut on_device = self.lanes.device_writes(from_gpu);
         let (images, uploaded_bytes) = self.output.finish(slot, n, &mut on_device)?;
+        self.stopwatch.add(Stage::Finish, finishing.elapsed());
         let ids = filled
             .indices
             .iter()

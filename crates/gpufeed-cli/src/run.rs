@@ -166,6 +166,10 @@ pub struct RunArgs {
     /// Print only the summary, as one JSON object on stdout.
     #[arg(long)]
     json: bool,
+    /// Print where the time went: each stage's seconds (summed over the threads that ran it),
+    /// how many times it ran, and the time each took (the JSON summary always has them).
+    #[arg(long)]
+    profile: bool,
 }
 
 /// `--shard`: a fixed part, or the launcher's variables.
@@ -593,6 +597,13 @@ impl Summary<'_> {
             "gpu_share": self.pipeline.gpu_share(),
             "f32_bytes": images * self.image_bytes() * 4,
             "peak_rss_bytes": peak_rss_bytes(),
+            "profile": self
+                .pipeline
+                .profile()
+                .stages
+                .iter()
+                .map(|s| (s.stage.name().to_string(), json!({"seconds": s.seconds, "count": s.count})))
+                .collect::<serde_json::Map<_, _>>(),
         })
     }
 
@@ -671,6 +682,12 @@ impl Summary<'_> {
                 path.display(),
                 paths_file(path).display()
             );
+        }
+        if self.args.profile {
+            out!("  where the time went (seconds summed over threads):");
+            for line in self.pipeline.profile().to_string().lines() {
+                out!("    {line}");
+            }
         }
     }
 }
