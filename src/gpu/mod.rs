@@ -42,6 +42,7 @@ pub(crate) mod ycc;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use cudarc::driver::{
     CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
@@ -188,7 +189,9 @@ impl GpuLane {
             Resampling::Filter(filter) => filter,
             Resampling::Nearest => return Err(GpuLaneError::Filter(geometry.interpolation)),
         };
+        let opening = Instant::now();
         let nvjpeg = NvJpeg::load()?;
+        let loaded = opening.elapsed();
         let colour = DecoderConfig {
             max_batch: CHUNK,
             output: OutputFormat::Yuv,
@@ -214,27 +217,47 @@ impl GpuLane {
             },
             exif_orientation: config.exif_orientation,
         };
+        let compiling = Instant::now();
         let module = gpu
             .module(&resize::kernel_source())
             .map_err(GpuLaneError::kernel("resize.cu"))?;
         let gather = module
             .load_function("gpufeed_gather")
             .map_err(GpuLaneError::cuda("finding the gather kernel"))?;
-        let mut sets = Vec::with_capacity(SUBMITTING_THREADS);
-        for _ in 0..SUBMITTING_THREADS {
-            if let Some(cancelled) = given_up() {
-                return Err(cancelled);
-            }
-            sets.push(DecoderSet::open(
-                gpu,
-                &nvjpeg,
-                &module,
-                &colour,
-                gray_config.as_ref(),
-                geometry,
-                filter,
-            )?);
+        let compiled = compiling.elapsed();
+        if let Some(cancelled) = given_up() {
+            return Err(cancelled);
         }
+        // Each submitting thread's decoders are created on a thread of their own: creating a
+        // hardware decoder is most of the lane's setup, and the sets do not depend on each other.
+        let creating = Instant::now();
+        let sets: Vec<Result<DecoderSet, GpuLaneError>> = std::thread::scope(|scope| {
+            let threads: Vec<_> = (0..SUBMITTING_THREADS)
+                .map(|_| {
+                    scope.spawn(|| {
+                        DecoderSet::open(
+                            gpu,
+                            &nvjpeg,
+                            &module,
+                            &colour,
+                            gray_config.as_ref(),
+                            geometry,
+                            filter,
+                        )
+                    })
+                })
+                .collect();
+            threads
+                .into_iter()
+                .map(|thread| {
+                    thread.join().unwrap_or_else(|_| {
+                        Err(GpuLaneError::Opening("creating a decoder panicked".into()))
+                    })
+                })
+                .collect()
+        });
+        let sets = sets.into_iter().collect::<Result<Vec<_>, _>>()?;
+        let created = creating.elapsed();
         let engines = sets[0].engines().map_or(String::new(), |(engines, cores)| {
             format!(", {engines} JPEG engines x {cores}")
         });
@@ -247,6 +270,7 @@ impl GpuLane {
         let preparers = (0..PREPARING_THREADS)
             .map(|_| Preparer::new(geometry, filter, config.stopwatch.clone()))
             .collect();
+        let starting = Instant::now();
         let runner = Runner::start(
             gpu,
             sets,
@@ -261,13 +285,23 @@ impl GpuLane {
                 queued_calls: SUBMITTING_THREADS,
             },
         )?;
+        let started = starting.elapsed();
         let (major, minor, patch) = nvjpeg.version();
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
         Ok(GpuLane {
             runner,
             gather,
             gather_descriptors: None,
             image_bytes,
-            description: format!("nvJPEG {major}.{minor}.{patch} hardware decoder{engines}"),
+            description: format!(
+                "nvJPEG {major}.{minor}.{patch} hardware decoder{engines}; opened in {:.0} ms: \
+                 library {:.0}, kernels {:.0}, decoders {:.0}, ring and threads {:.0}",
+                ms(opening.elapsed()),
+                ms(loaded),
+                ms(compiled),
+                ms(created),
+                ms(started)
+            ),
         })
     }
 

@@ -1,0 +1,25 @@
+#!/usr/bin/env python3
+"""One line (and a profile line) from `gpufeed run --json` on stdin.
+
+usage: gpufeed run DIR --json ... | python3 benches/run-summary.py LABEL [SECONDS_START_TO_EXIT]
+"""
+import json
+import sys
+
+label = sys.argv[1]
+lines = sys.stdin.read().strip().splitlines()
+if not lines:
+    print(f"{label}: no output")
+    sys.exit(1)
+j = json.loads(lines[-1])
+epochs = " ".join(f"{e['images'] / max(e['seconds'], 1e-9):.0f}" for e in j["epochs"])
+cold = ""
+if len(sys.argv) > 2:
+    s = float(sys.argv[2])
+    cold = f"{s:.2f} s start to exit ({j['images'] / s:.0f} img/s); "
+print(f"{label}: {cold}{j['images_per_s']:.0f} img/s (epochs {epochs}), by {j['decoded_by']}, "
+      f"share {j['gpu_share']}, setup {j['setup_seconds']:.2f} s; {j.get('decode', '')}")
+profile = j.get("profile")
+if profile:
+    print("    " + ", ".join(f"{k} {v['seconds']:.2f}s/{v['count']}"
+                             for k, v in profile.items() if v["count"]))
