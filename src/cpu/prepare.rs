@@ -75,7 +75,12 @@ pub(crate) fn prepare_one(
     let lent = buffer.capacity();
     let prepared = match item.read(buffer) {
         Ok(bytes) => {
-            let prepared = prepare_bytes(&bytes, options, pool, rgb_bytes as usize, task, dst);
+            let memory = Memory {
+                pool,
+                reserved: header.bytes_in_flight,
+                size_hint: rgb_bytes as usize,
+            };
+            let prepared = prepare_bytes(&bytes, options, &memory, task, dst);
             pool.give(bytes.into_buffer(), lent);
             prepared
         }
@@ -88,21 +93,31 @@ pub(crate) fn prepare_one(
     prepared
 }
 
+/// The memory one image's decode works in: the lane's buffers, what was reserved for it and the
+/// size of its RGB pixels.
+struct Memory<'a> {
+    pool: &'a BufferPool,
+    /// Bytes reserved for the image's decode ([`super::probe::Probe::bytes_in_flight`]): what
+    /// its decoder may allocate.
+    reserved: u64,
+    size_hint: usize,
+}
+
 /// Decodes and resizes one encoded image into `dst`, with the random transforms `task` draws.
 /// A panic inside a decoder (a bug the fuzzer has not found) becomes this image's error instead
 /// of taking the pipeline down.
 fn prepare_bytes(
     bytes: &[u8],
     options: &PrepareOptions,
-    pool: &BufferPool,
-    size_hint: usize,
+    memory: &Memory,
     task: ImageTask,
     dst: &mut [u8],
 ) -> std::result::Result<Option<CropDraw>, ItemErrorKind> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let mut pixels = pool.take(size_hint);
+        let pool = memory.pool;
+        let mut pixels = pool.take(memory.size_hint);
         let lent = pixels.capacity();
-        let prepared = prepare_bytes_unguarded(bytes, options, pool, task, &mut pixels, dst);
+        let prepared = prepare_bytes_unguarded(bytes, options, memory, task, &mut pixels, dst);
         pool.give(pixels, lent);
         prepared
     }))
@@ -125,7 +140,7 @@ fn prepare_bytes(
 fn prepare_bytes_unguarded(
     bytes: &[u8],
     options: &PrepareOptions,
-    pool: &BufferPool,
+    memory: &Memory,
     task: ImageTask,
     pixels: &mut Vec<u8>,
     dst: &mut [u8],
@@ -149,7 +164,14 @@ fn prepare_bytes_unguarded(
                     .flatten(),
             }
         };
-        let decoded = decode(bytes, &options.decode, &window, pixels, pool)?;
+        let decoded = decode(
+            bytes,
+            &options.decode,
+            &window,
+            pixels,
+            memory.pool,
+            memory.reserved,
+        )?;
         let draw = geometry.draw(
             decoded.source_width,
             decoded.source_height,
@@ -202,17 +224,24 @@ pub fn prepare_image(
             options.geometry.height,
         )));
     }
-    let pool = BufferPool::new(options.decode.memory_limit);
-    let task = ImageTask { index: 0, epoch: 0 };
-    prepare_bytes(bytes, &options, &pool, 0, task, out)
-        .map(|_| ())
-        .map_err(|kind| {
-            Error::Item(ItemError {
-                id: "<memory>".into(),
-                index: 0,
-                kind,
-            })
+    let item_error = |kind| {
+        Error::Item(ItemError {
+            id: "<memory>".into(),
+            index: 0,
+            kind,
         })
+    };
+    let header = probe(bytes, &options.decode).map_err(item_error)?;
+    let pool = BufferPool::new(options.decode.memory_limit);
+    let memory = Memory {
+        pool: &pool,
+        reserved: header.bytes_in_flight,
+        size_hint: 0,
+    };
+    let task = ImageTask { index: 0, epoch: 0 };
+    prepare_bytes(bytes, &options, &memory, task, out)
+        .map(|_| ())
+        .map_err(item_error)
 }
 
 #[cfg(test)]
@@ -221,6 +250,15 @@ mod tests {
 
     fn pool() -> BufferPool {
         BufferPool::new(1 << 30)
+    }
+
+    /// What one image's decode may use in these tests: a large pool and reservation.
+    fn memory(pool: &BufferPool) -> Memory<'_> {
+        Memory {
+            pool,
+            reserved: 1 << 30,
+            size_hint: 0,
+        }
     }
 
     const TASK: ImageTask = ImageTask { index: 0, epoch: 0 };
@@ -316,8 +354,8 @@ mod tests {
             let mut b = vec![1u8; partial.geometry.image_bytes()];
             for (i, (name, bytes)) in files.iter().enumerate() {
                 let task = ImageTask { index: i, epoch: 1 };
-                let ra = prepare_bytes(bytes, &whole, &pool(), 0, task, &mut a);
-                let rb = prepare_bytes(bytes, &partial, &pool(), 0, task, &mut b);
+                let ra = prepare_bytes(bytes, &whole, &memory(&pool()), task, &mut a);
+                let rb = prepare_bytes(bytes, &partial, &memory(&pool()), task, &mut b);
                 assert_eq!(ra.is_ok(), rb.is_ok(), "{name}");
                 if ra.is_ok() {
                     assert!(
@@ -354,6 +392,7 @@ mod tests {
                 &|_, _| DecodeWindow::WHOLE,
                 &mut rgb,
                 &pool(),
+                1 << 30,
             )
             .expect("decode");
             let rgb: Vec<u8> = match decoded.channels {
@@ -363,7 +402,7 @@ mod tests {
             for index in 0..12 {
                 let task = ImageTask { index, epoch: 2 };
                 let mut got = vec![0u8; options.geometry.image_bytes()];
-                let draw = prepare_bytes(&bytes, &options, &pool(), 0, task, &mut got)
+                let draw = prepare_bytes(&bytes, &options, &memory(&pool()), task, &mut got)
                     .expect("prepare")
                     .expect("random");
                 assert_eq!(
@@ -418,7 +457,8 @@ mod tests {
         let jpeg = std::fs::read("tests/fixtures/gray.jpg").expect("fixture");
         let options = PrepareOptions::new(&DecodeOptions::default(), &ResizeOptions::default());
         let mut one_channel = vec![0u8; options.geometry.image_bytes()];
-        prepare_bytes(&jpeg, &options, &pool(), 0, TASK, &mut one_channel).expect("gray path");
+        prepare_bytes(&jpeg, &options, &memory(&pool()), TASK, &mut one_channel)
+            .expect("gray path");
         // The same gray pixels spread to RGB and resized as RGB.
         let mut gray = Vec::new();
         let decoded = decode(
@@ -427,6 +467,7 @@ mod tests {
             &|_, _| DecodeWindow::WHOLE,
             &mut gray,
             &pool(),
+            1 << 30,
         )
         .expect("decode");
         assert_eq!(decoded.channels, 1);

@@ -394,6 +394,138 @@ fn decode_memory_bounds_peak_memory_whatever_the_threads() {
     }
 }
 
+/// A PNG chunk: length, type, data and CRC.
+fn png_chunk(kind: &[u8; 4], data: &[u8]) -> Vec<u8> {
+    let mut out = (data.len() as u32).to_be_bytes().to_vec();
+    out.extend_from_slice(kind);
+    out.extend_from_slice(data);
+    let mut crc = 0xFFFF_FFFFu32;
+    for &b in kind.iter().chain(data) {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    out.extend_from_slice(&(!crc).to_be_bytes());
+    out
+}
+
+/// A zlib stream of `bytes` zeros, made a MiB at a time.
+fn zlib_zeros(bytes: usize) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut encoder = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+    let zeros = vec![0u8; 1 << 20];
+    for _ in 0..bytes >> 20 {
+        encoder.write_all(&zeros).expect("deflate");
+    }
+    encoder.finish().expect("deflate")
+}
+
+/// PNGs that attack the decoder's memory through their metadata chunks, whose pixels are a
+/// plain 32x32 image: a colour profile (iCCP) that inflates to 256 MiB, compressed text
+/// (zTXt, iTXt) that does too, 100,000 text chunks, and an EXIF chunk of 16 MB. Decoded by 16
+/// threads, they keep the process's peak memory within `decode_memory` + the staging + 200 MB
+/// over its base, and every one of them is delivered, with or without EXIF orientation.
+#[test]
+fn hostile_png_metadata_stays_within_the_decode_memory() {
+    let dir = temp_dir("hostile-png");
+    let mut plain = Vec::new();
+    image::RgbImage::from_fn(32, 32, |x, y| image::Rgb([x as u8 * 8, y as u8 * 8, 99]))
+        .write_to(
+            &mut std::io::Cursor::new(&mut plain),
+            image::ImageFormat::Png,
+        )
+        .expect("png");
+    // The signature and IHDR come first; the metadata goes right after them.
+    let (head, rest) = plain.split_at(33);
+    let inflating = zlib_zeros(256 << 20);
+    let with = |chunks: Vec<Vec<u8>>| [head.to_vec(), chunks.concat(), rest.to_vec()].concat();
+    let files = [
+        (
+            "iccp",
+            with(vec![png_chunk(
+                b"iCCP",
+                &[&b"profile\0\0"[..], &inflating].concat(),
+            )]),
+        ),
+        (
+            "ztxt",
+            with(vec![png_chunk(
+                b"zTXt",
+                &[&b"Comment\0\0"[..], &inflating].concat(),
+            )]),
+        ),
+        (
+            "itxt",
+            with(vec![png_chunk(
+                b"iTXt",
+                &[&b"Comment\0\x01\0\0\0"[..], &inflating].concat(),
+            )]),
+        ),
+        (
+            "text",
+            with((0..100_000).map(|_| png_chunk(b"tEXt", b"k\0v")).collect()),
+        ),
+        ("exif", with(vec![png_chunk(b"eXIf", &vec![0; 16 << 20])])),
+    ];
+    for (name, bytes) in &files {
+        let first = dir.join(format!("{name}_0.png"));
+        std::fs::write(&first, bytes).expect("write");
+        for i in 1..8 {
+            std::fs::hard_link(&first, dir.join(format!("{name}_{i}.png"))).expect("link");
+        }
+    }
+    let decode_memory: u64 = 64 << 20;
+    let common = [
+        "--cpu",
+        "--json",
+        "--resize-mode",
+        "stretch",
+        "--size",
+        "64x64",
+    ];
+    let base = {
+        let o = gpufeed(&[&["run", "assets", "--threads", "1"][..], &common].concat());
+        last_json(&o)["peak_rss_bytes"].as_u64().expect("rss")
+    };
+    let decode_memory_arg = decode_memory.to_string();
+    for exif in [false, true] {
+        let mut args = vec![
+            "run",
+            dir.to_str().expect("path"),
+            "--threads",
+            "16",
+            "--batch-size",
+            "40",
+            "--decode-memory",
+            &decode_memory_arg,
+        ];
+        args.extend(common);
+        if exif {
+            args.push("--exif-orientation");
+        }
+        let o = gpufeed(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let summary = last_json(&o);
+        assert_eq!(summary["images"], 40, "{summary}");
+        assert_eq!(summary["skipped"], 0, "{summary}");
+        let peak = summary["peak_rss_bytes"].as_u64().expect("rss");
+        // The staging and the batch on the CPU device: 40 images of 64x64, as u8 and f16.
+        let staging = 40 * 64 * 64 * 3 * 3;
+        let bound = base + decode_memory + staging + (200 << 20);
+        println!(
+            "exif orientation {exif}: peak {} MB, bound {} MB",
+            peak >> 20,
+            bound >> 20
+        );
+        assert!(peak <= bound, "peak {peak} over {bound}");
+    }
+}
+
 /// `--train --seed N --save out.npy` writes `out.crops.tsv`: one row per output row, the path and
 /// the arguments of torchvision's `F.resized_crop` and `F.hflip`; the same seed, the same rows.
 #[test]
