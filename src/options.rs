@@ -1033,7 +1033,9 @@ pub struct RuntimeOptions {
     /// Threads of the CPU stage (default 0: one per core, less the GPU decode lane's
     /// submitting threads when hybrid decoding runs).
     pub threads: usize,
-    /// Batches prepared ahead of the consumer (default 2).
+    /// Batches prepared ahead of the consumer (default 2). One of them waits in the prefetch
+    /// thread until the next is made (so that images skipped at the end of an epoch are listed
+    /// on its last batch), so a depth of 1 holds two as well.
     pub prefetch: usize,
 }
 

@@ -132,7 +132,10 @@ impl Pipeline {
         let sampler = Sampler::new(source.len(), &options.batching);
         let shard_len = sampler.real_len();
         let (command_tx, command_rx) = mpsc::channel::<u64>();
-        let (batch_tx, batch_rx) = mpsc::sync_channel::<Message>(options.runtime.prefetch - 1);
+        // The prefetch thread holds one finished batch until the next is made, another waits to
+        // be sent: the channel takes the rest of the depth.
+        let (batch_tx, batch_rx) =
+            mpsc::sync_channel::<Message>(options.runtime.prefetch.saturating_sub(2));
         let abandon = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
         let class_names = source.class_names().map(|c| c.to_vec());
