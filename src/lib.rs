@@ -70,7 +70,7 @@ pub use options::{
     RANDOM_CROP_RATIO, RANDOM_CROP_SCALE, RANDOM_FLIP_CHANCE,
 };
 pub use pipeline::{Pipeline, PipelineBuilder};
-pub use source::{Source, IMAGE_EXTENSIONS};
+pub use source::{Source, DECODED_EXTENSIONS, IMAGE_EXTENSIONS};
 pub use tensor::{DeviceData, DeviceTensor, Element, HostData, HostTensor, Tensor};
 
 /// The cudarc this crate was built with: name its types (streams, slices, events) through this,
