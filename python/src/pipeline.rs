@@ -54,7 +54,7 @@ impl Pipeline {
         loop {
             let waited = py.detach(|| self.lock()?.wait_batch(SIGNAL_CHECK).map_err(to_py_err))?;
             match waited {
-                WaitedBatch::Ready(batch) => return Batch::new(py, batch).map(Some),
+                WaitedBatch::Ready(batch) => return Batch::new(py, *batch).map(Some),
                 WaitedBatch::EpochEnd => return Ok(None),
                 WaitedBatch::NotYet => py.check_signals()?,
             }

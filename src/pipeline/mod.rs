@@ -79,8 +79,8 @@ pub struct Pipeline {
 /// What [`Pipeline::wait_batch`] found within its time.
 #[derive(Debug)]
 pub enum WaitedBatch {
-    /// The next batch of the current epoch.
-    Ready(Batch),
+    /// The next batch of the current epoch (boxed: the other outcomes carry nothing).
+    Ready(Box<Batch>),
     /// The epoch is over ([`Pipeline::next_batch`]'s `Ok(None)`).
     EpochEnd,
     /// No batch was ready in time: wait again (after, say, checking for an interrupt).
@@ -241,7 +241,7 @@ impl Pipeline {
     /// image ends the epoch with [`Error::Item`].
     pub fn next_batch(&mut self) -> Result<Option<Batch>> {
         match self.receive(None)? {
-            WaitedBatch::Ready(batch) => Ok(Some(batch)),
+            WaitedBatch::Ready(batch) => Ok(Some(*batch)),
             WaitedBatch::EpochEnd | WaitedBatch::NotYet => Ok(None),
         }
     }
@@ -299,7 +299,7 @@ impl Pipeline {
                     self.report.decoded_by_cpu += batch.decoded_by.cpu;
                     self.report.decoded_by_gpu += batch.decoded_by.gpu;
                     self.report.skipped.extend_from_slice(batch.skipped());
-                    Ok(WaitedBatch::Ready(batch))
+                    Ok(WaitedBatch::Ready(Box::new(batch)))
                 }
                 Err(error) => {
                     // The worker ends the epoch after an error; consume its end marker.

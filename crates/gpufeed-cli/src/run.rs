@@ -570,7 +570,7 @@ fn run_epochs(
                     return Err(Interrupted.into());
                 }
                 let batch = match pipeline.wait_batch(Duration::from_millis(20))? {
-                    WaitedBatch::Ready(batch) => batch,
+                    WaitedBatch::Ready(batch) => *batch,
                     WaitedBatch::NotYet => continue,
                     WaitedBatch::EpochEnd => break,
                 };
