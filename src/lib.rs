@@ -32,8 +32,8 @@
 //! resize kernels) -> the CUDA side ([`cuda`]: staging ring, upload, normalize kernel) ->
 //! [`Tensor`] -> [`Batch`] -> [`interop`] (DLPack, ONNX Runtime).
 //! Options are grouped by the stage that uses them ([`Options`]). A batch on the GPU is read by
-//! other streams under the rules of [`DeviceTensor::use_on`]. The README has the figures, the
-//! command line, the Python package and the design.
+//! other streams under the rules of [`DeviceTensor::use_on`]. The README and the pages under
+//! `docs/` have the figures, the command line, the Python package and the design.
 
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
@@ -83,3 +83,18 @@ pub use half;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeExamples;
+
+/// The examples of the pages under `docs/`, compiled as doc tests too.
+#[cfg(doctest)]
+mod docs_examples {
+    #[doc = include_str!("../docs/library.md")]
+    struct Library;
+    #[doc = include_str!("../docs/how-it-works.md")]
+    struct HowItWorks;
+    #[doc = include_str!("../docs/training.md")]
+    struct Training;
+    #[doc = include_str!("../docs/many-processes.md")]
+    struct ManyProcesses;
+    #[doc = include_str!("../docs/interop.md")]
+    struct Interop;
+}

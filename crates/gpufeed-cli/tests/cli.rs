@@ -1053,3 +1053,32 @@ fn every_file_and_member_is_accounted_for_in_the_json() {
     assert_eq!(summary["images"], 4 + 4, "{summary}");
     assert_eq!(summary["skipped"], 3 + 2, "{summary}");
 }
+
+/// The README's command lines on the CPU run as it shows them, from the repository's root.
+#[test]
+fn the_readme_command_lines_run() {
+    let readme = std::fs::read_to_string(repo_path("README.md")).expect("README");
+    let dir = temp_dir("readme");
+    let out = dir.join("out.npy");
+    let lines: Vec<&str> = readme
+        .lines()
+        .filter(|l| l.starts_with("gpufeed run") && l.contains("--cpu"))
+        .collect();
+    assert!(lines.len() >= 3, "{lines:?}");
+    for line in lines {
+        let command = line.split('#').next().expect("command");
+        let args: Vec<String> = command
+            .split_whitespace()
+            .skip(1)
+            .map(|a| a.replace("/tmp/out.npy", out.to_str().expect("path")))
+            .collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = gpufeed(&args);
+        assert!(
+            o.status.success(),
+            "{line}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    assert!(out.exists() && dir.join("out.paths.txt").exists());
+}
