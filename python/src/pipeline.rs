@@ -1,5 +1,7 @@
 //! `gpufeed.Pipeline` and `gpufeed.Batch`.
 
+use std::collections::HashMap;
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -30,6 +32,9 @@ pub struct Pipeline {
     process: u32,
     /// Files the folder listing left out, by extension.
     left_out: Vec<(String, usize)>,
+    /// The names of files whose path is not valid UTF-8, by source index: their ids are these
+    /// (Python's `os.fsdecode` form, which opens), not the library's `\xNN` text.
+    raw_names: HashMap<usize, OsString>,
 }
 
 impl Pipeline {
@@ -54,7 +59,9 @@ impl Pipeline {
         loop {
             let waited = py.detach(|| self.lock()?.wait_batch(SIGNAL_CHECK).map_err(to_py_err))?;
             match waited {
-                WaitedBatch::Ready(batch) => return Batch::new(py, *batch).map(Some),
+                WaitedBatch::Ready(batch) => {
+                    return Batch::new(py, *batch, &self.raw_names).map(Some)
+                }
                 WaitedBatch::EpochEnd => return Ok(None),
                 WaitedBatch::NotYet => py.check_signals()?,
             }
@@ -143,6 +150,14 @@ impl Pipeline {
             })?,
         };
         let left_out = source.left_out().to_vec();
+        let raw_names = (0..source.len())
+            .filter_map(|i| {
+                let path = source.path(i)?;
+                path.to_str()
+                    .is_none()
+                    .then(|| (i, path.as_os_str().to_os_string()))
+            })
+            .collect();
         // Opening CUDA and compiling the kernel take a while: without the GIL.
         let pipeline = py
             .detach(|| builder.source(source).build())
@@ -152,6 +167,7 @@ impl Pipeline {
             epoch_begun: AtomicBool::new(false),
             process: std::process::id(),
             left_out,
+            raw_names,
         })
     }
 
@@ -273,9 +289,10 @@ pub struct Batch {
     /// Class label of each image (`image_folder=True`), else `None`.
     #[pyo3(get)]
     labels: Option<Vec<u32>>,
-    /// Id (path) of each image, in batch order.
+    /// Id (path) of each image, in batch order; a path that is not valid UTF-8 as
+    /// `os.fsdecode` gives it, so `open(id)` opens it.
     #[pyo3(get)]
-    ids: Vec<String>,
+    ids: Vec<OsString>,
     /// Index of each image in the source's listing.
     #[pyo3(get)]
     indices: Vec<usize>,
@@ -299,9 +316,23 @@ pub struct Batch {
 type Crop = (u32, u32, u32, u32, bool);
 
 impl Batch {
-    fn new(py: Python<'_>, batch: gpufeed::Batch) -> PyResult<Batch> {
+    fn new(
+        py: Python<'_>,
+        batch: gpufeed::Batch,
+        raw_names: &HashMap<usize, OsString>,
+    ) -> PyResult<Batch> {
         let labels = batch.labels().map(|l| l.to_vec());
-        let ids = batch.ids().to_vec();
+        let ids = batch
+            .ids()
+            .iter()
+            .zip(batch.indices())
+            .map(|(id, index)| {
+                raw_names
+                    .get(index)
+                    .cloned()
+                    .unwrap_or_else(|| OsString::from(id))
+            })
+            .collect();
         let indices = batch.indices().to_vec();
         let skipped = skipped_list(batch.skipped());
         let epoch = batch.epoch();

@@ -90,3 +90,14 @@ def test_left_out_files_are_counted(tmp_path):
     assert pipe.num_images == 2 and pipe.left_out == {"txt": 1}
     batch = next(iter(pipe))
     assert np.from_dlpack(batch.images).shape == (2, 3, 224, 224)
+
+
+def test_names_that_are_not_utf8_keep_ids_that_open(tmp_path):
+    import os
+
+    path = tmp_path / os.fsdecode(b"caf\xe9 \\ x.jpg")
+    path.write_bytes((ASSETS / "rocket.jpg").read_bytes())
+    batch = next(iter(gpufeed.Pipeline(tmp_path, device="cpu")))
+    assert batch.ids == [str(path)]
+    with open(batch.ids[0], "rb") as f:
+        assert f.read(2) == b"\xff\xd8"
