@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # How the README's GPU figures are made: run on the GPU machine from the repository root, after
-# building the executables into .gpu/ (../shared/tools/gpu-bundle; see README "Figures").
+# building the executables into .gpu/ (../shared/tools/gpu-bundle; see docs/figures.md).
 # Writes logs, CSV and SVG to ${OUT:-/tmp/gpufeed-out}. STEPS picks steps (default: all of
 # "tests sanitizer upload pipeline hybrid large train fidelity"):
 #   tests      every test executable with the GPU required

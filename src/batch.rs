@@ -77,7 +77,8 @@ impl Batch {
     }
 
     /// Images that were skipped while this batch was filled (policy [`crate::OnError::Skip`]),
-    /// each with its id and reason.
+    /// each with its id and reason; the last batch of an epoch also lists those skipped after
+    /// its last image, so every skipped image is on a batch.
     pub fn skipped(&self) -> &[ItemError] {
         &self.skipped
     }
@@ -112,7 +113,8 @@ pub struct EpochReport {
     pub padded: usize,
     /// Batches delivered.
     pub batches: usize,
-    /// Every image skipped in the epoch, in order (also those listed on batches).
+    /// Every image skipped in the epoch, in order (each also listed on a batch, unless the
+    /// epoch yielded no batch at all).
     pub skipped: Vec<ItemError>,
     /// Good images left out because the last batch was partial and [`crate::LastBatch::Drop`].
     pub dropped: usize,

@@ -231,6 +231,20 @@ pub enum Error {
     /// The prefetch thread stopped unexpectedly.
     #[error("the prefetch thread stopped: {0}")]
     Worker(String),
+    /// The pipeline is used in a process forked from the one that built it, where none of its
+    /// threads (nor its CUDA context) exist.
+    #[error(
+        "this pipeline was built in process {built} and is used in process {current}, a fork of \
+         it, where its threads do not exist: build the pipeline in the process that uses it \
+         (in each DataLoader worker or multiprocessing child, or start them with the \"spawn\" \
+         or \"forkserver\" method)"
+    )]
+    Forked {
+        /// The process that built the pipeline.
+        built: u32,
+        /// This process.
+        current: u32,
+    },
     /// With equal shards, a batch could not be filled even after going round the rank's images
     /// again: they all fail, and the ranks' batches cannot stay equal.
     #[error(

@@ -33,8 +33,8 @@
 //! [`GpuLaneError`]) -> the device stage ([`cuda`]: staging ring, upload, normalize kernel) ->
 //! [`Tensor`] -> [`Batch`] -> [`interop`] (DLPack, ONNX Runtime).
 //! Options are grouped by the stage that uses them ([`Options`]). A batch on the GPU is read by
-//! other streams under the rules of [`DeviceTensor::use_on`]. The README has the figures, the
-//! command line, the Python package and the design.
+//! other streams under the rules of [`DeviceTensor::use_on`]. The README and the pages under
+//! `docs/` have the figures, the command line, the Python package and the design.
 
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
@@ -74,9 +74,9 @@ pub use options::{
     DEFAULT_DECODE_MEMORY, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, IMAGENET_MEAN, IMAGENET_STD,
     RANDOM_CROP_RATIO, RANDOM_CROP_SCALE, RANDOM_FLIP_CHANCE,
 };
-pub use pipeline::{Pipeline, PipelineBuilder};
+pub use pipeline::{Pipeline, PipelineBuilder, WaitedBatch};
 pub use profile::{Profile, Stage, StageTime};
-pub use source::{Source, IMAGE_EXTENSIONS};
+pub use source::{Source, DECODED_EXTENSIONS, IMAGE_EXTENSIONS};
 pub use tensor::{DeviceData, DeviceTensor, Element, HostData, HostTensor, Tensor};
 
 /// The cudarc this crate was built with: name its types (streams, slices, events) through this,
@@ -89,3 +89,18 @@ pub use half;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeExamples;
+
+/// The examples of the pages under `docs/`, compiled as doc tests too.
+#[cfg(doctest)]
+mod docs_examples {
+    #[doc = include_str!("../docs/library.md")]
+    struct Library;
+    #[doc = include_str!("../docs/how-it-works.md")]
+    struct HowItWorks;
+    #[doc = include_str!("../docs/training.md")]
+    struct Training;
+    #[doc = include_str!("../docs/many-processes.md")]
+    struct ManyProcesses;
+    #[doc = include_str!("../docs/interop.md")]
+    struct Interop;
+}

@@ -26,7 +26,8 @@ pub const DEFAULT_MAX_PIXELS: u64 = 178_956_970;
 pub struct ParseOptionError {
     what: &'static str,
     given: String,
-    expected: &'static str,
+    /// Every name accepted, aliases in parentheses.
+    expected: String,
 }
 
 /// `FromStr` and `Display` for an option enum from one table of (variant, names); the first
@@ -55,10 +56,21 @@ macro_rules! named_choices {
                 $(if [$first $(, $alias)*].iter().any(|n| n.eq_ignore_ascii_case(s.trim())) {
                     return Ok($variant);
                 })+
+                let names: &[&[&str]] = &[$(&[$first $(, $alias)*]),+];
+                let expected = names
+                    .iter()
+                    .map(|names| match names {
+                        [first, aliases @ ..] if !aliases.is_empty() => {
+                            format!("{first} (or {})", aliases.join(", "))
+                        }
+                        _ => names.join(""),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ");
                 Err(ParseOptionError {
                     what: $what,
                     given: s.to_string(),
-                    expected: concat!($($first, " "),+),
+                    expected,
                 })
             }
         }
@@ -179,7 +191,7 @@ impl FromStr for Device {
         let fail = || ParseOptionError {
             what: "device",
             given: s.to_string(),
-            expected: "cpu cuda cuda:N",
+            expected: "cpu, cuda, cuda:N".to_string(),
         };
         if s.eq_ignore_ascii_case("cpu") {
             return Ok(Device::Cpu);
@@ -624,7 +636,8 @@ impl DecodeOptions {
             return Err(Error::invalid("max_file_bytes", "must be at least 1"));
         }
         if self.memory_limit == 0 {
-            return Err(Error::invalid("memory_limit", "must be at least 1"));
+            // Named as the builder, the command line and Python name it.
+            return Err(Error::invalid("decode_memory", "must be at least 1"));
         }
         if let Some(share) = self.gpu_share {
             if !(0.0..=1.0).contains(&share) {
@@ -746,7 +759,12 @@ impl ResizeOptions {
         (h as usize)
             .checked_mul(w as usize)
             .and_then(|p| p.checked_mul(3))
-            .ok_or_else(|| Error::invalid("resize", format!("an output of {w}x{h} is too large")))
+            .ok_or_else(|| {
+                Error::invalid(
+                    "resize",
+                    format!("an output of {h}x{w} (height x width) is too large"),
+                )
+            })
     }
 
     fn validate(&self) -> Result<()> {
@@ -754,7 +772,7 @@ impl ResizeOptions {
         if h == 0 || w == 0 {
             return Err(Error::invalid(
                 "resize",
-                format!("output size {w}x{h} has no pixels"),
+                format!("output size {h}x{w} (height x width) has no pixels"),
             ));
         }
         if let ResizeMode::ShorterSideThenCenterCrop {
@@ -974,7 +992,7 @@ impl FromStr for Shard {
         let fail = || ParseOptionError {
             what: "shard",
             given: s.to_string(),
-            expected: "RANK/WORLD (e.g. 0/4)",
+            expected: "RANK/WORLD (e.g. 0/4)".to_string(),
         };
         let (rank, world) = s.trim().split_once('/').ok_or_else(fail)?;
         let number = |n: &str| n.trim().parse::<usize>().map_err(|_| fail());
@@ -1074,7 +1092,9 @@ pub struct RuntimeOptions {
     /// Threads of the CPU stage (default 0: one per core, less the GPU decode lane's
     /// submitting threads when hybrid decoding runs).
     pub threads: usize,
-    /// Batches prepared ahead of the consumer (default 2).
+    /// Batches prepared ahead of the consumer (default 2). One of them waits in the prefetch
+    /// thread until the next is made (so that images skipped at the end of an epoch are listed
+    /// on its last batch), so a depth of 1 holds two as well.
     pub prefetch: usize,
 }
 
@@ -1130,7 +1150,8 @@ impl RuntimeOptions {
             return Err(Error::invalid(
                 "threads",
                 format!(
-                    "{} threads is over the limit of {max} (eight per core); 0 means one per core",
+                    "{} threads is over the limit of {max} (eight per core, at least 64); 0 \
+                     means one per core",
                     self.threads
                 ),
             ));
@@ -1206,7 +1227,7 @@ impl Options {
             return Err(Error::invalid(
                 "resize",
                 format!(
-                    "an output of {w}x{h} pixels is over max_pixels ({})",
+                    "an output of {h}x{w} (height x width) pixels is over max_pixels ({})",
                     self.decode.max_pixels
                 ),
             ));
@@ -1278,6 +1299,7 @@ mod tests {
             "resize"
         );
         assert_eq!(name(d.decode(d.decode.max_pixels(0))), "max_pixels");
+        assert_eq!(name(d.decode(d.decode.memory_limit(0))), "decode_memory");
         assert_eq!(
             name(d.runtime(d.runtime.prefetch(10_000_000_000))),
             "prefetch"

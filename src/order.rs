@@ -49,6 +49,16 @@ impl Sampler {
         }
     }
 
+    /// How many positions this process's epoch has, padding included: the images it yields
+    /// when none fails.
+    pub fn positions(&self) -> usize {
+        let world = self.shard.world.max(1);
+        match self.balance {
+            ShardBalance::Pad if world > 1 => self.len.div_ceil(world),
+            _ => self.real_len(),
+        }
+    }
+
     /// This process's positions for `epoch`: every `world`-th entry of the global order,
     /// starting at `rank`. With more than one rank and [`ShardBalance::Pad`] the global order is
     /// first padded by wrapping around it (as PyTorch's `DistributedSampler` does) to a multiple

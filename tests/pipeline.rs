@@ -904,3 +904,38 @@ fn dct_scaling_on_a_turned_jpeg_is_planned_for_the_turned_image() {
     let differing = exact.iter().zip(&scaled).filter(|(a, b)| a != b).count();
     assert_eq!(differing, 0, "bytes that differ from the exact decode's");
 }
+
+/// An epoch whose last positions are all bad files lists them on its last batch (nothing is
+/// only in the epoch's report), whatever the prefetch depth, with a full last batch or a partial
+/// one dropped.
+#[test]
+fn an_epoch_ending_in_bad_files_lists_them_on_its_last_batch() {
+    for (n, bad, last_batch) in [
+        (10, &[6usize, 7, 8, 9][..], LastBatch::Keep),
+        (9, &[7, 8][..], LastBatch::Drop),
+    ] {
+        for prefetch in 1..=4 {
+            let mut pipeline = Pipeline::builder()
+                .source(tiny_source(n, bad))
+                .batch_size(3)
+                .last_batch(last_batch)
+                .prefetch(prefetch)
+                .resize(ResizeMode::stretch(4, 4))
+                .device(Device::Cpu)
+                .build()
+                .expect("build");
+            let mut on_batches = Vec::new();
+            let mut batches = 0;
+            while let Some(batch) = pipeline.next_batch().expect("batch") {
+                batches += 1;
+                on_batches.extend(batch.skipped().iter().map(|e| e.index));
+            }
+            let report = pipeline.epoch_report();
+            assert_eq!(batches, 2, "{last_batch:?}, prefetch {prefetch}");
+            let in_report: Vec<usize> = report.skipped.iter().map(|e| e.index).collect();
+            assert_eq!(in_report, bad, "{last_batch:?}, prefetch {prefetch}");
+            assert_eq!(on_batches, bad, "{last_batch:?}, prefetch {prefetch}");
+            assert_eq!(report.images + report.skipped.len() + report.dropped, n);
+        }
+    }
+}

@@ -355,3 +355,39 @@ fn sixteen_bit_gray_is_clipped_by_default() {
     );
     assert!(scaled.iter().any(|&v| v > 0.0 && v < 255.0), "{scaled:?}");
 }
+
+/// A symbolic link inside a class to the root or to another class is not followed (each image is
+/// listed once, under its own class), while a class that is itself a link stays a class; plain
+/// folders take GIFs and count the files they leave out by extension.
+#[test]
+fn links_to_folders_listed_anyway_are_not_followed_and_left_out_files_are_counted() {
+    let root = TempDir::new("loops");
+    for rel in ["cat/a.png", "cat/sub/b.png", "dog/c.png", "dog/d.gif"] {
+        let path = root.join(rel);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("dirs");
+        tiny(&path);
+    }
+    std::fs::write(root.join("dog/notes.txt"), "x").expect("txt");
+    std::os::unix::fs::symlink(root.path(), root.join("cat/loop")).expect("symlink");
+    std::os::unix::fs::symlink(root.join("dog"), root.join("cat/sub/dogs")).expect("symlink");
+    let source = Source::image_folder(root.path()).expect("image folder");
+    let listed: Vec<String> = (0..source.len())
+        .map(|i| {
+            Path::new(source.id(i).expect("id"))
+                .strip_prefix(root.path())
+                .expect("under root")
+                .display()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(listed, ["cat/a.png", "cat/sub/b.png", "dog/c.png"]);
+    assert_eq!(
+        source.left_out(),
+        [("gif".to_string(), 1), ("txt".to_string(), 1)]
+    );
+    let plain = Source::directory(root.path()).expect("directory");
+    assert_eq!(plain.len(), 4, "the GIF is listed, each image once");
+    assert_eq!(plain.left_out(), [("txt".to_string(), 1)]);
+    let (good, skipped) = run(plain);
+    assert_eq!(good.len(), 4, "{skipped:?}");
+}

@@ -37,9 +37,14 @@ create_exception!(
 pub(crate) fn to_py_err(error: gpufeed::Error) -> PyErr {
     let message = error.to_string();
     match error {
-        gpufeed::Error::InvalidOption { .. } => PyValueError::new_err(message),
+        gpufeed::Error::InvalidOption { option, reason } => PyValueError::new_err(format!(
+            "invalid option {}: {reason}",
+            options::keyword_name(option)
+        )),
         gpufeed::Error::Item(_) => ItemError::new_err(message),
-        gpufeed::Error::CudaUnavailable(_) => CudaUnavailableError::new_err(message),
+        gpufeed::Error::CudaUnavailable(_) => CudaUnavailableError::new_err(format!(
+            "{message} (Pipeline(..., device=\"cpu\") runs on the CPU)"
+        )),
         gpufeed::Error::Source { source, .. } => match source.map(|e| e.kind()) {
             Some(std::io::ErrorKind::NotFound) => PyFileNotFoundError::new_err(message),
             _ => PyOSError::new_err(message),

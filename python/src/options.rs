@@ -10,7 +10,7 @@ use gpufeed::{
     OnError, PipelineBuilder, ResizeMode, ShardBalance, RANDOM_CROP_RATIO, RANDOM_CROP_SCALE,
     RANDOM_FLIP_CHANCE,
 };
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyString};
 
@@ -35,7 +35,9 @@ pub(crate) struct Keywords {
     /// The `hflip`, `seed` and `shuffle` keywords, which `train` completes.
     hflip: Option<f64>,
     seed: u64,
-    shuffle_given: bool,
+    shuffle: Option<bool>,
+    /// Whether `resize_mode` was given.
+    mode_given: bool,
 }
 
 type Apply = fn(&mut Keywords, &Bound<'_, PyAny>) -> PyResult<()>;
@@ -57,7 +59,10 @@ macro_rules! keyword {
 /// Every keyword, with what it does. Keep `python/gpufeed/_native.pyi` in step.
 const KEYWORDS: &[(&str, Apply)] = &[
     keyword!("batch_size", |k, v: usize| k.with(|b| Ok(b.batch_size(v)))),
-    keyword!("resize_mode", |k, v: Name| k.set_mode(&v.0)),
+    keyword!("resize_mode", |k, v: Name| {
+        k.mode_given = true;
+        k.set_mode(&v.0)
+    }),
     keyword!("resize", |k, v: u32| {
         k.shorter_side = Some(v);
         Ok(())
@@ -92,14 +97,9 @@ const KEYWORDS: &[(&str, Apply)] = &[
     keyword!("drop_last", |k, v: bool| k.with(|b| Ok(
         b.last_batch(if v { LastBatch::Drop } else { LastBatch::Keep })
     ))),
-    keyword!("shuffle", |k, v: Seed| {
-        k.shuffle_given = true;
-        k.with(|b| {
-            Ok(match v.0 {
-                Some(seed) => b.shuffle(seed),
-                None => b,
-            })
-        })
+    keyword!("shuffle", |k, v: Shuffle| {
+        k.shuffle = Some(v.0);
+        Ok(())
     }),
     keyword!("shard", |k, v: ShardKeyword| k.with(|b| Ok(match v {
         ShardKeyword::None => b,
@@ -181,7 +181,8 @@ impl Keywords {
             train: false,
             hflip: None,
             seed: options.resize.seed,
-            shuffle_given: false,
+            shuffle: None,
+            mode_given: false,
             builder: Some(builder),
         }
     }
@@ -216,11 +217,19 @@ impl Keywords {
         if self.train {
             // ImageNet's training transform: RandomResizedCrop, a coin-flip mirror and a new
             // shuffle every epoch, from the seed.
-            self.mode = "random-resized-crop".into();
-            if !self.shuffle_given {
-                let seed = self.seed;
-                self.with(|b| Ok(b.shuffle(seed)))?;
+            if self.mode_given && self.mode != "random-resized-crop" {
+                return Err(PyValueError::new_err(format!(
+                    "train=True crops as RandomResizedCrop: it cannot go with \
+                     resize_mode={:?} (leave train out for that mode, and give hflip, shuffle \
+                     and seed as you want them)",
+                    self.mode
+                )));
             }
+            self.mode = "random-resized-crop".into();
+        }
+        if self.shuffle.unwrap_or(self.train) {
+            let seed = self.seed;
+            self.with(|b| Ok(b.shuffle(seed)))?;
         }
         let flip = self
             .hflip
@@ -286,13 +295,32 @@ where
 {
     value.extract::<T>().map_err(|e| {
         let e: PyErr = e.into();
-        // A value of the right type but wrong (an unknown name) stays a ValueError.
-        if e.is_instance_of::<PyValueError>(value.py()) {
-            PyValueError::new_err(format!("{name}: {}", e.value(value.py())))
+        let py = value.py();
+        if e.is_instance_of::<PyOverflowError>(py) {
+            // A number of the right kind out of the option's range.
+            let range = match std::any::type_name::<T>() {
+                "u8" => "0 to 255",
+                "f32" | "f64" => "a finite number",
+                _ => "a whole number from 0",
+            };
+            PyValueError::new_err(format!("{name}: {value} is out of range ({range})"))
+        } else if e.is_instance_of::<PyValueError>(py) {
+            // A value of the right type but wrong (an unknown name) stays a ValueError.
+            PyValueError::new_err(format!("{name}: {}", e.value(py)))
         } else {
-            PyTypeError::new_err(format!("{name}: {e}"))
+            PyTypeError::new_err(format!("{name}: {}", e.value(py)))
         }
     })
+}
+
+/// The library's option names as this package's keywords, in an option mistake's message.
+pub(crate) fn keyword_name(option: &str) -> &str {
+    match option {
+        "horizontal_flip" => "hflip",
+        "resize" => "crop/resize",
+        "mean/std" => "mean/std",
+        other => other,
+    }
 }
 
 fn parse<T: FromStr>(name: &Name) -> PyResult<T>
@@ -369,17 +397,28 @@ impl<'py> FromPyObject<'_, 'py> for Triple {
     }
 }
 
-/// `shuffle`: `None` or `False` (source order), `True` (seed 0) or a seed.
-struct Seed(Option<u64>);
+/// `shuffle`: `True` or `False` (`None`, `0` and `1` read as Python reads them); the seed is
+/// the `seed` keyword. Another number is refused: it would read as a seed.
+struct Shuffle(bool);
 
-impl<'py> FromPyObject<'_, 'py> for Seed {
+impl<'py> FromPyObject<'_, 'py> for Shuffle {
     type Error = PyErr;
 
     fn extract(value: Borrowed<'_, 'py, PyAny>) -> PyResult<Self> {
-        if let Ok(flag) = value.cast::<PyBool>() {
-            return Ok(Seed(flag.is_true().then_some(0)));
+        if value.is_none() {
+            return Ok(Shuffle(false));
         }
-        Ok(Seed(value.extract::<Option<u64>>()?))
+        if let Ok(flag) = value.cast::<PyBool>() {
+            return Ok(Shuffle(flag.is_true()));
+        }
+        match value.extract::<i64>() {
+            Ok(0) => Ok(Shuffle(false)),
+            Ok(1) => Ok(Shuffle(true)),
+            Ok(n) => Err(PyValueError::new_err(format!(
+                "shuffle takes True or False; the seed goes in seed= (shuffle=True, seed={n})"
+            ))),
+            Err(_) => Err(PyTypeError::new_err("shuffle takes True or False")),
+        }
     }
 }
 

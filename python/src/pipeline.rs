@@ -1,17 +1,23 @@
 //! `gpufeed.Pipeline` and `gpufeed.Batch`.
 
+use std::collections::HashMap;
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
-use gpufeed::Source;
-use pyo3::exceptions::PyTypeError;
+use gpufeed::{Source, WaitedBatch};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyString};
 
 use crate::options::builder_from;
 use crate::tensor::Tensor;
 use crate::to_py_err;
+
+/// How long a wait for a batch lasts before Python's signal handlers (Ctrl-C) get to run.
+const SIGNAL_CHECK: Duration = Duration::from_millis(20);
 
 /// Batches of images, prepared in the background. Iterating runs one epoch; iterating again
 /// runs the next one.
@@ -21,36 +27,85 @@ pub struct Pipeline {
     /// Whether a batch of the current epoch was taken (or the epoch ran out): a new iteration
     /// then starts the next epoch.
     epoch_begun: AtomicBool,
+    /// The process that built the pipeline: in a fork of it, the lock may be held by a thread
+    /// that does not exist there, so nothing is locked.
+    process: u32,
+    /// Files the folder listing left out, by extension.
+    left_out: Vec<(String, usize)>,
+    /// The names of files whose path is not valid UTF-8, by source index: their ids are these
+    /// (Python's `os.fsdecode` form, which opens), not the library's `\xNN` text.
+    raw_names: HashMap<usize, OsString>,
 }
 
 impl Pipeline {
-    fn lock(&self) -> MutexGuard<'_, gpufeed::Pipeline> {
-        self.inner
+    fn lock(&self) -> PyResult<MutexGuard<'_, gpufeed::Pipeline>> {
+        let current = std::process::id();
+        if current != self.process {
+            return Err(to_py_err(gpufeed::Error::Forked {
+                built: self.process,
+                current,
+            }));
+        }
+        Ok(self
+            .inner
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .unwrap_or_else(|poisoned| poisoned.into_inner()))
     }
 
     fn take_batch(&self, py: Python<'_>) -> PyResult<Option<Batch>> {
         self.epoch_begun.store(true, Ordering::SeqCst);
-        // The GIL is released while the batch is waited for: the prefetch thread and other
-        // Python threads go on.
-        let batch = py.detach(|| self.lock().next_batch()).map_err(to_py_err)?;
-        batch.map(|b| Batch::new(py, b)).transpose()
+        // The GIL is released while the batch is waited for, in slices: the prefetch thread and
+        // other Python threads go on, and Ctrl-C raises KeyboardInterrupt within a slice.
+        loop {
+            let waited = py.detach(|| self.lock()?.wait_batch(SIGNAL_CHECK).map_err(to_py_err))?;
+            match waited {
+                WaitedBatch::Ready(batch) => {
+                    return Batch::new(py, *batch, &self.raw_names).map(Some)
+                }
+                WaitedBatch::EpochEnd => return Ok(None),
+                WaitedBatch::NotYet => py.check_signals()?,
+            }
+        }
+    }
+}
+
+/// `paths=`: a list of paths, or one path.
+struct PathList(Vec<PathBuf>);
+
+impl<'py> FromPyObject<'_, 'py> for PathList {
+    type Error = PyErr;
+
+    fn extract(value: Borrowed<'_, 'py, PyAny>) -> PyResult<Self> {
+        if value.is_instance_of::<PyString>() || value.hasattr("__fspath__")? {
+            return Ok(PathList(vec![value.extract::<PathBuf>()?]));
+        }
+        value.extract::<Vec<PathBuf>>().map(PathList).map_err(|_| {
+            PyTypeError::new_err(format!(
+                "paths: expected a path or a list of paths, got {}",
+                value
+                    .get_type()
+                    .name()
+                    .map_or_else(|_| "?".to_string(), |n| n.to_string())
+            ))
+        })
     }
 }
 
 #[pymethods]
 impl Pipeline {
     #[new]
-    #[pyo3(signature = (source=None, *, paths=None, image_folder=false, webdataset=false, **options))]
+    #[pyo3(signature = (source=None, *, paths=None, labels=None, image_folder=false, webdataset=false, **options))]
     fn new(
         py: Python<'_>,
         source: Option<PathBuf>,
-        paths: Option<Vec<PathBuf>>,
+        paths: Option<PathList>,
+        labels: Option<Vec<u32>>,
         image_folder: bool,
         webdataset: bool,
         options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Pipeline> {
+        let paths = paths.map(|p| p.0);
+        let from_paths = paths.is_some();
         let builder = builder_from(options)?;
         if image_folder && webdataset {
             return Err(PyTypeError::new_err(
@@ -79,6 +134,30 @@ impl Pipeline {
             }
         }
         .map_err(to_py_err)?;
+        let source = match labels {
+            None => source,
+            Some(_) if !from_paths => {
+                return Err(PyTypeError::new_err(
+                    "labels=[...] go with paths=[...] (a folder's labels come from \
+                     image_folder=True or its .cls members)",
+                ))
+            }
+            Some(labels) => source.with_labels(labels).map_err(|e| match e {
+                gpufeed::Error::InvalidOption { reason, .. } => {
+                    PyValueError::new_err(format!("labels: {reason}"))
+                }
+                other => to_py_err(other),
+            })?,
+        };
+        let left_out = source.left_out().to_vec();
+        let raw_names = (0..source.len())
+            .filter_map(|i| {
+                let path = source.path(i)?;
+                path.to_str()
+                    .is_none()
+                    .then(|| (i, path.as_os_str().to_os_string()))
+            })
+            .collect();
         // Opening CUDA and compiling the kernel take a while: without the GIL.
         let pipeline = py
             .detach(|| builder.source(source).build())
@@ -86,6 +165,9 @@ impl Pipeline {
         Ok(Pipeline {
             inner: Mutex::new(pipeline),
             epoch_begun: AtomicBool::new(false),
+            process: std::process::id(),
+            left_out,
+            raw_names,
         })
     }
 
@@ -93,8 +175,7 @@ impl Pipeline {
         if slf.epoch_begun.swap(false, Ordering::SeqCst) {
             let this: &Pipeline = &slf;
             slf.py()
-                .detach(|| this.lock().next_epoch())
-                .map_err(to_py_err)?;
+                .detach(|| this.lock()?.next_epoch().map_err(to_py_err))?;
         }
         Ok(slf)
     }
@@ -111,49 +192,63 @@ impl Pipeline {
     /// Starts the next epoch (abandoning what is left of this one) and returns its number.
     fn next_epoch(&self, py: Python<'_>) -> PyResult<u64> {
         self.epoch_begun.store(false, Ordering::SeqCst);
-        py.detach(|| self.lock().next_epoch()).map_err(to_py_err)
+        py.detach(|| self.lock()?.next_epoch().map_err(to_py_err))
+    }
+
+    /// Batches in an epoch of this process (its shard) when no image fails, as DataLoader's
+    /// `len` counts them (for tqdm and schedulers); `num_images` counts the images.
+    fn __len__(&self) -> PyResult<usize> {
+        Ok(self.lock()?.batches_per_epoch())
     }
 
     /// Images per epoch for this process (its shard), before any is skipped.
-    fn __len__(&self) -> usize {
-        self.lock().len()
+    #[getter]
+    fn num_images(&self) -> PyResult<usize> {
+        Ok(self.lock()?.len())
     }
 
     /// The current epoch (the first is 0).
     #[getter]
-    fn epoch(&self) -> u64 {
-        self.lock().epoch()
+    fn epoch(&self) -> PyResult<u64> {
+        Ok(self.lock()?.epoch())
     }
 
     /// Images in the whole source (all shards).
     #[getter]
-    fn source_len(&self) -> usize {
-        self.lock().source_len()
+    fn source_len(&self) -> PyResult<usize> {
+        Ok(self.lock()?.source_len())
     }
 
     /// Class names by label (`image_folder=True`), else `None`.
     #[getter]
-    fn class_names(&self) -> Option<Vec<String>> {
-        self.lock().class_names().map(|c| c.to_vec())
+    fn class_names(&self) -> PyResult<Option<Vec<String>>> {
+        Ok(self.lock()?.class_names().map(|c| c.to_vec()))
+    }
+
+    /// Files the folder listing left out because of their extension: `{extension: count}`
+    /// (`""` for files without one).
+    #[getter]
+    fn left_out(&self) -> std::collections::BTreeMap<String, usize> {
+        self.left_out.iter().cloned().collect()
     }
 
     /// The device the batches land on, in words.
     #[getter]
-    fn device_description(&self) -> String {
-        self.lock().device_description().to_string()
+    fn device_description(&self) -> PyResult<String> {
+        Ok(self.lock()?.device_description().to_string())
     }
 
     /// The `CUstream` handle the batches are written on (`None` on the CPU device), e.g. for
     /// `torch.cuda.ExternalStream`.
     #[getter]
-    fn cuda_stream(&self) -> Option<usize> {
-        self.lock().cuda_stream().map(|s| s.cu_stream() as usize)
+    fn cuda_stream(&self) -> PyResult<Option<usize>> {
+        Ok(self.lock()?.cuda_stream().map(|s| s.cu_stream() as usize))
     }
 
     /// What happened to every image of the current epoch so far: a dict with `epoch`, `images`,
     /// `padded`, `batches`, `skipped` (a list of `(id, reason)`), `dropped` and `complete`.
     fn epoch_report<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let report = self.lock().epoch_report().clone();
+        let report = self.lock()?.epoch_report().clone();
         let dict = PyDict::new(py);
         dict.set_item("epoch", report.epoch)?;
         dict.set_item("images", report.images)?;
@@ -165,14 +260,15 @@ impl Pipeline {
         Ok(dict)
     }
 
-    fn __repr__(&self) -> String {
-        let pipeline = self.lock();
-        format!(
-            "gpufeed.Pipeline({} images, epoch {}, {})",
+    fn __repr__(&self) -> PyResult<String> {
+        let pipeline = self.lock()?;
+        Ok(format!(
+            "gpufeed.Pipeline({} images in {} batches, epoch {}, {})",
             pipeline.len(),
+            pipeline.batches_per_epoch(),
             pipeline.epoch(),
             pipeline.device_description()
-        )
+        ))
     }
 }
 
@@ -193,9 +289,10 @@ pub struct Batch {
     /// Class label of each image (`image_folder=True`), else `None`.
     #[pyo3(get)]
     labels: Option<Vec<u32>>,
-    /// Id (path) of each image, in batch order.
+    /// Id (path) of each image, in batch order; a path that is not valid UTF-8 as
+    /// `os.fsdecode` gives it, so `open(id)` opens it.
     #[pyo3(get)]
-    ids: Vec<String>,
+    ids: Vec<OsString>,
     /// Index of each image in the source's listing.
     #[pyo3(get)]
     indices: Vec<usize>,
@@ -219,9 +316,23 @@ pub struct Batch {
 type Crop = (u32, u32, u32, u32, bool);
 
 impl Batch {
-    fn new(py: Python<'_>, batch: gpufeed::Batch) -> PyResult<Batch> {
+    fn new(
+        py: Python<'_>,
+        batch: gpufeed::Batch,
+        raw_names: &HashMap<usize, OsString>,
+    ) -> PyResult<Batch> {
         let labels = batch.labels().map(|l| l.to_vec());
-        let ids = batch.ids().to_vec();
+        let ids = batch
+            .ids()
+            .iter()
+            .zip(batch.indices())
+            .map(|(id, index)| {
+                raw_names
+                    .get(index)
+                    .cloned()
+                    .unwrap_or_else(|| OsString::from(id))
+            })
+            .collect();
         let indices = batch.indices().to_vec();
         let skipped = skipped_list(batch.skipped());
         let epoch = batch.epoch();

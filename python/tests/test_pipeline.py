@@ -44,7 +44,8 @@ def test_output_equals_the_command_line_bit_for_bit(tmp_path):
 def test_defaults_are_torchvision_eval_and_keywords_match_the_table():
     pipe = gpufeed.Pipeline(ASSETS, device="cpu")
     batch = next(iter(pipe))
-    assert batch.images.shape == (len(pipe), 3, 224, 224)
+    assert batch.images.shape == (pipe.num_images, 3, 224, 224)
+    assert len(pipe) == 1  # batches, as len(DataLoader) counts them
     assert batch.images.dtype == "float16" and batch.images.layout == "nchw"
     assert batch.images.strides == (3 * 224 * 224, 224 * 224, 224, 1)
     assert batch.images.__dlpack_device__() == (1, 0)
@@ -118,8 +119,9 @@ def test_shuffle_is_deterministic_and_shards_partition():
         return epoch_arrays(gpufeed.Pipeline(paths=all_images(), batch_size=5, device="cpu", **kw))[0]
 
     plain = order()
-    shuffled = order(shuffle=7)
-    assert shuffled == order(shuffle=7) and sorted(shuffled) == sorted(plain) and shuffled != plain
+    shuffled = order(shuffle=True, seed=7)
+    assert shuffled == order(shuffle=True, seed=7) and sorted(shuffled) == sorted(plain)
+    assert shuffled != plain
     parts = [order(shard=(rank, 3), shard_balance="uneven") for rank in range(3)]
     assert sorted(sum(parts, [])) == sorted(plain)
 
@@ -177,7 +179,8 @@ def test_iterating_again_runs_the_next_epoch():
     first = [b.epoch for b in pipe]
     second = [b.epoch for b in pipe]
     assert set(first) == {0} and set(second) == {1}
-    assert pipe.epoch_report()["complete"] and pipe.epoch_report()["images"] == len(pipe)
+    assert pipe.epoch_report()["complete"] and pipe.epoch_report()["images"] == pipe.num_images
+    assert len(first) == len(pipe) == 3
     partial = iter(pipe)
     next(partial)
     assert [b.epoch for b in pipe][0] == 3  # a begun epoch is left for the next one

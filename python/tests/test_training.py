@@ -173,7 +173,7 @@ def test_shard_from_the_environment(monkeypatch):
         gpufeed.Pipeline(ASSETS, shard="env", device="cpu")
     monkeypatch.setenv("LOCAL_RANK", "0")
     pipe = gpufeed.Pipeline(ASSETS, shard="env", device="cpu")
-    assert len(pipe) == 3  # rank 1 of 2 over 7 images
+    assert pipe.num_images == 3 and len(pipe) == 1  # rank 1 of 2 over 7 images, one batch
     with pytest.raises(ValueError, match="env"):
         gpufeed.Pipeline(ASSETS, shard="everywhere", device="cpu")
 

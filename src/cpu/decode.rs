@@ -9,10 +9,13 @@
 //! slightly corrupt files it reports instead of concealing) go through zune-jpeg, whole.
 //! PNG, WebP, BMP, GIF (first frame) and TIFF go through `image`. Gray,
 //! alpha (dropped, as Pillow's `convert("RGB")` does), palette and 16-bit images become RGB8.
-//! The pixel limit is checked against the header before any pixel buffer is allocated.
+//! The pixel limit is checked against the header before any pixel buffer is allocated, and
+//! these decoders may allocate no more than the memory reserved for the image from its header;
+//! a PNG's metadata chunks, which could inflate beyond that, are never read
+//! ([`super::png::PngView`]).
 
 use std::cell::RefCell;
-use std::io::Cursor;
+use std::io::{BufRead, Cursor, Seek};
 
 use image::metadata::Orientation;
 use image::{DynamicImage, ImageDecoder, ImageFormat};
@@ -24,6 +27,7 @@ use zune_jpeg::JpegDecoder;
 use turbojpeg_region::{Colorspace, Format, Region, Request};
 
 use super::budget::BufferPool;
+use super::png::PngView;
 use super::probe::check_size;
 use crate::error::ItemErrorKind;
 use crate::geometry::SourceRect;
@@ -82,25 +86,42 @@ impl DecodeWindow {
 /// the resize geometry.
 pub(crate) type WindowFor<'a> = &'a dyn Fn(u32, u32) -> DecodeWindow;
 
-/// Decodes `bytes` into `pixels` (resized to fit) as packed RGB8, or gray for gray JPEGs.
+/// Decodes `bytes` into `pixels` (resized to fit) as packed RGB8, or gray for gray JPEGs. The
+/// `image` crate's decoders may allocate at most `memory` bytes (what was reserved for the
+/// image: see [`super::probe::Probe::bytes_in_flight`]).
 pub(crate) fn decode(
     bytes: &[u8],
     options: &DecodeOptions,
     window: WindowFor,
     pixels: &mut Vec<u8>,
     pool: &BufferPool,
+    memory: u64,
 ) -> Result<Decoded, ItemErrorKind> {
     if bytes.is_empty() {
         return Err(ItemErrorKind::Decode("file is empty".into()));
     }
+    let with_image = |format, pixels: &mut Vec<u8>| {
+        let decoder = Decoder {
+            format,
+            options,
+            memory,
+            pool,
+        };
+        match format {
+            ImageFormat::Png => {
+                decoder.decode(PngView::new(bytes, options.exif_orientation), pixels)
+            }
+            _ => decoder.decode(Cursor::new(bytes), pixels),
+        }
+    };
     match sniff_format(bytes).ok_or(ItemErrorKind::UnknownFormat)? {
         ImageFormat::Jpeg => decode_jpeg(bytes, options, window, pixels),
         ImageFormat::WebP if !options.exif_orientation => match decode_webp(bytes, options, pixels)
         {
             Some(decoded) => decoded,
-            None => decode_with_image(bytes, ImageFormat::WebP, options, pixels, pool),
+            None => with_image(ImageFormat::WebP, pixels),
         },
-        format => decode_with_image(bytes, format, options, pixels, pool),
+        format => with_image(format, pixels),
     }
 }
 
@@ -356,52 +377,65 @@ fn jpeg_error(e: &zune_jpeg::errors::DecodeErrors) -> ItemErrorKind {
     ItemErrorKind::Decode(format!("JPEG: {}", text.trim().replace('\n', " ")))
 }
 
-fn decode_with_image(
-    bytes: &[u8],
+/// A decode through the `image` crate: the format, and the memory its decoder may allocate.
+struct Decoder<'a> {
     format: ImageFormat,
-    options: &DecodeOptions,
-    pixels: &mut Vec<u8>,
-    pool: &BufferPool,
-) -> Result<Decoded, ItemErrorKind> {
-    let name = format!("{format:?}").to_uppercase();
-    let fail = |e: image::ImageError| image_error(&name, e);
-    let mut reader = image::ImageReader::with_format(Cursor::new(bytes), format);
-    let mut limits = image::Limits::default();
-    // 16-bit RGBA is the widest layout a decoder produces: 8 bytes a pixel, plus headroom.
-    limits.max_alloc = Some(options.max_pixels.saturating_mul(8).saturating_add(1 << 26));
-    reader.limits(limits);
-    let mut decoder = reader.into_decoder().map_err(fail)?;
-    let (width, height) = decoder.dimensions();
-    check_size(width as u64, height as u64, options)?;
-    let orientation = if options.exif_orientation {
-        decoder.orientation().unwrap_or(Orientation::NoTransforms)
-    } else {
-        Orientation::NoTransforms
-    };
-    if orientation != Orientation::NoTransforms {
-        let mut image = DynamicImage::from_decoder(decoder).map_err(fail)?;
-        image.apply_orientation(orientation);
-        return Ok(into_rgb8(image, options.gray16, pixels));
+    options: &'a DecodeOptions,
+    memory: u64,
+    pool: &'a BufferPool,
+}
+
+impl Decoder<'_> {
+    fn decode(
+        &self,
+        input: impl BufRead + Seek,
+        pixels: &mut Vec<u8>,
+    ) -> Result<Decoded, ItemErrorKind> {
+        let Decoder {
+            format,
+            options,
+            memory,
+            pool,
+        } = *self;
+        let name = format!("{format:?}").to_uppercase();
+        let fail = |e: image::ImageError| image_error(&name, e);
+        let mut reader = image::ImageReader::with_format(input, format);
+        let mut limits = image::Limits::default();
+        limits.max_alloc = Some(memory);
+        reader.limits(limits);
+        let mut decoder = reader.into_decoder().map_err(fail)?;
+        let (width, height) = decoder.dimensions();
+        check_size(width as u64, height as u64, options)?;
+        let orientation = if options.exif_orientation {
+            decoder.orientation().unwrap_or(Orientation::NoTransforms)
+        } else {
+            Orientation::NoTransforms
+        };
+        if orientation != Orientation::NoTransforms {
+            let mut image = DynamicImage::from_decoder(decoder).map_err(fail)?;
+            image.apply_orientation(orientation);
+            return Ok(into_rgb8(image, options.gray16, pixels));
+        }
+        let color = decoder.color_type();
+        let total = usize::try_from(decoder.total_bytes())
+            .map_err(|_| ItemErrorKind::Decode(format!("{name}: too large for memory")))?;
+        if color == image::ColorType::Rgb8 {
+            pixels.resize(total, 0);
+            decoder.read_image(pixels).map_err(fail)?;
+        } else {
+            // The decoder's own pixels, in a buffer of the lane's pool, then RGB8 from them.
+            let mut native = pool.take(total);
+            let lent = native.capacity();
+            native.resize(total, 0);
+            let converted = decoder
+                .read_image(&mut native)
+                .map_err(fail)
+                .and_then(|()| native_to_rgb8(color, &native, options.gray16, pixels));
+            pool.give(native, lent);
+            converted?;
+        }
+        Ok(Decoded::full(width, height))
     }
-    let color = decoder.color_type();
-    let total = usize::try_from(decoder.total_bytes())
-        .map_err(|_| ItemErrorKind::Decode(format!("{name}: too large for memory")))?;
-    if color == image::ColorType::Rgb8 {
-        pixels.resize(total, 0);
-        decoder.read_image(pixels).map_err(fail)?;
-    } else {
-        // The decoder's own pixels, in a buffer of the lane's pool, then RGB8 from them.
-        let mut native = pool.take(total);
-        let lent = native.capacity();
-        native.resize(total, 0);
-        let converted = decoder
-            .read_image(&mut native)
-            .map_err(fail)
-            .and_then(|()| native_to_rgb8(color, &native, options.gray16, pixels));
-        pool.give(native, lent);
-        converted?;
-    }
-    Ok(Decoded::full(width, height))
 }
 
 /// Packed RGB8 from a decoder's pixels of `color` (16-bit samples in native byte order), as
@@ -552,7 +586,8 @@ mod tests {
                 &options(),
                 &|_, _| DecodeWindow::WHOLE,
                 &mut buf,
-                &BufferPool::new(1 << 30)
+                &BufferPool::new(1 << 30),
+                1 << 30,
             ),
             Err(ItemErrorKind::Decode(_))
         ));
@@ -562,7 +597,8 @@ mod tests {
                 &options(),
                 &|_, _| DecodeWindow::WHOLE,
                 &mut buf,
-                &BufferPool::new(1 << 30)
+                &BufferPool::new(1 << 30),
+                1 << 30,
             ),
             Err(ItemErrorKind::UnknownFormat)
         );
@@ -597,6 +633,7 @@ mod tests {
             &|_, _| DecodeWindow::WHOLE,
             &mut buf,
             &BufferPool::new(1 << 30),
+            1 << 30,
         ) {
             Err(ItemErrorKind::TooLarge { width, height, .. }) => {
                 assert_eq!((width, height), (70000, 70000))

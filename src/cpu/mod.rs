@@ -6,6 +6,7 @@ mod ahead;
 mod budget;
 mod decode;
 mod normalize;
+mod png;
 mod prepare;
 mod probe;
 mod resize;

@@ -113,7 +113,11 @@ pub(crate) fn prepare_one(
     core.stopwatch.add(Stage::CpuRead, reading.elapsed());
     let prepared = match read {
         Ok(bytes) => {
-            let prepared = prepare_bytes(&bytes, core, rgb_bytes as usize, task, dst);
+            let memory = Memory {
+                reserved: header.bytes_in_flight,
+                size_hint: rgb_bytes as usize,
+            };
+            let prepared = prepare_bytes(&bytes, core, &memory, task, dst);
             pool.give(bytes.into_buffer(), lent);
             prepared
         }
@@ -126,21 +130,30 @@ pub(crate) fn prepare_one(
     prepared
 }
 
+/// The memory one image's decode may take from the lane's buffers: what was reserved for it and
+/// the size of its RGB pixels.
+struct Memory {
+    /// Bytes reserved for the image's decode ([`super::probe::Probe::bytes_in_flight`]): what
+    /// its decoder may allocate.
+    reserved: u64,
+    size_hint: usize,
+}
+
 /// Decodes and resizes one encoded image into `dst`, with the random transforms `task` draws.
 /// A panic inside a decoder (a bug the fuzzer has not found) becomes this image's error instead
 /// of taking the pipeline down.
 fn prepare_bytes(
     bytes: &[u8],
     core: &LaneCore,
-    size_hint: usize,
+    memory: &Memory,
     task: ImageTask,
     dst: &mut [u8],
 ) -> std::result::Result<Option<CropDraw>, ItemErrorKind> {
     let pool = &core.buffers;
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let mut pixels = pool.take(size_hint);
+        let mut pixels = pool.take(memory.size_hint);
         let lent = pixels.capacity();
-        let prepared = prepare_bytes_unguarded(bytes, core, task, &mut pixels, dst);
+        let prepared = prepare_bytes_unguarded(bytes, core, memory, task, &mut pixels, dst);
         pool.give(pixels, lent);
         prepared
     }))
@@ -160,6 +173,7 @@ fn prepare_bytes(
 fn prepare_bytes_unguarded(
     bytes: &[u8],
     core: &LaneCore,
+    memory: &Memory,
     task: ImageTask,
     pixels: &mut Vec<u8>,
     dst: &mut [u8],
@@ -213,7 +227,14 @@ fn prepare_bytes_unguarded(
             }
         };
         let decoded = stopwatch.time(Stage::CpuDecode, || {
-            decode(bytes, &options.decode, &window, pixels, pool)
+            decode(
+                bytes,
+                &options.decode,
+                &window,
+                pixels,
+                pool,
+                memory.reserved,
+            )
         })?;
         let (plan, planned) = planning.into_inner();
         let draw = geometry.draw(
@@ -285,16 +306,22 @@ pub fn prepare_image(
             core.options.geometry.height,
         )));
     }
-    let task = ImageTask { index: 0, epoch: 0 };
-    prepare_bytes(bytes, &core, 0, task, out)
-        .map(|_| ())
-        .map_err(|kind| {
-            Error::Item(ItemError {
-                id: "<memory>".into(),
-                index: 0,
-                kind,
-            })
+    let item_error = |kind| {
+        Error::Item(ItemError {
+            id: "<memory>".into(),
+            index: 0,
+            kind,
         })
+    };
+    let header = probe(bytes, &core.options.decode).map_err(item_error)?;
+    let memory = Memory {
+        reserved: header.bytes_in_flight,
+        size_hint: 0,
+    };
+    let task = ImageTask { index: 0, epoch: 0 };
+    prepare_bytes(bytes, &core, &memory, task, out)
+        .map(|_| ())
+        .map_err(item_error)
 }
 
 #[cfg(test)]
@@ -315,6 +342,12 @@ mod tests {
             stopwatch: Arc::default(),
         }
     }
+
+    /// What one image's decode may use in these tests: a large reservation.
+    const MEMORY: Memory = Memory {
+        reserved: 1 << 30,
+        size_hint: 0,
+    };
 
     const TASK: ImageTask = ImageTask { index: 0, epoch: 0 };
     use crate::cpu::decode::decode;
@@ -409,8 +442,8 @@ mod tests {
             let mut b = vec![1u8; partial.geometry.image_bytes()];
             for (i, (name, bytes)) in files.iter().enumerate() {
                 let task = ImageTask { index: i, epoch: 1 };
-                let ra = prepare_bytes(bytes, &core_of(&whole), 0, task, &mut a);
-                let rb = prepare_bytes(bytes, &core_of(&partial), 0, task, &mut b);
+                let ra = prepare_bytes(bytes, &core_of(&whole), &MEMORY, task, &mut a);
+                let rb = prepare_bytes(bytes, &core_of(&partial), &MEMORY, task, &mut b);
                 assert_eq!(ra.is_ok(), rb.is_ok(), "{name}");
                 if ra.is_ok() {
                     assert!(
@@ -447,6 +480,7 @@ mod tests {
                 &|_, _| DecodeWindow::WHOLE,
                 &mut rgb,
                 &pool(),
+                1 << 30,
             )
             .expect("decode");
             let rgb: Vec<u8> = match decoded.channels {
@@ -456,7 +490,7 @@ mod tests {
             for index in 0..12 {
                 let task = ImageTask { index, epoch: 2 };
                 let mut got = vec![0u8; options.geometry.image_bytes()];
-                let draw = prepare_bytes(&bytes, &core_of(&options), 0, task, &mut got)
+                let draw = prepare_bytes(&bytes, &core_of(&options), &MEMORY, task, &mut got)
                     .expect("prepare")
                     .expect("random");
                 assert_eq!(
@@ -506,7 +540,8 @@ mod tests {
         let jpeg = std::fs::read("tests/fixtures/gray.jpg").expect("fixture");
         let options = PrepareOptions::new(&DecodeOptions::default(), &ResizeOptions::default());
         let mut one_channel = vec![0u8; options.geometry.image_bytes()];
-        prepare_bytes(&jpeg, &core_of(&options), 0, TASK, &mut one_channel).expect("gray path");
+        prepare_bytes(&jpeg, &core_of(&options), &MEMORY, TASK, &mut one_channel)
+            .expect("gray path");
         // The same gray pixels spread to RGB and resized as RGB.
         let mut gray = Vec::new();
         let decoded = decode(
@@ -515,6 +550,7 @@ mod tests {
             &|_, _| DecodeWindow::WHOLE,
             &mut gray,
             &pool(),
+            1 << 30,
         )
         .expect("decode");
         assert_eq!(decoded.channels, 1);

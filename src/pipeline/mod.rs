@@ -12,10 +12,10 @@ mod output;
 mod worker;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use cudarc::driver::CudaStream;
 
@@ -57,6 +57,8 @@ pub struct Pipeline {
     options: Options,
     source_len: usize,
     shard_len: usize,
+    /// Batches an epoch yields when no image fails.
+    batches_per_epoch: usize,
     class_names: Option<Vec<String>>,
     device_description: String,
     pinned_bytes: usize,
@@ -75,6 +77,19 @@ pub struct Pipeline {
     commands: Option<Sender<u64>>,
     batches: Option<Receiver<Message>>,
     worker: Option<JoinHandle<()>>,
+    /// The process that built the pipeline: a fork of it has none of its threads.
+    process: u32,
+}
+
+/// What [`Pipeline::wait_batch`] found within its time.
+#[derive(Debug)]
+pub enum WaitedBatch {
+    /// The next batch of the current epoch (boxed: the other outcomes carry nothing).
+    Ready(Box<Batch>),
+    /// The epoch is over ([`Pipeline::next_batch`]'s `Ok(None)`).
+    EpochEnd,
+    /// No batch was ready in time: wait again (after, say, checking for an interrupt).
+    NotYet,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,8 +141,16 @@ impl Pipeline {
         let device_description = output.describe();
         let pinned_bytes = output.pinned_bytes();
         let cuda_stream = output.cuda_stream();
+        let batch_size = options.batching.batch_size;
+        let batches_per_epoch = match options.batching.last_batch {
+            crate::LastBatch::Drop => sampler.positions() / batch_size,
+            crate::LastBatch::Keep => sampler.positions().div_ceil(batch_size),
+        };
         let (command_tx, command_rx) = mpsc::channel::<u64>();
-        let (batch_tx, batch_rx) = mpsc::sync_channel::<Message>(options.runtime.prefetch - 1);
+        // The prefetch thread holds one finished batch until the next is made, another waits to
+        // be sent: the channel takes the rest of the depth.
+        let (batch_tx, batch_rx) =
+            mpsc::sync_channel::<Message>(options.runtime.prefetch.saturating_sub(2));
         let abandon = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
         let class_names = source.class_names().map(|c| c.to_vec());
@@ -156,6 +179,7 @@ impl Pipeline {
             options,
             source_len,
             shard_len,
+            batches_per_epoch,
             class_names,
             device_description,
             pinned_bytes,
@@ -171,12 +195,14 @@ impl Pipeline {
             commands: Some(command_tx),
             batches: Some(batch_rx),
             worker: Some(handle),
+            process: std::process::id(),
         };
         pipeline.begin_epoch(0)?;
         Ok(pipeline)
     }
 
     fn begin_epoch(&mut self, epoch: u64) -> Result<()> {
+        self.check_process()?;
         self.epoch = epoch;
         self.report = EpochReport {
             epoch,
@@ -190,15 +216,74 @@ impl Pipeline {
             .ok_or_else(|| Error::Worker("the prefetch thread has exited".into()))
     }
 
+    /// Refuses to run in a process forked from the one that built the pipeline, where waiting
+    /// for its threads would wait forever.
+    fn check_process(&self) -> Result<()> {
+        let current = std::process::id();
+        if current == self.process {
+            Ok(())
+        } else {
+            Err(Error::Forked {
+                built: self.process,
+                current,
+            })
+        }
+    }
+
     /// The next batch of the current epoch, waiting only if none is ready yet; `Ok(None)` once
     /// the epoch is over (see [`Pipeline::next_epoch`]). Under [`OnError::Fail`](crate::OnError::Fail) the first bad
     /// image ends the epoch with [`Error::Item`].
     pub fn next_batch(&mut self) -> Result<Option<Batch>> {
-        if self.state == EpochState::Ended {
-            return Ok(None);
+        match self.receive(None)? {
+            WaitedBatch::Ready(batch) => Ok(Some(*batch)),
+            WaitedBatch::EpochEnd | WaitedBatch::NotYet => Ok(None),
         }
+    }
+
+    /// [`Pipeline::next_batch`], waiting at most `timeout`: a caller that must stay responsive
+    /// while the batch is made (to an interrupt, say) waits in slices.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use gpufeed::{Device, Pipeline, ResizeMode, Source, WaitedBatch};
+    /// let mut pipeline = Pipeline::builder()
+    ///     .source(Source::directory("assets")?)
+    ///     .resize(ResizeMode::stretch(32, 32))
+    ///     .device(Device::Cpu)
+    ///     .build()?;
+    /// let mut images = 0;
+    /// loop {
+    ///     match pipeline.wait_batch(Duration::from_millis(20))? {
+    ///         WaitedBatch::Ready(batch) => images += batch.len(),
+    ///         WaitedBatch::NotYet => {} // check for an interrupt here, then wait again
+    ///         WaitedBatch::EpochEnd => break,
+    ///     }
+    /// }
+    /// assert_eq!(images, pipeline.len());
+    /// # Ok::<(), gpufeed::Error>(())
+    /// ```
+    pub fn wait_batch(&mut self, timeout: Duration) -> Result<WaitedBatch> {
+        self.receive(Some(timeout))
+    }
+
+    fn receive(&mut self, timeout: Option<Duration>) -> Result<WaitedBatch> {
+        if self.state == EpochState::Ended {
+            return Ok(WaitedBatch::EpochEnd);
+        }
+        self.check_process()?;
         let waiting = Instant::now();
-        let received = self.batches.as_ref().and_then(|b| b.recv().ok());
+        let received = match (self.batches.as_ref(), timeout) {
+            (None, _) => None,
+            (Some(batches), None) => batches.recv().ok(),
+            (Some(batches), Some(timeout)) => match batches.recv_timeout(timeout) {
+                Ok(message) => Some(message),
+                Err(RecvTimeoutError::Timeout) => {
+                    self.stopwatch.add(Stage::WaitBatch, waiting.elapsed());
+                    return Ok(WaitedBatch::NotYet);
+                }
+                Err(RecvTimeoutError::Disconnected) => None,
+            },
+        };
         self.stopwatch.add(Stage::WaitBatch, waiting.elapsed());
         let message = received.ok_or_else(|| {
             self.state = EpochState::Ended;
@@ -213,7 +298,7 @@ impl Pipeline {
                     self.report.decoded_by_cpu += batch.decoded_by.cpu;
                     self.report.decoded_by_gpu += batch.decoded_by.gpu;
                     self.report.skipped.extend_from_slice(batch.skipped());
-                    Ok(Some(batch))
+                    Ok(WaitedBatch::Ready(Box::new(batch)))
                 }
                 Err(error) => {
                     // The worker ends the epoch after an error; consume its end marker.
@@ -233,7 +318,7 @@ impl Pipeline {
                 self.report.dropped = dropped;
                 self.report.complete = complete;
                 self.state = EpochState::Ended;
-                Ok(None)
+                Ok(WaitedBatch::EpochEnd)
             }
         }
     }
@@ -255,6 +340,7 @@ impl Pipeline {
     /// Starts the next epoch (reshuffled when shuffling) and returns its number. Batches of the
     /// current epoch not consumed yet are abandoned.
     pub fn next_epoch(&mut self) -> Result<u64> {
+        self.check_process()?;
         if self.state == EpochState::Running {
             self.abandon.store(true, Ordering::SeqCst);
             self.drain_epoch();
@@ -278,6 +364,13 @@ impl Pipeline {
     /// Images per epoch for this process (its shard), before any is skipped.
     pub fn len(&self) -> usize {
         self.shard_len
+    }
+
+    /// Batches an epoch yields for this process when no image fails (padding rows included,
+    /// a partial last batch counted unless dropped): what PyTorch's `len(DataLoader)` counts.
+    /// Without equal shards, skipped images may make an epoch's batches fewer.
+    pub fn batches_per_epoch(&self) -> usize {
+        self.batches_per_epoch
     }
 
     /// Whether an epoch has no images.
@@ -355,6 +448,13 @@ impl Pipeline {
 
 impl Drop for Pipeline {
     fn drop(&mut self) {
+        if self.check_process().is_err() {
+            // A fork has neither the threads to join nor the CUDA context to free in: leave
+            // them alone (the parent's own copy still frees them).
+            std::mem::forget(self.worker.take());
+            std::mem::forget(self.cuda_stream.take());
+            return;
+        }
         self.stop.store(true, Ordering::SeqCst);
         self.abandon.store(true, Ordering::SeqCst);
         // Closing both channels wakes the worker wherever it waits.

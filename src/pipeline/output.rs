@@ -78,7 +78,8 @@ pub(crate) fn open(
     let sizes = BatchSizes {
         staging: slot_bytes as u128,
         output: slot_bytes as u128 * spec.dtype.size_of() as u128,
-        prefetch: options.runtime.prefetch as u128,
+        // The prefetch thread holds two batches at any depth (see `RuntimeOptions::prefetch`).
+        prefetch: options.runtime.prefetch.max(2) as u128,
     };
     Ok(match options.runtime.device {
         crate::Device::Cpu => {
@@ -92,7 +93,7 @@ pub(crate) fn open(
             // The batches ahead, the one in use and the one being filled.
             output
                 .pool
-                .warm(spec.dtype, slot_bytes, options.runtime.prefetch + 2);
+                .warm(spec.dtype, slot_bytes, options.runtime.prefetch.max(2) + 2);
             Box::new(output)
         }
         crate::Device::Cuda(ordinal) => {

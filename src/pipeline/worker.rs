@@ -30,8 +30,8 @@ pub(super) struct LanesReport {
 /// What the worker sends the consumer.
 pub(super) enum Message {
     Batch(Box<Result<Batch>>),
-    /// The epoch is over; carries what no batch carried: skipped images after the last batch and
-    /// images dropped with a partial last batch.
+    /// The epoch is over; carries what no batch carried: images dropped with a partial last
+    /// batch, and skipped images after the last batch when the epoch yielded no batch at all.
     EndOfEpoch {
         trailing_skipped: Vec<ItemError>,
         dropped: usize,
@@ -101,6 +101,14 @@ impl Worker {
                 position = order.len();
                 delivered = target.unwrap_or(0);
             }
+            // A batch is sent once the next one is made or the epoch's end is known, so that
+            // images skipped after it (the epoch's last positions all bad) ride on the last
+            // batch of the epoch instead of on no batch at all.
+            let mut held: Option<Box<Batch>> = None;
+            let send = |batch: Option<Box<Batch>>| match batch {
+                Some(batch) => batches.send(Message::Batch(Box::new(Ok(*batch)))).is_ok(),
+                None => true,
+            };
             loop {
                 let want = match target {
                     Some(target) if delivered < target => (target - delivered).min(batch_size),
@@ -120,7 +128,8 @@ impl Worker {
                         delivered += batch.len();
                         slot = (slot + 1) % self.output.slots();
                         let sending = Instant::now();
-                        if batches.send(Message::Batch(Box::new(Ok(*batch)))).is_err() {
+                        let last = position >= order.len() || target == Some(delivered);
+                        if !send(held.replace(batch)) || (last && !send(held.take())) {
                             return;
                         }
                         self.stopwatch.add(Stage::WaitConsumer, sending.elapsed());
@@ -129,7 +138,10 @@ impl Worker {
                         skipped,
                         dropped: d,
                     }) => {
-                        trailing_skipped = skipped;
+                        match held.as_mut() {
+                            Some(batch) => batch.skipped.extend(skipped),
+                            None => trailing_skipped = skipped,
+                        }
                         dropped = d;
                         break;
                     }
@@ -139,12 +151,17 @@ impl Worker {
                     }
                     Err(error) => {
                         complete = false;
-                        if batches.send(Message::Batch(Box::new(Err(error)))).is_err() {
+                        if !send(held.take())
+                            || batches.send(Message::Batch(Box::new(Err(error)))).is_err()
+                        {
                             return;
                         }
                         break;
                     }
                 }
+            }
+            if !send(held.take()) {
+                return;
             }
             if target.is_some() && complete {
                 // The rank's own images a partial last batch left out.

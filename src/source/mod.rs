@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, ItemErrorKind, Result};
 
-pub use folders::IMAGE_EXTENSIONS;
+pub use folders::{DECODED_EXTENSIONS, IMAGE_EXTENSIONS};
 
 #[derive(Debug, Clone)]
 enum Payload {
@@ -473,6 +473,8 @@ pub struct Source {
     items: Vec<SourceItem>,
     class_names: Option<Vec<String>>,
     unreadable_folders: Vec<(PathBuf, String)>,
+    /// Files a folder listing left out, by extension.
+    left_out: Vec<(String, usize)>,
 }
 
 /// A path as an image id: the path itself when it is valid UTF-8; otherwise its valid parts with
@@ -495,10 +497,11 @@ pub(crate) fn path_id(path: &Path) -> String {
 }
 
 impl Source {
-    /// Every image file under `root`, recursively, in sorted path order (the order and the
-    /// extensions of torchvision's `ImageFolder`, [`IMAGE_EXTENSIONS`]); no labels. A folder
-    /// without any image file is an error; subfolders that cannot be read are skipped and
-    /// listed by [`Source::unreadable_folders`].
+    /// Every image file under `root`, recursively, in sorted path order (torchvision's
+    /// `ImageFolder` order), taking every format gpufeed decodes ([`DECODED_EXTENSIONS`]); no
+    /// labels. A folder without any image file is an error; subfolders that cannot be read are
+    /// skipped and listed by [`Source::unreadable_folders`], other files are counted by
+    /// [`Source::left_out`].
     pub fn directory(root: impl AsRef<Path>) -> Result<Source> {
         let root = root.as_ref();
         let listing = folders::image_files(root)?;
@@ -507,7 +510,7 @@ impl Source {
                 path: root.to_path_buf(),
                 reason: format!(
                     "no image file (looked for .{})",
-                    IMAGE_EXTENSIONS.join(", .")
+                    DECODED_EXTENSIONS.join(", .")
                 ),
                 source: None,
             });
@@ -521,15 +524,22 @@ impl Source {
             items,
             class_names: None,
             unreadable_folders: listing.unreadable,
+            left_out: listing.left_out.into_iter().collect(),
         })
     }
 
     /// torchvision's `ImageFolder`: each subfolder of `root` is a class, labelled by its position
-    /// among the sorted subfolder names; its images are found recursively, in sorted order. As
-    /// in torchvision, a root without class folders, or a class without any image file, is an
-    /// error.
+    /// among the sorted subfolder names; its images (torchvision's extensions,
+    /// [`IMAGE_EXTENSIONS`]) are found recursively, in sorted order. As in torchvision, a root
+    /// without class folders, or a class without any image file, is an error. Other files are
+    /// counted by [`Source::left_out`]; a link inside a class to a folder the listing reaches
+    /// anyway (another class, the root) is not followed, so no image is listed twice.
     pub fn image_folder(root: impl AsRef<Path>) -> Result<Source> {
-        let (classes, unreadable_folders) = folders::image_folder(root.as_ref())?;
+        let folders::Classes {
+            classes,
+            unreadable: unreadable_folders,
+            left_out,
+        } = folders::image_folder(root.as_ref())?;
         let mut items = Vec::new();
         let mut class_names = Vec::with_capacity(classes.len());
         for (label, class) in classes.into_iter().enumerate() {
@@ -545,6 +555,7 @@ impl Source {
             items,
             class_names: Some(class_names),
             unreadable_folders,
+            left_out: left_out.into_iter().collect(),
         })
     }
 
@@ -563,6 +574,7 @@ impl Source {
             items,
             class_names: None,
             unreadable_folders: Vec::new(),
+            left_out: Vec::new(),
         }
     }
 
@@ -586,6 +598,7 @@ impl Source {
             items,
             class_names: None,
             unreadable_folders: Vec::new(),
+            left_out: Vec::new(),
         }
     }
 
@@ -611,12 +624,16 @@ impl Source {
     /// The samples of these tar shards, in order, in WebDataset's layout: members sharing a key
     /// (the name up to the first dot of its last part: `n01440764/x_10.jpg` and
     /// `n01440764/x_10.cls` are sample `n01440764/x_10`) make a sample; its image is the member
-    /// with an image extension ([`IMAGE_EXTENSIONS`]), its label the integer in its `.cls`
-    /// member when it has one. An index of the members is read from the headers once; images
-    /// are read in place. Ids name the shard and the member (`shard.tar:key.jpg`). A damaged
+    /// with an image extension ([`DECODED_EXTENSIONS`]), its label the integer in its `.cls`
+    /// member. An index of the members is read from the headers once; images are read in place
+    /// (a hard link to an earlier member, or a symbolic link to a member of the same shard, is
+    /// read as that member). Ids name the shard and the member (`shard.tar:key.jpg`). A damaged
     /// part of a shard (a bad header, a member cut short, a sample without an image or with a
-    /// label that is not a number) is one entry that fails, naming it, when read; the good
-    /// samples around it are kept. A shard that cannot be opened is an error.
+    /// label that is not a number, an image that is a link to nothing in the shard, a key that
+    /// an earlier sample of the shard has already) is one entry that fails, naming it, when
+    /// read; the good samples around it are kept. When some samples have labels, a sample
+    /// without one fails the same way (its label would be missing from the batch). A shard that
+    /// cannot be opened is an error.
     pub fn tar_shards<I, P>(shards: I) -> Result<Source>
     where
         I: IntoIterator<Item = P>,
@@ -652,10 +669,27 @@ impl Source {
                 },
             }));
         }
+        let is_sample = |i: &SourceItem| matches!(i.payload, Payload::Member(_));
+        let labelled = items
+            .iter()
+            .filter(|i| is_sample(i) && i.label.is_some())
+            .count();
+        let samples = items.iter().filter(|i| is_sample(i)).count();
+        if labelled > 0 && labelled < samples {
+            for item in items.iter_mut().filter(|i| i.label.is_none()) {
+                if let Payload::Member(_) = item.payload {
+                    item.payload = Payload::Damaged(format!(
+                        "sample without a .cls label, where {labelled} of the {samples} samples \
+                         have one"
+                    ));
+                }
+            }
+        }
         Ok(Source {
             items,
             class_names: None,
             unreadable_folders: Vec::new(),
+            left_out: Vec::new(),
         })
     }
 
@@ -695,6 +729,18 @@ impl Source {
         &self.unreadable_folders
     }
 
+    /// Files a folder listing left out because of their extension, counted by extension (lower
+    /// case, without the dot; `""` for files without one), in sorted order.
+    ///
+    /// ```
+    /// let source = gpufeed::Source::directory("assets")?;
+    /// assert_eq!(source.left_out(), [("md".to_string(), 1)]); // assets/SOURCES.md
+    /// # Ok::<(), gpufeed::Error>(())
+    /// ```
+    pub fn left_out(&self) -> &[(String, usize)] {
+        &self.left_out
+    }
+
     /// Whether every image has a label (damaged parts of tar shards, which yield no image,
     /// aside).
     pub fn has_labels(&self) -> bool {
@@ -706,9 +752,20 @@ impl Source {
         images.peek().is_some() && images.all(|i| i.label.is_some())
     }
 
-    /// The id of image `index` (its path or caller id).
+    /// The id of image `index`: its path for a file (when the path is not valid UTF-8, its valid
+    /// parts with backslashes doubled and every other byte written `\xNN`), the caller's id for
+    /// bytes, `shard.tar:member` for a sample of a tar shard.
     pub fn id(&self, index: usize) -> Option<&str> {
         self.items.get(index).map(|i| i.id())
+    }
+
+    /// The file image `index` is read from, for images that are files (folders, ImageFolder,
+    /// path lists): the name exactly as it is, where [`Source::id`] is text.
+    pub fn path(&self, index: usize) -> Option<&Path> {
+        match &self.items.get(index)?.payload {
+            Payload::Path(path) => Some(path),
+            _ => None,
+        }
     }
 
     /// The encoded bytes of image `index`, read as the pipeline reads them (for example to make

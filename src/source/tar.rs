@@ -6,15 +6,20 @@
 //!
 //! A shard that is damaged loses only what is damaged: a member cut short by the end of the file,
 //! a header whose checksum fails (the index skips to the next valid header), a sample without an
-//! image member or with a label that is not an integer each become one entry that reports the
-//! shard, the member and the reason when it is read; every good sample is kept.
+//! image member or with a label that is not an integer, an image member that is a link to
+//! nothing in the shard, and a sample whose key an earlier one of the shard has, each become one
+//! entry that reports the shard, the member and the reason when it is read; every good sample is
+//! kept. Links are resolved as `tar -x` would: a hard link (GNU tar writes one for every further
+//! name of a linked file) to the earlier member it names, a symbolic link relative to its own
+//! folder, within the shard.
 
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::folders::IMAGE_EXTENSIONS;
+use super::folders::DECODED_EXTENSIONS;
 
 /// Bytes of a tar block (and header).
 const BLOCK: u64 = 512;
@@ -46,7 +51,23 @@ struct Member {
     name: String,
     offset: u64,
     len: u64,
+    /// A link's target, as its header names it; `None` for a regular file.
+    link: Option<Link>,
 }
+
+/// What a link member names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Link {
+    /// A hard link: an earlier member, by its name in the shard.
+    Hard(String),
+    /// A symbolic link: a path relative to the link's folder.
+    Symbolic(String),
+    /// A link whose target could not be found in the shard, and why.
+    Dangling(String),
+}
+
+/// The most symbolic links followed from one member.
+const MAX_LINK_HOPS: usize = 16;
 
 /// The samples of the shard at `path`, in the order their members appear. `Err` only when the
 /// file cannot be opened or read at all.
@@ -71,6 +92,7 @@ fn members(file: &File, size: u64, shard: &str) -> std::io::Result<(Vec<Member>,
     let mut damaged = Vec::new();
     let mut at = 0u64;
     let mut long_name: Option<String> = None;
+    let mut long_link: Option<String> = None;
     let mut header = [0u8; BLOCK as usize];
     while at + BLOCK <= size {
         read_exact_at(file, &mut header, at)?;
@@ -97,6 +119,7 @@ fn members(file: &File, size: u64, shard: &str) -> std::io::Result<(Vec<Member>,
                 at: start,
             });
             long_name = None;
+            long_link = None;
             continue;
         }
         let Some(len) = octal_or_binary(&header[124..136]) else {
@@ -121,35 +144,151 @@ fn members(file: &File, size: u64, shard: &str) -> std::io::Result<(Vec<Member>,
         }
         // The member ends within the shard, so its padded end cannot overflow.
         let next = data + len.div_ceil(BLOCK) * BLOCK;
-        match header[156] {
-            b'0' | 0 | b'7' => members.push(Member {
-                name,
-                offset: data,
-                len,
-            }),
-            // GNU long name: the data is the next member's name.
-            b'L' if len <= MAX_NAME => {
+        let kind = header[156];
+        if !matches!(kind, b'L' | b'K' | b'x') {
+            // A long link name applies to this member only.
+            let link_name = long_link.take().unwrap_or_else(|| field(&header[157..257]));
+            let link = match kind {
+                b'1' => Some(Link::Hard(link_name)),
+                b'2' => Some(Link::Symbolic(link_name)),
+                _ => None,
+            };
+            if matches!(kind, b'0' | 0 | b'7' | b'1' | b'2') {
+                members.push(Member {
+                    name,
+                    offset: data,
+                    len,
+                    link,
+                });
+            }
+        }
+        match kind {
+            // GNU long name (and long link name): the data is the next member's.
+            b'L' | b'K' if len <= MAX_NAME => {
                 let mut buf = vec![0u8; len as usize];
                 read_exact_at(file, &mut buf, data)?;
-                let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-                long_name = Some(String::from_utf8_lossy(&buf[..end]).into_owned());
+                let text = field(&buf);
+                if kind == b'L' {
+                    long_name = Some(text);
+                } else {
+                    long_link = Some(text);
+                }
             }
-            // pax extended header: its `path` record names the next member.
+            // pax extended header: its `path` and `linkpath` records name the next member and
+            // its target.
             b'x' if len <= MAX_NAME => {
                 let mut buf = vec![0u8; len as usize];
                 read_exact_at(file, &mut buf, data)?;
-                long_name = pax_path(&buf);
+                long_name = pax_record(&buf, b"path");
+                long_link = pax_record(&buf, b"linkpath");
             }
             _ => {}
         }
         at = next;
     }
+    resolve_links(&mut members);
     Ok((members, damaged))
 }
 
-/// Groups consecutive members by WebDataset's key into samples.
+/// `a/./b/../c` as `a/c`; `None` when the path climbs out of the shard's root or is absolute.
+fn normalize(path: &str) -> Option<String> {
+    if path.starts_with('/') {
+        return None;
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            part => parts.push(part),
+        }
+    }
+    Some(parts.join("/"))
+}
+
+/// Gives each link member the place of the regular member it names (a hard link an earlier
+/// member, a symbolic link one anywhere in the shard, through other links), or marks it
+/// [`Link::Dangling`] with the reason.
+fn resolve_links(members: &mut [Member]) {
+    // Members by their normalized name. A link reads the first member of the name it names,
+    // as the samples do (a later member of the same name is a duplicate key, reported).
+    let mut by_name: HashMap<String, Vec<usize>> = HashMap::new();
+    for (i, m) in members.iter().enumerate() {
+        if let Some(name) = normalize(&m.name) {
+            by_name.entry(name).or_default().push(i);
+        }
+    }
+    for i in 0..members.len() {
+        let mut hops = 0;
+        let mut current = i;
+        let outcome = loop {
+            let m = &members[current];
+            let (target, before) = match &m.link {
+                None => break Ok(current),
+                Some(Link::Dangling(reason)) => break Err(reason.clone()),
+                Some(Link::Hard(target)) => (normalize(target), Some(current)),
+                Some(Link::Symbolic(target)) => {
+                    let folder = m.name.rfind('/').map_or("", |end| &m.name[..end]);
+                    let joined = if folder.is_empty() {
+                        target.clone()
+                    } else {
+                        format!("{folder}/{target}")
+                    };
+                    (
+                        (!target.starts_with('/'))
+                            .then(|| normalize(&joined))
+                            .flatten(),
+                        None,
+                    )
+                }
+            };
+            let what = match &m.link {
+                Some(Link::Hard(t)) => format!("a hard link to {t}"),
+                Some(Link::Symbolic(t)) => format!("a symbolic link to {t}"),
+                _ => String::new(),
+            };
+            let found = target.as_ref().and_then(|t| by_name.get(t)).and_then(|at| {
+                at.iter()
+                    .copied()
+                    .find(|&j| before.is_none_or(|b| j < b) && j != current)
+            });
+            match (target, found) {
+                (None, _) => break Err(format!("{what}, outside the shard")),
+                (Some(_), None) if before.is_some() => {
+                    break Err(format!("{what}, which no earlier member of the shard is"))
+                }
+                (Some(_), None) => break Err(format!("{what}, which is not in the shard")),
+                (Some(_), Some(j)) => {
+                    hops += 1;
+                    if hops > MAX_LINK_HOPS {
+                        break Err(format!("{what}: links lead to links {MAX_LINK_HOPS} times"));
+                    }
+                    current = j;
+                }
+            }
+        };
+        match outcome {
+            Ok(j) if j != i => {
+                let (offset, len) = (members[j].offset, members[j].len);
+                let m = &mut members[i];
+                m.offset = offset;
+                m.len = len;
+                m.link = None;
+            }
+            Ok(_) => {}
+            Err(reason) => members[i].link = Some(Link::Dangling(reason)),
+        }
+    }
+}
+
+/// Groups consecutive members by WebDataset's key into samples. A member whose extension the
+/// sample already has starts another sample of the same key; a key an earlier sample of the
+/// shard had is reported as a duplicate, not delivered twice under one id.
 fn samples(file: &File, shard: &str, members: &[Member]) -> Vec<Entry> {
     let mut entries = Vec::new();
+    let mut seen: HashMap<&str, u64> = HashMap::new();
     let mut i = 0;
     while i < members.len() {
         let Some((key, _)) = split_key(&members[i].name) else {
@@ -157,11 +296,29 @@ fn samples(file: &File, shard: &str, members: &[Member]) -> Vec<Entry> {
             i += 1;
             continue;
         };
+        let mut extensions = HashSet::new();
         let mut j = i;
-        while j < members.len() && split_key(&members[j].name).is_some_and(|(k, _)| k == key) {
+        while let Some((k, extension)) = members.get(j).and_then(|m| split_key(&m.name)) {
+            if k != key || !extensions.insert(extension.to_ascii_lowercase()) {
+                break;
+            }
             j += 1;
         }
-        entries.push(sample(file, shard, key, &members[i..j]));
+        let at = members[i].offset;
+        match seen.get(key) {
+            Some(&first) => entries.push(Entry::Damaged {
+                id: format!("{shard}:{}", members[i].name),
+                reason: format!(
+                    "duplicate key {key}: the sample at byte {first} of the shard has it \
+                     already; this one is left out"
+                ),
+                at,
+            }),
+            None => {
+                seen.insert(key, at);
+                entries.push(sample(file, shard, key, &members[i..j]));
+            }
+        }
         i = j;
     }
     entries
@@ -173,7 +330,7 @@ fn sample(file: &File, shard: &str, key: &str, members: &[Member]) -> Entry {
         split_key(&m.name).map_or("", |(_, e)| e)
     }
     let image = members.iter().find(|m| {
-        IMAGE_EXTENSIONS
+        DECODED_EXTENSIONS
             .iter()
             .any(|ext| ext.eq_ignore_ascii_case(extension(m)))
     });
@@ -187,17 +344,35 @@ fn sample(file: &File, shard: &str, key: &str, members: &[Member]) -> Entry {
             reason: format!(
                 "sample without an image member (it has {}; looked for .{})",
                 found.join(", "),
-                IMAGE_EXTENSIONS.join(", .")
+                DECODED_EXTENSIONS.join(", .")
             ),
             at: members[0].offset,
         };
     };
     let id = format!("{shard}:{}", image.name);
+    if let Some(Link::Dangling(reason)) = &image.link {
+        return Entry::Damaged {
+            id,
+            reason: format!("the image member is {reason}"),
+            at: image.offset,
+        };
+    }
     let label = match members
         .iter()
         .find(|m| extension(m).eq_ignore_ascii_case("cls"))
     {
         None => None,
+        Some(Member {
+            name,
+            link: Some(Link::Dangling(reason)),
+            ..
+        }) => {
+            return Entry::Damaged {
+                id,
+                reason: format!("{name}: the label member is {reason}"),
+                at: image.offset,
+            }
+        }
         Some(cls) => match read_label(file, cls) {
             Ok(label) => Some(label),
             Err(reason) => {
@@ -241,12 +416,14 @@ fn split_key(name: &str) -> Option<(&str, &str)> {
     (dot > base).then(|| (&name[..dot], &name[dot + 1..]))
 }
 
+/// A NUL-terminated text field.
+fn field(bytes: &[u8]) -> String {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
+
 /// The header's name: `prefix/name` for ustar, `name` otherwise.
 fn header_name(header: &[u8; BLOCK as usize]) -> String {
-    let field = |bytes: &[u8]| {
-        let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-        String::from_utf8_lossy(&bytes[..end]).into_owned()
-    };
     let name = field(&header[0..100]);
     // POSIX ustar only: GNU's magic ("ustar  ") keeps other fields where ustar has the prefix.
     if &header[257..263] == b"ustar\0" {
@@ -299,8 +476,8 @@ fn octal_or_binary(field: &[u8]) -> Option<u64> {
     u64::from_str_radix(text, 8).ok()
 }
 
-/// The `path` record of a pax extended header (`LEN path=VALUE\n` records).
-fn pax_path(data: &[u8]) -> Option<String> {
+/// The record `key` of a pax extended header (`LEN key=VALUE\n` records).
+fn pax_record(data: &[u8], key: &[u8]) -> Option<String> {
     let mut rest = data;
     while !rest.is_empty() {
         let space = rest.iter().position(|&b| b == b' ')?;
@@ -310,7 +487,10 @@ fn pax_path(data: &[u8]) -> Option<String> {
         }
         let record = &rest[space + 1..len];
         let record = record.strip_suffix(b"\n").unwrap_or(record);
-        if let Some(value) = record.strip_prefix(b"path=") {
+        if let Some(value) = record
+            .strip_prefix(key)
+            .and_then(|rest| rest.strip_prefix(b"="))
+        {
             return Some(String::from_utf8_lossy(value).into_owned());
         }
         rest = &rest[len..];
@@ -371,8 +551,14 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn header(name: &str, len: u64, kind: u8) -> Vec<u8> {
+        link_header(name, len, kind, "")
+    }
+
+    /// A header naming `target` in its link field.
+    pub(crate) fn link_header(name: &str, len: u64, kind: u8, target: &str) -> Vec<u8> {
         let mut h = vec![0u8; 512];
         h[..name.len()].copy_from_slice(name.as_bytes());
+        h[157..157 + target.len()].copy_from_slice(target.as_bytes());
         h[100..108].copy_from_slice(b"0000644\0");
         h[108..116].copy_from_slice(b"0000000\0");
         h[116..124].copy_from_slice(b"0000000\0");
@@ -399,9 +585,15 @@ pub(crate) mod tests {
             Some(1 << 32)
         );
         assert_eq!(
-            pax_path(b"20 path=abc/def.jpg\n"),
+            pax_record(b"20 path=abc/def.jpg\n", b"path"),
             Some("abc/def.jpg".into())
         );
+        assert_eq!(
+            pax_record(b"20 path=abc/def.jpg\n18 linkpath=x.jpg\n", b"linkpath"),
+            Some("x.jpg".into())
+        );
+        assert_eq!(normalize("./a/b/../c.jpg"), Some("a/c.jpg".into()));
+        assert_eq!(normalize("../c.jpg"), None);
     }
 
     fn written(bytes: &[u8]) -> (tempdir::Dir, PathBuf) {
@@ -529,5 +721,91 @@ pub(crate) mod tests {
         assert!(
             matches!(&entries[3], Entry::Damaged { reason, .. } if reason.contains("truncated"))
         );
+    }
+
+    /// Hard links to earlier members and symbolic links within the shard are read as their
+    /// target; links to nothing in the shard, and keys seen before, are reported, each once.
+    #[test]
+    fn links_are_resolved_and_duplicate_keys_reported() {
+        fn member(bytes: &mut Vec<u8>, name: &str, data: &[u8]) {
+            bytes.extend(header(name, data.len() as u64, b'0'));
+            bytes.extend(data);
+            while !bytes.len().is_multiple_of(512) {
+                bytes.push(0);
+            }
+        }
+        let mut bytes = Vec::new();
+        member(&mut bytes, "a.jpg", b"AAAA");
+        member(&mut bytes, "a.cls", b"1");
+        let mut links = Vec::new();
+        for (name, kind, target) in [
+            ("b.jpg", b'1', "a.jpg"),
+            ("dir/c.jpg", b'2', "../a.jpg"),
+            ("d.jpg", b'2', "/etc/passwd"),
+            ("e.jpg", b'2', "missing.jpg"),
+            ("f.jpg", b'1', "g.jpg"),
+        ] {
+            links.extend(link_header(name, 0, kind, target));
+        }
+        bytes.extend(links);
+        member(&mut bytes, "g.jpg", b"GG");
+        member(&mut bytes, "g.jpg", b"G2");
+        member(&mut bytes, "a.jpg", b"again");
+        bytes.extend([0u8; 1024]);
+        let (_dir, path) = written(&bytes);
+        let shard = path.display().to_string();
+        let entries = index(&path).expect("index");
+        let got: Vec<(String, Result<Vec<u8>, String>)> = entries
+            .iter()
+            .map(|e| match e {
+                Entry::Sample {
+                    id, offset, len, ..
+                } => (
+                    id.strip_prefix(&format!("{shard}:"))
+                        .expect("id")
+                        .to_string(),
+                    Ok(bytes[*offset as usize..(*offset + *len) as usize].to_vec()),
+                ),
+                Entry::Damaged { id, reason, .. } => (
+                    id.strip_prefix(&format!("{shard}:"))
+                        .expect("id")
+                        .to_string(),
+                    Err(reason.clone()),
+                ),
+            })
+            .collect();
+        let names: Vec<&str> = got.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "a.jpg",
+                "b.jpg",
+                "dir/c.jpg",
+                "d.jpg",
+                "e.jpg",
+                "f.jpg",
+                "g.jpg",
+                "g.jpg",
+                "a.jpg"
+            ]
+        );
+        assert_eq!(got[0].1, Ok(b"AAAA".to_vec()));
+        assert_eq!(
+            got[1].1,
+            Ok(b"AAAA".to_vec()),
+            "a hard link reads its target"
+        );
+        assert_eq!(
+            got[2].1,
+            Ok(b"AAAA".to_vec()),
+            "a symbolic link reads its target"
+        );
+        let reason = |i: usize| got[i].1.clone().expect_err("damaged");
+        assert!(reason(3).contains("symbolic link to /etc/passwd, outside the shard"));
+        assert!(reason(4).contains("symbolic link to missing.jpg, which is not in the shard"));
+        assert!(reason(5).contains("hard link to g.jpg, which no earlier member"));
+        assert_eq!(got[6].1, Ok(b"GG".to_vec()));
+        assert!(reason(7).contains("duplicate key g"), "{}", reason(7));
+        assert!(reason(8).contains("duplicate key a"), "{}", reason(8));
     }
 }

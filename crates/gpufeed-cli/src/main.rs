@@ -79,6 +79,11 @@ fn main() -> ExitCode {
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
+        // 128 + SIGINT, as a shell reports a program Ctrl-C ended.
+        Err(e) if e.is::<run::Interrupted>() => {
+            eprintln!("gpufeed: interrupted");
+            ExitCode::from(130)
+        }
         Err(e) => {
             eprintln!("gpufeed: error: {e}");
             ExitCode::FAILURE

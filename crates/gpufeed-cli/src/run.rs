@@ -3,19 +3,21 @@
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use gpufeed::{
-    BatchOptions, ChannelOrder, DType, Decode, DecodeOptions, Device, DrawRange, EpochReport,
-    Gray16, Interpolation, LastBatch, Launch, Layout, OnError, Options, OutputOptions, Pipeline,
-    ResizeMode, ResizeOptions, RuntimeOptions, Shard, ShardBalance, Source, DEFAULT_DECODE_MEMORY,
-    DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, RANDOM_CROP_RATIO, RANDOM_CROP_SCALE,
-    RANDOM_FLIP_CHANCE,
+    Batch, BatchOptions, ChannelOrder, DType, Decode, DecodeOptions, Device, DrawRange,
+    EpochReport, Gray16, Interpolation, LastBatch, Launch, Layout, OnError, Options, OutputOptions,
+    Pipeline, ResizeMode, ResizeOptions, RuntimeOptions, Shard, ShardBalance, Source, WaitedBatch,
+    DEFAULT_DECODE_MEMORY, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, RANDOM_CROP_RATIO,
+    RANDOM_CROP_SCALE, RANDOM_FLIP_CHANCE,
 };
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{ProgressBar, ProgressState, ProgressStyle};
 use serde_json::{json, Value};
 
-use crate::save::{paths_file, Saver};
+use crate::save::{escape_bytes, escape_line, Saver};
 use crate::Result;
 
 #[derive(clap::Args, Debug)]
@@ -45,11 +47,11 @@ pub struct RunArgs {
     /// Seed of the random transforms (and of the shuffle, with --train).
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// RandomResizedCrop's area range MIN,MAX, as shares of the image's.
-    #[arg(long, value_delimiter = ',', num_args = 2, default_values_t = [RANDOM_CROP_SCALE.min, RANDOM_CROP_SCALE.max])]
+    /// RandomResizedCrop's area range MIN,MAX (or MIN MAX), as shares of the image's.
+    #[arg(long, value_delimiter = ',', num_args = 1..=2, value_name = "MIN,MAX", default_values_t = [RANDOM_CROP_SCALE.min, RANDOM_CROP_SCALE.max])]
     scale: Vec<f64>,
-    /// RandomResizedCrop's aspect-ratio range MIN,MAX (width / height).
-    #[arg(long, value_delimiter = ',', num_args = 2, default_values_t = [RANDOM_CROP_RATIO.min, RANDOM_CROP_RATIO.max])]
+    /// RandomResizedCrop's aspect-ratio range MIN,MAX (or MIN MAX), width / height.
+    #[arg(long, value_delimiter = ',', num_args = 1..=2, value_name = "MIN,MAX", default_values_t = [RANDOM_CROP_RATIO.min, RANDOM_CROP_RATIO.max])]
     ratio: Vec<f64>,
     /// Chance, 0 to 1, that an image is mirrored left to right (RandomHorizontalFlip; 0.5 with
     /// --train).
@@ -74,11 +76,11 @@ pub struct RunArgs {
     /// 12.2 and 13.0); default 13.0.
     #[arg(long, value_parser = parse_version, default_value = "13.0")]
     pillow_version: (u32, u32),
-    /// Per-channel mean in 0..1 units, R,G,B (default ImageNet's).
-    #[arg(long, value_delimiter = ',', num_args = 3, default_values_t = gpufeed::IMAGENET_MEAN)]
+    /// Per-channel mean in 0..1 units, R,G,B (or R G B; default ImageNet's).
+    #[arg(long, value_delimiter = ',', num_args = 1..=3, value_name = "R,G,B", default_values_t = gpufeed::IMAGENET_MEAN)]
     mean: Vec<f32>,
-    /// Per-channel standard deviation in 0..1 units, R,G,B (default ImageNet's).
-    #[arg(long, value_delimiter = ',', num_args = 3, default_values_t = gpufeed::IMAGENET_STD)]
+    /// Per-channel standard deviation in 0..1 units, R,G,B (or R G B; default ImageNet's).
+    #[arg(long, value_delimiter = ',', num_args = 1..=3, value_name = "R,G,B", default_values_t = gpufeed::IMAGENET_STD)]
     std: Vec<f32>,
     /// Output element type: f16, bf16 or f32.
     #[arg(long, default_value_t = DType::F16)]
@@ -153,11 +155,13 @@ pub struct RunArgs {
     #[arg(long)]
     dct_scaling: bool,
     /// Write every processed image, in order, to FILE.npy (output dtype and layout; bf16 as its
-    /// raw u16 bits) and the id of each row to FILE.paths.txt (one a line, with backslash,
-    /// newline and carriage return written \\, \n and \r); with labels, FILE.labels.txt; with
-    /// random transforms, FILE.crops.tsv (path, top, left, height, width, flipped: the arguments
-    /// of torchvision's F.resized_crop and F.hflip). They appear only once the run has
-    /// succeeded.
+    /// raw u16 bits) and the path of each row to FILE.paths.txt (one a line: backslash, tab,
+    /// newline and carriage return written \\, \t, \n and \r, and bytes that are not UTF-8
+    /// as \xNN, so Python's codecs.escape_decode gives the name's bytes back); with labels,
+    /// FILE.labels.txt, and for an ImageFolder FILE.classes.txt (the class name of each label,
+    /// one a line); with random transforms, FILE.crops.tsv (path, top, left, height, width,
+    /// flipped: the arguments of torchvision's F.resized_crop and F.hflip). They appear only
+    /// once the run has succeeded.
     #[arg(long, value_name = "FILE.npy")]
     save: Option<PathBuf>,
     /// Let --save replace existing files (never an image the run reads).
@@ -215,7 +219,11 @@ impl RunArgs {
         let range = |values: &[f64], name: &str| -> Result<DrawRange> {
             match values {
                 [min, max] => Ok(DrawRange::new(*min, *max)),
-                _ => Err(format!("--{name} takes two values, MIN,MAX").into()),
+                _ => Err(format!(
+                    "--{name} takes two values, MIN,MAX (or MIN MAX); got {}",
+                    values.len()
+                )
+                .into()),
             }
         };
         let random = ResizeMode::RandomResizedCrop {
@@ -244,8 +252,13 @@ impl RunArgs {
             self.shuffle
         };
         let three = |values: &[f32], name: &str| -> Result<[f32; 3]> {
-            <[f32; 3]>::try_from(values)
-                .map_err(|_| format!("--{name} takes three values, R,G,B").into())
+            <[f32; 3]>::try_from(values).map_err(|_| {
+                format!(
+                    "--{name} takes three values, R,G,B (or R G B); got {}",
+                    values.len()
+                )
+                .into()
+            })
         };
         Ok(Options::default()
             .decode(
@@ -336,6 +349,9 @@ impl RunArgs {
 /// The suffix of the labels file `--save` writes for a source with labels.
 const LABELS: &str = ".labels.txt";
 
+/// The suffix of the class names file `--save` writes for an ImageFolder.
+const CLASSES: &str = ".classes.txt";
+
 /// The suffix of the draws file `--save` writes with random transforms.
 const CROPS: &str = ".crops.tsv";
 
@@ -346,12 +362,39 @@ struct Tally {
     uploaded_bytes: usize,
 }
 
+/// The run was stopped by Ctrl-C (SIGINT) or SIGTERM: the command line exits with 130.
+#[derive(Debug)]
+pub struct Interrupted;
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "interrupted")
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
+/// Set by the first Ctrl-C (or SIGTERM); a second Ctrl-C ends the program at once.
+fn interrupt_flag() -> Arc<AtomicBool> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let flag = Arc::new(AtomicBool::new(false));
+    for signal in [SIGINT, SIGTERM] {
+        // Registering can only fail for a signal that cannot be caught; these can.
+        let _ = signal_hook::flag::register_conditional_shutdown(signal, 130, flag.clone());
+        let _ = signal_hook::flag::register(signal, flag.clone());
+    }
+    flag
+}
+
 /// Runs the pipeline as `args` say and prints the summary; returns the device used. With
 /// `--json`, stdout is one JSON object whatever happens: the summary (with an `error` field
-/// when the run stopped), or, when the run could not start, `{"error": ..., "dir": ...}`.
+/// when the run stopped), or, when the run could not start, `{"error": ..., "dir": ...}`. A
+/// first Ctrl-C stops the run after the batch in hand, removes what `--save` had begun to
+/// write and prints the summary so far ([`Interrupted`]); a second one ends it at once.
 pub fn run(args: &RunArgs) -> Result<Device> {
+    let interrupt = interrupt_flag();
     let mut summarized = false;
-    let outcome = run_and_summarize(args, &mut summarized);
+    let outcome = run_and_summarize(args, &interrupt, &mut summarized);
     if let Err(e) = &outcome {
         if args.json && !summarized {
             out!(
@@ -363,7 +406,11 @@ pub fn run(args: &RunArgs) -> Result<Device> {
     outcome
 }
 
-fn run_and_summarize(args: &RunArgs, summarized: &mut bool) -> Result<Device> {
+fn run_and_summarize(
+    args: &RunArgs,
+    interrupt: &AtomicBool,
+    summarized: &mut bool,
+) -> Result<Device> {
     let (shard, local_gpu) = args.shard()?;
     let device = args.device(local_gpu);
     let source = if args.image_folder {
@@ -381,18 +428,23 @@ fn run_and_summarize(args: &RunArgs, summarized: &mut bool) -> Result<Device> {
         .iter()
         .map(|(folder, reason)| json!({"path": folder.display().to_string(), "reason": reason}))
         .collect();
+    let left_out = source.left_out().to_vec();
     let options = args.options(device, shard)?;
     if args.epochs == 0 {
         return Err("--epochs must be at least 1".into());
     }
-    // With labels, `--save` also writes FILE.labels.txt, one label a row; with random
-    // transforms, FILE.crops.tsv, one row of draws a row.
+    // With labels, `--save` also writes FILE.labels.txt, one label a row, and for an ImageFolder
+    // FILE.classes.txt; with random transforms, FILE.crops.tsv, one row of draws a row.
     let mut extra = Vec::new();
     if source.has_labels() {
         extra.push(LABELS);
     }
     if options.resize.is_random() {
         extra.push(CROPS);
+    }
+    let classes = source.class_names().filter(|_| args.save.is_some());
+    if classes.is_some() {
+        extra.push(CLASSES);
     }
     let mut saver = match &args.save {
         Some(path) => Some(Saver::create(
@@ -404,15 +456,27 @@ fn run_and_summarize(args: &RunArgs, summarized: &mut bool) -> Result<Device> {
         )?),
         None => None,
     };
+    if let (Some(saver), Some(classes)) = (saver.as_mut(), classes) {
+        let lines: Vec<String> = classes.iter().map(|c| escape_line(c)).collect();
+        saver.append_extra(extra.len() - 1, &lines)?;
+    }
+    // The name of each row in the files `--save` writes: the file's bytes, escaped.
+    let row_names: Vec<String> = match &args.save {
+        Some(_) => (0..source.len()).map(|i| row_name(&source, i)).collect(),
+        None => Vec::new(),
+    };
     let setup = Instant::now();
-    let mut pipeline = Pipeline::with_options(source, options)?;
+    let mut pipeline = Pipeline::with_options(source, options).map_err(flag_names)?;
     let setup_seconds = setup.elapsed().as_secs_f64();
     let progress = if std::io::stderr().is_terminal() && !args.json {
         let bar = ProgressBar::new(pipeline.len() as u64 * args.epochs);
+        let rate = |state: &ProgressState, w: &mut dyn std::fmt::Write| {
+            let _ = write!(w, "{:.0} images/s", state.per_sec());
+        };
         if let Ok(style) =
-            ProgressStyle::default_bar().template("{bar:40} {pos}/{len} images {per_sec} {eta}")
+            ProgressStyle::default_bar().template("{bar:40} {pos}/{len} images {rate} {eta}")
         {
-            bar.set_style(style);
+            bar.set_style(style.with_key("rate", rate));
         }
         bar
     } else {
@@ -423,21 +487,38 @@ fn run_and_summarize(args: &RunArgs, summarized: &mut bool) -> Result<Device> {
         seconds: Vec::new(),
         uploaded_bytes: 0,
     };
-    let outcome = run_epochs(args, &mut pipeline, saver.as_mut(), &progress, &mut tally);
+    let rows = Rows {
+        saver: saver.as_mut(),
+        names: &row_names,
+    };
+    let mut outcome = run_epochs(args, &mut pipeline, rows, &progress, interrupt, &mut tally);
     progress.finish_and_clear();
-    if outcome.is_ok() {
-        if let Some(saver) = saver.take() {
-            saver.finish()?;
-        }
-    }
-    drop(saver);
     let summary = Summary {
         args,
         pipeline: &pipeline,
         tally: &tally,
         setup_seconds,
         unreadable,
+        left_out,
+        saved: Vec::new(),
+        interrupted: interrupt.load(Ordering::SeqCst),
     };
+    if outcome.is_ok() && summary.images() == 0 {
+        let skipped = summary.skipped().len();
+        outcome = Err(format!(
+            "every image was skipped ({skipped}), none was delivered: see the reasons above"
+        )
+        .into());
+    }
+    let mut saved = Vec::new();
+    if outcome.is_ok() {
+        if let Some(saver) = saver.take() {
+            saved = saver.finish()?;
+        }
+    }
+    // A run that did not finish leaves no file behind.
+    drop(saver);
+    let summary = Summary { saved, ..summary };
     if args.json {
         let mut value = summary.json();
         if let Err(e) = &outcome {
@@ -445,7 +526,7 @@ fn run_and_summarize(args: &RunArgs, summarized: &mut bool) -> Result<Device> {
         }
         out!("{value}");
         *summarized = true;
-    } else if outcome.is_ok() {
+    } else if outcome.is_ok() || summary.interrupted || summary.images() == 0 {
         summary.print();
     }
     // Under --on-error fail the first bad image stops the run here, naming the image.
@@ -453,49 +534,68 @@ fn run_and_summarize(args: &RunArgs, summarized: &mut bool) -> Result<Device> {
     Ok(device)
 }
 
-/// Runs `args.epochs` epochs, saving on request.
+/// The name `--save` writes for row `index` of `source`: a file's path as its bytes, escaped
+/// ([`escape_bytes`]), else the id.
+fn row_name(source: &Source, index: usize) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    match source.path(index) {
+        Some(path) => escape_bytes(path.as_os_str().as_bytes()),
+        None => escape_line(source.id(index).unwrap_or_default()),
+    }
+}
+
+/// The library's option names in an error as this command line's flags.
+fn flag_names(error: gpufeed::Error) -> Box<dyn std::error::Error> {
+    match error {
+        gpufeed::Error::InvalidOption { option, reason } => {
+            let flag = match option {
+                "horizontal_flip" => "--hflip".to_string(),
+                "resize" => "--size (or --crop, --resize)".to_string(),
+                "mean/std" => "--mean/--std".to_string(),
+                "shard" => "--shard".to_string(),
+                other => format!("--{}", other.replace('_', "-")),
+            };
+            format!("invalid option {flag}: {reason}").into()
+        }
+        other => other.into(),
+    }
+}
+
+/// Where the rows go: the files of `--save`, with each source image's name in them.
+struct Rows<'a> {
+    saver: Option<&'a mut Saver>,
+    names: &'a [String],
+}
+
+/// Runs `args.epochs` epochs, saving on request, until done, failed or interrupted.
 fn run_epochs(
     args: &RunArgs,
     pipeline: &mut Pipeline,
-    mut saver: Option<&mut Saver>,
+    mut rows: Rows,
     progress: &ProgressBar,
+    interrupt: &AtomicBool,
     tally: &mut Tally,
 ) -> Result<()> {
-    for _ in 0..args.epochs {
+    for epoch in 0..args.epochs {
         let start = Instant::now();
         let mut last = None;
         let outcome: Result<()> = (|| {
-            for batch in &mut *pipeline {
-                let batch = batch?;
+            if epoch > 0 {
+                pipeline.next_epoch()?;
+            }
+            loop {
+                if interrupt.load(Ordering::SeqCst) {
+                    return Err(Interrupted.into());
+                }
+                let batch = match pipeline.wait_batch(Duration::from_millis(20))? {
+                    WaitedBatch::Ready(batch) => *batch,
+                    WaitedBatch::NotYet => continue,
+                    WaitedBatch::EpochEnd => break,
+                };
                 tally.uploaded_bytes += batch.uploaded_bytes();
                 progress.inc((batch.len() + batch.skipped().len()) as u64);
-                if let Some(saver) = saver.as_deref_mut() {
-                    saver.append(&batch.images().to_host()?, batch.ids())?;
-                    let mut extra = 0;
-                    if let Some(labels) = batch.labels() {
-                        let lines: Vec<String> = labels.iter().map(u32::to_string).collect();
-                        saver.append_extra(extra, &lines)?;
-                        extra += 1;
-                    }
-                    if let Some(crops) = batch.crops() {
-                        let lines: Vec<String> = batch
-                            .ids()
-                            .iter()
-                            .zip(crops)
-                            .map(|(id, c)| {
-                                format!(
-                                    "{}\t{}\t{}\t{}\t{}\t{}",
-                                    crate::save::escape_line(id),
-                                    c.top,
-                                    c.left,
-                                    c.height,
-                                    c.width,
-                                    u8::from(c.flipped)
-                                )
-                            })
-                            .collect();
-                        saver.append_extra(extra, &lines)?;
-                    }
+                if let Some(saver) = rows.saver.as_deref_mut() {
+                    save_batch(saver, &batch, rows.names)?;
                 }
                 last = Some(batch);
             }
@@ -512,6 +612,37 @@ fn run_epochs(
     Ok(())
 }
 
+/// Appends a batch to the files of `--save`: its rows, their names, labels and draws.
+fn save_batch(saver: &mut Saver, batch: &Batch, names: &[String]) -> Result<()> {
+    let name = |i: usize| names.get(i).map_or("", String::as_str);
+    let row_names: Vec<&str> = batch.indices().iter().map(|&i| name(i)).collect();
+    saver.append(&batch.images().to_host()?, &row_names)?;
+    let mut extra = 0;
+    if let Some(labels) = batch.labels() {
+        let lines: Vec<String> = labels.iter().map(u32::to_string).collect();
+        saver.append_extra(extra, &lines)?;
+        extra += 1;
+    }
+    if let Some(crops) = batch.crops() {
+        let lines: Vec<String> = row_names
+            .iter()
+            .zip(crops)
+            .map(|(row, c)| {
+                format!(
+                    "{row}\t{}\t{}\t{}\t{}\t{}",
+                    c.top,
+                    c.left,
+                    c.height,
+                    c.width,
+                    u8::from(c.flipped)
+                )
+            })
+            .collect();
+        saver.append_extra(extra, &lines)?;
+    }
+    Ok(())
+}
+
 /// The summary of a run, in words or as JSON.
 struct Summary<'a> {
     args: &'a RunArgs,
@@ -519,6 +650,12 @@ struct Summary<'a> {
     tally: &'a Tally,
     setup_seconds: f64,
     unreadable: Vec<Value>,
+    /// Files the listing left out, by extension.
+    left_out: Vec<(String, usize)>,
+    /// The files `--save` wrote.
+    saved: Vec<PathBuf>,
+    /// Whether Ctrl-C stopped the run.
+    interrupted: bool,
 }
 
 impl Summary<'_> {
@@ -578,6 +715,14 @@ impl Summary<'_> {
             "skipped": errors.len(),
             "errors": errors,
             "unreadable_folders": self.unreadable,
+            "left_out": self
+                .left_out
+                .iter()
+                .map(|(extension, count)| (extension.clone(), json!(count)))
+                .collect::<serde_json::Map<String, Value>>(),
+            "interrupted": self.interrupted,
+            "class_names": self.pipeline.class_names(),
+            "saved": self.saved.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
             "dropped": self.tally.reports.iter().map(|r| r.dropped).sum::<usize>(),
             "padded": self.tally.reports.iter().map(|r| r.padded).sum::<usize>(),
             "shard": options.batching.shard.to_string(),
@@ -641,6 +786,20 @@ impl Summary<'_> {
                 images - by_gpu
             );
         }
+        if !self.left_out.is_empty() {
+            let counts: Vec<String> = self
+                .left_out
+                .iter()
+                .map(|(extension, count)| match extension.as_str() {
+                    "" => format!("{count} without an extension"),
+                    _ => format!("{count} .{extension}"),
+                })
+                .collect();
+            out!(
+                "  left out    {} (not image files by their extension)",
+                counts.join(", ")
+            );
+        }
         out!("  skipped     {}", skipped.len());
         for e in &skipped {
             out!("    {}: {}", e.id, e.kind);
@@ -676,12 +835,12 @@ impl Summary<'_> {
                 human_bytes(f32_bytes)
             );
         }
-        if let Some(path) = &self.args.save {
-            out!(
-                "  saved       {} and {}",
-                path.display(),
-                paths_file(path).display()
-            );
+        if !self.saved.is_empty() {
+            let names: Vec<String> = self.saved.iter().map(|p| p.display().to_string()).collect();
+            out!("  saved       {}", names.join(", "));
+        }
+        if self.interrupted {
+            out!("  interrupted (Ctrl-C): the figures above are the run's so far; nothing saved");
         }
         if self.args.profile {
             out!("  where the time went (seconds summed over threads):");

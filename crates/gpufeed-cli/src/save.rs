@@ -29,16 +29,29 @@ pub fn sibling(npy: &Path, suffix: &str) -> PathBuf {
     }
 }
 
-/// One row's id on one line: backslash, newline and carriage return escaped as `\\`, `\n` and
-/// `\r`, so every row is one line whatever the file names hold.
+/// One row's id on one line and in one tab-separated column: backslash, tab, newline and
+/// carriage return escaped as `\\`, `\t`, `\n` and `\r`, whatever the file names hold.
 pub fn escape_line(id: &str) -> String {
-    let mut line = String::with_capacity(id.len());
-    for c in id.chars() {
-        match c {
-            '\\' => line.push_str("\\\\"),
-            '\n' => line.push_str("\\n"),
-            '\r' => line.push_str("\\r"),
-            c => line.push(c),
+    escape_bytes(id.as_bytes())
+}
+
+/// A file name's bytes on one line: as [`escape_line`], and every byte that is not part of
+/// valid UTF-8 written `\xNN`, so that Python's `codecs.escape_decode` gives the bytes back
+/// (and `os.fsdecode` of them a name that opens).
+pub fn escape_bytes(bytes: &[u8]) -> String {
+    let mut line = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '\\' => line.push_str("\\\\"),
+                '\t' => line.push_str("\\t"),
+                '\n' => line.push_str("\\n"),
+                '\r' => line.push_str("\\r"),
+                c => line.push(c),
+            }
+        }
+        for byte in chunk.invalid() {
+            line.push_str(&format!("\\x{byte:02x}"));
         }
     }
     line
@@ -107,13 +120,13 @@ impl Saver {
         })
     }
 
-    /// Appends a batch's rows and their ids.
-    pub fn append(&mut self, images: &HostTensor, ids: &[String]) -> Result<()> {
+    /// Appends a batch's rows and their names (escaped already: see [`escape_bytes`]).
+    pub fn append(&mut self, images: &HostTensor, names: &[&str]) -> Result<()> {
         if let Some(npy) = &mut self.npy {
             npy.append(images)?;
         }
-        for id in ids {
-            writeln!(self.ids_writer, "{}", escape_line(id))
+        for name in names {
+            writeln!(self.ids_writer, "{name}")
                 .map_err(|e| format!("cannot write {}: {e}", self.ids.temporary.display()))?;
         }
         Ok(())
@@ -132,8 +145,9 @@ impl Saver {
     }
 
     /// Completes the files and moves them into place: the id files first and the `.npy` last,
-    /// so a run killed in between leaves no `.npy` that disagrees with them.
-    pub fn finish(mut self) -> Result<()> {
+    /// so a run killed in between leaves no `.npy` that disagrees with them. Returns the files
+    /// written, the `.npy` first.
+    pub fn finish(mut self) -> Result<Vec<PathBuf>> {
         if let Some(npy) = self.npy.take() {
             npy.finish()?;
         }
@@ -167,7 +181,12 @@ impl Saver {
             })?;
         }
         self.finished = true;
-        Ok(())
+        let written = [&self.npy_file, &self.ids]
+            .into_iter()
+            .chain(self.extra.iter().map(|(pending, _)| pending))
+            .map(|pending| pending.target.clone())
+            .collect();
+        Ok(written)
     }
 }
 
@@ -207,8 +226,10 @@ fn refuse_clobbering(path: &Path, source: &Source, overwrite: bool) -> Result<()
     use std::os::unix::fs::MetadataExt;
     let same = |other: &fs::Metadata| other.dev() == meta.dev() && other.ino() == meta.ino();
     for index in 0..source.len() {
-        let Some(id) = source.id(index) else { continue };
-        if fs::metadata(id).is_ok_and(|m| same(&m)) {
+        let Some(image) = source.path(index) else {
+            continue;
+        };
+        if fs::metadata(image).is_ok_and(|m| same(&m)) {
             return Err(format!(
                 "{} is one of the images this run reads: --save must name another file",
                 path.display()
@@ -228,6 +249,8 @@ mod tests {
         assert_eq!(escape_line("a\nb"), "a\\nb");
         assert_eq!(escape_line("c:\\d\r"), "c:\\\\d\\r");
         assert_eq!(escape_line("plain.jpg"), "plain.jpg");
+        assert_eq!(escape_line("tab\there"), "tab\\there");
+        assert_eq!(escape_bytes(b"caf\xc3\xa9 \xff.jpg"), "caf\u{e9} \\xff.jpg");
     }
 
     #[test]

@@ -394,6 +394,138 @@ fn decode_memory_bounds_peak_memory_whatever_the_threads() {
     }
 }
 
+/// A PNG chunk: length, type, data and CRC.
+fn png_chunk(kind: &[u8; 4], data: &[u8]) -> Vec<u8> {
+    let mut out = (data.len() as u32).to_be_bytes().to_vec();
+    out.extend_from_slice(kind);
+    out.extend_from_slice(data);
+    let mut crc = 0xFFFF_FFFFu32;
+    for &b in kind.iter().chain(data) {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    out.extend_from_slice(&(!crc).to_be_bytes());
+    out
+}
+
+/// A zlib stream of `bytes` zeros, made a MiB at a time.
+fn zlib_zeros(bytes: usize) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut encoder = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+    let zeros = vec![0u8; 1 << 20];
+    for _ in 0..bytes >> 20 {
+        encoder.write_all(&zeros).expect("deflate");
+    }
+    encoder.finish().expect("deflate")
+}
+
+/// PNGs that attack the decoder's memory through their metadata chunks, whose pixels are a
+/// plain 32x32 image: a colour profile (iCCP) that inflates to 256 MiB, compressed text
+/// (zTXt, iTXt) that does too, 100,000 text chunks, and an EXIF chunk of 16 MB. Decoded by 16
+/// threads, they keep the process's peak memory within `decode_memory` + the staging + 200 MB
+/// over its base, and every one of them is delivered, with or without EXIF orientation.
+#[test]
+fn hostile_png_metadata_stays_within_the_decode_memory() {
+    let dir = temp_dir("hostile-png");
+    let mut plain = Vec::new();
+    image::RgbImage::from_fn(32, 32, |x, y| image::Rgb([x as u8 * 8, y as u8 * 8, 99]))
+        .write_to(
+            &mut std::io::Cursor::new(&mut plain),
+            image::ImageFormat::Png,
+        )
+        .expect("png");
+    // The signature and IHDR come first; the metadata goes right after them.
+    let (head, rest) = plain.split_at(33);
+    let inflating = zlib_zeros(256 << 20);
+    let with = |chunks: Vec<Vec<u8>>| [head.to_vec(), chunks.concat(), rest.to_vec()].concat();
+    let files = [
+        (
+            "iccp",
+            with(vec![png_chunk(
+                b"iCCP",
+                &[&b"profile\0\0"[..], &inflating].concat(),
+            )]),
+        ),
+        (
+            "ztxt",
+            with(vec![png_chunk(
+                b"zTXt",
+                &[&b"Comment\0\0"[..], &inflating].concat(),
+            )]),
+        ),
+        (
+            "itxt",
+            with(vec![png_chunk(
+                b"iTXt",
+                &[&b"Comment\0\x01\0\0\0"[..], &inflating].concat(),
+            )]),
+        ),
+        (
+            "text",
+            with((0..100_000).map(|_| png_chunk(b"tEXt", b"k\0v")).collect()),
+        ),
+        ("exif", with(vec![png_chunk(b"eXIf", &vec![0; 16 << 20])])),
+    ];
+    for (name, bytes) in &files {
+        let first = dir.join(format!("{name}_0.png"));
+        std::fs::write(&first, bytes).expect("write");
+        for i in 1..8 {
+            std::fs::hard_link(&first, dir.join(format!("{name}_{i}.png"))).expect("link");
+        }
+    }
+    let decode_memory: u64 = 64 << 20;
+    let common = [
+        "--cpu",
+        "--json",
+        "--resize-mode",
+        "stretch",
+        "--size",
+        "64x64",
+    ];
+    let base = {
+        let o = gpufeed(&[&["run", "assets", "--threads", "1"][..], &common].concat());
+        last_json(&o)["peak_rss_bytes"].as_u64().expect("rss")
+    };
+    let decode_memory_arg = decode_memory.to_string();
+    for exif in [false, true] {
+        let mut args = vec![
+            "run",
+            dir.to_str().expect("path"),
+            "--threads",
+            "16",
+            "--batch-size",
+            "40",
+            "--decode-memory",
+            &decode_memory_arg,
+        ];
+        args.extend(common);
+        if exif {
+            args.push("--exif-orientation");
+        }
+        let o = gpufeed(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let summary = last_json(&o);
+        assert_eq!(summary["images"], 40, "{summary}");
+        assert_eq!(summary["skipped"], 0, "{summary}");
+        let peak = summary["peak_rss_bytes"].as_u64().expect("rss");
+        // The staging and the batch on the CPU device: 40 images of 64x64, as u8 and f16.
+        let staging = 40 * 64 * 64 * 3 * 3;
+        let bound = base + decode_memory + staging + (200 << 20);
+        println!(
+            "exif orientation {exif}: peak {} MB, bound {} MB",
+            peak >> 20,
+            bound >> 20
+        );
+        assert!(peak <= bound, "peak {peak} over {bound}");
+    }
+}
+
 /// `--train --seed N --save out.npy` writes `out.crops.tsv`: one row per output row, the path and
 /// the arguments of torchvision's `F.resized_crop` and `F.hflip`; the same seed, the same rows.
 #[test]
@@ -556,4 +688,397 @@ fn a_reader_that_goes_away_ends_the_run_quietly() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{:?}: {stderr}", output.status);
     assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// A folder that takes a few seconds on one thread: hard links to one large PNG.
+fn slow_folder(name: &str, copies: usize) -> TempDir {
+    let dir = temp_dir(name);
+    let images = dir.join("images");
+    std::fs::create_dir(&images).expect("dir");
+    let first = images.join("big_000.png");
+    image::RgbImage::from_fn(1500, 1500, |x, y| {
+        image::Rgb([(x * 7) as u8, (y * 3) as u8, (x ^ y) as u8])
+    })
+    .save(&first)
+    .expect("png");
+    for i in 1..copies {
+        std::fs::hard_link(&first, images.join(format!("big_{i:03}.png"))).expect("link");
+    }
+    dir
+}
+
+/// Ctrl-C (SIGINT) in the middle of a run: the run stops within moments, removes what `--save`
+/// had begun to write, prints the summary so far (JSON with `--json`) and exits with 130.
+#[test]
+fn ctrl_c_stops_the_run_cleanly_and_exits_130() {
+    let dir = slow_folder("sigint", 400);
+    let npy = dir.join("out.npy");
+    for json in [true, false] {
+        let mut args = vec![
+            "run".to_string(),
+            dir.join("images").display().to_string(),
+            "--cpu".into(),
+            "--threads".into(),
+            "1".into(),
+            "--batch-size".into(),
+            "4".into(),
+            "--save".into(),
+            npy.display().to_string(),
+        ];
+        if json {
+            args.push("--json".into());
+        }
+        let child = Command::new(binary())
+            .args(&args)
+            .current_dir(repo_root())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start gpufeed");
+        // Wait for the run to be under way: its .npy being written.
+        let started = std::time::Instant::now();
+        let partial = |dir: &Path| {
+            std::fs::read_dir(dir)
+                .expect("dir")
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().contains("partial"))
+                .count()
+        };
+        while partial(&dir) == 0 {
+            assert!(started.elapsed().as_secs() < 60, "the run did not start");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let sent = std::time::Instant::now();
+        let kill = Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(kill.success());
+        let o = child.wait_with_output().expect("wait");
+        let took = sent.elapsed();
+        assert_eq!(
+            o.status.code(),
+            Some(130),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(took.as_secs_f64() < 5.0, "stopped {took:?} after Ctrl-C");
+        assert_eq!(partial(&dir), 0, "a partial file is left");
+        assert!(!npy.exists());
+        let out = stdout(&o);
+        if json {
+            let summary = last_json(&o);
+            assert_eq!(summary["interrupted"], true, "{summary}");
+            assert!(summary["images"].as_u64().expect("images") < 400);
+            assert!(summary["error"]
+                .as_str()
+                .expect("error")
+                .contains("interrupted"));
+        } else {
+            assert!(out.contains("interrupted"), "{out}");
+            assert!(out.contains("images/s"), "{out}");
+        }
+    }
+}
+
+/// `--scale`, `--ratio`, `--mean` and `--std` take their values as the help says (`MIN,MAX`) and
+/// as separate words; a wrong count, a size with no pixels and other mistakes name the flag and
+/// say the size as given.
+#[test]
+fn value_lists_parse_both_ways_and_mistakes_name_the_flag() {
+    let common = [
+        "run", "assets", "--cpu", "--json", "--train", "--size", "32x32",
+    ];
+    for extra in [
+        &["--scale", "0.5,1", "--ratio", "0.75,1.25"][..],
+        &["--scale", "0.5", "1", "--ratio", "0.75", "1.25"][..],
+        &["--mean", "0.5,0.5,0.5", "--std", "0.25", "0.25", "0.25"][..],
+    ] {
+        let o = gpufeed(&[&common[..], extra].concat());
+        assert!(
+            o.status.success(),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(last_json(&o)["images"], 7);
+    }
+    let o = gpufeed(&[&common[..], &["--scale", "0.5"]].concat());
+    assert!(!o.status.success());
+    assert!(
+        stdout(&o).contains("--scale takes two values"),
+        "{}",
+        stdout(&o)
+    );
+    let o = gpufeed(&["run", "assets", "--cpu", "--size", "0x224"]);
+    assert!(!o.status.success());
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains("--size") && stderr.contains("0x224 (height x width)"),
+        "{stderr}"
+    );
+    let o = gpufeed(&["run", "assets", "--cpu", "--hflip", "2"]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("--hflip"), "{stderr}");
+    let o = gpufeed(&["run", "assets", "--cpu", "--decode-memory", "0"]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("--decode-memory"), "{stderr}");
+}
+
+/// A run in which every image is skipped fails (and says why), in words and in JSON.
+#[test]
+fn a_run_that_delivers_nothing_fails() {
+    let dir = temp_dir("all-bad");
+    for name in ["a.jpg", "b.png"] {
+        std::fs::write(dir.join(name), b"not an image at all").expect("write");
+    }
+    for json in [false, true] {
+        let mut args = vec!["run", dir.to_str().expect("path"), "--cpu"];
+        if json {
+            args.push("--json");
+        }
+        let o = gpufeed(&args);
+        assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+        if json {
+            let summary = last_json(&o);
+            assert_eq!(summary["skipped"], 2);
+            assert!(summary["error"]
+                .as_str()
+                .expect("error")
+                .contains("every image was skipped"));
+        } else {
+            let stderr = String::from_utf8_lossy(&o.stderr);
+            assert!(stderr.contains("every image was skipped"), "{stderr}");
+            assert!(stdout(&o).contains("not a JPEG"), "{}", stdout(&o));
+        }
+    }
+}
+
+/// An ImageFolder run saves the class names beside the labels; names with a tab, a newline or
+/// bytes that are not UTF-8 stay one row and one column in every file, and the `saved` line
+/// names every file written.
+#[test]
+fn save_writes_classes_and_escapes_every_name() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = temp_dir("classes");
+    let root = dir.join("root");
+    for (class, name) in [
+        (&b"cat"[..], &b"tab\there.jpg"[..]),
+        (b"cat", b"latin1-\xe9.jpg"),
+        (b"dog", b"line\nbreak.jpg"),
+    ] {
+        let folder = root.join(std::ffi::OsStr::from_bytes(class));
+        std::fs::create_dir_all(&folder).expect("dir");
+        std::fs::copy(
+            repo_path("assets/rocket.jpg"),
+            folder.join(std::ffi::OsStr::from_bytes(name)),
+        )
+        .expect("copy");
+    }
+    let npy = dir.join("out.npy");
+    let o = gpufeed(&[
+        "run",
+        root.to_str().expect("path"),
+        "--image-folder",
+        "--resize-mode",
+        "random-resized-crop",
+        "--cpu",
+        "--size",
+        "32x32",
+        "--save",
+        npy.to_str().expect("path"),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = stdout(&o);
+    let saved = out
+        .lines()
+        .find(|l| l.contains("saved"))
+        .expect("saved line");
+    for suffix in [
+        "out.npy",
+        "out.paths.txt",
+        "out.labels.txt",
+        "out.crops.tsv",
+        "out.classes.txt",
+    ] {
+        assert!(saved.contains(suffix), "{saved}");
+        assert!(dir.join(suffix).exists(), "{suffix}");
+    }
+    let read = |suffix: &str| std::fs::read_to_string(dir.join(suffix)).expect("read");
+    assert_eq!(read("out.classes.txt"), "cat\ndog\n");
+    assert_eq!(read("out.labels.txt"), "0\n0\n1\n");
+    let paths = read("out.paths.txt");
+    let rows: Vec<&str> = paths.lines().collect();
+    assert_eq!(rows.len(), 3, "{paths:?}");
+    assert!(rows[0].ends_with("cat/latin1-\\xe9.jpg"), "{paths:?}");
+    assert!(rows[1].ends_with("cat/tab\\there.jpg"), "{paths:?}");
+    assert!(rows[2].ends_with("dog/line\\nbreak.jpg"), "{paths:?}");
+    // The rows name files that open, once unescaped.
+    for row in &rows {
+        let mut bytes = Vec::new();
+        let mut chars = row.bytes();
+        while let Some(b) = chars.next() {
+            if b != b'\\' {
+                bytes.push(b);
+                continue;
+            }
+            match chars.next() {
+                Some(b't') => bytes.push(b'\t'),
+                Some(b'n') => bytes.push(b'\n'),
+                Some(b'r') => bytes.push(b'\r'),
+                Some(b'x') => {
+                    let hex: Vec<u8> = chars.by_ref().take(2).collect();
+                    let text = std::str::from_utf8(&hex).expect("hex");
+                    bytes.push(u8::from_str_radix(text, 16).expect("hex"));
+                }
+                Some(other) => bytes.push(other),
+                None => {}
+            }
+        }
+        let path = Path::new(std::ffi::OsStr::from_bytes(&bytes));
+        let path = if path.is_absolute() {
+            path.to_path_buf()
+        } else {
+            repo_root().join(path)
+        };
+        assert!(path.is_file(), "{row:?} does not name a file");
+    }
+    for line in read("out.crops.tsv").lines() {
+        assert_eq!(line.split('\t').count(), 6, "{line:?}");
+    }
+}
+
+/// Nothing is lost without a word: a folder's files of other kinds are counted by extension,
+/// GIFs are listed, and a WebDataset shard with a sample without a label, links, a duplicate
+/// key and a truncated tail accounts for every sample in the JSON.
+#[test]
+fn every_file_and_member_is_accounted_for_in_the_json() {
+    let dir = temp_dir("accounted");
+    let folder = dir.join("folder");
+    std::fs::create_dir(&folder).expect("dir");
+    std::fs::copy(
+        repo_path("tests/fixtures/animated.gif"),
+        folder.join("a.gif"),
+    )
+    .expect("gif");
+    std::fs::copy(repo_path("assets/rocket.jpg"), folder.join("b.jpg")).expect("jpg");
+    std::fs::write(folder.join("notes.txt"), "x").expect("txt");
+    std::fs::write(folder.join("README"), "x").expect("readme");
+    let o = gpufeed(&["run", folder.to_str().expect("path"), "--cpu", "--json"]);
+    assert!(o.status.success());
+    let summary = last_json(&o);
+    assert_eq!(summary["images"], 2, "{summary}");
+    assert_eq!(summary["left_out"]["txt"], 1, "{summary}");
+    assert_eq!(summary["left_out"][""], 1, "{summary}");
+
+    let members = dir.join("m");
+    std::fs::create_dir(&members).expect("dir");
+    let put = |name: &str, from: &str| {
+        std::fs::copy(repo_path(from), members.join(name)).expect("copy");
+    };
+    put("a.jpg", "assets/rocket.jpg");
+    std::fs::write(members.join("a.cls"), "1").expect("cls");
+    put("b.png", "assets/chelsea.png");
+    std::fs::hard_link(members.join("a.jpg"), members.join("c.jpg")).expect("link");
+    std::fs::write(members.join("c.cls"), "3").expect("cls");
+    std::fs::write(members.join("b.cls"), "2").expect("cls");
+    std::os::unix::fs::symlink("a.jpg", members.join("d.jpg")).expect("symlink");
+    std::fs::write(members.join("d.cls"), "4").expect("cls");
+    std::os::unix::fs::symlink("/etc/hostname", members.join("e.jpg")).expect("symlink");
+    std::fs::write(members.join("e.cls"), "5").expect("cls");
+    put("f.jpg", "assets/coffee.png");
+    let shards = dir.join("shards");
+    std::fs::create_dir(&shards).expect("dir");
+    let shard = shards.join("s-0.tar");
+    // b.png's label comes after its image; f has no label; a comes again at the end.
+    let status = Command::new("tar")
+        .arg("-cf")
+        .arg(&shard)
+        .arg("-C")
+        .arg(&members)
+        .args([
+            "a.jpg", "a.cls", "b.png", "b.cls", "c.jpg", "c.cls", "d.jpg", "d.cls", "e.jpg",
+            "e.cls", "f.jpg", "a.jpg",
+        ])
+        .status()
+        .expect("tar");
+    assert!(status.success());
+    // A second shard cut short inside f.jpg's data.
+    let mut cut = std::fs::read(&shard).expect("shard");
+    let f_header = cut
+        .windows(6)
+        .position(|w| w == b"f.jpg\0")
+        .expect("f.jpg's header");
+    cut.truncate(f_header + 512 + 100);
+    std::fs::write(shards.join("s-1.tar"), &cut).expect("cut");
+    let o = gpufeed(&[
+        "run",
+        shards.to_str().expect("path"),
+        "--webdataset",
+        "--cpu",
+        "--json",
+        "--batch-size",
+        "3",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary = last_json(&o);
+    let errors = summary["errors"].as_array().expect("errors");
+    let reason = |id_end: &str, shard: &str| {
+        errors
+            .iter()
+            .find(|e| {
+                let path = e["path"].as_str().unwrap_or("");
+                path.contains(shard) && path.ends_with(id_end)
+            })
+            .map(|e| e["reason"].as_str().unwrap_or("").to_string())
+            .unwrap_or_else(|| panic!("no error for {shard} {id_end}: {summary}"))
+    };
+    // Shard 0: a, b, c (a hard link), d (a symbolic link) delivered; e (a link out of the
+    // shard), f (no label) and the second a (a duplicate key) reported.
+    assert!(
+        reason(":e.jpg", "s-0").contains("symbolic link"),
+        "{summary}"
+    );
+    assert!(reason(":f.jpg", "s-0").contains(".cls"), "{summary}");
+    assert!(
+        reason(":a.jpg", "s-0").contains("duplicate key"),
+        "{summary}"
+    );
+    // Shard 1 holds the same up to f.jpg, which the cut makes a truncated member.
+    assert!(
+        reason(":e.jpg", "s-1").contains("symbolic link"),
+        "{summary}"
+    );
+    assert!(reason(":f.jpg", "s-1").contains("truncated"), "{summary}");
+    assert_eq!(summary["images"], 4 + 4, "{summary}");
+    assert_eq!(summary["skipped"], 3 + 2, "{summary}");
+}
+
+/// The README's command lines on the CPU run as it shows them, from the repository's root.
+#[test]
+fn the_readme_command_lines_run() {
+    let readme = std::fs::read_to_string(repo_path("README.md")).expect("README");
+    let dir = temp_dir("readme");
+    let out = dir.join("out.npy");
+    let lines: Vec<&str> = readme
+        .lines()
+        .filter(|l| l.starts_with("gpufeed run") && l.contains("--cpu"))
+        .collect();
+    assert!(lines.len() >= 3, "{lines:?}");
+    for line in lines {
+        let command = line.split('#').next().expect("command");
+        let args: Vec<String> = command
+            .split_whitespace()
+            .skip(1)
+            .map(|a| a.replace("/tmp/out.npy", out.to_str().expect("path")))
+            .collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = gpufeed(&args);
+        assert!(
+            o.status.success(),
+            "{line}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    assert!(out.exists() && dir.join("out.paths.txt").exists());
 }

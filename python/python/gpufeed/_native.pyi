@@ -81,7 +81,8 @@ class Pipeline:
         self,
         source: Optional[_Path] = None,
         *,
-        paths: Optional[Sequence[_Path]] = None,
+        paths: Union[None, _Path, Sequence[_Path]] = None,
+        labels: Optional[Sequence[int]] = None,
         image_folder: bool = False,
         webdataset: bool = False,
         batch_size: int = 256,
@@ -100,7 +101,7 @@ class Pipeline:
         device: Union[str, int, Any] = "cuda:0",
         on_error: Literal["skip", "fail"] = "skip",
         drop_last: bool = False,
-        shuffle: Union[None, bool, int] = None,
+        shuffle: Optional[bool] = None,
         shard: Union[None, Tuple[int, int], Literal["env"]] = None,
         shard_balance: Literal["pad", "drop", "uneven"] = "pad",
         train: bool = False,
@@ -123,7 +124,14 @@ class Pipeline:
     def __next__(self) -> Batch: ...
     def next_batch(self) -> Optional[Batch]: ...
     def next_epoch(self) -> int: ...
-    def __len__(self) -> int: ...
+    def __len__(self) -> int:
+        """Batches an epoch yields when no image fails (as len(DataLoader) counts them)."""
+    @property
+    def num_images(self) -> int:
+        """Images an epoch of this process (its shard) holds, before any is skipped."""
+    @property
+    def left_out(self) -> dict[str, int]:
+        """Files the folder listing left out because of their extension, by extension."""
     @property
     def epoch(self) -> int: ...
     @property
