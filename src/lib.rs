@@ -58,7 +58,9 @@ mod tensor;
 
 pub use batch::{Batch, EpochReport};
 pub use cpu::{prepare_image, CpuStage, PreparedBatch};
-pub use error::{CudaUnavailable, Error, ItemError, ItemErrorKind, Result};
+pub use error::{
+    CudaUnavailable, Error, ItemError, ItemErrorKind, OptionDifference, Result, ResumeError,
+};
 pub use geometry::CropDraw;
 pub use interop::dlpack;
 pub use launch::{Launch, Launcher};
@@ -69,6 +71,7 @@ pub use options::{
     DEFAULT_DECODE_MEMORY, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, IMAGENET_MEAN, IMAGENET_STD,
     RANDOM_CROP_RATIO, RANDOM_CROP_SCALE, RANDOM_FLIP_CHANCE,
 };
+pub use order::PipelineState;
 pub use pipeline::{Pipeline, PipelineBuilder};
 pub use source::{Source, IMAGE_EXTENSIONS};
 pub use tensor::{DeviceData, DeviceTensor, Element, HostData, HostTensor, Tensor};

@@ -21,10 +21,10 @@ use crate::batch::{Batch, EpochReport};
 use crate::cpu::{CpuAhead, CpuLane};
 use crate::error::{Error, Result};
 use crate::geometry::Geometry;
-use crate::options::Options;
-use crate::order::Sampler;
+use crate::options::{Decode, Options};
+use crate::order::{EpochStart, Fingerprint, PipelineState, Sampler};
 use crate::source::Source;
-use worker::{Message, Worker};
+use worker::{EpochCommand, Message, Worker};
 
 pub use builder::PipelineBuilder;
 
@@ -59,14 +59,19 @@ pub struct Pipeline {
     /// The GPU lane's share, as the worker measured or was given it.
     gpu_share: Arc<Mutex<Option<f32>>>,
     cuda_stream: Option<Arc<CudaStream>>,
+    /// What a saved state must match to resume this pipeline.
+    fingerprint: Fingerprint,
     epoch: u64,
+    /// Where the current epoch began and how far the consumer has taken it: the position after
+    /// the last batch handed out, and the rows and batches handed out.
+    progress: EpochStart,
     state: EpochState,
     /// The iterator has returned the end of the current epoch: its next call starts another.
     end_returned: bool,
     report: EpochReport,
     abandon: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
-    commands: Option<Sender<u64>>,
+    commands: Option<Sender<EpochCommand>>,
     batches: Option<Receiver<Message>>,
     worker: Option<JoinHandle<()>>,
 }
@@ -98,10 +103,34 @@ impl Pipeline {
     /// the first epoch in the background: the builder's [`PipelineBuilder::build`] with every
     /// option given at once.
     pub fn with_options(source: Source, options: Options) -> Result<Pipeline> {
+        Pipeline::open(source, options, None)
+    }
+
+    /// [`Pipeline::with_options`], beginning where `resume` says (or at the first epoch).
+    fn open(
+        source: Source,
+        mut options: Options,
+        resume: Option<&PipelineState>,
+    ) -> Result<Pipeline> {
         options.validate()?;
         if source.is_empty() {
             return Err(Error::invalid("source", "the source has no images"));
         }
+        let fingerprint = Fingerprint::new(&source, &options);
+        let start = match resume {
+            Some(state) => {
+                let hybrid = options.decode.lanes == Decode::Hybrid;
+                let configured = options.decode.gpu_share.filter(|_| hybrid);
+                let (start, share) =
+                    state.resume_start(&fingerprint, options.batching.shard, configured)?;
+                // A share the state recorded is pinned: every image goes to the lane it went to.
+                if hybrid {
+                    options.decode.gpu_share = share;
+                }
+                start
+            }
+            None => EpochStart::beginning(0),
+        };
         let output = output::open(&options, Geometry::new(&options.resize).image_bytes())?;
         // By default the CPU lane leaves two cores to the GPU lane's submitting threads (which
         // wait on the engines most of the time) and the thread that hands the batches out.
@@ -131,14 +160,14 @@ impl Pipeline {
         let cuda_stream = output.cuda_stream();
         let sampler = Sampler::new(source.len(), &options.batching);
         let shard_len = sampler.real_len();
-        let (command_tx, command_rx) = mpsc::channel::<u64>();
+        let (command_tx, command_rx) = mpsc::channel::<EpochCommand>();
         let (batch_tx, batch_rx) = mpsc::sync_channel::<Message>(options.runtime.prefetch - 1);
         let abandon = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
         let class_names = source.class_names().map(|c| c.to_vec());
         let source_len = source.len();
         let gpu_share = Arc::new(Mutex::new(match options.decode.lanes {
-            crate::Decode::Hybrid => options.decode.gpu_share,
+            Decode::Hybrid => options.decode.gpu_share,
             _ => None,
         }));
         let worker = Worker {
@@ -167,7 +196,9 @@ impl Pipeline {
             pinned_bytes,
             gpu_share,
             cuda_stream,
+            fingerprint,
             epoch: 0,
+            progress: EpochStart::default(),
             state: EpochState::Ended,
             end_returned: false,
             report: EpochReport::default(),
@@ -177,21 +208,27 @@ impl Pipeline {
             batches: Some(batch_rx),
             worker: Some(handle),
         };
-        pipeline.begin_epoch(0)?;
+        pipeline.begin(start, None)?;
         Ok(pipeline)
     }
 
     fn begin_epoch(&mut self, epoch: u64) -> Result<()> {
-        self.epoch = epoch;
+        self.begin(EpochStart::beginning(epoch), None)
+    }
+
+    /// Has the worker run an epoch from `start`, with the GPU lane's share pinned to `share`.
+    fn begin(&mut self, start: EpochStart, share: Option<f32>) -> Result<()> {
+        self.epoch = start.epoch;
+        self.progress = start;
         self.report = EpochReport {
-            epoch,
+            epoch: start.epoch,
             ..EpochReport::default()
         };
         self.state = EpochState::Running;
         self.end_returned = false;
         self.commands
             .as_ref()
-            .and_then(|c| c.send(epoch).ok())
+            .and_then(|c| c.send(EpochCommand { start, share }).ok())
             .ok_or_else(|| Error::Worker("the prefetch thread has exited".into()))
     }
 
@@ -213,6 +250,9 @@ impl Pipeline {
         match message {
             Message::Batch(batch) => match *batch {
                 Ok(batch) => {
+                    self.progress.position = batch.next_position;
+                    self.progress.rows += batch.len();
+                    self.progress.batches += 1;
                     self.report.images += batch.len();
                     self.report.padded += batch.padded().iter().filter(|&&p| p).count();
                     self.report.batches += 1;
@@ -261,13 +301,56 @@ impl Pipeline {
     /// Starts the next epoch (reshuffled when shuffling) and returns its number. Batches of the
     /// current epoch not consumed yet are abandoned.
     pub fn next_epoch(&mut self) -> Result<u64> {
+        self.abandon_epoch();
+        self.begin_epoch(self.epoch + 1)?;
+        Ok(self.epoch)
+    }
+
+    /// Abandons what is left of the current epoch.
+    fn abandon_epoch(&mut self) {
         if self.state == EpochState::Running {
             self.abandon.store(true, Ordering::SeqCst);
             self.drain_epoch();
             self.abandon.store(false, Ordering::SeqCst);
         }
-        self.begin_epoch(self.epoch + 1)?;
-        Ok(self.epoch)
+    }
+
+    /// Where the pipeline stands, as its consumer saw it: the epoch and the position after the
+    /// last batch handed out (batches prepared ahead do not count), once an epoch has ended the
+    /// beginning of the next. Save it beside the model's checkpoint, and give it to
+    /// [`PipelineBuilder::resume`] (or [`Pipeline::resume`]) to go on from there; see
+    /// [`PipelineState`].
+    pub fn state(&self) -> PipelineState {
+        let start = if self.state == EpochState::Ended && self.report.complete {
+            EpochStart::beginning(self.epoch + 1)
+        } else {
+            self.progress
+        };
+        PipelineState::new(
+            start,
+            self.options.batching.shard,
+            self.gpu_share(),
+            &self.fingerprint,
+        )
+    }
+
+    /// Goes on from `state` (a pipeline's [`Pipeline::state`]): what is left of the current
+    /// epoch is abandoned, and the next batch is the one that followed where `state` was taken.
+    /// Refused, with nothing abandoned, when `state` does not fit this pipeline (another source
+    /// listing or output options, see [`PipelineState`]).
+    pub fn resume(&mut self, state: &PipelineState) -> Result<()> {
+        let configured = match self.options.decode.lanes {
+            Decode::Hybrid => self.options.decode.gpu_share,
+            _ => None,
+        };
+        let (start, share) =
+            state.resume_start(&self.fingerprint, self.options.batching.shard, configured)?;
+        self.abandon_epoch();
+        let pin = match self.options.decode.lanes {
+            Decode::Hybrid => share,
+            _ => None,
+        };
+        self.begin(start, pin)
     }
 
     /// The current epoch number (the first is 0).

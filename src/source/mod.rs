@@ -3,6 +3,7 @@
 //! is in `folders`; the order images are taken in is [`crate::order`]'s business.
 
 mod folders;
+mod listing;
 mod tar;
 
 use std::fs;
@@ -12,6 +13,7 @@ use std::sync::Arc;
 use crate::error::{Error, ItemErrorKind, Result};
 
 pub use folders::IMAGE_EXTENSIONS;
+pub(crate) use listing::ListingSummary;
 
 #[derive(Debug, Clone)]
 enum Payload {
@@ -473,6 +475,8 @@ pub struct Source {
     items: Vec<SourceItem>,
     class_names: Option<Vec<String>>,
     unreadable_folders: Vec<(PathBuf, String)>,
+    /// The listing in brief, made once it is listed (and again when labels are attached).
+    listing: ListingSummary,
 }
 
 /// A path as an image id: the path itself when it is valid UTF-8; otherwise its valid parts with
@@ -495,6 +499,20 @@ pub(crate) fn path_id(path: &Path) -> String {
 }
 
 impl Source {
+    /// A source of these items, its listing summed up.
+    fn listed(
+        items: Vec<SourceItem>,
+        class_names: Option<Vec<String>>,
+        unreadable_folders: Vec<(PathBuf, String)>,
+    ) -> Source {
+        Source {
+            listing: ListingSummary::of(&items),
+            items,
+            class_names,
+            unreadable_folders,
+        }
+    }
+
     /// Every image file under `root`, recursively, in sorted path order (the order and the
     /// extensions of torchvision's `ImageFolder`, [`IMAGE_EXTENSIONS`]); no labels. A folder
     /// without any image file is an error; subfolders that cannot be read are skipped and
@@ -517,11 +535,7 @@ impl Source {
             .into_iter()
             .map(|path| SourceItem::from_path(path, None))
             .collect();
-        Ok(Source {
-            items,
-            class_names: None,
-            unreadable_folders: listing.unreadable,
-        })
+        Ok(Source::listed(items, None, listing.unreadable))
     }
 
     /// torchvision's `ImageFolder`: each subfolder of `root` is a class, labelled by its position
@@ -541,11 +555,7 @@ impl Source {
             );
             class_names.push(class.name);
         }
-        Ok(Source {
-            items,
-            class_names: Some(class_names),
-            unreadable_folders,
-        })
+        Ok(Source::listed(items, Some(class_names), unreadable_folders))
     }
 
     /// These files, in this order, whatever their extension; no labels. A path that is missing
@@ -559,11 +569,7 @@ impl Source {
             .into_iter()
             .map(|p| SourceItem::from_path(p.into(), None))
             .collect();
-        Source {
-            items,
-            class_names: None,
-            unreadable_folders: Vec::new(),
-        }
+        Source::listed(items, None, Vec::new())
     }
 
     /// Encoded images already in memory, each with the caller's id (used in errors and
@@ -582,11 +588,7 @@ impl Source {
                 label: None,
             })
             .collect();
-        Source {
-            items,
-            class_names: None,
-            unreadable_folders: Vec::new(),
-        }
+        Source::listed(items, None, Vec::new())
     }
 
     /// The samples of the WebDataset tar shards directly inside `dir` (its `.tar` files, in
@@ -652,11 +654,7 @@ impl Source {
                 },
             }));
         }
-        Ok(Source {
-            items,
-            class_names: None,
-            unreadable_folders: Vec::new(),
-        })
+        Ok(Source::listed(items, None, Vec::new()))
     }
 
     /// Attaches a class label to each image, in order (for path lists and bytes).
@@ -671,6 +669,7 @@ impl Source {
         for (item, label) in self.items.iter_mut().zip(labels) {
             item.label = Some(label);
         }
+        self.listing = ListingSummary::of(&self.items);
         Ok(self)
     }
 
@@ -727,6 +726,11 @@ impl Source {
             index,
             kind,
         })
+    }
+
+    /// The listing in brief: its length, its fingerprint, its first and last ids.
+    pub(crate) fn listing(&self) -> &ListingSummary {
+        &self.listing
     }
 
     pub(crate) fn item(&self, index: usize) -> &SourceItem {
