@@ -473,7 +473,7 @@ impl PipelineState {
             path: path.to_path_buf(),
             source,
         };
-        std::fs::write(&temporary, self.to_json()).map_err(failed)?;
+        std::fs::write(&temporary, self.to_json() + "\n").map_err(failed)?;
         std::fs::rename(&temporary, path).map_err(|e| {
             let _ = std::fs::remove_file(&temporary);
             failed(e)

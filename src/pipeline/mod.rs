@@ -106,6 +106,16 @@ impl Pipeline {
         Pipeline::open(source, options, None)
     }
 
+    /// [`Pipeline::with_options`], beginning where `state` says instead of at the first epoch
+    /// (see [`PipelineBuilder::resume`]).
+    pub fn with_options_from(
+        source: Source,
+        options: Options,
+        state: &PipelineState,
+    ) -> Result<Pipeline> {
+        Pipeline::open(source, options, Some(state))
+    }
+
     /// [`Pipeline::with_options`], beginning where `resume` says (or at the first epoch).
     fn open(
         source: Source,
