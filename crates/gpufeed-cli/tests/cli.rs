@@ -690,44 +690,70 @@ fn max_batches_then_resume_save_the_rows_of_an_uninterrupted_run() {
 /// after the state are, row for row, the uninterrupted run's.
 #[test]
 fn a_run_killed_with_sigkill_resumes_row_for_row() {
-    let dir = temp_dir("resume-kill");
-    let images = dir.join("images");
-    common::generated_image_folder(&images, 150, 3);
-    let path = |name: &str| dir.join(name).to_str().expect("utf-8").to_string();
-    let slow = ["--threads", "1", "--prefetch", "1"];
-    let o = train_run(
-        &images,
-        &[&slow[..], &["--save", &path("whole.npy")]].concat(),
+    killed_and_resumed("resume-kill", 150, "4", &["--cpu", "--threads", "1"]);
+}
+
+/// The same in hybrid decoding: the run killed was given the share the uninterrupted run
+/// measured, its state records it, and the resumed run (given none) pins it.
+#[test]
+fn a_hybrid_run_killed_with_sigkill_resumes_row_for_row() {
+    if !common::gpu_present("a_hybrid_run_killed_with_sigkill_resumes_row_for_row") {
+        return;
+    }
+    killed_and_resumed(
+        "resume-kill-hybrid",
+        400,
+        "2",
+        &["--device", "0", "--decode", "hybrid"],
     );
+}
+
+/// Runs 2 epochs of training crops over `images` generated images with `lanes`, uninterrupted;
+/// then again, killed with SIGKILL once its state file says three batches are out; then resumed
+/// from that file: the rows after the state must be the uninterrupted run's.
+fn killed_and_resumed(name: &str, images: usize, batch_size: &str, lanes: &[&str]) {
+    let dir = temp_dir(name);
+    let folder = dir.join("images");
+    common::generated_image_folder(&folder, images, 3);
+    let path = |name: &str| dir.join(name).to_str().expect("utf-8").to_string();
+    let mut base = vec![
+        "run",
+        folder.to_str().expect("utf-8"),
+        "--image-folder",
+        "--train",
+        "--seed",
+        "5",
+        "--crop",
+        "24",
+        "--batch-size",
+        batch_size,
+        "--epochs",
+        "2",
+        "--prefetch",
+        "1",
+    ];
+    base.extend_from_slice(lanes);
+    let whole_npy = path("whole.npy");
+    let o = gpufeed(&[&base[..], &["--json", "--save", &whole_npy]].concat());
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let per_epoch: Vec<usize> = last_json(&o)["epochs"]
+    let summary = last_json(&o);
+    let per_epoch: Vec<usize> = summary["epochs"]
         .as_array()
         .expect("epochs")
         .iter()
         .map(|e| e["images"].as_u64().expect("images") as usize)
         .collect();
-    let whole = Saved::read(&dir.join("whole.npy"));
+    // With hybrid decoding, the run killed takes the share the uninterrupted run measured.
+    let share = summary["gpu_share"].as_f64().map(|s| s.to_string());
+    let whole = Saved::read(Path::new(&whole_npy));
     let state = path("state.json");
+    let mut killed = base.clone();
+    if let Some(share) = &share {
+        killed.extend(["--gpu-share", share]);
+    }
+    killed.extend(["--state", &state]);
     let mut child = Command::new(binary())
-        .args([
-            "run",
-            images.to_str().expect("utf-8"),
-            "--image-folder",
-            "--cpu",
-            "--train",
-        ])
-        .args([
-            "--seed",
-            "5",
-            "--crop",
-            "24",
-            "--batch-size",
-            "4",
-            "--epochs",
-            "2",
-        ])
-        .args(slow)
-        .args(["--state", &state])
+        .args(&killed)
         .current_dir(repo_root())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -756,14 +782,33 @@ fn a_run_killed_with_sigkill_resumes_row_for_row() {
         serde_json::from_str(&std::fs::read_to_string(&state).expect("state")).expect("whole");
     let epoch = saved["epoch"].as_u64().expect("epoch") as usize;
     assert!(epoch < 2, "killed mid-run: {saved}");
+    if let Some(share) = &share {
+        assert_eq!(
+            saved["gpu_share"].as_f64().map(|s| s.to_string()).as_ref(),
+            Some(share)
+        );
+    }
     let before =
         per_epoch[..epoch].iter().sum::<usize>() + saved["rows"].as_u64().expect("rows") as usize;
-    let o = train_run(&images, &["--resume", &state, "--save", &path("after.npy")]);
+    let after_npy = path("after.npy");
+    let o = gpufeed(
+        &[
+            &base[..],
+            &["--json", "--resume", &state, "--save", &after_npy],
+        ]
+        .concat(),
+    );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    Saved::read(&dir.join("after.npy")).assert_same(
+    assert_eq!(
+        last_json(&o)["gpu_share"],
+        summary["gpu_share"],
+        "the share is pinned"
+    );
+    Saved::read(Path::new(&after_npy)).assert_same(
         &whole.rows_from(before),
         &format!("resumed after {before} rows"),
     );
+    println!("{name}: killed after {before} rows, resumed row for row");
 }
 
 /// A state resumed with another seed or output option, or over another folder, is refused,
