@@ -86,3 +86,8 @@ pub use half;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeExamples;
+
+/// The examples of `docs/resume.md`, compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/resume.md")]
+struct ResumeExamples;
