@@ -303,6 +303,42 @@ fn two_ranks_stopped_mid_epoch_resume_as_three_with_every_image_once() {
     }
 }
 
+/// An epoch resumed on three ranks is stopped and resumed again: by the same rank, exactly; on
+/// four ranks, from the three ranks' global position.
+#[test]
+fn an_epoch_resumed_on_another_world_resumes_again() {
+    let mut two = shard_of(61, 0, 2, ShardBalance::Uneven)
+        .build()
+        .expect("build");
+    take(&mut two, 1, Some(3));
+    let state = two.state();
+    let on_three = || {
+        shard_of(61, 1, 3, ShardBalance::Uneven)
+            .resume(state.clone())
+            .build()
+            .expect("resume")
+    };
+    let whole = take(&mut on_three(), 2, None);
+    let mut stopped = on_three();
+    let mut seen = take(&mut stopped, 2, Some(1));
+    let again = stopped.state();
+    assert_eq!((again.rows(), again.global_position()), (4, 24 + 4 * 3));
+    let text = again.to_json();
+    let mut resumed = shard_of(61, 1, 3, ShardBalance::Uneven)
+        .resume(PipelineState::from_json(&text).expect("state"))
+        .build()
+        .expect("resume");
+    seen.extend(take(&mut resumed, 2, None));
+    assert!(seen == whole, "resumed twice");
+    // Four ranks go on from 36: 25 images left, 7 for rank 0.
+    let mut four = shard_of(61, 0, 4, ShardBalance::Uneven)
+        .resume(again)
+        .build()
+        .expect("resume on four");
+    let rows: usize = take(&mut four, 1, None).iter().map(|s| s.ids.len()).sum();
+    assert_eq!(rows, 7);
+}
+
 /// A rank given another rank's state (a checkpoint saved by rank 0 and loaded everywhere) goes on
 /// as many rows into its own part: where it stood, when none of its images failed.
 #[test]

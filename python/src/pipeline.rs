@@ -55,8 +55,7 @@ fn state_from(value: &Bound<'_, PyAny>) -> PyResult<PipelineState> {
             value.get_type().name()?
         )));
     };
-    PipelineState::from_json(&text)
-        .map_err(|e| PyValueError::new_err(format!("state: {e}")))
+    PipelineState::from_json(&text).map_err(|e| PyValueError::new_err(format!("state: {e}")))
 }
 
 #[pymethods]
@@ -151,7 +150,8 @@ impl Pipeline {
     /// A state of another source, seed or output option raises `ValueError` naming it.
     fn load_state_dict(&self, py: Python<'_>, state_dict: &Bound<'_, PyAny>) -> PyResult<()> {
         let state = state_from(state_dict)?;
-        py.detach(|| self.lock().resume(&state)).map_err(to_py_err)?;
+        py.detach(|| self.lock().resume(&state))
+            .map_err(to_py_err)?;
         self.epoch_begun.store(false, Ordering::SeqCst);
         Ok(())
     }

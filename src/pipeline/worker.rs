@@ -323,7 +323,7 @@ impl Worker {
         });
         let crops = filled.draws.iter().copied().collect();
         let batch = Batch {
-            next_position: order.start() + position + filled.consumed,
+            next_position: order.start().saturating_add(position + filled.consumed),
             images,
             indices: filled.indices,
             ids,
