@@ -9,7 +9,8 @@
 //! GPU's hardware JPEG engines decode beside the CPU threads; [`ResizeMode::RandomResizedCrop`]
 //! and [`PipelineBuilder::horizontal_flip`] are torchvision's training transforms; shards
 //! ([`PipelineBuilder::shard`], [`Launch`]) and tar shards ([`Source::webdataset`]) serve many
-//! processes.
+//! processes; [`Pipeline::state`] and [`PipelineBuilder::resume`] checkpoint a run and go on
+//! exactly where it stopped ([`PipelineState`]).
 //!
 //! ```
 //! use gpufeed::{DType, Device, Pipeline, Source};
