@@ -24,6 +24,8 @@ pub struct Batch {
     pub(crate) epoch: u64,
     pub(crate) uploaded_bytes: usize,
     pub(crate) decoded_by: DecodedBy,
+    /// The position in the epoch's order where the next batch begins.
+    pub(crate) next_position: usize,
 }
 
 impl Batch {

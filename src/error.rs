@@ -163,6 +163,78 @@ pub enum CudaUnavailable {
     },
 }
 
+/// One option that decides the output and differs between a saved state and the pipeline it is
+/// given to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OptionDifference {
+    /// The option, as the builder names it.
+    pub option: String,
+    /// Its value in the pipeline being resumed.
+    pub here: String,
+    /// Its value in the saved state.
+    pub saved: String,
+}
+
+impl fmt::Display for OptionDifference {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} is {} here but {} in the state",
+            self.option, self.here, self.saved
+        )
+    }
+}
+
+/// Why a saved [`crate::PipelineState`] cannot be read, or does not fit the pipeline it is given
+/// to. A pipeline never starts over in its place.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResumeError {
+    /// The state file cannot be read or written.
+    #[error("{}: {source}", .path.display())]
+    File {
+        /// The state file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The text is not a pipeline state: not JSON, or a field missing, of the wrong type or
+    /// out of range.
+    #[error("not a gpufeed pipeline state: {0}")]
+    Malformed(String),
+    /// The state was written in a format version this build does not read.
+    #[error("the state is of format version {found}, and this gpufeed reads version {supported}")]
+    Version {
+        /// The state's version.
+        found: u64,
+        /// The version this build reads.
+        supported: u64,
+    },
+    /// The source's listing is not the one the state was saved from (images added, removed,
+    /// renamed, reordered or relabelled).
+    #[error(
+        "the source is not the one the state was saved from: here {here}; in the state {saved}"
+    )]
+    Source {
+        /// This pipeline's listing, in brief.
+        here: String,
+        /// The state's listing, in brief.
+        saved: String,
+    },
+    /// Options that decide the output differ from the state's.
+    #[error("{}", describe_differences(.0))]
+    Options(Vec<OptionDifference>),
+}
+
+fn describe_differences(differences: &[OptionDifference]) -> String {
+    let each: Vec<String> = differences.iter().map(|d| d.to_string()).collect();
+    format!(
+        "options that decide the output differ from the state's: {}",
+        each.join("; ")
+    )
+}
+
 /// Everything that can go wrong in gpufeed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -228,6 +300,9 @@ pub enum Error {
     /// The GPU decode lane failed.
     #[error("the GPU decode lane failed: {0}")]
     GpuLane(#[from] crate::gpu::GpuLaneError),
+    /// A saved pipeline state cannot be read or does not fit this pipeline.
+    #[error("cannot resume from the saved state: {0}")]
+    Resume(#[from] ResumeError),
     /// The prefetch thread stopped unexpectedly.
     #[error("the prefetch thread stopped: {0}")]
     Worker(String),

@@ -9,7 +9,8 @@
 //! GPU's hardware JPEG engines decode beside the CPU threads; [`ResizeMode::RandomResizedCrop`]
 //! and [`PipelineBuilder::horizontal_flip`] are torchvision's training transforms; shards
 //! ([`PipelineBuilder::shard`], [`Launch`]) and tar shards ([`Source::webdataset`]) serve many
-//! processes.
+//! processes; [`Pipeline::state`] and [`PipelineBuilder::resume`] checkpoint a run and go on
+//! exactly where it stopped ([`PipelineState`]).
 //!
 //! ```
 //! use gpufeed::{DType, Device, Pipeline, Source};
@@ -62,7 +63,9 @@ mod tensor;
 
 pub use batch::{Batch, EpochReport};
 pub use cpu::{prepare_image, CpuStage, PreparedBatch};
-pub use error::{CudaUnavailable, Error, ItemError, ItemErrorKind, Result};
+pub use error::{
+    CudaUnavailable, Error, ItemError, ItemErrorKind, OptionDifference, Result, ResumeError,
+};
 pub use geometry::CropDraw;
 pub use gpu::{GpuLaneError, NvjpegError, NvjpegStatus, NvjpegUnavailable};
 pub use interop::dlpack;
@@ -74,6 +77,7 @@ pub use options::{
     DEFAULT_DECODE_MEMORY, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, IMAGENET_MEAN, IMAGENET_STD,
     RANDOM_CROP_RATIO, RANDOM_CROP_SCALE, RANDOM_FLIP_CHANCE,
 };
+pub use order::PipelineState;
 pub use pipeline::{Pipeline, PipelineBuilder, WaitedBatch};
 pub use profile::{Profile, Stage, StageTime};
 pub use source::{Source, DECODED_EXTENSIONS, IMAGE_EXTENSIONS};
@@ -103,4 +107,6 @@ mod docs_examples {
     struct ManyProcesses;
     #[doc = include_str!("../docs/interop.md")]
     struct Interop;
+    #[doc = include_str!("../docs/resume.md")]
+    struct Resume;
 }

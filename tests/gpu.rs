@@ -897,3 +897,145 @@ fn hybrid_random_crops_and_flips_match_the_cpu_lane() {
     assert!((4..=32).contains(&flipped));
     assert!(run(Decode::Hybrid).0 == gpu, "the same bytes on every run");
 }
+
+/// One batch of a hybrid run as its consumer saw it: epoch, ids, padding flags, draws, skipped
+/// files, (cpu, gpu) decoded, bytes.
+type HybridBatch = (
+    u64,
+    Vec<String>,
+    Vec<bool>,
+    Option<Vec<gpufeed::CropDraw>>,
+    Vec<String>,
+    (usize, usize),
+    Vec<u8>,
+);
+
+/// The batches up to epoch `epochs`, or the first `stop` of them.
+fn hybrid_batches(pipeline: &mut Pipeline, epochs: u64, stop: Option<usize>) -> Vec<HybridBatch> {
+    let mut seen = Vec::new();
+    for _ in pipeline.epoch()..epochs {
+        for batch in &mut *pipeline {
+            let batch = batch.expect("batch");
+            seen.push((
+                batch.epoch(),
+                batch.ids().to_vec(),
+                batch.padded().to_vec(),
+                batch.crops().map(<[gpufeed::CropDraw]>::to_vec),
+                batch.skipped().iter().map(|e| e.to_string()).collect(),
+                batch.decoded_by(),
+                batch.images().to_host().expect("host").to_le_bytes(),
+            ));
+            if Some(seen.len()) == stop {
+                return seen;
+            }
+        }
+    }
+    seen
+}
+
+/// Hybrid decoding stopped after any batch and resumed from its saved state gives the bytes,
+/// ids, draws, skipped files and lanes of the uninterrupted run: the state records the share
+/// the first run measured (or was given), and the resumed pipeline pins it, so every image is
+/// decoded by the lane it went to; a running pipeline given the state pins it too, and an
+/// explicit other share is refused.
+#[test]
+fn hybrid_runs_resume_row_for_row_with_the_share_pinned() {
+    let _serial = serial();
+    if !gpu_present("hybrid_runs_resume_row_for_row_with_the_share_pinned") {
+        return;
+    }
+    let source = || {
+        let files = [
+            ("assets/rocket.jpg", 14),
+            ("assets/retina.jpg", 6),
+            ("tests/fixtures/rgb420.jpg", 6),
+            ("tests/fixtures/progressive.jpg", 3),
+            ("tests/fixtures/gray.jpg", 3),
+            ("tests/fixtures/cmyk.jpg", 2),
+        ];
+        let mut paths: Vec<_> = files
+            .iter()
+            .flat_map(|&(file, n)| vec![common::repo_path(file); n])
+            .collect();
+        paths.push(common::repo_path("tests/fixtures/missing.jpg"));
+        Source::paths(paths)
+    };
+    let builder = || {
+        Pipeline::builder()
+            .source(source())
+            .imagenet_train(64, 3)
+            .batch_size(4)
+            .decode(Decode::Hybrid)
+            .device(Device::Cuda(0))
+    };
+    // 34 images, one missing: 9 batches an epoch.
+    for (given, stop) in [
+        (None, 1),
+        (None, 9),
+        (None, 13),
+        (Some(0.5), 4),
+        (Some(1.0), 11),
+    ] {
+        let mut first = match given {
+            Some(share) => builder().gpu_share(share),
+            None => builder(),
+        }
+        .build()
+        .expect("build");
+        let mut seen = hybrid_batches(&mut first, 2, Some(stop));
+        let state = first.state();
+        drop(first);
+        let share = state.gpu_share().expect("the share is in the state");
+        assert!(given.is_none_or(|g| g == share));
+        let whole = hybrid_batches(
+            &mut builder().gpu_share(share).build().expect("build"),
+            2,
+            None,
+        );
+        assert_eq!(whole.len(), 18);
+        assert!(
+            whole.iter().any(|b| !b.4.is_empty()),
+            "the missing file is reported"
+        );
+        if share > 0.0 {
+            assert!(
+                whole.iter().any(|b| b.5 .1 > 0),
+                "the GPU lane decoded some"
+            );
+        }
+        let text = state.to_json();
+        let mut resumed = builder()
+            .threads(3)
+            .resume(gpufeed::PipelineState::from_json(&text).expect("state"))
+            .build()
+            .expect("resume");
+        assert_eq!(
+            resumed.gpu_share(),
+            Some(share),
+            "the state's share is pinned"
+        );
+        seen.extend(hybrid_batches(&mut resumed, 2, None));
+        assert!(
+            seen == whole,
+            "share {share}, stopped after {stop}: the runs differ"
+        );
+        // A running pipeline (its own share measured) given the state.
+        let mut running = builder().build().expect("build");
+        hybrid_batches(&mut running, 2, Some(2));
+        running.resume(&state).expect("resume");
+        assert!(
+            hybrid_batches(&mut running, 2, None) == whole[stop..],
+            "share {share}: a running pipeline given the state"
+        );
+        println!("hybrid resume after {stop} batches: share {share} pinned, bytes equal");
+    }
+    let mut first = builder().gpu_share(0.5).build().expect("build");
+    hybrid_batches(&mut first, 1, Some(1));
+    match builder().gpu_share(0.25).resume(first.state()).build() {
+        Err(Error::Resume(gpufeed::ResumeError::Options(differences))) => {
+            assert_eq!(differences.len(), 1);
+            assert_eq!(differences[0].option, "gpu_share");
+        }
+        other => panic!("another share must be refused, got {:?}", other.err()),
+    }
+}

@@ -31,9 +31,10 @@ create_exception!(
     "A CUDA device was asked for but cannot be used; the message says which piece is missing."
 );
 
-/// The Python exception for a gpufeed error: option mistakes are `ValueError`, a folder that
-/// cannot be listed `FileNotFoundError` or `OSError`, a failed image `ItemError`, a batch that
-/// cannot be exported as asked `BufferError`, the rest `GpufeedError`.
+/// The Python exception for a gpufeed error: option mistakes and a saved state that does not
+/// fit are `ValueError`, a folder that cannot be listed `FileNotFoundError` or `OSError`, a
+/// failed image `ItemError`, a batch that cannot be exported as asked `BufferError`, the rest
+/// `GpufeedError`.
 pub(crate) fn to_py_err(error: gpufeed::Error) -> PyErr {
     let message = error.to_string();
     match error {
@@ -41,6 +42,7 @@ pub(crate) fn to_py_err(error: gpufeed::Error) -> PyErr {
             "invalid option {}: {reason}",
             options::keyword_name(option)
         )),
+        gpufeed::Error::Resume(_) => PyValueError::new_err(message),
         gpufeed::Error::Item(_) => ItemError::new_err(message),
         gpufeed::Error::CudaUnavailable(_) => CudaUnavailableError::new_err(format!(
             "{message} (Pipeline(..., device=\"cpu\") runs on the CPU)"

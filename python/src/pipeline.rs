@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use gpufeed::{Source, WaitedBatch};
+use gpufeed::{PipelineState, Source, WaitedBatch};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
@@ -91,10 +91,29 @@ impl<'py> FromPyObject<'_, 'py> for PathList {
     }
 }
 
+/// A state given as `state_dict()` made it (a dict), or as its JSON text.
+fn state_from(value: &Bound<'_, PyAny>) -> PyResult<PipelineState> {
+    let text: String = if value.is_instance_of::<PyString>() {
+        value.extract()?
+    } else if value.is_instance_of::<PyDict>() {
+        value
+            .py()
+            .import("json")?
+            .call_method1("dumps", (value,))?
+            .extract()?
+    } else {
+        return Err(PyTypeError::new_err(format!(
+            "state: expected the dict state_dict() returns (or its JSON text), got {}",
+            value.get_type().name()?
+        )));
+    };
+    PipelineState::from_json(&text).map_err(|e| PyValueError::new_err(format!("state: {e}")))
+}
+
 #[pymethods]
 impl Pipeline {
     #[new]
-    #[pyo3(signature = (source=None, *, paths=None, labels=None, image_folder=false, webdataset=false, **options))]
+    #[pyo3(signature = (source=None, *, paths=None, labels=None, image_folder=false, webdataset=false, state=None, **options))]
     fn new(
         py: Python<'_>,
         source: Option<PathBuf>,
@@ -102,11 +121,15 @@ impl Pipeline {
         labels: Option<Vec<u32>>,
         image_folder: bool,
         webdataset: bool,
+        state: Option<&Bound<'_, PyAny>>,
         options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Pipeline> {
         let paths = paths.map(|p| p.0);
         let from_paths = paths.is_some();
-        let builder = builder_from(options)?;
+        let mut builder = builder_from(options)?;
+        if let Some(state) = state {
+            builder = builder.resume(state_from(state)?);
+        }
         if image_folder && webdataset {
             return Err(PyTypeError::new_err(
                 "image_folder=True and webdataset=True: a folder is one or the other",
@@ -199,6 +222,25 @@ impl Pipeline {
     /// `len` counts them (for tqdm and schedulers); `num_images` counts the images.
     fn __len__(&self) -> PyResult<usize> {
         Ok(self.lock()?.batches_per_epoch())
+    }
+
+    /// Where the pipeline stands, as a dict to save with the model's checkpoint (`torch.save`
+    /// takes it as it is): the epoch, the position after the last batch taken, and what a
+    /// resumed pipeline must match. The name torchdata's `StatefulDataLoader` and Lightning use.
+    fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let text = self.lock().state().to_json();
+        py.import("json")?.call_method1("loads", (text,))
+    }
+
+    /// Goes on from a `state_dict()`: what is left of the current epoch is abandoned, and the
+    /// next batch (or the next `for batch in pipe`) is the one that followed where it was taken.
+    /// A state of another source, seed or output option raises `ValueError` naming it.
+    fn load_state_dict(&self, py: Python<'_>, state_dict: &Bound<'_, PyAny>) -> PyResult<()> {
+        let state = state_from(state_dict)?;
+        py.detach(|| self.lock().resume(&state))
+            .map_err(to_py_err)?;
+        self.epoch_begun.store(false, Ordering::SeqCst);
+        Ok(())
     }
 
     /// Images per epoch for this process (its shard), before any is skipped.

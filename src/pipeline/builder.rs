@@ -7,6 +7,7 @@ use crate::options::{
     ChannelOrder, DType, Decode, Device, Gray16, Interpolation, LastBatch, Layout, OnError,
     Options, ResizeMode, Shard, ShardBalance,
 };
+use crate::order::PipelineState;
 use crate::source::Source;
 
 /// Builds a [`Pipeline`]; every option has torchvision's default (see [`Options`]).
@@ -18,6 +19,8 @@ pub struct PipelineBuilder {
     device_chosen: bool,
     /// Shard (and GPU) from the launcher's environment, read at build.
     shard_from_env: bool,
+    /// Where to begin, from a saved state.
+    resume: Option<PipelineState>,
 }
 
 impl PipelineBuilder {
@@ -211,6 +214,16 @@ impl PipelineBuilder {
         self
     }
 
+    /// Begin where `state` says (a pipeline's [`Pipeline::state`], saved with the model's
+    /// checkpoint) instead of at the first epoch: the batches are those the saving pipeline would
+    /// have handed out next. `build` refuses, naming what differs, a state of another source
+    /// listing or of other options that decide the output; see [`PipelineState`] for several
+    /// ranks and another world.
+    pub fn resume(mut self, state: PipelineState) -> Self {
+        self.resume = Some(state);
+        self
+    }
+
     /// The options set so far.
     pub fn options(&self) -> &Options {
         &self.options
@@ -230,6 +243,6 @@ impl PipelineBuilder {
                 options.runtime.device = launch.device();
             }
         }
-        Pipeline::with_options(source, options)
+        Pipeline::open(source, options, self.resume.as_ref())
     }
 }

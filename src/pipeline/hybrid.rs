@@ -261,6 +261,29 @@ impl HybridLanes {
         matches!(self.gpu, GpuState::Open(_)).then_some(self.balance.share())
     }
 
+    /// Keeps the share at `share` from now on, the GPU lane opened first if it is still opening
+    /// (so that every image of the epoch to come goes to the lane the share says); whether the
+    /// share changed.
+    pub fn pin_share(&mut self, share: f32) -> bool {
+        if let GpuState::Opening(opening) = &self.gpu {
+            let opened = opening.receiver.recv().unwrap_or_else(|_| {
+                Err(GpuLaneError::Opening(
+                    "the thread opening it stopped".into(),
+                ))
+            });
+            self.gpu = match opened {
+                Ok(lane) => {
+                    self.ahead.set_active_threads(self.threads_beside_gpu);
+                    GpuState::Open(Box::new(lane))
+                }
+                Err(reason) => GpuState::Off(reason),
+            };
+        }
+        let changed = !self.balance.is_pinned() || self.balance.share() != share;
+        self.balance = Balance::new(Some(share));
+        changed
+    }
+
     /// Starts both lanes on `order` (an epoch), under the share in force (none while the GPU
     /// lane is not open).
     pub fn begin(

@@ -178,6 +178,16 @@ impl Lanes {
         }
     }
 
+    /// Keeps the GPU lane's share at `share` from now on (a resumed run's, which its state
+    /// recorded), waiting for the lane to open if it is still opening; whether the share
+    /// changed (then lanes begun on a coming epoch must be begun again).
+    pub fn pin_share(&mut self, share: f32) -> bool {
+        match self {
+            Lanes::Hybrid(hybrid, _) => hybrid.pin_share(share),
+            Lanes::Cpu(..) => false,
+        }
+    }
+
     /// Whether the lanes work ahead of the batches (and so are started on the next epoch before
     /// it is asked for).
     pub fn work_ahead(&self) -> bool {

@@ -23,12 +23,12 @@ use crate::batch::{Batch, EpochReport};
 use crate::cuda::Gpu;
 use crate::error::{Error, Result};
 use crate::geometry::Geometry;
-use crate::options::Options;
-use crate::order::Sampler;
+use crate::options::{Decode, Options};
+use crate::order::{EpochStart, Fingerprint, PipelineState, Sampler};
 use crate::profile::{Profile, Stage, Stopwatch};
 use crate::source::Source;
 use lanes::Lanes;
-use worker::{LanesReport, Message, Worker};
+use worker::{EpochCommand, LanesReport, Message, Worker};
 
 pub use builder::PipelineBuilder;
 
@@ -67,14 +67,19 @@ pub struct Pipeline {
     /// Where the stages' times go.
     stopwatch: Arc<Stopwatch>,
     cuda_stream: Option<Arc<CudaStream>>,
+    /// What a saved state must match to resume this pipeline.
+    fingerprint: Fingerprint,
     epoch: u64,
+    /// Where the current epoch began and how far the consumer has taken it: the position after
+    /// the last batch handed out, and the rows and batches handed out.
+    progress: EpochStart,
     state: EpochState,
     /// The iterator has returned the end of the current epoch: its next call starts another.
     end_returned: bool,
     report: EpochReport,
     abandon: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
-    commands: Option<Sender<u64>>,
+    commands: Option<Sender<EpochCommand>>,
     batches: Option<Receiver<Message>>,
     worker: Option<JoinHandle<()>>,
     /// The process that built the pipeline: a fork of it has none of its threads.
@@ -119,10 +124,44 @@ impl Pipeline {
     /// the first epoch in the background: the builder's [`PipelineBuilder::build`] with every
     /// option given at once.
     pub fn with_options(source: Source, options: Options) -> Result<Pipeline> {
+        Pipeline::open(source, options, None)
+    }
+
+    /// [`Pipeline::with_options`], beginning where `state` says instead of at the first epoch
+    /// (see [`PipelineBuilder::resume`]).
+    pub fn with_options_from(
+        source: Source,
+        options: Options,
+        state: &PipelineState,
+    ) -> Result<Pipeline> {
+        Pipeline::open(source, options, Some(state))
+    }
+
+    /// [`Pipeline::with_options`], beginning where `resume` says (or at the first epoch).
+    fn open(
+        source: Source,
+        mut options: Options,
+        resume: Option<&PipelineState>,
+    ) -> Result<Pipeline> {
         options.validate()?;
         if source.is_empty() {
             return Err(Error::invalid("source", "the source has no images"));
         }
+        let fingerprint = Fingerprint::new(&source, &options);
+        let start = match resume {
+            Some(state) => {
+                let hybrid = options.decode.lanes != Decode::Cpu;
+                let configured = options.decode.gpu_share.filter(|_| hybrid);
+                let (start, share) =
+                    state.resume_start(&fingerprint, options.batching.shard, configured)?;
+                // A share the state recorded is pinned: every image goes to the lane it went to.
+                if hybrid && share.is_some() {
+                    options.decode.gpu_share = share;
+                }
+                start
+            }
+            None => EpochStart::beginning(0),
+        };
         let sampler = Sampler::new(source.len(), &options.batching);
         let shard_len = sampler.real_len();
         let gpu = match options.runtime.device {
@@ -146,7 +185,7 @@ impl Pipeline {
             crate::LastBatch::Drop => sampler.positions() / batch_size,
             crate::LastBatch::Keep => sampler.positions().div_ceil(batch_size),
         };
-        let (command_tx, command_rx) = mpsc::channel::<u64>();
+        let (command_tx, command_rx) = mpsc::channel::<EpochCommand>();
         // The prefetch thread holds one finished batch until the next is made, another waits to
         // be sent: the channel takes the rest of the depth.
         let (batch_tx, batch_rx) =
@@ -186,7 +225,9 @@ impl Pipeline {
             lanes_report,
             stopwatch,
             cuda_stream,
+            fingerprint,
             epoch: 0,
+            progress: EpochStart::default(),
             state: EpochState::Ended,
             end_returned: false,
             report: EpochReport::default(),
@@ -197,22 +238,28 @@ impl Pipeline {
             worker: Some(handle),
             process: std::process::id(),
         };
-        pipeline.begin_epoch(0)?;
+        pipeline.begin(start, None)?;
         Ok(pipeline)
     }
 
     fn begin_epoch(&mut self, epoch: u64) -> Result<()> {
+        self.begin(EpochStart::beginning(epoch), None)
+    }
+
+    /// Has the worker run an epoch from `start`, with the GPU lane's share pinned to `share`.
+    fn begin(&mut self, start: EpochStart, share: Option<f32>) -> Result<()> {
         self.check_process()?;
-        self.epoch = epoch;
+        self.epoch = start.epoch;
+        self.progress = start;
         self.report = EpochReport {
-            epoch,
+            epoch: start.epoch,
             ..EpochReport::default()
         };
         self.state = EpochState::Running;
         self.end_returned = false;
         self.commands
             .as_ref()
-            .and_then(|c| c.send(epoch).ok())
+            .and_then(|c| c.send(EpochCommand { start, share }).ok())
             .ok_or_else(|| Error::Worker("the prefetch thread has exited".into()))
     }
 
@@ -292,6 +339,9 @@ impl Pipeline {
         match message {
             Message::Batch(batch) => match *batch {
                 Ok(batch) => {
+                    self.progress.position = batch.next_position;
+                    self.progress.rows += batch.len();
+                    self.progress.batches += 1;
                     self.report.images += batch.len();
                     self.report.padded += batch.padded().iter().filter(|&&p| p).count();
                     self.report.batches += 1;
@@ -341,13 +391,56 @@ impl Pipeline {
     /// current epoch not consumed yet are abandoned.
     pub fn next_epoch(&mut self) -> Result<u64> {
         self.check_process()?;
+        self.abandon_epoch();
+        self.begin_epoch(self.epoch + 1)?;
+        Ok(self.epoch)
+    }
+
+    /// Abandons what is left of the current epoch.
+    fn abandon_epoch(&mut self) {
         if self.state == EpochState::Running {
             self.abandon.store(true, Ordering::SeqCst);
             self.drain_epoch();
             self.abandon.store(false, Ordering::SeqCst);
         }
-        self.begin_epoch(self.epoch + 1)?;
-        Ok(self.epoch)
+    }
+
+    /// Where the pipeline stands, as its consumer saw it: the epoch and the position after the
+    /// last batch handed out (batches prepared ahead do not count), once an epoch has ended the
+    /// beginning of the next. Save it beside the model's checkpoint, and give it to
+    /// [`PipelineBuilder::resume`] (or [`Pipeline::resume`]) to go on from there; see
+    /// [`PipelineState`].
+    pub fn state(&self) -> PipelineState {
+        let start = if self.state == EpochState::Ended && self.report.complete {
+            EpochStart::beginning(self.epoch + 1)
+        } else {
+            self.progress
+        };
+        PipelineState::new(
+            start,
+            self.options.batching.shard,
+            self.gpu_share(),
+            &self.fingerprint,
+        )
+    }
+
+    /// Goes on from `state` (a pipeline's [`Pipeline::state`]): what is left of the current
+    /// epoch is abandoned, and the next batch is the one that followed where `state` was taken.
+    /// Refused, with nothing abandoned, when `state` does not fit this pipeline (another source
+    /// listing or output options, see [`PipelineState`]).
+    pub fn resume(&mut self, state: &PipelineState) -> Result<()> {
+        let configured = match self.options.decode.lanes {
+            Decode::Cpu => None,
+            _ => self.options.decode.gpu_share,
+        };
+        let (start, share) =
+            state.resume_start(&self.fingerprint, self.options.batching.shard, configured)?;
+        self.abandon_epoch();
+        let pin = match self.options.decode.lanes {
+            Decode::Cpu => None,
+            _ => share,
+        };
+        self.begin(start, pin)
     }
 
     /// The current epoch number (the first is 0).

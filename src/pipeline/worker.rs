@@ -14,7 +14,7 @@ use crate::batch::Batch;
 use crate::cpu::BatchRequest;
 use crate::error::{Error, ItemError, Result};
 use crate::options::{BatchOptions, LastBatch};
-use crate::order::{EpochOrder, Sampler};
+use crate::order::{EpochOrder, EpochStart, Sampler};
 use crate::profile::{Stage, Stopwatch};
 use crate::source::Source;
 
@@ -37,6 +37,12 @@ pub(super) enum Message {
         dropped: usize,
         complete: bool,
     },
+}
+
+/// An epoch to run: where its batches begin, and the GPU lane's share to pin, if any.
+pub(super) struct EpochCommand {
+    pub start: EpochStart,
+    pub share: Option<f32>,
 }
 
 /// Everything the prefetch thread owns.
@@ -68,23 +74,40 @@ enum Produced {
 }
 
 impl Worker {
-    /// Runs each epoch asked for on `commands`, sending its batches, then its end, on `batches`.
-    pub fn run(mut self, commands: Receiver<u64>, batches: SyncSender<Message>) {
+    /// Runs each epoch asked for on `commands`, from where it says, sending its batches, then its
+    /// end, on `batches`.
+    pub fn run(mut self, commands: Receiver<EpochCommand>, batches: SyncSender<Message>) {
         let mut slot = 0;
         // The next epoch and its order, when the lanes were started on it ahead of its command.
         let mut begun: Option<(u64, Arc<EpochOrder>)> = None;
-        while let Ok(epoch) = commands.recv() {
-            let ahead = begun.take().filter(|(e, _)| *e == epoch);
+        while let Ok(EpochCommand { start, share: pin }) = commands.recv() {
+            let epoch = start.epoch;
+            if let Some(share) = pin {
+                if self.lanes.pin_share(share) {
+                    begun = None;
+                }
+            }
+            let ahead = begun
+                .take()
+                .filter(|(e, _)| start == EpochStart::beginning(*e));
             let order = match &ahead {
                 Some((_, order)) => order.clone(),
-                None => Arc::new(self.sampler.epoch(epoch)),
+                None => Arc::new(
+                    self.sampler
+                        .epoch_from(epoch, start.from)
+                        .starting_at(start.position),
+                ),
             };
             let batch_size = self.batching.batch_size;
             // With equal shards, every rank yields exactly this many images, in batches of the
-            // same sizes; otherwise the order's end ends the epoch.
-            let target = order.refills().then(|| match self.batching.last_batch {
-                LastBatch::Drop => order.len() / batch_size * batch_size,
-                _ => order.len(),
+            // same sizes (less those handed out before a resumed start); otherwise the order's
+            // end ends the epoch.
+            let target = order.refills().then(|| {
+                let planned = match self.batching.last_batch {
+                    LastBatch::Drop => order.planned() / batch_size * batch_size,
+                    _ => order.planned(),
+                };
+                planned.saturating_sub(start.rows)
             });
             let mut position = 0;
             let mut delivered = 0;
@@ -273,6 +296,7 @@ impl Worker {
         });
         let crops = filled.draws.iter().copied().collect();
         let batch = Batch {
+            next_position: order.start().saturating_add(position + filled.consumed),
             images,
             indices: filled.indices,
             ids,

@@ -3,6 +3,7 @@
 //! is in `folders`; the order images are taken in is [`crate::order`]'s business.
 
 mod folders;
+mod listing;
 mod tar;
 
 use std::fs;
@@ -12,6 +13,7 @@ use std::sync::Arc;
 use crate::error::{Error, ItemErrorKind, Result};
 
 pub use folders::{DECODED_EXTENSIONS, IMAGE_EXTENSIONS};
+pub(crate) use listing::ListingSummary;
 
 #[derive(Debug, Clone)]
 enum Payload {
@@ -475,6 +477,8 @@ pub struct Source {
     unreadable_folders: Vec<(PathBuf, String)>,
     /// Files a folder listing left out, by extension.
     left_out: Vec<(String, usize)>,
+    /// The listing in brief, made once it is listed (and again when labels are attached).
+    listing: ListingSummary,
 }
 
 /// A path as an image id: the path itself when it is valid UTF-8; otherwise its valid parts with
@@ -497,6 +501,22 @@ pub(crate) fn path_id(path: &Path) -> String {
 }
 
 impl Source {
+    /// A source of these items, its listing summed up.
+    fn listed(
+        items: Vec<SourceItem>,
+        class_names: Option<Vec<String>>,
+        unreadable_folders: Vec<(PathBuf, String)>,
+        left_out: Vec<(String, usize)>,
+    ) -> Source {
+        Source {
+            listing: ListingSummary::of(&items),
+            items,
+            class_names,
+            unreadable_folders,
+            left_out,
+        }
+    }
+
     /// Every image file under `root`, recursively, in sorted path order (torchvision's
     /// `ImageFolder` order), taking every format gpufeed decodes ([`DECODED_EXTENSIONS`]); no
     /// labels. A folder without any image file is an error; subfolders that cannot be read are
@@ -520,12 +540,12 @@ impl Source {
             .into_iter()
             .map(|path| SourceItem::from_path(path, None))
             .collect();
-        Ok(Source {
+        Ok(Source::listed(
             items,
-            class_names: None,
-            unreadable_folders: listing.unreadable,
-            left_out: listing.left_out.into_iter().collect(),
-        })
+            None,
+            listing.unreadable,
+            listing.left_out.into_iter().collect(),
+        ))
     }
 
     /// torchvision's `ImageFolder`: each subfolder of `root` is a class, labelled by its position
@@ -551,12 +571,12 @@ impl Source {
             );
             class_names.push(class.name);
         }
-        Ok(Source {
+        Ok(Source::listed(
             items,
-            class_names: Some(class_names),
+            Some(class_names),
             unreadable_folders,
-            left_out: left_out.into_iter().collect(),
-        })
+            left_out.into_iter().collect(),
+        ))
     }
 
     /// These files, in this order, whatever their extension; no labels. A path that is missing
@@ -570,12 +590,7 @@ impl Source {
             .into_iter()
             .map(|p| SourceItem::from_path(p.into(), None))
             .collect();
-        Source {
-            items,
-            class_names: None,
-            unreadable_folders: Vec::new(),
-            left_out: Vec::new(),
-        }
+        Source::listed(items, None, Vec::new(), Vec::new())
     }
 
     /// Encoded images already in memory, each with the caller's id (used in errors and
@@ -594,12 +609,7 @@ impl Source {
                 label: None,
             })
             .collect();
-        Source {
-            items,
-            class_names: None,
-            unreadable_folders: Vec::new(),
-            left_out: Vec::new(),
-        }
+        Source::listed(items, None, Vec::new(), Vec::new())
     }
 
     /// The samples of the WebDataset tar shards directly inside `dir` (its `.tar` files, in
@@ -685,12 +695,7 @@ impl Source {
                 }
             }
         }
-        Ok(Source {
-            items,
-            class_names: None,
-            unreadable_folders: Vec::new(),
-            left_out: Vec::new(),
-        })
+        Ok(Source::listed(items, None, Vec::new(), Vec::new()))
     }
 
     /// Attaches a class label to each image, in order (for path lists and bytes).
@@ -705,6 +710,7 @@ impl Source {
         for (item, label) in self.items.iter_mut().zip(labels) {
             item.label = Some(label);
         }
+        self.listing = ListingSummary::of(&self.items);
         Ok(self)
     }
 
@@ -784,6 +790,11 @@ impl Source {
             index,
             kind,
         })
+    }
+
+    /// The listing in brief: its length, its fingerprint, its first and last ids.
+    pub(crate) fn listing(&self) -> &ListingSummary {
+        &self.listing
     }
 
     pub(crate) fn item(&self, index: usize) -> &SourceItem {

@@ -112,3 +112,36 @@ pub fn mean_and_p999(diffs: &mut [f32]) -> (f32, f32) {
         .unwrap_or(0.0);
     (mean, p999)
 }
+
+/// Writes an ImageFolder under `root`: `images` small generated JPEGs (baseline, colour, 40 to
+/// 150 pixels a side, detail everywhere so that every crop of them differs) spread over three
+/// class folders, and `bad` files named like JPEGs that are not images, among them. Returns the
+/// number of files written.
+pub fn generated_image_folder(root: &Path, images: usize, bad: usize) -> usize {
+    for i in 0..images + bad {
+        let class = root.join(format!("class_{}", i % 3));
+        std::fs::create_dir_all(&class).expect("class folder");
+        if i % (images / bad.max(1) + 1) == 1 && i / (images / bad.max(1) + 1) < bad {
+            std::fs::write(class.join(format!("{i:04}_broken.jpg")), b"not an image")
+                .expect("write");
+            continue;
+        }
+        let (width, height) = (40 + (i * 37) % 111, 40 + (i * 53) % 111);
+        let mut state = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(1);
+        let image = image::RgbImage::from_fn(width as u32, height as u32, |x, y| {
+            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            let noise = (state >> 26) as u8;
+            image::Rgb([
+                (x * 5 + i as u32) as u8 ^ noise,
+                (y * 3) as u8 ^ noise,
+                ((x + y) * 2) as u8,
+            ])
+        });
+        let mut jpeg = Vec::new();
+        image::codecs::jpeg::JpegEncoder::new_with_quality(&mut jpeg, 90)
+            .encode_image(&image)
+            .expect("encode");
+        std::fs::write(class.join(format!("{i:04}.jpg")), jpeg).expect("write");
+    }
+    images + bad
+}

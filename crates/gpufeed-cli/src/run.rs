@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use gpufeed::{
     Batch, BatchOptions, ChannelOrder, DType, Decode, DecodeOptions, Device, DrawRange,
     EpochReport, Gray16, Interpolation, LastBatch, Launch, Layout, OnError, Options, OutputOptions,
-    Pipeline, ResizeMode, ResizeOptions, RuntimeOptions, Shard, ShardBalance, Source, WaitedBatch,
-    DEFAULT_DECODE_MEMORY, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, RANDOM_CROP_RATIO,
-    RANDOM_CROP_SCALE, RANDOM_FLIP_CHANCE,
+    Pipeline, PipelineState, ResizeMode, ResizeOptions, RuntimeOptions, Shard, ShardBalance,
+    Source, WaitedBatch, DEFAULT_DECODE_MEMORY, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS,
+    RANDOM_CROP_RATIO, RANDOM_CROP_SCALE, RANDOM_FLIP_CHANCE,
 };
 use indicatif::{ProgressBar, ProgressState, ProgressStyle};
 use serde_json::{json, Value};
@@ -122,9 +122,24 @@ pub struct RunArgs {
     /// flagged), drop (cut to equal length) or uneven.
     #[arg(long, default_value_t = ShardBalance::Pad)]
     shard_balance: ShardBalance,
-    /// Epochs to run.
+    /// Epochs to run: the run ends when epoch EPOCHS would begin (so with --resume, the epochs
+    /// before the saved state count too).
     #[arg(long, default_value_t = 1)]
     epochs: u64,
+    /// Write the pipeline's state to FILE after each batch handed out (and at each epoch's end),
+    /// atomically: to a temporary file beside it, renamed over it. `--resume FILE` goes on from
+    /// there, after a kill too.
+    #[arg(long, value_name = "FILE")]
+    state: Option<PathBuf>,
+    /// Begin where the state in FILE says (written by --state): the rows are those the run that
+    /// wrote it would have given next. Refused, naming what differs, for another folder listing
+    /// or other options that decide the output.
+    #[arg(long, value_name = "FILE")]
+    resume: Option<PathBuf>,
+    /// Stop cleanly after N batches in all (--save then holds exactly their rows, and --state
+    /// the place to resume from).
+    #[arg(long, value_name = "N")]
+    max_batches: Option<u64>,
     /// Refuse images claiming more pixels than this.
     #[arg(long, default_value_t = DEFAULT_MAX_PIXELS)]
     max_pixels: u64,
@@ -465,8 +480,16 @@ fn run_and_summarize(
         Some(_) => (0..source.len()).map(|i| row_name(&source, i)).collect(),
         None => Vec::new(),
     };
+    let resume = match &args.resume {
+        Some(path) => Some(PipelineState::load(path)?),
+        None => None,
+    };
     let setup = Instant::now();
-    let mut pipeline = Pipeline::with_options(source, options).map_err(flag_names)?;
+    let mut pipeline = match &resume {
+        Some(state) => Pipeline::with_options_from(source, options, state),
+        None => Pipeline::with_options(source, options),
+    }
+    .map_err(flag_names)?;
     let setup_seconds = setup.elapsed().as_secs_f64();
     let progress = if std::io::stderr().is_terminal() && !args.json {
         let bar = ProgressBar::new(pipeline.len() as u64 * args.epochs);
@@ -567,7 +590,8 @@ struct Rows<'a> {
     names: &'a [String],
 }
 
-/// Runs `args.epochs` epochs, saving on request, until done, failed or interrupted.
+/// Runs the epochs up to `args.epochs` (from the resumed one on), saving the rows and the state
+/// on request, up to `args.max_batches` batches, until done, failed or interrupted.
 fn run_epochs(
     args: &RunArgs,
     pipeline: &mut Pipeline,
@@ -576,11 +600,22 @@ fn run_epochs(
     interrupt: &AtomicBool,
     tally: &mut Tally,
 ) -> Result<()> {
-    for epoch in 0..args.epochs {
+    let save_state = |pipeline: &Pipeline| -> Result<()> {
+        if let Some(path) = &args.state {
+            pipeline.state().save(path)?;
+        }
+        Ok(())
+    };
+    let mut batches = 0;
+    let first = pipeline.epoch();
+    for epoch in first..args.epochs {
+        if args.max_batches.is_some_and(|max| batches >= max) {
+            break;
+        }
         let start = Instant::now();
         let mut last = None;
         let outcome: Result<()> = (|| {
-            if epoch > 0 {
+            if epoch > first {
                 pipeline.next_epoch()?;
             }
             loop {
@@ -597,8 +632,15 @@ fn run_epochs(
                 if let Some(saver) = rows.saver.as_deref_mut() {
                     save_batch(saver, &batch, rows.names)?;
                 }
+                save_state(pipeline)?;
                 last = Some(batch);
+                batches += 1;
+                if args.max_batches.is_some_and(|max| batches >= max) {
+                    break;
+                }
             }
+            // Once the epoch's end is seen, the state is the next epoch's beginning.
+            save_state(pipeline)?;
             // The last batch is ready only once the stream has run its kernel.
             if let Some(batch) = &last {
                 batch.images().synchronize()?;
@@ -740,6 +782,7 @@ impl Summary<'_> {
                 "gpu": self.tally.reports.iter().map(|r| r.decoded_by_gpu).sum::<usize>(),
             },
             "gpu_share": self.pipeline.gpu_share(),
+            "state": self.state_json(),
             "f32_bytes": images * self.image_bytes() * 4,
             "peak_rss_bytes": peak_rss_bytes(),
             "profile": self
@@ -750,6 +793,13 @@ impl Summary<'_> {
                 .map(|s| (s.stage.name().to_string(), json!({"seconds": s.seconds, "count": s.count})))
                 .collect::<serde_json::Map<_, _>>(),
         })
+    }
+
+    /// Where the run ended, as `--resume` would go on from it.
+    fn state_json(&self) -> Value {
+        let state = self.pipeline.state();
+        json!({"epoch": state.epoch(), "batches": state.batches(), "rows": state.rows(),
+               "position": state.position(), "global_position": state.global_position()})
     }
 
     fn print(&self) {
@@ -833,6 +883,15 @@ impl Summary<'_> {
                 "  uploaded    nothing (CPU device); on a GPU: {} as u8 instead of {} as f32",
                 human_bytes(images * self.image_bytes()),
                 human_bytes(f32_bytes)
+            );
+        }
+        if let Some(path) = &self.args.state {
+            let state = self.pipeline.state();
+            out!(
+                "  state       {}: epoch {}, {} batches in (--resume goes on from there)",
+                path.display(),
+                state.epoch(),
+                state.batches()
             );
         }
         if !self.saved.is_empty() {

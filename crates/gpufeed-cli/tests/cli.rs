@@ -1082,3 +1082,286 @@ fn the_readme_command_lines_run() {
     }
     assert!(out.exists() && dir.join("out.paths.txt").exists());
 }
+
+/// What `--save FILE.npy` wrote: the rows' bytes, and the lines of the ids, labels and draws.
+struct Saved {
+    rows: Vec<u8>,
+    lines: Vec<Vec<String>>,
+}
+
+impl Saved {
+    fn read(npy: &Path) -> Saved {
+        let (_, _, rows) = read_npy(npy);
+        let name = npy.to_str().expect("utf-8");
+        let lines = [".paths.txt", ".labels.txt", ".crops.tsv"]
+            .iter()
+            .map(|suffix| {
+                std::fs::read_to_string(name.replace(".npy", suffix))
+                    .expect("saved beside the .npy")
+                    .lines()
+                    .map(str::to_string)
+                    .collect()
+            })
+            .collect();
+        Saved { rows, lines }
+    }
+
+    fn row_count(&self) -> usize {
+        self.lines[0].len()
+    }
+
+    /// Rows `from..` of these.
+    fn rows_from(&self, from: usize) -> Saved {
+        let row_bytes = self.rows.len() / self.row_count().max(1);
+        Saved {
+            rows: self.rows[from * row_bytes..].to_vec(),
+            lines: self.lines.iter().map(|l| l[from..].to_vec()).collect(),
+        }
+    }
+
+    fn append(&mut self, other: Saved) {
+        self.rows.extend(other.rows);
+        for (mine, theirs) in self.lines.iter_mut().zip(other.lines) {
+            mine.extend(theirs);
+        }
+    }
+
+    fn assert_same(&self, other: &Saved, what: &str) {
+        for (mine, theirs) in self.lines.iter().zip(&other.lines) {
+            assert_eq!(mine, theirs, "{what}");
+        }
+        assert!(self.rows == other.rows, "{what}: the rows' bytes differ");
+    }
+}
+
+/// `gpufeed run` of training crops over an ImageFolder in `dir`, 2 epochs, with `more` (seed 5
+/// unless `more` gives one).
+fn train_run(dir: &Path, more: &[&str]) -> Output {
+    let mut args = vec![
+        "run",
+        dir.to_str().expect("utf-8"),
+        "--image-folder",
+        "--cpu",
+        "--train",
+    ];
+    if !more.contains(&"--seed") {
+        args.extend(["--seed", "5"]);
+    }
+    args.extend([
+        "--crop",
+        "24",
+        "--batch-size",
+        "4",
+        "--epochs",
+        "2",
+        "--json",
+    ]);
+    args.extend_from_slice(more);
+    gpufeed(&args)
+}
+
+/// `--max-batches` stops cleanly with exactly those rows saved and the state written; `--resume`
+/// goes on from there, across an epoch's end, and the pieces together are the uninterrupted run.
+#[test]
+fn max_batches_then_resume_save_the_rows_of_an_uninterrupted_run() {
+    let dir = temp_dir("resume-pieces");
+    let images = dir.join("images");
+    common::generated_image_folder(&images, 20, 2);
+    let path = |name: &str| dir.join(name).to_str().expect("utf-8").to_string();
+    let o = train_run(&images, &["--save", &path("whole.npy")]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let whole = Saved::read(&dir.join("whole.npy"));
+    assert_eq!(whole.row_count(), 40, "20 images twice");
+    let state = path("state.json");
+    let mut pieces: Option<Saved> = None;
+    // 5 batches (the first epoch's last one included), 3 more (into the second epoch), the rest.
+    for (n, max) in [Some("5"), Some("3"), None].into_iter().enumerate() {
+        let npy = path(&format!("piece{n}.npy"));
+        let mut more = vec!["--state", &state, "--save", &npy];
+        if n > 0 {
+            more.extend(["--resume", &state]);
+        }
+        if let Some(max) = max {
+            more.extend(["--max-batches", max]);
+        }
+        let o = train_run(&images, &more);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let summary = last_json(&o);
+        let piece = Saved::read(Path::new(&npy));
+        if let Some(max) = max {
+            assert_eq!(
+                summary["batches"],
+                max.parse::<u64>().expect("n"),
+                "{summary}"
+            );
+            assert_eq!(piece.row_count(), 4 * max.parse::<usize>().expect("n"));
+        }
+        match &mut pieces {
+            None => pieces = Some(piece),
+            Some(all) => all.append(piece),
+        }
+    }
+    pieces
+        .expect("pieces")
+        .assert_same(&whole, "the pieces together");
+    // At the end, the state is the beginning of epoch 2: a resume has nothing left to do.
+    let o = train_run(&images, &["--resume", &state]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(last_json(&o)["images"], 0);
+    assert_eq!(last_json(&o)["state"]["epoch"], 2);
+}
+
+/// A run killed with SIGKILL once its state file is written, resumed from that file: the rows
+/// after the state are, row for row, the uninterrupted run's.
+#[test]
+fn a_run_killed_with_sigkill_resumes_row_for_row() {
+    killed_and_resumed("resume-kill", 150, "4", &["--cpu", "--threads", "1"]);
+}
+
+/// The same in hybrid decoding: the run killed was given the share the uninterrupted run
+/// measured, its state records it, and the resumed run (given none) pins it.
+#[test]
+fn a_hybrid_run_killed_with_sigkill_resumes_row_for_row() {
+    if !common::gpu_present("a_hybrid_run_killed_with_sigkill_resumes_row_for_row") {
+        return;
+    }
+    killed_and_resumed(
+        "resume-kill-hybrid",
+        400,
+        "2",
+        &["--device", "0", "--decode", "hybrid"],
+    );
+}
+
+/// Runs 2 epochs of training crops over `images` generated images with `lanes`, uninterrupted;
+/// then again, killed with SIGKILL once its state file says three batches are out; then resumed
+/// from that file: the rows after the state must be the uninterrupted run's.
+fn killed_and_resumed(name: &str, images: usize, batch_size: &str, lanes: &[&str]) {
+    let dir = temp_dir(name);
+    let folder = dir.join("images");
+    common::generated_image_folder(&folder, images, 3);
+    let path = |name: &str| dir.join(name).to_str().expect("utf-8").to_string();
+    let mut base = vec![
+        "run",
+        folder.to_str().expect("utf-8"),
+        "--image-folder",
+        "--train",
+        "--seed",
+        "5",
+        "--crop",
+        "24",
+        "--batch-size",
+        batch_size,
+        "--epochs",
+        "2",
+        "--prefetch",
+        "1",
+    ];
+    base.extend_from_slice(lanes);
+    let whole_npy = path("whole.npy");
+    let o = gpufeed(&[&base[..], &["--json", "--save", &whole_npy]].concat());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary = last_json(&o);
+    let per_epoch: Vec<usize> = summary["epochs"]
+        .as_array()
+        .expect("epochs")
+        .iter()
+        .map(|e| e["images"].as_u64().expect("images") as usize)
+        .collect();
+    // With hybrid decoding, the run killed takes the share the uninterrupted run measured.
+    let share = summary["gpu_share"].as_f64().map(|s| s.to_string());
+    let whole = Saved::read(Path::new(&whole_npy));
+    let state = path("state.json");
+    let mut killed = base.clone();
+    if let Some(share) = &share {
+        killed.extend(["--gpu-share", share]);
+    }
+    killed.extend(["--state", &state]);
+    let mut child = Command::new(binary())
+        .args(&killed)
+        .current_dir(repo_root())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start gpufeed");
+    // Killed as soon as the state says three batches are out.
+    let started = std::time::Instant::now();
+    loop {
+        let batches = std::fs::read_to_string(&state)
+            .ok()
+            .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+            .and_then(|value| value["batches"].as_u64());
+        if batches.is_some_and(|b| b >= 3) {
+            break;
+        }
+        assert!(
+            child.try_wait().expect("wait").is_none(),
+            "the run ended before it was killed"
+        );
+        assert!(started.elapsed().as_secs() < 120, "no state written");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reap");
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&state).expect("state")).expect("whole");
+    let epoch = saved["epoch"].as_u64().expect("epoch") as usize;
+    assert!(epoch < 2, "killed mid-run: {saved}");
+    if let Some(share) = &share {
+        assert_eq!(
+            saved["gpu_share"].as_f64().map(|s| s.to_string()).as_ref(),
+            Some(share)
+        );
+    }
+    let before =
+        per_epoch[..epoch].iter().sum::<usize>() + saved["rows"].as_u64().expect("rows") as usize;
+    let after_npy = path("after.npy");
+    let o = gpufeed(
+        &[
+            &base[..],
+            &["--json", "--resume", &state, "--save", &after_npy],
+        ]
+        .concat(),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        last_json(&o)["gpu_share"],
+        summary["gpu_share"],
+        "the share is pinned"
+    );
+    Saved::read(Path::new(&after_npy)).assert_same(
+        &whole.rows_from(before),
+        &format!("resumed after {before} rows"),
+    );
+    println!("{name}: killed after {before} rows, resumed row for row");
+}
+
+/// A state resumed with another seed or output option, or over another folder, is refused,
+/// naming what differs; nothing is saved.
+#[test]
+fn resume_refuses_another_seed_option_or_folder() {
+    let dir = temp_dir("resume-refused");
+    let images = dir.join("images");
+    common::generated_image_folder(&images, 6, 0);
+    let state = dir.join("state.json");
+    let state = state.to_str().expect("utf-8");
+    let o = train_run(&images, &["--max-batches", "1", "--state", state]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for (more, says) in [
+        (&["--seed", "6"][..], "seed is 6 here but 5 in the state"),
+        (
+            &["--dtype", "f32"][..],
+            "dtype is f32 here but f16 in the state",
+        ),
+    ] {
+        let o = train_run(&images, &[more, &["--resume", state]].concat());
+        assert!(!o.status.success());
+        let error = last_json(&o)["error"].as_str().expect("error").to_string();
+        assert!(error.contains(says), "{error}");
+    }
+    std::fs::remove_file(images.join("class_0/0000.jpg")).expect("remove");
+    let o = train_run(&images, &["--resume", state]);
+    assert!(!o.status.success());
+    let error = last_json(&o)["error"].as_str().expect("error").to_string();
+    assert!(error.contains("source is not the one"), "{error}");
+}

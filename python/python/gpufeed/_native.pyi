@@ -85,6 +85,7 @@ class Pipeline:
         labels: Optional[Sequence[int]] = None,
         image_folder: bool = False,
         webdataset: bool = False,
+        state: Union[None, dict[str, Any], str] = None,
         batch_size: int = 256,
         resize_mode: Literal[
             "center-crop", "stretch", "letterbox", "random-resized-crop"
@@ -124,6 +125,11 @@ class Pipeline:
     def __next__(self) -> Batch: ...
     def next_batch(self) -> Optional[Batch]: ...
     def next_epoch(self) -> int: ...
+    def state_dict(self) -> dict[str, Any]:
+        """Where the pipeline stands (the position after the last batch taken), to save with the
+        model's checkpoint; give it back as Pipeline(..., state=d) or load_state_dict(d)."""
+    def load_state_dict(self, state_dict: Union[dict[str, Any], str]) -> None:
+        """Go on from a state_dict(); ValueError names a source or option that differs."""
     def __len__(self) -> int:
         """Batches an epoch yields when no image fails (as len(DataLoader) counts them)."""
     @property
