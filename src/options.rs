@@ -29,6 +29,17 @@ pub struct ParseOptionError {
     expected: &'static str,
 }
 
+impl ParseOptionError {
+    /// `given` is not one of the names of `what`, which are `expected`.
+    pub(crate) fn new(what: &'static str, given: &str, expected: &'static str) -> ParseOptionError {
+        ParseOptionError {
+            what,
+            given: given.to_string(),
+            expected,
+        }
+    }
+}
+
 /// `FromStr` and `Display` for an option enum from one table of (variant, names); the first
 /// name is the one printed, the others are accepted aliases (compared without case).
 macro_rules! named_choices {
@@ -1114,6 +1125,8 @@ pub struct Options {
     pub batching: BatchOptions,
     /// Device, threads, prefetch.
     pub runtime: RuntimeOptions,
+    /// Augmentations of training, on the output pixels before the normalize.
+    pub augment: crate::augment::AugmentOptions,
 }
 
 impl Options {
@@ -1147,6 +1160,12 @@ impl Options {
         self
     }
 
+    /// Sets the augmentation options.
+    pub fn augment(mut self, augment: crate::augment::AugmentOptions) -> Self {
+        self.augment = augment;
+        self
+    }
+
     /// Checks every group; the error names the first option that is wrong.
     pub fn validate(&self) -> Result<()> {
         self.decode.validate()?;
@@ -1154,6 +1173,7 @@ impl Options {
         self.output.validate()?;
         self.batching.validate()?;
         self.runtime.validate()?;
+        self.augment.validate()?;
         if self.decode.lanes == Decode::Hybrid && self.runtime.device == Device::Cpu {
             return Err(Error::invalid(
                 "decode",
