@@ -13,7 +13,7 @@ use rayon::prelude::*;
 
 use crate::options::{Layout, NormalizeSpec};
 use crate::random::Draws;
-use crate::tensor::{HostData, HostTensor};
+use crate::tensor::HostData;
 
 /// What a batch's rows were mixed with, as torchvision's `MixUp` and `CutMix` draw it.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -184,7 +184,14 @@ pub(crate) fn soft_labels(labels: &[u32], classes: usize, lam: f64) -> Vec<f32> 
 /// The normalized value of one mixed element: MixUp's `n(partner) * (1 - lam) + n(own) * lam`
 /// (two float32 products and a sum, as `roll(1, 0).mul_(1 - lam).add_(x.mul(lam))` computes
 /// them), where `n(x) = fma(x, scale, bias)`.
-pub(crate) fn mixup_value(own: u8, partner: u8, scale: f32, bias: f32, lam: f32, one_minus: f32) -> f32 {
+pub(crate) fn mixup_value(
+    own: u8,
+    partner: u8,
+    scale: f32,
+    bias: f32,
+    lam: f32,
+    one_minus: f32,
+) -> f32 {
     let own = f32::from(own).mul_add(scale, bias);
     let partner = f32::from(partner).mul_add(scale, bias);
     partner * one_minus + own * lam
@@ -218,7 +225,8 @@ fn write_rows<T: Send>(
 }
 
 /// The CPU rendition of the kernel that normalizes a mixed batch: `n` images of `height` x
-/// `width` packed RGB8 (after their own augmentations) into the output tensor `spec` asks for.
+/// `width` packed RGB8 (after their own augmentations) into the first elements of `data`, as
+/// `spec` asks.
 pub(crate) fn mix_normalize(
     pixels: &[u8],
     n: usize,
@@ -226,8 +234,8 @@ pub(crate) fn mix_normalize(
     width: usize,
     spec: &NormalizeSpec,
     mix: &Mix,
-    mut data: HostData,
-) -> HostTensor {
+    data: &mut HostData,
+) {
     let hw = height * width;
     let image = hw * 3;
     let (lam, one_minus) = (mix.lam() as f32, (1.0 - mix.lam()) as f32);
@@ -246,12 +254,11 @@ pub(crate) fn mix_normalize(
             }
         }
     };
-    match &mut data {
+    match data {
         HostData::F32(out) => write_rows(out, n, hw, spec, &value, |v| v),
         HostData::F16(out) => write_rows(out, n, hw, spec, &value, f16::from_f32),
         HostData::BF16(out) => write_rows(out, n, hw, spec, &value, bf16::from_f32),
     }
-    HostTensor::from_parts(data, spec.layout.shape(n, height, width), spec.layout)
 }
 
 #[cfg(test)]
@@ -275,8 +282,14 @@ mod tests {
             // Beta(a, a): mean 1/2, variance 1 / (4 (2a + 1)).
             let want_var = 1.0 / (4.0 * (2.0 * alpha + 1.0));
             let se_mean = (want_var / n as f64).sqrt();
-            assert!((mean - 0.5).abs() < 5.0 * se_mean, "alpha {alpha}: mean {mean}");
-            assert!((var - want_var).abs() < 0.02 * want_var + 0.002, "alpha {alpha}: var {var} vs {want_var}");
+            assert!(
+                (mean - 0.5).abs() < 5.0 * se_mean,
+                "alpha {alpha}: mean {mean}"
+            );
+            assert!(
+                (var - want_var).abs() < 0.02 * want_var + 0.002,
+                "alpha {alpha}: var {var} vs {want_var}"
+            );
             assert!(v.iter().all(|x| (0.0..=1.0).contains(x)), "alpha {alpha}");
         }
         // Beta(1, 1) is uniform and Beta(2, 2) has the CDF 3x^2 - 2x^3: Kolmogorov-Smirnov.
@@ -291,7 +304,9 @@ mod tests {
                 .enumerate()
                 .map(|(i, &x)| {
                     let f = cdf(x);
-                    (f - i as f64 / n as f64).abs().max(((i + 1) as f64 / n as f64 - f).abs())
+                    (f - i as f64 / n as f64)
+                        .abs()
+                        .max(((i + 1) as f64 / n as f64 - f).abs())
                 })
                 .fold(0.0, f64::max);
             // The 1e-4 critical value of the one-sample statistic.

@@ -126,7 +126,11 @@ impl RandomErasing {
 
     fn check(&self) -> Result<()> {
         let range_ok = |r: DrawRange, low: f64, high: f64| {
-            r.min.is_finite() && r.max.is_finite() && low <= r.min && r.min <= r.max && r.max <= high
+            r.min.is_finite()
+                && r.max.is_finite()
+                && low <= r.min
+                && r.min <= r.max
+                && r.max <= high
         };
         if !(0.0..=1.0).contains(&self.p)
             || !range_ok(self.scale, 0.0, 1.0)
@@ -224,9 +228,6 @@ impl Recipe {
 
 /// ImageNet's mean colour in `uint8`: `round(255 * mean)`.
 pub const ERASE_TO_MEAN: [u8; 3] = [124, 116, 104];
-
-/// The most operations one image can draw: a colour jitter's four, a policy's and an erasing.
-pub(crate) const MAX_OPS_PER_IMAGE: usize = 4 + MAX_RAND_AUGMENT_OPS as usize + 1;
 
 /// Augmentations of training, after the resize and before the normalize (default: none).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -473,7 +474,8 @@ pub(crate) fn augment_batch(pixels: &mut [u8], height: usize, width: usize, plan
         .for_each_init(
             || vec![0u8; image],
             |scratch, (row, img)| {
-                let ops = &plan.kernel_ops[plan.starts[row] as usize..plan.starts[row + 1] as usize];
+                let ops =
+                    &plan.kernel_ops[plan.starts[row] as usize..plan.starts[row + 1] as usize];
                 for op in ops {
                     ops::apply(op, img, scratch, height, width);
                 }

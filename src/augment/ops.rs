@@ -390,7 +390,13 @@ fn blend(x: u8, other: f32, ratio: f32, one_minus_ratio: f32) -> u8 {
 
 /// Runs the kernel's work for `op` on one image (`height` x `width` packed RGB8), with
 /// `scratch` at least as large as the image.
-pub(crate) fn apply(op: &KernelOp, img: &mut [u8], scratch: &mut [u8], height: usize, width: usize) {
+pub(crate) fn apply(
+    op: &KernelOp,
+    img: &mut [u8],
+    scratch: &mut [u8],
+    height: usize,
+    width: usize,
+) {
     let n = height * width;
     let img = &mut img[..n * 3];
     let scratch = &mut scratch[..n * 3];
@@ -462,7 +468,8 @@ pub(crate) fn apply(op: &KernelOp, img: &mut [u8], scratch: &mut [u8], height: u
             for y in 1..height - 1 {
                 for x in 1..width - 1 {
                     for c in 0..3 {
-                        let at = |yy: usize, xx: usize| u32::from(scratch[(yy * width + xx) * 3 + c]);
+                        let at =
+                            |yy: usize, xx: usize| u32::from(scratch[(yy * width + xx) * 3 + c]);
                         let centre = at(y, x);
                         let ring = at(y - 1, x - 1)
                             + at(y - 1, x)
@@ -500,7 +507,8 @@ pub(crate) fn apply(op: &KernelOp, img: &mut [u8], scratch: &mut [u8], height: u
                     high[c] = high[c].max(px[c]);
                 }
             }
-            let scale: [(f32, f32); 3] = std::array::from_fn(|c| autocontrast_scale(low[c], high[c]));
+            let scale: [(f32, f32); 3] =
+                std::array::from_fn(|c| autocontrast_scale(low[c], high[c]));
             for px in img.chunks_exact_mut(3) {
                 for c in 0..3 {
                     let (minimum, inv_scale) = scale[c];
@@ -515,7 +523,8 @@ pub(crate) fn apply(op: &KernelOp, img: &mut [u8], scratch: &mut [u8], height: u
                     hist[c][px[c] as usize] += 1;
                 }
             }
-            let luts: [Option<[u8; 256]>; 3] = std::array::from_fn(|c| equalize_lut(&hist[c], n as u32));
+            let luts: [Option<[u8; 256]>; 3] =
+                std::array::from_fn(|c| equalize_lut(&hist[c], n as u32));
             for px in img.chunks_exact_mut(3) {
                 for c in 0..3 {
                     if let Some(lut) = &luts[c] {
@@ -655,7 +664,11 @@ mod tests {
         for ring in 0..=8 * 255 {
             for centre in [0, 1, 100, 254, 255] {
                 let exact = f64::from(ring + 5 * centre) / 13.0;
-                assert_eq!(smooth(ring, centre), exact.round() as u32, "{ring} {centre}");
+                assert_eq!(
+                    smooth(ring, centre),
+                    exact.round() as u32,
+                    "{ring} {centre}"
+                );
             }
         }
     }

@@ -108,16 +108,6 @@ impl Augment {
         }
         Ok(())
     }
-
-    /// Operations the policy applies to one image at most.
-    pub(crate) fn max_ops(&self) -> usize {
-        match *self {
-            Augment::None => 0,
-            Augment::TrivialAugmentWide => 1,
-            Augment::RandAugment { num_ops, .. } => num_ops as usize,
-            Augment::AutoAugment => 2,
-        }
-    }
 }
 
 /// torchvision's transform ids.
@@ -145,8 +135,20 @@ use Transform::*;
 /// The augmentation spaces, in torchvision's dictionary order (the order an op index draws
 /// from).
 pub(crate) const WIDE_SPACE: [Transform; 14] = [
-    Identity, ShearX, ShearY, TranslateX, TranslateY, Rotate, Brightness, Color, Contrast,
-    Sharpness, Posterize, Solarize, AutoContrast, Equalize,
+    Identity,
+    ShearX,
+    ShearY,
+    TranslateX,
+    TranslateY,
+    Rotate,
+    Brightness,
+    Color,
+    Contrast,
+    Sharpness,
+    Posterize,
+    Solarize,
+    AutoContrast,
+    Equalize,
 ];
 
 /// `RandAugment._AUGMENTATION_SPACE`: the same ids as TrivialAugmentWide's, narrower ranges.
@@ -417,7 +419,12 @@ mod tests {
             "Trivial_Augment_Wide".parse::<Augment>(),
             Ok(Augment::TrivialAugmentWide)
         );
-        for bad in ["rand-augment:2", "rand-augment:a:b", "augmix", "auto-augment:cifar10"] {
+        for bad in [
+            "rand-augment:2",
+            "rand-augment:a:b",
+            "augmix",
+            "auto-augment:cifar10",
+        ] {
             let e = bad.parse::<Augment>().expect_err(bad);
             assert!(e.to_string().contains("trivial-augment-wide"), "{e}");
         }
@@ -439,7 +446,10 @@ mod tests {
                 .iter()
                 .map(|&b| b as u8)
                 .collect::<Vec<_>>(),
-            [8, 8, 8, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 3, 3, 3, 3, 3, 2, 2, 2]
+            [
+                8, 8, 8, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 3, 3, 3, 3, 3,
+                2, 2, 2
+            ]
         );
         assert_eq!(
             posterize_bits(10, 4.0)

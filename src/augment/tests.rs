@@ -15,7 +15,8 @@ struct Golden {
 }
 
 fn goldens() -> (Vec<(usize, usize, Vec<u8>)>, Vec<Golden>) {
-    let text = std::fs::read_to_string("tests/augment/vectors.txt").expect("tests/augment/vectors.txt");
+    let text =
+        std::fs::read_to_string("tests/augment/vectors.txt").expect("tests/augment/vectors.txt");
     let blob = std::fs::read("tests/augment/vectors.bin").expect("tests/augment/vectors.bin");
     let mut at = 0;
     let mut take = |len: usize| {
@@ -106,15 +107,34 @@ fn every_call_matches_torchvision_v2() {
         // Every call is exact; torchvision's float arithmetic is reproduced operation by
         // operation, so a single level off anywhere is a mistake.
         if worst > 0 {
-            failures.push(format!("{}: {differ} samples differ, by up to {worst}", case.line));
+            failures.push(format!(
+                "{}: {differ} samples differ, by up to {worst}",
+                case.line
+            ));
         }
     }
-    assert!(failures.is_empty(), "{} of {} calls differ:\n{}", failures.len(), cases.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} calls differ:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
     // Every function was covered.
     for f in [
-        "affine", "rotate", "adjust_brightness", "adjust_saturation", "adjust_contrast",
-        "adjust_sharpness", "adjust_hue", "posterize", "solarize", "autocontrast", "equalize",
-        "invert", "erase",
+        "affine",
+        "rotate",
+        "adjust_brightness",
+        "adjust_saturation",
+        "adjust_contrast",
+        "adjust_sharpness",
+        "adjust_hue",
+        "posterize",
+        "solarize",
+        "autocontrast",
+        "equalize",
+        "invert",
+        "erase",
     ] {
         assert!(checked.get(f).is_some_and(|c| c.0 > 0), "{f} not covered");
     }

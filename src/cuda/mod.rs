@@ -6,6 +6,7 @@
 //! checks for both before any other call, and the few calls that could still panic on an unusual
 //! installation (an old driver lacking a symbol) run under `catch_unwind`.
 
+mod augment;
 mod device;
 mod jpeg;
 mod lane;
@@ -20,6 +21,7 @@ use cudarc::driver::{CudaContext, DriverError};
 
 use crate::error::{panic_message, CudaUnavailable, Error, Result};
 
+pub(crate) use augment::DeviceAugmenter;
 pub(crate) use device::Gpu;
 pub(crate) use lane::{lookahead, offered, JpegLane, LaneConfig, LaneOutput, LaneResult, LaneWork};
 pub use normalize::{NormalizeTuning, Normalizer};

@@ -6,7 +6,8 @@ use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 
 use super::hybrid::{self, Balance, HybridFilled};
-use super::output::OutputStage;
+use super::output::{BatchAugment, Finished, OutputStage};
+use crate::augment::Augmenter;
 use crate::batch::{Batch, DecodedBy};
 use crate::cpu::{AheadWork, BatchRequest, CpuAhead, CpuLane};
 use crate::cuda::{offered, LaneWork};
@@ -42,8 +43,19 @@ pub(super) struct Worker {
     /// Where the consumer reads the share in force.
     pub share_report: Arc<Mutex<Option<f32>>>,
     pub output: Box<dyn OutputStage>,
+    /// The augmentations' draws, when the pipeline augments.
+    pub augmenter: Option<Augmenter>,
+    /// Classes of the soft labels, when batches are mixed.
+    pub num_classes: usize,
     pub abandon: Arc<AtomicBool>,
     pub stop: Arc<AtomicBool>,
+}
+
+/// The batch a worker makes next: how many images, and its number in the epoch.
+#[derive(Debug, Clone, Copy)]
+struct Wanted {
+    images: usize,
+    number: u64,
 }
 
 enum Produced {
@@ -107,7 +119,13 @@ impl Worker {
                     complete = false;
                     break;
                 }
-                match self.next_batch(epoch, &order, position, slot, share, want) {
+                // Batches are full but the last: this one's number in the epoch.
+                let number = (delivered / batch_size) as u64;
+                let wanted = Wanted {
+                    images: want,
+                    number,
+                };
+                match self.next_batch(epoch, &order, position, slot, share, wanted) {
                     Ok(Produced::Batch(batch, consumed)) => {
                         position += consumed;
                         delivered += batch.len();
@@ -207,8 +225,8 @@ impl Worker {
         Ok(Some(share))
     }
 
-    /// Prepares a batch of `want` images that starts at `position` of `order`; `share` is the GPU
-    /// lane's, when it runs.
+    /// Prepares a batch of `want` images that starts at `position` of `order`, batch `number` of
+    /// the epoch; `share` is the GPU lane's, when it runs.
     fn next_batch(
         &mut self,
         epoch: u64,
@@ -216,8 +234,12 @@ impl Worker {
         position: usize,
         slot: usize,
         share: Option<f32>,
-        want: usize,
+        wanted: Wanted,
     ) -> Result<Produced> {
+        let Wanted {
+            images: want,
+            number,
+        } = wanted;
         let request = BatchRequest {
             order,
             start: position,
@@ -286,19 +308,56 @@ impl Worker {
                 dropped: n,
             });
         }
-        let (images, uploaded_bytes) = self.output.finish(slot, n, from_gpu)?;
-        let ids = filled
+        let ids: Vec<String> = filled
             .indices
             .iter()
             .map(|&i| self.source.item(i).id().to_string())
             .collect();
-        let labels = self.labelled.then(|| {
+        let labels: Option<Vec<u32>> = self.labelled.then(|| {
             filled
                 .indices
                 .iter()
                 .map(|&i| self.source.item(i).label().unwrap_or_default())
                 .collect()
         });
+        let plan = self
+            .augmenter
+            .as_ref()
+            .map(|a| a.plan(&filled.indices, epoch, number));
+        let mixed_labels = match (&plan, &labels) {
+            (Some(plan), Some(labels)) if plan.mix.is_some() => {
+                let classes = self.num_classes;
+                if let Some(k) = labels.iter().position(|&l| l as usize >= classes) {
+                    self.output.discard(from_gpu)?;
+                    return Err(Error::Mismatch(format!(
+                        "{}: label {} is not below num_classes ({classes}), so it has no soft \
+                         label",
+                        ids[k], labels[k]
+                    )));
+                }
+                Some((labels.as_slice(), classes))
+            }
+            _ => None,
+        };
+        let augment = plan.as_ref().map(|plan| BatchAugment {
+            plan,
+            labels: mixed_labels,
+        });
+        let Finished {
+            images,
+            uploaded: uploaded_bytes,
+            soft_labels,
+        } = self.output.finish(slot, n, from_gpu, augment)?;
+        let (augmentations, mix) = match plan {
+            Some(plan) => (
+                self.augmenter
+                    .as_ref()
+                    .is_some_and(|a| a.options.per_image())
+                    .then_some(plan.rows),
+                plan.mix,
+            ),
+            None => (None, None),
+        };
         let crops = filled.draws.iter().copied().collect();
         let batch = Batch {
             images,
@@ -307,6 +366,9 @@ impl Worker {
             labels,
             padded: filled.padded,
             crops,
+            augmentations,
+            mix,
+            soft_labels,
             skipped: filled.skipped,
             epoch,
             uploaded_bytes,

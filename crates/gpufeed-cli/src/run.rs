@@ -6,9 +6,10 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use gpufeed::{
-    BatchOptions, ChannelOrder, DType, Decode, DecodeOptions, Device, DrawRange, EpochReport,
-    Gray16, Interpolation, LastBatch, Launch, Layout, OnError, Options, OutputOptions, Pipeline,
-    ResizeMode, ResizeOptions, RuntimeOptions, Shard, ShardBalance, Source, DEFAULT_DECODE_MEMORY,
+    Augment, AugmentOptions, Batch, BatchOptions, ChannelOrder, ColorJitter, DType, Decode,
+    DecodeOptions, Device, DrawRange, EpochReport, Gray16, Interpolation, LastBatch, Launch,
+    Layout, OnError, Options, OutputOptions, Pipeline, RandomErasing, Recipe, ResizeMode,
+    ResizeOptions, RuntimeOptions, Shard, ShardBalance, Source, DEFAULT_DECODE_MEMORY,
     DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, RANDOM_CROP_RATIO, RANDOM_CROP_SCALE,
     RANDOM_FLIP_CHANCE,
 };
@@ -42,6 +43,32 @@ pub struct RunArgs {
     /// output, RandomHorizontalFlip, and a new shuffle every epoch, all drawn from --seed.
     #[arg(long, conflicts_with_all = ["resize_mode", "shuffle"])]
     train: bool,
+    /// torchvision's automatic augmentation of every image: trivial-augment-wide,
+    /// rand-augment (2 operations at magnitude 9), rand-augment:N:M, auto-augment (its ImageNet
+    /// policy) or none; nearest sampling, drawn from --seed.
+    #[arg(long, default_value_t = Augment::None)]
+    augment: Augment,
+    /// torchvision's ColorJitter(B, C, S, H), before the --augment policy.
+    #[arg(long, num_args = 4, value_names = ["B", "C", "S", "H"])]
+    color_jitter: Option<Vec<f64>>,
+    /// torchvision's RandomErasing(P), after the --augment policy.
+    #[arg(long, value_name = "P")]
+    random_erasing: Option<f64>,
+    /// torchvision's MixUp(ALPHA) across each batch (needs labels: --image-folder or tar shards
+    /// with .cls members); soft labels over --num-classes.
+    #[arg(long, value_name = "ALPHA")]
+    mixup: Option<f64>,
+    /// torchvision's CutMix(ALPHA) across each batch; with --mixup, each batch takes one of the
+    /// two.
+    #[arg(long, value_name = "ALPHA")]
+    cutmix: Option<f64>,
+    /// Classes of the soft labels (default: the image folder's class count).
+    #[arg(long)]
+    num_classes: Option<usize>,
+    /// A training recipe: torchvision-imagenet (--train, trivial-augment-wide, random erasing
+    /// 0.1 to the mean colour, MixUp 0.2 or CutMix 1.0 per batch).
+    #[arg(long, conflicts_with_all = ["augment", "random_erasing", "mixup", "cutmix", "resize_mode", "shuffle"])]
+    recipe: Option<Recipe>,
     /// Seed of the random transforms (and of the shuffle, with --train).
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -151,8 +178,9 @@ pub struct RunArgs {
     /// raw u16 bits) and the id of each row to FILE.paths.txt (one a line, with backslash,
     /// newline and carriage return written \\, \n and \r); with labels, FILE.labels.txt; with
     /// random transforms, FILE.crops.tsv (path, top, left, height, width, flipped: the arguments
-    /// of torchvision's F.resized_crop and F.hflip). They appear only once the run has
-    /// succeeded.
+    /// of torchvision's F.resized_crop and F.hflip); with augmentations, FILE.augment.jsonl (a
+    /// JSON object a row: the torchvision.transforms.v2.functional calls that reproduce it, and
+    /// its mixing). They appear only once the run has succeeded.
     #[arg(long, value_name = "FILE.npy")]
     save: Option<PathBuf>,
     /// Let --save replace existing files (never an image the run reads).
@@ -207,8 +235,9 @@ impl RunArgs {
             scale: range(&self.scale, "scale")?,
             ratio: range(&self.ratio, "ratio")?,
         };
+        let train = self.train || self.recipe.is_some();
         let mode = match self.resize_mode.as_str() {
-            _ if self.train => random,
+            _ if train => random,
             "stretch" => ResizeMode::stretch(height, width),
             "letterbox" => ResizeMode::letterbox(height, width, self.pad),
             "random-resized-crop" => random,
@@ -220,17 +249,33 @@ impl RunArgs {
         };
         let flip = self
             .hflip
-            .unwrap_or(if self.train { RANDOM_FLIP_CHANCE } else { 0.0 });
-        let shuffle = if self.train {
-            Some(self.seed)
-        } else {
-            self.shuffle
-        };
+            .unwrap_or(if train { RANDOM_FLIP_CHANCE } else { 0.0 });
+        let shuffle = if train { Some(self.seed) } else { self.shuffle };
         let three = |values: &[f32], name: &str| -> Result<[f32; 3]> {
             <[f32; 3]>::try_from(values)
                 .map_err(|_| format!("--{name} takes three values, R,G,B").into())
         };
+        let augment = match self.recipe {
+            Some(recipe) => recipe.augment_options(),
+            None => AugmentOptions::default()
+                .policy(self.augment)
+                .random_erasing(self.random_erasing.map(RandomErasing::new))
+                .mixup(self.mixup)
+                .cutmix(self.cutmix),
+        };
+        let jitter = match self.color_jitter.as_deref() {
+            None => ColorJitter::default(),
+            Some([b, c, s, h]) => ColorJitter {
+                brightness: *b,
+                contrast: *c,
+                saturation: *s,
+                hue: *h,
+            },
+            Some(_) => return Err("--color-jitter takes four values, B C S H".into()),
+        };
+        let augment = augment.color_jitter(jitter).num_classes(self.num_classes);
         Ok(Options::default()
+            .augment(augment)
             .decode(
                 DecodeOptions::default()
                     .max_pixels(self.max_pixels)
@@ -321,6 +366,9 @@ const LABELS: &str = ".labels.txt";
 /// The suffix of the draws file `--save` writes with random transforms.
 const CROPS: &str = ".crops.tsv";
 
+/// The suffix of the augmentations file `--save` writes with augmentations.
+const AUGMENT: &str = ".augment.jsonl";
+
 /// What one run did, for the summary.
 struct Tally {
     reports: Vec<EpochReport>,
@@ -375,6 +423,9 @@ fn run_and_summarize(args: &RunArgs, summarized: &mut bool) -> Result<Device> {
     }
     if options.resize.is_random() {
         extra.push(CROPS);
+    }
+    if options.augment.is_on() {
+        extra.push(AUGMENT);
     }
     let mut saver = match &args.save {
         Some(path) => Some(Saver::create(
@@ -443,6 +494,10 @@ fn run_epochs(
     progress: &ProgressBar,
     tally: &mut Tally,
 ) -> Result<()> {
+    // Rows saved so far: a mixed row's partner is named by its row in the saved files.
+    let mut rows = 0;
+    let augments = pipeline.options().augment.is_on();
+    let (height, width) = pipeline.options().resize.output_size();
     for _ in 0..args.epochs {
         let start = Instant::now();
         let mut last = None;
@@ -477,7 +532,12 @@ fn run_epochs(
                             })
                             .collect();
                         saver.append_extra(extra, &lines)?;
+                        extra += 1;
                     }
+                    if augments {
+                        saver.append_extra(extra, &augment_lines(&batch, rows, height, width))?;
+                    }
+                    rows += batch.len();
                 }
                 last = Some(batch);
             }
@@ -492,6 +552,43 @@ fn run_epochs(
         outcome?;
     }
     Ok(())
+}
+
+/// One JSON line per row of `batch` (whose first row is row `first` of the saved files): its
+/// id, the `torchvision.transforms.v2.functional` calls that reproduce it in order, from
+/// `resized_crop` (and `horizontal_flip`) of the source image through its augmentations, and
+/// the batch's mixing with the partner row.
+fn augment_lines(batch: &Batch, first: usize, height: u32, width: u32) -> Vec<String> {
+    let n = batch.len();
+    (0..n)
+        .map(|row| {
+            let mut calls = Vec::new();
+            if let Some(c) = batch.crops().and_then(|c| c.get(row)) {
+                calls.push(format!(
+                    "[\"resized_crop\", {{\"top\": {}, \"left\": {}, \"height\": {}, \"width\": {}, \
+                     \"size\": [{height}, {width}]}}]",
+                    c.top, c.left, c.height, c.width
+                ));
+                if c.flipped {
+                    calls.push("[\"horizontal_flip\", {}]".to_string());
+                }
+            }
+            if let Some(ops) = batch.augmentations().and_then(|a| a.get(row)) {
+                for op in ops {
+                    calls.push(format!("[\"{}\", {}]", op.function(), op.json_arguments()));
+                }
+            }
+            let mix = batch.mix().map_or("null".to_string(), |m| {
+                m.json(first + gpufeed::Mix::partner(row, n))
+            });
+            format!(
+                "{{\"row\": {}, \"id\": {}, \"calls\": [{}], \"mix\": {mix}}}",
+                first + row,
+                Value::from(batch.ids()[row].as_str()),
+                calls.join(", ")
+            )
+        })
+        .collect()
 }
 
 /// The summary of a run, in words or as JSON.
