@@ -101,6 +101,11 @@ impl Batch {
         self.soft_labels.as_ref()
     }
 
+    /// Takes the soft labels out of the batch (for a consumer that keeps them apart from it).
+    pub fn take_soft_labels(&mut self) -> Option<Tensor> {
+        self.soft_labels.take()
+    }
+
     /// Images that were skipped while this batch was filled (policy [`crate::OnError::Skip`]),
     /// each with its id and reason.
     pub fn skipped(&self) -> &[ItemError] {
