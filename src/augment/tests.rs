@@ -14,10 +14,12 @@ struct Golden {
     want: Vec<u8>,
 }
 
+/// The vectors' folder: `tests/augment`, or `GPUFEED_AUGMENT_VECTORS` (vectors written afresh by
+/// `make_vectors.py --seed S --out DIR` where torchvision is installed).
 fn goldens() -> (Vec<(usize, usize, Vec<u8>)>, Vec<Golden>) {
-    let text =
-        std::fs::read_to_string("tests/augment/vectors.txt").expect("tests/augment/vectors.txt");
-    let blob = std::fs::read("tests/augment/vectors.bin").expect("tests/augment/vectors.bin");
+    let dir = std::env::var("GPUFEED_AUGMENT_VECTORS").unwrap_or_else(|_| "tests/augment".into());
+    let text = std::fs::read_to_string(format!("{dir}/vectors.txt")).expect("vectors.txt");
+    let blob = std::fs::read(format!("{dir}/vectors.bin")).expect("vectors.bin");
     let mut at = 0;
     let mut take = |len: usize| {
         let bytes = blob[at..at + len].to_vec();
@@ -137,5 +139,324 @@ fn every_call_matches_torchvision_v2() {
         "erase",
     ] {
         assert!(checked.get(f).is_some_and(|c| c.0 > 0), "{f} not covered");
+    }
+}
+
+/// Pearson's chi-square statistic of `counts` against equal expected counts.
+fn chi_square_uniform(counts: &[u64]) -> f64 {
+    let total: u64 = counts.iter().sum();
+    let expected = total as f64 / counts.len() as f64;
+    counts
+        .iter()
+        .map(|&c| (c as f64 - expected).powi(2) / expected)
+        .sum()
+}
+
+/// The chi-square value with `dof` degrees of freedom exceeded with probability about 1e-6
+/// (Wilson-Hilferty), so the tests below fail by chance about once in a million runs.
+fn chi_square_limit(dof: usize) -> f64 {
+    let k = dof as f64;
+    let z = 4.753; // the standard normal's 1 - 1e-6 quantile
+    k * (1.0 - 2.0 / (9.0 * k) + z * (2.0 / (9.0 * k)).sqrt()).powi(3)
+}
+
+/// `count` successes of `n` trials with chance `p`, within 5 standard deviations.
+fn binomial_ok(count: u64, n: u64, p: f64) -> bool {
+    let mean = n as f64 * p;
+    let sd = (n as f64 * p * (1.0 - p)).sqrt();
+    (count as f64 - mean).abs() <= 5.0 * sd + 1.0
+}
+
+const DRAWS: usize = 100_000;
+
+/// The transforms and signed magnitudes `policy` draws for `DRAWS` images (224 x 224), checked
+/// to be the calls the pipeline's own draws make.
+fn draws_of(policy: Augment) -> Vec<Vec<(Transform, f64)>> {
+    let augmenter = Augmenter {
+        options: AugmentOptions::default().policy(policy),
+        seed: 3,
+        width: 224,
+        height: 224,
+    };
+    (0..DRAWS)
+        .map(|index| {
+            let mut draws = crate::random::Draws::for_image(augmenter.seed ^ IMAGE_SALT, 1, index);
+            let (mut ops, mut chosen) = (Vec::new(), Vec::new());
+            policy::draw_policy(
+                policy,
+                224,
+                224,
+                [0; 3],
+                &mut draws,
+                &mut ops,
+                Some(&mut chosen),
+            );
+            assert_eq!(ops, augmenter.image_ops(index, 1));
+            chosen
+        })
+        .collect()
+}
+
+/// The bin of a magnitude's absolute value in `t`'s table, and whether it was negated.
+fn bin_of(t: Transform, ranges: Ranges, bins: usize, m: f64) -> Option<(usize, bool)> {
+    let (values, _) = policy::magnitudes(t, ranges, bins, 224, 224)?;
+    let bin = values
+        .iter()
+        .position(|&v| f64::from(v) == m.abs())
+        .expect("a magnitude of the table");
+    Some((bin, m.is_sign_negative() && m != 0.0))
+}
+
+fn is_signed(t: Transform, ranges: Ranges, bins: usize) -> bool {
+    policy::magnitudes(t, ranges, bins, 224, 224).is_some_and(|(_, signed)| signed)
+}
+
+#[test]
+fn trivial_augment_wide_draws_torchvisions_distribution() {
+    let drawn = draws_of(Augment::TrivialAugmentWide);
+    let mut ops = [0u64; 14];
+    let mut bins = [0u64; 31];
+    let (mut signed, mut negative) = (0u64, 0u64);
+    for image in &drawn {
+        assert_eq!(image.len(), 1, "one operation an image");
+        let (t, m) = image[0];
+        ops[policy::WIDE_SPACE
+            .iter()
+            .position(|&s| s == t)
+            .expect("in the space")] += 1;
+        if let Some((bin, neg)) = bin_of(t, Ranges::Wide, 31, m) {
+            // Posterize's bins repeat their values: its bin cannot be told from its value.
+            if t != Transform::Posterize {
+                bins[bin] += 1;
+            }
+            // Bin 0 is magnitude 0, whose sign cannot be seen.
+            if is_signed(t, Ranges::Wide, 31) && bin > 0 {
+                signed += 1;
+                negative += u64::from(neg);
+            } else {
+                assert!(!neg, "{t:?} keeps its sign");
+            }
+        }
+    }
+    // Operation uniform over the 14, bin uniform over the 31, sign a coin flip.
+    assert!(
+        chi_square_uniform(&ops) < chi_square_limit(13),
+        "ops {ops:?}"
+    );
+    assert!(
+        chi_square_uniform(&bins) < chi_square_limit(30),
+        "bins {bins:?}"
+    );
+    assert!(
+        binomial_ok(negative, signed, 0.5),
+        "{negative} of {signed} negative"
+    );
+}
+
+#[test]
+fn rand_augment_draws_torchvisions_distribution() {
+    let drawn = draws_of(Augment::RandAugment {
+        num_ops: 2,
+        magnitude: 9,
+    });
+    let mut ops = [0u64; 14];
+    let (mut signed, mut negative) = (0u64, 0u64);
+    for image in &drawn {
+        assert_eq!(image.len(), 2, "num_ops operations an image");
+        for &(t, m) in image {
+            ops[policy::RAND_SPACE
+                .iter()
+                .position(|&s| s == t)
+                .expect("in the space")] += 1;
+            if let Some((bin, neg)) = bin_of(t, Ranges::Standard, 31, m) {
+                // Every magnitude is bin 9's (Posterize's bins repeat their values).
+                let table = policy::magnitudes(t, Ranges::Standard, 31, 224, 224).expect("table");
+                assert_eq!(f64::from(table.0[9]), m.abs(), "{t:?} bin {bin}");
+                if is_signed(t, Ranges::Standard, 31) {
+                    signed += 1;
+                    negative += u64::from(neg);
+                }
+            }
+        }
+    }
+    assert!(
+        chi_square_uniform(&ops) < chi_square_limit(13),
+        "ops {ops:?}"
+    );
+    assert!(
+        binomial_ok(negative, signed, 0.5),
+        "{negative} of {signed} negative"
+    );
+}
+
+#[test]
+fn auto_augment_draws_its_imagenet_sub_policies() {
+    let drawn = draws_of(Augment::AutoAugment);
+    // Each sub-policy 1/25 of the time, each of its operations with its probability: the rate
+    // of every (transform, magnitude bin) is the policy's sum of p / 25 over its entries.
+    let mut expected = std::collections::HashMap::<(Transform, usize), f64>::new();
+    for sub in policy::IMAGENET_POLICY {
+        for (t, p, bin) in sub {
+            *expected.entry((t, bin.unwrap_or(0))).or_default() += p / 25.0;
+        }
+    }
+    let mut seen = std::collections::HashMap::<(Transform, usize), u64>::new();
+    let (mut signed, mut negative) = (0u64, 0u64);
+    for image in &drawn {
+        assert!(image.len() <= 2);
+        for &(t, m) in image {
+            let (bin, neg) = bin_of(t, Ranges::Standard, 10, m).unwrap_or((0, false));
+            // Posterize's table repeats values: name its bins by the policy's.
+            let bin = match t {
+                Transform::Posterize => [8, 7, 6, 5]
+                    .into_iter()
+                    .find(|&b| {
+                        let v = policy::magnitudes(t, Ranges::Standard, 10, 224, 224)
+                            .expect("table")
+                            .0[b];
+                        f64::from(v) == m
+                    })
+                    .expect("a policy bin"),
+                _ => bin,
+            };
+            *seen.entry((t, bin)).or_default() += 1;
+            if is_signed(t, Ranges::Standard, 10) && m != 0.0 {
+                signed += 1;
+                negative += u64::from(neg);
+            }
+        }
+    }
+    for (key, p) in &expected {
+        let count = seen.get(key).copied().unwrap_or(0);
+        let rate = p.min(1.0);
+        // Posterize bins 7 and 6 (and 5 and 4...) share values; they are checked together below.
+        if key.0 == Transform::Posterize {
+            continue;
+        }
+        assert!(
+            binomial_ok(count, DRAWS as u64, rate),
+            "{key:?}: {count} of {DRAWS}, rate {p}"
+        );
+    }
+    assert!(
+        seen.keys().all(|k| expected.contains_key(k)),
+        "only the policy's operations: {:?}",
+        seen.keys().collect::<Vec<_>>()
+    );
+    assert!(
+        binomial_ok(negative, signed, 0.5),
+        "{negative} of {signed} negative"
+    );
+}
+
+#[test]
+fn jitter_and_erasing_draw_torchvisions_parameters() {
+    let augmenter = Augmenter {
+        options: AugmentOptions::default()
+            .color_jitter(ColorJitter {
+                brightness: 0.4,
+                contrast: 0.3,
+                saturation: 0.2,
+                hue: 0.1,
+            })
+            .random_erasing(Some(RandomErasing::new(0.25))),
+        seed: 11,
+        width: 224,
+        height: 160,
+    };
+    let mut erased = 0u64;
+    let mut first = [0u64; 4];
+    for index in 0..DRAWS {
+        let ops = augmenter.image_ops(index, 0);
+        let kind = |op: &Op| match op {
+            Op::Brightness(f) if (0.6..=1.4).contains(f) => 0,
+            Op::Contrast(f) if (0.7..=1.3).contains(f) => 1,
+            Op::Saturation(f) if (0.8..=1.2).contains(f) => 2,
+            Op::Hue(f) if (-0.1..=0.1).contains(f) => 3,
+            other => panic!("not a jitter in its range: {other:?}"),
+        };
+        let mut kinds: Vec<usize> = ops[..4].iter().map(kind).collect();
+        first[kinds[0]] += 1;
+        kinds.sort_unstable();
+        assert_eq!(
+            kinds,
+            [0, 1, 2, 3],
+            "each adjustment once, in a random order"
+        );
+        if let Some(Op::Erase { i, j, h, w, .. }) = ops.get(4) {
+            erased += 1;
+            assert!(i + h <= 160 && j + w <= 224 && *h < 160 && *w < 224);
+            let area = f64::from(h * w) / (224.0 * 160.0);
+            assert!((0.015..0.35).contains(&area), "{area}");
+        }
+    }
+    assert!(
+        chi_square_uniform(&first) < chi_square_limit(3),
+        "{first:?}"
+    );
+    // p = 0.25, less the rare images where no box fits in ten tries.
+    assert!((23_500..=25_800).contains(&erased), "{erased} erased");
+}
+
+#[test]
+fn draws_depend_on_seed_epoch_and_index_alone() {
+    let augmenter = |seed| Augmenter {
+        options: Recipe::TorchvisionImagenet.augment_options(),
+        seed,
+        width: 224,
+        height: 224,
+    };
+    let a = augmenter(1);
+    let ops: Vec<ImageOps> = (0..200).map(|i| a.image_ops(i, 2)).collect();
+    assert_eq!(ops, (0..200).map(|i| a.image_ops(i, 2)).collect::<Vec<_>>());
+    assert_ne!(ops, (0..200).map(|i| a.image_ops(i, 3)).collect::<Vec<_>>());
+    assert_ne!(
+        ops,
+        (0..200)
+            .map(|i| augmenter(2).image_ops(i, 2))
+            .collect::<Vec<_>>()
+    );
+    // A plan is its rows' draws whatever else the batch holds.
+    let plan = a.plan(&[5, 9, 7], 2, 4);
+    assert_eq!(plan.rows[1], a.image_ops(9, 2));
+    assert_eq!(plan.mix, a.batch_mix(4, 2));
+    assert!(plan.mix.is_some());
+    let mixes: Vec<Option<Mix>> = (0..50).map(|b| a.batch_mix(b, 2)).collect();
+    assert!(mixes.windows(2).any(|w| w[0] != w[1]));
+}
+
+#[test]
+fn a_batch_is_its_rows_augmented_one_by_one() {
+    let augmenter = Augmenter {
+        options: AugmentOptions::default()
+            .policy(Augment::RandAugment {
+                num_ops: 4,
+                magnitude: 20,
+            })
+            .color_jitter(ColorJitter {
+                brightness: 0.5,
+                contrast: 0.5,
+                saturation: 0.5,
+                hue: 0.3,
+            })
+            .random_erasing(Some(RandomErasing::new(0.5))),
+        seed: 9,
+        width: 37,
+        height: 29,
+    };
+    let (h, w) = (29, 37);
+    let indices: Vec<usize> = (0..12).collect();
+    let plan = augmenter.plan(&indices, 0, 0);
+    let mut batch = gpufeed_bench::upload::random_bytes(12 * h * w * 3, 4);
+    let original = batch.clone();
+    augment_batch(&mut batch, h, w, &plan);
+    for (row, ops) in plan.rows.iter().enumerate() {
+        let mut one = original[row * h * w * 3..(row + 1) * h * w * 3].to_vec();
+        apply_ops(ops, &mut one, h, w).expect("apply");
+        assert_eq!(
+            one,
+            batch[row * h * w * 3..(row + 1) * h * w * 3],
+            "row {row}"
+        );
     }
 }

@@ -150,12 +150,38 @@ impl DeviceAugmenter {
         spec: &NormalizeSpec,
         mix: &Mix,
     ) -> Result<DeviceTensor> {
-        let hw = height * width;
-        let pixels = n * hw;
         let shape = spec.layout.shape(n, height, width);
         let mut out = DeviceTensor::alloc(stream, spec.dtype, shape, spec.layout)?;
+        self.mix_normalize_into(stream, input, &mut out, height, width, spec, mix)?;
+        Ok(out)
+    }
+
+    /// Like [`DeviceAugmenter::mix_normalize`], into `out`, whose shape says the batch size
+    /// (its dtype and layout must be `spec`'s).
+    #[allow(clippy::too_many_arguments)]
+    pub fn mix_normalize_into(
+        &self,
+        stream: &Arc<CudaStream>,
+        input: &CudaSlice<u8>,
+        out: &mut DeviceTensor,
+        height: usize,
+        width: usize,
+        spec: &NormalizeSpec,
+        mix: &Mix,
+    ) -> Result<()> {
+        let n = out.shape()[0];
+        if out.dtype() != spec.dtype
+            || out.layout() != spec.layout
+            || out.len() != n * height * width * 3
+        {
+            return Err(Error::Mismatch(
+                "the output tensor does not match the normalize spec".into(),
+            ));
+        }
+        let hw = height * width;
+        let pixels = n * hw;
         if pixels == 0 {
-            return Ok(out);
+            return Ok(());
         }
         if input.len() < pixels * 3 || pixels > u32::MAX as usize / 2 {
             return Err(Error::Mismatch(format!(
@@ -208,8 +234,7 @@ impl DeviceAugmenter {
         // row's partner is another row of the batch.
         unsafe { b.launch(grid(pixels)) }
             .map(|_| ())
-            .map_err(|e| Error::cuda("launching the mixing normalize kernel", e))?;
-        Ok(out)
+            .map_err(|e| Error::cuda("launching the mixing normalize kernel", e))
     }
 
     /// The soft labels `[n, classes, 1, 1]` float32 of a batch with `labels`, mixed as `mix`
@@ -263,5 +288,272 @@ fn grid(count: usize) -> LaunchConfig {
         grid_dim: ((count as u32).div_ceil(THREADS), 1, 1),
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use half::{bf16, f16};
+
+    use super::*;
+    use crate::augment::{
+        augment_batch, mix_normalize, Augment, AugmentOptions, Augmenter, ColorJitter, Op,
+        RandomErasing, Recipe,
+    };
+    use crate::options::OutputOptions;
+    use crate::tensor::HostData;
+    use gpufeed_bench::upload::random_bytes;
+
+    /// Every call at several parameters, fills and edge cases.
+    fn every_op() -> Vec<Op> {
+        let fill = [255, 128, 7];
+        let mut ops = vec![
+            Op::Shear {
+                x: 44.7,
+                y: 0.0,
+                fill,
+            },
+            Op::Shear {
+                x: 0.0,
+                y: -16.7,
+                fill: [0; 3],
+            },
+            Op::Translate { x: 15, y: 0, fill },
+            Op::Translate {
+                x: 0,
+                y: -32,
+                fill: [0; 3],
+            },
+            Op::Rotate { angle: 90.0, fill },
+            Op::Rotate { angle: -90.0, fill },
+            Op::Rotate { angle: 180.0, fill },
+            Op::Rotate { angle: 31.5, fill },
+            Op::Rotate {
+                angle: -130.5,
+                fill: [0; 3],
+            },
+            Op::Brightness(0.37),
+            Op::Brightness(1.99),
+            Op::Saturation(0.0),
+            Op::Saturation(1.6),
+            Op::Contrast(0.25),
+            Op::Contrast(1.9),
+            Op::Sharpness(0.01),
+            Op::Sharpness(1.99),
+            Op::Hue(0.31),
+            Op::Hue(-0.5),
+            Op::Solarize(127.5),
+            Op::Solarize(0.0),
+            Op::AutoContrast,
+            Op::Equalize,
+            Op::Invert,
+            Op::Erase {
+                i: 3,
+                j: 5,
+                h: 9,
+                w: 11,
+                v: [1, 2, 3],
+            },
+        ];
+        ops.extend((0..=8).map(Op::Posterize));
+        ops
+    }
+
+    fn run_gpu(
+        stream: &Arc<CudaStream>,
+        kernels: &mut DeviceAugmenter,
+        pixels: &[u8],
+        h: usize,
+        w: usize,
+        plan: &AugmentPlan,
+    ) -> Vec<u8> {
+        let n = plan.starts.len() - 1;
+        let mut batch = stream.clone_htod(pixels).expect("upload");
+        kernels
+            .augment(stream, &mut batch, n, h, w, plan)
+            .expect("augment");
+        stream.clone_dtoh(&batch).expect("download")
+    }
+
+    #[test]
+    fn kernels_match_the_cpu_rendition_bit_for_bit() {
+        let Some(gpu) = crate::cuda::test_gpu(module_path!()) else {
+            return;
+        };
+        let stream = gpu.stream().clone();
+        // Sizes: ImageNet's, odd, tiny, wide, tall, one pixel.
+        for (case, &(h, w)) in [(224, 224), (29, 37), (3, 3), (17, 64), (64, 9), (1, 1)]
+            .iter()
+            .enumerate()
+        {
+            let ops = every_op();
+            let n = ops.len();
+            let image = h * w * 3;
+            let mut kernels = DeviceAugmenter::new(&stream, n * image).expect("compile");
+            // Poison the scratch: a read of it the kernel did not write first shows.
+            stream
+                .memcpy_htod(&vec![0xA5u8; n * image], &mut kernels.scratch)
+                .expect("poison");
+            let pixels = random_bytes(n * image, case as u64 + 7);
+            // Row k: operation k alone.
+            let mut kernel_ops = Vec::new();
+            let mut starts = vec![0u32];
+            for op in &ops {
+                kernel_ops.extend(op.kernel(w, h));
+                starts.push(kernel_ops.len() as u32);
+            }
+            let plan = AugmentPlan {
+                rows: ops.iter().map(|&op| vec![op]).collect(),
+                kernel_ops,
+                starts,
+                mix: None,
+            };
+            let got = run_gpu(&stream, &mut kernels, &pixels, h, w, &plan);
+            let mut want = pixels.clone();
+            augment_batch(&mut want, h, w, &plan);
+            for (row, op) in ops.iter().enumerate() {
+                let r = row * image..(row + 1) * image;
+                assert!(
+                    got[r.clone()] == want[r],
+                    "{h}x{w} {op:?}: the kernel differs from the CPU"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn whole_recipes_match_the_cpu_rendition() {
+        let Some(gpu) = crate::cuda::test_gpu(module_path!()) else {
+            return;
+        };
+        let stream = gpu.stream().clone();
+        let (h, w, n) = (224, 224, 48);
+        let image = h * w * 3;
+        let mut kernels = DeviceAugmenter::new(&stream, n * image).expect("compile");
+        let jitter = ColorJitter {
+            brightness: 0.4,
+            contrast: 0.4,
+            saturation: 0.4,
+            hue: 0.1,
+        };
+        let recipes = [
+            Recipe::TorchvisionImagenet.augment_options(),
+            AugmentOptions::default()
+                .policy(Augment::RandAugment {
+                    num_ops: 8,
+                    magnitude: 30,
+                })
+                .color_jitter(jitter),
+            AugmentOptions::default()
+                .policy(Augment::AutoAugment)
+                .random_erasing(Some(RandomErasing::new(1.0))),
+        ];
+        for (k, options) in recipes.into_iter().enumerate() {
+            let augmenter = Augmenter {
+                options,
+                seed: k as u64,
+                width: w as u32,
+                height: h as u32,
+            };
+            let indices: Vec<usize> = (0..n).collect();
+            for epoch in 0..3 {
+                let plan = augmenter.plan(&indices, epoch, 0);
+                let pixels = random_bytes(n * image, 100 + epoch);
+                let got = run_gpu(&stream, &mut kernels, &pixels, h, w, &plan);
+                let mut want = pixels.clone();
+                augment_batch(&mut want, h, w, &plan);
+                assert!(
+                    got == want,
+                    "recipe {k} epoch {epoch}: the kernel differs from the CPU"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn mixing_normalize_and_soft_labels_match_the_cpu() {
+        let Some(gpu) = crate::cuda::test_gpu(module_path!()) else {
+            return;
+        };
+        let stream = gpu.stream().clone();
+        let (h, w, n) = (31, 45, 7);
+        let pixels = random_bytes(n * h * w * 3, 3);
+        let input = stream.clone_htod(&pixels).expect("upload");
+        let mut kernels = DeviceAugmenter::new(&stream, 1).expect("compile");
+        let mixes = [
+            Mix::MixUp { lam: 0.3183 },
+            Mix::CutMix {
+                x1: 3,
+                y1: 0,
+                x2: 40,
+                y2: 17,
+                lam: 0.5,
+            },
+            Mix::CutMix {
+                x1: 0,
+                y1: 0,
+                x2: 45,
+                y2: 31,
+                lam: 0.0,
+            },
+        ];
+        for mix in mixes {
+            for dtype in [DType::F16, DType::BF16, DType::F32] {
+                for layout in [Layout::Nchw, Layout::Nhwc] {
+                    for order in [ChannelOrder::Rgb, ChannelOrder::Bgr] {
+                        let spec = OutputOptions::default()
+                            .dtype(dtype)
+                            .layout(layout)
+                            .channel_order(order)
+                            .spec();
+                        let mut out =
+                            DeviceTensor::alloc(&stream, dtype, layout.shape(n, h, w), layout)
+                                .expect("alloc");
+                        let len = out.len();
+                        // Poisoned: NaN everywhere before the kernel runs.
+                        match out.data_mut() {
+                            DeviceData::F16(s) => {
+                                stream.memcpy_htod(&vec![f16::from_bits(0xFFFF); len], s)
+                            }
+                            DeviceData::BF16(s) => {
+                                stream.memcpy_htod(&vec![bf16::from_bits(0xFFFF); len], s)
+                            }
+                            DeviceData::F32(s) => {
+                                stream.memcpy_htod(&vec![f32::from_bits(u32::MAX); len], s)
+                            }
+                        }
+                        .expect("poison");
+                        kernels
+                            .mix_normalize_into(&stream, &input, &mut out, h, w, &spec, &mix)
+                            .expect("mix");
+                        let got = out.to_host().expect("download").to_le_bytes();
+                        let mut data = match dtype {
+                            DType::F16 => HostData::F16(vec![f16::ZERO; len]),
+                            DType::BF16 => HostData::BF16(vec![bf16::ZERO; len]),
+                            DType::F32 => HostData::F32(vec![0.0; len]),
+                        };
+                        mix_normalize(&pixels, n, h, w, &spec, &mix, &mut data);
+                        let want =
+                            crate::tensor::HostTensor::new(data, layout.shape(n, h, w), layout)
+                                .expect("shape")
+                                .to_le_bytes();
+                        assert!(
+                            got == want,
+                            "{mix:?} {dtype:?} {layout:?} {order:?}: differs"
+                        );
+                    }
+                }
+            }
+            let labels = [4u32, 0, 9, 9, 1, 3, 2];
+            let soft = kernels
+                .soft_labels(&stream, &labels, 10, &mix)
+                .expect("soft labels");
+            let got = soft.to_host().expect("download").to_f32_vec();
+            assert_eq!(
+                got,
+                crate::augment::soft_labels(&labels, 10, mix.lam()),
+                "{mix:?}"
+            );
+        }
     }
 }
