@@ -1008,6 +1008,7 @@ fn augmented_rows_are_the_plain_rows_with_their_calls_then_their_mixing() {
                                 own(row, k)
                             }
                         }
+                        Some(other) => panic!("a mix this test does not know: {other:?}"),
                     };
                     assert_eq!(
                         got, want,
