@@ -215,7 +215,7 @@ extern "C" __global__ void gpufeed_augment(unsigned char* __restrict__ batch,
                     if ((float)img[i] >= op.f[0]) img[i] = 255 - img[i];
                 break;
             case GF_AUTOCONTRAST: {
-                if (threadIdx.x < 3) { s_low[threadIdx.x] = 255; s_high[threadIdx.x] = 0; }
+                for (int c = threadIdx.x; c < 3; c += blockDim.x) { s_low[c] = 255; s_high[c] = 0; }
                 __syncthreads();
                 unsigned int low[3] = {255, 255, 255}, high[3] = {0, 0, 0};
                 for (int p = threadIdx.x; p < n; p += blockDim.x)
@@ -252,9 +252,8 @@ extern "C" __global__ void gpufeed_augment(unsigned char* __restrict__ batch,
 #pragma unroll
                     for (int c = 0; c < 3; c++) atomicAdd(&s_hist[c][img[(size_t)p * 3 + c]], 1u);
                 __syncthreads();
-                if (threadIdx.x < 3) {
+                for (int c = threadIdx.x; c < 3; c += blockDim.x) {
                     // src/augment/ops.rs equalize_lut, one thread per channel.
-                    const int c = threadIdx.x;
                     int last_bin = 0;
                     for (int i = 255; i >= 0; i--) if (s_hist[c][i] > 0) { last_bin = i; break; }
                     const unsigned int step = ((unsigned int)n - s_hist[c][last_bin]) / 255;

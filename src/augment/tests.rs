@@ -92,8 +92,25 @@ fn every_call_matches_torchvision_v2() {
     assert!(cases.len() > 300, "{} cases", cases.len());
     let mut failures = Vec::new();
     let mut checked = std::collections::BTreeMap::<&str, (usize, usize)>::new();
+    // For tests/augment/kernel_harness.cpp: each call's kernel operations, input and
+    // torchvision's output.
+    let mut kernel_cases = Vec::new();
     for case in &cases {
         let (h, w, input) = &inputs[case.input];
+        let ops: Vec<KernelOp> = case.op.kernel(*w, *h).into_iter().collect();
+        for v in [*h as u32, *w as u32, ops.len() as u32] {
+            kernel_cases.extend_from_slice(&v.to_le_bytes());
+        }
+        for op in &ops {
+            for v in [op.kind, op.a, op.b, op.c, op.d, op.e] {
+                kernel_cases.extend_from_slice(&v.to_le_bytes());
+            }
+            for v in op.f {
+                kernel_cases.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        kernel_cases.extend_from_slice(input);
+        kernel_cases.extend_from_slice(&case.want);
         let mut got = input.clone();
         apply_ops(&[case.op], &mut got, *h, *w).expect("apply");
         let worst = got
@@ -115,6 +132,10 @@ fn every_call_matches_torchvision_v2() {
             ));
         }
     }
+    if let Ok(path) = std::env::var("GPUFEED_KERNEL_CASES") {
+        std::fs::write(&path, &kernel_cases).expect("writing the kernel cases");
+    }
+    kernel_source_on_the_cpu(&kernel_cases);
     assert!(
         failures.is_empty(),
         "{} of {} calls differ:\n{}",
@@ -459,4 +480,45 @@ fn a_batch_is_its_rows_augmented_one_by_one() {
             "row {row}"
         );
     }
+}
+
+/// `kernels/augment.cu` itself, compiled for the CPU by `tests/augment/kernel_harness.cpp`
+/// (CUDA's built-ins as shims, one thread per block) and run on every golden call: the kernel's
+/// arithmetic against torchvision's outputs without a GPU. Skipped, and said so, without g++.
+fn kernel_source_on_the_cpu(cases: &[u8]) {
+    use std::io::Write as _;
+    use std::process::Command;
+    let dir = std::env::temp_dir().join(format!("gpufeed-kernel-harness-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let (binary, file) = (dir.join("harness"), dir.join("cases.bin"));
+    let built = Command::new("g++")
+        .args(["-O1", "-ffp-contract=off", "-Wno-unknown-pragmas", "-o"])
+        .arg(&binary)
+        .arg("tests/augment/kernel_harness.cpp")
+        .status();
+    match built {
+        Ok(status) => assert!(
+            status.success(),
+            "the kernel source does not compile for the CPU"
+        ),
+        Err(e) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipped: the kernel source on the CPU: no g++ ({e})"
+            );
+            return;
+        }
+    }
+    std::fs::write(&file, cases).expect("cases");
+    let out = Command::new(&binary)
+        .arg(&file)
+        .output()
+        .expect("run the harness");
+    let _ = std::fs::remove_dir_all(&dir);
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the kernel differs from torchvision:\n{report}"
+    );
+    assert!(report.contains(" 0 differ"), "{report}");
 }
