@@ -4,9 +4,12 @@ on small uint8 images (random, smooth, flat and a real photo), with the paramete
 draw (every magnitude bin's value of TrivialAugmentWide, RandAugment and AutoAugment, both
 signs) and random colour-jitter and erasing parameters.
 
-usage: python3 tests/augment/make_vectors.py   (needs torch and torchvision 0.26, numpy, Pillow)
-writes: tests/augment/vectors.txt, one line per image or call, and tests/augment/vectors.bin,
-        the bytes of each (HWC, uint8) in the same order:
+usage: python3 tests/augment/make_vectors.py [--seed S] [--out DIR]
+       (needs torch and torchvision 0.26, numpy, Pillow; the committed vectors are seed 23's;
+       another seed and GPUFEED_AUGMENT_VECTORS=DIR on the unit test compare with torchvision
+       afresh, e.g. on a machine where it is installed)
+writes: DIR/vectors.txt (default tests/augment), one line per image or call, and
+        DIR/vectors.bin, the bytes of each (HWC, uint8) in the same order:
         `input H W`                    an input image
         `case INPUT FN ARGS...`        FN applied to input INPUT; its output image
         (ARGS as `src/augment/tests.rs` reads them; floats written as Python's repr)
@@ -103,8 +106,13 @@ def cases(rng, h, w):
 
 
 def main():
+    import argparse
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seed", type=int, default=23)
+    parser.add_argument("--out", default=HERE)
+    options = parser.parse_args()
     torch.set_num_threads(1)
-    rng = np.random.default_rng(23)
+    rng = np.random.default_rng(options.seed)
     lines = [f"# torch {torch.__version__}, torchvision {torchvision.__version__}"]
     blob = bytearray()
     images = inputs(rng)
@@ -114,7 +122,7 @@ def main():
         blob += img.tobytes()
     for k, img in enumerate(images):
         h, w, _ = img.shape
-        chw = torch.from_numpy(img).permute(2, 0, 1).contiguous()
+        chw = torch.from_numpy(img.copy()).permute(2, 0, 1).contiguous()
         # Every call on the two first images (noise, square); a share of them on the others.
         all_cases = cases(rng, h, w)
         keep = all_cases if k < 2 else [c for c in all_cases if rng.random() < 0.4 or c[0] in (
@@ -124,9 +132,10 @@ def main():
             assert out.dtype == torch.uint8 and out.shape == chw.shape, name
             lines.append(" ".join(["case", str(k), name] + [repr(float(a)) if isinstance(a, (float, np.floating)) else str(int(a)) for a in args]))
             blob += out.permute(1, 2, 0).contiguous().numpy().tobytes()
-    with open(os.path.join(HERE, "vectors.txt"), "w") as f:
+    os.makedirs(options.out, exist_ok=True)
+    with open(os.path.join(options.out, "vectors.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
-    with open(os.path.join(HERE, "vectors.bin"), "wb") as f:
+    with open(os.path.join(options.out, "vectors.bin"), "wb") as f:
         f.write(bytes(blob))
     print(f"{sum(l.startswith('case') for l in lines)} cases, {len(blob)} bytes")
 
