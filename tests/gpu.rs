@@ -906,6 +906,9 @@ fn augmented(builder: PipelineBuilder) -> Vec<(Vec<u8>, Option<Vec<u8>>, String)
     out
 }
 
+/// Options set on a builder.
+type Settings = fn(PipelineBuilder) -> PipelineBuilder;
+
 /// The augmentation kernels on the whole pipeline give the CPU device's bytes exactly, for
 /// every policy, the colour jitter, erasing and both mixings, in every dtype and layout.
 #[test]
@@ -915,7 +918,7 @@ fn augmented_gpu_pipeline_equals_the_cpu_device() {
         return;
     }
     let folder = labelled_folder();
-    let settings: [(&str, fn(PipelineBuilder) -> PipelineBuilder); 4] = [
+    let settings: [(&str, Settings); 4] = [
         ("recipe", |b| {
             b.recipe(gpufeed::Recipe::TorchvisionImagenet, 160, 3)
         }),

@@ -16,7 +16,10 @@ struct Golden {
 
 /// The vectors' folder: `tests/augment`, or `GPUFEED_AUGMENT_VECTORS` (vectors written afresh by
 /// `make_vectors.py --seed S --out DIR` where torchvision is installed).
-fn goldens() -> (Vec<(usize, usize, Vec<u8>)>, Vec<Golden>) {
+/// A golden input: height, width, pixels.
+type Input = (usize, usize, Vec<u8>);
+
+fn goldens() -> (Vec<Input>, Vec<Golden>) {
     let dir = std::env::var("GPUFEED_AUGMENT_VECTORS").unwrap_or_else(|_| "tests/augment".into());
     let text = std::fs::read_to_string(format!("{dir}/vectors.txt")).expect("vectors.txt");
     let blob = std::fs::read(format!("{dir}/vectors.bin")).expect("vectors.bin");
@@ -26,7 +29,7 @@ fn goldens() -> (Vec<(usize, usize, Vec<u8>)>, Vec<Golden>) {
         at += len;
         bytes
     };
-    let mut inputs: Vec<(usize, usize, Vec<u8>)> = Vec::new();
+    let mut inputs: Vec<Input> = Vec::new();
     let mut cases = Vec::new();
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         let words: Vec<&str> = line.split_whitespace().collect();

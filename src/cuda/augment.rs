@@ -145,27 +145,24 @@ impl DeviceAugmenter {
         stream: &Arc<CudaStream>,
         input: &CudaSlice<u8>,
         n: usize,
-        height: usize,
-        width: usize,
+        (height, width): (usize, usize),
         spec: &NormalizeSpec,
         mix: &Mix,
     ) -> Result<DeviceTensor> {
         let shape = spec.layout.shape(n, height, width);
         let mut out = DeviceTensor::alloc(stream, spec.dtype, shape, spec.layout)?;
-        self.mix_normalize_into(stream, input, &mut out, height, width, spec, mix)?;
+        self.mix_normalize_into(stream, input, &mut out, (height, width), spec, mix)?;
         Ok(out)
     }
 
     /// Like [`DeviceAugmenter::mix_normalize`], into `out`, whose shape says the batch size
     /// (its dtype and layout must be `spec`'s).
-    #[allow(clippy::too_many_arguments)]
     pub fn mix_normalize_into(
         &self,
         stream: &Arc<CudaStream>,
         input: &CudaSlice<u8>,
         out: &mut DeviceTensor,
-        height: usize,
-        width: usize,
+        (height, width): (usize, usize),
         spec: &NormalizeSpec,
         mix: &Mix,
     ) -> Result<()> {
@@ -481,7 +478,7 @@ mod tests {
         let input = stream.clone_htod(&pixels).expect("upload");
         let mut kernels = DeviceAugmenter::new(&stream, 1).expect("compile");
         let mixes = [
-            Mix::MixUp { lam: 0.3183 },
+            Mix::MixUp { lam: 0.2871 },
             Mix::CutMix {
                 x1: 3,
                 y1: 0,
@@ -524,7 +521,7 @@ mod tests {
                         }
                         .expect("poison");
                         kernels
-                            .mix_normalize_into(&stream, &input, &mut out, h, w, &spec, &mix)
+                            .mix_normalize_into(&stream, &input, &mut out, (h, w), &spec, &mix)
                             .expect("mix");
                         let got = out.to_host().expect("download").to_le_bytes();
                         let mut data = match dtype {

@@ -390,7 +390,14 @@ impl OutputStage for CudaOutput {
                             let soft = augmenter.soft_labels(stream, labels, classes, mix)?;
                             soft_labels = Some(Tensor::Device(soft));
                         }
-                        augmenter.mix_normalize(stream, input, n, height, width, &self.spec, mix)?
+                        augmenter.mix_normalize(
+                            stream,
+                            input,
+                            n,
+                            (height, width),
+                            &self.spec,
+                            mix,
+                        )?
                     }
                     None => self
                         .normalizer
