@@ -17,6 +17,13 @@ usage: python3 tests/augment_fidelity.py DIR [GPUFEED [ARGS...]]
 prints: rows, mean absolute difference, 99th and 99.9th percentile and maximum, overall and per
         function (rows whose calls include it); exits 1 when the bars are missed: mean <= 0.5,
         p99.9 <= 2 overall.
+
+The augmentations are exact given the same input, but Pillow's resize and gpufeed's CPU lane
+differ by a level here and there (the engines' lane, `--decode hybrid --gpu-share 1`, matches
+Pillow almost everywhere), and solarize, posterize and equalize turn a level of input into many
+of output. FIDELITY_BASE=gpufeed starts every row from gpufeed's own output without the
+augmentations instead (the same run with --train alone: the same crops, flips and order), which
+isolates the augmentations: every difference left is MixUp's float mixing.
 """
 import json
 import os
@@ -32,6 +39,20 @@ from torchvision.transforms.v2 import functional as F
 
 MEAN = np.array([0.485, 0.456, 0.406], np.float64)
 STD = np.array([0.229, 0.224, 0.225], np.float64)
+
+
+def tensor_calls(tensor, calls):
+    """The tensor calls of a row (its crop and flip already in `tensor`)."""
+    for name, kwargs in calls:
+        if name in ("resized_crop", "horizontal_flip"):
+            continue
+        kwargs = dict(kwargs)
+        if "interpolation" in kwargs:
+            kwargs["interpolation"] = InterpolationMode(kwargs["interpolation"])
+        if name == "erase":
+            kwargs["v"] = torch.tensor(kwargs["v"], dtype=torch.float32)[:, None, None]
+        tensor = getattr(F, name)(tensor, **kwargs)
+    return tensor
 
 
 def source_row(path, calls):
@@ -62,6 +83,24 @@ def source_row(path, calls):
     return tensor
 
 
+AUGMENT_FLAGS = {"--recipe": 1, "--augment": 1, "--color-jitter": 4, "--random-erasing": 1,
+                 "--mixup": 1, "--cutmix": 1, "--num-classes": 1}
+
+
+def without_augmentations(args):
+    """The arguments with every augmentation flag left out, and --train for the recipe's crops."""
+    out, skip = [], 0
+    for a in args:
+        if skip:
+            skip -= 1
+            continue
+        if a in AUGMENT_FLAGS:
+            skip = AUGMENT_FLAGS[a]
+            continue
+        out.append(a)
+    return out if "--train" in out else out + ["--train"]
+
+
 def main():
     folder = sys.argv[1]
     binary = sys.argv[2] if len(sys.argv) > 2 else "target/release/gpufeed"
@@ -76,10 +115,21 @@ def main():
                        check=True, stdout=subprocess.DEVNULL)
         out = np.load(npy).astype(np.float64)  # N, 3, H, W, normalized
         lines = [json.loads(l) for l in open(os.path.join(tmp, "out.augment.jsonl"))]
+        base = None
+        if os.environ.get("FIDELITY_BASE") == "gpufeed":
+            plain = os.path.join(tmp, "plain.npy")
+            subprocess.run([binary, "run", folder, *device, "--dtype", "f32", "--save", plain]
+                           + without_augmentations(args), check=True, stdout=subprocess.DEVNULL)
+            levels = np.load(plain).astype(np.float64) * (STD * 255)[None, :, None, None] \
+                + (MEAN * 255)[None, :, None, None]
+            base = np.rint(levels).clip(0, 255).astype(np.uint8)
     n = len(lines)
     assert n == out.shape[0], (n, out.shape)
     # Every row before mixing, as torchvision makes it.
-    rows = [source_row(line["id"], line["calls"]) for line in lines]
+    if base is None:
+        rows = [source_row(line["id"], line["calls"]) for line in lines]
+    else:
+        rows = [tensor_calls(torch.from_numpy(base[k]), line["calls"]) for k, line in enumerate(lines)]
     normalized = [((r.double() / 255.0 - torch.tensor(MEAN)[:, None, None]) / torch.tensor(STD)[:, None, None]).float()
                   for r in rows]
     diffs, per_call = [], {}
