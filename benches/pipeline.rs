@@ -8,9 +8,15 @@
 //! `GPUFEED_BENCH_WHOLE` (0 leaves out the one-thread row with JPEGs decoded whole),
 //! `GPUFEED_BENCH_IN_MEMORY` (1 reads the files into memory first: no file reads timed),
 //! `GPUFEED_BENCH_TRAIN` (1: torchvision's ImageNet training transform, RandomResizedCrop(224) +
-//! RandomHorizontalFlip, instead of Resize(256) + CenterCrop(224)).
+//! RandomHorizontalFlip, instead of Resize(256) + CenterCrop(224)), `GPUFEED_BENCH_AUGMENT` (a
+//! recipe, `torchvision-imagenet`, or a policy, `trivial-augment-wide`, `rand-augment:2:9`...:
+//! the augmentations on top of the training transform, which it implies; the end-to-end row
+//! then measures them, with labels made up for MixUp and CutMix), `GPUFEED_BENCH_DECODE`
+//! (`hybrid`: the end-to-end row with the GPU's JPEG engines beside the CPU threads).
 
-use gpufeed::{BatchOptions, Options, ResizeOptions};
+use gpufeed::{
+    AugmentOptions, BatchOptions, Decode, DecodeOptions, Options, Recipe, ResizeOptions,
+};
 use gpufeed_bench::pipeline::{pipeline, PipelineBenchOptions};
 
 fn main() {
@@ -33,7 +39,19 @@ fn main() {
         .and_then(|p| p.parse().ok())
         .unwrap_or(256);
     let in_memory = std::env::var("GPUFEED_BENCH_IN_MEMORY").is_ok_and(|v| v == "1");
-    let train = std::env::var("GPUFEED_BENCH_TRAIN").is_ok_and(|v| v == "1");
+    let augment = match std::env::var("GPUFEED_BENCH_AUGMENT") {
+        Ok(name) if !name.is_empty() => match (name.parse::<Recipe>(), name.parse()) {
+            (Ok(recipe), _) => recipe.augment_options(),
+            (_, Ok(policy)) => AugmentOptions::default().policy(policy),
+            (Err(e), Err(_)) => {
+                eprintln!("bench pipeline: GPUFEED_BENCH_AUGMENT: {e}, or a policy");
+                std::process::exit(2);
+            }
+        },
+        _ => AugmentOptions::default(),
+    };
+    let hybrid = std::env::var("GPUFEED_BENCH_DECODE").is_ok_and(|v| v == "hybrid");
+    let train = std::env::var("GPUFEED_BENCH_TRAIN").is_ok_and(|v| v == "1") || augment.is_on();
     let whole_decode_row = std::env::var("GPUFEED_BENCH_WHOLE").map_or(true, |v| v != "0");
     let device = match gpufeed::cuda::probe() {
         Ok(_) => Some(0),
@@ -46,6 +64,12 @@ fn main() {
         dir: dir.into(),
         options: Options::default()
             .batching(BatchOptions::default().batch_size(batch_size))
+            .augment(augment)
+            .decode(DecodeOptions::default().lanes(if hybrid {
+                Decode::Hybrid
+            } else {
+                Decode::Cpu
+            }))
             .resize(if train {
                 ResizeOptions::imagenet_train(224, 0)
             } else {

@@ -1,5 +1,6 @@
 //! What [`crate::Pipeline::next_batch`] returns, and the per-epoch account of every image.
 
+use crate::augment::{ImageOps, Mix};
 use crate::error::ItemError;
 use crate::geometry::CropDraw;
 use crate::tensor::Tensor;
@@ -20,6 +21,9 @@ pub struct Batch {
     pub(crate) labels: Option<Vec<u32>>,
     pub(crate) padded: Vec<bool>,
     pub(crate) crops: Option<Vec<CropDraw>>,
+    pub(crate) augmentations: Option<Vec<ImageOps>>,
+    pub(crate) mix: Option<Mix>,
+    pub(crate) soft_labels: Option<Tensor>,
     pub(crate) skipped: Vec<ItemError>,
     pub(crate) epoch: u64,
     pub(crate) uploaded_bytes: usize,
@@ -76,6 +80,32 @@ impl Batch {
     /// `F.resized_crop` and `F.hflip` take them), when the pipeline draws any.
     pub fn crops(&self) -> Option<&[CropDraw]> {
         self.crops.as_deref()
+    }
+
+    /// What each row's augmentations drew, when the pipeline augments: torchvision's functional
+    /// calls, in the order they were applied (after the crop and flip of [`Batch::crops`], before
+    /// the batch's [`Batch::mix`]).
+    pub fn augmentations(&self) -> Option<&[ImageOps]> {
+        self.augmentations.as_deref()
+    }
+
+    /// How the batch's rows were mixed (MixUp or CutMix; row `i` with row `i - 1`, row 0 with
+    /// the last), when the pipeline mixes.
+    pub fn mix(&self) -> Option<Mix> {
+        self.mix
+    }
+
+    /// The soft labels of a mixed batch, `[N, num_classes, 1, 1]` float32 on the batch's
+    /// device (`.flatten(1)` in PyTorch gives `[N, num_classes]`): each row's one-hot label
+    /// times `lam` plus the previous row's times `1 - lam`, as torchvision's `MixUp` and
+    /// `CutMix` make them.
+    pub fn soft_labels(&self) -> Option<&Tensor> {
+        self.soft_labels.as_ref()
+    }
+
+    /// Takes the soft labels out of the batch (for a consumer that keeps them apart from it).
+    pub fn take_soft_labels(&mut self) -> Option<Tensor> {
+        self.soft_labels.take()
     }
 
     /// Images that were skipped while this batch was filled (policy [`crate::OnError::Skip`]),

@@ -40,6 +40,7 @@
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
+pub mod augment;
 mod batch;
 pub mod cpu;
 #[allow(unsafe_code)]
@@ -61,6 +62,9 @@ mod source;
 #[allow(unsafe_code)]
 mod tensor;
 
+pub use augment::{
+    Augment, AugmentOptions, ColorJitter, Mix, Op as AugmentOp, RandomErasing, Recipe,
+};
 pub use batch::{Batch, EpochReport};
 pub use cpu::{prepare_image, CpuStage, PreparedBatch};
 pub use error::{

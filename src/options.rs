@@ -30,6 +30,17 @@ pub struct ParseOptionError {
     expected: String,
 }
 
+impl ParseOptionError {
+    /// `given` is not one of the names of `what`, which are `expected`.
+    pub(crate) fn new(what: &'static str, given: &str, expected: &'static str) -> ParseOptionError {
+        ParseOptionError {
+            what,
+            given: given.to_string(),
+            expected: expected.to_string(),
+        }
+    }
+}
+
 /// `FromStr` and `Display` for an option enum from one table of (variant, names); the first
 /// name is the one printed, the others are accepted aliases (compared without case).
 macro_rules! named_choices {
@@ -1176,6 +1187,8 @@ pub struct Options {
     pub batching: BatchOptions,
     /// Device, threads, prefetch.
     pub runtime: RuntimeOptions,
+    /// Augmentations of training, on the output pixels before the normalize.
+    pub augment: crate::augment::AugmentOptions,
 }
 
 impl Options {
@@ -1209,6 +1222,12 @@ impl Options {
         self
     }
 
+    /// Sets the augmentation options.
+    pub fn augment(mut self, augment: crate::augment::AugmentOptions) -> Self {
+        self.augment = augment;
+        self
+    }
+
     /// Checks every group; the error names the first option that is wrong.
     pub fn validate(&self) -> Result<()> {
         self.decode.validate()?;
@@ -1216,6 +1235,7 @@ impl Options {
         self.output.validate()?;
         self.batching.validate()?;
         self.runtime.validate()?;
+        self.augment.validate()?;
         if self.decode.lanes == Decode::Hybrid && self.runtime.device == Device::Cpu {
             return Err(Error::invalid(
                 "decode",

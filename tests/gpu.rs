@@ -1039,3 +1039,133 @@ fn hybrid_runs_resume_row_for_row_with_the_share_pinned() {
         other => panic!("another share must be refused, got {:?}", other.err()),
     }
 }
+
+/// An ImageFolder of the bundled photos in three classes, for MixUp's and CutMix's labels.
+fn labelled_folder() -> common::TempDir {
+    let dir = common::TempDir::new("augment-folder");
+    let photos = [
+        "rocket.jpg",
+        "retina.jpg",
+        "hubble_deep_field.jpg",
+        "chelsea.png",
+        "coffee.png",
+    ];
+    for i in 0..15 {
+        let class = dir.join(["a", "b", "c"][i % 3]);
+        std::fs::create_dir_all(&class).expect("class");
+        let name = photos[i % photos.len()];
+        std::fs::copy(
+            common::repo_path(&format!("assets/{name}")),
+            class.join(format!("{i}_{name}")),
+        )
+        .expect("copy");
+    }
+    dir
+}
+
+/// Every batch of an epoch: (images' bits, soft labels' bits, augmentations, mix).
+fn augmented(builder: PipelineBuilder) -> Vec<(Vec<u8>, Option<Vec<u8>>, String)> {
+    let mut pipeline = builder.build().expect("build");
+    let mut out = Vec::new();
+    while let Some(batch) = pipeline.next_batch().expect("batch") {
+        out.push((
+            batch.images().to_host().expect("host").to_le_bytes(),
+            batch
+                .soft_labels()
+                .map(|t| t.to_host().expect("host").to_le_bytes()),
+            format!("{:?} {:?}", batch.augmentations(), batch.mix()),
+        ));
+    }
+    out
+}
+
+/// Options set on a builder.
+type Settings = fn(PipelineBuilder) -> PipelineBuilder;
+
+/// The augmentation kernels on the whole pipeline give the CPU device's bytes exactly, for
+/// every policy, the colour jitter, erasing and both mixings, in every dtype and layout.
+#[test]
+fn augmented_gpu_pipeline_equals_the_cpu_device() {
+    let _serial = serial();
+    if !gpu_present("augmented_gpu_pipeline_equals_the_cpu_device") {
+        return;
+    }
+    let folder = labelled_folder();
+    let settings: [(&str, Settings); 4] = [
+        ("recipe", |b| {
+            b.recipe(gpufeed::Recipe::TorchvisionImagenet, 160, 3)
+        }),
+        ("rand-augment + jitter + mixup", |b| {
+            b.imagenet_train(96, 4)
+                .augment(gpufeed::Augment::RandAugment {
+                    num_ops: 3,
+                    magnitude: 15,
+                })
+                .color_jitter(0.4, 0.4, 0.4, 0.2)
+                .mixup(0.8)
+        }),
+        ("auto-augment + cutmix + erasing", |b| {
+            b.imagenet_train(224, 5)
+                .augment(gpufeed::Augment::AutoAugment)
+                .random_erasing(0.5)
+                .cutmix(1.0)
+        }),
+        ("trivial-augment-wide alone", |b| {
+            b.imagenet_train(128, 6)
+                .augment(gpufeed::Augment::TrivialAugmentWide)
+        }),
+    ];
+    for (name, set) in settings {
+        for (dtype, layout) in [
+            (DType::F16, Layout::Nchw),
+            (DType::F32, Layout::Nhwc),
+            (DType::BF16, Layout::Nchw),
+        ] {
+            let builder = |device| {
+                set(Pipeline::builder()
+                    .source(Source::image_folder(folder.path()).expect("folder"))
+                    .batch_size(6))
+                .dtype(dtype)
+                .layout(layout)
+                .device(device)
+            };
+            let gpu = augmented(builder(Device::Cuda(0)));
+            let cpu = augmented(builder(Device::Cpu));
+            assert_eq!(gpu.len(), cpu.len());
+            for (k, (g, c)) in gpu.iter().zip(&cpu).enumerate() {
+                assert_eq!(g.2, c.2, "{name}: the same draws");
+                assert!(
+                    g.0 == c.0,
+                    "{name} {dtype:?} {layout:?}: batch {k} differs from the CPU device"
+                );
+                assert!(g.1 == c.1, "{name}: batch {k}'s soft labels differ");
+            }
+        }
+    }
+}
+
+/// With augmentations, hybrid decoding gives the same bytes on 1 and 16 threads (and on every
+/// run), and another seed other bytes.
+#[test]
+fn augmented_hybrid_output_does_not_depend_on_threads() {
+    let _serial = serial();
+    if !gpu_present("augmented_hybrid_output_does_not_depend_on_threads") {
+        return;
+    }
+    let folder = labelled_folder();
+    let run = |threads: usize, seed: u64| {
+        augmented(
+            Pipeline::builder()
+                .source(Source::image_folder(folder.path()).expect("folder"))
+                .batch_size(4)
+                .recipe(gpufeed::Recipe::TorchvisionImagenet, 224, seed)
+                .decode(Decode::Hybrid)
+                .gpu_share(0.5)
+                .threads(threads)
+                .device(Device::Cuda(0)),
+        )
+    };
+    let one = run(1, 8);
+    assert!(one == run(16, 8), "1 and 16 threads differ");
+    assert!(one != run(16, 9), "another seed, other bytes");
+}

@@ -939,3 +939,211 @@ fn an_epoch_ending_in_bad_files_lists_them_on_its_last_batch() {
         }
     }
 }
+
+/// Every batch of one epoch on the CPU device, as u8 values (mean 0, std 1/255, f32 NHWC):
+/// (values, augmentations, mix, soft labels, labels) per batch.
+type AugmentedBatch = (
+    Vec<f32>,
+    Option<Vec<Vec<gpufeed::AugmentOp>>>,
+    Option<gpufeed::Mix>,
+    Option<Vec<f32>>,
+    Option<Vec<u32>>,
+);
+
+fn augmented_epoch(builder: PipelineBuilder) -> Vec<AugmentedBatch> {
+    let mut pipeline = builder
+        .mean_std(IDENTITY_MEAN, IDENTITY_STD)
+        .dtype(DType::F32)
+        .layout(Layout::Nhwc)
+        .device(Device::Cpu)
+        .build()
+        .expect("build");
+    let mut out = Vec::new();
+    while let Some(batch) = pipeline.next_batch().expect("next_batch") {
+        out.push((
+            batch.images().to_host().expect("host").to_f32_vec(),
+            batch.augmentations().map(<[_]>::to_vec),
+            batch.mix(),
+            batch
+                .soft_labels()
+                .map(|t| t.to_host().expect("host").to_f32_vec()),
+            batch.labels().map(<[_]>::to_vec),
+        ));
+    }
+    out
+}
+
+#[test]
+fn augmented_rows_are_the_plain_rows_with_their_calls_then_their_mixing() {
+    let root = image_folder();
+    let size = 48usize;
+    let builder = |augment: Option<gpufeed::AugmentOptions>| {
+        let b = Pipeline::builder()
+            .source(Source::image_folder(&root).expect("folder"))
+            .batch_size(4)
+            .imagenet_train(size as u32, 5);
+        match augment {
+            Some(a) => b.augment_options(a),
+            None => b,
+        }
+    };
+    let per_image = gpufeed::AugmentOptions::default()
+        .policy(gpufeed::Augment::RandAugment {
+            num_ops: 4,
+            magnitude: 20,
+        })
+        .color_jitter(gpufeed::ColorJitter {
+            brightness: 0.4,
+            contrast: 0.4,
+            saturation: 0.4,
+            hue: 0.2,
+        })
+        .random_erasing(Some(gpufeed::RandomErasing::new(0.5)));
+    let plain = augmented_epoch(builder(None));
+    assert!(plain.iter().all(|b| b.1.is_none() && b.2.is_none()));
+    let image = size * size * 3;
+    for mixing in [false, true] {
+        let options = if mixing {
+            per_image.mixup(Some(0.2)).cutmix(Some(1.0))
+        } else {
+            per_image
+        };
+        let augmented = augmented_epoch(builder(Some(options)));
+        assert_eq!(augmented.len(), plain.len());
+        let mut calls = 0;
+        for (p, a) in plain.iter().zip(&augmented) {
+            let rows = a.1.as_ref().expect("augmentations");
+            let n = rows.len();
+            // Each row: the plain row with its calls applied.
+            let mut expect: Vec<u8> = p.0.iter().map(|&v| v as u8).collect();
+            for (row, ops) in rows.iter().enumerate() {
+                calls += ops.len();
+                gpufeed::augment::apply_ops(
+                    ops,
+                    &mut expect[row * image..(row + 1) * image],
+                    size,
+                    size,
+                )
+                .expect("apply");
+            }
+            let own = |row: usize, k: usize| f32::from(expect[row * image + k]);
+            for row in 0..n {
+                let partner = gpufeed::Mix::partner(row, n);
+                for k in 0..image {
+                    let got = a.0[row * image + k];
+                    let want = match a.2 {
+                        None => own(row, k),
+                        Some(gpufeed::Mix::MixUp { lam }) => {
+                            own(partner, k) * (1.0 - lam) as f32 + own(row, k) * lam as f32
+                        }
+                        Some(gpufeed::Mix::CutMix { x1, y1, x2, y2, .. }) => {
+                            let (x, y) = (((k / 3) % size) as u32, ((k / 3) / size) as u32);
+                            if x >= x1 && x < x2 && y >= y1 && y < y2 {
+                                own(partner, k)
+                            } else {
+                                own(row, k)
+                            }
+                        }
+                        Some(other) => panic!("a mix this test does not know: {other:?}"),
+                    };
+                    assert_eq!(
+                        got, want,
+                        "mixing {mixing}: row {row} element {k} ({:?})",
+                        a.2
+                    );
+                }
+            }
+            // Soft labels: each row's one-hot times lam plus its partner's times 1 - lam.
+            match (mixing, &a.3, &a.4, a.2) {
+                (true, Some(soft), Some(labels), Some(mix)) => {
+                    assert_eq!(soft.len(), n * 3, "three classes");
+                    for row in 0..n {
+                        let s = &soft[row * 3..(row + 1) * 3];
+                        assert!((s.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+                        let (own, other) = (
+                            labels[row] as usize,
+                            labels[gpufeed::Mix::partner(row, n)] as usize,
+                        );
+                        if own != other {
+                            assert_eq!(s[own], mix.lam() as f32);
+                            assert_eq!(s[other], (1.0 - mix.lam()) as f32);
+                        }
+                    }
+                }
+                (false, None, _, None) => {}
+                other => panic!(
+                    "mixing {mixing}: {:?}",
+                    (other.0, other.1.is_some(), other.3)
+                ),
+            }
+        }
+        assert!(calls > plain.len() * 4, "{calls} calls drawn");
+    }
+    let _ = std::fs::remove_dir_all(root);
+}
+
+#[test]
+fn augmentations_give_the_same_bytes_on_any_thread_count() {
+    let root = image_folder();
+    let run = |threads: usize, seed: u64| {
+        augmented_epoch(
+            Pipeline::builder()
+                .source(Source::image_folder(&root).expect("folder"))
+                .batch_size(3)
+                .threads(threads)
+                .recipe(gpufeed::Recipe::TorchvisionImagenet, 64, seed)
+                .color_jitter(0.4, 0.4, 0.4, 0.1),
+        )
+        .into_iter()
+        .map(|b| (b.0, b.3))
+        .collect::<Vec<_>>()
+    };
+    let one = run(1, 3);
+    assert!(one == run(16, 3), "1 and 16 threads differ");
+    assert!(one != run(2, 4), "another seed, other bytes");
+    let _ = std::fs::remove_dir_all(root);
+}
+
+#[test]
+fn augmentation_mistakes_are_refused_by_name() {
+    let name = |b: PipelineBuilder| match b.device(Device::Cpu).build() {
+        Err(Error::InvalidOption { option, .. }) => option,
+        other => panic!("expected an invalid option, got {:?}", other.map(|_| ())),
+    };
+    let assets = || Pipeline::builder().source(Source::directory("assets").expect("assets"));
+    assert_eq!(
+        name(assets().mixup(0.2)),
+        "mixup/cutmix",
+        "no labels to mix"
+    );
+    assert_eq!(
+        name(assets().augment(gpufeed::Augment::RandAugment {
+            num_ops: 2,
+            magnitude: 31
+        })),
+        "augment"
+    );
+    assert_eq!(
+        name(assets().color_jitter(0.1, 0.1, 0.1, 0.6)),
+        "color_jitter"
+    );
+    assert_eq!(name(assets().random_erasing(1.5)), "random_erasing");
+    assert_eq!(name(assets().cutmix(0.0)), "cutmix");
+    let paths = Source::paths(vec![PathBuf::from("assets/chelsea.png")]).with_labels(vec![0]);
+    assert_eq!(
+        name(
+            Pipeline::builder()
+                .source(paths.expect("labels"))
+                .mixup(1.0)
+        ),
+        "num_classes",
+        "labels but no class names"
+    );
+    assert_eq!(
+        "rand-augment:3:7".parse::<gpufeed::Augment>(),
+        Ok(gpufeed::Augment::RandAugment {
+            num_ops: 3,
+            magnitude: 7
+        })
+    );
+}

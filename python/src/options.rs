@@ -6,9 +6,9 @@
 use std::str::FromStr;
 
 use gpufeed::{
-    ChannelOrder, DType, Decode, Device, DrawRange, Gray16, Interpolation, LastBatch, Layout,
-    OnError, PipelineBuilder, ResizeMode, ShardBalance, RANDOM_CROP_RATIO, RANDOM_CROP_SCALE,
-    RANDOM_FLIP_CHANCE,
+    Augment, ChannelOrder, DType, Decode, Device, DrawRange, Gray16, Interpolation, LastBatch,
+    Layout, OnError, PipelineBuilder, Recipe, ResizeMode, ShardBalance, RANDOM_CROP_RATIO,
+    RANDOM_CROP_SCALE, RANDOM_FLIP_CHANCE,
 };
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -32,6 +32,8 @@ pub(crate) struct Keywords {
     ratio: DrawRange,
     /// `train=True`: ImageNet's training transform.
     train: bool,
+    /// `recipe=`: a training recipe, completed when every keyword is read.
+    recipe: Option<Recipe>,
     /// The `hflip`, `seed` and `shuffle` keywords, which `train` completes.
     hflip: Option<f64>,
     seed: u64,
@@ -146,6 +148,21 @@ const KEYWORDS: &[(&str, Apply)] = &[
     }))),
     keyword!("gray16", |k, v: Name| k
         .with(|b| Ok(b.gray16(parse::<Gray16>(&v)?)))),
+    keyword!("augment", |k, v: Name| k
+        .with(|b| Ok(b.augment(parse::<Augment>(&v)?)))),
+    keyword!("color_jitter", |k, v: (f64, f64, f64, f64)| k
+        .with(|b| Ok(b.color_jitter(v.0, v.1, v.2, v.3)))),
+    keyword!("random_erasing", |k, v: f64| k
+        .with(|b| Ok(b.random_erasing(v)))),
+    keyword!("mixup", |k, v: f64| k.with(|b| Ok(b.mixup(v)))),
+    keyword!("cutmix", |k, v: f64| k.with(|b| Ok(b.cutmix(v)))),
+    keyword!("num_classes", |k, v: usize| k
+        .with(|b| Ok(b.num_classes(v)))),
+    keyword!("recipe", |k, v: Name| {
+        k.recipe = Some(parse::<Recipe>(&v)?);
+        k.train = true;
+        Ok(())
+    }),
 ];
 
 /// The keyword names, in table order (exported as `gpufeed.KEYWORDS`).
@@ -179,6 +196,7 @@ impl Keywords {
             scale: RANDOM_CROP_SCALE,
             ratio: RANDOM_CROP_RATIO,
             train: false,
+            recipe: None,
             hflip: None,
             seed: options.resize.seed,
             shuffle: None,
@@ -265,6 +283,13 @@ impl Keywords {
         };
         let (mean, std) = (self.mean, self.std);
         self.with(|b| Ok(b.resize(mode).mean_std(mean, std)))?;
+        if let Some(recipe) = self.recipe {
+            // The recipe's augmentations replace any given one by one; num_classes stays.
+            self.with(|b| {
+                let classes = b.options().augment.num_classes;
+                Ok(b.augment_options(recipe.augment_options().num_classes(classes)))
+            })?;
+        }
         Ok(self.builder.take().unwrap_or_default())
     }
 }

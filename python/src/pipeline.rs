@@ -352,6 +352,20 @@ pub struct Batch {
     /// source pixels (torchvision's `F.resized_crop` then `F.hflip`), or `None` without them.
     #[pyo3(get)]
     crops: Option<Vec<Crop>>,
+    /// What each row's augmentations drew: a list per row of `(function, kwargs)`, the
+    /// `torchvision.transforms.v2.functional` calls in the order applied; `None` without
+    /// augmentations.
+    #[pyo3(get)]
+    augmentations: Option<Py<PyAny>>,
+    /// How the rows were mixed: `{"fn": "mixup", "lam": L}` or `{"fn": "cutmix", "lam": L,
+    /// "box": [x1, y1, x2, y2]}` (row `i` with row `i - 1`, row 0 with the last); `None`
+    /// without MixUp or CutMix.
+    #[pyo3(get)]
+    mix: Option<Py<PyAny>>,
+    /// The soft labels of a mixed batch, `[N, num_classes, 1, 1]` float32 on the batch's
+    /// device (`torch.from_dlpack(batch.soft_labels).flatten(1)`); `None` without mixing.
+    #[pyo3(get)]
+    soft_labels: Option<Py<Tensor>>,
 }
 
 /// `(top, left, height, width, flipped)`.
@@ -360,7 +374,7 @@ type Crop = (u32, u32, u32, u32, bool);
 impl Batch {
     fn new(
         py: Python<'_>,
-        batch: gpufeed::Batch,
+        mut batch: gpufeed::Batch,
         raw_names: &HashMap<usize, OsString>,
     ) -> PyResult<Batch> {
         let labels = batch.labels().map(|l| l.to_vec());
@@ -385,6 +399,53 @@ impl Batch {
                 .map(|c| (c.top, c.left, c.height, c.width, c.flipped))
                 .collect()
         });
+        let json = py.import("json")?;
+        let loads = |text: String| -> PyResult<Py<PyAny>> {
+            Ok(json.call_method1("loads", (text,))?.unbind())
+        };
+        let augmentations = match batch.augmentations() {
+            Some(rows) => {
+                let text = format!(
+                    "[{}]",
+                    rows.iter()
+                        .map(|ops| format!(
+                            "[{}]",
+                            ops.iter()
+                                .map(|op| format!(
+                                    "[\"{}\", {}]",
+                                    op.function(),
+                                    op.json_arguments()
+                                ))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                Some(loads(text)?)
+            }
+            None => None,
+        };
+        let mix = match batch.mix() {
+            Some(gpufeed::Mix::CutMix {
+                x1,
+                y1,
+                x2,
+                y2,
+                lam,
+            }) => Some(loads(format!(
+                "{{\"fn\": \"cutmix\", \"lam\": {lam:?}, \"box\": [{x1}, {y1}, {x2}, {y2}]}}"
+            ))?),
+            Some(m) => Some(loads(format!(
+                "{{\"fn\": \"mixup\", \"lam\": {:?}}}",
+                m.lam()
+            ))?),
+            None => None,
+        };
+        let soft_labels = match batch.take_soft_labels() {
+            Some(t) => Some(Py::new(py, Tensor::new(Arc::new(t)))?),
+            None => None,
+        };
         let images = Py::new(py, Tensor::new(Arc::new(batch.into_images())))?;
         Ok(Batch {
             images,
@@ -395,6 +456,9 @@ impl Batch {
             epoch,
             padded,
             crops,
+            augmentations,
+            mix,
+            soft_labels,
         })
     }
 }

@@ -193,3 +193,42 @@ def test_webdataset_shards_with_labels(tmp_path):
     files = gpufeed.Pipeline(paths=[ASSETS / p for p in photos], device="cpu", batch_size=2)
     for a, b in zip(batches, files):
         assert (np.from_dlpack(a.images).view(np.uint16) == np.from_dlpack(b.images).view(np.uint16)).all()
+
+
+def test_recipe_keywords_give_calls_mixing_and_soft_labels(image_folder):
+    """recipe="torchvision-imagenet": each row's torchvision calls, the batch's mixing, and soft
+    labels over the folder's classes that sum to one; the same seed gives the same bytes."""
+    def run(seed, threads):
+        pipe = gpufeed.Pipeline(image_folder, image_folder=True, recipe="torchvision-imagenet",
+                                seed=seed, crop=64, batch_size=4, device="cpu", threads=threads,
+                                dtype="float32")
+        out = []
+        for batch in pipe:
+            soft = np.from_dlpack(batch.soft_labels).reshape(len(batch), -1)
+            assert soft.shape[1] == 2
+            np.testing.assert_allclose(soft.sum(axis=1), 1.0, rtol=1e-6)
+            assert batch.mix["fn"] in ("mixup", "cutmix") and 0.0 <= batch.mix["lam"] <= 1.0
+            assert len(batch.augmentations) == len(batch)
+            for calls in batch.augmentations:
+                for name, kwargs in calls:
+                    assert isinstance(name, str) and isinstance(kwargs, dict)
+            out.append(np.from_dlpack(batch.images).copy())
+        return out
+
+    first = run(3, 1)
+    assert all((a == b).all() for a, b in zip(first, run(3, 4)))
+    assert any((a != b).any() for a, b in zip(first, run(4, 1)))
+
+
+def test_augmentation_keywords_are_checked():
+    pipe = gpufeed.Pipeline(ASSETS, train=True, augment="rand-augment:2:9",
+                            color_jitter=(0.4, 0.4, 0.4, 0.1), random_erasing=0.25, crop=48,
+                            batch_size=4, device="cpu")
+    batch = next(iter(pipe))
+    assert batch.mix is None and batch.soft_labels is None
+    # The colour jitter's four calls, then the policy's (Identity makes none) and the erasing.
+    assert all(len(calls) >= 4 for calls in batch.augmentations)
+    with pytest.raises(ValueError, match="trivial-augment-wide"):
+        gpufeed.Pipeline(ASSETS, augment="augmix", device="cpu")
+    with pytest.raises(ValueError, match="mixup"):
+        gpufeed.Pipeline(ASSETS, mixup=0.2, device="cpu")

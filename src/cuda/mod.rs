@@ -7,6 +7,7 @@
 //! checks for both before any other call, and the few calls that could still panic on an unusual
 //! installation (an old driver lacking a symbol) run under `catch_unwind`.
 
+mod augment;
 mod device;
 mod normalize;
 mod staging;
@@ -17,6 +18,7 @@ use cudarc::driver::{CudaContext, DriverError};
 
 use crate::error::{panic_message, CudaUnavailable, Error, Result};
 
+pub(crate) use augment::DeviceAugmenter;
 #[cfg(test)]
 pub(crate) use device::compile_ptx;
 pub(crate) use device::{upload_reusing, Gpu, KernelSource};

@@ -68,6 +68,73 @@ impl PipelineBuilder {
         self
     }
 
+    /// torchvision's automatic augmentation policy on every image (default none); see
+    /// [`crate::Augment`].
+    pub fn augment(mut self, policy: crate::Augment) -> Self {
+        self.options.augment.policy = policy;
+        self
+    }
+
+    /// torchvision's `ColorJitter(brightness, contrast, saturation, hue)` (default none).
+    pub fn color_jitter(
+        mut self,
+        brightness: f64,
+        contrast: f64,
+        saturation: f64,
+        hue: f64,
+    ) -> Self {
+        self.options.augment.color_jitter = crate::ColorJitter {
+            brightness,
+            contrast,
+            saturation,
+            hue,
+        };
+        self
+    }
+
+    /// torchvision's `RandomErasing(p)` with its defaults (default none); see
+    /// [`crate::RandomErasing`] for the other parameters, set with
+    /// [`PipelineBuilder::augment_options`].
+    pub fn random_erasing(mut self, p: f64) -> Self {
+        self.options.augment.random_erasing = Some(crate::RandomErasing::new(p));
+        self
+    }
+
+    /// torchvision's `MixUp(alpha)` across each batch (default none); needs labels.
+    pub fn mixup(mut self, alpha: f64) -> Self {
+        self.options.augment.mixup = Some(alpha);
+        self
+    }
+
+    /// torchvision's `CutMix(alpha)` across each batch (default none); needs labels. With
+    /// [`PipelineBuilder::mixup`] too, each batch takes one of the two.
+    pub fn cutmix(mut self, alpha: f64) -> Self {
+        self.options.augment.cutmix = Some(alpha);
+        self
+    }
+
+    /// Classes of the soft labels of mixed batches (default: the image folder's class count).
+    pub fn num_classes(mut self, classes: usize) -> Self {
+        self.options.augment.num_classes = Some(classes);
+        self
+    }
+
+    /// Every augmentation option at once.
+    pub fn augment_options(mut self, augment: crate::AugmentOptions) -> Self {
+        self.options.augment = augment;
+        self
+    }
+
+    /// A training recipe: `.imagenet_train(size, seed)` (RandomResizedCrop + flip, shuffled)
+    /// and the recipe's augmentations ([`crate::Recipe::augment_options`]), keeping a
+    /// `num_classes` given before.
+    pub fn recipe(self, recipe: crate::Recipe, size: u32, seed: u64) -> Self {
+        let classes = self.options.augment.num_classes;
+        let mut b = self.imagenet_train(size, seed);
+        b.options.augment = recipe.augment_options().num_classes(classes);
+        b
+    }
+
     /// Resampling filter (default: antialiased bilinear).
     pub fn interpolation(mut self, interpolation: Interpolation) -> Self {
         self.options.resize.interpolation = interpolation;

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use cudarc::driver::CudaStream;
 
+use crate::augment::Augmenter;
 use crate::batch::{Batch, EpochReport};
 use crate::cuda::Gpu;
 use crate::error::{Error, Result};
@@ -147,6 +148,7 @@ impl Pipeline {
         if source.is_empty() {
             return Err(Error::invalid("source", "the source has no images"));
         }
+        let augmenter = augmenter(&options, &source)?;
         let fingerprint = Fingerprint::new(&source, &options);
         let start = match resume {
             Some(state) => {
@@ -207,6 +209,8 @@ impl Pipeline {
             stopwatch: stopwatch.clone(),
             lanes_report: lanes_report.clone(),
             output,
+            num_classes: augmenter.map_or(0, |(_, classes)| classes),
+            augmenter: augmenter.map(|(a, _)| a),
             abandon: abandon.clone(),
             stop: stop.clone(),
         };
@@ -537,6 +541,43 @@ impl Pipeline {
     pub fn pinned_bytes(&self) -> usize {
         self.pinned_bytes
     }
+}
+
+/// The draws of the pipeline's augmentations and the class count of its soft labels, when it
+/// augments; refuses mixing without labels to mix.
+fn augmenter(options: &Options, source: &Source) -> Result<Option<(Augmenter, usize)>> {
+    let augment = options.augment;
+    if !augment.is_on() {
+        return Ok(None);
+    }
+    let (height, width) = options.resize.output_size();
+    let augmenter = Augmenter {
+        options: augment,
+        seed: options.resize.seed,
+        width,
+        height,
+    };
+    if !augment.mixes() {
+        return Ok(Some((augmenter, 0)));
+    }
+    if !source.has_labels() {
+        return Err(Error::invalid(
+            "mixup/cutmix",
+            "MixUp and CutMix mix labels: the source has none (use an image folder, paths with \
+             labels, or tar shards with .cls members)",
+        ));
+    }
+    let classes = augment
+        .num_classes
+        .or_else(|| source.class_names().map(<[String]>::len))
+        .ok_or_else(|| {
+            Error::invalid(
+                "num_classes",
+                "MixUp and CutMix make soft labels over num_classes classes: give it (the \
+                 source has no class names to count)",
+            )
+        })?;
+    Ok(Some((augmenter, classes)))
 }
 
 impl Drop for Pipeline {

@@ -9,10 +9,11 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream};
 
+use crate::augment::{augment_batch, mix_normalize, soft_labels, AugmentPlan};
 use crate::cpu::{NormalizeTable, Staging};
-use crate::cuda::{Gpu, Normalizer, StagingRing};
+use crate::cuda::{DeviceAugmenter, Gpu, Normalizer, StagingRing};
 use crate::error::{Error, Result};
-use crate::options::{NormalizeSpec, Options};
+use crate::options::{Layout, NormalizeSpec, Options};
 use crate::tensor::{HostData, HostPool, HostTensor, Tensor};
 
 /// Staging slots of a CUDA pipeline: the CPU fills one while the previous one uploads.
@@ -35,15 +36,34 @@ pub(crate) trait OutputStage: Send {
     /// Slot `slot` for the lanes to fill, once nothing reads it any more.
     fn staging(&mut self, slot: usize) -> Result<Staging<'_>>;
 
-    /// The first `n` images of slot `slot` as the batch's tensor, and the bytes uploaded; the
-    /// places `on_device` names are not uploaded but written on the device, after the upload and
-    /// before the kernel.
+    /// The first `n` images of slot `slot` as the batch's tensor, augmented as `augment` says,
+    /// and the bytes uploaded; the places `on_device` names are not uploaded but written on the
+    /// device, after the upload and before the kernels.
     fn finish(
         &mut self,
         slot: usize,
         n: usize,
         on_device: &mut dyn DeviceWrites,
-    ) -> Result<(Tensor, usize)>;
+        augment: Option<BatchAugment<'_>>,
+    ) -> Result<Finished>;
+}
+
+/// The augmentations of one batch, for the output stage to carry out on its pixels.
+pub(crate) struct BatchAugment<'a> {
+    /// What each row and the batch drew.
+    pub plan: &'a AugmentPlan,
+    /// The rows' labels and the class count, for the soft labels of a mixed batch.
+    pub labels: Option<(&'a [u32], usize)>,
+}
+
+/// A finished batch's tensors.
+pub(crate) struct Finished {
+    /// The images.
+    pub images: Tensor,
+    /// Bytes uploaded.
+    pub uploaded: usize,
+    /// The soft labels of a mixed batch.
+    pub soft_labels: Option<Tensor>,
 }
 
 /// Images of a batch that are already on the device: written into their places of the batch's
@@ -89,7 +109,18 @@ pub(crate) fn open(
                 available_host_memory(),
                 "host memory",
             )?;
-            let output = HostOutput::new(slot_bytes, dims, spec)?;
+            let mut output = HostOutput::new(slot_bytes, dims, spec)?;
+            if options.augment.is_on() {
+                output.augment = Some(
+                    rayon::ThreadPoolBuilder::new()
+                        .num_threads(options.runtime.threads)
+                        .thread_name(|i| format!("gpufeed-augment-{i}"))
+                        .build()
+                        .map_err(|e| {
+                            Error::invalid("threads", format!("cannot start the threads: {e}"))
+                        })?,
+                );
+            }
             // The batches ahead, the one in use and the one being filled.
             output
                 .pool
@@ -106,14 +137,18 @@ pub(crate) fn open(
                 Some(gpu) => gpu.clone(),
                 None => Gpu::open(ordinal)?,
             };
-            Box::new(CudaOutput::open(
-                gpu,
-                slot_bytes,
-                dims,
-                spec,
-                &sizes,
-                device_bytes,
-            )?)
+            let augments = options.augment.is_on();
+            let scratch = if augments {
+                DeviceAugmenter::device_bytes(slot_bytes)
+            } else {
+                0
+            };
+            let mut output =
+                CudaOutput::open(gpu, slot_bytes, dims, spec, &sizes, device_bytes + scratch)?;
+            if augments {
+                output.augmenter = Some(DeviceAugmenter::new(output.gpu.stream(), slot_bytes)?);
+            }
+            Box::new(output)
         }
     })
 }
@@ -168,6 +203,8 @@ struct CudaOutput {
     normalizer: Normalizer,
     spec: NormalizeSpec,
     dims: (usize, usize),
+    /// The augmentation kernels, when the pipeline augments.
+    augmenter: Option<DeviceAugmenter>,
 }
 
 impl CudaOutput {
@@ -199,6 +236,7 @@ impl CudaOutput {
             normalizer,
             spec,
             dims,
+            augmenter: None,
         })
     }
 }
@@ -232,7 +270,8 @@ impl OutputStage for CudaOutput {
         slot: usize,
         n: usize,
         on_device: &mut dyn DeviceWrites,
-    ) -> Result<(Tensor, usize)> {
+        augment: Option<BatchAugment<'_>>,
+    ) -> Result<Finished> {
         let (height, width) = self.dims;
         let image = height * width * 3;
         // The staged images go up (runs between the places written on the device); the others
@@ -249,10 +288,41 @@ impl OutputStage for CudaOutput {
         let uploaded = ranges.iter().map(|r| r.len()).sum();
         let input = self.ring.upload(slot, &ranges)?;
         on_device.write(self.gpu.stream(), input)?;
-        let tensor = self
-            .normalizer
-            .run(self.gpu.stream(), input, n, height, width, &self.spec)?;
-        Ok((Tensor::Device(tensor), uploaded))
+        let stream = self.gpu.stream();
+        let mut soft_labels = None;
+        let tensor = match (augment, self.augmenter.as_mut()) {
+            (Some(augment), Some(augmenter)) => {
+                let plan = augment.plan;
+                augmenter.augment(stream, input, n, height, width, plan)?;
+                match &plan.mix {
+                    Some(mix) => {
+                        if let Some((labels, classes)) = augment.labels {
+                            let soft = augmenter.soft_labels(stream, labels, classes, mix)?;
+                            soft_labels = Some(Tensor::Device(soft));
+                        }
+                        augmenter.mix_normalize(
+                            stream,
+                            input,
+                            n,
+                            (height, width),
+                            &self.spec,
+                            mix,
+                        )?
+                    }
+                    None => self
+                        .normalizer
+                        .run(stream, input, n, height, width, &self.spec)?,
+                }
+            }
+            _ => self
+                .normalizer
+                .run(stream, input, n, height, width, &self.spec)?,
+        };
+        Ok(Finished {
+            images: Tensor::Device(tensor),
+            uploaded,
+            soft_labels,
+        })
     }
 }
 
@@ -265,6 +335,9 @@ struct HostOutput {
     current: Option<HostData>,
     spec: NormalizeSpec,
     dims: (usize, usize),
+    /// With augmentations, the threads that augment and normalize a whole batch once it is
+    /// staged (each image's own thread cannot: MixUp and CutMix read other images).
+    augment: Option<rayon::ThreadPool>,
 }
 
 impl HostOutput {
@@ -284,6 +357,7 @@ impl HostOutput {
             current: None,
             spec,
             dims,
+            augment: None,
         })
     }
 }
@@ -306,6 +380,13 @@ impl OutputStage for HostOutput {
     }
 
     fn staging(&mut self, _slot: usize) -> Result<Staging<'_>> {
+        if self.augment.is_some() {
+            // Normalized in `finish`, once the batch is whole.
+            return Ok(Staging {
+                pixels: &mut self.pixels,
+                normalized: None,
+            });
+        }
         let data = match self.current.take() {
             // A batch that yielded nothing (only bad images) left its output unused.
             Some(unused) => unused,
@@ -323,19 +404,64 @@ impl OutputStage for HostOutput {
         _slot: usize,
         n: usize,
         on_device: &mut dyn DeviceWrites,
-    ) -> Result<(Tensor, usize)> {
+        augment: Option<BatchAugment<'_>>,
+    ) -> Result<Finished> {
         if !on_device.places().is_empty() {
             return Err(Error::Mismatch(
                 "images on a CUDA device for a batch on the CPU".into(),
             ));
         }
         let (height, width) = self.dims;
+        if let Some(threads) = &self.augment {
+            let image = height * width * 3;
+            let mut data = self.pool.take(self.spec.dtype, self.pixels.len());
+            let (pixels, spec, table) = (&mut self.pixels, &self.spec, &self.table);
+            let mut soft = None;
+            threads.install(|| {
+                let plan = augment.as_ref().map(|a| a.plan);
+                if let Some(plan) = plan {
+                    augment_batch(pixels, height, width, plan);
+                }
+                match plan.and_then(|p| p.mix.as_ref()) {
+                    Some(mix) => {
+                        if let Some((labels, classes)) = augment.as_ref().and_then(|a| a.labels) {
+                            let values = soft_labels(labels, classes, mix.lam());
+                            soft = HostTensor::new(
+                                HostData::F32(values),
+                                [n, classes, 1, 1],
+                                Layout::Nchw,
+                            );
+                        }
+                        mix_normalize(pixels, n, height, width, spec, mix, &mut data);
+                    }
+                    None if image > 0 => {
+                        use rayon::prelude::*;
+                        data.image_slots(image)
+                            .into_par_iter()
+                            .zip(pixels[..n * image].par_chunks(image))
+                            .for_each(|(slot, px)| table.write_image(px, slot));
+                    }
+                    None => {}
+                }
+            });
+            let shape = self.spec.layout.shape(n, height, width);
+            let tensor = HostTensor::pooled(data, shape, self.spec.layout, &self.pool);
+            return Ok(Finished {
+                images: Tensor::Host(tensor),
+                uploaded: 0,
+                soft_labels: soft.map(Tensor::Host),
+            });
+        }
         let data = self
             .current
             .take()
             .ok_or_else(|| Error::Worker("a batch finished before it was staged".into()))?;
         let shape = self.spec.layout.shape(n, height, width);
         let tensor = HostTensor::pooled(data, shape, self.spec.layout, &self.pool);
-        Ok((Tensor::Host(tensor), 0))
+        Ok(Finished {
+            images: Tensor::Host(tensor),
+            uploaded: 0,
+            soft_labels: None,
+        })
     }
 }

@@ -9,7 +9,8 @@ use std::time::Instant;
 
 use super::hybrid::HybridFilled;
 use super::lanes::Lanes;
-use super::output::OutputStage;
+use super::output::{BatchAugment, Finished, OutputStage};
+use crate::augment::Augmenter;
 use crate::batch::Batch;
 use crate::cpu::BatchRequest;
 use crate::error::{Error, ItemError, Result};
@@ -58,8 +59,19 @@ pub(super) struct Worker {
     /// Where the consumer reads which lanes decode and the share in force.
     pub lanes_report: Arc<Mutex<LanesReport>>,
     pub output: Box<dyn OutputStage>,
+    /// The augmentations' draws, when the pipeline augments.
+    pub augmenter: Option<Augmenter>,
+    /// Classes of the soft labels, when batches are mixed.
+    pub num_classes: usize,
     pub abandon: Arc<AtomicBool>,
     pub stop: Arc<AtomicBool>,
+}
+
+/// The batch a worker makes next: how many images, and its number in the epoch.
+#[derive(Debug, Clone, Copy)]
+struct Wanted {
+    images: usize,
+    number: u64,
 }
 
 enum Produced {
@@ -143,7 +155,14 @@ impl Worker {
                     complete = false;
                     break;
                 }
-                let made = self.next_batch(epoch, &order, position, slot, want);
+                // Batches are full but the last: this one's number in the epoch (counting those
+                // handed out before a resumed start).
+                let number = ((start.rows + delivered) / batch_size) as u64;
+                let wanted = Wanted {
+                    images: want,
+                    number,
+                };
+                let made = self.next_batch(epoch, &order, position, slot, wanted);
                 self.report_lanes();
                 match made {
                     Ok(Produced::Batch(batch, consumed)) => {
@@ -221,15 +240,20 @@ impl Worker {
         report.description = self.lanes.describe();
     }
 
-    /// Prepares a batch of `want` images that starts at `position` of `order`.
+    /// Prepares a batch of `want` images that starts at `position` of `order`, batch `number` of
+    /// the epoch.
     fn next_batch(
         &mut self,
         epoch: u64,
         order: &EpochOrder,
         position: usize,
         slot: usize,
-        want: usize,
+        wanted: Wanted,
     ) -> Result<Produced> {
+        let Wanted {
+            images: want,
+            number,
+        } = wanted;
         let request = BatchRequest {
             order,
             start: position,
@@ -278,22 +302,59 @@ impl Worker {
                 dropped: n,
             });
         }
-        let finishing = Instant::now();
-        let mut on_device = self.lanes.device_writes(from_gpu);
-        let (images, uploaded_bytes) = self.output.finish(slot, n, &mut on_device)?;
-        self.stopwatch.add(Stage::Finish, finishing.elapsed());
-        let ids = filled
+        let ids: Vec<String> = filled
             .indices
             .iter()
             .map(|&i| self.source.item(i).id().to_string())
             .collect();
-        let labels = self.labelled.then(|| {
+        let labels: Option<Vec<u32>> = self.labelled.then(|| {
             filled
                 .indices
                 .iter()
                 .map(|&i| self.source.item(i).label().unwrap_or_default())
                 .collect()
         });
+        let plan = self
+            .augmenter
+            .as_ref()
+            .map(|a| a.plan(&filled.indices, epoch, number));
+        let mixed_labels = match (&plan, &labels) {
+            (Some(plan), Some(labels)) if plan.mix.is_some() => {
+                let classes = self.num_classes;
+                if let Some(k) = labels.iter().position(|&l| l as usize >= classes) {
+                    self.lanes.discard(from_gpu)?;
+                    return Err(Error::Mismatch(format!(
+                        "{}: label {} is not below num_classes ({classes}), so it has no soft \
+                         label",
+                        ids[k], labels[k]
+                    )));
+                }
+                Some((labels.as_slice(), classes))
+            }
+            _ => None,
+        };
+        let augment = plan.as_ref().map(|plan| BatchAugment {
+            plan,
+            labels: mixed_labels,
+        });
+        let finishing = Instant::now();
+        let mut on_device = self.lanes.device_writes(from_gpu);
+        let Finished {
+            images,
+            uploaded: uploaded_bytes,
+            soft_labels,
+        } = self.output.finish(slot, n, &mut on_device, augment)?;
+        self.stopwatch.add(Stage::Finish, finishing.elapsed());
+        let (augmentations, mix) = match plan {
+            Some(plan) => (
+                self.augmenter
+                    .as_ref()
+                    .is_some_and(|a| a.options.per_image())
+                    .then_some(plan.rows),
+                plan.mix,
+            ),
+            None => (None, None),
+        };
         let crops = filled.draws.iter().copied().collect();
         let batch = Batch {
             next_position: order.start().saturating_add(position + filled.consumed),
@@ -303,6 +364,9 @@ impl Worker {
             labels,
             padded: filled.padded,
             crops,
+            augmentations,
+            mix,
+            soft_labels,
             skipped: filled.skipped,
             epoch,
             uploaded_bytes,

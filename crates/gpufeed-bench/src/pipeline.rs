@@ -212,9 +212,17 @@ pub fn pipeline(options: &PipelineBenchOptions) -> Result<PipelineBenchReport> {
     }
     let mut rss_after_epochs = Vec::new();
     if let Some(ordinal) = options.device {
-        let pipeline_options =
+        let mut pipeline_options =
             config.runtime(config.runtime.device(Device::Cuda(ordinal)).threads(0));
-        let mut pipeline = Pipeline::with_options(source.clone(), pipeline_options)?;
+        let mut pipeline_source = source.clone();
+        if config.augment.mixes() && !source.has_labels() {
+            // MixUp and CutMix mix labels: made up here, a thousand classes.
+            let labels = (0..source.len()).map(|i| (i % 1000) as u32);
+            pipeline_source = pipeline_source.with_labels(labels)?;
+            let classes = config.augment.num_classes.or(Some(1000));
+            pipeline_options = pipeline_options.augment(config.augment.num_classes(classes));
+        }
+        let mut pipeline = Pipeline::with_options(pipeline_source, pipeline_options)?;
         // A pass of the CPU stage alone before each epoch, on as many threads: the pipeline's
         // rate with the device stage removed, measured in turn so that drifts of the machine's
         // speed hit both alike. (Its threads' scratch is in the RSS from the first epoch on.)
@@ -255,8 +263,20 @@ pub fn pipeline(options: &PipelineBenchOptions) -> Result<PipelineBenchReport> {
         });
         rows.push(PipelineBenchRow {
             label: format!(
-                "end to end, GPU {} {} batch {}",
-                config.output.dtype, config.output.layout, batch_size
+                "end to end, GPU {} {} batch {}{}{}",
+                config.output.dtype,
+                config.output.layout,
+                batch_size,
+                if config.decode.lanes == gpufeed::Decode::Hybrid {
+                    ", hybrid"
+                } else {
+                    ""
+                },
+                if config.augment.is_on() {
+                    ", augmented"
+                } else {
+                    ""
+                }
             ),
             threads,
             images,

@@ -8,11 +8,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gpufeed::{
-    Batch, BatchOptions, ChannelOrder, DType, Decode, DecodeOptions, Device, DrawRange,
-    EpochReport, Gray16, Interpolation, LastBatch, Launch, Layout, OnError, Options, OutputOptions,
-    Pipeline, PipelineState, ResizeMode, ResizeOptions, RuntimeOptions, Shard, ShardBalance,
-    Source, WaitedBatch, DEFAULT_DECODE_MEMORY, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS,
-    RANDOM_CROP_RATIO, RANDOM_CROP_SCALE, RANDOM_FLIP_CHANCE,
+    Augment, AugmentOptions, Batch, BatchOptions, ChannelOrder, ColorJitter, DType, Decode,
+    DecodeOptions, Device, DrawRange, EpochReport, Gray16, Interpolation, LastBatch, Launch,
+    Layout, OnError, Options, OutputOptions, Pipeline, PipelineState, RandomErasing, Recipe,
+    ResizeMode, ResizeOptions, RuntimeOptions, Shard, ShardBalance, Source, WaitedBatch,
+    DEFAULT_DECODE_MEMORY, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, RANDOM_CROP_RATIO,
+    RANDOM_CROP_SCALE, RANDOM_FLIP_CHANCE,
 };
 use indicatif::{ProgressBar, ProgressState, ProgressStyle};
 use serde_json::{json, Value};
@@ -44,6 +45,32 @@ pub struct RunArgs {
     /// output, RandomHorizontalFlip, and a new shuffle every epoch, all drawn from --seed.
     #[arg(long, conflicts_with_all = ["resize_mode", "shuffle"])]
     train: bool,
+    /// torchvision's automatic augmentation of every image: trivial-augment-wide,
+    /// rand-augment (2 operations at magnitude 9), rand-augment:N:M, auto-augment (its ImageNet
+    /// policy) or none; nearest sampling, drawn from --seed.
+    #[arg(long, default_value_t = Augment::None)]
+    augment: Augment,
+    /// torchvision's ColorJitter(B, C, S, H), before the --augment policy.
+    #[arg(long, num_args = 4, value_names = ["B", "C", "S", "H"])]
+    color_jitter: Option<Vec<f64>>,
+    /// torchvision's RandomErasing(P), after the --augment policy.
+    #[arg(long, value_name = "P")]
+    random_erasing: Option<f64>,
+    /// torchvision's MixUp(ALPHA) across each batch (needs labels: --image-folder or tar shards
+    /// with .cls members); soft labels over --num-classes.
+    #[arg(long, value_name = "ALPHA")]
+    mixup: Option<f64>,
+    /// torchvision's CutMix(ALPHA) across each batch; with --mixup, each batch takes one of the
+    /// two.
+    #[arg(long, value_name = "ALPHA")]
+    cutmix: Option<f64>,
+    /// Classes of the soft labels (default: the image folder's class count).
+    #[arg(long)]
+    num_classes: Option<usize>,
+    /// A training recipe: torchvision-imagenet (--train, trivial-augment-wide, random erasing
+    /// 0.1 to the mean colour, MixUp 0.2 or CutMix 1.0 per batch).
+    #[arg(long, conflicts_with_all = ["augment", "random_erasing", "mixup", "cutmix", "resize_mode", "shuffle"])]
+    recipe: Option<Recipe>,
     /// Seed of the random transforms (and of the shuffle, with --train).
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -175,8 +202,9 @@ pub struct RunArgs {
     /// as \xNN, so Python's codecs.escape_decode gives the name's bytes back); with labels,
     /// FILE.labels.txt, and for an ImageFolder FILE.classes.txt (the class name of each label,
     /// one a line); with random transforms, FILE.crops.tsv (path, top, left, height, width,
-    /// flipped: the arguments of torchvision's F.resized_crop and F.hflip). They appear only
-    /// once the run has succeeded.
+    /// flipped: the arguments of torchvision's F.resized_crop and F.hflip); with augmentations,
+    /// FILE.augment.jsonl (a JSON object a row: the torchvision.transforms.v2.functional calls
+    /// that reproduce it, and its mixing). They appear only once the run has succeeded.
     #[arg(long, value_name = "FILE.npy")]
     save: Option<PathBuf>,
     /// Let --save replace existing files (never an image the run reads).
@@ -247,8 +275,9 @@ impl RunArgs {
             scale: range(&self.scale, "scale")?,
             ratio: range(&self.ratio, "ratio")?,
         };
+        let train = self.train || self.recipe.is_some();
         let mode = match self.resize_mode.as_str() {
-            _ if self.train => random,
+            _ if train => random,
             "stretch" => ResizeMode::stretch(height, width),
             "letterbox" => ResizeMode::letterbox(height, width, self.pad),
             "random-resized-crop" => random,
@@ -260,12 +289,8 @@ impl RunArgs {
         };
         let flip = self
             .hflip
-            .unwrap_or(if self.train { RANDOM_FLIP_CHANCE } else { 0.0 });
-        let shuffle = if self.train {
-            Some(self.seed)
-        } else {
-            self.shuffle
-        };
+            .unwrap_or(if train { RANDOM_FLIP_CHANCE } else { 0.0 });
+        let shuffle = if train { Some(self.seed) } else { self.shuffle };
         let three = |values: &[f32], name: &str| -> Result<[f32; 3]> {
             <[f32; 3]>::try_from(values).map_err(|_| {
                 format!(
@@ -275,7 +300,27 @@ impl RunArgs {
                 .into()
             })
         };
+        let augment = match self.recipe {
+            Some(recipe) => recipe.augment_options(),
+            None => AugmentOptions::default()
+                .policy(self.augment)
+                .random_erasing(self.random_erasing.map(RandomErasing::new))
+                .mixup(self.mixup)
+                .cutmix(self.cutmix),
+        };
+        let jitter = match self.color_jitter.as_deref() {
+            None => ColorJitter::default(),
+            Some([b, c, s, h]) => ColorJitter {
+                brightness: *b,
+                contrast: *c,
+                saturation: *s,
+                hue: *h,
+            },
+            Some(_) => return Err("--color-jitter takes four values, B C S H".into()),
+        };
+        let augment = augment.color_jitter(jitter).num_classes(self.num_classes);
         Ok(Options::default()
+            .augment(augment)
             .decode(
                 DecodeOptions::default()
                     .max_pixels(self.max_pixels)
@@ -370,6 +415,9 @@ const CLASSES: &str = ".classes.txt";
 /// The suffix of the draws file `--save` writes with random transforms.
 const CROPS: &str = ".crops.tsv";
 
+/// The suffix of the augmentations file `--save` writes with augmentations.
+const AUGMENT: &str = ".augment.jsonl";
+
 /// What one run did, for the summary.
 struct Tally {
     reports: Vec<EpochReport>,
@@ -457,6 +505,10 @@ fn run_and_summarize(
     if options.resize.is_random() {
         extra.push(CROPS);
     }
+    if options.augment.is_on() {
+        extra.push(AUGMENT);
+    }
+    // The classes file last: written once, here.
     let classes = source.class_names().filter(|_| args.save.is_some());
     if classes.is_some() {
         extra.push(CLASSES);
@@ -513,6 +565,7 @@ fn run_and_summarize(
     let rows = Rows {
         saver: saver.as_mut(),
         names: &row_names,
+        saved: 0,
     };
     let mut outcome = run_epochs(args, &mut pipeline, rows, &progress, interrupt, &mut tally);
     progress.finish_and_clear();
@@ -588,6 +641,8 @@ fn flag_names(error: gpufeed::Error) -> Box<dyn std::error::Error> {
 struct Rows<'a> {
     saver: Option<&'a mut Saver>,
     names: &'a [String],
+    /// Rows saved so far: a mixed row's partner is named by its row in the saved files.
+    saved: usize,
 }
 
 /// Runs the epochs up to `args.epochs` (from the resumed one on), saving the rows and the state
@@ -612,6 +667,8 @@ fn run_epochs(
         if args.max_batches.is_some_and(|max| batches >= max) {
             break;
         }
+        let augments = pipeline.options().augment.is_on();
+        let size = pipeline.options().resize.output_size();
         let start = Instant::now();
         let mut last = None;
         let outcome: Result<()> = (|| {
@@ -630,7 +687,9 @@ fn run_epochs(
                 tally.uploaded_bytes += batch.uploaded_bytes();
                 progress.inc((batch.len() + batch.skipped().len()) as u64);
                 if let Some(saver) = rows.saver.as_deref_mut() {
-                    save_batch(saver, &batch, rows.names)?;
+                    let augmented = augments.then_some((rows.saved, size));
+                    save_batch(saver, &batch, rows.names, augmented)?;
+                    rows.saved += batch.len();
                 }
                 save_state(pipeline)?;
                 last = Some(batch);
@@ -654,8 +713,14 @@ fn run_epochs(
     Ok(())
 }
 
-/// Appends a batch to the files of `--save`: its rows, their names, labels and draws.
-fn save_batch(saver: &mut Saver, batch: &Batch, names: &[String]) -> Result<()> {
+/// Appends a batch to the files of `--save`: its rows, their names, labels and draws, and with
+/// `augmented` (the rows saved before it, and the output size) its augmentations' calls.
+fn save_batch(
+    saver: &mut Saver,
+    batch: &Batch,
+    names: &[String],
+    augmented: Option<(usize, (u32, u32))>,
+) -> Result<()> {
     let name = |i: usize| names.get(i).map_or("", String::as_str);
     let row_names: Vec<&str> = batch.indices().iter().map(|&i| name(i)).collect();
     saver.append(&batch.images().to_host()?, &row_names)?;
@@ -681,8 +746,49 @@ fn save_batch(saver: &mut Saver, batch: &Batch, names: &[String]) -> Result<()> 
             })
             .collect();
         saver.append_extra(extra, &lines)?;
+        extra += 1;
+    }
+    if let Some((first, (height, width))) = augmented {
+        saver.append_extra(extra, &augment_lines(batch, first, height, width))?;
     }
     Ok(())
+}
+
+/// One JSON line per row of `batch` (whose first row is row `first` of the saved files): its
+/// id, the `torchvision.transforms.v2.functional` calls that reproduce it in order, from
+/// `resized_crop` (and `horizontal_flip`) of the source image through its augmentations, and
+/// the batch's mixing with the partner row.
+fn augment_lines(batch: &Batch, first: usize, height: u32, width: u32) -> Vec<String> {
+    let n = batch.len();
+    (0..n)
+        .map(|row| {
+            let mut calls = Vec::new();
+            if let Some(c) = batch.crops().and_then(|c| c.get(row)) {
+                calls.push(format!(
+                    "[\"resized_crop\", {{\"top\": {}, \"left\": {}, \"height\": {}, \"width\": {}, \
+                     \"size\": [{height}, {width}]}}]",
+                    c.top, c.left, c.height, c.width
+                ));
+                if c.flipped {
+                    calls.push("[\"horizontal_flip\", {}]".to_string());
+                }
+            }
+            if let Some(ops) = batch.augmentations().and_then(|a| a.get(row)) {
+                for op in ops {
+                    calls.push(format!("[\"{}\", {}]", op.function(), op.json_arguments()));
+                }
+            }
+            let mix = batch.mix().map_or("null".to_string(), |m| {
+                m.json(first + gpufeed::Mix::partner(row, n))
+            });
+            format!(
+                "{{\"row\": {}, \"id\": {}, \"calls\": [{}], \"mix\": {mix}}}",
+                first + row,
+                Value::from(batch.ids()[row].as_str()),
+                calls.join(", ")
+            )
+        })
+        .collect()
 }
 
 /// The summary of a run, in words or as JSON.

@@ -1365,3 +1365,74 @@ fn resume_refuses_another_seed_option_or_folder() {
     let error = last_json(&o)["error"].as_str().expect("error").to_string();
     assert!(error.contains("source is not the one"), "{error}");
 }
+
+/// `--recipe torchvision-imagenet --save`: FILE.augment.jsonl holds one JSON object a row, with
+/// its id, its torchvision calls from `resized_crop` on (the crop's arguments those of
+/// FILE.crops.tsv), and its batch's mixing with the previous row of the batch.
+#[test]
+fn recipe_writes_the_calls_and_mixing_of_every_row() {
+    let dir = temp_dir("recipe");
+    let folder = dir.join("folder");
+    for (i, photo) in [
+        "chelsea.png",
+        "coffee.png",
+        "rocket.jpg",
+        "camera.png",
+        "astronaut.png",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let class = folder.join(["cat", "dog"][i % 2]);
+        std::fs::create_dir_all(&class).expect("class");
+        std::fs::copy(repo_path(&format!("assets/{photo}")), class.join(photo)).expect("copy");
+    }
+    let npy = dir.join("out.npy");
+    let o = gpufeed(&[
+        "run",
+        folder.to_str().expect("utf-8"),
+        "--image-folder",
+        "--cpu",
+        "--recipe",
+        "torchvision-imagenet",
+        "--crop",
+        "48",
+        "--batch-size",
+        "2",
+        "--save",
+        npy.to_str().expect("utf-8"),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let lines = std::fs::read_to_string(dir.join("out.augment.jsonl")).expect("augment.jsonl");
+    let paths = std::fs::read_to_string(dir.join("out.paths.txt")).expect("paths.txt");
+    let crops = std::fs::read_to_string(dir.join("out.crops.tsv")).expect("crops.tsv");
+    let rows: Vec<serde_json::Value> = lines
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(rows.len(), 5);
+    for (k, ((row, path), crop)) in rows
+        .iter()
+        .zip(paths.lines())
+        .zip(crops.lines())
+        .enumerate()
+    {
+        assert_eq!(row["row"], k);
+        assert_eq!(row["id"], path);
+        let calls = row["calls"].as_array().expect("calls");
+        let first = &calls[0];
+        assert_eq!(first[0], "resized_crop");
+        let c: Vec<&str> = crop.split('\t').collect();
+        assert_eq!(first[1]["top"].to_string(), c[1]);
+        assert_eq!(first[1]["width"].to_string(), c[4]);
+        assert_eq!(first[1]["size"], serde_json::json!([48, 48]));
+        assert_eq!(calls.iter().any(|c| c[0] == "horizontal_flip"), c[5] == "1");
+        // Batches of two (the last of one): the partner is the other row of the batch.
+        let mix = &row["mix"];
+        assert!(mix["fn"] == "mixup" || mix["fn"] == "cutmix", "{mix}");
+        let partner = mix["partner"].as_u64().expect("partner") as usize;
+        assert_eq!(partner, if k == 4 { 4 } else { k ^ 1 }, "row {k}");
+        let lam = mix["lam"].as_f64().expect("lam");
+        assert!((0.0..=1.0).contains(&lam));
+    }
+}

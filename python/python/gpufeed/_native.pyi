@@ -56,6 +56,9 @@ class Batch:
     epoch: int
     padded: list[bool]
     crops: Optional[list[Tuple[int, int, int, int, bool]]]
+    augmentations: Optional[list[list[Tuple[str, dict[str, Any]]]]]
+    mix: Optional[dict[str, Any]]
+    soft_labels: Optional[Tensor]
     def __len__(self) -> int: ...
 
 def draw_crop(
@@ -120,6 +123,15 @@ class Pipeline:
         gray16: Literal["clip", "scale"] = "clip",
         decode: Literal["cpu", "hybrid"] = "cpu",
         gpu_share: Optional[float] = None,
+        augment: Literal[
+            "none", "trivial-augment-wide", "rand-augment", "auto-augment"
+        ] = "none",
+        color_jitter: Optional[Tuple[float, float, float, float]] = None,
+        random_erasing: Optional[float] = None,
+        mixup: Optional[float] = None,
+        cutmix: Optional[float] = None,
+        num_classes: Optional[int] = None,
+        recipe: Optional[Literal["torchvision-imagenet"]] = None,
     ) -> None: ...
     def __iter__(self) -> Iterator[Batch]: ...
     def __next__(self) -> Batch: ...
