@@ -39,6 +39,7 @@
 #![deny(unsafe_code)]
 
 mod batch;
+pub mod coefficients;
 pub mod cpu;
 #[allow(unsafe_code)]
 pub mod cuda;
