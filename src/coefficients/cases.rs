@@ -122,7 +122,7 @@ pub(crate) fn cases(seed: u64) -> Vec<Case> {
         }
     }
     // Entropy codings, restart intervals, colour spaces and qualities on real content.
-    let (rocket, rw, rh) = turbo_decode(&repo_file("assets/rocket.jpg"), false);
+    let (rocket, rw, _) = turbo_decode(&repo_file("assets/rocket.jpg"), false);
     let part = crop(&rocket, rw, 101, 53, 211, 145);
     let (pw, ph) = (211, 145);
     let modes = [
@@ -254,4 +254,71 @@ pub(crate) fn cases(seed: u64) -> Vec<Case> {
         });
     }
     cases
+}
+
+/// One case made ready for a kernel run: its packed coefficients (a window of it, read with an
+/// early stop) and the pixels expected, which the CPU rendition and libjpeg-turbo agree on.
+pub(crate) struct Prepared {
+    pub name: String,
+    pub image: super::pack::PackedImage,
+    pub bytes: Vec<u8>,
+    pub expected: Vec<u8>,
+}
+
+/// `case` read, packed and rendered by the CPU: the whole image, or with `pick` (4 random bytes)
+/// a window of it. Panics when the CPU rendition and libjpeg-turbo's decode disagree.
+pub(crate) fn prepare(
+    reader: &mut turbojpeg_region::CoefficientReader,
+    case: &Case,
+    pick: Option<&[u8]>,
+) -> Prepared {
+    use super::{pack::pack, reference::render, Layout, Window};
+    let header = reader.open(&case.jpeg).expect("header").header().clone();
+    let gray = header.colorspace == Colorspace::Gray;
+    let layout = Layout::new(&header).expect("layout");
+    let (w, h) = (layout.width, layout.height);
+    let window = match pick {
+        Some(p) => {
+            let p = |k: usize| u32::from(p[k]);
+            let (x, y) = (p(0) * w / 256, p(1) * h / 256);
+            Window {
+                x,
+                y,
+                width: (1 + p(2) * (w - x) / 256).min(w - x),
+                height: (1 + p(3) * (h - y) / 256).min(h - y),
+            }
+        }
+        None => Window::whole(w, h),
+    };
+    let stop = layout.imcu_rows_for(&window);
+    let read = reader
+        .open(&case.jpeg)
+        .expect("header")
+        .read(Some(stop))
+        .expect("coefficients");
+    let mut bytes = Vec::new();
+    let image = pack(&read, &layout, &window, &mut bytes).expect("pack");
+    let channels = layout.channels();
+    let mut expected = vec![0; window.pixels() as usize * channels];
+    render(
+        &read,
+        &layout,
+        &window,
+        &mut expected,
+        window.width as usize * channels,
+    )
+    .expect("render");
+    let (whole, _, _) = turbo_decode(&case.jpeg, gray);
+    let mut turbo = Vec::with_capacity(expected.len());
+    for row in window.y..window.y + window.height {
+        let start = (row * w + window.x) as usize * channels;
+        turbo.extend_from_slice(&whole[start..start + window.width as usize * channels]);
+    }
+    assert!(expected == turbo, "{}: the CPU rendition", case.name);
+    Prepared {
+        name: case.name.clone(),
+        image,
+        bytes,
+        expected,
+    }
 }

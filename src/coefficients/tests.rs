@@ -343,3 +343,82 @@ fn windows_need_their_blocks_and_no_more() {
         Err(Error::Request(_))
     ));
 }
+
+#[test]
+fn packing_is_lossless_and_compact() {
+    use super::pack::{pack, packed_bound, Unpacked};
+    let mut reader = CoefficientReader::new().unwrap();
+    let all = cases(5);
+    let picks = random_bytes(all.len() * 4, 11);
+    let mut out = Vec::new();
+    for (n, case) in all.iter().enumerate() {
+        let coefficients = reader.open(&case.jpeg).unwrap().read(None).unwrap();
+        let layout = Layout::new(coefficients.header()).unwrap();
+        let (w, h) = (layout.width, layout.height);
+        let p = |k: usize| u32::from(picks[n * 4 + k]);
+        let (x, y) = (p(0) * w / 256, p(1) * h / 256);
+        let window = Window {
+            x,
+            y,
+            width: (1 + p(2) * (w - x) / 256).min(w - x),
+            height: (1 + p(3) * (h - y) / 256).min(h - y),
+        };
+        // Images follow one another in one buffer.
+        let at = out.len();
+        let image = pack(&coefficients, &layout, &window, &mut out).unwrap();
+        assert_eq!(out.len() - at, image.bytes);
+        assert_eq!(image.bytes % 8, 0);
+        assert!(
+            image.bytes <= packed_bound(&layout, &window),
+            "{}",
+            case.name
+        );
+        let unpacked = Unpacked::new(&out[at..], &image).unwrap();
+        for (c, packed) in image.components().enumerate() {
+            assert_eq!(packed.blocks, layout.blocks(c, &window));
+            assert_eq!(
+                CoefficientSource::quant_table(&unpacked, c),
+                coefficients.quant_table(c)
+            );
+            for by in packed.blocks.y0..packed.blocks.y1 {
+                let got = CoefficientSource::block_row(&unpacked, c, by).unwrap();
+                let want = coefficients.block_row(c, by).unwrap();
+                let span = packed.blocks.x0 as usize * 64..packed.blocks.x1 as usize * 64;
+                assert_eq!(got[span.clone()], want[span], "{} component {c}", case.name);
+            }
+        }
+        let channels = layout.channels();
+        let pitch = window.width as usize * channels;
+        let mut from_source = vec![0; pitch * window.height as usize];
+        let mut from_packed = vec![1; pitch * window.height as usize];
+        render(&coefficients, &layout, &window, &mut from_source, pitch).unwrap();
+        render(&unpacked, &layout, &window, &mut from_packed, pitch).unwrap();
+        assert!(from_source == from_packed, "{}", case.name);
+        // A buffer that does not end on 8 bytes is refused.
+        if n == 0 {
+            let mut odd = vec![0u8; 3];
+            assert!(matches!(
+                pack(&coefficients, &layout, &window, &mut odd),
+                Err(Error::Request(_))
+            ));
+        }
+    }
+    // On a real photo the format is several times smaller than dense coefficients (2 bytes
+    // each, 64 a block).
+    for file in ["assets/retina.jpg", "assets/hubble_deep_field.jpg"] {
+        let jpeg = super::cases::repo_file(file);
+        let coefficients = reader.open(&jpeg).unwrap().read(None).unwrap();
+        let layout = Layout::new(coefficients.header()).unwrap();
+        let window = Window::whole(layout.width, layout.height);
+        let mut packed = Vec::new();
+        let image = pack(&coefficients, &layout, &window, &mut packed).unwrap();
+        let dense: u64 = (0..3)
+            .map(|c| layout.blocks(c, &window).blocks() * 128)
+            .sum();
+        assert!(
+            (image.bytes as u64) * 3 < dense,
+            "{file}: {} packed bytes, {dense} dense",
+            image.bytes
+        );
+    }
+}
