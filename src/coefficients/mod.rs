@@ -9,14 +9,23 @@
 //! - [`reference`]: the CPU rendition, line by line after `jidctint.c`, `jdsample.c` and
 //!   `jdcolor.c`: the test oracle of the kernels, and a fallback;
 //! - [`pack`]: the transfer format, a window's blocks as nonzero masks and values;
+//! - [`batch`]: a batch of packed images planned for the kernels;
 //! - [`gpu`]: the kernels (`kernels/idct.cu`) and their host side, batched over many images,
 //!   with buffers sized once from a byte budget.
 //!
 //! `docs/large-photos.md` describes the path, its exactness and its measured costs.
 
+pub mod batch;
 #[cfg(test)]
 mod cases;
+#[allow(unsafe_code)]
+pub mod gpu;
+#[cfg(test)]
+mod gpu_tests;
+#[cfg(test)]
+mod host_check;
 mod layout;
+pub mod pack;
 pub mod reference;
 #[cfg(test)]
 mod tests;
@@ -39,6 +48,9 @@ pub enum Error {
     /// A call that does not fit the image or the buffers.
     #[error("{0}")]
     Request(String),
+    /// The GPU side failed (no device, a CUDA call, NVRTC).
+    #[error(transparent)]
+    Device(Box<crate::Error>),
 }
 
 /// Where the reference and the packer read coefficients from: a component's quantization table

@@ -20,7 +20,7 @@ use cudarc::driver::{CudaContext, DriverError};
 
 use crate::error::{panic_message, CudaUnavailable, Error, Result};
 
-pub(crate) use device::Gpu;
+pub(crate) use device::{Gpu, KernelSource};
 pub(crate) use lane::{lookahead, offered, JpegLane, LaneConfig, LaneOutput, LaneResult, LaneWork};
 pub use normalize::{NormalizeTuning, Normalizer};
 pub(crate) use staging::StagingRing;
