@@ -146,7 +146,7 @@ impl BatchPlan {
         let mut largest_image = 0u32;
         let too_large = |what: &str| Error::Request(format!("{what} too large for one launch"));
         for (image, at) in images {
-            if at % 8 != 0 {
+            if !at.is_multiple_of(8) {
                 return Err(Error::Request(format!(
                     "packed bytes at offset {at}: not a multiple of 8"
                 )));

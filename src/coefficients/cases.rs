@@ -51,7 +51,11 @@ fn picture(width: u32, height: u32, seed: u64) -> Vec<u8> {
             for c in 0..3u32 {
                 let i = ((y * width + x) * 3 + c) as usize;
                 let ramp = (x * (150 + 40 * c) / width.max(1) + y * 90 / height.max(1)) as i32;
-                let edge = if (x / 5 + y / 3 + c) % 4 == 0 { 120 } else { 0 };
+                let edge = if (x / 5 + y / 3 + c).is_multiple_of(4) {
+                    120
+                } else {
+                    0
+                };
                 let v = ramp + edge + (i32::from(grain[i]) - 128) / 2;
                 pixels.push(v.clamp(0, 255) as u8);
             }

@@ -248,7 +248,7 @@ impl Layout {
                     } else {
                         Upsampling::Box { h: 2, v: 2 }
                     }
-                } else if max_h % h == 0 && max_v % v == 0 {
+                } else if max_h.is_multiple_of(h) && max_v.is_multiple_of(v) {
                     Upsampling::Box {
                         h: (max_h / h) as u8,
                         v: (max_v / v) as u8,

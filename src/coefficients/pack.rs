@@ -201,7 +201,7 @@ pub fn pack<S: CoefficientSource + ?Sized>(
             layout.components.len()
         )));
     }
-    if out.len() % 8 != 0 {
+    if !out.len().is_multiple_of(8) {
         return Err(Error::Request(
             "packed images start at a multiple of 8 bytes".into(),
         ));
@@ -240,7 +240,7 @@ pub fn pack<S: CoefficientSource + ?Sized>(
                 Error::Request(format!("blocks {}..{} of row {by}", rect.x0, rect.x1))
             })?;
             for block in row.chunks_exact(64) {
-                if index % GROUP as usize == 0 {
+                if index.is_multiple_of(GROUP as usize) {
                     let at = section + groups + index / GROUP as usize * 4;
                     out[at..at + 4].copy_from_slice(&ac_bytes.to_le_bytes());
                 }
@@ -389,7 +389,7 @@ mod tests {
                 .enumerate()
                 .map(|(k, pair)| {
                     let v = i16::from_le_bytes([pair[0], pair[1]]);
-                    let v = if b % 3 == 0 { v } else { v % 130 };
+                    let v = if b.is_multiple_of(3) { v } else { v % 130 };
                     if (k + b) % 8 < keep {
                         v
                     } else {

@@ -38,7 +38,11 @@ fn picture(width: u32, height: u32, seed: u64) -> Vec<u8> {
             for c in 0..3u32 {
                 let i = ((y * width + x) * 3 + c) as usize;
                 let ramp = (x * (60 + 40 * c) / width.max(1) + y * 90 / height.max(1)) as i32;
-                let edge = if (x / 7 + y / 5 + c) % 3 == 0 { 60 } else { 0 };
+                let edge = if (x / 7 + y / 5 + c).is_multiple_of(3) {
+                    60
+                } else {
+                    0
+                };
                 let v = 40 + ramp + edge + (grain[i] as i32 - 128) / 4;
                 pixels.push(v.clamp(0, 255) as u8);
             }
