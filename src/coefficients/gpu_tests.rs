@@ -94,3 +94,34 @@ fn the_gpu_equals_the_cpu_rendition_and_libjpeg_turbo() {
     assert!(small.is_empty());
     assert!(small.add(&big.image, &big.bytes[..8]).is_err());
 }
+
+/// kernels/idct.cu compiles with NVRTC for Hopper and Ampere wherever NVRTC loads (no device
+/// needed), so a syntax error NVRTC alone would catch shows before a GPU run.
+#[test]
+fn the_kernels_compile_with_nvrtc() {
+    use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+    // SAFETY: `is_culib_present` only tries to dlopen NVRTC by its usual names and reports
+    // whether that worked; it calls nothing inside it.
+    #[allow(unsafe_code)]
+    let present = unsafe { cudarc::nvrtc::sys::is_culib_present() };
+    if !present {
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: the_kernels_compile_with_nvrtc: NVRTC not found"
+        );
+        return;
+    }
+    for arch in ["compute_90", "compute_80"] {
+        let options = CompileOptions {
+            options: vec![format!("--gpu-architecture={arch}")],
+            name: Some("idct.cu".into()),
+            ..Default::default()
+        };
+        let ptx = compile_ptx_with_opts(super::gpu::SOURCE, options)
+            .unwrap_or_else(|e| panic!("{arch}: {e:?}"));
+        let text = ptx.to_src();
+        assert!(text.contains("gpufeed_idct_islow"), "{arch}");
+        assert!(text.contains("gpufeed_upsample_color"), "{arch}");
+    }
+}
