@@ -42,6 +42,7 @@
 
 pub mod augment;
 mod batch;
+pub mod coefficients;
 pub mod cpu;
 #[allow(unsafe_code)]
 pub mod cuda;

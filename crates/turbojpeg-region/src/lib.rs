@@ -28,14 +28,33 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! All `unsafe` of this crate is in this file; each block states why it is sound.
+//! Two more things libjpeg-turbo does, through its libjpeg API (a small C shim, `src/shim.c`,
+//! keeps libjpeg's `setjmp`/`longjmp` error handling on the C side):
+//!
+//! - [`CoefficientReader`] reads a JPEG's quantized DCT coefficients without transforming them
+//!   (`jpeg_read_coefficients`), optionally stopping a baseline file after the rows a caller
+//!   needs (see [`coefficients`](CoefficientReader) for the layout and what can stop early);
+//! - [`encode`] writes JPEGs with any sampling factors, progressive or arithmetic-coded, with
+//!   restart markers: the files tests and benchmarks need.
+//!
+//! All `unsafe` of this crate is in this file, `coefficients.rs`, `encoder.rs` and `ffi.rs`;
+//! each block states why it is sound.
 
 #![warn(missing_docs)]
+
+mod coefficients;
+mod encoder;
+mod ffi;
 
 use std::ffi::CStr;
 use std::ptr::NonNull;
 
 use turbojpeg_sys as sys;
+
+pub use coefficients::{
+    CoefficientError, CoefficientHeader, CoefficientReader, Coefficients, ComponentInfo, Opened,
+};
+pub use encoder::{encode, EncodeOptions, Restart, Sampling};
 
 /// What went wrong, in libjpeg-turbo's words or ours.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,0 +1,435 @@
+// gpufeed: libjpeg-turbo's decode after entropy decoding, on the GPU, bit for bit: the packed
+// coefficients of a batch of images (src/coefficients/pack.rs) are expanded, dequantized and
+// inverse-transformed with libjpeg-turbo's integer "islow" IDCT (jidctint.c) into component
+// planes, which are then upsampled (jdsample.c, Pillow's and TurboJPEG's defaults: fancy
+// upsampling, no merged upsampler) and colour-converted (jdcolor.c) into the rendered window.
+//
+// Every function mirrors its CPU rendition in src/coefficients/reference.rs line by line, with the
+// C's integer types: JLONG is `long long` (64-bit, as on LP64 Linux), the IDCT workspace `int`,
+// the multiplier table `short` (ISLOW_MULT_TYPE of a SIMD build). Integers only.
+//
+// Compiled at run time by NVRTC (no headers: nothing is included). Also compiled as C++ on the
+// host with a few macros standing in for CUDA's (src/coefficients/host_check.rs), which runs both
+// kernels' threads one after another against the CPU rendition: the kernels use no shared memory,
+// no synchronisation and no warp functions, so that sequential run is exactly the GPU's result.
+//
+// Launches (src/coefficients/batch.rs):
+//   gpufeed_idct_islow     grid (x: enough blocks for the largest job, y: job), one thread per
+//                          8x8 block, a grid-stride loop over the job's blocks.
+//   gpufeed_upsample_color grid (x: blocks per image, y: image), one thread per output pixel,
+//                          a grid-stride loop over the window's pixels.
+
+// One component of one image (src/coefficients/batch.rs IdctJob): its packed section in the
+// coefficient buffer, its plane in the plane buffer.
+struct GfIdctJob {
+    unsigned long long section; // byte offset of the section (multiplier table first)
+    unsigned long long plane;   // byte offset of the plane (blocks_wide * 8 bytes a row)
+    unsigned int blocks;        // blocks in the window's rectangle
+    unsigned int blocks_wide;   // the rectangle's width in blocks
+    unsigned int dc;            // offsets from the section: i16 DC per block
+    unsigned int masks;         // u64 mask per block (bit 0: AC values are i16)
+    unsigned int groups;        // u32 offset of each group of 32 blocks' AC values
+    unsigned int ac;            // the AC values, 1 or 2 bytes each
+};
+
+// One component plane as the upsampler reads it (src/coefficients/batch.rs PlaneRef).
+struct GfPlane {
+    unsigned long long offset; // byte offset of the plane in the plane buffer
+    unsigned int pitch;        // bytes a row
+    unsigned int x0;           // component sample coordinates of the plane's first sample
+    unsigned int y0;
+    unsigned int last_i;       // the component's last real sample column (downsampled_width - 1)
+    unsigned int last_j;       // its last real sample row (downsampled_height - 1)
+    unsigned int method;       // GF_UP_*
+    unsigned int h;            // GF_UP_BOX: replication factors
+    unsigned int v;
+};
+
+// One image's window (src/coefficients/batch.rs ColorJob).
+struct GfColorJob {
+    GfPlane comp[3];
+    unsigned long long out;   // byte offset of the window's first pixel in the output buffer
+    unsigned int out_pitch;   // bytes a row
+    unsigned int x;           // the window in image pixels
+    unsigned int y;
+    unsigned int width;
+    unsigned int height;
+    unsigned int conversion;  // GF_CC_*
+    unsigned int pixels;      // width * height
+    unsigned int unused;
+};
+
+static_assert(sizeof(GfIdctJob) == 40, "GfIdctJob is batch.rs IdctJob");
+static_assert(sizeof(GfPlane) == 40, "GfPlane is batch.rs PlaneRef");
+static_assert(sizeof(GfColorJob) == 160, "GfColorJob is batch.rs ColorJob");
+
+#define GF_UP_FULL 0
+#define GF_UP_FANCY_H2V1 1
+#define GF_UP_FANCY_H1V2 2
+#define GF_UP_FANCY_H2V2 3
+#define GF_UP_BOX 4
+
+#define GF_CC_GRAY 0
+#define GF_CC_YCBCR 1
+#define GF_CC_RGB 2
+
+#define GF_GROUP 32
+#define GF_WIDE 1ULL
+
+// ---- jidctint.c ----
+
+#define GF_CONST_BITS 13
+#define GF_PASS1_BITS 2
+
+#define GF_FIX_0_298631336 ((long long)2446)
+#define GF_FIX_0_390180644 ((long long)3196)
+#define GF_FIX_0_541196100 ((long long)4433)
+#define GF_FIX_0_765366865 ((long long)6270)
+#define GF_FIX_0_899976223 ((long long)7373)
+#define GF_FIX_1_175875602 ((long long)9633)
+#define GF_FIX_1_501321110 ((long long)12299)
+#define GF_FIX_1_847759065 ((long long)15137)
+#define GF_FIX_1_961570560 ((long long)16069)
+#define GF_FIX_2_053119869 ((long long)16819)
+#define GF_FIX_2_562915447 ((long long)20995)
+#define GF_FIX_3_072711026 ((long long)25172)
+
+// DESCALE(x, n): RIGHT_SHIFT(x + (ONE << (n - 1)), n), an arithmetic shift of a JLONG.
+__device__ __forceinline__ long long gf_descale(long long x, int n) {
+    return (x + (1LL << (n - 1))) >> n;
+}
+
+// LEFT_SHIFT(a, b): (JLONG)((unsigned long)(a) << (b)).
+__device__ __forceinline__ long long gf_left_shift(long long a, int b) {
+    return (long long)((unsigned long long)a << b);
+}
+
+// DEQUANTIZE(coef, quantval): an int product of two shorts.
+__device__ __forceinline__ int gf_dequantize(short coef, short quantval) {
+    return (int)coef * (int)quantval;
+}
+
+// IDCT_range_limit(cinfo)[x & RANGE_MASK]: libjpeg's post-IDCT table (jdmaster.c
+// prepare_range_limit_table), entries 0..128 -> 128..256, 128..512 -> 255, 512..896 -> 0,
+// 896..1024 -> 0..128 (reference.rs idct_range_limit).
+__device__ __forceinline__ unsigned char gf_idct_range_limit(int x) {
+    int index = x & 1023;
+    if (index < 128) return (unsigned char)(index + 128);
+    if (index < 512) return 255;
+    if (index < 896) return 0;
+    return (unsigned char)(index - 896);
+}
+
+// jpeg_idct_islow on one block: `coef` natural order, `quant` the multiplier table, 8 rows of 8
+// samples written `stride` bytes apart from `out` (reference.rs idct_islow).
+__device__ void gf_idct_islow(const short* coef, const short* quant, unsigned char* out,
+                              unsigned int stride) {
+    long long tmp0, tmp1, tmp2, tmp3;
+    long long tmp10, tmp11, tmp12, tmp13;
+    long long z1, z2, z3, z4, z5;
+    int workspace[64];
+
+    // Pass 1: process columns from input, store into work array.
+    for (int col = 0; col < 8; col++) {
+        const short* inptr = coef + col;
+        const short* quantptr = quant + col;
+        int* wsptr = workspace + col;
+        if (inptr[8 * 1] == 0 && inptr[8 * 2] == 0 && inptr[8 * 3] == 0 && inptr[8 * 4] == 0 &&
+            inptr[8 * 5] == 0 && inptr[8 * 6] == 0 && inptr[8 * 7] == 0) {
+            // AC terms all zero
+            int dcval = (int)gf_left_shift(
+                (long long)gf_dequantize(inptr[8 * 0], quantptr[8 * 0]), GF_PASS1_BITS);
+            for (int row = 0; row < 8; row++) wsptr[8 * row] = dcval;
+            continue;
+        }
+
+        // Even part: reverse the even part of the forward DCT.
+        z2 = gf_dequantize(inptr[8 * 2], quantptr[8 * 2]);
+        z3 = gf_dequantize(inptr[8 * 6], quantptr[8 * 6]);
+
+        z1 = (z2 + z3) * GF_FIX_0_541196100;
+        tmp2 = z1 + z3 * -GF_FIX_1_847759065;
+        tmp3 = z1 + z2 * GF_FIX_0_765366865;
+
+        z2 = gf_dequantize(inptr[8 * 0], quantptr[8 * 0]);
+        z3 = gf_dequantize(inptr[8 * 4], quantptr[8 * 4]);
+
+        tmp0 = gf_left_shift(z2 + z3, GF_CONST_BITS);
+        tmp1 = gf_left_shift(z2 - z3, GF_CONST_BITS);
+
+        tmp10 = tmp0 + tmp3;
+        tmp13 = tmp0 - tmp3;
+        tmp11 = tmp1 + tmp2;
+        tmp12 = tmp1 - tmp2;
+
+        // Odd part per figure 8; i0..i3 are y7, y5, y3, y1.
+        tmp0 = gf_dequantize(inptr[8 * 7], quantptr[8 * 7]);
+        tmp1 = gf_dequantize(inptr[8 * 5], quantptr[8 * 5]);
+        tmp2 = gf_dequantize(inptr[8 * 3], quantptr[8 * 3]);
+        tmp3 = gf_dequantize(inptr[8 * 1], quantptr[8 * 1]);
+
+        z1 = tmp0 + tmp3;
+        z2 = tmp1 + tmp2;
+        z3 = tmp0 + tmp2;
+        z4 = tmp1 + tmp3;
+        z5 = (z3 + z4) * GF_FIX_1_175875602;
+
+        tmp0 = tmp0 * GF_FIX_0_298631336;
+        tmp1 = tmp1 * GF_FIX_2_053119869;
+        tmp2 = tmp2 * GF_FIX_3_072711026;
+        tmp3 = tmp3 * GF_FIX_1_501321110;
+        z1 = z1 * -GF_FIX_0_899976223;
+        z2 = z2 * -GF_FIX_2_562915447;
+        z3 = z3 * -GF_FIX_1_961570560;
+        z4 = z4 * -GF_FIX_0_390180644;
+
+        z3 += z5;
+        z4 += z5;
+
+        tmp0 += z1 + z3;
+        tmp1 += z2 + z4;
+        tmp2 += z2 + z3;
+        tmp3 += z1 + z4;
+
+        // Final output stage: inputs are tmp10..tmp13, tmp0..tmp3.
+        wsptr[8 * 0] = (int)gf_descale(tmp10 + tmp3, GF_CONST_BITS - GF_PASS1_BITS);
+        wsptr[8 * 7] = (int)gf_descale(tmp10 - tmp3, GF_CONST_BITS - GF_PASS1_BITS);
+        wsptr[8 * 1] = (int)gf_descale(tmp11 + tmp2, GF_CONST_BITS - GF_PASS1_BITS);
+        wsptr[8 * 6] = (int)gf_descale(tmp11 - tmp2, GF_CONST_BITS - GF_PASS1_BITS);
+        wsptr[8 * 2] = (int)gf_descale(tmp12 + tmp1, GF_CONST_BITS - GF_PASS1_BITS);
+        wsptr[8 * 5] = (int)gf_descale(tmp12 - tmp1, GF_CONST_BITS - GF_PASS1_BITS);
+        wsptr[8 * 3] = (int)gf_descale(tmp13 + tmp0, GF_CONST_BITS - GF_PASS1_BITS);
+        wsptr[8 * 4] = (int)gf_descale(tmp13 - tmp0, GF_CONST_BITS - GF_PASS1_BITS);
+    }
+
+    // Pass 2: process rows from work array, store into output array.
+    for (int row = 0; row < 8; row++) {
+        const int* wsptr = workspace + 8 * row;
+        unsigned char* outptr = out + row * stride;
+        if (wsptr[1] == 0 && wsptr[2] == 0 && wsptr[3] == 0 && wsptr[4] == 0 && wsptr[5] == 0 &&
+            wsptr[6] == 0 && wsptr[7] == 0) {
+            // AC terms all zero (the NO_ZERO_ROW_TEST shortcut)
+            unsigned char dcval =
+                gf_idct_range_limit((int)gf_descale((long long)wsptr[0], GF_PASS1_BITS + 3));
+            for (int col = 0; col < 8; col++) outptr[col] = dcval;
+            continue;
+        }
+
+        // Even part.
+        z2 = (long long)wsptr[2];
+        z3 = (long long)wsptr[6];
+
+        z1 = (z2 + z3) * GF_FIX_0_541196100;
+        tmp2 = z1 + z3 * -GF_FIX_1_847759065;
+        tmp3 = z1 + z2 * GF_FIX_0_765366865;
+
+        tmp0 = gf_left_shift((long long)wsptr[0] + (long long)wsptr[4], GF_CONST_BITS);
+        tmp1 = gf_left_shift((long long)wsptr[0] - (long long)wsptr[4], GF_CONST_BITS);
+
+        tmp10 = tmp0 + tmp3;
+        tmp13 = tmp0 - tmp3;
+        tmp11 = tmp1 + tmp2;
+        tmp12 = tmp1 - tmp2;
+
+        // Odd part.
+        tmp0 = (long long)wsptr[7];
+        tmp1 = (long long)wsptr[5];
+        tmp2 = (long long)wsptr[3];
+        tmp3 = (long long)wsptr[1];
+
+        z1 = tmp0 + tmp3;
+        z2 = tmp1 + tmp2;
+        z3 = tmp0 + tmp2;
+        z4 = tmp1 + tmp3;
+        z5 = (z3 + z4) * GF_FIX_1_175875602;
+
+        tmp0 = tmp0 * GF_FIX_0_298631336;
+        tmp1 = tmp1 * GF_FIX_2_053119869;
+        tmp2 = tmp2 * GF_FIX_3_072711026;
+        tmp3 = tmp3 * GF_FIX_1_501321110;
+        z1 = z1 * -GF_FIX_0_899976223;
+        z2 = z2 * -GF_FIX_2_562915447;
+        z3 = z3 * -GF_FIX_1_961570560;
+        z4 = z4 * -GF_FIX_0_390180644;
+
+        z3 += z5;
+        z4 += z5;
+
+        tmp0 += z1 + z3;
+        tmp1 += z2 + z4;
+        tmp2 += z2 + z3;
+        tmp3 += z1 + z4;
+
+        // Final output stage.
+        const int shift = GF_CONST_BITS + GF_PASS1_BITS + 3;
+        outptr[0] = gf_idct_range_limit((int)gf_descale(tmp10 + tmp3, shift));
+        outptr[7] = gf_idct_range_limit((int)gf_descale(tmp10 - tmp3, shift));
+        outptr[1] = gf_idct_range_limit((int)gf_descale(tmp11 + tmp2, shift));
+        outptr[6] = gf_idct_range_limit((int)gf_descale(tmp11 - tmp2, shift));
+        outptr[2] = gf_idct_range_limit((int)gf_descale(tmp12 + tmp1, shift));
+        outptr[5] = gf_idct_range_limit((int)gf_descale(tmp12 - tmp1, shift));
+        outptr[3] = gf_idct_range_limit((int)gf_descale(tmp13 + tmp0, shift));
+        outptr[4] = gf_idct_range_limit((int)gf_descale(tmp13 - tmp0, shift));
+    }
+}
+
+// ---- the transfer format (pack.rs) ----
+
+// Bytes of a block's AC values: one per nonzero AC coefficient, two when the block is wide.
+__device__ __forceinline__ unsigned int gf_ac_bytes(unsigned long long mask) {
+    return (unsigned int)__popcll(mask & ~GF_WIDE) << (unsigned int)(mask & GF_WIDE);
+}
+
+// Block `b` of a packed component expanded into `coef` (natural order), as pack.rs Unpacked does.
+__device__ void gf_expand(const unsigned char* section, const GfIdctJob& job, unsigned int b,
+                          short* coef) {
+    const short* dc = (const short*)(section + job.dc);
+    const unsigned long long* masks = (const unsigned long long*)(section + job.masks);
+    const unsigned int* groups = (const unsigned int*)(section + job.groups);
+    const unsigned char* ac = section + job.ac;
+    unsigned long long mask = masks[b];
+    // The group's offset, plus the blocks before this one in the group.
+    unsigned int at = groups[b / GF_GROUP];
+    for (unsigned int j = b - b % GF_GROUP; j < b; j++) at += gf_ac_bytes(masks[j]);
+    coef[0] = dc[b];
+    for (int k = 1; k < 64; k++) {
+        short v = 0;
+        if ((mask >> k) & 1ULL) {
+            if (mask & GF_WIDE) {
+                // little-endian i16, possibly unaligned
+                v = (short)(unsigned short)(ac[at] | ((unsigned int)ac[at + 1] << 8));
+                at += 2;
+            } else {
+                v = (short)(signed char)ac[at];
+                at += 1;
+            }
+        }
+        coef[k] = v;
+    }
+}
+
+extern "C" __global__ void gpufeed_idct_islow(const unsigned char* coefficients,
+                                              unsigned char* planes, const GfIdctJob* jobs) {
+    const GfIdctJob job = jobs[blockIdx.y];
+    const unsigned char* section = coefficients + job.section;
+    // The multiplier table opens the section (8-byte aligned).
+    const short* quant = (const short*)section;
+    const unsigned int pitch = job.blocks_wide * 8;
+    for (unsigned int b = blockIdx.x * blockDim.x + threadIdx.x; b < job.blocks;
+         b += blockDim.x * gridDim.x) {
+        short coef[64];
+        gf_expand(section, job, b, coef);
+        unsigned int bx = b % job.blocks_wide;
+        unsigned int by = b / job.blocks_wide;
+        unsigned char* out = planes + job.plane + (unsigned long long)(by * 8) * pitch + bx * 8;
+        gf_idct_islow(coef, quant, out, pitch);
+    }
+}
+
+// ---- jdsample.c ----
+
+// Sample (i, j) of a component, in component sample coordinates.
+__device__ __forceinline__ int gf_at(const unsigned char* planes, const GfPlane& p,
+                                     unsigned int i, unsigned int j) {
+    return planes[p.offset + (unsigned long long)(j - p.y0) * p.pitch + (i - p.x0)];
+}
+
+// The component's sample at full-resolution pixel (x, y) as its upsampling routine makes it
+// (reference.rs upsampled).
+__device__ int gf_upsampled(const unsigned char* planes, const GfPlane& p, unsigned int x,
+                            unsigned int y) {
+    if (p.method == GF_UP_FULL) {
+        // fullsize_upsample
+        return gf_at(planes, p, x, y);
+    }
+    if (p.method == GF_UP_BOX) {
+        // int_upsample, h2v1_upsample, h2v2_upsample: replication
+        return gf_at(planes, p, x / p.h, y / p.v);
+    }
+    if (p.method == GF_UP_FANCY_H2V1) {
+        // h2v1_fancy_upsample
+        unsigned int i = x >> 1;
+        int invalue = gf_at(planes, p, i, y);
+        if ((x & 1) == 0) {
+            if (i == 0) return invalue; // special case for first column
+            return (invalue * 3 + gf_at(planes, p, i - 1, y) + 1) >> 2;
+        }
+        if (i == p.last_i) return invalue; // special case for last column
+        return (invalue * 3 + gf_at(planes, p, i + 1, y) + 2) >> 2;
+    }
+    // The fancy vertical routines: the nearer row and the farther one (above for the upper
+    // output row, below for the lower), the edge rows repeated (jdmainct.c context rows).
+    unsigned int j = y >> 1;
+    unsigned int far;
+    if ((y & 1) == 0) {
+        far = j > 0 ? j - 1 : 0;
+    } else {
+        far = j + 1 < p.last_j ? j + 1 : p.last_j;
+    }
+    if (p.method == GF_UP_FANCY_H1V2) {
+        // h1v2_fancy_upsample: bias 1 above, 2 below
+        int thiscolsum = gf_at(planes, p, x, j) * 3 + gf_at(planes, p, x, far);
+        return (thiscolsum + ((y & 1) == 0 ? 1 : 2)) >> 2;
+    }
+    // h2v2_fancy_upsample: column sums, then across
+    unsigned int i = x >> 1;
+    int thiscolsum = gf_at(planes, p, i, j) * 3 + gf_at(planes, p, i, far);
+    if ((x & 1) == 0) {
+        if (i == 0) return (thiscolsum * 4 + 8) >> 4; // special case for first column
+        int lastcolsum = gf_at(planes, p, i - 1, j) * 3 + gf_at(planes, p, i - 1, far);
+        return (thiscolsum * 3 + lastcolsum + 8) >> 4;
+    }
+    if (i == p.last_i) return (thiscolsum * 4 + 7) >> 4; // special case for last column
+    int nextcolsum = gf_at(planes, p, i + 1, j) * 3 + gf_at(planes, p, i + 1, far);
+    return (thiscolsum * 3 + nextcolsum + 7) >> 4;
+}
+
+// ---- jdcolor.c ----
+
+#define GF_SCALEBITS 16
+#define GF_ONE_HALF ((long long)1 << (GF_SCALEBITS - 1))
+#define GF_FIX_1_40200 ((long long)91881)
+#define GF_FIX_1_77200 ((long long)116130)
+#define GF_FIX_0_71414 ((long long)46802)
+#define GF_FIX_0_34414 ((long long)22554)
+
+// range_limit of the colour converters: a clamp to 0..255.
+__device__ __forceinline__ unsigned char gf_range_limit(long long x) {
+    return (unsigned char)(x < 0 ? 0 : (x > 255 ? 255 : x));
+}
+
+extern "C" __global__ void gpufeed_upsample_color(const unsigned char* planes, unsigned char* out,
+                                                  const GfColorJob* jobs) {
+    const GfColorJob job = jobs[blockIdx.y];
+    for (unsigned int p = blockIdx.x * blockDim.x + threadIdx.x; p < job.pixels;
+         p += blockDim.x * gridDim.x) {
+        unsigned int col = p % job.width;
+        unsigned int row = p / job.width;
+        unsigned int x = job.x + col;
+        unsigned int y = job.y + row;
+        unsigned char* pixel = out + job.out + (unsigned long long)row * job.out_pitch;
+        if (job.conversion == GF_CC_GRAY) {
+            pixel[col] = (unsigned char)gf_upsampled(planes, job.comp[0], x, y);
+            continue;
+        }
+        pixel += 3 * col;
+        if (job.conversion == GF_CC_RGB) {
+            // rgb_rgb_convert
+            pixel[0] = (unsigned char)gf_upsampled(planes, job.comp[0], x, y);
+            pixel[1] = (unsigned char)gf_upsampled(planes, job.comp[1], x, y);
+            pixel[2] = (unsigned char)gf_upsampled(planes, job.comp[2], x, y);
+            continue;
+        }
+        // ycc_rgb_convert with build_ycc_rgb_table's entries computed in place
+        long long luma = gf_upsampled(planes, job.comp[0], x, y);
+        long long cb = (long long)gf_upsampled(planes, job.comp[1], x, y) - 128;
+        long long cr = (long long)gf_upsampled(planes, job.comp[2], x, y) - 128;
+        long long cr_r = (GF_FIX_1_40200 * cr + GF_ONE_HALF) >> GF_SCALEBITS;
+        long long cb_b = (GF_FIX_1_77200 * cb + GF_ONE_HALF) >> GF_SCALEBITS;
+        long long cr_g = -GF_FIX_0_71414 * cr;
+        long long cb_g = -GF_FIX_0_34414 * cb + GF_ONE_HALF;
+        pixel[0] = gf_range_limit(luma + cr_r);
+        pixel[1] = gf_range_limit(luma + ((cb_g + cr_g) >> GF_SCALEBITS));
+        pixel[2] = gf_range_limit(luma + cb_b);
+    }
+}
