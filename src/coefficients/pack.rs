@@ -133,7 +133,7 @@ fn scan(block: &[i16]) -> (u64, bool) {
 }
 
 /// [`scan`] one coefficient at a time.
-#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+#[cfg(any(not(target_arch = "x86_64"), test))]
 fn scan_portable(block: &[i16]) -> (u64, bool) {
     let mut mask = 0u64;
     let mut wide = false;
