@@ -579,8 +579,8 @@ fn run_and_summarize(
         saved: Vec::new(),
         interrupted: interrupt.load(Ordering::SeqCst),
     };
-    if outcome.is_ok() && summary.images() == 0 {
-        let skipped = summary.skipped().len();
+    let skipped = summary.skipped().len();
+    if outcome.is_ok() && summary.images() == 0 && skipped > 0 {
         outcome = Err(format!(
             "every image was skipped ({skipped}), none was delivered: see the reasons above"
         )
