@@ -295,6 +295,11 @@ impl CpuAhead {
         }
     }
 
+    /// The lane's threads.
+    pub fn threads(&self) -> usize {
+        self.threads.len()
+    }
+
     /// At most `threads` of the lane's threads prepare images at once from now on (the others
     /// wait), so that other work (the GPU lane's host threads) has cores of its own.
     pub fn set_active_threads(&self, threads: usize) {

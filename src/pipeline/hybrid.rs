@@ -182,9 +182,6 @@ pub(crate) struct HybridLanes {
     image_bytes: usize,
     /// Positions the lanes work past the batches' cursor.
     lookahead: usize,
-    /// CPU lane threads that prepare images while the GPU lane runs (the others leave their
-    /// cores to its host threads).
-    threads_beside_gpu: usize,
     epoch: Option<Epoch>,
 }
 
@@ -207,8 +204,9 @@ pub(crate) enum GpuOpening {
 }
 
 impl HybridLanes {
-    /// The lanes, with the GPU lane as `gpu` brings it; the CPU lane's `ahead` threads all
-    /// prepare images until the GPU lane runs, `threads_beside_gpu` of them after.
+    /// The lanes, with the GPU lane as `gpu` brings it; `threads_beside_gpu` of the CPU lane's
+    /// `ahead` threads prepare images beside the GPU lane (opening or open), all of them if it
+    /// cannot run.
     pub fn new(
         gpu: GpuOpening,
         ahead: CpuAhead,
@@ -218,11 +216,11 @@ impl HybridLanes {
         lookahead: usize,
         threads_beside_gpu: usize,
     ) -> HybridLanes {
+        // The CPU lane leaves the GPU lane's cores free from the start: opening the lane's
+        // decoders is host work too, and on a core of its own it ends sooner.
+        ahead.set_active_threads(threads_beside_gpu);
         let gpu = match gpu {
-            GpuOpening::Open(lane) => {
-                ahead.set_active_threads(threads_beside_gpu);
-                GpuState::Open(Box::new(lane))
-            }
+            GpuOpening::Open(lane) => GpuState::Open(Box::new(lane)),
             GpuOpening::Pending(opening) => GpuState::Opening(opening),
         };
         HybridLanes {
@@ -232,7 +230,6 @@ impl HybridLanes {
             stream,
             image_bytes,
             lookahead,
-            threads_beside_gpu,
             epoch: None,
         }
     }
@@ -272,11 +269,11 @@ impl HybridLanes {
                 ))
             });
             self.gpu = match opened {
-                Ok(lane) => {
-                    self.ahead.set_active_threads(self.threads_beside_gpu);
-                    GpuState::Open(Box::new(lane))
+                Ok(lane) => GpuState::Open(Box::new(lane)),
+                Err(reason) => {
+                    self.ahead.set_active_threads(self.ahead.threads());
+                    GpuState::Off(reason)
                 }
-                Err(reason) => GpuState::Off(reason),
             };
         }
         let changed = !self.balance.is_pinned() || self.balance.share() != share;
@@ -334,11 +331,12 @@ impl HybridLanes {
             )),
         };
         self.gpu = match opened {
-            Ok(lane) => {
-                self.ahead.set_active_threads(self.threads_beside_gpu);
-                GpuState::Open(Box::new(lane))
+            Ok(lane) => GpuState::Open(Box::new(lane)),
+            Err(reason) => {
+                // No GPU lane after all: every core to the CPU lane.
+                self.ahead.set_active_threads(self.ahead.threads());
+                GpuState::Off(reason)
             }
-            Err(reason) => GpuState::Off(reason),
         };
     }
 
