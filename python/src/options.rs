@@ -110,6 +110,17 @@ const KEYWORDS: &[(&str, Apply)] = &[
     }))),
     keyword!("shard_balance", |k, v: Name| k
         .with(|b| Ok(b.shard_balance(parse::<ShardBalance>(&v)?)))),
+    keyword!("pillow_version", |k, v: String| {
+        let version = v
+            .split_once('.')
+            .and_then(|(major, minor)| Some((major.parse().ok()?, minor.parse().ok()?)));
+        let Some((major, minor)) = version else {
+            return Err(PyValueError::new_err(format!(
+                "pillow_version {v:?}: expected \"MAJOR.MINOR\", e.g. \"12.3\" (PIL.__version__)"
+            )));
+        };
+        k.with(|b| Ok(b.pillow_version(major, minor)))
+    }),
     keyword!("train", |k, v: bool| {
         k.train = v;
         Ok(())

@@ -91,6 +91,19 @@ impl<'py> FromPyObject<'_, 'py> for PathList {
     }
 }
 
+/// The version `major.minor` of the Pillow this interpreter imports, if it has one.
+fn installed_pillow(py: Python<'_>) -> Option<(u32, u32)> {
+    let version: String = py
+        .import("PIL")
+        .ok()?
+        .getattr("__version__")
+        .ok()?
+        .extract()
+        .ok()?;
+    let mut parts = version.split('.');
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
 /// A state given as `state_dict()` made it (a dict), or as its JSON text.
 fn state_from(value: &Bound<'_, PyAny>) -> PyResult<PipelineState> {
     let text: String = if value.is_instance_of::<PyString>() {
@@ -113,7 +126,7 @@ fn state_from(value: &Bound<'_, PyAny>) -> PyResult<PipelineState> {
 #[pymethods]
 impl Pipeline {
     #[new]
-    #[pyo3(signature = (source=None, *, paths=None, labels=None, image_folder=false, webdataset=false, state=None, **options))]
+    #[pyo3(signature = (source=None, *, paths=None, labels=None, image_folder=false, webdataset=false, **options))]
     fn new(
         py: Python<'_>,
         source: Option<PathBuf>,
@@ -121,14 +134,35 @@ impl Pipeline {
         labels: Option<Vec<u32>>,
         image_folder: bool,
         webdataset: bool,
-        state: Option<&Bound<'_, PyAny>>,
         options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Pipeline> {
         let paths = paths.map(|p| p.0);
         let from_paths = paths.is_some();
+        // `state=` (a state_dict() to resume from) is a keyword of the constructor, not an
+        // option of the pipeline.
+        let state = match options {
+            Some(options) => {
+                let state = options.get_item("state")?;
+                if state.is_some() {
+                    options.del_item("state")?;
+                }
+                state
+            }
+            None => None,
+        };
         let mut builder = builder_from(options)?;
+        let given = match options {
+            Some(options) => options.contains("pillow_version")?,
+            None => false,
+        };
+        if !given {
+            // The Pillow torchvision runs on here decides its bytes: its pass order is taken.
+            if let Some((major, minor)) = installed_pillow(py) {
+                builder = builder.pillow_version(major, minor);
+            }
+        }
         if let Some(state) = state {
-            builder = builder.resume(state_from(state)?);
+            builder = builder.resume(state_from(&state)?);
         }
         if image_folder && webdataset {
             return Err(PyTypeError::new_err(
@@ -228,7 +262,7 @@ impl Pipeline {
     /// takes it as it is): the epoch, the position after the last batch taken, and what a
     /// resumed pipeline must match. The name torchdata's `StatefulDataLoader` and Lightning use.
     fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let text = self.lock().state().to_json();
+        let text = self.lock()?.state().to_json();
         py.import("json")?.call_method1("loads", (text,))
     }
 
@@ -237,8 +271,7 @@ impl Pipeline {
     /// A state of another source, seed or output option raises `ValueError` naming it.
     fn load_state_dict(&self, py: Python<'_>, state_dict: &Bound<'_, PyAny>) -> PyResult<()> {
         let state = state_from(state_dict)?;
-        py.detach(|| self.lock().resume(&state))
-            .map_err(to_py_err)?;
+        py.detach(|| self.lock()?.resume(&state).map_err(to_py_err))?;
         self.epoch_begun.store(false, Ordering::SeqCst);
         Ok(())
     }
@@ -278,6 +311,27 @@ impl Pipeline {
     #[getter]
     fn device_description(&self) -> PyResult<String> {
         Ok(self.lock()?.device_description().to_string())
+    }
+
+    /// Which lanes decode the images, and why, in words (with `decode="auto"`, the default, the
+    /// GPU's JPEG engines join once their lane has opened).
+    #[getter]
+    fn decode_description(&self) -> PyResult<String> {
+        Ok(self.lock()?.decode_description())
+    }
+
+    /// Where the time went since the pipeline was built: for each stage that ran, a dict of its
+    /// `seconds` (summed over the threads that ran it) and `count`.
+    fn profile<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let profile = self.lock()?.profile();
+        let out = PyDict::new(py);
+        for stage in profile.stages.iter().filter(|s| s.count > 0) {
+            let entry = PyDict::new(py);
+            entry.set_item("seconds", stage.seconds)?;
+            entry.set_item("count", stage.count)?;
+            out.set_item(stage.stage.name(), entry)?;
+        }
+        Ok(out)
     }
 
     /// The `CUstream` handle the batches are written on (`None` on the CPU device), e.g. for

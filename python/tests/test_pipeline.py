@@ -255,3 +255,25 @@ def test_host_memory_stays_flat_over_many_epochs():
             float(np.from_dlpack(batch.images)[0, 0, 0, 0])
     grown = rss() - settled
     assert grown < 16 * 2**20, f"RSS grew {grown / 2**20:.1f} MiB over 30 epochs"
+
+
+def test_pillow_version_decode_description_and_profile():
+    """The Pillow torchvision runs on here is the one whose bytes are reproduced (its pass order),
+    unless pillow_version says otherwise; the pipeline says which lanes decode, and where the
+    time went."""
+    from PIL import Image
+
+    major, minor = (int(p) for p in Image.__version__.split(".")[:2])
+    crops = {}
+    for version in (None, f"{major}.{minor}", "12.1", "13.0"):
+        kw = {} if version is None else {"pillow_version": version}
+        pipe = gpufeed.Pipeline(ASSETS, device="cpu", dtype="float32", train=True, seed=3,
+                                crop=48, batch_size=8, **kw)
+        crops[version] = [np.from_dlpack(b.images).copy() for b in pipe]
+        assert "CPU decode" in pipe.decode_description
+        profile = pipe.profile()
+        assert profile["cpu_decode"]["count"] >= 7 and profile["cpu_decode"]["seconds"] > 0
+    same = lambda a, b: all(np.array_equal(x, y) for x, y in zip(crops[a], crops[b]))
+    assert same(None, f"{major}.{minor}"), "the installed Pillow is the default"
+    with pytest.raises(ValueError, match="pillow_version"):
+        gpufeed.Pipeline(ASSETS, device="cpu", pillow_version="thirteen")

@@ -43,6 +43,15 @@ impl PipelineBuilder {
         self
     }
 
+    /// The Pillow version whose rounding to reproduce, `major.minor` (default 13.0, the current
+    /// one): Pillow changed the order of its two resampling passes in 12.2 and again in 13.0,
+    /// which moves a level here and there ([`crate::ResizeOptions::pillow_version`]). Give the
+    /// version torchvision runs on to get its bytes exactly.
+    pub fn pillow_version(mut self, major: u32, minor: u32) -> Self {
+        self.options.resize.pillow_version = (major, minor);
+        self
+    }
+
     /// torchvision's `RandomHorizontalFlip(p)`: each image mirrored left to right with chance
     /// `chance` (default 0).
     pub fn horizontal_flip(mut self, chance: f64) -> Self {

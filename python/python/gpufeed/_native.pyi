@@ -121,8 +121,9 @@ class Pipeline:
         max_file_bytes: int = 1 << 30,
         decode_memory: int = 4 << 30,
         gray16: Literal["clip", "scale"] = "clip",
-        decode: Literal["cpu", "hybrid"] = "cpu",
+        decode: Literal["auto", "cpu", "hybrid"] = "auto",
         gpu_share: Optional[float] = None,
+        pillow_version: Optional[str] = None,
         augment: Literal[
             "none", "trivial-augment-wide", "rand-augment", "auto-augment"
         ] = "none",
@@ -158,6 +159,11 @@ class Pipeline:
     def class_names(self) -> Optional[list[str]]: ...
     @property
     def device_description(self) -> str: ...
+    @property
+    def decode_description(self) -> str:
+        """Which lanes decode the images, and why."""
+    def profile(self) -> dict[str, dict[str, float]]:
+        """Where the time went: each stage's seconds (summed over threads) and count."""
     @property
     def cuda_stream(self) -> Optional[int]: ...
     def epoch_report(self) -> dict[str, Any]: ...
