@@ -56,7 +56,7 @@ mod source;
 #[allow(unsafe_code)]
 mod tensor;
 
-pub use batch::{Batch, EpochReport};
+pub use batch::{Batch, EpochReport, ReadReport};
 pub use cpu::{prepare_image, CpuStage, PreparedBatch};
 pub use error::{CudaUnavailable, Error, ItemError, ItemErrorKind, Result};
 pub use geometry::CropDraw;
@@ -70,6 +70,8 @@ pub use options::{
     RANDOM_CROP_RATIO, RANDOM_CROP_SCALE, RANDOM_FLIP_CHANCE,
 };
 pub use pipeline::{Pipeline, PipelineBuilder};
+#[cfg(feature = "object-store")]
+pub use source::{RemoteOptions, UrlLayout};
 pub use source::{Source, IMAGE_EXTENSIONS};
 pub use tensor::{DeviceData, DeviceTensor, Element, HostData, HostTensor, Tensor};
 
@@ -83,3 +85,8 @@ pub use half;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeExamples;
+
+/// The object-storage page's examples, compiled as doc tests.
+#[cfg(all(doctest, feature = "object-store"))]
+#[doc = include_str!("../docs/object-storage.md")]
+struct ObjectStorageExamples;

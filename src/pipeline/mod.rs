@@ -129,7 +129,8 @@ impl Pipeline {
         let device_description = output.describe();
         let pinned_bytes = output.pinned_bytes();
         let cuda_stream = output.cuda_stream();
-        let sampler = Sampler::new(source.len(), &options.batching);
+        let sampler =
+            Sampler::new(source.len(), &options.batching).with_blocks(source.shuffle_blocks());
         let shard_len = sampler.real_len();
         let (command_tx, command_rx) = mpsc::channel::<u64>();
         let (batch_tx, batch_rx) = mpsc::sync_channel::<Message>(options.runtime.prefetch - 1);
@@ -234,10 +235,12 @@ impl Pipeline {
                 trailing_skipped,
                 dropped,
                 complete,
+                reads,
             } => {
                 self.report.skipped.extend(trailing_skipped);
                 self.report.dropped = dropped;
                 self.report.complete = complete;
+                self.report.reads = reads;
                 self.state = EpochState::Ended;
                 Ok(None)
             }
@@ -248,8 +251,11 @@ impl Pipeline {
     fn drain_epoch(&mut self) {
         while self.state == EpochState::Running {
             match self.batches.as_ref().and_then(|b| b.recv().ok()) {
-                Some(Message::EndOfEpoch { complete, .. }) => {
+                Some(Message::EndOfEpoch {
+                    complete, reads, ..
+                }) => {
                     self.report.complete = complete;
+                    self.report.reads = reads;
                     self.state = EpochState::Ended;
                 }
                 Some(Message::Batch(_)) => {}

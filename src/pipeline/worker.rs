@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use super::hybrid::{self, Balance, HybridFilled};
 use super::output::OutputStage;
-use crate::batch::{Batch, DecodedBy};
+use crate::batch::{Batch, DecodedBy, ReadReport};
 use crate::cpu::{AheadWork, BatchRequest, CpuAhead, CpuLane};
 use crate::cuda::{offered, LaneWork};
 use crate::error::{Error, ItemError, Result};
@@ -24,6 +24,7 @@ pub(super) enum Message {
         trailing_skipped: Vec<ItemError>,
         dropped: usize,
         complete: bool,
+        reads: Option<ReadReport>,
     },
 }
 
@@ -68,7 +69,7 @@ impl Worker {
             let ahead = begun.take().filter(|(e, _, _)| *e == epoch);
             let order = match &ahead {
                 Some((_, order, _)) => order.clone(),
-                None => Arc::new(self.sampler.epoch(epoch)),
+                None => self.plan_epoch(epoch),
             };
             let batch_size = self.batching.batch_size;
             // With equal shards, every rank yields exactly this many images, in batches of the
@@ -110,6 +111,7 @@ impl Worker {
                 match self.next_batch(epoch, &order, position, slot, share, want) {
                     Ok(Produced::Batch(batch, consumed)) => {
                         position += consumed;
+                        self.source.advance(position);
                         delivered += batch.len();
                         slot = (slot + 1) % self.output.slots();
                         if batches.send(Message::Batch(Box::new(Ok(*batch)))).is_err() {
@@ -146,7 +148,7 @@ impl Worker {
                 // now, while the consumer takes this one's last batches, rather than once it
                 // asks for the next (which it almost always does).
                 let next = epoch + 1;
-                let order = Arc::new(self.sampler.epoch(next));
+                let order = self.plan_epoch(next);
                 if let Ok(share) = self.begin_lane(next, &order) {
                     begun = Some((next, order, share));
                 }
@@ -155,11 +157,19 @@ impl Worker {
                 trailing_skipped,
                 dropped,
                 complete,
+                reads: self.source.read_report(epoch),
             };
             if self.stop.load(Ordering::SeqCst) || batches.send(end).is_err() {
                 return;
             }
         }
+    }
+
+    /// The order of `epoch`, which the source starts reading ahead of.
+    fn plan_epoch(&self, epoch: u64) -> Arc<EpochOrder> {
+        let order = Arc::new(self.sampler.epoch(epoch));
+        self.source.begin_epoch(epoch, &order);
+        order
     }
 
     /// With hybrid decoding, starts the GPU lane on the epoch, measuring the share first if it

@@ -109,7 +109,7 @@ pub(super) fn read_dir_sorted(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 
 /// Whether the file name ends in an image extension, compared without case, as torchvision's
 /// `has_file_allowed_extension` does (so a file named just `.jpg` counts too).
-fn has_image_extension(p: &Path) -> bool {
+pub(super) fn has_image_extension(p: &Path) -> bool {
     let Some(name) = p.file_name() else {
         return false;
     };
