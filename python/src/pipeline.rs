@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use gpufeed::Source;
+use gpufeed::{ReadReport, RemoteOptions, Source, UrlLayout};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -42,13 +42,19 @@ impl Pipeline {
 #[pymethods]
 impl Pipeline {
     #[new]
-    #[pyo3(signature = (source=None, *, paths=None, image_folder=false, webdataset=false, **options))]
+    #[pyo3(signature = (source=None, *, paths=None, image_folder=false, webdataset=false, cache_dir=None, cache_limit=None, read_budget=None, max_requests=None, shuffle_window=None, **options))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         source: Option<PathBuf>,
         paths: Option<Vec<PathBuf>>,
         image_folder: bool,
         webdataset: bool,
+        cache_dir: Option<PathBuf>,
+        cache_limit: Option<u64>,
+        read_budget: Option<u64>,
+        max_requests: Option<usize>,
+        shuffle_window: Option<usize>,
         options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Pipeline> {
         let builder = builder_from(options)?;
@@ -57,7 +63,42 @@ impl Pipeline {
                 "image_folder=True and webdataset=True: a folder is one or the other",
             ));
         }
+        let url = source
+            .as_ref()
+            .and_then(|s| s.to_str())
+            .filter(|s| s.contains("://"))
+            .map(str::to_string);
+        let remote_given = cache_dir.is_some()
+            || cache_limit.is_some()
+            || read_budget.is_some()
+            || max_requests.is_some()
+            || shuffle_window.is_some();
         let source = match (source, paths) {
+            (Some(_), None) if url.is_some() => {
+                let defaults = RemoteOptions::default();
+                let remote = RemoteOptions::default()
+                    .cache_dir(cache_dir)
+                    .cache_limit(cache_limit.unwrap_or(defaults.cache_limit))
+                    .read_budget(read_budget.unwrap_or(defaults.read_budget))
+                    .max_requests(max_requests.unwrap_or(defaults.max_requests))
+                    .shuffle_window(shuffle_window);
+                let layout = if image_folder {
+                    UrlLayout::ImageFolder
+                } else if webdataset {
+                    UrlLayout::WebDataset
+                } else {
+                    UrlLayout::Images
+                };
+                let url = url.unwrap_or_default();
+                // Listing (and indexing shards) waits on the network: without the GIL.
+                py.detach(|| Source::url(&url, layout, &remote))
+            }
+            _ if remote_given => {
+                return Err(PyTypeError::new_err(
+                    "cache_dir, cache_limit, read_budget, max_requests and shuffle_window are \
+                     for a URL source (s3://, gs://, az://, https://)",
+                ))
+            }
             (Some(root), None) if image_folder => Source::image_folder(root),
             (Some(root), None) if webdataset => Source::webdataset(root),
             (Some(root), None) => Source::directory(root),
@@ -162,6 +203,12 @@ impl Pipeline {
         dict.set_item("skipped", skipped_list(&report.skipped))?;
         dict.set_item("dropped", report.dropped)?;
         dict.set_item("complete", report.complete)?;
+        let reads = report
+            .reads
+            .as_ref()
+            .map(|r| reads_dict(py, r))
+            .transpose()?;
+        dict.set_item("reads", reads)?;
         Ok(dict)
     }
 
@@ -174,6 +221,22 @@ impl Pipeline {
             pipeline.device_description()
         )
     }
+}
+
+/// What reading an epoch took from object storage, as a dict.
+fn reads_dict<'py>(py: Python<'py>, reads: &ReadReport) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    dict.set_item("requests", reads.requests)?;
+    dict.set_item("bytes", reads.bytes)?;
+    dict.set_item("objects_fetched", reads.fetched)?;
+    dict.set_item("cache_hits", reads.cache_hits)?;
+    dict.set_item("cache_bytes", reads.cache_bytes)?;
+    dict.set_item("kept_in_memory", reads.kept)?;
+    dict.set_item("cache_hit_rate", reads.cache_hit_rate())?;
+    dict.set_item("failed", reads.failed)?;
+    dict.set_item("waits", reads.waits)?;
+    dict.set_item("waited_seconds", reads.waited.as_secs_f64())?;
+    Ok(dict)
 }
 
 fn skipped_list(skipped: &[gpufeed::ItemError]) -> Vec<(String, String)> {

@@ -84,6 +84,11 @@ class Pipeline:
         paths: Optional[Sequence[_Path]] = None,
         image_folder: bool = False,
         webdataset: bool = False,
+        cache_dir: Optional[_Path] = None,
+        cache_limit: Optional[int] = None,
+        read_budget: Optional[int] = None,
+        max_requests: Optional[int] = None,
+        shuffle_window: Optional[int] = None,
         batch_size: int = 256,
         resize_mode: Literal[
             "center-crop", "stretch", "letterbox", "random-resized-crop"
