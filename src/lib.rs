@@ -9,7 +9,8 @@
 //! GPU's hardware JPEG engines decode beside the CPU threads; [`ResizeMode::RandomResizedCrop`]
 //! and [`PipelineBuilder::horizontal_flip`] are torchvision's training transforms; shards
 //! ([`PipelineBuilder::shard`], [`Launch`]) and tar shards ([`Source::webdataset`]) serve many
-//! processes.
+//! processes; with the feature `object-store`, `Source::url` reads shards and images from S3,
+//! GCS, Azure or HTTP(S) URLs (see `docs/object-storage.md`).
 //!
 //! ```
 //! use gpufeed::{DType, Device, Pipeline, Source};
@@ -71,7 +72,7 @@ pub use options::{
 };
 pub use pipeline::{Pipeline, PipelineBuilder};
 #[cfg(feature = "object-store")]
-pub use source::{RemoteOptions, UrlLayout};
+pub use source::{RemoteOptions, UrlLayout, DEFAULT_READ_BUDGET};
 pub use source::{Source, IMAGE_EXTENSIONS};
 pub use tensor::{DeviceData, DeviceTensor, Element, HostData, HostTensor, Tensor};
 

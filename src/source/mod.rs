@@ -19,7 +19,7 @@ use crate::order::{EpochOrder, ShardBlocks};
 
 pub use folders::IMAGE_EXTENSIONS;
 #[cfg(feature = "object-store")]
-pub use remote::{RemoteOptions, UrlLayout};
+pub use remote::{RemoteOptions, UrlLayout, DEFAULT_READ_BUDGET};
 
 #[derive(Debug, Clone)]
 enum Payload {

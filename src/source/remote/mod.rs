@@ -187,8 +187,8 @@ impl RemoteOptions {
     }
 }
 
-/// The tokio runtime a source's reads run on (two threads): shut down, without waiting for
-/// reads in flight, when the source goes.
+/// The tokio runtime a source's reads run on (two to four threads): shut down, without waiting
+/// for reads in flight, when the source goes.
 struct Runtime(Option<tokio::runtime::Runtime>);
 
 impl Drop for Runtime {
@@ -457,8 +457,10 @@ struct Opening {
 impl Opening {
     fn new(options: &RemoteOptions) -> Result<Opening> {
         options.validate()?;
+        // Two threads, four from 16 cores: enough for GB/s of responses, few beside the decoders.
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
+            .worker_threads((cores / 4).clamp(2, 4))
             .thread_name("gpufeed-fetch")
             .enable_all()
             .build()
