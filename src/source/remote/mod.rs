@@ -457,6 +457,13 @@ struct Opening {
 impl Opening {
     fn new(options: &RemoteOptions) -> Result<Opening> {
         options.validate()?;
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return Err(Error::Worker(
+                "a source in object storage is opened by waiting for the network: open it outside \
+                 an async runtime (in tokio, within spawn_blocking)"
+                    .into(),
+            ));
+        }
         // Two threads, four from 16 cores: enough for GB/s of responses, few beside the decoders.
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -968,6 +975,24 @@ mod tests {
         assert_eq!(decode_index(&encode_index(&entries)), Some(entries));
         assert_eq!(decode_index(b"something else\n"), None);
         assert_eq!(decode_index(b"gpufeed-index 1\ns\tx\t1\t-\tid\n"), None);
+    }
+
+    #[test]
+    fn opening_inside_an_async_runtime_is_an_error_not_a_panic() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let opened = runtime.block_on(async {
+            Source::url(
+                "s3://bucket/x/",
+                UrlLayout::Images,
+                &RemoteOptions::default(),
+            )
+        });
+        assert!(
+            matches!(&opened, Err(Error::Worker(m)) if m.contains("spawn_blocking")),
+            "{opened:?}"
+        );
     }
 
     #[test]
