@@ -19,7 +19,7 @@
 //! timeout; the first read that succeeds ends that.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
 use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -271,8 +271,13 @@ struct State {
     plan: Vec<u32>,
     /// The next object of the plan to consider.
     next: usize,
-    /// The last position of the epoch that needs each object ([`UNNEEDED`] if none).
+    /// The first and the last position of the epoch that need each object ([`UNNEEDED`] if
+    /// none).
+    first: Vec<u32>,
     last: Vec<u32>,
+    /// Objects held when the epoch began that it needs again: used without a request if still
+    /// held when the plan reaches them, dropped first when a sooner one needs the room.
+    carried: HashSet<u32>,
     /// Objects fetched for the plan, by the last position that needs them.
     release: BinaryHeap<Reverse<(u32, u32)>>,
     /// Every position before this one is in a batch.
@@ -285,7 +290,8 @@ struct State {
     in_flight: usize,
     /// Objects a decoder waits for that the plan has not reached.
     demand: Vec<u32>,
-    /// Objects no position needs any more, oldest first: dropped when their room is needed.
+    /// Objects no position needs any more (and carried ones), oldest first: dropped when their
+    /// room is needed.
     idle: VecDeque<u32>,
     reports: BTreeMap<u64, ReadReport>,
 }
@@ -319,13 +325,17 @@ impl State {
         }
     }
 
-    /// Drops the oldest idle object still idle; false when none is left.
-    fn evict_one(&mut self) -> bool {
+    /// Drops the oldest idle object still idle, or carried object not needed before position
+    /// `before`, to make room for one first needed there; false when none is left.
+    fn evict_one(&mut self, before: u32) -> bool {
         while let Some(unit) = self.idle.pop_front() {
-            let idle = !self.needed(unit) && self.waiters.get(&unit).is_none_or(|&n| n == 0);
+            let later = self.first.get(unit as usize).is_some_and(|&f| f > before);
+            let idle = (!self.needed(unit) || (later && self.carried.contains(&unit)))
+                && self.waiters.get(&unit).is_none_or(|&n| n == 0);
             if !idle {
                 continue;
             }
+            self.carried.remove(&unit);
             if let Some(Slot::Ready { held, .. }) = self.slots.get(&unit) {
                 self.held -= *held;
                 self.slots.remove(&unit);
@@ -365,6 +375,7 @@ impl Reader {
         let wake = Arc::new(Notify::new());
         let reader = Arc::new(Reader {
             state: Mutex::new(State {
+                first: vec![UNNEEDED; shared.objects.len()],
                 last: vec![UNNEEDED; shared.objects.len()],
                 ..State::default()
             }),
@@ -398,15 +409,17 @@ impl Reader {
         let mut state = self.lock();
         let state = &mut *state;
         state.epoch = epoch;
+        state.first.fill(UNNEEDED);
         state.last.fill(UNNEEDED);
         state.plan.clear();
         for (position, unit) in units.enumerate() {
             let Some(unit) = unit else { continue };
-            let slot = &mut state.last[unit as usize];
-            if *slot == UNNEEDED {
+            let position = u32::try_from(position).unwrap_or(UNNEEDED - 1);
+            if state.first[unit as usize] == UNNEEDED {
+                state.first[unit as usize] = position;
                 state.plan.push(unit);
             }
-            *slot = u32::try_from(position).unwrap_or(UNNEEDED - 1);
+            state.last[unit as usize] = position;
         }
         state.next = 0;
         state.frontier = 0;
@@ -418,18 +431,22 @@ impl Reader {
             .retain(|_, slot| !matches!(slot, Slot::Failed(_)));
         let held: Vec<u32> = state.slots.keys().copied().collect();
         state.idle.clear();
-        let mut kept = 0;
+        state.carried.clear();
         for unit in held {
             if state.needed(unit) {
-                kept += u64::from(matches!(state.slots.get(&unit), Some(Slot::Ready { .. })));
                 state
                     .release
                     .push(Reverse((state.last[unit as usize], unit)));
+                if matches!(state.slots.get(&unit), Some(Slot::Ready { .. })) {
+                    // Kept if the plan reaches it before a sooner object needs its room.
+                    state.carried.insert(unit);
+                    state.idle.push_back(unit);
+                }
             } else {
                 state.retire(unit);
             }
         }
-        state.reports.entry(epoch).or_default().kept += kept;
+        state.reports.entry(epoch).or_default();
         while state.reports.len() > 8 {
             state.reports.pop_first();
         }
@@ -526,6 +543,9 @@ impl Reader {
         while state.next < state.plan.len() {
             let unit = state.plan[state.next];
             if state.slots.contains_key(&unit) || !state.needed(unit) {
+                if state.carried.remove(&unit) {
+                    state.report().kept += 1;
+                }
                 state.next += 1;
                 continue;
             }
@@ -533,7 +553,8 @@ impl Reader {
                 break;
             }
             let size = self.shared.objects[unit as usize].size;
-            while state.held + size > options.read_budget && state.evict_one() {}
+            let first = state.first[unit as usize];
+            while state.held + size > options.read_budget && state.evict_one(first) {}
             if state.held > 0 && state.held + size > options.read_budget {
                 break;
             }
@@ -605,6 +626,7 @@ mod tests {
     #[test]
     fn idle_objects_go_oldest_first_and_needed_ones_stay() {
         let mut state = State {
+            first: vec![UNNEEDED, 2, UNNEEDED],
             last: vec![UNNEEDED, 5, UNNEEDED],
             ..State::default()
         };
@@ -621,14 +643,39 @@ mod tests {
         }
         // Object 1 is needed at position 5: not idle.
         assert_eq!(state.idle, [0, 2]);
-        assert!(state.evict_one());
+        assert!(state.evict_one(0));
         assert_eq!(state.held, 50);
         assert!(!state.slots.contains_key(&0));
         // Once the frontier passes 5, object 1 can go too.
         state.frontier = 6;
         state.retire(1);
-        assert!(state.evict_one() && state.evict_one());
-        assert!(!state.evict_one());
+        assert!(state.evict_one(0) && state.evict_one(0));
+        assert!(!state.evict_one(0));
         assert_eq!(state.held, 0);
+    }
+
+    #[test]
+    fn carried_objects_make_room_only_for_sooner_ones() {
+        // Held from the last epoch, needed again at positions 8 and 9.
+        let mut state = State {
+            first: vec![8],
+            last: vec![9],
+            held: 10,
+            ..State::default()
+        };
+        state.slots.insert(
+            0,
+            Slot::Ready {
+                data: Data::Memory(Arc::new(Vec::new())),
+                held: 10,
+            },
+        );
+        state.carried.insert(0);
+        state.idle.push_back(0);
+        assert!(!state.evict_one(9), "needed before position 9");
+        state.idle.push_back(0);
+        assert!(state.evict_one(3), "an object needed at 3 comes first");
+        assert_eq!(state.held, 0);
+        assert!(state.carried.is_empty());
     }
 }
