@@ -253,6 +253,19 @@ pub enum Error {
         #[source]
         source: Option<std::io::Error>,
     },
+    /// A source in object storage could not be opened: its URL is not one gpufeed reads, the
+    /// store refused the credentials, a listing or a shard could not be read after the retries,
+    /// or there is nothing to read under it.
+    #[error("cannot open {url}: {reason}")]
+    Remote {
+        /// The URL given, or the object's that failed.
+        url: String,
+        /// Why, in words (naming the object and what the store said).
+        reason: String,
+        /// The failure's class: `PermissionDenied` for refused credentials, `NotFound` for a
+        /// missing object or an empty prefix, `InvalidInput` for a URL gpufeed does not read.
+        kind: std::io::ErrorKind,
+    },
     /// An option has a value that cannot work; names the option.
     #[error("invalid option {option}: {reason}")]
     InvalidOption {

@@ -11,6 +11,8 @@
 //! ([`PipelineBuilder::shard`], [`Launch`]) and tar shards ([`Source::webdataset`]) serve many
 //! processes; [`Pipeline::state`] and [`PipelineBuilder::resume`] checkpoint a run and go on
 //! exactly where it stopped ([`PipelineState`]).
+//! With the feature `object-store`, `Source::url` reads shards and images from S3, GCS, Azure
+//! or HTTP(S) URLs (see `docs/object-storage.md`).
 //!
 //! ```
 //! use gpufeed::{DType, Device, Pipeline, Source};
@@ -66,7 +68,7 @@ mod tensor;
 pub use augment::{
     Augment, AugmentOptions, ColorJitter, Mix, Op as AugmentOp, RandomErasing, Recipe,
 };
-pub use batch::{Batch, EpochReport};
+pub use batch::{Batch, EpochReport, ReadReport};
 pub use cpu::{prepare_image, CpuStage, PreparedBatch};
 pub use error::{
     CudaUnavailable, Error, ItemError, ItemErrorKind, OptionDifference, Result, ResumeError,
@@ -85,6 +87,8 @@ pub use options::{
 pub use order::PipelineState;
 pub use pipeline::{Pipeline, PipelineBuilder, WaitedBatch};
 pub use profile::{Profile, Stage, StageTime};
+#[cfg(feature = "object-store")]
+pub use source::{RemoteOptions, UrlLayout, DEFAULT_READ_BUDGET};
 pub use source::{Source, DECODED_EXTENSIONS, IMAGE_EXTENSIONS};
 pub use tensor::{DeviceData, DeviceTensor, Element, HostData, HostTensor, Tensor};
 
@@ -115,3 +119,8 @@ mod docs_examples {
     #[doc = include_str!("../docs/resume.md")]
     struct Resume;
 }
+
+/// The object-storage page's examples, compiled as doc tests.
+#[cfg(all(doctest, feature = "object-store"))]
+#[doc = include_str!("../docs/object-storage.md")]
+struct ObjectStorageExamples;

@@ -1,8 +1,18 @@
 //! The order of an epoch: which source indices this process takes and in which order
 //! (deterministic, or a seeded shuffle per epoch; then this process's shard, evened out with the
 //! other ranks' as [`ShardBalance`] says), and where in it a pipeline stands ([`state`]).
+//!
+//! Two shuffles. Local sources get a global one: any image may follow any other. Sources whose
+//! shards are read whole over the network ([`ShardBlocks`]) get a block shuffle, as MosaicML
+//! Streaming and WebDataset do: the shards are shuffled each epoch, each rank takes one run of
+//! them (so it reads shards of its own, with at most a shard at each end of its run shared with
+//! a neighbour), and the samples are shuffled within windows of a few consecutive shards, so
+//! only a window's shards need to be held at once. Both depend on the seed and the epoch alone,
+//! so every rank draws the same.
 
 mod state;
+
+use std::sync::Arc;
 
 use crate::options::{BatchOptions, Shard, ShardBalance};
 use crate::random::Draws;
@@ -11,12 +21,24 @@ pub use state::PipelineState;
 pub(crate) use state::{EpochStart, Fingerprint};
 
 /// Draws the order of each epoch for one process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Sampler {
     pub len: usize,
     pub shuffle_seed: Option<u64>,
     pub shard: Shard,
     pub balance: ShardBalance,
+    /// The shards of a source read shard by shard, for the block shuffle.
+    pub blocks: Option<Arc<ShardBlocks>>,
+}
+
+/// How a source's samples sit in shards that are read whole: shard `k` holds the `lens[k]`
+/// source indices after those of the shards before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ShardBlocks {
+    /// Samples of each shard, in source order.
+    pub lens: Vec<usize>,
+    /// Consecutive shards (in the epoch's shard order) whose samples are shuffled together.
+    pub window: usize,
 }
 
 impl Sampler {
@@ -27,21 +49,80 @@ impl Sampler {
             shuffle_seed: batching.shuffle_seed,
             shard: batching.shard,
             balance: batching.shard_balance,
+            blocks: None,
         }
+    }
+
+    /// The same sampler with the block shuffle of these shards (ignored unless they hold the
+    /// source's `len` samples).
+    pub fn with_blocks(mut self, blocks: Option<ShardBlocks>) -> Sampler {
+        self.blocks = blocks
+            .filter(|b| b.lens.iter().sum::<usize>() == self.len)
+            .map(Arc::new);
+        self
     }
 
     /// The whole source's order for `epoch`: in order, or shuffled with a permutation that
     /// depends only on the seed and the epoch, so every rank agrees.
     fn global_order(&self, epoch: u64) -> Vec<usize> {
+        if let Some(blocks) = &self.blocks {
+            return self.block_order(blocks, epoch);
+        }
         let mut order: Vec<usize> = (0..self.len).collect();
         if let Some(seed) = self.shuffle_seed {
-            let mut rng = Draws::new(seed ^ epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-            for i in (1..order.len()).rev() {
-                let j = rng.below(i as u64 + 1) as usize;
-                order.swap(i, j);
-            }
+            shuffle(&mut order, &mut epoch_draws(seed, epoch));
         }
         order
+    }
+
+    /// The global order of a sharded source, laid out so that every rank's positions (every
+    /// `world`-th entry from `rank`) are one run of the shards: the shards in order (shuffled
+    /// with a seed), cut into consecutive runs, one a rank, of as many samples as the rank has
+    /// positions; with a seed, the samples of each run shuffled within windows of
+    /// `blocks.window` consecutive shards.
+    fn block_order(&self, blocks: &ShardBlocks, epoch: u64) -> Vec<usize> {
+        let mut starts = Vec::with_capacity(blocks.lens.len());
+        let mut at = 0;
+        for &len in &blocks.lens {
+            starts.push(at);
+            at += len;
+        }
+        let mut rng = self.shuffle_seed.map(|seed| epoch_draws(seed, epoch));
+        let mut shards: Vec<usize> = (0..blocks.lens.len()).collect();
+        if let Some(rng) = &mut rng {
+            shuffle(&mut shards, rng);
+        }
+        // Each sample with its shard's place in the epoch's shard order.
+        let sequence: Vec<(usize, usize)> = shards
+            .iter()
+            .enumerate()
+            .flat_map(|(place, &k)| {
+                (starts[k]..starts[k] + blocks.lens[k]).map(move |i| (i, place))
+            })
+            .collect();
+        let (n, world) = (self.len, self.shard.world.max(1));
+        let mut global = vec![0; n];
+        let mut at = 0;
+        for rank in 0..world.min(n) {
+            let count = (n - rank).div_ceil(world);
+            let mut run: Vec<usize> = sequence[at..at + count].iter().map(|s| s.0).collect();
+            if let Some(rng) = &mut rng {
+                let places: Vec<usize> = sequence[at..at + count].iter().map(|s| s.1).collect();
+                let mut begin = 0;
+                while begin < run.len() {
+                    // A window: the samples of `window` consecutive shards of the run.
+                    let last_place = places[begin] + blocks.window.max(1) - 1;
+                    let end = begin + places[begin..].partition_point(|&p| p <= last_place);
+                    shuffle(&mut run[begin..end], rng);
+                    begin = end;
+                }
+            }
+            for (p, index) in run.into_iter().enumerate() {
+                global[rank + p * world] = index;
+            }
+            at += count;
+        }
+        global
     }
 
     /// How many of this process's positions hold its own images, every epoch (the same whatever
@@ -76,6 +157,7 @@ impl Sampler {
     /// of the world, so every rank has the same number of positions; with
     /// [`ShardBalance::Drop`] it is cut to one. In both, positions past the end wrap around the
     /// rank's own images (padding too), for batches to stay full when images fail.
+    #[cfg(test)]
     pub fn epoch(&self, epoch: u64) -> EpochOrder {
         self.epoch_from(epoch, 0)
     }
@@ -107,6 +189,22 @@ impl Sampler {
                     start: 0,
                 }
             }
+            _ if self.blocks.is_some() && rank < n => {
+                // A rank short of the others repeats its own last samples, whose shards it
+                // holds, rather than another rank's.
+                let per = n.div_ceil(world);
+                let mut indices = take(rest);
+                let real = indices.len();
+                for k in 0..per - real {
+                    indices.push(indices[real - 1 - k % real]);
+                }
+                EpochOrder {
+                    indices,
+                    real,
+                    refill: true,
+                    start: 0,
+                }
+            }
             _ if n == 0 => EpochOrder {
                 refill: true,
                 ..EpochOrder::default()
@@ -123,6 +221,19 @@ impl Sampler {
                 }
             }
         }
+    }
+}
+
+/// The draws of an epoch's shuffle: from the seed and the epoch alone.
+fn epoch_draws(seed: u64, epoch: u64) -> Draws {
+    Draws::new(seed ^ epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+}
+
+/// Fisher-Yates with `rng`.
+fn shuffle(items: &mut [usize], rng: &mut Draws) {
+    for i in (1..items.len()).rev() {
+        let j = rng.below(i as u64 + 1) as usize;
+        items.swap(i, j);
     }
 }
 
@@ -219,7 +330,7 @@ impl EpochOrder {
     }
 
     /// The planned positions' source indices, from the start on.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "object-store"))]
     pub fn indices(&self) -> &[usize] {
         &self.indices[self.start.min(self.indices.len())..]
     }
@@ -239,6 +350,7 @@ mod tests {
                     shuffle_seed: Some(7),
                     shard: Shard::new(rank, world),
                     balance: ShardBalance::Uneven,
+                    blocks: None,
                 };
                 all.extend(s.epoch(3).indices().iter().copied());
             }
@@ -254,6 +366,7 @@ mod tests {
             shuffle_seed: Some(1),
             shard: Shard::default(),
             balance: ShardBalance::Pad,
+            blocks: None,
         };
         assert_eq!(s.epoch(0), s.epoch(0));
         assert_ne!(s.epoch(0), s.epoch(1));
@@ -275,6 +388,7 @@ mod tests {
                         shuffle_seed: Some(11),
                         shard: Shard::new(rank, world),
                         balance: ShardBalance::Pad,
+                        blocks: None,
                     }
                     .epoch(2)
                 })
@@ -306,6 +420,7 @@ mod tests {
                         shuffle_seed: Some(5),
                         shard: Shard::new(rank, world),
                         balance,
+                        blocks: None,
                     };
                     for epoch in 0..3 {
                         let order = s.epoch(epoch);
@@ -326,6 +441,7 @@ mod tests {
                     shuffle_seed: None,
                     shard: Shard::new(rank, 3),
                     balance: ShardBalance::Drop,
+                    blocks: None,
                 }
                 .epoch(0)
             })
@@ -347,6 +463,7 @@ mod tests {
                         shuffle_seed: Some(4),
                         shard: Shard::new(rank, world),
                         balance,
+                        blocks: None,
                     }
                     .epoch(1);
                     // Positions past the planned ones too (a rank refilling its batches).
@@ -375,6 +492,7 @@ mod tests {
             shuffle_seed: Some(8),
             shard: Shard::default(),
             balance: ShardBalance::Uneven,
+            blocks: None,
         }
         .epoch(2);
         for balance in [ShardBalance::Pad, ShardBalance::Drop, ShardBalance::Uneven] {
@@ -386,6 +504,7 @@ mod tests {
                         shuffle_seed: Some(8),
                         shard: Shard::new(rank, 2),
                         balance,
+                        blocks: None,
                     }
                     .epoch(2);
                     order.indices()[..20].to_vec()
@@ -404,6 +523,7 @@ mod tests {
                         shuffle_seed: Some(8),
                         shard: Shard::new(rank, 3),
                         balance,
+                        blocks: None,
                     }
                     .epoch_from(2, 40)
                 })
@@ -428,6 +548,7 @@ mod tests {
             shuffle_seed: None,
             shard: Shard::new(1, 3),
             balance: ShardBalance::Pad,
+            blocks: None,
         }
         .epoch_from(0, 5);
         assert_eq!((done.len(), done.real(), done.get(0)), (0, 0, None));
@@ -442,11 +563,112 @@ mod tests {
                     shuffle_seed: None,
                     shard: Shard::new(rank, 3),
                     balance: ShardBalance::Uneven,
+                    blocks: None,
                 }
                 .epoch(0)
                 .len()
             })
             .collect();
         assert_eq!(lens, vec![134, 133, 133]);
+    }
+
+    /// The shards (by source index) that `indices` touch, in the order first touched.
+    fn shards_of(indices: &[usize], lens: &[usize]) -> Vec<usize> {
+        let mut starts = vec![0];
+        for len in lens {
+            starts.push(starts.last().unwrap() + len);
+        }
+        let mut out: Vec<usize> = Vec::new();
+        for &i in indices {
+            let k = starts.partition_point(|&s| s <= i) - 1;
+            if !out.contains(&k) {
+                out.push(k);
+            }
+        }
+        out
+    }
+
+    fn blocked(
+        lens: &[usize],
+        window: usize,
+        seed: Option<u64>,
+        rank: usize,
+        world: usize,
+    ) -> Sampler {
+        let len = lens.iter().sum();
+        Sampler {
+            len,
+            shuffle_seed: seed,
+            shard: Shard::new(rank, world),
+            balance: ShardBalance::Pad,
+            blocks: None,
+        }
+        .with_blocks(Some(ShardBlocks {
+            lens: lens.to_vec(),
+            window,
+        }))
+    }
+
+    #[test]
+    fn block_shuffle_keeps_each_rank_on_a_run_of_shards() {
+        let lens = [10, 10, 10, 7, 10, 10, 10, 10, 3, 10, 10, 10];
+        let n: usize = lens.iter().sum();
+        for world in [1, 2, 3, 4] {
+            for epoch in 0..3 {
+                let orders: Vec<EpochOrder> = (0..world)
+                    .map(|rank| blocked(&lens, 2, Some(9), rank, world).epoch(epoch))
+                    .collect();
+                // Every sample exactly once across the ranks' real positions.
+                let mut real: Vec<usize> = orders
+                    .iter()
+                    .flat_map(|o| o.indices()[..o.real()].to_vec())
+                    .collect();
+                real.sort_unstable();
+                assert_eq!(real, (0..n).collect::<Vec<_>>());
+                let per = n.div_ceil(world);
+                let mut touched = vec![0; lens.len()];
+                for o in &orders {
+                    assert_eq!(o.len(), per);
+                    // A rank's padding repeats its own samples.
+                    let own = &o.indices()[..o.real()];
+                    assert!(o.indices()[o.real()..].iter().all(|i| own.contains(i)));
+                    for k in shards_of(own, &lens) {
+                        touched[k] += 1;
+                    }
+                }
+                // Shards are the ranks' own but for those at the ends of the runs.
+                let shared = touched.iter().filter(|&&t| t > 1).count();
+                assert!(shared < world, "{world}: {touched:?}");
+                assert!(touched.iter().all(|t| (1..=2).contains(t)), "{touched:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn block_shuffle_mixes_samples_within_windows_of_shards_only() {
+        let lens = [8, 8, 8, 8, 8, 8, 8, 8];
+        let order = blocked(&lens, 3, Some(4), 0, 1).epoch(1);
+        let indices = order.indices();
+        // The first 24 positions are the samples of the epoch's first three shards, mixed.
+        let first = shards_of(&indices[..24], &lens);
+        assert_eq!(first.len(), 3, "{first:?}");
+        let mut window: Vec<usize> = indices[..24].to_vec();
+        window.sort_unstable();
+        let mut expected: Vec<usize> = first.iter().flat_map(|&k| k * 8..k * 8 + 8).collect();
+        expected.sort_unstable();
+        assert_eq!(window, expected);
+        assert_ne!(
+            &indices[..8],
+            &expected[..8],
+            "samples are mixed within the window"
+        );
+        // The shard order changes with the epoch and the seed, and is the same for equal ones.
+        let again = blocked(&lens, 3, Some(4), 0, 1).epoch(1);
+        assert_eq!(order, again);
+        assert_ne!(order, blocked(&lens, 3, Some(4), 0, 1).epoch(2));
+        assert_ne!(order, blocked(&lens, 3, Some(5), 0, 1).epoch(1));
+        // Without a seed, one rank reads in source order.
+        let plain = blocked(&lens, 3, None, 0, 1).epoch(3);
+        assert_eq!(plain.indices(), (0..64).collect::<Vec<_>>());
     }
 }

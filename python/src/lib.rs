@@ -8,7 +8,7 @@ mod tensor;
 
 use pyo3::create_exception;
 use pyo3::exceptions::{
-    PyBufferError, PyFileNotFoundError, PyOSError, PyRuntimeError, PyValueError,
+    PyBufferError, PyFileNotFoundError, PyOSError, PyPermissionError, PyRuntimeError, PyValueError,
 };
 use pyo3::prelude::*;
 
@@ -49,6 +49,12 @@ pub(crate) fn to_py_err(error: gpufeed::Error) -> PyErr {
         )),
         gpufeed::Error::Source { source, .. } => match source.map(|e| e.kind()) {
             Some(std::io::ErrorKind::NotFound) => PyFileNotFoundError::new_err(message),
+            _ => PyOSError::new_err(message),
+        },
+        gpufeed::Error::Remote { kind, .. } => match kind {
+            std::io::ErrorKind::PermissionDenied => PyPermissionError::new_err(message),
+            std::io::ErrorKind::NotFound => PyFileNotFoundError::new_err(message),
+            std::io::ErrorKind::InvalidInput => PyValueError::new_err(message),
             _ => PyOSError::new_err(message),
         },
         gpufeed::Error::Export(_) => PyBufferError::new_err(message),

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use gpufeed::{PipelineState, Source, WaitedBatch};
+use gpufeed::{PipelineState, ReadReport, RemoteOptions, Source, UrlLayout, WaitedBatch};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
@@ -91,6 +91,28 @@ impl<'py> FromPyObject<'_, 'py> for PathList {
     }
 }
 
+/// Keyword `name` of the constructor's `**options`, taken out of them (`None` when not given).
+fn take_keyword<'py, T>(options: Option<&Bound<'py, PyDict>>, name: &str) -> PyResult<Option<T>>
+where
+    T: FromPyObjectOwned<'py>,
+    for<'a> <T as FromPyObject<'a, 'py>>::Error: Into<PyErr>,
+{
+    let Some(options) = options else {
+        return Ok(None);
+    };
+    let Some(value) = options.get_item(name)? else {
+        return Ok(None);
+    };
+    options.del_item(name)?;
+    if value.is_none() {
+        return Ok(None);
+    }
+    value.extract::<T>().map(Some).map_err(|e| {
+        let e: PyErr = e.into();
+        PyTypeError::new_err(format!("{name}: {e}"))
+    })
+}
+
 /// The version `major.minor` of the Pillow this interpreter imports, if it has one.
 fn installed_pillow(py: Python<'_>) -> Option<(u32, u32)> {
     let version: String = py
@@ -138,18 +160,14 @@ impl Pipeline {
     ) -> PyResult<Pipeline> {
         let paths = paths.map(|p| p.0);
         let from_paths = paths.is_some();
-        // `state=` (a state_dict() to resume from) is a keyword of the constructor, not an
-        // option of the pipeline.
-        let state = match options {
-            Some(options) => {
-                let state = options.get_item("state")?;
-                if state.is_some() {
-                    options.del_item("state")?;
-                }
-                state
-            }
-            None => None,
-        };
+        // `state=` (a state_dict() to resume from) and the object-storage keywords are the
+        // constructor's, not options of the pipeline.
+        let state = take_keyword::<Bound<'_, PyAny>>(options, "state")?;
+        let cache_dir = take_keyword::<PathBuf>(options, "cache_dir")?;
+        let cache_limit = take_keyword::<u64>(options, "cache_limit")?;
+        let read_budget = take_keyword::<u64>(options, "read_budget")?;
+        let max_requests = take_keyword::<usize>(options, "max_requests")?;
+        let shuffle_window = take_keyword::<usize>(options, "shuffle_window")?;
         let mut builder = builder_from(options)?;
         let given = match options {
             Some(options) => options.contains("pillow_version")?,
@@ -169,7 +187,42 @@ impl Pipeline {
                 "image_folder=True and webdataset=True: a folder is one or the other",
             ));
         }
+        let url = source
+            .as_ref()
+            .and_then(|s| s.to_str())
+            .filter(|s| s.contains("://"))
+            .map(str::to_string);
+        let remote_given = cache_dir.is_some()
+            || cache_limit.is_some()
+            || read_budget.is_some()
+            || max_requests.is_some()
+            || shuffle_window.is_some();
         let source = match (source, paths) {
+            (Some(_), None) if url.is_some() => {
+                let defaults = RemoteOptions::default();
+                let remote = RemoteOptions::default()
+                    .cache_dir(cache_dir)
+                    .cache_limit(cache_limit.unwrap_or(defaults.cache_limit))
+                    .read_budget(read_budget.unwrap_or(defaults.read_budget))
+                    .max_requests(max_requests.unwrap_or(defaults.max_requests))
+                    .shuffle_window(shuffle_window);
+                let layout = if image_folder {
+                    UrlLayout::ImageFolder
+                } else if webdataset {
+                    UrlLayout::WebDataset
+                } else {
+                    UrlLayout::Images
+                };
+                let url = url.unwrap_or_default();
+                // Listing (and indexing shards) waits on the network: without the GIL.
+                py.detach(|| Source::url(&url, layout, &remote))
+            }
+            _ if remote_given => {
+                return Err(PyTypeError::new_err(
+                    "cache_dir, cache_limit, read_budget, max_requests and shuffle_window are \
+                     for a URL source (s3://, gs://, az://, https://)",
+                ))
+            }
             (Some(root), None) if image_folder => Source::image_folder(root),
             (Some(root), None) if webdataset => Source::webdataset(root),
             (Some(root), None) => Source::directory(root),
@@ -353,6 +406,12 @@ impl Pipeline {
         dict.set_item("skipped", skipped_list(&report.skipped))?;
         dict.set_item("dropped", report.dropped)?;
         dict.set_item("complete", report.complete)?;
+        let reads = report
+            .reads
+            .as_ref()
+            .map(|r| reads_dict(py, r))
+            .transpose()?;
+        dict.set_item("reads", reads)?;
         Ok(dict)
     }
 
@@ -366,6 +425,22 @@ impl Pipeline {
             pipeline.device_description()
         ))
     }
+}
+
+/// What reading an epoch took from object storage, as a dict.
+fn reads_dict<'py>(py: Python<'py>, reads: &ReadReport) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    dict.set_item("requests", reads.requests)?;
+    dict.set_item("bytes", reads.bytes)?;
+    dict.set_item("objects_fetched", reads.fetched)?;
+    dict.set_item("cache_hits", reads.cache_hits)?;
+    dict.set_item("cache_bytes", reads.cache_bytes)?;
+    dict.set_item("kept_in_memory", reads.kept)?;
+    dict.set_item("cache_hit_rate", reads.cache_hit_rate())?;
+    dict.set_item("failed", reads.failed)?;
+    dict.set_item("waits", reads.waits)?;
+    dict.set_item("waited_seconds", reads.waited.as_secs_f64())?;
+    Ok(dict)
 }
 
 fn skipped_list(skipped: &[gpufeed::ItemError]) -> Vec<(String, String)> {

@@ -164,7 +164,8 @@ impl Pipeline {
             }
             None => EpochStart::beginning(0),
         };
-        let sampler = Sampler::new(source.len(), &options.batching);
+        let sampler =
+            Sampler::new(source.len(), &options.batching).with_blocks(source.shuffle_blocks());
         let shard_len = sampler.real_len();
         let gpu = match options.runtime.device {
             crate::Device::Cuda(ordinal) => Some(Gpu::open(ordinal)?),
@@ -367,10 +368,12 @@ impl Pipeline {
                 trailing_skipped,
                 dropped,
                 complete,
+                reads,
             } => {
                 self.report.skipped.extend(trailing_skipped);
                 self.report.dropped = dropped;
                 self.report.complete = complete;
+                self.report.reads = reads;
                 self.state = EpochState::Ended;
                 Ok(WaitedBatch::EpochEnd)
             }
@@ -381,8 +384,11 @@ impl Pipeline {
     fn drain_epoch(&mut self) {
         while self.state == EpochState::Running {
             match self.batches.as_ref().and_then(|b| b.recv().ok()) {
-                Some(Message::EndOfEpoch { complete, .. }) => {
+                Some(Message::EndOfEpoch {
+                    complete, reads, ..
+                }) => {
                     self.report.complete = complete;
+                    self.report.reads = reads;
                     self.state = EpochState::Ended;
                 }
                 Some(Message::Batch(_)) => {}

@@ -11,7 +11,7 @@ use super::hybrid::HybridFilled;
 use super::lanes::Lanes;
 use super::output::{BatchAugment, Finished, OutputStage};
 use crate::augment::Augmenter;
-use crate::batch::Batch;
+use crate::batch::{Batch, ReadReport};
 use crate::cpu::BatchRequest;
 use crate::error::{Error, ItemError, Result};
 use crate::options::{BatchOptions, LastBatch};
@@ -37,6 +37,7 @@ pub(super) enum Message {
         trailing_skipped: Vec<ItemError>,
         dropped: usize,
         complete: bool,
+        reads: Option<ReadReport>,
     },
 }
 
@@ -104,11 +105,7 @@ impl Worker {
                 .filter(|(e, _)| start == EpochStart::beginning(*e));
             let order = match &ahead {
                 Some((_, order)) => order.clone(),
-                None => Arc::new(
-                    self.sampler
-                        .epoch_from(epoch, start.from)
-                        .starting_at(start.position),
-                ),
+                None => self.plan_epoch(start),
             };
             let batch_size = self.batching.batch_size;
             // With equal shards, every rank yields exactly this many images, in batches of the
@@ -167,6 +164,7 @@ impl Worker {
                 match made {
                     Ok(Produced::Batch(batch, consumed)) => {
                         position += consumed;
+                        self.source.advance(position);
                         delivered += batch.len();
                         slot = (slot + 1) % self.output.slots();
                         let sending = Instant::now();
@@ -214,7 +212,7 @@ impl Worker {
                 // now, while the consumer takes this one's last batches, rather than once it
                 // asks for the next (which it almost always does).
                 let next = epoch + 1;
-                let order = Arc::new(self.sampler.epoch(next));
+                let order = self.plan_epoch(EpochStart::beginning(next));
                 if self.lanes.begin(&self.source, &order, next).is_ok() {
                     begun = Some((next, order));
                 }
@@ -223,11 +221,24 @@ impl Worker {
                 trailing_skipped,
                 dropped,
                 complete,
+                reads: self.source.read_report(epoch),
             };
             if self.stop.load(Ordering::SeqCst) || batches.send(end).is_err() {
                 return;
             }
         }
+    }
+
+    /// The order of the epoch `start` begins (from where it says), which the source starts
+    /// reading ahead of.
+    fn plan_epoch(&self, start: EpochStart) -> Arc<EpochOrder> {
+        let order = Arc::new(
+            self.sampler
+                .epoch_from(start.epoch, start.from)
+                .starting_at(start.position),
+        );
+        self.source.begin_epoch(start.epoch, &order);
+        order
     }
 
     /// Publishes which lanes decode and the GPU lane's share, for the consumer.

@@ -149,7 +149,7 @@ pub(super) fn read_dir_sorted(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 
 /// Whether the file name ends in one of `extensions`, compared without case, as torchvision's
 /// `has_file_allowed_extension` does (so a file named just `.jpg` counts too).
-fn has_extension(p: &Path, extensions: &[&str]) -> bool {
+pub(super) fn has_extension(p: &Path, extensions: &[&str]) -> bool {
     let Some(name) = p.file_name() else {
         return false;
     };

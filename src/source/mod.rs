@@ -1,19 +1,27 @@
-//! Where images come from: folders, torchvision's ImageFolder, path lists and in-memory bytes,
-//! each image with an id and, where the source has them, a class label. How a folder is listed
-//! is in `folders`; the order images are taken in is [`crate::order`]'s business.
+//! Where images come from: folders, torchvision's ImageFolder, path lists, in-memory bytes, tar
+//! shards and (feature `object-store`) object storage, each image with an id and, where the
+//! source has them, a class label. How a folder is listed is in `folders`, tar shards in `tar`,
+//! object storage in `remote`; the order images are taken in is [`crate::order`]'s business.
+//! The lanes read every image through one seam, [`SourceItem::open`], whatever holds it.
 
 mod folders;
 mod listing;
+#[cfg(feature = "object-store")]
+mod remote;
 mod tar;
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::batch::ReadReport;
 use crate::error::{Error, ItemErrorKind, Result};
+use crate::order::{EpochOrder, ShardBlocks};
 
 pub use folders::{DECODED_EXTENSIONS, IMAGE_EXTENSIONS};
 pub(crate) use listing::ListingSummary;
+#[cfg(feature = "object-store")]
+pub use remote::{RemoteOptions, UrlLayout, DEFAULT_READ_BUDGET};
 
 #[derive(Debug, Clone)]
 enum Payload {
@@ -23,6 +31,9 @@ enum Payload {
     Member(tar::MemberPlace),
     /// A part of a tar shard that cannot be read, and why.
     Damaged(String),
+    /// An object in object storage, or a member of a shard there.
+    #[cfg(feature = "object-store")]
+    Remote(remote::Place),
 }
 
 /// One image of a source: where its bytes are, its id and its class label.
@@ -60,6 +71,8 @@ impl SourceItem {
             Payload::Bytes(bytes) => bytes.len() as u64,
             Payload::Member(place) => place.len,
             Payload::Damaged(_) => 0,
+            #[cfg(feature = "object-store")]
+            Payload::Remote(place) => place.len(),
         }
     }
 
@@ -77,10 +90,12 @@ impl SourceItem {
                         limit: max_bytes,
                     });
                 }
-                Ok(OpenItem::Memory(bytes.clone()))
+                Ok(OpenItem::Memory(SharedBytes::Slice(bytes.clone())))
             }
             Payload::Member(place) => OpenItem::member(place, max_bytes),
             Payload::Damaged(reason) => Err(ItemErrorKind::Archive(reason.clone())),
+            #[cfg(feature = "object-store")]
+            Payload::Remote(place) => place.open(max_bytes),
         }
     }
 
@@ -106,8 +121,31 @@ pub(crate) enum OpenItem {
         len: u64,
         head: Vec<u8>,
     },
-    /// Bytes given in memory.
-    Memory(Arc<[u8]>),
+    /// Bytes in memory: given so, or read from object storage.
+    Memory(SharedBytes),
+}
+
+/// Bytes in memory shared without a copy: a whole slice, or a span of a buffer (an image member
+/// of a shard read whole).
+#[derive(Debug, Clone)]
+pub(crate) enum SharedBytes {
+    Slice(Arc<[u8]>),
+    #[cfg(feature = "object-store")]
+    Span {
+        buffer: Arc<Vec<u8>>,
+        range: std::ops::Range<usize>,
+    },
+}
+
+impl std::ops::Deref for SharedBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            SharedBytes::Slice(bytes) => bytes,
+            #[cfg(feature = "object-store")]
+            SharedBytes::Span { buffer, range } => &buffer[range.clone()],
+        }
+    }
 }
 
 /// The formats gpufeed decodes, by their first bytes: what a source's files must start with.
@@ -135,19 +173,50 @@ impl OpenItem {
         OpenItem::span(file, path, 0, len, max_bytes)
     }
 
+    /// Bytes in memory, refused as a file with these bytes would be: over `max_bytes`, empty, or
+    /// of no format this crate decodes.
+    #[cfg(feature = "object-store")]
+    fn checked_memory(
+        bytes: SharedBytes,
+        max_bytes: u64,
+    ) -> std::result::Result<OpenItem, ItemErrorKind> {
+        if bytes.len() as u64 > max_bytes {
+            return Err(ItemErrorKind::FileTooLarge {
+                bytes: bytes.len() as u64,
+                limit: max_bytes,
+            });
+        }
+        if bytes.is_empty() {
+            return Err(ItemErrorKind::Decode("file is empty".into()));
+        }
+        if sniff_format(&bytes[..bytes.len().min(HEAD_BYTES)]).is_none() {
+            return Err(ItemErrorKind::UnknownFormat);
+        }
+        Ok(OpenItem::Memory(bytes))
+    }
+
     /// The member of a tar shard at `place`.
     fn member(
         place: &tar::MemberPlace,
         max_bytes: u64,
     ) -> std::result::Result<OpenItem, ItemErrorKind> {
-        let path = place.shard.as_path();
+        OpenItem::file_part(place.shard.as_path(), place.offset, place.len, max_bytes)
+    }
+
+    /// `len` bytes at `offset` of the shard file at `path`.
+    fn file_part(
+        path: &Path,
+        offset: u64,
+        len: u64,
+        max_bytes: u64,
+    ) -> std::result::Result<OpenItem, ItemErrorKind> {
         let (file, size) = open_regular(path)?;
-        if place.offset.saturating_add(place.len) > size {
+        if offset.saturating_add(len) > size {
             return Err(ItemErrorKind::Truncated(format!(
                 "the shard ends at byte {size}, before the member's end"
             )));
         }
-        OpenItem::span(file, path, place.offset, place.len, max_bytes)
+        OpenItem::span(file, path, offset, len, max_bytes)
     }
 
     /// `len` bytes at `start` of `file`, refused if over `max_bytes`, empty or of no format this
@@ -217,7 +286,7 @@ impl OpenItem {
                 head,
                 at: 0,
             },
-            OpenItem::Memory(bytes) => ItemReader::Memory(std::io::Cursor::new(bytes)),
+            OpenItem::Memory(bytes) => ItemReader::Memory(std::io::Cursor::new(&**bytes)),
         }
     }
 
@@ -308,7 +377,7 @@ pub(crate) enum ItemReader<'a> {
         head: &'a [u8],
         at: u64,
     },
-    Memory(std::io::Cursor<&'a Arc<[u8]>>),
+    Memory(std::io::Cursor<&'a [u8]>),
 }
 
 impl std::io::Read for ItemReader<'_> {
@@ -421,7 +490,7 @@ fn file_kind(file_type: &fs::FileType) -> &'static str {
 /// that was not needed).
 pub(crate) enum ItemBytes {
     Owned(Vec<u8>),
-    Shared(Arc<[u8]>, Vec<u8>),
+    Shared(SharedBytes, Vec<u8>),
 }
 
 impl ItemBytes {
@@ -470,7 +539,7 @@ fn describe_io_error(path: &Path, e: &std::io::Error) -> String {
 /// assert!(source.len() >= 5);
 /// # Ok::<(), gpufeed::Error>(())
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Source {
     items: Vec<SourceItem>,
     class_names: Option<Vec<String>>,
@@ -479,6 +548,37 @@ pub struct Source {
     left_out: Vec<(String, usize)>,
     /// The listing in brief, made once it is listed (and again when labels are attached).
     listing: ListingSummary,
+    /// What reads the objects of a source in object storage.
+    #[cfg(feature = "object-store")]
+    remote: Option<remote::Remote>,
+}
+
+/// A copy reads on its own: a source in object storage gets a reader of its own (sharing the
+/// clients and the cache), so two pipelines over copies of one source do not share a read plan.
+impl Clone for Source {
+    fn clone(&self) -> Source {
+        #[cfg(feature = "object-store")]
+        if let Some(remote) = &self.remote {
+            let (remote, items) = remote.fork(&self.items);
+            return Source {
+                items,
+                class_names: self.class_names.clone(),
+                unreadable_folders: self.unreadable_folders.clone(),
+                left_out: self.left_out.clone(),
+                listing: self.listing.clone(),
+                remote: Some(remote),
+            };
+        }
+        Source {
+            items: self.items.clone(),
+            class_names: self.class_names.clone(),
+            unreadable_folders: self.unreadable_folders.clone(),
+            left_out: self.left_out.clone(),
+            listing: self.listing.clone(),
+            #[cfg(feature = "object-store")]
+            remote: None,
+        }
+    }
 }
 
 /// A path as an image id: the path itself when it is valid UTF-8; otherwise its valid parts with
@@ -514,6 +614,8 @@ impl Source {
             class_names,
             unreadable_folders,
             left_out,
+            #[cfg(feature = "object-store")]
+            remote: None,
         }
     }
 
@@ -799,5 +901,47 @@ impl Source {
 
     pub(crate) fn item(&self, index: usize) -> &SourceItem {
         &self.items[index]
+    }
+
+    /// The shards of a source read shard by shard (WebDataset shards in object storage), for the
+    /// order's block shuffle; `None` for sources read image by image.
+    pub(crate) fn shuffle_blocks(&self) -> Option<ShardBlocks> {
+        #[cfg(feature = "object-store")]
+        if let Some(remote) = &self.remote {
+            return remote.shuffle_blocks();
+        }
+        None
+    }
+
+    /// An epoch begins in `order`: a source in object storage starts reading ahead of it.
+    pub(crate) fn begin_epoch(&self, epoch: u64, order: &EpochOrder) {
+        #[cfg(feature = "object-store")]
+        if let Some(remote) = &self.remote {
+            remote.begin_epoch(epoch, order, &self.items);
+        }
+        #[cfg(not(feature = "object-store"))]
+        let _ = (epoch, order);
+    }
+
+    /// Every position of the current epoch before `position` is in a batch: what only they
+    /// needed can go.
+    pub(crate) fn advance(&self, position: usize) {
+        #[cfg(feature = "object-store")]
+        if let Some(remote) = &self.remote {
+            remote.advance(position);
+        }
+        #[cfg(not(feature = "object-store"))]
+        let _ = position;
+    }
+
+    /// What reading `epoch` took from object storage; `None` for local sources.
+    pub(crate) fn read_report(&self, epoch: u64) -> Option<ReadReport> {
+        #[cfg(feature = "object-store")]
+        if let Some(remote) = &self.remote {
+            return Some(remote.report(epoch));
+        }
+        #[cfg(not(feature = "object-store"))]
+        let _ = epoch;
+        None
     }
 }

@@ -72,11 +72,28 @@ const MAX_LINK_HOPS: usize = 16;
 /// The samples of the shard at `path`, in the order their members appear. `Err` only when the
 /// file cannot be opened or read at all.
 pub(crate) fn index(path: &Path) -> std::io::Result<Vec<Entry>> {
+    index_file(path, &super::path_id(path))
+}
+
+/// The samples of the shard in the file at `path`, named `shard` in ids and reasons (a shard
+/// in object storage, kept in the cache folder, keeps its URL).
+pub(crate) fn index_file(path: &Path, shard: &str) -> std::io::Result<Vec<Entry>> {
     let file = File::open(path)?;
     let size = file.metadata()?.len();
-    let shard = super::path_id(path);
-    let (members, mut damaged) = members(&file, size, &shard)?;
-    let mut entries = samples(&file, &shard, &members);
+    index_of(&file, size, shard)
+}
+
+/// The samples of a shard held whole in memory, named `shard` in ids and reasons.
+#[cfg(feature = "object-store")]
+pub(crate) fn index_bytes(bytes: &[u8], shard: &str) -> Vec<Entry> {
+    // Reads from memory past the end are refused before they are made: no I/O error is left.
+    index_of(bytes, bytes.len() as u64, shard).unwrap_or_default()
+}
+
+/// The samples of the `size` bytes of a shard read through `data`.
+fn index_of<R: ReadAt + ?Sized>(data: &R, size: u64, shard: &str) -> std::io::Result<Vec<Entry>> {
+    let (members, mut damaged) = members(data, size, shard)?;
+    let mut entries = samples(data, shard, &members);
     entries.append(&mut damaged);
     // Everything in the order it sits in the shard.
     entries.sort_by_key(|e| match e {
@@ -86,8 +103,37 @@ pub(crate) fn index(path: &Path) -> std::io::Result<Vec<Entry>> {
     Ok(entries)
 }
 
+/// Positioned reads of a shard's bytes: a file, or the shard in memory.
+trait ReadAt {
+    /// Fills `buf` from `offset`, or fails.
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()>;
+}
+
+impl ReadAt for File {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        FileExt::read_exact_at(self, buf, offset)
+    }
+}
+
+#[cfg(feature = "object-store")]
+impl ReadAt for [u8] {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        let part = start
+            .checked_add(buf.len())
+            .and_then(|end| self.get(start..end))
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))?;
+        buf.copy_from_slice(part);
+        Ok(())
+    }
+}
+
 /// The shard's regular-file members, and its damaged parts.
-fn members(file: &File, size: u64, shard: &str) -> std::io::Result<(Vec<Member>, Vec<Entry>)> {
+fn members<R: ReadAt + ?Sized>(
+    file: &R,
+    size: u64,
+    shard: &str,
+) -> std::io::Result<(Vec<Member>, Vec<Entry>)> {
     let mut members = Vec::new();
     let mut damaged = Vec::new();
     let mut at = 0u64;
@@ -95,7 +141,7 @@ fn members(file: &File, size: u64, shard: &str) -> std::io::Result<(Vec<Member>,
     let mut long_link: Option<String> = None;
     let mut header = [0u8; BLOCK as usize];
     while at + BLOCK <= size {
-        read_exact_at(file, &mut header, at)?;
+        file.read_exact_at(&mut header, at)?;
         if header.iter().all(|&b| b == 0) {
             // The end-of-archive marker.
             break;
@@ -105,7 +151,7 @@ fn members(file: &File, size: u64, shard: &str) -> std::io::Result<(Vec<Member>,
             let start = at;
             at += BLOCK;
             while at + BLOCK <= size {
-                read_exact_at(file, &mut header, at)?;
+                file.read_exact_at(&mut header, at)?;
                 if checksum_ok(&header) && header.iter().any(|&b| b != 0) {
                     break;
                 }
@@ -166,7 +212,7 @@ fn members(file: &File, size: u64, shard: &str) -> std::io::Result<(Vec<Member>,
             // GNU long name (and long link name): the data is the next member's.
             b'L' | b'K' if len <= MAX_NAME => {
                 let mut buf = vec![0u8; len as usize];
-                read_exact_at(file, &mut buf, data)?;
+                file.read_exact_at(&mut buf, data)?;
                 let text = field(&buf);
                 if kind == b'L' {
                     long_name = Some(text);
@@ -178,7 +224,7 @@ fn members(file: &File, size: u64, shard: &str) -> std::io::Result<(Vec<Member>,
             // its target.
             b'x' if len <= MAX_NAME => {
                 let mut buf = vec![0u8; len as usize];
-                read_exact_at(file, &mut buf, data)?;
+                file.read_exact_at(&mut buf, data)?;
                 long_name = pax_record(&buf, b"path");
                 long_link = pax_record(&buf, b"linkpath");
             }
@@ -286,7 +332,7 @@ fn resolve_links(members: &mut [Member]) {
 /// Groups consecutive members by WebDataset's key into samples. A member whose extension the
 /// sample already has starts another sample of the same key; a key an earlier sample of the
 /// shard had is reported as a duplicate, not delivered twice under one id.
-fn samples(file: &File, shard: &str, members: &[Member]) -> Vec<Entry> {
+fn samples<R: ReadAt + ?Sized>(file: &R, shard: &str, members: &[Member]) -> Vec<Entry> {
     let mut entries = Vec::new();
     let mut seen: HashMap<&str, u64> = HashMap::new();
     let mut i = 0;
@@ -325,7 +371,7 @@ fn samples(file: &File, shard: &str, members: &[Member]) -> Vec<Entry> {
 }
 
 /// One sample from its members.
-fn sample(file: &File, shard: &str, key: &str, members: &[Member]) -> Entry {
+fn sample<R: ReadAt + ?Sized>(file: &R, shard: &str, key: &str, members: &[Member]) -> Entry {
     fn extension(m: &Member) -> &str {
         split_key(&m.name).map_or("", |(_, e)| e)
     }
@@ -393,7 +439,7 @@ fn sample(file: &File, shard: &str, key: &str, members: &[Member]) -> Entry {
 }
 
 /// A `.cls` member's integer.
-fn read_label(file: &File, cls: &Member) -> Result<u32, String> {
+fn read_label<R: ReadAt + ?Sized>(file: &R, cls: &Member) -> Result<u32, String> {
     if cls.len > MAX_LABEL_BYTES {
         return Err(format!(
             "a label of {} bytes is not a class number",
@@ -401,7 +447,8 @@ fn read_label(file: &File, cls: &Member) -> Result<u32, String> {
         ));
     }
     let mut buf = vec![0u8; cls.len as usize];
-    read_exact_at(file, &mut buf, cls.offset).map_err(|e| format!("cannot read it: {e}"))?;
+    file.read_exact_at(&mut buf, cls.offset)
+        .map_err(|e| format!("cannot read it: {e}"))?;
     let text = String::from_utf8_lossy(&buf);
     text.trim()
         .parse()
@@ -496,10 +543,6 @@ fn pax_record(data: &[u8], key: &[u8]) -> Option<String> {
         rest = &rest[len..];
     }
     None
-}
-
-fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-    file.read_exact_at(buf, offset)
 }
 
 /// The `.tar` files directly inside `dir`, in sorted order.

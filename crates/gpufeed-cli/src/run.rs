@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 use gpufeed::{
     Augment, AugmentOptions, Batch, BatchOptions, ChannelOrder, ColorJitter, DType, Decode,
     DecodeOptions, Device, DrawRange, EpochReport, Gray16, Interpolation, LastBatch, Launch,
-    Layout, OnError, Options, OutputOptions, Pipeline, PipelineState, RandomErasing, Recipe,
-    ResizeMode, ResizeOptions, RuntimeOptions, Shard, ShardBalance, Source, WaitedBatch,
-    DEFAULT_DECODE_MEMORY, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, RANDOM_CROP_RATIO,
-    RANDOM_CROP_SCALE, RANDOM_FLIP_CHANCE,
+    Layout, OnError, Options, OutputOptions, Pipeline, PipelineState, RandomErasing, ReadReport,
+    Recipe, RemoteOptions, ResizeMode, ResizeOptions, RuntimeOptions, Shard, ShardBalance, Source,
+    UrlLayout, WaitedBatch, DEFAULT_DECODE_MEMORY, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS,
+    RANDOM_CROP_RATIO, RANDOM_CROP_SCALE, RANDOM_FLIP_CHANCE,
 };
 use indicatif::{ProgressBar, ProgressState, ProgressStyle};
 use serde_json::{json, Value};
@@ -23,16 +23,36 @@ use crate::Result;
 
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
-    /// Folder of images, searched recursively (default: the bundled assets/).
+    /// Folder of images, searched recursively (default: the bundled assets/); or a URL in
+    /// object storage: a prefix (s3://bucket/train/, gs://..., az://...), one object, or a
+    /// brace pattern (https://host/train-{0000..0127}.tar).
     #[arg(default_value = "assets")]
     dir: PathBuf,
-    /// Treat DIR as an ImageFolder: each subfolder is a class, labels from sorted names.
+    /// Treat DIR as an ImageFolder: each subfolder (or first key component under a URL's
+    /// prefix) is a class, labels from sorted names.
     #[arg(long, conflicts_with = "webdataset")]
     image_folder: bool,
     /// Read the WebDataset tar shards in DIR (its .tar files, in sorted order): a sample's image
     /// member by extension, its label from its .cls member.
     #[arg(long)]
     webdataset: bool,
+    /// For a URL: a folder keeping whole shards and images read, for later epochs, runs and
+    /// processes.
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// For a URL: the most bytes --cache-dir holds (e.g. 200G; default no limit).
+    #[arg(long, value_parser = parse_bytes)]
+    cache_limit: Option<u64>,
+    /// For a URL: the most bytes read ahead of the decoders (e.g. 2G).
+    #[arg(long, value_parser = parse_bytes, default_value = "1G")]
+    read_budget: u64,
+    /// For a URL: the most requests in flight at once.
+    #[arg(long, default_value_t = 64)]
+    max_requests: usize,
+    /// For WebDataset shards at a URL: consecutive shards whose samples are shuffled together
+    /// (default: as many as half the read budget holds, 1 to 8).
+    #[arg(long)]
+    shuffle_window: Option<usize>,
     /// Images per batch.
     #[arg(long, default_value_t = 256)]
     batch_size: usize,
@@ -243,6 +263,35 @@ fn parse_version(text: &str) -> Result<(u32, u32), String> {
     }
 }
 
+/// A byte count: a number with an optional K, M, G or T (powers of 1024; `KiB`, `KB` and the
+/// like read the same).
+fn parse_bytes(text: &str) -> std::result::Result<u64, String> {
+    let text = text.trim();
+    let digits = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(digits);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?}: expected a byte count such as 512M or 20G"))?;
+    let shift = match unit
+        .trim()
+        .to_ascii_uppercase()
+        .trim_end_matches("IB")
+        .trim_end_matches('B')
+    {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        _ => return Err(format!("{text:?}: unknown unit (K, M, G or T)")),
+    };
+    number
+        .checked_mul(1 << shift)
+        .ok_or_else(|| format!("{text:?} is too large"))
+}
+
 fn parse_size(text: &str) -> std::result::Result<(u32, u32), String> {
     let (h, w) = text
         .split_once(['x', 'X'])
@@ -256,6 +305,37 @@ fn parse_size(text: &str) -> std::result::Result<(u32, u32), String> {
 }
 
 impl RunArgs {
+    /// The source DIR names: a local folder, or a URL in object storage.
+    fn source(&self) -> Result<Source> {
+        let text = self.dir.to_string_lossy();
+        if !text.contains("://") {
+            if self.cache_dir.is_some() || self.cache_limit.is_some() {
+                return Err("--cache-dir and --cache-limit are for URLs; DIR is a folder".into());
+            }
+            return Ok(if self.image_folder {
+                Source::image_folder(&self.dir)?
+            } else if self.webdataset {
+                Source::webdataset(&self.dir)?
+            } else {
+                Source::directory(&self.dir)?
+            });
+        }
+        let layout = if self.image_folder {
+            UrlLayout::ImageFolder
+        } else if self.webdataset {
+            UrlLayout::WebDataset
+        } else {
+            UrlLayout::Images
+        };
+        let options = RemoteOptions::default()
+            .cache_dir(self.cache_dir.clone())
+            .cache_limit(self.cache_limit.unwrap_or(u64::MAX))
+            .read_budget(self.read_budget)
+            .max_requests(self.max_requests)
+            .shuffle_window(self.shuffle_window);
+        Ok(Source::url(&text, layout, &options)?)
+    }
+
     /// The library's options for these arguments on `device`, for this process's `shard`.
     fn options(&self, device: Device, shard: Shard) -> Result<Options> {
         let (height, width) = self.size.unwrap_or((self.crop, self.crop));
@@ -476,13 +556,10 @@ fn run_and_summarize(
 ) -> Result<Device> {
     let (shard, local_gpu) = args.shard()?;
     let device = args.device(local_gpu);
-    let source = if args.image_folder {
-        Source::image_folder(&args.dir)?
-    } else if args.webdataset {
-        Source::webdataset(&args.dir)?
-    } else {
-        Source::directory(&args.dir)?
-    };
+    let opening = Instant::now();
+    let source = args.source()?;
+    let open_seconds = opening.elapsed().as_secs_f64();
+    let opened = source.opening_report().cloned();
     for (folder, reason) in source.unreadable_folders() {
         eprintln!("gpufeed: skipped {}: {reason}", folder.display());
     }
@@ -578,6 +655,8 @@ fn run_and_summarize(
         left_out,
         saved: Vec::new(),
         interrupted: interrupt.load(Ordering::SeqCst),
+        opened,
+        open_seconds,
     };
     let skipped = summary.skipped().len();
     if outcome.is_ok() && summary.images() == 0 && skipped > 0 {
@@ -804,6 +883,27 @@ struct Summary<'a> {
     saved: Vec<PathBuf>,
     /// Whether Ctrl-C stopped the run.
     interrupted: bool,
+    /// What opening a source in object storage read.
+    opened: Option<ReadReport>,
+    /// Seconds listing (and indexing) the source took.
+    open_seconds: f64,
+}
+
+/// A [`ReadReport`] of `seconds` as JSON: requests, bytes, MB/s and the cache's part.
+fn reads_json(reads: &ReadReport, seconds: f64) -> Value {
+    json!({
+        "requests": reads.requests,
+        "bytes": reads.bytes,
+        "mb_per_s": if seconds > 0.0 { reads.bytes as f64 / 1e6 / seconds } else { 0.0 },
+        "objects_fetched": reads.fetched,
+        "cache_hits": reads.cache_hits,
+        "cache_bytes": reads.cache_bytes,
+        "kept_in_memory": reads.kept,
+        "cache_hit_rate": reads.cache_hit_rate(),
+        "failed": reads.failed,
+        "waits": reads.waits,
+        "waited_seconds": reads.waited.as_secs_f64(),
+    })
 }
 
 impl Summary<'_> {
@@ -850,9 +950,13 @@ impl Summary<'_> {
             .iter()
             .zip(&self.tally.seconds)
             .map(|(r, &s)| {
-                json!({"epoch": r.epoch, "images": r.images, "batches": r.batches,
-                       "padded": r.padded, "skipped": r.skipped.len(), "dropped": r.dropped,
-                       "seconds": s, "complete": r.complete})
+                let mut epoch = json!({"epoch": r.epoch, "images": r.images,
+                       "batches": r.batches, "padded": r.padded, "skipped": r.skipped.len(),
+                       "dropped": r.dropped, "seconds": s, "complete": r.complete});
+                if let Some(reads) = &r.reads {
+                    epoch["reads"] = reads_json(reads, s);
+                }
+                epoch
             })
             .collect();
         json!({
@@ -898,6 +1002,8 @@ impl Summary<'_> {
                 .iter()
                 .map(|s| (s.stage.name().to_string(), json!({"seconds": s.seconds, "count": s.count})))
                 .collect::<serde_json::Map<_, _>>(),
+            "open_seconds": self.open_seconds,
+            "opened": self.opened.as_ref().map(|r| reads_json(r, self.open_seconds)),
         })
     }
 
@@ -977,6 +1083,32 @@ impl Summary<'_> {
         );
         out!("  seconds     {:.3}", self.seconds());
         out!("  images/s    {:.1}", self.images_per_s());
+        if let Some(opened) = &self.opened {
+            out!(
+                "  opened      in {:.3} s: {} in {} requests, {} objects from the cache",
+                self.open_seconds,
+                human_bytes(opened.bytes as usize),
+                opened.requests,
+                opened.cache_hits
+            );
+        }
+        for (reads, seconds) in self
+            .tally
+            .reports
+            .iter()
+            .zip(&self.tally.seconds)
+            .filter_map(|(r, s)| Some((r.reads.as_ref()?, s)))
+        {
+            out!(
+                "  read        {} in {} requests ({:.1} MB/s), cache hit rate {:.0}%, decoders \
+                 waited {:.2} s",
+                human_bytes(reads.bytes as usize),
+                reads.requests,
+                reads.bytes as f64 / 1e6 / seconds.max(1e-9),
+                reads.cache_hit_rate() * 100.0,
+                reads.waited.as_secs_f64()
+            );
+        }
         if self.tally.uploaded_bytes > 0 {
             out!(
                 "  uploaded    {} as u8; f32 would have uploaded {} ({:.2}x less)",

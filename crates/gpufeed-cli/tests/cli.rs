@@ -1436,3 +1436,220 @@ fn recipe_writes_the_calls_and_mixing_of_every_row() {
         assert!((0.0..=1.0).contains(&lam));
     }
 }
+
+/// `gpufeed run s3://...` against a real S3 server (SeaweedFS, see `crates/s3-server`), with
+/// the credentials in the environment as the AWS command line takes them: the same saved
+/// bytes, ids and labels as the shards on disk, over two epochs; requests, bytes, MB/s and the
+/// cache's hit rate in the summary; with `--cache-dir`, the shards read to index them kept and
+/// read back by the epochs; two runs sharing one cache folder at once; a wrong secret ends the
+/// run at once with a message that says so.
+#[test]
+fn shards_in_s3_run_as_on_disk() {
+    let Some(server) = s3_server::S3Server::for_test("shards_in_s3_run_as_on_disk") else {
+        return;
+    };
+    let dir = temp_dir("s3");
+    let members = dir.join("m");
+    let shards = dir.join("shards");
+    std::fs::create_dir_all(&members).expect("mkdir");
+    std::fs::create_dir_all(&shards).expect("mkdir");
+    let photos = [
+        "rocket.jpg",
+        "coffee.png",
+        "chelsea.png",
+        "camera.png",
+        "retina.jpg",
+    ];
+    let mut names = Vec::new();
+    for (i, photo) in photos.iter().enumerate() {
+        let ext = photo.rsplit_once('.').map(|(_, e)| e).unwrap_or("jpg");
+        std::fs::copy(
+            repo_path(&format!("assets/{photo}")),
+            members.join(format!("k{i}.{ext}")),
+        )
+        .expect("copy");
+        std::fs::write(members.join(format!("k{i}.cls")), format!("{}", 7 - i)).expect("cls");
+        names.push(format!("k{i}.{ext}"));
+        names.push(format!("k{i}.cls"));
+    }
+    for (k, part) in names.chunks(6).enumerate() {
+        let status = Command::new("tar")
+            .arg("-cf")
+            .arg(shards.join(format!("s-{k}.tar")))
+            .arg("-C")
+            .arg(&members)
+            .args(part)
+            .status()
+            .expect("tar");
+        assert!(status.success());
+    }
+    let mut uploads = Vec::new();
+    for entry in std::fs::read_dir(&shards).expect("shards") {
+        let path = entry.expect("entry").path();
+        let name = path
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
+        uploads.push((format!("cli/{name}"), std::fs::read(&path).expect("read")));
+    }
+    server.put_all(uploads).expect("upload");
+    let run = |source: &str, save: &str, extra: &[&str], env: &[(String, String)]| {
+        let npy = dir.join(save);
+        let mut args = vec![
+            "run",
+            source,
+            "--webdataset",
+            "--cpu",
+            "--json",
+            "--batch-size",
+            "2",
+            "--save",
+            npy.to_str().expect("utf-8"),
+        ];
+        args.extend_from_slice(extra);
+        Command::new(binary())
+            .args(&args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .current_dir(repo_root())
+            .output()
+            .expect("run gpufeed")
+    };
+    let env = server.env();
+    let local = run(shards.to_str().expect("utf-8"), "disk.npy", &[], &env);
+    assert!(
+        local.status.success(),
+        "{}",
+        String::from_utf8_lossy(&local.stderr)
+    );
+    let url = server.url("cli/");
+    let remote = run(&url, "s3.npy", &["--epochs", "2"], &env);
+    assert!(
+        remote.status.success(),
+        "{}",
+        String::from_utf8_lossy(&remote.stderr)
+    );
+    let (_, shape, disk_bytes) = read_npy(&dir.join("disk.npy"));
+    let (_, s3_shape, s3_bytes) = read_npy(&dir.join("s3.npy"));
+    // Two epochs from S3: each the disk's bytes.
+    assert_eq!(s3_shape[0], 2 * shape[0]);
+    assert!(s3_bytes[..disk_bytes.len()] == disk_bytes[..]);
+    assert!(s3_bytes[disk_bytes.len()..] == disk_bytes[..]);
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).expect("saved");
+    let disk_paths =
+        read("disk.paths.txt").replace(shards.to_str().expect("utf-8"), "s3://gpufeed/cli");
+    assert_eq!(read("s3.paths.txt"), format!("{disk_paths}{disk_paths}"));
+    let disk_labels = read("disk.labels.txt");
+    assert_eq!(read("s3.labels.txt"), format!("{disk_labels}{disk_labels}"));
+    let summary = last_json(&remote);
+    let shard_bytes: u64 = std::fs::read_dir(&shards)
+        .expect("shards")
+        .map(|e| e.expect("entry").metadata().expect("size").len())
+        .sum();
+    let reads = &summary["epochs"][0]["reads"];
+    assert_eq!(reads["objects_fetched"], 2, "{summary}");
+    assert_eq!(reads["requests"], 2, "{summary}");
+    assert_eq!(reads["bytes"], shard_bytes, "{summary}");
+    assert!(reads["mb_per_s"].as_f64().expect("MB/s") > 0.0, "{summary}");
+    assert_eq!(reads["cache_hit_rate"], 0.0, "{summary}");
+    // The read budget (1 GiB) holds both shards: the second epoch needs no request.
+    let reads = &summary["epochs"][1]["reads"];
+    assert_eq!(reads["kept_in_memory"], 2, "{summary}");
+    assert_eq!(reads["requests"], 0, "{summary}");
+    assert_eq!(reads["cache_hit_rate"], 1.0, "{summary}");
+    assert_eq!(summary["opened"]["objects_fetched"], 2, "{summary}");
+
+    // With a cache folder: the shards read to index them are kept; the epochs read them there.
+    let cache = dir.join("cache");
+    let cache_arg = cache.to_str().expect("utf-8");
+    let cached = run(
+        &url,
+        "cached.npy",
+        &[
+            "--epochs",
+            "2",
+            "--cache-dir",
+            cache_arg,
+            "--cache-limit",
+            "1G",
+        ],
+        &env,
+    );
+    assert!(
+        cached.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cached.stderr)
+    );
+    let summary = last_json(&cached);
+    for epoch in 0..2 {
+        let reads = &summary["epochs"][epoch]["reads"];
+        assert_eq!(reads["cache_hit_rate"], 1.0, "{summary}");
+        assert_eq!(reads["bytes"], 0, "{summary}");
+    }
+    let (_, _, cached_bytes) = read_npy(&dir.join("cached.npy"));
+    assert!(cached_bytes == s3_bytes);
+
+    // Two processes on one cache folder at once: both open from its indexes, read its shards.
+    let children: Vec<_> = (0..2)
+        .map(|k| {
+            let npy = dir.join(format!("twin{k}.npy"));
+            Command::new(binary())
+                .args([
+                    "run",
+                    &url,
+                    "--webdataset",
+                    "--cpu",
+                    "--json",
+                    "--batch-size",
+                    "2",
+                ])
+                .args([
+                    "--cache-dir",
+                    cache_arg,
+                    "--save",
+                    npy.to_str().expect("utf-8"),
+                ])
+                .envs(env.iter().map(|(k, v)| (k, v)))
+                .current_dir(repo_root())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    for (k, child) in children.into_iter().enumerate() {
+        let out = child.wait_with_output().expect("wait");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let summary = last_json(&out);
+        assert_eq!(summary["opened"]["cache_hit_rate"], 1.0, "{summary}");
+        assert_eq!(
+            summary["epochs"][0]["reads"]["cache_hit_rate"], 1.0,
+            "{summary}"
+        );
+        let (_, _, bytes) = read_npy(&dir.join(format!("twin{k}.npy")));
+        assert!(bytes == disk_bytes);
+    }
+
+    // A wrong secret: a non-zero exit within seconds, saying so; nothing saved.
+    let mut wrong = env.clone();
+    for (key, value) in &mut wrong {
+        if key == "AWS_SECRET_ACCESS_KEY" {
+            *value = "not-the-secret".into();
+        }
+    }
+    let start = std::time::Instant::now();
+    let refused = run(&url, "wrong.npy", &[], &wrong);
+    assert!(start.elapsed() < std::time::Duration::from_secs(10));
+    assert!(!refused.status.success());
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&refused.stderr),
+        stdout(&refused)
+    );
+    assert!(text.contains("refused the credentials"), "{text}");
+    assert!(!dir.join("wrong.npy").exists());
+}

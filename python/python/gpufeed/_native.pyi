@@ -89,6 +89,11 @@ class Pipeline:
         image_folder: bool = False,
         webdataset: bool = False,
         state: Union[None, dict[str, Any], str] = None,
+        cache_dir: Optional[_Path] = None,
+        cache_limit: Optional[int] = None,
+        read_budget: Optional[int] = None,
+        max_requests: Optional[int] = None,
+        shuffle_window: Optional[int] = None,
         batch_size: int = 256,
         resize_mode: Literal[
             "center-crop", "stretch", "letterbox", "random-resized-crop"

@@ -1,0 +1,619 @@
+//! Sources in object storage, against a real S3 server (SeaweedFS's `weed mini`, started by the
+//! tests on free loopback ports; see `crates/s3-server`): WebDataset shards, one object per
+//! image and ImageFolder trees give the bytes, ids and labels of the same data on disk; brace
+//! patterns, plain HTTP URLs, ranks and the block shuffle; the cache across epochs and sources;
+//! a wrong secret, a truncated shard, a server killed mid-epoch and one restarted mid-epoch.
+//! Without `weed` the tests print `skipped: ...`, unless `GPUFEED_REQUIRE_S3=1`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+mod common;
+
+use common::{repo_path, TempDir};
+use gpufeed::{
+    DType, Device, Error, Layout, OnError, Pipeline, RemoteOptions, ResizeMode, Source, UrlLayout,
+};
+use s3_server::S3Server;
+
+/// One row a pipeline gave: id, label, pixels.
+type Row = (String, Option<u32>, Vec<f32>);
+
+/// The images of the corpus: the test fixtures and the smaller bundled photos, each with a
+/// class (0 to 2).
+fn corpus() -> Vec<(PathBuf, u32)> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo_path("tests/fixtures"))
+        .expect("fixtures")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| {
+            let ext = p
+                .extension()
+                .map(|e| e.to_string_lossy().to_ascii_lowercase());
+            gpufeed::IMAGE_EXTENSIONS.contains(&ext.as_deref().unwrap_or(""))
+        })
+        .collect();
+    files.sort();
+    for photo in [
+        "camera.png",
+        "chelsea.png",
+        "coffee.png",
+        "retina.jpg",
+        "rocket.jpg",
+    ] {
+        files.push(repo_path("assets").join(photo));
+    }
+    files
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| (p, (i % 3) as u32))
+        .collect()
+}
+
+/// The corpus as WebDataset shards of `per_shard` samples (image and `.cls` label), written by
+/// `tar` into `dir/shards`; returns the shard files.
+fn write_shards(dir: &Path, per_shard: usize) -> Vec<PathBuf> {
+    let staging = dir.join("members");
+    let shards = dir.join("shards");
+    std::fs::create_dir_all(&staging).expect("mkdir");
+    std::fs::create_dir_all(&shards).expect("mkdir");
+    let mut out = Vec::new();
+    for (k, chunk) in corpus().chunks(per_shard).enumerate() {
+        let mut members = Vec::new();
+        for (i, (path, label)) in chunk.iter().enumerate() {
+            let ext = path
+                .extension()
+                .expect("ext")
+                .to_string_lossy()
+                .into_owned();
+            let key = format!("s{k:02}{i:02}");
+            std::fs::copy(path, staging.join(format!("{key}.{ext}"))).expect("copy");
+            std::fs::write(staging.join(format!("{key}.cls")), format!("{label}\n")).expect("cls");
+            members.push(format!("{key}.{ext}"));
+            members.push(format!("{key}.cls"));
+        }
+        let shard = shards.join(format!("shard-{k:04}.tar"));
+        let status = std::process::Command::new("tar")
+            .arg("-cf")
+            .arg(&shard)
+            .arg("-C")
+            .arg(&staging)
+            .args(&members)
+            .status()
+            .expect("tar");
+        assert!(status.success());
+        out.push(shard);
+    }
+    out
+}
+
+/// Uploads `files` under `prefix`, each by its name.
+fn upload(server: &S3Server, prefix: &str, files: &[PathBuf]) {
+    let objects = files
+        .iter()
+        .map(|f| {
+            let name = f.file_name().expect("name").to_string_lossy();
+            (format!("{prefix}{name}"), std::fs::read(f).expect("read"))
+        })
+        .collect();
+    server.put_all(objects).expect("upload");
+}
+
+fn options(server: &S3Server) -> RemoteOptions {
+    let mut options = RemoteOptions::default();
+    for (key, value) in server.store_options() {
+        options = options.store_option(key, value);
+    }
+    options
+}
+
+fn builder(source: Source) -> gpufeed::PipelineBuilder {
+    Pipeline::builder()
+        .source(source)
+        .batch_size(5)
+        .resize(ResizeMode::stretch(24, 24))
+        .dtype(DType::F32)
+        .layout(Layout::Nhwc)
+        .threads(2)
+        .device(Device::Cpu)
+}
+
+/// The rows and the skipped images (`id: reason`) of one epoch.
+fn run(pipeline: &mut Pipeline) -> (Vec<Row>, Vec<String>) {
+    let mut rows = Vec::new();
+    let mut skipped = Vec::new();
+    for batch in &mut *pipeline {
+        let batch = batch.expect("batch");
+        let values = batch.images().to_host().expect("host").to_f32_vec();
+        let per = values.len() / batch.len();
+        for (i, id) in batch.ids().iter().enumerate() {
+            let label = batch.labels().map(|l| l[i]);
+            rows.push((id.clone(), label, values[i * per..(i + 1) * per].to_vec()));
+        }
+        skipped.extend(batch.skipped().iter().map(|e| e.to_string()));
+    }
+    skipped.extend(
+        pipeline.epoch_report().skipped[skipped.len()..]
+            .iter()
+            .map(|e| e.to_string()),
+    );
+    (rows, skipped)
+}
+
+fn epoch(source: Source) -> (Vec<Row>, Vec<String>) {
+    run(&mut builder(source).build().expect("build"))
+}
+
+/// `rows` with ids starting `from` renamed to start `to`.
+fn renamed(rows: Vec<Row>, from: &str, to: &str) -> Vec<Row> {
+    rows.into_iter()
+        .map(|(id, label, pixels)| {
+            let id = match id.strip_prefix(from) {
+                Some(rest) => format!("{to}{rest}"),
+                None => id,
+            };
+            (id, label, pixels)
+        })
+        .collect()
+}
+
+fn same(remote: &[Row], local: &[Row]) {
+    assert_eq!(remote.len(), local.len());
+    for (r, l) in remote.iter().zip(local) {
+        assert_eq!(r.0, l.0);
+        assert_eq!(r.1, l.1, "{}", r.0);
+        assert!(r.2 == l.2, "{}: the pixels differ from the disk's", r.0);
+    }
+}
+
+#[test]
+fn webdataset_shards_give_the_bytes_ids_and_labels_of_the_disk() {
+    let Some(server) =
+        S3Server::for_test("webdataset_shards_give_the_bytes_ids_and_labels_of_the_disk")
+    else {
+        return;
+    };
+    let dir = TempDir::new("remote-wds");
+    let shards = write_shards(&dir, 7);
+    upload(&server, "wds/", &shards);
+    // Not a shard: left out of the listing.
+    server
+        .put("wds/README.txt", b"shards".to_vec())
+        .expect("put");
+    let local_dir = dir.join("shards").display().to_string();
+    let (local, local_skipped) = epoch(Source::webdataset(dir.join("shards")).expect("local"));
+    let local = renamed(local, &local_dir, &server.url("wds"));
+    assert!(local.len() >= 20, "{}", local.len());
+
+    let source = Source::url(
+        &server.url("wds/"),
+        UrlLayout::WebDataset,
+        &options(&server),
+    )
+    .expect("s3");
+    assert_eq!(source.len(), local.len() + local_skipped.len());
+    let opening = source.opening_report().expect("remote").clone();
+    assert_eq!(opening.fetched, shards.len() as u64, "{opening:?}");
+    let mut pipeline = builder(source).build().expect("build");
+    let (remote, remote_skipped) = run(&mut pipeline);
+    same(&remote, &local);
+    let local_skipped: Vec<String> = local_skipped
+        .iter()
+        .map(|s| s.replace(&local_dir, &server.url("wds")))
+        .collect();
+    assert_eq!(remote_skipped, local_skipped);
+    // Each shard read whole, in one request (they are under 16 MiB).
+    let reads = pipeline.epoch_report().reads.clone().expect("reads");
+    let bytes: u64 = shards
+        .iter()
+        .map(|s| s.metadata().expect("size").len())
+        .sum();
+    assert_eq!(reads.bytes, bytes, "{reads:?}");
+    assert_eq!(reads.requests, shards.len() as u64, "{reads:?}");
+    assert_eq!(reads.fetched, shards.len() as u64, "{reads:?}");
+
+    // The same shards by a brace pattern, and in ranges of 64 KiB.
+    let pattern = server.url(&format!("wds/shard-{{0000..{:04}}}.tar", shards.len() - 1));
+    let small = options(&server).request_bytes(64 << 10);
+    let mut pipeline =
+        builder(Source::url(&pattern, UrlLayout::WebDataset, &small).expect("braces"))
+            .build()
+            .expect("build");
+    let (by_pattern, _) = run(&mut pipeline);
+    same(&by_pattern, &local);
+    let reads = pipeline.epoch_report().reads.clone().expect("reads");
+    assert!(reads.requests > 2 * shards.len() as u64, "{reads:?}");
+
+    // Shuffled over two ranks: each sample once, with the disk's pixels; each rank reads its
+    // own shards (at most one shared at the boundary).
+    let by_id: BTreeMap<&str, &Row> = local.iter().map(|r| (r.0.as_str(), r)).collect();
+    let mut seen = Vec::new();
+    let mut orders = Vec::new();
+    for rank in 0..2 {
+        let source = Source::url(
+            &server.url("wds/"),
+            UrlLayout::WebDataset,
+            &options(&server),
+        )
+        .expect("s3");
+        let mut pipeline = builder(source)
+            .shuffle(11)
+            .shard(rank, 2)
+            .build()
+            .expect("build");
+        let (rows, _) = run(&mut pipeline);
+        for (id, label, pixels) in &rows {
+            let want = by_id[id.as_str()];
+            assert_eq!(*label, want.1);
+            assert!(*pixels == want.2, "{id}");
+        }
+        let padded = pipeline.epoch_report().padded;
+        seen.extend(rows[..rows.len() - padded].iter().map(|r| r.0.clone()));
+        let reads = pipeline.epoch_report().reads.clone().expect("reads");
+        assert!(reads.fetched <= shards.len() as u64 / 2 + 1, "{reads:?}");
+        orders.push(rows.iter().map(|r| r.0.clone()).collect::<Vec<_>>());
+    }
+    seen.sort();
+    let mut all: Vec<String> = local.iter().map(|r| r.0.clone()).collect();
+    all.sort();
+    assert_eq!(seen, all);
+    let in_order: Vec<String> = local.iter().map(|r| r.0.clone()).collect();
+    assert_ne!(orders[0], in_order[..orders[0].len()], "shuffled");
+}
+
+#[test]
+fn images_and_image_folders_give_the_bytes_ids_and_labels_of_the_disk() {
+    let Some(server) =
+        S3Server::for_test("images_and_image_folders_give_the_bytes_ids_and_labels_of_the_disk")
+    else {
+        return;
+    };
+    let dir = TempDir::new("remote-images");
+    let root = dir.join("tree");
+    let mut objects = Vec::new();
+    for (k, (path, label)) in corpus().into_iter().enumerate() {
+        let name = path
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
+        // Class folders, one with a subfolder, and a name that sorts between folders.
+        let key = match k % 4 {
+            3 => format!("class-{label}/deeper/{k}-{name}"),
+            _ => format!("class-{label}/{k}-{name}"),
+        };
+        let file = root.join(&key);
+        std::fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
+        std::fs::copy(&path, &file).expect("copy");
+        objects.push((format!("tree/{key}"), std::fs::read(&path).expect("read")));
+    }
+    objects.push(("tree/class-0/notes.txt".into(), b"not an image".to_vec()));
+    std::fs::write(root.join("class-0/notes.txt"), "not an image").expect("write");
+    server.put_all(objects).expect("upload");
+    let local_root = root.display().to_string();
+
+    let (local, _) = epoch(Source::image_folder(&root).expect("local"));
+    let local = renamed(local, &local_root, &server.url("tree"));
+    let remote_source = Source::url(
+        &server.url("tree/"),
+        UrlLayout::ImageFolder,
+        &options(&server),
+    )
+    .expect("s3");
+    assert_eq!(
+        remote_source.class_names(),
+        Source::image_folder(&root).expect("local").class_names()
+    );
+    let (remote, _) = epoch(remote_source);
+    same(&remote, &local);
+
+    let (local, _) = epoch(Source::directory(&root).expect("local"));
+    let local = renamed(local, &local_root, &server.url("tree"));
+    let (remote, _) =
+        epoch(Source::url(&server.url("tree/"), UrlLayout::Images, &options(&server)).expect("s3"));
+    same(&remote, &local);
+
+    // Plain HTTP (the filer serves the bucket): ids are the URLs.
+    let urls: Vec<String> = ["tree/class-1/1-cmyk.jpg", "tree/class-0/0-UPPER.JPG"]
+        .iter()
+        .map(|k| server.http_url(k))
+        .collect();
+    let (over_http, skipped) =
+        epoch(Source::urls(&urls, UrlLayout::Images, &RemoteOptions::default()).expect("http"));
+    assert!(skipped.is_empty(), "{skipped:?}");
+    let files = Source::paths([
+        root.join("class-1/1-cmyk.jpg"),
+        root.join("class-0/0-UPPER.JPG"),
+    ]);
+    let (from_files, _) = epoch(files);
+    assert_eq!(over_http.len(), 2);
+    for ((id, _, pixels), (_, _, want)) in over_http.iter().zip(&from_files) {
+        assert!(urls.contains(id), "{id}");
+        assert!(pixels == want, "{id}");
+    }
+}
+
+#[test]
+fn a_wrong_secret_fails_at_once_and_says_so() {
+    let Some(server) = S3Server::for_test("a_wrong_secret_fails_at_once_and_says_so") else {
+        return;
+    };
+    server
+        .put("wrong/shard-0000.tar", vec![0; 1024])
+        .expect("put");
+    let mut options = RemoteOptions::default();
+    for (key, value) in server.store_options_with_secret("not-the-secret") {
+        options = options.store_option(key, value);
+    }
+    for url in [server.url("wrong/"), server.url("wrong/shard-0000.tar")] {
+        let start = Instant::now();
+        let error = Source::url(&url, UrlLayout::WebDataset, &options).expect_err("refused");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            start.elapsed()
+        );
+        let text = error.to_string();
+        assert!(text.contains("refused the credentials"), "{text}");
+        assert!(
+            matches!(
+                error,
+                Error::Remote {
+                    kind: std::io::ErrorKind::PermissionDenied,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+    }
+}
+
+#[test]
+fn a_truncated_shard_keeps_its_intact_samples() {
+    let Some(server) = S3Server::for_test("a_truncated_shard_keeps_its_intact_samples") else {
+        return;
+    };
+    let dir = TempDir::new("remote-truncated");
+    let shards = write_shards(&dir, 10);
+    // Cut the first shard inside its fifth image.
+    let mut bytes = std::fs::read(&shards[0]).expect("read");
+    let fifth = bytes
+        .windows(5)
+        .position(|w| w == b"s0004")
+        .expect("the member's header");
+    bytes.truncate(fifth + 512 + 100);
+    std::fs::write(&shards[0], &bytes).expect("write");
+    upload(&server, "cut/", &shards);
+    let local_dir = dir.join("shards").display().to_string();
+    let (local, local_skipped) = epoch(Source::webdataset(dir.join("shards")).expect("local"));
+    let local = renamed(local, &local_dir, &server.url("cut"));
+    let (remote, remote_skipped) = epoch(
+        Source::url(
+            &server.url("cut/"),
+            UrlLayout::WebDataset,
+            &options(&server),
+        )
+        .expect("s3"),
+    );
+    same(&remote, &local);
+    let local_skipped: Vec<String> = local_skipped
+        .iter()
+        .map(|s| s.replace(&local_dir, &server.url("cut")))
+        .collect();
+    assert_eq!(remote_skipped, local_skipped);
+    assert!(
+        remote_skipped
+            .iter()
+            .any(|s| s.contains("shard-0000.tar:s0004") && s.contains("truncated")),
+        "{remote_skipped:?}"
+    );
+    let intact = remote
+        .iter()
+        .filter(|r| r.0.contains("shard-0000.tar"))
+        .count();
+    assert!(intact >= 4, "{intact}");
+}
+
+#[test]
+fn the_cache_serves_later_epochs_and_other_sources() {
+    let Some(server) = S3Server::for_test("the_cache_serves_later_epochs_and_other_sources") else {
+        return;
+    };
+    let dir = TempDir::new("remote-cache");
+    let shards = write_shards(&dir, 7);
+    upload(&server, "cached/", &shards);
+    let cache = dir.join("cache");
+    let cached = options(&server).cache_dir(Some(cache.clone()));
+    let url = server.url("cached/");
+    let source = Source::url(&url, UrlLayout::WebDataset, &cached).expect("s3");
+    let mut pipeline = builder(source).build().expect("build");
+    let (first, _) = run(&mut pipeline);
+    let (second, _) = run(&mut pipeline);
+    same(&second, &first);
+    let reads = pipeline.epoch_report().reads.clone().expect("reads");
+    assert_eq!(reads.cache_hits, shards.len() as u64, "{reads:?}");
+    assert_eq!((reads.bytes, reads.requests), (0, 0), "{reads:?}");
+    assert_eq!(reads.cache_hit_rate(), 1.0);
+    // Two sources opened at once on the same folder: indexes and shards from the cache.
+    let twins: Vec<_> = (0..2)
+        .map(|_| {
+            let (url, cached) = (url.clone(), cached.clone());
+            std::thread::spawn(move || {
+                let source = Source::url(&url, UrlLayout::WebDataset, &cached).expect("s3");
+                let opening = source.opening_report().expect("remote").clone();
+                let mut pipeline = builder(source).build().expect("build");
+                let (rows, _) = run(&mut pipeline);
+                (
+                    opening,
+                    rows,
+                    pipeline.epoch_report().reads.clone().expect("reads"),
+                )
+            })
+        })
+        .collect();
+    for twin in twins {
+        let (opening, rows, reads) = twin.join().expect("twin");
+        assert_eq!(opening.cache_hits, shards.len() as u64, "{opening:?}");
+        assert_eq!(opening.bytes, 0, "{opening:?}");
+        assert_eq!(reads.cache_hits, shards.len() as u64, "{reads:?}");
+        same(&rows, &first);
+    }
+    // A limit too small for any shard: nothing more is kept, and the reads still work.
+    let small = options(&server)
+        .cache_dir(Some(dir.join("small-cache")))
+        .cache_limit(1000);
+    let mut pipeline = builder(Source::url(&url, UrlLayout::WebDataset, &small).expect("s3"))
+        .build()
+        .expect("build");
+    run(&mut pipeline);
+    let (again, _) = run(&mut pipeline);
+    same(&again, &first);
+    let reads = pipeline.epoch_report().reads.clone().expect("reads");
+    assert_eq!(reads.cache_hits, 0, "{reads:?}");
+}
+
+/// A shard a sample, uploaded under `prefix`, for a server to be killed; and options whose
+/// read budget is the largest shard, so the reader holds about one shard ahead of the decoders.
+fn fault_corpus(server: &S3Server, dir: &Path, prefix: &str) -> (usize, RemoteOptions) {
+    let shards = write_shards(dir, 1);
+    upload(server, prefix, &shards);
+    let largest = shards
+        .iter()
+        .map(|s| s.metadata().expect("size").len())
+        .max()
+        .expect("shards");
+    let tight = options(server).read_budget(largest).shuffle_window(Some(1));
+    (shards.len(), tight)
+}
+
+#[test]
+fn a_server_killed_mid_epoch_ends_the_run_with_every_sample_accounted_for() {
+    let Some(server) = S3Server::for_test(
+        "a_server_killed_mid_epoch_ends_the_run_with_every_sample_accounted_for",
+    ) else {
+        return;
+    };
+    let dir = TempDir::new("remote-killed");
+    let (samples, tight) = fault_corpus(&server, &dir, "killed/");
+    let skip_source =
+        Source::url(&server.url("killed/"), UrlLayout::WebDataset, &tight).expect("s3");
+    let fail_source = Source::url(
+        &server.url("killed/"),
+        UrlLayout::WebDataset,
+        &tight.clone().retry_timeout(Duration::from_secs(10)),
+    )
+    .expect("s3");
+    let mut skipping = builder(skip_source)
+        .batch_size(2)
+        .threads(1)
+        .prefetch(1)
+        .build()
+        .expect("build");
+    let mut failing = builder(fail_source)
+        .batch_size(2)
+        .threads(1)
+        .prefetch(1)
+        .on_error(OnError::Fail)
+        .build()
+        .expect("build");
+    let first = skipping.next_batch().expect("batch").expect("a batch");
+    failing.next_batch().expect("batch").expect("a batch");
+    server.kill();
+    let start = Instant::now();
+    // Skip (with the default retries): the epoch ends, every sample delivered or reported,
+    // the reports naming the shard.
+    let mut delivered = first.len();
+    let mut skipped = first.skipped().len();
+    for batch in &mut skipping {
+        let batch = batch.expect("batch");
+        delivered += batch.len();
+        skipped += batch.skipped().len();
+    }
+    let report = skipping.epoch_report();
+    assert!(report.complete);
+    assert_eq!(report.images, delivered);
+    assert_eq!(delivered + report.skipped.len(), samples, "{report:?}");
+    assert!(skipped <= report.skipped.len());
+    let unread: Vec<_> = report
+        .skipped
+        .iter()
+        .filter(|e| e.to_string().contains("cannot read"))
+        .collect();
+    assert!(
+        unread.len() >= samples / 2,
+        "{} of {samples}: {report:?}",
+        unread.len()
+    );
+    for e in &unread {
+        let shard = e.id.split(".tar:").next().expect("shard");
+        assert!(e.to_string().contains(&format!("{shard}.tar:")), "{e}");
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(120),
+        "{:?}",
+        start.elapsed()
+    );
+    let reads = report.reads.clone().expect("reads");
+    assert!(reads.failed >= 1, "{reads:?}");
+    // Fail: an error naming the object.
+    let error = loop {
+        match failing.next_batch() {
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("the epoch ended without an error"),
+            Err(e) => break e,
+        }
+    };
+    let text = error.to_string();
+    assert!(matches!(error, Error::Item(_)), "{error:?}");
+    assert!(
+        text.contains("s3://gpufeed/killed/shard-") && text.contains("cannot read"),
+        "{text}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(120),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn a_server_restarted_mid_epoch_loses_nothing() {
+    let Some(server) = S3Server::for_test("a_server_restarted_mid_epoch_loses_nothing") else {
+        return;
+    };
+    let dir = TempDir::new("remote-restarted");
+    let (_, tight) = fault_corpus(&server, &dir, "restarted/");
+    let local_dir = dir.join("shards").display().to_string();
+    let (local, local_skipped) = epoch(Source::webdataset(dir.join("shards")).expect("local"));
+    let local = renamed(local, &local_dir, &server.url("restarted"));
+    let source = Source::url(&server.url("restarted/"), UrlLayout::WebDataset, &tight).expect("s3");
+    let mut pipeline = builder(source)
+        .batch_size(2)
+        .threads(1)
+        .prefetch(1)
+        .build()
+        .expect("build");
+    let mut rows = Vec::new();
+    let first = pipeline.next_batch().expect("batch").expect("a batch");
+    let values = first.images().to_host().expect("host").to_f32_vec();
+    let per = values.len() / first.len();
+    for (i, id) in first.ids().iter().enumerate() {
+        rows.push((
+            id.clone(),
+            first.labels().map(|l| l[i]),
+            values[i * per..(i + 1) * per].to_vec(),
+        ));
+    }
+    // Down for a few seconds while the prefetch thread goes on reading.
+    server.kill();
+    std::thread::sleep(Duration::from_secs(3));
+    server.restart().expect("restart");
+    let (rest, skipped) = run(&mut pipeline);
+    rows.extend(rest);
+    let local_skipped: Vec<String> = local_skipped
+        .iter()
+        .map(|s| s.replace(&local_dir, &server.url("restarted")))
+        .collect();
+    assert_eq!(skipped, local_skipped);
+    same(&rows, &local);
+}
