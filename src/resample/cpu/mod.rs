@@ -77,6 +77,9 @@ pub(super) struct HorizontalPass<'a> {
     pub output: &'a mut [u8],
     pub out_pitch: usize,
     pub out_step: usize,
+    /// Scratch for the AVX2 pass's strips ([`strip_bytes`] of them).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused))]
+    pub strips: &'a mut [u8],
 }
 
 /// A vertical pass: output row `j` is the weighted sum of input rows `start_j - shift..` (`len_j`
@@ -127,7 +130,8 @@ impl SplitWeights {
 }
 
 /// Resamples `source` by `plan` into `slot`: the kept outputs at the plans' destination, `pad`
-/// everywhere else, with `kernels`. `scratch` holds the intermediate (grown, never shrunk).
+/// everywhere else, with `kernels`. `scratch` holds the intermediate and the horizontal pass's
+/// strips (grown, never shrunk).
 pub(crate) fn resample_into(
     plan: &ImagePlan,
     source: &HostImage,
@@ -166,6 +170,7 @@ pub(crate) fn resample_into(
         (true, false) => {
             // One horizontal pass over the rows the kept outputs copy (consecutive).
             let rows = yc.span().0 as usize;
+            let (_, strips) = carve(scratch, 0, strip_bytes(kernels, xc, c, 0, 3));
             let mut pass = HorizontalPass {
                 input: region.get(rows * pitch..).unwrap_or(&[]),
                 pitch,
@@ -177,6 +182,7 @@ pub(crate) fn resample_into(
                 output,
                 out_pitch,
                 out_step: 3,
+                strips,
             };
             horizontal(&mut pass, kernels);
         }
@@ -201,7 +207,8 @@ pub(crate) fn resample_into(
             let (first, end) = xc.span();
             let width = (end - first) as usize;
             let tmp_pitch = width * c;
-            scratch.resize(tmp_pitch * yc.bounds.len(), 0);
+            let strips = strip_bytes(kernels, xc, c, first as usize, 3);
+            let (intermediate, strips) = carve(scratch, tmp_pitch * yc.bounds.len(), strips);
             let mut pass = VerticalPass {
                 input: region.get(first as usize * c..).unwrap_or(&[]),
                 pitch,
@@ -209,13 +216,13 @@ pub(crate) fn resample_into(
                 coefficients: yc,
                 shift: 0,
                 split: &plan.y_split,
-                output: scratch,
+                output: intermediate,
                 out_pitch: tmp_pitch,
                 spread: false,
             };
             vertical(&mut pass, kernels);
             let mut pass = HorizontalPass {
-                input: scratch,
+                input: intermediate,
                 pitch: tmp_pitch,
                 rows: yc.bounds.len(),
                 channels: c,
@@ -225,6 +232,7 @@ pub(crate) fn resample_into(
                 output,
                 out_pitch,
                 out_step: 3,
+                strips,
             };
             horizontal(&mut pass, kernels);
         }
@@ -234,7 +242,8 @@ pub(crate) fn resample_into(
             let (first, end) = yc.span();
             let rows = (end - first) as usize;
             let tmp_pitch = xc.bounds.len() * c;
-            scratch.resize(tmp_pitch * rows, 0);
+            let strips = strip_bytes(kernels, xc, c, 0, c);
+            let (intermediate, strips) = carve(scratch, tmp_pitch * rows, strips);
             let mut pass = HorizontalPass {
                 input: region.get(first as usize * pitch..).unwrap_or(&[]),
                 pitch,
@@ -243,13 +252,14 @@ pub(crate) fn resample_into(
                 coefficients: xc,
                 shift: 0,
                 split: &plan.x_split,
-                output: scratch,
+                output: intermediate,
                 out_pitch: tmp_pitch,
                 out_step: c,
+                strips,
             };
             horizontal(&mut pass, kernels);
             let mut pass = VerticalPass {
-                input: scratch,
+                input: intermediate,
                 pitch: tmp_pitch,
                 row_bytes: tmp_pitch,
                 coefficients: &plan.yc,
@@ -263,6 +273,34 @@ pub(crate) fn resample_into(
         }
     }
     Ok(())
+}
+
+/// The scratch bytes `kernels`' horizontal pass needs for `coefficients` over `channels`-sample
+/// pixels (bounds less `shift`), writing pixels `out_step` bytes apart.
+fn strip_bytes(
+    kernels: Kernels,
+    coefficients: &AxisCoefficients,
+    channels: usize,
+    shift: usize,
+    out_step: usize,
+) -> usize {
+    match kernels {
+        Kernels::Portable => 0,
+        #[cfg(target_arch = "x86_64")]
+        Kernels::Avx2 => avx2::StripLayout::of(coefficients, channels, shift, out_step)
+            .map_or(0, |layout| layout.bytes()),
+    }
+}
+
+/// `scratch` as two buffers of `first` and `second` bytes. It grows when short and is never
+/// shrunk or cleared: every pass writes all of its output before the next reads it.
+fn carve(scratch: &mut Vec<u8>, first: usize, second: usize) -> (&mut [u8], &mut [u8]) {
+    let total = first + second;
+    if scratch.len() < total {
+        scratch.resize(total, 0);
+    }
+    let (a, b) = scratch.split_at_mut(first);
+    (a, &mut b[..second])
 }
 
 fn horizontal(pass: &mut HorizontalPass, kernels: Kernels) {
