@@ -98,34 +98,53 @@ pub(super) struct VerticalPass<'a> {
     pub spread: bool,
 }
 
-/// An axis's weights as two 16-bit halves, `w = hi * 65536 + lo` with `lo` in `i16`'s range
-/// (so `hi` is within +-128 for any weight Pillow makes): `sample * w` is then two exact 16-bit
-/// products, `(sample * hi) << 16` plus `sample * lo`, which `madd` instructions sum in pairs.
-/// Each output's row of `stride` weights is padded with zeros to a multiple of 8.
+/// An axis's weights split for 8- and 16-bit multiplies: `w = hi * 65536 + lo` with `lo` in
+/// `i16`'s range. `sample * w` is then `(sample * hi) << 16` plus `sample * lo`, and since only
+/// `sum(sample * hi)` modulo 2^16 counts after the shift (sums are modulo 2^32, like Pillow's
+/// `int`), it may be summed in wrapping 16-bit lanes, two taps at a time by `maddubs` (unsigned
+/// samples times signed bytes), while the `lo` products go through `madd`. That is exact as long
+/// as each `hi` fits a signed byte and no pair of taps `(2k, 2k + 1)` saturates `maddubs`
+/// (`|hi_2k| + |hi_2k+1| <= 128`: `255 * 128 < 2^15`), which Pillow's weights (at most about
+/// 1.x in 22-bit fixed point, so `|hi| <= 64` or so) always do; [`SplitWeights::bytes`] says
+/// whether they do. Each output's row of `stride` weights is padded with zeros to a multiple of 8.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct SplitWeights {
-    pub hi: Vec<i16>,
+    pub hi: Vec<i8>,
     pub lo: Vec<i16>,
     pub stride: usize,
+    /// Every `hi` fits a signed byte and every pair of them `maddubs` without saturation.
+    pub bytes: bool,
 }
 
 impl SplitWeights {
     /// Splits `c`'s weights into `self`, reusing its buffers.
     pub fn split(&mut self, c: &AxisCoefficients) {
-        let stride = c.taps.next_multiple_of(8);
+        let stride = c.taps.max(1).next_multiple_of(8);
         self.stride = stride;
         let n = c.bounds.len() * stride;
         self.hi.clear();
         self.lo.clear();
         self.hi.resize(n, 0);
         self.lo.resize(n, 0);
-        for (j, row) in c.weights.chunks_exact(c.taps.max(1)).enumerate() {
-            for (k, &w) in row.iter().enumerate() {
-                let lo = w as i16;
-                self.lo[j * stride + k] = lo;
-                self.hi[j * stride + k] = (w.wrapping_sub(i32::from(lo)) >> 16) as i16;
+        let mut bytes = true;
+        let rows = c.weights.chunks_exact(c.taps.max(1));
+        let hi_rows = self.hi.chunks_exact_mut(stride);
+        let lo_rows = self.lo.chunks_exact_mut(stride);
+        for ((row, hi_row), lo_row) in rows.zip(hi_rows).zip(lo_rows) {
+            let pairs = row.chunks(2).zip(hi_row.chunks_exact_mut(2));
+            for ((w, hi), lo) in pairs.zip(lo_row.chunks_exact_mut(2)) {
+                let mut sum = 0;
+                for ((&w, hi), lo) in w.iter().zip(hi).zip(lo) {
+                    *lo = w as i16;
+                    let h = w.wrapping_sub(i32::from(*lo)) >> 16;
+                    *hi = h as i8;
+                    bytes &= i8::try_from(h).is_ok();
+                    sum += h.abs();
+                }
+                bytes &= sum <= 128;
             }
         }
+        self.bytes = bytes;
     }
 }
 

@@ -1,29 +1,28 @@
-//! The horizontal pass with AVX2, eight rows at a time through their transpose.
+//! The horizontal pass with AVX2, 32 rows at a time through their transpose.
 //!
 //! Output pixel j of a row reads the `len_j` pixels from `start_j` on with output j's weights,
-//! the same for every row. A strip of eight rows is transposed ([`super::transpose`]) so that
-//! each byte column's eight samples are contiguous: pixel p's samples for all eight rows and all
-//! channels are then one vector of `8 * channels` bytes (`[channel][row]`), and output j of the
-//! strip is the weighted sum of the consecutive vectors of its taps, as an output row of the
-//! vertical pass is of its input rows: every lane used, each output's weights loaded once per
-//! strip. The sums come out as columns too (`[output byte][row]`, written in order), and are
-//! transposed back into the strip's eight output rows.
-//!
-//! Each tap is `sample * (hi << 16) + sample * lo` ([`super::SplitWeights`]): two taps' samples
-//! interleaved as 16-bit pairs go through one `madd` per half.
+//! the same for every row. A strip of 32 rows is transposed ([`super::transpose`]) so that
+//! each byte column's 32 samples are contiguous: pixel p's samples for all the rows and all
+//! channels are then one vector of `32 * channels` bytes (`[channel][row]`), and output j of the
+//! strip is the weighted sum of the consecutive vectors of its taps, exactly as an output row of
+//! the vertical pass is of its input rows ([`super::sum32`]): every lane used, each output's
+//! weights broadcast once per 32 samples instead of once per pixel. The sums come out as columns
+//! too (`[output byte][row]`, written in order) and are transposed back into the strip's output
+//! rows. A strip's transposed input stays in the first levels of cache (32 times the bytes of a
+//! row the outputs read).
 
 use std::arch::x86_64::*;
 
 use super::super::{HorizontalPass, SplitWeights};
 use super::transpose::{columns_to_rows, rows_to_columns};
-use super::{finish, pair, spread_gray};
-use crate::resample::coefficients::{AxisCoefficients, HALF};
+use super::{spread_gray, sum32};
+use crate::resample::coefficients::AxisCoefficients;
 
-/// Rows per strip.
-const STRIP: usize = 8;
+/// Rows per strip: four transposes of eight.
+const STRIP: usize = 32;
 
 /// Where a pass's strip buffers lie in its scratch, and what it reads and writes. Bytes count
-/// in samples (pixels times channels).
+/// samples (pixels times channels).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(in crate::resample::cpu) struct StripLayout {
     /// The first input pixel any output reads (bounds less the pass's shift).
@@ -32,7 +31,7 @@ pub(in crate::resample::cpu) struct StripLayout {
     in_bytes: usize,
     /// Output bytes per row (outputs times channels), before any spread to RGB.
     out_bytes: usize,
-    /// Bytes of the transposed input strip (with the room the last taps' loads reach).
+    /// Bytes of the transposed input strip.
     columns: usize,
     /// Bytes of the transposed output strip.
     sums: usize,
@@ -43,7 +42,8 @@ pub(in crate::resample::cpu) struct StripLayout {
 impl StripLayout {
     /// The layout of a horizontal pass over `channels`-sample pixels with `coefficients` (bounds
     /// less `shift`) writing pixels `out_step` bytes apart; `None` when the pass is not one this
-    /// path takes (it then runs the portable pass).
+    /// path takes (it then runs the portable pass): rows or outputs under 32 bytes, gray spread
+    /// to RGB or neither.
     pub fn of(
         coefficients: &AxisCoefficients,
         channels: usize,
@@ -60,29 +60,19 @@ impl StripLayout {
             first = first.min(start);
             end = end.max(start + len as usize);
         }
-        if end == 0 {
+        let in_bytes = end.checked_sub(first)? * channels;
+        let out_bytes = coefficients.bounds.len() * channels;
+        if in_bytes < 32 || out_bytes < 32 {
             return None;
         }
-        // The furthest tap vector any output's pairs read (a pair may run one tap past the
-        // taps, multiplied by zero).
-        let reach = coefficients
-            .bounds
-            .iter()
-            .filter(|b| b.1 > 0)
-            .map(|&(start, len)| start as usize - shift - first + (len as usize).next_multiple_of(2))
-            .max()
-            .unwrap_or(0);
-        let in_bytes = (end - first) * channels;
-        let out_bytes = coefficients.bounds.len() * channels;
-        let spread = out_step != channels;
         Some(StripLayout {
             first,
             in_bytes,
             out_bytes,
-            columns: STRIP * (reach * channels).max(in_bytes).max(32) + 32,
-            sums: STRIP * out_bytes.max(32) + 32,
-            rows: if spread {
-                STRIP * out_bytes.max(32)
+            columns: STRIP * in_bytes,
+            sums: STRIP * out_bytes,
+            rows: if out_step != channels {
+                STRIP * out_bytes
             } else {
                 0
             },
@@ -95,9 +85,8 @@ impl StripLayout {
     }
 }
 
-/// The pass (the caller checked that the CPU has AVX2); `false` when it does not fit this path
-/// (its layout, its input, output or scratch too short for the coefficients), and nothing was
-/// written.
+/// The pass; `false` when it does not fit this path (its layout, or its input, output, weights
+/// or scratch too short for the coefficients), and nothing was written.
 ///
 /// # Safety
 /// The CPU has AVX2.
@@ -107,13 +96,21 @@ pub(super) unsafe fn horizontal(pass: &mut HorizontalPass) -> bool {
     let Some(layout) = StripLayout::of(pass.coefficients, c, pass.shift, pass.out_step) else {
         return false;
     };
-    let SplitWeights { hi, lo, stride } = pass.split;
+    let SplitWeights {
+        hi,
+        lo,
+        stride,
+        bytes,
+    } = pass.split;
     let bounds = &pass.coefficients.bounds;
     let written = layout.out_bytes / c * pass.out_step;
-    let fits = pass.rows > 0
+    let fits = *bytes
+        && pass.rows > 0
         && pass.strips.len() >= layout.bytes()
         && bounds.len() * stride <= hi.len().min(lo.len())
-        && bounds.iter().all(|b| (b.1 as usize).next_multiple_of(2) <= *stride)
+        && bounds
+            .iter()
+            .all(|b| (b.1 as usize).next_multiple_of(2) <= *stride)
         && (pass.rows - 1)
             .checked_mul(pass.pitch)
             .and_then(|at| at.checked_add(layout.first * c + layout.in_bytes))
@@ -131,36 +128,45 @@ pub(super) unsafe fn horizontal(pass: &mut HorizontalPass) -> bool {
     let (sums, rows) = rest.split_at_mut(layout.sums);
     let input = pass.input.as_ptr().wrapping_add(layout.first * c);
     let output = pass.output.as_mut_ptr();
+    let vector = STRIP * c;
     let mut r0 = 0;
     while r0 < pass.rows {
         let strip_rows = (pass.rows - r0).min(STRIP);
-        // SAFETY (all three): rows below `pass.rows` hold `layout.in_bytes` bytes from `input`
-        // on (checked above), the strip buffers are the layout's sizes, and the weights of
-        // every output's pairs lie inside its padded row of `stride` (checked above).
+        // SAFETY (throughout): rows below `pass.rows` hold `layout.in_bytes` bytes from `input`
+        // on and `written` output bytes (checked above; the last strip's missing rows repeat
+        // its last row, and are not written back); the strip buffers are the layout's sizes;
+        // every output's taps lie in `[origin, origin + in_bytes / c)` (the layout's span) and
+        // its pairs of weights inside its padded row of `stride` (checked above).
         unsafe {
-            let row_at: [usize; STRIP] =
-                std::array::from_fn(|i| (r0 + i.min(strip_rows - 1)) * pass.pitch);
-            transpose_in(input, &row_at, layout.in_bytes, columns);
-            if c == 3 {
-                filter_rgb(bounds, origin, columns, sums, hi, lo, *stride);
-            } else {
-                filter_gray(bounds, origin, columns, sums, hi, lo, *stride);
+            let row_at: [*const u8; STRIP] =
+                std::array::from_fn(|i| input.add((r0 + i.min(strip_rows - 1)) * pass.pitch));
+            transpose_in(&row_at, layout.in_bytes, columns.as_mut_ptr());
+            let taps = columns.as_ptr();
+            let out = sums.as_mut_ptr();
+            for (j, &(start, len)) in bounds.iter().enumerate() {
+                let len = len as usize;
+                let from = if len == 0 {
+                    taps
+                } else {
+                    taps.add(vector * (start as usize - origin))
+                };
+                let to = out.add(vector * j);
+                let (wh, wl) = (hi.as_ptr().add(j * stride), lo.as_ptr().add(j * stride));
+                for x in (0..vector).step_by(32) {
+                    let v = sum32(from.add(x), vector, len, wh, wl);
+                    _mm256_storeu_si256(to.add(x) as *mut __m256i, v);
+                }
             }
             if pass.out_step == c {
                 let dest: [*mut u8; STRIP] =
                     std::array::from_fn(|i| output.wrapping_add((r0 + i) * pass.out_pitch));
-                transpose_out(sums, layout.out_bytes, &dest, strip_rows);
+                transpose_out(sums.as_ptr(), layout.out_bytes, &dest, strip_rows);
             } else {
-                let pitch = layout.out_bytes.max(32);
                 let dest: [*mut u8; STRIP] =
-                    std::array::from_fn(|i| rows.as_mut_ptr().wrapping_add(i * pitch));
-                transpose_out(sums, layout.out_bytes, &dest, strip_rows);
-                for i in 0..strip_rows {
-                    spread_gray(
-                        rows.as_ptr().add(i * pitch),
-                        layout.out_bytes,
-                        output.add((r0 + i) * pass.out_pitch),
-                    );
+                    std::array::from_fn(|i| rows.as_mut_ptr().add(i * layout.out_bytes));
+                transpose_out(sums.as_ptr(), layout.out_bytes, &dest, strip_rows);
+                for (i, &row) in dest.iter().enumerate().take(strip_rows) {
+                    spread_gray(row, layout.out_bytes, output.add((r0 + i) * pass.out_pitch));
                 }
             }
         }
@@ -169,40 +175,48 @@ pub(super) unsafe fn horizontal(pass: &mut HorizontalPass) -> bool {
     true
 }
 
-/// Transposes `bytes` bytes of the eight rows at `input + row_at[i]` into `columns` (byte
-/// column x at `8 * x`, row i at `+ i`).
+/// Transposes `bytes` (at least 32) bytes of the 32 rows at `rows` into `columns`: byte column
+/// x's 32 samples at `32 * x`.
 ///
 /// # Safety
-/// AVX2; each row has `bytes` bytes; `columns` holds `8 * max(bytes, 32)`.
+/// AVX2; each row has `bytes` bytes; `columns` has room for `32 * bytes`.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn transpose_in(input: *const u8, row_at: &[usize; STRIP], bytes: usize, columns: &mut [u8]) {
-    debug_assert!(columns.len() >= STRIP * bytes.max(32));
-    let out = columns.as_mut_ptr();
-    if bytes < 32 {
-        for x in 0..bytes {
-            for (i, &at) in row_at.iter().enumerate() {
-                // SAFETY: `x < bytes` inside row i; `8 * x + i < 8 * bytes`.
-                unsafe { *out.add(STRIP * x + i) = *input.add(at + x) };
-            }
-        }
-        return;
-    }
+unsafe fn transpose_in(rows: &[*const u8; STRIP], bytes: usize, columns: *mut u8) {
+    debug_assert!(bytes >= 32);
     let mut x = 0;
     loop {
         // The last block overlaps the one before: the same bytes written again.
         let at = x.min(bytes - 32);
-        // SAFETY: `at + 32 <= bytes`.
-        let t = rows_to_columns(std::array::from_fn(|i| unsafe {
-            _mm256_loadu_si256(input.add(row_at[i] + at) as *const __m256i)
-        }));
-        for k in (0..8).step_by(2) {
-            let low = _mm256_permute2x128_si256::<0x20>(t[k], t[k + 1]);
-            let high = _mm256_permute2x128_si256::<0x31>(t[k], t[k + 1]);
-            // SAFETY: columns `at + 2k .. at + 2k + 4`, and 16 on, lie below `bytes`.
+        // Rows 8q..8q + 8 of 32 columns as columns of eight (lane 0: the first 16 columns),
+        // gathered by column pair: `pairs[k][q]` holds columns 2k and 2k + 1 of rows 8q...
+        let mut pairs = [[_mm256_setzero_si256(); 4]; 8];
+        for q in 0..4 {
+            let mut block = [_mm256_setzero_si256(); 8];
+            for (i, row) in block.iter_mut().enumerate() {
+                // SAFETY: `at + 32 <= bytes`.
+                *row = unsafe { _mm256_loadu_si256(rows[8 * q + i].add(at) as *const __m256i) };
+            }
+            for (pair, columns) in pairs.iter_mut().zip(rows_to_columns(block)) {
+                pair[q] = columns;
+            }
+        }
+        for (k, [q0, q1, q2, q3]) in pairs.into_iter().enumerate() {
+            // Columns 2k and 2k + 1 (16 + 2k and 17 + 2k in lane 1), rows 0..16 and 16..32.
+            let even_top = _mm256_unpacklo_epi64(q0, q1);
+            let odd_top = _mm256_unpackhi_epi64(q0, q1);
+            let even_bottom = _mm256_unpacklo_epi64(q2, q3);
+            let odd_bottom = _mm256_unpackhi_epi64(q2, q3);
+            // SAFETY: columns `at + 2k`, `at + 2k + 1` and 16 on lie below `bytes`.
             unsafe {
-                _mm256_storeu_si256(out.add(STRIP * (at + 2 * k)) as *mut __m256i, low);
-                _mm256_storeu_si256(out.add(STRIP * (at + 16 + 2 * k)) as *mut __m256i, high);
+                let to = columns.add(STRIP * (at + 2 * k));
+                let store = |at: usize, v: __m256i| {
+                    _mm256_storeu_si256(to.add(STRIP * at) as *mut __m256i, v)
+                };
+                store(0, _mm256_permute2x128_si256::<0x20>(even_top, even_bottom));
+                store(1, _mm256_permute2x128_si256::<0x20>(odd_top, odd_bottom));
+                store(16, _mm256_permute2x128_si256::<0x31>(even_top, even_bottom));
+                store(17, _mm256_permute2x128_si256::<0x31>(odd_top, odd_bottom));
             }
         }
         if at + 32 >= bytes {
@@ -212,167 +226,56 @@ unsafe fn transpose_in(input: *const u8, row_at: &[usize; STRIP], bytes: usize, 
     }
 }
 
-/// Transposes the `bytes` byte columns of `sums` (column x at `8 * x`) back into rows: row i at
-/// `dest[i]`, for the first `rows` rows.
+/// Transposes the `bytes` (at least 32) byte columns at `columns` (column x's 32 rows at
+/// `32 * x`) back into rows: row i at `dest[i]`, for the first `rows` rows.
 ///
 /// # Safety
-/// AVX2; `sums` holds `8 * max(bytes, 32)` bytes; `dest[i]` has room for `bytes` bytes for
-/// `i < rows`.
+/// AVX2; `columns` has `32 * bytes` bytes; `dest[i]` has room for `bytes` for `i < rows`.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn transpose_out(sums: &[u8], bytes: usize, dest: &[*mut u8; STRIP], rows: usize) {
-    debug_assert!(sums.len() >= STRIP * bytes.max(32));
-    let src = sums.as_ptr();
-    if bytes < 32 {
-        for (i, &row) in dest.iter().enumerate().take(rows) {
-            for x in 0..bytes {
-                // SAFETY: `x < bytes`.
-                unsafe { *row.add(x) = *src.add(STRIP * x + i) };
-            }
-        }
-        return;
-    }
+unsafe fn transpose_out(columns: *const u8, bytes: usize, dest: &[*mut u8; STRIP], rows: usize) {
+    debug_assert!(bytes >= 32);
     let mut x = 0;
     loop {
         let at = x.min(bytes - 32);
-        let mut columns = [_mm256_setzero_si256(); 8];
-        for k in (0..8).step_by(2) {
+        // `eights[q]`: columns at + 0..32 of rows 8q.., as columns of eight (lane 0: the first
+        // 16), two columns a register.
+        let mut eights = [[_mm256_setzero_si256(); 8]; 4];
+        for k in 0..8 {
             // SAFETY: columns `at .. at + 32` lie below `bytes`.
-            let (low, high) = unsafe {
-                (
-                    _mm256_loadu_si256(src.add(STRIP * (at + 2 * k)) as *const __m256i),
-                    _mm256_loadu_si256(src.add(STRIP * (at + 16 + 2 * k)) as *const __m256i),
-                )
+            let (even, odd, even16, odd16) = unsafe {
+                let from = columns.add(STRIP * (at + 2 * k));
+                let load = |c: usize| _mm256_loadu_si256(from.add(STRIP * c) as *const __m256i);
+                (load(0), load(1), load(16), load(17))
             };
-            columns[k] = _mm256_permute2x128_si256::<0x20>(low, high);
-            columns[k + 1] = _mm256_permute2x128_si256::<0x31>(low, high);
+            // Columns 2k (lane 0) and 16 + 2k (lane 1), rows 0..16, then 16..32; the same of
+            // the odd columns.
+            let even_top = _mm256_permute2x128_si256::<0x20>(even, even16);
+            let even_bottom = _mm256_permute2x128_si256::<0x31>(even, even16);
+            let odd_top = _mm256_permute2x128_si256::<0x20>(odd, odd16);
+            let odd_bottom = _mm256_permute2x128_si256::<0x31>(odd, odd16);
+            let quarters = [
+                _mm256_unpacklo_epi64(even_top, odd_top),
+                _mm256_unpackhi_epi64(even_top, odd_top),
+                _mm256_unpacklo_epi64(even_bottom, odd_bottom),
+                _mm256_unpackhi_epi64(even_bottom, odd_bottom),
+            ];
+            for (eight, quarter) in eights.iter_mut().zip(quarters) {
+                eight[k] = quarter;
+            }
         }
-        let t = columns_to_rows(columns);
-        for (i, &row) in dest.iter().enumerate().take(rows) {
-            // SAFETY: `at + 32 <= bytes`.
-            unsafe { _mm256_storeu_si256(row.add(at) as *mut __m256i, t[i]) };
+        for (q, eight) in eights.into_iter().enumerate() {
+            let rows_of = columns_to_rows(eight);
+            for (i, &v) in rows_of.iter().enumerate() {
+                if 8 * q + i < rows {
+                    // SAFETY: `at + 32 <= bytes`.
+                    unsafe { _mm256_storeu_si256(dest[8 * q + i].add(at) as *mut __m256i, v) };
+                }
+            }
         }
         if at + 32 >= bytes {
             break;
         }
         x += 32;
-    }
-}
-
-/// Every output of the strip, RGB: 24-byte vectors (three channels of eight rows). Output j
-/// reads the columns of pixels `bounds[j].0 - origin ..`.
-///
-/// # Safety
-/// AVX2; `columns` and `sums` are the sizes of the pass's [`StripLayout`], every output's taps
-/// start at or after `origin`, and its pairs of weights lie inside its row of `stride`.
-#[inline]
-#[target_feature(enable = "avx2")]
-unsafe fn filter_rgb(
-    bounds: &[(u32, u32)],
-    origin: usize,
-    columns: &[u8],
-    sums: &mut [u8],
-    hi: &[i16],
-    lo: &[i16],
-    stride: usize,
-) {
-    const V: usize = 3 * STRIP;
-    let base = columns.as_ptr();
-    let out = sums.as_mut_ptr();
-    for (j, &(start, len)) in bounds.iter().enumerate() {
-        let pairs = (len as usize).div_ceil(2);
-        let taps = if pairs == 0 {
-            base
-        } else {
-            base.wrapping_add(V * (start as usize - origin))
-        };
-        let w = j * stride;
-        let (zero, half) = (_mm256_setzero_si256(), _mm256_set1_epi32(HALF));
-        let (mut h0, mut h1, mut h2) = (zero, zero, zero);
-        let (mut l0, mut l1, mut l2) = (half, half, half);
-        for p in 0..pairs {
-            // SAFETY: taps `2p` and `2p + 1` of output j lie inside the transposed strip
-            // (`layout.columns` reaches every output's last pair); the weights `w + 2p,
-            // w + 2p + 1` inside its row.
-            unsafe {
-                let a = taps.add(2 * V * p);
-                let b = a.add(V);
-                let wa = _mm256_cvtepu8_epi16(_mm_loadu_si128(a as *const __m128i));
-                let wb = _mm256_cvtepu8_epi16(_mm_loadu_si128(b as *const __m128i));
-                // Bytes 16..24: channel 2 of the eight rows, paired at once.
-                let tail = _mm_unpacklo_epi8(
-                    _mm_loadl_epi64(a.add(16) as *const __m128i),
-                    _mm_loadl_epi64(b.add(16) as *const __m128i),
-                );
-                let p0 = _mm256_unpacklo_epi16(wa, wb);
-                let p1 = _mm256_unpackhi_epi16(wa, wb);
-                let p2 = _mm256_cvtepu8_epi16(tail);
-                let wh = pair(hi, w + 2 * p);
-                let wl = pair(lo, w + 2 * p);
-                h0 = _mm256_add_epi32(h0, _mm256_madd_epi16(p0, wh));
-                h1 = _mm256_add_epi32(h1, _mm256_madd_epi16(p1, wh));
-                h2 = _mm256_add_epi32(h2, _mm256_madd_epi16(p2, wh));
-                l0 = _mm256_add_epi32(l0, _mm256_madd_epi16(p0, wl));
-                l1 = _mm256_add_epi32(l1, _mm256_madd_epi16(p1, wl));
-                l2 = _mm256_add_epi32(l2, _mm256_madd_epi16(p2, wl));
-            }
-        }
-        // p0 held bytes 0..4 and 8..12 of the vector, p1 bytes 4..8 and 12..16: `packs`
-        // puts them back in order.
-        let s01 = _mm256_packs_epi32(finish(h0, l0), finish(h1, l1));
-        let s2 = finish(h2, l2);
-        let s2 = _mm_packs_epi32(_mm256_castsi256_si128(s2), _mm256_extracti128_si256::<1>(s2));
-        let b01 = _mm_packus_epi16(
-            _mm256_castsi256_si128(s01),
-            _mm256_extracti128_si256::<1>(s01),
-        );
-        let b2 = _mm_packus_epi16(s2, s2);
-        // SAFETY: output j's 24 bytes lie inside `sums` (`8 * out_bytes` of them).
-        unsafe {
-            _mm_storeu_si128(out.add(V * j) as *mut __m128i, b01);
-            _mm_storel_epi64(out.add(V * j + 16) as *mut __m128i, b2);
-        }
-    }
-}
-
-/// Every output of the strip, gray: 8-byte vectors, the two taps of a pair in one load.
-///
-/// # Safety
-/// As for [`filter_rgb`].
-#[inline]
-#[target_feature(enable = "avx2")]
-unsafe fn filter_gray(
-    bounds: &[(u32, u32)],
-    origin: usize,
-    columns: &[u8],
-    sums: &mut [u8],
-    hi: &[i16],
-    lo: &[i16],
-    stride: usize,
-) {
-    let base = columns.as_ptr();
-    let out = sums.as_mut_ptr();
-    for (j, &(start, len)) in bounds.iter().enumerate() {
-        let pairs = (len as usize).div_ceil(2);
-        let taps = if pairs == 0 {
-            base
-        } else {
-            base.wrapping_add(STRIP * (start as usize - origin))
-        };
-        let w = j * stride;
-        let (mut h, mut l) = (_mm256_setzero_si256(), _mm256_set1_epi32(HALF));
-        for p in 0..pairs {
-            // SAFETY: as in `filter_rgb`.
-            unsafe {
-                let v = _mm_loadu_si128(taps.add(2 * STRIP * p) as *const __m128i);
-                let paired = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(v, _mm_srli_si128::<8>(v)));
-                h = _mm256_add_epi32(h, _mm256_madd_epi16(paired, pair(hi, w + 2 * p)));
-                l = _mm256_add_epi32(l, _mm256_madd_epi16(paired, pair(lo, w + 2 * p)));
-            }
-        }
-        let s = finish(h, l);
-        let s = _mm_packs_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
-        // SAFETY: output j's 8 bytes lie inside `sums`.
-        unsafe { _mm_storel_epi64(out.add(STRIP * j) as *mut __m128i, _mm_packus_epi16(s, s)) };
     }
 }

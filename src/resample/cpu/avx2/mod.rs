@@ -2,28 +2,34 @@
 //!
 //! Pillow's weights have 22 fraction bits and do not fit the 16-bit multiplies that make
 //! Pillow-SIMD fast (Pillow-SIMD rounds them to fewer bits, and so differs from Pillow). Here each
-//! weight is split into two 16-bit halves ([`super::SplitWeights`]: `w = hi * 65536 + lo`) and every
-//! `madd` is done twice, once per half: `sum(s * w) = (sum(s * hi) << 16) + sum(s * lo)` in
-//! wrapping `i32` arithmetic, which is Pillow's sum exactly (modulo 2^32, like Pillow's own).
+//! weight is split ([`super::SplitWeights`]: `w = hi * 65536 + lo`, `hi` a signed byte, `lo` a
+//! signed 16-bit half) and `sum(s * w) = (sum(s * hi) << 16) + sum(s * lo)` in wrapping `i32`
+//! arithmetic, which is Pillow's sum exactly (modulo 2^32, like Pillow's own). The shift leaves
+//! only `sum(s * hi)` modulo 2^16 in the result, so that sum is kept in wrapping 16-bit lanes and
+//! taken by `maddubs` straight from the 8-bit samples; the `lo` products go through `madd` on the
+//! samples widened to 16 bits ([`sum32`]).
 //!
-//! Both passes sum vectors of samples that share their weights, two taps per `madd` (the two
-//! taps' samples interleaved as 16-bit pairs), the rounding half in the sums' start:
+//! Both passes sum vectors of samples that share their weights, two taps a step (the two taps'
+//! samples interleaved), the rounding half in the sums' start:
 //!
 //! - vertical ([`vertical`]): an output row from its input rows, 32 bytes at a time;
-//! - horizontal ([`horizontal`]): eight rows at a time, transposed so that the eight rows'
-//!   samples of a pixel are one vector ([`transpose`]), then filtered as the vertical pass
-//!   filters rows, and transposed back.
+//! - horizontal ([`horizontal`]): 32 rows at a time, transposed so that the rows' samples of a
+//!   pixel are one vector ([`transpose`]), then filtered as the vertical pass filters rows, and
+//!   transposed back.
 //!
-//! Either pass falls back to the portable one for a pass it does not take (rows shorter than a
-//! vector, or buffers that do not hold what the coefficients say).
+//! Either pass falls back to the portable one for a pass it does not take (rows or outputs
+//! shorter than a vector, weights outside the byte multiplies' range, or buffers that do not hold
+//! what the coefficients say).
 
 mod horizontal;
+#[cfg(test)]
+mod tests;
 mod transpose;
 mod vertical;
 
 use std::arch::x86_64::*;
 
-use super::super::coefficients::PRECISION_BITS;
+use super::super::coefficients::{HALF, PRECISION_BITS};
 use super::{portable, HorizontalPass, VerticalPass};
 
 pub(super) use horizontal::StripLayout;
@@ -44,25 +50,138 @@ pub(super) fn vertical(pass: &mut VerticalPass) {
     }
 }
 
-/// The pair of 16-bit weights `(w[k], w[k + 1])` at `at`, broadcast to every 32-bit lane.
+/// The weights of taps `2 * pair` and `2 * pair + 1` from `hi` and `lo`: their `hi` bytes as one
+/// 16-bit lane (for `maddubs`) and their `lo` halves as one 32-bit lane (for `madd`), each
+/// broadcast to every lane.
 ///
 /// # Safety
-/// `at + 1 < weights.len()`.
+/// AVX2; `2 * pair + 2` weights at each pointer.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn pair(weights: &[i16], at: usize) -> __m256i {
-    debug_assert!(at + 1 < weights.len());
-    // SAFETY: the caller keeps `at + 1` inside `weights`; unaligned read of two i16s.
-    _mm256_set1_epi32(unsafe { std::ptr::read_unaligned(weights.as_ptr().add(at) as *const i32) })
+unsafe fn weights(hi: *const i8, lo: *const i16, pair: usize) -> (__m256i, __m256i) {
+    // SAFETY: as the caller promises; unaligned reads of two weights each.
+    unsafe {
+        (
+            _mm256_set1_epi16(std::ptr::read_unaligned((hi as *const i16).add(pair))),
+            _mm256_set1_epi32(std::ptr::read_unaligned((lo as *const i32).add(pair))),
+        )
+    }
 }
 
-/// Eight sums given as their two halves, the rounding half already in `lo`, shifted down:
-/// `((hi << 16) + lo) >> 22` as `i32`s (the clamp follows in the saturating packs).
+/// Eight sums given as their two halves, the 16-bit sums of the `hi` products in the upper half
+/// of each 32-bit lane of `hi` (that is, already shifted by 16), the rounding half in `lo`,
+/// shifted down: `(hi + lo) >> 22` as `i32`s (the clamp follows in the saturating packs).
 #[inline]
 #[target_feature(enable = "avx2")]
 fn finish(hi: __m256i, lo: __m256i) -> __m256i {
-    let sum = _mm256_add_epi32(_mm256_slli_epi32::<16>(hi), lo);
-    _mm256_srai_epi32::<{ PRECISION_BITS as i32 }>(sum)
+    _mm256_srai_epi32::<{ PRECISION_BITS as i32 }>(_mm256_add_epi32(hi, lo))
+}
+
+/// The clipped sums of 32 samples over `len` rows: byte i is
+/// `clip8(HALF + sum(rows[k * pitch + i] * w[k]))`, the weights of row k at `hi + k` and
+/// `lo + k` ([`super::SplitWeights`], whose `bytes` hold), two rows a step: their bytes interleaved,
+/// the pairs `maddubs`ed with the `hi` bytes into wrapping 16-bit sums and, widened, `madd`ed
+/// with the `lo` halves into 32-bit ones (an odd count's last row is paired with itself, its
+/// second weight zero).
+///
+/// # Safety
+/// AVX2; the `len` rows at `pitch` apart from `rows` have 32 bytes each; `hi` and `lo` hold
+/// `len` weights rounded up to even.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn sum32(
+    rows: *const u8,
+    pitch: usize,
+    len: usize,
+    hi: *const i8,
+    lo: *const i16,
+) -> __m256i {
+    let zero = _mm256_setzero_si256();
+    let half = _mm256_set1_epi32(HALF);
+    let (mut h0, mut h1) = (zero, zero);
+    let (mut l0, mut l1, mut l2, mut l3) = (half, half, half, half);
+    let mut step = |a: *const u8, b: *const u8, pair: usize| {
+        // SAFETY: as the caller promises, for the rows and weights `2 * pair` and
+        // `2 * pair + 1`.
+        let (a, b, (wh, wl)) = unsafe {
+            (
+                _mm256_loadu_si256(a as *const __m256i),
+                _mm256_loadu_si256(b as *const __m256i),
+                weights(hi, lo, pair),
+            )
+        };
+        // Per lane, samples 0..8 and 8..16 of the lane, each beside its pair's next row.
+        let i0 = _mm256_unpacklo_epi8(a, b);
+        let i1 = _mm256_unpackhi_epi8(a, b);
+        h0 = _mm256_add_epi16(h0, _mm256_maddubs_epi16(i0, wh));
+        h1 = _mm256_add_epi16(h1, _mm256_maddubs_epi16(i1, wh));
+        l0 = _mm256_add_epi32(l0, _mm256_madd_epi16(_mm256_unpacklo_epi8(i0, zero), wl));
+        l1 = _mm256_add_epi32(l1, _mm256_madd_epi16(_mm256_unpackhi_epi8(i0, zero), wl));
+        l2 = _mm256_add_epi32(l2, _mm256_madd_epi16(_mm256_unpacklo_epi8(i1, zero), wl));
+        l3 = _mm256_add_epi32(l3, _mm256_madd_epi16(_mm256_unpackhi_epi8(i1, zero), wl));
+    };
+    let mut a = rows;
+    for pair in 0..len / 2 {
+        step(a, a.wrapping_add(pitch), pair);
+        a = a.wrapping_add(2 * pitch);
+    }
+    if len % 2 == 1 {
+        step(a, a, len / 2);
+    }
+    // Per lane, l0..l3 hold samples 0..4, 4..8, 8..12, 12..16; the 16-bit `hi` sums go to the
+    // upper halves of the same lanes. The packs put the 32 bytes back in order.
+    let s0 = finish(_mm256_unpacklo_epi16(zero, h0), l0);
+    let s1 = finish(_mm256_unpackhi_epi16(zero, h0), l1);
+    let s2 = finish(_mm256_unpacklo_epi16(zero, h1), l2);
+    let s3 = finish(_mm256_unpackhi_epi16(zero, h1), l3);
+    _mm256_packus_epi16(_mm256_packs_epi32(s0, s1), _mm256_packs_epi32(s2, s3))
+}
+
+/// [`sum32`] for 16 samples.
+///
+/// # Safety
+/// As for [`sum32`], with 16 bytes a row.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn sum16(
+    rows: *const u8,
+    pitch: usize,
+    len: usize,
+    hi: *const i8,
+    lo: *const i16,
+) -> __m128i {
+    let zero = _mm256_setzero_si256();
+    let half = _mm256_set1_epi32(HALF);
+    let mut h = zero;
+    let (mut l0, mut l1) = (half, half);
+    let mut step = |a: *const u8, b: *const u8, pair: usize| {
+        // SAFETY: as the caller promises, for the rows and weights `2 * pair` and
+        // `2 * pair + 1`.
+        let (a, b, (wh, wl)) = unsafe {
+            (
+                _mm_loadu_si128(a as *const __m128i),
+                _mm_loadu_si128(b as *const __m128i),
+                weights(hi, lo, pair),
+            )
+        };
+        // Samples 0..8 in lane 0, 8..16 in lane 1, each beside its pair's next row.
+        let i = _mm256_set_m128i(_mm_unpackhi_epi8(a, b), _mm_unpacklo_epi8(a, b));
+        h = _mm256_add_epi16(h, _mm256_maddubs_epi16(i, wh));
+        l0 = _mm256_add_epi32(l0, _mm256_madd_epi16(_mm256_unpacklo_epi8(i, zero), wl));
+        l1 = _mm256_add_epi32(l1, _mm256_madd_epi16(_mm256_unpackhi_epi8(i, zero), wl));
+    };
+    let mut a = rows;
+    for pair in 0..len / 2 {
+        step(a, a.wrapping_add(pitch), pair);
+        a = a.wrapping_add(2 * pitch);
+    }
+    if len % 2 == 1 {
+        step(a, a, len / 2);
+    }
+    let s0 = finish(_mm256_unpacklo_epi16(zero, h), l0);
+    let s1 = finish(_mm256_unpackhi_epi16(zero, h), l1);
+    let s = _mm256_packs_epi32(s0, s1);
+    _mm_packus_epi16(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s))
 }
 
 /// Writes the 16 gray samples of `v` as 16 RGB pixels (48 bytes) at `dst`.
@@ -82,7 +201,9 @@ unsafe fn spread16(v: __m128i, dst: *mut u8) {
     );
     let c = _mm_shuffle_epi8(
         v,
-        _mm_setr_epi8(10, 11, 11, 11, 12, 12, 12, 13, 13, 13, 14, 14, 14, 15, 15, 15),
+        _mm_setr_epi8(
+            10, 11, 11, 11, 12, 12, 12, 13, 13, 13, 14, 14, 14, 15, 15, 15,
+        ),
     );
     // SAFETY: as the caller promises.
     unsafe {
@@ -114,7 +235,12 @@ unsafe fn spread_gray(src: *const u8, n: usize, dst: *mut u8) {
         // The last 16 overlap the ones before: the same bytes written again.
         let at = x.min(n - 16);
         // SAFETY: `at + 16 <= n`.
-        unsafe { spread16(_mm_loadu_si128(src.add(at) as *const __m128i), dst.add(3 * at)) };
+        unsafe {
+            spread16(
+                _mm_loadu_si128(src.add(at) as *const __m128i),
+                dst.add(3 * at),
+            )
+        };
         if at + 16 >= n {
             break;
         }
