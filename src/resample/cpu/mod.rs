@@ -130,18 +130,16 @@ impl SplitWeights {
         let rows = c.weights.chunks_exact(c.taps.max(1));
         let hi_rows = self.hi.chunks_exact_mut(stride);
         let lo_rows = self.lo.chunks_exact_mut(stride);
-        for ((row, hi_row), lo_row) in rows.zip(hi_rows).zip(lo_rows) {
-            let pairs = row.chunks(2).zip(hi_row.chunks_exact_mut(2));
-            for ((w, hi), lo) in pairs.zip(lo_row.chunks_exact_mut(2)) {
-                let mut sum = 0;
-                for ((&w, hi), lo) in w.iter().zip(hi).zip(lo) {
-                    *lo = w as i16;
-                    let h = w.wrapping_sub(i32::from(*lo)) >> 16;
-                    *hi = h as i8;
-                    bytes &= i8::try_from(h).is_ok();
-                    sum += h.abs();
-                }
-                bytes &= sum <= 128;
+        for (((row, hi_row), lo_row), &(_, len)) in rows.zip(hi_rows).zip(lo_rows).zip(&c.bounds) {
+            // Past an output's taps its weights are zero, and so are their halves.
+            let len = (len as usize).min(row.len());
+            let mut pair = 0;
+            for (k, ((&w, hi), lo)) in row[..len].iter().zip(hi_row).zip(lo_row).enumerate() {
+                *lo = w as i16;
+                let h = w.wrapping_sub(i32::from(*lo)) >> 16;
+                *hi = h as i8;
+                pair = if k % 2 == 0 { h.abs() } else { pair + h.abs() };
+                bytes &= i8::try_from(h).is_ok() && pair <= 128;
             }
         }
         self.bytes = bytes;

@@ -126,45 +126,75 @@ pub(super) unsafe fn horizontal(pass: &mut HorizontalPass) -> bool {
     let origin = pass.shift + layout.first;
     let (columns, rest) = pass.strips.split_at_mut(layout.columns);
     let (sums, rows) = rest.split_at_mut(layout.sums);
+    let (columns, sums) = (columns.as_mut_ptr(), sums.as_mut_ptr());
     let input = pass.input.as_ptr().wrapping_add(layout.first * c);
     let output = pass.output.as_mut_ptr();
-    let vector = STRIP * c;
+    let filter = Filter {
+        columns,
+        sums,
+        vector: STRIP * c,
+        origin,
+        hi: hi.as_ptr(),
+        lo: lo.as_ptr(),
+        stride: *stride,
+    };
+    // The byte columns an output's taps read up to (none without taps).
+    let reach = |&(start, len): &(u32, u32)| {
+        if len == 0 {
+            0
+        } else {
+            (start as usize - origin + len as usize) * c
+        }
+    };
+    let spread = pass.out_step != c;
     let mut r0 = 0;
     while r0 < pass.rows {
         let strip_rows = (pass.rows - r0).min(STRIP);
+        let row_at: [*const u8; STRIP] =
+            std::array::from_fn(|i| input.wrapping_add((r0 + i.min(strip_rows - 1)) * pass.pitch));
+        let dest: [*mut u8; STRIP] = std::array::from_fn(|i| {
+            if spread {
+                rows.as_mut_ptr().wrapping_add(i * layout.out_bytes)
+            } else {
+                output.wrapping_add((r0 + i) * pass.out_pitch)
+            }
+        });
+        // Block by block of 32 byte columns: transpose in, filter every output whose taps are
+        // in, transpose back every 32 output bytes filtered, while all of them are in cache.
+        let mut next = 0;
+        let mut flushed = 0;
+        let mut at = 0;
         // SAFETY (throughout): rows below `pass.rows` hold `layout.in_bytes` bytes from `input`
         // on and `written` output bytes (checked above; the last strip's missing rows repeat
         // its last row, and are not written back); the strip buffers are the layout's sizes;
         // every output's taps lie in `[origin, origin + in_bytes / c)` (the layout's span) and
         // its pairs of weights inside its padded row of `stride` (checked above).
         unsafe {
-            let row_at: [*const u8; STRIP] =
-                std::array::from_fn(|i| input.add((r0 + i.min(strip_rows - 1)) * pass.pitch));
-            transpose_in(&row_at, layout.in_bytes, columns.as_mut_ptr());
-            let taps = columns.as_ptr();
-            let out = sums.as_mut_ptr();
-            for (j, &(start, len)) in bounds.iter().enumerate() {
-                let len = len as usize;
-                let from = if len == 0 {
-                    taps
-                } else {
-                    taps.add(vector * (start as usize - origin))
-                };
-                let to = out.add(vector * j);
-                let (wh, wl) = (hi.as_ptr().add(j * stride), lo.as_ptr().add(j * stride));
-                for x in (0..vector).step_by(32) {
-                    let v = sum32(from.add(x), vector, len, wh, wl);
-                    _mm256_storeu_si256(to.add(x) as *mut __m256i, v);
+            loop {
+                let block = at.min(layout.in_bytes - 32);
+                transpose_in(&row_at, block, columns);
+                while next < bounds.len() && reach(&bounds[next]) <= block + 32 {
+                    filter.output(next, bounds[next]);
+                    next += 1;
                 }
+                while flushed + 32 <= next * c {
+                    transpose_out(sums, flushed, &dest, strip_rows);
+                    flushed += 32;
+                }
+                if block + 32 >= layout.in_bytes {
+                    break;
+                }
+                at += 32;
             }
-            if pass.out_step == c {
-                let dest: [*mut u8; STRIP] =
-                    std::array::from_fn(|i| output.wrapping_add((r0 + i) * pass.out_pitch));
-                transpose_out(sums.as_ptr(), layout.out_bytes, &dest, strip_rows);
-            } else {
-                let dest: [*mut u8; STRIP] =
-                    std::array::from_fn(|i| rows.as_mut_ptr().add(i * layout.out_bytes));
-                transpose_out(sums.as_ptr(), layout.out_bytes, &dest, strip_rows);
+            for (j, &b) in bounds.iter().enumerate().skip(next) {
+                filter.output(j, b);
+            }
+            while flushed < layout.out_bytes {
+                // The last block overlaps the one before: the same bytes written again.
+                transpose_out(sums, flushed.min(layout.out_bytes - 32), &dest, strip_rows);
+                flushed += 32;
+            }
+            if spread {
                 for (i, &row) in dest.iter().enumerate().take(strip_rows) {
                     spread_gray(row, layout.out_bytes, output.add((r0 + i) * pass.out_pitch));
                 }
@@ -175,107 +205,128 @@ pub(super) unsafe fn horizontal(pass: &mut HorizontalPass) -> bool {
     true
 }
 
-/// Transposes `bytes` (at least 32) bytes of the 32 rows at `rows` into `columns`: byte column
-/// x's 32 samples at `32 * x`.
-///
-/// # Safety
-/// AVX2; each row has `bytes` bytes; `columns` has room for `32 * bytes`.
-#[inline]
-#[target_feature(enable = "avx2")]
-unsafe fn transpose_in(rows: &[*const u8; STRIP], bytes: usize, columns: *mut u8) {
-    debug_assert!(bytes >= 32);
-    let mut x = 0;
-    loop {
-        // The last block overlaps the one before: the same bytes written again.
-        let at = x.min(bytes - 32);
-        // Rows 8q..8q + 8 of 32 columns as columns of eight (lane 0: the first 16 columns),
-        // gathered by column pair: `pairs[k][q]` holds columns 2k and 2k + 1 of rows 8q...
-        let mut pairs = [[_mm256_setzero_si256(); 4]; 8];
-        for q in 0..4 {
-            let mut block = [_mm256_setzero_si256(); 8];
-            for (i, row) in block.iter_mut().enumerate() {
-                // SAFETY: `at + 32 <= bytes`.
-                *row = unsafe { _mm256_loadu_si256(rows[8 * q + i].add(at) as *const __m256i) };
-            }
-            for (pair, columns) in pairs.iter_mut().zip(rows_to_columns(block)) {
-                pair[q] = columns;
-            }
-        }
-        for (k, [q0, q1, q2, q3]) in pairs.into_iter().enumerate() {
-            // Columns 2k and 2k + 1 (16 + 2k and 17 + 2k in lane 1), rows 0..16 and 16..32.
-            let even_top = _mm256_unpacklo_epi64(q0, q1);
-            let odd_top = _mm256_unpackhi_epi64(q0, q1);
-            let even_bottom = _mm256_unpacklo_epi64(q2, q3);
-            let odd_bottom = _mm256_unpackhi_epi64(q2, q3);
-            // SAFETY: columns `at + 2k`, `at + 2k + 1` and 16 on lie below `bytes`.
-            unsafe {
-                let to = columns.add(STRIP * (at + 2 * k));
-                let store = |at: usize, v: __m256i| {
-                    _mm256_storeu_si256(to.add(STRIP * at) as *mut __m256i, v)
-                };
-                store(0, _mm256_permute2x128_si256::<0x20>(even_top, even_bottom));
-                store(1, _mm256_permute2x128_si256::<0x20>(odd_top, odd_bottom));
-                store(16, _mm256_permute2x128_si256::<0x31>(even_top, even_bottom));
-                store(17, _mm256_permute2x128_si256::<0x31>(odd_top, odd_bottom));
+/// Filters outputs of a strip: the transposed input at `columns` (byte column x at
+/// `STRIP * x`, its pixels' vectors `vector` bytes apart), the sums to `sums` (output j's vector
+/// at `vector * j`).
+struct Filter {
+    columns: *mut u8,
+    sums: *mut u8,
+    vector: usize,
+    /// The input pixel at `columns`.
+    origin: usize,
+    hi: *const i8,
+    lo: *const i16,
+    stride: usize,
+}
+
+impl Filter {
+    /// Output j, whose bounds are `(start, len)`.
+    ///
+    /// # Safety
+    /// AVX2; the output's taps are transposed, its sums inside `sums`, its weights inside the
+    /// pass's.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn output(&self, j: usize, (start, len): (u32, u32)) {
+        let len = len as usize;
+        // SAFETY: as the caller promises.
+        unsafe {
+            let from = if len == 0 {
+                self.columns
+            } else {
+                self.columns
+                    .add(self.vector * (start as usize - self.origin))
+            };
+            let to = self.sums.add(self.vector * j);
+            let (wh, wl) = (self.hi.add(j * self.stride), self.lo.add(j * self.stride));
+            for x in (0..self.vector).step_by(32) {
+                let v = sum32(from.add(x), self.vector, len, wh, wl);
+                _mm256_storeu_si256(to.add(x) as *mut __m256i, v);
             }
         }
-        if at + 32 >= bytes {
-            break;
-        }
-        x += 32;
     }
 }
 
-/// Transposes the `bytes` (at least 32) byte columns at `columns` (column x's 32 rows at
-/// `32 * x`) back into rows: row i at `dest[i]`, for the first `rows` rows.
+/// Transposes byte columns `at..at + 32` of the 32 rows at `rows` into `columns`: byte column
+/// x's 32 samples at `32 * x`.
 ///
 /// # Safety
-/// AVX2; `columns` has `32 * bytes` bytes; `dest[i]` has room for `bytes` for `i < rows`.
+/// AVX2; each row has `at + 32` bytes; `columns` has room for `32 * (at + 32)`.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn transpose_out(columns: *const u8, bytes: usize, dest: &[*mut u8; STRIP], rows: usize) {
-    debug_assert!(bytes >= 32);
-    let mut x = 0;
-    loop {
-        let at = x.min(bytes - 32);
-        // `eights[q]`: columns at + 0..32 of rows 8q.., as columns of eight (lane 0: the first
-        // 16), two columns a register.
-        let mut eights = [[_mm256_setzero_si256(); 8]; 4];
-        for k in 0..8 {
-            // SAFETY: columns `at .. at + 32` lie below `bytes`.
-            let (even, odd, even16, odd16) = unsafe {
-                let from = columns.add(STRIP * (at + 2 * k));
-                let load = |c: usize| _mm256_loadu_si256(from.add(STRIP * c) as *const __m256i);
-                (load(0), load(1), load(16), load(17))
-            };
-            // Columns 2k (lane 0) and 16 + 2k (lane 1), rows 0..16, then 16..32; the same of
-            // the odd columns.
-            let even_top = _mm256_permute2x128_si256::<0x20>(even, even16);
-            let even_bottom = _mm256_permute2x128_si256::<0x31>(even, even16);
-            let odd_top = _mm256_permute2x128_si256::<0x20>(odd, odd16);
-            let odd_bottom = _mm256_permute2x128_si256::<0x31>(odd, odd16);
-            let quarters = [
-                _mm256_unpacklo_epi64(even_top, odd_top),
-                _mm256_unpackhi_epi64(even_top, odd_top),
-                _mm256_unpacklo_epi64(even_bottom, odd_bottom),
-                _mm256_unpackhi_epi64(even_bottom, odd_bottom),
-            ];
-            for (eight, quarter) in eights.iter_mut().zip(quarters) {
-                eight[k] = quarter;
+unsafe fn transpose_in(rows: &[*const u8; STRIP], at: usize, columns: *mut u8) {
+    // Rows 8q..8q + 8 of the 32 columns as columns of eight (lane 0: the first 16 columns),
+    // gathered by column pair: `pairs[k][q]` holds columns 2k and 2k + 1 of rows 8q...
+    let mut pairs = [[_mm256_setzero_si256(); 4]; 8];
+    for q in 0..4 {
+        let mut block = [_mm256_setzero_si256(); 8];
+        for (i, row) in block.iter_mut().enumerate() {
+            // SAFETY: as the caller promises.
+            *row = unsafe { _mm256_loadu_si256(rows[8 * q + i].add(at) as *const __m256i) };
+        }
+        for (pair, columns) in pairs.iter_mut().zip(rows_to_columns(block)) {
+            pair[q] = columns;
+        }
+    }
+    for (k, [q0, q1, q2, q3]) in pairs.into_iter().enumerate() {
+        // Columns 2k and 2k + 1 (16 + 2k and 17 + 2k in lane 1), rows 0..16 and 16..32.
+        let even_top = _mm256_unpacklo_epi64(q0, q1);
+        let odd_top = _mm256_unpackhi_epi64(q0, q1);
+        let even_bottom = _mm256_unpacklo_epi64(q2, q3);
+        let odd_bottom = _mm256_unpackhi_epi64(q2, q3);
+        // SAFETY: columns `at + 2k`, `at + 2k + 1` and 16 on lie below `at + 32`.
+        unsafe {
+            let to = columns.add(STRIP * (at + 2 * k));
+            let store =
+                |at: usize, v: __m256i| _mm256_storeu_si256(to.add(STRIP * at) as *mut __m256i, v);
+            store(0, _mm256_permute2x128_si256::<0x20>(even_top, even_bottom));
+            store(1, _mm256_permute2x128_si256::<0x20>(odd_top, odd_bottom));
+            store(16, _mm256_permute2x128_si256::<0x31>(even_top, even_bottom));
+            store(17, _mm256_permute2x128_si256::<0x31>(odd_top, odd_bottom));
+        }
+    }
+}
+
+/// Transposes byte columns `at..at + 32` of `columns` (column x's 32 rows at `32 * x`) back
+/// into rows: row i's 32 bytes at `dest[i] + at`, for the first `rows` rows.
+///
+/// # Safety
+/// AVX2; `columns` has `32 * (at + 32)` bytes; `dest[i]` has room for `at + 32` for `i < rows`.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn transpose_out(columns: *const u8, at: usize, dest: &[*mut u8; STRIP], rows: usize) {
+    // `eights[q]`: the 32 columns of rows 8q.., as columns of eight (lane 0: the first 16), two
+    // columns a register.
+    let mut eights = [[_mm256_setzero_si256(); 8]; 4];
+    for k in 0..8 {
+        // SAFETY: columns `at .. at + 32` are inside `columns`.
+        let (even, odd, even16, odd16) = unsafe {
+            let from = columns.add(STRIP * (at + 2 * k));
+            let load = |c: usize| _mm256_loadu_si256(from.add(STRIP * c) as *const __m256i);
+            (load(0), load(1), load(16), load(17))
+        };
+        // Columns 2k (lane 0) and 16 + 2k (lane 1), rows 0..16, then 16..32; the same of the
+        // odd columns.
+        let even_top = _mm256_permute2x128_si256::<0x20>(even, even16);
+        let even_bottom = _mm256_permute2x128_si256::<0x31>(even, even16);
+        let odd_top = _mm256_permute2x128_si256::<0x20>(odd, odd16);
+        let odd_bottom = _mm256_permute2x128_si256::<0x31>(odd, odd16);
+        let quarters = [
+            _mm256_unpacklo_epi64(even_top, odd_top),
+            _mm256_unpackhi_epi64(even_top, odd_top),
+            _mm256_unpacklo_epi64(even_bottom, odd_bottom),
+            _mm256_unpackhi_epi64(even_bottom, odd_bottom),
+        ];
+        for (eight, quarter) in eights.iter_mut().zip(quarters) {
+            eight[k] = quarter;
+        }
+    }
+    for (q, eight) in eights.into_iter().enumerate() {
+        for (i, v) in columns_to_rows(eight).into_iter().enumerate() {
+            if 8 * q + i < rows {
+                // SAFETY: as the caller promises.
+                unsafe { _mm256_storeu_si256(dest[8 * q + i].add(at) as *mut __m256i, v) };
             }
         }
-        for (q, eight) in eights.into_iter().enumerate() {
-            let rows_of = columns_to_rows(eight);
-            for (i, &v) in rows_of.iter().enumerate() {
-                if 8 * q + i < rows {
-                    // SAFETY: `at + 32 <= bytes`.
-                    unsafe { _mm256_storeu_si256(dest[8 * q + i].add(at) as *mut __m256i, v) };
-                }
-            }
-        }
-        if at + 32 >= bytes {
-            break;
-        }
-        x += 32;
     }
 }

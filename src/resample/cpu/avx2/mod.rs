@@ -68,13 +68,21 @@ unsafe fn weights(hi: *const i8, lo: *const i16, pair: usize) -> (__m256i, __m25
     }
 }
 
-/// Eight sums given as their two halves, the 16-bit sums of the `hi` products in the upper half
-/// of each 32-bit lane of `hi` (that is, already shifted by 16), the rounding half in `lo`,
-/// shifted down: `(hi + lo) >> 22` as `i32`s (the clamp follows in the saturating packs).
+/// Sixteen sums from their parts, shifted down to `i16`s (the clamp to bytes follows in the
+/// saturating pack): `hi`, the 16-bit sums of the `hi` products (their value modulo 2^16), and
+/// `lo_a`, `lo_b`, the 32-bit sums of the `lo` products with the rounding half, of the same
+/// samples in the same lane order as `packs` makes of them (`lo_a`'s four of a lane, then
+/// `lo_b`'s).
+///
+/// The sum is `hi * 2^16 + lo` modulo 2^32, and its bits from 22 up are those of
+/// `(hi + (lo >> 16)) >> 6` in wrapping 16-bit arithmetic: the low 16 bits of `lo` only carry
+/// into bits the shift drops, and `lo >> 16` fits 16 bits (so `packs` does not saturate it).
 #[inline]
 #[target_feature(enable = "avx2")]
-fn finish(hi: __m256i, lo: __m256i) -> __m256i {
-    _mm256_srai_epi32::<{ PRECISION_BITS as i32 }>(_mm256_add_epi32(hi, lo))
+fn finish(hi: __m256i, lo_a: __m256i, lo_b: __m256i) -> __m256i {
+    const SHIFT: i32 = PRECISION_BITS as i32 - 16;
+    let lo = _mm256_packs_epi32(_mm256_srai_epi32::<16>(lo_a), _mm256_srai_epi32::<16>(lo_b));
+    _mm256_srai_epi16::<SHIFT>(_mm256_add_epi16(hi, lo))
 }
 
 /// The clipped sums of 32 samples over `len` rows: byte i is
@@ -128,13 +136,9 @@ unsafe fn sum32(
     if len % 2 == 1 {
         step(a, a, len / 2);
     }
-    // Per lane, l0..l3 hold samples 0..4, 4..8, 8..12, 12..16; the 16-bit `hi` sums go to the
-    // upper halves of the same lanes. The packs put the 32 bytes back in order.
-    let s0 = finish(_mm256_unpacklo_epi16(zero, h0), l0);
-    let s1 = finish(_mm256_unpackhi_epi16(zero, h0), l1);
-    let s2 = finish(_mm256_unpacklo_epi16(zero, h1), l2);
-    let s3 = finish(_mm256_unpackhi_epi16(zero, h1), l3);
-    _mm256_packus_epi16(_mm256_packs_epi32(s0, s1), _mm256_packs_epi32(s2, s3))
+    // Per lane, l0..l3 hold samples 0..4, 4..8, 8..12, 12..16, h0 samples 0..8 and h1 8..16:
+    // the packs put them back in order.
+    _mm256_packus_epi16(finish(h0, l0, l1), finish(h1, l2, l3))
 }
 
 /// [`sum32`] for 16 samples.
@@ -178,9 +182,7 @@ unsafe fn sum16(
     if len % 2 == 1 {
         step(a, a, len / 2);
     }
-    let s0 = finish(_mm256_unpacklo_epi16(zero, h), l0);
-    let s1 = finish(_mm256_unpackhi_epi16(zero, h), l1);
-    let s = _mm256_packs_epi32(s0, s1);
+    let s = finish(h, l0, l1);
     _mm_packus_epi16(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s))
 }
 
