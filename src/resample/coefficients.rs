@@ -161,7 +161,7 @@ impl AxisCoefficients {
             if ww != 0.0 {
                 k.iter_mut().for_each(|w| *w /= ww);
             }
-            row.fill(0);
+            // The rest of the row stays zero (the buffer was cleared and zero-filled above).
             for (dst, &w) in row.iter_mut().zip(k.iter()) {
                 *dst = to_fixed(w);
             }

@@ -160,6 +160,30 @@ fn fast_passes_equal_the_reference() {
     assert_eq!(compared, 600);
 }
 
+/// Pillow's weights always fit the AVX2 passes' byte multiplies ([`super::cpu::SplitWeights`]),
+/// so those passes never leave a real plan to the portable ones: every filter, on fresh random
+/// plans that shrink and grow, with fractional boxes.
+#[test]
+fn pillows_weights_fit_the_byte_multiplies() {
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64)
+        | 1;
+    let mut rng = Rng(seed);
+    for case in 0..3000 {
+        let (w, ow) = (rng.range(1, 3000), rng.range(1, 400));
+        let (h, oh) = (rng.range(1, 300), rng.range(1, 300));
+        let x = random_plan(&mut rng, w, ow);
+        let y = random_plan(&mut rng, h, oh);
+        let resampling = ALL[1 + case % (ALL.len() - 1)];
+        let plan = ImagePlan::new(&x, &y, resampling, PassOrder::default()).expect("plan");
+        assert!(
+            plan.x_split.bytes && plan.y_split.bytes,
+            "seed {seed} case {case}: {resampling:?} {x:?} {y:?}"
+        );
+    }
+}
+
 /// Real sizes: torchvision's Resize(256) + CenterCrop(224) of photo-sized random images, and
 /// large shrinks (wide filters), with every filter, on both kernels.
 #[test]

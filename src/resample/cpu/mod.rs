@@ -77,6 +77,9 @@ pub(super) struct HorizontalPass<'a> {
     pub output: &'a mut [u8],
     pub out_pitch: usize,
     pub out_step: usize,
+    /// Scratch for the AVX2 pass's strips ([`strip_bytes`] of them).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused))]
+    pub strips: &'a mut [u8],
 }
 
 /// A vertical pass: output row `j` is the weighted sum of input rows `start_j - shift..` (`len_j`
@@ -95,39 +98,57 @@ pub(super) struct VerticalPass<'a> {
     pub spread: bool,
 }
 
-/// An axis's weights as two 16-bit halves, `w = hi * 65536 + lo` with `lo` in `i16`'s range
-/// (so `hi` is within +-128 for any weight Pillow makes): `sample * w` is then two exact 16-bit
-/// products, `(sample * hi) << 16` plus `sample * lo`, which `madd` instructions sum in pairs.
-/// Each output's row of `stride` weights is padded with zeros to a multiple of 8.
+/// An axis's weights split for 8- and 16-bit multiplies: `w = hi * 65536 + lo` with `lo` in
+/// `i16`'s range. `sample * w` is then `(sample * hi) << 16` plus `sample * lo`, and since only
+/// `sum(sample * hi)` modulo 2^16 counts after the shift (sums are modulo 2^32, like Pillow's
+/// `int`), it may be summed in wrapping 16-bit lanes, two taps at a time by `maddubs` (unsigned
+/// samples times signed bytes), while the `lo` products go through `madd`. That is exact as long
+/// as each `hi` fits a signed byte and no pair of taps `(2k, 2k + 1)` saturates `maddubs`
+/// (`|hi_2k| + |hi_2k+1| <= 128`: `255 * 128 < 2^15`), which Pillow's weights (at most about
+/// 1.x in 22-bit fixed point, so `|hi| <= 64` or so) always do; [`SplitWeights::bytes`] says
+/// whether they do. Each output's row of `stride` weights is padded with zeros to a multiple of 8.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct SplitWeights {
-    pub hi: Vec<i16>,
+    pub hi: Vec<i8>,
     pub lo: Vec<i16>,
     pub stride: usize,
+    /// Every `hi` fits a signed byte and every pair of them `maddubs` without saturation.
+    pub bytes: bool,
 }
 
 impl SplitWeights {
     /// Splits `c`'s weights into `self`, reusing its buffers.
     pub fn split(&mut self, c: &AxisCoefficients) {
-        let stride = c.taps.next_multiple_of(8);
+        let stride = c.taps.max(1).next_multiple_of(8);
         self.stride = stride;
         let n = c.bounds.len() * stride;
         self.hi.clear();
         self.lo.clear();
         self.hi.resize(n, 0);
         self.lo.resize(n, 0);
-        for (j, row) in c.weights.chunks_exact(c.taps.max(1)).enumerate() {
-            for (k, &w) in row.iter().enumerate() {
-                let lo = w as i16;
-                self.lo[j * stride + k] = lo;
-                self.hi[j * stride + k] = (w.wrapping_sub(i32::from(lo)) >> 16) as i16;
+        let mut bytes = true;
+        let rows = c.weights.chunks_exact(c.taps.max(1));
+        let hi_rows = self.hi.chunks_exact_mut(stride);
+        let lo_rows = self.lo.chunks_exact_mut(stride);
+        for (((row, hi_row), lo_row), &(_, len)) in rows.zip(hi_rows).zip(lo_rows).zip(&c.bounds) {
+            // Past an output's taps its weights are zero, and so are their halves.
+            let len = (len as usize).min(row.len());
+            let mut pair = 0;
+            for (k, ((&w, hi), lo)) in row[..len].iter().zip(hi_row).zip(lo_row).enumerate() {
+                *lo = w as i16;
+                let h = w.wrapping_sub(i32::from(*lo)) >> 16;
+                *hi = h as i8;
+                pair = if k % 2 == 0 { h.abs() } else { pair + h.abs() };
+                bytes &= i8::try_from(h).is_ok() && pair <= 128;
             }
         }
+        self.bytes = bytes;
     }
 }
 
 /// Resamples `source` by `plan` into `slot`: the kept outputs at the plans' destination, `pad`
-/// everywhere else, with `kernels`. `scratch` holds the intermediate (grown, never shrunk).
+/// everywhere else, with `kernels`. `scratch` holds the intermediate and the horizontal pass's
+/// strips (grown, never shrunk).
 pub(crate) fn resample_into(
     plan: &ImagePlan,
     source: &HostImage,
@@ -166,6 +187,7 @@ pub(crate) fn resample_into(
         (true, false) => {
             // One horizontal pass over the rows the kept outputs copy (consecutive).
             let rows = yc.span().0 as usize;
+            let (_, strips) = carve(scratch, 0, strip_bytes(kernels, xc, c, 0, 3));
             let mut pass = HorizontalPass {
                 input: region.get(rows * pitch..).unwrap_or(&[]),
                 pitch,
@@ -177,6 +199,7 @@ pub(crate) fn resample_into(
                 output,
                 out_pitch,
                 out_step: 3,
+                strips,
             };
             horizontal(&mut pass, kernels);
         }
@@ -201,7 +224,8 @@ pub(crate) fn resample_into(
             let (first, end) = xc.span();
             let width = (end - first) as usize;
             let tmp_pitch = width * c;
-            scratch.resize(tmp_pitch * yc.bounds.len(), 0);
+            let strips = strip_bytes(kernels, xc, c, first as usize, 3);
+            let (intermediate, strips) = carve(scratch, tmp_pitch * yc.bounds.len(), strips);
             let mut pass = VerticalPass {
                 input: region.get(first as usize * c..).unwrap_or(&[]),
                 pitch,
@@ -209,13 +233,13 @@ pub(crate) fn resample_into(
                 coefficients: yc,
                 shift: 0,
                 split: &plan.y_split,
-                output: scratch,
+                output: intermediate,
                 out_pitch: tmp_pitch,
                 spread: false,
             };
             vertical(&mut pass, kernels);
             let mut pass = HorizontalPass {
-                input: scratch,
+                input: intermediate,
                 pitch: tmp_pitch,
                 rows: yc.bounds.len(),
                 channels: c,
@@ -225,6 +249,7 @@ pub(crate) fn resample_into(
                 output,
                 out_pitch,
                 out_step: 3,
+                strips,
             };
             horizontal(&mut pass, kernels);
         }
@@ -234,7 +259,8 @@ pub(crate) fn resample_into(
             let (first, end) = yc.span();
             let rows = (end - first) as usize;
             let tmp_pitch = xc.bounds.len() * c;
-            scratch.resize(tmp_pitch * rows, 0);
+            let strips = strip_bytes(kernels, xc, c, 0, c);
+            let (intermediate, strips) = carve(scratch, tmp_pitch * rows, strips);
             let mut pass = HorizontalPass {
                 input: region.get(first as usize * pitch..).unwrap_or(&[]),
                 pitch,
@@ -243,13 +269,14 @@ pub(crate) fn resample_into(
                 coefficients: xc,
                 shift: 0,
                 split: &plan.x_split,
-                output: scratch,
+                output: intermediate,
                 out_pitch: tmp_pitch,
                 out_step: c,
+                strips,
             };
             horizontal(&mut pass, kernels);
             let mut pass = VerticalPass {
-                input: scratch,
+                input: intermediate,
                 pitch: tmp_pitch,
                 row_bytes: tmp_pitch,
                 coefficients: &plan.yc,
@@ -263,6 +290,34 @@ pub(crate) fn resample_into(
         }
     }
     Ok(())
+}
+
+/// The scratch bytes `kernels`' horizontal pass needs for `coefficients` over `channels`-sample
+/// pixels (bounds less `shift`), writing pixels `out_step` bytes apart.
+fn strip_bytes(
+    kernels: Kernels,
+    coefficients: &AxisCoefficients,
+    channels: usize,
+    shift: usize,
+    out_step: usize,
+) -> usize {
+    match kernels {
+        Kernels::Portable => 0,
+        #[cfg(target_arch = "x86_64")]
+        Kernels::Avx2 => avx2::StripLayout::of(coefficients, channels, shift, out_step)
+            .map_or(0, |layout| layout.bytes()),
+    }
+}
+
+/// `scratch` as two buffers of `first` and `second` bytes. It grows when short and is never
+/// shrunk or cleared: every pass writes all of its output before the next reads it.
+fn carve(scratch: &mut Vec<u8>, first: usize, second: usize) -> (&mut [u8], &mut [u8]) {
+    let total = first + second;
+    if scratch.len() < total {
+        scratch.resize(total, 0);
+    }
+    let (a, b) = scratch.split_at_mut(first);
+    (a, &mut b[..second])
 }
 
 fn horizontal(pass: &mut HorizontalPass, kernels: Kernels) {
