@@ -3,12 +3,12 @@
 # per core (one thread, CPU decode, with Pillow's per-core speed on the same files), steady and
 # cold on 8,192 ImageNet-like files, the training recipe's cost, the fidelity of both lanes, the
 # random crops and the recipe's rows against the local Pillow and torchvision. Run on the GPU
-# machine from the repository root (carry .gpu). STEPS (default "percore steady cold recipe
-# fidelity augment"), ROUNDS (default 2).
+# machine from the repository root (carry .gpu). STEPS (default "percore steady long cold
+# recipe fidelity augment"), ROUNDS (default 2).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 rounds=${ROUNDS:-2}
-steps=${STEPS:-percore steady cold recipe fidelity augment}
+steps=${STEPS:-percore steady long cold recipe fidelity augment}
 want() { [[ " $steps " == *" $1 "* ]]; }
 new=.gpu/bin/bin-gpufeed
 base=.gpu/bin/bin-gpufeed-base
@@ -33,6 +33,14 @@ if want steady; then
     $new run /tmp/c8k --json --epochs 3 | summary "new auto   "
     $base run /tmp/c8k --json --epochs 3 --decode cpu | summary "base cpu   "
     $new run /tmp/c8k --json --epochs 3 --decode cpu | summary "new cpu    "
+  done
+fi
+if want long; then
+  for round in $(seq "$rounds"); do
+    echo "=== round $round, a longer run: 12 epochs of 8,192 files (the share following the lanes)"
+    $base run /tmp/c8k --json --epochs 12 --decode hybrid | summary "base hybrid" | head -1
+    $new run /tmp/c8k --json --epochs 12 --decode hybrid | summary "new hybrid " | head -1
+    $new run /tmp/c8k --json --epochs 12 --decode hybrid --gpu-share 0.75 | summary "new 0.75   " | head -1
   done
 fi
 if want cold; then

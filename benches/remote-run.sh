@@ -12,7 +12,7 @@
 # Makes an 8,192-file corpus, runs tests/remote.rs with the server required (if carried), then
 # the bench (disk, S3, S3 with a cache folder, in turn) with CPU decode and with hybrid decode.
 # Writes logs to ${OUT:-/tmp/gpufeed-out}. ROUNDS (default 3), FILES (default 8192), STEPS
-# (default "tests bench").
+# (default "tests bench"), DECODES (default "cpu hybrid hybrid:0.75": DECODE[:GPU share]).
 set -uo pipefail
 out=${OUT:-/tmp/gpufeed-out}
 mkdir -p "$out"
@@ -49,9 +49,11 @@ fi
 
 if want bench; then
   [ -d /tmp/c8k ] || python3 .gpu/tools/make-corpus /tmp/c8k "$files" 0 >/dev/null
-  for decode in cpu hybrid; do
-    step "bench remote: $decode decode, $rounds rounds"
+  for run in ${DECODES:-cpu hybrid hybrid:0.75}; do
+    decode=${run%%:*}; share=""
+    [[ $run == *:* ]] && share=${run#*:}
+    step "bench remote: $decode decode${share:+, GPU share $share}, $rounds rounds"
     GPUFEED_BENCH_DIR=/tmp/c8k GPUFEED_BENCH_ROUNDS=$rounds GPUFEED_BENCH_DECODE=$decode \
-      .gpu/bin/bench-remote 2>&1 | tee "$out/remote-$decode.txt"
+      GPUFEED_BENCH_SHARE=$share .gpu/bin/bench-remote 2>&1 | tee "$out/remote-${run/:/-}.txt"
   done
 fi

@@ -9,7 +9,9 @@
 //! images made into shards, default assets/; use a corpus of 8,000+ images, e.g. from
 //! make-corpus), `GPUFEED_BENCH_PER_SHARD` (samples a shard, default 256),
 //! `GPUFEED_BENCH_ROUNDS` (default 3), `GPUFEED_BENCH_EPOCHS` (epochs a run, default 2),
-//! `GPUFEED_BENCH_DECODE` (cpu or hybrid, default cpu), `GPUFEED_BENCH_BATCH` (default 256),
+//! `GPUFEED_BENCH_DECODE` (cpu or hybrid, default cpu), `GPUFEED_BENCH_SHARE` (hybrid decode's
+//! GPU share, given and kept; default: the share follows the lanes, and the GPU lane joins once
+//! it has opened), `GPUFEED_BENCH_BATCH` (default 256),
 //! `GPUFEED_BENCH_THREADS` (default 0: one per core), `GPUFEED_BENCH_SHUFFLE` (a seed: shuffled
 //! epochs, the block shuffle for the S3 source), `GPUFEED_BENCH_BUDGET` (the read budget in
 //! bytes; default a quarter of the shards' bytes, at most 1 GiB, so that a second epoch cannot
@@ -58,6 +60,9 @@ fn bench() -> Result<()> {
     let rounds: usize = env("GPUFEED_BENCH_ROUNDS", 3);
     let epochs: u64 = env("GPUFEED_BENCH_EPOCHS", 2);
     let decode: Decode = env("GPUFEED_BENCH_DECODE", Decode::Cpu);
+    let share: Option<f32> = std::env::var("GPUFEED_BENCH_SHARE")
+        .ok()
+        .and_then(|v| v.parse().ok());
     let batch_size: usize = env("GPUFEED_BENCH_BATCH", 256);
     let threads: usize = env("GPUFEED_BENCH_THREADS", 0);
     let shuffle: Option<u64> = std::env::var("GPUFEED_BENCH_SHUFFLE")
@@ -74,11 +79,12 @@ fn bench() -> Result<()> {
     let shards = write_shards(&dir, &shards_dir, per_shard)?;
     let bytes: u64 = shards.iter().map(|(_, b)| b.len() as u64).sum();
     println!(
-        "bench remote: {} shards of up to {per_shard} samples from {} ({:.1} MB), {decode} decode \
+        "bench remote: {} shards of up to {per_shard} samples from {} ({:.1} MB), {decode} decode{} \
          on {device:?}, batch {batch_size}, {} threads, {} cores",
         shards.len(),
         dir.display(),
         bytes as f64 / 1e6,
+        share.map_or(String::new(), |s| format!(" (GPU share {s}, given)")),
         if threads == 0 {
             "all".into()
         } else {
@@ -110,6 +116,9 @@ fn bench() -> Result<()> {
                 .device(device);
             if let Some(seed) = shuffle {
                 builder = builder.shuffle(seed);
+            }
+            if let Some(share) = share {
+                builder = builder.gpu_share(share);
             }
             let mut pipeline = builder.build()?;
             for _ in 0..epochs {

@@ -12,8 +12,9 @@
 //! Nothing holds the first batch back. The CPU lane starts at once; the GPU lane opens on a thread
 //! of its own meanwhile (its decoders, pools and kernels take a second or two) and is offered
 //! images from the first position past both lanes' reach once it is ready. From then on the share
-//! follows the lanes: after each batch the time it waited on each lane moves the share towards the
-//! lane that kept it waiting less, again from the first position neither lane has reached, so the
+//! follows the lanes: after each batch (once both lanes have filled their lookahead) the time it
+//! waited on each lane moves the share towards the lane that kept it waiting less, again from the
+//! first position neither lane has reached, so the
 //! lanes always agree on who decodes what. A share given ([`crate::PipelineBuilder::gpu_share`])
 //! is kept instead, and the lane opens before the first batch: every image then goes to the same
 //! lane on every run, and the bytes are the same run after run.
@@ -50,8 +51,13 @@ const INITIAL_SHARE: f32 = 0.75;
 /// other leaves the share as it is.
 const DEAD_BAND: f64 = 0.02;
 
-/// The most the share moves after one batch.
-const MAX_STEP: f32 = 0.25;
+/// The most the share moves after one batch. Larger steps overshoot: a move shows only once the
+/// lanes have worked through their lookahead, and by then the next batches have asked for more.
+const MAX_STEP: f32 = 1.0 / 16.0;
+
+/// The share moves by this fraction of a batch's imbalance (the difference of its waits on the
+/// lanes over its time).
+const GAIN: f64 = 1.0 / 8.0;
 
 /// The share between the lanes: given and kept, or following the lanes' waits.
 #[derive(Debug, Clone, Copy)]
@@ -87,8 +93,9 @@ impl Balance {
     }
 
     /// The share after a batch that waited `gpu_wait` on the GPU lane and `cpu_wait` on the
-    /// CPU lane in `elapsed`: moved towards the lane that kept it waiting less, by the
-    /// difference's fraction of the batch's time (at most [`MAX_STEP`], in steps of 1/64).
+    /// CPU lane in `elapsed`: moved towards the lane that kept it waiting less, by [`GAIN`] of the
+    /// difference's fraction of the batch's time (at least 1/64, at most [`MAX_STEP`], in steps
+    /// of 1/64).
     fn follow(&mut self, gpu_wait: Duration, cpu_wait: Duration, elapsed: Duration) -> bool {
         if self.pinned || elapsed.is_zero() {
             return false;
@@ -97,7 +104,7 @@ impl Balance {
         if imbalance.abs() < DEAD_BAND {
             return false;
         }
-        let step = (imbalance.abs() as f32 / 2.0).clamp(1.0 / SHARE_STEPS, MAX_STEP);
+        let step = ((imbalance.abs() * GAIN) as f32).clamp(1.0 / SHARE_STEPS, MAX_STEP);
         let moved = if imbalance > 0.0 {
             self.share - step
         } else {
@@ -170,6 +177,10 @@ struct Epoch {
     schedule: Arc<ShareSchedule>,
     /// Whether the GPU lane was begun on it.
     gpu_begun: bool,
+    /// Batches starting before this position leave the share as it is: the lanes are still
+    /// filling their lookahead (at the epoch's start, or where the GPU lane joined), and the
+    /// batches wait on whichever starts slower, not on the one that decodes slower.
+    settled_from: usize,
 }
 
 /// The GPU decode lane, the CPU lane working ahead beside it, and the share between them.
@@ -308,6 +319,7 @@ impl HybridLanes {
             epoch,
             schedule,
             gpu_begun: false,
+            settled_from: self.frontier(0),
         };
         if let GpuState::Open(lane) = &mut self.gpu {
             lane.begin(&self.stream, lane_work(&current, &self.ahead))?;
@@ -383,18 +395,19 @@ impl HybridLanes {
         current.schedule.set_from(frontier, self.balance.share());
         lane.begin(&self.stream, lane_work(current, &self.ahead))?;
         current.gpu_begun = true;
+        current.settled_from = frontier + self.lookahead;
         Ok(())
     }
 
     /// Moves the share after a batch of `used` positions from `start`, by what it waited on
-    /// each lane, from the frontier on. Only a batch that ran wholly under the latest share
-    /// counts (an earlier move has not shown yet otherwise).
+    /// each lane, from the frontier on. Only a batch that ran wholly under the latest share, with
+    /// both lanes settled, counts (an earlier move has not shown yet otherwise).
     fn follow(&mut self, start: usize, used: usize, waits: &Waits, elapsed: Duration) {
         let (GpuState::Open(_), Some(current)) = (&self.gpu, &self.epoch) else {
             return;
         };
         let (from, _) = current.schedule.last();
-        if !current.gpu_begun || start < from {
+        if !current.gpu_begun || start < from.max(current.settled_from) {
             return;
         }
         if self.balance.follow(waits.gpu, waits.cpu, elapsed) {
