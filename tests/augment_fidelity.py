@@ -18,12 +18,12 @@ prints: rows, mean absolute difference, 99th and 99.9th percentile and maximum, 
         function (rows whose calls include it); exits 1 when the bars are missed: mean <= 0.5,
         p99.9 <= 2 overall.
 
-The augmentations are exact given the same input, but Pillow's resize and gpufeed's CPU lane
-differ by a level here and there (the engines' lane, `--decode hybrid --gpu-share 1`, matches
-Pillow almost everywhere), and solarize, posterize and equalize turn a level of input into many
-of output. FIDELITY_BASE=gpufeed starts every row from gpufeed's own output without the
-augmentations instead (the same run with --train alone: the same crops, flips and order), which
-isolates the augmentations: every difference left is MixUp's float mixing.
+Both lanes resize as Pillow does (`--pillow-version` names the Pillow compared against when it
+is not the newest) and the augmentations compute what torchvision's do, so rows match exactly;
+a level of input that differed would show much larger after solarize, posterize or equalize,
+which turn one level into many. FIDELITY_BASE=gpufeed starts every row from gpufeed's own output
+without the augmentations instead (the same run with --train alone: the same crops, flips and
+order), which isolates the augmentations: every difference left is MixUp's float mixing.
 """
 import json
 import os
