@@ -472,6 +472,51 @@ fn the_cache_serves_later_epochs_and_other_sources() {
     assert_eq!(reads.cache_hits, 0, "{reads:?}");
 }
 
+/// Once every shard of an epoch is read or on its way, the reader reads the next epoch's first
+/// shards into the budget's spare room: the next epoch finds them held (kept) instead of waiting
+/// for them, though the budget (the largest shard and 300 kB, half the corpus) is too small to
+/// keep them from the epoch's start. The bytes stay the disk's.
+#[test]
+fn the_next_epochs_first_shards_are_read_before_it_begins() {
+    let Some(server) = S3Server::for_test("the_next_epochs_first_shards_are_read_before_it_begins")
+    else {
+        return;
+    };
+    let dir = TempDir::new("remote-upcoming");
+    let shards = write_shards(&dir, 3);
+    assert!(shards.len() >= 8, "{} shards", shards.len());
+    upload(&server, "upcoming/", &shards);
+    let largest = shards
+        .iter()
+        .map(|s| s.metadata().expect("size").len())
+        .max()
+        .expect("shards");
+    let tight = options(&server).read_budget(largest + 300_000);
+    let url = server.url("upcoming/");
+    let source = Source::url(&url, UrlLayout::WebDataset, &tight).expect("s3");
+    let mut pipeline = builder(source).build().expect("build");
+    // A slow consumer: the reads ahead are done long before the epoch's last batch is made.
+    let mut first = Vec::new();
+    for batch in &mut pipeline {
+        let batch = batch.expect("batch");
+        first.push(batch.ids().to_vec());
+        std::thread::sleep(std::time::Duration::from_millis(150));
+    }
+    let (second, _) = run(&mut pipeline);
+    let reads = pipeline.epoch_report().reads.clone().expect("reads");
+    assert!(reads.kept >= 1, "the first shard was read ahead: {reads:?}");
+    let local = epoch(Source::webdataset(dir.join("shards")).expect("local"));
+    let local_dir = dir.join("shards").display().to_string();
+    same(
+        &second,
+        &renamed(local.0, &local_dir, &server.url("upcoming")),
+    );
+    assert_eq!(
+        first.concat(),
+        second.iter().map(|r| r.0.clone()).collect::<Vec<_>>()
+    );
+}
+
 /// A shard a sample, uploaded under `prefix`, for a server to be killed; and options whose
 /// read budget is the largest shard, so the reader holds about one shard ahead of the decoders.
 fn fault_corpus(server: &S3Server, dir: &Path, prefix: &str) -> (usize, RemoteOptions) {

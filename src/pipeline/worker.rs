@@ -237,7 +237,9 @@ impl Worker {
                 .epoch_from(start.epoch, start.from)
                 .starting_at(start.position),
         );
-        self.source.begin_epoch(start.epoch, &order);
+        self.source.begin_epoch(start.epoch, &order, || {
+            self.sampler.epoch_from(start.epoch + 1, 0)
+        });
         order
     }
 

@@ -913,14 +913,21 @@ impl Source {
         None
     }
 
-    /// An epoch begins in `order`: a source in object storage starts reading ahead of it.
-    pub(crate) fn begin_epoch(&self, epoch: u64, order: &EpochOrder) {
+    /// An epoch begins in `order`: a source in object storage starts reading ahead of it, and
+    /// once every object of the epoch is read or on its way, the first objects of the epoch
+    /// after it, in `next()`'s order (called only for such a source).
+    pub(crate) fn begin_epoch(
+        &self,
+        epoch: u64,
+        order: &EpochOrder,
+        next: impl FnOnce() -> EpochOrder,
+    ) {
         #[cfg(feature = "object-store")]
         if let Some(remote) = &self.remote {
-            remote.begin_epoch(epoch, order, &self.items);
+            remote.begin_epoch(epoch, order, &next(), &self.items);
         }
         #[cfg(not(feature = "object-store"))]
-        let _ = (epoch, order);
+        let _ = (epoch, order, next);
     }
 
     /// Every position of the current epoch before `position` is in a batch: what only they

@@ -304,13 +304,22 @@ impl Remote {
         self.blocks.clone()
     }
 
-    /// Plans the reads of an epoch in `order`.
-    pub fn begin_epoch(&self, epoch: u64, order: &EpochOrder, items: &[SourceItem]) {
-        let units = order.indices().iter().map(|&i| match &items[i].payload {
+    /// Plans the reads of an epoch in `order`, and of the first objects of the next epoch's
+    /// order `next`.
+    pub fn begin_epoch(
+        &self,
+        epoch: u64,
+        order: &EpochOrder,
+        next: &EpochOrder,
+        items: &[SourceItem],
+    ) {
+        let unit = |&i: &usize| match &items[i].payload {
             Payload::Remote(place) => Some(place.unit),
             _ => None,
-        });
-        self.reader.begin_epoch(epoch, units);
+        };
+        let units = order.indices().iter().map(unit);
+        let upcoming = next.indices().iter().filter_map(unit);
+        self.reader.begin_epoch(epoch, units, upcoming);
     }
 
     /// Every position before `position` is in a batch.

@@ -249,6 +249,9 @@ fn short(object: &Object, range: &Range<u64>, got: u64) -> Failure {
 /// Positions are kept as `u32`; this one means "not needed this epoch".
 const UNNEEDED: u32 = u32::MAX;
 
+/// The most of the read budget the next epoch's first objects may take ahead of it (a divisor).
+const UPCOMING_SHARE: u64 = 4;
+
 /// A fetched or fetching object.
 #[derive(Debug)]
 enum Slot {
@@ -293,6 +296,11 @@ struct State {
     /// Objects no position needs any more (and carried ones), oldest first: dropped when their
     /// room is needed.
     idle: VecDeque<u32>,
+    /// The next epoch's first objects, read once every object of this epoch's plan is read or
+    /// on its way, within [`UPCOMING_SHARE`] of the budget: the next epoch finds them held.
+    upcoming: Vec<u32>,
+    /// Those of them read or being read: no room is made by dropping them before their epoch.
+    read_ahead: HashSet<u32>,
     reports: BTreeMap<u64, ReadReport>,
 }
 
@@ -331,6 +339,7 @@ impl State {
         while let Some(unit) = self.idle.pop_front() {
             let later = self.first.get(unit as usize).is_some_and(|&f| f > before);
             let idle = (!self.needed(unit) || (later && self.carried.contains(&unit)))
+                && !self.read_ahead.contains(&unit)
                 && self.waiters.get(&unit).is_none_or(|&n| n == 0);
             if !idle {
                 continue;
@@ -405,9 +414,37 @@ impl Reader {
 
     /// A new epoch: `units` gives the object each of its positions reads (`None` for positions
     /// that read none, such as damaged parts of a shard).
-    pub fn begin_epoch(&self, epoch: u64, units: impl Iterator<Item = Option<u32>>) {
+    ///
+    /// `upcoming` gives the objects of the next epoch's positions in turn: the first of them,
+    /// up to a [`UPCOMING_SHARE`] of the read budget and [`RemoteOptions::max_requests`]
+    /// objects, are read once this epoch's plan has started every object it needs.
+    pub fn begin_epoch(
+        &self,
+        epoch: u64,
+        units: impl Iterator<Item = Option<u32>>,
+        upcoming: impl Iterator<Item = u32>,
+    ) {
+        let options = &self.shared.options;
+        let mut ahead = Vec::new();
+        let mut bytes = 0;
+        for unit in upcoming {
+            if ahead.len() >= options.max_requests.max(1) {
+                break;
+            }
+            if ahead.contains(&unit) {
+                continue;
+            }
+            let size = self.shared.objects.get(unit as usize).map_or(0, |o| o.size);
+            if bytes + size > options.read_budget / UPCOMING_SHARE {
+                break;
+            }
+            bytes += size;
+            ahead.push(unit);
+        }
         let mut state = self.lock();
         let state = &mut *state;
+        state.upcoming = ahead;
+        state.read_ahead.clear();
         state.epoch = epoch;
         state.first.fill(UNNEEDED);
         state.last.fill(UNNEEDED);
@@ -564,6 +601,29 @@ impl Reader {
                 .release
                 .push(Reverse((state.last[unit as usize], unit)));
             state.next += 1;
+        }
+        if state.next >= state.plan.len() {
+            // Every object this epoch needs is read or on its way: the next epoch's first ones,
+            // into room no object this epoch needs (idle when read, carried when it begins).
+            while let Some(&unit) = state.upcoming.first() {
+                if state.slots.contains_key(&unit) {
+                    state.upcoming.remove(0);
+                    continue;
+                }
+                if state.in_flight >= options.max_requests.max(1) {
+                    break;
+                }
+                let size = self.shared.objects[unit as usize].size;
+                while state.held + size > options.read_budget && state.evict_one(UNNEEDED) {}
+                if state.held + size > options.read_budget {
+                    // Room comes as this epoch's last objects are released.
+                    break;
+                }
+                state.upcoming.remove(0);
+                state.read_ahead.insert(unit);
+                start.push(unit);
+                self.reserve(state, unit);
+            }
         }
         let epoch = state.epoch;
         for unit in start {
