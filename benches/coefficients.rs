@@ -146,6 +146,24 @@ fn read_and_pack(
     pack(&coefficients, &file.layout, &window, out).ok()
 }
 
+/// Every file of `files` read and packed on `pool`'s threads, each with its packed bytes (the
+/// files that fail are left out).
+fn pack_all(pool: &rayon::ThreadPool, files: &[File], crop: bool) -> Vec<(PackedImage, Vec<u8>)> {
+    pool.install(|| {
+        files
+            .par_iter()
+            .map_init(
+                || CoefficientReader::new().expect("reader"),
+                |reader, file| {
+                    let mut out = Vec::new();
+                    read_and_pack(reader, file, crop, &mut out).map(|i| (i, out))
+                },
+            )
+            .flatten()
+            .collect()
+    })
+}
+
 fn per_mpx(seconds: f64, mpx: f64) -> String {
     format!("{:8.2} ms/Mpx", 1e3 * seconds / mpx)
 }
@@ -284,19 +302,7 @@ fn gpu(files: &[File], mpx: f64, options: &Options, pool: &rayon::ThreadPool) {
     let budget = Budget::for_megapixels(options.batch_mpx, 1024);
     let mut decoder = GpuDecoder::new(&stream, budget).expect("decoder");
     // Everything packed once, for the upload and kernel timings.
-    let packed: Vec<(PackedImage, Vec<u8>)> = pool.install(|| {
-        files
-            .par_iter()
-            .map_init(
-                || CoefficientReader::new().expect("reader"),
-                |reader, file| {
-                    let mut out = Vec::new();
-                    read_and_pack(reader, file, options.crop, &mut out).map(|i| (i, out))
-                },
-            )
-            .flatten()
-            .collect()
-    });
+    let packed = pack_all(pool, files, options.crop);
     let timed = || {
         stream
             .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
@@ -371,19 +377,7 @@ fn gpu(files: &[File], mpx: f64, options: &Options, pool: &rayon::ThreadPool) {
             let Some(files) = chunks.next() else {
                 break;
             };
-            pending = Some(pool.install(|| {
-                files
-                    .par_iter()
-                    .map_init(
-                        || CoefficientReader::new().expect("reader"),
-                        |reader, file| {
-                            let mut out = Vec::new();
-                            read_and_pack(reader, file, options.crop, &mut out).map(|i| (i, out))
-                        },
-                    )
-                    .flatten()
-                    .collect::<Vec<_>>()
-            }));
+            pending = Some(pack_all(pool, files, options.crop));
         }
         stream.synchronize().expect("sync");
         let s = t.elapsed().as_secs_f64();

@@ -120,14 +120,57 @@ __device__ __forceinline__ unsigned char gf_idct_range_limit(int x) {
     return (unsigned char)(index - 896);
 }
 
+// The 1-D inverse DCT both passes of jpeg_idct_islow run on eight values `v` (the LL&M
+// butterflies, figure 8 of the paper for the odd part): the eight outputs, in order, before their
+// pass's descale (reference.rs islow_1d).
+__device__ __forceinline__ void gf_islow_1d(const long long v[8], long long out[8]) {
+    // Even part: reverse the even part of the forward DCT.
+    long long z1 = (v[2] + v[6]) * GF_FIX_0_541196100;
+    long long tmp2 = z1 + v[6] * -GF_FIX_1_847759065;
+    long long tmp3 = z1 + v[2] * GF_FIX_0_765366865;
+    long long tmp0 = gf_left_shift(v[0] + v[4], GF_CONST_BITS);
+    long long tmp1 = gf_left_shift(v[0] - v[4], GF_CONST_BITS);
+    const long long tmp10 = tmp0 + tmp3;
+    const long long tmp13 = tmp0 - tmp3;
+    const long long tmp11 = tmp1 + tmp2;
+    const long long tmp12 = tmp1 - tmp2;
+
+    // Odd part: y7, y5, y3, y1.
+    tmp0 = v[7];
+    tmp1 = v[5];
+    tmp2 = v[3];
+    tmp3 = v[1];
+    z1 = tmp0 + tmp3;
+    long long z2 = tmp1 + tmp2;
+    long long z3 = tmp0 + tmp2;
+    long long z4 = tmp1 + tmp3;
+    const long long z5 = (z3 + z4) * GF_FIX_1_175875602;
+    z1 = z1 * -GF_FIX_0_899976223;
+    z2 = z2 * -GF_FIX_2_562915447;
+    z3 = z3 * -GF_FIX_1_961570560 + z5;
+    z4 = z4 * -GF_FIX_0_390180644 + z5;
+    tmp0 = tmp0 * GF_FIX_0_298631336 + z1 + z3;
+    tmp1 = tmp1 * GF_FIX_2_053119869 + z2 + z4;
+    tmp2 = tmp2 * GF_FIX_3_072711026 + z2 + z3;
+    tmp3 = tmp3 * GF_FIX_1_501321110 + z1 + z4;
+
+    out[0] = tmp10 + tmp3;
+    out[1] = tmp11 + tmp2;
+    out[2] = tmp12 + tmp1;
+    out[3] = tmp13 + tmp0;
+    out[4] = tmp13 - tmp0;
+    out[5] = tmp12 - tmp1;
+    out[6] = tmp11 - tmp2;
+    out[7] = tmp10 - tmp3;
+}
+
 // jpeg_idct_islow on one block: `coef` natural order, `quant` the multiplier table, 8 rows of 8
 // samples written `stride` bytes apart from `out` (reference.rs idct_islow).
 __device__ void gf_idct_islow(const short* coef, const short* quant, unsigned char* out,
                               unsigned int stride) {
-    long long tmp0, tmp1, tmp2, tmp3;
-    long long tmp10, tmp11, tmp12, tmp13;
-    long long z1, z2, z3, z4, z5;
     int workspace[64];
+    long long v[8];
+    long long result[8];
 
     // Pass 1: process columns from input, store into work array.
     for (int col = 0; col < 8; col++) {
@@ -142,64 +185,10 @@ __device__ void gf_idct_islow(const short* coef, const short* quant, unsigned ch
             for (int row = 0; row < 8; row++) wsptr[8 * row] = dcval;
             continue;
         }
-
-        // Even part: reverse the even part of the forward DCT.
-        z2 = gf_dequantize(inptr[8 * 2], quantptr[8 * 2]);
-        z3 = gf_dequantize(inptr[8 * 6], quantptr[8 * 6]);
-
-        z1 = (z2 + z3) * GF_FIX_0_541196100;
-        tmp2 = z1 + z3 * -GF_FIX_1_847759065;
-        tmp3 = z1 + z2 * GF_FIX_0_765366865;
-
-        z2 = gf_dequantize(inptr[8 * 0], quantptr[8 * 0]);
-        z3 = gf_dequantize(inptr[8 * 4], quantptr[8 * 4]);
-
-        tmp0 = gf_left_shift(z2 + z3, GF_CONST_BITS);
-        tmp1 = gf_left_shift(z2 - z3, GF_CONST_BITS);
-
-        tmp10 = tmp0 + tmp3;
-        tmp13 = tmp0 - tmp3;
-        tmp11 = tmp1 + tmp2;
-        tmp12 = tmp1 - tmp2;
-
-        // Odd part per figure 8; i0..i3 are y7, y5, y3, y1.
-        tmp0 = gf_dequantize(inptr[8 * 7], quantptr[8 * 7]);
-        tmp1 = gf_dequantize(inptr[8 * 5], quantptr[8 * 5]);
-        tmp2 = gf_dequantize(inptr[8 * 3], quantptr[8 * 3]);
-        tmp3 = gf_dequantize(inptr[8 * 1], quantptr[8 * 1]);
-
-        z1 = tmp0 + tmp3;
-        z2 = tmp1 + tmp2;
-        z3 = tmp0 + tmp2;
-        z4 = tmp1 + tmp3;
-        z5 = (z3 + z4) * GF_FIX_1_175875602;
-
-        tmp0 = tmp0 * GF_FIX_0_298631336;
-        tmp1 = tmp1 * GF_FIX_2_053119869;
-        tmp2 = tmp2 * GF_FIX_3_072711026;
-        tmp3 = tmp3 * GF_FIX_1_501321110;
-        z1 = z1 * -GF_FIX_0_899976223;
-        z2 = z2 * -GF_FIX_2_562915447;
-        z3 = z3 * -GF_FIX_1_961570560;
-        z4 = z4 * -GF_FIX_0_390180644;
-
-        z3 += z5;
-        z4 += z5;
-
-        tmp0 += z1 + z3;
-        tmp1 += z2 + z4;
-        tmp2 += z2 + z3;
-        tmp3 += z1 + z4;
-
-        // Final output stage: inputs are tmp10..tmp13, tmp0..tmp3.
-        wsptr[8 * 0] = (int)gf_descale(tmp10 + tmp3, GF_CONST_BITS - GF_PASS1_BITS);
-        wsptr[8 * 7] = (int)gf_descale(tmp10 - tmp3, GF_CONST_BITS - GF_PASS1_BITS);
-        wsptr[8 * 1] = (int)gf_descale(tmp11 + tmp2, GF_CONST_BITS - GF_PASS1_BITS);
-        wsptr[8 * 6] = (int)gf_descale(tmp11 - tmp2, GF_CONST_BITS - GF_PASS1_BITS);
-        wsptr[8 * 2] = (int)gf_descale(tmp12 + tmp1, GF_CONST_BITS - GF_PASS1_BITS);
-        wsptr[8 * 5] = (int)gf_descale(tmp12 - tmp1, GF_CONST_BITS - GF_PASS1_BITS);
-        wsptr[8 * 3] = (int)gf_descale(tmp13 + tmp0, GF_CONST_BITS - GF_PASS1_BITS);
-        wsptr[8 * 4] = (int)gf_descale(tmp13 - tmp0, GF_CONST_BITS - GF_PASS1_BITS);
+        for (int row = 0; row < 8; row++) v[row] = gf_dequantize(inptr[8 * row], quantptr[8 * row]);
+        gf_islow_1d(v, result);
+        for (int row = 0; row < 8; row++)
+            wsptr[8 * row] = (int)gf_descale(result[row], GF_CONST_BITS - GF_PASS1_BITS);
     }
 
     // Pass 2: process rows from work array, store into output array.
@@ -214,62 +203,11 @@ __device__ void gf_idct_islow(const short* coef, const short* quant, unsigned ch
             for (int col = 0; col < 8; col++) outptr[col] = dcval;
             continue;
         }
-
-        // Even part.
-        z2 = (long long)wsptr[2];
-        z3 = (long long)wsptr[6];
-
-        z1 = (z2 + z3) * GF_FIX_0_541196100;
-        tmp2 = z1 + z3 * -GF_FIX_1_847759065;
-        tmp3 = z1 + z2 * GF_FIX_0_765366865;
-
-        tmp0 = gf_left_shift((long long)wsptr[0] + (long long)wsptr[4], GF_CONST_BITS);
-        tmp1 = gf_left_shift((long long)wsptr[0] - (long long)wsptr[4], GF_CONST_BITS);
-
-        tmp10 = tmp0 + tmp3;
-        tmp13 = tmp0 - tmp3;
-        tmp11 = tmp1 + tmp2;
-        tmp12 = tmp1 - tmp2;
-
-        // Odd part.
-        tmp0 = (long long)wsptr[7];
-        tmp1 = (long long)wsptr[5];
-        tmp2 = (long long)wsptr[3];
-        tmp3 = (long long)wsptr[1];
-
-        z1 = tmp0 + tmp3;
-        z2 = tmp1 + tmp2;
-        z3 = tmp0 + tmp2;
-        z4 = tmp1 + tmp3;
-        z5 = (z3 + z4) * GF_FIX_1_175875602;
-
-        tmp0 = tmp0 * GF_FIX_0_298631336;
-        tmp1 = tmp1 * GF_FIX_2_053119869;
-        tmp2 = tmp2 * GF_FIX_3_072711026;
-        tmp3 = tmp3 * GF_FIX_1_501321110;
-        z1 = z1 * -GF_FIX_0_899976223;
-        z2 = z2 * -GF_FIX_2_562915447;
-        z3 = z3 * -GF_FIX_1_961570560;
-        z4 = z4 * -GF_FIX_0_390180644;
-
-        z3 += z5;
-        z4 += z5;
-
-        tmp0 += z1 + z3;
-        tmp1 += z2 + z4;
-        tmp2 += z2 + z3;
-        tmp3 += z1 + z4;
-
-        // Final output stage.
-        const int shift = GF_CONST_BITS + GF_PASS1_BITS + 3;
-        outptr[0] = gf_idct_range_limit((int)gf_descale(tmp10 + tmp3, shift));
-        outptr[7] = gf_idct_range_limit((int)gf_descale(tmp10 - tmp3, shift));
-        outptr[1] = gf_idct_range_limit((int)gf_descale(tmp11 + tmp2, shift));
-        outptr[6] = gf_idct_range_limit((int)gf_descale(tmp11 - tmp2, shift));
-        outptr[2] = gf_idct_range_limit((int)gf_descale(tmp12 + tmp1, shift));
-        outptr[5] = gf_idct_range_limit((int)gf_descale(tmp12 - tmp1, shift));
-        outptr[3] = gf_idct_range_limit((int)gf_descale(tmp13 + tmp0, shift));
-        outptr[4] = gf_idct_range_limit((int)gf_descale(tmp13 - tmp0, shift));
+        for (int col = 0; col < 8; col++) v[col] = (long long)wsptr[col];
+        gf_islow_1d(v, result);
+        for (int col = 0; col < 8; col++)
+            outptr[col] = gf_idct_range_limit(
+                (int)gf_descale(result[col], GF_CONST_BITS + GF_PASS1_BITS + 3));
     }
 }
 

@@ -67,6 +67,49 @@ pub(crate) fn idct_range_limit(x: i32) -> u8 {
     }
 }
 
+/// The 1-D inverse DCT both passes of `jpeg_idct_islow` run on eight values `v` (the LL&M
+/// butterflies, figure 8 of the paper for the odd part): the eight outputs, in order, before
+/// their pass's descale.
+fn islow_1d(v: [i64; 8]) -> [i64; 8] {
+    // Even part: reverse the even part of the forward DCT.
+    let z1 = (v[2] + v[6]) * FIX_0_541196100;
+    let tmp2 = z1 + v[6] * -FIX_1_847759065;
+    let tmp3 = z1 + v[2] * FIX_0_765366865;
+    let tmp0 = left_shift(v[0] + v[4], CONST_BITS);
+    let tmp1 = left_shift(v[0] - v[4], CONST_BITS);
+    let tmp10 = tmp0 + tmp3;
+    let tmp13 = tmp0 - tmp3;
+    let tmp11 = tmp1 + tmp2;
+    let tmp12 = tmp1 - tmp2;
+
+    // Odd part: y7, y5, y3, y1.
+    let (tmp0, tmp1, tmp2, tmp3) = (v[7], v[5], v[3], v[1]);
+    let z1 = tmp0 + tmp3;
+    let z2 = tmp1 + tmp2;
+    let z3 = tmp0 + tmp2;
+    let z4 = tmp1 + tmp3;
+    let z5 = (z3 + z4) * FIX_1_175875602;
+    let z1 = z1 * -FIX_0_899976223;
+    let z2 = z2 * -FIX_2_562915447;
+    let z3 = z3 * -FIX_1_961570560 + z5;
+    let z4 = z4 * -FIX_0_390180644 + z5;
+    let tmp0 = tmp0 * FIX_0_298631336 + z1 + z3;
+    let tmp1 = tmp1 * FIX_2_053119869 + z2 + z4;
+    let tmp2 = tmp2 * FIX_3_072711026 + z2 + z3;
+    let tmp3 = tmp3 * FIX_1_501321110 + z1 + z4;
+
+    [
+        tmp10 + tmp3,
+        tmp11 + tmp2,
+        tmp12 + tmp1,
+        tmp13 + tmp0,
+        tmp13 - tmp0,
+        tmp12 - tmp1,
+        tmp11 - tmp2,
+        tmp10 - tmp3,
+    ]
+}
+
 /// `jpeg_idct_islow`: dequantizes and inverse-transforms one block (`coef`, natural order) with
 /// the multiplier table `quant` (the quantization table as `short`s), writing 8 rows of 8
 /// samples `stride` apart from the start of `out`.
@@ -77,71 +120,20 @@ pub fn idct_islow(coef: &[i16], quant: &[i16; 64], out: &mut [u8], stride: usize
     for col in 0..8 {
         let inp = |row: usize| coef[8 * row + col];
         let q = |row: usize| quant[8 * row + col];
-        let ws = |row: usize| 8 * row + col;
         if (1..8).all(|row| inp(row) == 0) {
             // AC terms all zero
             let dcval = left_shift(i64::from(dequantize(inp(0), q(0))), PASS1_BITS) as i32;
             for row in 0..8 {
-                workspace[ws(row)] = dcval;
+                workspace[8 * row + col] = dcval;
             }
             continue;
         }
-
-        // Even part: reverse the even part of the forward DCT.
-        let z2 = i64::from(dequantize(inp(2), q(2)));
-        let z3 = i64::from(dequantize(inp(6), q(6)));
-
-        let z1 = (z2 + z3) * FIX_0_541196100;
-        let tmp2 = z1 + z3 * -FIX_1_847759065;
-        let tmp3 = z1 + z2 * FIX_0_765366865;
-
-        let z2 = i64::from(dequantize(inp(0), q(0)));
-        let z3 = i64::from(dequantize(inp(4), q(4)));
-
-        let tmp0 = left_shift(z2 + z3, CONST_BITS);
-        let tmp1 = left_shift(z2 - z3, CONST_BITS);
-
-        let tmp10 = tmp0 + tmp3;
-        let tmp13 = tmp0 - tmp3;
-        let tmp11 = tmp1 + tmp2;
-        let tmp12 = tmp1 - tmp2;
-
-        // Odd part per figure 8; i0..i3 are y7, y5, y3, y1.
-        let tmp0 = i64::from(dequantize(inp(7), q(7)));
-        let tmp1 = i64::from(dequantize(inp(5), q(5)));
-        let tmp2 = i64::from(dequantize(inp(3), q(3)));
-        let tmp3 = i64::from(dequantize(inp(1), q(1)));
-
-        let z1 = tmp0 + tmp3;
-        let z2 = tmp1 + tmp2;
-        let z3 = tmp0 + tmp2;
-        let z4 = tmp1 + tmp3;
-        let z5 = (z3 + z4) * FIX_1_175875602;
-
-        let mut tmp0 = tmp0 * FIX_0_298631336;
-        let mut tmp1 = tmp1 * FIX_2_053119869;
-        let mut tmp2 = tmp2 * FIX_3_072711026;
-        let mut tmp3 = tmp3 * FIX_1_501321110;
-        let z1 = z1 * -FIX_0_899976223;
-        let z2 = z2 * -FIX_2_562915447;
-        let z3 = z3 * -FIX_1_961570560 + z5;
-        let z4 = z4 * -FIX_0_390180644 + z5;
-
-        tmp0 += z1 + z3;
-        tmp1 += z2 + z4;
-        tmp2 += z2 + z3;
-        tmp3 += z1 + z4;
-
-        // Final output stage: inputs are tmp10..tmp13, tmp0..tmp3.
-        let shift = CONST_BITS - PASS1_BITS;
-        workspace[ws(0)] = descale(tmp10 + tmp3, shift) as i32;
-        workspace[ws(7)] = descale(tmp10 - tmp3, shift) as i32;
-        workspace[ws(1)] = descale(tmp11 + tmp2, shift) as i32;
-        workspace[ws(6)] = descale(tmp11 - tmp2, shift) as i32;
-        workspace[ws(2)] = descale(tmp12 + tmp1, shift) as i32;
-        workspace[ws(5)] = descale(tmp12 - tmp1, shift) as i32;
-        workspace[ws(3)] = descale(tmp13 + tmp0, shift) as i32;
-        workspace[ws(4)] = descale(tmp13 - tmp0, shift) as i32;
+        let column = islow_1d(std::array::from_fn(|row| {
+            i64::from(dequantize(inp(row), q(row)))
+        }));
+        for (row, value) in column.into_iter().enumerate() {
+            workspace[8 * row + col] = descale(value, CONST_BITS - PASS1_BITS) as i32;
+        }
     }
 
     // Pass 2: process rows from work array, store into output array.
@@ -154,60 +146,10 @@ pub fn idct_islow(coef: &[i16], quant: &[i16; 64], out: &mut [u8], stride: usize
             outrow.fill(dcval);
             continue;
         }
-
-        // Even part.
-        let z2 = i64::from(w[2]);
-        let z3 = i64::from(w[6]);
-
-        let z1 = (z2 + z3) * FIX_0_541196100;
-        let tmp2 = z1 + z3 * -FIX_1_847759065;
-        let tmp3 = z1 + z2 * FIX_0_765366865;
-
-        let tmp0 = left_shift(i64::from(w[0]) + i64::from(w[4]), CONST_BITS);
-        let tmp1 = left_shift(i64::from(w[0]) - i64::from(w[4]), CONST_BITS);
-
-        let tmp10 = tmp0 + tmp3;
-        let tmp13 = tmp0 - tmp3;
-        let tmp11 = tmp1 + tmp2;
-        let tmp12 = tmp1 - tmp2;
-
-        // Odd part.
-        let tmp0 = i64::from(w[7]);
-        let tmp1 = i64::from(w[5]);
-        let tmp2 = i64::from(w[3]);
-        let tmp3 = i64::from(w[1]);
-
-        let z1 = tmp0 + tmp3;
-        let z2 = tmp1 + tmp2;
-        let z3 = tmp0 + tmp2;
-        let z4 = tmp1 + tmp3;
-        let z5 = (z3 + z4) * FIX_1_175875602;
-
-        let mut tmp0 = tmp0 * FIX_0_298631336;
-        let mut tmp1 = tmp1 * FIX_2_053119869;
-        let mut tmp2 = tmp2 * FIX_3_072711026;
-        let mut tmp3 = tmp3 * FIX_1_501321110;
-        let z1 = z1 * -FIX_0_899976223;
-        let z2 = z2 * -FIX_2_562915447;
-        let z3 = z3 * -FIX_1_961570560 + z5;
-        let z4 = z4 * -FIX_0_390180644 + z5;
-
-        tmp0 += z1 + z3;
-        tmp1 += z2 + z4;
-        tmp2 += z2 + z3;
-        tmp3 += z1 + z4;
-
-        // Final output stage.
-        let shift = CONST_BITS + PASS1_BITS + 3;
-        let limit = |x: i64| idct_range_limit(descale(x, shift) as i32);
-        outrow[0] = limit(tmp10 + tmp3);
-        outrow[7] = limit(tmp10 - tmp3);
-        outrow[1] = limit(tmp11 + tmp2);
-        outrow[6] = limit(tmp11 - tmp2);
-        outrow[2] = limit(tmp12 + tmp1);
-        outrow[5] = limit(tmp12 - tmp1);
-        outrow[3] = limit(tmp13 + tmp0);
-        outrow[4] = limit(tmp13 - tmp0);
+        let samples = islow_1d(std::array::from_fn(|k| i64::from(w[k])));
+        for (sample, value) in outrow.iter_mut().zip(samples) {
+            *sample = idct_range_limit(descale(value, CONST_BITS + PASS1_BITS + 3) as i32);
+        }
     }
 }
 

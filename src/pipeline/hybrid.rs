@@ -124,6 +124,11 @@ enum GpuState {
     Off(GpuLaneError),
 }
 
+/// Why no lane came from a thread that stopped before sending one.
+fn opening_stopped() -> GpuLaneError {
+    GpuLaneError::Opening("the thread opening it stopped".into())
+}
+
 /// A GPU lane opening on a thread of its own.
 pub(crate) struct Opening {
     receiver: Receiver<std::result::Result<GpuLane, GpuLaneError>>,
@@ -274,18 +279,11 @@ impl HybridLanes {
     /// share changed.
     pub fn pin_share(&mut self, share: f32) -> bool {
         if let GpuState::Opening(opening) = &self.gpu {
-            let opened = opening.receiver.recv().unwrap_or_else(|_| {
-                Err(GpuLaneError::Opening(
-                    "the thread opening it stopped".into(),
-                ))
-            });
-            self.gpu = match opened {
-                Ok(lane) => GpuState::Open(Box::new(lane)),
-                Err(reason) => {
-                    self.ahead.set_active_threads(self.ahead.threads());
-                    GpuState::Off(reason)
-                }
-            };
+            let opened = opening
+                .receiver
+                .recv()
+                .unwrap_or_else(|_| Err(opening_stopped()));
+            self.take_opened(opened);
         }
         let changed = !self.balance.is_pinned() || self.balance.share() != share;
         self.balance = Balance::new(Some(share));
@@ -338,14 +336,16 @@ impl HybridLanes {
         let opened = match opening.receiver.try_recv() {
             Ok(opened) => opened,
             Err(TryRecvError::Empty) => return,
-            Err(TryRecvError::Disconnected) => Err(GpuLaneError::Opening(
-                "the thread opening it stopped".into(),
-            )),
+            Err(TryRecvError::Disconnected) => Err(opening_stopped()),
         };
+        self.take_opened(opened);
+    }
+
+    /// The GPU lane as its opening ended: open, or off (and every core to the CPU lane).
+    fn take_opened(&mut self, opened: std::result::Result<GpuLane, GpuLaneError>) {
         self.gpu = match opened {
             Ok(lane) => GpuState::Open(Box::new(lane)),
             Err(reason) => {
-                // No GPU lane after all: every core to the CPU lane.
                 self.ahead.set_active_threads(self.ahead.threads());
                 GpuState::Off(reason)
             }

@@ -93,6 +93,8 @@ impl Worker {
         let mut slot = 0;
         // The next epoch and its order, when the lanes were started on it ahead of its command.
         let mut begun: Option<(u64, Arc<EpochOrder>)> = None;
+        // The next epoch's order, when a source reading ahead of it has asked for it already.
+        let mut upcoming: Option<(u64, Arc<EpochOrder>)> = None;
         while let Ok(EpochCommand { start, share: pin }) = commands.recv() {
             let epoch = start.epoch;
             if let Some(share) = pin {
@@ -105,7 +107,7 @@ impl Worker {
                 .filter(|(e, _)| start == EpochStart::beginning(*e));
             let order = match &ahead {
                 Some((_, order)) => order.clone(),
-                None => self.plan_epoch(start),
+                None => self.plan_epoch(start, &mut upcoming),
             };
             let batch_size = self.batching.batch_size;
             // With equal shards, every rank yields exactly this many images, in batches of the
@@ -212,7 +214,7 @@ impl Worker {
                 // now, while the consumer takes this one's last batches, rather than once it
                 // asks for the next (which it almost always does).
                 let next = epoch + 1;
-                let order = self.plan_epoch(EpochStart::beginning(next));
+                let order = self.plan_epoch(EpochStart::beginning(next), &mut upcoming);
                 if self.lanes.begin(&self.source, &order, next).is_ok() {
                     begun = Some((next, order));
                 }
@@ -230,15 +232,25 @@ impl Worker {
     }
 
     /// The order of the epoch `start` begins (from where it says), which the source starts
-    /// reading ahead of.
-    fn plan_epoch(&self, start: EpochStart) -> Arc<EpochOrder> {
-        let order = Arc::new(
-            self.sampler
-                .epoch_from(start.epoch, start.from)
-                .starting_at(start.position),
-        );
+    /// reading ahead of. `upcoming` keeps the next epoch's order when the source asks for it (to
+    /// read ahead of that epoch too), and gives it back when that epoch begins at its start.
+    fn plan_epoch(
+        &self,
+        start: EpochStart,
+        upcoming: &mut Option<(u64, Arc<EpochOrder>)>,
+    ) -> Arc<EpochOrder> {
+        let order = match upcoming.take() {
+            Some((epoch, order)) if start == EpochStart::beginning(epoch) => order,
+            _ => Arc::new(
+                self.sampler
+                    .epoch_from(start.epoch, start.from)
+                    .starting_at(start.position),
+            ),
+        };
         self.source.begin_epoch(start.epoch, &order, || {
-            self.sampler.epoch_from(start.epoch + 1, 0)
+            let next = Arc::new(self.sampler.epoch_from(start.epoch + 1, 0));
+            *upcoming = Some((start.epoch + 1, next.clone()));
+            next
         });
         order
     }

@@ -920,7 +920,7 @@ impl Source {
         &self,
         epoch: u64,
         order: &EpochOrder,
-        next: impl FnOnce() -> EpochOrder,
+        next: impl FnOnce() -> Arc<EpochOrder>,
     ) {
         #[cfg(feature = "object-store")]
         if let Some(remote) = &self.remote {
