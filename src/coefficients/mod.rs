@@ -18,6 +18,10 @@
 pub mod batch;
 #[cfg(test)]
 mod cases;
+pub mod entropy;
+pub mod entropy_batch;
+#[cfg(test)]
+mod entropy_host_check;
 #[allow(unsafe_code)]
 pub mod gpu;
 #[cfg(test)]

@@ -1,0 +1,424 @@
+// gpufeed: baseline JPEG entropy decoding on the GPU, bit for bit libjpeg-turbo's coefficients
+// (jdhuff.c decode_mcu), for a batch of images at once, with the self-synchronising parallel
+// Huffman decode of Weissenberger and Schmidt ("Massively Parallel Huffman Decoding on GPUs",
+// ICPP 2018; "Accelerating JPEG Decompression on GPUs", HiPC 2021).
+//
+// Input (src/coefficients/entropy.rs, entropy_batch.rs): each image's destuffed entropy-coded
+// data (u32 words, big-endian bit order), its Huffman tables in lookup form, its restart
+// intervals, each cut into subsequences of at most GF_SUB_BITS bits (one thread each).
+//
+// The decoder's state between two symbols is (bit position, block of the MCU, coefficient index
+// in the block). A subsequence decodes every symbol that starts inside it; what it leaves is its
+// exit state. Launches, all one thread per subsequence except the scan:
+//   gpufeed_huff_zero    zero the batch's coefficient planes (the writes below skip zeros).
+//   gpufeed_huff_sync    pass p: each subsequence decodes from its predecessor's exit state of
+//                        pass p - 1 (pass 0: from its own first bit at the start of a block, a
+//                        guess; the first subsequence of an interval knows its state), counting
+//                        the blocks it completes and summing its DC differences per component;
+//                        a pass whose exit states all equal the pass before's is the exact
+//                        sequential decode, and later passes return at once.
+//   gpufeed_huff_scan    one thread per interval: each subsequence's first block and DC
+//                        predictors (a prefix sum of the counts and sums of its interval).
+//   gpufeed_huff_write   each subsequence decodes once more from its predecessor's final exit
+//                        state and writes its coefficients (natural order, DC undifferenced) into
+//                        the planes, stopping after the interval's last block, and checks that it
+//                        ends in its own final exit state.
+// Anomalies (a code no table holds, a run past coefficient 63, a symbol past the interval's
+// data, too few blocks, no synchronisation) set bits of the image's status word; the caller
+// decodes such an image on the CPU. Nothing is written outside the image's planes.
+//
+// Compiled at run time by NVRTC (no headers). Also compiled as C++ on the host with a few macros
+// standing in for CUDA's (src/coefficients/entropy_host_check.rs), which runs every thread of
+// every launch one after another: no shared memory, no synchronisation inside a launch, no warp
+// functions, and each thread reads only what earlier launches wrote (the status words aside,
+// which only ever gain bits), so that sequential run is the GPU's result.
+
+#define GF_LOOKUP_BITS 9
+#define GF_TABLE_WORDS ((1 << GF_LOOKUP_BITS) + 18 + 18 + 64)
+#define GF_MAXCODE (1 << GF_LOOKUP_BITS)
+#define GF_VALOFFSET (GF_MAXCODE + 18)
+#define GF_SYMBOLS (GF_VALOFFSET + 18)
+#define GF_MAX_BLOCKS_IN_MCU 10
+
+#define GF_STATUS_BAD_CODE 1u
+#define GF_STATUS_BAD_RUN 2u
+#define GF_STATUS_OVERRUN 4u
+#define GF_STATUS_SHORT 8u
+#define GF_STATUS_NO_SYNC 16u
+
+// The state word's bit for a decode that met a bad code or run (its position and block are then
+// meaningless; a successor starts from its guess).
+#define GF_STATE_ERROR 0x10000u
+
+// One image (entropy_batch.rs HuffImage).
+struct GfHuffImage {
+    unsigned long long data;  // u32 word offset of its data in the data buffer
+    unsigned long long coef;  // i16 offset of its first plane in the coefficient buffer
+    unsigned int words;       // u32 words of its data (zero words past the end included)
+    unsigned int tables;      // index of its first table (DC, AC of each component)
+    unsigned int mcus_wide;   // MCUs per MCU row
+    unsigned int blocks_in_mcu;
+    unsigned int plane[3];    // i16 offset of each component's plane from `coef`
+    unsigned int plane_wide[3]; // blocks per row of each plane
+    unsigned int h[3];        // blocks across and down each component's part of an MCU
+    unsigned int v[3];
+    unsigned int block[GF_MAX_BLOCKS_IN_MCU]; // component | column << 8 | row << 16
+    unsigned int status;      // index of its status word
+    unsigned int period;      // the MCU's blocks repeat their tables every `period` blocks
+};
+
+// One subsequence (entropy_batch.rs HuffSub).
+struct GfHuffSub {
+    unsigned int image;
+    unsigned int interval;    // index in the batch's intervals
+    unsigned int start;       // its first bit in the image's data
+    unsigned int end;         // one past its last bit
+    unsigned int limit;       // one past the interval's last bit
+    unsigned int first;       // 1 for an interval's first subsequence
+};
+
+// One restart interval (entropy_batch.rs HuffInterval).
+struct GfHuffInterval {
+    unsigned int image;
+    unsigned int first_sub;   // its first subsequence in the batch's list
+    unsigned int subs;        // its subsequences
+    unsigned int first_block; // its first block in the image (first MCU * blocks in an MCU)
+    unsigned int blocks;      // blocks it codes
+    unsigned int unused;
+};
+
+// A subsequence's exit state and what its decode produced.
+struct GfHuffExit {
+    unsigned int pos;         // bit position after its last symbol
+    unsigned int state;       // coefficient index | (block of the MCU % period) << 8 |
+                              // GF_STATE_ERROR
+    unsigned int blocks;      // blocks it completed
+    unsigned int changed;     // 1 when this pass changed (pos, state) (always in pass 0)
+    unsigned int dc[GF_MAX_BLOCKS_IN_MCU / 2]; // DC differences summed (wrapping 16-bit, two a
+                              // word) by block: bucket i holds the blocks base + i + j * (blocks
+                              // in an MCU), base being the block its first symbol belongs to
+};
+
+// Where a subsequence starts writing (gpufeed_huff_scan).
+struct GfHuffBase {
+    unsigned int block;       // the image's block its first symbol belongs to
+    unsigned int dc01;        // DC predictors of components 0 and 1 at its start
+    unsigned int dc2;
+    unsigned int unused;
+};
+
+static_assert(sizeof(GfHuffImage) == 128, "GfHuffImage is entropy_batch.rs HuffImage");
+static_assert(sizeof(GfHuffSub) == 24, "GfHuffSub is entropy_batch.rs HuffSub");
+static_assert(sizeof(GfHuffInterval) == 24, "GfHuffInterval is entropy_batch.rs HuffInterval");
+static_assert(sizeof(GfHuffExit) == 36, "GfHuffExit");
+static_assert(sizeof(GfHuffBase) == 16, "GfHuffBase");
+
+// jpeg_natural_order.
+__device__ const unsigned char gf_natural[64] = {
+    0,  1,  8,  16, 9,  2,  3,  10, 17, 24, 32, 25, 18, 11, 4,  5,
+    12, 19, 26, 33, 40, 48, 41, 34, 27, 20, 13, 6,  7,  14, 21, 28,
+    35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23, 30, 37, 44, 51,
+    58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63};
+
+__device__ __forceinline__ unsigned int gf_bswap(unsigned int w) {
+#ifdef GF_HOST
+    return __builtin_bswap32(w);
+#else
+    return __byte_perm(w, 0, 0x0123);
+#endif
+}
+
+// The 32 bits of the image's data from bit `pos` on (zeros past its words).
+__device__ __forceinline__ unsigned int gf_peek(const unsigned int* __restrict__ data,
+                                                unsigned int words, unsigned int pos) {
+    const unsigned int w = pos >> 5;
+    const unsigned int hi = w < words ? gf_bswap(data[w]) : 0u;
+    const unsigned int lo = w + 1 < words ? gf_bswap(data[w + 1]) : 0u;
+    const unsigned int s = pos & 31;
+    return s ? (hi << s) | (lo >> (32 - s)) : hi;
+}
+
+// Decodes one Huffman code from the 32 bits `bits`: its symbol, and its length in `len` (0 for a
+// code the table does not hold: jdhuff.c jpeg_huff_decode's "corrupt data" case).
+__device__ __forceinline__ unsigned int gf_huff(const unsigned int* __restrict__ table,
+                                                unsigned int bits, unsigned int* len) {
+    const unsigned int entry = table[bits >> (32 - GF_LOOKUP_BITS)];
+    if (entry != 0) {
+        *len = entry >> 8;
+        return entry & 255;
+    }
+    for (unsigned int l = GF_LOOKUP_BITS + 1; l <= 16; l++) {
+        const int code = (int)(bits >> (32 - l));
+        if (code <= (int)table[GF_MAXCODE + l]) {
+            const unsigned int index = (unsigned int)((int)table[GF_VALOFFSET + l] + code) & 255;
+            *len = l;
+            return (table[GF_SYMBOLS + (index >> 2)] >> (8 * (index & 3))) & 255;
+        }
+    }
+    *len = 0;
+    return 0;
+}
+
+// HUFF_EXTEND: the `s`-bit value `r` as a signed coefficient.
+__device__ __forceinline__ int gf_extend(unsigned int r, unsigned int s) {
+    return (r < (1u << (s - 1))) ? (int)r - (int)(1u << s) + 1 : (int)r;
+}
+
+// The decoder: one subsequence's symbols from a start state. With `out` null it only counts and
+// sums (the sync passes); otherwise it writes, from block `block` on with DC predictors `pred`,
+// stopping at block `stop`, and reports anomalies in `*status`.
+struct GfDecode {
+    unsigned int pos, k, b, blocks, error, bucket;
+    unsigned short dc[GF_MAX_BLOCKS_IN_MCU];
+};
+
+__device__ __forceinline__ void gf_decode(const unsigned int* __restrict__ data,
+                                          const unsigned int* __restrict__ tables,
+                                          const GfHuffImage& im, unsigned int end,
+                                          unsigned int limit, GfDecode& d, short* out,
+                                          unsigned int block, unsigned int stop,
+                                          const unsigned short* pred, unsigned int* status) {
+    unsigned int mcu = 0, bb = 0, comp = 0;
+    short* dst = 0;
+    const bool writing = out != 0;
+    // Where block `block` lies: MCU and position inside it come from the block index alone, so
+    // an inconsistent state cannot move a write outside the planes.
+    #define GF_LOCATE()                                                                   \
+        if (writing && block < stop) {                                                    \
+            mcu = block / im.blocks_in_mcu;                                               \
+            bb = block - mcu * im.blocks_in_mcu;                                          \
+            const unsigned int info = im.block[bb];                                       \
+            comp = info & 255;                                                            \
+            const unsigned int mx = mcu % im.mcus_wide, my = mcu / im.mcus_wide;          \
+            const unsigned int bx = mx * im.h[comp] + ((info >> 8) & 255);                \
+            const unsigned int by = my * im.v[comp] + (info >> 16);                       \
+            dst = out + im.plane[comp] +                                                  \
+                  ((unsigned long long)by * im.plane_wide[comp] + bx) * 64;              \
+        }
+    GF_LOCATE();
+    while (d.pos < end) {
+        if (writing && block >= stop) return;
+        const unsigned int bits = gf_peek(data, im.words, d.pos);
+        const unsigned int c = im.block[d.b] & 255;
+        unsigned int len;
+        if (d.k == 0) {
+            const unsigned int s = gf_huff(tables + (2 * c) * GF_TABLE_WORDS, bits, &len);
+            if (len == 0) {
+                d.error = GF_STATUS_BAD_CODE;
+                break;
+            }
+            int diff = 0;
+            if (s) diff = gf_extend((bits << len) >> (32 - s), s);
+            len += s;
+            if (writing) {
+                if (d.pos + len > limit) {
+                    atomicOr(status, GF_STATUS_OVERRUN);
+                    return;
+                }
+                d.dc[comp] = (unsigned short)(d.dc[comp] + (unsigned short)diff);
+                dst[0] = (short)(unsigned short)(pred[comp] + d.dc[comp]);
+            } else {
+                d.dc[d.bucket] = (unsigned short)(d.dc[d.bucket] + (unsigned short)diff);
+            }
+            d.k = 1;
+        } else {
+            const unsigned int rs = gf_huff(tables + (2 * c + 1) * GF_TABLE_WORDS, bits, &len);
+            if (len == 0) {
+                d.error = GF_STATUS_BAD_CODE;
+                break;
+            }
+            const unsigned int r = rs >> 4, s = rs & 15;
+            if (s) {
+                d.k += r;
+                if (d.k > 63) {
+                    d.error = GF_STATUS_BAD_RUN;
+                    break;
+                }
+                if (writing) {
+                    if (d.pos + len + s > limit) {
+                        atomicOr(status, GF_STATUS_OVERRUN);
+                        return;
+                    }
+                    dst[gf_natural[d.k]] = (short)gf_extend((bits << len) >> (32 - s), s);
+                }
+                len += s;
+                d.k++;
+            } else if (r == 15) {
+                d.k += 16;
+            } else {
+                d.k = 64; // end of block
+            }
+            if (writing && d.pos + len > limit) {
+                atomicOr(status, GF_STATUS_OVERRUN);
+                return;
+            }
+        }
+        d.pos += len;
+        if (d.k >= 64) {
+            d.k = 0;
+            d.blocks++;
+            d.b = d.b + 1 == im.period ? 0 : d.b + 1;
+            d.bucket = d.bucket + 1 == im.blocks_in_mcu ? 0 : d.bucket + 1;
+            block++;
+            GF_LOCATE();
+        }
+    }
+    #undef GF_LOCATE
+    if (writing && d.error && block < stop) atomicOr(status, d.error);
+}
+
+__device__ __forceinline__ unsigned int gf_state(const GfDecode& d) {
+    return d.error ? GF_STATE_ERROR : (d.k | d.b << 8);
+}
+
+// The start state of subsequence `i` from the exits of the pass before (`prev`, null in pass 0).
+__device__ __forceinline__ void gf_start(const GfHuffSub& sub, const GfHuffExit* prev,
+                                         unsigned int i, GfDecode& d) {
+    d.pos = sub.start;
+    d.k = 0;
+    d.b = 0;
+    d.blocks = 0;
+    d.error = 0;
+    d.bucket = 0;
+    for (int j = 0; j < GF_MAX_BLOCKS_IN_MCU; j++) d.dc[j] = 0;
+    if (!sub.first && prev != 0) {
+        const GfHuffExit e = prev[i - 1];
+        if (!(e.state & GF_STATE_ERROR)) {
+            d.pos = e.pos;
+            d.k = e.state & 255;
+            d.b = (e.state >> 8) & 255;
+        }
+    }
+}
+
+// The pass whose exits are final: the first pass that changed nothing, else the last.
+__device__ __forceinline__ unsigned int gf_final_pass(const unsigned int* changed,
+                                                      unsigned int passes) {
+    for (unsigned int p = 1; p < passes; p++)
+        if (changed[p] == 0) return p;
+    return passes - 1;
+}
+
+extern "C" __global__ void gpufeed_huff_zero(unsigned int* __restrict__ coef,
+                                             unsigned long long words) {
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+         i < words; i += stride)
+        coef[i] = 0;
+}
+
+// Pass `pass` of the synchronisation: exits[pass & 1] from exits[(pass - 1) & 1]. `changed[p]`
+// is set when pass p's exits differ from pass p - 1's (always for pass 0); the first pass that
+// changes nothing is final, and the passes after it return at once.
+extern "C" __global__ void gpufeed_huff_sync(const unsigned int* __restrict__ data,
+                                             const unsigned int* __restrict__ tables,
+                                             const GfHuffImage* __restrict__ images,
+                                             const GfHuffSub* __restrict__ subs,
+                                             unsigned int n, GfHuffExit* exits,
+                                             unsigned int* changed, unsigned int pass) {
+    const unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    if (pass > 0 && changed[pass - 1] == 0) return;
+    const GfHuffSub sub = subs[i];
+    const GfHuffExit* prev = pass > 0 ? exits + (size_t)((pass - 1) & 1) * n : 0;
+    GfHuffExit* next = exits + (size_t)(pass & 1) * n;
+    // A subsequence whose start state did not change (its predecessor's exit of the pass before
+    // is what it was a pass earlier) ends as it did: copied, not decoded again.
+    if (pass > 0 && (sub.first || !(prev[i - 1].changed & 1))) {
+        GfHuffExit e = prev[i];
+        e.changed = 0;
+        next[i] = e;
+        return;
+    }
+    const GfHuffImage im = images[sub.image];
+    GfDecode d;
+    gf_start(sub, prev, i, d);
+    gf_decode(data + im.data, tables + (size_t)im.tables * GF_TABLE_WORDS, im, sub.end,
+              sub.limit, d, 0, 0, 0, 0, 0);
+    GfHuffExit e;
+    e.pos = d.pos;
+    e.state = gf_state(d);
+    e.blocks = d.blocks;
+    for (int j = 0; j < GF_MAX_BLOCKS_IN_MCU / 2; j++)
+        e.dc[j] = d.dc[2 * j] | (unsigned int)d.dc[2 * j + 1] << 16;
+    e.changed = pass == 0 || prev[i].pos != e.pos || prev[i].state != e.state;
+    next[i] = e;
+    if (e.changed) changed[pass] = 1;
+}
+
+// Each subsequence's first block and DC predictors; an interval that decodes fewer blocks than it
+// codes marks its image short.
+extern "C" __global__ void gpufeed_huff_scan(const GfHuffImage* __restrict__ images,
+                                             const GfHuffInterval* __restrict__ intervals,
+                                             unsigned int n_intervals, unsigned int n,
+                                             const GfHuffExit* __restrict__ exits,
+                                             const unsigned int* __restrict__ changed,
+                                             unsigned int passes, GfHuffBase* bases,
+                                             unsigned int* status) {
+    const unsigned int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n_intervals) return;
+    const GfHuffInterval iv = intervals[t];
+    const GfHuffExit* fin = exits + (size_t)(gf_final_pass(changed, passes) & 1) * n;
+    const GfHuffImage im = images[iv.image];
+    unsigned long long block = iv.first_block;
+    unsigned short dc[3] = {0, 0, 0};
+    for (unsigned int s = iv.first_sub; s < iv.first_sub + iv.subs; s++) {
+        GfHuffBase b;
+        b.block = (unsigned int)(block < 0xFFFFFFFFull ? block : 0xFFFFFFFFull);
+        b.dc01 = dc[0] | (unsigned int)dc[1] << 16;
+        b.dc2 = dc[2];
+        b.unused = 0;
+        bases[s] = b;
+        const GfHuffExit e = fin[s];
+        // Bucket j holds the blocks at `block + j` modulo the MCU: their component.
+        unsigned int at = (unsigned int)(block % im.blocks_in_mcu);
+        for (unsigned int j = 0; j < im.blocks_in_mcu; j++) {
+            const unsigned int c = im.block[at] & 255;
+            const unsigned int sum = (e.dc[j >> 1] >> (16 * (j & 1))) & 0xFFFF;
+            dc[c] = (unsigned short)(dc[c] + sum);
+            at = at + 1 == im.blocks_in_mcu ? 0 : at + 1;
+        }
+        block += e.blocks;
+    }
+    if (block < (unsigned long long)iv.first_block + iv.blocks)
+        atomicOr(status + im.status, GF_STATUS_SHORT);
+}
+
+// The coefficients: each subsequence decodes from its predecessor's final exit and writes.
+extern "C" __global__ void gpufeed_huff_write(const unsigned int* __restrict__ data,
+                                              const unsigned int* __restrict__ tables,
+                                              const GfHuffImage* __restrict__ images,
+                                              const GfHuffSub* __restrict__ subs,
+                                              const GfHuffInterval* __restrict__ intervals,
+                                              unsigned int n, const GfHuffExit* __restrict__ exits,
+                                              const unsigned int* __restrict__ changed,
+                                              unsigned int passes,
+                                              const GfHuffBase* __restrict__ bases,
+                                              short* __restrict__ coef, unsigned int* status) {
+    const unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const GfHuffSub sub = subs[i];
+    const GfHuffImage im = images[sub.image];
+    const GfHuffInterval iv = intervals[sub.interval];
+    const GfHuffExit* fin = exits + (size_t)(gf_final_pass(changed, passes) & 1) * n;
+    const GfHuffBase base = bases[i];
+    const unsigned int stop = iv.first_block + iv.blocks;
+    if (base.block >= stop) return;
+    GfDecode d;
+    gf_start(sub, fin, i, d);
+    const unsigned short pred[3] = {(unsigned short)(base.dc01 & 0xFFFF),
+                                    (unsigned short)(base.dc01 >> 16),
+                                    (unsigned short)base.dc2};
+    unsigned int* st = status + im.status;
+    // The start state must be what the predecessor left.
+    if (sub.first == 0 && (fin[i - 1].state & GF_STATE_ERROR)) {
+        atomicOr(st, GF_STATUS_NO_SYNC);
+        return;
+    }
+    gf_decode(data + im.data, tables + (size_t)im.tables * GF_TABLE_WORDS, im, sub.end,
+              sub.limit, d, coef + im.coef, base.block, stop, pred, st);
+    const unsigned int reached = base.block + d.blocks;
+    if (reached < stop && !d.error &&
+        (fin[i].pos != d.pos || fin[i].state != gf_state(d)))
+        atomicOr(st, GF_STATUS_NO_SYNC);
+}

@@ -1,0 +1,633 @@
+//! A baseline JPEG made ready for the GPU's entropy decoding (`kernels/entropy.cu`): its markers
+//! parsed, its entropy-coded data destuffed and cut at the restart markers, its Huffman tables
+//! built in the kernels' lookup form.
+//!
+//! Only what the kernels reproduce exactly is taken: sequential Huffman coding (SOF0 or SOF1),
+//! 8-bit samples, 1 or 3 components, and one scan that holds every component (interleaved, or the
+//! single component of a gray file). Everything else (progressive, arithmetic, lossless or
+//! hierarchical files, 12-bit samples, 4 components, several scans, a height given by a DNL
+//! marker, malformed tables or markers) is refused with [`Error::Unsupported`], and the caller
+//! decodes the file on the CPU. Parsing reads every byte through checked slices: bad input is
+//! refused, never a panic or an endless loop.
+//!
+//! The entropy-coded data is kept as libjpeg's bit reader sees it (`jdhuff.c`
+//! `jpeg_fill_bit_buffer`): a 0xFF byte followed by any number of 0xFF fill bytes and a 0x00 is
+//! one 0xFF data byte; any other marker ends a restart interval (RSTn, in sequence) or the scan.
+//! Each interval starts on a byte boundary of the destuffed data ([`Interval`]).
+//!
+//! The Huffman tables follow `jpeg_make_d_derived_tbl`: canonical codes, the same validity checks
+//! (a table whose codes overflow, more than 256 symbols, a DC symbol above 15), a first-level
+//! lookup of [`LOOKUP_BITS`] bits and the `maxcode`/`valoffset` slow path for longer codes.
+
+use super::Error;
+
+/// Bits the kernels' first-level Huffman lookup reads at once.
+pub const LOOKUP_BITS: u32 = 9;
+/// `u32` words of one table in the kernels' form: the lookup (`1 << LOOKUP_BITS` entries,
+/// `length << 8 | symbol`, 0 for a longer code), `maxcode[0..18]` and `valoffset[0..18]` (as
+/// `i32`), the 256 symbols 4 to a word.
+pub const TABLE_WORDS: usize = (1 << LOOKUP_BITS) + 18 + 18 + 64;
+/// Blocks an MCU holds at most (libjpeg's `D_MAX_BLOCKS_IN_MCU`).
+pub const MAX_BLOCKS_IN_MCU: usize = 10;
+
+/// libjpeg's `jpeg_natural_order`: the natural-order index of the `k`-th coefficient in zigzag
+/// order.
+pub(crate) const NATURAL_ORDER: [u8; 64] = [
+    0, 1, 8, 16, 9, 2, 3, 10, 17, 24, 32, 25, 18, 11, 4, 5, 12, 19, 26, 33, 40, 48, 41, 34, 27, 20,
+    13, 6, 7, 14, 21, 28, 35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23, 30, 37, 44, 51, 58, 59,
+    52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63,
+];
+
+/// One component of the scan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScanComponent {
+    /// Its identifier in the frame header.
+    pub id: u8,
+    /// Horizontal sampling factor.
+    pub h_samp: u32,
+    /// Vertical sampling factor.
+    pub v_samp: u32,
+    /// Blocks per row of its coefficient plane: every block the scan codes, the padding blocks
+    /// of partial MCUs included (`MCUs across * h_samp` when interleaved, libjpeg's
+    /// `width_in_blocks` for a single component).
+    pub plane_blocks_wide: u32,
+    /// Block rows of its plane (likewise).
+    pub plane_blocks_high: u32,
+    /// Its quantization table as the scan found it, natural order.
+    pub quant: [u16; 64],
+}
+
+/// One restart interval: where its data starts and ends in [`ParsedJpeg::data`] and which MCUs
+/// it codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Interval {
+    /// First byte of its data.
+    pub start: u32,
+    /// One past its last byte.
+    pub end: u32,
+    /// Its first MCU.
+    pub first_mcu: u32,
+    /// MCUs it codes.
+    pub mcus: u32,
+}
+
+/// A baseline JPEG parsed for the GPU's entropy decoding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParsedJpeg {
+    /// Width in pixels.
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+    /// The components, in the frame header's order (which is also the scan's).
+    pub components: Vec<ScanComponent>,
+    /// MCUs per MCU row.
+    pub mcus_wide: u32,
+    /// MCU rows.
+    pub mcus_high: u32,
+    /// The component of each block of an MCU, in coding order, with its column and row inside
+    /// the MCU.
+    pub mcu_blocks: Vec<(u8, u8, u8)>,
+    /// The restart intervals, in order (one when the file has no restart markers).
+    pub intervals: Vec<Interval>,
+    /// The destuffed entropy-coded data of every interval, one after the other.
+    pub data: Vec<u8>,
+    /// Per component, its DC table then its AC table, [`TABLE_WORDS`] words each.
+    pub tables: Vec<u32>,
+}
+
+impl ParsedJpeg {
+    /// MCUs in the image.
+    pub fn mcus(&self) -> u32 {
+        self.mcus_wide * self.mcus_high
+    }
+
+    /// Blocks in one MCU.
+    pub fn blocks_in_mcu(&self) -> u32 {
+        self.mcu_blocks.len() as u32
+    }
+
+    /// Coefficients (`i16`) of component `c`'s plane.
+    pub fn plane_len(&self, c: usize) -> usize {
+        self.components.get(c).map_or(0, |p| {
+            p.plane_blocks_wide as usize * p.plane_blocks_high as usize * 64
+        })
+    }
+}
+
+fn unsupported(reason: impl Into<String>) -> Error {
+    Error::Unsupported(reason.into())
+}
+
+/// A Huffman table as the file gives it.
+#[derive(Debug, Clone)]
+struct RawTable {
+    counts: [u8; 17],
+    values: Vec<u8>,
+}
+
+/// A frame component before the scan.
+#[derive(Debug, Clone, Copy)]
+struct FrameComponent {
+    id: u8,
+    h: u32,
+    v: u32,
+    tq: usize,
+}
+
+/// A byte reader over the file that never reads past its end.
+struct Cursor<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn u8(&mut self) -> Result<u8, Error> {
+        let b = *self
+            .bytes
+            .get(self.at)
+            .ok_or_else(|| unsupported("the file ends inside its headers"))?;
+        self.at += 1;
+        Ok(b)
+    }
+
+    fn u16(&mut self) -> Result<u16, Error> {
+        Ok(u16::from(self.u8()?) << 8 | u16::from(self.u8()?))
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], Error> {
+        let end = self
+            .at
+            .checked_add(n)
+            .filter(|&e| e <= self.bytes.len())
+            .ok_or_else(|| unsupported("the file ends inside a marker segment"))?;
+        let s = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+
+    /// A marker segment's payload (after its 2-byte length).
+    fn segment(&mut self) -> Result<Cursor<'a>, Error> {
+        let len = usize::from(self.u16()?);
+        if len < 2 {
+            return Err(unsupported(
+                "a marker segment shorter than its length field",
+            ));
+        }
+        Ok(Cursor {
+            bytes: self.take(len - 2)?,
+            at: 0,
+        })
+    }
+
+    fn done(&self) -> bool {
+        self.at >= self.bytes.len()
+    }
+}
+
+/// Parses `jpeg` for the GPU's entropy decoding, or says why the CPU must decode it.
+pub fn parse(jpeg: &[u8]) -> Result<ParsedJpeg, Error> {
+    let mut cur = Cursor { bytes: jpeg, at: 0 };
+    if cur.u16()? != 0xFFD8 {
+        return Err(unsupported("not a JPEG (no SOI marker)"));
+    }
+    let mut quant: [Option<[u16; 64]>; 4] = [None; 4];
+    let mut dc: [Option<RawTable>; 4] = Default::default();
+    let mut ac: [Option<RawTable>; 4] = Default::default();
+    let mut frame: Option<(u32, u32, Vec<FrameComponent>)> = None;
+    let mut restart = 0u32;
+    loop {
+        // A marker: 0xFF, any fill bytes, the code.
+        if cur.u8()? != 0xFF {
+            return Err(unsupported("bytes between markers"));
+        }
+        let mut code = cur.u8()?;
+        while code == 0xFF {
+            code = cur.u8()?;
+        }
+        match code {
+            0xC0 | 0xC1 => {
+                if frame.is_some() {
+                    return Err(unsupported("two frame headers"));
+                }
+                frame = Some(parse_frame(&mut cur.segment()?)?);
+            }
+            0xC2 | 0xC6 | 0xCA | 0xCE => return Err(unsupported("a progressive JPEG")),
+            0xC3 | 0xC7 | 0xCB | 0xCF => return Err(unsupported("a lossless JPEG")),
+            0xC5 | 0xCD => return Err(unsupported("a hierarchical JPEG")),
+            0xC9 | 0xCC => return Err(unsupported("an arithmetic-coded JPEG")),
+            0xC4 => parse_dht(&mut cur.segment()?, &mut dc, &mut ac)?,
+            0xDB => parse_dqt(&mut cur.segment()?, &mut quant)?,
+            0xDD => {
+                let mut s = cur.segment()?;
+                restart = u32::from(s.u16()?);
+                if !s.done() {
+                    return Err(unsupported("a DRI segment of the wrong length"));
+                }
+            }
+            0xDA => {
+                let (width, height, fc) = frame
+                    .take()
+                    .ok_or_else(|| unsupported("a scan before the frame header"))?;
+                let mut s = cur.segment()?;
+                let scan = parse_sos(&mut s, &fc)?;
+                return build(
+                    jpeg, cur.at, width, height, &fc, &scan, &quant, &dc, &ac, restart,
+                );
+            }
+            0xD8 => return Err(unsupported("a second SOI marker")),
+            0xD9 => return Err(unsupported("the file ends before its scan")),
+            0xDC => return Err(unsupported("a DNL marker")),
+            0xD0..=0xD7 | 0x01 => return Err(unsupported("a restart marker outside a scan")),
+            _ => {
+                // APPn, COM and the rest: skipped.
+                cur.segment()?;
+            }
+        }
+    }
+}
+
+fn parse_frame(s: &mut Cursor<'_>) -> Result<(u32, u32, Vec<FrameComponent>), Error> {
+    let precision = s.u8()?;
+    if precision != 8 {
+        return Err(unsupported(format!("{precision}-bit samples")));
+    }
+    let height = u32::from(s.u16()?);
+    let width = u32::from(s.u16()?);
+    if height == 0 {
+        return Err(unsupported("a height given by a DNL marker"));
+    }
+    if width == 0 {
+        return Err(unsupported("an image 0 pixels wide"));
+    }
+    let n = s.u8()?;
+    if n != 1 && n != 3 {
+        return Err(unsupported(format!("{n} components")));
+    }
+    let mut components = Vec::with_capacity(3);
+    for _ in 0..n {
+        let id = s.u8()?;
+        let hv = s.u8()?;
+        let tq = s.u8()?;
+        let (h, v) = (u32::from(hv >> 4), u32::from(hv & 15));
+        if !(1..=4).contains(&h) || !(1..=4).contains(&v) {
+            return Err(unsupported(format!("sampling factors {h}x{v}")));
+        }
+        if tq > 3 {
+            return Err(unsupported(format!("quantization table {tq}")));
+        }
+        if components.iter().any(|c: &FrameComponent| c.id == id) {
+            return Err(unsupported("two components with one identifier"));
+        }
+        components.push(FrameComponent {
+            id,
+            h,
+            v,
+            tq: usize::from(tq),
+        });
+    }
+    if !s.done() {
+        return Err(unsupported("a frame header of the wrong length"));
+    }
+    Ok((width, height, components))
+}
+
+fn parse_dht(
+    s: &mut Cursor<'_>,
+    dc: &mut [Option<RawTable>; 4],
+    ac: &mut [Option<RawTable>; 4],
+) -> Result<(), Error> {
+    while !s.done() {
+        let tc_th = s.u8()?;
+        let (class, slot) = (tc_th >> 4, usize::from(tc_th & 15));
+        if class > 1 || slot > 3 {
+            return Err(unsupported(format!("Huffman table {tc_th:#04x}")));
+        }
+        let mut counts = [0u8; 17];
+        for count in &mut counts[1..] {
+            *count = s.u8()?;
+        }
+        let total: usize = counts.iter().map(|&c| usize::from(c)).sum();
+        if total > 256 {
+            return Err(unsupported("a Huffman table of more than 256 symbols"));
+        }
+        let values = s.take(total)?.to_vec();
+        let table = RawTable { counts, values };
+        if class == 0 {
+            dc[slot] = Some(table);
+        } else {
+            ac[slot] = Some(table);
+        }
+    }
+    Ok(())
+}
+
+fn parse_dqt(s: &mut Cursor<'_>, quant: &mut [Option<[u16; 64]>; 4]) -> Result<(), Error> {
+    while !s.done() {
+        let pq_tq = s.u8()?;
+        let (precision, slot) = (pq_tq >> 4, usize::from(pq_tq & 15));
+        if precision > 1 || slot > 3 {
+            return Err(unsupported(format!("quantization table {pq_tq:#04x}")));
+        }
+        let mut table = [0u16; 64];
+        for &natural in &NATURAL_ORDER {
+            table[usize::from(natural)] = if precision == 0 {
+                u16::from(s.u8()?)
+            } else {
+                s.u16()?
+            };
+        }
+        quant[slot] = Some(table);
+    }
+    Ok(())
+}
+
+/// The scan's components: per frame component (in frame order), its DC and AC table slots.
+fn parse_sos(s: &mut Cursor<'_>, frame: &[FrameComponent]) -> Result<Vec<(usize, usize)>, Error> {
+    let n = usize::from(s.u8()?);
+    if n != frame.len() {
+        return Err(unsupported(format!(
+            "a scan of {n} of the {} components (several scans)",
+            frame.len()
+        )));
+    }
+    let mut tables = Vec::with_capacity(n);
+    for component in frame {
+        let id = s.u8()?;
+        let t = s.u8()?;
+        // libjpeg codes the MCU in the scan's order; the frame's order is what the planes are in,
+        // and the two must agree for the MCU layout below.
+        if component.id != id {
+            return Err(unsupported(
+                "a scan whose components are not in the frame's order",
+            ));
+        }
+        let (td, ta) = (usize::from(t >> 4), usize::from(t & 15));
+        if td > 3 || ta > 3 {
+            return Err(unsupported(format!("Huffman table selectors {t:#04x}")));
+        }
+        tables.push((td, ta));
+    }
+    let (ss, se, ahal) = (s.u8()?, s.u8()?, s.u8()?);
+    if ss != 0 || se != 63 || ahal != 0 {
+        return Err(unsupported(
+            "a scan that is not sequential (Ss, Se, Ah, Al)",
+        ));
+    }
+    if !s.done() {
+        return Err(unsupported("a scan header of the wrong length"));
+    }
+    Ok(tables)
+}
+
+/// Everything the kernels need, from the scan header on (`at`: the first byte of the
+/// entropy-coded data).
+#[allow(clippy::too_many_arguments)]
+fn build(
+    jpeg: &[u8],
+    at: usize,
+    width: u32,
+    height: u32,
+    frame: &[FrameComponent],
+    scan: &[(usize, usize)],
+    quant: &[Option<[u16; 64]>; 4],
+    dc: &[Option<RawTable>; 4],
+    ac: &[Option<RawTable>; 4],
+    restart: u32,
+) -> Result<ParsedJpeg, Error> {
+    let hmax = frame.iter().map(|c| c.h).max().unwrap_or(1);
+    let vmax = frame.iter().map(|c| c.v).max().unwrap_or(1);
+    let mut components = Vec::with_capacity(frame.len());
+    let mut mcu_blocks = Vec::new();
+    let (mcus_wide, mcus_high);
+    if frame.len() == 1 {
+        // A single-component scan is not interleaved: one block an MCU, the component's own
+        // block grid (jdinput.c per_scan_setup).
+        let c = frame[0];
+        let samples_wide = (width * c.h).div_ceil(hmax);
+        let samples_high = (height * c.v).div_ceil(vmax);
+        mcus_wide = samples_wide.div_ceil(8);
+        mcus_high = samples_high.div_ceil(8);
+        mcu_blocks.push((0, 0, 0));
+    } else {
+        mcus_wide = width.div_ceil(8 * hmax);
+        mcus_high = height.div_ceil(8 * vmax);
+        for (i, c) in frame.iter().enumerate() {
+            for y in 0..c.v {
+                for x in 0..c.h {
+                    mcu_blocks.push((i as u8, x as u8, y as u8));
+                }
+            }
+        }
+        if mcu_blocks.len() > MAX_BLOCKS_IN_MCU {
+            return Err(unsupported(format!(
+                "{} blocks in an MCU (libjpeg takes at most {MAX_BLOCKS_IN_MCU})",
+                mcu_blocks.len()
+            )));
+        }
+    }
+    let mut tables = Vec::with_capacity(frame.len() * 2 * TABLE_WORDS);
+    for (c, &(td, ta)) in frame.iter().zip(scan) {
+        let q = quant[c.tq]
+            .ok_or_else(|| unsupported(format!("quantization table {} missing", c.tq)))?;
+        let (wide, high) = if frame.len() == 1 {
+            (mcus_wide, mcus_high)
+        } else {
+            (mcus_wide * c.h, mcus_high * c.v)
+        };
+        components.push(ScanComponent {
+            id: c.id,
+            h_samp: c.h,
+            v_samp: c.v,
+            plane_blocks_wide: wide,
+            plane_blocks_high: high,
+            quant: q,
+        });
+        let dc_table = dc[td]
+            .as_ref()
+            .ok_or_else(|| unsupported(format!("DC Huffman table {td} missing")))?;
+        let ac_table = ac[ta]
+            .as_ref()
+            .ok_or_else(|| unsupported(format!("AC Huffman table {ta} missing")))?;
+        derive_table(dc_table, true, &mut tables)?;
+        derive_table(ac_table, false, &mut tables)?;
+    }
+    let mcus = mcus_wide
+        .checked_mul(mcus_high)
+        .ok_or_else(|| unsupported("too many MCUs"))?;
+    let per_interval = if restart == 0 { mcus } else { restart };
+    let (data, intervals) = destuff(&jpeg[at.min(jpeg.len())..], mcus, per_interval)?;
+    Ok(ParsedJpeg {
+        width,
+        height,
+        components,
+        mcus_wide,
+        mcus_high,
+        mcu_blocks,
+        intervals,
+        data,
+        tables,
+    })
+}
+
+/// The entropy-coded data from `scan` on, destuffed and cut at its restart markers: exactly
+/// `ceil(mcus / per_interval)` intervals, RST0..RST7 in turn between them. The scan ends at the
+/// end of the file or at a marker other than RSTn, which must be EOI.
+fn destuff(scan: &[u8], mcus: u32, per_interval: u32) -> Result<(Vec<u8>, Vec<Interval>), Error> {
+    let count = mcus.div_ceil(per_interval.max(1)) as usize;
+    let mut data = Vec::with_capacity(scan.len());
+    let mut intervals = Vec::with_capacity(count);
+    let mut start = 0usize;
+    let mut i = 0usize;
+    let close = |intervals: &mut Vec<Interval>, start: usize, end: usize| -> Result<(), Error> {
+        let n = intervals.len() as u32;
+        let first_mcu = n * per_interval;
+        let (start, end) = (
+            u32::try_from(start).map_err(|_| unsupported("a scan of 4 GB or more"))?,
+            u32::try_from(end).map_err(|_| unsupported("a scan of 4 GB or more"))?,
+        );
+        intervals.push(Interval {
+            start,
+            end,
+            first_mcu,
+            mcus: per_interval.min(mcus - first_mcu),
+        });
+        Ok(())
+    };
+    loop {
+        // The next 0xFF in the rest of the data: everything before it is data.
+        let rest = scan.get(i..).unwrap_or(&[]);
+        let Some(ff) = rest.iter().position(|&b| b == 0xFF) else {
+            data.extend_from_slice(rest);
+            // The file ends without EOI: what was there is the last interval.
+            break;
+        };
+        data.extend_from_slice(&rest[..ff]);
+        i += ff + 1;
+        let mut code = scan.get(i).copied();
+        while code == Some(0xFF) {
+            i += 1;
+            code = scan.get(i).copied();
+        }
+        i += 1;
+        match code {
+            None => break,
+            Some(0x00) => data.push(0xFF),
+            Some(c @ 0xD0..=0xD7) => {
+                if intervals.len() + 1 >= count {
+                    return Err(unsupported("more restart markers than intervals"));
+                }
+                if u32::from(c - 0xD0) != intervals.len() as u32 % 8 {
+                    return Err(unsupported("restart markers out of sequence"));
+                }
+                close(&mut intervals, start, data.len())?;
+                start = data.len();
+            }
+            Some(0xD9) => break,
+            Some(_) => return Err(unsupported("a marker after the scan other than EOI")),
+        }
+    }
+    if intervals.len() + 1 != count {
+        return Err(unsupported("fewer restart markers than intervals"));
+    }
+    close(&mut intervals, start, data.len())?;
+    Ok((data, intervals))
+}
+
+/// `jpeg_make_d_derived_tbl` in the kernels' form, appended to `out`.
+fn derive_table(table: &RawTable, is_dc: bool, out: &mut Vec<u32>) -> Result<(), Error> {
+    let base = out.len();
+    out.resize(base + TABLE_WORDS, 0);
+    let words = &mut out[base..];
+    let (lookup, rest) = words.split_at_mut(1 << LOOKUP_BITS);
+    let (maxcode, rest) = rest.split_at_mut(18);
+    let (valoffset, symbols) = rest.split_at_mut(18);
+    // Canonical codes, shortest first (Figure C.1 and C.2 of the standard).
+    let mut code = 0u32;
+    let mut p = 0usize;
+    for l in 1..=16usize {
+        let n = usize::from(table.counts[l]);
+        valoffset[l] = (p as i32).wrapping_sub(code as i32) as u32;
+        for _ in 0..n {
+            // The codes of this length must fit in it, the all-ones code left free (libjpeg's
+            // check, `code >= 1 << l` after the length's last code).
+            if code + 1 >= 1 << l {
+                return Err(unsupported("a Huffman table whose codes overflow"));
+            }
+            let symbol = table.values[p];
+            if l as u32 <= LOOKUP_BITS {
+                let shift = LOOKUP_BITS - l as u32;
+                let first = (code << shift) as usize;
+                for entry in &mut lookup[first..first + (1 << shift)] {
+                    *entry = (l as u32) << 8 | u32::from(symbol);
+                }
+            }
+            code += 1;
+            p += 1;
+        }
+        maxcode[l] = if n > 0 { code - 1 } else { u32::MAX };
+        code <<= 1;
+    }
+    maxcode[17] = 0xF_FFFF; // ends the slow path's search
+    for (i, &v) in table.values.iter().enumerate() {
+        if is_dc && v > 15 {
+            return Err(unsupported("a DC Huffman symbol above 15"));
+        }
+        symbols[i / 4] |= u32::from(v) << (8 * (i % 4));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tiny table: symbols 0 (code 0), 1 (10), 2 (110).
+    #[test]
+    fn tables_are_canonical() {
+        let mut counts = [0u8; 17];
+        counts[1] = 1;
+        counts[2] = 1;
+        counts[3] = 1;
+        let table = RawTable {
+            counts,
+            values: vec![5, 7, 9],
+        };
+        let mut out = Vec::new();
+        derive_table(&table, true, &mut out).unwrap();
+        let lookup = &out[..512];
+        assert_eq!(lookup[0], 1 << 8 | 5);
+        assert_eq!(lookup[255], 1 << 8 | 5);
+        assert_eq!(lookup[256], 2 << 8 | 7);
+        assert_eq!(lookup[0b110 << 6], 3 << 8 | 9);
+        assert_eq!(lookup[511], 0);
+        // An overflowing table: three codes of length 1.
+        counts[1] = 3;
+        counts[2] = 0;
+        counts[3] = 0;
+        let bad = RawTable {
+            counts,
+            values: vec![1, 2, 3],
+        };
+        assert!(derive_table(&bad, true, &mut out).is_err());
+    }
+
+    #[test]
+    fn destuffing_and_restart_intervals() {
+        // Two intervals of 1 MCU each: data FF00 12 | RST0 | 34 FF FF 00 | EOI.
+        let scan = [
+            0xFF, 0x00, 0x12, 0xFF, 0xD0, 0x34, 0xFF, 0xFF, 0x00, 0xFF, 0xD9,
+        ];
+        let (data, intervals) = destuff(&scan, 2, 1).unwrap();
+        assert_eq!(data, [0xFF, 0x12, 0x34, 0xFF]);
+        assert_eq!(intervals.len(), 2);
+        assert_eq!((intervals[0].start, intervals[0].end), (0, 2));
+        assert_eq!(
+            (intervals[1].start, intervals[1].end, intervals[1].first_mcu),
+            (2, 4, 1)
+        );
+        // Out of sequence, too many, too few.
+        assert!(destuff(&[0x00, 0xFF, 0xD1, 0x00], 2, 1).is_err());
+        assert!(destuff(&[0x00, 0xFF, 0xD0, 0x00], 1, 1).is_err());
+        assert!(destuff(&[0x00, 0xFF, 0xD9], 2, 1).is_err());
+    }
+}

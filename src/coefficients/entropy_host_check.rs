@@ -1,0 +1,452 @@
+//! `kernels/entropy.cu` run on the host: the kernel source compiled as C++ by the machine's C++
+//! compiler, with a few macros standing in for CUDA's, and every thread of every launch run one
+//! after another over the exact descriptors the GPU side launches ([`EntropyPlan`]). No launch
+//! synchronises inside itself or reads what another thread of the same launch writes (the status
+//! words aside, which only gain bits), so this is the result the GPU computes. It is compared
+//! with libjpeg-turbo's coefficients (`jpeg_read_coefficients`), bit for bit, on every baseline
+//! case, real photos and a large image; broken files must be refused or flagged. Without a C++
+//! compiler (`$CXX`, else `c++`) the test says it skipped.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use turbojpeg_region::{encode, CoefficientReader, EncodeOptions, Format, Restart, Sampling};
+
+use super::cases::{cases, repo_file};
+use super::entropy::{parse, ParsedJpeg};
+use super::entropy_batch::{copy_plane, stage_data, EntropyPlan, HUFF_THREADS, PASSES};
+use super::Error;
+use gpufeed_bench::upload::random_bytes;
+
+const HARNESS: &str = r#"
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+struct gf_dim3 { unsigned int x, y, z; };
+static gf_dim3 blockIdx, blockDim, threadIdx, gridDim;
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define GF_HOST 1
+static inline unsigned int atomicOr(unsigned int* p, unsigned int v) {
+    unsigned int old = *p; *p = old | v; return old;
+}
+
+#include "entropy.cu"
+
+static unsigned long long u64(FILE* f) {
+    unsigned long long v = 0;
+    if (fread(&v, 8, 1, f) != 1) { fprintf(stderr, "short input\n"); exit(2); }
+    return v;
+}
+
+static void bytes(FILE* f, void* p, size_t n) {
+    if (n && fread(p, 1, n, f) != n) { fprintf(stderr, "short input\n"); exit(2); }
+}
+
+template <typename F> static void launch(unsigned int threads, unsigned int total, F f) {
+    blockDim = {threads, 1, 1};
+    gridDim = {(total + threads - 1) / threads, 1, 1};
+    for (unsigned int b = 0; b < gridDim.x; b++)
+        for (unsigned int t = 0; t < threads; t++) {
+            blockIdx = {b, 0, 0};
+            threadIdx = {t, 0, 0};
+            f();
+        }
+}
+
+int main(int argc, char** argv) {
+    if (argc != 3) return 2;
+    FILE* in = fopen(argv[1], "rb");
+    if (!in) return 2;
+    size_t data_bytes = u64(in), table_words = u64(in), n_images = u64(in), n_subs = u64(in);
+    size_t n_intervals = u64(in), coef_len = u64(in);
+    unsigned int passes = u64(in), threads = u64(in);
+    std::vector<unsigned int> data(data_bytes / 4 + 1), tables(table_words + 1);
+    std::vector<GfHuffImage> images(n_images);
+    std::vector<GfHuffSub> subs(n_subs + 1);
+    std::vector<GfHuffInterval> intervals(n_intervals + 1);
+    bytes(in, data.data(), data_bytes);
+    bytes(in, tables.data(), table_words * 4);
+    bytes(in, images.data(), n_images * sizeof(GfHuffImage));
+    bytes(in, subs.data(), n_subs * sizeof(GfHuffSub));
+    bytes(in, intervals.data(), n_intervals * sizeof(GfHuffInterval));
+    fclose(in);
+    // Poisoned: every coefficient must be written by the zeroing launch or the decode.
+    std::vector<short> coef(coef_len + 64, (short)0x5A5A);
+    std::vector<GfHuffExit> exits(2 * n_subs + 1);
+    std::vector<GfHuffBase> bases(n_subs + 1);
+    std::vector<unsigned int> changed(passes, 0), status(n_images, 0);
+    unsigned int n = (unsigned int)n_subs;
+
+    unsigned long long words = coef_len / 2;
+    blockDim = {threads, 1, 1};
+    gridDim = {64, 1, 1};
+    for (unsigned int b = 0; b < gridDim.x; b++)
+        for (unsigned int t = 0; t < threads; t++) {
+            blockIdx = {b, 0, 0};
+            threadIdx = {t, 0, 0};
+            gpufeed_huff_zero((unsigned int*)coef.data(), words);
+        }
+    for (unsigned int p = 0; p < passes; p++) {
+        launch(threads, n, [&] {
+            gpufeed_huff_sync(data.data(), tables.data(), images.data(), subs.data(), n,
+                              exits.data(), changed.data(), p);
+        });
+        if (getenv("GF_DIAG") && (p == 0 || changed[p - 1])) {
+            unsigned int c = 0;
+            std::vector<unsigned int> per(n_images, 0);
+            for (unsigned int i = 0; i < n; i++)
+                if (exits[(size_t)(p & 1) * n + i].changed) { c++; per[subs[i].image]++; }
+            fprintf(stderr, "pass %u: %u changed;", p, c);
+            if (p > 0)
+                for (size_t m = 0; m < n_images; m++)
+                    if (per[m]) fprintf(stderr, " %zu:%u", m, per[m]);
+            fprintf(stderr, "\n");
+        }
+    }
+    launch(threads, (unsigned int)n_intervals, [&] {
+        gpufeed_huff_scan(images.data(), intervals.data(), (unsigned int)n_intervals, n,
+                          exits.data(), changed.data(), passes, bases.data(), status.data());
+    });
+    launch(threads, n, [&] {
+        gpufeed_huff_write(data.data(), tables.data(), images.data(), subs.data(),
+                           intervals.data(), n, exits.data(), changed.data(), passes,
+                           bases.data(), coef.data(), status.data());
+    });
+    unsigned int final_pass = gf_final_pass(changed.data(), passes);
+
+    FILE* o = fopen(argv[2], "wb");
+    if (!o) return 2;
+    fwrite(coef.data(), 2, coef_len, o);
+    fwrite(status.data(), 4, n_images, o);
+    fwrite(&final_pass, 4, 1, o);
+    fclose(o);
+    return 0;
+}
+"#;
+
+/// The harness built in `dir`, or `None` (said on stderr) without a C++ compiler.
+fn build_harness(dir: &Path) -> Option<PathBuf> {
+    let compiler = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    if Command::new(&compiler).arg("--version").output().is_err() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: the entropy kernels' host run: no C++ compiler ({compiler})"
+        );
+        return None;
+    }
+    let kernels = std::env::current_dir()
+        .expect("current directory")
+        .ancestors()
+        .map(|d| d.join("kernels"))
+        .find(|d| d.join("entropy.cu").is_file())
+        .expect("kernels/entropy.cu above the current directory");
+    let source = dir.join("harness.cpp");
+    std::fs::write(&source, HARNESS).expect("harness source");
+    let binary = dir.join("harness");
+    let status = Command::new(&compiler)
+        .args(["-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror"])
+        .arg("-I")
+        .arg(&kernels)
+        .arg(&source)
+        .arg("-o")
+        .arg(&binary)
+        .status()
+        .expect("running the C++ compiler");
+    assert!(
+        status.success(),
+        "kernels/entropy.cu does not compile as C++"
+    );
+    Some(binary)
+}
+
+fn u32s(out: &mut Vec<u8>, values: &[u32]) {
+    for v in values {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+}
+
+/// The batch's descriptors as the kernel's structures lay them out.
+fn descriptor_bytes(plan: &EntropyPlan) -> Vec<u8> {
+    let mut out = Vec::new();
+    for im in &plan.images {
+        out.extend_from_slice(&im.data.to_le_bytes());
+        out.extend_from_slice(&im.coef.to_le_bytes());
+        u32s(
+            &mut out,
+            &[im.words, im.tables, im.mcus_wide, im.blocks_in_mcu],
+        );
+        for a in [im.plane, im.plane_wide, im.h, im.v] {
+            u32s(&mut out, &a);
+        }
+        u32s(&mut out, &im.block);
+        u32s(&mut out, &[im.status, im.period]);
+    }
+    for s in &plan.subs {
+        u32s(
+            &mut out,
+            &[s.image, s.interval, s.start, s.end, s.limit, s.first],
+        );
+    }
+    for iv in &plan.intervals {
+        u32s(
+            &mut out,
+            &[
+                iv.image,
+                iv.first_sub,
+                iv.subs,
+                iv.first_block,
+                iv.blocks,
+                iv.unused,
+            ],
+        );
+    }
+    out
+}
+
+/// What a host run gives back.
+struct Run {
+    coefficients: Vec<i16>,
+    status: Vec<u32>,
+    final_pass: u32,
+    plan: EntropyPlan,
+}
+
+fn run(harness: &Path, dir: &Path, images: &[&ParsedJpeg]) -> Run {
+    let mut plan = EntropyPlan::default();
+    plan.plan(images).expect("plan");
+    let mut data = Vec::new();
+    let mut tables = Vec::new();
+    for image in images {
+        stage_data(image, &mut data);
+        tables.extend_from_slice(&image.tables);
+    }
+    assert_eq!(data.len() as u64, plan.data_words * 4);
+    let mut input = Vec::new();
+    for v in [
+        data.len() as u64,
+        tables.len() as u64,
+        plan.images.len() as u64,
+        plan.subs.len() as u64,
+        plan.intervals.len() as u64,
+        plan.coefficients,
+        u64::from(PASSES),
+        u64::from(HUFF_THREADS),
+    ] {
+        input.extend_from_slice(&v.to_le_bytes());
+    }
+    input.extend_from_slice(&data);
+    u32s(&mut input, &tables);
+    input.extend(descriptor_bytes(&plan));
+    let (input_path, output_path) = (dir.join("batch.in"), dir.join("batch.out"));
+    std::fs::write(&input_path, input).expect("harness input");
+    let status = Command::new(harness)
+        .arg(&input_path)
+        .arg(&output_path)
+        .status()
+        .expect("running the harness");
+    assert!(status.success(), "the harness failed");
+    let out = std::fs::read(&output_path).expect("harness output");
+    let n = plan.coefficients as usize;
+    let coefficients = out[..2 * n]
+        .chunks_exact(2)
+        .map(|b| i16::from_le_bytes([b[0], b[1]]))
+        .collect();
+    let words: Vec<u32> = out[2 * n..]
+        .chunks_exact(4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let (status, final_pass) = words.split_at(images.len());
+    Run {
+        coefficients,
+        status: status.to_vec(),
+        final_pass: final_pass[0],
+        plan,
+    }
+}
+
+/// Whether image `i` of `run` has libjpeg-turbo's coefficients of `jpeg`; `Err` says where not.
+fn compare(run: &Run, i: usize, jpeg: &[u8], reader: &mut CoefficientReader) -> Result<(), String> {
+    let read = reader.open(jpeg).unwrap().read(None).unwrap();
+    let header = read.header().clone();
+    let mut got = Vec::new();
+    for (c, info) in header.components().iter().enumerate() {
+        copy_plane(
+            &run.coefficients,
+            &run.plan.planes[i],
+            c,
+            info.blocks_wide,
+            info.blocks_high,
+            &mut got,
+        )
+        .map_err(|e| e.to_string())?;
+        let mut expected = vec![0; got.len()];
+        read.copy_component(c, &mut expected)
+            .map_err(|e| e.to_string())?;
+        if got != expected {
+            let at = got.iter().zip(&expected).position(|(a, b)| a != b);
+            return Err(format!(
+                "component {c}: coefficient {at:?} of {} differs",
+                got.len()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The test's own scratch folder, removed afterwards.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn scratch(name: &str) -> Scratch {
+    let dir = std::env::temp_dir().join(format!("gpufeed-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch folder");
+    Scratch(dir)
+}
+
+/// Large and restart-coded files made by libjpeg-turbo from a real photo.
+pub(crate) fn larger_cases() -> Vec<(String, Vec<u8>)> {
+    let (pixels, w, h) = super::cases::turbo_decode(&repo_file("assets/retina.jpg"), false);
+    let mut out = Vec::new();
+    for (name, options) in [
+        ("retina 420 q90", EncodeOptions::default()),
+        (
+            "retina 444 q100",
+            EncodeOptions {
+                quality: 100,
+                sampling: Sampling::S444,
+                ..EncodeOptions::default()
+            },
+        ),
+        (
+            "retina 422 restart 7 optimized",
+            EncodeOptions {
+                sampling: Sampling::S422,
+                restart: Restart::Mcus(7),
+                optimize: true,
+                ..EncodeOptions::default()
+            },
+        ),
+    ] {
+        let jpeg = encode(&pixels, w, h, Format::Rgb, &options).expect("encode");
+        out.push((name.to_string(), jpeg));
+    }
+    out
+}
+
+#[test]
+fn the_entropy_kernels_run_on_the_host_equal_libjpeg_turbo() {
+    let scratch = scratch("entropy-host");
+    let Some(harness) = build_harness(&scratch.0) else {
+        return;
+    };
+    let mut reader = CoefficientReader::new().unwrap();
+    let mut named: Vec<(String, Vec<u8>)> =
+        cases(5).into_iter().map(|c| (c.name, c.jpeg)).collect();
+    named.extend(larger_cases());
+    named.push(("assets/retina.jpg".into(), repo_file("assets/retina.jpg")));
+    let mut parsed = Vec::new();
+    let mut refused = Vec::new();
+    for (name, jpeg) in &named {
+        let header = reader.open(jpeg).unwrap().header().clone();
+        match parse(jpeg) {
+            Ok(p) => parsed.push((name.clone(), jpeg.clone(), p)),
+            Err(Error::Unsupported(reason)) => {
+                assert!(
+                    header.progressive || header.arithmetic,
+                    "{name}: a baseline file refused: {reason}"
+                );
+                refused.push(name.clone());
+            }
+            Err(e) => panic!("{name}: {e}"),
+        }
+    }
+    assert!(parsed.len() >= 100, "{} baseline cases", parsed.len());
+    let images: Vec<&ParsedJpeg> = parsed.iter().map(|(_, _, p)| p).collect();
+    let result = run(&harness, &scratch.0, &images);
+    for (i, (name, _, p)) in parsed.iter().enumerate() {
+        if std::env::var_os("GF_DIAG").is_some() {
+            eprintln!(
+                "{i}: {name} period {}",
+                super::entropy_batch::table_period(p)
+            );
+        }
+    }
+    for (i, (name, jpeg, _)) in parsed.iter().enumerate() {
+        assert_eq!(result.status[i], 0, "{name}: flagged");
+        if let Err(e) = compare(&result, i, jpeg, &mut reader) {
+            panic!("{name}: {e}");
+        }
+    }
+    eprintln!(
+        "{} images exact, {} subsequences, final pass {}; refused: {refused:?}",
+        parsed.len(),
+        result.plan.subs.len(),
+        result.final_pass
+    );
+}
+
+#[test]
+fn broken_files_are_refused_or_flagged_never_a_crash() {
+    let scratch = scratch("entropy-broken");
+    let Some(harness) = build_harness(&scratch.0) else {
+        return;
+    };
+    let sources: Vec<Vec<u8>> = larger_cases()
+        .into_iter()
+        .map(|(_, j)| j)
+        .chain(cases(6).into_iter().take(30).map(|c| c.jpeg))
+        .collect();
+    let noise = random_bytes(4096, 17);
+    let mut flagged = 0;
+    let mut exact = 0;
+    let mut refused = 0;
+    let mut batch = Vec::new();
+    for (n, jpeg) in sources.iter().enumerate() {
+        let r = |k: usize| usize::from(noise[(n * 8 + k) % noise.len()]);
+        // Cut short, a byte flipped in the data, a byte flipped anywhere.
+        let cut = jpeg[..jpeg.len() * (64 + r(0) % 160) / 256].to_vec();
+        let mut data_flip = jpeg.clone();
+        let at = jpeg.len() - 3 - (r(1) * 256 + r(2)) % (jpeg.len() / 3);
+        data_flip[at] ^= 1 << (r(3) % 8);
+        let mut any_flip = jpeg.clone();
+        let at = (r(4) * 256 + r(5)) % jpeg.len();
+        any_flip[at] = any_flip[at].wrapping_add(1 + r(6) as u8 % 255);
+        for broken in [cut, data_flip, any_flip] {
+            match parse(&broken) {
+                Ok(p) => batch.push((broken, p)),
+                Err(_) => refused += 1,
+            }
+        }
+    }
+    let images: Vec<&ParsedJpeg> = batch.iter().map(|(_, p)| p).collect();
+    let result = run(&harness, &scratch.0, &images);
+    let mut reader = CoefficientReader::new().unwrap();
+    for (i, (jpeg, _)) in batch.iter().enumerate() {
+        if result.status[i] != 0 {
+            flagged += 1;
+            continue;
+        }
+        // Not flagged: libjpeg's coefficients, whatever it warns about (extraneous bytes after
+        // an interval's last MCU change nothing).
+        let readable = reader.open(jpeg).is_ok_and(|o| o.read(None).is_ok());
+        assert!(
+            readable,
+            "broken file {i}: libjpeg cannot read it, the kernels flag nothing"
+        );
+        compare(&result, i, jpeg, &mut reader)
+            .unwrap_or_else(|e| panic!("broken file {i}: unflagged and wrong: {e}"));
+        exact += 1;
+    }
+    eprintln!("broken files: {refused} refused, {flagged} flagged, {exact} still exact");
+    assert!(flagged > 0 && refused > 0);
+}
