@@ -55,7 +55,7 @@ struct GfHuffImage {
     unsigned long long data;  // u32 word offset of its data in the data buffer
     unsigned long long coef;  // i16 offset of its first plane in the coefficient buffer
     unsigned int words;       // u32 words of its data (zero words past the end included)
-    unsigned int tables;      // index of its first table (DC, AC of each component)
+    unsigned int tables;      // u32 word offset of its tables (DC, AC of each component)
     unsigned int mcus_wide;   // MCUs per MCU row
     unsigned int blocks_in_mcu;
     unsigned int plane[3];    // i16 offset of each component's plane from `coef`
@@ -320,8 +320,8 @@ extern "C" __global__ void gpufeed_huff_sync(const unsigned int* __restrict__ da
     if (i >= n) return;
     if (pass > 0 && changed[pass - 1] == 0) return;
     const GfHuffSub sub = subs[i];
-    const GfHuffExit* prev = pass > 0 ? exits + (size_t)((pass - 1) & 1) * n : 0;
-    GfHuffExit* next = exits + (size_t)(pass & 1) * n;
+    const GfHuffExit* prev = pass > 0 ? exits + (unsigned long long)((pass - 1) & 1) * n : 0;
+    GfHuffExit* next = exits + (unsigned long long)(pass & 1) * n;
     // A subsequence whose start state did not change (its predecessor's exit of the pass before
     // is what it was a pass earlier) ends as it did: copied, not decoded again.
     if (pass > 0 && (sub.first || !(prev[i - 1].changed & 1))) {
@@ -333,7 +333,7 @@ extern "C" __global__ void gpufeed_huff_sync(const unsigned int* __restrict__ da
     const GfHuffImage im = images[sub.image];
     GfDecode d;
     gf_start(sub, prev, i, d);
-    gf_decode(data + im.data, tables + (size_t)im.tables * GF_TABLE_WORDS, im, sub.end,
+    gf_decode(data + im.data, tables + im.tables, im, sub.end,
               sub.limit, d, 0, 0, 0, 0, 0);
     GfHuffExit e;
     e.pos = d.pos;
@@ -358,7 +358,7 @@ extern "C" __global__ void gpufeed_huff_scan(const GfHuffImage* __restrict__ ima
     const unsigned int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= n_intervals) return;
     const GfHuffInterval iv = intervals[t];
-    const GfHuffExit* fin = exits + (size_t)(gf_final_pass(changed, passes) & 1) * n;
+    const GfHuffExit* fin = exits + (unsigned long long)(gf_final_pass(changed, passes) & 1) * n;
     const GfHuffImage im = images[iv.image];
     unsigned long long block = iv.first_block;
     unsigned short dc[3] = {0, 0, 0};
@@ -400,7 +400,7 @@ extern "C" __global__ void gpufeed_huff_write(const unsigned int* __restrict__ d
     const GfHuffSub sub = subs[i];
     const GfHuffImage im = images[sub.image];
     const GfHuffInterval iv = intervals[sub.interval];
-    const GfHuffExit* fin = exits + (size_t)(gf_final_pass(changed, passes) & 1) * n;
+    const GfHuffExit* fin = exits + (unsigned long long)(gf_final_pass(changed, passes) & 1) * n;
     const GfHuffBase base = bases[i];
     const unsigned int stop = iv.first_block + iv.blocks;
     if (base.block >= stop) return;
@@ -415,7 +415,7 @@ extern "C" __global__ void gpufeed_huff_write(const unsigned int* __restrict__ d
         atomicOr(st, GF_STATUS_NO_SYNC);
         return;
     }
-    gf_decode(data + im.data, tables + (size_t)im.tables * GF_TABLE_WORDS, im, sub.end,
+    gf_decode(data + im.data, tables + im.tables, im, sub.end,
               sub.limit, d, coef + im.coef, base.block, stop, pred, st);
     const unsigned int reached = base.block + d.blocks;
     if (reached < stop && !d.error &&

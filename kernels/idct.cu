@@ -15,7 +15,8 @@
 //
 // Launches (src/coefficients/batch.rs):
 //   gpufeed_idct_islow     grid (x: enough blocks for the largest job, y: job), one thread per
-//                          8x8 block, a grid-stride loop over the job's blocks.
+//                          8x8 block, a grid-stride loop over the job's blocks; packed
+//                          coefficients, or dense ones (GF_DENSE) the entropy kernels wrote.
 //   gpufeed_upsample_color grid (x: blocks per image, y: image), one thread per output pixel,
 //                          a grid-stride loop over the window's pixels.
 
@@ -72,6 +73,11 @@ static_assert(sizeof(GfColorJob) == 160, "GfColorJob is batch.rs ColorJob");
 #define GF_CC_GRAY 0
 #define GF_CC_YCBCR 1
 #define GF_CC_RGB 2
+
+// GfIdctJob.dc of a component whose coefficients are dense (decoded on the GPU) instead of
+// packed: then masks | groups << 32 is the i16 offset of the rectangle's first block in the dense
+// buffer and ac the blocks a row there; the section holds only the multiplier table.
+#define GF_DENSE 0xFFFFFFFFu
 
 #define GF_GROUP 32
 #define GF_WIDE 1ULL
@@ -247,7 +253,8 @@ __device__ void gf_expand(const unsigned char* section, const GfIdctJob& job, un
 }
 
 extern "C" __global__ void gpufeed_idct_islow(const unsigned char* coefficients,
-                                              unsigned char* planes, const GfIdctJob* jobs) {
+                                              const short* dense, unsigned char* planes,
+                                              const GfIdctJob* jobs) {
     const GfIdctJob job = jobs[blockIdx.y];
     const unsigned char* section = coefficients + job.section;
     // The multiplier table opens the section (8-byte aligned).
@@ -256,9 +263,18 @@ extern "C" __global__ void gpufeed_idct_islow(const unsigned char* coefficients,
     for (unsigned int b = blockIdx.x * blockDim.x + threadIdx.x; b < job.blocks;
          b += blockDim.x * gridDim.x) {
         short coef[64];
-        gf_expand(section, job, b, coef);
         unsigned int bx = b % job.blocks_wide;
         unsigned int by = b / job.blocks_wide;
+        if (job.dc == GF_DENSE) {
+            // Dense coefficients (kernels/entropy.cu): the rectangle's first block at i16 offset
+            // masks | groups << 32, `ac` blocks a row.
+            const short* src = dense + ((unsigned long long)job.masks |
+                                        (unsigned long long)job.groups << 32) +
+                               ((unsigned long long)by * job.ac + bx) * 64;
+            for (int i = 0; i < 64; i++) coef[i] = src[i];
+        } else {
+            gf_expand(section, job, b, coef);
+        }
         unsigned char* out = planes + job.plane + (unsigned long long)(by * 8) * pitch + bx * 8;
         gf_idct_islow(coef, quant, out, pitch);
     }

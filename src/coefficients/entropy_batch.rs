@@ -178,8 +178,8 @@ pub fn table_period(image: &ParsedJpeg) -> u32 {
 }
 
 impl EntropyPlan {
-    /// Plans `images`, replacing what the plan held.
-    pub fn plan(&mut self, images: &[&ParsedJpeg]) -> Result<(), Error> {
+    /// Forgets the images planned.
+    pub fn clear(&mut self) {
         self.images.clear();
         self.subs.clear();
         self.intervals.clear();
@@ -187,92 +187,118 @@ impl EntropyPlan {
         self.data_words = 0;
         self.table_words = 0;
         self.coefficients = 0;
+    }
+
+    /// Plans `images`, their data and tables one after the other from word 0 of the data and
+    /// the table buffer ([`stage_data`]), replacing what the plan held.
+    pub fn plan(&mut self, images: &[&ParsedJpeg]) -> Result<(), Error> {
+        self.clear();
+        let (mut data, mut tables) = (0, 0);
+        for image in images {
+            self.push(image, data, tables)?;
+            let (words, table_words, _) = entropy_footprint(image);
+            data += words;
+            tables += table_words;
+        }
+        Ok(())
+    }
+
+    /// Adds `image` to the plan, its data at word `data` of the data buffer and its tables at
+    /// word `tables` of the table buffer; its planes follow the planes planned. On an error the
+    /// plan is as it was.
+    pub fn push(&mut self, image: &ParsedJpeg, data: u64, tables: u64) -> Result<(), Error> {
         let too_large = |what: &str| Error::Request(format!("{what} too large for the kernels"));
-        for (n, image) in images.iter().enumerate() {
-            let index = self.images.len() as u32;
-            let ncomp = image.components.len();
-            if ncomp > 3 || image.mcu_blocks.len() > MAX_BLOCKS_IN_MCU {
-                return Err(Error::Request(format!(
-                    "image {n}: not a parsed baseline JPEG"
-                )));
-            }
-            let mut job = HuffImage {
-                data: self.data_words,
-                coef: self.coefficients,
-                words: u32::try_from((image.data.len() as u64).div_ceil(4))
-                    .map_err(|_| too_large("a scan"))?,
-                tables: u32::try_from(self.table_words / TABLE_WORDS as u64)
-                    .map_err(|_| too_large("a batch"))?,
-                mcus_wide: image.mcus_wide,
-                blocks_in_mcu: image.blocks_in_mcu(),
-                status: index,
-                period: table_period(image),
-                ..HuffImage::default()
-            };
-            // Bits must be addressable by a u32.
-            if image.data.len() as u64 * 8 >= u64::from(u32::MAX) {
-                return Err(too_large("a scan"));
-            }
-            let mut planes = DensePlanes {
-                offset: [0; 3],
-                blocks_wide: [0; 3],
-                blocks_high: [0; 3],
-                components: ncomp,
-            };
-            let mut at = 0u64;
-            for (c, comp) in image.components.iter().enumerate() {
-                job.plane[c] = u32::try_from(at).map_err(|_| too_large("an image"))?;
-                job.plane_wide[c] = comp.plane_blocks_wide;
-                let single = ncomp == 1;
-                job.h[c] = if single { 1 } else { comp.h_samp };
-                job.v[c] = if single { 1 } else { comp.v_samp };
-                planes.offset[c] = self.coefficients + at;
-                planes.blocks_wide[c] = comp.plane_blocks_wide;
-                planes.blocks_high[c] = comp.plane_blocks_high;
-                at += (image.plane_len(c) as u64).next_multiple_of(PLANE_ALIGN);
-            }
-            u32::try_from(at).map_err(|_| too_large("an image"))?;
-            for (b, &(c, x, y)) in image.mcu_blocks.iter().enumerate() {
-                job.block[b] = u32::from(c) | u32::from(x) << 8 | u32::from(y) << 16;
-            }
-            let bim = image.blocks_in_mcu();
-            for iv in &image.intervals {
-                let first_sub = self.subs.len() as u32;
-                let (start, limit) = (iv.start * 8, iv.end * 8);
-                let count = (limit - start).div_ceil(SUB_BITS).max(1);
-                for s in 0..count {
-                    let sub_start = start + s * SUB_BITS;
-                    self.subs.push(HuffSub {
-                        image: index,
-                        interval: self.intervals.len() as u32,
-                        start: sub_start,
-                        end: (sub_start + SUB_BITS).min(limit),
-                        limit,
-                        first: u32::from(s == 0),
-                    });
-                }
-                self.intervals.push(HuffInterval {
+        let index = self.images.len() as u32;
+        let ncomp = image.components.len();
+        if !(1..=3).contains(&ncomp)
+            || image.mcu_blocks.is_empty()
+            || image.mcu_blocks.len() > MAX_BLOCKS_IN_MCU
+            || image.tables.len() != ncomp * 2 * TABLE_WORDS
+        {
+            return Err(Error::Request("not a parsed baseline JPEG".into()));
+        }
+        // Bits must be addressable by a u32.
+        if image.data.len() as u64 * 8 >= u64::from(u32::MAX) {
+            return Err(too_large("a scan"));
+        }
+        let mut job = HuffImage {
+            data,
+            coef: self.coefficients,
+            words: u32::try_from((image.data.len() as u64).div_ceil(4))
+                .map_err(|_| too_large("a scan"))?,
+            tables: u32::try_from(tables).map_err(|_| too_large("a batch"))?,
+            mcus_wide: image.mcus_wide,
+            blocks_in_mcu: image.blocks_in_mcu(),
+            status: index,
+            period: table_period(image),
+            ..HuffImage::default()
+        };
+        let mut planes = DensePlanes {
+            offset: [0; 3],
+            blocks_wide: [0; 3],
+            blocks_high: [0; 3],
+            components: ncomp,
+        };
+        let mut at = 0u64;
+        for (c, comp) in image.components.iter().enumerate() {
+            job.plane[c] = u32::try_from(at).map_err(|_| too_large("an image"))?;
+            job.plane_wide[c] = comp.plane_blocks_wide;
+            let single = ncomp == 1;
+            job.h[c] = if single { 1 } else { comp.h_samp };
+            job.v[c] = if single { 1 } else { comp.v_samp };
+            planes.offset[c] = self.coefficients + at;
+            planes.blocks_wide[c] = comp.plane_blocks_wide;
+            planes.blocks_high[c] = comp.plane_blocks_high;
+            at += (image.plane_len(c) as u64).next_multiple_of(PLANE_ALIGN);
+        }
+        u32::try_from(at).map_err(|_| too_large("an image"))?;
+        for (b, &(c, x, y)) in image.mcu_blocks.iter().enumerate() {
+            job.block[b] = u32::from(c) | u32::from(x) << 8 | u32::from(y) << 16;
+        }
+        let bim = image.blocks_in_mcu();
+        let (subs, intervals) = (self.subs.len(), self.intervals.len());
+        for iv in &image.intervals {
+            let first_sub = self.subs.len() as u32;
+            let (start, limit) = (iv.start * 8, iv.end * 8);
+            let count = (limit - start).div_ceil(SUB_BITS).max(1);
+            for s in 0..count {
+                let sub_start = start + s * SUB_BITS;
+                self.subs.push(HuffSub {
                     image: index,
-                    first_sub,
-                    subs: count,
-                    first_block: iv
-                        .first_mcu
-                        .checked_mul(bim)
-                        .ok_or_else(|| too_large("an image"))?,
-                    blocks: iv.mcus * bim,
-                    unused: 0,
+                    interval: self.intervals.len() as u32,
+                    start: sub_start,
+                    end: (sub_start + SUB_BITS).min(limit),
+                    limit,
+                    first: u32::from(s == 0),
                 });
             }
-            let (words, tables, coefficients) = entropy_footprint(image);
-            self.data_words += words;
-            self.table_words += tables;
-            self.coefficients += coefficients;
-            self.images.push(job);
-            self.planes.push(planes);
+            let first_block = iv.first_mcu.checked_mul(bim);
+            let Some(first_block) = first_block.filter(|f| f.checked_add(iv.mcus * bim).is_some())
+            else {
+                self.subs.truncate(subs);
+                self.intervals.truncate(intervals);
+                return Err(too_large("an image"));
+            };
+            self.intervals.push(HuffInterval {
+                image: index,
+                first_sub,
+                subs: count,
+                first_block,
+                blocks: iv.mcus * bim,
+                unused: 0,
+            });
         }
         if self.subs.len() >= u32::MAX as usize / 2 {
+            self.subs.truncate(subs);
+            self.intervals.truncate(intervals);
             return Err(too_large("a batch"));
         }
+        let (words, table_words, coefficients) = entropy_footprint(image);
+        self.data_words = self.data_words.max(data + words);
+        self.table_words = self.table_words.max(tables + table_words);
+        self.coefficients += coefficients;
+        self.images.push(job);
+        self.planes.push(planes);
         Ok(())
     }
 }

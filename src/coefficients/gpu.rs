@@ -1,7 +1,10 @@
-//! The GPU side of the path: `kernels/idct.cu` compiled once per device, and a [`GpuDecoder`]
-//! that takes a batch of packed images into pinned staging memory, uploads it and queues both
-//! kernels on one stream. Every buffer is sized once from a [`Budget`]; a batch allocates
-//! nothing (the descriptor vectors keep their capacity).
+//! The GPU side of the path: `kernels/idct.cu` and `kernels/entropy.cu` compiled once per
+//! device, and a [`GpuDecoder`] that takes a batch of images into pinned staging memory, uploads
+//! it and queues the kernels on one stream. An image comes packed (its coefficients decoded by
+//! libjpeg-turbo on the CPU, [`GpuDecoder::add`]) or entropy-coded (a baseline JPEG parsed by
+//! [`super::entropy::parse`], [`GpuDecoder::add_entropy_coded`]: the GPU decodes its Huffman
+//! data into dense coefficients first); a batch may mix both. Every buffer is sized once from a
+//! [`Budget`]; a batch allocates nothing (the descriptor vectors keep their capacity).
 //!
 //! Ordering: everything is queued on the decoder's stream. [`GpuDecoder::add`] waits (once a
 //! batch) for the previous batch's upload to have left the staging memory; the rendered windows
@@ -18,12 +21,23 @@ use cudarc::driver::{
 use super::batch::{
     footprint, BatchPlan, ColorJob, IdctJob, Rendered, COLOR_THREADS, IDCT_THREADS,
 };
+use super::entropy::ParsedJpeg;
+use super::entropy_batch::{
+    entropy_footprint, subsequences, EntropyPlan, HuffImage, HuffInterval, HuffSub, BASE_BYTES,
+    EXIT_BYTES, HUFF_THREADS, PASSES,
+};
 use super::pack::PackedImage;
-use super::Error;
+use super::reference::multiplier_table;
+use super::{Error, Layout, Window};
 use crate::cuda::{Gpu, KernelSource};
 
 /// The kernel source, embedded at build time.
 pub const SOURCE: &str = include_str!("../../kernels/idct.cu");
+/// The entropy decoder's kernel source.
+pub const ENTROPY_SOURCE: &str = include_str!("../../kernels/entropy.cu");
+
+/// `GfIdctJob.dc` of a component whose coefficients are dense (kernels/idct.cu `GF_DENSE`).
+const DENSE: u32 = u32::MAX;
 
 // SAFETY: `IdctJob` and `ColorJob` are `repr(C)` plain integers laid out as the kernel's
 // `GfIdctJob` and `GfColorJob` (40 and 160 bytes, no padding: batch.rs's test and the kernel's
@@ -31,6 +45,14 @@ pub const SOURCE: &str = include_str!("../../kernels/idct.cu");
 unsafe impl DeviceRepr for IdctJob {}
 // SAFETY: as above.
 unsafe impl DeviceRepr for ColorJob {}
+// SAFETY: `HuffImage`, `HuffSub` and `HuffInterval` are `repr(C)` plain integers laid out as the
+// entropy kernel's `GfHuffImage`, `GfHuffSub` and `GfHuffInterval` (128, 24 and 24 bytes, no
+// padding: entropy_batch.rs's test and the kernel's static_asserts check the sizes).
+unsafe impl DeviceRepr for HuffImage {}
+// SAFETY: as above.
+unsafe impl DeviceRepr for HuffSub {}
+// SAFETY: as above.
+unsafe impl DeviceRepr for HuffInterval {}
 
 /// The memory of a [`GpuDecoder`], allocated once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,13 +65,21 @@ pub struct Budget {
     pub output_bytes: usize,
     /// Images a batch holds.
     pub images: usize,
+    /// Bytes of dense coefficients (`i16`, whole images) a batch's entropy-coded images hold on
+    /// the device.
+    pub dense_bytes: usize,
+    /// Subsequences of entropy-coded data a batch holds (about one per 128 bytes of data, at
+    /// least one per restart interval); 88 device bytes each.
+    pub subsequences: usize,
 }
 
 impl Budget {
     /// A budget for batches of up to `megapixels` of windows in up to `images` images: planes
     /// and outputs at 3 bytes a pixel (4:4:4 colour, the most), packed coefficients at 2 bytes a
     /// pixel (four times what camera photos at quality 90 take; a batch that does not fit is
-    /// cut short by [`GpuDecoder::fits`], never overrun).
+    /// cut short by [`GpuDecoder::fits`], never overrun). Entropy-coded images get dense
+    /// coefficients for `megapixels` of whole 4:4:4 images (6 bytes a pixel) and a subsequence
+    /// for every 64 bytes of staging.
     pub fn for_megapixels(megapixels: f64, images: usize) -> Budget {
         let pixels = (megapixels.max(0.0) * 1e6) as usize;
         Budget {
@@ -57,12 +87,18 @@ impl Budget {
             plane_bytes: 3 * pixels + images * 3 * 1024,
             output_bytes: 3 * pixels + images * 256,
             images,
+            dense_bytes: 6 * pixels + images * 3 * 2048,
+            subsequences: 2 * pixels / 64 + images * 16,
         }
     }
 
     /// Device bytes the budget takes (besides the descriptors).
     pub fn device_bytes(&self) -> usize {
-        self.coefficient_bytes + self.plane_bytes + self.output_bytes
+        self.coefficient_bytes
+            + self.plane_bytes
+            + self.output_bytes
+            + self.dense_bytes
+            + self.subsequences * (2 * EXIT_BYTES + BASE_BYTES + 48)
     }
 }
 
@@ -85,6 +121,26 @@ pub struct GpuDecoder {
     output: CudaSlice<u8>,
     idct_jobs: CudaSlice<IdctJob>,
     color_jobs: CudaSlice<ColorJob>,
+    entropy: Entropy,
+}
+
+/// The entropy decoder's kernels, plan and buffers.
+struct Entropy {
+    zero: CudaFunction,
+    sync: CudaFunction,
+    scan: CudaFunction,
+    write: CudaFunction,
+    plan: EntropyPlan,
+    /// Per entropy-coded image: its index in the batch.
+    batch_index: Vec<usize>,
+    dense: CudaSlice<i16>,
+    images: CudaSlice<HuffImage>,
+    subs: CudaSlice<HuffSub>,
+    intervals: CudaSlice<HuffInterval>,
+    exits: CudaSlice<u8>,
+    bases: CudaSlice<u8>,
+    changed: CudaSlice<u32>,
+    status: CudaSlice<u32>,
 }
 
 impl std::fmt::Debug for GpuDecoder {
@@ -123,6 +179,24 @@ impl GpuDecoder {
         };
         let idct = load("gpufeed_idct_islow")?;
         let color = load("gpufeed_upsample_color")?;
+        let module = gpu
+            .module(&KernelSource {
+                name: "entropy.cu",
+                code: ENTROPY_SOURCE,
+                defines: Vec::new(),
+            })
+            .map_err(|e| Error::Device(Box::new(e)))?;
+        let load = |name: &str| {
+            module
+                .load_function(name)
+                .map_err(device("finding a kernel of entropy.cu"))
+        };
+        let (zero, sync, scan, write) = (
+            load("gpufeed_huff_zero")?,
+            load("gpufeed_huff_sync")?,
+            load("gpufeed_huff_scan")?,
+            load("gpufeed_huff_write")?,
+        );
         let ctx = stream.context();
         // SAFETY: uninitialized u8 memory; `add` writes every byte it stages before the upload
         // reads it, and u8 has no invalid bit patterns. Flags 0: ordinary page-locked memory.
@@ -139,6 +213,38 @@ impl GpuDecoder {
                 stream.alloc::<IdctJob>(3 * budget.images.max(1)),
                 stream.alloc::<ColorJob>(budget.images.max(1)),
             )
+        };
+        let subs = budget.subsequences.max(1);
+        // SAFETY: device memory left uninitialized: the entropy kernels read only descriptors
+        // uploaded before them, flags and status words zeroed before them, exits and bases
+        // written by the launches before them, and they zero the dense planes before writing.
+        let (dense, images, subs_buf, intervals, exits, bases, changed, status) = unsafe {
+            (
+                stream.alloc::<i16>((budget.dense_bytes / 2).max(64)),
+                stream.alloc::<HuffImage>(budget.images.max(1)),
+                stream.alloc::<HuffSub>(subs),
+                stream.alloc::<HuffInterval>(subs),
+                stream.alloc::<u8>(2 * subs * EXIT_BYTES),
+                stream.alloc::<u8>(subs * BASE_BYTES),
+                stream.alloc::<u32>(PASSES as usize),
+                stream.alloc::<u32>(budget.images.max(1)),
+            )
+        };
+        let entropy = Entropy {
+            zero,
+            sync,
+            scan,
+            write,
+            plan: EntropyPlan::default(),
+            batch_index: Vec::with_capacity(budget.images),
+            dense: allocated(dense)?,
+            images: allocated(images)?,
+            subs: allocated(subs_buf)?,
+            intervals: allocated(intervals)?,
+            exits: allocated(exits)?,
+            bases: allocated(bases)?,
+            changed: allocated(changed)?,
+            status: allocated(status)?,
         };
         Ok(GpuDecoder {
             stream: stream.clone(),
@@ -157,6 +263,7 @@ impl GpuDecoder {
             output: allocated(output)?,
             idct_jobs: allocated(idct_jobs)?,
             color_jobs: allocated(color_jobs)?,
+            entropy,
         })
     }
 
@@ -176,6 +283,8 @@ impl GpuDecoder {
         self.staged = 0;
         self.planes_used = 0;
         self.output_used = 0;
+        self.entropy.plan.clear();
+        self.entropy.batch_index.clear();
     }
 
     /// Images in the batch.
@@ -222,22 +331,151 @@ impl GpuDecoder {
                 self.staged
             )));
         }
-        if let Some(event) = self.uploaded.take() {
-            event
-                .synchronize()
-                .map_err(device("waiting for the previous upload"))?;
-        }
-        let staging = self
-            .staging
-            .as_mut_slice()
-            .map_err(device("mapping pinned staging memory"))?;
-        staging[self.staged..self.staged + bytes.len()].copy_from_slice(bytes);
+        let at = self.staged;
+        self.staging_free()?[at..at + bytes.len()].copy_from_slice(bytes);
         let (planes, output) = footprint(image);
         self.images.push((*image, self.staged as u64));
         self.staged += bytes.len();
         self.planes_used += planes;
         self.output_used += output;
         Ok(self.images.len() - 1)
+    }
+
+    /// The staging memory, once the previous batch's upload has left it.
+    fn staging_free(&mut self) -> Result<&mut [u8], Error> {
+        if let Some(event) = self.uploaded.take() {
+            event
+                .synchronize()
+                .map_err(device("waiting for the previous upload"))?;
+        }
+        self.staging
+            .as_mut_slice()
+            .map_err(device("mapping pinned staging memory"))
+    }
+
+    /// What an entropy-coded image stages: per component its multiplier table (128 bytes), its
+    /// Huffman tables, its data padded to 8 bytes; and the image as the IDCT plan sees it.
+    fn entropy_image(
+        parsed: &ParsedJpeg,
+        layout: &Layout,
+        window: &Window,
+    ) -> Result<PackedImage, Error> {
+        let consistent = layout.width == parsed.width
+            && layout.height == parsed.height
+            && layout.components.len() == parsed.components.len()
+            && layout
+                .components
+                .iter()
+                .zip(&parsed.components)
+                .all(|(l, p)| {
+                    l.blocks_wide <= p.plane_blocks_wide && l.blocks_high <= p.plane_blocks_high
+                });
+        if !consistent {
+            return Err(Error::Request("the layout is not the parsed JPEG's".into()));
+        }
+        let n = parsed.components.len();
+        let bytes = 128 * n + parsed.tables.len() * 4 + parsed.data.len().next_multiple_of(8);
+        let sections = [0, 128, 256];
+        PackedImage::dense(layout, window, sections, bytes)
+    }
+
+    /// Whether the baseline JPEG `parsed` (with `layout`, its [`Layout`], and `window`, what
+    /// to render of it) fits in the batch's budget beside the images added.
+    pub fn fits_entropy_coded(
+        &self,
+        parsed: &ParsedJpeg,
+        layout: &Layout,
+        window: &Window,
+    ) -> bool {
+        Self::entropy_image(parsed, layout, window)
+            .is_ok_and(|image| self.fits(&image) && self.entropy_fits(parsed))
+    }
+
+    /// Whether the entropy decoder's buffers take `parsed` beside the images added.
+    fn entropy_fits(&self, parsed: &ParsedJpeg) -> bool {
+        let plan = &self.entropy.plan;
+        let (_, _, coefficients) = entropy_footprint(parsed);
+        (plan.coefficients + coefficients) * 2 <= self.budget.dense_bytes as u64
+            && plan.subs.len() as u64 + subsequences(parsed) <= self.budget.subsequences as u64
+            && plan.intervals.len() + parsed.intervals.len() <= self.budget.subsequences
+    }
+
+    /// Adds the baseline JPEG `parsed` ([`super::entropy::parse`]) to the batch, to be
+    /// entropy-decoded on the GPU: its data and tables are copied into pinned memory. `layout`
+    /// is its [`Layout`] (from its headers), `window` what to render of it. Returns its index in
+    /// the batch. After [`GpuDecoder::transform`], [`GpuDecoder::entropy_failures`] says whether
+    /// its decode was exact; a failed image's window holds no meaningful pixels (decode that
+    /// file on the CPU).
+    pub fn add_entropy_coded(
+        &mut self,
+        parsed: &ParsedJpeg,
+        layout: &Layout,
+        window: &Window,
+    ) -> Result<usize, Error> {
+        let image = Self::entropy_image(parsed, layout, window)?;
+        if !self.fits(&image) || !self.entropy_fits(parsed) {
+            return Err(Error::Request(format!(
+                "the image does not fit in the batch's budget ({:?}; {} images, {} bytes \
+                 staged, {} subsequences, {} dense coefficients)",
+                self.budget,
+                self.images.len(),
+                self.staged,
+                self.entropy.plan.subs.len(),
+                self.entropy.plan.coefficients
+            )));
+        }
+        let at = self.staged;
+        let n = parsed.components.len();
+        let tables_at = at + 128 * n;
+        let data_at = tables_at + parsed.tables.len() * 4;
+        self.entropy
+            .plan
+            .push(parsed, data_at as u64 / 4, tables_at as u64 / 4)?;
+        let staging = &mut self.staging_free()?[at..at + image.bytes];
+        for (c, component) in parsed.components.iter().enumerate() {
+            let table = multiplier_table(&component.quant);
+            for (k, q) in table.iter().enumerate() {
+                let o = 128 * c + 2 * k;
+                staging[o..o + 2].copy_from_slice(&q.to_le_bytes());
+            }
+        }
+        let tables = &mut staging[128 * n..];
+        for (k, w) in parsed.tables.iter().enumerate() {
+            tables[4 * k..4 * k + 4].copy_from_slice(&w.to_le_bytes());
+        }
+        let data = &mut staging[data_at - at..];
+        data[..parsed.data.len()].copy_from_slice(&parsed.data);
+        data[parsed.data.len()..].fill(0);
+        let (planes, output) = footprint(&image);
+        self.images.push((image, at as u64));
+        self.staged += image.bytes;
+        self.planes_used += planes;
+        self.output_used += output;
+        self.entropy.batch_index.push(self.images.len() - 1);
+        Ok(self.images.len() - 1)
+    }
+
+    /// The entropy-coded images of the last transformed batch whose GPU decode was not exact,
+    /// with their status bits ([`super::entropy_batch::status`]): a code no table holds, a run
+    /// past coefficient 63, data cut short or corrupt, no synchronisation. Waits for the
+    /// stream.
+    pub fn entropy_failures(&self) -> Result<Vec<(usize, u32)>, Error> {
+        let n = self.entropy.batch_index.len();
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let status = self
+            .stream
+            .clone_dtoh(&self.entropy.status.slice(..n))
+            .map_err(device("downloading the entropy decode's status"))?;
+        Ok(self
+            .entropy
+            .batch_index
+            .iter()
+            .zip(status)
+            .filter(|(_, s)| *s != 0)
+            .map(|(&i, s)| (i, s))
+            .collect())
     }
 
     /// Queues the upload of the batch's packed coefficients on the stream.
@@ -283,6 +521,9 @@ impl GpuDecoder {
                 self.budget.output_bytes
             )));
         }
+        self.point_at_dense_planes();
+        self.decode_entropy()?;
+        let plan = &self.plan;
         let mut idct_jobs = self.idct_jobs.slice_mut(..plan.idct.len());
         self.stream
             .memcpy_htod(&plan.idct, &mut idct_jobs)
@@ -300,14 +541,19 @@ impl GpuDecoder {
         let mut builder = self.stream.launch_builder(&self.idct);
         builder
             .arg(&self.coefficients)
+            .arg(&self.entropy.dense)
             .arg(&mut self.planes)
             .arg(&self.idct_jobs);
-        // SAFETY: the arguments match gpufeed_idct_islow's (coefficients, planes, jobs). The
-        // grid's y is the number of jobs uploaded just before on this stream; each job's section
-        // lies in the coefficients uploaded before it (the packer's offsets inside an image's
-        // bytes, the image at its staging offset, all below `staged`), and its plane (blocks *
-        // 64 bytes from its offset) inside `plane_bytes`, checked against the buffer above.
-        // Threads past a job's blocks do nothing.
+        // SAFETY: the arguments match gpufeed_idct_islow's (coefficients, dense, planes, jobs).
+        // The grid's y is the number of jobs uploaded just before on this stream; each job's
+        // section lies in the coefficients uploaded before it (the packer's offsets inside an
+        // image's bytes, or an entropy-coded image's multiplier tables, the image at its staging
+        // offset, all below `staged`); a dense job's blocks lie in its image's planes in `dense`
+        // (the window's block rectangle inside the plane, checked by `add_entropy_coded`, the
+        // planes inside `dense_bytes`, checked by `entropy_fits`), written by the entropy
+        // kernels before it on this stream; its plane (blocks * 64 bytes from its offset) lies
+        // inside `plane_bytes`, checked against the buffer above. Threads past a job's blocks
+        // do nothing.
         unsafe { builder.launch(config) }.map_err(device("launching the inverse DCT"))?;
 
         let config = LaunchConfig {
@@ -330,6 +576,176 @@ impl GpuDecoder {
         Ok(())
     }
 
+    /// Points the IDCT jobs of the entropy-coded images at their dense planes.
+    fn point_at_dense_planes(&mut self) {
+        let mut first_job = Vec::new();
+        let mut job = 0usize;
+        for (image, _) in &self.images {
+            first_job.push(job);
+            job += image.components().count();
+        }
+        for (h, &i) in self.entropy.batch_index.iter().enumerate() {
+            let (Some(planes), Some(&first), Some((image, _))) = (
+                self.entropy.plan.planes.get(h),
+                first_job.get(i),
+                self.images.get(i),
+            ) else {
+                continue;
+            };
+            for (c, p) in image.components().enumerate() {
+                let Some(job) = self.plan.idct.get_mut(first + c) else {
+                    continue;
+                };
+                let pitch = planes.blocks_wide[c];
+                let offset = planes.offset[c]
+                    + (u64::from(p.blocks.y0) * u64::from(pitch) + u64::from(p.blocks.x0)) * 64;
+                job.dc = DENSE;
+                job.masks = offset as u32;
+                job.groups = (offset >> 32) as u32;
+                job.ac = pitch;
+            }
+        }
+    }
+
+    /// Queues the entropy decoder's launches for the batch's entropy-coded images.
+    fn decode_entropy(&mut self) -> Result<(), Error> {
+        let e = &mut self.entropy;
+        let plan = &e.plan;
+        if plan.images.is_empty() {
+            return Ok(());
+        }
+        let mut images = e.images.slice_mut(..plan.images.len());
+        self.stream
+            .memcpy_htod(&plan.images, &mut images)
+            .map_err(device("uploading the entropy images"))?;
+        let mut subs = e.subs.slice_mut(..plan.subs.len());
+        self.stream
+            .memcpy_htod(&plan.subs, &mut subs)
+            .map_err(device("uploading the subsequences"))?;
+        let mut intervals = e.intervals.slice_mut(..plan.intervals.len());
+        self.stream
+            .memcpy_htod(&plan.intervals, &mut intervals)
+            .map_err(device("uploading the restart intervals"))?;
+        self.stream
+            .memset_zeros(&mut e.changed)
+            .map_err(device("clearing the synchronisation flags"))?;
+        self.stream
+            .memset_zeros(&mut e.status)
+            .map_err(device("clearing the entropy status"))?;
+
+        let words = plan.coefficients / 2;
+        let config = LaunchConfig {
+            grid_dim: (
+                words.div_ceil(u64::from(HUFF_THREADS)).clamp(1, 4096) as u32,
+                1,
+                1,
+            ),
+            block_dim: (HUFF_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut builder = self.stream.launch_builder(&e.zero);
+        builder.arg(&mut e.dense).arg(&words);
+        // SAFETY: gpufeed_huff_zero(coef, words) writes u32 words 0..words of `dense`, which
+        // holds `plan.coefficients` i16 values (`entropy_fits` keeps them inside `dense_bytes`).
+        unsafe { builder.launch(config) }.map_err(device("launching the zeroing of planes"))?;
+
+        let n = plan.subs.len() as u32;
+        let per_sub = LaunchConfig {
+            grid_dim: (n.div_ceil(HUFF_THREADS), 1, 1),
+            block_dim: (HUFF_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        for pass in 0..PASSES {
+            let mut builder = self.stream.launch_builder(&e.sync);
+            builder
+                .arg(&self.coefficients)
+                .arg(&self.coefficients)
+                .arg(&e.images)
+                .arg(&e.subs)
+                .arg(&n)
+                .arg(&mut e.exits)
+                .arg(&mut e.changed)
+                .arg(&pass);
+            // SAFETY: the arguments match gpufeed_huff_sync's (data, tables, images, subs, n,
+            // exits, changed, pass); data and tables are the staged bytes (each image's data and
+            // tables at the word offsets `add_entropy_coded` planned, below `staged`, uploaded
+            // before on this stream; the kernel reads no data word past an image's `words`).
+            // Thread i < n reads subsequence i and its image (uploaded above), exits i - 1 and i
+            // of one half of `exits` and writes exit i of the other (2 * n exits fit: n is at
+            // most `subsequences`), and flag `pass` < PASSES.
+            unsafe { builder.launch(per_sub) }.map_err(device("launching a sync pass"))?;
+        }
+
+        let n_intervals = plan.intervals.len() as u32;
+        let config = LaunchConfig {
+            grid_dim: (n_intervals.div_ceil(HUFF_THREADS), 1, 1),
+            block_dim: (HUFF_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let passes = PASSES;
+        let mut builder = self.stream.launch_builder(&e.scan);
+        builder
+            .arg(&e.images)
+            .arg(&e.intervals)
+            .arg(&n_intervals)
+            .arg(&n)
+            .arg(&e.exits)
+            .arg(&e.changed)
+            .arg(&passes)
+            .arg(&mut e.bases)
+            .arg(&mut e.status);
+        // SAFETY: the arguments match gpufeed_huff_scan's (images, intervals, n_intervals, n,
+        // exits, changed, passes, bases, status); thread t < n_intervals reads interval t, its
+        // image, the exits of its subsequences (all below n) and writes their bases (n fit) and
+        // its image's status word (one per image of the batch, at most `images`).
+        unsafe { builder.launch(config) }.map_err(device("launching the block scan"))?;
+
+        let mut builder = self.stream.launch_builder(&e.write);
+        builder
+            .arg(&self.coefficients)
+            .arg(&self.coefficients)
+            .arg(&e.images)
+            .arg(&e.subs)
+            .arg(&e.intervals)
+            .arg(&n)
+            .arg(&e.exits)
+            .arg(&e.changed)
+            .arg(&passes)
+            .arg(&e.bases)
+            .arg(&mut e.dense)
+            .arg(&mut e.status);
+        // SAFETY: the arguments match gpufeed_huff_write's (data, tables, images, subs,
+        // intervals, n, exits, changed, passes, bases, coef, status). It reads as the sync
+        // passes do, and writes coefficients only of blocks below its interval's end, located
+        // from the block's index alone inside its image's planes (inside `dense`, see the zeroing
+        // above), and bits of its image's status word.
+        unsafe { builder.launch(per_sub) }.map_err(device("launching the entropy decode"))?;
+        Ok(())
+    }
+
+    /// The dense coefficients the entropy kernels wrote for the batch's entropy-coded image `h`
+    /// (in the order they were added): per component, its plane's blocks per row and values.
+    #[cfg(test)]
+    pub(crate) fn dense_planes(&self, h: usize) -> Result<Vec<(u32, Vec<i16>)>, Error> {
+        let planes = self
+            .entropy
+            .plan
+            .planes
+            .get(h)
+            .ok_or_else(|| Error::Request(format!("no entropy-coded image {h}")))?;
+        let mut out = Vec::new();
+        for c in 0..planes.components {
+            let start = planes.offset[c] as usize;
+            let len = planes.blocks_wide[c] as usize * planes.blocks_high[c] as usize * 64;
+            let values = self
+                .stream
+                .clone_dtoh(&self.entropy.dense.slice(start..start + len))
+                .map_err(device("downloading dense coefficients"))?;
+            out.push((planes.blocks_wide[c], values));
+        }
+        Ok(out)
+    }
+
     /// Where each image of the last transformed batch is in [`GpuDecoder::output`].
     pub fn rendered(&self) -> &[Rendered] {
         &self.plan.rendered
@@ -350,7 +766,11 @@ impl GpuDecoder {
         let output = vec![value; self.output.len()];
         self.stream
             .memcpy_htod(&output, &mut self.output)
-            .map_err(device("poisoning the output"))
+            .map_err(device("poisoning the output"))?;
+        let dense = vec![i16::from_le_bytes([value, value]); self.entropy.dense.len()];
+        self.stream
+            .memcpy_htod(&dense, &mut self.entropy.dense)
+            .map_err(device("poisoning the dense coefficients"))
     }
 }
 

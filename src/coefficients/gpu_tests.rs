@@ -95,7 +95,7 @@ fn the_gpu_equals_the_cpu_rendition_and_libjpeg_turbo() {
     assert!(small.add(&big.image, &big.bytes[..8]).is_err());
 }
 
-/// kernels/idct.cu compiles with NVRTC for Hopper and Ampere wherever NVRTC loads (no device
+/// kernels/idct.cu and kernels/entropy.cu compile with NVRTC for Hopper and Ampere wherever NVRTC loads (no device
 /// needed), so a syntax error NVRTC alone would catch shows before a GPU run.
 #[test]
 fn the_kernels_compile_with_nvrtc() {
@@ -111,22 +111,40 @@ fn the_kernels_compile_with_nvrtc() {
         );
         return;
     }
-    let source = crate::cuda::KernelSource {
-        name: "idct.cu",
-        code: super::gpu::SOURCE,
-        defines: Vec::new(),
-    };
-    for (major, minor) in [(9, 0), (8, 0)] {
-        let ptx = crate::cuda::compile_ptx(&source, major, minor)
-            .unwrap_or_else(|e| panic!("compute_{major}{minor}: {e}"));
-        let text = ptx.to_src();
-        assert!(
-            text.contains("gpufeed_idct_islow"),
-            "compute_{major}{minor}"
-        );
-        assert!(
-            text.contains("gpufeed_upsample_color"),
-            "compute_{major}{minor}"
-        );
+    let sources = [
+        (
+            "idct.cu",
+            super::gpu::SOURCE,
+            ["gpufeed_idct_islow", "gpufeed_upsample_color"].as_slice(),
+        ),
+        (
+            "entropy.cu",
+            super::gpu::ENTROPY_SOURCE,
+            [
+                "gpufeed_huff_zero",
+                "gpufeed_huff_sync",
+                "gpufeed_huff_scan",
+                "gpufeed_huff_write",
+            ]
+            .as_slice(),
+        ),
+    ];
+    for (name, code, kernels) in sources {
+        let source = crate::cuda::KernelSource {
+            name,
+            code,
+            defines: Vec::new(),
+        };
+        for (major, minor) in [(9, 0), (8, 0)] {
+            let ptx = crate::cuda::compile_ptx(&source, major, minor)
+                .unwrap_or_else(|e| panic!("{name}, compute_{major}{minor}: {e}"));
+            let text = ptx.to_src();
+            for kernel in kernels {
+                assert!(
+                    text.contains(kernel),
+                    "{name}: {kernel}, compute_{major}{minor}"
+                );
+            }
+        }
     }
 }

@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
             for (unsigned int t = 0; t < blockDim.x; t++) {
                 blockIdx = {bx, by, 0};
                 threadIdx = {t, 0, 0};
-                gpufeed_idct_islow(coef.data(), planes.data(), idct.data());
+                gpufeed_idct_islow(coef.data(), nullptr, planes.data(), idct.data());
             }
     gridDim = {color_grid_x, (unsigned int)n_color, 1};
     blockDim = {color_threads, 1, 1};

@@ -21,6 +21,8 @@ mod cases;
 pub mod entropy;
 pub mod entropy_batch;
 #[cfg(test)]
+mod entropy_gpu_tests;
+#[cfg(test)]
 mod entropy_host_check;
 #[allow(unsafe_code)]
 pub mod gpu;

@@ -88,6 +88,48 @@ impl PackedImage {
         self.components.get(c).and_then(Option::as_ref)
     }
 
+    /// An image whose coefficients the GPU decodes itself into dense planes
+    /// ([`super::entropy`]): the blocks `window` needs of each component, whose staged section
+    /// (the multiplier table only) starts `sections[c]` bytes from the image's staged start;
+    /// `bytes` staged in all. The packed offsets are not used (the IDCT jobs point at the dense
+    /// planes instead).
+    pub(crate) fn dense(
+        layout: &Layout,
+        window: &Window,
+        sections: [u32; 3],
+        bytes: usize,
+    ) -> Result<PackedImage, Error> {
+        layout.check(window)?;
+        if layout.components.len() > 3 {
+            return Err(Error::Unsupported(format!(
+                "{} components",
+                layout.components.len()
+            )));
+        }
+        let mut components = [None; 3];
+        for (c, slot) in components
+            .iter_mut()
+            .enumerate()
+            .take(layout.components.len())
+        {
+            *slot = Some(PackedComponent {
+                layout: layout.components[c],
+                blocks: layout.blocks(c, window),
+                section: sections[c],
+                dc: 0,
+                masks: 0,
+                groups: 0,
+                ac: 0,
+            });
+        }
+        Ok(PackedImage {
+            window: *window,
+            conversion: layout.conversion,
+            components,
+            bytes,
+        })
+    }
+
     /// Output channels (1 or 3).
     pub fn channels(&self) -> usize {
         self.conversion.channels()

@@ -1,0 +1,203 @@
+//! The entropy kernels on the GPU, end to end: baseline JPEGs parsed on the host, decoded on the
+//! device, transformed by the IDCT and colour kernels; the rendered windows against the CPU
+//! rendition and libjpeg-turbo's decode, the dense coefficients against libjpeg-turbo's, bit for
+//! bit, on every baseline case, larger photos and random windows, in batches that mix packed and
+//! entropy-coded images, with the outputs poisoned twice with different values. Broken files in
+//! a batch are flagged without disturbing the others.
+
+use turbojpeg_region::CoefficientReader;
+
+use super::cases::{cases, prepare, Case, Prepared};
+use super::entropy::{parse, ParsedJpeg};
+use super::entropy_host_check::larger_cases;
+use super::gpu::{Budget, GpuDecoder};
+use super::Layout;
+use crate::cuda::test_gpu;
+use gpufeed_bench::upload::random_bytes;
+
+/// One image of a test batch: packed, or entropy-coded with its parse and layout.
+struct Item {
+    prepared: Prepared,
+    jpeg: Vec<u8>,
+    entropy: Option<(ParsedJpeg, Layout)>,
+}
+
+fn add(decoder: &mut GpuDecoder, item: &Item) -> bool {
+    let p = &item.prepared;
+    match &item.entropy {
+        Some((parsed, layout)) => {
+            if !decoder.fits_entropy_coded(parsed, layout, &p.image.window) {
+                return false;
+            }
+            decoder
+                .add_entropy_coded(parsed, layout, &p.image.window)
+                .expect("add_entropy_coded");
+        }
+        None => {
+            if !decoder.fits(&p.image) {
+                return false;
+            }
+            decoder.add(&p.image, &p.bytes).expect("add");
+        }
+    }
+    true
+}
+
+/// Runs `batch` with the outputs poisoned with `poison`; returns each image's rendered bytes.
+fn run(decoder: &mut GpuDecoder, batch: &[&Item], poison: u8) -> Vec<Vec<u8>> {
+    decoder.clear();
+    decoder.poison(poison).expect("poison");
+    for item in batch {
+        assert!(add(decoder, item));
+    }
+    decoder.upload().expect("upload");
+    decoder.transform().expect("transform");
+    let output = decoder
+        .stream()
+        .clone_dtoh(decoder.output())
+        .expect("download");
+    decoder
+        .rendered()
+        .iter()
+        .map(|r| {
+            let len = (r.height * r.pitch) as usize;
+            output[r.offset as usize..r.offset as usize + len].to_vec()
+        })
+        .collect()
+}
+
+/// The dense planes of the batch's entropy-coded images against libjpeg-turbo's coefficients.
+fn check_coefficients(decoder: &GpuDecoder, batch: &[&Item], reader: &mut CoefficientReader) {
+    let coded = batch.iter().filter(|i| i.entropy.is_some());
+    for (h, item) in coded.enumerate() {
+        let planes = decoder.dense_planes(h).expect("dense planes");
+        let read = reader.open(&item.jpeg).unwrap().read(None).unwrap();
+        for (c, info) in read.header().components().iter().enumerate() {
+            let (pitch, values) = &planes[c];
+            for row in 0..info.blocks_high {
+                let start = row as usize * *pitch as usize * 64;
+                let got = &values[start..start + info.blocks_wide as usize * 64];
+                let expected = read.block_row(c, row).unwrap();
+                assert!(
+                    got == expected,
+                    "{}: component {c}, block row {row}: the GPU's coefficients differ",
+                    item.prepared.name
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_gpu_entropy_decode_equals_libjpeg_turbo() {
+    let Some(gpu) = test_gpu("the_gpu_entropy_decode_equals_libjpeg_turbo") else {
+        return;
+    };
+    let mut decoder =
+        GpuDecoder::new(gpu.stream(), Budget::for_megapixels(6.0, 48)).expect("decoder");
+    let mut reader = CoefficientReader::new().unwrap();
+    let mut all = cases(8);
+    all.extend(
+        larger_cases()
+            .into_iter()
+            .map(|(name, jpeg)| Case { name, jpeg }),
+    );
+    let picks = random_bytes(all.len() * 4, 21);
+    let mut entropy_images = 0;
+    for windows in [false, true] {
+        let items: Vec<Item> = all
+            .iter()
+            .enumerate()
+            .map(|(n, case)| {
+                let pick = windows.then(|| &picks[n * 4..n * 4 + 4]);
+                let prepared = prepare(&mut reader, case, pick);
+                // Every third baseline image stays packed: mixed batches.
+                let entropy = parse(&case.jpeg).ok().filter(|_| n % 3 != 1).map(|p| {
+                    let header = reader.open(&case.jpeg).unwrap().header().clone();
+                    (p, Layout::new(&header).unwrap())
+                });
+                Item {
+                    prepared,
+                    jpeg: case.jpeg.clone(),
+                    entropy,
+                }
+            })
+            .collect();
+        let mut start = 0;
+        while start < items.len() {
+            decoder.clear();
+            let mut end = start;
+            while end < items.len() && add(&mut decoder, &items[end]) {
+                end += 1;
+            }
+            assert!(end > start, "{} does not fit", items[start].prepared.name);
+            let batch: Vec<&Item> = items[start..end].iter().collect();
+            let first = run(&mut decoder, &batch, 0xA5);
+            assert_eq!(decoder.entropy_failures().unwrap(), vec![]);
+            check_coefficients(&decoder, &batch, &mut reader);
+            let second = run(&mut decoder, &batch, 0x5A);
+            for ((item, a), b) in batch.iter().zip(&first).zip(&second) {
+                let p = &item.prepared;
+                assert!(
+                    a == &p.expected && b == &p.expected,
+                    "{} (windows: {windows}, entropy-coded: {}): the GPU differs at byte {:?}",
+                    p.name,
+                    item.entropy.is_some(),
+                    a.iter().zip(&p.expected).position(|(x, y)| x != y)
+                );
+            }
+            entropy_images += batch.iter().filter(|i| i.entropy.is_some()).count();
+            start = end;
+        }
+    }
+    assert!(
+        entropy_images > 150,
+        "{entropy_images} entropy-coded images"
+    );
+}
+
+#[test]
+fn broken_files_are_flagged_on_the_gpu_and_spare_their_batch() {
+    let Some(gpu) = test_gpu("broken_files_are_flagged_on_the_gpu_and_spare_their_batch") else {
+        return;
+    };
+    let mut decoder =
+        GpuDecoder::new(gpu.stream(), Budget::for_megapixels(16.0, 16)).expect("decoder");
+    let mut reader = CoefficientReader::new().unwrap();
+    let mut items = Vec::new();
+    let mut broken = Vec::new();
+    for (n, (name, jpeg)) in larger_cases().into_iter().enumerate() {
+        let header = reader.open(&jpeg).unwrap().header().clone();
+        let layout = Layout::new(&header).unwrap();
+        let case = Case {
+            name: name.clone(),
+            jpeg: jpeg.clone(),
+        };
+        let prepared = prepare(&mut reader, &case, None);
+        // The file cut in the middle of its data: parsed (no EOI), then flagged short.
+        let cut = &jpeg[..jpeg.len() * 3 / 5];
+        let parsed_cut = parse(cut).expect("a cut file parses");
+        items.push(Item {
+            prepared,
+            jpeg: jpeg.clone(),
+            entropy: Some((parse(&jpeg).unwrap(), layout.clone())),
+        });
+        broken.push(2 * n + 1);
+        let prepared = prepare(&mut reader, &case, None);
+        items.push(Item {
+            prepared,
+            jpeg: cut.to_vec(),
+            entropy: Some((parsed_cut, layout)),
+        });
+    }
+    let batch: Vec<&Item> = items.iter().collect();
+    let out = run(&mut decoder, &batch, 0x33);
+    let failures = decoder.entropy_failures().unwrap();
+    let failed: Vec<usize> = failures.iter().map(|f| f.0).collect();
+    assert_eq!(failed, broken, "{failures:?}");
+    for (i, (item, a)) in batch.iter().zip(&out).enumerate() {
+        if !broken.contains(&i) {
+            assert!(a == &item.prepared.expected, "{}", item.prepared.name);
+        }
+    }
+}
