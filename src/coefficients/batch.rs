@@ -3,6 +3,7 @@
 //! grids. Pure arithmetic, shared by the GPU host side ([`super::gpu`]) and the host run of the
 //! kernel source (`host_check.rs`), so both launch exactly the same work.
 
+use super::entropy_batch::DensePlanes;
 use super::pack::{PackedComponent, PackedImage};
 use super::Error;
 
@@ -203,6 +204,45 @@ impl BatchPlan {
         self.idct_grid_x = largest_job.div_ceil(IDCT_THREADS).clamp(1, MAX_GRID_X);
         self.color_grid_x = largest_image.div_ceil(COLOR_THREADS).clamp(1, MAX_GRID_X);
         Ok(())
+    }
+}
+
+/// `GfIdctJob.dc` of a component whose coefficients are dense (kernels/idct.cu `GF_DENSE`).
+pub const DENSE: u32 = u32::MAX;
+
+impl BatchPlan {
+    /// Points the IDCT jobs of the entropy-coded images of the planned batch `images` at their
+    /// dense planes: `dense` holds, per such image, its index in `images` and where its planes
+    /// are in the dense buffer ([`super::entropy_batch::EntropyPlan::planes`]). Each job then
+    /// reads its window's block rectangle from the plane (kernels/idct.cu `GF_DENSE`).
+    pub fn point_at_dense(
+        &mut self,
+        images: &[(PackedImage, u64)],
+        dense: &[(usize, DensePlanes)],
+    ) {
+        let mut first_job = Vec::with_capacity(images.len());
+        let mut job = 0usize;
+        for (image, _) in images {
+            first_job.push(job);
+            job += image.components().count();
+        }
+        for (i, planes) in dense {
+            let (Some(&first), Some((image, _))) = (first_job.get(*i), images.get(*i)) else {
+                continue;
+            };
+            for (c, p) in image.components().enumerate() {
+                let Some(job) = self.idct.get_mut(first + c) else {
+                    continue;
+                };
+                let pitch = planes.blocks_wide[c];
+                let offset = planes.offset[c]
+                    + (u64::from(p.blocks.y0) * u64::from(pitch) + u64::from(p.blocks.x0)) * 64;
+                job.dc = DENSE;
+                job.masks = offset as u32;
+                job.groups = (offset >> 32) as u32;
+                job.ac = pitch;
+            }
+        }
     }
 }
 

@@ -11,12 +11,16 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use turbojpeg_region::{encode, CoefficientReader, EncodeOptions, Format, Restart, Sampling};
+use turbojpeg_region::{
+    encode, CoefficientReader, Colorspace, EncodeOptions, Format, Restart, Sampling,
+};
 
-use super::cases::{cases, repo_file};
+use super::cases::{cases, repo_file, turbo_decode};
 use super::entropy::{parse, ParsedJpeg};
 use super::entropy_batch::{copy_plane, stage_data, EntropyPlan, HUFF_THREADS, PASSES};
-use super::Error;
+use super::pack::PackedImage;
+use super::reference::multiplier_table;
+use super::{Error, Layout, Window};
 use gpufeed_bench::upload::random_bytes;
 
 const HARNESS: &str = r#"
@@ -449,4 +453,95 @@ fn broken_files_are_refused_or_flagged_never_a_crash() {
     }
     eprintln!("broken files: {refused} refused, {flagged} flagged, {exact} still exact");
     assert!(flagged > 0 && refused > 0);
+}
+
+/// The window `pick` (4 random bytes) chooses in a `w` x `h` image, as `cases::prepare` does.
+fn pick_window(pick: &[u8], w: u32, h: u32) -> Window {
+    let p = |k: usize| u32::from(pick[k]);
+    let (x, y) = (p(0) * w / 256, p(1) * h / 256);
+    Window {
+        x,
+        y,
+        width: (1 + p(2) * (w - x) / 256).min(w - x),
+        height: (1 + p(3) * (h - y) / 256).min(h - y),
+    }
+}
+
+#[test]
+fn entropy_decoded_windows_through_the_idct_kernels_equal_libjpeg_turbo() {
+    let scratch = scratch("entropy-idct-host");
+    let (entropy_dir, idct_dir) = (scratch.0.join("entropy"), scratch.0.join("idct"));
+    std::fs::create_dir_all(&entropy_dir).expect("scratch folder");
+    std::fs::create_dir_all(&idct_dir).expect("scratch folder");
+    let (Some(entropy), Some(idct)) = (
+        build_harness(&entropy_dir),
+        super::host_check::build_harness(&idct_dir),
+    ) else {
+        return;
+    };
+    let mut reader = CoefficientReader::new().unwrap();
+    let mut named: Vec<(String, Vec<u8>)> =
+        cases(7).into_iter().map(|c| (c.name, c.jpeg)).collect();
+    named.extend(larger_cases());
+    let parsed: Vec<(String, Vec<u8>, ParsedJpeg)> = named
+        .into_iter()
+        .filter_map(|(name, jpeg)| parse(&jpeg).ok().map(|p| (name, jpeg, p)))
+        .collect();
+    let images: Vec<&ParsedJpeg> = parsed.iter().map(|(_, _, p)| p).collect();
+    let decoded = run(&entropy, &entropy_dir, &images);
+    assert!(decoded.status.iter().all(|&s| s == 0));
+    let picks = random_bytes(parsed.len() * 4, 23);
+    for windows in [false, true] {
+        let mut staged = Vec::new();
+        let mut batch = Vec::new();
+        let mut dense = Vec::new();
+        let mut expected = Vec::new();
+        for (i, (name, jpeg, p)) in parsed.iter().enumerate() {
+            let header = reader.open(jpeg).unwrap().header().clone();
+            let gray = header.colorspace == Colorspace::Gray;
+            let layout = Layout::new(&header).unwrap();
+            let (w, h) = (layout.width, layout.height);
+            let window = if windows {
+                pick_window(&picks[i * 4..i * 4 + 4], w, h)
+            } else {
+                Window::whole(w, h)
+            };
+            let at = staged.len();
+            for component in &p.components {
+                for q in multiplier_table(&component.quant) {
+                    staged.extend_from_slice(&q.to_le_bytes());
+                }
+            }
+            let image =
+                PackedImage::dense(&layout, &window, [0, 128, 256], staged.len() - at).unwrap();
+            batch.push((image, at as u64));
+            dense.push((i, decoded.plan.planes[i]));
+            let (whole, _, _) = turbo_decode(jpeg, gray);
+            let channels = layout.channels();
+            let mut window_pixels = Vec::new();
+            for row in window.y..window.y + window.height {
+                let start = (row * w + window.x) as usize * channels;
+                window_pixels
+                    .extend_from_slice(&whole[start..start + window.width as usize * channels]);
+            }
+            expected.push((name, window_pixels));
+        }
+        let (output, plan) = super::host_check::run(
+            &idct,
+            &idct_dir,
+            &staged,
+            &batch,
+            &decoded.coefficients,
+            &dense,
+        );
+        for ((name, reference), rendered) in expected.iter().zip(&plan.rendered) {
+            let start = rendered.offset as usize;
+            let got = &output[start..start + reference.len()];
+            assert!(
+                got == &reference[..],
+                "{name} (windows: {windows}): differs from libjpeg-turbo at byte {:?}",
+                got.iter().zip(reference).position(|(a, b)| a != b)
+            );
+        }
+    }
 }

@@ -23,8 +23,8 @@ use super::batch::{
 };
 use super::entropy::ParsedJpeg;
 use super::entropy_batch::{
-    entropy_footprint, subsequences, EntropyPlan, HuffImage, HuffInterval, HuffSub, BASE_BYTES,
-    EXIT_BYTES, HUFF_THREADS, PASSES,
+    entropy_footprint, subsequences, DensePlanes, EntropyPlan, HuffImage, HuffInterval, HuffSub,
+    BASE_BYTES, EXIT_BYTES, HUFF_THREADS, PASSES,
 };
 use super::pack::PackedImage;
 use super::reference::multiplier_table;
@@ -35,9 +35,6 @@ use crate::cuda::{Gpu, KernelSource};
 pub const SOURCE: &str = include_str!("../../kernels/idct.cu");
 /// The entropy decoder's kernel source.
 pub const ENTROPY_SOURCE: &str = include_str!("../../kernels/entropy.cu");
-
-/// `GfIdctJob.dc` of a component whose coefficients are dense (kernels/idct.cu `GF_DENSE`).
-const DENSE: u32 = u32::MAX;
 
 // SAFETY: `IdctJob` and `ColorJob` are `repr(C)` plain integers laid out as the kernel's
 // `GfIdctJob` and `GfColorJob` (40 and 160 bytes, no padding: batch.rs's test and the kernel's
@@ -133,6 +130,8 @@ struct Entropy {
     plan: EntropyPlan,
     /// Per entropy-coded image: its index in the batch.
     batch_index: Vec<usize>,
+    /// Per entropy-coded image: its index in the batch and its planes (kept for its capacity).
+    dense_jobs: Vec<(usize, DensePlanes)>,
     dense: CudaSlice<i16>,
     images: CudaSlice<HuffImage>,
     subs: CudaSlice<HuffSub>,
@@ -237,6 +236,7 @@ impl GpuDecoder {
             write,
             plan: EntropyPlan::default(),
             batch_index: Vec::with_capacity(budget.images),
+            dense_jobs: Vec::with_capacity(budget.images),
             dense: allocated(dense)?,
             images: allocated(images)?,
             subs: allocated(subs_buf)?,
@@ -578,33 +578,16 @@ impl GpuDecoder {
 
     /// Points the IDCT jobs of the entropy-coded images at their dense planes.
     fn point_at_dense_planes(&mut self) {
-        let mut first_job = Vec::new();
-        let mut job = 0usize;
-        for (image, _) in &self.images {
-            first_job.push(job);
-            job += image.components().count();
-        }
-        for (h, &i) in self.entropy.batch_index.iter().enumerate() {
-            let (Some(planes), Some(&first), Some((image, _))) = (
-                self.entropy.plan.planes.get(h),
-                first_job.get(i),
-                self.images.get(i),
-            ) else {
-                continue;
-            };
-            for (c, p) in image.components().enumerate() {
-                let Some(job) = self.plan.idct.get_mut(first + c) else {
-                    continue;
-                };
-                let pitch = planes.blocks_wide[c];
-                let offset = planes.offset[c]
-                    + (u64::from(p.blocks.y0) * u64::from(pitch) + u64::from(p.blocks.x0)) * 64;
-                job.dc = DENSE;
-                job.masks = offset as u32;
-                job.groups = (offset >> 32) as u32;
-                job.ac = pitch;
-            }
-        }
+        let dense = &mut self.entropy.dense_jobs;
+        dense.clear();
+        dense.extend(
+            self.entropy
+                .batch_index
+                .iter()
+                .copied()
+                .zip(self.entropy.plan.planes.iter().copied()),
+        );
+        self.plan.point_at_dense(&self.images, dense);
     }
 
     /// Queues the entropy decoder's launches for the batch's entropy-coded images.

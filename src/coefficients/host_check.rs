@@ -13,6 +13,7 @@ use turbojpeg_region::CoefficientReader;
 
 use super::batch::{BatchPlan, COLOR_THREADS, IDCT_THREADS};
 use super::cases::{cases, prepare, repo_file, turbo_decode};
+use super::entropy_batch::DensePlanes;
 use super::pack::{pack, PackedImage};
 use super::{Layout, Window};
 use gpufeed_bench::upload::random_bytes;
@@ -49,7 +50,7 @@ int main(int argc, char** argv) {
     FILE* in = fopen(argv[1], "rb");
     if (!in) return 2;
     size_t coef_len = u64(in), plane_len = u64(in), out_len = u64(in);
-    size_t n_idct = u64(in), n_color = u64(in);
+    size_t n_idct = u64(in), n_color = u64(in), dense_len = u64(in);
     unsigned int idct_grid_x = u64(in), color_grid_x = u64(in);
     unsigned int idct_threads = u64(in), color_threads = u64(in);
     std::vector<unsigned char> coef(coef_len + 8);
@@ -58,6 +59,8 @@ int main(int argc, char** argv) {
     bytes(in, coef.data(), coef_len);
     bytes(in, idct.data(), n_idct * sizeof(GfIdctJob));
     bytes(in, color.data(), n_color * sizeof(GfColorJob));
+    std::vector<short> dense(dense_len + 1);
+    bytes(in, dense.data(), dense_len * 2);
     fclose(in);
     std::vector<unsigned char> planes(plane_len, 0xA5), out(out_len, 0xA5);
 
@@ -68,7 +71,7 @@ int main(int argc, char** argv) {
             for (unsigned int t = 0; t < blockDim.x; t++) {
                 blockIdx = {bx, by, 0};
                 threadIdx = {t, 0, 0};
-                gpufeed_idct_islow(coef.data(), nullptr, planes.data(), idct.data());
+                gpufeed_idct_islow(coef.data(), dense.data(), planes.data(), idct.data());
             }
     gridDim = {color_grid_x, (unsigned int)n_color, 1};
     blockDim = {color_threads, 1, 1};
@@ -89,7 +92,7 @@ int main(int argc, char** argv) {
 "#;
 
 /// The harness built in `dir`, or `None` (said on stderr) without a C++ compiler.
-fn build_harness(dir: &Path) -> Option<PathBuf> {
+pub(super) fn build_harness(dir: &Path) -> Option<PathBuf> {
     let compiler = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
     if Command::new(&compiler).arg("--version").output().is_err() {
         let _ = writeln!(
@@ -170,16 +173,20 @@ fn descriptor_bytes(plan: &BatchPlan) -> Vec<u8> {
     out
 }
 
-/// Runs the batch `images` (packed into `coefficients`) through the host-compiled kernels;
-/// returns the output buffer and the plan.
-fn run(
+/// Runs the batch `images` (packed into `coefficients`, or dense in `dense` for the images
+/// `dense_images` names, as [`BatchPlan::point_at_dense`] takes them) through the host-compiled
+/// kernels; returns the output buffer and the plan.
+pub(super) fn run(
     harness: &Path,
     dir: &Path,
     coefficients: &[u8],
     images: &[(PackedImage, u64)],
+    dense: &[i16],
+    dense_images: &[(usize, DensePlanes)],
 ) -> (Vec<u8>, BatchPlan) {
     let mut plan = BatchPlan::default();
     plan.plan(images).expect("plan");
+    plan.point_at_dense(images, dense_images);
     let mut input = Vec::new();
     for v in [
         coefficients.len() as u64,
@@ -187,6 +194,7 @@ fn run(
         plan.output_bytes,
         plan.idct.len() as u64,
         plan.color.len() as u64,
+        dense.len() as u64,
         u64::from(plan.idct_grid_x),
         u64::from(plan.color_grid_x),
         u64::from(IDCT_THREADS),
@@ -196,6 +204,9 @@ fn run(
     }
     input.extend_from_slice(coefficients);
     input.extend(descriptor_bytes(&plan));
+    for v in dense {
+        input.extend_from_slice(&v.to_le_bytes());
+    }
     let (input_path, output_path) = (dir.join("batch.in"), dir.join("batch.out"));
     std::fs::write(&input_path, input).expect("harness input");
     let status = Command::new(harness)
@@ -239,7 +250,7 @@ fn the_kernels_run_on_the_host_equal_the_cpu_rendition_and_libjpeg_turbo() {
             coefficients.extend_from_slice(&prepared.bytes);
             expected.push((prepared.name, prepared.expected));
         }
-        let (output, plan) = run(&harness, &scratch.0, &coefficients, &images);
+        let (output, plan) = run(&harness, &scratch.0, &coefficients, &images, &[], &[]);
         for ((name, reference), rendered) in expected.iter().zip(&plan.rendered) {
             let start = rendered.offset as usize;
             let got = &output[start..start + reference.len()];
@@ -257,7 +268,7 @@ fn the_kernels_run_on_the_host_equal_the_cpu_rendition_and_libjpeg_turbo() {
     let window = Window::whole(layout.width, layout.height);
     let mut coefficients = Vec::new();
     let image = pack(&read, &layout, &window, &mut coefficients).unwrap();
-    let (output, plan) = run(&harness, &scratch.0, &coefficients, &[(image, 0)]);
+    let (output, plan) = run(&harness, &scratch.0, &coefficients, &[(image, 0)], &[], &[]);
     let (turbo, _, _) = turbo_decode(&jpeg, false);
     assert_eq!(plan.rendered[0].offset, 0);
     assert!(output[..turbo.len()] == turbo[..], "assets/retina.jpg");
