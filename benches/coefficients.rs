@@ -7,7 +7,11 @@
 //! megapixel of the JPEG, of dense coefficients and of the transfer format, and the share of
 //! zero coefficients. GPU (skipped without one): the upload of the packed batches and the
 //! kernels (inverse DCT, upsampling, colour), timed with CUDA events, and the whole path with
-//! the CPU threads packing the next batch while the GPU runs the last.
+//! the CPU threads packing the next batch while the GPU runs the last. Then the GPU's entropy
+//! decoding of the baseline files (`kernels/entropy.cu`): libjpeg-turbo's entropy decoding on
+//! the same threads for comparison, the entropy kernels alone, with the IDCT and colour kernels,
+//! and the whole path from JPEG bytes on the host to RGB windows on the device (Mpx/s and MB/s
+//! of entropy-coded data).
 //!
 //! Options: `--threads N` (default: all cores), `--rounds R` (3), `--batch-mpx M` (64: the
 //! megapixels of windows in one GPU batch), `--crop` (the GPU runs the centre-crop windows
@@ -398,6 +402,215 @@ fn gpu(files: &[File], mpx: f64, options: &Options, pool: &rayon::ThreadPool) {
     );
 }
 
+/// The baseline files parsed for the GPU's entropy decoding (the others are left to the CPU).
+fn parse_all(
+    pool: &rayon::ThreadPool,
+    files: &[File],
+) -> Vec<(usize, gpufeed::coefficients::entropy::ParsedJpeg)> {
+    pool.install(|| {
+        files
+            .par_iter()
+            .enumerate()
+            .filter_map(|(i, f)| {
+                gpufeed::coefficients::entropy::parse(&f.jpeg)
+                    .ok()
+                    .map(|p| (i, p))
+            })
+            .collect()
+    })
+}
+
+/// The GPU's entropy decoding of the baseline files: CPU threads reading the same files'
+/// coefficients with libjpeg-turbo for comparison, the entropy kernels alone (8x8 windows, so
+/// the IDCT and colour kernels do next to nothing), the kernels with the whole windows, and the
+/// whole path from JPEG bytes on the host to RGB windows on the device (CPU threads parse the
+/// next batch while the GPU decodes the last).
+fn gpu_entropy(files: &[File], options: &Options, pool: &rayon::ThreadPool) {
+    let parsed = parse_all(pool, files);
+    if parsed.is_empty() {
+        println!("GPU entropy decoding: no baseline JPEG in the folder");
+        return;
+    }
+    let baseline: Vec<&File> = parsed.iter().map(|(i, _)| &files[*i]).collect();
+    let mpx = baseline
+        .iter()
+        .map(|f| f64::from(f.layout.width) * f64::from(f.layout.height))
+        .sum::<f64>()
+        / 1e6;
+    let scan_mb = parsed.iter().map(|(_, p)| p.data.len() as f64).sum::<f64>() / 1e6;
+    println!(
+        "entropy decoding: {} baseline files of {} ({mpx:.1} Mpx, {scan_mb:.1} MB of entropy-coded \
+         data, {:.2} bits a pixel)",
+        parsed.len(),
+        files.len(),
+        scan_mb * 8.0 / mpx
+    );
+    // libjpeg-turbo's entropy decoding of the same files on the CPU threads.
+    let mut rates = Vec::new();
+    for _ in 0..options.rounds {
+        let t = Instant::now();
+        pool.install(|| {
+            baseline.par_iter().for_each_init(
+                || CoefficientReader::new().expect("reader"),
+                |reader, file| {
+                    let _ = reader
+                        .open(&file.jpeg)
+                        .and_then(|o| o.read(None).map(|_| ()));
+                },
+            )
+        });
+        rates.push(t.elapsed().as_secs_f64());
+    }
+    rates.sort_by(f64::total_cmp);
+    let s = rates[rates.len() / 2];
+    println!(
+        "  CPU, {} threads, libjpeg-turbo coefficients (whole): {:.0} Mpx/s, {:.0} MB/s of \
+         entropy-coded data",
+        options.threads,
+        mpx / s,
+        scan_mb / s
+    );
+    if let Err(e) = gpufeed::cuda::probe() {
+        println!("  GPU: skipped ({e})");
+        return;
+    }
+    let stream = gpufeed::cuda::new_stream(0).expect("stream");
+    let budget = Budget::for_megapixels(options.batch_mpx, 1024);
+    let mut decoder = GpuDecoder::new(&stream, budget).expect("decoder");
+    let timed = || {
+        stream
+            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .expect("event")
+    };
+    let window_of = |f: &File, small: bool| {
+        if small {
+            Window {
+                x: 0,
+                y: 0,
+                width: f.layout.width.min(8),
+                height: f.layout.height.min(8),
+            }
+        } else if options.crop {
+            centre_crop(f.layout.width, f.layout.height)
+        } else {
+            Window::whole(f.layout.width, f.layout.height)
+        }
+    };
+    for small in [true, false] {
+        let (mut upload_ms, mut kernel_ms, mut batches, mut failed) = (0.0f64, 0.0f64, 0, 0);
+        for _ in 0..options.rounds {
+            let mut next = 0;
+            while next < parsed.len() {
+                decoder.clear();
+                while next < parsed.len() {
+                    let (i, p) = &parsed[next];
+                    let f = &files[*i];
+                    let window = window_of(f, small);
+                    if !decoder.fits_entropy_coded(p, &f.layout, &window) {
+                        break;
+                    }
+                    decoder
+                        .add_entropy_coded(p, &f.layout, &window)
+                        .expect("add_entropy_coded");
+                    next += 1;
+                }
+                if decoder.is_empty() {
+                    eprintln!("an image larger than the batch budget: raise --batch-mpx");
+                    return;
+                }
+                let a = timed();
+                decoder.upload().expect("upload");
+                let b = timed();
+                decoder.transform().expect("transform");
+                let c = timed();
+                c.synchronize().expect("sync");
+                upload_ms += f64::from(a.elapsed_ms(&b).expect("elapsed"));
+                kernel_ms += f64::from(b.elapsed_ms(&c).expect("elapsed"));
+                failed += decoder.entropy_failures().expect("status").len();
+                batches += 1;
+            }
+        }
+        let rounds = options.rounds as f64;
+        let what = if small {
+            "entropy kernels (8x8 windows)"
+        } else {
+            "entropy + IDCT + colour kernels"
+        };
+        println!(
+            "  GPU {what}: {:.0} Mpx/s, {:.0} MB/s of entropy-coded data, {:.0} images/s \
+             ({} batches; upload {:.1} GB/s; {failed} images flagged)",
+            mpx * rounds / (kernel_ms / 1e3),
+            scan_mb * rounds / (kernel_ms / 1e3),
+            parsed.len() as f64 * rounds / (kernel_ms / 1e3),
+            batches / options.rounds.max(1),
+            scan_mb * rounds / upload_ms,
+        );
+    }
+
+    // The whole path: JPEG bytes on the host to RGB windows on the device. The threads parse
+    // chunk k+1 while the GPU decodes chunk k.
+    let mut rates = Vec::new();
+    for _ in 0..options.rounds {
+        let t = Instant::now();
+        let mut done = 0usize;
+        let chunk = budget.images.min(baseline.len().max(1)).min(64);
+        let indices: Vec<usize> = parsed.iter().map(|(i, _)| *i).collect();
+        let mut pending: Option<Vec<(usize, gpufeed::coefficients::entropy::ParsedJpeg)>> = None;
+        let mut chunks = indices.chunks(chunk);
+        loop {
+            if let Some(batch) = pending.take() {
+                let mut k = 0;
+                while k < batch.len() {
+                    decoder.clear();
+                    while k < batch.len() {
+                        let (i, p) = &batch[k];
+                        let f = &files[*i];
+                        let window = window_of(f, false);
+                        if !decoder.fits_entropy_coded(p, &f.layout, &window) {
+                            break;
+                        }
+                        decoder
+                            .add_entropy_coded(p, &f.layout, &window)
+                            .expect("add_entropy_coded");
+                        k += 1;
+                    }
+                    done += decoder.len();
+                    decoder.upload().expect("upload");
+                    decoder.transform().expect("transform");
+                }
+            }
+            let Some(next) = chunks.next() else {
+                break;
+            };
+            pending = Some(pool.install(|| {
+                next.par_iter()
+                    .filter_map(|&i| {
+                        gpufeed::coefficients::entropy::parse(&files[i].jpeg)
+                            .ok()
+                            .map(|p| (i, p))
+                    })
+                    .collect()
+            }));
+        }
+        stream.synchronize().expect("sync");
+        let s = t.elapsed().as_secs_f64();
+        rates.push((done as f64 / s, mpx / s));
+    }
+    rates.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (images, mpxs) = rates[rates.len() / 2];
+    println!(
+        "  whole path, JPEG bytes to {} on the GPU ({} CPU threads parsing): {images:.1} \
+         images/s, {mpxs:.0} Mpx/s of source images (median of {})",
+        if options.crop {
+            "centre-crop windows"
+        } else {
+            "whole RGB images"
+        },
+        options.threads,
+        options.rounds
+    );
+}
+
 fn main() {
     let Some(options) = options() else {
         println!(
@@ -424,4 +637,5 @@ fn main() {
     cpu_single_thread(&files, mpx);
     let pool = cpu_threads(&files, mpx, &options);
     gpu(&files, mpx, &options, &pool);
+    gpu_entropy(&files, &options, &pool);
 }

@@ -330,7 +330,8 @@ extern "C" __global__ void gpufeed_huff_sync(const unsigned int* __restrict__ da
         next[i] = e;
         return;
     }
-    const GfHuffImage im = images[sub.image];
+    // Read in place (cached), not copied: its per-block table is indexed at run time.
+    const GfHuffImage& im = images[sub.image];
     GfDecode d;
     gf_start(sub, prev, i, d);
     gf_decode(data + im.data, tables + im.tables, im, sub.end,
@@ -359,7 +360,8 @@ extern "C" __global__ void gpufeed_huff_scan(const GfHuffImage* __restrict__ ima
     if (t >= n_intervals) return;
     const GfHuffInterval iv = intervals[t];
     const GfHuffExit* fin = exits + (unsigned long long)(gf_final_pass(changed, passes) & 1) * n;
-    const GfHuffImage im = images[iv.image];
+    // Read in place (cached), not copied: its per-block table is indexed at run time.
+    const GfHuffImage& im = images[iv.image];
     unsigned long long block = iv.first_block;
     unsigned short dc[3] = {0, 0, 0};
     for (unsigned int s = iv.first_sub; s < iv.first_sub + iv.subs; s++) {
@@ -398,7 +400,8 @@ extern "C" __global__ void gpufeed_huff_write(const unsigned int* __restrict__ d
     const unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const GfHuffSub sub = subs[i];
-    const GfHuffImage im = images[sub.image];
+    // Read in place (cached), not copied: its per-block table is indexed at run time.
+    const GfHuffImage& im = images[sub.image];
     const GfHuffInterval iv = intervals[sub.interval];
     const GfHuffExit* fin = exits + (unsigned long long)(gf_final_pass(changed, passes) & 1) * n;
     const GfHuffBase base = bases[i];
