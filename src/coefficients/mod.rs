@@ -10,8 +10,12 @@
 //!   `jdcolor.c`: the test oracle of the kernels, and a fallback;
 //! - [`pack`]: the transfer format, a window's blocks as nonzero masks and values;
 //! - [`batch`]: a batch of packed images planned for the kernels;
-//! - [`gpu`]: the kernels (`kernels/idct.cu`) and their host side, batched over many images,
-//!   with buffers sized once from a byte budget.
+//! - [`entropy`]: a baseline JPEG parsed for the GPU's own entropy decoding (its scan destuffed
+//!   and cut at its restart markers, its Huffman tables in lookup form), so that the CPU decodes
+//!   nothing; [`entropy_batch`]: a batch of them planned for `kernels/entropy.cu`;
+//! - [`gpu`]: the kernels (`kernels/idct.cu`, `kernels/entropy.cu`) and their host side,
+//!   batched over many images, packed and entropy-coded ones mixed, with buffers sized once
+//!   from a byte budget.
 //!
 //! `docs/large-photos.md` describes the path, its exactness and its measured costs.
 
