@@ -215,10 +215,21 @@ __device__ __forceinline__ void gf_decode(const unsigned int* __restrict__ data,
                     atomicOr(status, GF_STATUS_OVERRUN);
                     return;
                 }
-                d.dc[comp] = (unsigned short)(d.dc[comp] + (unsigned short)diff);
-                dst[0] = (short)(unsigned short)(pred[comp] + d.dc[comp]);
+                // Constant indices only (a run-time index would put the decoder's state in
+                // local memory).
+                unsigned short sum = 0;
+#pragma unroll
+                for (int j = 0; j < 3; j++)
+                    if ((unsigned int)j == comp) {
+                        d.dc[j] = (unsigned short)(d.dc[j] + (unsigned short)diff);
+                        sum = (unsigned short)(pred[j] + d.dc[j]);
+                    }
+                dst[0] = (short)sum;
             } else {
-                d.dc[d.bucket] = (unsigned short)(d.dc[d.bucket] + (unsigned short)diff);
+#pragma unroll
+                for (int j = 0; j < GF_MAX_BLOCKS_IN_MCU; j++)
+                    if ((unsigned int)j == d.bucket)
+                        d.dc[j] = (unsigned short)(d.dc[j] + (unsigned short)diff);
             }
             d.k = 1;
         } else {
@@ -363,24 +374,41 @@ extern "C" __global__ void gpufeed_huff_scan(const GfHuffImage* __restrict__ ima
     // Read in place (cached), not copied: its per-block table is indexed at run time.
     const GfHuffImage& im = images[iv.image];
     unsigned long long block = iv.first_block;
-    unsigned short dc[3] = {0, 0, 0};
-    for (unsigned int s = iv.first_sub; s < iv.first_sub + iv.subs; s++) {
-        GfHuffBase b;
-        b.block = (unsigned int)(block < 0xFFFFFFFFull ? block : 0xFFFFFFFFull);
-        b.dc01 = dc[0] | (unsigned int)dc[1] << 16;
-        b.dc2 = dc[2];
-        b.unused = 0;
-        bases[s] = b;
-        const GfHuffExit e = fin[s];
-        // Bucket j holds the blocks at `block + j` modulo the MCU: their component.
-        unsigned int at = (unsigned int)(block % im.blocks_in_mcu);
-        for (unsigned int j = 0; j < im.blocks_in_mcu; j++) {
-            const unsigned int c = im.block[at] & 255;
-            const unsigned int sum = (e.dc[j >> 1] >> (16 * (j & 1))) & 0xFFFF;
-            dc[c] = (unsigned short)(dc[c] + sum);
-            at = at + 1 == im.blocks_in_mcu ? 0 : at + 1;
+    unsigned short dc0 = 0, dc1 = 0, dc2 = 0;
+    const unsigned int end = iv.first_sub + iv.subs;
+    // Four exits loaded at once (their loads do not wait for the sums), constant indices only.
+    for (unsigned int s0 = iv.first_sub; s0 < end; s0 += 4) {
+        GfHuffExit e[4];
+#pragma unroll
+        for (unsigned int q = 0; q < 4; q++)
+            if (s0 + q < end) e[q] = fin[s0 + q];
+#pragma unroll
+        for (unsigned int q = 0; q < 4; q++) {
+            if (s0 + q >= end) break;
+            GfHuffBase b;
+            b.block = (unsigned int)(block < 0xFFFFFFFFull ? block : 0xFFFFFFFFull);
+            b.dc01 = dc0 | (unsigned int)dc1 << 16;
+            b.dc2 = dc2;
+            b.unused = 0;
+            bases[s0 + q] = b;
+            // Bucket j holds the blocks at `block + j` modulo the MCU: their component.
+            unsigned int at = (unsigned int)(block % im.blocks_in_mcu);
+#pragma unroll
+            for (unsigned int j = 0; j < GF_MAX_BLOCKS_IN_MCU; j++) {
+                if (j >= im.blocks_in_mcu) break;
+                const unsigned int c = im.block[at] & 255;
+                const unsigned short sum =
+                    (unsigned short)(e[q].dc[j >> 1] >> (16 * (j & 1)));
+                if (c == 0)
+                    dc0 = (unsigned short)(dc0 + sum);
+                else if (c == 1)
+                    dc1 = (unsigned short)(dc1 + sum);
+                else
+                    dc2 = (unsigned short)(dc2 + sum);
+                at = at + 1 == im.blocks_in_mcu ? 0 : at + 1;
+            }
+            block += e[q].blocks;
         }
-        block += e.blocks;
     }
     if (block < (unsigned long long)iv.first_block + iv.blocks)
         atomicOr(status + im.status, GF_STATUS_SHORT);

@@ -153,7 +153,14 @@ fn build_harness(dir: &Path) -> Option<PathBuf> {
     std::fs::write(&source, HARNESS).expect("harness source");
     let binary = dir.join("harness");
     let status = Command::new(&compiler)
-        .args(["-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror"])
+        .args([
+            "-std=c++17",
+            "-O2",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-Wno-unknown-pragmas",
+        ])
         .arg("-I")
         .arg(&kernels)
         .arg(&source)
