@@ -552,3 +552,121 @@ fn entropy_decoded_windows_through_the_idct_kernels_equal_libjpeg_turbo() {
         }
     }
 }
+
+/// The photos folder (`../shared/photos` beside the repository, or the GPU bundle's
+/// `.gpu/photos`), if there is one.
+fn photos_folder() -> Option<PathBuf> {
+    let cwd = std::env::current_dir().ok()?;
+    cwd.ancestors()
+        .flat_map(|d| [d.join("shared/photos"), d.join(".gpu/photos")])
+        .find(|d| d.is_dir())
+}
+
+/// `pixels` (RGB, `w` x `h`) mirrored and tiled to `tw` x `th`.
+fn tiled(pixels: &[u8], w: u32, h: u32, tw: u32, th: u32) -> Vec<u8> {
+    let mirror = |v: u32, n: u32| {
+        let m = v % (2 * n);
+        if m < n {
+            m
+        } else {
+            2 * n - 1 - m
+        }
+    };
+    let mut out = Vec::with_capacity((tw * th * 3) as usize);
+    for y in 0..th {
+        let row = mirror(y, h);
+        for x in 0..tw {
+            let at = ((row * w + mirror(x, w)) * 3) as usize;
+            out.extend_from_slice(&pixels[at..at + 3]);
+        }
+    }
+    out
+}
+
+#[test]
+fn large_photos_re_encoded_equal_libjpeg_turbo() {
+    let Some(folder) = photos_folder() else {
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: large_photos_re_encoded_equal_libjpeg_turbo: no photos folder"
+        );
+        return;
+    };
+    let scratch = scratch("entropy-photos");
+    let Some(harness) = build_harness(&scratch.0) else {
+        return;
+    };
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&folder)
+        .expect("photos folder")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "png" || e == "jpg"))
+        .collect();
+    paths.sort();
+    let sizes = [(1920, 1280), (3000, 2000), (4000, 3000)];
+    let mut named = Vec::new();
+    for (i, path) in paths.iter().enumerate() {
+        let Ok(decoded) = image::open(path) else {
+            continue;
+        };
+        let gray = decoded.color().channel_count() == 1;
+        let rgb = decoded.to_rgb8();
+        let (w, h) = rgb.dimensions();
+        let (tw, th) = sizes[i % sizes.len()];
+        let pixels = tiled(rgb.as_raw(), w, h, tw, th);
+        let options = match i % 4 {
+            _ if gray => EncodeOptions {
+                colorspace: turbojpeg_region::Colorspace::Gray,
+                sampling: Sampling::S444,
+                quality: 85,
+                ..EncodeOptions::default()
+            },
+            0 => EncodeOptions {
+                quality: 90,
+                ..EncodeOptions::default()
+            },
+            1 => EncodeOptions {
+                quality: 95,
+                sampling: Sampling::S444,
+                ..EncodeOptions::default()
+            },
+            2 => EncodeOptions {
+                sampling: Sampling::S422,
+                restart: Restart::Rows(1),
+                optimize: true,
+                ..EncodeOptions::default()
+            },
+            _ => EncodeOptions {
+                quality: 75,
+                sampling: Sampling::S411,
+                ..EncodeOptions::default()
+            },
+        };
+        let jpeg = encode(&pixels, tw, th, Format::Rgb, &options).expect("encode");
+        let name = format!("{} as {tw}x{th}", path.display());
+        named.push((name, jpeg));
+    }
+    assert!(!named.is_empty(), "no photos in {}", folder.display());
+    let parsed: Vec<ParsedJpeg> = named
+        .iter()
+        .map(|(name, jpeg)| parse(jpeg).unwrap_or_else(|e| panic!("{name}: {e}")))
+        .collect();
+    let images: Vec<&ParsedJpeg> = parsed.iter().collect();
+    let result = run(&harness, &scratch.0, &images);
+    let mut reader = CoefficientReader::new().unwrap();
+    for (i, (name, jpeg)) in named.iter().enumerate() {
+        assert_eq!(result.status[i], 0, "{name}: flagged");
+        if let Err(e) = compare(&result, i, jpeg, &mut reader) {
+            panic!("{name}: {e}");
+        }
+    }
+    let mpx: f64 = parsed
+        .iter()
+        .map(|p| f64::from(p.width) * f64::from(p.height) / 1e6)
+        .sum();
+    eprintln!(
+        "{} photos re-encoded ({mpx:.1} Mpx) exact, {} subsequences, final pass {}",
+        named.len(),
+        result.plan.subs.len(),
+        result.final_pass
+    );
+}
