@@ -17,8 +17,10 @@
 //                        the blocks it completes and summing its DC differences per component;
 //                        a pass whose exit states all equal the pass before's is the exact
 //                        sequential decode, and later passes return at once.
-//   gpufeed_huff_scan    one thread per interval: each subsequence's first block and DC
-//                        predictors (a prefix sum of the counts and sums of its interval).
+//   gpufeed_huff_group,  each subsequence's first block and DC predictors: a prefix sum of the
+//   gpufeed_huff_scan,   counts and sums of its interval, in two levels (sums of groups of 32
+//   gpufeed_huff_expand  subsequences, one thread per interval walking the groups, one thread
+//                        per group writing its subsequences').
 //   gpufeed_huff_write   each subsequence decodes once more from its predecessor's final exit
 //                        state and writes its coefficients (natural order, DC undifferenced) into
 //                        the planes, stopping after the interval's last block, and checks that it
@@ -358,14 +360,93 @@ extern "C" __global__ void gpufeed_huff_sync(const unsigned int* __restrict__ da
     if (e.changed) changed[pass] = 1;
 }
 
-// Each subsequence's first block and DC predictors; an interval that decodes fewer blocks than it
-// codes marks its image short.
+// Subsequences of one group (a prefix sum's first level).
+#define GF_GROUP_SUBS 32u
+
+// Whether group `g` is GF_GROUP_SUBS subsequences of one interval (the others are summed one
+// subsequence at a time by their interval's thread).
+__device__ __forceinline__ bool gf_whole_group(const GfHuffSub* __restrict__ subs, unsigned int n,
+                                               unsigned int g) {
+    const unsigned int first = g * GF_GROUP_SUBS, last = first + GF_GROUP_SUBS - 1;
+    return last < n && subs[first].interval == subs[last].interval;
+}
+
+// Advances a running (block, DC predictors) over `e`: blocks completed and DC differences by
+// bucket, bucket j being the blocks at `block + j` modulo the MCU (of their component).
+__device__ __forceinline__ void gf_advance(const GfHuffImage& im, const GfHuffExit& e,
+                                           unsigned long long& block, unsigned short& dc0,
+                                           unsigned short& dc1, unsigned short& dc2) {
+    unsigned int at = (unsigned int)(block % im.blocks_in_mcu);
+#pragma unroll
+    for (unsigned int j = 0; j < GF_MAX_BLOCKS_IN_MCU; j++) {
+        if (j >= im.blocks_in_mcu) break;
+        const unsigned int c = im.block[at] & 255;
+        const unsigned short sum = (unsigned short)(e.dc[j >> 1] >> (16 * (j & 1)));
+        if (c == 0)
+            dc0 = (unsigned short)(dc0 + sum);
+        else if (c == 1)
+            dc1 = (unsigned short)(dc1 + sum);
+        else
+            dc2 = (unsigned short)(dc2 + sum);
+        at = at + 1 == im.blocks_in_mcu ? 0 : at + 1;
+    }
+    block += e.blocks;
+}
+
+__device__ __forceinline__ GfHuffBase gf_base(unsigned long long block, unsigned short dc0,
+                                              unsigned short dc1, unsigned short dc2) {
+    GfHuffBase b;
+    b.block = (unsigned int)(block < 0xFFFFFFFFull ? block : 0xFFFFFFFFull);
+    b.dc01 = dc0 | (unsigned int)dc1 << 16;
+    b.dc2 = dc2;
+    b.unused = 0;
+    return b;
+}
+
+// First level of the prefix sum: each whole group's blocks and DC differences by bucket,
+// relative to its first subsequence's first block (as one subsequence's exit holds them).
+extern "C" __global__ void gpufeed_huff_group(const GfHuffImage* __restrict__ images,
+                                              const GfHuffSub* __restrict__ subs, unsigned int n,
+                                              const GfHuffExit* __restrict__ exits,
+                                              const unsigned int* __restrict__ changed,
+                                              unsigned int passes, GfHuffExit* groups) {
+    const unsigned int g = blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= (n + GF_GROUP_SUBS - 1) / GF_GROUP_SUBS || !gf_whole_group(subs, n, g)) return;
+    const GfHuffExit* fin = exits + (unsigned long long)(gf_final_pass(changed, passes) & 1) * n;
+    const unsigned int first = g * GF_GROUP_SUBS;
+    const GfHuffImage& im = images[subs[first].image];
+    unsigned int blocks = 0;
+    unsigned short dc[GF_MAX_BLOCKS_IN_MCU] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    for (unsigned int s = first; s < first + GF_GROUP_SUBS; s++) {
+        const GfHuffExit& e = fin[s];
+        unsigned int at = blocks % im.blocks_in_mcu;
+        for (unsigned int j = 0; j < im.blocks_in_mcu; j++) {
+            dc[at] = (unsigned short)(dc[at] + (unsigned short)(e.dc[j >> 1] >> (16 * (j & 1))));
+            at = at + 1 == im.blocks_in_mcu ? 0 : at + 1;
+        }
+        blocks += e.blocks;
+    }
+    GfHuffExit out;
+    out.pos = 0;
+    out.state = 0;
+    out.blocks = blocks;
+    out.changed = 0;
+    for (unsigned int j = 0; j < GF_MAX_BLOCKS_IN_MCU / 2; j++)
+        out.dc[j] = dc[2 * j] | (unsigned int)dc[2 * j + 1] << 16;
+    groups[g] = out;
+}
+
+// One thread per interval: the first block and DC predictors of each of its subsequences outside
+// whole groups and of each whole group, walking whole groups by their sums; an interval that
+// decodes fewer blocks than it codes marks its image short.
 extern "C" __global__ void gpufeed_huff_scan(const GfHuffImage* __restrict__ images,
                                              const GfHuffInterval* __restrict__ intervals,
                                              unsigned int n_intervals, unsigned int n,
                                              const GfHuffExit* __restrict__ exits,
                                              const unsigned int* __restrict__ changed,
-                                             unsigned int passes, GfHuffBase* bases,
+                                             unsigned int passes,
+                                             const GfHuffExit* __restrict__ groups,
+                                             GfHuffBase* group_bases, GfHuffBase* bases,
                                              unsigned int* status) {
     const unsigned int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= n_intervals) return;
@@ -376,42 +457,45 @@ extern "C" __global__ void gpufeed_huff_scan(const GfHuffImage* __restrict__ ima
     unsigned long long block = iv.first_block;
     unsigned short dc0 = 0, dc1 = 0, dc2 = 0;
     const unsigned int end = iv.first_sub + iv.subs;
-    // Four exits loaded at once (their loads do not wait for the sums), constant indices only.
-    for (unsigned int s0 = iv.first_sub; s0 < end; s0 += 4) {
-        GfHuffExit e[4];
-#pragma unroll
-        for (unsigned int q = 0; q < 4; q++)
-            if (s0 + q < end) e[q] = fin[s0 + q];
-#pragma unroll
-        for (unsigned int q = 0; q < 4; q++) {
-            if (s0 + q >= end) break;
-            GfHuffBase b;
-            b.block = (unsigned int)(block < 0xFFFFFFFFull ? block : 0xFFFFFFFFull);
-            b.dc01 = dc0 | (unsigned int)dc1 << 16;
-            b.dc2 = dc2;
-            b.unused = 0;
-            bases[s0 + q] = b;
-            // Bucket j holds the blocks at `block + j` modulo the MCU: their component.
-            unsigned int at = (unsigned int)(block % im.blocks_in_mcu);
-#pragma unroll
-            for (unsigned int j = 0; j < GF_MAX_BLOCKS_IN_MCU; j++) {
-                if (j >= im.blocks_in_mcu) break;
-                const unsigned int c = im.block[at] & 255;
-                const unsigned short sum =
-                    (unsigned short)(e[q].dc[j >> 1] >> (16 * (j & 1)));
-                if (c == 0)
-                    dc0 = (unsigned short)(dc0 + sum);
-                else if (c == 1)
-                    dc1 = (unsigned short)(dc1 + sum);
-                else
-                    dc2 = (unsigned short)(dc2 + sum);
-                at = at + 1 == im.blocks_in_mcu ? 0 : at + 1;
-            }
-            block += e[q].blocks;
+    unsigned int s = iv.first_sub;
+    while (s < end) {
+        if (s % GF_GROUP_SUBS == 0 && s + GF_GROUP_SUBS <= end) {
+            const unsigned int g = s / GF_GROUP_SUBS;
+            group_bases[g] = gf_base(block, dc0, dc1, dc2);
+            gf_advance(im, groups[g], block, dc0, dc1, dc2);
+            s += GF_GROUP_SUBS;
+        } else {
+            bases[s] = gf_base(block, dc0, dc1, dc2);
+            gf_advance(im, fin[s], block, dc0, dc1, dc2);
+            s++;
         }
     }
     if (block < (unsigned long long)iv.first_block + iv.blocks)
         atomicOr(status + im.status, GF_STATUS_SHORT);
+}
+
+// Second level: the subsequences of each whole group from the group's start.
+extern "C" __global__ void gpufeed_huff_expand(const GfHuffImage* __restrict__ images,
+                                               const GfHuffSub* __restrict__ subs,
+                                               unsigned int n,
+                                               const GfHuffExit* __restrict__ exits,
+                                               const unsigned int* __restrict__ changed,
+                                               unsigned int passes,
+                                               const GfHuffBase* __restrict__ group_bases,
+                                               GfHuffBase* bases) {
+    const unsigned int g = blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= (n + GF_GROUP_SUBS - 1) / GF_GROUP_SUBS || !gf_whole_group(subs, n, g)) return;
+    const GfHuffExit* fin = exits + (unsigned long long)(gf_final_pass(changed, passes) & 1) * n;
+    const unsigned int first = g * GF_GROUP_SUBS;
+    const GfHuffImage& im = images[subs[first].image];
+    const GfHuffBase b = group_bases[g];
+    unsigned long long block = b.block;
+    unsigned short dc0 = (unsigned short)(b.dc01 & 0xFFFF), dc1 = (unsigned short)(b.dc01 >> 16),
+                   dc2 = (unsigned short)b.dc2;
+    for (unsigned int s = first; s < first + GF_GROUP_SUBS; s++) {
+        bases[s] = gf_base(block, dc0, dc1, dc2);
+        gf_advance(im, fin[s], block, dc0, dc1, dc2);
+    }
 }
 
 // The coefficients: each subsequence decodes from its predecessor's final exit and writes.

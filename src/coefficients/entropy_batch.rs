@@ -103,6 +103,8 @@ pub struct HuffInterval {
 pub const EXIT_BYTES: usize = 36;
 /// Bytes of one `GfHuffBase` (one per subsequence on the device).
 pub const BASE_BYTES: usize = 16;
+/// Subsequences of one group of the two-level prefix sum (kernels/entropy.cu `GF_GROUP_SUBS`).
+pub const GROUP_SUBS: usize = 32;
 
 /// Where one image's coefficient planes are in the coefficient buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -112,9 +112,21 @@ int main(int argc, char** argv) {
             fprintf(stderr, "\n");
         }
     }
+    unsigned int n_groups = (n + GF_GROUP_SUBS - 1) / GF_GROUP_SUBS;
+    std::vector<GfHuffExit> groups(n_groups + 1);
+    std::vector<GfHuffBase> group_bases(n_groups + 1);
+    launch(threads, n_groups, [&] {
+        gpufeed_huff_group(images.data(), subs.data(), n, exits.data(), changed.data(), passes,
+                           groups.data());
+    });
     launch(threads, (unsigned int)n_intervals, [&] {
         gpufeed_huff_scan(images.data(), intervals.data(), (unsigned int)n_intervals, n,
-                          exits.data(), changed.data(), passes, bases.data(), status.data());
+                          exits.data(), changed.data(), passes, groups.data(),
+                          group_bases.data(), bases.data(), status.data());
+    });
+    launch(threads, n_groups, [&] {
+        gpufeed_huff_expand(images.data(), subs.data(), n, exits.data(), changed.data(), passes,
+                            group_bases.data(), bases.data());
     });
     launch(threads, n, [&] {
         gpufeed_huff_write(data.data(), tables.data(), images.data(), subs.data(),

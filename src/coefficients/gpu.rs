@@ -24,7 +24,7 @@ use super::batch::{
 use super::entropy::ParsedJpeg;
 use super::entropy_batch::{
     entropy_footprint, subsequences, DensePlanes, EntropyPlan, HuffImage, HuffInterval, HuffSub,
-    BASE_BYTES, EXIT_BYTES, HUFF_THREADS, PASSES,
+    BASE_BYTES, EXIT_BYTES, GROUP_SUBS, HUFF_THREADS, PASSES,
 };
 use super::pack::PackedImage;
 use super::reference::multiplier_table;
@@ -95,7 +95,7 @@ impl Budget {
             + self.plane_bytes
             + self.output_bytes
             + self.dense_bytes
-            + self.subsequences * (2 * EXIT_BYTES + BASE_BYTES + 48)
+            + self.subsequences * (2 * EXIT_BYTES + BASE_BYTES + 48 + 2)
     }
 }
 
@@ -125,7 +125,9 @@ pub struct GpuDecoder {
 struct Entropy {
     zero: CudaFunction,
     sync: CudaFunction,
+    group: CudaFunction,
     scan: CudaFunction,
+    expand: CudaFunction,
     write: CudaFunction,
     plan: EntropyPlan,
     /// Per entropy-coded image: its index in the batch.
@@ -138,6 +140,10 @@ struct Entropy {
     intervals: CudaSlice<HuffInterval>,
     exits: CudaSlice<u8>,
     bases: CudaSlice<u8>,
+    /// Per group of subsequences: its sums (an exit's layout) and its first block and DC
+    /// predictors (a base's).
+    groups: CudaSlice<u8>,
+    group_bases: CudaSlice<u8>,
     changed: CudaSlice<u32>,
     status: CudaSlice<u32>,
 }
@@ -190,10 +196,12 @@ impl GpuDecoder {
                 .load_function(name)
                 .map_err(device("finding a kernel of entropy.cu"))
         };
-        let (zero, sync, scan, write) = (
+        let (zero, sync, group, scan, expand, write) = (
             load("gpufeed_huff_zero")?,
             load("gpufeed_huff_sync")?,
+            load("gpufeed_huff_group")?,
             load("gpufeed_huff_scan")?,
+            load("gpufeed_huff_expand")?,
             load("gpufeed_huff_write")?,
         );
         let ctx = stream.context();
@@ -217,6 +225,7 @@ impl GpuDecoder {
         // SAFETY: device memory left uninitialized: the entropy kernels read only descriptors
         // uploaded before them, flags and status words zeroed before them, exits and bases
         // written by the launches before them, and they zero the dense planes before writing.
+        let groups = subs.div_ceil(GROUP_SUBS);
         let (dense, images, subs_buf, intervals, exits, bases, changed, status) = unsafe {
             (
                 stream.alloc::<i16>((budget.dense_bytes / 2).max(64)),
@@ -229,10 +238,19 @@ impl GpuDecoder {
                 stream.alloc::<u32>(budget.images.max(1)),
             )
         };
+        // SAFETY: as above: the group kernels write these before the scans read them.
+        let (group_sums, group_bases) = unsafe {
+            (
+                stream.alloc::<u8>(groups * EXIT_BYTES),
+                stream.alloc::<u8>(groups * BASE_BYTES),
+            )
+        };
         let entropy = Entropy {
             zero,
             sync,
+            group,
             scan,
+            expand,
             write,
             plan: EntropyPlan::default(),
             batch_index: Vec::with_capacity(budget.images),
@@ -243,6 +261,8 @@ impl GpuDecoder {
             intervals: allocated(intervals)?,
             exits: allocated(exits)?,
             bases: allocated(bases)?,
+            groups: allocated(group_sums)?,
+            group_bases: allocated(group_bases)?,
             changed: allocated(changed)?,
             status: allocated(status)?,
         };
@@ -659,13 +679,33 @@ impl GpuDecoder {
             unsafe { builder.launch(per_sub) }.map_err(device("launching a sync pass"))?;
         }
 
+        let passes = PASSES;
+        let n_groups = n.div_ceil(GROUP_SUBS as u32);
+        let per_group = LaunchConfig {
+            grid_dim: (n_groups.div_ceil(HUFF_THREADS), 1, 1),
+            block_dim: (HUFF_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut builder = self.stream.launch_builder(&e.group);
+        builder
+            .arg(&e.images)
+            .arg(&e.subs)
+            .arg(&n)
+            .arg(&e.exits)
+            .arg(&e.changed)
+            .arg(&passes)
+            .arg(&mut e.groups);
+        // SAFETY: the arguments match gpufeed_huff_group's (images, subs, n, exits, changed,
+        // passes, groups); thread g < ceil(n / 32) reads the subsequences and final exits of its
+        // group (all below n) and writes group g (ceil(subsequences / 32) of them fit).
+        unsafe { builder.launch(per_group) }.map_err(device("launching the group sums"))?;
+
         let n_intervals = plan.intervals.len() as u32;
         let config = LaunchConfig {
             grid_dim: (n_intervals.div_ceil(HUFF_THREADS), 1, 1),
             block_dim: (HUFF_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        let passes = PASSES;
         let mut builder = self.stream.launch_builder(&e.scan);
         builder
             .arg(&e.images)
@@ -675,13 +715,31 @@ impl GpuDecoder {
             .arg(&e.exits)
             .arg(&e.changed)
             .arg(&passes)
+            .arg(&e.groups)
+            .arg(&mut e.group_bases)
             .arg(&mut e.bases)
             .arg(&mut e.status);
         // SAFETY: the arguments match gpufeed_huff_scan's (images, intervals, n_intervals, n,
-        // exits, changed, passes, bases, status); thread t < n_intervals reads interval t, its
-        // image, the exits of its subsequences (all below n) and writes their bases (n fit) and
-        // its image's status word (one per image of the batch, at most `images`).
+        // exits, changed, passes, groups, group_bases, bases, status); thread t < n_intervals
+        // reads interval t, its image, the exits and whole groups of its subsequences (all below
+        // n, groups below ceil(n / 32)) and writes their bases (n and ceil(n / 32) fit) and its
+        // image's status word (one per image of the batch, at most `images`).
         unsafe { builder.launch(config) }.map_err(device("launching the block scan"))?;
+
+        let mut builder = self.stream.launch_builder(&e.expand);
+        builder
+            .arg(&e.images)
+            .arg(&e.subs)
+            .arg(&n)
+            .arg(&e.exits)
+            .arg(&e.changed)
+            .arg(&passes)
+            .arg(&e.group_bases)
+            .arg(&mut e.bases);
+        // SAFETY: the arguments match gpufeed_huff_expand's (images, subs, n, exits, changed,
+        // passes, group_bases, bases); thread g reads its whole group's base and exits and writes
+        // the bases of its subsequences, all below n.
+        unsafe { builder.launch(per_group) }.map_err(device("launching the group expansion"))?;
 
         let mut builder = self.stream.launch_builder(&e.write);
         builder
