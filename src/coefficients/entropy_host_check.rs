@@ -69,10 +69,11 @@ int main(int argc, char** argv) {
     size_t data_bytes = u64(in), table_words = u64(in), n_images = u64(in), n_subs = u64(in);
     size_t n_intervals = u64(in), coef_len = u64(in);
     unsigned int passes = u64(in), threads = u64(in);
-    std::vector<unsigned int> data(data_bytes / 4 + 1), tables(table_words + 1);
+    // Exact sizes, so that a sanitized run catches any read past them.
+    std::vector<unsigned int> data(data_bytes / 4), tables(table_words);
     std::vector<GfHuffImage> images(n_images);
-    std::vector<GfHuffSub> subs(n_subs + 1);
-    std::vector<GfHuffInterval> intervals(n_intervals + 1);
+    std::vector<GfHuffSub> subs(n_subs);
+    std::vector<GfHuffInterval> intervals(n_intervals);
     bytes(in, data.data(), data_bytes);
     bytes(in, tables.data(), table_words * 4);
     bytes(in, images.data(), n_images * sizeof(GfHuffImage));
@@ -80,9 +81,9 @@ int main(int argc, char** argv) {
     bytes(in, intervals.data(), n_intervals * sizeof(GfHuffInterval));
     fclose(in);
     // Poisoned: every coefficient must be written by the zeroing launch or the decode.
-    std::vector<short> coef(coef_len + 64, (short)0x5A5A);
-    std::vector<GfHuffExit> exits(2 * n_subs + 1);
-    std::vector<GfHuffBase> bases(n_subs + 1);
+    std::vector<short> coef(coef_len, (short)0x5A5A);
+    std::vector<GfHuffExit> exits(2 * n_subs);
+    std::vector<GfHuffBase> bases(n_subs);
     std::vector<unsigned int> changed(passes, 0), status(n_images, 0);
     unsigned int n = (unsigned int)n_subs;
 
@@ -113,8 +114,8 @@ int main(int argc, char** argv) {
         }
     }
     unsigned int n_groups = (n + GF_GROUP_SUBS - 1) / GF_GROUP_SUBS;
-    std::vector<GfHuffExit> groups(n_groups + 1);
-    std::vector<GfHuffBase> group_bases(n_groups + 1);
+    std::vector<GfHuffExit> groups(n_groups);
+    std::vector<GfHuffBase> group_bases(n_groups);
     launch(threads, n_groups, [&] {
         gpufeed_huff_group(images.data(), subs.data(), n, exits.data(), changed.data(), passes,
                            groups.data());
@@ -145,8 +146,10 @@ int main(int argc, char** argv) {
 }
 "#;
 
-/// The harness built in `dir`, or `None` (said on stderr) without a C++ compiler.
-fn build_harness(dir: &Path) -> Option<PathBuf> {
+/// The harness built in `dir`, or `None` (said on stderr) without a C++ compiler; with
+/// `sanitize`, under AddressSanitizer and UndefinedBehaviorSanitizer (any finding aborts), where
+/// the compiler has them.
+fn build_harness_with(dir: &Path, sanitize: bool) -> Option<PathBuf> {
     let compiler = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
     if Command::new(&compiler).arg("--version").output().is_err() {
         let _ = writeln!(
@@ -164,7 +167,25 @@ fn build_harness(dir: &Path) -> Option<PathBuf> {
     let source = dir.join("harness.cpp");
     std::fs::write(&source, HARNESS).expect("harness source");
     let binary = dir.join("harness");
+    let sanitizers = [
+        "-fsanitize=address,undefined",
+        "-fno-sanitize-recover=all",
+        "-fno-omit-frame-pointer",
+    ];
+    let sanitize = sanitize && {
+        // Only where the compiler and its runtime have them.
+        let probe = dir.join("probe.cpp");
+        std::fs::write(&probe, "int main() { return 0; }\n").expect("probe source");
+        Command::new(&compiler)
+            .args(sanitizers)
+            .arg(&probe)
+            .arg("-o")
+            .arg(dir.join("probe"))
+            .status()
+            .is_ok_and(|s| s.success())
+    };
     let status = Command::new(&compiler)
+        .args(if sanitize { &sanitizers[..] } else { &[] })
         .args([
             "-std=c++17",
             "-O2",
@@ -185,6 +206,11 @@ fn build_harness(dir: &Path) -> Option<PathBuf> {
         "kernels/entropy.cu does not compile as C++"
     );
     Some(binary)
+}
+
+/// The harness built in `dir` without sanitizers.
+fn build_harness(dir: &Path) -> Option<PathBuf> {
+    build_harness_with(dir, false)
 }
 
 fn u32s(out: &mut Vec<u8>, values: &[u32]) {
@@ -421,7 +447,7 @@ fn the_entropy_kernels_run_on_the_host_equal_libjpeg_turbo() {
 #[test]
 fn broken_files_are_refused_or_flagged_never_a_crash() {
     let scratch = scratch("entropy-broken");
-    let Some(harness) = build_harness(&scratch.0) else {
+    let Some(harness) = build_harness_with(&scratch.0, true) else {
         return;
     };
     let sources: Vec<Vec<u8>> = larger_cases()
@@ -444,7 +470,13 @@ fn broken_files_are_refused_or_flagged_never_a_crash() {
         let mut any_flip = jpeg.clone();
         let at = (r(4) * 256 + r(5)) % jpeg.len();
         any_flip[at] = any_flip[at].wrapping_add(1 + r(6) as u8 % 255);
-        for broken in [cut, data_flip, any_flip] {
+        // Four more bytes changed in the data.
+        let mut many = jpeg.clone();
+        for k in 0..4 {
+            let at = jpeg.len() / 2 + (r(7 + k) * 97) % (jpeg.len() / 2 - 2);
+            many[at] ^= 1 << (r(11 + k) % 8);
+        }
+        for broken in [cut, data_flip, any_flip, many] {
             match parse(&broken) {
                 Ok(p) => batch.push((broken, p)),
                 Err(_) => refused += 1,
