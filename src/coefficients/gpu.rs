@@ -66,7 +66,7 @@ pub struct Budget {
     /// the device.
     pub dense_bytes: usize,
     /// Subsequences of entropy-coded data a batch holds (about one per 128 bytes of data, at
-    /// least one per restart interval); 88 device bytes each.
+    /// least one per restart interval); about 140 device bytes each.
     pub subsequences: usize,
 }
 
