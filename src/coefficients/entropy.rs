@@ -496,7 +496,7 @@ fn destuff(scan: &[u8], mcus: u32, per_interval: u32) -> Result<(Vec<u8>, Vec<In
     loop {
         // The next 0xFF in the rest of the data: everything before it is data.
         let rest = scan.get(i..).unwrap_or(&[]);
-        let Some(ff) = rest.iter().position(|&b| b == 0xFF) else {
+        let Some(ff) = memchr::memchr(0xFF, rest) else {
             data.extend_from_slice(rest);
             // The file ends without EOI: what was there is the last interval.
             break;
