@@ -448,9 +448,6 @@ impl GpuDecoder {
         let n = parsed.components.len();
         let tables_at = at + 128 * n;
         let data_at = tables_at + parsed.tables.len() * 4;
-        self.entropy
-            .plan
-            .push(parsed, data_at as u64 / 4, tables_at as u64 / 4)?;
         let staging = &mut self.staging_free()?[at..at + image.bytes];
         for (c, component) in parsed.components.iter().enumerate() {
             let table = multiplier_table(&component.quant);
@@ -466,6 +463,10 @@ impl GpuDecoder {
         let data = &mut staging[data_at - at..];
         data[..parsed.data.len()].copy_from_slice(&parsed.data);
         data[parsed.data.len()..].fill(0);
+        // Planned last: on an error the batch is as it was.
+        self.entropy
+            .plan
+            .push(parsed, data_at as u64 / 4, tables_at as u64 / 4)?;
         let (planes, output) = footprint(&image);
         self.images.push((image, at as u64));
         self.staged += image.bytes;
