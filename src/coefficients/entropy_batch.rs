@@ -4,6 +4,7 @@
 //! shared by the GPU side and the host run of the kernel source, so both launch the same work.
 
 use super::entropy::{ParsedJpeg, MAX_BLOCKS_IN_MCU, TABLE_WORDS};
+use super::reference::multiplier_table;
 use super::Error;
 
 /// Bits of entropy-coded data one thread decodes (the last subsequence of an interval may be
@@ -310,6 +311,59 @@ impl EntropyPlan {
 pub fn stage_data(image: &ParsedJpeg, out: &mut Vec<u8>) {
     out.extend_from_slice(&image.data);
     out.resize(out.len().next_multiple_of(4), 0);
+}
+
+/// Bytes [`stage`] writes for `image`: per component its multiplier table (128 bytes), its
+/// Huffman tables, its data, padded to a multiple of 8.
+pub fn staged_len(image: &ParsedJpeg) -> usize {
+    128 * image.components.len() + image.tables.len() * 4 + image.data.len().next_multiple_of(8)
+}
+
+/// Where [`stage`] puts each component's multiplier table, in bytes from the image's start.
+pub const QUANT_SECTIONS: [u32; 3] = [0, 128, 256];
+
+/// Where [`stage`] puts the parts of an image, in bytes from its start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Staged {
+    /// Component `c`'s multiplier table (`i16`, natural order) is at `128 * c`.
+    pub quant: [u32; 3],
+    /// The Huffman tables (`u32` words).
+    pub tables: usize,
+    /// The data, then zeros up to a multiple of 8.
+    pub data: usize,
+}
+
+/// Writes what the GPU needs of `image` into `out` ([`staged_len`] bytes): the multiplier tables
+/// the inverse DCT reads, the Huffman tables and the data the entropy kernels read. The caller
+/// places it at a multiple of 8 bytes in the batch's buffer and plans the image with
+/// [`EntropyPlan::push`] at the words where the tables and the data landed.
+pub fn stage(image: &ParsedJpeg, out: &mut [u8]) -> Result<Staged, Error> {
+    if out.len() != staged_len(image) {
+        return Err(Error::Request(format!(
+            "{} bytes to stage an image of {}",
+            out.len(),
+            staged_len(image)
+        )));
+    }
+    let n = image.components.len();
+    for (c, component) in image.components.iter().enumerate() {
+        for (k, q) in multiplier_table(&component.quant).iter().enumerate() {
+            let o = 128 * c + 2 * k;
+            out[o..o + 2].copy_from_slice(&q.to_le_bytes());
+        }
+    }
+    let tables = 128 * n;
+    for (k, w) in image.tables.iter().enumerate() {
+        out[tables + 4 * k..tables + 4 * k + 4].copy_from_slice(&w.to_le_bytes());
+    }
+    let data = tables + image.tables.len() * 4;
+    out[data..data + image.data.len()].copy_from_slice(&image.data);
+    out[data + image.data.len()..].fill(0);
+    Ok(Staged {
+        quant: QUANT_SECTIONS,
+        tables,
+        data,
+    })
 }
 
 /// Copies component `c` of `image`'s planes (as the kernels wrote them into `coefficients`) into

@@ -17,9 +17,10 @@ use turbojpeg_region::{
 
 use super::cases::{cases, repo_file, turbo_decode};
 use super::entropy::{parse, ParsedJpeg};
-use super::entropy_batch::{copy_plane, stage_data, EntropyPlan, HUFF_THREADS, PASSES};
+use super::entropy_batch::{
+    copy_plane, stage, stage_data, staged_len, EntropyPlan, HUFF_THREADS, PASSES, QUANT_SECTIONS,
+};
 use super::pack::PackedImage;
-use super::reference::multiplier_table;
 use super::{Error, Layout, Window};
 use gpufeed_bench::upload::random_bytes;
 
@@ -265,6 +266,7 @@ struct Run {
     plan: EntropyPlan,
 }
 
+/// Runs `images` through the host-compiled kernels, their data and tables in two buffers.
 fn run(harness: &Path, dir: &Path, images: &[&ParsedJpeg]) -> Run {
     let mut plan = EntropyPlan::default();
     plan.plan(images).expect("plan");
@@ -275,6 +277,11 @@ fn run(harness: &Path, dir: &Path, images: &[&ParsedJpeg]) -> Run {
         tables.extend_from_slice(&image.tables);
     }
     assert_eq!(data.len() as u64, plan.data_words * 4);
+    run_plan(harness, dir, &data, &tables, plan)
+}
+
+/// Runs `plan` through the host-compiled kernels with `data` and `tables` as their buffers.
+fn run_plan(harness: &Path, dir: &Path, data: &[u8], tables: &[u32], plan: EntropyPlan) -> Run {
     let mut input = Vec::new();
     for v in [
         data.len() as u64,
@@ -288,8 +295,8 @@ fn run(harness: &Path, dir: &Path, images: &[&ParsedJpeg]) -> Run {
     ] {
         input.extend_from_slice(&v.to_le_bytes());
     }
-    input.extend_from_slice(&data);
-    u32s(&mut input, &tables);
+    input.extend_from_slice(data);
+    u32s(&mut input, tables);
     input.extend(descriptor_bytes(&plan));
     let (input_path, output_path) = (dir.join("batch.in"), dir.join("batch.out"));
     std::fs::write(&input_path, input).expect("harness input");
@@ -309,7 +316,7 @@ fn run(harness: &Path, dir: &Path, images: &[&ParsedJpeg]) -> Run {
         .chunks_exact(4)
         .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
         .collect();
-    let (status, final_pass) = words.split_at(images.len());
+    let (status, final_pass) = words.split_at(plan.images.len());
     Run {
         coefficients,
         status: status.to_vec(),
@@ -538,12 +545,31 @@ fn entropy_decoded_windows_through_the_idct_kernels_equal_libjpeg_turbo() {
         .into_iter()
         .filter_map(|(name, jpeg)| parse(&jpeg).ok().map(|p| (name, jpeg, p)))
         .collect();
-    let images: Vec<&ParsedJpeg> = parsed.iter().map(|(_, _, p)| p).collect();
-    let decoded = run(&entropy, &entropy_dir, &images);
+    // Staged as the GPU side stages them: one buffer holding each image's multiplier tables,
+    // Huffman tables and data, read by both launches.
+    let mut staged = Vec::new();
+    let mut plan = EntropyPlan::default();
+    let mut offsets = Vec::new();
+    for (_, _, p) in &parsed {
+        let at = staged.len();
+        staged.resize(at + staged_len(p), 0xEE);
+        let parts = stage(p, &mut staged[at..]).unwrap();
+        plan.push(
+            p,
+            (at + parts.data) as u64 / 4,
+            (at + parts.tables) as u64 / 4,
+        )
+        .unwrap();
+        offsets.push(at);
+    }
+    let words: Vec<u32> = staged
+        .chunks_exact(4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let decoded = run_plan(&entropy, &entropy_dir, &staged, &words, plan);
     assert!(decoded.status.iter().all(|&s| s == 0));
     let picks = random_bytes(parsed.len() * 4, 23);
     for windows in [false, true] {
-        let mut staged = Vec::new();
         let mut batch = Vec::new();
         let mut dense = Vec::new();
         let mut expected = Vec::new();
@@ -557,15 +583,9 @@ fn entropy_decoded_windows_through_the_idct_kernels_equal_libjpeg_turbo() {
             } else {
                 Window::whole(w, h)
             };
-            let at = staged.len();
-            for component in &p.components {
-                for q in multiplier_table(&component.quant) {
-                    staged.extend_from_slice(&q.to_le_bytes());
-                }
-            }
             let image =
-                PackedImage::dense(&layout, &window, [0, 128, 256], staged.len() - at).unwrap();
-            batch.push((image, at as u64));
+                PackedImage::dense(&layout, &window, QUANT_SECTIONS, staged_len(p)).unwrap();
+            batch.push((image, offsets[i] as u64));
             dense.push((i, decoded.plan.planes[i]));
             let (whole, _, _) = turbo_decode(jpeg, gray);
             let channels = layout.channels();

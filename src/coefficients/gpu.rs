@@ -23,11 +23,11 @@ use super::batch::{
 };
 use super::entropy::ParsedJpeg;
 use super::entropy_batch::{
-    entropy_footprint, subsequences, DensePlanes, EntropyPlan, HuffImage, HuffInterval, HuffSub,
-    BASE_BYTES, EXIT_BYTES, GROUP_SUBS, HUFF_THREADS, PASSES,
+    entropy_footprint, stage, staged_len, subsequences, DensePlanes, EntropyPlan, HuffImage,
+    HuffInterval, HuffSub, BASE_BYTES, EXIT_BYTES, GROUP_SUBS, HUFF_THREADS, PASSES,
+    QUANT_SECTIONS,
 };
 use super::pack::PackedImage;
-use super::reference::multiplier_table;
 use super::{Error, Layout, Window};
 use crate::cuda::{Gpu, KernelSource};
 
@@ -393,10 +393,7 @@ impl GpuDecoder {
         if !consistent {
             return Err(Error::Request("the layout is not the parsed JPEG's".into()));
         }
-        let n = parsed.components.len();
-        let bytes = 128 * n + parsed.tables.len() * 4 + parsed.data.len().next_multiple_of(8);
-        let sections = [0, 128, 256];
-        PackedImage::dense(layout, window, sections, bytes)
+        PackedImage::dense(layout, window, QUANT_SECTIONS, staged_len(parsed))
     }
 
     /// Whether the baseline JPEG `parsed` (with `layout`, its [`Layout`], and `window`, what
@@ -445,28 +442,13 @@ impl GpuDecoder {
             )));
         }
         let at = self.staged;
-        let n = parsed.components.len();
-        let tables_at = at + 128 * n;
-        let data_at = tables_at + parsed.tables.len() * 4;
-        let staging = &mut self.staging_free()?[at..at + image.bytes];
-        for (c, component) in parsed.components.iter().enumerate() {
-            let table = multiplier_table(&component.quant);
-            for (k, q) in table.iter().enumerate() {
-                let o = 128 * c + 2 * k;
-                staging[o..o + 2].copy_from_slice(&q.to_le_bytes());
-            }
-        }
-        let tables = &mut staging[128 * n..];
-        for (k, w) in parsed.tables.iter().enumerate() {
-            tables[4 * k..4 * k + 4].copy_from_slice(&w.to_le_bytes());
-        }
-        let data = &mut staging[data_at - at..];
-        data[..parsed.data.len()].copy_from_slice(&parsed.data);
-        data[parsed.data.len()..].fill(0);
+        let staged = stage(parsed, &mut self.staging_free()?[at..at + image.bytes])?;
         // Planned last: on an error the batch is as it was.
-        self.entropy
-            .plan
-            .push(parsed, data_at as u64 / 4, tables_at as u64 / 4)?;
+        self.entropy.plan.push(
+            parsed,
+            (at + staged.data) as u64 / 4,
+            (at + staged.tables) as u64 / 4,
+        )?;
         let (planes, output) = footprint(&image);
         self.images.push((image, at as u64));
         self.staged += image.bytes;
