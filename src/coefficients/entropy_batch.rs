@@ -131,9 +131,9 @@ pub struct EntropyPlan {
     pub intervals: Vec<HuffInterval>,
     /// Where each image's planes are.
     pub planes: Vec<DensePlanes>,
-    /// Words of the data buffer the batch uses.
+    /// One past the last word of the data buffer the batch's data takes.
     pub data_words: u64,
-    /// Words of the table buffer the batch uses.
+    /// One past the last word of the table buffer the batch's tables take.
     pub table_words: u64,
     /// Coefficients (`i16`) of the coefficient buffer the batch uses (a multiple of 64).
     pub coefficients: u64,
@@ -192,23 +192,9 @@ impl EntropyPlan {
         self.coefficients = 0;
     }
 
-    /// Plans `images`, their data and tables one after the other from word 0 of the data and
-    /// the table buffer ([`stage_data`]), replacing what the plan held.
-    pub fn plan(&mut self, images: &[&ParsedJpeg]) -> Result<(), Error> {
-        self.clear();
-        let (mut data, mut tables) = (0, 0);
-        for image in images {
-            self.push(image, data, tables)?;
-            let (words, table_words, _) = entropy_footprint(image);
-            data += words;
-            tables += table_words;
-        }
-        Ok(())
-    }
-
     /// Adds `image` to the plan, its data at word `data` of the data buffer and its tables at
-    /// word `tables` of the table buffer; its planes follow the planes planned. On an error the
-    /// plan is as it was.
+    /// word `tables` of the table buffer (one buffer on the GPU side: where [`stage`] put them);
+    /// its planes follow the planes planned. On an error the plan is as it was.
     pub fn push(&mut self, image: &ParsedJpeg, data: u64, tables: u64) -> Result<(), Error> {
         let too_large = |what: &str| Error::Request(format!("{what} too large for the kernels"));
         let index = self.images.len() as u32;
@@ -304,13 +290,6 @@ impl EntropyPlan {
         self.planes.push(planes);
         Ok(())
     }
-}
-
-/// Appends `image`'s data to `out` as the kernels read it: its bytes, then zeros up to a whole
-/// word.
-pub fn stage_data(image: &ParsedJpeg, out: &mut Vec<u8>) {
-    out.extend_from_slice(&image.data);
-    out.resize(out.len().next_multiple_of(4), 0);
 }
 
 /// Bytes [`stage`] writes for `image`: per component its multiplier table (128 bytes), its

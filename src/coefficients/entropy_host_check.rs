@@ -18,7 +18,7 @@ use turbojpeg_region::{
 use super::cases::{cases, repo_file, turbo_decode};
 use super::entropy::{parse, ParsedJpeg};
 use super::entropy_batch::{
-    copy_plane, stage, stage_data, staged_len, EntropyPlan, HUFF_THREADS, PASSES, QUANT_SECTIONS,
+    copy_plane, stage, staged_len, EntropyPlan, HUFF_THREADS, PASSES, QUANT_SECTIONS,
 };
 use super::pack::PackedImage;
 use super::{Error, Layout, Window};
@@ -266,18 +266,36 @@ struct Run {
     plan: EntropyPlan,
 }
 
-/// Runs `images` through the host-compiled kernels, their data and tables in two buffers.
-fn run(harness: &Path, dir: &Path, images: &[&ParsedJpeg]) -> Run {
+/// Runs `images` through the host-compiled kernels, staged as the GPU side stages them
+/// ([`stage`]: one buffer holding each image's multiplier tables, Huffman tables and data, at
+/// multiples of 8 bytes); returns the result and the staged buffer with each image's offset.
+fn run_staged(harness: &Path, dir: &Path, images: &[&ParsedJpeg]) -> (Run, Vec<u8>, Vec<usize>) {
+    let mut staged = Vec::new();
     let mut plan = EntropyPlan::default();
-    plan.plan(images).expect("plan");
-    let mut data = Vec::new();
-    let mut tables = Vec::new();
+    let mut offsets = Vec::new();
     for image in images {
-        stage_data(image, &mut data);
-        tables.extend_from_slice(&image.tables);
+        let at = staged.len();
+        staged.resize(at + staged_len(image), 0xEE);
+        let parts = stage(image, &mut staged[at..]).expect("stage");
+        plan.push(
+            image,
+            (at + parts.data) as u64 / 4,
+            (at + parts.tables) as u64 / 4,
+        )
+        .expect("plan");
+        offsets.push(at);
     }
-    assert_eq!(data.len() as u64, plan.data_words * 4);
-    run_plan(harness, dir, &data, &tables, plan)
+    let words: Vec<u32> = staged
+        .chunks_exact(4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let result = run_plan(harness, dir, &staged, &words, plan);
+    (result, staged, offsets)
+}
+
+/// Runs `images` through the host-compiled kernels.
+fn run(harness: &Path, dir: &Path, images: &[&ParsedJpeg]) -> Run {
+    run_staged(harness, dir, images).0
 }
 
 /// Runs `plan` through the host-compiled kernels with `data` and `tables` as their buffers.
@@ -545,28 +563,8 @@ fn entropy_decoded_windows_through_the_idct_kernels_equal_libjpeg_turbo() {
         .into_iter()
         .filter_map(|(name, jpeg)| parse(&jpeg).ok().map(|p| (name, jpeg, p)))
         .collect();
-    // Staged as the GPU side stages them: one buffer holding each image's multiplier tables,
-    // Huffman tables and data, read by both launches.
-    let mut staged = Vec::new();
-    let mut plan = EntropyPlan::default();
-    let mut offsets = Vec::new();
-    for (_, _, p) in &parsed {
-        let at = staged.len();
-        staged.resize(at + staged_len(p), 0xEE);
-        let parts = stage(p, &mut staged[at..]).unwrap();
-        plan.push(
-            p,
-            (at + parts.data) as u64 / 4,
-            (at + parts.tables) as u64 / 4,
-        )
-        .unwrap();
-        offsets.push(at);
-    }
-    let words: Vec<u32> = staged
-        .chunks_exact(4)
-        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
-    let decoded = run_plan(&entropy, &entropy_dir, &staged, &words, plan);
+    let images: Vec<&ParsedJpeg> = parsed.iter().map(|(_, _, p)| p).collect();
+    let (decoded, staged, offsets) = run_staged(&entropy, &entropy_dir, &images);
     assert!(decoded.status.iter().all(|&s| s == 0));
     let picks = random_bytes(parsed.len() * 4, 23);
     for windows in [false, true] {
