@@ -212,36 +212,34 @@ pub const DENSE: u32 = u32::MAX;
 
 impl BatchPlan {
     /// Points the IDCT jobs of the entropy-coded images of the planned batch `images` at their
-    /// dense planes: `dense` holds, per such image, its index in `images` and where its planes
-    /// are in the dense buffer ([`super::entropy_batch::EntropyPlan::planes`]). Each job then
-    /// reads its window's block rectangle from the plane (kernels/idct.cu `GF_DENSE`).
+    /// dense planes: `dense` holds, per such image in the batch's order, its index in `images`
+    /// and where its planes are in the dense buffer
+    /// ([`super::entropy_batch::EntropyPlan::planes`]). Each job then reads its window's block
+    /// rectangle from the plane (kernels/idct.cu `GF_DENSE`). Allocates nothing.
     pub fn point_at_dense(
         &mut self,
         images: &[(PackedImage, u64)],
         dense: &[(usize, DensePlanes)],
     ) {
-        let mut first_job = Vec::with_capacity(images.len());
-        let mut job = 0usize;
-        for (image, _) in images {
-            first_job.push(job);
-            job += image.components().count();
-        }
-        for (i, planes) in dense {
-            let (Some(&first), Some((image, _))) = (first_job.get(*i), images.get(*i)) else {
-                continue;
-            };
-            for (c, p) in image.components().enumerate() {
-                let Some(job) = self.idct.get_mut(first + c) else {
-                    continue;
-                };
-                let pitch = planes.blocks_wide[c];
-                let offset = planes.offset[c]
-                    + (u64::from(p.blocks.y0) * u64::from(pitch) + u64::from(p.blocks.x0)) * 64;
-                job.dc = DENSE;
-                job.masks = offset as u32;
-                job.groups = (offset >> 32) as u32;
-                job.ac = pitch;
+        let mut first_job = 0usize;
+        let mut dense = dense.iter().peekable();
+        for (i, (image, _)) in images.iter().enumerate() {
+            while dense.next_if(|(d, _)| *d < i).is_some() {}
+            if let Some((_, planes)) = dense.next_if(|(d, _)| *d == i) {
+                for (c, p) in image.components().enumerate() {
+                    let Some(job) = self.idct.get_mut(first_job + c) else {
+                        continue;
+                    };
+                    let pitch = planes.blocks_wide[c];
+                    let offset = planes.offset[c]
+                        + (u64::from(p.blocks.y0) * u64::from(pitch) + u64::from(p.blocks.x0)) * 64;
+                    job.dc = DENSE;
+                    job.masks = offset as u32;
+                    job.groups = (offset >> 32) as u32;
+                    job.ac = pitch;
+                }
             }
+            first_job += image.components().count();
         }
     }
 }
