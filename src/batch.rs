@@ -10,6 +10,8 @@ use crate::tensor::Tensor;
 pub(crate) struct DecodedBy {
     pub cpu: usize,
     pub gpu: usize,
+    /// Of the GPU lane's, those its assisted path decoded.
+    pub assisted: usize,
 }
 
 /// One batch: the images as a tensor, and which source images they are.
@@ -154,8 +156,12 @@ pub struct EpochReport {
     pub complete: bool,
     /// Images of the delivered batches decoded by the CPU threads.
     pub decoded_by_cpu: usize,
-    /// Images of the delivered batches decoded by the GPU's JPEG engines.
+    /// Images of the delivered batches decoded by the GPU decode lane (its JPEG engines and its
+    /// assisted path).
     pub decoded_by_gpu: usize,
+    /// Of those, the images the GPU lane's assisted path decoded (on the GPU's cores, exactly as
+    /// libjpeg-turbo does) rather than the JPEG engines.
+    pub decoded_by_assisted: usize,
     /// For a source in object storage, what reading the epoch took (`None` for local sources;
     /// filled in when the epoch ends).
     pub reads: Option<ReadReport>,

@@ -81,8 +81,8 @@ pub use options::{
     Affine, BatchOptions, ChannelOrder, DType, Decode, DecodeOptions, Device, DrawRange, Gray16,
     Interpolation, LastBatch, Layout, NormalizeSpec, OnError, Options, OutputOptions,
     ParseOptionError, ResizeMode, ResizeOptions, RuntimeOptions, Shard, ShardBalance,
-    DEFAULT_DECODE_MEMORY, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, IMAGENET_MEAN, IMAGENET_STD,
-    RANDOM_CROP_RATIO, RANDOM_CROP_SCALE, RANDOM_FLIP_CHANCE,
+    DEFAULT_ASSISTED_SHARE, DEFAULT_DECODE_MEMORY, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS,
+    IMAGENET_MEAN, IMAGENET_STD, RANDOM_CROP_RATIO, RANDOM_CROP_SCALE, RANDOM_FLIP_CHANCE,
 };
 pub use order::PipelineState;
 pub use pipeline::{Pipeline, PipelineBuilder, WaitedBatch};

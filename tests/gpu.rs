@@ -1176,3 +1176,110 @@ fn augmented_hybrid_output_does_not_depend_on_threads() {
     assert!(one == run(16, 8), "1 and 16 threads differ");
     assert!(one != run(16, 9), "another seed, other bytes");
 }
+
+/// A folder of camera-size JPEGs (1.2 to 3 Mpx): baseline 4:2:0, 4:4:4 and gray, restart
+/// intervals, one progressive; a photo scaled up with fresh noise from `seed`.
+fn large_folder(seed: u64) -> common::TempDir {
+    use turbojpeg_region::{encode, Colorspace, EncodeOptions, Format, Restart, Sampling};
+    let dir = common::TempDir::new("hybrid-large");
+    let photo = image::open(common::repo_path("assets/astronaut.png"))
+        .expect("photo")
+        .to_rgb8();
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    for i in 0..24u32 {
+        let (w, h) = (1280 + 37 * i, 960 + 29 * (i % 7));
+        let mut rgb = image::imageops::resize(&photo, w, h, image::imageops::Triangle).into_raw();
+        for p in rgb.iter_mut() {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            *p = p.saturating_add((state % 7) as u8).saturating_sub(3);
+        }
+        let options = match i % 6 {
+            0 => EncodeOptions {
+                sampling: Sampling::S444,
+                quality: 95,
+                ..Default::default()
+            },
+            1 => EncodeOptions {
+                colorspace: Colorspace::Gray,
+                ..Default::default()
+            },
+            2 => EncodeOptions {
+                restart: Restart::Mcus(5),
+                ..Default::default()
+            },
+            3 if i == 3 => EncodeOptions {
+                progressive: true,
+                ..Default::default()
+            },
+            _ => EncodeOptions::default(),
+        };
+        let (pixels, format) = match options.colorspace {
+            Colorspace::Gray => (rgb.chunks(3).map(|p| p[1]).collect(), Format::Gray),
+            _ => (rgb, Format::Rgb),
+        };
+        let bytes = encode(&pixels, w, h, format, &options).expect("encode");
+        std::fs::write(dir.join(format!("photo_{i:02}.jpg")), bytes).expect("write");
+    }
+    dir
+}
+
+/// Large photos through hybrid decoding: the GPU lane's assisted path takes part of them beside
+/// the engines, every photo is delivered once in order, and the output differs from the CPU
+/// decode's by at most 0.005 levels on average (the assisted path adds nothing: it is libjpeg-
+/// turbo's decode bit for bit).
+#[test]
+fn large_photos_take_the_assisted_path_beside_the_engines() {
+    let _serial = serial();
+    if !gpu_present("large_photos_take_the_assisted_path_beside_the_engines") {
+        return;
+    }
+    let dir = large_folder(7);
+    let builder = |decode: Decode| {
+        let builder = Pipeline::builder()
+            .source(Source::directory(dir.path()).expect("folder"))
+            .batch_size(8)
+            .mean_std([0.0; 3], [1.0 / 255.0; 3])
+            .dtype(DType::F32)
+            .decode(decode)
+            .device(Device::Cuda(0));
+        match decode {
+            Decode::Hybrid => builder.gpu_share(1.0).assisted_share(0.5),
+            _ => builder,
+        }
+    };
+    let run = |decode: Decode| {
+        let mut pipeline = builder(decode).build().expect("build");
+        let (mut ids, mut values) = (Vec::new(), Vec::new());
+        while let Some(batch) = pipeline.next_batch().expect("batch") {
+            ids.extend(batch.ids().iter().cloned());
+            values.extend(batch.images().to_host().expect("host").to_f32_vec());
+        }
+        let report = pipeline.epoch_report().clone();
+        (ids, values, report)
+    };
+    let (cpu_ids, cpu, _) = run(Decode::Cpu);
+    let (ids, hybrid, report) = run(Decode::Hybrid);
+    assert_eq!(ids, cpu_ids);
+    assert_eq!(report.decoded_by_cpu, 1, "the progressive photo");
+    assert!(
+        report.decoded_by_assisted > 0 && report.decoded_by_assisted < report.decoded_by_gpu,
+        "assisted {} of the GPU lane's {}",
+        report.decoded_by_assisted,
+        report.decoded_by_gpu
+    );
+    let mut diffs: Vec<f32> = cpu
+        .iter()
+        .zip(&hybrid)
+        .map(|(a, b)| (a - b).abs())
+        .collect();
+    let (mean, p999) = mean_and_p999(&mut diffs);
+    println!(
+        "large photos, hybrid ({} by the engines, {} by the assisted path) vs CPU decode: \
+         mean {mean:.4}, p99.9 {p999}",
+        report.decoded_by_gpu - report.decoded_by_assisted,
+        report.decoded_by_assisted
+    );
+    assert!(mean <= 0.005, "mean {mean:.4} levels, p99.9 {p999}");
+}

@@ -157,6 +157,8 @@ const KEYWORDS: &[(&str, Apply)] = &[
         Some(share) => b.gpu_share(share),
         None => b,
     }))),
+    keyword!("assisted_share", |k, v: f32| k
+        .with(|b| Ok(b.assisted_share(v)))),
     keyword!("gray16", |k, v: Name| k
         .with(|b| Ok(b.gray16(parse::<Gray16>(&v)?)))),
     keyword!("augment", |k, v: Name| k

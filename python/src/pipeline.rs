@@ -406,6 +406,11 @@ impl Pipeline {
         dict.set_item("skipped", skipped_list(&report.skipped))?;
         dict.set_item("dropped", report.dropped)?;
         dict.set_item("complete", report.complete)?;
+        let decoded_by = PyDict::new(py);
+        decoded_by.set_item("cpu", report.decoded_by_cpu)?;
+        decoded_by.set_item("gpu", report.decoded_by_gpu)?;
+        decoded_by.set_item("gpu_assisted", report.decoded_by_assisted)?;
+        dict.set_item("decoded_by", decoded_by)?;
         let reads = report
             .reads
             .as_ref()

@@ -180,6 +180,8 @@ def test_iterating_again_runs_the_next_epoch():
     second = [b.epoch for b in pipe]
     assert set(first) == {0} and set(second) == {1}
     assert pipe.epoch_report()["complete"] and pipe.epoch_report()["images"] == pipe.num_images
+    by = pipe.epoch_report()["decoded_by"]
+    assert by["cpu"] + by["gpu"] == pipe.num_images and 0 <= by["gpu_assisted"] <= by["gpu"]
     assert len(first) == len(pipe) == 3
     partial = iter(pipe)
     next(partial)

@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use super::screen::Screened;
 use super::work::Work;
+use crate::coefficients::entropy::ParsedJpeg;
+use crate::coefficients::Layout;
 use crate::geometry::CropDraw;
 use crate::resample::{AxisPlan, PassPlan};
 use crate::source::ItemBytes;
@@ -13,8 +15,10 @@ use crate::source::ItemBytes;
 pub(crate) const MAX_CALL_BYTES: usize = 16 << 20;
 
 /// Pixels one call decodes at most (an image larger alone): what sizes each submitting thread's
-/// decode buffers once.
-pub(crate) const MAX_CALL_PIXELS: u64 = 12 << 20;
+/// decode buffers once. Large enough for several camera-size photos a call: the engines work on
+/// a call's images side by side, and on the H200 machine calls of 12 Mpx (one to five photos of
+/// 2-12 Mpx) kept them at 0.6x the rate calls of 64 Mpx reached.
+pub(crate) const MAX_CALL_PIXELS: u64 = 64 << 20;
 
 /// An image of a call: where it goes, its compressed bytes and header facts, what the random
 /// transforms drew for it and how it is resized.
@@ -31,6 +35,9 @@ pub(super) struct CallImage {
     pub y: AxisPlan,
     /// The resize passes with their coefficients.
     pub passes: PassPlan,
+    /// The file parsed for the assisted path, with what libjpeg-turbo does with its components,
+    /// when that path may take it.
+    pub entropy: Option<(ParsedJpeg, Layout)>,
 }
 
 impl CallImage {
@@ -41,10 +48,32 @@ impl CallImage {
     }
 }
 
-/// The images of one round of `nvjpegDecodeBatched` calls (colour and gray ones in calls of their
-/// own): at most [`super::work::CHUNK`] images, [`MAX_CALL_PIXELS`] pixels and [`MAX_CALL_BYTES`]
-/// compressed bytes, unless one image alone is larger.
+/// Which decoder a call goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Path {
+    /// The hardware JPEG engines (nvJPEG's hardware backend), then `kernels/ycc.cu`.
+    Engines,
+    /// The GPU-assisted decode: the entropy decoding, inverse DCT, upsampling and colour
+    /// conversion in kernels of the crate's own (`gpufeed::coefficients`), on the GPU's cores.
+    Assisted,
+}
+
+impl Path {
+    /// The path's place in per-path arrays.
+    pub fn index(self) -> usize {
+        match self {
+            Path::Engines => 0,
+            Path::Assisted => 1,
+        }
+    }
+}
+
+/// The images one submitting thread decodes in one round: for the engines, one round of
+/// `nvjpegDecodeBatched` calls (colour and gray ones in calls of their own); for the assisted
+/// path, one batch of its kernels. At most [`super::work::CHUNK`] images, [`MAX_CALL_PIXELS`]
+/// pixels and [`MAX_CALL_BYTES`] compressed bytes, unless one image alone is larger.
 pub(super) struct Call {
     pub work: Arc<Work>,
     pub images: Vec<CallImage>,
+    pub path: Path,
 }

@@ -1,13 +1,14 @@
 //! One submitting thread's decoders and kernels: a prepared call's files decoded on the engines
-//! (colour and gray JPEGs in calls of their own), the colour ones made RGB as libjpeg-turbo makes
-//! them, and every image resized into its slot of the ring with the coefficients the preparing
-//! thread computed, all on the set's own stream.
+//! (colour and gray JPEGs in calls of their own, the colour ones made RGB as libjpeg-turbo makes
+//! them) or by the assisted path ([`super::assisted`]), and every image resized into its slot of
+//! the ring with the coefficients the preparing thread computed, all on the set's own stream.
 
 use std::sync::Arc;
 
 use cudarc::driver::{CudaEvent, CudaModule, CudaSlice, CudaStream, DevicePtrMut};
 
-use super::call::{Call, MAX_CALL_PIXELS};
+use super::assisted::AssistedDecoder;
+use super::call::{Call, Path, MAX_CALL_PIXELS};
 use super::error::GpuLaneError;
 use super::nvjpeg::{
     ChromaPlanes, DecodedImage, DecoderConfig, HardwareDecoder, JpegInfo, NvJpeg, Outcome,
@@ -28,18 +29,12 @@ use crate::resample::Filter;
 /// Bytes of the RGB buffer: a call's colour images at most, unless one image alone is larger.
 const RGB_BYTES: usize = 3 * MAX_CALL_PIXELS as usize;
 
-/// The hardware decoders one host thread submits to, with the kernels that follow them.
+/// The decoders one host thread submits to, with the kernels that follow them.
 pub(super) struct DecoderSet {
     /// The set's own stream: nvJPEG waits on the stream it decodes on, which must not hold the
     /// pipeline's other work nor the other sets'.
     stream: Arc<CudaStream>,
-    /// Colour JPEGs, decoded to their Y, Cb and Cr planes as stored.
-    colour: HardwareDecoder,
-    /// Gray JPEGs, decoded to their Y plane, in calls of their own.
-    gray: Option<HardwareDecoder>,
-    ycc: YccConverter,
-    /// The RGB of the last range's colour images, grown when a larger range arrives.
-    rgb: Option<CudaSlice<u8>>,
+    decoders: Decoders,
     resizer: BatchResizer,
     plan: Option<DevicePlan>,
     geometry: Geometry,
@@ -48,8 +43,69 @@ pub(super) struct DecoderSet {
     events: Vec<Arc<CudaEvent>>,
 }
 
+/// What decodes a set's calls.
+enum Decoders {
+    Engines(Engines),
+    Assisted(AssistedDecoder),
+}
+
+/// The hardware decoders and the colour conversion after them.
+struct Engines {
+    /// Colour JPEGs, decoded to their Y, Cb and Cr planes as stored.
+    colour: HardwareDecoder,
+    /// Gray JPEGs, decoded to their Y plane, in calls of their own.
+    gray: Option<HardwareDecoder>,
+    ycc: YccConverter,
+    /// The RGB of the last range's colour images, grown when a larger range arrives.
+    rgb: Option<CudaSlice<u8>>,
+}
+
+/// A new stream of `gpu`'s context for a set.
+fn new_stream(gpu: &Gpu) -> Result<Arc<CudaStream>, GpuLaneError> {
+    gpu.stream()
+        .context()
+        .new_stream()
+        .map_err(GpuLaneError::cuda("creating a stream for the lane"))
+}
+
 impl DecoderSet {
-    /// The set's decoders and kernels on a new stream of `gpu`'s context.
+    /// The assisted path's decoder and kernels on a new stream of `gpu`'s context.
+    pub fn open_assisted(
+        gpu: &Gpu,
+        resize: &Arc<CudaModule>,
+        geometry: Geometry,
+        filter: Filter,
+    ) -> Result<DecoderSet, GpuLaneError> {
+        let stream = new_stream(gpu)?;
+        let assisted = AssistedDecoder::new(&stream)?;
+        DecoderSet::with(
+            stream,
+            Decoders::Assisted(assisted),
+            resize,
+            geometry,
+            filter,
+        )
+    }
+
+    fn with(
+        stream: Arc<CudaStream>,
+        decoders: Decoders,
+        resize: &Arc<CudaModule>,
+        geometry: Geometry,
+        filter: Filter,
+    ) -> Result<DecoderSet, GpuLaneError> {
+        Ok(DecoderSet {
+            stream,
+            decoders,
+            resizer: BatchResizer::from_module(resize)?,
+            plan: None,
+            geometry,
+            filter,
+            events: Vec::new(),
+        })
+    }
+
+    /// The engines' decoders and kernels on a new stream of `gpu`'s context.
     pub fn open(
         gpu: &Gpu,
         nvjpeg: &NvJpeg,
@@ -59,11 +115,7 @@ impl DecoderSet {
         geometry: Geometry,
         filter: Filter,
     ) -> Result<DecoderSet, GpuLaneError> {
-        let stream = gpu
-            .stream()
-            .context()
-            .new_stream()
-            .map_err(GpuLaneError::cuda("creating a stream for the lane"))?;
+        let stream = new_stream(gpu)?;
         let open = |config: &DecoderConfig| HardwareDecoder::new(nvjpeg, &stream, config.clone());
         let colour = open(colour)?;
         let gray = match gray {
@@ -71,29 +123,34 @@ impl DecoderSet {
             None => None,
         };
         let ycc = YccConverter::new(gpu).map_err(GpuLaneError::kernel("ycc.cu"))?;
-        let resizer = BatchResizer::from_module(resize)?;
         // The RGB of one call's colour images, sized once for the largest call.
         // SAFETY: device memory left uninitialized; the conversion writes every byte of each
         // image's RGB before the resize reads it (same stream, in that order).
         let rgb = unsafe { stream.alloc::<u8>(RGB_BYTES) }
             .map_err(GpuLaneError::cuda("allocating the RGB buffer"))?;
-        Ok(DecoderSet {
-            stream,
+        let engines = Engines {
             colour,
             gray,
             ycc,
             rgb: Some(rgb),
-            resizer,
-            plan: None,
-            geometry,
-            filter,
-            events: Vec::new(),
-        })
+        };
+        DecoderSet::with(stream, Decoders::Engines(engines), resize, geometry, filter)
     }
 
-    /// The engines and cores per engine, as nvJPEG reports them.
+    /// The engines and cores per engine, as nvJPEG reports them (none for the assisted path).
     pub fn engines(&self) -> Option<(u32, u32)> {
-        self.colour.engines()
+        match &self.decoders {
+            Decoders::Engines(engines) => engines.colour.engines(),
+            Decoders::Assisted(_) => None,
+        }
+    }
+
+    /// The path whose calls the set takes.
+    pub fn path(&self) -> Path {
+        match self.decoders {
+            Decoders::Engines(_) => Path::Engines,
+            Decoders::Assisted(_) => Path::Assisted,
+        }
     }
 
     /// The set's stream.
@@ -110,14 +167,18 @@ impl DecoderSet {
         if !ordered {
             return results;
         }
-        let jpegs: Vec<(&[u8], Screened)> = call
-            .images
-            .iter()
-            .map(|image| (&*image.bytes, image.screened))
-            .collect();
-        let made = self
-            .decode(&jpegs)
-            .and_then(|images| self.resize(call, shared, &images));
+        let decoded = match &mut self.decoders {
+            Decoders::Engines(engines) => {
+                let jpegs: Vec<(&[u8], Screened)> = call
+                    .images
+                    .iter()
+                    .map(|image| (&*image.bytes, image.screened))
+                    .collect();
+                engines.decode(&self.stream, &jpegs)
+            }
+            Decoders::Assisted(assisted) => assisted.decode(&call.images),
+        };
+        let made = decoded.and_then(|images| self.resize(call, shared, &images));
         let written = match made {
             Ok(written) if !written.is_empty() => written,
             Ok(_) => return results,
@@ -135,6 +196,7 @@ impl DecoderSet {
                         slot: image.slot,
                         ready: event.clone(),
                         draw: image.draw,
+                        assisted: call.path == Path::Assisted,
                     });
                 }
             }
@@ -166,11 +228,78 @@ impl DecoderSet {
         Ok(event)
     }
 
+    /// Queues the resize of each decoded image (`images[k]` is image `k` of `call`) into its slot
+    /// of the ring; returns the images written.
+    fn resize(
+        &mut self,
+        call: &Call,
+        shared: &Shared,
+        images: &[Option<SourceImage>],
+    ) -> Result<Vec<usize>> {
+        let pad = match self.geometry.mode {
+            ResizeMode::Letterbox { pad, .. } => pad,
+            _ => 0,
+        };
+        let mut written = Vec::with_capacity(images.len());
+        let mut jobs = Vec::with_capacity(images.len());
+        let mut passes = Vec::with_capacity(images.len());
+        for (k, (image, source)) in call.images.iter().zip(images).enumerate() {
+            let Some(source) = *source else { continue };
+            jobs.push(ResizeJob {
+                source,
+                x: image.x,
+                y: image.y,
+                filter: self.filter,
+                order: self.geometry.pass_order,
+                pad,
+                flip: image.draw.is_some_and(|d| d.flipped),
+                slot: image.slot,
+            });
+            passes.push(&image.passes);
+            written.push(k);
+        }
+        if jobs.is_empty() {
+            return Ok(written);
+        }
+        let stream = self.stream.clone();
+        let plan = plan_batch_with(&jobs, &passes, self.geometry.width, self.geometry.height)
+            .map_err(|e| GpuLaneError::Resize(e.into()))?;
+        let device = match &mut self.plan {
+            Some(device) => {
+                device.update(&stream, &plan).map_err(GpuLaneError::from)?;
+                device
+            }
+            None => self.plan.insert(
+                self.resizer
+                    .upload(&stream, &plan)
+                    .map_err(GpuLaneError::from)?,
+            ),
+        };
+        let ring_bytes = (shared.limits.slots as u64) * shared.limits.image_bytes as u64;
+        // SAFETY: every job's source is an image this set just decoded on this stream (a gray
+        // decoder's arena, or the RGB buffer), kept until the set's next decode, which comes
+        // after these kernels on the stream; the ring is `ring_bytes` of device memory alive
+        // while the lane is, and each slot written is one this range reserved, which no gather
+        // reads before the event recorded after the range, and no other range writes before
+        // it is released.
+        unsafe {
+            self.resizer
+                .launch_at(&stream, device, shared.ring, ring_bytes)
+                .map_err(GpuLaneError::from)?;
+        }
+        Ok(written)
+    }
+}
+
+impl Engines {
     /// Queues the decode of `jpegs` on the set's stream (colour and gray ones in calls of their
     /// own, colour made RGB as libjpeg makes it): one image per input, `None` where the engines
     /// refused it. The pixels stay valid until the next call.
-    fn decode(&mut self, jpegs: &[(&[u8], Screened)]) -> Result<Vec<Option<SourceImage>>> {
-        let stream = &self.stream.clone();
+    fn decode(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        jpegs: &[(&[u8], Screened)],
+    ) -> Result<Vec<Option<SourceImage>>> {
         let mut images: Vec<Option<SourceImage>> = vec![None; jpegs.len()];
         // Gray files to their own decoder, the rest to the colour one.
         let (gray_at, colour_at): (Vec<usize>, Vec<usize>) =
@@ -268,67 +397,5 @@ impl DecoderSet {
         drop(guard);
         converted?;
         Ok(images)
-    }
-
-    /// Queues the resize of each decoded image (`images[k]` is image `k` of `call`) into its slot
-    /// of the ring; returns the images written.
-    fn resize(
-        &mut self,
-        call: &Call,
-        shared: &Shared,
-        images: &[Option<SourceImage>],
-    ) -> Result<Vec<usize>> {
-        let pad = match self.geometry.mode {
-            ResizeMode::Letterbox { pad, .. } => pad,
-            _ => 0,
-        };
-        let mut written = Vec::with_capacity(images.len());
-        let mut jobs = Vec::with_capacity(images.len());
-        let mut passes = Vec::with_capacity(images.len());
-        for (k, (image, source)) in call.images.iter().zip(images).enumerate() {
-            let Some(source) = *source else { continue };
-            jobs.push(ResizeJob {
-                source,
-                x: image.x,
-                y: image.y,
-                filter: self.filter,
-                order: self.geometry.pass_order,
-                pad,
-                flip: image.draw.is_some_and(|d| d.flipped),
-                slot: image.slot,
-            });
-            passes.push(&image.passes);
-            written.push(k);
-        }
-        if jobs.is_empty() {
-            return Ok(written);
-        }
-        let stream = self.stream.clone();
-        let plan = plan_batch_with(&jobs, &passes, self.geometry.width, self.geometry.height)
-            .map_err(|e| GpuLaneError::Resize(e.into()))?;
-        let device = match &mut self.plan {
-            Some(device) => {
-                device.update(&stream, &plan).map_err(GpuLaneError::from)?;
-                device
-            }
-            None => self.plan.insert(
-                self.resizer
-                    .upload(&stream, &plan)
-                    .map_err(GpuLaneError::from)?,
-            ),
-        };
-        let ring_bytes = (shared.limits.slots as u64) * shared.limits.image_bytes as u64;
-        // SAFETY: every job's source is an image this set just decoded on this stream (a gray
-        // decoder's arena, or the RGB buffer), kept until the set's next decode, which comes
-        // after these kernels on the stream; the ring is `ring_bytes` of device memory alive
-        // while the lane is, and each slot written is one this range reserved, which no gather
-        // reads before the event recorded after the range, and no other range writes before
-        // it is released.
-        unsafe {
-            self.resizer
-                .launch_at(&stream, device, shared.ring, ring_bytes)
-                .map_err(GpuLaneError::from)?;
-        }
-        Ok(written)
     }
 }

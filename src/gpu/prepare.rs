@@ -6,13 +6,16 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::call::{Call, CallImage, MAX_CALL_BYTES, MAX_CALL_PIXELS};
+use super::call::{Call, CallImage, Path, MAX_CALL_BYTES, MAX_CALL_PIXELS};
 use super::screen::MAX_COMPRESSED;
 use super::shared::{Job, Shared};
 use super::work::{Work, CHUNK};
+use crate::coefficients::entropy::{self, ParsedJpeg};
+use crate::coefficients::Layout;
 use crate::geometry::Geometry;
 use crate::profile::{Stage, Stopwatch};
 use crate::resample::{plan_passes, Filter};
+use turbojpeg_region::CoefficientReader;
 
 /// A preparing thread's state: the geometry and filter the images are planned for, and read
 /// buffers kept for reuse.
@@ -21,6 +24,8 @@ pub(super) struct Preparer {
     filter: Filter,
     stopwatch: Arc<Stopwatch>,
     buffers: Vec<Vec<u8>>,
+    /// libjpeg-turbo's header reader, for the assisted path's files (made at the first one).
+    headers: Option<CoefficientReader>,
 }
 
 impl Preparer {
@@ -30,6 +35,7 @@ impl Preparer {
             filter,
             stopwatch,
             buffers: Vec::new(),
+            headers: None,
         }
     }
 
@@ -43,8 +49,14 @@ impl Preparer {
         let work = job.work;
         let mut refused: Vec<(usize, u32)> = Vec::new();
         let mut refused_at: Vec<usize> = Vec::new();
-        // The call being filled for colour images, and for gray ones.
-        let mut pending = [Pending::default(), Pending::default()];
+        // The calls being filled: the engines' for colour images and for gray ones, and the
+        // assisted path's (both kinds).
+        let mut pending = [
+            Pending::new(Path::Engines),
+            Pending::new(Path::Engines),
+            Pending::new(Path::Assisted),
+        ];
+        let mut split = AssistedSplit::new(shared.limits.assisted_share);
         for (k, (&(position, index), &slot)) in job.positions.iter().zip(&job.slots).enumerate() {
             let reading = Instant::now();
             let image = self.read(&work, shared, position, index, slot);
@@ -54,7 +66,17 @@ impl Preparer {
                 refused_at.push(k);
                 continue;
             };
-            let kind = &mut pending[usize::from(image.screened.gray)];
+            let mut image = image;
+            if split.path_for(&image) == Path::Assisted {
+                let parsing = Instant::now();
+                image.entropy = self.parse(&image.bytes);
+                self.stopwatch.add(Stage::GpuPrepare, parsing.elapsed());
+            }
+            // A file the assisted path's parser refuses goes to the engines.
+            let kind = match image.entropy {
+                Some(_) => &mut pending[2],
+                None => &mut pending[usize::from(image.screened.gray)],
+            };
             if kind.is_full_for(&image) {
                 kind.queue(&work, shared, std::mem::take(&mut refused), handed);
                 refused_at.drain(..).for_each(|k| handed[k] = true);
@@ -69,6 +91,18 @@ impl Preparer {
         }
         shared.refuse(&work, refused);
         refused_at.drain(..).for_each(|k| handed[k] = true);
+    }
+
+    /// `jpeg` parsed for the assisted path, with its layout from libjpeg-turbo's own reading of
+    /// its headers (which also settles its colour space); `None` if the path does not take it.
+    fn parse(&mut self, jpeg: &[u8]) -> Option<(ParsedJpeg, Layout)> {
+        let parsed = entropy::parse(jpeg).ok()?;
+        let reader = match &mut self.headers {
+            Some(reader) => reader,
+            None => self.headers.insert(CoefficientReader::new().ok()?),
+        };
+        let layout = Layout::new(reader.open(jpeg).ok()?.header()).ok()?;
+        Some((parsed, layout))
     }
 
     /// The file at source `index` as the engines take it, read, screened and planned; `None` if
@@ -118,13 +152,45 @@ impl Preparer {
             x,
             y,
             passes,
+            entropy: None,
         })
     }
 }
 
+/// Images of at least this many pixels may take the assisted path; smaller ones go to the
+/// engines, whose cost is mostly per image (and the CPU lane's, per pixel), where the assisted
+/// path's is per pixel.
+pub(super) const ASSISTED_MIN_PIXELS: u64 = 1 << 20;
+
+/// Which path each image of a range takes: of the images the assisted path may take (large
+/// enough), one in every `1 / share`, counted from the range's start, so the split depends on
+/// the range's files alone (an image its parser then refuses goes to the engines).
+struct AssistedSplit {
+    share: f32,
+    seen: u32,
+}
+
+impl AssistedSplit {
+    fn new(share: f32) -> AssistedSplit {
+        AssistedSplit { share, seen: 0 }
+    }
+
+    fn path_for(&mut self, image: &CallImage) -> Path {
+        if self.share <= 0.0 || image.pixels() < ASSISTED_MIN_PIXELS {
+            return Path::Engines;
+        }
+        let before = (self.seen as f32 * self.share).floor();
+        self.seen += 1;
+        match (self.seen as f32 * self.share).floor() > before {
+            true => Path::Assisted,
+            false => Path::Engines,
+        }
+    }
+}
+
 /// A call being filled: its images (with their places in the range), pixels and bytes.
-#[derive(Default)]
 struct Pending {
+    path: Path,
     images: Vec<CallImage>,
     places: Vec<usize>,
     pixels: u64,
@@ -132,6 +198,16 @@ struct Pending {
 }
 
 impl Pending {
+    fn new(path: Path) -> Pending {
+        Pending {
+            path,
+            images: Vec::new(),
+            places: Vec::new(),
+            pixels: 0,
+            bytes: 0,
+        }
+    }
+
     /// Whether `image` would take the call past [`CHUNK`] images, [`MAX_CALL_PIXELS`]
     /// pixels or [`MAX_CALL_BYTES`] compressed bytes (an empty call takes any image).
     fn is_full_for(&self, image: &CallImage) -> bool {
@@ -159,6 +235,7 @@ impl Pending {
         let call = Call {
             work: work.clone(),
             images: std::mem::take(&mut self.images),
+            path: self.path,
         };
         shared.queue_call(call, refused);
         self.places.drain(..).for_each(|k| handed[k] = true);

@@ -160,7 +160,7 @@ fn submit(shared: Arc<Shared>, mut set: DecoderSet) {
     let _alive = Alive(shared.clone(), true);
     let stream = set.stream().clone();
     loop {
-        let next = shared.next_call(&stream);
+        let next = shared.next_call(&stream, set.path());
         let Some((call, ordered)) = next else { break };
         let calling = Instant::now();
         let ran = catch_unwind(AssertUnwindSafe(|| set.run(&call, &shared, ordered)));

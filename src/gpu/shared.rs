@@ -17,7 +17,7 @@ use cudarc::driver::{CudaEvent, CudaStream};
 
 use crate::error::{Error, Result};
 
-use super::call::Call;
+use super::call::{Call, Path};
 use super::screen::LaneScreen;
 use super::work::{span, wait_for_all, LaneOutput, LaneResult, LaneWork, Work, CHUNK};
 use crate::profile::Stopwatch;
@@ -35,8 +35,11 @@ pub(crate) struct Limits {
     pub lookahead: usize,
     /// Files larger than this are left to the CPU lane.
     pub max_file_bytes: u64,
-    /// Calls prepared and waiting for a submitting thread, at most.
-    pub queued_calls: usize,
+    /// Calls prepared and waiting for a submitting thread, at most, per path
+    /// ([`Path::index`]).
+    pub queued_calls: [usize; 2],
+    /// Of the images the assisted path may take, the share it is given (0: none).
+    pub assisted_share: f32,
 }
 
 /// A range handed to a preparing thread: its offered positions (with their source indices) and
@@ -154,8 +157,8 @@ impl Shared {
         }
     }
 
-    /// Hands `call` to the submitting threads (waiting while [`Limits::queued_calls`] wait
-    /// already) and publishes `refused` (positions of the call's range the engines will not
+    /// Hands `call` to the submitting threads of its path (waiting while
+    /// [`Limits::queued_calls`] of its path wait already) and publishes `refused` (positions of the call's range the engines will not
     /// take, with their slots). A call of stale work is dropped.
     pub fn queue_call(&self, call: Call, refused: Vec<(usize, u32)>) {
         self.refuse(&call.work, refused);
@@ -169,7 +172,8 @@ impl Shared {
                 self.changed.notify_all();
                 return;
             }
-            if state.calls.len() < self.limits.queued_calls {
+            let waiting = state.calls.iter().filter(|c| c.path == call.path).count();
+            if waiting < self.limits.queued_calls[call.path.index()] {
                 state.calls.push_back(call);
                 self.changed.notify_all();
                 return;
@@ -197,16 +201,18 @@ impl Shared {
         into.extend(state.buffers.drain(keep..));
     }
 
-    /// The next prepared call for the thread of `stream`, waiting until there is one, and
-    /// whether `stream` was made to wait for the last readers of the call's slots (if that wait
-    /// could not be queued, nothing of the call may be written); `None` once the lane stops.
-    pub fn next_call(&self, stream: &Arc<CudaStream>) -> Option<(Call, bool)> {
+    /// The next prepared call of `path` for the thread of `stream`, waiting until there is one,
+    /// and whether `stream` was made to wait for the last readers of the call's slots (if that
+    /// wait could not be queued, nothing of the call may be written); `None` once the lane
+    /// stops.
+    pub fn next_call(&self, stream: &Arc<CudaStream>, path: Path) -> Option<(Call, bool)> {
         let mut state = self.lock();
         loop {
             if state.stop {
                 return None;
             }
-            if let Some(call) = state.calls.pop_front() {
+            let next = state.calls.iter().position(|call| call.path == path);
+            if let Some(call) = next.and_then(|at| state.calls.remove(at)) {
                 self.changed.notify_all();
                 // The slots may have been read by batches until lately: this thread's stream
                 // waits for the pipeline's to be past them before writing.

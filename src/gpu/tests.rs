@@ -20,6 +20,23 @@ use gpufeed_bench::upload::random_bytes;
 
 /// A lane for the default geometry and batches of up to `batch_size`.
 fn open_lane(gpu: &Gpu, geometry: &Geometry, batch_size: usize, gray: bool) -> GpuLane {
+    open_lane_assisting(
+        gpu,
+        geometry,
+        batch_size,
+        gray,
+        crate::options::DEFAULT_ASSISTED_SHARE,
+    )
+}
+
+/// [`open_lane`], the assisted path taking `assisted_share` of the large baseline images.
+fn open_lane_assisting(
+    gpu: &Gpu,
+    geometry: &Geometry,
+    batch_size: usize,
+    gray: bool,
+    assisted_share: f32,
+) -> GpuLane {
     let config = GpuLaneConfig {
         stopwatch: Arc::default(),
         geometry: *geometry,
@@ -27,6 +44,7 @@ fn open_lane(gpu: &Gpu, geometry: &Geometry, batch_size: usize, gray: bool) -> G
         batch_size,
         max_file_bytes: 1 << 30,
         exif_orientation: false,
+        assisted_share,
     };
     GpuLane::open_for(
         gpu,
@@ -41,6 +59,18 @@ fn open_lane(gpu: &Gpu, geometry: &Geometry, batch_size: usize, gray: bool) -> G
 /// made into a poisoned buffer, one place per file, and downloads it; `made[i]` says whether
 /// the lane took file `i`.
 fn run_lane(lane: &mut GpuLane, gpu: &Gpu, files: &[Vec<u8>]) -> (Vec<bool>, Vec<u8>) {
+    let (made, _, out) = run_lane_paths(lane, gpu, files, 0xA5);
+    (made, out)
+}
+
+/// [`run_lane`] with the output poisoned with `poison`, also saying which files the assisted
+/// path decoded.
+fn run_lane_paths(
+    lane: &mut GpuLane,
+    gpu: &Gpu,
+    files: &[Vec<u8>],
+    poison: u8,
+) -> (Vec<bool>, Vec<bool>, Vec<u8>) {
     let stream = gpu.stream();
     let source = Arc::new(Source::bytes(
         files
@@ -62,21 +92,23 @@ fn run_lane(lane: &mut GpuLane, gpu: &Gpu, files: &[Vec<u8>]) -> (Vec<bool>, Vec
     .expect("begin");
     lane.advance(files.len());
     let mut made = vec![false; files.len()];
+    let mut assisted = vec![false; files.len()];
     let mut outputs = Vec::new();
     for (p, taken) in made.iter_mut().enumerate() {
         if let LaneResult::Decoded(output) = lane.result(p) {
+            assisted[p] = output.assisted;
             outputs.push((output, p));
             *taken = true;
         }
     }
     let image = lane.image_bytes;
     let mut out = stream
-        .clone_htod(&vec![0xA5u8; image * files.len().max(1)])
+        .clone_htod(&vec![poison; image * files.len().max(1)])
         .expect("poisoned output");
     lane.gather(stream, &outputs, &mut out).expect("gather");
     lane.release(stream, outputs.into_iter().map(|(o, _)| o))
         .expect("release");
-    (made, stream.clone_dtoh(&out).expect("download"))
+    (made, assisted, stream.clone_dtoh(&out).expect("download"))
 }
 
 #[test]
@@ -387,5 +419,166 @@ fn gray_jpegs_decode_on_the_engines_in_a_batch_of_their_own() {
             / image as f64;
         println!("gray JPEG {i}: mean difference {mean:.3}");
         assert!(mean <= 0.5, "gray JPEG {i}: mean difference {mean:.3}");
+    }
+}
+
+/// Camera-size JPEGs of every kind the assisted path takes (4:2:0, 4:2:2, 4:4:0, 4:4:4, gray,
+/// RGB, restart intervals, optimized tables), one progressive (the CPU lane's), and two small
+/// ones (the engines'): fresh pixels from `seed`, a photo scaled up with noise.
+fn large_photos(seed: u64) -> Vec<(String, Vec<u8>)> {
+    use turbojpeg_region::{encode, Colorspace, EncodeOptions, Format, Restart, Sampling};
+    let photo = image::open("assets/astronaut.png")
+        .expect("photo")
+        .to_rgb8();
+    let noise = random_bytes(4 << 20, seed);
+    let kinds: [(&str, EncodeOptions); 10] = [
+        ("4:2:0", EncodeOptions::default()),
+        (
+            "4:2:2 q75",
+            EncodeOptions {
+                quality: 75,
+                sampling: Sampling::S422,
+                ..Default::default()
+            },
+        ),
+        (
+            "4:4:0",
+            EncodeOptions {
+                sampling: Sampling::S440,
+                ..Default::default()
+            },
+        ),
+        (
+            "4:4:4 q95",
+            EncodeOptions {
+                quality: 95,
+                sampling: Sampling::S444,
+                ..Default::default()
+            },
+        ),
+        (
+            "gray",
+            EncodeOptions {
+                colorspace: Colorspace::Gray,
+                ..Default::default()
+            },
+        ),
+        (
+            "rgb",
+            EncodeOptions {
+                colorspace: Colorspace::Rgb,
+                sampling: Sampling::S444,
+                ..Default::default()
+            },
+        ),
+        (
+            "restarts every 3 MCUs",
+            EncodeOptions {
+                restart: Restart::Mcus(3),
+                ..Default::default()
+            },
+        ),
+        (
+            "restarts every row, optimized",
+            EncodeOptions {
+                restart: Restart::Rows(1),
+                optimize: true,
+                ..Default::default()
+            },
+        ),
+        (
+            "optimized q30",
+            EncodeOptions {
+                quality: 30,
+                optimize: true,
+                ..Default::default()
+            },
+        ),
+        (
+            "progressive",
+            EncodeOptions {
+                progressive: true,
+                ..Default::default()
+            },
+        ),
+    ];
+    let mut files = Vec::new();
+    for (i, (kind, options)) in kinds.iter().enumerate() {
+        let (w, h) = (
+            1100 + 97 * i as u32 + (seed % 13) as u32,
+            960 + 61 * i as u32,
+        );
+        let mut rgb = image::imageops::resize(&photo, w, h, image::imageops::Triangle).into_raw();
+        for (k, p) in rgb.iter_mut().enumerate() {
+            let n = noise[(k * 7 + i) % noise.len()] % 9;
+            *p = p.saturating_add(n).saturating_sub(4);
+        }
+        let (pixels, format) = match options.colorspace {
+            Colorspace::Gray => (
+                rgb.chunks(3).map(|p| p[1]).collect::<Vec<u8>>(),
+                Format::Gray,
+            ),
+            _ => (rgb, Format::Rgb),
+        };
+        let bytes = encode(&pixels, w, h, format, options).expect("encode");
+        files.push((format!("{kind} {w}x{h}"), bytes));
+    }
+    for (w, h) in [(640, 480), (500, 375)] {
+        let small = image::imageops::resize(&photo, w, h, image::imageops::Triangle).into_raw();
+        let bytes = encode(&small, w, h, Format::Rgb, &EncodeOptions::default()).expect("encode");
+        files.push((format!("small {w}x{h}"), bytes));
+    }
+    files
+}
+
+/// The assisted path renders large baseline photos exactly as the CPU lane does (byte for byte,
+/// outputs poisoned twice), takes every kind of them with the share at 1 and none at 0, and
+/// leaves small files to the engines and progressive ones to the CPU lane.
+#[test]
+fn the_assisted_path_decodes_large_photos_exactly_like_the_cpu_lane() {
+    let Some(gpu) = test_gpu("the_assisted_path_decodes_large_photos_exactly_like_the_cpu_lane")
+    else {
+        return;
+    };
+    let resize = ResizeOptions::default();
+    let geometry = Geometry::new(&resize);
+    let image = geometry.image_bytes();
+    for seed in [1, 2] {
+        let files = large_photos(seed);
+        let bytes: Vec<Vec<u8>> = files.iter().map(|(_, b)| b.clone()).collect();
+        for share in [1.0, 0.0] {
+            let mut lane = open_lane_assisting(&gpu, &geometry, 16, true, share);
+            let screen = lane.runner.screen().clone();
+            let (made, assisted, got) = run_lane_paths(&mut lane, &gpu, &bytes, 0x5A);
+            let (made_again, _, again) = run_lane_paths(&mut lane, &gpu, &bytes, 0xA5);
+            assert_eq!(made, made_again);
+            for (i, (name, file)) in files.iter().enumerate() {
+                // The lane takes what the engines' screen takes (not the progressive file, nor
+                // RGB ones: nvJPEG's hardware backend refuses an Adobe marker without a
+                // transform); of those, the assisted path takes the large ones.
+                let taken = screen.take(file).is_some();
+                let small = name.starts_with("small");
+                assert_eq!(made[i], taken, "{name}: taken {}", made[i]);
+                assert!(taken || name.starts_with("progressive") || name.starts_with("rgb"));
+                assert_eq!(
+                    assisted[i],
+                    share == 1.0 && taken && !small,
+                    "{name} with the share at {share}: assisted {}",
+                    assisted[i]
+                );
+                if !made[i] {
+                    continue;
+                }
+                let mut want = vec![0u8; image];
+                prepare_image(file, &DecodeOptions::default(), &resize, &mut want).expect("cpu");
+                let place = i * image..(i + 1) * image;
+                if assisted[i] {
+                    assert!(
+                        got[place.clone()] == want[..] && again[place] == want[..],
+                        "{name}: the assisted path differs from the CPU lane"
+                    );
+                }
+            }
+        }
     }
 }

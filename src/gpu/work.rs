@@ -100,6 +100,8 @@ pub(crate) struct LaneOutput {
     pub ready: Arc<CudaEvent>,
     /// What the random transforms drew for it.
     pub draw: Option<CropDraw>,
+    /// Whether the assisted path decoded it (else the engines).
+    pub assisted: bool,
 }
 
 /// What became of an offered position.

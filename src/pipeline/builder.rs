@@ -284,6 +284,13 @@ impl PipelineBuilder {
         self
     }
 
+    /// Of the GPU lane's baseline JPEGs of 1 Mpx or more, the share its assisted path decodes
+    /// beside the JPEG engines; see [`crate::DecodeOptions::assisted_share`].
+    pub fn assisted_share(mut self, share: f32) -> Self {
+        self.options.decode.assisted_share = share;
+        self
+    }
+
     /// How 16-bit gray images become 8-bit (default: clipped, like torchvision).
     pub fn gray16(mut self, conversion: Gray16) -> Self {
         self.options.decode.gray16 = conversion;

@@ -122,6 +122,7 @@ enum GpuState {
     Opening(Opening),
     Open(Box<GpuLane>),
     Off(GpuLaneError),
+    NotAsked,
 }
 
 /// Why no lane came from a thread that stopped before sending one.
@@ -217,6 +218,8 @@ pub(crate) enum GpuOpening {
     Open(GpuLane),
     /// Opening on a thread of its own.
     Pending(Opening),
+    /// Not asked for: the CPU lane alone, working ahead of the batches.
+    NotAsked,
 }
 
 impl HybridLanes {
@@ -238,6 +241,10 @@ impl HybridLanes {
         let gpu = match gpu {
             GpuOpening::Open(lane) => GpuState::Open(Box::new(lane)),
             GpuOpening::Pending(opening) => GpuState::Opening(opening),
+            GpuOpening::NotAsked => {
+                ahead.set_active_threads(ahead.threads());
+                GpuState::NotAsked
+            }
         };
         HybridLanes {
             gpu,
@@ -266,7 +273,13 @@ impl HybridLanes {
             ),
             GpuState::Opening(_) => "CPU decode while the GPU decode lane opens".into(),
             GpuState::Off(reason) => format!("CPU decode, the GPU decode lane is off: {reason}"),
+            GpuState::NotAsked => "CPU decode".into(),
         }
+    }
+
+    /// Whether the GPU lane was asked for (opening, open or off), or the CPU lane works alone.
+    pub fn gpu_asked(&self) -> bool {
+        !matches!(self.gpu, GpuState::NotAsked)
     }
 
     /// The GPU lane's share in force; `None` while it is not open.
@@ -512,6 +525,7 @@ impl HybridLanes {
         let decoded_by = DecodedBy {
             cpu: filled.indices.len() - from_gpu.len(),
             gpu: from_gpu.len(),
+            assisted: from_gpu.iter().filter(|(out, _)| out.assisted).count(),
         };
         Ok(Some(HybridFilled {
             filled,

@@ -1,5 +1,6 @@
-//! The decode lanes of a pipeline as one value: the CPU lane alone, or the CPU lane and the GPU
-//! decode lane side by side (hybrid decoding). The decode choice ([`DecodeOptions::lanes`]) is
+//! The decode lanes of a pipeline as one value: the CPU lane alone, batch by batch (batches for
+//! the CPU), or the CPU lane working ahead of the batches, with the GPU decode lane beside it
+//! when asked for (hybrid decoding; batches for a GPU). The decode choice ([`DecodeOptions::lanes`]) is
 //! read here, where the lanes are built, and nowhere else; the worker asks the lanes for a batch's
 //! images and the output stage never learns who decoded them.
 //!
@@ -31,14 +32,22 @@ const CORES_FOR_THE_GPU_LANE: usize = 2;
 
 /// Images an epoch needs for [`Decode::Auto`] to open the GPU lane: opening it takes a second or
 /// two of a core and about a gigabyte of device memory, which fewer images than this (well under
-/// a second of the CPU lane's work on 16 cores) do not repay.
+/// a second of the CPU lane's work on 16 cores) do not repay, unless they are large
+/// ([`AUTO_MIN_BYTES`]).
 pub(crate) const AUTO_MIN_IMAGES: usize = 1024;
+
+/// Encoded bytes an epoch of fewer than [`AUTO_MIN_IMAGES`] images needs for [`Decode::Auto`] to
+/// open the GPU lane: about 500 Mpx of camera photos, two seconds of the CPU lane's work on 16
+/// cores.
+pub(crate) const AUTO_MIN_BYTES: u64 = 100 << 20;
 
 /// The lanes a pipeline decodes with.
 pub(crate) enum Lanes {
-    /// The CPU lane alone; with the reason when another choice fell back to it.
+    /// The CPU lane alone, batch by batch; with the reason when another choice fell back to it.
     Cpu(CpuLane, DecodeWhy),
-    /// The CPU lane and the GPU decode lane.
+    /// The CPU lane working ahead of the batches (so that a batch's slowest images do not hold
+    /// the next batch back: large photos in small batches), and the GPU decode lane beside it
+    /// when asked for.
     Hybrid(Box<HybridLanes>, DecodeWhy),
 }
 
@@ -58,6 +67,7 @@ impl Lanes {
             batch_size: options.batching.batch_size,
             max_file_bytes: options.decode.max_file_bytes,
             exif_orientation: options.decode.exif_orientation,
+            assisted_share: options.decode.assisted_share,
         })
     }
 
@@ -68,31 +78,31 @@ impl Lanes {
             .map_or(0, |config| GpuLane::device_bytes(&config))
     }
 
-    /// Opens the lanes `options` ask for, for epochs of `images`. With hybrid or automatic
-    /// decoding on `gpu` (the pipeline's device) the CPU lane starts at once and the GPU lane
+    /// Opens the lanes `options` ask for, for epochs of `images`. On `gpu` (the pipeline's
+    /// device) the CPU lane works ahead of the batches; with hybrid or automatic decoding it
+    /// starts at once and the GPU lane
     /// opens on a thread of its own, joining the batches once ready; with a given share it opens
     /// before the first batch instead, so that every image goes to the same lane on every run.
-    /// Automatic decoding opens it only for epochs of at least [`AUTO_MIN_IMAGES`].
+    /// Automatic decoding opens it only for epochs of at least [`AUTO_MIN_IMAGES`] images or
+    /// [`AUTO_MIN_BYTES`] (`epoch_bytes` estimates an epoch's encoded bytes).
     pub fn open(
         options: &Options,
         gpu: Option<&Gpu>,
         images: usize,
+        epoch_bytes: impl FnOnce() -> u64,
         stopwatch: &Arc<Stopwatch>,
     ) -> Result<Lanes> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let small = options.decode.lanes == Decode::Auto && images < AUTO_MIN_IMAGES;
+        let small = options.decode.lanes == Decode::Auto
+            && images < AUTO_MIN_IMAGES
+            && epoch_bytes() < AUTO_MIN_BYTES;
         let (config, gpu) = match (Lanes::gpu_config(options, stopwatch), gpu) {
-            (Some(config), Some(gpu)) if !small => (config, gpu),
+            (Some(config), Some(gpu)) if !small => (Some(config), gpu),
+            (_, Some(gpu)) if options.runtime.device != Device::Cpu => (None, gpu),
             _ => {
                 let why = match options.decode.lanes {
                     Decode::Cpu => "CPU decode, as asked".to_string(),
-                    _ if gpu.is_none() => {
-                        "automatic: CPU decode, as the batches go to the CPU".into()
-                    }
-                    _ => format!(
-                        "automatic: CPU decode, as an epoch of {images} images does not repay \
-                         opening the GPU decode lane (it takes {AUTO_MIN_IMAGES})"
-                    ),
+                    _ => "automatic: CPU decode, as the batches go to the CPU".into(),
                 };
                 let threads = options.runtime.threads;
                 let cpu =
@@ -105,7 +115,8 @@ impl Lanes {
             given => given,
         };
         let beside_gpu = match options.runtime.threads {
-            0 => cores.saturating_sub(CORES_FOR_THE_GPU_LANE).max(1),
+            0 if config.is_some() => cores.saturating_sub(CORES_FOR_THE_GPU_LANE).max(1),
+            0 => cores,
             given => given,
         };
         let batch_size = options.batching.batch_size;
@@ -118,23 +129,34 @@ impl Lanes {
         let image_bytes = core.options.geometry.image_bytes();
         let ahead = CpuAhead::start(&core, threads, lookahead, batch_size + lookahead)?;
         let balance = Balance::new(options.decode.gpu_share);
-        let opening = if balance.is_pinned() {
-            match stopwatch.time(Stage::GpuOpen, || GpuLane::open(gpu, &config)) {
-                Ok(lane) => GpuOpening::Open(lane),
-                Err(reason) => return Lanes::fall_back(options, reason.to_string(), stopwatch),
+        let (opening, why) = match config {
+            None => {
+                let why = match options.decode.lanes {
+                    Decode::Cpu => "CPU decode, as asked".to_string(),
+                    _ => format!(
+                        "automatic: CPU decode, as an epoch of {images} images does not repay \
+                         opening the GPU decode lane (it takes {AUTO_MIN_IMAGES}, or {} MB)",
+                        AUTO_MIN_BYTES >> 20
+                    ),
+                };
+                (GpuOpening::NotAsked, why)
             }
-        } else {
-            let device = gpu.clone();
-            let watch = stopwatch.clone();
-            GpuOpening::Pending(Opening::start(move |cancel| {
-                watch.time(Stage::GpuOpen, || {
-                    GpuLane::open_unless(&device, &config, cancel)
-                })
-            })?)
-        };
-        let why = match options.decode.lanes {
-            Decode::Auto => "automatic",
-            _ => "hybrid, as asked",
+            Some(config) if balance.is_pinned() => {
+                match stopwatch.time(Stage::GpuOpen, || GpuLane::open(gpu, &config)) {
+                    Ok(lane) => (GpuOpening::Open(lane), Lanes::asked(options)),
+                    Err(reason) => return Lanes::fall_back(options, reason.to_string(), stopwatch),
+                }
+            }
+            Some(config) => {
+                let device = gpu.clone();
+                let watch = stopwatch.clone();
+                let opening = Opening::start(move |cancel| {
+                    watch.time(Stage::GpuOpen, || {
+                        GpuLane::open_unless(&device, &config, cancel)
+                    })
+                })?;
+                (GpuOpening::Pending(opening), Lanes::asked(options))
+            }
         };
         Ok(Lanes::Hybrid(
             Box::new(HybridLanes::new(
@@ -146,8 +168,16 @@ impl Lanes {
                 lookahead,
                 beside_gpu,
             )),
-            DecodeWhy(why.into()),
+            DecodeWhy(why),
         ))
+    }
+
+    /// Why the GPU lane opens, in words.
+    fn asked(options: &Options) -> String {
+        match options.decode.lanes {
+            Decode::Auto => "automatic".into(),
+            _ => "hybrid, as asked".into(),
+        }
     }
 
     /// The CPU lane alone, after the GPU lane could not open (with a given share).
@@ -166,7 +196,10 @@ impl Lanes {
     pub fn describe(&self) -> String {
         match self {
             Lanes::Cpu(_, why) => why.0.clone(),
-            Lanes::Hybrid(hybrid, why) => format!("{}: {}", why.0, hybrid.describe()),
+            Lanes::Hybrid(hybrid, why) if hybrid.gpu_asked() => {
+                format!("{}: {}", why.0, hybrid.describe())
+            }
+            Lanes::Hybrid(_, why) => why.0.clone(),
         }
     }
 
@@ -230,6 +263,7 @@ impl Lanes {
                     decoded_by: DecodedBy {
                         cpu: filled.indices.len(),
                         gpu: 0,
+                        assisted: 0,
                     },
                     filled,
                     from_gpu: Vec::new(),

@@ -31,6 +31,9 @@ use crate::source::Source;
 use lanes::Lanes;
 use worker::{EpochCommand, LanesReport, Message, Worker};
 
+/// Files whose sizes estimate an epoch's encoded bytes, for automatic decoding's choice.
+const EPOCH_BYTES_SAMPLE: usize = 1024;
+
 pub use builder::PipelineBuilder;
 
 /// Turns a [`Source`] into batches on the device, prepared in the background.
@@ -179,7 +182,14 @@ impl Pipeline {
             Lanes::device_bytes(&options),
         )?;
         let stopwatch = Arc::new(Stopwatch::default());
-        let lanes = Lanes::open(&options, gpu.as_ref(), shard_len, &stopwatch)?;
+        // An epoch's encoded bytes, from the sizes of the first files (a stat each, or the
+        // listing's sizes in object storage).
+        let epoch_bytes = || {
+            let sampled = source.len().min(EPOCH_BYTES_SAMPLE);
+            let bytes: u64 = (0..sampled).map(|i| source.item(i).size_hint()).sum();
+            bytes / sampled.max(1) as u64 * shard_len as u64
+        };
+        let lanes = Lanes::open(&options, gpu.as_ref(), shard_len, epoch_bytes, &stopwatch)?;
         let device_description = output.describe();
         let pinned_bytes = output.pinned_bytes();
         let cuda_stream = output.cuda_stream();
@@ -352,6 +362,7 @@ impl Pipeline {
                     self.report.batches += 1;
                     self.report.decoded_by_cpu += batch.decoded_by.cpu;
                     self.report.decoded_by_gpu += batch.decoded_by.gpu;
+                    self.report.decoded_by_assisted += batch.decoded_by.assisted;
                     self.report.skipped.extend_from_slice(batch.skipped());
                     Ok(WaitedBatch::Ready(Box::new(batch)))
                 }

@@ -212,6 +212,10 @@ pub struct RunArgs {
     /// again).
     #[arg(long)]
     gpu_share: Option<f32>,
+    /// Of the GPU lane's baseline JPEGs of 1 Mpx or more, the share its assisted path decodes
+    /// on the GPU's cores (exactly as libjpeg-turbo does) beside the JPEG engines, 0 to 1.
+    #[arg(long, default_value_t = gpufeed::DEFAULT_ASSISTED_SHARE)]
+    assisted_share: f32,
     /// Decode large JPEGs at 1/2, 1/4 or 1/8 size in the DCT domain when the output keeps a 2x
     /// margin (faster on big photos; further from torchvision).
     #[arg(long)]
@@ -410,7 +414,8 @@ impl RunArgs {
                     .gray16(self.gray16)
                     .dct_scaling(self.dct_scaling)
                     .lanes(self.decode)
-                    .gpu_share(self.gpu_share),
+                    .gpu_share(self.gpu_share)
+                    .assisted_share(self.assisted_share),
             )
             .resize(
                 ResizeOptions::default()
@@ -990,6 +995,7 @@ impl Summary<'_> {
             "decoded_by": {
                 "cpu": self.tally.reports.iter().map(|r| r.decoded_by_cpu).sum::<usize>(),
                 "gpu": self.tally.reports.iter().map(|r| r.decoded_by_gpu).sum::<usize>(),
+                "gpu_assisted": self.tally.reports.iter().map(|r| r.decoded_by_assisted).sum::<usize>(),
             },
             "gpu_share": self.pipeline.gpu_share(),
             "state": self.state_json(),
@@ -1043,9 +1049,17 @@ impl Summary<'_> {
         let by_gpu: usize = self.tally.reports.iter().map(|r| r.decoded_by_gpu).sum();
         out!("  decode      {}", self.pipeline.decode_description());
         if by_gpu > 0 || self.pipeline.gpu_share().is_some() {
+            let assisted: usize = self
+                .tally
+                .reports
+                .iter()
+                .map(|r| r.decoded_by_assisted)
+                .sum();
             out!(
-                "  decoded     {} by the CPU threads, {by_gpu} by the GPU decode lane",
-                images - by_gpu
+                "  decoded     {} by the CPU threads, {by_gpu} by the GPU decode lane \
+                 ({} by the JPEG engines, {assisted} by the assisted path)",
+                images - by_gpu,
+                by_gpu - assisted
             );
         }
         if !self.left_out.is_empty() {

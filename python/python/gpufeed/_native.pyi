@@ -128,6 +128,7 @@ class Pipeline:
         gray16: Literal["clip", "scale"] = "clip",
         decode: Literal["auto", "cpu", "hybrid"] = "auto",
         gpu_share: Optional[float] = None,
+        assisted_share: float = 1.0,
         pillow_version: Optional[str] = None,
         augment: Literal[
             "none", "trivial-augment-wide", "rand-augment", "auto-augment"

@@ -1,0 +1,108 @@
+//! The assisted path of the GPU lane: baseline JPEGs decoded on the GPU's cores instead of its
+//! JPEG engines, exactly as libjpeg-turbo decodes them. A preparing thread parses each file and
+//! destuffs its entropy-coded data ([`entropy::parse`]); here a call's images go to a
+//! [`GpuDecoder`] on the set's stream: the entropy decoding, libjpeg-turbo's integer inverse DCT,
+//! upsampling and colour conversion (`kernels/entropy.cu`, `kernels/idct.cu`) render each image
+//! whole, as RGB (or gray), for the set's resize.
+//!
+//! The engines and the assisted path work side by side: the engines on their own silicon, the
+//! assisted path on the cores the resize also uses. Which images take it is fixed by the files
+//! alone ([`super::prepare`]), so every run decodes the same image on the same path.
+//!
+//! [`entropy::parse`]: crate::coefficients::entropy::parse
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaStream, DevicePtr};
+
+use super::call::{CallImage, MAX_CALL_PIXELS};
+use super::error::GpuLaneError;
+use super::resize::plan::{SourceImage, SourcePixels};
+use crate::coefficients::gpu::{Budget, GpuDecoder};
+use crate::coefficients::Window;
+use crate::error::{Error, Result};
+
+/// The buffers of one assisted decoder: a full call of [`MAX_CALL_PIXELS`] pixels.
+pub(super) fn budget() -> Budget {
+    Budget::for_megapixels(MAX_CALL_PIXELS as f64 / 1e6, super::work::CHUNK)
+}
+
+/// A submitting thread's assisted decoder: its buffers sized once for a full call.
+pub(super) struct AssistedDecoder {
+    decoder: GpuDecoder,
+    /// For each image of the call, its place among the decoder's images.
+    added: Vec<Option<usize>>,
+}
+
+impl AssistedDecoder {
+    /// The decoder on `stream`, its kernels compiled and its buffers allocated for calls of up
+    /// to [`MAX_CALL_PIXELS`] pixels ([`budget`]).
+    pub fn new(stream: &Arc<CudaStream>) -> Result<AssistedDecoder, GpuLaneError> {
+        let decoder = GpuDecoder::new(stream, budget()).map_err(|e| GpuLaneError::Kernel {
+            kernel: "entropy.cu",
+            source: Box::new(Error::Mismatch(e.to_string())),
+        })?;
+        Ok(AssistedDecoder {
+            decoder,
+            added: Vec::new(),
+        })
+    }
+
+    /// Queues the decode of `images` on the decoder's stream and waits for the entropy
+    /// decoding's verdicts: one source image per input, `None` where the file could not be
+    /// decoded on this path (not parsed, over the buffers, or found corrupt by the kernels: the
+    /// CPU lane then decodes and reports it). The pixels stay valid until the next call.
+    pub fn decode(&mut self, images: &[CallImage]) -> Result<Vec<Option<SourceImage>>> {
+        let decoder = &mut self.decoder;
+        decoder.clear();
+        self.added.clear();
+        for image in images {
+            let place = image.entropy.as_ref().and_then(|(parsed, layout)| {
+                let window = Window::whole(parsed.width, parsed.height);
+                decoder
+                    .fits_entropy_coded(parsed, layout, &window)
+                    .then(|| decoder.add_entropy_coded(parsed, layout, &window).ok())
+                    .flatten()
+            });
+            self.added.push(place);
+        }
+        if decoder.is_empty() {
+            return Ok(vec![None; images.len()]);
+        }
+        let failed = |e: crate::coefficients::Error| Error::Mismatch(e.to_string());
+        decoder.upload().map_err(failed)?;
+        decoder.transform().map_err(failed)?;
+        let failures = decoder.entropy_failures().map_err(failed)?;
+        let stream = decoder.stream().clone();
+        let (base, guard) = decoder.output().device_ptr(&stream);
+        drop(guard);
+        let rendered = decoder.rendered();
+        Ok(self
+            .added
+            .iter()
+            .map(|place| {
+                let at = (*place)?;
+                if failures.iter().any(|&(failed, _)| failed == at) {
+                    return None;
+                }
+                let window = rendered.get(at)?;
+                let ptr = base + window.offset;
+                let pixels = match window.channels {
+                    1 => SourcePixels::Gray {
+                        ptr,
+                        pitch: window.pitch,
+                    },
+                    _ => SourcePixels::Interleaved {
+                        ptr,
+                        pitch: window.pitch,
+                    },
+                };
+                Some(SourceImage {
+                    pixels,
+                    width: window.width,
+                    height: window.height,
+                })
+            })
+            .collect())
+    }
+}
