@@ -50,20 +50,7 @@ fn run(decoder: &mut GpuDecoder, batch: &[&Item], poison: u8) -> Vec<Vec<u8>> {
     for item in batch {
         assert!(add(decoder, item));
     }
-    decoder.upload().expect("upload");
-    decoder.transform().expect("transform");
-    let output = decoder
-        .stream()
-        .clone_dtoh(decoder.output())
-        .expect("download");
-    decoder
-        .rendered()
-        .iter()
-        .map(|r| {
-            let len = (r.height * r.pitch) as usize;
-            output[r.offset as usize..r.offset as usize + len].to_vec()
-        })
-        .collect()
+    super::gpu_tests::transform_and_download(decoder)
 }
 
 /// The dense planes of the batch's entropy-coded images against libjpeg-turbo's coefficients.

@@ -25,32 +25,7 @@ use super::{Error, Layout, Window};
 use gpufeed_bench::upload::random_bytes;
 
 const HARNESS: &str = r#"
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <vector>
-
-struct gf_dim3 { unsigned int x, y, z; };
-static gf_dim3 blockIdx, blockDim, threadIdx, gridDim;
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define GF_HOST 1
-static inline unsigned int atomicOr(unsigned int* p, unsigned int v) {
-    unsigned int old = *p; *p = old | v; return old;
-}
-
 #include "entropy.cu"
-
-static unsigned long long u64(FILE* f) {
-    unsigned long long v = 0;
-    if (fread(&v, 8, 1, f) != 1) { fprintf(stderr, "short input\n"); exit(2); }
-    return v;
-}
-
-static void bytes(FILE* f, void* p, size_t n) {
-    if (n && fread(p, 1, n, f) != n) { fprintf(stderr, "short input\n"); exit(2); }
-}
 
 template <typename F> static void launch(unsigned int threads, unsigned int total, F f) {
     blockDim = {threads, 1, 1};
@@ -147,66 +122,10 @@ int main(int argc, char** argv) {
 }
 "#;
 
-/// The harness built in `dir`, or `None` (said on stderr) without a C++ compiler; with
-/// `sanitize`, under AddressSanitizer and UndefinedBehaviorSanitizer (any finding aborts), where
-/// the compiler has them.
+/// The harness built in `dir`, or `None` without a C++ compiler; with `sanitize`, under
+/// AddressSanitizer and UndefinedBehaviorSanitizer where the compiler has them.
 fn build_harness_with(dir: &Path, sanitize: bool) -> Option<PathBuf> {
-    let compiler = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-    if Command::new(&compiler).arg("--version").output().is_err() {
-        let _ = writeln!(
-            std::io::stderr(),
-            "skipped: the entropy kernels' host run: no C++ compiler ({compiler})"
-        );
-        return None;
-    }
-    let kernels = std::env::current_dir()
-        .expect("current directory")
-        .ancestors()
-        .map(|d| d.join("kernels"))
-        .find(|d| d.join("entropy.cu").is_file())
-        .expect("kernels/entropy.cu above the current directory");
-    let source = dir.join("harness.cpp");
-    std::fs::write(&source, HARNESS).expect("harness source");
-    let binary = dir.join("harness");
-    let sanitizers = [
-        "-fsanitize=address,undefined",
-        "-fno-sanitize-recover=all",
-        "-fno-omit-frame-pointer",
-    ];
-    let sanitize = sanitize && {
-        // Only where the compiler and its runtime have them.
-        let probe = dir.join("probe.cpp");
-        std::fs::write(&probe, "int main() { return 0; }\n").expect("probe source");
-        Command::new(&compiler)
-            .args(sanitizers)
-            .arg(&probe)
-            .arg("-o")
-            .arg(dir.join("probe"))
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    let status = Command::new(&compiler)
-        .args(if sanitize { &sanitizers[..] } else { &[] })
-        .args([
-            "-std=c++17",
-            "-O2",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-Wno-unknown-pragmas",
-        ])
-        .arg("-I")
-        .arg(&kernels)
-        .arg(&source)
-        .arg("-o")
-        .arg(&binary)
-        .status()
-        .expect("running the C++ compiler");
-    assert!(
-        status.success(),
-        "kernels/entropy.cu does not compile as C++"
-    );
-    Some(binary)
+    super::host_check::build_cpp_harness(dir, "entropy.cu", HARNESS, sanitize)
 }
 
 /// The harness built in `dir` without sanitizers.

@@ -17,6 +17,11 @@ fn run(decoder: &mut GpuDecoder, batch: &[&Prepared], poison: u8) -> Vec<Vec<u8>
     for prepared in batch {
         decoder.add(&prepared.image, &prepared.bytes).expect("add");
     }
+    transform_and_download(decoder)
+}
+
+/// Uploads and transforms the batch added to `decoder`; returns each image's rendered bytes.
+pub(super) fn transform_and_download(decoder: &mut GpuDecoder) -> Vec<Vec<u8>> {
     decoder.upload().expect("upload");
     decoder.transform().expect("transform");
     let output = decoder

@@ -18,9 +18,10 @@ use super::pack::{pack, PackedImage};
 use super::{Layout, Window};
 use gpufeed_bench::upload::random_bytes;
 
-/// The harness: CUDA's names as host C++, the kernel source included, and a main that reads a
-/// batch, runs every thread of both launches and writes the planes and the output.
-const HARNESS: &str = r#"
+/// What every host harness starts with: CUDA's names as host C++ (a sequential run: the
+/// block and thread indices are globals the harness sets, an atomic is a plain update) and the
+/// readers of its input file.
+const PRELUDE: &str = r#"
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -31,9 +32,11 @@ static gf_dim3 blockIdx, blockDim, threadIdx, gridDim;
 #define __global__
 #define __device__
 #define __forceinline__ inline
+#define GF_HOST 1
 static inline int __popcll(unsigned long long v) { return __builtin_popcountll(v); }
-
-#include "idct.cu"
+static inline unsigned int atomicOr(unsigned int* p, unsigned int v) {
+    unsigned int old = *p; *p = old | v; return old;
+}
 
 static unsigned long long u64(FILE* f) {
     unsigned long long v = 0;
@@ -44,6 +47,12 @@ static unsigned long long u64(FILE* f) {
 static void bytes(FILE* f, void* p, size_t n) {
     if (n && fread(p, 1, n, f) != n) { fprintf(stderr, "short input\n"); exit(2); }
 }
+"#;
+
+/// The harness (after [`PRELUDE`]): the kernel source included, and a main that reads a batch,
+/// runs every thread of both launches and writes the planes and the output.
+const HARNESS: &str = r#"
+#include "idct.cu"
 
 int main(int argc, char** argv) {
     if (argc != 3) return 2;
@@ -93,11 +102,24 @@ int main(int argc, char** argv) {
 
 /// The harness built in `dir`, or `None` (said on stderr) without a C++ compiler.
 pub(super) fn build_harness(dir: &Path) -> Option<PathBuf> {
+    build_cpp_harness(dir, "idct.cu", HARNESS, false)
+}
+
+/// [`PRELUDE`] and `harness` (C++ including `kernel`, a file of `kernels/`) built in `dir`, or `None` (said on
+/// stderr) without a C++ compiler (`$CXX`, else `c++`); with `sanitize`, under AddressSanitizer
+/// and UndefinedBehaviorSanitizer (any finding aborts), where the compiler has them. Warnings
+/// are errors: the kernel source must be clean C++.
+pub(super) fn build_cpp_harness(
+    dir: &Path,
+    kernel: &str,
+    harness: &str,
+    sanitize: bool,
+) -> Option<PathBuf> {
     let compiler = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
     if Command::new(&compiler).arg("--version").output().is_err() {
         let _ = writeln!(
             std::io::stderr(),
-            "skipped: the kernels' host run: no C++ compiler ({compiler})"
+            "skipped: the host run of kernels/{kernel}: no C++ compiler ({compiler})"
         );
         return None;
     }
@@ -105,12 +127,30 @@ pub(super) fn build_harness(dir: &Path) -> Option<PathBuf> {
         .expect("current directory")
         .ancestors()
         .map(|d| d.join("kernels"))
-        .find(|d| d.join("idct.cu").is_file())
-        .expect("kernels/idct.cu above the current directory");
+        .find(|d| d.join(kernel).is_file())
+        .unwrap_or_else(|| panic!("kernels/{kernel} above the current directory"));
     let source = dir.join("harness.cpp");
-    std::fs::write(&source, HARNESS).expect("harness source");
+    std::fs::write(&source, format!("{PRELUDE}{harness}")).expect("harness source");
     let binary = dir.join("harness");
+    let sanitizers = [
+        "-fsanitize=address,undefined",
+        "-fno-sanitize-recover=all",
+        "-fno-omit-frame-pointer",
+    ];
+    let sanitize = sanitize && {
+        // Only where the compiler and its runtime have them.
+        let probe = dir.join("probe.cpp");
+        std::fs::write(&probe, "int main() { return 0; }\n").expect("probe source");
+        Command::new(&compiler)
+            .args(sanitizers)
+            .arg(&probe)
+            .arg("-o")
+            .arg(dir.join("probe"))
+            .status()
+            .is_ok_and(|s| s.success())
+    };
     let status = Command::new(&compiler)
+        .args(if sanitize { &sanitizers[..] } else { &[] })
         .args([
             "-std=c++17",
             "-O2",
@@ -126,7 +166,7 @@ pub(super) fn build_harness(dir: &Path) -> Option<PathBuf> {
         .arg(&binary)
         .status()
         .expect("running the C++ compiler");
-    assert!(status.success(), "kernels/idct.cu does not compile as C++");
+    assert!(status.success(), "kernels/{kernel} does not compile as C++");
     Some(binary)
 }
 
