@@ -21,6 +21,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use gpufeed::coefficients::entropy::ParsedJpeg;
 use gpufeed::coefficients::gpu::{Budget, GpuDecoder};
 use gpufeed::coefficients::pack::{pack, PackedImage};
 use gpufeed::coefficients::{Layout, Window};
@@ -403,10 +404,7 @@ fn gpu(files: &[File], mpx: f64, options: &Options, pool: &rayon::ThreadPool) {
 }
 
 /// The baseline files parsed for the GPU's entropy decoding (the others are left to the CPU).
-fn parse_all(
-    pool: &rayon::ThreadPool,
-    files: &[File],
-) -> Vec<(usize, gpufeed::coefficients::entropy::ParsedJpeg)> {
+fn parse_all(pool: &rayon::ThreadPool, files: &[File]) -> Vec<(usize, ParsedJpeg)> {
     pool.install(|| {
         files
             .par_iter()
@@ -425,6 +423,32 @@ fn parse_all(
 /// the IDCT and colour kernels do next to nothing), the kernels with the whole windows, and the
 /// whole path from JPEG bytes on the host to RGB windows on the device (CPU threads parse the
 /// next batch while the GPU decodes the last).
+/// Starts a new batch on `decoder` with `parsed[from..]` (each with its file's index in `files`),
+/// rendering `window(file)` of each, until one does not fit; returns the index of the first left
+/// out.
+fn fill_batch(
+    decoder: &mut GpuDecoder,
+    parsed: &[(usize, ParsedJpeg)],
+    from: usize,
+    files: &[File],
+    window: impl Fn(&File) -> Window,
+) -> usize {
+    decoder.clear();
+    let mut next = from;
+    while let Some((i, p)) = parsed.get(next) {
+        let f = &files[*i];
+        let window = window(f);
+        if !decoder.fits_entropy_coded(p, &f.layout, &window) {
+            break;
+        }
+        decoder
+            .add_entropy_coded(p, &f.layout, &window)
+            .expect("add_entropy_coded");
+        next += 1;
+    }
+    next
+}
+
 fn gpu_entropy(files: &[File], options: &Options, pool: &rayon::ThreadPool) {
     let parsed = parse_all(pool, files);
     if parsed.is_empty() {
@@ -501,19 +525,7 @@ fn gpu_entropy(files: &[File], options: &Options, pool: &rayon::ThreadPool) {
         for _ in 0..options.rounds {
             let mut next = 0;
             while next < parsed.len() {
-                decoder.clear();
-                while next < parsed.len() {
-                    let (i, p) = &parsed[next];
-                    let f = &files[*i];
-                    let window = window_of(f, small);
-                    if !decoder.fits_entropy_coded(p, &f.layout, &window) {
-                        break;
-                    }
-                    decoder
-                        .add_entropy_coded(p, &f.layout, &window)
-                        .expect("add_entropy_coded");
-                    next += 1;
-                }
+                next = fill_batch(&mut decoder, &parsed, next, files, |f| window_of(f, small));
                 if decoder.is_empty() {
                     eprintln!("an image larger than the batch budget: raise --batch-mpx");
                     return;
@@ -555,25 +567,13 @@ fn gpu_entropy(files: &[File], options: &Options, pool: &rayon::ThreadPool) {
         let mut done = 0usize;
         let chunk = budget.images.min(baseline.len().max(1)).min(64);
         let indices: Vec<usize> = parsed.iter().map(|(i, _)| *i).collect();
-        let mut pending: Option<Vec<(usize, gpufeed::coefficients::entropy::ParsedJpeg)>> = None;
+        let mut pending: Option<Vec<(usize, ParsedJpeg)>> = None;
         let mut chunks = indices.chunks(chunk);
         loop {
             if let Some(batch) = pending.take() {
                 let mut k = 0;
                 while k < batch.len() {
-                    decoder.clear();
-                    while k < batch.len() {
-                        let (i, p) = &batch[k];
-                        let f = &files[*i];
-                        let window = window_of(f, false);
-                        if !decoder.fits_entropy_coded(p, &f.layout, &window) {
-                            break;
-                        }
-                        decoder
-                            .add_entropy_coded(p, &f.layout, &window)
-                            .expect("add_entropy_coded");
-                        k += 1;
-                    }
+                    k = fill_batch(&mut decoder, &batch, k, files, |f| window_of(f, false));
                     if decoder.is_empty() {
                         // Larger than an empty batch's budget (said by the kernel timings).
                         k += 1;

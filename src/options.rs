@@ -1345,6 +1345,14 @@ mod tests {
         assert_eq!(name(d.decode(d.decode.max_pixels(0))), "max_pixels");
         assert_eq!(name(d.decode(d.decode.memory_limit(0))), "decode_memory");
         assert_eq!(
+            name(d.decode(d.decode.assisted_share(1.5))),
+            "assisted_share"
+        );
+        assert_eq!(
+            name(d.decode(d.decode.assisted_share(f32::NAN))),
+            "assisted_share"
+        );
+        assert_eq!(
             name(d.runtime(d.runtime.prefetch(10_000_000_000))),
             "prefetch"
         );

@@ -148,6 +148,8 @@ def test_option_mistakes_raise_naming_the_option(tmp_path):
         gpufeed.Pipeline(ASSETS, resize_mode="zoom", device="cpu")
     with pytest.raises(ValueError, match="shard"):
         gpufeed.Pipeline(ASSETS, shard=(3, 2), device="cpu")
+    with pytest.raises(ValueError, match="assisted_share"):
+        gpufeed.Pipeline(ASSETS, assisted_share=1.5, device="cpu")
     with pytest.raises(ValueError, match="resize"):
         gpufeed.Pipeline(ASSETS, resize_mode="stretch", resize=256, device="cpu")
     with pytest.raises(TypeError, match="batch_sise"):

@@ -67,7 +67,7 @@ impl Preparer {
                 continue;
             };
             let mut image = image;
-            if split.path_for(&image) == Path::Assisted {
+            if split.path_for(image.pixels()) == Path::Assisted {
                 let parsing = Instant::now();
                 image.entropy = self.parse(&image.bytes);
                 self.stopwatch.add(Stage::GpuPrepare, parsing.elapsed());
@@ -175,8 +175,9 @@ impl AssistedSplit {
         AssistedSplit { share, seen: 0 }
     }
 
-    fn path_for(&mut self, image: &CallImage) -> Path {
-        if self.share <= 0.0 || image.pixels() < ASSISTED_MIN_PIXELS {
+    /// The path of the range's next image of `pixels` pixels.
+    fn path_for(&mut self, pixels: u64) -> Path {
+        if self.share <= 0.0 || pixels < ASSISTED_MIN_PIXELS {
             return Path::Engines;
         }
         let before = (self.seen as f32 * self.share).floor();
@@ -240,5 +241,43 @@ impl Pending {
         shared.queue_call(call, refused);
         self.places.drain(..).for_each(|k| handed[k] = true);
         (self.pixels, self.bytes) = (0, 0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The images of a range, large and small, through a split of `share`: which take the
+    /// assisted path.
+    fn split(share: f32, pixels: &[u64]) -> Vec<bool> {
+        let mut split = AssistedSplit::new(share);
+        pixels
+            .iter()
+            .map(|&p| split.path_for(p) == Path::Assisted)
+            .collect()
+    }
+
+    #[test]
+    fn the_assisted_share_counts_large_images_alone_and_is_the_same_every_time() {
+        let large = ASSISTED_MIN_PIXELS;
+        let pixels: Vec<u64> = (0..100u64)
+            .flat_map(|i| [large + i * 1000, large - 1 - i])
+            .collect();
+        for share in [0.0, 0.25, 0.35, 0.5, 0.75, 1.0] {
+            let taken = split(share, &pixels);
+            assert_eq!(taken, split(share, &pixels), "share {share}");
+            // Small images never take it; of the 100 large ones, the share does.
+            assert!(
+                taken.iter().skip(1).step_by(2).all(|&t| !t),
+                "share {share}"
+            );
+            let assisted = taken.iter().filter(|&&t| t).count();
+            assert_eq!(assisted, (100.0 * share) as usize, "share {share}");
+        }
+        // Spread through the range, not bunched at one end.
+        let taken = split(0.5, &pixels);
+        let first_half = taken[..100].iter().filter(|&&t| t).count();
+        assert_eq!(first_half, 25);
     }
 }
