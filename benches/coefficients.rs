@@ -169,6 +169,12 @@ fn pack_all(pool: &rayon::ThreadPool, files: &[File], crop: bool) -> Vec<(Packed
     })
 }
 
+/// The median run of `rates` (images/s, Mpx/s), by images/s.
+fn median(mut rates: Vec<(f64, f64)>) -> (f64, f64) {
+    rates.sort_by(|a, b| a.0.total_cmp(&b.0));
+    rates[rates.len() / 2]
+}
+
 fn per_mpx(seconds: f64, mpx: f64) -> String {
     format!("{:8.2} ms/Mpx", 1e3 * seconds / mpx)
 }
@@ -282,8 +288,7 @@ fn cpu_threads(files: &[File], mpx: f64, options: &Options) -> rayon::ThreadPool
         let s = t.elapsed().as_secs_f64();
         rates.push((made as f64 / s, mpx / s));
     }
-    rates.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let (images, mpxs) = rates[rates.len() / 2];
+    let (images, mpxs) = median(rates);
     println!(
         "CPU, {} threads, read + pack ({}): {images:.1} images/s, {mpxs:.1} Mpx/s (median of {})",
         options.threads,
@@ -308,11 +313,6 @@ fn gpu(files: &[File], mpx: f64, options: &Options, pool: &rayon::ThreadPool) {
     let mut decoder = GpuDecoder::new(&stream, budget).expect("decoder");
     // Everything packed once, for the upload and kernel timings.
     let packed = pack_all(pool, files, options.crop);
-    let timed = || {
-        stream
-            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-            .expect("event")
-    };
     let (mut upload_ms, mut kernel_ms, mut bytes, mut window_mpx) = (0.0f64, 0.0f64, 0u64, 0.0);
     let mut batches = 0;
     let mut next = 0;
@@ -328,14 +328,9 @@ fn gpu(files: &[File], mpx: f64, options: &Options, pool: &rayon::ThreadPool) {
             return;
         }
         bytes += decoder.staged_bytes() as u64;
-        let a = timed();
-        decoder.upload().expect("upload");
-        let b = timed();
-        decoder.transform().expect("transform");
-        let c = timed();
-        c.synchronize().expect("sync");
-        upload_ms += f64::from(a.elapsed_ms(&b).expect("elapsed"));
-        kernel_ms += f64::from(b.elapsed_ms(&c).expect("elapsed"));
+        let (upload, kernels) = timed_batch(&mut decoder);
+        upload_ms += upload;
+        kernel_ms += kernels;
         batches += 1;
     }
     println!(
@@ -388,8 +383,7 @@ fn gpu(files: &[File], mpx: f64, options: &Options, pool: &rayon::ThreadPool) {
         let s = t.elapsed().as_secs_f64();
         rates.push((done as f64 / s, mpx / s));
     }
-    rates.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let (images, mpxs) = rates[rates.len() / 2];
+    let (images, mpxs) = median(rates);
     println!(
         "whole path ({} CPU threads + GPU, {}): {images:.1} images/s, {mpxs:.1} Mpx/s of \
          source images (median of {})",
@@ -423,6 +417,27 @@ fn parse_all(pool: &rayon::ThreadPool, files: &[File]) -> Vec<(usize, ParsedJpeg
 /// the IDCT and colour kernels do next to nothing), the kernels with the whole windows, and the
 /// whole path from JPEG bytes on the host to RGB windows on the device (CPU threads parse the
 /// next batch while the GPU decodes the last).
+/// Uploads and transforms the batch added to `decoder`, timed with events on its stream:
+/// milliseconds of the upload and of the kernels.
+fn timed_batch(decoder: &mut GpuDecoder) -> (f64, f64) {
+    let stream = decoder.stream().clone();
+    let timed = || {
+        stream
+            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .expect("event")
+    };
+    let a = timed();
+    decoder.upload().expect("upload");
+    let b = timed();
+    decoder.transform().expect("transform");
+    let c = timed();
+    c.synchronize().expect("sync");
+    (
+        f64::from(a.elapsed_ms(&b).expect("elapsed")),
+        f64::from(b.elapsed_ms(&c).expect("elapsed")),
+    )
+}
+
 /// Starts a new batch on `decoder` with `parsed[from..]` (each with its file's index in `files`),
 /// rendering `window(file)` of each, until one does not fit; returns the index of the first left
 /// out.
@@ -501,11 +516,6 @@ fn gpu_entropy(files: &[File], options: &Options, pool: &rayon::ThreadPool) {
     let stream = gpufeed::cuda::new_stream(0).expect("stream");
     let budget = Budget::for_megapixels(options.batch_mpx, 1024);
     let mut decoder = GpuDecoder::new(&stream, budget).expect("decoder");
-    let timed = || {
-        stream
-            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-            .expect("event")
-    };
     let window_of = |f: &File, small: bool| {
         if small {
             Window {
@@ -530,14 +540,9 @@ fn gpu_entropy(files: &[File], options: &Options, pool: &rayon::ThreadPool) {
                     eprintln!("an image larger than the batch budget: raise --batch-mpx");
                     return;
                 }
-                let a = timed();
-                decoder.upload().expect("upload");
-                let b = timed();
-                decoder.transform().expect("transform");
-                let c = timed();
-                c.synchronize().expect("sync");
-                upload_ms += f64::from(a.elapsed_ms(&b).expect("elapsed"));
-                kernel_ms += f64::from(b.elapsed_ms(&c).expect("elapsed"));
+                let (upload, kernels) = timed_batch(&mut decoder);
+                upload_ms += upload;
+                kernel_ms += kernels;
                 failed += decoder.entropy_failures().expect("status").len();
                 batches += 1;
             }
@@ -601,8 +606,7 @@ fn gpu_entropy(files: &[File], options: &Options, pool: &rayon::ThreadPool) {
         let s = t.elapsed().as_secs_f64();
         rates.push((done as f64 / s, mpx / s));
     }
-    rates.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let (images, mpxs) = rates[rates.len() / 2];
+    let (images, mpxs) = median(rates);
     println!(
         "  whole path, JPEG bytes to {} on the GPU ({} CPU threads parsing): {images:.1} \
          images/s, {mpxs:.0} Mpx/s of source images (median of {})",

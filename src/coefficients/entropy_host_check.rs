@@ -9,7 +9,6 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use turbojpeg_region::{
     encode, CoefficientReader, Colorspace, EncodeOptions, Format, Restart, Sampling,
@@ -235,15 +234,7 @@ fn run_plan(harness: &Path, dir: &Path, data: &[u8], tables: &[u32], plan: Entro
     input.extend_from_slice(data);
     u32s(&mut input, tables);
     input.extend(descriptor_bytes(&plan));
-    let (input_path, output_path) = (dir.join("batch.in"), dir.join("batch.out"));
-    std::fs::write(&input_path, input).expect("harness input");
-    let status = Command::new(harness)
-        .arg(&input_path)
-        .arg(&output_path)
-        .status()
-        .expect("running the harness");
-    assert!(status.success(), "the harness failed");
-    let out = std::fs::read(&output_path).expect("harness output");
+    let out = super::host_check::run_harness(harness, dir, &input);
     let n = plan.coefficients as usize;
     let coefficients = out[..2 * n]
         .chunks_exact(2)

@@ -247,6 +247,11 @@ pub(super) fn run(
     for v in dense {
         input.extend_from_slice(&v.to_le_bytes());
     }
+    (run_harness(harness, dir, &input), plan)
+}
+
+/// Runs `harness` on `input` (written to a file in `dir`); returns what it wrote.
+pub(super) fn run_harness(harness: &Path, dir: &Path, input: &[u8]) -> Vec<u8> {
     let (input_path, output_path) = (dir.join("batch.in"), dir.join("batch.out"));
     std::fs::write(&input_path, input).expect("harness input");
     let status = Command::new(harness)
@@ -255,7 +260,7 @@ pub(super) fn run(
         .status()
         .expect("running the harness");
     assert!(status.success(), "the harness failed");
-    (std::fs::read(&output_path).expect("harness output"), plan)
+    std::fs::read(&output_path).expect("harness output")
 }
 
 /// The test's own scratch folder, removed afterwards.

@@ -99,13 +99,7 @@ impl PackedImage {
         sections: [u32; 3],
         bytes: usize,
     ) -> Result<PackedImage, Error> {
-        layout.check(window)?;
-        if layout.components.len() > 3 {
-            return Err(Error::Unsupported(format!(
-                "{} components",
-                layout.components.len()
-            )));
-        }
+        check(layout, window)?;
         let mut components = [None; 3];
         for (c, slot) in components
             .iter_mut()
@@ -227,6 +221,18 @@ fn pad8(out: &mut Vec<u8>, from: usize) {
     out.resize(from + len.next_multiple_of(8), 0);
 }
 
+/// Whether `window` of an image of `layout` can be packed: inside the image, 3 components at most.
+fn check(layout: &Layout, window: &Window) -> Result<(), Error> {
+    layout.check(window)?;
+    if layout.components.len() > 3 {
+        return Err(Error::Unsupported(format!(
+            "{} components",
+            layout.components.len()
+        )));
+    }
+    Ok(())
+}
+
 /// Packs the blocks `window` needs of every component of `source` (read with `layout`) at the
 /// end of `out`, which must be a multiple of 8 bytes long. `out` only grows (no allocation once
 /// it has grown to the largest image). Offsets in the result count from where the image starts.
@@ -236,13 +242,7 @@ pub fn pack<S: CoefficientSource + ?Sized>(
     window: &Window,
     out: &mut Vec<u8>,
 ) -> Result<PackedImage, Error> {
-    layout.check(window)?;
-    if layout.components.len() > 3 {
-        return Err(Error::Unsupported(format!(
-            "{} components",
-            layout.components.len()
-        )));
-    }
+    check(layout, window)?;
     if !out.len().is_multiple_of(8) {
         return Err(Error::Request(
             "packed images start at a multiple of 8 bytes".into(),

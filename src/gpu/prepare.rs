@@ -61,12 +61,11 @@ impl Preparer {
             let reading = Instant::now();
             let image = self.read(&work, shared, position, index, slot);
             self.stopwatch.add(Stage::GpuPrepare, reading.elapsed());
-            let Some(image) = image else {
+            let Some(mut image) = image else {
                 refused.push((position, slot));
                 refused_at.push(k);
                 continue;
             };
-            let mut image = image;
             if split.path_for(image.pixels()) == Path::Assisted {
                 let parsing = Instant::now();
                 image.entropy = self.parse(&image.bytes);
