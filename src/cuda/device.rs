@@ -4,9 +4,12 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use cudarc::driver::{CudaContext, CudaModule, CudaSlice, CudaStream, DeviceRepr, DriverError};
+use cudarc::driver::{
+    sys, CudaContext, CudaModule, CudaSlice, CudaStream, DeviceRepr, DriverError,
+};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileError, CompileOptions, Ptx};
 
+use super::kernel_cache::{CacheKey, KernelCache, Toolchain};
 use super::{guarded, probe};
 use crate::error::{CudaUnavailable, Error, Result};
 
@@ -22,9 +25,41 @@ fn shared_context(ordinal: usize) -> Result<Arc<CudaContext>> {
     if let Some(context) = contexts.get(&ordinal) {
         return Ok(context.clone());
     }
+    block_while_waiting(ordinal);
     let context = guarded("creating the CUDA context", || CudaContext::new(ordinal))?;
     contexts.insert(ordinal, context.clone());
     Ok(context)
+}
+
+/// Asks the driver to put a thread that waits for the device (a stream's synchronize, a copy back
+/// to the host) to sleep rather than spin: the GPU lane's threads wait for their calls while the
+/// CPU lane's threads decode on every other core, and a spinning wait takes a core from them.
+/// Set before the primary context is created; where another library created it first with other
+/// flags and the driver keeps them, the waits spin as before and nothing else changes.
+fn block_while_waiting(ordinal: usize) {
+    if !host_waits_block() {
+        return;
+    }
+    let flags = sys::CUctx_flags::CU_CTX_SCHED_BLOCKING_SYNC as u32;
+    let _ = guarded("setting the context's flags", || {
+        cudarc::driver::result::init()?;
+        let device = cudarc::driver::result::device::get(ordinal as i32)?;
+        // SAFETY: `device` is a device handle the driver just returned; the call only sets the
+        // flags the device's primary context is (or will be) created with.
+        unsafe { sys::cuDevicePrimaryCtxSetFlags_v2(device, flags) }.result()
+    });
+}
+
+/// Whether threads waiting for the device sleep (the default) or spin (`GPUFEED_SPIN_WAITS=1`).
+pub(crate) fn host_waits_block() -> bool {
+    static BLOCK: OnceLock<bool> = OnceLock::new();
+    *BLOCK.get_or_init(|| std::env::var_os("GPUFEED_SPIN_WAITS").is_none_or(|v| v != "1"))
+}
+
+/// Flags of an event the host waits on ([`cudarc::driver::CudaEvent::synchronize`]): a blocking one, so that the
+/// waiting thread sleeps (see [`block_while_waiting`]).
+pub(crate) fn host_waited_event() -> Option<sys::CUevent_flags> {
+    host_waits_block().then_some(sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC)
 }
 
 /// Copies `data` into `buffer` on `stream`, allocating the buffer first when there is none or it
@@ -133,13 +168,77 @@ impl Gpu {
     }
 
     fn compile(&self, source: &KernelSource) -> Result<Arc<CudaModule>> {
-        let ctx = self.stream.context().clone();
-        let (major, minor) = ctx
-            .compute_capability()
-            .map_err(|e| Error::cuda("reading the compute capability", e))?;
-        let ptx = compile_ptx(source, major, minor)?;
-        guarded("loading a compiled kernel", || ctx.load_module(ptx))
+        static DISK: OnceLock<KernelCache> = OnceLock::new();
+        let disk = DISK.get_or_init(KernelCache::from_environment);
+        compile_through(self.stream.context(), source, disk).map(|(module, _)| module)
     }
+}
+
+/// Where a module came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Compiled {
+    /// NVRTC compiled it (and it was kept in the disk cache, if there is one).
+    ByNvrtc,
+    /// The disk cache had it.
+    FromDisk,
+}
+
+/// `source` for `ctx`'s device: from `disk` when it holds it, else compiled by NVRTC and kept
+/// there.
+pub(crate) fn compile_through(
+    ctx: &Arc<CudaContext>,
+    source: &KernelSource,
+    disk: &KernelCache,
+) -> Result<(Arc<CudaModule>, Compiled)> {
+    let toolchain = toolchain(ctx)?;
+    let key = CacheKey::new(source, toolchain);
+    if let Some(ptx) = disk.load(&key) {
+        // PTX the driver refuses (another driver's, say) is compiled afresh below.
+        if let Ok(module) = guarded("loading a cached kernel", || {
+            ctx.load_module(Ptx::from_src(ptx))
+        }) {
+            return Ok((module, Compiled::FromDisk));
+        }
+    }
+    let (major, minor) = toolchain.compute;
+    let ptx = compile_ptx(source, major, minor)?.to_src();
+    // The cache is an optimisation: a folder it cannot write to leaves every kernel compiled
+    // afresh, as without it.
+    let _ = disk.store(&key, &ptx);
+    let module = guarded("loading a compiled kernel", || {
+        ctx.load_module(Ptx::from_src(ptx))
+    })?;
+    Ok((module, Compiled::ByNvrtc))
+}
+
+/// The device's compute capability and the versions of NVRTC and the driver.
+fn toolchain(ctx: &Arc<CudaContext>) -> Result<Toolchain> {
+    let compute = ctx
+        .compute_capability()
+        .map_err(|e| Error::cuda("reading the compute capability", e))?;
+    let driver = guarded("reading the driver's version", || {
+        let mut version = 0;
+        // SAFETY: the driver writes one int through the pointer, which outlives the call.
+        unsafe { sys::cuDriverGetVersion(&mut version) }.result()?;
+        Ok(version)
+    })?;
+    let nvrtc = std::panic::catch_unwind(|| {
+        let (mut major, mut minor) = (0, 0);
+        // SAFETY: NVRTC writes one int through each pointer, which outlive the call.
+        let status = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
+        (status == cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS).then_some((major, minor))
+    })
+    .ok()
+    .flatten()
+    .ok_or(CudaUnavailable::Broken {
+        context: "reading NVRTC's version",
+        message: "NVRTC did not say its version".into(),
+    })?;
+    Ok(Toolchain {
+        compute,
+        nvrtc,
+        driver,
+    })
 }
 
 /// `source` compiled by NVRTC to PTX for compute capability `major.minor`

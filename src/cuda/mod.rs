@@ -9,6 +9,7 @@
 
 mod augment;
 mod device;
+mod kernel_cache;
 mod normalize;
 mod staging;
 
@@ -20,8 +21,8 @@ use crate::error::{panic_message, CudaUnavailable, Error, Result};
 
 pub(crate) use augment::DeviceAugmenter;
 #[cfg(test)]
-pub(crate) use device::compile_ptx;
-pub(crate) use device::{upload_reusing, Gpu, KernelSource};
+pub(crate) use device::{compile_ptx, compile_through, Compiled};
+pub(crate) use device::{host_waited_event, upload_reusing, Gpu, KernelSource};
 pub use normalize::{NormalizeTuning, Normalizer};
 pub(crate) use staging::StagingRing;
 
