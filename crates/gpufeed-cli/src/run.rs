@@ -508,6 +508,10 @@ struct Tally {
     reports: Vec<EpochReport>,
     seconds: Vec<f64>,
     uploaded_bytes: usize,
+    /// When the pipeline's build began.
+    build_started: Instant,
+    /// Seconds from the build's beginning to the first batch's tensor being ready.
+    first_batch_seconds: Option<f64>,
 }
 
 /// The run was stopped by Ctrl-C (SIGINT) or SIGTERM: the command line exits with 130.
@@ -643,6 +647,8 @@ fn run_and_summarize(
         reports: Vec::new(),
         seconds: Vec::new(),
         uploaded_bytes: 0,
+        build_started: setup,
+        first_batch_seconds: None,
     };
     let rows = Rows {
         saver: saver.as_mut(),
@@ -769,6 +775,10 @@ fn run_epochs(
                     WaitedBatch::EpochEnd => break,
                 };
                 tally.uploaded_bytes += batch.uploaded_bytes();
+                if tally.first_batch_seconds.is_none() {
+                    batch.images().synchronize()?;
+                    tally.first_batch_seconds = Some(tally.build_started.elapsed().as_secs_f64());
+                }
                 progress.inc((batch.len() + batch.skipped().len()) as u64);
                 if let Some(saver) = rows.saver.as_deref_mut() {
                     let augmented = augments.then_some((rows.saved, size));
@@ -989,6 +999,7 @@ impl Summary<'_> {
             "dtype": options.output.dtype.name(),
             "layout": options.output.layout.name(),
             "setup_seconds": self.setup_seconds,
+            "first_batch_seconds": self.tally.first_batch_seconds,
             "seconds": self.seconds(),
             "images_per_s": self.images_per_s(),
             "uploaded_bytes": self.tally.uploaded_bytes,
@@ -1095,6 +1106,9 @@ impl Summary<'_> {
             "  setup       {:.3} s (device, kernel compile, staging)",
             self.setup_seconds
         );
+        if let Some(first) = self.tally.first_batch_seconds {
+            out!("  first batch {first:.3} s after the build began");
+        }
         out!("  seconds     {:.3}", self.seconds());
         out!("  images/s    {:.1}", self.images_per_s());
         if let Some(opened) = &self.opened {

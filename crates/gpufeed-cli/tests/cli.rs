@@ -92,6 +92,12 @@ fn run_prints_a_json_summary_and_saves_every_image_in_order() {
     for key in ["seconds", "images_per_s", "uploaded_bytes"] {
         assert!(summary[key].is_number(), "{key}");
     }
+    let first = summary["first_batch_seconds"]
+        .as_f64()
+        .expect("first_batch_seconds");
+    let whole = summary["setup_seconds"].as_f64().expect("setup_seconds")
+        + summary["seconds"].as_f64().expect("seconds");
+    assert!(first > 0.0 && first <= whole, "{first} of {whole}");
     let (descr, shape, data) = read_npy(&npy);
     assert_eq!(descr, "<f4");
     assert_eq!(shape, vec![7, 224, 224, 3]);
