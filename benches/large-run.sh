@@ -7,7 +7,7 @@
 # folders of their own: 2,048 entries an epoch, like a folder of 2,048 photos, so that an epoch is
 # more than one batch). Run on the GPU machine from the repository root (carry .gpu). ROUNDS
 # (default 1), MIX (files, default 512), BASELINE (default 256), BATCHES (default "256 32"),
-# SETS (default "mix baseline").
+# SETS (default "mix baseline"); MAKE_ONLY=1 makes the sets and their entries and stops.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 rounds=${ROUNDS:-1}
@@ -31,6 +31,10 @@ entries() { # SET: the set's files listed until 2,048 entries
   files=$(find "/tmp/large-$1" -name '*.jpg' | wc -l)
   for copy in $(seq $((2048 / files))); do cp -rs "/tmp/large-$1" "$dir/$copy"; done
 }
+if [ -n "${MAKE_ONLY:-}" ]; then
+  for set in mix baseline; do entries "$set"; done
+  exit 0
+fi
 dali=""
 python3 -c "import nvidia.dali" 2>/dev/null && [ -f .gpu/tools/dali-bench ] && dali=.gpu/tools/dali-bench
 for set in ${SETS:-mix baseline}; do

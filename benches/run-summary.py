@@ -17,6 +17,9 @@ cold = ""
 if len(sys.argv) > 2:
     s = float(sys.argv[2])
     cold = f"{s:.2f} s start to exit ({j['images'] / s:.0f} img/s); "
+first = j.get("first_batch_seconds")
+if first is not None:
+    cold += f"first batch {first:.2f} s; "
 print(f"{label}: {cold}{j['images_per_s']:.0f} img/s (epochs {epochs}), by {j['decoded_by']}, "
       f"share {j['gpu_share']}, setup {j['setup_seconds']:.2f} s; {j.get('decode', '')}")
 profile = j.get("profile")
