@@ -29,7 +29,7 @@ use super::entropy_batch::{
 };
 use super::pack::PackedImage;
 use super::{Error, Layout, Window};
-use crate::cuda::{host_waited_event, Gpu, KernelSource};
+use crate::cuda::{Gpu, KernelSource};
 
 /// The kernel source, embedded at build time.
 pub const SOURCE: &str = include_str!("../../kernels/idct.cu");
@@ -498,7 +498,7 @@ impl GpuDecoder {
             .map_err(device("uploading packed coefficients"))?;
         self.uploaded = Some(
             self.stream
-                .record_event(host_waited_event())
+                .record_event(None)
                 .map_err(device("recording an upload"))?,
         );
         Ok(())

@@ -25,41 +25,9 @@ fn shared_context(ordinal: usize) -> Result<Arc<CudaContext>> {
     if let Some(context) = contexts.get(&ordinal) {
         return Ok(context.clone());
     }
-    block_while_waiting(ordinal);
     let context = guarded("creating the CUDA context", || CudaContext::new(ordinal))?;
     contexts.insert(ordinal, context.clone());
     Ok(context)
-}
-
-/// Asks the driver to put a thread that waits for the device (a stream's synchronize, a copy back
-/// to the host) to sleep rather than spin: the GPU lane's threads wait for their calls while the
-/// CPU lane's threads decode on every other core, and a spinning wait takes a core from them.
-/// Set before the primary context is created; where another library created it first with other
-/// flags and the driver keeps them, the waits spin as before and nothing else changes.
-fn block_while_waiting(ordinal: usize) {
-    if !host_waits_block() {
-        return;
-    }
-    let flags = sys::CUctx_flags::CU_CTX_SCHED_BLOCKING_SYNC as u32;
-    let _ = guarded("setting the context's flags", || {
-        cudarc::driver::result::init()?;
-        let device = cudarc::driver::result::device::get(ordinal as i32)?;
-        // SAFETY: `device` is a device handle the driver just returned; the call only sets the
-        // flags the device's primary context is (or will be) created with.
-        unsafe { sys::cuDevicePrimaryCtxSetFlags_v2(device, flags) }.result()
-    });
-}
-
-/// Whether threads waiting for the device sleep (the default) or spin (`GPUFEED_SPIN_WAITS=1`).
-pub(crate) fn host_waits_block() -> bool {
-    static BLOCK: OnceLock<bool> = OnceLock::new();
-    *BLOCK.get_or_init(|| std::env::var_os("GPUFEED_SPIN_WAITS").is_none_or(|v| v != "1"))
-}
-
-/// Flags of an event the host waits on ([`cudarc::driver::CudaEvent::synchronize`]): a blocking one, so that the
-/// waiting thread sleeps (see [`block_while_waiting`]).
-pub(crate) fn host_waited_event() -> Option<sys::CUevent_flags> {
-    host_waits_block().then_some(sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC)
 }
 
 /// Copies `data` into `buffer` on `stream`, allocating the buffer first when there is none or it

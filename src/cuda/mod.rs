@@ -22,7 +22,7 @@ use crate::error::{panic_message, CudaUnavailable, Error, Result};
 pub(crate) use augment::DeviceAugmenter;
 #[cfg(test)]
 pub(crate) use device::{compile_ptx, compile_through, Compiled};
-pub(crate) use device::{host_waited_event, upload_reusing, Gpu, KernelSource};
+pub(crate) use device::{upload_reusing, Gpu, KernelSource};
 pub use normalize::{NormalizeTuning, Normalizer};
 pub(crate) use staging::StagingRing;
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, PinnedHostSlice};
 
-use super::{guarded, host_waited_event};
+use super::guarded;
 use crate::error::{Error, Result};
 
 struct Slot {
@@ -130,7 +130,7 @@ impl StagingRing {
         }
         slot.uploaded = Some(
             self.stream
-                .record_event(host_waited_event())
+                .record_event(None)
                 .map_err(|e| Error::cuda("recording an upload", e))?,
         );
         Ok(&mut self.device_input)

@@ -76,8 +76,6 @@ use cudarc::driver::{
 pub use header::{HeaderError, JpegHeader, Subsampling};
 pub use sys::NvjpegUnavailable;
 
-use crate::cuda::host_waited_event;
-
 /// An nvJPEG status code (`nvjpegStatus_t`), other than success.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -707,10 +705,7 @@ impl HardwareDecoder {
         let ctx = stream.context().clone();
         ctx.bind_to_thread()
             .map_err(cuda("binding the CUDA context"))?;
-        let new_event = || {
-            ctx.new_event(host_waited_event())
-                .map_err(cuda("creating a CUDA event"))
-        };
+        let new_event = || ctx.new_event(None).map_err(cuda("creating a CUDA event"));
         let max_batch = config.max_batch;
         let slot = |done| StagingSlot {
             host: None,
