@@ -17,7 +17,10 @@
 //! not ready yet, so the engines keep decoding while the CPU lane and the batches' hand-off run.
 //! Which image goes to which lane, and which images share an `nvjpegDecodeBatched` call, depend
 //! on the order, the share and the files alone, never on timing: the output is the same on every
-//! run.
+//! run. The one exception is a lane opened beside a pipeline already making batches (automatic
+//! decoding, whose share follows the lanes' speeds anyway): it starts with its assisted path,
+//! whose threads open in a fifth of a second, while its engines open on a thread of their own
+//! (a second or two), and until they join the images they would take go to the CPU lane.
 //!
 //! The lane is opened once per pipeline; when nvJPEG, the engines or a filter are missing it is
 //! not opened, and the reason says why. Its memory is sized once: the ring (a batch, the
@@ -42,18 +45,20 @@ mod work;
 pub(crate) mod ycc;
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::Instant;
 
 use cudarc::driver::{
-    CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
+    CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 
 use crate::cuda::{upload_reusing, Gpu};
 use crate::error::{Error, Result};
 use crate::geometry::Geometry;
 use crate::profile::Stopwatch;
-use crate::resample::Resampling;
+use crate::resample::{Filter, Resampling};
 use call::MAX_CALL_PIXELS;
 use decoders::DecoderSet;
 use nvjpeg::{DecoderConfig, NvJpeg, OutputFormat};
@@ -150,7 +155,137 @@ pub(crate) struct GpuLane {
     gather: CudaFunction,
     gather_descriptors: Option<CudaSlice<GatherDescriptor>>,
     image_bytes: usize,
+    /// The JPEG engines: open with the lane, or opening beside it.
+    engines: Engines,
     description: String,
+}
+
+/// When a lane's JPEG engines open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EnginesOpen {
+    /// Before the lane is handed over: every image goes where the files say from the start.
+    BeforeTheLane,
+    /// On a thread of their own once the lane runs with its assisted path.
+    BesideTheLane,
+}
+
+/// A lane's JPEG engines.
+enum Engines {
+    /// Opened with the lane.
+    Open,
+    /// Opening on a thread of their own.
+    Coming(EnginesComing),
+    /// Opened beside the lane and taken in (how long it took, in words).
+    Joined(String),
+    /// Could not open (why).
+    Off(String),
+}
+
+/// What opening a lane's JPEG engines takes: each submitting thread's decoder set.
+struct EngineRecipe {
+    gpu: Gpu,
+    nvjpeg: NvJpeg,
+    module: Arc<CudaModule>,
+    colour: DecoderConfig,
+    gray: Option<DecoderConfig>,
+    geometry: Geometry,
+    filter: Filter,
+}
+
+impl EngineRecipe {
+    /// The engines' decoder sets, one per submitting thread, each created on a thread of its
+    /// own: creating a hardware decoder is most of the lane's setup, and the sets do not depend
+    /// on each other.
+    fn open(&self) -> Result<Vec<DecoderSet>, GpuLaneError> {
+        std::thread::scope(|scope| {
+            let threads: Vec<_> = (0..SUBMITTING_THREADS)
+                .map(|_| {
+                    scope.spawn(|| {
+                        DecoderSet::open(
+                            &self.gpu,
+                            &self.nvjpeg,
+                            &self.module,
+                            &self.colour,
+                            self.gray.as_ref(),
+                            self.geometry,
+                            self.filter,
+                        )
+                    })
+                })
+                .collect();
+            threads
+                .into_iter()
+                .map(|thread| {
+                    thread.join().unwrap_or_else(|_| {
+                        Err(GpuLaneError::Opening("creating a decoder panicked".into()))
+                    })
+                })
+                .collect()
+        })
+    }
+}
+
+/// JPEG engines opening on a thread of their own.
+struct EnginesComing {
+    receiver: Receiver<Result<Vec<DecoderSet>, GpuLaneError>>,
+    thread: Option<JoinHandle<()>>,
+    /// Raised when the lane is dropped: the thread gives up if it has not begun.
+    cancel: Arc<AtomicBool>,
+    started: Instant,
+}
+
+impl EnginesComing {
+    fn start(recipe: EngineRecipe) -> Result<EnginesComing, GpuLaneError> {
+        let (sender, receiver) = mpsc::channel();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let flag = cancel.clone();
+        let thread = std::thread::Builder::new()
+            .name("gpufeed-jpeg-engines-open".into())
+            .spawn(move || {
+                let opened = match flag.load(Ordering::Relaxed) {
+                    true => Err(GpuLaneError::Opening("the lane was dropped".into())),
+                    false => recipe.open(),
+                };
+                // Sets made after the lane is gone are dropped here, on this thread.
+                let _ = sender.send(opened);
+            })
+            .map_err(GpuLaneError::Threads)?;
+        Ok(EnginesComing {
+            receiver,
+            thread: Some(thread),
+            cancel,
+            started: Instant::now(),
+        })
+    }
+}
+
+impl Drop for GpuLane {
+    /// Engines still opening are waited for: no nvJPEG call is under way on their thread when
+    /// the process exits (the CUDA runtime's teardown at exit deadlocks with a call in flight
+    /// on another thread).
+    fn drop(&mut self) {
+        if let Engines::Coming(coming) = &mut self.engines {
+            coming.cancel.store(true, Ordering::Relaxed);
+            if let Some(thread) = coming.thread.take() {
+                let _ = thread.join();
+            }
+        }
+    }
+}
+
+/// The engines of a set of decoders, in words ("7 JPEG engines x 1").
+fn engine_count(sets: &[DecoderSet]) -> Option<String> {
+    let (engines, cores) = sets.first()?.engines()?;
+    Some(format!("{engines} JPEG engines x {cores}"))
+}
+
+/// Why no engines came from a thread that stopped before sending them.
+fn engines_stopped() -> GpuLaneError {
+    GpuLaneError::Opening("the thread opening the JPEG engines stopped".into())
+}
+
+fn ms(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1e3
 }
 
 impl std::fmt::Debug for GpuLane {
@@ -168,25 +303,41 @@ impl GpuLane {
     /// Opens the lane on `gpu` (its decoders initialized and warmed up, its threads started);
     /// `Err` says why it cannot run here.
     pub fn open(gpu: &Gpu, config: &GpuLaneConfig) -> Result<GpuLane, GpuLaneError> {
-        GpuLane::open_for(gpu, config, GRAY_ON_THE_GPU, &AtomicBool::new(false))
+        GpuLane::open_for(
+            gpu,
+            config,
+            GRAY_ON_THE_GPU,
+            EnginesOpen::BeforeTheLane,
+            &AtomicBool::new(false),
+        )
     }
 
-    /// [`GpuLane::open`] on a thread of its own: gives up, between its steps, once `cancel` is
-    /// raised (the pipeline that wanted it is gone).
+    /// [`GpuLane::open`] on a thread of its own, for a pipeline already making batches: gives
+    /// up, between its steps, once `cancel` is raised (the pipeline that wanted it is gone).
+    /// When the assisted path opens, the lane comes without its JPEG engines, which open beside
+    /// it (most of the lane's setup, a second or two): until they join, the images the engines
+    /// would take go to the CPU lane ([`GpuLane::poll_engines`]).
     pub fn open_unless(
         gpu: &Gpu,
         config: &GpuLaneConfig,
         cancel: &AtomicBool,
     ) -> Result<GpuLane, GpuLaneError> {
-        GpuLane::open_for(gpu, config, GRAY_ON_THE_GPU, cancel)
+        GpuLane::open_for(
+            gpu,
+            config,
+            GRAY_ON_THE_GPU,
+            EnginesOpen::BesideTheLane,
+            cancel,
+        )
     }
 
-    /// [`GpuLane::open`], saying whether gray JPEGs go to the hardware, given up once `cancel`
-    /// is raised.
+    /// [`GpuLane::open`], saying whether gray JPEGs go to the hardware and when the engines
+    /// open, given up once `cancel` is raised.
     fn open_for(
         gpu: &Gpu,
         config: &GpuLaneConfig,
         gray: bool,
+        engines_open: EnginesOpen,
         cancel: &AtomicBool,
     ) -> Result<GpuLane, GpuLaneError> {
         let given_up = || {
@@ -238,59 +389,53 @@ impl GpuLane {
         if let Some(cancelled) = given_up() {
             return Err(cancelled);
         }
-        // Each submitting thread's decoders are created on a thread of their own: creating a
-        // hardware decoder is most of the lane's setup, and the sets do not depend on each other.
-        let creating = Instant::now();
-        let sets: Vec<Result<DecoderSet, GpuLaneError>> = std::thread::scope(|scope| {
-            let threads: Vec<_> = (0..SUBMITTING_THREADS)
-                .map(|_| {
-                    scope.spawn(|| {
-                        DecoderSet::open(
-                            gpu,
-                            &nvjpeg,
-                            &module,
-                            &colour,
-                            gray_config.as_ref(),
-                            geometry,
-                            filter,
-                        )
-                    })
-                })
-                .collect();
-            threads
-                .into_iter()
-                .map(|thread| {
-                    thread.join().unwrap_or_else(|_| {
-                        Err(GpuLaneError::Opening("creating a decoder panicked".into()))
-                    })
-                })
-                .collect()
-        });
-        let mut sets = sets.into_iter().collect::<Result<Vec<_>, _>>()?;
-        let created = creating.elapsed();
+        let engines = EngineRecipe {
+            gpu: gpu.clone(),
+            nvjpeg: nvjpeg.clone(),
+            module: module.clone(),
+            colour,
+            gray: gray_config,
+            geometry,
+            filter,
+        };
         // The assisted path is an addition: without it the engines take every image they can.
         let assisting = Instant::now();
-        let assisted = (0..ASSISTED_THREADS)
-            .map(|_| DecoderSet::open_assisted(gpu, &module, geometry, filter))
-            .collect::<Result<Vec<_>, _>>();
-        let (assisted_share, assisted_note) = match assisted {
-            Ok(assisted) => {
-                sets.extend(assisted);
-                (
-                    config.assisted_share,
-                    format!(
-                        "; the assisted path takes {:.0}% of the baseline files of 1 Mpx or more \
-                         (opened in {:.0} ms)",
-                        config.assisted_share * 100.0,
-                        assisting.elapsed().as_secs_f64() * 1e3
-                    ),
-                )
-            }
-            Err(reason) => (0.0, format!("; the assisted path is off: {reason}")),
+        let assisted = match config.assisted_share > 0.0 {
+            true => (0..ASSISTED_THREADS)
+                .map(|_| DecoderSet::open_assisted(gpu, &module, geometry, filter))
+                .collect::<Result<Vec<_>, _>>(),
+            false => Err(GpuLaneError::Opening("its share is 0".into())),
         };
-        let engines = sets[0].engines().map_or(String::new(), |(engines, cores)| {
-            format!(", {engines} JPEG engines x {cores}")
-        });
+        let assisted_opened = assisting.elapsed();
+        let (mut sets, assisted_share, assisted_note) = match assisted {
+            Ok(assisted) => (
+                assisted,
+                config.assisted_share,
+                format!(
+                    "; the assisted path takes {:.0}% of the baseline files of 1 Mpx or more \
+                     (opened in {:.0} ms)",
+                    config.assisted_share * 100.0,
+                    ms(assisted_opened)
+                ),
+            ),
+            Err(reason) => (
+                Vec::new(),
+                0.0,
+                format!("; the assisted path is off: {reason}"),
+            ),
+        };
+        // Without the assisted path the lane has nothing to do before its engines are open.
+        let beside = engines_open == EnginesOpen::BesideTheLane && !sets.is_empty();
+        let creating = Instant::now();
+        let engine_count = if beside {
+            String::new()
+        } else {
+            let opened = engines.open()?;
+            let count = engine_count(&opened).map_or(String::new(), |count| format!(", {count}"));
+            sets.extend(opened);
+            count
+        };
+        let created = creating.elapsed();
         let image_bytes = geometry.image_bytes();
         let lookahead = lookahead(config.batch_size);
         let slots = ring_slots(config.batch_size);
@@ -317,24 +462,81 @@ impl GpuLane {
             },
         )?;
         let started = starting.elapsed();
+        let engines = match beside {
+            true => Engines::Coming(EnginesComing::start(engines)?),
+            false => Engines::Open,
+        };
         let (major, minor, patch) = nvjpeg.version();
-        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        let decoders = match beside {
+            true => String::new(),
+            false => format!(", decoders {:.0}", ms(created)),
+        };
         Ok(GpuLane {
             runner,
             gather,
             gather_descriptors: None,
             image_bytes,
+            engines,
             description: format!(
-                "nvJPEG {major}.{minor}.{patch} hardware decoder{engines}; opened in {:.0} ms: \
-                 library {:.0}, kernels {:.0}, decoders {:.0}, ring and threads {:.0}\
+                "nvJPEG {major}.{minor}.{patch} hardware decoder{engine_count}; opened in {:.0} \
+                 ms: library {:.0}, kernels {:.0}{decoders}, ring and threads {:.0}\
                  {assisted_note}",
                 ms(opening.elapsed()),
                 ms(loaded),
                 ms(compiled),
-                ms(created),
                 ms(started)
             ),
         })
+    }
+
+    /// Takes the JPEG engines in if they have opened since the last call (their calls then
+    /// start), or takes note that they could not open (the engines' images then stay with the
+    /// CPU lane, and the assisted path goes on). Whether that happened now.
+    pub fn poll_engines(&mut self) -> bool {
+        let Engines::Coming(coming) = &mut self.engines else {
+            return false;
+        };
+        match coming.receiver.try_recv() {
+            Ok(opened) => self.take_engines(opened),
+            Err(TryRecvError::Empty) => return false,
+            Err(TryRecvError::Disconnected) => self.take_engines(Err(engines_stopped())),
+        }
+        true
+    }
+
+    /// Waits for JPEG engines still opening, and takes them in (or takes note that they could
+    /// not open): from then on which path an image takes depends on the files alone.
+    pub fn wait_for_engines(&mut self) {
+        if let Engines::Coming(coming) = &mut self.engines {
+            let opened = coming
+                .receiver
+                .recv()
+                .unwrap_or_else(|_| Err(engines_stopped()));
+            self.take_engines(opened);
+        }
+    }
+
+    /// The engines as their opening ended: their threads started, or off.
+    fn take_engines(&mut self, opened: Result<Vec<DecoderSet>, GpuLaneError>) {
+        let waited = match &self.engines {
+            Engines::Coming(coming) => ms(coming.started.elapsed()),
+            _ => 0.0,
+        };
+        self.engines = match opened.and_then(|sets| {
+            let count = engine_count(&sets);
+            self.runner.add_sets(sets).map(|()| count)
+        }) {
+            Ok(count) => Engines::Joined(format!(
+                "{} joined {waited:.0} ms after the lane opened",
+                count.unwrap_or_else(|| "the JPEG engines".into())
+            )),
+            Err(reason) => Engines::Off(reason.to_string()),
+        };
+    }
+
+    /// Whether the JPEG engines are still opening.
+    pub fn engines_pending(&self) -> bool {
+        matches!(self.engines, Engines::Coming(_))
     }
 
     /// Bytes of device memory the lane takes for `config` (before opening it): its ring, and
@@ -348,8 +550,19 @@ impl GpuLane {
     }
 
     /// The lane in words.
-    pub fn describe(&self) -> &str {
-        &self.description
+    pub fn describe(&self) -> String {
+        match &self.engines {
+            Engines::Open => self.description.clone(),
+            Engines::Coming(_) => format!(
+                "{}; its JPEG engines opening beside the first batches",
+                self.description
+            ),
+            Engines::Joined(note) => format!("{}; {note}", self.description),
+            Engines::Off(reason) => format!(
+                "{}; the JPEG engines are off ({reason}): the CPU lane takes their images",
+                self.description
+            ),
+        }
     }
 
     /// Starts `work` (a new epoch, or a measurement), dropping whatever was made for earlier

@@ -22,6 +22,8 @@ use crate::profile::Stage;
 pub(super) struct Runner {
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
+    /// Submitting threads started so far (their names' numbers).
+    submitting_started: usize,
     /// The ring of output slots, read by the batches' gathers through its address.
     _ring: CudaSlice<u8>,
 }
@@ -37,7 +39,8 @@ impl Drop for Alive {
 
 impl Runner {
     /// Allocates the ring and starts one submitting thread per decoder set and one preparing
-    /// thread per preparer.
+    /// thread per preparer. The calls of a path no set takes are refused (the CPU lane takes
+    /// their images) until [`Runner::add_sets`] brings sets for it.
     pub fn start(
         gpu: &Gpu,
         sets: Vec<DecoderSet>,
@@ -45,6 +48,10 @@ impl Runner {
         screen: LaneScreen,
         limits: Limits,
     ) -> Result<Runner, GpuLaneError> {
+        let mut open_paths = [false; 2];
+        for set in &sets {
+            open_paths[set.path().index()] = true;
+        }
         let stream = gpu.stream();
         let bytes = limits
             .slots
@@ -66,7 +73,9 @@ impl Runner {
             released,
             preparers.len(),
             sets.len(),
+            open_paths,
         ));
+        let submitting_started = sets.len();
         let mut threads = Vec::with_capacity(sets.len() + preparers.len());
         let mut spawn = |name: String, body: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new()
@@ -96,6 +105,7 @@ impl Runner {
         let runner = Runner {
             shared,
             threads,
+            submitting_started,
             _ring: ring,
         };
         match spawned {
@@ -105,6 +115,36 @@ impl Runner {
                 Err(GpuLaneError::Threads(e))
             }
         }
+    }
+
+    /// Starts a submitting thread for each of `sets`, decoders opened after the lane started
+    /// (the engines', opened beside the first batches), which opens their paths. A thread that
+    /// cannot start leaves its path as it was (closed, if no thread of it started here).
+    pub fn add_sets(&mut self, sets: Vec<DecoderSet>) -> Result<(), GpuLaneError> {
+        let mut started = 0;
+        for set in sets {
+            let path = set.path();
+            self.shared.submitting_thread_added(path);
+            let shared = self.shared.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("gpufeed-jpeg-{}", self.submitting_started))
+                .spawn(move || submit(shared, set));
+            match spawned {
+                Ok(handle) => {
+                    self.threads.push(handle);
+                    self.submitting_started += 1;
+                    started += 1;
+                }
+                Err(e) => {
+                    self.shared.thread_ended(true);
+                    if started == 0 {
+                        self.shared.close_path(path);
+                    }
+                    return Err(GpuLaneError::Threads(e));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Which files the lane takes.

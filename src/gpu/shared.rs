@@ -70,6 +70,9 @@ struct State {
     /// Preparing and submitting threads still running.
     preparing: usize,
     submitting: usize,
+    /// Whether each path ([`Path::index`]) has submitting threads (or will have: the engines'
+    /// open beside the first batches); a call of a closed path is refused whole.
+    open_paths: [bool; 2],
 }
 
 /// What the threads and the pipeline share.
@@ -86,7 +89,7 @@ pub(crate) struct Shared {
 
 impl Shared {
     /// The state of a lane whose ring has `limits.slots` free slots at `ring`, run by
-    /// `preparing` preparing and `submitting` submitting threads.
+    /// `preparing` preparing and `submitting` submitting threads, the latter on `open_paths`.
     pub fn new(
         screen: LaneScreen,
         limits: Limits,
@@ -94,6 +97,7 @@ impl Shared {
         released: CudaEvent,
         preparing: usize,
         submitting: usize,
+        open_paths: [bool; 2],
     ) -> Shared {
         Shared {
             state: Mutex::new(State {
@@ -108,6 +112,7 @@ impl Shared {
                 stop: false,
                 preparing,
                 submitting,
+                open_paths,
             }),
             changed: Condvar::new(),
             released,
@@ -120,6 +125,20 @@ impl Shared {
     /// Tells every thread to stop.
     pub fn stop(&self) {
         self.lock().stop = true;
+        self.changed.notify_all();
+    }
+
+    /// Counts in a submitting thread about to start on `path`, which opens the path.
+    pub fn submitting_thread_added(&self, path: Path) {
+        let mut state = self.lock();
+        state.submitting += 1;
+        state.open_paths[path.index()] = true;
+        self.changed.notify_all();
+    }
+
+    /// Closes `path` again: its calls are refused.
+    pub fn close_path(&self, path: Path) {
+        self.lock().open_paths[path.index()] = false;
         self.changed.notify_all();
     }
 
@@ -172,6 +191,11 @@ impl Shared {
                 self.changed.notify_all();
                 return;
             }
+            if !state.open_paths[call.path.index()] {
+                drop(state);
+                self.refuse_call(call);
+                return;
+            }
             let waiting = state.calls.iter().filter(|c| c.path == call.path).count();
             if waiting < self.limits.queued_calls[call.path.index()] {
                 state.calls.push_back(call);
@@ -180,6 +204,19 @@ impl Shared {
             }
             state = self.wait(state);
         }
+    }
+
+    /// Refuses every image of a call that was never submitted (their slots never written) and
+    /// takes its read buffers back.
+    fn refuse_call(&self, call: Call) {
+        let mut entries = Vec::with_capacity(call.images.len());
+        let mut buffers = Vec::with_capacity(call.images.len());
+        for image in call.images {
+            entries.push((image.position, image.slot, LaneResult::Refused));
+            buffers.push(image.bytes.into_buffer());
+        }
+        self.publish(&call.work, entries, None);
+        keep_buffers(&mut self.lock(), buffers);
     }
 
     /// Publishes positions the engines do not take (their slots never written).

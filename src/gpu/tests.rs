@@ -50,6 +50,7 @@ fn open_lane_assisting(
         gpu,
         &config,
         gray,
+        super::EnginesOpen::BeforeTheLane,
         &std::sync::atomic::AtomicBool::new(false),
     )
     .expect("the GPU lane")
@@ -579,6 +580,73 @@ fn the_assisted_path_decodes_large_photos_exactly_like_the_cpu_lane() {
                     );
                 }
             }
+        }
+    }
+}
+
+/// A lane opened for a pipeline already making batches takes large photos on its assisted path
+/// at once and refuses the engines' images (the CPU lane takes them) until its engines join;
+/// then it takes every image a lane opened with its engines takes, with the same bytes. Nothing
+/// it makes before or after differs from that lane's.
+#[test]
+fn a_lane_whose_engines_open_beside_it_takes_their_images_once_they_join() {
+    let Some(gpu) =
+        test_gpu("a_lane_whose_engines_open_beside_it_takes_their_images_once_they_join")
+    else {
+        return;
+    };
+    let resize = ResizeOptions::default();
+    let geometry = Geometry::new(&resize);
+    let image = geometry.image_bytes();
+    let files = large_photos(3);
+    let bytes: Vec<Vec<u8>> = files.iter().map(|(_, b)| b.clone()).collect();
+    let mut engines_first = open_lane(&gpu, &geometry, 16, true);
+    let (made_first, assisted_first, want) = run_lane_paths(&mut engines_first, &gpu, &bytes, 0x5A);
+    drop(engines_first);
+    assert!(made_first
+        .iter()
+        .zip(&assisted_first)
+        .any(|(&m, &a)| m && !a));
+    let config = GpuLaneConfig {
+        stopwatch: Arc::default(),
+        geometry,
+        max_pixels: 1 << 28,
+        batch_size: 16,
+        max_file_bytes: 1 << 30,
+        exif_orientation: false,
+        assisted_share: 1.0,
+    };
+    let mut lane = GpuLane::open_for(
+        &gpu,
+        &config,
+        true,
+        EnginesOpen::BesideTheLane,
+        &std::sync::atomic::AtomicBool::new(false),
+    )
+    .expect("the GPU lane");
+    let (made, assisted, got) = run_lane_paths(&mut lane, &gpu, &bytes, 0xA5);
+    lane.wait_for_engines();
+    assert!(!lane.engines_pending());
+    assert!(lane.describe().contains("joined"), "{}", lane.describe());
+    let (made_after, assisted_after, after) = run_lane_paths(&mut lane, &gpu, &bytes, 0x3C);
+    assert_eq!(made_after, made_first);
+    assert_eq!(assisted_after, assisted_first);
+    for (i, (name, _)) in files.iter().enumerate() {
+        let place = i * image..(i + 1) * image;
+        // The assisted path is there from the start.
+        assert_eq!(made[i] && assisted[i], assisted_first[i], "{name}");
+        assert!(!made[i] || made_first[i], "{name}");
+        if made[i] {
+            assert!(
+                got[place.clone()] == want[place.clone()],
+                "{name} before the engines"
+            );
+        }
+        if made_after[i] {
+            assert!(
+                after[place.clone()] == want[place],
+                "{name} after the engines joined"
+            );
         }
     }
 }

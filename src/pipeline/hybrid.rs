@@ -10,8 +10,10 @@
 //! images are refilled from the next positions the same way.
 //!
 //! Nothing holds the first batch back. The CPU lane starts at once; the GPU lane opens on a thread
-//! of its own meanwhile (its decoders, pools and kernels take a second or two) and is offered
-//! images from the first position past both lanes' reach once it is ready. From then on the share
+//! of its own meanwhile and is offered images from the first position past both lanes' reach
+//! once it is ready: with its assisted path after a fifth of a second or so, its JPEG engines
+//! joining a second or two later (until then the CPU lane takes their images back, and the share
+//! stays as it is). From then on the share
 //! follows the lanes: after each batch (once both lanes have filled their lookahead) the time it
 //! waited on each lane moves the share towards the lane that kept it waiting less, again from the
 //! first position neither lane has reached, so the
@@ -215,7 +217,7 @@ pub(crate) struct HybridFilled {
 /// How the GPU lane comes to a [`HybridLanes`].
 pub(crate) enum GpuOpening {
     /// Opened before the first batch.
-    Open(GpuLane),
+    Open(Box<GpuLane>),
     /// Opening on a thread of its own.
     Pending(Opening),
     /// Not asked for: the CPU lane alone, working ahead of the batches.
@@ -239,7 +241,7 @@ impl HybridLanes {
         // decoders is host work too, and on a core of its own it ends sooner.
         ahead.set_active_threads(threads_beside_gpu);
         let gpu = match gpu {
-            GpuOpening::Open(lane) => GpuState::Open(Box::new(lane)),
+            GpuOpening::Open(lane) => GpuState::Open(lane),
             GpuOpening::Pending(opening) => GpuState::Opening(opening),
             GpuOpening::NotAsked => {
                 ahead.set_active_threads(ahead.threads());
@@ -297,6 +299,9 @@ impl HybridLanes {
                 .recv()
                 .unwrap_or_else(|_| Err(opening_stopped()));
             self.take_opened(opened);
+        }
+        if let GpuState::Open(lane) = &mut self.gpu {
+            lane.wait_for_engines();
         }
         let changed = !self.balance.is_pinned() || self.balance.share() != share;
         self.balance = Balance::new(Some(share));
@@ -382,6 +387,7 @@ impl HybridLanes {
     ) -> Result<Option<HybridFilled>> {
         self.poll_gpu();
         self.start_gpu_lane(request.start)?;
+        self.poll_engines(request.start);
         let started = Instant::now();
         let filled = self.fill_positions(staging, request, source, stop)?;
         if let Some(filled) = &filled {
@@ -412,13 +418,30 @@ impl HybridLanes {
         Ok(())
     }
 
+    /// Takes in the GPU lane's JPEG engines if they have opened meanwhile; the batches then wait
+    /// differently, so the share follows again only once the lanes have filled their lookahead
+    /// from a batch starting at `cursor`.
+    fn poll_engines(&mut self, cursor: usize) {
+        let settled = self.frontier(cursor) + self.lookahead;
+        if let (GpuState::Open(lane), Some(current)) = (&mut self.gpu, &mut self.epoch) {
+            if lane.poll_engines() {
+                current.settled_from = current.settled_from.max(settled);
+            }
+        }
+    }
+
     /// Moves the share after a batch of `used` positions from `start`, by what it waited on
     /// each lane, from the frontier on. Only a batch that ran wholly under the latest share, with
     /// both lanes settled, counts (an earlier move has not shown yet otherwise).
     fn follow(&mut self, start: usize, used: usize, waits: &Waits, elapsed: Duration) {
-        let (GpuState::Open(_), Some(current)) = (&self.gpu, &self.epoch) else {
+        let (GpuState::Open(lane), Some(current)) = (&self.gpu, &self.epoch) else {
             return;
         };
+        // While the engines open their images go to the CPU lane: the waits say nothing of the
+        // lanes' speeds.
+        if lane.engines_pending() {
+            return;
+        }
         let (from, _) = current.schedule.last();
         if !current.gpu_begun || start < from.max(current.settled_from) {
             return;

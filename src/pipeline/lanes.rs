@@ -143,7 +143,7 @@ impl Lanes {
             }
             Some(config) if balance.is_pinned() => {
                 match stopwatch.time(Stage::GpuOpen, || GpuLane::open(gpu, &config)) {
-                    Ok(lane) => (GpuOpening::Open(lane), Lanes::asked(options)),
+                    Ok(lane) => (GpuOpening::Open(Box::new(lane)), Lanes::asked(options)),
                     Err(reason) => return Lanes::fall_back(options, reason.to_string(), stopwatch),
                 }
             }
