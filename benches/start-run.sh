@@ -52,9 +52,12 @@ fi
 if want cold; then
   for round in $(seq "$rounds"); do
     echo "=== round $round, cold: process start to exit, one epoch of 8,192 files"
-    for run in "before, default:base" "this,   default:$new" "before, CPU:base --decode cpu" "this,   CPU:$new --decode cpu"; do
-      label=${run%%:*}; cmd=${run#*:}
-      start=$(date +%s.%N); out=$($cmd run /tmp/c8k --json 2>/dev/null); end=$(date +%s.%N)
+    for run in "before, default:base:" "this,   default:this:" "before, CPU:base:--decode cpu" "this,   CPU:this:--decode cpu"; do
+      IFS=: read -r label which args <<<"$run"
+      start=$(date +%s.%N)
+      if [ "$which" = base ]; then out=$(base run /tmp/c8k --json $args 2>/dev/null)
+      else out=$($new run /tmp/c8k --json $args 2>/dev/null); fi
+      end=$(date +%s.%N)
       echo "$out" | summary "$label" "$(python3 -c "print($end - $start)")" | head -1
     done
   done
