@@ -558,19 +558,25 @@ pub struct DecodeOptions {
     pub memory_limit: u64,
     /// 16-bit gray to 8 bits: clipped like torchvision (default) or scaled.
     pub gray16: Gray16,
-    /// Which decoders fill the batches (default: the CPU threads alone).
+    /// Which decoders fill the batches (default: [`Decode::Auto`]).
     pub lanes: Decode,
-    /// With [`Decode::Hybrid`], the share of the images the GPU lane can take that it is offered,
-    /// 0 to 1. `None` (default): measured on the first batch's images before any batch is made
-    /// (the faster lane takes more) and kept from then on; the pipeline reports it
-    /// ([`crate::Pipeline::gpu_share`]), and giving that share back makes a later run decode
-    /// every image in the same lane, so its output is the same bit for bit.
+    /// With hybrid or automatic decoding, the share of the images the GPU lane can take that it
+    /// is offered, 0 to 1. `None` (default): it starts at 0.75 once the GPU lane has opened and
+    /// follows the lanes' waits; the pipeline reports it ([`crate::Pipeline::gpu_share`]), and
+    /// giving a share makes every run decode every image in the same lane, so its output is the
+    /// same bit for bit.
     pub gpu_share: Option<f32>,
     /// Of the GPU lane's baseline JPEGs of 1 Mpx or more, the share its assisted path decodes
     /// (entropy decoding, inverse DCT, upsampling and colour on the GPU's cores, exactly as
     /// libjpeg-turbo does) beside the JPEG engines, 0 to 1 (default
     /// [`DEFAULT_ASSISTED_SHARE`]). Which images take it depends on the files alone.
     pub assisted_share: f32,
+    /// How many epochs the run will take, when known (default `None`: unknown, as many as the
+    /// caller asks for). With [`Decode::Auto`], a run the CPU threads would decode in less time
+    /// than the GPU lane takes to open (about two seconds) is left to the CPU threads: the lane
+    /// would not join before the run ends, and its opening would hold the pipeline's drop back.
+    /// The command line gives its `--epochs`.
+    pub planned_epochs: Option<u64>,
 }
 
 /// Default [`DecodeOptions::assisted_share`]: all of them. On camera-size baseline photos the
@@ -592,6 +598,7 @@ impl Default for DecodeOptions {
             lanes: Decode::Auto,
             gpu_share: None,
             assisted_share: DEFAULT_ASSISTED_SHARE,
+            planned_epochs: None,
         }
     }
 }
@@ -654,6 +661,12 @@ impl DecodeOptions {
     /// Sets [`DecodeOptions::gray16`].
     pub fn gray16(mut self, conversion: Gray16) -> Self {
         self.gray16 = conversion;
+        self
+    }
+
+    /// Sets [`DecodeOptions::planned_epochs`].
+    pub fn planned_epochs(mut self, epochs: Option<u64>) -> Self {
+        self.planned_epochs = epochs;
         self
     }
 

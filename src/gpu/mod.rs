@@ -133,6 +133,10 @@ pub(crate) struct GpuLaneConfig {
     /// Of the large baseline images, the share the assisted path takes (0: none, the engines
     /// take them all).
     pub assisted_share: f32,
+    /// Whether a lane opened beside running batches ([`GpuLane::open_unless`]) starts with its
+    /// assisted path while its JPEG engines open: for epochs of large files, which the assisted
+    /// path takes.
+    pub assisted_first: bool,
 }
 
 /// `struct GfGather` of kernels/resize.cu: one image copied from the ring into a batch.
@@ -314,21 +318,20 @@ impl GpuLane {
 
     /// [`GpuLane::open`] on a thread of its own, for a pipeline already making batches: gives
     /// up, between its steps, once `cancel` is raised (the pipeline that wanted it is gone).
-    /// When the assisted path opens, the lane comes without its JPEG engines, which open beside
-    /// it (most of the lane's setup, a second or two): until they join, the images the engines
-    /// would take go to the CPU lane ([`GpuLane::poll_engines`]).
+    /// With [`GpuLaneConfig::assisted_first`] and the assisted path open, the lane comes without
+    /// its JPEG engines, which open beside it (most of the lane's setup, a second or two): until
+    /// they join, the images the engines would take go to the CPU lane
+    /// ([`GpuLane::poll_engines`]).
     pub fn open_unless(
         gpu: &Gpu,
         config: &GpuLaneConfig,
         cancel: &AtomicBool,
     ) -> Result<GpuLane, GpuLaneError> {
-        GpuLane::open_for(
-            gpu,
-            config,
-            GRAY_ON_THE_GPU,
-            EnginesOpen::BesideTheLane,
-            cancel,
-        )
+        let engines = match config.assisted_first {
+            true => EnginesOpen::BesideTheLane,
+            false => EnginesOpen::BeforeTheLane,
+        };
+        GpuLane::open_for(gpu, config, GRAY_ON_THE_GPU, engines, cancel)
     }
 
     /// [`GpuLane::open`], saying whether gray JPEGs go to the hardware and when the engines

@@ -45,6 +45,7 @@ fn open_lane_assisting(
         max_file_bytes: 1 << 30,
         exif_orientation: false,
         assisted_share,
+        assisted_first: false,
     };
     GpuLane::open_for(
         gpu,
@@ -615,6 +616,7 @@ fn a_lane_whose_engines_open_beside_it_takes_their_images_once_they_join() {
         max_file_bytes: 1 << 30,
         exif_orientation: false,
         assisted_share: 1.0,
+        assisted_first: true,
     };
     let mut lane = GpuLane::open_for(
         &gpu,

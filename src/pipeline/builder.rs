@@ -277,8 +277,8 @@ impl PipelineBuilder {
         self
     }
 
-    /// With hybrid decoding, the share of the GPU lane's images it is given (default: measured
-    /// on the first batch); see [`crate::DecodeOptions::gpu_share`].
+    /// With hybrid or automatic decoding, the share of the GPU lane's images it is given
+    /// (default: following the lanes); see [`crate::DecodeOptions::gpu_share`].
     pub fn gpu_share(mut self, share: f32) -> Self {
         self.options.decode.gpu_share = Some(share);
         self
@@ -288,6 +288,13 @@ impl PipelineBuilder {
     /// beside the JPEG engines; see [`crate::DecodeOptions::assisted_share`].
     pub fn assisted_share(mut self, share: f32) -> Self {
         self.options.decode.assisted_share = share;
+        self
+    }
+
+    /// How many epochs the run will take: automatic decoding leaves a run shorter than the GPU
+    /// lane's opening to the CPU threads; see [`crate::DecodeOptions::planned_epochs`].
+    pub fn planned_epochs(mut self, epochs: u64) -> Self {
+        self.options.decode.planned_epochs = Some(epochs);
         self
     }
 

@@ -41,6 +41,49 @@ pub(crate) const AUTO_MIN_IMAGES: usize = 1024;
 /// cores.
 pub(crate) const AUTO_MIN_BYTES: u64 = 100 << 20;
 
+/// Encoded bytes one core of the CPU lane decodes in a second, roughly: 65-75 MB/s measured on
+/// ImageNet-sized files and on camera photos alike (H100 and H200 machines, 16 cores).
+const CPU_BYTES_PER_CORE_SECOND: u64 = 70 << 20;
+
+/// Seconds the GPU lane takes to open, about (its JPEG engines' decoders: 1.5-2.5 s measured):
+/// a run the CPU lane finishes sooner does not repay it.
+const GPU_LANE_OPEN_SECONDS: u64 = 2;
+
+/// Mean encoded bytes of an epoch's files from which a GPU lane opened beside running batches
+/// starts with its assisted path while its JPEG engines open: about a megapixel photo's at
+/// quality 75-90, the files the assisted path takes (ImageNet's average about 110 KB). Smaller
+/// files are the engines' (and while those open, the CPU lane's), so for them the lane opens
+/// with its engines, as a whole.
+const ASSISTED_FIRST_MIN_MEAN_BYTES: u64 = 192 << 10;
+
+/// Why automatic decoding leaves a run to the CPU lane, if it does: epochs of `images` images
+/// of `epoch_bytes` encoded bytes, `planned` of them if known, on `cores` cores.
+fn auto_stays_on_cpu(
+    images: usize,
+    mut epoch_bytes: impl FnMut() -> u64,
+    planned: Option<u64>,
+    cores: usize,
+) -> Option<String> {
+    if images < AUTO_MIN_IMAGES && epoch_bytes() < AUTO_MIN_BYTES {
+        return Some(format!(
+            "an epoch of {images} images does not repay opening the GPU decode lane (it takes \
+             {AUTO_MIN_IMAGES}, or {} MB)",
+            AUTO_MIN_BYTES >> 20
+        ));
+    }
+    let epochs = planned?;
+    let run_bytes = epoch_bytes().saturating_mul(epochs);
+    let cpu_seconds = run_bytes as f64 / (cores as u64 * CPU_BYTES_PER_CORE_SECOND) as f64;
+    (cpu_seconds < GPU_LANE_OPEN_SECONDS as f64).then(|| {
+        format!(
+            "a run of {epochs} epoch{} ({} MB, about {cpu_seconds:.1} s of the CPU threads) ends \
+             before the GPU decode lane could open (about {GPU_LANE_OPEN_SECONDS} s)",
+            if epochs == 1 { "" } else { "s" },
+            run_bytes >> 20
+        )
+    })
+}
+
 /// The lanes a pipeline decodes with.
 pub(crate) enum Lanes {
     /// The CPU lane alone, batch by batch; with the reason when another choice fell back to it.
@@ -68,6 +111,7 @@ impl Lanes {
             max_file_bytes: options.decode.max_file_bytes,
             exif_orientation: options.decode.exif_orientation,
             assisted_share: options.decode.assisted_share,
+            assisted_first: false,
         })
     }
 
@@ -93,11 +137,24 @@ impl Lanes {
         stopwatch: &Arc<Stopwatch>,
     ) -> Result<Lanes> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let small = options.decode.lanes == Decode::Auto
-            && images < AUTO_MIN_IMAGES
-            && epoch_bytes() < AUTO_MIN_BYTES;
+        // Sampled once, when first needed.
+        let (mut sample, mut sampled) = (Some(epoch_bytes), None);
+        let mut epoch_bytes = || *sampled.get_or_insert_with(|| sample.take().map_or(0, |f| f()));
+        let threads = match options.runtime.threads {
+            0 => cores,
+            given => given,
+        };
+        let cpu_only = match options.decode.lanes {
+            Decode::Auto => auto_stays_on_cpu(
+                images,
+                &mut epoch_bytes,
+                options.decode.planned_epochs,
+                threads,
+            ),
+            _ => None,
+        };
         let (config, gpu) = match (Lanes::gpu_config(options, stopwatch), gpu) {
-            (Some(config), Some(gpu)) if !small => (Some(config), gpu),
+            (Some(config), Some(gpu)) if cpu_only.is_none() => (Some(config), gpu),
             (_, Some(gpu)) if options.runtime.device != Device::Cpu => (None, gpu),
             _ => {
                 let why = match options.decode.lanes {
@@ -109,10 +166,6 @@ impl Lanes {
                     CpuLane::new(&options.decode, &options.resize, threads, stopwatch.clone())?;
                 return Ok(Lanes::Cpu(cpu, DecodeWhy(why)));
             }
-        };
-        let threads = match options.runtime.threads {
-            0 => cores,
-            given => given,
         };
         let beside_gpu = match options.runtime.threads {
             0 if config.is_some() => cores.saturating_sub(CORES_FOR_THE_GPU_LANE).max(1),
@@ -131,13 +184,9 @@ impl Lanes {
         let balance = Balance::new(options.decode.gpu_share);
         let (opening, why) = match config {
             None => {
-                let why = match options.decode.lanes {
-                    Decode::Cpu => "CPU decode, as asked".to_string(),
-                    _ => format!(
-                        "automatic: CPU decode, as an epoch of {images} images does not repay \
-                         opening the GPU decode lane (it takes {AUTO_MIN_IMAGES}, or {} MB)",
-                        AUTO_MIN_BYTES >> 20
-                    ),
+                let why = match (options.decode.lanes, cpu_only) {
+                    (Decode::Auto, Some(reason)) => format!("automatic: CPU decode, as {reason}"),
+                    _ => "CPU decode, as asked".to_string(),
                 };
                 (GpuOpening::NotAsked, why)
             }
@@ -147,7 +196,9 @@ impl Lanes {
                     Err(reason) => return Lanes::fall_back(options, reason.to_string(), stopwatch),
                 }
             }
-            Some(config) => {
+            Some(mut config) => {
+                config.assisted_first =
+                    images > 0 && epoch_bytes() / images as u64 >= ASSISTED_FIRST_MIN_MEAN_BYTES;
                 let device = gpu.clone();
                 let watch = stopwatch.clone();
                 let opening = Opening::start(move |cancel| {
@@ -315,5 +366,37 @@ impl DeviceWrites for GpuImages<'_> {
         let outputs = std::mem::take(&mut self.outputs);
         lane.gather(stream, &outputs, input)?;
         lane.release(stream, outputs.into_iter().map(|(output, _)| output))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KB: u64 = 1 << 10;
+
+    #[test]
+    fn automatic_decoding_leaves_small_epochs_and_short_runs_to_the_cpu() {
+        let stays = |images: usize, mean: u64, planned, cores| {
+            auto_stays_on_cpu(images, || images as u64 * mean, planned, cores)
+        };
+        // Few small images: not worth the lane, whatever the run.
+        let why = stays(100, 10 * KB, None, 16).expect("a small epoch");
+        assert!(why.contains("does not repay"), "{why}");
+        assert!(stays(100, 10 * KB, Some(1_000), 16).is_some());
+        // Few but large images are worth it.
+        assert_eq!(stays(100, 3 << 20, None, 16), None);
+        // A run of unknown length is taken to be long.
+        assert_eq!(stays(8_192, 110 * KB, None, 16), None);
+        // One epoch of 8,192 ImageNet-sized files is under a second of 16 cores: the lane would
+        // not join before the end; three epochs repay it, and so does one on 4 cores.
+        let why = stays(8_192, 110 * KB, Some(1), 16).expect("a short run");
+        assert!(why.contains("a run of 1 epoch (880 MB"), "{why}");
+        assert_eq!(stays(8_192, 110 * KB, Some(3), 16), None);
+        assert_eq!(stays(8_192, 110 * KB, Some(1), 4), None);
+        // An epoch of 2,048 camera photos is seconds of work.
+        assert_eq!(stays(2_048, 2_500 * KB, Some(1), 16), None);
+        // A run of zero epochs decodes nothing: the CPU lane is enough.
+        assert!(stays(8_192, 110 * KB, Some(0), 16).is_some());
     }
 }

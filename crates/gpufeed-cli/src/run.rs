@@ -415,7 +415,8 @@ impl RunArgs {
                     .dct_scaling(self.dct_scaling)
                     .lanes(self.decode)
                     .gpu_share(self.gpu_share)
-                    .assisted_share(self.assisted_share),
+                    .assisted_share(self.assisted_share)
+                    .planned_epochs(Some(self.epochs)),
             )
             .resize(
                 ResizeOptions::default()
