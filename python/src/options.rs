@@ -159,6 +159,12 @@ const KEYWORDS: &[(&str, Apply)] = &[
     }))),
     keyword!("assisted_share", |k, v: f32| k
         .with(|b| Ok(b.assisted_share(v)))),
+    keyword!("planned_epochs", |k, v: Option<u64>| k.with(|b| Ok(
+        match v {
+            Some(epochs) => b.planned_epochs(epochs),
+            None => b,
+        }
+    ))),
     keyword!("gray16", |k, v: Name| k
         .with(|b| Ok(b.gray16(parse::<Gray16>(&v)?)))),
     keyword!("augment", |k, v: Name| k

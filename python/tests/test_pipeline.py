@@ -150,6 +150,8 @@ def test_option_mistakes_raise_naming_the_option(tmp_path):
         gpufeed.Pipeline(ASSETS, shard=(3, 2), device="cpu")
     with pytest.raises(ValueError, match="assisted_share"):
         gpufeed.Pipeline(ASSETS, assisted_share=1.5, device="cpu")
+    with pytest.raises((ValueError, TypeError), match="planned_epochs"):
+        gpufeed.Pipeline(ASSETS, planned_epochs=-1, device="cpu")
     with pytest.raises(ValueError, match="resize"):
         gpufeed.Pipeline(ASSETS, resize_mode="stretch", resize=256, device="cpu")
     with pytest.raises(TypeError, match="batch_sise"):
@@ -174,6 +176,16 @@ def test_cuda_without_a_gpu_says_what_is_missing():
         pass
     with pytest.raises(gpufeed.CudaUnavailableError, match="CUDA"):
         gpufeed.Pipeline(ASSETS, device="cuda:0")
+
+
+def test_a_planned_run_length_is_taken_and_changes_no_output():
+    planned = gpufeed.Pipeline(ASSETS, batch_size=4, device="cpu", planned_epochs=2)
+    unknown = gpufeed.Pipeline(ASSETS, batch_size=4, device="cpu")
+    for _ in range(2):
+        got_ids, got = epoch_arrays(planned)
+        want_ids, want = epoch_arrays(unknown)
+        assert got_ids == want_ids and len(got_ids) == planned.num_images
+        assert np.array_equal(got, want)
 
 
 def test_iterating_again_runs_the_next_epoch():

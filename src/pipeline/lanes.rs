@@ -41,9 +41,11 @@ pub(crate) const AUTO_MIN_IMAGES: usize = 1024;
 /// cores.
 pub(crate) const AUTO_MIN_BYTES: u64 = 100 << 20;
 
-/// Encoded bytes one core of the CPU lane decodes in a second, roughly: 65-75 MB/s measured on
-/// ImageNet-sized files and on camera photos alike (H100 and H200 machines, 16 cores).
-const CPU_BYTES_PER_CORE_SECOND: u64 = 70 << 20;
+/// Seconds of one core the CPU lane spends on an image besides its bytes, and on each encoded
+/// byte: measured on the H200 machine (16 cores), 1.2 ms an image for 42 KB make-corpus files
+/// and 35 ms for 2.5 MB camera photos.
+const CPU_SECONDS_PER_IMAGE: f64 = 0.6e-3;
+const CPU_SECONDS_PER_BYTE: f64 = 14e-9;
 
 /// Seconds the GPU lane takes to open, about (its JPEG engines' decoders: 1.5-2.5 s measured):
 /// a run the CPU lane finishes sooner does not repay it.
@@ -73,7 +75,10 @@ fn auto_stays_on_cpu(
     }
     let epochs = planned?;
     let run_bytes = epoch_bytes().saturating_mul(epochs);
-    let cpu_seconds = run_bytes as f64 / (cores as u64 * CPU_BYTES_PER_CORE_SECOND) as f64;
+    let run_images = (images as u64).saturating_mul(epochs);
+    let cpu_seconds = (run_images as f64 * CPU_SECONDS_PER_IMAGE
+        + run_bytes as f64 * CPU_SECONDS_PER_BYTE)
+        / cores.max(1) as f64;
     (cpu_seconds < GPU_LANE_OPEN_SECONDS as f64).then(|| {
         format!(
             "a run of {epochs} epoch{} ({} MB, about {cpu_seconds:.1} s of the CPU threads) ends \
@@ -389,10 +394,13 @@ mod tests {
         // A run of unknown length is taken to be long.
         assert_eq!(stays(8_192, 110 * KB, None, 16), None);
         // One epoch of 8,192 ImageNet-sized files is under a second of 16 cores: the lane would
-        // not join before the end; three epochs repay it, and so does one on 4 cores.
+        // not join before the end; four epochs repay it, and so does one on 4 cores.
         let why = stays(8_192, 110 * KB, Some(1), 16).expect("a short run");
-        assert!(why.contains("a run of 1 epoch (880 MB"), "{why}");
-        assert_eq!(stays(8_192, 110 * KB, Some(3), 16), None);
+        assert!(
+            why.contains("a run of 1 epoch (880 MB, about 1.1 s"),
+            "{why}"
+        );
+        assert_eq!(stays(8_192, 110 * KB, Some(4), 16), None);
         assert_eq!(stays(8_192, 110 * KB, Some(1), 4), None);
         // An epoch of 2,048 camera photos is seconds of work.
         assert_eq!(stays(2_048, 2_500 * KB, Some(1), 16), None);

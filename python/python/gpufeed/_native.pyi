@@ -129,6 +129,7 @@ class Pipeline:
         decode: Literal["auto", "cpu", "hybrid"] = "auto",
         gpu_share: Optional[float] = None,
         assisted_share: float = 1.0,
+        planned_epochs: Optional[int] = None,
         pillow_version: Optional[str] = None,
         augment: Literal[
             "none", "trivial-augment-wide", "rand-augment", "auto-augment"
