@@ -308,6 +308,15 @@ impl CpuAhead {
         self.shared.changed.notify_all();
     }
 
+    /// Runs `change` with the first position of the current work the lane's threads have not
+    /// looked at yet, holding them from looking at more until it returns: a change of which
+    /// positions the GPU lane is offered, made by `change` from that position on, applies to
+    /// every position the lane looks at afterwards, and to none it took before.
+    pub fn with_first_unseen<R>(&self, change: impl FnOnce(usize) -> R) -> R {
+        let state = self.shared.lock();
+        change(state.next)
+    }
+
     /// Returns a result's buffer.
     pub fn give_back(&self, buffer: Vec<u8>) {
         self.shared.give_back(buffer);

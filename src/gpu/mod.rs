@@ -32,6 +32,7 @@
 mod assisted;
 mod call;
 mod decoders;
+mod engines;
 mod error;
 pub(crate) mod nvjpeg;
 mod prepare;
@@ -45,22 +46,21 @@ mod work;
 pub(crate) mod ycc;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Instant;
 
 use cudarc::driver::{
-    CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
+    CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 
 use crate::cuda::{upload_reusing, Gpu};
 use crate::error::{Error, Result};
 use crate::geometry::Geometry;
 use crate::profile::Stopwatch;
-use crate::resample::{Filter, Resampling};
+use crate::resample::Resampling;
 use call::MAX_CALL_PIXELS;
 use decoders::DecoderSet;
+use engines::{engine_count, EngineRecipe, Engines, EnginesComing, EnginesOpen};
 use nvjpeg::{DecoderConfig, NvJpeg, OutputFormat};
 use prepare::Preparer;
 use runner::Runner;
@@ -162,130 +162,6 @@ pub(crate) struct GpuLane {
     /// The JPEG engines: open with the lane, or opening beside it.
     engines: Engines,
     description: String,
-}
-
-/// When a lane's JPEG engines open.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum EnginesOpen {
-    /// Before the lane is handed over: every image goes where the files say from the start.
-    BeforeTheLane,
-    /// On a thread of their own once the lane runs with its assisted path.
-    BesideTheLane,
-}
-
-/// A lane's JPEG engines.
-enum Engines {
-    /// Opened with the lane.
-    Open,
-    /// Opening on a thread of their own.
-    Coming(EnginesComing),
-    /// Opened beside the lane and taken in (how long it took, in words).
-    Joined(String),
-    /// Could not open (why).
-    Off(String),
-}
-
-/// What opening a lane's JPEG engines takes: each submitting thread's decoder set.
-struct EngineRecipe {
-    gpu: Gpu,
-    nvjpeg: NvJpeg,
-    module: Arc<CudaModule>,
-    colour: DecoderConfig,
-    gray: Option<DecoderConfig>,
-    geometry: Geometry,
-    filter: Filter,
-}
-
-impl EngineRecipe {
-    /// The engines' decoder sets, one per submitting thread, each created on a thread of its
-    /// own: creating a hardware decoder is most of the lane's setup, and the sets do not depend
-    /// on each other.
-    fn open(&self) -> Result<Vec<DecoderSet>, GpuLaneError> {
-        std::thread::scope(|scope| {
-            let threads: Vec<_> = (0..SUBMITTING_THREADS)
-                .map(|_| {
-                    scope.spawn(|| {
-                        DecoderSet::open(
-                            &self.gpu,
-                            &self.nvjpeg,
-                            &self.module,
-                            &self.colour,
-                            self.gray.as_ref(),
-                            self.geometry,
-                            self.filter,
-                        )
-                    })
-                })
-                .collect();
-            threads
-                .into_iter()
-                .map(|thread| {
-                    thread.join().unwrap_or_else(|_| {
-                        Err(GpuLaneError::Opening("creating a decoder panicked".into()))
-                    })
-                })
-                .collect()
-        })
-    }
-}
-
-/// JPEG engines opening on a thread of their own.
-struct EnginesComing {
-    receiver: Receiver<Result<Vec<DecoderSet>, GpuLaneError>>,
-    thread: Option<JoinHandle<()>>,
-    /// Raised when the lane is dropped: the thread gives up if it has not begun.
-    cancel: Arc<AtomicBool>,
-    started: Instant,
-}
-
-impl EnginesComing {
-    fn start(recipe: EngineRecipe) -> Result<EnginesComing, GpuLaneError> {
-        let (sender, receiver) = mpsc::channel();
-        let cancel = Arc::new(AtomicBool::new(false));
-        let flag = cancel.clone();
-        let thread = std::thread::Builder::new()
-            .name("gpufeed-jpeg-engines-open".into())
-            .spawn(move || {
-                let opened = match flag.load(Ordering::Relaxed) {
-                    true => Err(GpuLaneError::Opening("the lane was dropped".into())),
-                    false => recipe.open(),
-                };
-                // Sets made after the lane is gone are dropped here, on this thread.
-                let _ = sender.send(opened);
-            })
-            .map_err(GpuLaneError::Threads)?;
-        Ok(EnginesComing {
-            receiver,
-            thread: Some(thread),
-            cancel,
-            started: Instant::now(),
-        })
-    }
-}
-
-impl Drop for GpuLane {
-    /// Engines still opening are waited for: no nvJPEG call is under way on their thread when
-    /// the process exits (the CUDA runtime's teardown at exit deadlocks with a call in flight
-    /// on another thread).
-    fn drop(&mut self) {
-        if let Engines::Coming(coming) = &mut self.engines {
-            coming.cancel.store(true, Ordering::Relaxed);
-            if let Some(thread) = coming.thread.take() {
-                let _ = thread.join();
-            }
-        }
-    }
-}
-
-/// The engines of a set of decoders, in words ("7 JPEG engines x 1").
-fn engine_count(sets: &[DecoderSet]) -> Option<String> {
-    let (engines, cores) = sets.first()?.engines()?;
-    Some(format!("{engines} JPEG engines x {cores}"))
-}
-
-/// Why no engines came from a thread that stopped before sending them.
-fn engines_stopped() -> GpuLaneError {
-    GpuLaneError::Opening("the thread opening the JPEG engines stopped".into())
 }
 
 fn ms(d: std::time::Duration) -> f64 {
@@ -499,11 +375,10 @@ impl GpuLane {
         let Engines::Coming(coming) = &mut self.engines else {
             return false;
         };
-        match coming.receiver.try_recv() {
-            Ok(opened) => self.take_engines(opened),
-            Err(TryRecvError::Empty) => return false,
-            Err(TryRecvError::Disconnected) => self.take_engines(Err(engines_stopped())),
-        }
+        let Some(opened) = coming.try_take() else {
+            return false;
+        };
+        self.take_engines(opened);
         true
     }
 
@@ -511,10 +386,7 @@ impl GpuLane {
     /// not open): from then on which path an image takes depends on the files alone.
     pub fn wait_for_engines(&mut self) {
         if let Engines::Coming(coming) = &mut self.engines {
-            let opened = coming
-                .receiver
-                .recv()
-                .unwrap_or_else(|_| Err(engines_stopped()));
+            let opened = coming.wait();
             self.take_engines(opened);
         }
     }
@@ -522,16 +394,17 @@ impl GpuLane {
     /// The engines as their opening ended: their threads started, or off.
     fn take_engines(&mut self, opened: Result<Vec<DecoderSet>, GpuLaneError>) {
         let waited = match &self.engines {
-            Engines::Coming(coming) => ms(coming.started.elapsed()),
-            _ => 0.0,
+            Engines::Coming(coming) => coming.waited(),
+            _ => Default::default(),
         };
         self.engines = match opened.and_then(|sets| {
             let count = engine_count(&sets);
             self.runner.add_sets(sets).map(|()| count)
         }) {
             Ok(count) => Engines::Joined(format!(
-                "{} joined {waited:.0} ms after the lane opened",
-                count.unwrap_or_else(|| "the JPEG engines".into())
+                "{} joined {:.0} ms after the lane opened",
+                count.unwrap_or_else(|| "the JPEG engines".into()),
+                ms(waited)
             )),
             Err(reason) => Engines::Off(reason.to_string()),
         };
@@ -554,17 +427,9 @@ impl GpuLane {
 
     /// The lane in words.
     pub fn describe(&self) -> String {
-        match &self.engines {
-            Engines::Open => self.description.clone(),
-            Engines::Coming(_) => format!(
-                "{}; its JPEG engines opening beside the first batches",
-                self.description
-            ),
-            Engines::Joined(note) => format!("{}; {note}", self.description),
-            Engines::Off(reason) => format!(
-                "{}; the JPEG engines are off ({reason}): the CPU lane takes their images",
-                self.description
-            ),
+        match self.engines.note() {
+            Some(note) => format!("{}; {note}", self.description),
+            None => self.description.clone(),
         }
     }
 

@@ -10,8 +10,8 @@
 //! images are refilled from the next positions the same way.
 //!
 //! Nothing holds the first batch back. The CPU lane starts at once; the GPU lane opens on a thread
-//! of its own meanwhile and is offered images from the first position past both lanes' reach
-//! once it is ready: with its assisted path after a fifth of a second or so, its JPEG engines
+//! of its own meanwhile and is offered images from the first position the CPU lane has not
+//! looked at once it is ready: with its assisted path after a fifth of a second or so, its JPEG engines
 //! joining a second or two later (until then the CPU lane takes their images back, and the share
 //! stays as it is). From then on the share
 //! follows the lanes: after each batch (once both lanes have filled their lookahead) the time it
@@ -402,7 +402,7 @@ impl HybridLanes {
     }
 
     /// Begins a GPU lane that has just opened on the epoch under way, offered images from the
-    /// frontier of a batch starting at `cursor` on.
+    /// first position the CPU lane has not looked at (with the batches' cursor at `cursor`).
     fn start_gpu_lane(&mut self, cursor: usize) -> Result<()> {
         let frontier = self.frontier(cursor);
         let (GpuState::Open(lane), Some(current)) = (&mut self.gpu, &mut self.epoch) else {
@@ -411,7 +411,14 @@ impl HybridLanes {
         if current.gpu_begun {
             return Ok(());
         }
-        current.schedule.set_from(frontier, self.balance.share());
+        // The GPU lane has looked at nothing yet; the CPU lane's threads wait while the share
+        // changes from their next position, so that no position is taken by both lanes or
+        // neither. (Large photos: the CPU lane has looked at a few dozen of its lookahead's
+        // hundreds when the assisted path opens.)
+        let share = self.balance.share();
+        self.ahead.with_first_unseen(|next| {
+            current.schedule.set_from(next.max(cursor), share);
+        });
         lane.begin(&self.stream, lane_work(current, &self.ahead))?;
         current.gpu_begun = true;
         current.settled_from = frontier + self.lookahead;
