@@ -6,8 +6,8 @@ mod common;
 
 use common::{gpu_present, mean_and_p999, rss_bytes};
 use gpufeed::{
-    ChannelOrder, CudaUnavailable, DType, Decode, Device, Error, Layout, OnError, Pipeline,
-    PipelineBuilder, ResizeMode, Source,
+    ChannelOrder, CudaUnavailable, DType, Decode, Device, EpochReport, Error, Layout, OnError,
+    Pipeline, PipelineBuilder, ResizeMode, Source,
 };
 
 /// The tests share one process and one GPU; the memory tests read process-wide figures, so the
@@ -1225,6 +1225,27 @@ fn large_folder(seed: u64) -> common::TempDir {
     dir
 }
 
+/// A pipeline of 8-image f32 batches of raw levels (0-255) over the photos of `dir`, on GPU 0.
+fn large_photos_pipeline(dir: &std::path::Path, decode: Decode) -> PipelineBuilder {
+    Pipeline::builder()
+        .source(Source::directory(dir).expect("folder"))
+        .batch_size(8)
+        .mean_std([0.0; 3], [1.0 / 255.0; 3])
+        .dtype(DType::F32)
+        .decode(decode)
+        .device(Device::Cuda(0))
+}
+
+/// One epoch of `pipeline`: its ids, its values and its report.
+fn read_epoch(pipeline: &mut Pipeline) -> (Vec<String>, Vec<f32>, EpochReport) {
+    let (mut ids, mut values) = (Vec::new(), Vec::new());
+    while let Some(batch) = pipeline.next_batch().expect("batch") {
+        ids.extend(batch.ids().iter().cloned());
+        values.extend(batch.images().to_host().expect("host").to_f32_vec());
+    }
+    (ids, values, pipeline.epoch_report().clone())
+}
+
 /// Large photos through hybrid decoding: the GPU lane's assisted path takes part of them beside
 /// the engines, every photo is delivered once in order, and the output differs from the CPU
 /// decode's by at most 0.005 levels on average (the assisted path adds nothing: it is libjpeg-
@@ -1236,28 +1257,13 @@ fn large_photos_take_the_assisted_path_beside_the_engines() {
         return;
     }
     let dir = large_folder(7);
-    let builder = |decode: Decode| {
-        let builder = Pipeline::builder()
-            .source(Source::directory(dir.path()).expect("folder"))
-            .batch_size(8)
-            .mean_std([0.0; 3], [1.0 / 255.0; 3])
-            .dtype(DType::F32)
-            .decode(decode)
-            .device(Device::Cuda(0));
-        match decode {
+    let run = |decode: Decode| {
+        let builder = large_photos_pipeline(dir.path(), decode);
+        let builder = match decode {
             Decode::Hybrid => builder.gpu_share(1.0).assisted_share(0.5),
             _ => builder,
-        }
-    };
-    let run = |decode: Decode| {
-        let mut pipeline = builder(decode).build().expect("build");
-        let (mut ids, mut values) = (Vec::new(), Vec::new());
-        while let Some(batch) = pipeline.next_batch().expect("batch") {
-            ids.extend(batch.ids().iter().cloned());
-            values.extend(batch.images().to_host().expect("host").to_f32_vec());
-        }
-        let report = pipeline.epoch_report().clone();
-        (ids, values, report)
+        };
+        read_epoch(&mut builder.build().expect("build"))
     };
     let (cpu_ids, cpu, _) = run(Decode::Cpu);
     let (ids, hybrid, report) = run(Decode::Hybrid);
@@ -1296,25 +1302,11 @@ fn large_photos_start_on_the_assisted_path_while_the_engines_open() {
     }
     let dir = large_folder(11);
     let build = |decode: Decode| {
-        Pipeline::builder()
-            .source(Source::directory(dir.path()).expect("folder"))
-            .batch_size(8)
-            .mean_std([0.0; 3], [1.0 / 255.0; 3])
-            .dtype(DType::F32)
-            .decode(decode)
-            .device(Device::Cuda(0))
+        large_photos_pipeline(dir.path(), decode)
             .build()
             .expect("build")
     };
-    let epoch = |pipeline: &mut Pipeline| {
-        let (mut ids, mut values) = (Vec::new(), Vec::new());
-        while let Some(batch) = pipeline.next_batch().expect("batch") {
-            ids.extend(batch.ids().iter().cloned());
-            values.extend(batch.images().to_host().expect("host").to_f32_vec());
-        }
-        (ids, values, pipeline.epoch_report().clone())
-    };
-    let (cpu_ids, cpu, _) = epoch(&mut build(Decode::Cpu));
+    let (cpu_ids, cpu, _) = read_epoch(&mut build(Decode::Cpu));
     let mut pipeline = build(Decode::Hybrid);
     let started = std::time::Instant::now();
     let (mut assisted_before_engines, mut epochs_after_engines) = (0, 0);
@@ -1325,7 +1317,7 @@ fn large_photos_start_on_the_assisted_path_while_the_engines_open() {
             pipeline.decode_description()
         );
         let engines_opening = pipeline.decode_description().contains("opening beside");
-        let (ids, values, report) = epoch(&mut pipeline);
+        let (ids, values, report) = read_epoch(&mut pipeline);
         assert_eq!(ids, cpu_ids);
         let mut diffs: Vec<f32> = cpu
             .iter()
