@@ -170,7 +170,8 @@ pub struct RunArgs {
     #[arg(long, default_value_t = ShardBalance::Pad)]
     shard_balance: ShardBalance,
     /// Epochs to run: the run ends when epoch EPOCHS would begin (so with --resume, the epochs
-    /// before the saved state count too).
+    /// before the saved state count too). Also the run's length for --decode auto, which leaves
+    /// a run shorter than the GPU lane's opening (about 2 s) to the CPU threads.
     #[arg(long, default_value_t = 1)]
     epochs: u64,
     /// Write the pipeline's state to FILE after each batch handed out (and at each epoch's end),
@@ -203,8 +204,8 @@ pub struct RunArgs {
     #[arg(long, default_value_t = Gray16::Clip)]
     gray16: Gray16,
     /// Which decoders fill the batches: auto (hybrid on a CUDA device whose JPEG engines nvJPEG
-    /// drives, else cpu), cpu (the CPU threads), or hybrid (the GPU's JPEG engines beside them,
-    /// for baseline JPEGs).
+    /// drives, for runs that repay opening them, else cpu), cpu (the CPU threads), or hybrid (the
+    /// GPU's JPEG engines and its assisted path beside them, for baseline JPEGs).
     #[arg(long, default_value_t = Decode::Auto)]
     decode: Decode,
     /// With the GPU decode lane, its share of the images it can take, 0 to 1 (default: follows
