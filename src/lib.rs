@@ -43,6 +43,7 @@
 #![deny(unsafe_code)]
 
 pub mod augment;
+mod background;
 mod batch;
 pub mod coefficients;
 pub mod cpu;

@@ -636,11 +636,7 @@ impl GpuDecoder {
         unsafe { builder.launch(config) }.map_err(device("launching the zeroing of planes"))?;
 
         let n = plan.subs.len() as u32;
-        let per_sub = LaunchConfig {
-            grid_dim: (n.div_ceil(HUFF_THREADS), 1, 1),
-            block_dim: (HUFF_THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let per_sub = thread_each(n);
         for pass in 0..PASSES {
             let mut builder = self.stream.launch_builder(&e.sync);
             builder
@@ -664,11 +660,7 @@ impl GpuDecoder {
 
         let passes = PASSES;
         let n_groups = n.div_ceil(GROUP_SUBS as u32);
-        let per_group = LaunchConfig {
-            grid_dim: (n_groups.div_ceil(HUFF_THREADS), 1, 1),
-            block_dim: (HUFF_THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let per_group = thread_each(n_groups);
         let mut builder = self.stream.launch_builder(&e.group);
         builder
             .arg(&e.images)
@@ -684,11 +676,7 @@ impl GpuDecoder {
         unsafe { builder.launch(per_group) }.map_err(device("launching the group sums"))?;
 
         let n_intervals = plan.intervals.len() as u32;
-        let config = LaunchConfig {
-            grid_dim: (n_intervals.div_ceil(HUFF_THREADS), 1, 1),
-            block_dim: (HUFF_THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let config = thread_each(n_intervals);
         let mut builder = self.stream.launch_builder(&e.scan);
         builder
             .arg(&e.images)
@@ -795,6 +783,16 @@ impl GpuDecoder {
         self.stream
             .memcpy_htod(&dense, &mut self.entropy.dense)
             .map_err(device("poisoning the dense coefficients"))
+    }
+}
+
+/// A launch of the entropy kernels with one thread for each of `count` items, in blocks of
+/// [`HUFF_THREADS`].
+fn thread_each(count: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (count.div_ceil(HUFF_THREADS), 1, 1),
+        block_dim: (HUFF_THREADS, 1, 1),
+        shared_mem_bytes: 0,
     }
 }
 

@@ -2,14 +2,12 @@
 //! hardware backend, its pools and arenas) is most of the lane's setup: 1.5-2.5 s, against about
 //! 0.2 s for the assisted path. A lane opened for a pipeline already making batches, on an epoch
 //! of large files, therefore starts with its assisted path and creates the engines' decoder sets
-//! on a thread of its own ([`EnginesComing`]); the lane takes them in when they are ready, and
-//! until then refuses the calls of the engines' path (the CPU lane takes their images).
+//! on a thread of its own ([`EngineRecipe::open_beside`]); the lane takes them in when they are
+//! ready, and until then refuses the calls of the engines' path (the CPU lane takes their
+//! images).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, TryRecvError};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 
 use cudarc::driver::CudaModule;
 
@@ -17,6 +15,7 @@ use super::decoders::DecoderSet;
 use super::error::GpuLaneError;
 use super::nvjpeg::{DecoderConfig, NvJpeg};
 use super::SUBMITTING_THREADS;
+use crate::background::Background;
 use crate::cuda::Gpu;
 use crate::geometry::Geometry;
 use crate::resample::Filter;
@@ -55,6 +54,9 @@ impl Engines {
         }
     }
 }
+
+/// JPEG engines opening on a thread of their own.
+pub(super) type EnginesComing = Background<Result<Vec<DecoderSet>, GpuLaneError>>;
 
 /// What opening a lane's JPEG engines takes: each submitting thread's decoder set.
 pub(super) struct EngineRecipe {
@@ -98,72 +100,19 @@ impl EngineRecipe {
                 .collect()
         })
     }
-}
 
-/// JPEG engines opening on a thread of their own. Dropped before they are taken, it waits for
-/// the thread: no nvJPEG call is under way on it when the process exits (the CUDA runtime's
-/// teardown at exit deadlocks with a call in flight on another thread).
-pub(super) struct EnginesComing {
-    receiver: Receiver<Result<Vec<DecoderSet>, GpuLaneError>>,
-    thread: Option<JoinHandle<()>>,
-    /// Raised when dropped: the thread gives up if it has not begun.
-    cancel: Arc<AtomicBool>,
-    started: Instant,
-}
-
-impl EnginesComing {
-    /// Opens the engines `recipe` describes on a thread of their own.
-    pub fn start(recipe: EngineRecipe) -> Result<EnginesComing, GpuLaneError> {
-        let (sender, receiver) = mpsc::channel();
-        let cancel = Arc::new(AtomicBool::new(false));
-        let flag = cancel.clone();
-        let thread = std::thread::Builder::new()
-            .name("gpufeed-jpeg-engines-open".into())
-            .spawn(move || {
-                let opened = match flag.load(Ordering::Relaxed) {
-                    true => Err(GpuLaneError::Opening("the lane was dropped".into())),
-                    false => recipe.open(),
-                };
-                // Sets made after the lane is gone are dropped here, on this thread.
-                let _ = sender.send(opened);
-            })
-            .map_err(GpuLaneError::Threads)?;
-        Ok(EnginesComing {
-            receiver,
-            thread: Some(thread),
-            cancel,
-            started: Instant::now(),
-        })
-    }
-
-    /// The engines' decoder sets (or why there are none) if their opening has ended.
-    pub fn try_take(&mut self) -> Option<Result<Vec<DecoderSet>, GpuLaneError>> {
-        match self.receiver.try_recv() {
-            Ok(opened) => Some(opened),
-            Err(TryRecvError::Empty) => None,
-            Err(TryRecvError::Disconnected) => Some(Err(engines_stopped())),
-        }
-    }
-
-    /// The engines' decoder sets (or why there are none), waiting for their opening to end.
-    pub fn wait(&mut self) -> Result<Vec<DecoderSet>, GpuLaneError> {
-        self.receiver
-            .recv()
-            .unwrap_or_else(|_| Err(engines_stopped()))
-    }
-
-    /// How long ago the opening began.
-    pub fn waited(&self) -> Duration {
-        self.started.elapsed()
-    }
-}
-
-impl Drop for EnginesComing {
-    fn drop(&mut self) {
-        self.cancel.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+    /// Opens the engines on a thread of their own (none once their lane is dropped before the
+    /// thread begins).
+    pub fn open_beside(self) -> Result<EnginesComing, GpuLaneError> {
+        Background::start(
+            "gpufeed-jpeg-engines-open",
+            engines_stopped,
+            move |cancel| match cancel.load(Ordering::Relaxed) {
+                true => Err(GpuLaneError::Opening("the lane was dropped".into())),
+                false => self.open(),
+            },
+        )
+        .map_err(GpuLaneError::Threads)
     }
 }
 
@@ -174,6 +123,8 @@ pub(super) fn engine_count(sets: &[DecoderSet]) -> Option<String> {
 }
 
 /// Why no engines came from a thread that stopped before sending them.
-fn engines_stopped() -> GpuLaneError {
-    GpuLaneError::Opening("the thread opening the JPEG engines stopped".into())
+fn engines_stopped() -> Result<Vec<DecoderSet>, GpuLaneError> {
+    Err(GpuLaneError::Opening(
+        "the thread opening the JPEG engines stopped".into(),
+    ))
 }

@@ -60,7 +60,7 @@ use crate::profile::Stopwatch;
 use crate::resample::Resampling;
 use call::MAX_CALL_PIXELS;
 use decoders::DecoderSet;
-use engines::{engine_count, EngineRecipe, Engines, EnginesComing, EnginesOpen};
+use engines::{engine_count, EngineRecipe, Engines, EnginesOpen};
 use nvjpeg::{DecoderConfig, NvJpeg, OutputFormat};
 use prepare::Preparer;
 use runner::Runner;
@@ -342,7 +342,7 @@ impl GpuLane {
         )?;
         let started = starting.elapsed();
         let engines = match beside {
-            true => Engines::Coming(EnginesComing::start(engines)?),
+            true => Engines::Coming(engines.open_beside()?),
             false => Engines::Open,
         };
         let (major, minor, patch) = nvjpeg.version();
@@ -394,7 +394,7 @@ impl GpuLane {
     /// The engines as their opening ended: their threads started, or off.
     fn take_engines(&mut self, opened: Result<Vec<DecoderSet>, GpuLaneError>) {
         let waited = match &self.engines {
-            Engines::Coming(coming) => coming.waited(),
+            Engines::Coming(coming) => coming.elapsed(),
             _ => Default::default(),
         };
         self.engines = match opened.and_then(|sets| {

@@ -48,10 +48,6 @@ impl Runner {
         screen: LaneScreen,
         limits: Limits,
     ) -> Result<Runner, GpuLaneError> {
-        let mut open_paths = [false; 2];
-        for set in &sets {
-            open_paths[set.path().index()] = true;
-        }
         let stream = gpu.stream();
         let bytes = limits
             .slots
@@ -72,53 +68,29 @@ impl Runner {
             address,
             released,
             preparers.len(),
-            sets.len(),
-            open_paths,
         ));
-        let submitting_started = sets.len();
-        let mut threads = Vec::with_capacity(sets.len() + preparers.len());
-        let mut spawn = |name: String, body: Box<dyn FnOnce() + Send>| {
-            std::thread::Builder::new()
-                .name(name)
-                .spawn(body)
-                .map(|handle| threads.push(handle))
-        };
-        let mut spawned = Ok(());
-        for (i, set) in sets.into_iter().enumerate() {
-            let shared = shared.clone();
-            spawned = spawned.and_then(|_| {
-                spawn(
-                    format!("gpufeed-jpeg-{i}"),
-                    Box::new(move || submit(shared, set)),
-                )
-            });
-        }
-        for (i, preparer) in preparers.into_iter().enumerate() {
-            let shared = shared.clone();
-            spawned = spawned.and_then(|_| {
-                spawn(
-                    format!("gpufeed-jpeg-read-{i}"),
-                    Box::new(move || prepare(shared, preparer)),
-                )
-            });
-        }
-        let runner = Runner {
+        // From here on a thread that cannot start drops the runner: its threads stop and are
+        // waited for.
+        let mut runner = Runner {
             shared,
-            threads,
-            submitting_started,
+            threads: Vec::with_capacity(sets.len() + preparers.len()),
+            submitting_started: 0,
             _ring: ring,
         };
-        match spawned {
-            Ok(()) => Ok(runner),
-            Err(e) => {
-                drop(runner);
-                Err(GpuLaneError::Threads(e))
-            }
+        runner.add_sets(sets)?;
+        for (i, preparer) in preparers.into_iter().enumerate() {
+            let shared = runner.shared.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("gpufeed-jpeg-read-{i}"))
+                .spawn(move || prepare(shared, preparer))
+                .map_err(GpuLaneError::Threads)?;
+            runner.threads.push(thread);
         }
+        Ok(runner)
     }
 
-    /// Starts a submitting thread for each of `sets`, decoders opened after the lane started
-    /// (the engines', opened beside the first batches), which opens their paths. A thread that
+    /// Starts a submitting thread for each of `sets` (at the start, and later for the engines'
+    /// when they open beside the first batches), which opens their paths. A thread that
     /// cannot start leaves its path as it was (closed, if no thread of it started here).
     pub fn add_sets(&mut self, sets: Vec<DecoderSet>) -> Result<(), GpuLaneError> {
         let mut started = 0;

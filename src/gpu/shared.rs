@@ -89,15 +89,14 @@ pub(crate) struct Shared {
 
 impl Shared {
     /// The state of a lane whose ring has `limits.slots` free slots at `ring`, run by
-    /// `preparing` preparing and `submitting` submitting threads, the latter on `open_paths`.
+    /// `preparing` preparing threads; its submitting threads, and the paths they open, are
+    /// counted in as they start ([`Shared::submitting_thread_added`]).
     pub fn new(
         screen: LaneScreen,
         limits: Limits,
         ring: u64,
         released: CudaEvent,
         preparing: usize,
-        submitting: usize,
-        open_paths: [bool; 2],
     ) -> Shared {
         Shared {
             state: Mutex::new(State {
@@ -111,8 +110,8 @@ impl Shared {
                 buffers: Vec::new(),
                 stop: false,
                 preparing,
-                submitting,
-                open_paths,
+                submitting: 0,
+                open_paths: [false; 2],
             }),
             changed: Condvar::new(),
             released,

@@ -22,13 +22,12 @@
 //! lane on every run, and the bytes are the same run after run.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::CudaStream;
 
+use crate::background::Background;
 use crate::batch::DecodedBy;
 use crate::cpu::{AheadWork, BatchRequest, CpuAhead, Filled, Staging};
 use crate::error::{Error, Result};
@@ -128,54 +127,14 @@ enum GpuState {
 }
 
 /// Why no lane came from a thread that stopped before sending one.
-fn opening_stopped() -> GpuLaneError {
-    GpuLaneError::Opening("the thread opening it stopped".into())
+pub(crate) fn opening_stopped() -> std::result::Result<GpuLane, GpuLaneError> {
+    Err(GpuLaneError::Opening(
+        "the thread opening it stopped".into(),
+    ))
 }
 
 /// A GPU lane opening on a thread of its own.
-pub(crate) struct Opening {
-    receiver: Receiver<std::result::Result<GpuLane, GpuLaneError>>,
-    thread: Option<JoinHandle<()>>,
-    /// Raised to make the thread give up.
-    cancel: Arc<AtomicBool>,
-}
-
-impl Opening {
-    /// Opens the lane `open` makes on a thread of its own; `open` gives up once its flag is
-    /// raised.
-    pub fn start(
-        open: impl FnOnce(&AtomicBool) -> std::result::Result<GpuLane, GpuLaneError> + Send + 'static,
-    ) -> Result<Opening> {
-        let (sender, receiver) = mpsc::channel();
-        let cancel = Arc::new(AtomicBool::new(false));
-        let flag = cancel.clone();
-        let thread = std::thread::Builder::new()
-            .name("gpufeed-gpu-lane-open".into())
-            .spawn(move || {
-                // A lane made after its pipeline is gone is dropped here, on this thread.
-                let _ = sender.send(open(&flag));
-            })
-            .map_err(|e| Error::Worker(format!("cannot open the GPU lane: {e}")))?;
-        Ok(Opening {
-            receiver,
-            thread: Some(thread),
-            cancel,
-        })
-    }
-}
-
-impl Drop for Opening {
-    /// A lane still opening is given up at its next step, and its thread waited for: nothing it
-    /// holds outlives the pipeline, and no nvJPEG or CUDA call is under way on it when the
-    /// process exits (the CUDA runtime's teardown at exit deadlocks with a call in flight on
-    /// another thread).
-    fn drop(&mut self) {
-        self.cancel.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
+pub(crate) type Opening = Background<std::result::Result<GpuLane, GpuLaneError>>;
 
 /// The epoch the lanes work on, kept to begin the GPU lane on it when it opens mid-epoch.
 struct Epoch {
@@ -293,11 +252,8 @@ impl HybridLanes {
     /// (so that every image of the epoch to come goes to the lane the share says); whether the
     /// share changed.
     pub fn pin_share(&mut self, share: f32) -> bool {
-        if let GpuState::Opening(opening) = &self.gpu {
-            let opened = opening
-                .receiver
-                .recv()
-                .unwrap_or_else(|_| Err(opening_stopped()));
+        if let GpuState::Opening(opening) = &mut self.gpu {
+            let opened = opening.wait();
             self.take_opened(opened);
         }
         if let GpuState::Open(lane) = &mut self.gpu {
@@ -348,15 +304,12 @@ impl HybridLanes {
     /// Takes the GPU lane if it has opened meanwhile (then [`HybridLanes::start_gpu_lane`]
     /// begins it on the epoch under way).
     fn poll_gpu(&mut self) {
-        let GpuState::Opening(opening) = &self.gpu else {
+        let GpuState::Opening(opening) = &mut self.gpu else {
             return;
         };
-        let opened = match opening.receiver.try_recv() {
-            Ok(opened) => opened,
-            Err(TryRecvError::Empty) => return,
-            Err(TryRecvError::Disconnected) => Err(opening_stopped()),
-        };
-        self.take_opened(opened);
+        if let Some(opened) = opening.try_take() {
+            self.take_opened(opened);
+        }
     }
 
     /// The GPU lane as its opening ended: open, or off (and every core to the CPU lane).

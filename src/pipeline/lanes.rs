@@ -12,12 +12,14 @@ use std::time::Instant;
 
 use cudarc::driver::{CudaSlice, CudaStream};
 
-use super::hybrid::{Balance, GpuOpening, HybridFilled, HybridLanes, Opening, Waits};
+use super::hybrid::{
+    opening_stopped, Balance, GpuOpening, HybridFilled, HybridLanes, Opening, Waits,
+};
 use super::output::DeviceWrites;
 use crate::batch::DecodedBy;
 use crate::cpu::{BatchRequest, CpuAhead, CpuLane, LaneCore, Staging};
 use crate::cuda::Gpu;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::geometry::Geometry;
 use crate::gpu::{lookahead, GpuLane, GpuLaneConfig, LaneOutput};
 use crate::options::{Decode, Device, Options};
@@ -206,11 +208,13 @@ impl Lanes {
                     images > 0 && epoch_bytes() / images as u64 >= ASSISTED_FIRST_MIN_MEAN_BYTES;
                 let device = gpu.clone();
                 let watch = stopwatch.clone();
-                let opening = Opening::start(move |cancel| {
-                    watch.time(Stage::GpuOpen, || {
-                        GpuLane::open_unless(&device, &config, cancel)
+                let opening =
+                    Opening::start("gpufeed-gpu-lane-open", opening_stopped, move |cancel| {
+                        watch.time(Stage::GpuOpen, || {
+                            GpuLane::open_unless(&device, &config, cancel)
+                        })
                     })
-                })?;
+                    .map_err(|e| Error::Worker(format!("cannot open the GPU lane: {e}")))?;
                 (GpuOpening::Pending(opening), Lanes::asked(options))
             }
         };
