@@ -101,6 +101,16 @@ impl Stopwatch {
         result
     }
 
+    /// The time `stage` has taken so far, summed over threads.
+    pub fn total(&self, stage: Stage) -> Duration {
+        Duration::from_nanos(self.nanos[stage.slot()].load(Ordering::Relaxed))
+    }
+
+    /// How many times `stage` has run so far.
+    pub fn count(&self, stage: Stage) -> u64 {
+        self.counts[stage.slot()].load(Ordering::Relaxed)
+    }
+
     /// What the counters hold now.
     pub fn profile(&self) -> Profile {
         Profile {

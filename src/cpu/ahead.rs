@@ -300,6 +300,11 @@ impl CpuAhead {
         self.threads.len()
     }
 
+    /// How many of the lane's threads may prepare images at once.
+    pub fn active_threads(&self) -> usize {
+        self.shared.lock().active
+    }
+
     /// At most `threads` of the lane's threads prepare images at once from now on (the others
     /// wait), so that other work (the GPU lane's host threads) has cores of its own.
     pub fn set_active_threads(&self, threads: usize) {

@@ -69,6 +69,7 @@ use work::{wait_for_all, CHUNK};
 
 pub use error::GpuLaneError;
 pub use nvjpeg::{NvjpegError, NvjpegStatus, NvjpegUnavailable};
+pub(crate) use shared::LaneActivity;
 pub(crate) use work::{LaneOutput, LaneResult, LaneWork, ShareSchedule, MAX_SPAN};
 
 /// Whether gray (one-component) JPEGs go to the hardware. They do, in calls of their own
@@ -410,7 +411,14 @@ impl GpuLane {
         };
     }
 
+    /// How busy the lane has been since it opened: what it decoded and refused, and its
+    /// threads' working time.
+    pub fn activity(&self) -> LaneActivity {
+        self.runner.activity()
+    }
+
     /// Whether the JPEG engines are still opening.
+    #[cfg(test)]
     pub fn engines_pending(&self) -> bool {
         matches!(self.engines, Engines::Coming(_))
     }

@@ -12,11 +12,10 @@ use super::decoders::DecoderSet;
 use super::error::GpuLaneError;
 use super::prepare::Preparer;
 use super::screen::LaneScreen;
-use super::shared::{Limits, Shared};
+use super::shared::{LaneActivity, Limits, Shared};
 use super::work::{LaneOutput, LaneResult, LaneWork};
 use crate::cuda::Gpu;
 use crate::error::Result;
-use crate::profile::Stage;
 
 /// The lane's threads and ring.
 pub(super) struct Runner {
@@ -125,6 +124,11 @@ impl Runner {
         &self.shared.screen
     }
 
+    /// How busy the lane has been since it started.
+    pub fn activity(&self) -> LaneActivity {
+        self.shared.activity()
+    }
+
     /// Address of the ring's first slot.
     pub fn ring_address(&self) -> u64 {
         self.shared.ring
@@ -176,10 +180,7 @@ fn submit(shared: Arc<Shared>, mut set: DecoderSet) {
         let Some((call, ordered)) = next else { break };
         let calling = Instant::now();
         let ran = catch_unwind(AssertUnwindSafe(|| set.run(&call, &shared, ordered)));
-        shared
-            .limits
-            .stopwatch
-            .add(Stage::GpuCall, calling.elapsed());
+        shared.add_call_time(set.path(), calling.elapsed());
         let results = match ran {
             Ok(results) if results.len() == call.images.len() => results,
             _ => {

@@ -11,7 +11,9 @@
 //! once their thread's stream is done with them.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
 
 use cudarc::driver::{CudaEvent, CudaStream};
 
@@ -20,7 +22,7 @@ use crate::error::{Error, Result};
 use super::call::{Call, Path};
 use super::screen::LaneScreen;
 use super::work::{span, wait_for_all, LaneOutput, LaneResult, LaneWork, Work, CHUNK};
-use crate::profile::Stopwatch;
+use crate::profile::{Stage, Stopwatch};
 
 /// The sizes the runner is started with, and where its threads' times go.
 #[derive(Debug, Clone)]
@@ -73,6 +75,30 @@ struct State {
     /// Whether each path ([`Path::index`]) has submitting threads (or will have: the engines'
     /// open beside the first batches); a call of a closed path is refused whole.
     open_paths: [bool; 2],
+    /// Submitting threads started on each path ([`Path::index`]).
+    path_threads: [usize; 2],
+    /// Positions of the current work published decoded, and refused (the CPU lane takes
+    /// those), since the lane started.
+    decoded: u64,
+    refused: u64,
+}
+
+/// How busy the lane has been since it started, for the share between the lanes: what its
+/// threads decoded and refused, and the time each kind of thread spent working (not waiting
+/// for work), summed over its threads.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct LaneActivity {
+    /// Offered positions decoded.
+    pub decoded: u64,
+    /// Offered positions refused (not for the lane's decoders, or failed there).
+    pub refused: u64,
+    /// The preparing threads' time reading and planning, and how many of them run.
+    pub preparing: Duration,
+    pub preparing_threads: usize,
+    /// Each path's ([`Path::index`]) submitting threads' time on calls, and how many of them
+    /// run.
+    pub calls: [Duration; 2],
+    pub call_threads: [usize; 2],
 }
 
 /// What the threads and the pipeline share.
@@ -85,6 +111,8 @@ pub(crate) struct Shared {
     pub limits: Limits,
     /// Address of the ring's first slot.
     pub ring: u64,
+    /// Nanoseconds each path's ([`Path::index`]) submitting threads spent on calls.
+    call_nanos: [AtomicU64; 2],
 }
 
 impl Shared {
@@ -112,12 +140,39 @@ impl Shared {
                 preparing,
                 submitting: 0,
                 open_paths: [false; 2],
+                path_threads: [0; 2],
+                decoded: 0,
+                refused: 0,
             }),
             changed: Condvar::new(),
             released,
             screen,
             limits,
             ring,
+            call_nanos: Default::default(),
+        }
+    }
+
+    /// Adds a call's time on `path` to the lane's activity (and to the profile's
+    /// [`Stage::GpuCall`]).
+    pub fn add_call_time(&self, path: Path, elapsed: Duration) {
+        self.limits.stopwatch.add(Stage::GpuCall, elapsed);
+        let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        self.call_nanos[path.index()].fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// How busy the lane has been since it started.
+    pub fn activity(&self) -> LaneActivity {
+        let state = self.lock();
+        let calls =
+            [0, 1].map(|p| Duration::from_nanos(self.call_nanos[p].load(Ordering::Relaxed)));
+        LaneActivity {
+            decoded: state.decoded,
+            refused: state.refused,
+            preparing: self.limits.stopwatch.total(Stage::GpuPrepare),
+            preparing_threads: state.preparing,
+            calls,
+            call_threads: state.path_threads,
         }
     }
 
@@ -132,6 +187,7 @@ impl Shared {
         let mut state = self.lock();
         state.submitting += 1;
         state.open_paths[path.index()] = true;
+        state.path_threads[path.index()] += 1;
         self.changed.notify_all();
     }
 
@@ -294,6 +350,10 @@ impl Shared {
         }
         let mut refused = Vec::new();
         for (position, slot, result) in entries {
+            match result {
+                LaneResult::Refused => state.refused += 1,
+                LaneResult::Decoded(_) => state.decoded += 1,
+            }
             if let LaneResult::Refused = result {
                 // Never written, or written on the submitting thread's stream only, which the
                 // next writer of the slot waits for (its own stream, or `released` after this

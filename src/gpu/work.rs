@@ -49,6 +49,7 @@ impl ShareSchedule {
     }
 
     /// The share of the last step, and the position it starts at.
+    #[cfg(test)]
     pub fn last(&self) -> (usize, f32) {
         let steps = self.steps.read().unwrap_or_else(|e| e.into_inner());
         steps.last().copied().unwrap_or((0, 0.0))

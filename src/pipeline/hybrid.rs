@@ -11,14 +11,14 @@
 //!
 //! Nothing holds the first batch back. The CPU lane starts at once; the GPU lane opens on a thread
 //! of its own meanwhile and is offered images from the first position the CPU lane has not
-//! looked at once it is ready: with its assisted path after a fifth of a second or so, its JPEG engines
-//! joining a second or two later (until then the CPU lane takes their images back, and the share
-//! stays as it is). From then on the share
-//! follows the lanes: after each batch (once both lanes have filled their lookahead) the time it
-//! waited on each lane moves the share towards the lane that kept it waiting less, again from the
-//! first position neither lane has reached, so the
-//! lanes always agree on who decodes what. A share given ([`crate::PipelineBuilder::gpu_share`])
-//! is kept instead, and the lane opens before the first batch: every image then goes to the same
+//! looked at once it is ready: with its assisted path after a fifth of a second or so, its JPEG
+//! engines joining a second or two later (until then the CPU lane takes their images back). From
+//! then on the share follows the lanes' measured rates ([`super::balance`]): after each window of
+//! a quarter of a second or more it moves towards the share at which both lanes finish together,
+//! from the first position neither lane has reached, so the lanes always agree on who decodes
+//! what; and with the thread count left to the pipeline the CPU lane leaves the GPU lane's host
+//! threads the cores they keep busy. A share given ([`crate::PipelineBuilder::gpu_share`]) is
+//! kept instead, and the lane opens before the first batch: every image then goes to the same
 //! lane on every run, and the bytes are the same run after run.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,86 +37,10 @@ use crate::gpu::{
 use crate::order::EpochOrder;
 use crate::source::Source;
 
+use super::balance::{cpu_threads_beside, Balance};
+
 /// How often (in positions) a batch tells the lanes how far it got.
 const ADVANCE_EVERY: usize = 32;
-
-/// Shares move in steps of 1/64.
-const SHARE_STEPS: f32 = 64.0;
-
-/// The share the GPU lane starts from once it is open, before the waits say more: measured shares
-/// on the H100 and H200 machines were 0.6 to 0.8 on ImageNet-sized JPEGs and around 0.5 on
-/// camera-size photos.
-const INITIAL_SHARE: f32 = 0.75;
-
-/// A batch that waited on one lane for less than this fraction of its time more than on the
-/// other leaves the share as it is.
-const DEAD_BAND: f64 = 0.02;
-
-/// The most the share moves after one batch. Larger steps overshoot: a move shows only once the
-/// lanes have worked through their lookahead, and by then the next batches have asked for more.
-const MAX_STEP: f32 = 1.0 / 16.0;
-
-/// The share moves by this fraction of a batch's imbalance (the difference of its waits on the
-/// lanes over its time).
-const GAIN: f64 = 1.0 / 8.0;
-
-/// The share between the lanes: given and kept, or following the lanes' waits.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Balance {
-    share: f32,
-    pinned: bool,
-}
-
-impl Balance {
-    /// A given share, kept; or (`None`) one that starts at [`INITIAL_SHARE`] and follows the
-    /// lanes.
-    pub fn new(given: Option<f32>) -> Balance {
-        match given {
-            Some(share) => Balance {
-                share,
-                pinned: true,
-            },
-            None => Balance {
-                share: INITIAL_SHARE,
-                pinned: false,
-            },
-        }
-    }
-
-    /// The share in force.
-    pub fn share(&self) -> f32 {
-        self.share
-    }
-
-    /// Whether the share was given.
-    pub fn is_pinned(&self) -> bool {
-        self.pinned
-    }
-
-    /// The share after a batch that waited `gpu_wait` on the GPU lane and `cpu_wait` on the
-    /// CPU lane in `elapsed`: moved towards the lane that kept it waiting less, by [`GAIN`] of the
-    /// difference's fraction of the batch's time (at least 1/64, at most [`MAX_STEP`], in steps
-    /// of 1/64).
-    fn follow(&mut self, gpu_wait: Duration, cpu_wait: Duration, elapsed: Duration) -> bool {
-        if self.pinned || elapsed.is_zero() {
-            return false;
-        }
-        let imbalance = (gpu_wait.as_secs_f64() - cpu_wait.as_secs_f64()) / elapsed.as_secs_f64();
-        if imbalance.abs() < DEAD_BAND {
-            return false;
-        }
-        let step = ((imbalance.abs() * GAIN) as f32).clamp(1.0 / SHARE_STEPS, MAX_STEP);
-        let moved = if imbalance > 0.0 {
-            self.share - step
-        } else {
-            self.share + step
-        };
-        let share = (moved.clamp(0.0, 1.0) * SHARE_STEPS).round() / SHARE_STEPS;
-        let changed = share != self.share;
-        self.share = share;
-        changed
-    }
-}
 
 /// The GPU lane: opening on a thread of its own, open, or off for a reason.
 enum GpuState {
@@ -144,10 +68,6 @@ struct Epoch {
     schedule: Arc<ShareSchedule>,
     /// Whether the GPU lane was begun on it.
     gpu_begun: bool,
-    /// Batches starting before this position leave the share as it is: the lanes are still
-    /// filling their lookahead (at the epoch's start, or where the GPU lane joined), and the
-    /// batches wait on whichever starts slower, not on the one that decodes slower.
-    settled_from: usize,
 }
 
 /// The GPU decode lane, the CPU lane working ahead beside it, and the share between them.
@@ -155,6 +75,10 @@ pub(crate) struct HybridLanes {
     gpu: GpuState,
     ahead: CpuAhead,
     balance: Balance,
+    /// The cores the CPU lane's threads share with the GPU lane's host threads, when the thread
+    /// count was left to the pipeline (the CPU lane then leaves the GPU lane the cores it keeps
+    /// busy); `None` when the count was given.
+    cores: Option<usize>,
     /// The pipeline's stream: the batches read the GPU lane's images on it.
     stream: Arc<CudaStream>,
     image_bytes: usize,
@@ -173,6 +97,17 @@ pub(crate) struct HybridFilled {
     pub waits: Waits,
 }
 
+/// The CPU lane's threads beside the GPU lane.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CpuThreads {
+    /// Threads working while the GPU lane opens (all of them without a GPU lane).
+    pub beside_gpu: usize,
+    /// The machine's cores when the thread count was left to the pipeline: once the GPU lane
+    /// runs, the CPU lane leaves it the cores its host threads keep busy. `None`: the count was
+    /// given, and kept.
+    pub cores: Option<usize>,
+}
+
 /// How the GPU lane comes to a [`HybridLanes`].
 pub(crate) enum GpuOpening {
     /// Opened before the first batch.
@@ -184,7 +119,7 @@ pub(crate) enum GpuOpening {
 }
 
 impl HybridLanes {
-    /// The lanes, with the GPU lane as `gpu` brings it; `threads_beside_gpu` of the CPU lane's
+    /// The lanes, with the GPU lane as `gpu` brings it; `threads.beside_gpu` of the CPU lane's
     /// `ahead` threads prepare images beside the GPU lane (opening or open), all of them if it
     /// cannot run.
     pub fn new(
@@ -194,8 +129,9 @@ impl HybridLanes {
         stream: Arc<CudaStream>,
         image_bytes: usize,
         lookahead: usize,
-        threads_beside_gpu: usize,
+        threads: CpuThreads,
     ) -> HybridLanes {
+        let threads_beside_gpu = threads.beside_gpu;
         // The CPU lane leaves the GPU lane's cores free from the start: opening the lane's
         // decoders is host work too, and on a core of its own it ends sooner.
         ahead.set_active_threads(threads_beside_gpu);
@@ -211,6 +147,7 @@ impl HybridLanes {
             gpu,
             ahead,
             balance,
+            cores: threads.cores,
             stream,
             image_bytes,
             lookahead,
@@ -260,7 +197,7 @@ impl HybridLanes {
             lane.wait_for_engines();
         }
         let changed = !self.balance.is_pinned() || self.balance.share() != share;
-        self.balance = Balance::new(Some(share));
+        self.balance.pin(share);
         changed
     }
 
@@ -291,7 +228,6 @@ impl HybridLanes {
             epoch,
             schedule,
             gpu_begun: false,
-            settled_from: self.frontier(0),
         };
         if let GpuState::Open(lane) = &mut self.gpu {
             lane.begin(&self.stream, lane_work(&current, &self.ahead))?;
@@ -340,16 +276,12 @@ impl HybridLanes {
     ) -> Result<Option<HybridFilled>> {
         self.poll_gpu();
         self.start_gpu_lane(request.start)?;
-        self.poll_engines(request.start);
-        let started = Instant::now();
+        if let GpuState::Open(lane) = &mut self.gpu {
+            lane.poll_engines();
+        }
         let filled = self.fill_positions(staging, request, source, stop)?;
         if let Some(filled) = &filled {
-            self.follow(
-                request.start,
-                filled.filled.consumed,
-                &filled.waits,
-                started.elapsed(),
-            );
+            self.follow(request.start + filled.filled.consumed);
         }
         Ok(filled)
     }
@@ -357,7 +289,6 @@ impl HybridLanes {
     /// Begins a GPU lane that has just opened on the epoch under way, offered images from the
     /// first position the CPU lane has not looked at (with the batches' cursor at `cursor`).
     fn start_gpu_lane(&mut self, cursor: usize) -> Result<()> {
-        let frontier = self.frontier(cursor);
         let (GpuState::Open(lane), Some(current)) = (&mut self.gpu, &mut self.epoch) else {
             return Ok(());
         };
@@ -374,41 +305,35 @@ impl HybridLanes {
         });
         lane.begin(&self.stream, lane_work(current, &self.ahead))?;
         current.gpu_begun = true;
-        current.settled_from = frontier + self.lookahead;
+        self.balance.restart(lane.activity());
         Ok(())
     }
 
-    /// Takes in the GPU lane's JPEG engines if they have opened meanwhile; the batches then wait
-    /// differently, so the share follows again only once the lanes have filled their lookahead
-    /// from a batch starting at `cursor`.
-    fn poll_engines(&mut self, cursor: usize) {
-        let settled = self.frontier(cursor) + self.lookahead;
-        if let (GpuState::Open(lane), Some(current)) = (&mut self.gpu, &mut self.epoch) {
-            if lane.poll_engines() {
-                current.settled_from = current.settled_from.max(settled);
-            }
-        }
-    }
-
-    /// Moves the share after a batch of `used` positions from `start`, by what it waited on
-    /// each lane, from the frontier on. Only a batch that ran wholly under the latest share, with
-    /// both lanes settled, counts (an earlier move has not shown yet otherwise).
-    fn follow(&mut self, start: usize, used: usize, waits: &Waits, elapsed: Duration) {
+    /// After a batch that took the positions before `cursor`: once a window of the lanes' rates
+    /// is complete, moves the share towards the rates' share from the first position neither
+    /// lane has looked at, and (with the thread count left to the pipeline) leaves the GPU
+    /// lane's host threads the cores they kept busy.
+    fn follow(&mut self, cursor: usize) {
         let (GpuState::Open(lane), Some(current)) = (&self.gpu, &self.epoch) else {
             return;
         };
-        // While the engines open their images go to the CPU lane: the waits say nothing of the
-        // lanes' speeds.
-        if lane.engines_pending() {
+        if !current.gpu_begun {
             return;
         }
-        let (from, _) = current.schedule.last();
-        if !current.gpu_begun || start < from.max(current.settled_from) {
+        let threads = self.ahead.active_threads();
+        let Some(observed) = self.balance.observe(lane.activity(), threads) else {
             return;
+        };
+        if observed.moved {
+            current
+                .schedule
+                .set_from(self.frontier(cursor), self.balance.share());
         }
-        if self.balance.follow(waits.gpu, waits.cpu, elapsed) {
-            let frontier = self.frontier(start + used);
-            current.schedule.set_from(frontier, self.balance.share());
+        if let Some(cores) = self.cores {
+            let beside = cpu_threads_beside(cores, observed.gpu_cores, self.ahead.threads());
+            if beside != threads {
+                self.ahead.set_active_threads(beside);
+            }
         }
     }
 
@@ -555,52 +480,4 @@ pub(crate) struct Waits {
     pub gpu: Duration,
     pub cpu: Duration,
     pub copy: Duration,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
-
-    #[test]
-    fn the_share_moves_towards_the_lane_that_waits_less() {
-        let mut balance = Balance::new(None);
-        assert_eq!(balance.share(), INITIAL_SHARE);
-        // The batch waited on the GPU lane for half its time: less for the GPU lane.
-        assert!(balance.follow(ms(50), ms(0), ms(100)));
-        assert!(balance.share() < INITIAL_SHARE);
-        let after_gpu_wait = balance.share();
-        // Then on the CPU lane: more for the GPU lane.
-        assert!(balance.follow(ms(0), ms(80), ms(100)));
-        assert!(balance.share() > after_gpu_wait);
-        // Balanced waits change nothing.
-        let before = balance.share();
-        assert!(!balance.follow(ms(10), ms(10), ms(100)));
-        assert_eq!(balance.share(), before);
-        // Steps are multiples of 1/64 and at most MAX_STEP.
-        assert_eq!((balance.share() * SHARE_STEPS).fract(), 0.0);
-        let mut b = Balance::new(None);
-        b.follow(ms(100), ms(0), ms(100));
-        assert!((INITIAL_SHARE - b.share() - MAX_STEP).abs() < 1e-6);
-    }
-
-    #[test]
-    fn the_share_stays_within_its_range_and_a_given_one_is_kept() {
-        let mut balance = Balance::new(None);
-        for _ in 0..100 {
-            balance.follow(ms(100), ms(0), ms(100));
-        }
-        assert_eq!(balance.share(), 0.0);
-        for _ in 0..100 {
-            balance.follow(ms(0), ms(100), ms(100));
-        }
-        assert_eq!(balance.share(), 1.0);
-        let mut pinned = Balance::new(Some(0.3));
-        assert!(!pinned.follow(ms(100), ms(0), ms(100)));
-        assert_eq!(pinned.share(), 0.3);
-        assert!(pinned.is_pinned());
-    }
 }

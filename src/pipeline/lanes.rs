@@ -12,8 +12,9 @@ use std::time::Instant;
 
 use cudarc::driver::{CudaSlice, CudaStream};
 
+use super::balance::Balance;
 use super::hybrid::{
-    opening_stopped, Balance, GpuOpening, HybridFilled, HybridLanes, Opening, Waits,
+    opening_stopped, CpuThreads, GpuOpening, HybridFilled, HybridLanes, Opening, Waits,
 };
 use super::output::DeviceWrites;
 use crate::batch::DecodedBy;
@@ -188,7 +189,7 @@ impl Lanes {
         ));
         let image_bytes = core.options.geometry.image_bytes();
         let ahead = CpuAhead::start(&core, threads, lookahead, batch_size + lookahead)?;
-        let balance = Balance::new(options.decode.gpu_share);
+        let mut cpu_seconds_per_image = CPU_SECONDS_PER_IMAGE;
         let (opening, why) = match config {
             None => {
                 let why = match (options.decode.lanes, cpu_only) {
@@ -197,15 +198,16 @@ impl Lanes {
                 };
                 (GpuOpening::NotAsked, why)
             }
-            Some(config) if balance.is_pinned() => {
+            Some(config) if options.decode.gpu_share.is_some() => {
                 match stopwatch.time(Stage::GpuOpen, || GpuLane::open(gpu, &config)) {
                     Ok(lane) => (GpuOpening::Open(Box::new(lane)), Lanes::asked(options)),
                     Err(reason) => return Lanes::fall_back(options, reason.to_string(), stopwatch),
                 }
             }
             Some(mut config) => {
-                config.assisted_first =
-                    images > 0 && epoch_bytes() / images as u64 >= ASSISTED_FIRST_MIN_MEAN_BYTES;
+                let mean_bytes = epoch_bytes() / images.max(1) as u64;
+                config.assisted_first = images > 0 && mean_bytes >= ASSISTED_FIRST_MIN_MEAN_BYTES;
+                cpu_seconds_per_image += mean_bytes as f64 * CPU_SECONDS_PER_BYTE;
                 let device = gpu.clone();
                 let watch = stopwatch.clone();
                 let opening =
@@ -218,6 +220,11 @@ impl Lanes {
                 (GpuOpening::Pending(opening), Lanes::asked(options))
             }
         };
+        let balance = Balance::new(
+            options.decode.gpu_share,
+            stopwatch.clone(),
+            cpu_seconds_per_image,
+        );
         Ok(Lanes::Hybrid(
             Box::new(HybridLanes::new(
                 opening,
@@ -226,7 +233,10 @@ impl Lanes {
                 gpu.stream().clone(),
                 image_bytes,
                 lookahead,
-                beside_gpu,
+                CpuThreads {
+                    beside_gpu,
+                    cores: (options.runtime.threads == 0).then_some(cores),
+                },
             )),
             DecodeWhy(why),
         ))

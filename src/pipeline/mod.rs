@@ -5,6 +5,7 @@
 //! the batch's tensor (upload + kernel on the pipeline's stream, or the host tensor) and queues
 //! the [`Batch`]. A bounded channel keeps at most `prefetch` batches ready ahead of the consumer.
 
+mod balance;
 mod builder;
 mod hybrid;
 mod lanes;
@@ -521,7 +522,7 @@ impl Pipeline {
     }
 
     /// While the GPU decode lane runs, its share of the images it can take: as given, or as it
-    /// follows the lanes' speeds batch after batch (`None` while it does not run). Giving it back
+    /// follows the lanes' measured rates (`None` while it does not run). Giving it back
     /// ([`PipelineBuilder::gpu_share`]) keeps it, and puts every image on the same lane in a
     /// later run.
     pub fn gpu_share(&self) -> Option<f32> {

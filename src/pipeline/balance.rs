@@ -1,0 +1,398 @@
+//! The share between the lanes in hybrid decoding: given and kept, or following the lanes'
+//! measured rates.
+//!
+//! Each lane's rate is what it decodes per second of working: the CPU lane's images over its
+//! threads' read, decode and resize time (divided among its threads), the GPU lane's images over
+//! the time of its busiest kind of thread (preparing, or submitting on one path; a submitting
+//! thread's time includes waiting for the device, so a lane bound by the device shows it). A
+//! lane waiting for work does not count that time, so a rate holds whatever share the lane had
+//! when it was measured. Of the images offered to the GPU lane it decodes a fraction and hands
+//! the rest (progressive files and the like) back to the CPU lane; the share at which both lanes
+//! finish together is then `gpu / ((gpu + cpu) * fraction)`, and the share moves towards it
+//! after each window of measurements.
+//!
+//! The same windows say how many cores the GPU lane's host threads keep busy, which the CPU
+//! lane leaves to them when the thread count is left to the pipeline ([`cpu_threads_beside`]).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::gpu::LaneActivity;
+use crate::profile::{Stage, Stopwatch};
+
+/// Shares move in steps of 1/64.
+const SHARE_STEPS: f32 = 64.0;
+
+/// The share the GPU lane starts from once it is open, before the rates say more: measured
+/// shares on the H100 and H200 machines were 0.7 to 0.8 on ImageNet-sized JPEGs and 0.85 to 1
+/// on camera-size photos.
+const INITIAL_SHARE: f32 = 0.75;
+
+/// A window of measurements lasts at least this long...
+const MIN_WINDOW: Duration = Duration::from_millis(250);
+
+/// ...and until the GPU lane has published this many results in it (decoded or refused).
+const MIN_GPU_RESULTS: u64 = 32;
+
+/// The CPU lane's rate is measured again once it decoded this many images in a window; with
+/// fewer, the last rate measured (or the estimate it started from) stands.
+const MIN_CPU_IMAGES: u64 = 8;
+
+/// The share moves this fraction of the way to the share a window's rates call for: rates
+/// measured at one share shift a little at another (the lanes share the host's cores and memory
+/// bandwidth, and a lane just begun is still filling its pipeline), so the share closes in
+/// rather than jumps.
+const GAIN: f32 = 0.5;
+
+/// The share between the lanes: given and kept, or following the lanes' rates.
+#[derive(Debug)]
+pub(crate) struct Balance {
+    share: f32,
+    pinned: bool,
+    meter: RateMeter,
+}
+
+impl Balance {
+    /// A given share, kept; or (`None`) one that starts at [`INITIAL_SHARE`] and follows the
+    /// lanes' rates read from `stopwatch` (the CPU lane's times) and the GPU lane's activity.
+    /// `cpu_seconds_per_image` is the estimate of one image's time on one CPU thread that
+    /// stands until the CPU lane has decoded enough images to be measured.
+    pub fn new(
+        given: Option<f32>,
+        stopwatch: Arc<Stopwatch>,
+        cpu_seconds_per_image: f64,
+    ) -> Balance {
+        Balance {
+            share: given.unwrap_or(INITIAL_SHARE),
+            pinned: given.is_some(),
+            meter: RateMeter::new(stopwatch, cpu_seconds_per_image),
+        }
+    }
+
+    /// The share in force.
+    pub fn share(&self) -> f32 {
+        self.share
+    }
+
+    /// Whether the share was given.
+    pub fn is_pinned(&self) -> bool {
+        self.pinned
+    }
+
+    /// Keeps `share` from now on.
+    pub fn pin(&mut self, share: f32) {
+        self.share = share;
+        self.pinned = true;
+    }
+
+    /// Starts the measurements afresh from the GPU lane's `activity` now (when it begins to be
+    /// offered images).
+    pub fn restart(&mut self, activity: LaneActivity) {
+        self.meter.restart(activity);
+    }
+
+    /// Takes the GPU lane's `activity` now, with `cpu_threads` of the CPU lane working: once a
+    /// window is complete, the cores the GPU lane's host threads kept busy in it, and whether
+    /// the share moved (towards the rates' share, unless it is pinned).
+    pub fn observe(&mut self, activity: LaneActivity, cpu_threads: usize) -> Option<Observed> {
+        let rates = self.meter.measure(activity, cpu_threads)?;
+        let mut moved = false;
+        if !self.pinned {
+            if let Some(target) = rates.share() {
+                let next = self.share + (target - self.share) * GAIN;
+                let next = (next.clamp(0.0, 1.0) * SHARE_STEPS).round() / SHARE_STEPS;
+                moved = next != self.share;
+                self.share = next;
+            }
+        }
+        Some(Observed {
+            moved,
+            gpu_cores: rates.gpu_cores,
+        })
+    }
+}
+
+/// What a complete window of measurements said.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Observed {
+    /// Whether the share moved.
+    pub moved: bool,
+    /// Cores the GPU lane's host threads kept busy (their working time over the window's).
+    pub gpu_cores: f64,
+}
+
+/// The lanes' rates over one window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct LaneRates {
+    /// Images a second the CPU lane decodes with its threads working.
+    pub cpu: f64,
+    /// Images a second the GPU lane decodes with its busiest threads working; `None` if it did
+    /// not decode in the window.
+    pub gpu: Option<f64>,
+    /// Of the images offered to the GPU lane, the fraction it decoded.
+    pub gpu_takes: f64,
+    /// Cores the GPU lane's host threads kept busy.
+    pub gpu_cores: f64,
+}
+
+impl LaneRates {
+    /// The share at which both lanes would finish a stretch of the order together: the GPU
+    /// lane decodes `share * gpu_takes` of the images, the CPU lane the rest.
+    pub fn share(&self) -> Option<f32> {
+        let gpu = self.gpu?;
+        if self.gpu_takes <= 0.0 || gpu + self.cpu <= 0.0 {
+            return None;
+        }
+        Some((gpu / ((gpu + self.cpu) * self.gpu_takes)).clamp(0.0, 1.0) as f32)
+    }
+}
+
+/// The CPU threads to keep working beside a GPU lane whose host threads keep `gpu_cores` cores
+/// busy, on `cores` cores: the rest (the thread that fills the batches mostly waits, and shares
+/// a core), at least one and at most `threads`.
+pub(crate) fn cpu_threads_beside(cores: usize, gpu_cores: f64, threads: usize) -> usize {
+    let taken = gpu_cores.max(0.0).round() as usize;
+    cores.saturating_sub(taken).clamp(1, threads.max(1))
+}
+
+/// Where a window began: the counters then.
+#[derive(Debug, Clone, Copy)]
+struct Mark {
+    at: Instant,
+    cpu_busy: Duration,
+    cpu_images: u64,
+    gpu: LaneActivity,
+}
+
+/// Measures the lanes' rates over windows of at least [`MIN_WINDOW`]. The first window after
+/// the GPU lane begins is its warm-up (its threads' first calls, buffers growing, the CPU lane
+/// finishing what it had looked at) and only marks where the next one starts.
+#[derive(Debug)]
+struct RateMeter {
+    stopwatch: Arc<Stopwatch>,
+    start: Option<Mark>,
+    /// Whether the current window is the warm-up.
+    warming_up: bool,
+    /// The CPU lane's time for one image on one thread: estimated, then measured.
+    cpu_seconds_per_image: f64,
+}
+
+impl RateMeter {
+    fn new(stopwatch: Arc<Stopwatch>, cpu_seconds_per_image: f64) -> RateMeter {
+        RateMeter {
+            stopwatch,
+            start: None,
+            warming_up: true,
+            cpu_seconds_per_image,
+        }
+    }
+
+    fn mark(&self, gpu: LaneActivity) -> Mark {
+        let busy = [Stage::CpuRead, Stage::CpuDecode, Stage::CpuResize]
+            .iter()
+            .map(|&stage| self.stopwatch.total(stage))
+            .sum();
+        Mark {
+            at: Instant::now(),
+            cpu_busy: busy,
+            cpu_images: self.stopwatch.count(Stage::CpuDecode),
+            gpu,
+        }
+    }
+
+    fn restart(&mut self, gpu: LaneActivity) {
+        self.start = Some(self.mark(gpu));
+        self.warming_up = true;
+    }
+
+    /// The rates since the window began, once it is complete (a new one then begins); the CPU
+    /// lane had `cpu_threads` threads working.
+    fn measure(&mut self, gpu: LaneActivity, cpu_threads: usize) -> Option<LaneRates> {
+        let now = self.mark(gpu);
+        let Some(start) = self.start else {
+            self.start = Some(now);
+            return None;
+        };
+        let window = now.at.duration_since(start.at);
+        let decoded = now.gpu.decoded.saturating_sub(start.gpu.decoded);
+        let refused = now.gpu.refused.saturating_sub(start.gpu.refused);
+        if window < MIN_WINDOW || decoded + refused < MIN_GPU_RESULTS {
+            return None;
+        }
+        self.start = Some(now);
+        if std::mem::take(&mut self.warming_up) {
+            return None;
+        }
+        let cpu_images = now.cpu_images.saturating_sub(start.cpu_images);
+        let cpu_busy = now.cpu_busy.saturating_sub(start.cpu_busy);
+        if cpu_images >= MIN_CPU_IMAGES && !cpu_busy.is_zero() {
+            self.cpu_seconds_per_image = cpu_busy.as_secs_f64() / cpu_images as f64;
+        }
+        let seconds = window.as_secs_f64();
+        let preparing = now.gpu.preparing.saturating_sub(start.gpu.preparing);
+        let calls = [0, 1].map(|p| now.gpu.calls[p].saturating_sub(start.gpu.calls[p]));
+        // The busiest kind of thread: the fraction of the window its threads worked.
+        let busy = |time: Duration, threads: usize| match threads {
+            0 => 0.0,
+            n => time.as_secs_f64() / (n as f64 * seconds),
+        };
+        let busiest = [
+            busy(preparing, now.gpu.preparing_threads),
+            busy(calls[0], now.gpu.call_threads[0]),
+            busy(calls[1], now.gpu.call_threads[1]),
+        ]
+        .into_iter()
+        .fold(0.0f64, f64::max);
+        let gpu = (decoded > 0 && busiest > 0.0).then(|| decoded as f64 / (busiest * seconds));
+        let gpu_work = preparing + calls[0] + calls[1];
+        Some(LaneRates {
+            cpu: cpu_threads.max(1) as f64 / self.cpu_seconds_per_image.max(1e-6),
+            gpu,
+            gpu_takes: decoded as f64 / (decoded + refused) as f64,
+            gpu_cores: gpu_work.as_secs_f64() / seconds,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rates(cpu: f64, gpu: f64, gpu_takes: f64) -> LaneRates {
+        LaneRates {
+            cpu,
+            gpu: Some(gpu),
+            gpu_takes,
+            gpu_cores: 0.0,
+        }
+    }
+
+    #[test]
+    fn the_rates_share_lets_both_lanes_finish_together() {
+        // Three times the CPU lane's rate: three quarters of the images.
+        let share = rates(1000.0, 3000.0, 1.0).share().unwrap();
+        assert!((share - 0.75).abs() < 1e-6);
+        // A GPU lane that hands a fifth back is offered more to decode as much.
+        let share = rates(1000.0, 3000.0, 0.8).share().unwrap();
+        assert!((share - 0.9375).abs() < 1e-6);
+        // Never past every image, never below none; no share without a GPU rate.
+        assert_eq!(rates(100.0, 3000.0, 0.5).share(), Some(1.0));
+        assert_eq!(rates(1000.0, 0.0, 1.0).share(), Some(0.0));
+        let none = LaneRates {
+            gpu: None,
+            ..rates(1.0, 1.0, 1.0)
+        };
+        assert_eq!(none.share(), None);
+        assert_eq!(rates(1000.0, 3000.0, 0.0).share(), None);
+    }
+
+    /// A GPU lane's activity: `decoded` and `refused` results, its preparing threads (three)
+    /// and its assisted path's threads (four) each busy `busy` of `seconds`.
+    fn activity(decoded: u64, refused: u64, busy: f64, seconds: f64) -> LaneActivity {
+        LaneActivity {
+            decoded,
+            refused,
+            preparing: Duration::from_secs_f64(3.0 * busy * seconds * 0.5),
+            preparing_threads: 3,
+            calls: [
+                Duration::ZERO,
+                Duration::from_secs_f64(4.0 * busy * seconds),
+            ],
+            call_threads: [0, 4],
+        }
+    }
+
+    #[test]
+    fn a_window_measures_the_lanes_rates_and_the_gpu_lanes_cores() {
+        let stopwatch = Arc::new(Stopwatch::default());
+        let mut meter = RateMeter::new(stopwatch.clone(), 0.01);
+        meter.restart(LaneActivity::default());
+        // Too soon: no rates.
+        assert!(meter.measure(activity(100, 0, 0.5, 0.0), 8).is_none());
+        // The warm-up: no rates either, whatever it saw.
+        std::thread::sleep(MIN_WINDOW);
+        stopwatch.add(Stage::CpuDecode, Duration::from_secs(9));
+        let warm_up = LaneActivity {
+            decoded: 100,
+            ..LaneActivity::default()
+        };
+        assert!(meter.measure(warm_up, 8).is_none());
+        std::thread::sleep(MIN_WINDOW);
+        // 40 images on the CPU lane at 20 ms of a thread each.
+        for _ in 0..40 {
+            stopwatch.add(Stage::CpuDecode, Duration::from_millis(15));
+            stopwatch.add(Stage::CpuResize, Duration::from_millis(5));
+        }
+        let seconds = MIN_WINDOW.as_secs_f64();
+        let rates = meter
+            .measure(activity(500, 100, 0.5, seconds), 8)
+            .expect("a complete window");
+        // 8 threads at 20 ms an image.
+        assert!((rates.cpu - 400.0).abs() < 1e-6, "{rates:?}");
+        // The assisted threads were the busiest: half the time. The window ran a little past
+        // MIN_WINDOW, so a little under 400 / (0.5 * seconds).
+        let gpu = rates.gpu.expect("a GPU rate");
+        let most = 400.0 / (0.5 * seconds);
+        assert!(gpu <= most + 1e-6 && gpu > 0.8 * most, "{gpu} {most}");
+        assert!((rates.gpu_takes - 0.8).abs() < 1e-9);
+        // Preparing threads three quarters of a core's worth, submitting ones two cores'.
+        assert!(
+            rates.gpu_cores > 2.3 && rates.gpu_cores <= 2.75 + 1e-6,
+            "{rates:?}"
+        );
+        // A window without CPU images keeps the CPU lane's last rate (per thread).
+        std::thread::sleep(MIN_WINDOW);
+        let later = meter
+            .measure(activity(900, 200, 0.5, 2.0 * seconds), 4)
+            .unwrap();
+        assert!((later.cpu - 200.0).abs() < 1e-6, "{later:?}");
+    }
+
+    #[test]
+    fn the_share_closes_in_on_the_rates_share_and_a_given_one_is_kept() {
+        let stopwatch = Arc::new(Stopwatch::default());
+        let mut balance = Balance::new(None, stopwatch.clone(), 0.02);
+        assert_eq!(balance.share(), INITIAL_SHARE);
+        balance.restart(LaneActivity::default());
+        std::thread::sleep(MIN_WINDOW);
+        assert!(balance.observe(activity(100, 0, 0.01, 1.0), 4).is_none());
+        assert_eq!(balance.share(), INITIAL_SHARE);
+        balance.restart(LaneActivity::default());
+        balance.meter.warming_up = false;
+        std::thread::sleep(MIN_WINDOW);
+        // The GPU lane fully busy at 2,000 images a second, the CPU lane estimated at 50 a
+        // thread with 4 threads: 2000 / 2200 of the images, half way from 0.75.
+        let seconds = MIN_WINDOW.as_secs_f64() * 1.05;
+        let observed = balance
+            .observe(activity((2000.0 * seconds) as u64, 0, 1.0, seconds), 4)
+            .expect("a complete window");
+        assert!(observed.moved);
+        let first = balance.share();
+        assert_eq!((first * SHARE_STEPS).fract(), 0.0);
+        assert!(first > 0.8 && first < 0.85, "{first}");
+        // Then towards a GPU lane handing half its images back (share 1).
+        std::thread::sleep(MIN_WINDOW);
+        let decoded = (2000.0 * seconds) as u64;
+        balance.observe(activity(2 * decoded, decoded, 1.0, 2.0 * seconds), 4);
+        let second = balance.share();
+        assert!(second > first && second < 1.0, "{first} {second}");
+
+        let mut pinned = Balance::new(Some(0.3), stopwatch, 0.02);
+        pinned.restart(LaneActivity::default());
+        pinned.meter.warming_up = false;
+        std::thread::sleep(MIN_WINDOW);
+        let observed = pinned.observe(activity(1000, 0, 1.0, seconds), 4).unwrap();
+        assert!(!observed.moved);
+        assert_eq!(pinned.share(), 0.3);
+        assert!(pinned.is_pinned());
+    }
+
+    #[test]
+    fn the_cpu_lane_leaves_the_gpu_lane_the_cores_it_keeps_busy() {
+        assert_eq!(cpu_threads_beside(16, 5.2, 16), 11);
+        assert_eq!(cpu_threads_beside(16, 6.6, 16), 9);
+        assert_eq!(cpu_threads_beside(16, 0.0, 16), 16);
+        assert_eq!(cpu_threads_beside(16, 3.0, 12), 12);
+        assert_eq!(cpu_threads_beside(4, 9.0, 4), 1);
+    }
+}
