@@ -89,8 +89,10 @@ const PREPARING_THREADS: usize = 3;
 /// Host threads that submit calls to the assisted path ([`assisted`]), each with its own decoder
 /// and stream: each waits for its call's entropy decode before the resize, so several keep the
 /// GPU busy. Measured on the H200 machine with camera photos: 1,130-1,140 images/s with one,
-/// 1,560 with two, 1,740-1,910 with three, 1,800-1,910 with four.
-const ASSISTED_THREADS: usize = 3;
+/// 1,560 with two, 1,740-1,910 with three, 1,800-1,910 with four; on a later build, in turn in
+/// one run, four gave 2,104-2,123 against three's 1,883-1,895 (the GPU's cores 90-95% busy
+/// either way). Each holds about 1.2 GB of device memory.
+const ASSISTED_THREADS: usize = 4;
 
 /// Side of the square image each decoder's nvJPEG pool is made ready for at open
 /// (`nvjpegDecodeBatchedPreAllocate` for a call of [`CHUNK`] of them), so that typical photos
