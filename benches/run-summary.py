@@ -12,7 +12,12 @@ if not lines:
     print(f"{label}: no output")
     sys.exit(1)
 j = json.loads(lines[-1])
-epochs = " ".join(f"{e['images'] / max(e['seconds'], 1e-9):.0f}" for e in j["epochs"])
+def gpu_part(e):
+    by = e.get("decoded_by")
+    return f" gpu {by['gpu'] / max(by['cpu'] + by['gpu'], 1):.2f}" if by else ""
+
+
+epochs = ", ".join(f"{e['images'] / max(e['seconds'], 1e-9):.0f}{gpu_part(e)}" for e in j["epochs"])
 cold = ""
 if len(sys.argv) > 2:
     s = float(sys.argv[2])

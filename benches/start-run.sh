@@ -4,10 +4,12 @@
 # engines open), ImageNet-sized files steady, and cold starts (process start to exit), with
 # NVIDIA DALI's mixed decoder on the photos when it is importable. Run on the GPU machine from the
 # repository root (carry .gpu). BASE_ENV (default empty) is put before the base binary's runs.
-# STEPS (default "large imagenet cold"), ROUNDS (default 2), BATCHES (default "256 32").
+# STEPS (default "large imagenet cold"), ROUNDS (default 2), BATCHES (default "256 32"),
+# IMAGENET_EPOCHS (default 3).
 #   large     benches/make-large.py's two sets, 2,048 entries an epoch, 3 epochs: the default
 #             mode, this build and the build before; the GPU lane alone (--gpu-share 1) once
-#   imagenet  8,192 make-corpus files, 3 epochs: the default mode and hybrid with a given share
+#   imagenet  8,192 make-corpus files, IMAGENET_EPOCHS epochs: the default mode and hybrid with a
+#             given share
 #   cold      one epoch of the 8,192 files, process start to exit: the default and CPU decode
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -42,11 +44,12 @@ fi
 [ -d /tmp/c8k ] || python3 .gpu/tools/make-corpus /tmp/c8k 8192 0 >/dev/null
 if want imagenet; then
   for round in $(seq "$rounds"); do
-    echo "=== round $round, 8,192 ImageNet-like files, 3 epochs"
-    base run /tmp/c8k --json --epochs 3 | summary "before, default   " | head -1
-    $new run /tmp/c8k --json --epochs 3 | summary "this,   default   " | head -1
-    base run /tmp/c8k --json --epochs 3 --decode hybrid --gpu-share 0.75 | summary "before, hybrid 0.75" | head -1
-    $new run /tmp/c8k --json --epochs 3 --decode hybrid --gpu-share 0.75 | summary "this,   hybrid 0.75" | head -1
+    n=${IMAGENET_EPOCHS:-3}
+    echo "=== round $round, 8,192 ImageNet-like files, $n epochs"
+    base run /tmp/c8k --json --epochs $n | summary "before, default   " | head -1
+    $new run /tmp/c8k --json --epochs $n | summary "this,   default   " | head -1
+    base run /tmp/c8k --json --epochs $n --decode hybrid --gpu-share 0.75 | summary "before, hybrid 0.75" | head -1
+    $new run /tmp/c8k --json --epochs $n --decode hybrid --gpu-share 0.75 | summary "this,   hybrid 0.75" | head -1
   done
 fi
 if want cold; then

@@ -209,7 +209,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = Decode::Auto)]
     decode: Decode,
     /// With the GPU decode lane, its share of the images it can take, 0 to 1 (default: follows
-    /// the lanes' speeds and is printed; give it back to decode every image in the same lane
+    /// the lanes' measured rates and is printed; give it back to decode every image in the same lane
     /// again).
     #[arg(long)]
     gpu_share: Option<f32>,
@@ -969,7 +969,9 @@ impl Summary<'_> {
             .map(|(r, &s)| {
                 let mut epoch = json!({"epoch": r.epoch, "images": r.images,
                        "batches": r.batches, "padded": r.padded, "skipped": r.skipped.len(),
-                       "dropped": r.dropped, "seconds": s, "complete": r.complete});
+                       "dropped": r.dropped, "seconds": s, "complete": r.complete,
+                       "decoded_by": {"cpu": r.decoded_by_cpu, "gpu": r.decoded_by_gpu,
+                                      "gpu_assisted": r.decoded_by_assisted}});
                 if let Some(reads) = &r.reads {
                     epoch["reads"] = reads_json(reads, s);
                 }
