@@ -94,6 +94,14 @@ const PREPARING_THREADS: usize = 3;
 /// either way). Each holds about 1.2 GB of device memory.
 const ASSISTED_THREADS: usize = 4;
 
+/// The assisted path's submitting threads for `config`'s files.
+fn assisted_threads(config: &GpuLaneConfig) -> usize {
+    match config.large_files {
+        true => ASSISTED_THREADS,
+        false => 1,
+    }
+}
+
 /// Side of the square image each decoder's nvJPEG pool is made ready for at open
 /// (`nvjpegDecodeBatchedPreAllocate` for a call of [`CHUNK`] of them), so that typical photos
 /// (ImageNet's are about 400x350, few over 1 Mpx) decode without nvJPEG allocating on the way.
@@ -140,6 +148,11 @@ pub(crate) struct GpuLaneConfig {
     /// assisted path while its JPEG engines open: for epochs of large files, which the assisted
     /// path takes.
     pub assisted_first: bool,
+    /// Whether the epoch's files are large on average (192 KB or more: camera photos): the
+    /// assisted path then opens all its submitting threads ([`ASSISTED_THREADS`]); otherwise
+    /// one, for the few large files among small ones, which opens sooner (each thread's buffers
+    /// take tens of milliseconds to allocate, beside the first batches) and holds less memory.
+    pub large_files: bool,
 }
 
 /// `struct GfGather` of kernels/resize.cu: one image copied from the ring into a batch.
@@ -283,7 +296,7 @@ impl GpuLane {
         // The assisted path is an addition: without it the engines take every image they can.
         let assisting = Instant::now();
         let assisted = match config.assisted_share > 0.0 {
-            true => (0..ASSISTED_THREADS)
+            true => (0..assisted_threads(config))
                 .map(|_| DecoderSet::open_assisted(gpu, &module, geometry, filter))
                 .collect::<Result<Vec<_>, _>>(),
             false => Err(GpuLaneError::Opening("its share is 0".into())),
@@ -339,7 +352,7 @@ impl GpuLane {
                 image_bytes,
                 lookahead,
                 max_file_bytes: config.max_file_bytes,
-                queued_calls: [SUBMITTING_THREADS, ASSISTED_THREADS],
+                queued_calls: [SUBMITTING_THREADS, assisted_threads(config)],
                 assisted_share,
             },
         )?;
@@ -426,7 +439,7 @@ impl GpuLane {
     }
 
     /// Bytes of device memory the lane takes for `config` (before opening it): its ring, and
-    /// each thread's decode, colour and resize buffers.
+    /// each thread's decode, colour and resize buffers (for large files: at most).
     pub fn device_bytes(config: &GpuLaneConfig) -> u128 {
         let slots = ring_slots(config.batch_size);
         let per_thread = 6 * MAX_CALL_PIXELS as u128;

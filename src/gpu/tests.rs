@@ -46,6 +46,7 @@ fn open_lane_assisting(
         exif_orientation: false,
         assisted_share,
         assisted_first: false,
+        large_files: false,
     };
     GpuLane::open_for(
         gpu,
@@ -617,6 +618,7 @@ fn a_lane_whose_engines_open_beside_it_takes_their_images_once_they_join() {
         exif_orientation: false,
         assisted_share: 1.0,
         assisted_first: true,
+        large_files: true,
     };
     let mut lane = GpuLane::open_for(
         &gpu,

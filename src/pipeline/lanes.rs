@@ -54,12 +54,13 @@ const CPU_SECONDS_PER_BYTE: f64 = 14e-9;
 /// a run the CPU lane finishes sooner does not repay it.
 const GPU_LANE_OPEN_SECONDS: u64 = 2;
 
-/// Mean encoded bytes of an epoch's files from which a GPU lane opened beside running batches
-/// starts with its assisted path while its JPEG engines open: about a megapixel photo's at
-/// quality 75-90, the files the assisted path takes (ImageNet's average about 110 KB). Smaller
-/// files are the engines' (and while those open, the CPU lane's), so for them the lane opens
-/// with its engines, as a whole.
-const ASSISTED_FIRST_MIN_MEAN_BYTES: u64 = 192 << 10;
+/// Mean encoded bytes of an epoch's files from which they count as large: about a megapixel
+/// photo's at quality 75-90, the files the assisted path takes (ImageNet's average about
+/// 110 KB). For large files the GPU lane opens all its assisted path's threads, and opened beside
+/// running batches it starts with its assisted path while its JPEG engines open. Smaller files
+/// are the engines' (and while those open, the CPU lane's), so for them the lane opens with its
+/// engines, as a whole, and one assisted thread.
+const LARGE_FILES_MIN_MEAN_BYTES: u64 = 192 << 10;
 
 /// Why automatic decoding leaves a run to the CPU lane, if it does: epochs of `images` images
 /// of `epoch_bytes` encoded bytes, `planned` of them if known, on `cores` cores.
@@ -120,6 +121,7 @@ impl Lanes {
             exif_orientation: options.decode.exif_orientation,
             assisted_share: options.decode.assisted_share,
             assisted_first: false,
+            large_files: false,
         })
     }
 
@@ -198,7 +200,9 @@ impl Lanes {
                 };
                 (GpuOpening::NotAsked, why)
             }
-            Some(config) if options.decode.gpu_share.is_some() => {
+            Some(mut config) if options.decode.gpu_share.is_some() => {
+                let mean_bytes = epoch_bytes() / images.max(1) as u64;
+                config.large_files = images > 0 && mean_bytes >= LARGE_FILES_MIN_MEAN_BYTES;
                 match stopwatch.time(Stage::GpuOpen, || GpuLane::open(gpu, &config)) {
                     Ok(lane) => (GpuOpening::Open(Box::new(lane)), Lanes::asked(options)),
                     Err(reason) => return Lanes::fall_back(options, reason.to_string(), stopwatch),
@@ -206,7 +210,8 @@ impl Lanes {
             }
             Some(mut config) => {
                 let mean_bytes = epoch_bytes() / images.max(1) as u64;
-                config.assisted_first = images > 0 && mean_bytes >= ASSISTED_FIRST_MIN_MEAN_BYTES;
+                config.large_files = images > 0 && mean_bytes >= LARGE_FILES_MIN_MEAN_BYTES;
+                config.assisted_first = config.large_files;
                 cpu_seconds_per_image += mean_bytes as f64 * CPU_SECONDS_PER_BYTE;
                 let device = gpu.clone();
                 let watch = stopwatch.clone();
