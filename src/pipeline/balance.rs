@@ -23,10 +23,13 @@ use crate::profile::{Stage, Stopwatch};
 /// Shares move in steps of 1/64.
 const SHARE_STEPS: f32 = 64.0;
 
-/// The share the GPU lane starts from once it is open, before the rates say more: measured
-/// shares on the H100 and H200 machines were 0.7 to 0.8 on ImageNet-sized JPEGs and 0.85 to 1
-/// on camera-size photos.
+/// The share the GPU lane starts from once it is open, before the rates say more: the shares the
+/// rates found on the H100 and H200 machines were 0.7 to 0.8 on ImageNet-sized JPEGs...
 const INITIAL_SHARE: f32 = 0.75;
+
+/// ...and 0.83 to 0.88 on baseline camera photos (1.0 on a mix with progressive files, which the
+/// GPU lane hands back): the start for epochs of large files, which the assisted path takes.
+const INITIAL_SHARE_LARGE_FILES: f32 = 0.875;
 
 /// A window of measurements lasts at least this long...
 const MIN_WINDOW: Duration = Duration::from_millis(250);
@@ -53,17 +56,23 @@ pub(crate) struct Balance {
 }
 
 impl Balance {
-    /// A given share, kept; or (`None`) one that starts at [`INITIAL_SHARE`] and follows the
-    /// lanes' rates read from `stopwatch` (the CPU lane's times) and the GPU lane's activity.
+    /// A given share, kept; or (`None`) one that starts at [`INITIAL_SHARE`] (for `large_files`,
+    /// [`INITIAL_SHARE_LARGE_FILES`]) and follows the lanes' rates read from `stopwatch` (the CPU
+    /// lane's times) and the GPU lane's activity.
     /// `cpu_seconds_per_image` is the estimate of one image's time on one CPU thread that
     /// stands until the CPU lane has decoded enough images to be measured.
     pub fn new(
         given: Option<f32>,
+        large_files: bool,
         stopwatch: Arc<Stopwatch>,
         cpu_seconds_per_image: f64,
     ) -> Balance {
+        let initial = match large_files {
+            true => INITIAL_SHARE_LARGE_FILES,
+            false => INITIAL_SHARE,
+        };
         Balance {
-            share: given.unwrap_or(INITIAL_SHARE),
+            share: given.unwrap_or(initial),
             pinned: given.is_some(),
             meter: RateMeter::new(stopwatch, cpu_seconds_per_image),
         }
@@ -351,7 +360,11 @@ mod tests {
     #[test]
     fn the_share_closes_in_on_the_rates_share_and_a_given_one_is_kept() {
         let stopwatch = Arc::new(Stopwatch::default());
-        let mut balance = Balance::new(None, stopwatch.clone(), 0.02);
+        assert_eq!(
+            Balance::new(None, true, stopwatch.clone(), 0.02).share(),
+            INITIAL_SHARE_LARGE_FILES
+        );
+        let mut balance = Balance::new(None, false, stopwatch.clone(), 0.02);
         assert_eq!(balance.share(), INITIAL_SHARE);
         balance.restart(LaneActivity::default());
         std::thread::sleep(MIN_WINDOW);
@@ -377,7 +390,7 @@ mod tests {
         let second = balance.share();
         assert!(second > first && second < 1.0, "{first} {second}");
 
-        let mut pinned = Balance::new(Some(0.3), stopwatch, 0.02);
+        let mut pinned = Balance::new(Some(0.3), true, stopwatch, 0.02);
         pinned.restart(LaneActivity::default());
         pinned.meter.warming_up = false;
         std::thread::sleep(MIN_WINDOW);

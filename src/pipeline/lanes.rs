@@ -192,6 +192,7 @@ impl Lanes {
         let image_bytes = core.options.geometry.image_bytes();
         let ahead = CpuAhead::start(&core, threads, lookahead, batch_size + lookahead)?;
         let mut cpu_seconds_per_image = CPU_SECONDS_PER_IMAGE;
+        let mut large_files = false;
         let (opening, why) = match config {
             None => {
                 let why = match (options.decode.lanes, cpu_only) {
@@ -212,6 +213,7 @@ impl Lanes {
                 let mean_bytes = epoch_bytes() / images.max(1) as u64;
                 config.large_files = images > 0 && mean_bytes >= LARGE_FILES_MIN_MEAN_BYTES;
                 config.assisted_first = config.large_files;
+                large_files = config.large_files;
                 cpu_seconds_per_image += mean_bytes as f64 * CPU_SECONDS_PER_BYTE;
                 let device = gpu.clone();
                 let watch = stopwatch.clone();
@@ -227,6 +229,7 @@ impl Lanes {
         };
         let balance = Balance::new(
             options.decode.gpu_share,
+            large_files,
             stopwatch.clone(),
             cpu_seconds_per_image,
         );
