@@ -561,10 +561,10 @@ pub struct DecodeOptions {
     /// Which decoders fill the batches (default: [`Decode::Auto`]).
     pub lanes: Decode,
     /// With hybrid or automatic decoding, the share of the images the GPU lane can take that it
-    /// is offered, 0 to 1. `None` (default): it starts at 0.75 once the GPU lane has opened and
-    /// follows the lanes' measured rates; the pipeline reports it ([`crate::Pipeline::gpu_share`]), and
-    /// giving a share makes every run decode every image in the same lane, so its output is the
-    /// same bit for bit.
+    /// is offered, 0 to 1. `None` (default): it starts at 0.75 (0.875 for epochs of large files)
+    /// once the GPU lane has opened and follows the lanes' measured rates; the pipeline reports
+    /// it ([`crate::Pipeline::gpu_share`]), and giving a share makes every run decode every
+    /// image in the same lane, so its output is the same bit for bit.
     pub gpu_share: Option<f32>,
     /// Of the GPU lane's baseline JPEGs of 1 Mpx or more, the share its assisted path decodes
     /// (entropy decoding, inverse DCT, upsampling and colour on the GPU's cores, exactly as

@@ -14,9 +14,9 @@
 //! looked at once it is ready: with its assisted path after a fifth of a second or so, its JPEG
 //! engines joining a second or two later (until then the CPU lane takes their images back). From
 //! then on the share follows the lanes' measured rates ([`super::balance`]): after each window of
-//! a quarter of a second or more it moves towards the share at which both lanes finish together,
-//! from the first position neither lane has reached, so the lanes always agree on who decodes
-//! what; and with the thread count left to the pipeline the CPU lane leaves the GPU lane's host
+//! a quarter of a second or more it moves half way towards the share at which both lanes finish
+//! together, from the first position neither lane has reached, so the lanes always agree on who
+//! decodes what; and with the thread count left to the pipeline the CPU lane leaves the GPU lane's host
 //! threads the cores they keep busy. A share given ([`crate::PipelineBuilder::gpu_share`]) is
 //! kept instead, and the lane opens before the first batch: every image then goes to the same
 //! lane on every run, and the bytes are the same run after run.
