@@ -118,8 +118,8 @@ impl Stopwatch {
                 .iter()
                 .map(|&stage| StageTime {
                     stage,
-                    seconds: self.nanos[stage.slot()].load(Ordering::Relaxed) as f64 * 1e-9,
-                    count: self.counts[stage.slot()].load(Ordering::Relaxed),
+                    seconds: self.total(stage).as_secs_f64(),
+                    count: self.count(stage),
                 })
                 .collect(),
         }

@@ -1236,6 +1236,12 @@ fn large_photos_pipeline(dir: &std::path::Path, decode: Decode) -> PipelineBuild
         .device(Device::Cuda(0))
 }
 
+/// The mean and the 99.9th percentile of the differences between `a` and `b`, value by value.
+fn difference(a: &[f32], b: &[f32]) -> (f32, f32) {
+    let mut diffs: Vec<f32> = a.iter().zip(b).map(|(a, b)| (a - b).abs()).collect();
+    mean_and_p999(&mut diffs)
+}
+
 /// One epoch of `pipeline`: its ids, its values and its report.
 fn read_epoch(pipeline: &mut Pipeline) -> (Vec<String>, Vec<f32>, EpochReport) {
     let (mut ids, mut values) = (Vec::new(), Vec::new());
@@ -1275,12 +1281,7 @@ fn large_photos_take_the_assisted_path_beside_the_engines() {
         report.decoded_by_assisted,
         report.decoded_by_gpu
     );
-    let mut diffs: Vec<f32> = cpu
-        .iter()
-        .zip(&hybrid)
-        .map(|(a, b)| (a - b).abs())
-        .collect();
-    let (mean, p999) = mean_and_p999(&mut diffs);
+    let (mean, p999) = difference(&cpu, &hybrid);
     println!(
         "large photos, hybrid ({} by the engines, {} by the assisted path) vs CPU decode: \
          mean {mean:.4}, p99.9 {p999}",
@@ -1319,12 +1320,7 @@ fn large_photos_start_on_the_assisted_path_while_the_engines_open() {
         let engines_opening = pipeline.decode_description().contains("opening beside");
         let (ids, values, report) = read_epoch(&mut pipeline);
         assert_eq!(ids, cpu_ids);
-        let mut diffs: Vec<f32> = cpu
-            .iter()
-            .zip(&values)
-            .map(|(a, b)| (a - b).abs())
-            .collect();
-        let (mean, p999) = mean_and_p999(&mut diffs);
+        let (mean, p999) = difference(&cpu, &values);
         assert!(mean <= 0.005, "mean {mean:.4} levels, p99.9 {p999}");
         if engines_opening {
             assisted_before_engines += report.decoded_by_assisted;

@@ -18,7 +18,7 @@
 //! Which image goes to which lane, and which images share an `nvjpegDecodeBatched` call, depend
 //! on the order, the share and the files alone, never on timing: the output is the same on every
 //! run. The one exception is a lane opened beside a pipeline already making batches (automatic
-//! decoding, whose share follows the lanes' speeds anyway): it starts with its assisted path,
+//! decoding, whose share follows the lanes' rates anyway): it starts with its assisted path,
 //! whose threads open in a fifth of a second, while its engines open on a thread of their own
 //! (a second or two), and until they join the images they would take go to the CPU lane.
 //!
@@ -144,14 +144,13 @@ pub(crate) struct GpuLaneConfig {
     /// Of the large baseline images, the share the assisted path takes (0: none, the engines
     /// take them all).
     pub assisted_share: f32,
-    /// Whether a lane opened beside running batches ([`GpuLane::open_unless`]) starts with its
-    /// assisted path while its JPEG engines open: for epochs of large files, which the assisted
-    /// path takes.
-    pub assisted_first: bool,
     /// Whether the epoch's files are large on average (192 KB or more: camera photos): the
-    /// assisted path then opens all its submitting threads ([`ASSISTED_THREADS`]); otherwise
-    /// one, for the few large files among small ones, which opens sooner (each thread's buffers
-    /// take tens of milliseconds to allocate, beside the first batches) and holds less memory.
+    /// assisted path then opens all its submitting threads ([`ASSISTED_THREADS`]), and a lane
+    /// opened beside running batches ([`GpuLane::open_unless`]) starts with its assisted path,
+    /// which takes such files, while its JPEG engines open. Otherwise the assisted path opens
+    /// one thread, for the few large files among small ones, which opens sooner (each thread's
+    /// buffers take tens of milliseconds to allocate, beside the first batches) and holds less
+    /// memory, and the lane opens whole.
     pub large_files: bool,
 }
 
@@ -210,7 +209,7 @@ impl GpuLane {
 
     /// [`GpuLane::open`] on a thread of its own, for a pipeline already making batches: gives
     /// up, between its steps, once `cancel` is raised (the pipeline that wanted it is gone).
-    /// With [`GpuLaneConfig::assisted_first`] and the assisted path open, the lane comes without
+    /// With [`GpuLaneConfig::large_files`] and the assisted path open, the lane comes without
     /// its JPEG engines, which open beside it (most of the lane's setup, a second or two): until
     /// they join, the images the engines would take go to the CPU lane
     /// ([`GpuLane::poll_engines`]).
@@ -219,7 +218,7 @@ impl GpuLane {
         config: &GpuLaneConfig,
         cancel: &AtomicBool,
     ) -> Result<GpuLane, GpuLaneError> {
-        let engines = match config.assisted_first {
+        let engines = match config.large_files {
             true => EnginesOpen::BesideTheLane,
             false => EnginesOpen::BeforeTheLane,
         };
@@ -430,12 +429,6 @@ impl GpuLane {
     /// threads' working time.
     pub fn activity(&self) -> LaneActivity {
         self.runner.activity()
-    }
-
-    /// Whether the JPEG engines are still opening.
-    #[cfg(test)]
-    pub fn engines_pending(&self) -> bool {
-        matches!(self.engines, Engines::Coming(_))
     }
 
     /// Bytes of device memory the lane takes for `config` (before opening it): its ring, and

@@ -348,12 +348,9 @@ impl Shared {
             self.changed.notify_all();
             return;
         }
+        let published = entries.len();
         let mut refused = Vec::new();
         for (position, slot, result) in entries {
-            match result {
-                LaneResult::Refused => state.refused += 1,
-                LaneResult::Decoded(_) => state.decoded += 1,
-            }
             if let LaneResult::Refused = result {
                 // Never written, or written on the submitting thread's stream only, which the
                 // next writer of the slot waits for (its own stream, or `released` after this
@@ -363,6 +360,8 @@ impl Shared {
             }
             state.results.insert(position, result);
         }
+        state.refused += refused.len() as u64;
+        state.decoded += (published - refused.len()) as u64;
         self.changed.notify_all();
         drop(state);
         if let Some(hand_back) = &work.lane.refused {

@@ -48,13 +48,6 @@ impl ShareSchedule {
             .map_or(0.0, |&(_, share)| share)
     }
 
-    /// The share of the last step, and the position it starts at.
-    #[cfg(test)]
-    pub fn last(&self) -> (usize, f32) {
-        let steps = self.steps.read().unwrap_or_else(|e| e.into_inner());
-        steps.last().copied().unwrap_or((0, 0.0))
-    }
-
     /// `share` from `position` on (positions before the last step's are taken as that step's).
     pub fn set_from(&self, position: usize, share: f32) {
         let mut steps = self.steps.write().unwrap_or_else(|e| e.into_inner());
@@ -152,11 +145,11 @@ mod tests {
         schedule.set_from(2_000, 0.75);
         assert_eq!(schedule.at(1_999), 0.5);
         assert_eq!(schedule.at(5_000), 0.75);
-        assert_eq!(schedule.last(), (2_000, 0.75));
         // A step never reaches back before the last one.
         schedule.set_from(100, 0.25);
         assert_eq!(schedule.at(1_000), 0.5);
-        assert_eq!(schedule.last(), (2_000, 0.25));
+        assert_eq!((schedule.at(1_999), schedule.at(2_000)), (0.5, 0.25));
+        assert_eq!(schedule.at(5_000), 0.25);
         // Offers follow the step in force at the position.
         let offered_at = |position: usize| {
             (0..10_000)

@@ -173,13 +173,28 @@ struct Mark {
     gpu: LaneActivity,
 }
 
+/// The counters now: the CPU lane's times in `stopwatch`, the GPU lane's `gpu`.
+fn mark(stopwatch: &Stopwatch, gpu: LaneActivity) -> Mark {
+    let busy = [Stage::CpuRead, Stage::CpuDecode, Stage::CpuResize]
+        .iter()
+        .map(|&stage| stopwatch.total(stage))
+        .sum();
+    Mark {
+        at: Instant::now(),
+        cpu_busy: busy,
+        cpu_images: stopwatch.count(Stage::CpuDecode),
+        gpu,
+    }
+}
+
 /// Measures the lanes' rates over windows of at least [`MIN_WINDOW`]. The first window after
 /// the GPU lane begins is its warm-up (its threads' first calls, buffers growing, the CPU lane
 /// finishing what it had looked at) and only marks where the next one starts.
 #[derive(Debug)]
 struct RateMeter {
     stopwatch: Arc<Stopwatch>,
-    start: Option<Mark>,
+    /// Where the current window began.
+    start: Mark,
     /// Whether the current window is the warm-up.
     warming_up: bool,
     /// The CPU lane's time for one image on one thread: estimated, then measured.
@@ -189,46 +204,29 @@ struct RateMeter {
 impl RateMeter {
     fn new(stopwatch: Arc<Stopwatch>, cpu_seconds_per_image: f64) -> RateMeter {
         RateMeter {
+            start: mark(&stopwatch, LaneActivity::default()),
             stopwatch,
-            start: None,
             warming_up: true,
             cpu_seconds_per_image,
         }
     }
 
-    fn mark(&self, gpu: LaneActivity) -> Mark {
-        let busy = [Stage::CpuRead, Stage::CpuDecode, Stage::CpuResize]
-            .iter()
-            .map(|&stage| self.stopwatch.total(stage))
-            .sum();
-        Mark {
-            at: Instant::now(),
-            cpu_busy: busy,
-            cpu_images: self.stopwatch.count(Stage::CpuDecode),
-            gpu,
-        }
-    }
-
     fn restart(&mut self, gpu: LaneActivity) {
-        self.start = Some(self.mark(gpu));
+        self.start = mark(&self.stopwatch, gpu);
         self.warming_up = true;
     }
 
     /// The rates since the window began, once it is complete (a new one then begins); the CPU
     /// lane had `cpu_threads` threads working.
     fn measure(&mut self, gpu: LaneActivity, cpu_threads: usize) -> Option<LaneRates> {
-        let now = self.mark(gpu);
-        let Some(start) = self.start else {
-            self.start = Some(now);
-            return None;
-        };
+        let (start, now) = (self.start, mark(&self.stopwatch, gpu));
         let window = now.at.duration_since(start.at);
         let decoded = now.gpu.decoded.saturating_sub(start.gpu.decoded);
         let refused = now.gpu.refused.saturating_sub(start.gpu.refused);
         if window < MIN_WINDOW || decoded + refused < MIN_GPU_RESULTS {
             return None;
         }
-        self.start = Some(now);
+        self.start = now;
         if std::mem::take(&mut self.warming_up) {
             return None;
         }

@@ -16,10 +16,11 @@
 //! then on the share follows the lanes' measured rates ([`super::balance`]): after each window of
 //! a quarter of a second or more it moves half way towards the share at which both lanes finish
 //! together, from the first position neither lane has reached, so the lanes always agree on who
-//! decodes what; and with the thread count left to the pipeline the CPU lane leaves the GPU lane's host
-//! threads the cores they keep busy. A share given ([`crate::PipelineBuilder::gpu_share`]) is
-//! kept instead, and the lane opens before the first batch: every image then goes to the same
-//! lane on every run, and the bytes are the same run after run.
+//! decodes what; and with the thread count left to the pipeline the CPU lane leaves the GPU
+//! lane's host threads the cores they keep busy. A share given
+//! ([`crate::PipelineBuilder::gpu_share`]) is kept instead, and the lane opens before the first
+//! batch: every image then goes to the same lane on every run, and the bytes are the same run
+//! after run.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -131,10 +132,9 @@ impl HybridLanes {
         lookahead: usize,
         threads: CpuThreads,
     ) -> HybridLanes {
-        let threads_beside_gpu = threads.beside_gpu;
         // The CPU lane leaves the GPU lane's cores free from the start: opening the lane's
         // decoders is host work too, and on a core of its own it ends sooner.
-        ahead.set_active_threads(threads_beside_gpu);
+        ahead.set_active_threads(threads.beside_gpu);
         let gpu = match gpu {
             GpuOpening::Open(lane) => GpuState::Open(lane),
             GpuOpening::Pending(opening) => GpuState::Opening(opening),

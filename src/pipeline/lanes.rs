@@ -50,6 +50,11 @@ pub(crate) const AUTO_MIN_BYTES: u64 = 100 << 20;
 const CPU_SECONDS_PER_IMAGE: f64 = 0.6e-3;
 const CPU_SECONDS_PER_BYTE: f64 = 14e-9;
 
+/// Seconds of one core the CPU lane spends on `images` images of `bytes` encoded bytes, about.
+fn cpu_seconds(images: u64, bytes: u64) -> f64 {
+    images as f64 * CPU_SECONDS_PER_IMAGE + bytes as f64 * CPU_SECONDS_PER_BYTE
+}
+
 /// Seconds the GPU lane takes to open, about (its JPEG engines' decoders: 1.5-2.5 s measured):
 /// a run the CPU lane finishes sooner does not repay it.
 const GPU_LANE_OPEN_SECONDS: u64 = 2;
@@ -80,9 +85,7 @@ fn auto_stays_on_cpu(
     let epochs = planned?;
     let run_bytes = epoch_bytes().saturating_mul(epochs);
     let run_images = (images as u64).saturating_mul(epochs);
-    let cpu_seconds = (run_images as f64 * CPU_SECONDS_PER_IMAGE
-        + run_bytes as f64 * CPU_SECONDS_PER_BYTE)
-        / cores.max(1) as f64;
+    let cpu_seconds = cpu_seconds(run_images, run_bytes) / cores.max(1) as f64;
     (cpu_seconds < GPU_LANE_OPEN_SECONDS as f64).then(|| {
         format!(
             "a run of {epochs} epoch{} ({} MB, about {cpu_seconds:.1} s of the CPU threads) ends \
@@ -120,7 +123,6 @@ impl Lanes {
             max_file_bytes: options.decode.max_file_bytes,
             exif_orientation: options.decode.exif_orientation,
             assisted_share: options.decode.assisted_share,
-            assisted_first: false,
             large_files: false,
         })
     }
@@ -191,8 +193,15 @@ impl Lanes {
         ));
         let image_bytes = core.options.geometry.image_bytes();
         let ahead = CpuAhead::start(&core, threads, lookahead, batch_size + lookahead)?;
-        let mut cpu_seconds_per_image = CPU_SECONDS_PER_IMAGE;
-        let mut large_files = false;
+        let mean_bytes = match config {
+            Some(_) => epoch_bytes() / images.max(1) as u64,
+            None => 0,
+        };
+        let large_files = images > 0 && mean_bytes >= LARGE_FILES_MIN_MEAN_BYTES;
+        let config = config.map(|config| GpuLaneConfig {
+            large_files,
+            ..config
+        });
         let (opening, why) = match config {
             None => {
                 let why = match (options.decode.lanes, cpu_only) {
@@ -201,20 +210,13 @@ impl Lanes {
                 };
                 (GpuOpening::NotAsked, why)
             }
-            Some(mut config) if options.decode.gpu_share.is_some() => {
-                let mean_bytes = epoch_bytes() / images.max(1) as u64;
-                config.large_files = images > 0 && mean_bytes >= LARGE_FILES_MIN_MEAN_BYTES;
+            Some(config) if options.decode.gpu_share.is_some() => {
                 match stopwatch.time(Stage::GpuOpen, || GpuLane::open(gpu, &config)) {
                     Ok(lane) => (GpuOpening::Open(Box::new(lane)), Lanes::asked(options)),
                     Err(reason) => return Lanes::fall_back(options, reason.to_string(), stopwatch),
                 }
             }
-            Some(mut config) => {
-                let mean_bytes = epoch_bytes() / images.max(1) as u64;
-                config.large_files = images > 0 && mean_bytes >= LARGE_FILES_MIN_MEAN_BYTES;
-                config.assisted_first = config.large_files;
-                large_files = config.large_files;
-                cpu_seconds_per_image += mean_bytes as f64 * CPU_SECONDS_PER_BYTE;
+            Some(config) => {
                 let device = gpu.clone();
                 let watch = stopwatch.clone();
                 let opening =
@@ -231,7 +233,7 @@ impl Lanes {
             options.decode.gpu_share,
             large_files,
             stopwatch.clone(),
-            cpu_seconds_per_image,
+            cpu_seconds(1, mean_bytes),
         );
         Ok(Lanes::Hybrid(
             Box::new(HybridLanes::new(

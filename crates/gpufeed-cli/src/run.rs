@@ -209,8 +209,8 @@ pub struct RunArgs {
     #[arg(long, default_value_t = Decode::Auto)]
     decode: Decode,
     /// With the GPU decode lane, its share of the images it can take, 0 to 1 (default: follows
-    /// the lanes' measured rates and is printed; give it back to decode every image in the same lane
-    /// again).
+    /// the lanes' measured rates and is printed; give it back to decode every image in the same
+    /// lane again).
     #[arg(long)]
     gpu_share: Option<f32>,
     /// Of the GPU lane's baseline JPEGs of 1 Mpx or more, the share its assisted path decodes
