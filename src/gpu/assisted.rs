@@ -22,9 +22,24 @@ use crate::coefficients::gpu::{Budget, GpuDecoder};
 use crate::coefficients::Window;
 use crate::error::{Error, Result};
 
-/// The buffers of one assisted decoder: a full call of [`MAX_CALL_PIXELS`] pixels.
-pub(super) fn budget() -> Budget {
-    Budget::for_megapixels(MAX_CALL_PIXELS as f64 / 1e6, super::work::CHUNK)
+/// Pixels one assisted call holds at most in a lane for small files (a call of
+/// [`CHUNK`](super::work::CHUNK) ImageNet-sized images is under 10 Mpx): buffers a quarter of a
+/// full call's (about 300 MB of device memory a thread), which allocate beside the first
+/// batches without holding them back. A larger image alone goes to the CPU lane.
+pub(super) const SMALL_FILES_CALL_PIXELS: u64 = 16 << 20;
+
+/// Pixels one assisted call holds at most: [`MAX_CALL_PIXELS`] for `large_files`, else
+/// [`SMALL_FILES_CALL_PIXELS`].
+pub(super) fn call_pixels(large_files: bool) -> u64 {
+    match large_files {
+        true => MAX_CALL_PIXELS,
+        false => SMALL_FILES_CALL_PIXELS,
+    }
+}
+
+/// The buffers of one assisted decoder: a full call of `call_pixels` pixels.
+pub(super) fn budget(call_pixels: u64) -> Budget {
+    Budget::for_megapixels(call_pixels as f64 / 1e6, super::work::CHUNK)
 }
 
 /// A submitting thread's assisted decoder: its buffers sized once for a full call.
@@ -36,12 +51,16 @@ pub(super) struct AssistedDecoder {
 
 impl AssistedDecoder {
     /// The decoder on `stream`, its kernels compiled and its buffers allocated for calls of up
-    /// to [`MAX_CALL_PIXELS`] pixels ([`budget`]).
-    pub fn new(stream: &Arc<CudaStream>) -> Result<AssistedDecoder, GpuLaneError> {
-        let decoder = GpuDecoder::new(stream, budget()).map_err(|e| GpuLaneError::Kernel {
-            kernel: "entropy.cu",
-            source: Box::new(Error::Mismatch(e.to_string())),
-        })?;
+    /// to `call_pixels` pixels ([`budget`]).
+    pub fn new(
+        stream: &Arc<CudaStream>,
+        call_pixels: u64,
+    ) -> Result<AssistedDecoder, GpuLaneError> {
+        let decoder =
+            GpuDecoder::new(stream, budget(call_pixels)).map_err(|e| GpuLaneError::Kernel {
+                kernel: "entropy.cu",
+                source: Box::new(Error::Mismatch(e.to_string())),
+            })?;
         Ok(AssistedDecoder {
             decoder,
             added: Vec::new(),

@@ -75,9 +75,10 @@ impl DecoderSet {
         resize: &Arc<CudaModule>,
         geometry: Geometry,
         filter: Filter,
+        call_pixels: u64,
     ) -> Result<DecoderSet, GpuLaneError> {
         let stream = new_stream(gpu)?;
-        let assisted = AssistedDecoder::new(&stream)?;
+        let assisted = AssistedDecoder::new(&stream, call_pixels)?;
         DecoderSet::with(
             stream,
             Decoders::Assisted(assisted),

@@ -1,10 +1,10 @@
 //! The lane's JPEG engines when they open beside it. Creating the engines' decoders (nvJPEG's
 //! hardware backend, its pools and arenas) is most of the lane's setup: 1.5-2.5 s, against about
-//! 0.2 s for the assisted path. A lane opened for a pipeline already making batches, on an epoch
-//! of large files, therefore starts with its assisted path and creates the engines' decoder sets
-//! on a thread of its own ([`EngineRecipe::open_beside`]); the lane takes them in when they are
-//! ready, and until then refuses the calls of the engines' path (the CPU lane takes their
-//! images).
+//! 0.3 s for the assisted path. A lane opened for a pipeline already making batches therefore
+//! starts with its assisted path and creates the engines' decoder sets on a thread of its own
+//! ([`EngineRecipe::open_beside`]); the lane takes them in when they are ready, and until then
+//! the assisted path takes every file it can (the CPU lane the rest). A run shorter than the
+//! engines' opening does not open them at all.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -27,6 +27,8 @@ pub(super) enum EnginesOpen {
     BeforeTheLane,
     /// On a thread of their own once the lane runs with its assisted path.
     BesideTheLane,
+    /// Not at all (a run that ends before they could open): the assisted path alone.
+    Never,
 }
 
 /// A lane's JPEG engines.
@@ -49,7 +51,7 @@ impl Engines {
             Engines::Coming(_) => Some("its JPEG engines opening beside the first batches".into()),
             Engines::Joined(note) => Some(note.clone()),
             Engines::Off(reason) => Some(format!(
-                "the JPEG engines are off ({reason}): the CPU lane takes their images"
+                "the JPEG engines are off ({reason}): the assisted path takes their images"
             )),
         }
     }

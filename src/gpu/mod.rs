@@ -94,11 +94,14 @@ const PREPARING_THREADS: usize = 3;
 /// either way). Each holds about 1.2 GB of device memory.
 const ASSISTED_THREADS: usize = 4;
 
-/// The assisted path's submitting threads for `config`'s files.
-fn assisted_threads(config: &GpuLaneConfig) -> usize {
-    match config.large_files {
-        true => ASSISTED_THREADS,
-        false => 1,
+/// The assisted path's submitting threads for `config`'s files, the engines opening as
+/// `engines`: all of them for large files, or while the assisted path takes every file (the
+/// engines opening beside the lane, or not at all); one for the few large files among small ones
+/// when the engines open first.
+fn assisted_threads(config: &GpuLaneConfig, engines: EnginesOpen) -> usize {
+    match (config.large_files, engines) {
+        (false, EnginesOpen::BeforeTheLane) => 1,
+        _ => ASSISTED_THREADS,
     }
 }
 
@@ -145,13 +148,13 @@ pub(crate) struct GpuLaneConfig {
     /// take them all).
     pub assisted_share: f32,
     /// Whether the epoch's files are large on average (192 KB or more: camera photos): the
-    /// assisted path then opens all its submitting threads ([`ASSISTED_THREADS`]), and a lane
-    /// opened beside running batches ([`GpuLane::open_unless`]) starts with its assisted path,
-    /// which takes such files, while its JPEG engines open. Otherwise the assisted path opens
-    /// one thread, for the few large files among small ones, which opens sooner (each thread's
-    /// buffers take tens of milliseconds to allocate, beside the first batches) and holds less
-    /// memory, and the lane opens whole.
+    /// assisted path then opens all its submitting threads ([`ASSISTED_THREADS`]) even in a lane
+    /// opened whole. Otherwise such a lane opens one, for the few large files among small ones,
+    /// which holds less memory.
     pub large_files: bool,
+    /// Whether the run ends before the JPEG engines could open (a second or two): a lane opened
+    /// beside running batches ([`GpuLane::open_unless`]) then opens its assisted path alone.
+    pub short_run: bool,
 }
 
 /// `struct GfGather` of kernels/resize.cu: one image copied from the ring into a batch.
@@ -209,18 +212,18 @@ impl GpuLane {
 
     /// [`GpuLane::open`] on a thread of its own, for a pipeline already making batches: gives
     /// up, between its steps, once `cancel` is raised (the pipeline that wanted it is gone).
-    /// With [`GpuLaneConfig::large_files`] and the assisted path open, the lane comes without
-    /// its JPEG engines, which open beside it (most of the lane's setup, a second or two): until
-    /// they join, the images the engines would take go to the CPU lane
-    /// ([`GpuLane::poll_engines`]).
+    /// With the assisted path open, the lane comes without its JPEG engines, which open beside
+    /// it (most of the lane's setup, a second or two; not at all for a
+    /// [`GpuLaneConfig::short_run`]): until they join, the assisted path takes every file it
+    /// can, the CPU lane the rest ([`GpuLane::poll_engines`]).
     pub fn open_unless(
         gpu: &Gpu,
         config: &GpuLaneConfig,
         cancel: &AtomicBool,
     ) -> Result<GpuLane, GpuLaneError> {
-        let engines = match config.large_files {
-            true => EnginesOpen::BesideTheLane,
-            false => EnginesOpen::BeforeTheLane,
+        let engines = match config.short_run {
+            true => EnginesOpen::Never,
+            false => EnginesOpen::BesideTheLane,
         };
         GpuLane::open_for(gpu, config, GRAY_ON_THE_GPU, engines, cancel)
     }
@@ -295,8 +298,11 @@ impl GpuLane {
         // The assisted path is an addition: without it the engines take every image they can.
         let assisting = Instant::now();
         let assisted = match config.assisted_share > 0.0 {
-            true => (0..assisted_threads(config))
-                .map(|_| DecoderSet::open_assisted(gpu, &module, geometry, filter))
+            true => (0..assisted_threads(config, engines_open))
+                .map(|_| {
+                    let pixels = assisted::call_pixels(config.large_files);
+                    DecoderSet::open_assisted(gpu, &module, geometry, filter, pixels)
+                })
                 .collect::<Result<Vec<_>, _>>(),
             false => Err(GpuLaneError::Opening("its share is 0".into())),
         };
@@ -306,9 +312,13 @@ impl GpuLane {
                 assisted,
                 config.assisted_share,
                 format!(
-                    "; the assisted path takes {:.0}% of the baseline files of 1 Mpx or more \
+                    "; the assisted path takes {:.0}% of the baseline files of 1 Mpx or more{} \
                      (opened in {:.0} ms)",
                     config.assisted_share * 100.0,
+                    match engines_open {
+                        EnginesOpen::BeforeTheLane => "",
+                        _ => ", and every one while the engines are not open",
+                    },
                     ms(assisted_opened)
                 ),
             ),
@@ -319,7 +329,7 @@ impl GpuLane {
             ),
         };
         // Without the assisted path the lane has nothing to do before its engines are open.
-        let beside = engines_open == EnginesOpen::BesideTheLane && !sets.is_empty();
+        let beside = engines_open != EnginesOpen::BeforeTheLane && !sets.is_empty();
         let creating = Instant::now();
         let engine_count = if beside {
             String::new()
@@ -351,14 +361,18 @@ impl GpuLane {
                 image_bytes,
                 lookahead,
                 max_file_bytes: config.max_file_bytes,
-                queued_calls: [SUBMITTING_THREADS, assisted_threads(config)],
+                queued_calls: [SUBMITTING_THREADS, assisted_threads(config, engines_open)],
                 assisted_share,
+                assisted_call_pixels: assisted::call_pixels(config.large_files),
             },
         )?;
         let started = starting.elapsed();
-        let engines = match beside {
-            true => Engines::Coming(engines.open_beside()?),
-            false => Engines::Open,
+        let engines = match (beside, engines_open) {
+            (false, _) => Engines::Open,
+            (true, EnginesOpen::Never) => {
+                Engines::Off("not opened: the run ends before they could".into())
+            }
+            (true, _) => Engines::Coming(engines.open_beside()?),
         };
         let (major, minor, patch) = nvjpeg.version();
         let decoders = match beside {
@@ -438,7 +452,7 @@ impl GpuLane {
         let per_thread = 6 * MAX_CALL_PIXELS as u128;
         slots as u128 * config.geometry.image_bytes() as u128
             + SUBMITTING_THREADS as u128 * per_thread
-            + ASSISTED_THREADS as u128 * assisted::budget().device_bytes() as u128
+            + ASSISTED_THREADS as u128 * assisted::budget(MAX_CALL_PIXELS).device_bytes() as u128
     }
 
     /// The lane in words.

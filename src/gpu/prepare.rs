@@ -52,10 +52,13 @@ impl Preparer {
         // The calls being filled: the engines' for colour images and for gray ones, and the
         // assisted path's (both kinds).
         let mut pending = [
-            Pending::new(Path::Engines),
-            Pending::new(Path::Engines),
-            Pending::new(Path::Assisted),
+            Pending::new(Path::Engines, MAX_CALL_PIXELS),
+            Pending::new(Path::Engines, MAX_CALL_PIXELS),
+            Pending::new(Path::Assisted, shared.limits.assisted_call_pixels),
         ];
+        // While the engines are not open (opening beside the lane, or not at all), the assisted
+        // path takes every file it can parse, whatever its size.
+        let engines_open = shared.is_open(Path::Engines);
         let mut split = AssistedSplit::new(shared.limits.assisted_share);
         for (k, (&(position, index), &slot)) in job.positions.iter().zip(&job.slots).enumerate() {
             let reading = Instant::now();
@@ -66,7 +69,7 @@ impl Preparer {
                 refused_at.push(k);
                 continue;
             };
-            if split.path_for(image.pixels()) == Path::Assisted {
+            if split.path_for(image.pixels(), engines_open) == Path::Assisted {
                 let parsing = Instant::now();
                 image.entropy = self.parse(&image.bytes);
                 self.stopwatch.add(Stage::GpuPrepare, parsing.elapsed());
@@ -163,7 +166,8 @@ pub(super) const ASSISTED_MIN_PIXELS: u64 = 1 << 20;
 
 /// Which path each image of a range takes: of the images the assisted path may take (large
 /// enough), one in every `1 / share`, counted from the range's start, so the split depends on
-/// the range's files alone (an image its parser then refuses goes to the engines).
+/// the range's files alone (an image its parser then refuses goes to the engines). While the
+/// engines are not open, the assisted path takes every image (with a share above 0).
 struct AssistedSplit {
     share: f32,
     seen: u32,
@@ -174,9 +178,16 @@ impl AssistedSplit {
         AssistedSplit { share, seen: 0 }
     }
 
-    /// The path of the range's next image of `pixels` pixels.
-    fn path_for(&mut self, pixels: u64) -> Path {
-        if self.share <= 0.0 || pixels < ASSISTED_MIN_PIXELS {
+    /// The path of the range's next image of `pixels` pixels, `engines_open` saying whether
+    /// the engines take calls.
+    fn path_for(&mut self, pixels: u64, engines_open: bool) -> Path {
+        if self.share <= 0.0 {
+            return Path::Engines;
+        }
+        if !engines_open {
+            return Path::Assisted;
+        }
+        if pixels < ASSISTED_MIN_PIXELS {
             return Path::Engines;
         }
         let before = (self.seen as f32 * self.share).floor();
@@ -188,9 +199,11 @@ impl AssistedSplit {
     }
 }
 
-/// A call being filled: its images (with their places in the range), pixels and bytes.
+/// A call being filled: its images (with their places in the range), pixels and bytes, and the
+/// pixels its path's calls hold at most.
 struct Pending {
     path: Path,
+    max_pixels: u64,
     images: Vec<CallImage>,
     places: Vec<usize>,
     pixels: u64,
@@ -198,9 +211,10 @@ struct Pending {
 }
 
 impl Pending {
-    fn new(path: Path) -> Pending {
+    fn new(path: Path, max_pixels: u64) -> Pending {
         Pending {
             path,
+            max_pixels,
             images: Vec::new(),
             places: Vec::new(),
             pixels: 0,
@@ -208,12 +222,12 @@ impl Pending {
         }
     }
 
-    /// Whether `image` would take the call past [`CHUNK`] images, [`MAX_CALL_PIXELS`]
-    /// pixels or [`MAX_CALL_BYTES`] compressed bytes (an empty call takes any image).
+    /// Whether `image` would take the call past [`CHUNK`] images, its path's pixels or
+    /// [`MAX_CALL_BYTES`] compressed bytes (an empty call takes any image).
     fn is_full_for(&self, image: &CallImage) -> bool {
         !self.images.is_empty()
             && (self.images.len() == CHUNK
-                || self.pixels + image.pixels() > MAX_CALL_PIXELS
+                || self.pixels + image.pixels() > self.max_pixels
                 || self.bytes + image.bytes.len() as u64 > MAX_CALL_BYTES as u64)
     }
 
@@ -253,7 +267,7 @@ mod tests {
         let mut split = AssistedSplit::new(share);
         pixels
             .iter()
-            .map(|&p| split.path_for(p) == Path::Assisted)
+            .map(|&p| split.path_for(p, true) == Path::Assisted)
             .collect()
     }
 
@@ -278,5 +292,22 @@ mod tests {
         let taken = split(0.5, &pixels);
         let first_half = taken[..100].iter().filter(|&&t| t).count();
         assert_eq!(first_half, 25);
+    }
+
+    #[test]
+    fn without_the_engines_the_assisted_path_takes_every_image_unless_its_share_is_0() {
+        for share in [0.25, 0.5, 1.0] {
+            let mut split = AssistedSplit::new(share);
+            for pixels in [1, 640 * 480, ASSISTED_MIN_PIXELS, 12 << 20] {
+                assert_eq!(split.path_for(pixels, false), Path::Assisted, "{share}");
+            }
+            // The engines' opening does not move the split that follows.
+            let mut fresh = AssistedSplit::new(share);
+            let after: Vec<Path> = (0..8).map(|_| split.path_for(4 << 20, true)).collect();
+            let from_start: Vec<Path> = (0..8).map(|_| fresh.path_for(4 << 20, true)).collect();
+            assert_eq!(after, from_start, "{share}");
+        }
+        let mut off = AssistedSplit::new(0.0);
+        assert_eq!(off.path_for(4 << 20, false), Path::Engines);
     }
 }

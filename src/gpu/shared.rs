@@ -42,6 +42,8 @@ pub(crate) struct Limits {
     pub queued_calls: [usize; 2],
     /// Of the images the assisted path may take, the share it is given (0: none).
     pub assisted_share: f32,
+    /// Pixels one assisted call holds at most (its decoders' buffers).
+    pub assisted_call_pixels: u64,
 }
 
 /// A range handed to a preparing thread: its offered positions (with their source indices) and
@@ -189,6 +191,11 @@ impl Shared {
         state.open_paths[path.index()] = true;
         state.path_threads[path.index()] += 1;
         self.changed.notify_all();
+    }
+
+    /// Whether `path` takes calls (has submitting threads).
+    pub fn is_open(&self, path: Path) -> bool {
+        self.lock().open_paths[path.index()]
     }
 
     /// Closes `path` again: its calls are refused.

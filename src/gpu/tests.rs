@@ -46,6 +46,7 @@ fn open_lane_assisting(
         exif_orientation: false,
         assisted_share,
         large_files: false,
+        short_run: false,
     };
     GpuLane::open_for(
         gpu,
@@ -585,10 +586,10 @@ fn the_assisted_path_decodes_large_photos_exactly_like_the_cpu_lane() {
     }
 }
 
-/// A lane opened for a pipeline already making batches takes large photos on its assisted path
-/// at once and refuses the engines' images (the CPU lane takes them) until its engines join;
-/// then it takes every image a lane opened with its engines takes, with the same bytes. Nothing
-/// it makes before or after differs from that lane's.
+/// A lane opened for a pipeline already making batches starts with its assisted path, which
+/// takes every image it can parse, small ones and the engines' ones too, with the CPU lane's
+/// bytes, until the engines join; then it takes every image a lane opened with its engines
+/// takes, on the same paths, with the same bytes.
 #[test]
 fn a_lane_whose_engines_open_beside_it_takes_their_images_once_they_join() {
     let Some(gpu) =
@@ -617,6 +618,7 @@ fn a_lane_whose_engines_open_beside_it_takes_their_images_once_they_join() {
         exif_orientation: false,
         assisted_share: 1.0,
         large_files: true,
+        short_run: false,
     };
     let mut lane = GpuLane::open_for(
         &gpu,
@@ -633,16 +635,19 @@ fn a_lane_whose_engines_open_beside_it_takes_their_images_once_they_join() {
     let (made_after, assisted_after, after) = run_lane_paths(&mut lane, &gpu, &bytes, 0x3C);
     assert_eq!(made_after, made_first);
     assert_eq!(assisted_after, assisted_first);
-    for (i, (name, _)) in files.iter().enumerate() {
+    let mut before_join = 0;
+    for (i, (name, file)) in files.iter().enumerate() {
         let place = i * image..(i + 1) * image;
-        // The assisted path is there from the start.
-        assert_eq!(made[i] && assisted[i], assisted_first[i], "{name}");
+        // Before the engines join, the assisted path takes what it took beside them and what
+        // the engines took (unless its parser refuses it), and nothing else.
+        assert!(!made[i] || assisted[i], "{name} before the engines");
         assert!(!made[i] || made_first[i], "{name}");
+        assert!(!assisted_first[i] || assisted[i], "{name}");
         if made[i] {
-            assert!(
-                got[place.clone()] == want[place.clone()],
-                "{name} before the engines"
-            );
+            before_join += usize::from(!assisted_first[i]);
+            let mut cpu = vec![0u8; image];
+            prepare_image(file, &DecodeOptions::default(), &resize, &mut cpu).expect("cpu");
+            assert!(got[place.clone()] == cpu[..], "{name} before the engines");
         }
         if made_after[i] {
             assert!(
@@ -651,4 +656,69 @@ fn a_lane_whose_engines_open_beside_it_takes_their_images_once_they_join() {
             );
         }
     }
+    assert!(
+        before_join > 0,
+        "the assisted path took none of the engines' images"
+    );
+}
+
+/// A lane for a run shorter than the engines' opening never opens them: its assisted path takes
+/// every image it can parse, large and small, with the CPU lane's bytes, and it says why.
+#[test]
+fn a_lane_without_its_engines_decodes_every_image_on_its_assisted_path() {
+    let Some(gpu) = test_gpu("a_lane_without_its_engines_decodes_every_image_on_its_assisted_path")
+    else {
+        return;
+    };
+    let resize = ResizeOptions::default();
+    let geometry = Geometry::new(&resize);
+    let image = geometry.image_bytes();
+    let files = large_photos(5);
+    let bytes: Vec<Vec<u8>> = files.iter().map(|(_, b)| b.clone()).collect();
+    let config = GpuLaneConfig {
+        stopwatch: Arc::default(),
+        geometry,
+        max_pixels: 1 << 28,
+        batch_size: 16,
+        max_file_bytes: 1 << 30,
+        exif_orientation: false,
+        assisted_share: 1.0,
+        large_files: false,
+        short_run: true,
+    };
+    let mut lane = GpuLane::open_unless(&gpu, &config, &std::sync::atomic::AtomicBool::new(false))
+        .expect("the GPU lane");
+    assert!(
+        lane.describe().contains("not opened"),
+        "{}",
+        lane.describe()
+    );
+    assert!(!lane.poll_engines(), "no engines to take in");
+    let (made, assisted, got) = run_lane_paths(&mut lane, &gpu, &bytes, 0x6B);
+    let screen = lane.runner.screen().clone();
+    for (i, (name, file)) in files.iter().enumerate() {
+        // Every file the lane's screen takes is the assisted path's but the few its parser
+        // refuses (the CPU lane takes those).
+        assert!(!made[i] || assisted[i], "{name}");
+        if !made[i] {
+            let parsed = crate::coefficients::entropy::parse(file).is_ok()
+                && turbojpeg_region::CoefficientReader::new()
+                    .ok()
+                    .and_then(|mut reader| {
+                        let opened = reader.open(file).ok()?;
+                        crate::coefficients::Layout::new(opened.header()).ok()
+                    })
+                    .is_some();
+            assert!(screen.take(file).is_none() || !parsed, "{name} was refused");
+            continue;
+        }
+        let mut cpu = vec![0u8; image];
+        prepare_image(file, &DecodeOptions::default(), &resize, &mut cpu).expect("cpu");
+        let place = i * image..(i + 1) * image;
+        assert!(
+            got[place] == cpu[..],
+            "{name}: the assisted path differs from the CPU lane"
+        );
+    }
+    assert!(made.iter().any(|&m| m), "the lane made nothing");
 }

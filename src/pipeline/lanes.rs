@@ -55,45 +55,73 @@ fn cpu_seconds(images: u64, bytes: u64) -> f64 {
     images as f64 * CPU_SECONDS_PER_IMAGE + bytes as f64 * CPU_SECONDS_PER_BYTE
 }
 
-/// Seconds the GPU lane takes to open, about (its JPEG engines' decoders: 1.5-2.5 s measured):
-/// a run the CPU lane finishes sooner does not repay it.
-const GPU_LANE_OPEN_SECONDS: u64 = 2;
+/// Seconds the GPU lane's JPEG engines take to open, about (their decoders: 1.5-2.5 s measured):
+/// a run the CPU lane finishes sooner opens the lane's assisted path alone.
+const ENGINES_OPEN_SECONDS: f64 = 2.0;
+
+/// Seconds the GPU lane takes to begin with its assisted path, about (0.3 s measured on the H200
+/// machine, its threads' buffers allocated): a run the CPU lane finishes sooner stays on it.
+const ASSISTED_OPEN_SECONDS: f64 = 0.3;
 
 /// Mean encoded bytes of an epoch's files from which they count as large: about a megapixel
-/// photo's at quality 75-90, the files the assisted path takes (ImageNet's average about
-/// 110 KB). For large files the GPU lane opens all its assisted path's threads, and opened beside
-/// running batches it starts with its assisted path while its JPEG engines open. Smaller files
-/// are the engines' (and while those open, the CPU lane's), so for them the lane opens with its
-/// engines, as a whole, and one assisted thread.
+/// photo's at quality 75-90, the files the assisted path takes once the engines are open
+/// (ImageNet's average about 110 KB). For large files the GPU lane opens all its assisted path's
+/// threads even when it opens whole (a given share), and its share starts higher.
 const LARGE_FILES_MIN_MEAN_BYTES: u64 = 192 << 10;
 
-/// Why automatic decoding leaves a run to the CPU lane, if it does: epochs of `images` images
-/// of `epoch_bytes` encoded bytes, `planned` of them if known, on `cores` cores.
-fn auto_stays_on_cpu(
+/// What automatic decoding opens for a run.
+#[derive(Debug, PartialEq)]
+enum AutoLanes {
+    /// The CPU lane alone, and why.
+    Cpu(String),
+    /// The GPU lane's assisted path beside the CPU lane, without the JPEG engines (the lane's
+    /// description says why).
+    AssistedAlone,
+    /// The whole GPU lane beside the CPU lane.
+    Whole,
+}
+
+/// What automatic decoding opens for epochs of `images` images of `epoch_bytes` encoded bytes,
+/// `planned` of them if known, on `cores` cores, `assisted` saying whether the GPU lane has its
+/// assisted path.
+fn auto_lanes(
     images: usize,
     mut epoch_bytes: impl FnMut() -> u64,
     planned: Option<u64>,
     cores: usize,
-) -> Option<String> {
+    assisted: bool,
+) -> AutoLanes {
     if images < AUTO_MIN_IMAGES && epoch_bytes() < AUTO_MIN_BYTES {
-        return Some(format!(
+        return AutoLanes::Cpu(format!(
             "an epoch of {images} images does not repay opening the GPU decode lane (it takes \
              {AUTO_MIN_IMAGES}, or {} MB)",
             AUTO_MIN_BYTES >> 20
         ));
     }
-    let epochs = planned?;
+    let Some(epochs) = planned else {
+        return AutoLanes::Whole;
+    };
     let run_bytes = epoch_bytes().saturating_mul(epochs);
     let run_images = (images as u64).saturating_mul(epochs);
     let cpu_seconds = cpu_seconds(run_images, run_bytes) / cores.max(1) as f64;
-    (cpu_seconds < GPU_LANE_OPEN_SECONDS as f64).then(|| {
-        format!(
-            "a run of {epochs} epoch{} ({} MB, about {cpu_seconds:.1} s of the CPU threads) ends \
-             before the GPU decode lane could open (about {GPU_LANE_OPEN_SECONDS} s)",
-            if epochs == 1 { "" } else { "s" },
-            run_bytes >> 20
-        )
-    })
+    let run = format!(
+        "a run of {epochs} epoch{} ({} MB, about {cpu_seconds:.1} s of the CPU threads)",
+        if epochs == 1 { "" } else { "s" },
+        run_bytes >> 20
+    );
+    let opens_in = match assisted {
+        true => ASSISTED_OPEN_SECONDS,
+        false => ENGINES_OPEN_SECONDS,
+    };
+    if cpu_seconds < opens_in {
+        return AutoLanes::Cpu(format!(
+            "{run} ends before the GPU decode lane could open (about {opens_in} s)"
+        ));
+    }
+    match cpu_seconds < ENGINES_OPEN_SECONDS {
+        true => AutoLanes::AssistedAlone,
+        false => AutoLanes::Whole,
+    }
 }
 
 /// The lanes a pipeline decodes with.
@@ -124,6 +152,7 @@ impl Lanes {
             exif_orientation: options.decode.exif_orientation,
             assisted_share: options.decode.assisted_share,
             large_files: false,
+            short_run: false,
         })
     }
 
@@ -156,17 +185,18 @@ impl Lanes {
             0 => cores,
             given => given,
         };
-        let cpu_only = match options.decode.lanes {
-            Decode::Auto => auto_stays_on_cpu(
+        let auto = match options.decode.lanes {
+            Decode::Auto => auto_lanes(
                 images,
                 &mut epoch_bytes,
                 options.decode.planned_epochs,
                 threads,
+                options.decode.assisted_share > 0.0,
             ),
-            _ => None,
+            _ => AutoLanes::Whole,
         };
         let (config, gpu) = match (Lanes::gpu_config(options, stopwatch), gpu) {
-            (Some(config), Some(gpu)) if cpu_only.is_none() => (Some(config), gpu),
+            (Some(config), Some(gpu)) if !matches!(auto, AutoLanes::Cpu(_)) => (Some(config), gpu),
             (_, Some(gpu)) if options.runtime.device != Device::Cpu => (None, gpu),
             _ => {
                 let why = match options.decode.lanes {
@@ -200,12 +230,15 @@ impl Lanes {
         let large_files = images > 0 && mean_bytes >= LARGE_FILES_MIN_MEAN_BYTES;
         let config = config.map(|config| GpuLaneConfig {
             large_files,
+            short_run: auto == AutoLanes::AssistedAlone,
             ..config
         });
         let (opening, why) = match config {
             None => {
-                let why = match (options.decode.lanes, cpu_only) {
-                    (Decode::Auto, Some(reason)) => format!("automatic: CPU decode, as {reason}"),
+                let why = match (options.decode.lanes, auto) {
+                    (Decode::Auto, AutoLanes::Cpu(reason)) => {
+                        format!("automatic: CPU decode, as {reason}")
+                    }
                     _ => "CPU decode, as asked".to_string(),
                 };
                 (GpuOpening::NotAsked, why)
@@ -406,29 +439,44 @@ mod tests {
 
     #[test]
     fn automatic_decoding_leaves_small_epochs_and_short_runs_to_the_cpu() {
-        let stays = |images: usize, mean: u64, planned, cores| {
-            auto_stays_on_cpu(images, || images as u64 * mean, planned, cores)
+        let lanes = |images: usize, mean: u64, planned, cores, assisted| {
+            auto_lanes(images, || images as u64 * mean, planned, cores, assisted)
+        };
+        let cpu = |lanes: AutoLanes| match lanes {
+            AutoLanes::Cpu(why) => why,
+            other => panic!("the CPU lane alone, not {other:?}"),
         };
         // Few small images: not worth the lane, whatever the run.
-        let why = stays(100, 10 * KB, None, 16).expect("a small epoch");
+        let why = cpu(lanes(100, 10 * KB, None, 16, true));
         assert!(why.contains("does not repay"), "{why}");
-        assert!(stays(100, 10 * KB, Some(1_000), 16).is_some());
+        cpu(lanes(100, 10 * KB, Some(1_000), 16, true));
         // Few but large images are worth it.
-        assert_eq!(stays(100, 3 << 20, None, 16), None);
+        assert_eq!(lanes(100, 3 << 20, None, 16, true), AutoLanes::Whole);
         // A run of unknown length is taken to be long.
-        assert_eq!(stays(8_192, 110 * KB, None, 16), None);
-        // One epoch of 8,192 ImageNet-sized files is under a second of 16 cores: the lane would
-        // not join before the end; four epochs repay it, and so does one on 4 cores.
-        let why = stays(8_192, 110 * KB, Some(1), 16).expect("a short run");
+        assert_eq!(lanes(8_192, 110 * KB, None, 16, true), AutoLanes::Whole);
+        // One epoch of 8,192 ImageNet-sized files is about a second of 16 cores: over before
+        // the JPEG engines open, not before the assisted path does; without the assisted path it
+        // stays on the CPU. Four epochs repay the engines, and so does one on 4 cores.
+        assert_eq!(
+            lanes(8_192, 110 * KB, Some(1), 16, true),
+            AutoLanes::AssistedAlone
+        );
+        let why = cpu(lanes(8_192, 110 * KB, Some(1), 16, false));
         assert!(
-            why.contains("a run of 1 epoch (880 MB, about 1.1 s"),
+            why.contains("a run of 1 epoch (880 MB, about 1.1 s") && why.contains("about 2 s"),
             "{why}"
         );
-        assert_eq!(stays(8_192, 110 * KB, Some(4), 16), None);
-        assert_eq!(stays(8_192, 110 * KB, Some(1), 4), None);
+        assert_eq!(lanes(8_192, 110 * KB, Some(4), 16, true), AutoLanes::Whole);
+        assert_eq!(lanes(8_192, 110 * KB, Some(1), 4, true), AutoLanes::Whole);
+        // A run shorter than even the assisted path's opening stays on the CPU.
+        let why = cpu(lanes(2_048, 20 * KB, Some(1), 16, true));
+        assert!(why.contains("about 0.3 s"), "{why}");
         // An epoch of 2,048 camera photos is seconds of work.
-        assert_eq!(stays(2_048, 2_500 * KB, Some(1), 16), None);
+        assert_eq!(
+            lanes(2_048, 2_500 * KB, Some(1), 16, true),
+            AutoLanes::Whole
+        );
         // A run of zero epochs decodes nothing: the CPU lane is enough.
-        assert!(stays(8_192, 110 * KB, Some(0), 16).is_some());
+        cpu(lanes(8_192, 110 * KB, Some(0), 16, true));
     }
 }
