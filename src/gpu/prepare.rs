@@ -69,7 +69,9 @@ impl Preparer {
                 refused_at.push(k);
                 continue;
             };
-            if split.path_for(image.pixels(), engines_open) == Path::Assisted {
+            // An image larger than an assisted call alone is the engines'.
+            let fits = image.pixels() <= shared.limits.assisted_call_pixels;
+            if fits && split.path_for(image.pixels(), engines_open) == Path::Assisted {
                 let parsing = Instant::now();
                 image.entropy = self.parse(&image.bytes);
                 self.stopwatch.add(Stage::GpuPrepare, parsing.elapsed());
