@@ -6,9 +6,12 @@
 #   1. every image exactly once across the ranks (the uneven split; checked from the ids each
 #      rank saves, at a small output size so the files stay small);
 #   2. aggregate images/s of WORLD processes at once (all images over the slowest rank's time)
-#      against one process alone with every core, in turn.
+#      against WORLD times one process alone with its share of the cores (the same threads, its
+#      shard of the files), and against one process alone with every core, in turn;
+#   3. one process on GPU 0 with a quarter of the cores against all of them (CPU and hybrid).
 # Run from the repository root with .gpu/ built (../shared/tools/gpu-bundle). WORLD (default:
-# the number of GPUs), N (corpus size, default 8192), ROUNDS (default 2).
+# the number of GPUs), N (corpus size, default 8192), ROUNDS (default 2), EPOCHS (default 3),
+# SOURCES (default "folder shards").
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 g=.gpu/bin/bin-gpufeed
@@ -16,6 +19,7 @@ world=${WORLD:-$(nvidia-smi -L 2>/dev/null | wc -l)}
 if [ "$world" -lt 1 ]; then echo "no GPU found (set WORLD to choose the number of ranks)"; exit 1; fi
 n=${N:-8192}
 rounds=${ROUNDS:-2}
+epochs=${EPOCHS:-3}
 cores=$(nproc)
 per=$((cores / world))
 step() { echo; echo "=== $*"; }
@@ -58,7 +62,19 @@ ranks() {
   for r in $(seq 0 $((world - 1))); do tail -1 "$log.$r" >>"$log"; rm -f "$log.$r"; done
 }
 
-for source in folder shards; do
+rate() { tail -1 | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["images_per_s"]))'; }
+
+step "one process on GPU 0: a quarter of the cores ($((cores / 4)) threads) against all $cores, in turn"
+for decode in cpu hybrid; do
+  for round in $(seq "$rounds"); do
+    quarter=$("$g" run /tmp/mg-folder --decode $decode --epochs "$epochs" --threads $((cores / 4)) --json | rate)
+    all=$("$g" run /tmp/mg-folder --decode $decode --epochs "$epochs" --threads "$cores" --json | rate)
+    echo "--decode $decode, round $round: $((cores / 4)) threads $quarter img/s, $cores threads $all img/s" \
+      "($(python3 -c "print(f'{$all / max($quarter, 1):.2f}')")x)"
+  done
+done
+
+for source in ${SOURCES:-folder shards}; do
   dir=/tmp/mg-$source
   extra=""; [ $source = shards ] && extra="--webdataset"
   step "$source: every image exactly once across $world ranks (uneven split)"
@@ -81,10 +97,12 @@ for source in folder shards; do
   for decode in cpu hybrid; do
     step "$source, --decode $decode: one process alone vs $world at once, in turn"
     for round in $(seq "$rounds"); do
-      one=$("$g" run "$dir" $extra --decode $decode --epochs 2 --json | tail -1 \
-        | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["images_per_s"]))')
-      ranks /tmp/mg.log "$dir" $extra --decode $decode --epochs 2 --shard-balance uneven
-      python3 - "$one" "$round" "$world" <<'PY'
+      one=$("$g" run "$dir" $extra --decode $decode --epochs "$epochs" --json | rate)
+      # Rank 0 alone, with its share of the cores and its shard: what each rank would do alone.
+      alone=$(RANK=0 WORLD_SIZE=$world LOCAL_RANK=0 "$g" run "$dir" $extra --decode $decode \
+        --epochs "$epochs" --shard env --shard-balance uneven --threads "$per" --json | rate)
+      ranks /tmp/mg.log "$dir" $extra --decode $decode --epochs "$epochs" --shard-balance uneven
+      python3 - "$one" "$round" "$world" "$alone" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open("/tmp/mg.log") if l.startswith("{")]
 rows = [r for r in rows if "error" not in r]
@@ -94,9 +112,12 @@ if len(rows) != world:
     sys.exit(0)
 images = sum(r["images"] for r in rows)
 seconds = max(r["seconds"] for r in rows)
-one = float(sys.argv[1])
-print(f"round {sys.argv[2]}: one process {one:.0f} img/s; {len(rows)} processes {images / seconds:.0f} "
-      f"img/s together ({images} images, the slowest rank {seconds:.2f} s): {images / seconds / one:.2f}x")
+one, alone = float(sys.argv[1]), float(sys.argv[4])
+together = images / seconds
+print(f"round {sys.argv[2]}: {len(rows)} processes {together:.0f} img/s together ({images} images, "
+      f"the slowest rank {seconds:.2f} s); one rank alone {alone:.0f} img/s, so "
+      f"{together / (world * alone):.2f} of {world} x alone; one process with every core {one:.0f} "
+      f"img/s ({together / one:.2f}x)")
 PY
     done
   done

@@ -66,7 +66,13 @@ struct State {
 
 struct Shared {
     state: Mutex<State>,
-    changed: Condvar,
+    /// Signalled when a thread may find a task: positions past the limit, a buffer, a position
+    /// handed back, more threads let work, new work, a stop. Events that make one task wake one
+    /// thread, so that many threads do not all wake for each image.
+    tasks: Condvar,
+    /// Signalled when a result is published, a thread ends, or the lane stops: what the batches
+    /// wait for.
+    results: Condvar,
     core: Arc<LaneCore>,
     image_bytes: usize,
     lookahead: usize,
@@ -79,8 +85,12 @@ impl Shared {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn wait<'a>(&self, state: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
-        self.changed.wait(state).unwrap_or_else(|e| e.into_inner())
+    fn wait_for_task<'a>(&self, state: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        self.tasks.wait(state).unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn wait_for_result<'a>(&self, state: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        self.results.wait(state).unwrap_or_else(|e| e.into_inner())
     }
 
     /// The next position to prepare, with its work and a buffer; `None` once stopping.
@@ -96,7 +106,7 @@ impl Shared {
                     return Some(task);
                 }
             }
-            state = self.wait(state);
+            state = self.wait_for_task(state);
         }
     }
 
@@ -143,7 +153,8 @@ impl Shared {
         } else if let Ok((buffer, _)) = result {
             state.free.push(buffer);
         }
-        self.changed.notify_all();
+        // The publishing thread looks for its next task itself.
+        self.results.notify_all();
     }
 }
 
@@ -154,7 +165,7 @@ impl Drop for Alive {
     fn drop(&mut self) {
         let mut state = self.0.lock();
         state.alive = state.alive.saturating_sub(1);
-        self.0.changed.notify_all();
+        self.0.results.notify_all();
     }
 }
 
@@ -197,7 +208,8 @@ impl CpuAhead {
                 active: threads,
                 working: 0,
             }),
-            changed: Condvar::new(),
+            tasks: Condvar::new(),
+            results: Condvar::new(),
             core: core.clone(),
             image_bytes: core.options.geometry.image_bytes(),
             lookahead,
@@ -246,7 +258,7 @@ impl CpuAhead {
         state.limit = self.shared.lookahead.min(order_len);
         state.handed_back.clear();
         state.asked.clear();
-        self.shared.changed.notify_all();
+        self.shared.tasks.notify_all();
     }
 
     /// The batches have taken every position before `position`: the lane works up to its
@@ -257,7 +269,7 @@ impl CpuAhead {
         let limit = position.saturating_add(self.shared.lookahead).min(planned);
         if limit > state.limit {
             state.limit = limit;
-            self.shared.changed.notify_all();
+            self.shared.tasks.notify_all();
         }
     }
 
@@ -289,9 +301,9 @@ impl CpuAhead {
             }
             if state.limit <= position {
                 state.limit = position + 1;
-                self.shared.changed.notify_all();
+                self.shared.tasks.notify_all();
             }
-            state = self.shared.wait(state);
+            state = self.shared.wait_for_result(state);
         }
     }
 
@@ -310,7 +322,7 @@ impl CpuAhead {
     pub fn set_active_threads(&self, threads: usize) {
         let mut state = self.shared.lock();
         state.active = threads.max(1);
-        self.shared.changed.notify_all();
+        self.shared.tasks.notify_all();
     }
 
     /// Runs `change` with the first position of the current work the lane's threads have not
@@ -333,7 +345,8 @@ impl Drop for CpuAhead {
         {
             let mut state = self.shared.lock();
             state.stop = true;
-            self.shared.changed.notify_all();
+            self.shared.tasks.notify_all();
+            self.shared.results.notify_all();
         }
         for thread in self.threads.drain(..) {
             let _ = thread.join();
@@ -389,13 +402,13 @@ impl Shared {
         }
         if state.asked.insert(position) {
             state.handed_back.insert(position);
-            self.changed.notify_all();
+            self.tasks.notify_one();
         }
     }
 
     /// A buffer back to the free list.
     fn give_back(&self, buffer: Vec<u8>) {
         self.lock().free.push(buffer);
-        self.changed.notify_all();
+        self.tasks.notify_one();
     }
 }
