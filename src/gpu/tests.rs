@@ -29,15 +29,10 @@ fn open_lane(gpu: &Gpu, geometry: &Geometry, batch_size: usize, gray: bool) -> G
     )
 }
 
-/// [`open_lane`], the assisted path taking `assisted_share` of the large baseline images.
-fn open_lane_assisting(
-    gpu: &Gpu,
-    geometry: &Geometry,
-    batch_size: usize,
-    gray: bool,
-    assisted_share: f32,
-) -> GpuLane {
-    let config = GpuLaneConfig {
+/// A lane's configuration for the tests: files of any size (up to 256 Mpx and 1 GB), no EXIF
+/// orientation, small files on average and a run of unknown length.
+fn lane_config(geometry: &Geometry, batch_size: usize, assisted_share: f32) -> GpuLaneConfig {
+    GpuLaneConfig {
         stopwatch: Arc::default(),
         geometry: *geometry,
         max_pixels: 1 << 28,
@@ -47,10 +42,20 @@ fn open_lane_assisting(
         assisted_share,
         large_files: false,
         short_run: false,
-    };
+    }
+}
+
+/// [`open_lane`], the assisted path taking `assisted_share` of the large baseline images.
+fn open_lane_assisting(
+    gpu: &Gpu,
+    geometry: &Geometry,
+    batch_size: usize,
+    gray: bool,
+    assisted_share: f32,
+) -> GpuLane {
     GpuLane::open_for(
         gpu,
-        &config,
+        &lane_config(geometry, batch_size, assisted_share),
         gray,
         super::EnginesOpen::BeforeTheLane,
         &std::sync::atomic::AtomicBool::new(false),
@@ -610,15 +615,8 @@ fn a_lane_whose_engines_open_beside_it_takes_their_images_once_they_join() {
         .zip(&assisted_first)
         .any(|(&m, &a)| m && !a));
     let config = GpuLaneConfig {
-        stopwatch: Arc::default(),
-        geometry,
-        max_pixels: 1 << 28,
-        batch_size: 16,
-        max_file_bytes: 1 << 30,
-        exif_orientation: false,
-        assisted_share: 1.0,
         large_files: true,
-        short_run: false,
+        ..lane_config(&geometry, 16, 1.0)
     };
     let mut lane = GpuLane::open_for(
         &gpu,
@@ -676,15 +674,8 @@ fn a_lane_without_its_engines_decodes_every_image_on_its_assisted_path() {
     let files = large_photos(5);
     let bytes: Vec<Vec<u8>> = files.iter().map(|(_, b)| b.clone()).collect();
     let config = GpuLaneConfig {
-        stopwatch: Arc::default(),
-        geometry,
-        max_pixels: 1 << 28,
-        batch_size: 16,
-        max_file_bytes: 1 << 30,
-        exif_orientation: false,
-        assisted_share: 1.0,
-        large_files: false,
         short_run: true,
+        ..lane_config(&geometry, 16, 1.0)
     };
     let mut lane = GpuLane::open_unless(&gpu, &config, &std::sync::atomic::AtomicBool::new(false))
         .expect("the GPU lane");

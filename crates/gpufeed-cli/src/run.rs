@@ -170,8 +170,9 @@ pub struct RunArgs {
     #[arg(long, default_value_t = ShardBalance::Pad)]
     shard_balance: ShardBalance,
     /// Epochs to run: the run ends when epoch EPOCHS would begin (so with --resume, the epochs
-    /// before the saved state count too). Also the run's length for --decode auto, which leaves
-    /// a run shorter than the GPU lane's opening (about 2 s) to the CPU threads.
+    /// before the saved state count too). Also the run's length for --decode auto, which opens
+    /// the GPU lane's assisted path alone for a run shorter than the JPEG engines' opening
+    /// (about 2 s), and leaves one shorter than the lane's (about 0.3 s) to the CPU threads.
     #[arg(long, default_value_t = 1)]
     epochs: u64,
     /// Write the pipeline's state to FILE after each batch handed out (and at each epoch's end),
