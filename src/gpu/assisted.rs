@@ -25,8 +25,9 @@ use crate::error::{Error, Result};
 /// Pixels one assisted call holds at most in a lane for small files (a call of
 /// [`CHUNK`](super::work::CHUNK) ImageNet-sized images is under 10 Mpx): buffers a quarter of a
 /// full call's (about 300 MB of device memory a thread), which allocate beside the first
-/// batches without holding them back. A larger image alone goes to the CPU lane.
-pub(super) const SMALL_FILES_CALL_PIXELS: u64 = 16 << 20;
+/// batches without holding them back. A larger image goes to the engines (to the CPU lane while
+/// they are not open).
+const SMALL_FILES_CALL_PIXELS: u64 = 16 << 20;
 
 /// Pixels one assisted call holds at most: [`MAX_CALL_PIXELS`] for `large_files`, else
 /// [`SMALL_FILES_CALL_PIXELS`].

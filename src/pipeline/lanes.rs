@@ -59,8 +59,9 @@ fn cpu_seconds(images: u64, bytes: u64) -> f64 {
 /// a run the CPU lane finishes sooner opens the lane's assisted path alone.
 const ENGINES_OPEN_SECONDS: f64 = 2.0;
 
-/// Seconds the GPU lane takes to begin with its assisted path, about (0.3 s measured on the H200
-/// machine, its threads' buffers allocated): a run the CPU lane finishes sooner stays on it.
+/// Seconds the GPU lane takes to begin with its assisted path, about (its threads' buffers
+/// allocated in 70-300 ms on the H200 machine, then its first calls): a run the CPU lane
+/// finishes sooner stays on it.
 const ASSISTED_OPEN_SECONDS: f64 = 0.3;
 
 /// Mean encoded bytes of an epoch's files from which they count as large: about a megapixel
