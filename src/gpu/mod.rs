@@ -19,8 +19,9 @@
 //! on the order, the share and the files alone, never on timing: the output is the same on every
 //! run. The one exception is a lane opened beside a pipeline already making batches (automatic
 //! decoding, whose share follows the lanes' rates anyway): it starts with its assisted path,
-//! whose threads open in a fifth of a second, while its engines open on a thread of their own
-//! (a second or two), and until they join the images they would take go to the CPU lane.
+//! whose threads open in 0.1-0.3 s, while its engines open on a thread of their own (a second
+//! or two; not at all in a run that ends sooner), and until they join the assisted path takes
+//! every file it can parse, whatever its size.
 //!
 //! The lane is opened once per pipeline; when nvJPEG, the engines or a filter are missing it is
 //! not opened, and the reason says why. Its memory is sized once: the ring (a batch, the
@@ -298,12 +299,10 @@ impl GpuLane {
         };
         // The assisted path is an addition: without it the engines take every image they can.
         let assisting = Instant::now();
+        let call_pixels = assisted::call_pixels(config.large_files);
         let assisted = match config.assisted_share > 0.0 {
             true => (0..assisted_threads(config, engines_open))
-                .map(|_| {
-                    let pixels = assisted::call_pixels(config.large_files);
-                    DecoderSet::open_assisted(gpu, &module, geometry, filter, pixels)
-                })
+                .map(|_| DecoderSet::open_assisted(gpu, &module, geometry, filter, call_pixels))
                 .collect::<Result<Vec<_>, _>>(),
             false => Err(GpuLaneError::Opening("its share is 0".into())),
         };
@@ -330,9 +329,9 @@ impl GpuLane {
             ),
         };
         // Without the assisted path the lane has nothing to do before its engines are open.
-        let beside = engines_open != EnginesOpen::BeforeTheLane && !sets.is_empty();
+        let engines_later = engines_open != EnginesOpen::BeforeTheLane && !sets.is_empty();
         let creating = Instant::now();
-        let engine_count = if beside {
+        let engine_count = if engines_later {
             String::new()
         } else {
             let opened = engines.open()?;
@@ -364,11 +363,11 @@ impl GpuLane {
                 max_file_bytes: config.max_file_bytes,
                 queued_calls: [SUBMITTING_THREADS, assisted_threads(config, engines_open)],
                 assisted_share,
-                assisted_call_pixels: assisted::call_pixels(config.large_files),
+                assisted_call_pixels: call_pixels,
             },
         )?;
         let started = starting.elapsed();
-        let engines = match (beside, engines_open) {
+        let engines = match (engines_later, engines_open) {
             (false, _) => Engines::Open,
             (true, EnginesOpen::Never) => {
                 Engines::Off("not opened: the run ends before they could".into())
@@ -376,7 +375,7 @@ impl GpuLane {
             (true, _) => Engines::Coming(engines.open_beside()?),
         };
         let (major, minor, patch) = nvjpeg.version();
-        let decoders = match beside {
+        let decoders = match engines_later {
             true => String::new(),
             false => format!(", decoders {:.0}", ms(created)),
         };

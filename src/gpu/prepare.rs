@@ -59,7 +59,10 @@ impl Preparer {
         // While the engines are not open (opening beside the lane, or not at all), the assisted
         // path takes every file it can parse, whatever its size.
         let engines_open = shared.is_open(Path::Engines);
-        let mut split = AssistedSplit::new(shared.limits.assisted_share);
+        let mut split = AssistedSplit::new(
+            shared.limits.assisted_share,
+            shared.limits.assisted_call_pixels,
+        );
         for (k, (&(position, index), &slot)) in job.positions.iter().zip(&job.slots).enumerate() {
             let reading = Instant::now();
             let image = self.read(&work, shared, position, index, slot);
@@ -69,9 +72,7 @@ impl Preparer {
                 refused_at.push(k);
                 continue;
             };
-            // An image larger than an assisted call alone is the engines'.
-            let fits = image.pixels() <= shared.limits.assisted_call_pixels;
-            if fits && split.path_for(image.pixels(), engines_open) == Path::Assisted {
+            if split.path_for(image.pixels(), engines_open) == Path::Assisted {
                 let parsing = Instant::now();
                 image.entropy = self.parse(&image.bytes);
                 self.stopwatch.add(Stage::GpuPrepare, parsing.elapsed());
@@ -169,21 +170,27 @@ pub(super) const ASSISTED_MIN_PIXELS: u64 = 1 << 20;
 /// Which path each image of a range takes: of the images the assisted path may take (large
 /// enough), one in every `1 / share`, counted from the range's start, so the split depends on
 /// the range's files alone (an image its parser then refuses goes to the engines). While the
-/// engines are not open, the assisted path takes every image (with a share above 0).
+/// engines are not open, the assisted path takes every image (with a share above 0). An image
+/// larger than an assisted call holds is the engines'.
 struct AssistedSplit {
     share: f32,
+    max_pixels: u64,
     seen: u32,
 }
 
 impl AssistedSplit {
-    fn new(share: f32) -> AssistedSplit {
-        AssistedSplit { share, seen: 0 }
+    fn new(share: f32, max_pixels: u64) -> AssistedSplit {
+        AssistedSplit {
+            share,
+            max_pixels,
+            seen: 0,
+        }
     }
 
     /// The path of the range's next image of `pixels` pixels, `engines_open` saying whether
     /// the engines take calls.
     fn path_for(&mut self, pixels: u64, engines_open: bool) -> Path {
-        if self.share <= 0.0 {
+        if self.share <= 0.0 || pixels > self.max_pixels {
             return Path::Engines;
         }
         if !engines_open {
@@ -266,7 +273,7 @@ mod tests {
     /// The images of a range, large and small, through a split of `share`: which take the
     /// assisted path.
     fn split(share: f32, pixels: &[u64]) -> Vec<bool> {
-        let mut split = AssistedSplit::new(share);
+        let mut split = AssistedSplit::new(share, MAX_CALL_PIXELS);
         pixels
             .iter()
             .map(|&p| split.path_for(p, true) == Path::Assisted)
@@ -299,17 +306,22 @@ mod tests {
     #[test]
     fn without_the_engines_the_assisted_path_takes_every_image_unless_its_share_is_0() {
         for share in [0.25, 0.5, 1.0] {
-            let mut split = AssistedSplit::new(share);
+            let mut split = AssistedSplit::new(share, MAX_CALL_PIXELS);
             for pixels in [1, 640 * 480, ASSISTED_MIN_PIXELS, 12 << 20] {
                 assert_eq!(split.path_for(pixels, false), Path::Assisted, "{share}");
             }
             // The engines' opening does not move the split that follows.
-            let mut fresh = AssistedSplit::new(share);
+            let mut fresh = AssistedSplit::new(share, MAX_CALL_PIXELS);
             let after: Vec<Path> = (0..8).map(|_| split.path_for(4 << 20, true)).collect();
             let from_start: Vec<Path> = (0..8).map(|_| fresh.path_for(4 << 20, true)).collect();
             assert_eq!(after, from_start, "{share}");
         }
-        let mut off = AssistedSplit::new(0.0);
+        let mut off = AssistedSplit::new(0.0, MAX_CALL_PIXELS);
         assert_eq!(off.path_for(4 << 20, false), Path::Engines);
+        // An image larger than an assisted call is the engines', open or not.
+        let mut small_calls = AssistedSplit::new(1.0, 16 << 20);
+        assert_eq!(small_calls.path_for(20 << 20, true), Path::Engines);
+        assert_eq!(small_calls.path_for(20 << 20, false), Path::Engines);
+        assert_eq!(small_calls.path_for(16 << 20, false), Path::Assisted);
     }
 }

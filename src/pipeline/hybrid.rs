@@ -11,8 +11,8 @@
 //!
 //! Nothing holds the first batch back. The CPU lane starts at once; the GPU lane opens on a thread
 //! of its own meanwhile and is offered images from the first position the CPU lane has not
-//! looked at once it is ready: with its assisted path after a fifth of a second or so, its JPEG
-//! engines joining a second or two later (until then the CPU lane takes their images back). From
+//! looked at once it is ready: with its assisted path after 0.1-0.3 s, which takes every file it
+//! can until its JPEG engines join a second or two later (the CPU lane takes the rest). From
 //! then on the share follows the lanes' measured rates ([`super::balance`]): after each window of
 //! a quarter of a second or more it moves half way towards the share at which both lanes finish
 //! together, from the first position neither lane has reached, so the lanes always agree on who
