@@ -3,9 +3,11 @@
 //!
 //! CPU, one thread, per megapixel: libjpeg-turbo's full decode against reading the
 //! coefficients only, whole or stopped after the rows a centre crop needs, and packing them
-//! into the transfer format; then N threads reading and packing (images/s, Mpx/s); the bytes a
-//! megapixel of the JPEG, of dense coefficients and of the transfer format, and the share of
-//! zero coefficients. GPU (skipped without one): the upload of the packed batches and the
+//! into the transfer format; for progressive files, gpufeed's own progressive decoder against
+//! libjpeg-turbo's reading of their coefficients; then N threads reading and packing (images/s,
+//! Mpx/s), with libjpeg-turbo alone and with the progressive decoder taking the progressive
+//! files; the bytes a megapixel of the JPEG, of dense coefficients and of the transfer format,
+//! and the share of zero coefficients. GPU (skipped without one): the upload of the packed batches and the
 //! kernels (inverse DCT, upsampling, colour), timed with CUDA events, and the whole path with
 //! the CPU threads packing the next batch while the GPU runs the last. Then the GPU's entropy
 //! decoding of the baseline files (`kernels/entropy.cu`): libjpeg-turbo's entropy decoding on
@@ -24,6 +26,7 @@ use std::time::Instant;
 use gpufeed::coefficients::entropy::ParsedJpeg;
 use gpufeed::coefficients::gpu::{Budget, GpuDecoder};
 use gpufeed::coefficients::pack::{pack, PackedImage};
+use gpufeed::coefficients::progressive::ProgressiveDecoder;
 use gpufeed::coefficients::{Layout, Window};
 use gpufeed::cudarc::driver::sys::CUevent_flags;
 use rayon::prelude::*;
@@ -134,9 +137,25 @@ fn megapixels(files: &[File]) -> f64 {
         / 1e6
 }
 
-/// Reads and packs `file` (the window the options say) into `out`.
+/// A thread's readers: libjpeg-turbo's, and gpufeed's progressive decoder when it is used.
+struct Readers {
+    libjpeg: CoefficientReader,
+    progressive: Option<ProgressiveDecoder>,
+}
+
+impl Readers {
+    fn new(progressive: bool) -> Readers {
+        Readers {
+            libjpeg: CoefficientReader::new().expect("reader"),
+            progressive: progressive.then(ProgressiveDecoder::new),
+        }
+    }
+}
+
+/// Reads and packs `file` (the window the options say) into `out`: with gpufeed's progressive
+/// decoder if `readers` has one and it takes the file, else with libjpeg-turbo.
 fn read_and_pack(
-    reader: &mut CoefficientReader,
+    readers: &mut Readers,
     file: &File,
     crop: bool,
     out: &mut Vec<u8>,
@@ -146,8 +165,18 @@ fn read_and_pack(
     } else {
         Window::whole(file.layout.width, file.layout.height)
     };
+    if let Some(decoder) = &mut readers.progressive {
+        if let Ok(coefficients) = decoder.decode(&file.jpeg) {
+            return pack(&coefficients, &file.layout, &window, out).ok();
+        }
+    }
     let stop = file.layout.imcu_rows_for(&window);
-    let coefficients = reader.open(&file.jpeg).ok()?.read(Some(stop)).ok()?;
+    let coefficients = readers
+        .libjpeg
+        .open(&file.jpeg)
+        .ok()?
+        .read(Some(stop))
+        .ok()?;
     pack(&coefficients, &file.layout, &window, out).ok()
 }
 
@@ -158,10 +187,10 @@ fn pack_all(pool: &rayon::ThreadPool, files: &[File], crop: bool) -> Vec<(Packed
         files
             .par_iter()
             .map_init(
-                || CoefficientReader::new().expect("reader"),
-                |reader, file| {
+                || Readers::new(true),
+                |readers, file| {
                     let mut out = Vec::new();
-                    read_and_pack(reader, file, crop, &mut out).map(|i| (i, out))
+                    read_and_pack(readers, file, crop, &mut out).map(|i| (i, out))
                 },
             )
             .flatten()
@@ -182,7 +211,10 @@ fn per_mpx(seconds: f64, mpx: f64) -> String {
 fn cpu_single_thread(files: &[File], mpx: f64) {
     let mut decoder = Decoder::new().expect("decoder");
     let mut reader = CoefficientReader::new().expect("reader");
+    let mut progressive = ProgressiveDecoder::new();
     let (mut full, mut read, mut read_crop, mut packing) = (0.0, 0.0, 0.0, 0.0);
+    // The files gpufeed's progressive decoder takes: its time, libjpeg-turbo's, their Mpx.
+    let (mut ours, mut theirs, mut progressive_mpx) = (0.0, 0.0, 0.0);
     let (mut jpeg_bytes, mut packed_bytes, mut dense_bytes, mut zeros, mut coefficients) =
         (0u64, 0u64, 0u64, 0u64, 0u64);
     let mut crop_mpx = 0.0;
@@ -206,12 +238,20 @@ fn cpu_single_thread(files: &[File], mpx: f64) {
         full += t.elapsed().as_secs_f64();
 
         let t = Instant::now();
+        let taken = progressive.decode(&file.jpeg).is_ok();
+        let decoding = t.elapsed().as_secs_f64();
+        let t = Instant::now();
         let whole = reader
             .open(&file.jpeg)
             .expect("open")
             .read(None)
             .expect("read");
         read += t.elapsed().as_secs_f64();
+        if taken {
+            ours += decoding;
+            theirs += t.elapsed().as_secs_f64();
+            progressive_mpx += f64::from(file.layout.width) * f64::from(file.layout.height) / 1e6;
+        }
         let window = Window::whole(file.layout.width, file.layout.height);
         out.clear();
         let t = Instant::now();
@@ -255,6 +295,15 @@ fn cpu_single_thread(files: &[File], mpx: f64) {
         "  packing the transfer format           {}",
         per_mpx(packing, mpx)
     );
+    if progressive_mpx > 0.0 {
+        println!(
+            "  progressive files ({progressive_mpx:.1} Mpx): coefficients by gpufeed's decoder {}, \
+             by libjpeg-turbo {} ({:.2}x)",
+            per_mpx(ours, progressive_mpx),
+            per_mpx(theirs, progressive_mpx),
+            theirs / ours.max(1e-9)
+        );
+    }
     println!(
         "  bytes a Mpx: JPEG {:.3} MB, dense coefficients {:.3} MB, transfer format {:.3} MB; \
          {:.1}% of coefficients zero",
@@ -270,35 +319,43 @@ fn cpu_threads(files: &[File], mpx: f64, options: &Options) -> rayon::ThreadPool
         .num_threads(options.threads)
         .build()
         .expect("thread pool");
-    let mut rates = Vec::new();
-    for _ in 0..options.rounds {
-        let t = Instant::now();
-        let made: usize = pool.install(|| {
-            files
-                .par_iter()
-                .map_init(
-                    || (CoefficientReader::new().expect("reader"), Vec::new()),
-                    |(reader, out), file| {
-                        out.clear();
-                        usize::from(read_and_pack(reader, file, options.crop, out).is_some())
-                    },
-                )
-                .sum()
-        });
-        let s = t.elapsed().as_secs_f64();
-        rates.push((made as f64 / s, mpx / s));
+    for progressive in [false, true] {
+        let mut rates = Vec::new();
+        for _ in 0..options.rounds {
+            let t = Instant::now();
+            let made: usize = pool.install(|| {
+                files
+                    .par_iter()
+                    .map_init(
+                        || (Readers::new(progressive), Vec::new()),
+                        |(readers, out), file| {
+                            out.clear();
+                            usize::from(read_and_pack(readers, file, options.crop, out).is_some())
+                        },
+                    )
+                    .sum()
+            });
+            let s = t.elapsed().as_secs_f64();
+            rates.push((made as f64 / s, mpx / s));
+        }
+        let (images, mpxs) = median(rates);
+        println!(
+            "CPU, {} threads, read + pack ({}, {}): {images:.1} images/s, {mpxs:.1} Mpx/s \
+             (median of {})",
+            options.threads,
+            if options.crop {
+                "centre crops"
+            } else {
+                "whole images"
+            },
+            if progressive {
+                "progressive files by gpufeed's decoder"
+            } else {
+                "libjpeg-turbo"
+            },
+            options.rounds
+        );
     }
-    let (images, mpxs) = median(rates);
-    println!(
-        "CPU, {} threads, read + pack ({}): {images:.1} images/s, {mpxs:.1} Mpx/s (median of {})",
-        options.threads,
-        if options.crop {
-            "centre crops"
-        } else {
-            "whole images"
-        },
-        options.rounds
-    );
     pool
 }
 

@@ -1,6 +1,8 @@
 //! JPEGs of every kind the path meets, made fresh with libjpeg-turbo's encoder, and real ones:
 //! the cases the CPU rendition and the kernels are checked on against libjpeg-turbo's decode.
 
+use std::path::PathBuf;
+
 use turbojpeg_region::{
     encode, Colorspace, Decoder, EncodeOptions, Format, Request, Restart, Sampling,
 };
@@ -43,7 +45,7 @@ pub(crate) fn turbo_decode(jpeg: &[u8], gray: bool) -> (Vec<u8>, u32, u32) {
 
 /// A picture with smooth areas, edges and grain: every frequency gets coefficients, and
 /// quality 100 with the grain drives the inverse DCT to its clamps.
-fn picture(width: u32, height: u32, seed: u64) -> Vec<u8> {
+pub(crate) fn picture(width: u32, height: u32, seed: u64) -> Vec<u8> {
     let grain = random_bytes((width * height * 3) as usize, seed);
     let mut pixels = Vec::with_capacity(grain.len());
     for y in 0..height {
@@ -325,4 +327,34 @@ pub(crate) fn prepare(
         bytes,
         expected,
     }
+}
+
+/// The photos folder (`../shared/photos` beside the repository, or the GPU bundle's
+/// `.gpu/photos`), if there is one.
+pub(crate) fn photos_folder() -> Option<PathBuf> {
+    let cwd = std::env::current_dir().ok()?;
+    cwd.ancestors()
+        .flat_map(|d| [d.join("shared/photos"), d.join(".gpu/photos")])
+        .find(|d| d.is_dir())
+}
+
+/// `pixels` (RGB, `w` x `h`) mirrored and tiled to `tw` x `th`.
+pub(crate) fn tiled(pixels: &[u8], w: u32, h: u32, tw: u32, th: u32) -> Vec<u8> {
+    let mirror = |v: u32, n: u32| {
+        let m = v % (2 * n);
+        if m < n {
+            m
+        } else {
+            2 * n - 1 - m
+        }
+    };
+    let mut out = Vec::with_capacity((tw * th * 3) as usize);
+    for y in 0..th {
+        let row = mirror(y, h);
+        for x in 0..tw {
+            let at = ((row * w + mirror(x, w)) * 3) as usize;
+            out.extend_from_slice(&pixels[at..at + 3]);
+        }
+    }
+    out
 }

@@ -14,7 +14,7 @@ use turbojpeg_region::{
     encode, CoefficientReader, Colorspace, EncodeOptions, Format, Restart, Sampling,
 };
 
-use super::cases::{cases, repo_file, turbo_decode};
+use super::cases::{cases, photos_folder, repo_file, tiled, turbo_decode};
 use super::entropy::{parse, ParsedJpeg};
 use super::entropy_batch::{
     copy_plane, stage, staged_len, EntropyPlan, HUFF_THREADS, PASSES, QUANT_SECTIONS,
@@ -523,36 +523,6 @@ fn entropy_decoded_windows_through_the_idct_kernels_equal_libjpeg_turbo() {
             );
         }
     }
-}
-
-/// The photos folder (`../shared/photos` beside the repository, or the GPU bundle's
-/// `.gpu/photos`), if there is one.
-fn photos_folder() -> Option<PathBuf> {
-    let cwd = std::env::current_dir().ok()?;
-    cwd.ancestors()
-        .flat_map(|d| [d.join("shared/photos"), d.join(".gpu/photos")])
-        .find(|d| d.is_dir())
-}
-
-/// `pixels` (RGB, `w` x `h`) mirrored and tiled to `tw` x `th`.
-fn tiled(pixels: &[u8], w: u32, h: u32, tw: u32, th: u32) -> Vec<u8> {
-    let mirror = |v: u32, n: u32| {
-        let m = v % (2 * n);
-        if m < n {
-            m
-        } else {
-            2 * n - 1 - m
-        }
-    };
-    let mut out = Vec::with_capacity((tw * th * 3) as usize);
-    for y in 0..th {
-        let row = mirror(y, h);
-        for x in 0..tw {
-            let at = ((row * w + mirror(x, w)) * 3) as usize;
-            out.extend_from_slice(&pixels[at..at + 3]);
-        }
-    }
-    out
 }
 
 #[test]

@@ -13,6 +13,8 @@
 //! - [`entropy`]: a baseline JPEG parsed for the GPU's own entropy decoding (its scan destuffed
 //!   and cut at its restart markers, its Huffman tables in lookup form), so that the CPU decodes
 //!   nothing; [`entropy_batch`]: a batch of them planned for `kernels/entropy.cu`;
+//! - [`progressive`]: progressive JPEGs entropy-decoded on the CPU into libjpeg-turbo's
+//!   coefficients, faster than libjpeg-turbo reads them, for [`pack`];
 //! - [`gpu`]: the kernels (`kernels/idct.cu`, `kernels/entropy.cu`) and their host side,
 //!   batched over many images, packed and entropy-coded ones mixed, with buffers sized once
 //!   from a byte budget.
@@ -35,7 +37,11 @@ mod gpu_tests;
 #[cfg(test)]
 mod host_check;
 mod layout;
+mod markers;
 pub mod pack;
+pub mod progressive;
+#[cfg(test)]
+mod progressive_tests;
 pub mod reference;
 #[cfg(test)]
 mod tests;

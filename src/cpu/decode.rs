@@ -165,8 +165,9 @@ thread_local! {
 }
 
 /// Progressive scans libjpeg-turbo decodes before giving up: real files have about ten; a
-/// crafted file with thousands would take seconds.
-const MAX_PROGRESSIVE_SCANS: u32 = 500;
+/// crafted file with thousands would take seconds. The GPU lane's progressive decoder stops at
+/// the same count.
+const MAX_PROGRESSIVE_SCANS: u32 = crate::coefficients::progressive::MAX_SCANS;
 
 fn decode_jpeg(
     bytes: &[u8],

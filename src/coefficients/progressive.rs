@@ -1,0 +1,776 @@
+//! Progressive JPEGs entropy-decoded on the CPU into libjpeg-turbo's coefficients, bit for bit,
+//! faster than libjpeg-turbo reads them (`jdphuff.c` decodes one block a call, through its
+//! coefficient controller's virtual arrays, a byte at a time into its bit buffer): every scan is
+//! decoded in one loop over its blocks, from its destuffed data, 64 bits at a time, straight
+//! into whole-image planes. The GPU then does the rest ([`super::pack`], [`super::gpu`]).
+//!
+//! Only what decodes cleanly is taken: a progressive Huffman frame (SOF2), 8-bit samples, 1 or 3
+//! components, a scan script libjpeg accepts without a warning, every coefficient complete at the
+//! end (so libjpeg's block smoothing never applies), data that holds every block its scan codes
+//! and a Huffman code for every symbol, restart markers in sequence, and an EOI marker. Anything
+//! else (a file libjpeg would decode with a warning, or not at all) is refused with
+//! [`Error::Unsupported`], and the caller decodes it with libjpeg-turbo, which reports it if it
+//! is broken. Every byte is read through checked slices, every loop is bounded by the blocks of
+//! a scan: bad input is refused, never a panic.
+//!
+//! `jdphuff.c`'s four decoders, as they behave on such files:
+//!
+//! - DC first scans (`decode_mcu_DC_first`): the DC difference's Huffman code and bits, the
+//!   component's predictor summed (reset at each restart), shifted left by `Al`;
+//! - DC refinement (`decode_mcu_DC_refine`): one bit a block, or'ed in at bit `Al`;
+//! - AC first scans (`decode_mcu_AC_first`), one component: run/size symbols, ZRL, and end of
+//!   band runs (`EOBRUN`, reset at each restart) that skip whole blocks;
+//! - AC refinement (`decode_mcu_AC_refine`): new coefficients of +-`1 << Al` placed past the
+//!   run of still-zero coefficients, a correction bit for every coefficient already nonzero in
+//!   the band, in and after the end of band run.
+
+use super::entropy::{Interval, MAX_BLOCKS_IN_MCU, NATURAL_ORDER, TABLE_WORDS};
+use super::markers::{
+    derive_table, destuff_scan, parse_dht, parse_dqt, parse_frame, unsupported, Cursor,
+    FrameComponent, RawTable, ScanEnd,
+};
+use super::{CoefficientSource, Error};
+
+/// The most scans a file may have (the CPU lane's libjpeg-turbo stops there too): real files
+/// have about ten; a crafted file with thousands would take seconds.
+pub const MAX_SCANS: u32 = 500;
+
+/// A component's coefficients: every block of libjpeg's coefficient array (the padding blocks
+/// of partial MCUs included), 64 coefficients a block in natural order, row by row.
+#[derive(Debug, Default)]
+struct Plane {
+    blocks_wide: usize,
+    blocks_high: usize,
+    /// Blocks across and down that the component's non-interleaved scans code (libjpeg's
+    /// `width_in_blocks`, `height_in_blocks`).
+    coded_wide: usize,
+    coded_high: usize,
+    coefficients: Vec<i16>,
+    /// Per block, which of its coefficients are nonzero, bit `k` for zigzag position `k`: what
+    /// lets a refinement scan read the correction bits of a block in an end of band run without
+    /// looking at its zero coefficients.
+    nonzero: Vec<u64>,
+}
+
+/// A progressive JPEG decoder, reused across images by one thread: its planes, scan data and
+/// tables keep their memory (no allocation once they have grown to the largest image).
+#[derive(Debug, Default)]
+pub struct ProgressiveDecoder {
+    planes: Vec<Plane>,
+    quant: Vec<[u16; 64]>,
+    data: Vec<u8>,
+    intervals: Vec<Interval>,
+    tables: Vec<u32>,
+}
+
+/// The coefficients of the last image decoded, lent from the decoder.
+#[derive(Debug)]
+pub struct ProgressiveCoefficients<'d> {
+    decoder: &'d ProgressiveDecoder,
+}
+
+impl CoefficientSource for ProgressiveCoefficients<'_> {
+    fn quant_table(&self, component: usize) -> Option<&[u16; 64]> {
+        self.decoder.quant.get(component)
+    }
+
+    fn block_row(&self, component: usize, row: u32) -> Option<&[i16]> {
+        let plane = self.decoder.planes.get(component)?;
+        let row = row as usize;
+        if row >= plane.blocks_high {
+            return None;
+        }
+        let len = plane.blocks_wide * 64;
+        plane.coefficients.get(row * len..(row + 1) * len)
+    }
+}
+
+impl ProgressiveCoefficients<'_> {
+    /// Blocks across and down component `component`'s plane.
+    pub fn plane_blocks(&self, component: usize) -> Option<(u32, u32)> {
+        let plane = self.decoder.planes.get(component)?;
+        Some((plane.blocks_wide as u32, plane.blocks_high as u32))
+    }
+}
+
+/// A scan's header, checked.
+struct Scan {
+    /// Its components' indices in the frame, in the frame's order, with their DC and AC table
+    /// slots.
+    components: Vec<(usize, usize, usize)>,
+    ss: usize,
+    se: usize,
+    ah: u32,
+    al: u32,
+}
+
+impl ProgressiveDecoder {
+    /// A decoder with no memory yet.
+    pub fn new() -> ProgressiveDecoder {
+        ProgressiveDecoder::default()
+    }
+
+    /// Entropy-decodes `jpeg`, a progressive JPEG, into its coefficients, or says why libjpeg-
+    /// turbo must read it.
+    pub fn decode(&mut self, jpeg: &[u8]) -> Result<ProgressiveCoefficients<'_>, Error> {
+        let mut cur = Cursor { bytes: jpeg, at: 0 };
+        if cur.u16()? != 0xFFD8 {
+            return Err(unsupported("not a JPEG (no SOI marker)"));
+        }
+        let mut quant: [Option<[u16; 64]>; 4] = [None; 4];
+        let mut dc: [Option<RawTable>; 4] = Default::default();
+        let mut ac: [Option<RawTable>; 4] = Default::default();
+        let mut frame: Option<Vec<FrameComponent>> = None;
+        let mut latched: Vec<Option<[u16; 64]>> = Vec::new();
+        // Per component, the point transform of each coefficient's last scan (-1: none yet).
+        let mut coef_bits: Vec<[i8; 64]> = Vec::new();
+        let mut restart = 0u32;
+        let mut scans = 0u32;
+        loop {
+            if cur.u8()? != 0xFF {
+                return Err(unsupported("bytes between markers"));
+            }
+            let mut code = cur.u8()?;
+            while code == 0xFF {
+                code = cur.u8()?;
+            }
+            match code {
+                0xC2 => {
+                    if frame.is_some() {
+                        return Err(unsupported("two frame headers"));
+                    }
+                    let (width, height, components) = parse_frame(&mut cur.segment()?)?;
+                    self.frame(width, height, &components)?;
+                    latched = vec![None; components.len()];
+                    coef_bits = vec![[-1; 64]; components.len()];
+                    frame = Some(components);
+                }
+                0xC0 | 0xC1 => return Err(unsupported("not a progressive JPEG")),
+                0xC3 | 0xC5..=0xC7 | 0xC9..=0xCB | 0xCD..=0xCF => {
+                    return Err(unsupported("not a progressive Huffman JPEG"))
+                }
+                0xC4 => parse_dht(&mut cur.segment()?, &mut dc, &mut ac)?,
+                0xDB => parse_dqt(&mut cur.segment()?, &mut quant)?,
+                0xDD => {
+                    let mut s = cur.segment()?;
+                    restart = u32::from(s.u16()?);
+                    if !s.done() {
+                        return Err(unsupported("a DRI segment of the wrong length"));
+                    }
+                }
+                0xDA => {
+                    let components = frame
+                        .as_deref()
+                        .ok_or_else(|| unsupported("a scan before the frame header"))?;
+                    scans += 1;
+                    if scans > MAX_SCANS {
+                        return Err(unsupported(format!("more than {MAX_SCANS} scans")));
+                    }
+                    let scan = parse_scan(&mut cur.segment()?, components)?;
+                    check_progression(&scan, &mut coef_bits)?;
+                    for &(c, _, _) in &scan.components {
+                        if latched[c].is_none() {
+                            let slot = components[c].tq;
+                            latched[c] = Some(quant[slot].ok_or_else(|| {
+                                unsupported(format!("quantization table {slot} missing"))
+                            })?);
+                        }
+                    }
+                    self.tables(&scan, &dc, &ac)?;
+                    let rest = jpeg.get(cur.at..).unwrap_or(&[]);
+                    let mcus = self.mcus(&scan, components);
+                    let per_interval = if restart == 0 { mcus } else { restart };
+                    self.data.clear();
+                    self.intervals.clear();
+                    let end = destuff_scan(
+                        rest,
+                        mcus,
+                        per_interval,
+                        &mut self.data,
+                        &mut self.intervals,
+                    )?;
+                    self.decode_scan(&scan, components)?;
+                    match end {
+                        ScanEnd::Marker { at, .. } => cur.at += at,
+                        ScanEnd::EndOfFile => {
+                            return Err(unsupported("the file ends before its EOI marker"))
+                        }
+                    }
+                }
+                0xD9 => break,
+                0xD8 => return Err(unsupported("a second SOI marker")),
+                0xDC => return Err(unsupported("a DNL marker")),
+                0xD0..=0xD7 | 0x01 => return Err(unsupported("a restart marker outside a scan")),
+                _ => {
+                    cur.segment()?;
+                }
+            }
+        }
+        if frame.is_none() {
+            return Err(unsupported("no frame header"));
+        }
+        // libjpeg smooths the blocks of a file whose coefficients are not all complete; one
+        // where every coefficient's last scan had a point transform of 0 decodes as they are.
+        if coef_bits.iter().any(|bits| bits.iter().any(|&b| b != 0)) {
+            return Err(unsupported(
+                "coefficients left incomplete (libjpeg would smooth the blocks)",
+            ));
+        }
+        self.quant.clear();
+        for table in latched {
+            self.quant
+                .push(table.ok_or_else(|| unsupported("a component no scan codes"))?);
+        }
+        Ok(ProgressiveCoefficients { decoder: self })
+    }
+
+    /// Sizes the planes for the frame and zeroes them.
+    fn frame(
+        &mut self,
+        width: u32,
+        height: u32,
+        components: &[FrameComponent],
+    ) -> Result<(), Error> {
+        let hmax = components.iter().map(|c| c.h).max().unwrap_or(1);
+        let vmax = components.iter().map(|c| c.v).max().unwrap_or(1);
+        let mcus_wide = width.div_ceil(8 * hmax) as usize;
+        let mcus_high = height.div_ceil(8 * vmax) as usize;
+        self.planes.resize_with(components.len(), Plane::default);
+        for (plane, c) in self.planes.iter_mut().zip(components) {
+            plane.coded_wide = (width * c.h).div_ceil(hmax).div_ceil(8) as usize;
+            plane.coded_high = (height * c.v).div_ceil(vmax).div_ceil(8) as usize;
+            (plane.blocks_wide, plane.blocks_high) = match components.len() {
+                1 => (plane.coded_wide, plane.coded_high),
+                _ => (mcus_wide * c.h as usize, mcus_high * c.v as usize),
+            };
+            let len = plane
+                .blocks_wide
+                .checked_mul(plane.blocks_high)
+                .and_then(|b| b.checked_mul(64))
+                .ok_or_else(|| unsupported("an image too large"))?;
+            plane.coefficients.clear();
+            plane.coefficients.resize(len, 0);
+            plane.nonzero.clear();
+            plane.nonzero.resize(len / 64, 0);
+        }
+        Ok(())
+    }
+
+    /// The scan's Huffman tables in lookup form: per scan component, its DC table (DC first
+    /// scans) or its AC table (AC scans), [`TABLE_WORDS`] words each.
+    fn tables(
+        &mut self,
+        scan: &Scan,
+        dc: &[Option<RawTable>; 4],
+        ac: &[Option<RawTable>; 4],
+    ) -> Result<(), Error> {
+        self.tables.clear();
+        if scan.ss == 0 && scan.ah != 0 {
+            return Ok(());
+        }
+        for &(_, td, ta) in &scan.components {
+            let (table, is_dc, slot) = match scan.ss {
+                0 => (&dc[td], true, td),
+                _ => (&ac[ta], false, ta),
+            };
+            let table = table
+                .as_ref()
+                .ok_or_else(|| unsupported(format!("Huffman table {slot} missing")))?;
+            derive_table(table, is_dc, &mut self.tables)?;
+        }
+        Ok(())
+    }
+
+    /// MCUs the scan codes: the frame's MCUs for several components, the component's blocks
+    /// for one.
+    fn mcus(&self, scan: &Scan, components: &[FrameComponent]) -> u32 {
+        match scan.components.as_slice() {
+            [(c, _, _)] => {
+                let plane = &self.planes[*c];
+                (plane.coded_wide * plane.coded_high) as u32
+            }
+            _ => {
+                let (wide, high) = self.mcus_across(components);
+                (wide * high) as u32
+            }
+        }
+    }
+
+    /// The frame's MCUs across and down (its planes are a whole number of them).
+    fn mcus_across(&self, components: &[FrameComponent]) -> (usize, usize) {
+        let plane = &self.planes[0];
+        let (h, v) = (components[0].h as usize, components[0].v as usize);
+        (plane.blocks_wide / h, plane.blocks_high / v)
+    }
+
+    /// Decodes the scan whose data and intervals are in `self.data` and `self.intervals`.
+    fn decode_scan(&mut self, scan: &Scan, components: &[FrameComponent]) -> Result<(), Error> {
+        // The blocks of an MCU: (component's index in the scan, column, row inside the MCU).
+        let mut mcu_blocks: Vec<(usize, usize, usize)> = Vec::with_capacity(MAX_BLOCKS_IN_MCU);
+        let interleaved = scan.components.len() > 1;
+        if interleaved {
+            for (i, &(c, _, _)) in scan.components.iter().enumerate() {
+                let fc = components[c];
+                for y in 0..fc.v as usize {
+                    for x in 0..fc.h as usize {
+                        mcu_blocks.push((i, x, y));
+                    }
+                }
+            }
+            if mcu_blocks.len() > MAX_BLOCKS_IN_MCU {
+                return Err(unsupported(format!(
+                    "{} blocks in an MCU (libjpeg takes at most {MAX_BLOCKS_IN_MCU})",
+                    mcu_blocks.len()
+                )));
+            }
+        }
+        let intervals = std::mem::take(&mut self.intervals);
+        let data = std::mem::take(&mut self.data);
+        let result = intervals.iter().try_for_each(|interval| {
+            let data = data
+                .get(interval.start as usize..interval.end as usize)
+                .ok_or_else(|| unsupported("an interval outside its scan"))?;
+            let mut bits = Bits::new(data);
+            let first = interval.first_mcu as usize;
+            let mcus = first..first + interval.mcus as usize;
+            match (scan.ss, scan.ah, interleaved) {
+                (0, _, true) => self.dc_interleaved(scan, components, &mcu_blocks, mcus, &mut bits),
+                (0, _, false) => self.dc_single(scan, mcus, &mut bits),
+                (_, 0, _) => self.ac_first(scan, mcus, &mut bits),
+                _ => self.ac_refine(scan, mcus, &mut bits),
+            }?;
+            bits.check()
+        });
+        self.intervals = intervals;
+        self.data = data;
+        result
+    }
+
+    /// A DC scan of several components: MCU by MCU, every block of every component in it.
+    fn dc_interleaved(
+        &mut self,
+        scan: &Scan,
+        components: &[FrameComponent],
+        mcu_blocks: &[(usize, usize, usize)],
+        mcus: std::ops::Range<usize>,
+        bits: &mut Bits<'_>,
+    ) -> Result<(), Error> {
+        let (mcus_wide, _) = self.mcus_across(components);
+        let mut predictors = [0i32; 4];
+        for mcu in mcus {
+            let (mx, my) = (mcu % mcus_wide, mcu / mcus_wide);
+            for &(i, x, y) in mcu_blocks {
+                let c = scan.components[i].0;
+                let fc = components[c];
+                let plane = &mut self.planes[c];
+                let bx = mx * fc.h as usize + x;
+                let by = my * fc.v as usize + y;
+                let at = (by * plane.blocks_wide + bx) * 64;
+                let table = self.tables.get(i * TABLE_WORDS..(i + 1) * TABLE_WORDS);
+                dc_block(scan, table, &mut predictors[i], plane, at, bits)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A DC scan of one component: its blocks in rows of `width_in_blocks`.
+    fn dc_single(
+        &mut self,
+        scan: &Scan,
+        mcus: std::ops::Range<usize>,
+        bits: &mut Bits<'_>,
+    ) -> Result<(), Error> {
+        let plane = &mut self.planes[scan.components[0].0];
+        let table = self.tables.get(..TABLE_WORDS);
+        let mut predictor = 0i32;
+        for block in mcus {
+            let at = block_at(plane, block);
+            dc_block(scan, table, &mut predictor, plane, at, bits)?;
+        }
+        Ok(())
+    }
+
+    /// An AC first scan: `decode_mcu_AC_first` over the interval's blocks.
+    fn ac_first(
+        &mut self,
+        scan: &Scan,
+        mcus: std::ops::Range<usize>,
+        bits: &mut Bits<'_>,
+    ) -> Result<(), Error> {
+        let plane = &mut self.planes[scan.components[0].0];
+        let table = self
+            .tables
+            .get(..TABLE_WORDS)
+            .ok_or_else(|| unsupported("no AC table"))?;
+        let (ss, se, al) = (scan.ss, scan.se, scan.al);
+        let mut eobrun = 0u32;
+        for block in mcus {
+            if eobrun > 0 {
+                eobrun -= 1;
+                continue;
+            }
+            let at = block_at(plane, block);
+            let (coefficients, nonzero) = block_mut(plane, at)?;
+            let mut k = ss;
+            while k <= se {
+                let symbol = bits.huffman(table)?;
+                let (r, s) = (u32::from(symbol >> 4), u32::from(symbol & 15));
+                if s != 0 {
+                    k += r as usize;
+                    if k > se {
+                        return Err(unsupported("a run past the end of the band"));
+                    }
+                    let value = (extend(bits.take(s), s) << al) as i16;
+                    coefficients[usize::from(NATURAL_ORDER[k])] = value;
+                    *nonzero |= u64::from(value != 0) << k;
+                } else if r == 15 {
+                    k += 15;
+                } else {
+                    eobrun = (1 << r) + bits.take(r) - 1;
+                    break;
+                }
+                k += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// An AC refinement scan: `decode_mcu_AC_refine` over the interval's blocks.
+    fn ac_refine(
+        &mut self,
+        scan: &Scan,
+        mcus: std::ops::Range<usize>,
+        bits: &mut Bits<'_>,
+    ) -> Result<(), Error> {
+        let plane = &mut self.planes[scan.components[0].0];
+        let table = self
+            .tables
+            .get(..TABLE_WORDS)
+            .ok_or_else(|| unsupported("no AC table"))?;
+        let (ss, se) = (scan.ss, scan.se);
+        let p1 = (1i32 << scan.al) as i16;
+        let m1 = ((-1i32) << scan.al) as i16;
+        let mut eobrun = 0u32;
+        for block in mcus {
+            let at = block_at(plane, block);
+            let (coefficients, nonzero) = block_mut(plane, at)?;
+            let mut k = ss;
+            if eobrun == 0 {
+                while k <= se {
+                    let symbol = bits.huffman(table)?;
+                    let (r, s) = (u32::from(symbol >> 4), symbol & 15);
+                    let mut value = 0i16;
+                    if s != 0 {
+                        if s != 1 {
+                            return Err(unsupported("a refined coefficient of more than 1 bit"));
+                        }
+                        value = if bits.take(1) != 0 { p1 } else { m1 };
+                    } else if r != 15 {
+                        eobrun = (1 << r) + bits.take(r);
+                        break;
+                    }
+                    // Past the nonzero coefficients (a correction bit each) and `r` zero ones,
+                    // to the zero coefficient the new value goes to.
+                    let zeros = !*nonzero & band(k, se);
+                    match nth_bit(zeros, r) {
+                        Some(target) => {
+                            let passed = match target > k {
+                                true => *nonzero & band(k, target - 1),
+                                false => 0,
+                            };
+                            correct_all(coefficients, passed, bits, p1, m1);
+                            k = target;
+                            if value != 0 {
+                                coefficients[usize::from(NATURAL_ORDER[k])] = value;
+                                *nonzero |= 1 << k;
+                            }
+                        }
+                        None => {
+                            correct_all(coefficients, *nonzero & band(k, se), bits, p1, m1);
+                            if value != 0 {
+                                return Err(unsupported(
+                                    "a new coefficient past the end of the band",
+                                ));
+                            }
+                            k = se + 1;
+                        }
+                    }
+                    k += 1;
+                }
+            }
+            if eobrun > 0 {
+                // A correction bit for each nonzero coefficient left in the band.
+                if k <= se {
+                    correct_all(coefficients, *nonzero & band(k, se), bits, p1, m1);
+                }
+                eobrun -= 1;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Block `at` (its first coefficient's index) of `plane`: its coefficients and its nonzero mask.
+fn block_mut(plane: &mut Plane, at: usize) -> Result<(&mut [i16], &mut u64), Error> {
+    let coefficients = plane.coefficients.get_mut(at..at + 64);
+    let nonzero = plane.nonzero.get_mut(at / 64);
+    coefficients
+        .zip(nonzero)
+        .ok_or_else(|| unsupported("a block outside its plane"))
+}
+
+/// Bits `from..=to` (zigzag positions) of a nonzero mask.
+fn band(from: usize, to: usize) -> u64 {
+    (u64::MAX >> (63 - to)) & (u64::MAX << from)
+}
+
+/// Where block `block` of a non-interleaved scan (rows of `width_in_blocks`) is in `plane`.
+fn block_at(plane: &Plane, block: usize) -> usize {
+    let wide = plane.coded_wide.max(1);
+    ((block / wide) * plane.blocks_wide + block % wide) * 64
+}
+
+/// One block of a DC scan: the first scan's difference summed into `predictor` and shifted, or a
+/// refinement bit.
+fn dc_block(
+    scan: &Scan,
+    table: Option<&[u32]>,
+    predictor: &mut i32,
+    plane: &mut Plane,
+    at: usize,
+    bits: &mut Bits<'_>,
+) -> Result<(), Error> {
+    let coefficient = plane
+        .coefficients
+        .get_mut(at)
+        .ok_or_else(|| unsupported("a block outside its plane"))?;
+    if scan.ah != 0 {
+        if bits.take(1) != 0 {
+            *coefficient |= (1i32 << scan.al) as i16;
+        }
+        return Ok(());
+    }
+    let table = table.ok_or_else(|| unsupported("no DC table"))?;
+    let s = u32::from(bits.huffman(table)?);
+    let difference = match s {
+        0 => 0,
+        s => extend(bits.take(s), s),
+    };
+    *predictor = predictor
+        .checked_add(difference)
+        .ok_or_else(|| unsupported("a DC coefficient out of range"))?;
+    *coefficient = ((*predictor as u32) << scan.al) as i16;
+    Ok(())
+}
+
+/// `HUFF_EXTEND`: the `s`-bit value `r` as a signed number.
+fn extend(r: u32, s: u32) -> i32 {
+    if s == 0 {
+        return 0;
+    }
+    if r < 1 << (s - 1) {
+        r as i32 - (1 << s) + 1
+    } else {
+        r as i32
+    }
+}
+
+/// A correction bit for each coefficient of `positions` (zigzag bits, all nonzero ones), in
+/// order, read at most 16 at once: a 1 makes the coefficient's magnitude larger by `p1`, unless
+/// that bit is set already. Without branches on the bits, which are close to random.
+#[inline(always)]
+fn correct_all(
+    coefficients: &mut [i16],
+    mut positions: u64,
+    bits: &mut Bits<'_>,
+    p1: i16,
+    m1: i16,
+) {
+    while positions != 0 {
+        let n = positions.count_ones().min(16);
+        let word = bits.take(n);
+        for i in (0..n).rev() {
+            let at = positions.trailing_zeros() as usize;
+            positions &= positions - 1;
+            let coefficient = &mut coefficients[usize::from(NATURAL_ORDER[at])];
+            let grow = ((word >> i) & 1) as i16 & i16::from(*coefficient & p1 == 0);
+            let step = if *coefficient >= 0 { p1 } else { m1 };
+            *coefficient = coefficient.wrapping_add(grow.wrapping_mul(step));
+        }
+    }
+}
+
+/// The position of `mask`'s set bit number `n` (from 0, lowest first), if it has that many.
+#[inline(always)]
+fn nth_bit(mut mask: u64, n: u32) -> Option<usize> {
+    for _ in 0..n {
+        mask &= mask.wrapping_sub(1);
+    }
+    (mask != 0).then(|| mask.trailing_zeros() as usize)
+}
+
+/// The scan header after the SOS marker, checked as `jdmarker.c` `get_sos` checks it.
+fn parse_scan(s: &mut Cursor<'_>, frame: &[FrameComponent]) -> Result<Scan, Error> {
+    let n = usize::from(s.u8()?);
+    if n == 0 || n > frame.len() {
+        return Err(unsupported(format!("a scan of {n} components")));
+    }
+    let mut components: Vec<(usize, usize, usize)> = Vec::with_capacity(n);
+    for _ in 0..n {
+        let id = s.u8()?;
+        let t = s.u8()?;
+        let c = frame
+            .iter()
+            .position(|f| f.id == id)
+            .ok_or_else(|| unsupported(format!("a scan of component {id}, not in the frame")))?;
+        // Components in the frame's order, each once: libjpeg codes an MCU in the scan's order,
+        // the planes are in the frame's.
+        if components.last().is_some_and(|&(last, _, _)| last >= c) {
+            return Err(unsupported(
+                "a scan whose components are not in the frame's order",
+            ));
+        }
+        let (td, ta) = (usize::from(t >> 4), usize::from(t & 15));
+        if td > 3 || ta > 3 {
+            return Err(unsupported(format!("Huffman table selectors {t:#04x}")));
+        }
+        components.push((c, td, ta));
+    }
+    let (ss, se, ahal) = (usize::from(s.u8()?), usize::from(s.u8()?), s.u8()?);
+    if !s.done() {
+        return Err(unsupported("a scan header of the wrong length"));
+    }
+    Ok(Scan {
+        components,
+        ss,
+        se,
+        ah: u32::from(ahal >> 4),
+        al: u32::from(ahal & 15),
+    })
+}
+
+/// `jdphuff.c` `start_pass_phuff_decoder`'s checks: a scan that libjpeg refuses or warns about is
+/// refused here; otherwise each coefficient the scan codes records its point transform.
+fn check_progression(scan: &Scan, coef_bits: &mut [[i8; 64]]) -> Result<(), Error> {
+    let dc = scan.ss == 0;
+    let bad = (dc && scan.se != 0)
+        || (!dc && (scan.ss > scan.se || scan.se > 63 || scan.components.len() != 1))
+        || (scan.ah != 0 && scan.al + 1 != scan.ah)
+        || scan.al > 13;
+    if bad {
+        return Err(unsupported(format!(
+            "a progression libjpeg refuses (Ss {}, Se {}, Ah {}, Al {})",
+            scan.ss, scan.se, scan.ah, scan.al
+        )));
+    }
+    for &(c, _, _) in &scan.components {
+        let bits = &mut coef_bits[c];
+        if !dc && bits[0] < 0 {
+            return Err(unsupported("an AC scan before its component's DC"));
+        }
+        for bit in &mut bits[scan.ss..=scan.se] {
+            if scan.ah != (*bit).max(0) as u32 {
+                return Err(unsupported("a progression libjpeg warns about"));
+            }
+            *bit = scan.al as i8;
+        }
+    }
+    Ok(())
+}
+
+/// A reader of an interval's destuffed data, most significant bit first, 64 bits buffered. Past
+/// the data it reads zeros, and [`Bits::check`] then refuses the interval (libjpeg would warn).
+struct Bits<'a> {
+    data: &'a [u8],
+    /// Next byte to load (past the data's end once zeros were loaded).
+    at: usize,
+    /// Bits buffered, from the top.
+    buffer: u64,
+    count: u32,
+}
+
+impl<'a> Bits<'a> {
+    fn new(data: &'a [u8]) -> Bits<'a> {
+        Bits {
+            data,
+            at: 0,
+            buffer: 0,
+            count: 0,
+        }
+    }
+
+    /// Fills the buffer to at least 56 bits.
+    #[inline(always)]
+    fn refill(&mut self) {
+        if let Some(bytes) = self.data.get(self.at..self.at + 8) {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(bytes);
+            self.buffer |= u64::from_be_bytes(word) >> self.count;
+            let loaded = (63 - self.count) / 8;
+            self.at += loaded as usize;
+            self.count += loaded * 8;
+        } else {
+            while self.count <= 56 {
+                let byte = self.data.get(self.at).copied().unwrap_or(0);
+                self.buffer |= u64::from(byte) << (56 - self.count);
+                self.at += 1;
+                self.count += 8;
+            }
+        }
+    }
+
+    /// The next `n` bits (0 to 16) as a number.
+    #[inline(always)]
+    fn take(&mut self, n: u32) -> u32 {
+        if n == 0 {
+            return 0;
+        }
+        if self.count < n {
+            self.refill();
+        }
+        let value = (self.buffer >> (64 - n)) as u32;
+        self.buffer <<= n;
+        self.count -= n;
+        value
+    }
+
+    /// The next Huffman code's symbol in `table` (the kernels' lookup form).
+    #[inline(always)]
+    fn huffman(&mut self, table: &[u32]) -> Result<u8, Error> {
+        if self.count < 16 {
+            self.refill();
+        }
+        let bits = (self.buffer >> 32) as u32;
+        let lookup_bits = super::entropy::LOOKUP_BITS;
+        let entry = table[(bits >> (32 - lookup_bits)) as usize];
+        if entry != 0 {
+            let len = entry >> 8;
+            self.buffer <<= len;
+            self.count -= len;
+            return Ok(entry as u8);
+        }
+        let maxcode = 1usize << lookup_bits;
+        let valoffset = maxcode + 18;
+        let symbols = valoffset + 18;
+        for l in lookup_bits + 1..=16 {
+            let code = (bits >> (32 - l)) as i32;
+            if code <= table[maxcode + l as usize] as i32 {
+                let index =
+                    (table[valoffset + l as usize] as i32).wrapping_add(code) as usize & 255;
+                self.buffer <<= l;
+                self.count -= l;
+                return Ok((table[symbols + index / 4] >> (8 * (index % 4))) as u8);
+            }
+        }
+        Err(unsupported("a Huffman code no table holds"))
+    }
+
+    /// Refuses the interval if its decode read past its data.
+    fn check(&self) -> Result<(), Error> {
+        let read = self.at as u64 * 8 - u64::from(self.count);
+        match read <= self.data.len() as u64 * 8 {
+            true => Ok(()),
+            false => Err(unsupported("a scan whose data ends before its last block")),
+        }
+    }
+}

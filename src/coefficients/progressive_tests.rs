@@ -1,0 +1,242 @@
+//! The progressive decoder against libjpeg-turbo's own reading of the coefficients
+//! (`jpeg_read_coefficients`), on files made fresh by its encoder (every sampling, sizes from
+//! 1x1, restart intervals, gray, qualities 30 to 100), real files, camera-size photos, and broken
+//! files, which must be refused or give libjpeg-turbo's coefficients.
+
+use turbojpeg_region::{encode, CoefficientReader, Colorspace, EncodeOptions, Format, Restart};
+
+use super::cases::{cases, photos_folder, picture, samplings, tiled};
+use super::progressive::{ProgressiveCoefficients, ProgressiveDecoder};
+use super::CoefficientSource;
+use gpufeed_bench::upload::random_bytes;
+
+/// Progressive files of every kind the encoder makes.
+fn progressive_cases(seed: u64) -> Vec<(String, Vec<u8>)> {
+    let mut files = Vec::new();
+    let sizes = [
+        (1, 1),
+        (2, 3),
+        (7, 5),
+        (8, 8),
+        (17, 9),
+        (33, 17),
+        (50, 31),
+        (129, 67),
+    ];
+    for (s, &(w, h)) in sizes.iter().enumerate() {
+        let pixels = picture(w, h, seed * 100 + s as u64);
+        for (name, sampling) in samplings() {
+            let restart = match s % 3 {
+                0 => Restart::None,
+                1 => Restart::Mcus(3),
+                _ => Restart::Rows(1),
+            };
+            let options = EncodeOptions {
+                sampling,
+                quality: [100, 90, 75, 30][s % 4],
+                progressive: true,
+                restart,
+                ..EncodeOptions::default()
+            };
+            let jpeg = encode(&pixels, w, h, Format::Rgb, &options).expect("encode");
+            files.push((format!("{name} {w}x{h} {restart:?}"), jpeg));
+        }
+        for colorspace in [Colorspace::Gray, Colorspace::Rgb] {
+            let options = EncodeOptions {
+                colorspace,
+                sampling: turbojpeg_region::Sampling::S444,
+                progressive: true,
+                ..EncodeOptions::default()
+            };
+            let jpeg = encode(&pixels, w, h, Format::Rgb, &options).expect("encode");
+            files.push((format!("{colorspace:?} {w}x{h}"), jpeg));
+        }
+    }
+    files.extend(
+        cases(seed)
+            .into_iter()
+            .filter(|case| is_progressive(&case.jpeg))
+            .map(|case| (case.name, case.jpeg)),
+    );
+    files
+}
+
+/// Whether `jpeg`'s frame is progressive Huffman (SOF2).
+fn is_progressive(jpeg: &[u8]) -> bool {
+    jpeg.windows(2).any(|w| w == [0xFF, 0xC2])
+}
+
+/// libjpeg-turbo's coefficients of `jpeg`, every real block of every component, with its quant
+/// tables; `None` if it refuses the file or would smooth its blocks.
+fn libjpeg(reader: &mut CoefficientReader, jpeg: &[u8]) -> Option<Vec<(Vec<u16>, Vec<i16>)>> {
+    let coefficients = reader.open(jpeg).ok()?.read(None).ok()?;
+    if coefficients.block_smoothing() {
+        return None;
+    }
+    let header = coefficients.header().clone();
+    Some(
+        header
+            .components()
+            .iter()
+            .enumerate()
+            .map(|(c, info)| {
+                let quant = coefficients.quant_table(c).expect("table").to_vec();
+                let mut blocks = Vec::new();
+                for row in 0..info.blocks_high {
+                    let row = coefficients.block_row(c, row).expect("row");
+                    blocks.extend_from_slice(&row[..info.blocks_wide as usize * 64]);
+                }
+                (quant, blocks)
+            })
+            .collect(),
+    )
+}
+
+/// Ours in the same form, libjpeg-turbo's block counts taken from `want`.
+fn ours(
+    got: &ProgressiveCoefficients<'_>,
+    reader: &mut CoefficientReader,
+    jpeg: &[u8],
+) -> Vec<(Vec<u16>, Vec<i16>)> {
+    let header = reader.open(jpeg).expect("header").header().clone();
+    header
+        .components()
+        .iter()
+        .enumerate()
+        .map(|(c, info)| {
+            let quant = got.quant_table(c).expect("table").to_vec();
+            let mut blocks = Vec::new();
+            for row in 0..info.blocks_high {
+                let row = got.block_row(c, row).expect("row");
+                blocks.extend_from_slice(&row[..info.blocks_wide as usize * 64]);
+            }
+            (quant, blocks)
+        })
+        .collect()
+}
+
+fn check(
+    decoder: &mut ProgressiveDecoder,
+    reader: &mut CoefficientReader,
+    name: &str,
+    jpeg: &[u8],
+) -> bool {
+    let want = libjpeg(reader, jpeg);
+    let Ok(got) = decoder.decode(jpeg) else {
+        return false;
+    };
+    let got = ours(&got, reader, jpeg);
+    let want = want.unwrap_or_else(|| panic!("{name}: decoded, but libjpeg-turbo refuses it"));
+    for (c, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(g.0, w.0, "{name}: component {c}'s quantization table");
+        if let Some(at) = g.1.iter().zip(&w.1).position(|(a, b)| a != b) {
+            panic!(
+                "{name}: component {c} differs at block {} coefficient {}: {} against {}",
+                at / 64,
+                at % 64,
+                g.1[at],
+                w.1[at]
+            );
+        }
+    }
+    assert_eq!(got.len(), want.len(), "{name}");
+    true
+}
+
+#[test]
+fn progressive_files_decode_to_libjpeg_turbos_coefficients() {
+    let mut decoder = ProgressiveDecoder::new();
+    let mut reader = CoefficientReader::new().expect("reader");
+    let files = progressive_cases(1);
+    assert!(files.len() > 100, "{} files", files.len());
+    for (name, jpeg) in &files {
+        assert!(
+            check(&mut decoder, &mut reader, name, jpeg),
+            "{name}: refused: {:?}",
+            decoder.decode(jpeg).err()
+        );
+    }
+    // Baseline files are not for it.
+    let baseline = encode(
+        &picture(16, 16, 3),
+        16,
+        16,
+        Format::Rgb,
+        &EncodeOptions::default(),
+    )
+    .expect("encode");
+    assert!(decoder.decode(&baseline).is_err());
+}
+
+#[test]
+fn broken_progressive_files_are_refused_or_give_libjpeg_turbos_coefficients() {
+    let mut decoder = ProgressiveDecoder::new();
+    let mut reader = CoefficientReader::new().expect("reader");
+    let files = progressive_cases(2);
+    let mut refused = 0;
+    let mut tried = 0;
+    for (i, (name, jpeg)) in files.iter().enumerate().step_by(5) {
+        let noise = random_bytes(64, 7 + i as u64);
+        // Cut short at several places, and bytes changed after the headers.
+        for cut in [jpeg.len() / 3, jpeg.len() / 2, jpeg.len() - 3] {
+            tried += 1;
+            let short = &jpeg[..cut];
+            refused += usize::from(!check(&mut decoder, &mut reader, name, short));
+        }
+        for k in 0..8 {
+            let mut bad = jpeg.clone();
+            let at = jpeg.len() / 4 + usize::from(noise[k * 2]) * jpeg.len() / 512;
+            if at + 2 < bad.len() {
+                bad[at] ^= noise[k * 2 + 1] | 1;
+                tried += 1;
+                refused += usize::from(!check(&mut decoder, &mut reader, name, &bad));
+            }
+        }
+    }
+    // The cuts are all refused (no EOI); most changed bytes are too.
+    assert!(refused > tried / 2, "{refused} of {tried} refused");
+}
+
+#[test]
+fn large_photos_re_encoded_progressive_decode_to_libjpeg_turbos_coefficients() {
+    let Some(folder) = photos_folder() else {
+        eprintln!("skipped: no photos folder");
+        return;
+    };
+    let mut paths: Vec<_> = std::fs::read_dir(&folder)
+        .expect("photos folder")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "png" || e == "jpg"))
+        .collect();
+    paths.sort();
+    let mut decoder = ProgressiveDecoder::new();
+    let mut reader = CoefficientReader::new().expect("reader");
+    let mut checked = 0;
+    for (i, path) in paths.iter().enumerate().take(6) {
+        let Ok(decoded) = image::open(path) else {
+            continue;
+        };
+        let rgb = decoded.to_rgb8();
+        let (w, h) = rgb.dimensions();
+        let (tw, th) = [(1920, 1280), (3000, 2000)][i % 2];
+        let pixels = tiled(rgb.as_raw(), w, h, tw, th);
+        let options = EncodeOptions {
+            quality: [90, 95, 75][i % 3],
+            sampling: [
+                turbojpeg_region::Sampling::S420,
+                turbojpeg_region::Sampling::S444,
+                turbojpeg_region::Sampling::S422,
+            ][i % 3],
+            progressive: true,
+            ..EncodeOptions::default()
+        };
+        let jpeg = encode(&pixels, tw, th, Format::Rgb, &options).expect("encode");
+        let name = path.display().to_string();
+        assert!(
+            check(&mut decoder, &mut reader, &name, &jpeg),
+            "{name}: refused"
+        );
+        checked += 1;
+    }
+    assert!(checked > 0, "no photo could be read");
+}
