@@ -7,7 +7,8 @@
 # folders of their own: 2,048 entries an epoch, like a folder of 2,048 photos, so that an epoch is
 # more than one batch). Run on the GPU machine from the repository root (carry .gpu). ROUNDS
 # (default 1), MIX (files, default 512), BASELINE (default 256), BATCHES (default "256 32"),
-# SETS (default "mix baseline"); MAKE_ONLY=1 makes the sets and their entries and stops.
+# SETS (default "mix baseline"; "progressive" is the mix's progressive files alone); MAKE_ONLY=1
+# makes the sets and their entries and stops.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 rounds=${ROUNDS:-1}
@@ -24,6 +25,21 @@ make() { # DIR FILES EXTRA...: eight parts made side by side
 }
 make /tmp/large-mix "${MIX:-512}" --mix --grain 3
 make /tmp/large-baseline "${BASELINE:-256}" --grain 3
+# The mix's progressive files (a fifth of it) on their own.
+if [ ! -d /tmp/large-progressive ]; then
+  mkdir -p /tmp/large-progressive
+  python3 - <<'PY'
+import os
+n = 0
+for root, _, files in sorted(os.walk('/tmp/large-mix')):
+    for f in sorted(files):
+        path = os.path.join(root, f)
+        with open(path, 'rb') as jpeg:
+            if b'\xff\xc2' in jpeg.read(4096):
+                n += 1
+                os.symlink(path, f'/tmp/large-progressive/{n:04d}.jpg')
+PY
+fi
 entries() { # SET: the set's files listed until 2,048 entries
   local files dir=/tmp/entries-$1
   [ -d "$dir" ] && return
@@ -32,7 +48,7 @@ entries() { # SET: the set's files listed until 2,048 entries
   for copy in $(seq $((2048 / files))); do cp -rs "/tmp/large-$1" "$dir/$copy"; done
 }
 if [ -n "${MAKE_ONLY:-}" ]; then
-  for set in mix baseline; do entries "$set"; done
+  for set in mix baseline progressive; do entries "$set"; done
   exit 0
 fi
 dali=""

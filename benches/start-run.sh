@@ -5,7 +5,8 @@
 # NVIDIA DALI's mixed decoder on the photos when it is importable. Run on the GPU machine from the
 # repository root (carry .gpu). BASE_ENV (default empty) is put before the base binary's runs.
 # STEPS (default "large imagenet cold"), ROUNDS (default 2), BATCHES (default "256 32"),
-# IMAGENET_EPOCHS (default 3).
+# IMAGENET_EPOCHS (default 3), SETS (the large photo sets, default "baseline mix"; see
+# benches/large-run.sh).
 #   large     benches/make-large.py's two sets, 2,048 entries an epoch, 3 epochs: the default
 #             mode, this build and the build before; the GPU lane alone (--gpu-share 1) once
 #   imagenet  8,192 make-corpus files, IMAGENET_EPOCHS epochs: the default mode and hybrid with a
@@ -25,7 +26,7 @@ python3 -c "import nvidia.dali" 2>/dev/null && [ -f .gpu/tools/dali-bench ] && d
 if want large; then
   MAKE_ONLY=1 bash benches/large-run.sh >/dev/null
   for round in $(seq "$rounds"); do
-    for set in baseline mix; do
+    for set in ${SETS:-baseline mix}; do
       for batch in ${BATCHES:-256 32}; do
         dir=/tmp/entries-$set
         echo "=== round $round, $set photos, batch $batch, 3 epochs"

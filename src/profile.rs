@@ -20,6 +20,9 @@ pub enum Stage {
     GpuOpen,
     /// The GPU lane's preparing threads reading, screening and planning an image.
     GpuPrepare,
+    /// The GPU lane's coefficient threads entropy-decoding and packing a progressive JPEG for
+    /// its assisted path.
+    GpuCoefficients,
     /// The GPU lane's submitting threads on a call: the engines' decode, the colour conversion
     /// and the resize, as the host sees them.
     GpuCall,
@@ -40,12 +43,13 @@ pub enum Stage {
 
 impl Stage {
     /// Every stage, in the order of the data flow.
-    pub const ALL: [Stage; 12] = [
+    pub const ALL: [Stage; 13] = [
         Stage::CpuRead,
         Stage::CpuDecode,
         Stage::CpuResize,
         Stage::GpuOpen,
         Stage::GpuPrepare,
+        Stage::GpuCoefficients,
         Stage::GpuCall,
         Stage::WaitCpu,
         Stage::WaitGpu,
@@ -63,6 +67,7 @@ impl Stage {
             Stage::CpuResize => "cpu_resize",
             Stage::GpuOpen => "gpu_open",
             Stage::GpuPrepare => "gpu_prepare",
+            Stage::GpuCoefficients => "gpu_coefficients",
             Stage::GpuCall => "gpu_call",
             Stage::WaitCpu => "wait_cpu_lane",
             Stage::WaitGpu => "wait_gpu_lane",

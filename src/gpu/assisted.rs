@@ -1,21 +1,24 @@
-//! The assisted path of the GPU lane: baseline JPEGs decoded on the GPU's cores instead of its
-//! JPEG engines, exactly as libjpeg-turbo decodes them. A preparing thread parses each file and
-//! destuffs its entropy-coded data ([`entropy::parse`]); here a call's images go to a
-//! [`GpuDecoder`] on the set's stream: the entropy decoding, libjpeg-turbo's integer inverse DCT,
-//! upsampling and colour conversion (`kernels/entropy.cu`, `kernels/idct.cu`) render each image
-//! whole, as RGB (or gray), for the set's resize.
+//! The assisted path of the GPU lane: JPEGs decoded on the GPU's cores instead of its JPEG
+//! engines, exactly as libjpeg-turbo decodes them. For a baseline file a preparing thread parses
+//! it and destuffs its entropy-coded data ([`entropy::parse`]), and the GPU does the entropy
+//! decoding too; a progressive file (which the engines refuse) has its coefficients decoded and
+//! packed by a CPU thread ([`progressive`]). Here a call's images go to a [`GpuDecoder`] on the
+//! set's stream: the entropy decoding, libjpeg-turbo's integer inverse DCT, upsampling and colour
+//! conversion (`kernels/entropy.cu`, `kernels/idct.cu`) render each image whole, as RGB (or
+//! gray), for the set's resize.
 //!
 //! The engines and the assisted path work side by side: the engines on their own silicon, the
 //! assisted path on the cores the resize also uses. Which images take it is fixed by the files
 //! alone ([`super::prepare`]), so every run decodes the same image on the same path.
 //!
 //! [`entropy::parse`]: crate::coefficients::entropy::parse
+//! [`progressive`]: crate::coefficients::progressive
 
 use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, DevicePtr};
 
-use super::call::{CallImage, MAX_CALL_PIXELS};
+use super::call::{AssistedInput, CallImage, MAX_CALL_PIXELS};
 use super::error::GpuLaneError;
 use super::resize::plan::{SourceImage, SourcePixels};
 use crate::coefficients::gpu::{Budget, GpuDecoder};
@@ -77,13 +80,20 @@ impl AssistedDecoder {
         decoder.clear();
         self.added.clear();
         for image in images {
-            let place = image.entropy.as_ref().and_then(|(parsed, layout)| {
-                let window = Window::whole(parsed.width, parsed.height);
-                decoder
-                    .fits_entropy_coded(parsed, layout, &window)
-                    .then(|| decoder.add_entropy_coded(parsed, layout, &window).ok())
-                    .flatten()
-            });
+            let place = match &image.assisted {
+                Some(AssistedInput::EntropyCoded(parsed, layout)) => {
+                    let window = Window::whole(parsed.width, parsed.height);
+                    decoder
+                        .fits_entropy_coded(parsed, layout, &window)
+                        .then(|| decoder.add_entropy_coded(parsed, layout, &window).ok())
+                        .flatten()
+                }
+                Some(AssistedInput::Packed(packed, bytes)) => decoder
+                    .fits(packed)
+                    .then(|| decoder.add(packed, bytes).ok())
+                    .flatten(),
+                None => None,
+            };
             self.added.push(place);
         }
         if decoder.is_empty() {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::screen::Screened;
 use super::work::Work;
 use crate::coefficients::entropy::ParsedJpeg;
+use crate::coefficients::pack::PackedImage;
 use crate::coefficients::Layout;
 use crate::geometry::CropDraw;
 use crate::resample::{AxisPlan, PassPlan};
@@ -35,9 +36,18 @@ pub(super) struct CallImage {
     pub y: AxisPlan,
     /// The resize passes with their coefficients.
     pub passes: PassPlan,
-    /// The file parsed for the assisted path, with what libjpeg-turbo does with its components,
-    /// when that path may take it.
-    pub entropy: Option<(ParsedJpeg, Layout)>,
+    /// What the assisted path decodes, when that path takes it.
+    pub assisted: Option<AssistedInput>,
+}
+
+/// An image made ready for the assisted path.
+pub(super) enum AssistedInput {
+    /// A baseline file parsed for the GPU's entropy decoding, with what libjpeg-turbo does with
+    /// its components.
+    EntropyCoded(ParsedJpeg, Layout),
+    /// A progressive file whose coefficients a CPU thread decoded and packed (the whole image):
+    /// the packed image and its bytes.
+    Packed(PackedImage, Vec<u8>),
 }
 
 impl CallImage {
@@ -45,6 +55,15 @@ impl CallImage {
     pub fn pixels(&self) -> u64 {
         let info = self.screened.info;
         u64::from(info.width) * u64::from(info.height)
+    }
+
+    /// Its buffers, for reuse: the file's bytes, and its packed coefficients if it has them.
+    pub fn into_buffers(self) -> impl Iterator<Item = Vec<u8>> {
+        let packed = match self.assisted {
+            Some(AssistedInput::Packed(_, bytes)) => Some(bytes),
+            _ => None,
+        };
+        std::iter::once(self.bytes.into_buffer()).chain(packed)
     }
 }
 

@@ -32,6 +32,7 @@
 
 mod assisted;
 mod call;
+mod coefficient_threads;
 mod decoders;
 mod engines;
 mod error;
@@ -60,6 +61,7 @@ use crate::geometry::Geometry;
 use crate::profile::Stopwatch;
 use crate::resample::Resampling;
 use call::MAX_CALL_PIXELS;
+use coefficient_threads::CoefficientThreads;
 use decoders::DecoderSet;
 use engines::{engine_count, EngineRecipe, Engines, EnginesOpen};
 use nvjpeg::{DecoderConfig, NvJpeg, OutputFormat};
@@ -157,6 +159,10 @@ pub(crate) struct GpuLaneConfig {
     /// Whether the run ends before the JPEG engines could open (a second or two): a lane opened
     /// beside running batches ([`GpuLane::open_unless`]) then opens its assisted path alone.
     pub short_run: bool,
+    /// Threads that decode progressive files' coefficients for the assisted path: the CPU
+    /// lane's count beside the GPU lane (the cores less those left to the lane's host threads,
+    /// or the count given), as they do the work the CPU lane's threads would do otherwise.
+    pub coefficient_threads: usize,
 }
 
 /// `struct GfGather` of kernels/resize.cu: one image copied from the ring into a batch.
@@ -312,13 +318,15 @@ impl GpuLane {
                 assisted,
                 config.assisted_share,
                 format!(
-                    "; the assisted path takes {:.0}% of the baseline files of 1 Mpx or more{} \
+                    "; the assisted path takes {:.0}% of the baseline files of 1 Mpx or more{}, \
+                     and the progressive files, their coefficients decoded on {} CPU threads \
                      (opened in {:.0} ms)",
                     config.assisted_share * 100.0,
                     match engines_open {
                         EnginesOpen::BeforeTheLane => "",
                         _ => ", and every one while the engines are not open",
                     },
+                    config.coefficient_threads.max(1),
                     ms(assisted_opened)
                 ),
             ),
@@ -346,8 +354,19 @@ impl GpuLane {
         if let Some(cancelled) = given_up() {
             return Err(cancelled);
         }
+        // Progressive files take the assisted path too, their coefficients decoded on threads
+        // of the lane's own, started at the first such file.
+        let coefficients = (assisted_share > 0.0)
+            .then(|| Arc::new(CoefficientThreads::new(config.coefficient_threads)));
         let preparers = (0..PREPARING_THREADS)
-            .map(|_| Preparer::new(geometry, filter, config.stopwatch.clone()))
+            .map(|_| {
+                Preparer::new(
+                    geometry,
+                    filter,
+                    config.stopwatch.clone(),
+                    coefficients.clone(),
+                )
+            })
             .collect();
         let starting = Instant::now();
         let runner = Runner::start(

@@ -6,11 +6,12 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::call::{Call, CallImage, Path, MAX_CALL_BYTES, MAX_CALL_PIXELS};
+use super::call::{AssistedInput, Call, CallImage, Path, MAX_CALL_BYTES, MAX_CALL_PIXELS};
+use super::coefficient_threads::{CoefficientThreads, RangeHold};
 use super::screen::MAX_COMPRESSED;
 use super::shared::{Job, Shared};
 use super::work::{Work, CHUNK};
-use crate::coefficients::entropy::{self, ParsedJpeg};
+use crate::coefficients::entropy;
 use crate::coefficients::Layout;
 use crate::geometry::Geometry;
 use crate::profile::{Stage, Stopwatch};
@@ -26,27 +27,37 @@ pub(super) struct Preparer {
     buffers: Vec<Vec<u8>>,
     /// libjpeg-turbo's header reader, for the assisted path's files (made at the first one).
     headers: Option<CoefficientReader>,
+    /// The lane's coefficient threads, for progressive files (none without the assisted path).
+    coefficients: Option<Arc<CoefficientThreads>>,
 }
 
 impl Preparer {
-    pub fn new(geometry: Geometry, filter: Filter, stopwatch: Arc<Stopwatch>) -> Preparer {
+    pub fn new(
+        geometry: Geometry,
+        filter: Filter,
+        stopwatch: Arc<Stopwatch>,
+        coefficients: Option<Arc<CoefficientThreads>>,
+    ) -> Preparer {
         Preparer {
             geometry,
             filter,
             stopwatch,
             buffers: Vec::new(),
             headers: None,
+            coefficients,
         }
     }
 
     /// Reads and plans the range of `job`, handing its calls to the submitting threads as they
     /// fill (colour and gray images in calls of their own: the engines decode a call of one kind
     /// at a time) and publishing the positions the engines will not take (the CPU lane takes
-    /// those). Which images share a call depends on the range's files alone. `handed[k]` is set
-    /// once the range's `k`-th position is queued or published (a panic leaves the rest to the
-    /// caller).
-    pub fn prepare(&mut self, job: Job, shared: &Shared, handed: &mut [bool]) {
-        let work = job.work;
+    /// those). A progressive file goes to the coefficient threads as it is read, which queue the
+    /// range's call of them once they are all decoded ([`RangeHold`]). Which baseline images
+    /// share a call depends on the range's files alone. `handed[k]` is set once the range's
+    /// `k`-th position is queued, published or given to the coefficient threads (a panic leaves
+    /// the rest to the caller).
+    pub fn prepare(&mut self, job: Job, shared: &Arc<Shared>, handed: &mut [bool]) {
+        let work = &job.work;
         let mut refused: Vec<(usize, u32)> = Vec::new();
         let mut refused_at: Vec<usize> = Vec::new();
         // The calls being filled: the engines' for colour images and for gray ones, and the
@@ -56,6 +67,13 @@ impl Preparer {
             Pending::new(Path::Engines, MAX_CALL_PIXELS),
             Pending::new(Path::Assisted, shared.limits.assisted_call_pixels),
         ];
+        // The coefficient threads take progressive files while the assisted path is open.
+        let threads = self.coefficients.clone();
+        let pool = match shared.is_open(Path::Assisted) {
+            true => threads.as_deref().and_then(CoefficientThreads::pool),
+            false => None,
+        };
+        let progressive = pool.map(|pool| (pool, RangeHold::new(shared.clone(), work.clone())));
         // While the engines are not open (opening beside the lane, or not at all), the assisted
         // path takes every file it can parse, whatever its size.
         let engines_open = shared.is_open(Path::Engines);
@@ -65,54 +83,61 @@ impl Preparer {
         );
         for (k, (&(position, index), &slot)) in job.positions.iter().zip(&job.slots).enumerate() {
             let reading = Instant::now();
-            let image = self.read(&work, shared, position, index, slot);
+            let image = self.read(work, shared, position, index, slot, progressive.is_some());
             self.stopwatch.add(Stage::GpuPrepare, reading.elapsed());
             let Some(mut image) = image else {
                 refused.push((position, slot));
                 refused_at.push(k);
                 continue;
             };
+            if let (false, Some((pool, range))) = (image.screened.engines, &progressive) {
+                let buffer = self.buffers.pop().unwrap_or_default();
+                range.spawn(pool, image, buffer, self.stopwatch.clone());
+                handed[k] = true;
+                continue;
+            }
             if split.path_for(image.pixels(), engines_open) == Path::Assisted {
                 let parsing = Instant::now();
-                image.entropy = self.parse(&image.bytes);
+                image.assisted = self.parse(&image.bytes);
                 self.stopwatch.add(Stage::GpuPrepare, parsing.elapsed());
             }
             // A file the assisted path's parser refuses goes to the engines.
-            let kind = match image.entropy {
+            let kind = match image.assisted {
                 Some(_) => &mut pending[2],
                 None => &mut pending[usize::from(image.screened.gray)],
             };
             if kind.is_full_for(&image) {
-                kind.queue(&work, shared, std::mem::take(&mut refused), handed);
+                kind.queue(work, shared, std::mem::take(&mut refused), handed);
                 refused_at.drain(..).for_each(|k| handed[k] = true);
             }
             kind.add(k, image);
         }
         for kind in &mut pending {
             if !kind.images.is_empty() {
-                kind.queue(&work, shared, std::mem::take(&mut refused), handed);
+                kind.queue(work, shared, std::mem::take(&mut refused), handed);
                 refused_at.drain(..).for_each(|k| handed[k] = true);
             }
         }
-        shared.refuse(&work, refused);
+        shared.refuse(work, refused);
         refused_at.drain(..).for_each(|k| handed[k] = true);
     }
 
     /// `jpeg` parsed for the assisted path, with its layout from libjpeg-turbo's own reading of
     /// its headers (which also settles its colour space); `None` if the path does not take it.
-    fn parse(&mut self, jpeg: &[u8]) -> Option<(ParsedJpeg, Layout)> {
+    fn parse(&mut self, jpeg: &[u8]) -> Option<AssistedInput> {
         let parsed = entropy::parse(jpeg).ok()?;
         let reader = match &mut self.headers {
             Some(reader) => reader,
             None => self.headers.insert(CoefficientReader::new().ok()?),
         };
         let layout = Layout::new(reader.open(jpeg).ok()?.header()).ok()?;
-        Some((parsed, layout))
+        Some(AssistedInput::EntropyCoded(parsed, layout))
     }
 
-    /// The file at source `index` as the engines take it, read, screened and planned; `None` if
-    /// it is unreadable, oversized, not for the engines or not plannable (the CPU lane takes it
-    /// and reports any problem with it).
+    /// The file at source `index` as the lane takes it, read, screened and planned; `None` if
+    /// it is unreadable, oversized, for neither the engines nor (with `progressive`, a
+    /// progressive file no larger than an assisted call) the coefficient threads, or not
+    /// plannable (the CPU lane takes it and reports any problem with it).
     fn read(
         &mut self,
         work: &Work,
@@ -120,6 +145,7 @@ impl Preparer {
         position: usize,
         index: usize,
         slot: u32,
+        progressive: bool,
     ) -> Option<CallImage> {
         let max_bytes = shared.limits.max_file_bytes.min(MAX_COMPRESSED as u64);
         let item = work.lane.source.item(index).open(max_bytes).ok()?;
@@ -137,7 +163,12 @@ impl Preparer {
                 return None;
             }
         };
-        let Some(screened) = shared.screen.take(&bytes) else {
+        let screened = shared.screen.take(&bytes).or_else(|| {
+            let screened = shared.screen.take_progressive(&bytes)?;
+            let pixels = u64::from(screened.info.width) * u64::from(screened.info.height);
+            (progressive && pixels <= shared.limits.assisted_call_pixels).then_some(screened)
+        });
+        let Some(screened) = screened else {
             self.buffers.push(bytes.into_buffer());
             return None;
         };
@@ -157,7 +188,7 @@ impl Preparer {
             x,
             y,
             passes,
-            entropy: None,
+            assisted: None,
         })
     }
 }
@@ -208,8 +239,9 @@ impl AssistedSplit {
     }
 }
 
-/// A call being filled: its images (with their places in the range), pixels and bytes, and the
-/// pixels its path's calls hold at most.
+/// A call being filled: its images (with their places in the range), pixels, compressed bytes
+/// and the bytes an assisted call stages (compressed or packed), and the pixels its path's calls
+/// hold at most.
 struct Pending {
     path: Path,
     max_pixels: u64,
@@ -217,6 +249,7 @@ struct Pending {
     places: Vec<usize>,
     pixels: u64,
     bytes: u64,
+    staged: u64,
 }
 
 impl Pending {
@@ -228,21 +261,27 @@ impl Pending {
             places: Vec::new(),
             pixels: 0,
             bytes: 0,
+            staged: 0,
         }
     }
 
-    /// Whether `image` would take the call past [`CHUNK`] images, its path's pixels or
-    /// [`MAX_CALL_BYTES`] compressed bytes (an empty call takes any image).
+    /// Whether `image` would take the call past [`CHUNK`] images, its path's pixels,
+    /// [`MAX_CALL_BYTES`] compressed bytes or the staging of an assisted call (2 bytes a pixel,
+    /// [`Budget::for_megapixels`]; an empty call takes any image).
+    ///
+    /// [`Budget::for_megapixels`]: crate::coefficients::gpu::Budget::for_megapixels
     fn is_full_for(&self, image: &CallImage) -> bool {
         !self.images.is_empty()
             && (self.images.len() == CHUNK
                 || self.pixels + image.pixels() > self.max_pixels
-                || self.bytes + image.bytes.len() as u64 > MAX_CALL_BYTES as u64)
+                || self.bytes + image.bytes.len() as u64 > MAX_CALL_BYTES as u64
+                || self.staged + staged_bytes(image) > 2 * self.max_pixels)
     }
 
     fn add(&mut self, place: usize, image: CallImage) {
         self.pixels += image.pixels();
         self.bytes += image.bytes.len() as u64;
+        self.staged += staged_bytes(&image);
         self.places.push(place);
         self.images.push(image);
     }
@@ -262,7 +301,38 @@ impl Pending {
         };
         shared.queue_call(call, refused);
         self.places.drain(..).for_each(|k| handed[k] = true);
-        (self.pixels, self.bytes) = (0, 0);
+        (self.pixels, self.bytes, self.staged) = (0, 0, 0);
+    }
+}
+
+/// Queues `images` (assisted, in any order) in calls of the assisted path as [`Pending`] cuts
+/// them, the first with `refused` (positions to publish).
+pub(super) fn queue_assisted(
+    shared: &Shared,
+    work: &Arc<Work>,
+    images: Vec<CallImage>,
+    mut refused: Vec<(usize, u32)>,
+) {
+    let mut handed = vec![false; images.len()];
+    let mut call = Pending::new(Path::Assisted, shared.limits.assisted_call_pixels);
+    for (k, image) in images.into_iter().enumerate() {
+        if call.is_full_for(&image) {
+            call.queue(work, shared, std::mem::take(&mut refused), &mut handed);
+        }
+        call.add(k, image);
+    }
+    match call.images.is_empty() {
+        true => shared.refuse(work, refused),
+        false => call.queue(work, shared, refused, &mut handed),
+    }
+}
+
+/// Bytes `image` stages in an assisted call: its packed coefficients, or its file (about what
+/// its entropy-coded data takes).
+fn staged_bytes(image: &CallImage) -> u64 {
+    match &image.assisted {
+        Some(AssistedInput::Packed(_, bytes)) => bytes.len() as u64,
+        _ => image.bytes.len() as u64,
     }
 }
 

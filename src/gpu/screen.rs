@@ -1,7 +1,7 @@
 //! Which files the lane's decoders take: a walk over each file's markers, on the CPU, before any
-//! GPU work.
+//! GPU work. The engines take baseline JPEGs; the assisted path takes those and progressive ones.
 
-use super::nvjpeg::{inspect_markers, DecoderConfig, JpegInfo};
+use super::nvjpeg::{inspect_markers, inspect_progressive, DecoderConfig, JpegInfo};
 
 /// Largest compressed file the lane takes (others go to the CPU lane).
 pub(crate) const MAX_COMPRESSED: usize = 16 << 20;
@@ -20,6 +20,9 @@ pub(crate) struct LaneScreen {
 pub(crate) struct Screened {
     pub info: JpegInfo,
     pub gray: bool,
+    /// Whether the engines decode it; if not, it is a progressive JPEG, which only the
+    /// assisted path takes, its coefficients decoded by a CPU thread.
+    pub engines: bool,
 }
 
 impl LaneScreen {
@@ -29,11 +32,30 @@ impl LaneScreen {
             return None;
         }
         let info = inspect_markers(&self.checks, jpeg).ok()?;
-        let screened = Screened {
+        self.unless_turned(Screened {
             info,
             gray: info.components == 1,
-        };
-        // An image the EXIF tag may turn is left to the CPU lane, which turns it.
+            engines: true,
+        })
+    }
+
+    /// Whether `jpeg` is a progressive JPEG the assisted path may take (its coefficients decoded
+    /// on a CPU thread), which the engines refuse.
+    pub fn take_progressive(&self, jpeg: &[u8]) -> Option<Screened> {
+        if jpeg.len() > MAX_COMPRESSED {
+            return None;
+        }
+        let info = inspect_progressive(&self.checks, jpeg).ok()?;
+        self.unless_turned(Screened {
+            info,
+            gray: info.components == 1,
+            engines: false,
+        })
+    }
+
+    /// `screened`, unless the EXIF tag may turn the image: the CPU lane, which turns it, takes
+    /// those.
+    fn unless_turned(&self, screened: Screened) -> Option<Screened> {
         (!(self.exif_orientation && screened.info.exif)).then_some(screened)
     }
 }

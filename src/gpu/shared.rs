@@ -275,7 +275,7 @@ impl Shared {
         let mut buffers = Vec::with_capacity(call.images.len());
         for image in call.images {
             entries.push((image.position, image.slot, LaneResult::Refused));
-            buffers.push(image.bytes.into_buffer());
+            buffers.extend(image.into_buffers());
         }
         self.publish(&call.work, entries, None);
         keep_buffers(&mut self.lock(), buffers);
@@ -329,7 +329,7 @@ impl Shared {
         let mut buffers = Vec::with_capacity(call.images.len());
         for (image, result) in call.images.into_iter().zip(results) {
             entries.push((image.position, image.slot, result));
-            buffers.push(image.bytes.into_buffer());
+            buffers.extend(image.into_buffers());
         }
         self.publish(&call.work, entries, Some(stream));
         keep_buffers(&mut self.lock(), buffers);
@@ -514,7 +514,7 @@ fn drop_call(state: &mut State, call: Call) {
     let mut buffers = Vec::with_capacity(call.images.len());
     for image in call.images {
         state.free.push(image.slot);
-        buffers.push(image.bytes.into_buffer());
+        buffers.extend(image.into_buffers());
     }
     keep_buffers(state, buffers);
 }

@@ -42,6 +42,7 @@ fn lane_config(geometry: &Geometry, batch_size: usize, assisted_share: f32) -> G
         assisted_share,
         large_files: false,
         short_run: false,
+        coefficient_threads: 4,
     }
 }
 
@@ -117,6 +118,22 @@ fn run_lane_paths(
     lane.release(stream, outputs.into_iter().map(|(o, _)| o))
         .expect("release");
     (made, assisted, stream.clone_dtoh(&out).expect("download"))
+}
+
+/// Whether the lane's coefficient threads take `file`: a progressive JPEG the screen passes,
+/// whose coefficients the progressive decoder and libjpeg-turbo's header reader both take.
+fn progressive_taken(screen: &screen::LaneScreen, file: &[u8]) -> bool {
+    let header = turbojpeg_region::CoefficientReader::new()
+        .ok()
+        .and_then(|mut reader| {
+            let opened = reader.open(file).ok()?;
+            crate::coefficients::Layout::new(opened.header()).ok()
+        });
+    screen.take_progressive(file).is_some()
+        && header.is_some()
+        && crate::coefficients::progressive::ProgressiveDecoder::new()
+            .decode(file)
+            .is_ok()
 }
 
 #[test]
@@ -277,7 +294,8 @@ fn gpu_resize_equals_the_cpu_rendition() {
 /// The lane decodes real JPEGs (the bundled photos, the JPEG fixtures, random-size
 /// synthetic ones) to what the CPU lane makes of them, within the fidelity bars (the two
 /// decoders' inverse DCT differs by a level here and there before the resize), gray and
-/// colour ones in one range; progressive and CMYK JPEGs are refused and go to the CPU lane.
+/// colour ones in one range; CMYK JPEGs are refused and go to the CPU lane, progressive ones
+/// take the assisted path (their coefficients decoded on the lane's coefficient threads).
 #[test]
 fn the_lane_decodes_like_the_cpu_lane() {
     let Some(gpu) = test_gpu("the_lane_decodes_like_the_cpu_lane") else {
@@ -344,7 +362,13 @@ fn the_lane_decodes_like_the_cpu_lane() {
         if lower.contains("progressive") || lower.contains("cmyk") {
             assert!(
                 screen.take(bytes).is_none(),
-                "{name} must go to the CPU lane"
+                "{name} is not for the engines"
+            );
+        }
+        if lower.contains("progressive") {
+            assert!(
+                progressive_taken(&screen, bytes),
+                "{name}: the coefficient threads"
             );
         }
         if lower.contains("gray") {
@@ -358,7 +382,8 @@ fn the_lane_decodes_like_the_cpu_lane() {
     let (made, got) = run_lane(&mut lane, &gpu, &bytes);
     let image = geometry.image_bytes();
     for ((name, bytes), &taken) in files.iter().zip(&made) {
-        assert_eq!(taken, screen.take(bytes).is_some(), "{name}: taken {taken}");
+        let expected = screen.take(bytes).is_some() || progressive_taken(&screen, bytes);
+        assert_eq!(taken, expected, "{name}: taken {taken}");
     }
     let accepted: Vec<(usize, &(String, Vec<u8>))> =
         files.iter().enumerate().filter(|&(i, _)| made[i]).collect();
@@ -431,7 +456,8 @@ fn gray_jpegs_decode_on_the_engines_in_a_batch_of_their_own() {
 }
 
 /// Camera-size JPEGs of every kind the assisted path takes (4:2:0, 4:2:2, 4:4:0, 4:4:4, gray,
-/// RGB, restart intervals, optimized tables), one progressive (the CPU lane's), and two small
+/// RGB, restart intervals, optimized tables), one progressive (the assisted path's, its
+/// coefficients decoded on a CPU thread), one progressive cut short (the CPU lane's), and two small
 /// ones (the engines'): fresh pixels from `seed`, a photo scaled up with noise.
 fn large_photos(seed: u64) -> Vec<(String, Vec<u8>)> {
     use turbojpeg_region::{encode, Colorspace, EncodeOptions, Format, Restart, Sampling};
@@ -531,6 +557,13 @@ fn large_photos(seed: u64) -> Vec<(String, Vec<u8>)> {
         let bytes = encode(&pixels, w, h, format, options).expect("encode");
         files.push((format!("{kind} {w}x{h}"), bytes));
     }
+    let progressive = files
+        .iter()
+        .find(|(name, _)| name.starts_with("progressive"))
+        .map(|(_, bytes)| bytes[..bytes.len() * 2 / 3].to_vec());
+    if let Some(cut) = progressive {
+        files.push(("progressive cut short".into(), cut));
+    }
     for (w, h) in [(640, 480), (500, 375)] {
         let small = image::imageops::resize(&photo, w, h, image::imageops::Triangle).into_raw();
         let bytes = encode(&small, w, h, Format::Rgb, &EncodeOptions::default()).expect("encode");
@@ -539,9 +572,10 @@ fn large_photos(seed: u64) -> Vec<(String, Vec<u8>)> {
     files
 }
 
-/// The assisted path renders large baseline photos exactly as the CPU lane does (byte for byte,
-/// outputs poisoned twice), takes every kind of them with the share at 1 and none at 0, and
-/// leaves small files to the engines and progressive ones to the CPU lane.
+/// The assisted path renders large photos exactly as the CPU lane does (byte for byte, outputs
+/// poisoned twice), takes every kind of baseline ones with the share at 1 and none at 0, takes
+/// progressive ones (their coefficients decoded on the coefficient threads) unless its share is
+/// 0, leaves small files to the engines, and a progressive file cut short to the CPU lane.
 #[test]
 fn the_assisted_path_decodes_large_photos_exactly_like_the_cpu_lane() {
     let Some(gpu) = test_gpu("the_assisted_path_decodes_large_photos_exactly_like_the_cpu_lane")
@@ -561,10 +595,13 @@ fn the_assisted_path_decodes_large_photos_exactly_like_the_cpu_lane() {
             let (made_again, _, again) = run_lane_paths(&mut lane, &gpu, &bytes, 0xA5);
             assert_eq!(made, made_again);
             for (i, (name, file)) in files.iter().enumerate() {
-                // The lane takes what the engines' screen takes (not the progressive file, nor
-                // RGB ones: nvJPEG's hardware backend refuses an Adobe marker without a
-                // transform); of those, the assisted path takes the large ones.
-                let taken = screen.take(file).is_some();
+                // The lane takes what the engines' screen takes (not RGB ones: nvJPEG's
+                // hardware backend refuses an Adobe marker without a transform), and with the
+                // assisted path the progressive file; of the engines' files, the assisted path
+                // takes the large ones.
+                let progressive = share > 0.0 && progressive_taken(&screen, file);
+                assert_eq!(progressive, share > 0.0 && *name == files[9].0, "{name}");
+                let taken = screen.take(file).is_some() || progressive;
                 let small = name.starts_with("small");
                 assert_eq!(made[i], taken, "{name}: taken {}", made[i]);
                 assert!(taken || name.starts_with("progressive") || name.starts_with("rgb"));

@@ -7,7 +7,7 @@
 //! thread's time includes waiting for the device, so a lane bound by the device shows it). A
 //! lane waiting for work does not count that time, so a rate holds whatever share the lane had
 //! when it was measured. Of the images offered to the GPU lane it decodes a fraction and hands
-//! the rest (progressive files and the like) back to the CPU lane; the share at which both lanes
+//! the rest (CMYK files and the like) back to the CPU lane; the share at which both lanes
 //! finish together is then `gpu / ((gpu + cpu) * fraction)`, and the share moves towards it
 //! after each window of measurements.
 //!
@@ -27,8 +27,9 @@ const SHARE_STEPS: f32 = 64.0;
 /// rates found on the H100 and H200 machines were 0.7 to 0.8 on ImageNet-sized JPEGs...
 const INITIAL_SHARE: f32 = 0.75;
 
-/// ...and 0.83 to 0.88 on baseline camera photos (1.0 on a mix with progressive files, which the
-/// GPU lane hands back): the start for epochs of large files, which the assisted path takes.
+/// ...and 0.83 to 0.88 on baseline camera photos (0.875-0.906 on a mix with progressive files,
+/// which the assisted path takes too): the start for epochs of large files, which the assisted
+/// path takes.
 const INITIAL_SHARE_LARGE_FILES: f32 = 0.875;
 
 /// A window of measurements lasts at least this long...

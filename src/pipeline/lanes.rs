@@ -154,6 +154,11 @@ impl Lanes {
             assisted_share: options.decode.assisted_share,
             large_files: false,
             short_run: false,
+            coefficient_threads: match options.runtime.threads {
+                0 => std::thread::available_parallelism()
+                    .map_or(1, |n| n.get().saturating_sub(CORES_FOR_THE_GPU_LANE).max(1)),
+                threads => threads,
+            },
         })
     }
 

@@ -1312,6 +1312,33 @@ pub fn inspect_markers(config: &DecoderConfig, data: &[u8]) -> Result<JpegInfo, 
     within_limit(JpegInfo::from_header(&h, data.len()), config)
 }
 
+/// What [`inspect_markers`] finds in a progressive Huffman JPEG of 8-bit samples and 1 or 3
+/// components within `config`'s pixel limit, which the engines refuse but whose coefficients a
+/// CPU thread can decode for the GPU; the reason otherwise.
+pub fn inspect_progressive(config: &DecoderConfig, data: &[u8]) -> Result<JpegInfo, Refusal> {
+    let h = header::scan(data).map_err(refusal_of)?;
+    if h.frame_marker != 0xC2 {
+        return Err(match classify(&h) {
+            Err(refusal) => refusal,
+            Ok(()) => Refusal::Malformed("not a progressive JPEG"),
+        });
+    }
+    if h.precision != 8 {
+        return Err(Refusal::Precision(h.precision));
+    }
+    if h.components != 1 && h.components != 3 {
+        return Err(Refusal::Components(h.components as u32));
+    }
+    let info = JpegInfo::from_header(&h, data.len());
+    if info.width as u64 * info.height as u64 > config.max_image_pixels {
+        return Err(Refusal::TooLarge {
+            width: info.width,
+            height: info.height,
+        });
+    }
+    Ok(info)
+}
+
 fn within_limit(info: JpegInfo, config: &DecoderConfig) -> Result<JpegInfo, Refusal> {
     if info.gray_factors_at.is_some() && config.staging == Staging::Caller {
         // The factors are rewritten in the staged copy; the caller's bytes are left alone.
