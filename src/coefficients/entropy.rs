@@ -130,15 +130,7 @@ pub fn parse(jpeg: &[u8]) -> Result<ParsedJpeg, Error> {
     let mut frame: Option<(u32, u32, Vec<FrameComponent>)> = None;
     let mut restart = 0u32;
     loop {
-        // A marker: 0xFF, any fill bytes, the code.
-        if cur.u8()? != 0xFF {
-            return Err(unsupported("bytes between markers"));
-        }
-        let mut code = cur.u8()?;
-        while code == 0xFF {
-            code = cur.u8()?;
-        }
-        match code {
+        match cur.marker()? {
             0xC0 | 0xC1 => {
                 if frame.is_some() {
                     return Err(unsupported("two frame headers"));

@@ -75,6 +75,19 @@ impl<'a> Cursor<'a> {
     pub(super) fn done(&self) -> bool {
         self.at >= self.bytes.len()
     }
+
+    /// The next marker's code: 0xFF, any fill bytes, the code; bytes between markers are
+    /// refused.
+    pub(super) fn marker(&mut self) -> Result<u8, Error> {
+        if self.u8()? != 0xFF {
+            return Err(unsupported("bytes between markers"));
+        }
+        let mut code = self.u8()?;
+        while code == 0xFF {
+            code = self.u8()?;
+        }
+        Ok(code)
+    }
 }
 
 pub(super) fn parse_frame(s: &mut Cursor<'_>) -> Result<(u32, u32, Vec<FrameComponent>), Error> {

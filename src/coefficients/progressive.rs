@@ -127,14 +127,7 @@ impl ProgressiveDecoder {
         let mut restart = 0u32;
         let mut scans = 0u32;
         loop {
-            if cur.u8()? != 0xFF {
-                return Err(unsupported("bytes between markers"));
-            }
-            let mut code = cur.u8()?;
-            while code == 0xFF {
-                code = cur.u8()?;
-            }
-            match code {
+            match cur.marker()? {
                 0xC2 => {
                     if frame.is_some() {
                         return Err(unsupported("two frame headers"));
@@ -390,6 +383,16 @@ impl ProgressiveDecoder {
         Ok(())
     }
 
+    /// An AC scan's component plane and Huffman table.
+    fn ac_parts(&mut self, scan: &Scan) -> Result<(&mut Plane, &[u32]), Error> {
+        let plane = &mut self.planes[scan.components[0].0];
+        let table = self
+            .tables
+            .get(..TABLE_WORDS)
+            .ok_or_else(|| unsupported("no AC table"))?;
+        Ok((plane, table))
+    }
+
     /// An AC first scan: `decode_mcu_AC_first` over the interval's blocks.
     fn ac_first(
         &mut self,
@@ -397,11 +400,7 @@ impl ProgressiveDecoder {
         mcus: std::ops::Range<usize>,
         bits: &mut Bits<'_>,
     ) -> Result<(), Error> {
-        let plane = &mut self.planes[scan.components[0].0];
-        let table = self
-            .tables
-            .get(..TABLE_WORDS)
-            .ok_or_else(|| unsupported("no AC table"))?;
+        let (plane, table) = self.ac_parts(scan)?;
         let (ss, se, al) = (scan.ss, scan.se, scan.al);
         let mut eobrun = 0u32;
         for block in mcus {
@@ -442,11 +441,7 @@ impl ProgressiveDecoder {
         mcus: std::ops::Range<usize>,
         bits: &mut Bits<'_>,
     ) -> Result<(), Error> {
-        let plane = &mut self.planes[scan.components[0].0];
-        let table = self
-            .tables
-            .get(..TABLE_WORDS)
-            .ok_or_else(|| unsupported("no AC table"))?;
+        let (plane, table) = self.ac_parts(scan)?;
         let (ss, se) = (scan.ss, scan.se);
         let p1 = (1i32 << scan.al) as i16;
         let m1 = ((-1i32) << scan.al) as i16;

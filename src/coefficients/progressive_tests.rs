@@ -3,10 +3,12 @@
 //! 1x1, restart intervals, gray, qualities 30 to 100), real files, camera-size photos, and broken
 //! files, which must be refused or give libjpeg-turbo's coefficients.
 
-use turbojpeg_region::{encode, CoefficientReader, Colorspace, EncodeOptions, Format, Restart};
+use turbojpeg_region::{
+    encode, CoefficientHeader, CoefficientReader, Colorspace, EncodeOptions, Format, Restart,
+};
 
 use super::cases::{cases, photos_folder, picture, samplings, tiled};
-use super::progressive::{ProgressiveCoefficients, ProgressiveDecoder};
+use super::progressive::ProgressiveDecoder;
 use super::CoefficientSource;
 use gpufeed_bench::upload::random_bytes;
 
@@ -66,53 +68,37 @@ fn is_progressive(jpeg: &[u8]) -> bool {
     jpeg.windows(2).any(|w| w == [0xFF, 0xC2])
 }
 
-/// libjpeg-turbo's coefficients of `jpeg`, every real block of every component, with its quant
-/// tables; `None` if it refuses the file or would smooth its blocks.
+/// Every real block of every component of `source` (read with `header`), with its quantization
+/// tables.
+fn blocks_of(
+    source: &(impl CoefficientSource + ?Sized),
+    header: &CoefficientHeader,
+) -> Vec<(Vec<u16>, Vec<i16>)> {
+    header
+        .components()
+        .iter()
+        .enumerate()
+        .map(|(c, info)| {
+            let quant = source.quant_table(c).expect("table").to_vec();
+            let mut blocks = Vec::new();
+            for row in 0..info.blocks_high {
+                let row = source.block_row(c, row).expect("row");
+                blocks.extend_from_slice(&row[..info.blocks_wide as usize * 64]);
+            }
+            (quant, blocks)
+        })
+        .collect()
+}
+
+/// libjpeg-turbo's coefficients of `jpeg`; `None` if it refuses the file or would smooth its
+/// blocks.
 fn libjpeg(reader: &mut CoefficientReader, jpeg: &[u8]) -> Option<Vec<(Vec<u16>, Vec<i16>)>> {
     let coefficients = reader.open(jpeg).ok()?.read(None).ok()?;
     if coefficients.block_smoothing() {
         return None;
     }
     let header = coefficients.header().clone();
-    Some(
-        header
-            .components()
-            .iter()
-            .enumerate()
-            .map(|(c, info)| {
-                let quant = coefficients.quant_table(c).expect("table").to_vec();
-                let mut blocks = Vec::new();
-                for row in 0..info.blocks_high {
-                    let row = coefficients.block_row(c, row).expect("row");
-                    blocks.extend_from_slice(&row[..info.blocks_wide as usize * 64]);
-                }
-                (quant, blocks)
-            })
-            .collect(),
-    )
-}
-
-/// Ours in the same form, libjpeg-turbo's block counts taken from `want`.
-fn ours(
-    got: &ProgressiveCoefficients<'_>,
-    reader: &mut CoefficientReader,
-    jpeg: &[u8],
-) -> Vec<(Vec<u16>, Vec<i16>)> {
-    let header = reader.open(jpeg).expect("header").header().clone();
-    header
-        .components()
-        .iter()
-        .enumerate()
-        .map(|(c, info)| {
-            let quant = got.quant_table(c).expect("table").to_vec();
-            let mut blocks = Vec::new();
-            for row in 0..info.blocks_high {
-                let row = got.block_row(c, row).expect("row");
-                blocks.extend_from_slice(&row[..info.blocks_wide as usize * 64]);
-            }
-            (quant, blocks)
-        })
-        .collect()
+    Some(blocks_of(&coefficients, &header))
 }
 
 fn check(
@@ -125,7 +111,8 @@ fn check(
     let Ok(got) = decoder.decode(jpeg) else {
         return false;
     };
-    let got = ours(&got, reader, jpeg);
+    let header = reader.open(jpeg).expect("header").header().clone();
+    let got = blocks_of(&got, &header);
     let want = want.unwrap_or_else(|| panic!("{name}: decoded, but libjpeg-turbo refuses it"));
     for (c, (g, w)) in got.iter().zip(&want).enumerate() {
         assert_eq!(g.0, w.0, "{name}: component {c}'s quantization table");

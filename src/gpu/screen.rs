@@ -1,7 +1,7 @@
 //! Which files the lane's decoders take: a walk over each file's markers, on the CPU, before any
 //! GPU work. The engines take baseline JPEGs; the assisted path takes those and progressive ones.
 
-use super::nvjpeg::{inspect_markers, inspect_progressive, DecoderConfig, JpegInfo};
+use super::nvjpeg::{inspect_markers, inspect_progressive, DecoderConfig, JpegInfo, Refusal};
 
 /// Largest compressed file the lane takes (others go to the CPU lane).
 pub(crate) const MAX_COMPRESSED: usize = 16 << 20;
@@ -25,37 +25,33 @@ pub(crate) struct Screened {
     pub engines: bool,
 }
 
+/// A marker walk saying whether one of the lane's paths takes a file.
+type Inspect = fn(&DecoderConfig, &[u8]) -> Result<JpegInfo, Refusal>;
+
 impl LaneScreen {
     /// Whether the hardware decodes `jpeg` (its markers read; microseconds, no GPU work), and how.
     pub fn take(&self, jpeg: &[u8]) -> Option<Screened> {
-        if jpeg.len() > MAX_COMPRESSED {
-            return None;
-        }
-        let info = inspect_markers(&self.checks, jpeg).ok()?;
-        self.unless_turned(Screened {
-            info,
-            gray: info.components == 1,
-            engines: true,
-        })
+        self.screen(jpeg, inspect_markers, true)
     }
 
     /// Whether `jpeg` is a progressive JPEG the assisted path may take (its coefficients decoded
     /// on a CPU thread), which the engines refuse.
     pub fn take_progressive(&self, jpeg: &[u8]) -> Option<Screened> {
+        self.screen(jpeg, inspect_progressive, false)
+    }
+
+    /// `jpeg` as `inspect` screens it for the engines or not, unless it is too large or the
+    /// EXIF tag may turn it (the CPU lane, which turns it, takes those).
+    fn screen(&self, jpeg: &[u8], inspect: Inspect, engines: bool) -> Option<Screened> {
         if jpeg.len() > MAX_COMPRESSED {
             return None;
         }
-        let info = inspect_progressive(&self.checks, jpeg).ok()?;
-        self.unless_turned(Screened {
+        let info = inspect(&self.checks, jpeg).ok()?;
+        let screened = Screened {
             info,
             gray: info.components == 1,
-            engines: false,
-        })
-    }
-
-    /// `screened`, unless the EXIF tag may turn the image: the CPU lane, which turns it, takes
-    /// those.
-    fn unless_turned(&self, screened: Screened) -> Option<Screened> {
+            engines,
+        };
         (!(self.exif_orientation && screened.info.exif)).then_some(screened)
     }
 }
