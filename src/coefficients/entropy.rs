@@ -20,7 +20,7 @@
 //! lookup of [`LOOKUP_BITS`] bits and the `maxcode`/`valoffset` slow path for longer codes.
 
 use super::markers::{
-    derive_table, destuff_scan, parse_dht, parse_dqt, parse_frame, unsupported, Cursor,
+    derive_table, destuff_scan, parse_dht, parse_dqt, parse_dri, parse_frame, unsupported, Cursor,
     FrameComponent, RawTable, ScanEnd,
 };
 use super::Error;
@@ -143,13 +143,7 @@ pub fn parse(jpeg: &[u8]) -> Result<ParsedJpeg, Error> {
             0xC9 | 0xCC => return Err(unsupported("an arithmetic-coded JPEG")),
             0xC4 => parse_dht(&mut cur.segment()?, &mut dc, &mut ac)?,
             0xDB => parse_dqt(&mut cur.segment()?, &mut quant)?,
-            0xDD => {
-                let mut s = cur.segment()?;
-                restart = u32::from(s.u16()?);
-                if !s.done() {
-                    return Err(unsupported("a DRI segment of the wrong length"));
-                }
-            }
+            0xDD => restart = parse_dri(&mut cur.segment()?)?,
             0xDA => {
                 let (width, height, fc) = frame
                     .take()

@@ -165,6 +165,15 @@ pub(super) fn parse_dht(
     Ok(())
 }
 
+/// A DRI segment: MCUs a restart interval (0: none).
+pub(super) fn parse_dri(s: &mut Cursor<'_>) -> Result<u32, Error> {
+    let restart = u32::from(s.u16()?);
+    if !s.done() {
+        return Err(unsupported("a DRI segment of the wrong length"));
+    }
+    Ok(restart)
+}
+
 pub(super) fn parse_dqt(
     s: &mut Cursor<'_>,
     quant: &mut [Option<[u16; 64]>; 4],

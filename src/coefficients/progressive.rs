@@ -26,7 +26,7 @@
 
 use super::entropy::{Interval, MAX_BLOCKS_IN_MCU, NATURAL_ORDER, TABLE_WORDS};
 use super::markers::{
-    derive_table, destuff_scan, parse_dht, parse_dqt, parse_frame, unsupported, Cursor,
+    derive_table, destuff_scan, parse_dht, parse_dqt, parse_dri, parse_frame, unsupported, Cursor,
     FrameComponent, RawTable, ScanEnd,
 };
 use super::{CoefficientSource, Error};
@@ -144,13 +144,7 @@ impl ProgressiveDecoder {
                 }
                 0xC4 => parse_dht(&mut cur.segment()?, &mut dc, &mut ac)?,
                 0xDB => parse_dqt(&mut cur.segment()?, &mut quant)?,
-                0xDD => {
-                    let mut s = cur.segment()?;
-                    restart = u32::from(s.u16()?);
-                    if !s.done() {
-                        return Err(unsupported("a DRI segment of the wrong length"));
-                    }
-                }
+                0xDD => restart = parse_dri(&mut cur.segment()?)?,
                 0xDA => {
                     let components = frame
                         .as_deref()
