@@ -21,7 +21,7 @@
 
 use super::markers::{
     derive_table, destuff_scan, parse_dht, parse_dqt, parse_dri, parse_frame, unsupported, Cursor,
-    FrameComponent, RawTable, ScanEnd,
+    FrameComponent, ScanEnd, Tables,
 };
 use super::Error;
 
@@ -120,13 +120,8 @@ impl ParsedJpeg {
 
 /// Parses `jpeg` for the GPU's entropy decoding, or says why the CPU must decode it.
 pub fn parse(jpeg: &[u8]) -> Result<ParsedJpeg, Error> {
-    let mut cur = Cursor { bytes: jpeg, at: 0 };
-    if cur.u16()? != 0xFFD8 {
-        return Err(unsupported("not a JPEG (no SOI marker)"));
-    }
-    let mut quant: [Option<[u16; 64]>; 4] = [None; 4];
-    let mut dc: [Option<RawTable>; 4] = Default::default();
-    let mut ac: [Option<RawTable>; 4] = Default::default();
+    let mut cur = Cursor::start(jpeg)?;
+    let mut tables = Tables::default();
     let mut frame: Option<(u32, u32, Vec<FrameComponent>)> = None;
     let mut restart = 0u32;
     loop {
@@ -141,8 +136,8 @@ pub fn parse(jpeg: &[u8]) -> Result<ParsedJpeg, Error> {
             0xC3 | 0xC7 | 0xCB | 0xCF => return Err(unsupported("a lossless JPEG")),
             0xC5 | 0xCD => return Err(unsupported("a hierarchical JPEG")),
             0xC9 | 0xCC => return Err(unsupported("an arithmetic-coded JPEG")),
-            0xC4 => parse_dht(&mut cur.segment()?, &mut dc, &mut ac)?,
-            0xDB => parse_dqt(&mut cur.segment()?, &mut quant)?,
+            0xC4 => parse_dht(&mut cur.segment()?, &mut tables.dc, &mut tables.ac)?,
+            0xDB => parse_dqt(&mut cur.segment()?, &mut tables.quant)?,
             0xDD => restart = parse_dri(&mut cur.segment()?)?,
             0xDA => {
                 let (width, height, fc) = frame
@@ -150,9 +145,7 @@ pub fn parse(jpeg: &[u8]) -> Result<ParsedJpeg, Error> {
                     .ok_or_else(|| unsupported("a scan before the frame header"))?;
                 let mut s = cur.segment()?;
                 let scan = parse_sos(&mut s, &fc)?;
-                return build(
-                    jpeg, cur.at, width, height, &fc, &scan, &quant, &dc, &ac, restart,
-                );
+                return build(jpeg, cur.at, width, height, &fc, &scan, &tables, restart);
             }
             0xD8 => return Err(unsupported("a second SOI marker")),
             0xD9 => return Err(unsupported("the file ends before its scan")),
@@ -214,9 +207,7 @@ fn build(
     height: u32,
     frame: &[FrameComponent],
     scan: &[(usize, usize)],
-    quant: &[Option<[u16; 64]>; 4],
-    dc: &[Option<RawTable>; 4],
-    ac: &[Option<RawTable>; 4],
+    defined: &Tables,
     restart: u32,
 ) -> Result<ParsedJpeg, Error> {
     let hmax = frame.iter().map(|c| c.h).max().unwrap_or(1);
@@ -252,7 +243,7 @@ fn build(
     }
     let mut tables = Vec::with_capacity(frame.len() * 2 * TABLE_WORDS);
     for (c, &(td, ta)) in frame.iter().zip(scan) {
-        let q = quant[c.tq]
+        let q = defined.quant[c.tq]
             .ok_or_else(|| unsupported(format!("quantization table {} missing", c.tq)))?;
         let (wide, high) = if frame.len() == 1 {
             (mcus_wide, mcus_high)
@@ -267,10 +258,10 @@ fn build(
             plane_blocks_high: high,
             quant: q,
         });
-        let dc_table = dc[td]
+        let dc_table = defined.dc[td]
             .as_ref()
             .ok_or_else(|| unsupported(format!("DC Huffman table {td} missing")))?;
-        let ac_table = ac[ta]
+        let ac_table = defined.ac[ta]
             .as_ref()
             .ok_or_else(|| unsupported(format!("AC Huffman table {ta} missing")))?;
         derive_table(dc_table, true, &mut tables)?;

@@ -33,7 +33,24 @@ pub(super) struct Cursor<'a> {
     pub(super) at: usize,
 }
 
+/// The tables a file defined so far: quantization (natural order), DC and AC Huffman, by slot.
+#[derive(Default)]
+pub(super) struct Tables {
+    pub(super) quant: [Option<[u16; 64]>; 4],
+    pub(super) dc: [Option<RawTable>; 4],
+    pub(super) ac: [Option<RawTable>; 4],
+}
+
 impl<'a> Cursor<'a> {
+    /// A cursor past `jpeg`'s SOI marker.
+    pub(super) fn start(jpeg: &'a [u8]) -> Result<Cursor<'a>, Error> {
+        let mut cur = Cursor { bytes: jpeg, at: 0 };
+        if cur.u16()? != 0xFFD8 {
+            return Err(unsupported("not a JPEG (no SOI marker)"));
+        }
+        Ok(cur)
+    }
+
     pub(super) fn u8(&mut self) -> Result<u8, Error> {
         let b = *self
             .bytes

@@ -27,7 +27,7 @@
 use super::entropy::{Interval, MAX_BLOCKS_IN_MCU, NATURAL_ORDER, TABLE_WORDS};
 use super::markers::{
     derive_table, destuff_scan, parse_dht, parse_dqt, parse_dri, parse_frame, unsupported, Cursor,
-    FrameComponent, RawTable, ScanEnd,
+    FrameComponent, ScanEnd, Tables,
 };
 use super::{CoefficientSource, Error};
 
@@ -113,13 +113,8 @@ impl ProgressiveDecoder {
     /// Entropy-decodes `jpeg`, a progressive JPEG, into its coefficients, or says why libjpeg-
     /// turbo must read it.
     pub fn decode(&mut self, jpeg: &[u8]) -> Result<ProgressiveCoefficients<'_>, Error> {
-        let mut cur = Cursor { bytes: jpeg, at: 0 };
-        if cur.u16()? != 0xFFD8 {
-            return Err(unsupported("not a JPEG (no SOI marker)"));
-        }
-        let mut quant: [Option<[u16; 64]>; 4] = [None; 4];
-        let mut dc: [Option<RawTable>; 4] = Default::default();
-        let mut ac: [Option<RawTable>; 4] = Default::default();
+        let mut cur = Cursor::start(jpeg)?;
+        let mut tables = Tables::default();
         let mut frame: Option<Vec<FrameComponent>> = None;
         let mut latched: Vec<Option<[u16; 64]>> = Vec::new();
         // Per component, the point transform of each coefficient's last scan (-1: none yet).
@@ -142,8 +137,8 @@ impl ProgressiveDecoder {
                 0xC3 | 0xC5..=0xC7 | 0xC9..=0xCB | 0xCD..=0xCF => {
                     return Err(unsupported("not a progressive Huffman JPEG"))
                 }
-                0xC4 => parse_dht(&mut cur.segment()?, &mut dc, &mut ac)?,
-                0xDB => parse_dqt(&mut cur.segment()?, &mut quant)?,
+                0xC4 => parse_dht(&mut cur.segment()?, &mut tables.dc, &mut tables.ac)?,
+                0xDB => parse_dqt(&mut cur.segment()?, &mut tables.quant)?,
                 0xDD => restart = parse_dri(&mut cur.segment()?)?,
                 0xDA => {
                     let components = frame
@@ -158,12 +153,12 @@ impl ProgressiveDecoder {
                     for &(c, _, _) in &scan.components {
                         if latched[c].is_none() {
                             let slot = components[c].tq;
-                            latched[c] = Some(quant[slot].ok_or_else(|| {
+                            latched[c] = Some(tables.quant[slot].ok_or_else(|| {
                                 unsupported(format!("quantization table {slot} missing"))
                             })?);
                         }
                     }
-                    self.tables(&scan, &dc, &ac)?;
+                    self.tables(&scan, &tables)?;
                     let rest = jpeg.get(cur.at..).unwrap_or(&[]);
                     let mcus = self.mcus(&scan, components);
                     let per_interval = if restart == 0 { mcus } else { restart };
@@ -245,20 +240,15 @@ impl ProgressiveDecoder {
 
     /// The scan's Huffman tables in lookup form: per scan component, its DC table (DC first
     /// scans) or its AC table (AC scans), [`TABLE_WORDS`] words each.
-    fn tables(
-        &mut self,
-        scan: &Scan,
-        dc: &[Option<RawTable>; 4],
-        ac: &[Option<RawTable>; 4],
-    ) -> Result<(), Error> {
+    fn tables(&mut self, scan: &Scan, tables: &Tables) -> Result<(), Error> {
         self.tables.clear();
         if scan.ss == 0 && scan.ah != 0 {
             return Ok(());
         }
         for &(_, td, ta) in &scan.components {
             let (table, is_dc, slot) = match scan.ss {
-                0 => (&dc[td], true, td),
-                _ => (&ac[ta], false, ta),
+                0 => (&tables.dc[td], true, td),
+                _ => (&tables.ac[ta], false, ta),
             };
             let table = table
                 .as_ref()
