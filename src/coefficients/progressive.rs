@@ -206,13 +206,21 @@ impl ProgressiveDecoder {
         Ok(ProgressiveCoefficients { decoder: self })
     }
 
-    /// Sizes the planes for the frame and zeroes them.
+    /// Sizes the planes for the frame and zeroes them; a frame of more than
+    /// [`DEFAULT_MAX_PIXELS`](crate::DEFAULT_MAX_PIXELS) pixels is refused before anything is
+    /// allocated.
     fn frame(
         &mut self,
         width: u32,
         height: u32,
         components: &[FrameComponent],
     ) -> Result<(), Error> {
+        if u64::from(width) * u64::from(height) > crate::DEFAULT_MAX_PIXELS {
+            return Err(unsupported(format!(
+                "a {width}x{height} image, over {} pixels",
+                crate::DEFAULT_MAX_PIXELS
+            )));
+        }
         let hmax = components.iter().map(|c| c.h).max().unwrap_or(1);
         let vmax = components.iter().map(|c| c.v).max().unwrap_or(1);
         let mcus_wide = width.div_ceil(8 * hmax) as usize;

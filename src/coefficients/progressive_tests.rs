@@ -182,6 +182,21 @@ fn broken_progressive_files_are_refused_or_give_libjpeg_turbos_coefficients() {
     }
     // The cuts are all refused (no EOI); most changed bytes are too.
     assert!(refused > tried / 2, "{refused} of {tried} refused");
+    // A frame header claiming 65535 x 65535 pixels is refused before its planes are allocated.
+    let (_, jpeg) = &files[0];
+    let at = jpeg
+        .windows(2)
+        .position(|w| w == [0xFF, 0xC2])
+        .expect("a SOF2 marker");
+    let mut bomb = jpeg.clone();
+    bomb[at + 5..at + 9].copy_from_slice(&[0xFF, 0xFF, 0xFF, 0xFF]);
+    let refusal = decoder.decode(&bomb).err().map(|e| e.to_string());
+    assert!(
+        refusal
+            .as_deref()
+            .is_some_and(|e| e.contains("65535x65535")),
+        "{refusal:?}"
+    );
 }
 
 #[test]
