@@ -85,14 +85,6 @@ impl CoefficientSource for ProgressiveCoefficients<'_> {
     }
 }
 
-impl ProgressiveCoefficients<'_> {
-    /// Blocks across and down component `component`'s plane.
-    pub fn plane_blocks(&self, component: usize) -> Option<(u32, u32)> {
-        let plane = self.decoder.planes.get(component)?;
-        Some((plane.blocks_wide as u32, plane.blocks_high as u32))
-    }
-}
-
 /// A scan's header, checked.
 struct Scan {
     /// Its components' indices in the frame, in the frame's order, with their DC and AC table

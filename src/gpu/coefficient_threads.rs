@@ -68,7 +68,7 @@ impl CoefficientThreads {
 /// `image`'s coefficients decoded and packed (the whole image) into `buffer`, on the calling
 /// thread; `None` if the path does not take the file (its decoder or libjpeg-turbo's header
 /// reader refuses it: the CPU lane then decodes it, and reports it if it is broken).
-pub(super) fn decode(image: &CallImage, mut buffer: Vec<u8>) -> Option<AssistedInput> {
+fn decode(image: &CallImage, mut buffer: Vec<u8>) -> Option<AssistedInput> {
     READERS.with_borrow_mut(|readers| {
         let (decoder, reader) = match readers {
             Some(readers) => readers,

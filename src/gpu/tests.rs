@@ -123,17 +123,22 @@ fn run_lane_paths(
 /// Whether the lane's coefficient threads take `file`: a progressive JPEG the screen passes,
 /// whose coefficients the progressive decoder and libjpeg-turbo's header reader both take.
 fn progressive_taken(screen: &screen::LaneScreen, file: &[u8]) -> bool {
-    let header = turbojpeg_region::CoefficientReader::new()
+    screen.take_progressive(file).is_some()
+        && has_layout(file)
+        && crate::coefficients::progressive::ProgressiveDecoder::new()
+            .decode(file)
+            .is_ok()
+}
+
+/// Whether libjpeg-turbo reads `file`'s headers into a layout the assisted path's kernels take.
+fn has_layout(file: &[u8]) -> bool {
+    turbojpeg_region::CoefficientReader::new()
         .ok()
         .and_then(|mut reader| {
             let opened = reader.open(file).ok()?;
             crate::coefficients::Layout::new(opened.header()).ok()
-        });
-    screen.take_progressive(file).is_some()
-        && header.is_some()
-        && crate::coefficients::progressive::ProgressiveDecoder::new()
-            .decode(file)
-            .is_ok()
+        })
+        .is_some()
 }
 
 #[test]
@@ -729,14 +734,7 @@ fn a_lane_without_its_engines_decodes_every_image_on_its_assisted_path() {
         // refuses (the CPU lane takes those).
         assert!(!made[i] || assisted[i], "{name}");
         if !made[i] {
-            let parsed = crate::coefficients::entropy::parse(file).is_ok()
-                && turbojpeg_region::CoefficientReader::new()
-                    .ok()
-                    .and_then(|mut reader| {
-                        let opened = reader.open(file).ok()?;
-                        crate::coefficients::Layout::new(opened.header()).ok()
-                    })
-                    .is_some();
+            let parsed = crate::coefficients::entropy::parse(file).is_ok() && has_layout(file);
             assert!(screen.take(file).is_none() || !parsed, "{name} was refused");
             continue;
         }

@@ -141,7 +141,8 @@ pub(crate) struct DecodeWhy(String);
 
 impl Lanes {
     /// The GPU lane's configuration when `options` may run it: hybrid or automatic decoding on
-    /// a CUDA device.
+    /// a CUDA device. What depends on the epoch and the cores (`large_files`, `short_run`,
+    /// `coefficient_threads`) is set when the lanes open.
     fn gpu_config(options: &Options, stopwatch: &Arc<Stopwatch>) -> Option<GpuLaneConfig> {
         let wanted = matches!(options.decode.lanes, Decode::Hybrid | Decode::Auto);
         (wanted && options.runtime.device != Device::Cpu).then(|| GpuLaneConfig {
@@ -154,11 +155,7 @@ impl Lanes {
             assisted_share: options.decode.assisted_share,
             large_files: false,
             short_run: false,
-            coefficient_threads: match options.runtime.threads {
-                0 => std::thread::available_parallelism()
-                    .map_or(1, |n| n.get().saturating_sub(CORES_FOR_THE_GPU_LANE).max(1)),
-                threads => threads,
-            },
+            coefficient_threads: 1,
         })
     }
 
@@ -237,6 +234,7 @@ impl Lanes {
         let config = config.map(|config| GpuLaneConfig {
             large_files,
             short_run: auto == AutoLanes::AssistedAlone,
+            coefficient_threads: beside_gpu,
             ..config
         });
         let (opening, why) = match config {
