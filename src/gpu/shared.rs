@@ -101,6 +101,8 @@ pub(crate) struct LaneActivity {
     /// run.
     pub calls: [Duration; 2],
     pub call_threads: [usize; 2],
+    /// The coefficient threads' time decoding progressive files.
+    pub coefficients: Duration,
 }
 
 /// What the threads and the pipeline share.
@@ -175,6 +177,7 @@ impl Shared {
             preparing_threads: state.preparing,
             calls,
             call_threads: state.path_threads,
+            coefficients: self.limits.stopwatch.total(Stage::GpuCoefficients),
         }
     }
 

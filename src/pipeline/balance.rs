@@ -7,9 +7,16 @@
 //! thread's time includes waiting for the device, so a lane bound by the device shows it). A
 //! lane waiting for work does not count that time, so a rate holds whatever share the lane had
 //! when it was measured. Of the images offered to the GPU lane it decodes a fraction and hands
-//! the rest (CMYK files and the like) back to the CPU lane; the share at which both lanes
-//! finish together is then `gpu / ((gpu + cpu) * fraction)`, and the share moves towards it
-//! after each window of measurements.
+//! the rest (CMYK files and the like) back to the CPU lane.
+//!
+//! Both lanes also draw on the same cores: the CPU lane a whole decode and resize an image, the
+//! GPU lane its preparing and coefficient threads' time (reading, parsing, and a progressive
+//! file's entropy decoding). The share is the one at which the lanes, together, decode the most
+//! images a second within all three limits: the GPU lane's rate, the CPU lane's threads, and the
+//! cores ([`LaneRates::share`]). Where the cores are not the limit, that is the share at which
+//! both lanes finish together, `gpu / ((gpu + cpu) * fraction)`; where they are (camera photos,
+//! whose progressive files take the coefficient threads' time), images move to the lane that
+//! costs the cores less. The share moves towards it after each window of measurements.
 //!
 //! The same windows say how many cores the GPU lane's host threads keep busy, which the CPU
 //! lane leaves to them when the thread count is left to the pipeline ([`cpu_threads_beside`]).
@@ -62,11 +69,13 @@ impl Balance {
     /// lane's times) and the GPU lane's activity.
     /// `cpu_seconds_per_image` is the estimate of one image's time on one CPU thread that
     /// stands until the CPU lane has decoded enough images to be measured.
+    /// `cores` is the machine's.
     pub fn new(
         given: Option<f32>,
         large_files: bool,
         stopwatch: Arc<Stopwatch>,
         cpu_seconds_per_image: f64,
+        cores: usize,
     ) -> Balance {
         let initial = match large_files {
             true => INITIAL_SHARE_LARGE_FILES,
@@ -75,7 +84,7 @@ impl Balance {
         Balance {
             share: given.unwrap_or(initial),
             pinned: given.is_some(),
-            meter: RateMeter::new(stopwatch, cpu_seconds_per_image),
+            meter: RateMeter::new(stopwatch, cpu_seconds_per_image, cores),
         }
     }
 
@@ -143,17 +152,45 @@ pub(crate) struct LaneRates {
     pub gpu_takes: f64,
     /// Cores the GPU lane's host threads kept busy.
     pub gpu_cores: f64,
+    /// Seconds of a core one image takes on the CPU lane...
+    pub cpu_core_seconds: f64,
+    /// ...and on the GPU lane's preparing and coefficient threads, per image it decoded.
+    pub gpu_core_seconds: f64,
+    /// The cores both lanes' threads share: the machine's, or more where the threads working
+    /// outnumbered them in the window (their times then stretch alike, and so does this).
+    pub cores: f64,
 }
 
 impl LaneRates {
-    /// The share at which both lanes would finish a stretch of the order together: the GPU
-    /// lane decodes `share * gpu_takes` of the images, the CPU lane the rest.
+    /// The share at which the lanes decode the most images a second: the GPU lane decodes
+    /// `share * gpu_takes` of the images, the CPU lane the rest, each at most at its rate, and
+    /// both together at most the cores' seconds. Of equal rates, the lowest share.
     pub fn share(&self) -> Option<f32> {
         let gpu = self.gpu?;
         if self.gpu_takes <= 0.0 || gpu + self.cpu <= 0.0 {
             return None;
         }
-        Some((gpu / ((gpu + self.cpu) * self.gpu_takes)).clamp(0.0, 1.0) as f32)
+        let rate = |share: f64| {
+            let on_gpu = share * self.gpu_takes;
+            let on_cpu = 1.0 - on_gpu;
+            let limit = |rate: f64, fraction: f64| match fraction > 0.0 {
+                true => rate / fraction,
+                false => f64::INFINITY,
+            };
+            let core_seconds = on_cpu * self.cpu_core_seconds + on_gpu * self.gpu_core_seconds;
+            limit(gpu, on_gpu)
+                .min(limit(self.cpu, on_cpu))
+                .min(limit(self.cores, core_seconds))
+        };
+        let mut best = (0.0f32, rate(0.0));
+        for step in 1..=SHARE_STEPS as u32 {
+            let share = step as f32 / SHARE_STEPS;
+            let images = rate(share as f64);
+            if images > best.1 * (1.0 + 1e-9) {
+                best = (share, images);
+            }
+        }
+        Some(best.0)
     }
 }
 
@@ -200,15 +237,18 @@ struct RateMeter {
     warming_up: bool,
     /// The CPU lane's time for one image on one thread: estimated, then measured.
     cpu_seconds_per_image: f64,
+    /// The machine's cores.
+    cores: usize,
 }
 
 impl RateMeter {
-    fn new(stopwatch: Arc<Stopwatch>, cpu_seconds_per_image: f64) -> RateMeter {
+    fn new(stopwatch: Arc<Stopwatch>, cpu_seconds_per_image: f64, cores: usize) -> RateMeter {
         RateMeter {
             start: mark(&stopwatch, LaneActivity::default()),
             stopwatch,
             warming_up: true,
             cpu_seconds_per_image,
+            cores,
         }
     }
 
@@ -253,11 +293,17 @@ impl RateMeter {
         .fold(0.0f64, f64::max);
         let gpu = (decoded > 0 && busiest > 0.0).then(|| decoded as f64 / (busiest * seconds));
         let gpu_work = preparing + calls[0] + calls[1];
+        let coefficients = now.gpu.coefficients.saturating_sub(start.gpu.coefficients);
+        let gpu_host = preparing + coefficients;
+        let working = (cpu_busy + gpu_host).as_secs_f64() / seconds;
         Some(LaneRates {
             cpu: cpu_threads.max(1) as f64 / self.cpu_seconds_per_image.max(1e-6),
             gpu,
             gpu_takes: decoded as f64 / (decoded + refused) as f64,
             gpu_cores: gpu_work.as_secs_f64() / seconds,
+            cpu_core_seconds: self.cpu_seconds_per_image,
+            gpu_core_seconds: gpu_host.as_secs_f64() / decoded.max(1) as f64,
+            cores: working.max(self.cores.max(1) as f64),
         })
     }
 }
@@ -266,12 +312,16 @@ impl RateMeter {
 mod tests {
     use super::*;
 
+    /// Rates where the cores are not the limit.
     fn rates(cpu: f64, gpu: f64, gpu_takes: f64) -> LaneRates {
         LaneRates {
             cpu,
             gpu: Some(gpu),
             gpu_takes,
             gpu_cores: 0.0,
+            cpu_core_seconds: 0.01,
+            gpu_core_seconds: 0.001,
+            cores: 1e9,
         }
     }
 
@@ -294,6 +344,55 @@ mod tests {
         assert_eq!(rates(1000.0, 3000.0, 0.0).share(), None);
     }
 
+    #[test]
+    fn where_the_cores_are_the_limit_images_move_to_the_lane_that_costs_them_less() {
+        // Camera photos, a fifth of them progressive: the CPU lane's 13 threads at 53 ms an
+        // image; the GPU lane at 1,000 images a second, 13 ms of its preparing and coefficient
+        // threads an image; 16 cores.
+        let photos = LaneRates {
+            cpu: 13.0 / 0.053,
+            gpu: Some(1000.0),
+            gpu_takes: 1.0,
+            gpu_cores: 3.0,
+            cpu_core_seconds: 0.053,
+            gpu_core_seconds: 0.013,
+            cores: 16.0,
+        };
+        // Without the cores, the lanes would finish together at 0.80...
+        let unbounded = LaneRates {
+            cores: 1e9,
+            ..photos
+        };
+        let together = unbounded.share().unwrap();
+        assert!((together - 0.80).abs() < 0.02, "{together}");
+        // ...where the cores would allow 16 / (0.2 * 0.053 + 0.8 * 0.013) = 762 images a
+        // second; more of the images on the GPU lane, up to its rate, make more of them.
+        let share = photos.share().unwrap();
+        assert!(share > 0.95 && share < 1.0, "{share}");
+        // A GPU lane that costs the cores more than the CPU lane gets no more than its rate
+        // allows beside the CPU lane's threads.
+        let costly = LaneRates {
+            gpu_core_seconds: 0.1,
+            ..photos
+        };
+        assert!(costly.share().unwrap() <= together, "{costly:?}");
+        // On small files the cores are not the limit and the share is the lanes' own.
+        let small = LaneRates {
+            cpu: 12.0 / 0.0017,
+            gpu: Some(22_000.0),
+            gpu_takes: 1.0,
+            gpu_cores: 4.0,
+            cpu_core_seconds: 0.0017,
+            gpu_core_seconds: 0.0002,
+            cores: 16.0,
+        };
+        let own = LaneRates {
+            cores: 1e9,
+            ..small
+        };
+        assert_eq!(small.share(), own.share());
+    }
+
     /// A GPU lane's activity: `decoded` and `refused` results, its preparing threads (three)
     /// and its assisted path's threads (four) each busy `busy` of `seconds`.
     fn activity(decoded: u64, refused: u64, busy: f64, seconds: f64) -> LaneActivity {
@@ -307,13 +406,14 @@ mod tests {
                 Duration::from_secs_f64(4.0 * busy * seconds),
             ],
             call_threads: [0, 4],
+            coefficients: Duration::ZERO,
         }
     }
 
     #[test]
     fn a_window_measures_the_lanes_rates_and_the_gpu_lanes_cores() {
         let stopwatch = Arc::new(Stopwatch::default());
-        let mut meter = RateMeter::new(stopwatch.clone(), 0.01);
+        let mut meter = RateMeter::new(stopwatch.clone(), 0.01, 16);
         meter.restart(LaneActivity::default());
         // Too soon: no rates.
         assert!(meter.measure(activity(100, 0, 0.5, 0.0), 8).is_none());
@@ -360,10 +460,10 @@ mod tests {
     fn the_share_closes_in_on_the_rates_share_and_a_given_one_is_kept() {
         let stopwatch = Arc::new(Stopwatch::default());
         assert_eq!(
-            Balance::new(None, true, stopwatch.clone(), 0.02).share(),
+            Balance::new(None, true, stopwatch.clone(), 0.02, 16).share(),
             INITIAL_SHARE_LARGE_FILES
         );
-        let mut balance = Balance::new(None, false, stopwatch.clone(), 0.02);
+        let mut balance = Balance::new(None, false, stopwatch.clone(), 0.02, 16);
         assert_eq!(balance.share(), INITIAL_SHARE);
         balance.restart(LaneActivity::default());
         std::thread::sleep(MIN_WINDOW);
@@ -389,7 +489,7 @@ mod tests {
         let second = balance.share();
         assert!(second > first && second < 1.0, "{first} {second}");
 
-        let mut pinned = Balance::new(Some(0.3), true, stopwatch, 0.02);
+        let mut pinned = Balance::new(Some(0.3), true, stopwatch, 0.02, 16);
         pinned.restart(LaneActivity::default());
         pinned.meter.warming_up = false;
         std::thread::sleep(MIN_WINDOW);

@@ -271,6 +271,7 @@ impl Lanes {
             large_files,
             stopwatch.clone(),
             cpu_seconds(1, mean_bytes),
+            cores,
         );
         Ok(Lanes::Hybrid(
             Box::new(HybridLanes::new(
