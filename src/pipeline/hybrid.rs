@@ -352,11 +352,7 @@ impl HybridLanes {
             ));
         };
         let schedule = current.schedule.clone();
-        let (ahead, stream) = (&self.ahead, &self.stream);
-        let lane = match &mut self.gpu {
-            GpuState::Open(lane) => Some(lane.as_mut()),
-            _ => None,
-        };
+        let stream = self.stream.clone();
         let BatchRequest {
             order,
             start,
@@ -369,12 +365,23 @@ impl HybridLanes {
         let mut used = 0;
         let reach = order.reach(start);
         let failed = |lane: Option<&mut GpuLane>, from_gpu: Vec<(LaneOutput, usize)>| match lane {
-            Some(lane) => lane.discard(stream, from_gpu.into_iter().map(|(o, _)| o).collect()),
+            Some(lane) => lane.discard(&stream, from_gpu.into_iter().map(|(o, _)| o).collect()),
             None => Ok(()),
         };
         while filled.indices.len() < batch_size && used < reach {
             let at = start + used;
             let Some(index) = order.get(at) else { break };
+            if used % ADVANCE_EVERY == 0 && matches!(self.gpu, GpuState::Opening(_)) {
+                // A lane that opened while the batch waited on the CPU lane begins at once,
+                // from the first position the CPU lane has not looked at.
+                self.poll_gpu();
+                self.start_gpu_lane(at)?;
+            }
+            let ahead = &self.ahead;
+            let lane = match &mut self.gpu {
+                GpuState::Open(lane) => Some(lane.as_mut()),
+                _ => None,
+            };
             if used % ADVANCE_EVERY == 0 {
                 if stop.load(Ordering::Relaxed) {
                     failed(lane, from_gpu)?;
