@@ -360,8 +360,9 @@ impl ProgressiveDecoder {
         let plane = &mut self.planes[scan.components[0].0];
         let table = self.tables.get(..TABLE_WORDS);
         let mut predictor = 0i32;
-        for block in mcus {
-            let at = block_at(plane, block);
+        let mut walk = BlockWalk::new(plane, mcus.start);
+        for _ in mcus {
+            let at = walk.next();
             dc_block(scan, table, &mut predictor, plane, at, bits)?;
         }
         Ok(())
@@ -387,12 +388,13 @@ impl ProgressiveDecoder {
         let (plane, table) = self.ac_parts(scan)?;
         let (ss, se, al) = (scan.ss, scan.se, scan.al);
         let mut eobrun = 0u32;
-        for block in mcus {
+        let mut walk = BlockWalk::new(plane, mcus.start);
+        for _ in mcus {
+            let at = walk.next();
             if eobrun > 0 {
                 eobrun -= 1;
                 continue;
             }
-            let at = block_at(plane, block);
             let (coefficients, nonzero) = block_mut(plane, at)?;
             let mut k = ss;
             while k <= se {
@@ -430,8 +432,9 @@ impl ProgressiveDecoder {
         let p1 = (1i32 << scan.al) as i16;
         let m1 = ((-1i32) << scan.al) as i16;
         let mut eobrun = 0u32;
-        for block in mcus {
-            let at = block_at(plane, block);
+        let mut walk = BlockWalk::new(plane, mcus.start);
+        for _ in mcus {
+            let at = walk.next();
             let (coefficients, nonzero) = block_mut(plane, at)?;
             let mut k = ss;
             if eobrun == 0 {
@@ -503,14 +506,48 @@ fn band(from: usize, to: usize) -> u64 {
     (u64::MAX >> (63 - to)) & (u64::MAX << from)
 }
 
-/// Where block `block` of a non-interleaved scan (rows of `width_in_blocks`) is in `plane`.
-fn block_at(plane: &Plane, block: usize) -> usize {
-    let wide = plane.coded_wide.max(1);
-    ((block / wide) * plane.blocks_wide + block % wide) * 64
+/// The blocks of a non-interleaved scan (rows of `width_in_blocks`) from a given one on: where
+/// each is in its plane (its first coefficient's index), one addition a block.
+struct BlockWalk {
+    /// The next block's first coefficient.
+    at: usize,
+    /// Its column in the scan's rows.
+    column: usize,
+    /// The scan's blocks in a row...
+    wide: usize,
+    /// ...and the coefficients of the plane's padding blocks past them.
+    padding: usize,
+}
+
+impl BlockWalk {
+    /// From block `first` of the scan on.
+    fn new(plane: &Plane, first: usize) -> BlockWalk {
+        let wide = plane.coded_wide.max(1);
+        BlockWalk {
+            at: ((first / wide) * plane.blocks_wide + first % wide) * 64,
+            column: first % wide,
+            wide,
+            padding: plane.blocks_wide.saturating_sub(wide) * 64,
+        }
+    }
+
+    /// The next block's first coefficient.
+    #[inline(always)]
+    fn next(&mut self) -> usize {
+        let at = self.at;
+        self.at += 64;
+        self.column += 1;
+        if self.column == self.wide {
+            self.column = 0;
+            self.at += self.padding;
+        }
+        at
+    }
 }
 
 /// One block of a DC scan: the first scan's difference summed into `predictor` and shifted, or a
 /// refinement bit.
+#[inline(always)]
 fn dc_block(
     scan: &Scan,
     table: Option<&[u32]>,
