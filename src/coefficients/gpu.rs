@@ -13,6 +13,7 @@
 
 use std::sync::Arc;
 
+use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{
     CudaEvent, CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PinnedHostSlice,
     PushKernelArg,
@@ -108,6 +109,10 @@ pub struct GpuDecoder {
     staging: PinnedHostSlice<u8>,
     /// Recorded after the last upload from `staging`.
     uploaded: Option<CudaEvent>,
+    /// Recorded after a batch's kernels, for a thread to wait on without spinning: a batch of
+    /// camera photos keeps the GPU busy for milliseconds, a core's worth of time the CPU
+    /// threads decoding the next files have a use for.
+    finished: CudaEvent,
     staged: usize,
     planes_used: u64,
     output_used: u64,
@@ -273,6 +278,10 @@ impl GpuDecoder {
             color,
             staging,
             uploaded: None,
+            finished: stream
+                .context()
+                .new_event(Some(CUevent_flags::CU_EVENT_BLOCKING_SYNC))
+                .map_err(device("creating the decoder's event"))?,
             staged: 0,
             planes_used: 0,
             output_used: 0,
@@ -467,6 +476,12 @@ impl GpuDecoder {
         if n == 0 {
             return Ok(Vec::new());
         }
+        self.finished
+            .record(&self.stream)
+            .map_err(device("recording the entropy decode's end"))?;
+        self.finished
+            .synchronize()
+            .map_err(device("waiting for the entropy decode"))?;
         let status = self
             .stream
             .clone_dtoh(&self.entropy.status.slice(..n))
