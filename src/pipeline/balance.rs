@@ -448,12 +448,31 @@ mod tests {
             rates.gpu_cores > 2.3 && rates.gpu_cores <= 2.75 + 1e-6,
             "{rates:?}"
         );
-        // A window without CPU images keeps the CPU lane's last rate (per thread).
+        // The host's cost of an image on each lane: 20 ms of a CPU thread; the preparing
+        // threads' 0.75 * seconds over the 400 images the GPU lane decoded. Fewer threads worked
+        // than there are cores: the machine's 16.
+        assert!((rates.cpu_core_seconds - 0.02).abs() < 1e-9, "{rates:?}");
+        let preparing = 0.75 * seconds / 400.0;
+        assert!(
+            (rates.gpu_core_seconds - preparing).abs() < 1e-9,
+            "{rates:?}"
+        );
+        assert_eq!(rates.cores, 16.0);
+        // A window without CPU images keeps the CPU lane's last rate (per thread). The
+        // coefficient threads' time counts with the preparing threads'; 30 threads' worth
+        // working outnumber the cores, which count as many.
         std::thread::sleep(MIN_WINDOW);
-        let later = meter
-            .measure(activity(900, 200, 0.5, 2.0 * seconds), 4)
-            .unwrap();
+        let mut next = activity(900, 200, 0.5, 2.0 * seconds);
+        next.coefficients = Duration::from_secs_f64(30.0 * MIN_WINDOW.as_secs_f64());
+        let later = meter.measure(next, 4).unwrap();
         assert!((later.cpu - 200.0).abs() < 1e-6, "{later:?}");
+        let preparing = 0.75 * seconds;
+        let coefficients = 30.0 * MIN_WINDOW.as_secs_f64();
+        assert!(
+            (later.gpu_core_seconds - (preparing + coefficients) / 400.0).abs() < 1e-9,
+            "{later:?}"
+        );
+        assert!(later.cores > 16.0 && later.cores <= 30.0 + 1.5, "{later:?}");
     }
 
     #[test]
