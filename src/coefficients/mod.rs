@@ -23,7 +23,7 @@
 
 pub mod batch;
 #[cfg(test)]
-mod cases;
+pub(crate) mod cases;
 pub mod entropy;
 pub mod entropy_batch;
 #[cfg(test)]

@@ -102,6 +102,25 @@ impl ProgressiveDecoder {
         ProgressiveDecoder::default()
     }
 
+    /// Bytes the decoder holds: its planes, scan data and tables, as they have grown.
+    pub fn memory_bytes(&self) -> usize {
+        let planes: usize = self
+            .planes
+            .iter()
+            .map(|p| p.coefficients.capacity() * 2 + p.nonzero.capacity() * 8)
+            .sum();
+        planes
+            + self.data.capacity()
+            + self.intervals.capacity() * std::mem::size_of::<Interval>()
+            + self.tables.capacity() * 4
+            + self.quant.capacity() * std::mem::size_of::<[u16; 64]>()
+    }
+
+    /// Frees what the decoder holds; the next image allocates afresh.
+    pub fn release_memory(&mut self) {
+        *self = ProgressiveDecoder::default();
+    }
+
     /// Entropy-decodes `jpeg`, a progressive JPEG, into its coefficients, or says why libjpeg-
     /// turbo must read it.
     pub fn decode(&mut self, jpeg: &[u8]) -> Result<ProgressiveCoefficients<'_>, Error> {

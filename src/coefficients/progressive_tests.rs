@@ -156,6 +156,29 @@ fn progressive_files_decode_to_libjpeg_turbos_coefficients() {
 }
 
 #[test]
+fn a_decoder_that_released_its_memory_decodes_as_before() {
+    let mut decoder = ProgressiveDecoder::new();
+    let mut reader = CoefficientReader::new().expect("reader");
+    assert_eq!(decoder.memory_bytes(), 0);
+    let files = progressive_cases(3);
+    let (name, jpeg) = files.last().expect("a file");
+    assert!(check(&mut decoder, &mut reader, name, jpeg), "{name}");
+    // The planes alone: 2 bytes a coefficient of the image, at least.
+    let header = reader.open(jpeg).expect("headers");
+    let pixels = header.header().width as usize * header.header().height as usize;
+    assert!(
+        decoder.memory_bytes() >= 2 * pixels,
+        "{}",
+        decoder.memory_bytes()
+    );
+    decoder.release_memory();
+    assert_eq!(decoder.memory_bytes(), 0);
+    for (name, jpeg) in files.iter().rev().take(8) {
+        assert!(check(&mut decoder, &mut reader, name, jpeg), "{name}");
+    }
+}
+
+#[test]
 fn broken_progressive_files_are_refused_or_give_libjpeg_turbos_coefficients() {
     let mut decoder = ProgressiveDecoder::new();
     let mut reader = CoefficientReader::new().expect("reader");

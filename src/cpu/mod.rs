@@ -17,5 +17,6 @@ pub use prepare::prepare_image;
 pub use stage::{CpuStage, PreparedBatch};
 
 pub(crate) use ahead::{AheadWork, CpuAhead};
+pub(crate) use budget::MemoryBudget;
 pub(crate) use normalize::NormalizeTable;
 pub(crate) use stage::{BatchRequest, CpuLane, Filled, LaneCore, Staging};

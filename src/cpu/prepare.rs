@@ -337,7 +337,7 @@ mod tests {
     fn core_of(options: &PrepareOptions) -> LaneCore {
         LaneCore {
             options: *options,
-            budget: crate::cpu::budget::MemoryBudget::new(1 << 30),
+            budget: Arc::new(crate::cpu::MemoryBudget::new(1 << 30)),
             buffers: pool(),
             stopwatch: Arc::default(),
         }

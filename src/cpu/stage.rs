@@ -114,7 +114,8 @@ pub(crate) type Outcome = Option<std::result::Result<Option<CropDraw>, ItemError
 #[derive(Debug)]
 pub(crate) struct LaneCore {
     pub options: PrepareOptions,
-    pub budget: MemoryBudget,
+    /// The decode memory budget, shared with the GPU lane's coefficient threads.
+    pub budget: Arc<MemoryBudget>,
     pub buffers: BufferPool,
     /// Where the lane's read, decode and resize times go.
     pub stopwatch: Arc<Stopwatch>,
@@ -130,7 +131,7 @@ impl LaneCore {
     ) -> LaneCore {
         LaneCore {
             options: PrepareOptions::new(decode, resize),
-            budget: MemoryBudget::new(decode.memory_limit),
+            budget: Arc::new(MemoryBudget::new(decode.memory_limit)),
             buffers: BufferPool::new(decode.memory_limit),
             stopwatch,
         }

@@ -9,9 +9,12 @@
 //! queues their calls ([`RangeFiles`]). The pool starts at the first progressive file: a folder
 //! without any never starts its threads.
 //!
-//! Memory: each thread keeps a decoder whose coefficient planes grow to the largest image it
-//! decoded (2 bytes a coefficient and a mask word a block: about 3.1 bytes a pixel for 4:2:0,
-//! 6.2 for 4:4:4, so 37 MB for a 12-megapixel 4:2:0 photo), and libjpeg-turbo's header reader.
+//! Memory: a decode reserves what it holds (the decoder's planes and the packed coefficients)
+//! from the CPU lane's decode memory budget, as the CPU lane's threads reserve theirs, and waits
+//! while the others hold too much. Between files each thread keeps its decoder's planes (2 bytes
+//! a coefficient and a mask word a block: about 3.1 bytes a pixel for 4:2:0, 6.2 for 4:4:4, so
+//! 37 MB for a 12-megapixel 4:2:0 photo) up to [`KEPT_BYTES`], freeing them after a larger image,
+//! and libjpeg-turbo's header reader.
 
 use std::cell::RefCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -26,13 +29,19 @@ use super::work::Work;
 use crate::coefficients::pack::pack;
 use crate::coefficients::progressive::ProgressiveDecoder;
 use crate::coefficients::{Layout, Window};
+use crate::cpu::MemoryBudget;
 use crate::profile::{Stage, Stopwatch};
 use turbojpeg_region::CoefficientReader;
+
+/// The decoder memory a thread keeps between files: enough for a 16-megapixel 4:2:0 photo's
+/// planes (about 50 MB). After a larger image the thread frees its decoder's memory.
+pub(super) const KEPT_BYTES: usize = 64 << 20;
 
 /// The pool, made at its first use.
 pub(super) struct CoefficientThreads {
     threads: usize,
     pool: OnceLock<Option<rayon::ThreadPool>>,
+    decode_memory: Arc<MemoryBudget>,
 }
 
 thread_local! {
@@ -42,12 +51,19 @@ thread_local! {
 }
 
 impl CoefficientThreads {
-    /// A pool of `threads` threads (at least one), not started yet.
-    pub fn new(threads: usize) -> CoefficientThreads {
+    /// A pool of `threads` threads (at least one), not started yet, whose decodes reserve their
+    /// memory from `decode_memory`.
+    pub fn new(threads: usize, decode_memory: Arc<MemoryBudget>) -> CoefficientThreads {
         CoefficientThreads {
             threads: threads.max(1),
             pool: OnceLock::new(),
+            decode_memory,
         }
+    }
+
+    /// The budget the decodes reserve their memory from.
+    pub fn decode_memory(&self) -> &Arc<MemoryBudget> {
+        &self.decode_memory
     }
 
     /// The pool, started at the first call; `None` if its threads cannot start (progressive
@@ -66,21 +82,44 @@ impl CoefficientThreads {
 }
 
 /// `image`'s coefficients decoded and packed (the whole image) into `buffer`, on the calling
-/// thread; `None` if the path does not take the file (its decoder or libjpeg-turbo's header
-/// reader refuses it: the CPU lane then decodes it, and reports it if it is broken).
-fn decode(image: &CallImage, mut buffer: Vec<u8>) -> Option<AssistedInput> {
+/// thread, with what the decode holds reserved from `decode_memory`; `None` if the path does not
+/// take the file (its decoder or libjpeg-turbo's header reader refuses it: the CPU lane then
+/// decodes it, and reports it if it is broken).
+fn decode(
+    image: &CallImage,
+    mut buffer: Vec<u8>,
+    decode_memory: &MemoryBudget,
+) -> Option<AssistedInput> {
     READERS.with_borrow_mut(|readers| {
         let (decoder, reader) = match readers {
             Some(readers) => readers,
             None => readers.insert((ProgressiveDecoder::new(), CoefficientReader::new().ok()?)),
         };
         let layout = Layout::new(reader.open(&image.bytes).ok()?.header()).ok()?;
-        let coefficients = decoder.decode(&image.bytes).ok()?;
-        buffer.clear();
-        let window = Window::whole(layout.width, layout.height);
-        let packed = pack(&coefficients, &layout, &window, &mut buffer).ok()?;
-        Some(AssistedInput::Packed(packed, buffer))
+        let reservation = decode_memory.reserve(decode_bytes(&layout));
+        let packed = decoder.decode(&image.bytes).ok().and_then(|coefficients| {
+            buffer.clear();
+            let window = Window::whole(layout.width, layout.height);
+            pack(&coefficients, &layout, &window, &mut buffer).ok()
+        });
+        if decoder.memory_bytes() > KEPT_BYTES {
+            decoder.release_memory();
+        }
+        drop(reservation);
+        Some(AssistedInput::Packed(packed?, buffer))
     })
+}
+
+/// What decoding and packing an image of `layout` holds at most: the decoder's planes, 2 bytes a
+/// coefficient and a mask word a block, each component padded to whole MCUs (at most 3 blocks
+/// more each way), and the packed coefficients, no larger than the planes.
+fn decode_bytes(layout: &Layout) -> u64 {
+    let planes: u64 = layout
+        .components
+        .iter()
+        .map(|c| (u64::from(c.blocks_wide) + 3) * (u64::from(c.blocks_high) + 3) * (64 * 2 + 8))
+        .sum();
+    2 * planes
 }
 
 /// The progressive files of one range on their way through the coefficient threads: the last
@@ -124,6 +163,7 @@ impl RangeHold {
         pool: &rayon::ThreadPool,
         image: CallImage,
         buffer: Vec<u8>,
+        decode_memory: Arc<MemoryBudget>,
         stopwatch: Arc<Stopwatch>,
     ) {
         self.0.pending.fetch_add(1, Ordering::AcqRel);
@@ -132,7 +172,7 @@ impl RangeHold {
             let place = (image.position, image.slot);
             let decoded = catch_unwind(AssertUnwindSafe(|| {
                 let decoding = Instant::now();
-                let assisted = decode(&image, buffer);
+                let assisted = decode(&image, buffer, &decode_memory);
                 stopwatch.add(Stage::GpuCoefficients, decoding.elapsed());
                 (image, assisted)
             }));
@@ -165,5 +205,73 @@ impl RangeFiles {
         }
         let done = std::mem::take(&mut *self.done.lock().unwrap_or_else(|e| e.into_inner()));
         queue_assisted(&self.shared, &self.work, done.images, done.refused);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coefficients::cases::{picture, samplings};
+    use turbojpeg_region::{encode, Colorspace, EncodeOptions, Format, Sampling};
+
+    /// Progressive files of every sampling the encoder makes, and gray, at a size that leaves
+    /// partial MCUs.
+    fn progressive_files() -> Vec<(String, Vec<u8>)> {
+        let (width, height) = (517, 389);
+        let pixels = picture(width, height, 7);
+        let mut options: Vec<(String, EncodeOptions)> = samplings()
+            .into_iter()
+            .map(|(name, sampling)| {
+                let options = EncodeOptions {
+                    sampling,
+                    progressive: true,
+                    quality: 95,
+                    ..EncodeOptions::default()
+                };
+                (name.to_string(), options)
+            })
+            .collect();
+        options.push((
+            "gray".into(),
+            EncodeOptions {
+                colorspace: Colorspace::Gray,
+                sampling: Sampling::S444,
+                progressive: true,
+                ..EncodeOptions::default()
+            },
+        ));
+        options
+            .into_iter()
+            .map(|(name, options)| {
+                let jpeg = encode(&pixels, width, height, Format::Rgb, &options).expect("encode");
+                (name, jpeg)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_decode_reserves_at_least_what_it_holds() {
+        let mut reader = CoefficientReader::new().expect("a header reader");
+        for (name, jpeg) in progressive_files() {
+            let layout = Layout::new(reader.open(&jpeg).expect("headers").header()).expect(&name);
+            let reserved = decode_bytes(&layout);
+            // A fresh decoder, so that what it holds is this image's alone.
+            let mut decoder = ProgressiveDecoder::new();
+            let coefficients = decoder.decode(&jpeg).expect(&name);
+            let mut packed = Vec::new();
+            let window = Window::whole(layout.width, layout.height);
+            pack(&coefficients, &layout, &window, &mut packed).expect(&name);
+            let held = (decoder.memory_bytes() + packed.capacity()) as u64;
+            assert!(
+                held <= reserved,
+                "{name}: holds {held}, reserves {reserved}"
+            );
+            // Not far over it either: a budget that counts four times an image's memory would
+            // hold back threads that fit.
+            assert!(
+                reserved < 4 * held,
+                "{name}: holds {held}, reserves {reserved}"
+            );
+        }
     }
 }

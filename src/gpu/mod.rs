@@ -55,6 +55,7 @@ use cudarc::driver::{
     CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 
+use crate::cpu::MemoryBudget;
 use crate::cuda::{upload_reusing, Gpu};
 use crate::error::{Error, Result};
 use crate::geometry::Geometry;
@@ -163,6 +164,9 @@ pub(crate) struct GpuLaneConfig {
     /// lane's count beside the GPU lane (the cores less those left to the lane's host threads,
     /// or the count given), as they do the work the CPU lane's threads would do otherwise.
     pub coefficient_threads: usize,
+    /// The decode memory budget the coefficient threads reserve their decodes from: the CPU
+    /// lane's, as they do its work.
+    pub decode_memory: Arc<MemoryBudget>,
 }
 
 /// `struct GfGather` of kernels/resize.cu: one image copied from the ring into a batch.
@@ -356,8 +360,12 @@ impl GpuLane {
         }
         // Progressive files take the assisted path too, their coefficients decoded on threads
         // of the lane's own, started at the first such file.
-        let coefficients = (assisted_share > 0.0)
-            .then(|| Arc::new(CoefficientThreads::new(config.coefficient_threads)));
+        let coefficients = (assisted_share > 0.0).then(|| {
+            Arc::new(CoefficientThreads::new(
+                config.coefficient_threads,
+                config.decode_memory.clone(),
+            ))
+        });
         let preparers = (0..PREPARING_THREADS)
             .map(|_| {
                 Preparer::new(

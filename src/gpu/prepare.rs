@@ -73,7 +73,10 @@ impl Preparer {
             true => threads.as_deref().and_then(CoefficientThreads::pool),
             false => None,
         };
-        let progressive = pool.map(|pool| (pool, RangeHold::new(shared.clone(), work.clone())));
+        let progressive = pool.zip(threads.as_deref()).map(|(pool, threads)| {
+            let range = RangeHold::new(shared.clone(), work.clone());
+            (pool, threads.decode_memory(), range)
+        });
         // While the engines are not open (opening beside the lane, or not at all), the assisted
         // path takes every file it can parse, whatever its size.
         let engines_open = shared.is_open(Path::Engines);
@@ -90,9 +93,15 @@ impl Preparer {
                 refused_at.push(k);
                 continue;
             };
-            if let (false, Some((pool, range))) = (image.screened.engines, &progressive) {
+            if let (false, Some((pool, memory, range))) = (image.screened.engines, &progressive) {
                 let buffer = self.buffers.pop().unwrap_or_default();
-                range.spawn(pool, image, buffer, self.stopwatch.clone());
+                range.spawn(
+                    pool,
+                    image,
+                    buffer,
+                    (*memory).clone(),
+                    self.stopwatch.clone(),
+                );
                 handed[k] = true;
                 continue;
             }

@@ -43,6 +43,7 @@ fn lane_config(geometry: &Geometry, batch_size: usize, assisted_share: f32) -> G
         large_files: false,
         short_run: false,
         coefficient_threads: 4,
+        decode_memory: Arc::new(MemoryBudget::new(1 << 32)),
     }
 }
 

@@ -18,7 +18,7 @@ use super::hybrid::{
 };
 use super::output::DeviceWrites;
 use crate::batch::DecodedBy;
-use crate::cpu::{BatchRequest, CpuAhead, CpuLane, LaneCore, Staging};
+use crate::cpu::{BatchRequest, CpuAhead, CpuLane, LaneCore, MemoryBudget, Staging};
 use crate::cuda::Gpu;
 use crate::error::{Error, Result};
 use crate::geometry::Geometry;
@@ -141,8 +141,8 @@ pub(crate) struct DecodeWhy(String);
 
 impl Lanes {
     /// The GPU lane's configuration when `options` may run it: hybrid or automatic decoding on
-    /// a CUDA device. What depends on the epoch and the cores (`large_files`, `short_run`,
-    /// `coefficient_threads`) is set when the lanes open.
+    /// a CUDA device. What depends on the epoch, the cores and the CPU lane (`large_files`,
+    /// `short_run`, `coefficient_threads`, `decode_memory`) is set when the lanes open.
     fn gpu_config(options: &Options, stopwatch: &Arc<Stopwatch>) -> Option<GpuLaneConfig> {
         let wanted = matches!(options.decode.lanes, Decode::Hybrid | Decode::Auto);
         (wanted && options.runtime.device != Device::Cpu).then(|| GpuLaneConfig {
@@ -156,6 +156,7 @@ impl Lanes {
             large_files: false,
             short_run: false,
             coefficient_threads: 1,
+            decode_memory: Arc::new(MemoryBudget::new(options.decode.memory_limit)),
         })
     }
 
@@ -235,6 +236,7 @@ impl Lanes {
             large_files,
             short_run: auto == AutoLanes::AssistedAlone,
             coefficient_threads: beside_gpu,
+            decode_memory: core.budget.clone(),
             ..config
         });
         let (opening, why) = match config {
