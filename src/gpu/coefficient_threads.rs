@@ -158,16 +158,17 @@ impl RangeHold {
         }))
     }
 
-    /// Hands `image` (a progressive file) to `pool`, to be decoded into `buffer`; from here on
-    /// its position is answered by the range's files.
+    /// Hands `image` (a progressive file) to `pool`, to be decoded into `buffer` with its memory
+    /// reserved from `decode_memory`; from here on its position is answered by the range's files.
     pub fn spawn(
         &self,
         pool: &rayon::ThreadPool,
+        decode_memory: &Arc<MemoryBudget>,
         image: CallImage,
         buffer: Vec<u8>,
-        decode_memory: Arc<MemoryBudget>,
-        stopwatch: Arc<Stopwatch>,
+        stopwatch: &Arc<Stopwatch>,
     ) {
+        let (decode_memory, stopwatch) = (decode_memory.clone(), stopwatch.clone());
         self.0.pending.fetch_add(1, Ordering::AcqRel);
         let range = self.0.clone();
         pool.spawn(move || {

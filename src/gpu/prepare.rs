@@ -95,13 +95,7 @@ impl Preparer {
             };
             if let (false, Some((pool, memory, range))) = (image.screened.engines, &progressive) {
                 let buffer = self.buffers.pop().unwrap_or_default();
-                range.spawn(
-                    pool,
-                    image,
-                    buffer,
-                    (*memory).clone(),
-                    self.stopwatch.clone(),
-                );
+                range.spawn(pool, memory, image, buffer, &self.stopwatch);
                 handed[k] = true;
                 continue;
             }

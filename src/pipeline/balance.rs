@@ -143,8 +143,8 @@ pub(crate) struct Observed {
 /// The lanes' rates over one window.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct LaneRates {
-    /// Images a second the CPU lane decodes with its threads working.
-    pub cpu: f64,
+    /// The CPU lane's threads working.
+    pub cpu_threads: f64,
     /// Images a second the GPU lane decodes with its busiest threads working; `None` if it did
     /// not decode in the window.
     pub gpu: Option<f64>,
@@ -162,12 +162,18 @@ pub(crate) struct LaneRates {
 }
 
 impl LaneRates {
+    /// Images a second the CPU lane decodes with its threads working.
+    pub fn cpu(&self) -> f64 {
+        self.cpu_threads / self.cpu_core_seconds.max(1e-6)
+    }
+
     /// The share at which the lanes decode the most images a second: the GPU lane decodes
     /// `share * gpu_takes` of the images, the CPU lane the rest, each at most at its rate, and
     /// both together at most the cores' seconds. Of equal rates, the lowest share.
     pub fn share(&self) -> Option<f32> {
         let gpu = self.gpu?;
-        if self.gpu_takes <= 0.0 || gpu + self.cpu <= 0.0 {
+        let cpu = self.cpu();
+        if self.gpu_takes <= 0.0 || gpu + cpu <= 0.0 {
             return None;
         }
         let rate = |share: f64| {
@@ -179,7 +185,7 @@ impl LaneRates {
             };
             let core_seconds = on_cpu * self.cpu_core_seconds + on_gpu * self.gpu_core_seconds;
             limit(gpu, on_gpu)
-                .min(limit(self.cpu, on_cpu))
+                .min(limit(cpu, on_cpu))
                 .min(limit(self.cores, core_seconds))
         };
         let mut best = (0.0f32, rate(0.0));
@@ -297,7 +303,7 @@ impl RateMeter {
         let gpu_host = preparing + coefficients;
         let working = (cpu_busy + gpu_host).as_secs_f64() / seconds;
         Some(LaneRates {
-            cpu: cpu_threads.max(1) as f64 / self.cpu_seconds_per_image.max(1e-6),
+            cpu_threads: cpu_threads.max(1) as f64,
             gpu,
             gpu_takes: decoded as f64 / (decoded + refused) as f64,
             gpu_cores: gpu_work.as_secs_f64() / seconds,
@@ -315,7 +321,7 @@ mod tests {
     /// Rates where the cores are not the limit.
     fn rates(cpu: f64, gpu: f64, gpu_takes: f64) -> LaneRates {
         LaneRates {
-            cpu,
+            cpu_threads: cpu * 0.01,
             gpu: Some(gpu),
             gpu_takes,
             gpu_cores: 0.0,
@@ -350,7 +356,7 @@ mod tests {
         // image; the GPU lane at 1,000 images a second, 13 ms of its preparing and coefficient
         // threads an image; 16 cores.
         let photos = LaneRates {
-            cpu: 13.0 / 0.053,
+            cpu_threads: 13.0,
             gpu: Some(1000.0),
             gpu_takes: 1.0,
             gpu_cores: 3.0,
@@ -378,7 +384,7 @@ mod tests {
         assert!(costly.share().unwrap() <= together, "{costly:?}");
         // On small files the cores are not the limit and the share is the lanes' own.
         let small = LaneRates {
-            cpu: 12.0 / 0.0017,
+            cpu_threads: 12.0,
             gpu: Some(22_000.0),
             gpu_takes: 1.0,
             gpu_cores: 4.0,
@@ -436,7 +442,7 @@ mod tests {
             .measure(activity(500, 100, 0.5, seconds), 8)
             .expect("a complete window");
         // 8 threads at 20 ms an image.
-        assert!((rates.cpu - 400.0).abs() < 1e-6, "{rates:?}");
+        assert!((rates.cpu() - 400.0).abs() < 1e-6, "{rates:?}");
         // The assisted threads were the busiest: half the time. The window ran a little past
         // MIN_WINDOW, so a little under 400 / (0.5 * seconds).
         let gpu = rates.gpu.expect("a GPU rate");
@@ -465,7 +471,7 @@ mod tests {
         let mut next = activity(900, 200, 0.5, 2.0 * seconds);
         next.coefficients = Duration::from_secs_f64(30.0 * MIN_WINDOW.as_secs_f64());
         let later = meter.measure(next, 4).unwrap();
-        assert!((later.cpu - 200.0).abs() < 1e-6, "{later:?}");
+        assert!((later.cpu() - 200.0).abs() < 1e-6, "{later:?}");
         let preparing = 0.75 * seconds;
         let coefficients = 30.0 * MIN_WINDOW.as_secs_f64();
         assert!(

@@ -1329,14 +1329,7 @@ pub fn inspect_progressive(config: &DecoderConfig, data: &[u8]) -> Result<JpegIn
     if h.components != 1 && h.components != 3 {
         return Err(Refusal::Components(h.components as u32));
     }
-    let info = JpegInfo::from_header(&h, data.len());
-    if info.width as u64 * info.height as u64 > config.max_image_pixels {
-        return Err(Refusal::TooLarge {
-            width: info.width,
-            height: info.height,
-        });
-    }
-    Ok(info)
+    within_pixels(JpegInfo::from_header(&h, data.len()), config)
 }
 
 fn within_limit(info: JpegInfo, config: &DecoderConfig) -> Result<JpegInfo, Refusal> {
@@ -1344,6 +1337,11 @@ fn within_limit(info: JpegInfo, config: &DecoderConfig) -> Result<JpegInfo, Refu
         // The factors are rewritten in the staged copy; the caller's bytes are left alone.
         return Err(Refusal::SamplingFactors);
     }
+    within_pixels(info, config)
+}
+
+/// `info` unless its image has more than `config`'s pixels.
+fn within_pixels(info: JpegInfo, config: &DecoderConfig) -> Result<JpegInfo, Refusal> {
     if info.width as u64 * info.height as u64 > config.max_image_pixels {
         return Err(Refusal::TooLarge {
             width: info.width,
