@@ -83,23 +83,30 @@ impl CoefficientThreads {
     }
 }
 
-/// `image`'s coefficients decoded and packed (the whole image) into `buffer`, on the calling
+/// `jpeg`'s coefficients decoded and packed (the whole image) into `buffer`, on the calling
 /// thread, with what the decode holds reserved from `decode_memory`; `None` if the path does not
 /// take the file (its decoder or libjpeg-turbo's header reader refuses it: the CPU lane then
-/// decodes it, and reports it if it is broken).
+/// decodes it, and reports it if it is broken). Its working time, not its wait for the budget,
+/// goes to `stopwatch`, where the share between the lanes reads the cores it takes.
 fn decode(
-    image: &CallImage,
+    jpeg: &[u8],
     mut buffer: Vec<u8>,
     decode_memory: &MemoryBudget,
+    stopwatch: &Stopwatch,
 ) -> Option<AssistedInput> {
-    READERS.with_borrow_mut(|readers| {
+    let mut working = Instant::now();
+    let assisted = READERS.with_borrow_mut(|readers| {
         let (decoder, reader) = match readers {
             Some(readers) => readers,
             None => readers.insert((ProgressiveDecoder::new(), CoefficientReader::new().ok()?)),
         };
-        let layout = Layout::new(reader.open(&image.bytes).ok()?.header()).ok()?;
+        let layout = Layout::new(reader.open(jpeg).ok()?.header()).ok()?;
+        let read = working.elapsed();
         let reservation = decode_memory.reserve(decode_bytes(&layout));
-        let packed = decoder.decode(&image.bytes).ok().and_then(|coefficients| {
+        // The clock restarts after the wait, with the header's reading counted in.
+        let resumed = Instant::now();
+        working = resumed.checked_sub(read).unwrap_or(resumed);
+        let packed = decoder.decode(jpeg).ok().and_then(|coefficients| {
             buffer.clear();
             let window = Window::whole(layout.width, layout.height);
             pack(&coefficients, &layout, &window, &mut buffer).ok()
@@ -109,7 +116,9 @@ fn decode(
         }
         drop(reservation);
         Some(AssistedInput::Packed(packed?, buffer))
-    })
+    });
+    stopwatch.add(Stage::GpuCoefficients, working.elapsed());
+    assisted
 }
 
 /// What decoding and packing an image of `layout` holds at most: the decoder's planes, 2 bytes a
@@ -174,9 +183,7 @@ impl RangeHold {
         pool.spawn(move || {
             let place = (image.position, image.slot);
             let decoded = catch_unwind(AssertUnwindSafe(|| {
-                let decoding = Instant::now();
-                let assisted = decode(&image, buffer, &decode_memory);
-                stopwatch.add(Stage::GpuCoefficients, decoding.elapsed());
+                let assisted = decode(&image.bytes, buffer, &decode_memory, &stopwatch);
                 (image, assisted)
             }));
             {
@@ -276,5 +283,25 @@ mod tests {
                 "{name}: holds {held}, reserves {reserved}"
             );
         }
+    }
+
+    #[test]
+    fn a_decode_waiting_for_the_budget_counts_its_work_not_its_wait() {
+        let (name, jpeg) = progressive_files().pop().expect("a file");
+        let budget = MemoryBudget::new(1);
+        let stopwatch = Stopwatch::default();
+        let waited = std::time::Duration::from_secs(1);
+        std::thread::scope(|scope| {
+            // The budget is full until the other holder lets go.
+            let held = budget.reserve(1);
+            let decoding = scope.spawn(|| decode(&jpeg, Vec::new(), &budget, &stopwatch));
+            std::thread::sleep(waited);
+            drop(held);
+            let decoded = decoding.join().expect("the decode");
+            assert!(decoded.is_some(), "{name}");
+        });
+        let worked = stopwatch.total(Stage::GpuCoefficients);
+        assert!(worked < waited / 2, "{name}: {worked:?}");
+        assert!(!worked.is_zero());
     }
 }
