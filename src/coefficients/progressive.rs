@@ -1,8 +1,13 @@
 //! Progressive JPEGs entropy-decoded on the CPU into libjpeg-turbo's coefficients, bit for bit,
 //! faster than libjpeg-turbo reads them (`jdphuff.c` decodes one block a call, through its
-//! coefficient controller's virtual arrays, a byte at a time into its bit buffer): every scan is
-//! decoded in one loop over its blocks, from its destuffed data, 64 bits at a time, straight
-//! into whole-image planes. The GPU then does the rest ([`super::pack`], [`super::gpu`]).
+//! coefficient controller's virtual arrays, a byte at a time into its bit buffer): every scan's
+//! data is destuffed first, then the image is decoded in stripes of block rows small enough to
+//! stay in the core's cache, every scan in turn taking up the stripe where its decoding left the
+//! last one (a block's coefficients depend on the earlier scans of that block alone), 64 bits
+//! of data at a time, straight into whole-image planes. Decoding scan by scan over the whole
+//! image instead passes over the planes (3.7 MB a megapixel) once a scan, ten times an image,
+//! which on a machine's every core makes the memory the bound. The GPU then does the rest
+//! ([`super::pack`], [`super::gpu`]).
 //!
 //! Only what decodes cleanly is taken: a progressive Huffman frame (SOF2), 8-bit samples, 1 or 3
 //! components, a scan script libjpeg accepts without a warning, every coefficient complete at the
@@ -54,14 +59,23 @@ struct Plane {
 
 /// A progressive JPEG decoder, reused across images by one thread: its planes, scan data and
 /// tables keep their memory (no allocation once they have grown to the largest image).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ProgressiveDecoder {
     planes: Vec<Plane>,
     quant: Vec<[u16; 64]>,
+    /// Every scan's destuffed data, one after another.
     data: Vec<u8>,
+    /// Every scan's restart intervals, their bounds counted in `data`.
     intervals: Vec<Interval>,
+    /// Every scan's Huffman tables in lookup form.
     tables: Vec<u32>,
+    scans: Vec<ScanPlan>,
+    /// Bytes of planes a stripe holds at most (a stripe is one MCU row at least).
+    stripe_bytes: usize,
 }
+
+/// Bytes of planes in a stripe: well within a core's L2 cache, with the scans' data beside it.
+const STRIPE_BYTES: usize = 256 * 1024;
 
 /// The coefficients of the last image decoded, lent from the decoder.
 #[derive(Debug)]
@@ -86,6 +100,7 @@ impl CoefficientSource for ProgressiveCoefficients<'_> {
 }
 
 /// A scan's header, checked.
+#[derive(Debug)]
 struct Scan {
     /// Its components' indices in the frame, in the frame's order, with their DC and AC table
     /// slots.
@@ -94,6 +109,48 @@ struct Scan {
     se: usize,
     ah: u32,
     al: u32,
+}
+
+/// A scan read from the file, ready to decode: its header, its tables and intervals, and how
+/// far its decoding has gone.
+#[derive(Debug)]
+struct ScanPlan {
+    scan: Scan,
+    /// Where its Huffman tables start in the decoder's `tables`.
+    tables: usize,
+    /// Its intervals in the decoder's `intervals`.
+    intervals: std::ops::Range<usize>,
+    /// The blocks of an MCU of an interleaved scan: (component's index in the scan, column, row
+    /// inside the MCU); empty for a scan of one component.
+    mcu_blocks: Vec<(usize, usize, usize)>,
+    /// MCUs (a scan of several components) or blocks (of one) it codes.
+    units: usize,
+    progress: ScanProgress,
+}
+
+/// Where a scan's decoding stopped: the next MCU or block, the interval it is in and the state
+/// of that interval's decoding.
+#[derive(Debug, Default, Clone, Copy)]
+struct ScanProgress {
+    next: usize,
+    interval: usize,
+    bits: BitsState,
+    eobrun: u32,
+    predictors: [i32; 4],
+}
+
+impl Default for ProgressiveDecoder {
+    fn default() -> ProgressiveDecoder {
+        ProgressiveDecoder {
+            planes: Vec::new(),
+            quant: Vec::new(),
+            data: Vec::new(),
+            intervals: Vec::new(),
+            tables: Vec::new(),
+            scans: Vec::new(),
+            stripe_bytes: STRIPE_BYTES,
+        }
+    }
 }
 
 impl ProgressiveDecoder {
@@ -114,16 +171,37 @@ impl ProgressiveDecoder {
             + self.intervals.capacity() * std::mem::size_of::<Interval>()
             + self.tables.capacity() * 4
             + self.quant.capacity() * std::mem::size_of::<[u16; 64]>()
+            + self.scans.capacity() * std::mem::size_of::<ScanPlan>()
     }
 
     /// Frees what the decoder holds; the next image allocates afresh.
     pub fn release_memory(&mut self) {
-        *self = ProgressiveDecoder::default();
+        *self = ProgressiveDecoder {
+            stripe_bytes: self.stripe_bytes,
+            ..ProgressiveDecoder::default()
+        };
+    }
+
+    /// A decoder whose stripes hold at most `bytes` of planes (one MCU row at least).
+    #[cfg(test)]
+    pub(super) fn with_stripe_bytes(bytes: usize) -> ProgressiveDecoder {
+        ProgressiveDecoder {
+            stripe_bytes: bytes,
+            ..ProgressiveDecoder::default()
+        }
     }
 
     /// Entropy-decodes `jpeg`, a progressive JPEG, into its coefficients, or says why libjpeg-
     /// turbo must read it.
     pub fn decode(&mut self, jpeg: &[u8]) -> Result<ProgressiveCoefficients<'_>, Error> {
+        let components = self.read_scans(jpeg)?;
+        self.decode_stripes(&components)?;
+        Ok(ProgressiveCoefficients { decoder: self })
+    }
+
+    /// Reads the file's frame and every scan (headers, tables, destuffed data) and checks its
+    /// progression; nothing is decoded yet. Returns the frame's components.
+    fn read_scans(&mut self, jpeg: &[u8]) -> Result<Vec<FrameComponent>, Error> {
         let mut cur = Cursor::start(jpeg)?;
         let mut tables = Tables::default();
         let mut frame: Option<Vec<FrameComponent>> = None;
@@ -131,7 +209,10 @@ impl ProgressiveDecoder {
         // Per component, the point transform of each coefficient's last scan (-1: none yet).
         let mut coef_bits: Vec<[i8; 64]> = Vec::new();
         let mut restart = 0u32;
-        let mut scans = 0u32;
+        self.scans.clear();
+        self.data.clear();
+        self.intervals.clear();
+        self.tables.clear();
         loop {
             match cur.marker()? {
                 0xC2 => {
@@ -155,8 +236,7 @@ impl ProgressiveDecoder {
                     let components = frame
                         .as_deref()
                         .ok_or_else(|| unsupported("a scan before the frame header"))?;
-                    scans += 1;
-                    if scans > MAX_SCANS {
+                    if self.scans.len() >= MAX_SCANS as usize {
                         return Err(unsupported(format!("more than {MAX_SCANS} scans")));
                     }
                     let scan = parse_scan(&mut cur.segment()?, components)?;
@@ -169,20 +249,31 @@ impl ProgressiveDecoder {
                             })?);
                         }
                     }
+                    let first_table = self.tables.len();
                     self.tables(&scan, &tables)?;
+                    let mcu_blocks = mcu_blocks(&scan, components)?;
                     let rest = jpeg.get(cur.at..).unwrap_or(&[]);
-                    let mcus = self.mcus(&scan, components);
-                    let per_interval = if restart == 0 { mcus } else { restart };
-                    self.data.clear();
-                    self.intervals.clear();
+                    let units = self.units(&scan, components);
+                    let per_interval = if restart == 0 { units } else { restart };
+                    let first_interval = self.intervals.len();
                     let end = destuff_scan(
                         rest,
-                        mcus,
+                        units,
                         per_interval,
                         &mut self.data,
                         &mut self.intervals,
                     )?;
-                    self.decode_scan(&scan, components)?;
+                    self.scans.push(ScanPlan {
+                        scan,
+                        tables: first_table,
+                        intervals: first_interval..self.intervals.len(),
+                        mcu_blocks,
+                        units: units as usize,
+                        progress: ScanProgress {
+                            interval: first_interval,
+                            ..ScanProgress::default()
+                        },
+                    });
                     match end {
                         ScanEnd::Marker { at, .. } => cur.at += at,
                         ScanEnd::EndOfFile => {
@@ -199,9 +290,7 @@ impl ProgressiveDecoder {
                 }
             }
         }
-        if frame.is_none() {
-            return Err(unsupported("no frame header"));
-        }
+        let components = frame.ok_or_else(|| unsupported("no frame header"))?;
         // libjpeg smooths the blocks of a file whose coefficients are not all complete; one
         // where every coefficient's last scan had a point transform of 0 decodes as they are.
         if coef_bits.iter().any(|bits| bits.iter().any(|&b| b != 0)) {
@@ -214,12 +303,12 @@ impl ProgressiveDecoder {
             self.quant
                 .push(table.ok_or_else(|| unsupported("a component no scan codes"))?);
         }
-        Ok(ProgressiveCoefficients { decoder: self })
+        Ok(components)
     }
 
-    /// Sizes the planes for the frame and zeroes them; a frame of more than
-    /// [`DEFAULT_MAX_PIXELS`](crate::DEFAULT_MAX_PIXELS) pixels is refused before anything is
-    /// allocated.
+    /// Sizes the planes for the frame (their memory is zeroed stripe by stripe as it is
+    /// decoded); a frame of more than [`DEFAULT_MAX_PIXELS`](crate::DEFAULT_MAX_PIXELS) pixels
+    /// is refused before anything is allocated.
     fn frame(
         &mut self,
         width: u32,
@@ -249,18 +338,15 @@ impl ProgressiveDecoder {
                 .checked_mul(plane.blocks_high)
                 .and_then(|b| b.checked_mul(64))
                 .ok_or_else(|| unsupported("an image too large"))?;
-            plane.coefficients.clear();
             plane.coefficients.resize(len, 0);
-            plane.nonzero.clear();
             plane.nonzero.resize(len / 64, 0);
         }
         Ok(())
     }
 
-    /// The scan's Huffman tables in lookup form: per scan component, its DC table (DC first
-    /// scans) or its AC table (AC scans), [`TABLE_WORDS`] words each.
+    /// Appends the scan's Huffman tables in lookup form to `self.tables`: per scan component,
+    /// its DC table (DC first scans) or its AC table (AC scans), [`TABLE_WORDS`] words each.
     fn tables(&mut self, scan: &Scan, tables: &Tables) -> Result<(), Error> {
-        self.tables.clear();
         if scan.ss == 0 && scan.ah != 0 {
             return Ok(());
         }
@@ -279,7 +365,7 @@ impl ProgressiveDecoder {
 
     /// MCUs the scan codes: the frame's MCUs for several components, the component's blocks
     /// for one.
-    fn mcus(&self, scan: &Scan, components: &[FrameComponent]) -> u32 {
+    fn units(&self, scan: &Scan, components: &[FrameComponent]) -> u32 {
         match scan.components.as_slice() {
             [(c, _, _)] => {
                 let plane = &self.planes[*c];
@@ -299,216 +385,378 @@ impl ProgressiveDecoder {
         (plane.blocks_wide / h, plane.blocks_high / v)
     }
 
-    /// Decodes the scan whose data and intervals are in `self.data` and `self.intervals`.
-    fn decode_scan(&mut self, scan: &Scan, components: &[FrameComponent]) -> Result<(), Error> {
-        // The blocks of an MCU: (component's index in the scan, column, row inside the MCU).
-        let mut mcu_blocks: Vec<(usize, usize, usize)> = Vec::with_capacity(MAX_BLOCKS_IN_MCU);
-        let interleaved = scan.components.len() > 1;
-        if interleaved {
-            for (i, &(c, _, _)) in scan.components.iter().enumerate() {
-                let fc = components[c];
-                for y in 0..fc.v as usize {
-                    for x in 0..fc.h as usize {
-                        mcu_blocks.push((i, x, y));
-                    }
+    /// Block rows of component `c` in one MCU row (a frame of one component has one block an
+    /// MCU, whatever its sampling factors say).
+    fn rows_per_mcu_row(components: &[FrameComponent], c: usize) -> usize {
+        match components.len() {
+            1 => 1,
+            _ => components[c].v as usize,
+        }
+    }
+
+    /// Decodes every scan read by [`ProgressiveDecoder::read_scans`], stripe by stripe: for
+    /// each stripe of MCU rows, its planes' memory zeroed, then every scan in the file's order
+    /// over the stripe's MCUs or blocks.
+    fn decode_stripes(&mut self, components: &[FrameComponent]) -> Result<(), Error> {
+        let mcu_rows = match components.len() {
+            1 => self.planes[0].blocks_high,
+            _ => self.mcus_across(components).1,
+        };
+        let row_bytes: usize = (0..components.len())
+            .map(|c| {
+                let plane = &self.planes[c];
+                plane.blocks_wide * Self::rows_per_mcu_row(components, c) * (64 * 2 + 8)
+            })
+            .sum();
+        let stripe_rows = (self.stripe_bytes / row_bytes.max(1)).max(1);
+        let mut scans = std::mem::take(&mut self.scans);
+        let data = std::mem::take(&mut self.data);
+        let intervals = std::mem::take(&mut self.intervals);
+        let mut result = Ok(());
+        let mut first_row = 0;
+        'stripes: while first_row < mcu_rows {
+            let end_row = (first_row + stripe_rows).min(mcu_rows);
+            for (c, plane) in self.planes.iter_mut().enumerate() {
+                let per = Self::rows_per_mcu_row(components, c);
+                let rows = first_row * per..end_row * per;
+                let blocks = rows.start * plane.blocks_wide..rows.end * plane.blocks_wide;
+                if let Some(zeros) = plane
+                    .coefficients
+                    .get_mut(blocks.start * 64..blocks.end * 64)
+                {
+                    zeros.fill(0);
+                }
+                if let Some(zeros) = plane.nonzero.get_mut(blocks) {
+                    zeros.fill(0);
                 }
             }
-            if mcu_blocks.len() > MAX_BLOCKS_IN_MCU {
-                return Err(unsupported(format!(
-                    "{} blocks in an MCU (libjpeg takes at most {MAX_BLOCKS_IN_MCU})",
-                    mcu_blocks.len()
-                )));
+            for plan in &mut scans {
+                let until = match plan.scan.components.as_slice() {
+                    [(c, _, _)] => {
+                        let plane = &self.planes[*c];
+                        let rows = end_row * Self::rows_per_mcu_row(components, *c);
+                        rows.min(plane.coded_high) * plane.coded_wide
+                    }
+                    _ => end_row * self.mcus_across(components).0,
+                };
+                result = self.decode_until(plan, until, components, &data, &intervals);
+                if result.is_err() {
+                    break 'stripes;
+                }
             }
+            first_row = end_row;
         }
-        let intervals = std::mem::take(&mut self.intervals);
-        let data = std::mem::take(&mut self.data);
-        let result = intervals.iter().try_for_each(|interval| {
-            let data = data
-                .get(interval.start as usize..interval.end as usize)
-                .ok_or_else(|| unsupported("an interval outside its scan"))?;
-            let mut bits = Bits::new(data);
-            let first = interval.first_mcu as usize;
-            let mcus = first..first + interval.mcus as usize;
-            match (scan.ss, scan.ah, interleaved) {
-                (0, _, true) => self.dc_interleaved(scan, components, &mcu_blocks, mcus, &mut bits),
-                (0, _, false) => self.dc_single(scan, mcus, &mut bits),
-                (_, 0, _) => self.ac_first(scan, mcus, &mut bits),
-                _ => self.ac_refine(scan, mcus, &mut bits),
-            }?;
-            bits.check()
-        });
-        self.intervals = intervals;
+        if result.is_ok() {
+            // Every scan decoded to its end: its last interval's data must have held it.
+            result = scans
+                .iter()
+                .try_for_each(|plan| match plan.progress.next == plan.units {
+                    true => interval_bits(&data, &intervals, plan.progress.interval)?
+                        .resume(plan.progress.bits)
+                        .check(),
+                    false => Err(unsupported("a scan not decoded to its end")),
+                });
+        }
+        self.scans = scans;
         self.data = data;
+        self.intervals = intervals;
         result
     }
 
-    /// A DC scan of several components: MCU by MCU, every block of every component in it.
-    fn dc_interleaved(
+    /// Decodes `plan`'s scan on from where it stopped, up to MCU or block `until` of it,
+    /// crossing into its next restart intervals as it reaches them.
+    fn decode_until(
         &mut self,
-        scan: &Scan,
+        plan: &mut ScanPlan,
+        until: usize,
         components: &[FrameComponent],
-        mcu_blocks: &[(usize, usize, usize)],
-        mcus: std::ops::Range<usize>,
-        bits: &mut Bits<'_>,
+        data: &[u8],
+        intervals: &[Interval],
     ) -> Result<(), Error> {
-        let (mcus_wide, _) = self.mcus_across(components);
-        let mut predictors = [0i32; 4];
-        for mcu in mcus {
-            let (mx, my) = (mcu % mcus_wide, mcu / mcus_wide);
-            for &(i, x, y) in mcu_blocks {
-                let c = scan.components[i].0;
-                let fc = components[c];
-                let plane = &mut self.planes[c];
-                let bx = mx * fc.h as usize + x;
-                let by = my * fc.v as usize + y;
-                let at = (by * plane.blocks_wide + bx) * 64;
-                let table = self.tables.get(i * TABLE_WORDS..(i + 1) * TABLE_WORDS);
-                dc_block(scan, table, &mut predictors[i], plane, at, bits)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// A DC scan of one component: its blocks in rows of `width_in_blocks`.
-    fn dc_single(
-        &mut self,
-        scan: &Scan,
-        mcus: std::ops::Range<usize>,
-        bits: &mut Bits<'_>,
-    ) -> Result<(), Error> {
-        let plane = &mut self.planes[scan.components[0].0];
-        let table = self.tables.get(..TABLE_WORDS);
-        let mut predictor = 0i32;
-        let mut walk = BlockWalk::new(plane, mcus.start);
-        for _ in mcus {
-            let at = walk.next();
-            dc_block(scan, table, &mut predictor, plane, at, bits)?;
-        }
-        Ok(())
-    }
-
-    /// An AC scan's component plane and Huffman table.
-    fn ac_parts(&mut self, scan: &Scan) -> Result<(&mut Plane, &[u32]), Error> {
-        let plane = &mut self.planes[scan.components[0].0];
-        let table = self
-            .tables
-            .get(..TABLE_WORDS)
-            .ok_or_else(|| unsupported("no AC table"))?;
-        Ok((plane, table))
-    }
-
-    /// An AC first scan: `decode_mcu_AC_first` over the interval's blocks.
-    fn ac_first(
-        &mut self,
-        scan: &Scan,
-        mcus: std::ops::Range<usize>,
-        bits: &mut Bits<'_>,
-    ) -> Result<(), Error> {
-        let (plane, table) = self.ac_parts(scan)?;
-        let (ss, se, al) = (scan.ss, scan.se, scan.al);
-        let mut eobrun = 0u32;
-        let mut walk = BlockWalk::new(plane, mcus.start);
-        for _ in mcus {
-            let at = walk.next();
-            if eobrun > 0 {
-                eobrun -= 1;
+        let until = until.min(plan.units);
+        while plan.progress.next < until {
+            let interval = intervals
+                .get(plan.progress.interval)
+                .filter(|_| plan.intervals.contains(&plan.progress.interval))
+                .ok_or_else(|| unsupported("a scan past its last interval"))?;
+            let interval_end = (interval.first_mcu + interval.mcus) as usize;
+            if plan.progress.next >= interval_end {
+                // The interval is done: its data must have held it; the next one starts afresh.
+                interval_bits(data, intervals, plan.progress.interval)?
+                    .resume(plan.progress.bits)
+                    .check()?;
+                plan.progress = ScanProgress {
+                    next: plan.progress.next,
+                    interval: plan.progress.interval + 1,
+                    ..ScanProgress::default()
+                };
                 continue;
             }
-            let (coefficients, nonzero) = block_mut(plane, at)?;
-            let mut k = ss;
+            let stop = until.min(interval_end);
+            let mut bits =
+                interval_bits(data, intervals, plan.progress.interval)?.resume(plan.progress.bits);
+            let units = plan.progress.next..stop;
+            let progress = &mut plan.progress;
+            let scan = &plan.scan;
+            let tables = self
+                .tables
+                .get(plan.tables..)
+                .ok_or_else(|| unsupported("a scan's tables missing"))?;
+            let mcus_wide = self.mcus_across(components).0;
+            let planes = &mut self.planes;
+            match (scan.ss, scan.ah, plan.mcu_blocks.is_empty()) {
+                (0, _, false) => dc_interleaved(
+                    scan,
+                    &McuLayout {
+                        components,
+                        mcus_wide,
+                        blocks: &plan.mcu_blocks,
+                        tables,
+                    },
+                    planes,
+                    units,
+                    &mut bits,
+                    &mut progress.predictors,
+                ),
+                (0, _, true) => dc_single(
+                    scan,
+                    tables,
+                    &mut planes[scan.components[0].0],
+                    units,
+                    &mut bits,
+                    &mut progress.predictors[0],
+                ),
+                (_, 0, _) => ac_first(
+                    scan,
+                    ac_table(tables)?,
+                    &mut planes[scan.components[0].0],
+                    units,
+                    &mut bits,
+                    &mut progress.eobrun,
+                ),
+                _ => ac_refine(
+                    scan,
+                    ac_table(tables)?,
+                    &mut planes[scan.components[0].0],
+                    units,
+                    &mut bits,
+                    &mut progress.eobrun,
+                ),
+            }?;
+            progress.bits = bits.state();
+            progress.next = stop;
+        }
+        Ok(())
+    }
+}
+
+/// The blocks of an MCU of `scan` if it has several components (at most libjpeg's
+/// [`MAX_BLOCKS_IN_MCU`]), else none: (component's index in the scan, column, row inside the MCU).
+fn mcu_blocks(
+    scan: &Scan,
+    components: &[FrameComponent],
+) -> Result<Vec<(usize, usize, usize)>, Error> {
+    let mut blocks = Vec::new();
+    if scan.components.len() > 1 {
+        for (i, &(c, _, _)) in scan.components.iter().enumerate() {
+            let fc = components[c];
+            for y in 0..fc.v as usize {
+                for x in 0..fc.h as usize {
+                    blocks.push((i, x, y));
+                }
+            }
+        }
+        if blocks.len() > MAX_BLOCKS_IN_MCU {
+            return Err(unsupported(format!(
+                "{} blocks in an MCU (libjpeg takes at most {MAX_BLOCKS_IN_MCU})",
+                blocks.len()
+            )));
+        }
+    }
+    Ok(blocks)
+}
+
+/// An AC scan's Huffman table, the first of its tables.
+fn ac_table(tables: &[u32]) -> Result<&[u32], Error> {
+    tables
+        .get(..TABLE_WORDS)
+        .ok_or_else(|| unsupported("no AC table"))
+}
+
+/// A reader of interval `index`'s data, from its start.
+fn interval_bits<'a>(
+    data: &'a [u8],
+    intervals: &[Interval],
+    index: usize,
+) -> Result<Bits<'a>, Error> {
+    intervals
+        .get(index)
+        .and_then(|interval| data.get(interval.start as usize..interval.end as usize))
+        .map(Bits::new)
+        .ok_or_else(|| unsupported("an interval outside its scan"))
+}
+
+/// What a DC scan of several components needs to find its blocks: the frame's components and
+/// MCUs across, the blocks of an MCU and the scan's DC tables.
+struct McuLayout<'a> {
+    components: &'a [FrameComponent],
+    mcus_wide: usize,
+    blocks: &'a [(usize, usize, usize)],
+    tables: &'a [u32],
+}
+
+/// A DC scan of several components: MCU by MCU, every block of every component in it.
+fn dc_interleaved(
+    scan: &Scan,
+    layout: &McuLayout<'_>,
+    planes: &mut [Plane],
+    mcus: std::ops::Range<usize>,
+    bits: &mut Bits<'_>,
+    predictors: &mut [i32; 4],
+) -> Result<(), Error> {
+    for mcu in mcus {
+        let (mx, my) = (mcu % layout.mcus_wide, mcu / layout.mcus_wide);
+        for &(i, x, y) in layout.blocks {
+            let c = scan.components[i].0;
+            let fc = layout.components[c];
+            let plane = &mut planes[c];
+            let bx = mx * fc.h as usize + x;
+            let by = my * fc.v as usize + y;
+            let at = (by * plane.blocks_wide + bx) * 64;
+            let table = layout.tables.get(i * TABLE_WORDS..(i + 1) * TABLE_WORDS);
+            dc_block(scan, table, &mut predictors[i], plane, at, bits)?;
+        }
+    }
+    Ok(())
+}
+
+/// A DC scan of one component: its blocks in rows of `width_in_blocks`.
+fn dc_single(
+    scan: &Scan,
+    tables: &[u32],
+    plane: &mut Plane,
+    blocks: std::ops::Range<usize>,
+    bits: &mut Bits<'_>,
+    predictor: &mut i32,
+) -> Result<(), Error> {
+    let table = tables.get(..TABLE_WORDS);
+    let mut walk = BlockWalk::new(plane, blocks.start);
+    for _ in blocks {
+        let at = walk.next();
+        dc_block(scan, table, predictor, plane, at, bits)?;
+    }
+    Ok(())
+}
+
+/// An AC first scan: `decode_mcu_AC_first` over `blocks`.
+fn ac_first(
+    scan: &Scan,
+    table: &[u32],
+    plane: &mut Plane,
+    blocks: std::ops::Range<usize>,
+    bits: &mut Bits<'_>,
+    eobrun: &mut u32,
+) -> Result<(), Error> {
+    let (ss, se, al) = (scan.ss, scan.se, scan.al);
+    let mut walk = BlockWalk::new(plane, blocks.start);
+    for _ in blocks {
+        let at = walk.next();
+        if *eobrun > 0 {
+            *eobrun -= 1;
+            continue;
+        }
+        let (coefficients, nonzero) = block_mut(plane, at)?;
+        let mut k = ss;
+        while k <= se {
+            let symbol = bits.huffman(table)?;
+            let (r, s) = (u32::from(symbol >> 4), u32::from(symbol & 15));
+            if s != 0 {
+                k += r as usize;
+                if k > se {
+                    return Err(unsupported("a run past the end of the band"));
+                }
+                let value = (extend(bits.take(s), s) << al) as i16;
+                coefficients[usize::from(NATURAL_ORDER[k])] = value;
+                *nonzero |= u64::from(value != 0) << k;
+            } else if r == 15 {
+                k += 15;
+            } else {
+                *eobrun = (1 << r) + bits.take(r) - 1;
+                break;
+            }
+            k += 1;
+        }
+    }
+    Ok(())
+}
+
+/// An AC refinement scan: `decode_mcu_AC_refine` over `blocks`.
+fn ac_refine(
+    scan: &Scan,
+    table: &[u32],
+    plane: &mut Plane,
+    blocks: std::ops::Range<usize>,
+    bits: &mut Bits<'_>,
+    eobrun: &mut u32,
+) -> Result<(), Error> {
+    let (ss, se) = (scan.ss, scan.se);
+    let p1 = (1i32 << scan.al) as i16;
+    let m1 = ((-1i32) << scan.al) as i16;
+    let mut walk = BlockWalk::new(plane, blocks.start);
+    for _ in blocks {
+        let at = walk.next();
+        let (coefficients, nonzero) = block_mut(plane, at)?;
+        let mut k = ss;
+        if *eobrun == 0 {
             while k <= se {
                 let symbol = bits.huffman(table)?;
-                let (r, s) = (u32::from(symbol >> 4), u32::from(symbol & 15));
+                let (r, s) = (u32::from(symbol >> 4), symbol & 15);
+                let mut value = 0i16;
                 if s != 0 {
-                    k += r as usize;
-                    if k > se {
-                        return Err(unsupported("a run past the end of the band"));
+                    if s != 1 {
+                        return Err(unsupported("a refined coefficient of more than 1 bit"));
                     }
-                    let value = (extend(bits.take(s), s) << al) as i16;
-                    coefficients[usize::from(NATURAL_ORDER[k])] = value;
-                    *nonzero |= u64::from(value != 0) << k;
-                } else if r == 15 {
-                    k += 15;
-                } else {
-                    eobrun = (1 << r) + bits.take(r) - 1;
+                    value = if bits.take(1) != 0 { p1 } else { m1 };
+                } else if r != 15 {
+                    *eobrun = (1 << r) + bits.take(r);
                     break;
+                }
+                // Past the nonzero coefficients (a correction bit each) and `r` zero ones,
+                // to the zero coefficient the new value goes to.
+                let zeros = !*nonzero & band(k, se);
+                match nth_bit(zeros, r) {
+                    Some(target) => {
+                        let passed = match target > k {
+                            true => *nonzero & band(k, target - 1),
+                            false => 0,
+                        };
+                        correct_all(coefficients, passed, bits, p1, m1);
+                        k = target;
+                        if value != 0 {
+                            coefficients[usize::from(NATURAL_ORDER[k])] = value;
+                            *nonzero |= 1 << k;
+                        }
+                    }
+                    None => {
+                        correct_all(coefficients, *nonzero & band(k, se), bits, p1, m1);
+                        if value != 0 {
+                            return Err(unsupported("a new coefficient past the end of the band"));
+                        }
+                        k = se + 1;
+                    }
                 }
                 k += 1;
             }
         }
-        Ok(())
-    }
-
-    /// An AC refinement scan: `decode_mcu_AC_refine` over the interval's blocks.
-    fn ac_refine(
-        &mut self,
-        scan: &Scan,
-        mcus: std::ops::Range<usize>,
-        bits: &mut Bits<'_>,
-    ) -> Result<(), Error> {
-        let (plane, table) = self.ac_parts(scan)?;
-        let (ss, se) = (scan.ss, scan.se);
-        let p1 = (1i32 << scan.al) as i16;
-        let m1 = ((-1i32) << scan.al) as i16;
-        let mut eobrun = 0u32;
-        let mut walk = BlockWalk::new(plane, mcus.start);
-        for _ in mcus {
-            let at = walk.next();
-            let (coefficients, nonzero) = block_mut(plane, at)?;
-            let mut k = ss;
-            if eobrun == 0 {
-                while k <= se {
-                    let symbol = bits.huffman(table)?;
-                    let (r, s) = (u32::from(symbol >> 4), symbol & 15);
-                    let mut value = 0i16;
-                    if s != 0 {
-                        if s != 1 {
-                            return Err(unsupported("a refined coefficient of more than 1 bit"));
-                        }
-                        value = if bits.take(1) != 0 { p1 } else { m1 };
-                    } else if r != 15 {
-                        eobrun = (1 << r) + bits.take(r);
-                        break;
-                    }
-                    // Past the nonzero coefficients (a correction bit each) and `r` zero ones,
-                    // to the zero coefficient the new value goes to.
-                    let zeros = !*nonzero & band(k, se);
-                    match nth_bit(zeros, r) {
-                        Some(target) => {
-                            let passed = match target > k {
-                                true => *nonzero & band(k, target - 1),
-                                false => 0,
-                            };
-                            correct_all(coefficients, passed, bits, p1, m1);
-                            k = target;
-                            if value != 0 {
-                                coefficients[usize::from(NATURAL_ORDER[k])] = value;
-                                *nonzero |= 1 << k;
-                            }
-                        }
-                        None => {
-                            correct_all(coefficients, *nonzero & band(k, se), bits, p1, m1);
-                            if value != 0 {
-                                return Err(unsupported(
-                                    "a new coefficient past the end of the band",
-                                ));
-                            }
-                            k = se + 1;
-                        }
-                    }
-                    k += 1;
-                }
+        if *eobrun > 0 {
+            // A correction bit for each nonzero coefficient left in the band.
+            if k <= se {
+                correct_all(coefficients, *nonzero & band(k, se), bits, p1, m1);
             }
-            if eobrun > 0 {
-                // A correction bit for each nonzero coefficient left in the band.
-                if k <= se {
-                    correct_all(coefficients, *nonzero & band(k, se), bits, p1, m1);
-                }
-                eobrun -= 1;
-            }
+            *eobrun -= 1;
         }
-        Ok(())
     }
+    Ok(())
 }
 
 /// Block `at` (its first coefficient's index) of `plane`: its coefficients and its nonzero mask.
@@ -724,6 +972,14 @@ struct Bits<'a> {
     count: u32,
 }
 
+/// Where a [`Bits`] reader is in its data, to take it up again later.
+#[derive(Debug, Default, Clone, Copy)]
+struct BitsState {
+    at: usize,
+    buffer: u64,
+    count: u32,
+}
+
 impl<'a> Bits<'a> {
     fn new(data: &'a [u8]) -> Bits<'a> {
         Bits {
@@ -731,6 +987,25 @@ impl<'a> Bits<'a> {
             at: 0,
             buffer: 0,
             count: 0,
+        }
+    }
+
+    /// The reader over the same data at `state`.
+    fn resume(self, state: BitsState) -> Bits<'a> {
+        Bits {
+            data: self.data,
+            at: state.at,
+            buffer: state.buffer,
+            count: state.count,
+        }
+    }
+
+    /// Where the reader is.
+    fn state(&self) -> BitsState {
+        BitsState {
+            at: self.at,
+            buffer: self.buffer,
+            count: self.count,
         }
     }
 

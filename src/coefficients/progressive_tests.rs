@@ -156,6 +156,21 @@ fn progressive_files_decode_to_libjpeg_turbos_coefficients() {
 }
 
 #[test]
+fn stripes_of_one_mcu_row_decode_as_whole_scans_do() {
+    // Every scan stops and takes up again at each MCU row: inside restart intervals, end of
+    // band runs and DC predictions that cross the rows.
+    let mut decoder = ProgressiveDecoder::with_stripe_bytes(1);
+    let mut reader = CoefficientReader::new().expect("reader");
+    for (name, jpeg) in &progressive_cases(4) {
+        assert!(
+            check(&mut decoder, &mut reader, name, jpeg),
+            "{name}: refused: {:?}",
+            decoder.decode(jpeg).err()
+        );
+    }
+}
+
+#[test]
 fn a_decoder_that_released_its_memory_decodes_as_before() {
     let mut decoder = ProgressiveDecoder::new();
     let mut reader = CoefficientReader::new().expect("reader");
