@@ -211,6 +211,8 @@ impl ProgressiveDecoder {
         let mut restart = 0u32;
         self.scans.clear();
         self.data.clear();
+        // The scans' data, destuffed, is no longer than the file: no growth past it.
+        self.data.reserve_exact(jpeg.len());
         self.intervals.clear();
         self.tables.clear();
         loop {

@@ -102,7 +102,7 @@ fn decode(
         };
         let layout = Layout::new(reader.open(jpeg).ok()?.header()).ok()?;
         let read = working.elapsed();
-        let reservation = decode_memory.reserve(decode_bytes(&layout));
+        let reservation = decode_memory.reserve(decode_bytes(&layout, jpeg.len()));
         // The clock restarts after the wait, with the header's reading counted in.
         let resumed = Instant::now();
         working = resumed.checked_sub(read).unwrap_or(resumed);
@@ -121,16 +121,17 @@ fn decode(
     assisted
 }
 
-/// What decoding and packing an image of `layout` holds at most: the decoder's planes, 2 bytes a
-/// coefficient and a mask word a block, each component padded to whole MCUs (at most 3 blocks
-/// more each way), and the packed coefficients, no larger than the planes.
-fn decode_bytes(layout: &Layout) -> u64 {
+/// What decoding and packing an image of `layout` from a file of `file_bytes` holds at most: the
+/// decoder's planes, 2 bytes a coefficient and a mask word a block, each component padded to
+/// whole MCUs (at most 3 blocks more each way), its scans' destuffed data, no more than the file,
+/// and the packed coefficients, no larger than the planes.
+fn decode_bytes(layout: &Layout, file_bytes: usize) -> u64 {
     let planes: u64 = layout
         .components
         .iter()
         .map(|c| (u64::from(c.blocks_wide) + 3) * (u64::from(c.blocks_high) + 3) * (64 * 2 + 8))
         .sum();
-    2 * planes
+    2 * planes + file_bytes as u64
 }
 
 /// The progressive files of one range on their way through the coefficient threads: the last
@@ -264,7 +265,7 @@ mod tests {
         let mut reader = CoefficientReader::new().expect("a header reader");
         for (name, jpeg) in progressive_files() {
             let layout = Layout::new(reader.open(&jpeg).expect("headers").header()).expect(&name);
-            let reserved = decode_bytes(&layout);
+            let reserved = decode_bytes(&layout, jpeg.len());
             // A fresh decoder, so that what it holds is this image's alone.
             let mut decoder = ProgressiveDecoder::new();
             let coefficients = decoder.decode(&jpeg).expect(&name);
