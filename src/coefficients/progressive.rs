@@ -57,6 +57,22 @@ struct Plane {
     nonzero: Vec<u64>,
 }
 
+impl Plane {
+    /// Zeroes block rows `rows` (coefficients and masks) before a stripe is decoded into them.
+    fn zero_rows(&mut self, rows: std::ops::Range<usize>) {
+        let blocks = rows.start * self.blocks_wide..rows.end * self.blocks_wide;
+        if let Some(coefficients) = self
+            .coefficients
+            .get_mut(blocks.start * 64..blocks.end * 64)
+        {
+            coefficients.fill(0);
+        }
+        if let Some(masks) = self.nonzero.get_mut(blocks) {
+            masks.fill(0);
+        }
+    }
+}
+
 /// A progressive JPEG decoder, reused across images by one thread: its planes, scan data and
 /// tables keep their memory (no allocation once they have grown to the largest image).
 #[derive(Debug)]
@@ -400,6 +416,25 @@ impl ProgressiveDecoder {
     /// each stripe of MCU rows, its planes' memory zeroed, then every scan in the file's order
     /// over the stripe's MCUs or blocks.
     fn decode_stripes(&mut self, components: &[FrameComponent]) -> Result<(), Error> {
+        // The scans and their data lent out while the planes are written.
+        let mut scans = std::mem::take(&mut self.scans);
+        let data = std::mem::take(&mut self.data);
+        let intervals = std::mem::take(&mut self.intervals);
+        let result = self.decode_scans_in_stripes(&mut scans, &data, &intervals, components);
+        self.scans = scans;
+        self.data = data;
+        self.intervals = intervals;
+        result
+    }
+
+    /// [`ProgressiveDecoder::decode_stripes`] with the scans, their data and intervals lent.
+    fn decode_scans_in_stripes(
+        &mut self,
+        scans: &mut [ScanPlan],
+        data: &[u8],
+        intervals: &[Interval],
+        components: &[FrameComponent],
+    ) -> Result<(), Error> {
         let mcu_rows = match components.len() {
             1 => self.planes[0].blocks_high,
             _ => self.mcus_across(components).1,
@@ -411,28 +446,14 @@ impl ProgressiveDecoder {
             })
             .sum();
         let stripe_rows = (self.stripe_bytes / row_bytes.max(1)).max(1);
-        let mut scans = std::mem::take(&mut self.scans);
-        let data = std::mem::take(&mut self.data);
-        let intervals = std::mem::take(&mut self.intervals);
-        let mut result = Ok(());
         let mut first_row = 0;
-        'stripes: while first_row < mcu_rows {
+        while first_row < mcu_rows {
             let end_row = (first_row + stripe_rows).min(mcu_rows);
             for (c, plane) in self.planes.iter_mut().enumerate() {
                 let per = Self::rows_per_mcu_row(components, c);
-                let rows = first_row * per..end_row * per;
-                let blocks = rows.start * plane.blocks_wide..rows.end * plane.blocks_wide;
-                if let Some(zeros) = plane
-                    .coefficients
-                    .get_mut(blocks.start * 64..blocks.end * 64)
-                {
-                    zeros.fill(0);
-                }
-                if let Some(zeros) = plane.nonzero.get_mut(blocks) {
-                    zeros.fill(0);
-                }
+                plane.zero_rows(first_row * per..end_row * per);
             }
-            for plan in &mut scans {
+            for plan in scans.iter_mut() {
                 let until = match plan.scan.components.as_slice() {
                     [(c, _, _)] => {
                         let plane = &self.planes[*c];
@@ -441,28 +462,19 @@ impl ProgressiveDecoder {
                     }
                     _ => end_row * self.mcus_across(components).0,
                 };
-                result = self.decode_until(plan, until, components, &data, &intervals);
-                if result.is_err() {
-                    break 'stripes;
-                }
+                self.decode_until(plan, until, components, data, intervals)?;
             }
             first_row = end_row;
         }
-        if result.is_ok() {
-            // Every scan decoded to its end: its last interval's data must have held it.
-            result = scans
-                .iter()
-                .try_for_each(|plan| match plan.progress.next == plan.units {
-                    true => interval_bits(&data, &intervals, plan.progress.interval)?
-                        .resume(plan.progress.bits)
-                        .check(),
-                    false => Err(unsupported("a scan not decoded to its end")),
-                });
-        }
-        self.scans = scans;
-        self.data = data;
-        self.intervals = intervals;
-        result
+        // Every scan decoded to its end: its last interval's data must have held it.
+        scans.iter().try_for_each(|plan| {
+            if plan.progress.next != plan.units {
+                return Err(unsupported("a scan not decoded to its end"));
+            }
+            interval_bits(data, intervals, plan.progress.interval)?
+                .resume(plan.progress.bits)
+                .check()
+        })
     }
 
     /// Decodes `plan`'s scan on from where it stopped, up to MCU or block `until` of it,
