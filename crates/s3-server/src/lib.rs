@@ -326,14 +326,49 @@ impl Drop for S3Server {
 
 /// Ports free on loopback now, all different.
 fn free_ports() -> std::io::Result<[u16; PORT_NAMES.len()]> {
-    let listeners = (0..PORT_NAMES.len())
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
-        .collect::<std::io::Result<Vec<_>>>()?;
+    // Below the kernel's ephemeral range: a port from it, free while the server is killed, can
+    // be taken by a client's outgoing connection (one retrying the server's own port connects to
+    // itself from it), and the server could not start again on it.
+    let (first, end) = match ephemeral_range() {
+        Some((low, _)) if low > 11_000 => (10_000u16, low),
+        _ => (0, 0),
+    };
+    let mut listeners = Vec::with_capacity(PORT_NAMES.len());
+    if end > first {
+        // A start that differs between processes and servers, so that tests started together
+        // seldom try the same ports first.
+        static SERVERS: AtomicUsize = AtomicUsize::new(0);
+        let span = u32::from(end - first);
+        let seed = std::process::id()
+            .wrapping_mul(2_654_435_761)
+            .wrapping_add(SERVERS.fetch_add(1, Ordering::Relaxed) as u32 * 7_919);
+        for step in 0..span {
+            if listeners.len() == PORT_NAMES.len() {
+                break;
+            }
+            let port = first + ((seed.wrapping_add(step)) % span) as u16;
+            if let Ok(listener) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+                listeners.push(listener);
+            }
+        }
+    }
+    // No range to read (or none below it): ports the kernel picks.
+    while listeners.len() < PORT_NAMES.len() {
+        listeners.push(std::net::TcpListener::bind("127.0.0.1:0")?);
+    }
     let mut ports = [0; PORT_NAMES.len()];
     for (port, listener) in ports.iter_mut().zip(&listeners) {
         *port = listener.local_addr()?.port();
     }
     Ok(ports)
+}
+
+/// The kernel's range of ports for outgoing connections (`ip_local_port_range`), where Linux
+/// says it.
+fn ephemeral_range() -> Option<(u16, u16)> {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    let mut bounds = range.split_whitespace().map(|b| b.parse::<u16>().ok());
+    Some((bounds.next()??, bounds.next()??))
 }
 
 /// CPU seconds (user and system) of process `pid` so far, from `/proc` (0 if it is gone).
