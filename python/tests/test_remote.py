@@ -46,9 +46,29 @@ def find_weed():
 
 
 def free_ports(n):
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
+    """n free loopback ports below the kernel's ephemeral range: a port from it, freed before the
+    server binds it, can be taken by an outgoing connection and the server fails to start."""
+    try:
+        low = int(pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 0
+    sockets = []
+    if low > 11000:
+        span = low - 10000
+        start = (os.getpid() * 2654435761) % span
+        for step in range(span):
+            if len(sockets) == n:
+                break
+            s = socket.socket()
+            try:
+                s.bind(("127.0.0.1", 10000 + (start + step) % span))
+                sockets.append(s)
+            except OSError:
+                s.close()
+    while len(sockets) < n:
+        s = socket.socket()
         s.bind(("127.0.0.1", 0))
+        sockets.append(s)
     ports = [s.getsockname()[1] for s in sockets]
     for s in sockets:
         s.close()
