@@ -645,6 +645,11 @@ fn dc_interleaved(
 }
 
 /// A DC scan of one component: its blocks in rows of `width_in_blocks`.
+///
+/// The scan decoders take the plane, the reader and their state as parameters of their own, not
+/// gathered in a struct: a reference that is a parameter tells the compiler nothing else points
+/// where it does, so the reader's buffer stays in registers across the planes' stores (gathered,
+/// the decoder was 3-5% slower).
 fn dc_single(
     scan: &Scan,
     tables: &[u32],
