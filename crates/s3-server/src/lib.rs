@@ -326,19 +326,16 @@ impl Drop for S3Server {
 
 /// Ports free on loopback now, all different.
 fn free_ports() -> std::io::Result<[u16; PORT_NAMES.len()]> {
-    // Below the kernel's ephemeral range: a port from it, free while the server is killed, can
-    // be taken by a client's outgoing connection (one retrying the server's own port connects to
-    // itself from it), and the server could not start again on it.
-    let (first, end) = match ephemeral_range() {
-        Some((low, _)) if low > 11_000 => (10_000u16, low),
-        _ => (0, 0),
-    };
+    // Below the kernel's ephemeral range: a port from it, free between these listeners' end and
+    // the server's start (or while a test has the server killed), can be taken by an outgoing
+    // connection, and the server cannot start on it.
+    const FIRST: u16 = 10_000;
     let mut listeners = Vec::with_capacity(PORT_NAMES.len());
-    if end > first {
+    if let Some(end) = first_ephemeral_port().filter(|&end| end > FIRST + 1_000) {
         // A start that differs between processes and servers, so that tests started together
         // seldom try the same ports first.
         static SERVERS: AtomicUsize = AtomicUsize::new(0);
-        let span = u32::from(end - first);
+        let span = u32::from(end - FIRST);
         let seed = std::process::id()
             .wrapping_mul(2_654_435_761)
             .wrapping_add(SERVERS.fetch_add(1, Ordering::Relaxed) as u32 * 7_919);
@@ -346,7 +343,7 @@ fn free_ports() -> std::io::Result<[u16; PORT_NAMES.len()]> {
             if listeners.len() == PORT_NAMES.len() {
                 break;
             }
-            let port = first + ((seed.wrapping_add(step)) % span) as u16;
+            let port = FIRST + (seed.wrapping_add(step) % span) as u16;
             if let Ok(listener) = std::net::TcpListener::bind(("127.0.0.1", port)) {
                 listeners.push(listener);
             }
@@ -363,12 +360,11 @@ fn free_ports() -> std::io::Result<[u16; PORT_NAMES.len()]> {
     Ok(ports)
 }
 
-/// The kernel's range of ports for outgoing connections (`ip_local_port_range`), where Linux
-/// says it.
-fn ephemeral_range() -> Option<(u16, u16)> {
+/// The first port of the kernel's range for outgoing connections (`ip_local_port_range`),
+/// where Linux says it.
+fn first_ephemeral_port() -> Option<u16> {
     let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
-    let mut bounds = range.split_whitespace().map(|b| b.parse::<u16>().ok());
-    Some((bounds.next()??, bounds.next()??))
+    range.split_whitespace().next()?.parse().ok()
 }
 
 /// CPU seconds (user and system) of process `pid` so far, from `/proc` (0 if it is gone).
