@@ -57,6 +57,12 @@ struct State {
     free: Vec<Vec<u8>>,
     /// Buffers in existence (free, in flight or holding a result).
     buffers: usize,
+    /// At most this many buffers exist: `Shared::max_buffers`, or more while the lane reaches
+    /// further ahead ([`CpuAhead::reach`]); buffers over it given back are freed.
+    max_buffers: usize,
+    /// The position the lane reaches to: once the batches pass it, the lane keeps the
+    /// lookahead's buffers again.
+    reach: usize,
     stop: bool,
     alive: usize,
     /// Threads that may prepare images at once (the others wait), and those preparing now.
@@ -112,7 +118,7 @@ impl Shared {
 
     fn take(&self, state: &mut State) -> Option<(Arc<Current>, usize, Vec<u8>)> {
         let current = state.current.clone()?;
-        if state.free.is_empty() && state.buffers >= self.max_buffers {
+        if state.free.is_empty() && state.buffers >= state.max_buffers {
             return None;
         }
         let position = match state.handed_back.pop_first() {
@@ -151,7 +157,9 @@ impl Shared {
         if state.generation == current.generation {
             state.results.insert(position, result);
         } else if let Ok((buffer, _)) = result {
-            state.free.push(buffer);
+            // A buffer over the lane's count is freed here, under the lock: only after a
+            // `reach`, while work is dropped.
+            drop(state.recycle(buffer));
         }
         // The publishing thread looks for its next task itself.
         self.results.notify_all();
@@ -203,6 +211,8 @@ impl CpuAhead {
                 results: HashMap::new(),
                 free: Vec::new(),
                 buffers: 0,
+                max_buffers: max_buffers.max(threads),
+                reach: 0,
                 stop: false,
                 alive: threads,
                 active: threads,
@@ -242,12 +252,12 @@ impl CpuAhead {
     /// Starts the work of an epoch, dropping what was made for earlier work.
     pub fn begin(&self, work: AheadWork) {
         let mut state = self.shared.lock();
-        let freed: Vec<Vec<u8>> = state
+        let returned: Vec<Vec<u8>> = state
             .results
             .drain()
             .filter_map(|(_, r)| r.ok().map(|(buffer, _)| buffer))
             .collect();
-        state.free.extend(freed);
+        state.free.extend(returned);
         state.generation += 1;
         let order_len = work.order.len();
         state.current = Some(Arc::new(Current {
@@ -256,13 +266,32 @@ impl CpuAhead {
         }));
         state.next = 0;
         state.limit = self.shared.lookahead.min(order_len);
+        let freed = self.shared.settle(&mut state);
         state.handed_back.clear();
         state.asked.clear();
         self.shared.tasks.notify_all();
+        drop(state);
+        drop(freed);
+    }
+
+    /// Lets the lane work up to `positions` positions into the current work (within its planned
+    /// positions), with a buffer for each, until the batches pass them: while the pipeline's
+    /// device opens and no batch can be made, the CPU threads keep working.
+    pub fn reach(&self, positions: usize) {
+        let mut state = self.shared.lock();
+        let planned = state.current.as_ref().map_or(0, |c| c.work.order.len());
+        let limit = positions.min(planned);
+        state.max_buffers = state.max_buffers.max(limit);
+        state.reach = state.reach.max(limit);
+        if limit > state.limit {
+            state.limit = limit;
+            self.shared.tasks.notify_all();
+        }
     }
 
     /// The batches have taken every position before `position`: the lane works up to its
     /// lookahead past it, within the epoch's planned positions (past them only when asked).
+    /// Once they pass the lane's [`CpuAhead::reach`], the buffers over the lookahead's are freed.
     pub fn advance(&self, position: usize) {
         let mut state = self.shared.lock();
         let planned = state.current.as_ref().map_or(0, |c| c.work.order.len());
@@ -271,6 +300,12 @@ impl CpuAhead {
             state.limit = limit;
             self.shared.tasks.notify_all();
         }
+        let freed = match state.reach > 0 && position >= state.reach {
+            true => self.shared.settle(&mut state),
+            false => Vec::new(),
+        };
+        drop(state);
+        drop(freed);
     }
 
     /// Position `position`, which the GPU lane was offered, comes back to this lane: it is
@@ -305,6 +340,11 @@ impl CpuAhead {
             }
             state = self.shared.wait_for_result(state);
         }
+    }
+
+    /// Bytes of one of the lane's images.
+    pub fn image_bytes(&self) -> usize {
+        self.shared.image_bytes
     }
 
     /// The lane's threads.
@@ -408,7 +448,38 @@ impl Shared {
 
     /// A buffer back to the free list.
     fn give_back(&self, buffer: Vec<u8>) {
-        self.lock().free.push(buffer);
-        self.tasks.notify_one();
+        let over = self.lock().recycle(buffer);
+        match over {
+            // Freed once the lock is released.
+            Some(over) => drop(over),
+            None => self.tasks.notify_one(),
+        }
+    }
+}
+
+impl Shared {
+    /// Back to the lookahead's buffers after a [`CpuAhead::reach`]: the free buffers over them,
+    /// to be freed once the lock is released (the others as they are given back).
+    fn settle(&self, state: &mut State) -> Vec<Vec<u8>> {
+        state.reach = 0;
+        state.max_buffers = self.max_buffers;
+        let over = state.buffers.saturating_sub(state.max_buffers);
+        let kept = state.free.len() - over.min(state.free.len());
+        let freed = state.free.split_off(kept);
+        state.buffers -= freed.len();
+        freed
+    }
+}
+
+impl State {
+    /// A buffer back to the free list; while more buffers exist than the lane keeps, it is
+    /// returned instead, to be freed.
+    fn recycle(&mut self, buffer: Vec<u8>) -> Option<Vec<u8>> {
+        if self.buffers > self.max_buffers {
+            self.buffers -= 1;
+            return Some(buffer);
+        }
+        self.free.push(buffer);
+        None
     }
 }

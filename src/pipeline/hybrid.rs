@@ -62,13 +62,41 @@ pub(crate) fn opening_stopped() -> std::result::Result<GpuLane, GpuLaneError> {
 pub(crate) type Opening = Background<std::result::Result<GpuLane, GpuLaneError>>;
 
 /// The epoch the lanes work on, kept to begin the GPU lane on it when it opens mid-epoch.
-struct Epoch {
+pub(crate) struct Epoch {
     source: Arc<Source>,
     order: Arc<EpochOrder>,
     epoch: u64,
     schedule: Arc<ShareSchedule>,
     /// Whether the GPU lane was begun on it.
     gpu_begun: bool,
+}
+
+impl Epoch {
+    /// Starts the CPU lane on `order` (an epoch), leaving the positions `share` offers to the
+    /// GPU lane, which is not begun on it yet.
+    pub fn begin_cpu(
+        ahead: &CpuAhead,
+        source: &Arc<Source>,
+        order: &Arc<EpochOrder>,
+        epoch: u64,
+        share: f32,
+    ) -> Epoch {
+        let schedule = Arc::new(ShareSchedule::new(share));
+        let on_gpu = schedule.clone();
+        ahead.begin(AheadWork {
+            source: source.clone(),
+            order: order.clone(),
+            epoch,
+            on_gpu: Arc::new(move |position, index| on_gpu.offers(position, index)),
+        });
+        Epoch {
+            source: source.clone(),
+            order: order.clone(),
+            epoch,
+            schedule,
+            gpu_begun: false,
+        }
+    }
 }
 
 /// The GPU decode lane, the CPU lane working ahead beside it, and the share between them.
@@ -98,17 +126,6 @@ pub(crate) struct HybridFilled {
     pub waits: Waits,
 }
 
-/// The CPU lane's threads beside the GPU lane.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct CpuThreads {
-    /// Threads working while the GPU lane opens (all of them without a GPU lane).
-    pub beside_gpu: usize,
-    /// The machine's cores when the thread count was left to the pipeline: once the GPU lane
-    /// runs, the CPU lane leaves it the cores its host threads keep busy. `None`: the count was
-    /// given, and kept.
-    pub cores: Option<usize>,
-}
-
 /// How the GPU lane comes to a [`HybridLanes`].
 pub(crate) enum GpuOpening {
     /// Opened before the first batch.
@@ -120,21 +137,20 @@ pub(crate) enum GpuOpening {
 }
 
 impl HybridLanes {
-    /// The lanes, with the GPU lane as `gpu` brings it; `threads.beside_gpu` of the CPU lane's
-    /// `ahead` threads prepare images beside the GPU lane (opening or open), all of them if it
-    /// cannot run.
+    /// The lanes, with the GPU lane as `gpu` brings it beside the CPU lane's `ahead` threads (all
+    /// of them at work if it cannot run). `cores`: the machine's cores when the thread count was
+    /// left to the pipeline: once the GPU lane runs, the CPU lane leaves it the cores its host
+    /// threads keep busy (`None`: the count was given, and kept). `begun`: the epoch the CPU lane
+    /// began alone (the GPU lane joins it once open).
     pub fn new(
         gpu: GpuOpening,
         ahead: CpuAhead,
         balance: Balance,
         stream: Arc<CudaStream>,
-        image_bytes: usize,
         lookahead: usize,
-        threads: CpuThreads,
+        cores: Option<usize>,
+        begun: Option<Epoch>,
     ) -> HybridLanes {
-        // The CPU lane leaves the GPU lane's cores free from the start: opening the lane's
-        // decoders is host work too, and on a core of its own it ends sooner.
-        ahead.set_active_threads(threads.beside_gpu);
         let gpu = match gpu {
             GpuOpening::Open(lane) => GpuState::Open(lane),
             GpuOpening::Pending(opening) => GpuState::Opening(opening),
@@ -145,13 +161,13 @@ impl HybridLanes {
         };
         HybridLanes {
             gpu,
+            image_bytes: ahead.image_bytes(),
             ahead,
             balance,
-            cores: threads.cores,
+            cores,
             stream,
-            image_bytes,
             lookahead,
-            epoch: None,
+            epoch: begun,
         }
     }
 
@@ -214,21 +230,7 @@ impl HybridLanes {
             GpuState::Open(_) => self.balance.share(),
             _ => 0.0,
         };
-        let schedule = Arc::new(ShareSchedule::new(share));
-        let on_gpu = schedule.clone();
-        self.ahead.begin(AheadWork {
-            source: source.clone(),
-            order: order.clone(),
-            epoch,
-            on_gpu: Arc::new(move |position, index| on_gpu.offers(position, index)),
-        });
-        let mut current = Epoch {
-            source: source.clone(),
-            order: order.clone(),
-            epoch,
-            schedule,
-            gpu_begun: false,
-        };
+        let mut current = Epoch::begin_cpu(&self.ahead, source, order, epoch, share);
         if let GpuState::Open(lane) = &mut self.gpu {
             lane.begin(&self.stream, lane_work(&current, &self.ahead))?;
             current.gpu_begun = true;

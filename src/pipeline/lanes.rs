@@ -14,7 +14,7 @@ use cudarc::driver::{CudaSlice, CudaStream};
 
 use super::balance::Balance;
 use super::hybrid::{
-    opening_stopped, CpuThreads, GpuOpening, HybridFilled, HybridLanes, Opening, Waits,
+    opening_stopped, Epoch, GpuOpening, HybridFilled, HybridLanes, Opening, Waits,
 };
 use super::output::DeviceWrites;
 use crate::batch::DecodedBy;
@@ -69,6 +69,11 @@ const ASSISTED_OPEN_SECONDS: f64 = 0.3;
 /// (ImageNet's average about 110 KB). For large files the GPU lane opens all its assisted path's
 /// threads even when it opens whole (a given share), and its share starts higher.
 const LARGE_FILES_MIN_MEAN_BYTES: u64 = 192 << 10;
+
+/// While the pipeline's device opens, the CPU lane works this fraction of the decode memory's
+/// bytes of finished images into the first epoch (512 MiB by default): 3,566 images of 224 x 224,
+/// about 0.3 s of 16 cores on ImageNet-sized files.
+const BRING_UP_MEMORY_SHARE: u64 = 8;
 
 /// What automatic decoding opens for a run.
 #[derive(Debug, PartialEq)]
@@ -167,20 +172,20 @@ impl Lanes {
             .map_or(0, |config| GpuLane::device_bytes(&config))
     }
 
-    /// Opens the lanes `options` ask for, for epochs of `images`. On `gpu` (the pipeline's
-    /// device) the CPU lane works ahead of the batches; with hybrid or automatic decoding it
-    /// starts at once and the GPU lane
-    /// opens on a thread of its own, joining the batches once ready; with a given share it opens
-    /// before the first batch instead, so that every image goes to the same lane on every run.
-    /// Automatic decoding opens it only for epochs of at least [`AUTO_MIN_IMAGES`] images or
-    /// [`AUTO_MIN_BYTES`] (`epoch_bytes` estimates an epoch's encoded bytes).
-    pub fn open(
+    /// Starts the lanes `options` ask for, for epochs of `images`, as far as they go without
+    /// the pipeline's device: [`LanesStarting::open`] finishes them once it is open. For a CUDA
+    /// device the CPU lane works ahead of the batches, its threads started here; with hybrid or
+    /// automatic decoding the GPU lane opens on a thread of its own once the device is open,
+    /// joining the batches when ready; with a given share it opens before the first batch
+    /// instead, so that every image goes to the same lane on every run. Automatic decoding
+    /// opens it only for epochs of at least [`AUTO_MIN_IMAGES`] images or [`AUTO_MIN_BYTES`]
+    /// (`epoch_bytes` estimates an epoch's encoded bytes).
+    pub fn start(
         options: &Options,
-        gpu: Option<&Gpu>,
         images: usize,
         epoch_bytes: impl FnOnce() -> u64,
         stopwatch: &Arc<Stopwatch>,
-    ) -> Result<Lanes> {
+    ) -> Result<LanesStarting> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         // Sampled once, when first needed.
         let (mut sample, mut sampled) = (Some(epoch_bytes), None);
@@ -199,20 +204,17 @@ impl Lanes {
             ),
             _ => AutoLanes::Whole,
         };
-        let (config, gpu) = match (Lanes::gpu_config(options, stopwatch), gpu) {
-            (Some(config), Some(gpu)) if !matches!(auto, AutoLanes::Cpu(_)) => (Some(config), gpu),
-            (_, Some(gpu)) if options.runtime.device != Device::Cpu => (None, gpu),
-            _ => {
-                let why = match options.decode.lanes {
-                    Decode::Cpu => "CPU decode, as asked".to_string(),
-                    _ => "automatic: CPU decode, as the batches go to the CPU".into(),
-                };
-                let threads = options.runtime.threads;
-                let cpu =
-                    CpuLane::new(&options.decode, &options.resize, threads, stopwatch.clone())?;
-                return Ok(Lanes::Cpu(cpu, DecodeWhy(why)));
-            }
-        };
+        if options.runtime.device == Device::Cpu {
+            let why = match options.decode.lanes {
+                Decode::Cpu => "CPU decode, as asked".to_string(),
+                _ => "automatic: CPU decode, as the batches go to the CPU".into(),
+            };
+            let threads = options.runtime.threads;
+            let cpu = CpuLane::new(&options.decode, &options.resize, threads, stopwatch.clone())?;
+            return Ok(LanesStarting::Ready(Lanes::Cpu(cpu, DecodeWhy(why))));
+        }
+        let config =
+            Lanes::gpu_config(options, stopwatch).filter(|_| !matches!(auto, AutoLanes::Cpu(_)));
         let beside_gpu = match options.runtime.threads {
             0 if config.is_some() => cores.saturating_sub(CORES_FOR_THE_GPU_LANE).max(1),
             0 => cores,
@@ -225,7 +227,6 @@ impl Lanes {
             &options.resize,
             stopwatch.clone(),
         ));
-        let image_bytes = core.options.geometry.image_bytes();
         let ahead = CpuAhead::start(&core, threads, lookahead, batch_size + lookahead)?;
         let mean_bytes = match config {
             Some(_) => epoch_bytes() / images.max(1) as u64,
@@ -239,34 +240,18 @@ impl Lanes {
             decode_memory: core.budget.clone(),
             ..config
         });
-        let (opening, why) = match config {
-            None => {
-                let why = match (options.decode.lanes, auto) {
-                    (Decode::Auto, AutoLanes::Cpu(reason)) => {
-                        format!("automatic: CPU decode, as {reason}")
-                    }
-                    _ => "CPU decode, as asked".to_string(),
-                };
-                (GpuOpening::NotAsked, why)
+        // The CPU lane leaves the GPU lane's cores free from the start: opening the lane's
+        // decoders is host work too, and on a core of its own it ends sooner.
+        ahead.set_active_threads(match config {
+            Some(_) => beside_gpu,
+            None => threads,
+        });
+        let why = match (&config, options.decode.lanes, auto) {
+            (Some(_), _, _) => Lanes::asked(options),
+            (None, Decode::Auto, AutoLanes::Cpu(reason)) => {
+                format!("automatic: CPU decode, as {reason}")
             }
-            Some(config) if options.decode.gpu_share.is_some() => {
-                match stopwatch.time(Stage::GpuOpen, || GpuLane::open(gpu, &config)) {
-                    Ok(lane) => (GpuOpening::Open(Box::new(lane)), Lanes::asked(options)),
-                    Err(reason) => return Lanes::fall_back(options, reason.to_string(), stopwatch),
-                }
-            }
-            Some(config) => {
-                let device = gpu.clone();
-                let watch = stopwatch.clone();
-                let opening =
-                    Opening::start("gpufeed-gpu-lane-open", opening_stopped, move |cancel| {
-                        watch.time(Stage::GpuOpen, || {
-                            GpuLane::open_unless(&device, &config, cancel)
-                        })
-                    })
-                    .map_err(|e| Error::Worker(format!("cannot open the GPU lane: {e}")))?;
-                (GpuOpening::Pending(opening), Lanes::asked(options))
-            }
+            (None, _, _) => "CPU decode, as asked".to_string(),
         };
         let balance = Balance::new(
             options.decode.gpu_share,
@@ -275,21 +260,21 @@ impl Lanes {
             cpu_seconds(1, mean_bytes),
             cores,
         );
-        Ok(Lanes::Hybrid(
-            Box::new(HybridLanes::new(
-                opening,
-                ahead,
-                balance,
-                gpu.stream().clone(),
-                image_bytes,
-                lookahead,
-                CpuThreads {
-                    beside_gpu,
-                    cores: (options.runtime.threads == 0).then_some(cores),
-                },
-            )),
-            DecodeWhy(why),
-        ))
+        // While the device opens the CPU lane reaches this far into the first epoch: an eighth
+        // of the decode memory (512 MiB by default) of finished images.
+        let reach = (options.decode.memory_limit / BRING_UP_MEMORY_SHARE) as usize
+            / core.options.geometry.image_bytes().max(1);
+        Ok(LanesStarting::Ahead(Box::new(AheadStart {
+            ahead,
+            config,
+            given_share: options.decode.gpu_share.is_some(),
+            why: DecodeWhy(why),
+            balance,
+            lookahead,
+            cores: (options.runtime.threads == 0).then_some(cores),
+            reach: reach.max(lookahead),
+            begun: None,
+        })))
     }
 
     /// Why the GPU lane opens, in words.
@@ -412,6 +397,121 @@ impl Lanes {
             lane,
             outputs: from_gpu,
         }
+    }
+}
+
+/// The lanes while the pipeline's device opens ([`Lanes::start`]).
+pub(crate) enum LanesStarting {
+    /// Whole already: the CPU lane alone, batch by batch (batches for the CPU).
+    Ready(Lanes),
+    /// The CPU lane's threads working ahead of the batches; the GPU lane is asked for once the
+    /// device is open.
+    Ahead(Box<AheadStart>),
+}
+
+/// The CPU lane working ahead while the pipeline's device opens, and what the lanes need once it
+/// is open.
+pub(crate) struct AheadStart {
+    ahead: CpuAhead,
+    /// The GPU lane's configuration, when it is asked for.
+    config: Option<GpuLaneConfig>,
+    /// Whether the GPU lane's share was given: it then opens before the first batch.
+    given_share: bool,
+    why: DecodeWhy,
+    balance: Balance,
+    lookahead: usize,
+    /// The machine's cores when the thread count was left to the pipeline.
+    cores: Option<usize>,
+    /// Positions into the first epoch the CPU lane works while the device opens.
+    reach: usize,
+    /// The epoch the CPU lane began while the device opened.
+    begun: Option<Epoch>,
+}
+
+impl LanesStarting {
+    /// Starts the CPU lane on the first epoch, in the order `plan` makes, while the device
+    /// opens, where the lanes work ahead and the share is not given (the GPU lane, not open yet,
+    /// is offered nothing): the order, if it began. Meanwhile the lane works further ahead than its lookahead, up to an
+    /// eighth of the decode memory of finished images, until the batches pass them.
+    pub fn begin_early(
+        &mut self,
+        source: &Arc<Source>,
+        epoch: u64,
+        plan: impl FnOnce() -> Arc<EpochOrder>,
+    ) -> Option<Arc<EpochOrder>> {
+        let LanesStarting::Ahead(start) = self else {
+            return None;
+        };
+        if start.given_share {
+            return None;
+        }
+        let order = plan();
+        start.begun = Some(Epoch::begin_cpu(&start.ahead, source, &order, epoch, 0.0));
+        start.ahead.reach(start.reach);
+        Some(order)
+    }
+
+    /// The lanes whole, on `gpu`: the pipeline's device, open (`None` for the CPU).
+    pub fn open(
+        self,
+        options: &Options,
+        gpu: Option<&Gpu>,
+        stopwatch: &Arc<Stopwatch>,
+    ) -> Result<Lanes> {
+        let start = match (self, gpu) {
+            (LanesStarting::Ready(lanes), _) => return Ok(lanes),
+            (LanesStarting::Ahead(start), Some(gpu)) => (*start, gpu),
+            (LanesStarting::Ahead(_), None) => {
+                return Err(Error::Worker(
+                    "the lanes of a CUDA device were opened without it".into(),
+                ))
+            }
+        };
+        let (
+            AheadStart {
+                ahead,
+                config,
+                given_share,
+                why,
+                balance,
+                lookahead,
+                cores,
+                begun,
+                ..
+            },
+            gpu,
+        ) = start;
+        let opening = match config {
+            None => GpuOpening::NotAsked,
+            Some(config) if given_share => {
+                match stopwatch.time(Stage::GpuOpen, || GpuLane::open(gpu, &config)) {
+                    Ok(lane) => GpuOpening::Open(Box::new(lane)),
+                    Err(reason) => return Lanes::fall_back(options, reason.to_string(), stopwatch),
+                }
+            }
+            Some(config) => {
+                let device = gpu.clone();
+                let watch = stopwatch.clone();
+                let opening =
+                    Opening::start("gpufeed-gpu-lane-open", opening_stopped, move |cancel| {
+                        watch.time(Stage::GpuOpen, || {
+                            GpuLane::open_unless(&device, &config, cancel)
+                        })
+                    })
+                    .map_err(|e| Error::Worker(format!("cannot open the GPU lane: {e}")))?;
+                GpuOpening::Pending(opening)
+            }
+        };
+        let hybrid = HybridLanes::new(
+            opening,
+            ahead,
+            balance,
+            gpu.stream().clone(),
+            lookahead,
+            cores,
+            begun,
+        );
+        Ok(Lanes::Hybrid(Box::new(hybrid), why))
     }
 }
 

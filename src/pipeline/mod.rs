@@ -171,6 +171,24 @@ impl Pipeline {
         let sampler =
             Sampler::new(source.len(), &options.batching).with_blocks(source.shuffle_blocks());
         let shard_len = sampler.real_len();
+        let stopwatch = Arc::new(Stopwatch::default());
+        // An epoch's encoded bytes, from the sizes of the first files (a stat each, or the
+        // listing's sizes in object storage).
+        let epoch_bytes = || {
+            let sampled = source.len().min(EPOCH_BYTES_SAMPLE);
+            let bytes: u64 = (0..sampled).map(|i| source.item(i).size_hint()).sum();
+            bytes / sampled.max(1) as u64 * shard_len as u64
+        };
+        let mut lanes = Lanes::start(&options, shard_len, epoch_bytes, &stopwatch)?;
+        // The CPU lane starts on the first epoch while the device opens (a few tenths of a
+        // second for the CUDA context, the staging and the kernels).
+        let source = Arc::new(source);
+        let mut upcoming = None;
+        let begun = lanes
+            .begin_early(&source, start.epoch, || {
+                worker::plan_epoch(&sampler, &source, start, &mut upcoming)
+            })
+            .map(|order| (start, order));
         let gpu = match options.runtime.device {
             crate::Device::Cuda(ordinal) => Some(Gpu::open(ordinal)?),
             crate::Device::Cpu => None,
@@ -182,15 +200,7 @@ impl Pipeline {
             gpu.as_ref(),
             Lanes::device_bytes(&options),
         )?;
-        let stopwatch = Arc::new(Stopwatch::default());
-        // An epoch's encoded bytes, from the sizes of the first files (a stat each, or the
-        // listing's sizes in object storage).
-        let epoch_bytes = || {
-            let sampled = source.len().min(EPOCH_BYTES_SAMPLE);
-            let bytes: u64 = (0..sampled).map(|i| source.item(i).size_hint()).sum();
-            bytes / sampled.max(1) as u64 * shard_len as u64
-        };
-        let lanes = Lanes::open(&options, gpu.as_ref(), shard_len, epoch_bytes, &stopwatch)?;
+        let lanes = lanes.open(&options, gpu.as_ref(), &stopwatch)?;
         let device_description = output.describe();
         let pinned_bytes = output.pinned_bytes();
         let cuda_stream = output.cuda_stream();
@@ -214,7 +224,7 @@ impl Pipeline {
         }));
         let worker = Worker {
             labelled: source.has_labels(),
-            source: Arc::new(source),
+            source,
             sampler,
             batching: options.batching,
             lanes,
@@ -225,6 +235,8 @@ impl Pipeline {
             augmenter: augmenter.map(|(a, _)| a),
             abandon: abandon.clone(),
             stop: stop.clone(),
+            begun,
+            upcoming,
         };
         let handle = std::thread::Builder::new()
             .name("gpufeed-prefetch".into())

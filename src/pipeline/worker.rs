@@ -66,6 +66,11 @@ pub(super) struct Worker {
     pub num_classes: usize,
     pub abandon: Arc<AtomicBool>,
     pub stop: Arc<AtomicBool>,
+    /// The first epoch's start and order, when the lanes began it before the worker started
+    /// (while the device opened).
+    pub begun: Option<(EpochStart, Arc<EpochOrder>)>,
+    /// The next epoch's order, when a source reading ahead of the first epoch asked for it.
+    pub upcoming: Option<(u64, Arc<EpochOrder>)>,
 }
 
 /// The batch a worker makes next: how many images, and its number in the epoch.
@@ -91,10 +96,11 @@ impl Worker {
     /// end, on `batches`.
     pub fn run(mut self, commands: Receiver<EpochCommand>, batches: SyncSender<Message>) {
         let mut slot = 0;
-        // The next epoch and its order, when the lanes were started on it ahead of its command.
-        let mut begun: Option<(u64, Arc<EpochOrder>)> = None;
+        // The next epoch's start and order, when the lanes were started on it ahead of its
+        // command.
+        let mut begun = self.begun.take();
         // The next epoch's order, when a source reading ahead of it has asked for it already.
-        let mut upcoming: Option<(u64, Arc<EpochOrder>)> = None;
+        let mut upcoming = self.upcoming.take();
         while let Ok(EpochCommand { start, share: pin }) = commands.recv() {
             let epoch = start.epoch;
             if let Some(share) = pin {
@@ -102,9 +108,7 @@ impl Worker {
                     begun = None;
                 }
             }
-            let ahead = begun
-                .take()
-                .filter(|(e, _)| start == EpochStart::beginning(*e));
+            let ahead = begun.take().filter(|(begun_at, _)| start == *begun_at);
             let order = match &ahead {
                 Some((_, order)) => order.clone(),
                 None => self.plan_epoch(start, &mut upcoming),
@@ -216,7 +220,7 @@ impl Worker {
                 let next = epoch + 1;
                 let order = self.plan_epoch(EpochStart::beginning(next), &mut upcoming);
                 if self.lanes.begin(&self.source, &order, next).is_ok() {
-                    begun = Some((next, order));
+                    begun = Some((EpochStart::beginning(next), order));
                 }
             }
             let end = Message::EndOfEpoch {
@@ -239,20 +243,7 @@ impl Worker {
         start: EpochStart,
         upcoming: &mut Option<(u64, Arc<EpochOrder>)>,
     ) -> Arc<EpochOrder> {
-        let order = match upcoming.take() {
-            Some((epoch, order)) if start == EpochStart::beginning(epoch) => order,
-            _ => Arc::new(
-                self.sampler
-                    .epoch_from(start.epoch, start.from)
-                    .starting_at(start.position),
-            ),
-        };
-        self.source.begin_epoch(start.epoch, &order, || {
-            let next = Arc::new(self.sampler.epoch_from(start.epoch + 1, 0));
-            *upcoming = Some((start.epoch + 1, next.clone()));
-            next
-        });
-        order
+        plan_epoch(&self.sampler, &self.source, start, upcoming)
     }
 
     /// Publishes which lanes decode and the GPU lane's share, for the consumer.
@@ -399,4 +390,29 @@ impl Worker {
         };
         Ok(Produced::Batch(Box::new(batch), filled.consumed))
     }
+}
+
+/// The order of the epoch `start` begins (from where it says), which `source` starts reading
+/// ahead of. `upcoming` keeps the next epoch's order when the source asks for it (to read ahead
+/// of that epoch too), and gives it back when that epoch begins at its start.
+pub(super) fn plan_epoch(
+    sampler: &Sampler,
+    source: &Source,
+    start: EpochStart,
+    upcoming: &mut Option<(u64, Arc<EpochOrder>)>,
+) -> Arc<EpochOrder> {
+    let order = match upcoming.take() {
+        Some((epoch, order)) if start == EpochStart::beginning(epoch) => order,
+        _ => Arc::new(
+            sampler
+                .epoch_from(start.epoch, start.from)
+                .starting_at(start.position),
+        ),
+    };
+    source.begin_epoch(start.epoch, &order, || {
+        let next = Arc::new(sampler.epoch_from(start.epoch + 1, 0));
+        *upcoming = Some((start.epoch + 1, next.clone()));
+        next
+    });
+    order
 }
