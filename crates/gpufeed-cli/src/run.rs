@@ -475,14 +475,29 @@ impl RunArgs {
 
     /// The device: explicit `--device N` must work; `--cpu` is the CPU; otherwise the first GPU
     /// (or the launcher's, `local_gpu`) if there is one, else the CPU with a message saying why.
-    fn device(&self, local_gpu: Option<usize>) -> Device {
+    /// Whether the device is left to the command line, which then looks for a GPU.
+    fn probes(&self) -> bool {
+        !self.cpu && self.device.is_none()
+    }
+
+    /// The device asked for, or with none asked for, a GPU if `probe` (the CUDA driver's
+    /// answer, looked for while the source was listed) found one.
+    fn device(
+        &self,
+        local_gpu: Option<usize>,
+        probe: Option<std::thread::JoinHandle<gpufeed::Result<gpufeed::cuda::CudaInfo>>>,
+    ) -> Device {
         if self.cpu {
             return Device::Cpu;
         }
         if let Some(ordinal) = self.device {
             return Device::Cuda(ordinal);
         }
-        match gpufeed::cuda::probe() {
+        let probed = match probe {
+            Some(probe) => probe.join().unwrap_or_else(|_| gpufeed::cuda::probe()),
+            None => gpufeed::cuda::probe(),
+        };
+        match probed {
             Ok(_) => Device::Cuda(local_gpu.unwrap_or(0)),
             Err(e) => {
                 eprintln!(
@@ -568,10 +583,14 @@ fn run_and_summarize(
     summarized: &mut bool,
 ) -> Result<Device> {
     let (shard, local_gpu) = args.shard()?;
-    let device = args.device(local_gpu);
+    // The CUDA driver starts (a tenth of a second) while the source is listed.
+    let probe = args
+        .probes()
+        .then(|| std::thread::spawn(gpufeed::cuda::probe));
     let opening = Instant::now();
     let source = args.source()?;
     let open_seconds = opening.elapsed().as_secs_f64();
+    let device = args.device(local_gpu, probe);
     let opened = source.opening_report().cloned();
     for (folder, reason) in source.unreadable_folders() {
         eprintln!("gpufeed: skipped {}: {reason}", folder.display());
