@@ -14,6 +14,7 @@ mod normalize;
 mod staging;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::OnceLock;
 
 use cudarc::driver::{CudaContext, DriverError};
 
@@ -35,8 +36,18 @@ pub struct CudaInfo {
 }
 
 /// Checks, without panicking, that the CUDA driver library and NVRTC can be loaded and that at
-/// least one device exists. The error says which piece is missing.
+/// least one device exists. The error says which piece is missing. A check that passed is not
+/// made again (loading the libraries takes about 10 ms).
 pub fn probe() -> Result<CudaInfo> {
+    static FOUND: OnceLock<CudaInfo> = OnceLock::new();
+    if let Some(found) = FOUND.get() {
+        return Ok(found.clone());
+    }
+    let found = look_for_cuda()?;
+    Ok(FOUND.get_or_init(|| found).clone())
+}
+
+fn look_for_cuda() -> Result<CudaInfo> {
     if !library_loads(&["cuda", "nvcuda"]) {
         return Err(CudaUnavailable::NoDriverLibrary.into());
     }

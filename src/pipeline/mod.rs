@@ -30,6 +30,7 @@ use crate::order::{EpochStart, Fingerprint, PipelineState, Sampler};
 use crate::profile::{Profile, Stage, Stopwatch};
 use crate::source::Source;
 use lanes::Lanes;
+use output::OutputPlan;
 use worker::{EpochCommand, LanesReport, Message, Worker};
 
 /// Files whose sizes estimate an epoch's encoded bytes, for automatic decoding's choice.
@@ -194,13 +195,14 @@ impl Pipeline {
             crate::Device::Cpu => None,
         };
         let image_bytes = Geometry::new(&options.resize).image_bytes();
-        let output = output::open(
-            &options,
-            image_bytes,
-            gpu.as_ref(),
-            Lanes::device_bytes(&options),
-        )?;
+        let plan = OutputPlan::new(&options, image_bytes, Lanes::device_bytes(&options))?;
+        if let Some(gpu) = &gpu {
+            plan.check_device(gpu)?;
+        }
+        // The GPU lane opens on a thread of its own (with no share given) while the staging and
+        // the kernels are made.
         let lanes = lanes.open(&options, gpu.as_ref(), &stopwatch)?;
+        let output = plan.open(&options, gpu.as_ref())?;
         let device_description = output.describe();
         let pinned_bytes = output.pinned_bytes();
         let cuda_stream = output.cuda_stream();
@@ -237,6 +239,7 @@ impl Pipeline {
             stop: stop.clone(),
             begun,
             upcoming,
+            planned_epochs: options.decode.planned_epochs,
         };
         let handle = std::thread::Builder::new()
             .name("gpufeed-prefetch".into())

@@ -76,39 +76,109 @@ pub(crate) trait DeviceWrites {
     fn write(&mut self, stream: &Arc<CudaStream>, input: &mut CudaSlice<u8>) -> Result<()>;
 }
 
-/// Opens the output stage `options` ask for, on `gpu` for a CUDA device, refusing up front
-/// batches the machine cannot hold beside `device_bytes` the lanes take on the device (the error
-/// names the option to lower).
-pub(crate) fn open(
-    options: &Options,
-    image_bytes: usize,
-    gpu: Option<&Gpu>,
+/// The output stage `options` ask for, sized, before anything is allocated: [`OutputPlan::new`]
+/// refuses up front batches the host cannot hold, [`OutputPlan::check_device`] those the device
+/// cannot hold beside what the lanes take there (the error names the option to lower), and
+/// [`OutputPlan::open`] allocates.
+pub(crate) struct OutputPlan {
+    slot_bytes: usize,
+    dims: (usize, usize),
+    spec: NormalizeSpec,
+    sizes: BatchSizes,
+    /// What the lanes and the augmentations' scratch take on the device.
     device_bytes: u128,
-) -> Result<Box<dyn OutputStage>> {
-    let batch_size = options.batching.batch_size;
-    let slot_bytes = batch_size.checked_mul(image_bytes).ok_or_else(|| {
-        Error::invalid(
-            "batch_size",
-            format!("{batch_size} images of {image_bytes} bytes do not fit in memory"),
-        )
-    })?;
-    let (height, width) = options.resize.output_size();
-    let dims = (height as usize, width as usize);
-    let spec = options.output.spec();
-    let sizes = BatchSizes {
-        staging: slot_bytes as u128,
-        output: slot_bytes as u128 * spec.dtype.size_of() as u128,
-        // The prefetch thread holds two batches at any depth (see `RuntimeOptions::prefetch`).
-        prefetch: options.runtime.prefetch.max(2) as u128,
-    };
-    Ok(match options.runtime.device {
-        crate::Device::Cpu => {
+}
+
+impl OutputPlan {
+    /// The plan for `options`' batches of images of `image_bytes`, beside `lanes_bytes` the lanes
+    /// take on the device.
+    pub fn new(options: &Options, image_bytes: usize, lanes_bytes: u128) -> Result<OutputPlan> {
+        let batch_size = options.batching.batch_size;
+        let slot_bytes = batch_size.checked_mul(image_bytes).ok_or_else(|| {
+            Error::invalid(
+                "batch_size",
+                format!("{batch_size} images of {image_bytes} bytes do not fit in memory"),
+            )
+        })?;
+        let (height, width) = options.resize.output_size();
+        let spec = options.output.spec();
+        let sizes = BatchSizes {
+            staging: slot_bytes as u128,
+            output: slot_bytes as u128 * spec.dtype.size_of() as u128,
+            // The prefetch thread holds two batches at any depth (see `RuntimeOptions::prefetch`).
+            prefetch: options.runtime.prefetch.max(2) as u128,
+        };
+        let host_bytes = match options.runtime.device {
             // The staging slot, and the batches ahead, the one in use and the one being filled.
-            sizes.fits(
-                sizes.staging + (sizes.prefetch + 2) * sizes.output,
-                available_host_memory(),
-                "host memory",
-            )?;
+            crate::Device::Cpu => sizes.staging + (sizes.prefetch + 2) * sizes.output,
+            crate::Device::Cuda(_) => STAGING_SLOTS as u128 * sizes.staging,
+        };
+        let memory = match options.runtime.device {
+            crate::Device::Cpu => "host memory",
+            crate::Device::Cuda(_) => "pinned host memory",
+        };
+        sizes.fits(host_bytes, available_host_memory(), memory)?;
+        let scratch = match options.augment.is_on() {
+            true => DeviceAugmenter::device_bytes(slot_bytes),
+            false => 0,
+        };
+        Ok(OutputPlan {
+            slot_bytes,
+            dims: (height as usize, width as usize),
+            spec,
+            sizes,
+            device_bytes: lanes_bytes + scratch,
+        })
+    }
+
+    /// Refuses batches `gpu` cannot hold now beside what the lanes take there: call it before the
+    /// lanes allocate on the device.
+    pub fn check_device(&self, gpu: &Gpu) -> Result<()> {
+        // The device holds the u8 input, what the lanes take there (the GPU decode lane's ring
+        // and buffers), and the batches ahead plus the one in use.
+        let sizes = &self.sizes;
+        let (free, _) = gpu.memory()?;
+        let one = sizes.staging + sizes.output + self.device_bytes;
+        if one > free as u128 {
+            return Err(Error::OutOfDeviceMemory {
+                context: "sizing the batch",
+                needed: Some((one.min(u64::MAX as u128) as u64, free as u64)),
+            });
+        }
+        let all = sizes.staging + self.device_bytes + (sizes.prefetch + 1) * sizes.output;
+        sizes.fits(all, Some(free as u64), "GPU memory")
+    }
+
+    /// Opens the output stage: on `gpu` for a CUDA device (checked with
+    /// [`OutputPlan::check_device`]), on the host otherwise.
+    pub fn open(self, options: &Options, gpu: Option<&Gpu>) -> Result<Box<dyn OutputStage>> {
+        let gpu = match (options.runtime.device, gpu) {
+            (crate::Device::Cuda(_), Some(gpu)) => gpu.clone(),
+            (crate::Device::Cuda(ordinal), None) => Gpu::open(ordinal)?,
+            (crate::Device::Cpu, _) => return Ok(Box::new(self.open_on_host(options)?)),
+        };
+        let OutputPlan {
+            slot_bytes,
+            dims,
+            spec,
+            ..
+        } = self;
+        let mut output = CudaOutput::open(gpu, slot_bytes, dims, spec)?;
+        if options.augment.is_on() {
+            output.augmenter = Some(DeviceAugmenter::new(output.gpu.stream(), slot_bytes)?);
+        }
+        Ok(Box::new(output))
+    }
+
+    /// The output stage on the host: batches for the CPU.
+    fn open_on_host(self, options: &Options) -> Result<HostOutput> {
+        let OutputPlan {
+            slot_bytes,
+            dims,
+            spec,
+            ..
+        } = self;
+        {
             let mut output = HostOutput::new(slot_bytes, dims, spec)?;
             if options.augment.is_on() {
                 output.augment = Some(
@@ -125,32 +195,9 @@ pub(crate) fn open(
             output
                 .pool
                 .warm(spec.dtype, slot_bytes, options.runtime.prefetch.max(2) + 2);
-            Box::new(output)
+            Ok(output)
         }
-        crate::Device::Cuda(ordinal) => {
-            sizes.fits(
-                STAGING_SLOTS as u128 * sizes.staging,
-                available_host_memory(),
-                "pinned host memory",
-            )?;
-            let gpu = match gpu {
-                Some(gpu) => gpu.clone(),
-                None => Gpu::open(ordinal)?,
-            };
-            let augments = options.augment.is_on();
-            let scratch = if augments {
-                DeviceAugmenter::device_bytes(slot_bytes)
-            } else {
-                0
-            };
-            let mut output =
-                CudaOutput::open(gpu, slot_bytes, dims, spec, &sizes, device_bytes + scratch)?;
-            if augments {
-                output.augmenter = Some(DeviceAugmenter::new(output.gpu.stream(), slot_bytes)?);
-            }
-            Box::new(output)
-        }
-    })
+    }
 }
 
 /// Bytes of one batch at each step, and how many batches wait ahead.
@@ -213,21 +260,7 @@ impl CudaOutput {
         slot_bytes: usize,
         dims: (usize, usize),
         spec: NormalizeSpec,
-        sizes: &BatchSizes,
-        lanes_bytes: u128,
     ) -> Result<CudaOutput> {
-        // The device holds the u8 input, what the lanes take there (the GPU decode lane's ring
-        // and buffers), and the batches ahead plus the one in use.
-        let (free, _) = gpu.memory()?;
-        let one = sizes.staging + sizes.output + lanes_bytes;
-        if one > free as u128 {
-            return Err(Error::OutOfDeviceMemory {
-                context: "sizing the batch",
-                needed: Some((one.min(u64::MAX as u128) as u64, free as u64)),
-            });
-        }
-        let all = sizes.staging + lanes_bytes + (sizes.prefetch + 1) * sizes.output;
-        sizes.fits(all, Some(free as u64), "GPU memory")?;
         let normalizer = Normalizer::new(gpu.stream())?;
         let ring = StagingRing::new(gpu.stream(), STAGING_SLOTS, slot_bytes)?;
         Ok(CudaOutput {

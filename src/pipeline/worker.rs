@@ -71,6 +71,8 @@ pub(super) struct Worker {
     pub begun: Option<(EpochStart, Arc<EpochOrder>)>,
     /// The next epoch's order, when a source reading ahead of the first epoch asked for it.
     pub upcoming: Option<(u64, Arc<EpochOrder>)>,
+    /// The run ends before this epoch, when known ([`crate::DecodeOptions::planned_epochs`]).
+    pub planned_epochs: Option<u64>,
 }
 
 /// The batch a worker makes next: how many images, and its number in the epoch.
@@ -213,10 +215,16 @@ impl Worker {
                 // The rank's own images a partial last batch left out.
                 dropped = order.real().saturating_sub(position);
             }
-            if complete && self.lanes.work_ahead() && !self.stop.load(Ordering::SeqCst) {
+            let planned_next = self.planned_epochs.is_none_or(|epochs| epoch + 1 < epochs);
+            if complete
+                && planned_next
+                && self.lanes.work_ahead()
+                && !self.stop.load(Ordering::SeqCst)
+            {
                 // Every position of this epoch is in a batch: the lanes start on the next epoch
                 // now, while the consumer takes this one's last batches, rather than once it
-                // asks for the next (which it almost always does).
+                // asks for the next (which it almost always does, unless the run's planned
+                // epochs end here).
                 let next = epoch + 1;
                 let order = self.plan_epoch(EpochStart::beginning(next), &mut upcoming);
                 if self.lanes.begin(&self.source, &order, next).is_ok() {
