@@ -289,6 +289,20 @@ impl CpuAhead {
         }
     }
 
+    /// Ends a [`CpuAhead::reach`] with the batches' cursor at `cursor`: the lane works up to its
+    /// lookahead past the cursor again, or no further than the positions it has looked at, and
+    /// keeps the buffers of their results until the batches pass them.
+    pub fn end_reach(&self, cursor: usize) {
+        let mut state = self.shared.lock();
+        if state.reach == 0 {
+            return;
+        }
+        let planned = state.current.as_ref().map_or(0, |c| c.work.order.len());
+        let lookahead = cursor.saturating_add(self.shared.lookahead).min(planned);
+        state.limit = lookahead.max(state.next);
+        state.reach = state.next.max(1);
+    }
+
     /// The batches have taken every position before `position`: the lane works up to its
     /// lookahead past it, within the epoch's planned positions (past them only when asked).
     /// Once they pass the lane's [`CpuAhead::reach`], the buffers over the lookahead's are freed.

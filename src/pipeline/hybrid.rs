@@ -305,6 +305,9 @@ impl HybridLanes {
         self.ahead.with_first_unseen(|next| {
             current.schedule.set_from(next.max(cursor), share);
         });
+        // The CPU lane worked further ahead while the device opened; from now on the GPU lane
+        // takes its share of the positions past the CPU lane's.
+        self.ahead.end_reach(cursor);
         lane.begin(&self.stream, lane_work(current, &self.ahead))?;
         current.gpu_begun = true;
         self.balance.restart(lane.activity());

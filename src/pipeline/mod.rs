@@ -172,6 +172,9 @@ impl Pipeline {
         let sampler =
             Sampler::new(source.len(), &options.batching).with_blocks(source.shuffle_blocks());
         let shard_len = sampler.real_len();
+        // Batches the host cannot hold are refused before any work begins.
+        let image_bytes = Geometry::new(&options.resize).image_bytes();
+        let plan = OutputPlan::new(&options, image_bytes, Lanes::device_bytes(&options))?;
         let stopwatch = Arc::new(Stopwatch::default());
         // An epoch's encoded bytes, from the sizes of the first files (a stat each, or the
         // listing's sizes in object storage).
@@ -194,8 +197,6 @@ impl Pipeline {
             crate::Device::Cuda(ordinal) => Some(Gpu::open(ordinal)?),
             crate::Device::Cpu => None,
         };
-        let image_bytes = Geometry::new(&options.resize).image_bytes();
-        let plan = OutputPlan::new(&options, image_bytes, Lanes::device_bytes(&options))?;
         if let Some(gpu) = &gpu {
             plan.check_device(gpu)?;
         }
