@@ -497,3 +497,130 @@ impl State {
         None
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::options::Options;
+    use crate::profile::Stopwatch;
+
+    const LOOKAHEAD: usize = 4;
+    const BUFFERS: usize = 8;
+
+    /// The lane's threads on `images` copies of a bundled JPEG, resized to 16 x 16, begun on the
+    /// epoch in order, none offered to another lane.
+    fn lane(images: usize) -> CpuAhead {
+        let mut options = Options::default();
+        options.resize.mode = crate::ResizeMode::stretch(16, 16);
+        let core = Arc::new(LaneCore::new(
+            &options.decode,
+            &options.resize,
+            Arc::new(Stopwatch::default()),
+        ));
+        let ahead = CpuAhead::start(&core, 2, LOOKAHEAD, BUFFERS).expect("threads");
+        let rocket = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/rocket.jpg");
+        ahead.begin(AheadWork {
+            source: Arc::new(Source::paths(vec![rocket; images])),
+            order: Arc::new(EpochOrder::new((0..images).collect())),
+            epoch: 0,
+            on_gpu: Arc::new(|_, _| false),
+        });
+        ahead
+    }
+
+    /// Waits until the lane's threads have prepared every position they may look at.
+    fn settled(ahead: &CpuAhead) -> (usize, usize, usize) {
+        let started = Instant::now();
+        loop {
+            let state = ahead.shared.lock();
+            if state.working == 0 && (state.next >= state.limit) {
+                return (state.next, state.results.len(), state.buffers);
+            }
+            drop(state);
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the lane stalled"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Takes positions `from..to` as batches do, returning their buffers.
+    fn take(ahead: &CpuAhead, from: usize, to: usize) {
+        for position in from..to {
+            ahead.advance(position);
+            match ahead.result(position) {
+                Some(Ok((buffer, _))) => ahead.give_back(buffer),
+                other => panic!("position {position}: {:?}", other.map(|r| r.err())),
+            }
+        }
+        ahead.advance(to);
+    }
+
+    #[test]
+    fn the_lane_works_its_lookahead_ahead_of_the_batches() {
+        let ahead = lane(40);
+        assert_eq!(settled(&ahead), (LOOKAHEAD, LOOKAHEAD, LOOKAHEAD));
+    }
+
+    #[test]
+    fn a_reach_works_past_the_lookahead_and_its_buffers_go_once_the_batches_pass_it() {
+        let ahead = lane(40);
+        ahead.reach(30);
+        assert_eq!(
+            settled(&ahead),
+            (30, 30, 30),
+            "every position reached, a buffer each"
+        );
+        take(&ahead, 0, 30);
+        let state = ahead.shared.lock();
+        assert_eq!(state.reach, 0, "the reach is over");
+        assert!(state.buffers <= BUFFERS, "{} buffers kept", state.buffers);
+        assert!(state.free.len() <= state.buffers);
+    }
+
+    #[test]
+    fn a_reach_ended_works_no_further_than_the_lane_had_looked() {
+        let ahead = lane(40);
+        ahead.reach(30);
+        // Ended once the lane is past its lookahead: it takes no new position until the
+        // batches come within the lookahead of the ones it has looked at.
+        let started = Instant::now();
+        while ahead.shared.lock().next <= LOOKAHEAD {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the lane stalled"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        ahead.end_reach(0);
+        let (looked, results, _) = settled(&ahead);
+        assert!((LOOKAHEAD + 1..=30).contains(&looked), "{looked}");
+        assert_eq!(results, looked);
+        take(&ahead, 0, looked);
+        // Past the positions it had looked at, the lane works its lookahead again.
+        assert_eq!(settled(&ahead).0, looked + LOOKAHEAD);
+        let state = ahead.shared.lock();
+        assert!(state.buffers <= BUFFERS, "{} buffers kept", state.buffers);
+    }
+
+    #[test]
+    fn a_new_epoch_drops_the_reach() {
+        let ahead = lane(40);
+        ahead.reach(30);
+        settled(&ahead);
+        let rocket = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/rocket.jpg");
+        ahead.begin(AheadWork {
+            source: Arc::new(Source::paths(vec![rocket; 10])),
+            order: Arc::new(EpochOrder::new((0..10).collect())),
+            epoch: 1,
+            on_gpu: Arc::new(|_, _| false),
+        });
+        assert_eq!(settled(&ahead).0, LOOKAHEAD);
+        let state = ahead.shared.lock();
+        assert_eq!(state.reach, 0);
+        assert!(state.buffers <= BUFFERS, "{} buffers kept", state.buffers);
+    }
+}
