@@ -554,7 +554,8 @@ pub struct DecodeOptions {
     /// (their encoded bytes and decoded pixels), whatever the number of threads: an image
     /// reserves its share from its header before it is read, and waits while others hold too
     /// much; one larger than the whole limit is decoded alone (default
-    /// [`DEFAULT_DECODE_MEMORY`]).
+    /// [`DEFAULT_DECODE_MEMORY`]). While a CUDA device opens at build, the CPU threads also keep
+    /// up to an eighth of it of finished images ahead of the first batch.
     pub memory_limit: u64,
     /// 16-bit gray to 8 bits: clipped like torchvision (default) or scaled.
     pub gray16: Gray16,

@@ -320,7 +320,9 @@ impl PipelineBuilder {
     }
 
     /// Checks the options, opens the device, compiles the kernel, allocates the staging ring and
-    /// starts the first epoch in the background.
+    /// starts the first epoch in the background. On a CUDA device the CPU threads start on the
+    /// first epoch before the device opens (unless a GPU share is given), so that images are
+    /// decoded while the context, the staging and the kernels come up.
     pub fn build(self) -> Result<Pipeline> {
         let source = self
             .source
