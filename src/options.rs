@@ -1149,6 +1149,12 @@ pub struct RuntimeOptions {
     /// thread until the next is made (so that images skipped at the end of an epoch are listed
     /// on its last batch), so a depth of 1 holds two as well.
     pub prefetch: usize,
+    /// With a CUDA [`RuntimeOptions::device`] that cannot be used for want of the driver,
+    /// NVRTC or the device (a [`crate::CudaUnavailable`] error), run on the CPU instead of
+    /// failing: [`crate::Pipeline::cpu_fallback`] then says why (default off). The CPU threads
+    /// start before the device is looked for, so the driver's start (about 0.1 s) overlaps their
+    /// work instead of coming before it.
+    pub cpu_fallback: bool,
 }
 
 impl Default for RuntimeOptions {
@@ -1157,6 +1163,7 @@ impl Default for RuntimeOptions {
             device: Device::Cuda(0),
             threads: 0,
             prefetch: 2,
+            cpu_fallback: false,
         }
     }
 }
@@ -1176,6 +1183,12 @@ impl RuntimeOptions {
     /// Sets [`RuntimeOptions::device`].
     pub fn device(mut self, device: Device) -> Self {
         self.device = device;
+        self
+    }
+
+    /// Sets [`RuntimeOptions::cpu_fallback`].
+    pub fn cpu_fallback(mut self, fall_back: bool) -> Self {
+        self.cpu_fallback = fall_back;
         self
     }
 

@@ -663,6 +663,42 @@ fn asking_for_a_gpu_without_one_is_a_clear_error() {
     }
 }
 
+/// With `cpu_fallback`, a GPU asked for where none can be used gives the CPU device's batches,
+/// byte for byte, and says why; where a GPU can be used, it is used.
+#[test]
+fn a_gpu_asked_for_with_a_cpu_fallback_runs_on_the_cpu_without_one() {
+    let images = |device: Device, fall_back: bool| {
+        let mut pipeline = Pipeline::builder()
+            .source(Source::directory("assets").expect("assets"))
+            .batch_size(3)
+            .resize(ResizeMode::center_crop(64, 56))
+            .dtype(gpufeed::DType::F32)
+            .device(device)
+            .cpu_fallback(fall_back)
+            .build()
+            .expect("build");
+        let why = pipeline.cpu_fallback().map(str::to_string);
+        let on = pipeline.options().runtime.device;
+        let mut bytes = Vec::new();
+        while let Some(batch) = pipeline.next_batch().expect("batch") {
+            bytes.extend(batch.images().to_host().expect("host").to_le_bytes());
+        }
+        (why, on, bytes)
+    };
+    let (why, on, bytes) = images(Device::Cuda(0), true);
+    match gpufeed::cuda::probe() {
+        Err(Error::CudaUnavailable(missing)) => {
+            assert_eq!(why, Some(missing.to_string()), "the reason it fell back");
+            assert_eq!(on, Device::Cpu);
+            let (none, _, cpu) = images(Device::Cpu, false);
+            assert_eq!(none, None);
+            assert!(bytes == cpu, "the CPU device's bytes");
+        }
+        Err(other) => panic!("a probe fails with CudaUnavailable, not {other:?}"),
+        Ok(_) => assert_eq!((why, on), (None, Device::Cuda(0))),
+    }
+}
+
 #[test]
 fn invalid_options_are_refused() {
     let build = |b: PipelineBuilder| {

@@ -196,6 +196,14 @@ impl PipelineBuilder {
         self
     }
 
+    /// On a CUDA device that cannot be used (no driver, no NVRTC, no such device), runs on the
+    /// CPU instead of failing, and [`Pipeline::cpu_fallback`] says why (default off: `build()`
+    /// fails). See [`crate::RuntimeOptions::cpu_fallback`].
+    pub fn cpu_fallback(mut self, fall_back: bool) -> Self {
+        self.options.runtime.cpu_fallback = fall_back;
+        self
+    }
+
     /// What a bad image does (default: skip it and list it on the batch).
     pub fn on_error(mut self, policy: OnError) -> Self {
         self.options.batching.on_error = policy;

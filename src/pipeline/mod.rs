@@ -67,6 +67,8 @@ pub struct Pipeline {
     batches_per_epoch: usize,
     class_names: Option<Vec<String>>,
     device_description: String,
+    /// Why the pipeline runs on the CPU though a CUDA device was asked for, when it fell back.
+    cpu_fallback: Option<String>,
     pinned_bytes: usize,
     /// Which lanes decode and the GPU lane's share, as the worker last reported them.
     lanes_report: Arc<Mutex<LanesReport>>,
@@ -174,16 +176,16 @@ impl Pipeline {
         let shard_len = sampler.real_len();
         // Batches the host cannot hold are refused before any work begins.
         let image_bytes = Geometry::new(&options.resize).image_bytes();
-        let plan = OutputPlan::new(&options, image_bytes, Lanes::device_bytes(&options))?;
+        let mut plan = OutputPlan::new(&options, image_bytes, Lanes::device_bytes(&options))?;
         let stopwatch = Arc::new(Stopwatch::default());
         // An epoch's encoded bytes, from the sizes of the first files (a stat each, or the
         // listing's sizes in object storage).
-        let epoch_bytes = || {
+        let epoch_bytes = |source: &Source| {
             let sampled = source.len().min(EPOCH_BYTES_SAMPLE);
             let bytes: u64 = (0..sampled).map(|i| source.item(i).size_hint()).sum();
             bytes / sampled.max(1) as u64 * shard_len as u64
         };
-        let mut lanes = Lanes::start(&options, shard_len, epoch_bytes, &stopwatch)?;
+        let mut lanes = Lanes::start(&options, shard_len, || epoch_bytes(&source), &stopwatch)?;
         // The CPU lane starts on the first epoch while the device opens (a few tenths of a
         // second for the CUDA context, the staging and the kernels).
         let source = Arc::new(source);
@@ -193,8 +195,21 @@ impl Pipeline {
                 worker::plan_epoch(&sampler, &source, start, &mut upcoming)
             })
             .map(|order| (start, order));
+        let mut cpu_fallback = None;
         let gpu = match options.runtime.device {
-            crate::Device::Cuda(ordinal) => Some(Gpu::open(ordinal)?),
+            crate::Device::Cuda(ordinal) => match Gpu::open(ordinal) {
+                Ok(gpu) => Some(gpu),
+                Err(Error::CudaUnavailable(why)) if options.runtime.cpu_fallback => {
+                    // The CPU device instead: its lanes replace those begun for the GPU (the
+                    // epoch's order stays planned; the CPU lane works batch by batch).
+                    options.runtime.device = crate::Device::Cpu;
+                    plan = OutputPlan::new(&options, image_bytes, 0)?;
+                    lanes = Lanes::start(&options, shard_len, || epoch_bytes(&source), &stopwatch)?;
+                    cpu_fallback = Some(why.to_string());
+                    None
+                }
+                Err(e) => return Err(e),
+            },
             crate::Device::Cpu => None,
         };
         if let Some(gpu) = &gpu {
@@ -253,6 +268,7 @@ impl Pipeline {
             batches_per_epoch,
             class_names,
             device_description,
+            cpu_fallback,
             pinned_bytes,
             lanes_report,
             stopwatch,
@@ -527,6 +543,13 @@ impl Pipeline {
     /// The device the batches land on, in words.
     pub fn device_description(&self) -> &str {
         &self.device_description
+    }
+
+    /// Why the pipeline runs on the CPU, when a CUDA device was asked for with
+    /// [`PipelineBuilder::cpu_fallback`] and could not be used: the driver, NVRTC or the device
+    /// missing, in words. `None` when it runs on the device asked for.
+    pub fn cpu_fallback(&self) -> Option<&str> {
+        self.cpu_fallback.as_deref()
     }
 
     /// The CUDA stream every batch is uploaded, written and freed on (none on the CPU device).

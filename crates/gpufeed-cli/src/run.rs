@@ -474,39 +474,20 @@ impl RunArgs {
     }
 
     /// The device: explicit `--device N` must work; `--cpu` is the CPU; otherwise the first GPU
-    /// (or the launcher's, `local_gpu`) if there is one, else the CPU with a message saying why.
-    /// Whether the device is left to the command line, which then looks for a GPU.
-    fn probes(&self) -> bool {
-        !self.cpu && self.device.is_none()
+    /// (or the launcher's, `local_gpu`), the pipeline falling back to the CPU where no GPU can
+    /// be used ([`RunArgs::falls_back`]).
+    fn device(&self, local_gpu: Option<usize>) -> Device {
+        match self.cpu {
+            true => Device::Cpu,
+            false => Device::Cuda(self.device.or(local_gpu).unwrap_or(0)),
+        }
     }
 
-    /// The device asked for, or with none asked for, a GPU if `probe` (the CUDA driver's
-    /// answer, looked for while the source was listed) found one.
-    fn device(
-        &self,
-        local_gpu: Option<usize>,
-        probe: Option<std::thread::JoinHandle<gpufeed::Result<gpufeed::cuda::CudaInfo>>>,
-    ) -> Device {
-        if self.cpu {
-            return Device::Cpu;
-        }
-        if let Some(ordinal) = self.device {
-            return Device::Cuda(ordinal);
-        }
-        let probed = match probe {
-            Some(probe) => probe.join().unwrap_or_else(|_| gpufeed::cuda::probe()),
-            None => gpufeed::cuda::probe(),
-        };
-        match probed {
-            Ok(_) => Device::Cuda(local_gpu.unwrap_or(0)),
-            Err(e) => {
-                eprintln!(
-                    "gpufeed: {e}\ngpufeed: running the CPU stages and the CPU normalize instead \
-                     (--device N requires a GPU, --cpu silences this)"
-                );
-                Device::Cpu
-            }
-        }
+    /// Whether the device was left to the command line: the pipeline then runs on the CPU where
+    /// no GPU can be used, and the command line says why. The pipeline looks for the GPU while
+    /// its CPU threads start, so the driver's start (about 0.1 s) does not hold them back.
+    fn falls_back(&self) -> bool {
+        !self.cpu && self.device.is_none()
     }
 }
 
@@ -583,14 +564,9 @@ fn run_and_summarize(
     summarized: &mut bool,
 ) -> Result<Device> {
     let (shard, local_gpu) = args.shard()?;
-    // The CUDA driver starts (a tenth of a second) while the source is listed.
-    let probe = args
-        .probes()
-        .then(|| std::thread::spawn(gpufeed::cuda::probe));
     let opening = Instant::now();
     let source = args.source()?;
     let open_seconds = opening.elapsed().as_secs_f64();
-    let device = args.device(local_gpu, probe);
     let opened = source.opening_report().cloned();
     for (folder, reason) in source.unreadable_folders() {
         eprintln!("gpufeed: skipped {}: {reason}", folder.display());
@@ -601,7 +577,8 @@ fn run_and_summarize(
         .map(|(folder, reason)| json!({"path": folder.display().to_string(), "reason": reason}))
         .collect();
     let left_out = source.left_out().to_vec();
-    let options = args.options(device, shard)?;
+    let mut options = args.options(args.device(local_gpu), shard)?;
+    options.runtime.cpu_fallback = args.falls_back();
     if args.epochs == 0 {
         return Err("--epochs must be at least 1".into());
     }
@@ -652,6 +629,13 @@ fn run_and_summarize(
     }
     .map_err(flag_names)?;
     let setup_seconds = setup.elapsed().as_secs_f64();
+    if let Some(why) = pipeline.cpu_fallback() {
+        eprintln!(
+            "gpufeed: {why}\ngpufeed: running the CPU stages and the CPU normalize instead \
+             (--device N requires a GPU, --cpu silences this)"
+        );
+    }
+    let device = pipeline.options().runtime.device;
     let progress = if std::io::stderr().is_terminal() && !args.json {
         let bar = ProgressBar::new(pipeline.len() as u64 * args.epochs);
         let rate = |state: &ProgressState, w: &mut dyn std::fmt::Write| {
