@@ -631,8 +631,8 @@ fn run_and_summarize(
     let setup_seconds = setup.elapsed().as_secs_f64();
     if let Some(why) = pipeline.cpu_fallback() {
         eprintln!(
-            "gpufeed: {why}\ngpufeed: running the CPU stages and the CPU normalize instead \
-             (--device N requires a GPU, --cpu silences this)"
+            "gpufeed: CUDA is not available: {why}\ngpufeed: running the CPU stages and the CPU \
+             normalize instead (--device N requires a GPU, --cpu silences this)"
         );
     }
     let device = pipeline.options().runtime.device;
