@@ -10,8 +10,8 @@
 //! without any never starts its threads.
 //!
 //! Memory: a decode reserves what it holds (the decoder's planes, the file's scans destuffed and
-//! the packed coefficients) from the CPU lane's decode memory budget, as the CPU lane's threads reserve theirs, and waits
-//! while the others hold too much. Between files each thread keeps its decoder's planes (2 bytes
+//! the packed coefficients) from the CPU lane's decode memory budget, as the CPU lane's threads
+//! reserve theirs, and waits while the others hold too much. Between files each thread keeps its decoder's planes (2 bytes
 //! a coefficient and a mask word a block: about 3.1 bytes a pixel for 4:2:0, 6.2 for 4:4:4, so
 //! 37 MB for a 12-megapixel 4:2:0 photo) up to [`KEPT_BYTES`], freeing them after a larger image,
 //! and libjpeg-turbo's header reader.

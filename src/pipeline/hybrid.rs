@@ -137,8 +137,9 @@ pub(crate) enum GpuOpening {
 }
 
 impl HybridLanes {
-    /// The lanes, with the GPU lane as `gpu` brings it beside the CPU lane's `ahead` threads (all
-    /// of them at work if it cannot run). `cores`: the machine's cores when the thread count was
+    /// The lanes, with the GPU lane as `gpu` brings it beside the CPU lane's `ahead` threads (as
+    /// many of them at work as [`super::lanes::Lanes::start`] left, all of them if the lane
+    /// cannot open). `cores`: the machine's cores when the thread count was
     /// left to the pipeline: once the GPU lane runs, the CPU lane leaves it the cores its host
     /// threads keep busy (`None`: the count was given, and kept). `begun`: the epoch the CPU lane
     /// began alone (the GPU lane joins it once open).
@@ -154,10 +155,7 @@ impl HybridLanes {
         let gpu = match gpu {
             GpuOpening::Open(lane) => GpuState::Open(lane),
             GpuOpening::Pending(opening) => GpuState::Opening(opening),
-            GpuOpening::NotAsked => {
-                ahead.set_active_threads(ahead.threads());
-                GpuState::NotAsked
-            }
+            GpuOpening::NotAsked => GpuState::NotAsked,
         };
         HybridLanes {
             gpu,

@@ -267,7 +267,6 @@ impl Lanes {
         Ok(LanesStarting::Ahead(Box::new(AheadStart {
             ahead,
             config,
-            given_share: options.decode.gpu_share.is_some(),
             why: DecodeWhy(why),
             balance,
             lookahead,
@@ -415,8 +414,6 @@ pub(crate) struct AheadStart {
     ahead: CpuAhead,
     /// The GPU lane's configuration, when it is asked for.
     config: Option<GpuLaneConfig>,
-    /// Whether the GPU lane's share was given: it then opens before the first batch.
-    given_share: bool,
     why: DecodeWhy,
     balance: Balance,
     lookahead: usize,
@@ -431,8 +428,9 @@ pub(crate) struct AheadStart {
 impl LanesStarting {
     /// Starts the CPU lane on the first epoch, in the order `plan` makes, while the device
     /// opens, where the lanes work ahead and the share is not given (the GPU lane, not open yet,
-    /// is offered nothing): the order, if it began. Meanwhile the lane works further ahead than its lookahead, up to an
-    /// eighth of the decode memory of finished images, until the batches pass them.
+    /// is offered nothing): the order, if it began. Meanwhile the lane works further ahead than
+    /// its lookahead, up to an eighth of the decode memory of finished images, until the batches
+    /// pass them.
     pub fn begin_early(
         &mut self,
         source: &Arc<Source>,
@@ -442,7 +440,8 @@ impl LanesStarting {
         let LanesStarting::Ahead(start) = self else {
             return None;
         };
-        if start.given_share {
+        // A given share opens the GPU lane before the first batch instead.
+        if start.balance.is_pinned() {
             return None;
         }
         let order = plan();
@@ -471,7 +470,6 @@ impl LanesStarting {
             AheadStart {
                 ahead,
                 config,
-                given_share,
                 why,
                 balance,
                 lookahead,
@@ -483,7 +481,7 @@ impl LanesStarting {
         ) = start;
         let opening = match config {
             None => GpuOpening::NotAsked,
-            Some(config) if given_share => {
+            Some(config) if balance.is_pinned() => {
                 match stopwatch.time(Stage::GpuOpen, || GpuLane::open(gpu, &config)) {
                     Ok(lane) => GpuOpening::Open(Box::new(lane)),
                     Err(reason) => return Lanes::fall_back(options, reason.to_string(), stopwatch),

@@ -203,7 +203,7 @@ impl Pipeline {
                     // The CPU device instead: its lanes replace those begun for the GPU (the
                     // epoch's order stays planned; the CPU lane works batch by batch).
                     options.runtime.device = crate::Device::Cpu;
-                    plan = OutputPlan::new(&options, image_bytes, 0)?;
+                    plan = OutputPlan::new(&options, image_bytes, Lanes::device_bytes(&options))?;
                     lanes = Lanes::start(&options, shard_len, || epoch_bytes(&source), &stopwatch)?;
                     cpu_fallback = Some(why.to_string());
                     None

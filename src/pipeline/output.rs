@@ -149,13 +149,11 @@ impl OutputPlan {
         sizes.fits(all, Some(free as u64), "GPU memory")
     }
 
-    /// Opens the output stage: on `gpu` for a CUDA device (checked with
-    /// [`OutputPlan::check_device`]), on the host otherwise.
+    /// Opens the output stage: on `gpu`, the pipeline's CUDA device (checked with
+    /// [`OutputPlan::check_device`]), or on the host without one.
     pub fn open(self, options: &Options, gpu: Option<&Gpu>) -> Result<Box<dyn OutputStage>> {
-        let gpu = match (options.runtime.device, gpu) {
-            (crate::Device::Cuda(_), Some(gpu)) => gpu.clone(),
-            (crate::Device::Cuda(ordinal), None) => Gpu::open(ordinal)?,
-            (crate::Device::Cpu, _) => return Ok(Box::new(self.open_on_host(options)?)),
+        let Some(gpu) = gpu.cloned() else {
+            return Ok(Box::new(self.open_on_host(options)?));
         };
         let OutputPlan {
             slot_bytes,

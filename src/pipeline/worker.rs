@@ -113,7 +113,7 @@ impl Worker {
             let ahead = begun.take().filter(|(begun_at, _)| start == *begun_at);
             let order = match &ahead {
                 Some((_, order)) => order.clone(),
-                None => self.plan_epoch(start, &mut upcoming),
+                None => plan_epoch(&self.sampler, &self.source, start, &mut upcoming),
             };
             let batch_size = self.batching.batch_size;
             // With equal shards, every rank yields exactly this many images, in batches of the
@@ -226,7 +226,12 @@ impl Worker {
                 // asks for the next (which it almost always does, unless the run's planned
                 // epochs end here).
                 let next = epoch + 1;
-                let order = self.plan_epoch(EpochStart::beginning(next), &mut upcoming);
+                let order = plan_epoch(
+                    &self.sampler,
+                    &self.source,
+                    EpochStart::beginning(next),
+                    &mut upcoming,
+                );
                 if self.lanes.begin(&self.source, &order, next).is_ok() {
                     begun = Some((EpochStart::beginning(next), order));
                 }
@@ -241,17 +246,6 @@ impl Worker {
                 return;
             }
         }
-    }
-
-    /// The order of the epoch `start` begins (from where it says), which the source starts
-    /// reading ahead of. `upcoming` keeps the next epoch's order when the source asks for it (to
-    /// read ahead of that epoch too), and gives it back when that epoch begins at its start.
-    fn plan_epoch(
-        &self,
-        start: EpochStart,
-        upcoming: &mut Option<(u64, Arc<EpochOrder>)>,
-    ) -> Arc<EpochOrder> {
-        plan_epoch(&self.sampler, &self.source, start, upcoming)
     }
 
     /// Publishes which lanes decode and the GPU lane's share, for the consumer.
