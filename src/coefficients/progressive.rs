@@ -210,8 +210,21 @@ impl ProgressiveDecoder {
     /// Entropy-decodes `jpeg`, a progressive JPEG, into its coefficients, or says why libjpeg-
     /// turbo must read it.
     pub fn decode(&mut self, jpeg: &[u8]) -> Result<ProgressiveCoefficients<'_>, Error> {
+        self.decode_top(jpeg, None)
+    }
+
+    /// [`ProgressiveDecoder::decode`], with `block_rows` the block rows of each component (in
+    /// the frame's order) that must be decoded: every scan stops after the stripe that holds
+    /// them, the rest of its data is left unread and the blocks below are zero. What a resize
+    /// reading only the image's upper rows needs (the file is still read whole for its markers,
+    /// and a scan's data must hold the blocks decoded). `None`: every block row.
+    pub fn decode_top(
+        &mut self,
+        jpeg: &[u8],
+        block_rows: Option<&[u32]>,
+    ) -> Result<ProgressiveCoefficients<'_>, Error> {
         let components = self.read_scans(jpeg)?;
-        self.decode_stripes(&components)?;
+        self.decode_stripes(&components, block_rows)?;
         Ok(ProgressiveCoefficients { decoder: self })
     }
 
@@ -412,15 +425,20 @@ impl ProgressiveDecoder {
         }
     }
 
-    /// Decodes every scan read by [`ProgressiveDecoder::read_scans`], stripe by stripe: for
+    /// Decodes the scans read by [`ProgressiveDecoder::read_scans`], stripe by stripe: for
     /// each stripe of MCU rows, its planes' memory zeroed, then every scan in the file's order
-    /// over the stripe's MCUs or blocks.
-    fn decode_stripes(&mut self, components: &[FrameComponent]) -> Result<(), Error> {
+    /// over the stripe's MCUs or blocks; with `block_rows`, up to the stripe holding them.
+    fn decode_stripes(
+        &mut self,
+        components: &[FrameComponent],
+        block_rows: Option<&[u32]>,
+    ) -> Result<(), Error> {
         // The scans and their data lent out while the planes are written.
         let mut scans = std::mem::take(&mut self.scans);
         let data = std::mem::take(&mut self.data);
         let intervals = std::mem::take(&mut self.intervals);
-        let result = self.decode_scans_in_stripes(&mut scans, &data, &intervals, components);
+        let result =
+            self.decode_scans_in_stripes(&mut scans, &data, &intervals, components, block_rows);
         self.scans = scans;
         self.data = data;
         self.intervals = intervals;
@@ -434,10 +452,23 @@ impl ProgressiveDecoder {
         data: &[u8],
         intervals: &[Interval],
         components: &[FrameComponent],
+        block_rows: Option<&[u32]>,
     ) -> Result<(), Error> {
-        let mcu_rows = match components.len() {
+        let all_rows = match components.len() {
             1 => self.planes[0].blocks_high,
             _ => self.mcus_across(components).1,
+        };
+        // The MCU rows holding every component's wanted block rows.
+        let mcu_rows = match block_rows {
+            Some(rows) => (0..components.len())
+                .map(|c| {
+                    let wanted = rows.get(c).map_or(usize::MAX, |&r| r as usize);
+                    wanted.div_ceil(Self::rows_per_mcu_row(components, c))
+                })
+                .max()
+                .unwrap_or(all_rows)
+                .min(all_rows),
+            None => all_rows,
         };
         let row_bytes: usize = (0..components.len())
             .map(|c| {
@@ -466,9 +497,17 @@ impl ProgressiveDecoder {
             }
             first_row = end_row;
         }
-        // Every scan decoded to its end: its last interval's data must have held it.
+        if first_row < all_rows {
+            // Stopped early: the blocks below are zero, not an earlier image's.
+            for (c, plane) in self.planes.iter_mut().enumerate() {
+                let per = Self::rows_per_mcu_row(components, c);
+                plane.zero_rows(first_row * per..plane.blocks_high);
+            }
+        }
+        // Every scan decoded as far as asked (to its end unless stopped early): the data of the
+        // interval it stopped in must have held what it decoded.
         scans.iter().try_for_each(|plan| {
-            if plan.progress.next != plan.units {
+            if first_row == all_rows && plan.progress.next != plan.units {
                 return Err(unsupported("a scan not decoded to its end"));
             }
             interval_bits(data, intervals, plan.progress.interval)?

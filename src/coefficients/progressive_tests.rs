@@ -280,3 +280,40 @@ fn large_photos_re_encoded_progressive_decode_to_libjpeg_turbos_coefficients() {
     }
     assert!(checked > 0, "no photo could be read");
 }
+
+#[test]
+fn a_decode_of_the_top_rows_gives_libjpeg_turbos_coefficients_there_and_zeros_below() {
+    let mut reader = CoefficientReader::new().expect("reader");
+    // One decoder over every file, so that a decode stopping early finds an earlier image's
+    // blocks below its rows; stripes of one MCU row, so that it stops at the row asked for.
+    for stripe_bytes in [1, 256 << 10] {
+        let mut decoder = ProgressiveDecoder::with_stripe_bytes(stripe_bytes);
+        let mut stopped_early = 0;
+        for (name, jpeg) in &progressive_cases(5) {
+            let Some(want) = libjpeg(&mut reader, jpeg) else {
+                continue;
+            };
+            let header = reader.open(jpeg).expect("header").header().clone();
+            for eighths in [1, 4, 7] {
+                let rows: Vec<u32> = header
+                    .components()
+                    .iter()
+                    .map(|c| (c.blocks_high * eighths).div_ceil(8))
+                    .collect();
+                let got = decoder.decode_top(jpeg, Some(&rows)).expect(name);
+                let got = blocks_of(&got, &header);
+                for (c, ((_, g), (_, w))) in got.iter().zip(&want).enumerate() {
+                    let row_len = header.components()[c].blocks_wide as usize * 64;
+                    for (r, (g, w)) in g.chunks(row_len).zip(w.chunks(row_len)).enumerate() {
+                        let zero = g.iter().all(|&v| v == 0);
+                        if (r as u32) < rows[c] || !zero {
+                            assert_eq!(g, w, "{name}, {eighths}/8: component {c}, block row {r}");
+                        }
+                        stopped_early += usize::from(zero && w.iter().any(|&v| v != 0));
+                    }
+                }
+            }
+        }
+        assert!(stopped_early > 100, "{stopped_early} block rows left zero");
+    }
+}

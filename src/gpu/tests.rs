@@ -466,12 +466,40 @@ fn gray_jpegs_decode_on_the_engines_in_a_batch_of_their_own() {
 /// coefficients decoded on a CPU thread), one progressive cut short (the CPU lane's), and two small
 /// ones (the engines'): fresh pixels from `seed`, a photo scaled up with noise.
 fn large_photos(seed: u64) -> Vec<(String, Vec<u8>)> {
-    use turbojpeg_region::{encode, Colorspace, EncodeOptions, Format, Restart, Sampling};
+    use turbojpeg_region::{encode, EncodeOptions, Format};
     let photo = image::open("assets/astronaut.png")
         .expect("photo")
         .to_rgb8();
     let noise = random_bytes(4 << 20, seed);
-    let kinds: [(&str, EncodeOptions); 10] = [
+    let mut files = Vec::new();
+    for (i, (kind, options)) in jpeg_kinds().iter().enumerate() {
+        let (w, h) = (
+            1100 + 97 * i as u32 + (seed % 13) as u32,
+            960 + 61 * i as u32,
+        );
+        let bytes = encode_photo(&photo, &noise, i, (w, h), options);
+        files.push((format!("{kind} {w}x{h}"), bytes));
+    }
+    let progressive = files
+        .iter()
+        .find(|(name, _)| name.starts_with("progressive"))
+        .map(|(_, bytes)| bytes[..bytes.len() * 2 / 3].to_vec());
+    if let Some(cut) = progressive {
+        files.push(("progressive cut short".into(), cut));
+    }
+    for (w, h) in [(640, 480), (500, 375)] {
+        let small = image::imageops::resize(&photo, w, h, image::imageops::Triangle).into_raw();
+        let bytes = encode(&small, w, h, Format::Rgb, &EncodeOptions::default()).expect("encode");
+        files.push((format!("small {w}x{h}"), bytes));
+    }
+    files
+}
+
+/// The JPEG kinds of [`large_photos`], by name: every sampling, gray, RGB, restart intervals,
+/// optimized tables, and progressive last.
+fn jpeg_kinds() -> [(&'static str, turbojpeg_region::EncodeOptions); 10] {
+    use turbojpeg_region::{Colorspace, EncodeOptions, Restart, Sampling};
+    [
         ("4:2:0", EncodeOptions::default()),
         (
             "4:2:2 q75",
@@ -541,39 +569,57 @@ fn large_photos(seed: u64) -> Vec<(String, Vec<u8>)> {
                 ..Default::default()
             },
         ),
-    ];
+    ]
+}
+
+/// `photo` scaled to `w` x `h` with `noise` (offset by `i`) added, encoded with `options`.
+fn encode_photo(
+    photo: &image::RgbImage,
+    noise: &[u8],
+    i: usize,
+    (w, h): (u32, u32),
+    options: &turbojpeg_region::EncodeOptions,
+) -> Vec<u8> {
+    use turbojpeg_region::{encode, Colorspace, Format};
+    let mut rgb = image::imageops::resize(photo, w, h, image::imageops::Triangle).into_raw();
+    for (k, p) in rgb.iter_mut().enumerate() {
+        let n = noise[(k * 7 + i) % noise.len()] % 9;
+        *p = p.saturating_add(n).saturating_sub(4);
+    }
+    let (pixels, format) = match options.colorspace {
+        Colorspace::Gray => (
+            rgb.chunks(3).map(|p| p[1]).collect::<Vec<u8>>(),
+            Format::Gray,
+        ),
+        _ => (rgb, Format::Rgb),
+    };
+    encode(&pixels, w, h, format, options).expect("encode")
+}
+
+/// Progressive photos of every kind of [`jpeg_kinds`] (but RGB, which the screen refuses),
+/// upright and lying, of sizes that leave partial MCUs.
+fn progressive_photos(seed: u64) -> Vec<(String, Vec<u8>)> {
+    let photo = image::open("assets/astronaut.png")
+        .expect("photo")
+        .to_rgb8();
+    let noise = random_bytes(4 << 20, seed);
     let mut files = Vec::new();
-    for (i, (kind, options)) in kinds.iter().enumerate() {
-        let (w, h) = (
-            1100 + 97 * i as u32 + (seed % 13) as u32,
-            960 + 61 * i as u32,
-        );
-        let mut rgb = image::imageops::resize(&photo, w, h, image::imageops::Triangle).into_raw();
-        for (k, p) in rgb.iter_mut().enumerate() {
-            let n = noise[(k * 7 + i) % noise.len()] % 9;
-            *p = p.saturating_add(n).saturating_sub(4);
+    for (i, (kind, options)) in jpeg_kinds().iter().enumerate() {
+        if kind.starts_with("rgb") {
+            continue;
         }
-        let (pixels, format) = match options.colorspace {
-            Colorspace::Gray => (
-                rgb.chunks(3).map(|p| p[1]).collect::<Vec<u8>>(),
-                Format::Gray,
-            ),
-            _ => (rgb, Format::Rgb),
+        let options = turbojpeg_region::EncodeOptions {
+            progressive: true,
+            ..*options
         };
-        let bytes = encode(&pixels, w, h, format, options).expect("encode");
-        files.push((format!("{kind} {w}x{h}"), bytes));
-    }
-    let progressive = files
-        .iter()
-        .find(|(name, _)| name.starts_with("progressive"))
-        .map(|(_, bytes)| bytes[..bytes.len() * 2 / 3].to_vec());
-    if let Some(cut) = progressive {
-        files.push(("progressive cut short".into(), cut));
-    }
-    for (w, h) in [(640, 480), (500, 375)] {
-        let small = image::imageops::resize(&photo, w, h, image::imageops::Triangle).into_raw();
-        let bytes = encode(&small, w, h, Format::Rgb, &EncodeOptions::default()).expect("encode");
-        files.push((format!("small {w}x{h}"), bytes));
+        let (long, short) = (1203 + 89 * i as u32, 877 + 41 * i as u32);
+        let (w, h) = if i % 2 == 0 {
+            (short, long)
+        } else {
+            (long, short)
+        };
+        let bytes = encode_photo(&photo, &noise, i, (w, h), &options);
+        files.push((format!("progressive {kind} {w}x{h}"), bytes));
     }
     files
 }
@@ -629,6 +675,46 @@ fn the_assisted_path_decodes_large_photos_exactly_like_the_cpu_lane() {
                         "{name}: the assisted path differs from the CPU lane"
                     );
                 }
+            }
+        }
+    }
+}
+
+/// A progressive photo's coefficients are decoded only down to the rows its resize reads (an
+/// upright photo centre-cropped, a narrow crop): the assisted path still renders it byte for
+/// byte as the CPU lane does, whatever its sampling, restart intervals or crop, outputs
+/// poisoned.
+#[test]
+fn progressive_photos_decoded_down_to_the_rows_the_resize_reads_match_the_cpu_lane() {
+    let Some(gpu) =
+        test_gpu("progressive_photos_decoded_down_to_the_rows_the_resize_reads_match_the_cpu_lane")
+    else {
+        return;
+    };
+    let files = progressive_photos(6);
+    let bytes: Vec<Vec<u8>> = files.iter().map(|(_, b)| b.clone()).collect();
+    let modes = [
+        ResizeMode::center_crop(256, 224),
+        ResizeMode::center_crop(160, 64),
+        ResizeMode::stretch(96, 64),
+    ];
+    for mode in modes {
+        let resize = ResizeOptions::default().mode(mode);
+        let geometry = Geometry::new(&resize);
+        let image = geometry.image_bytes();
+        let mut lane = open_lane_assisting(&gpu, &geometry, 16, true, 1.0);
+        for poison in [0x5A, 0xA5] {
+            let (made, assisted, got) = run_lane_paths(&mut lane, &gpu, &bytes, poison);
+            for (i, (name, file)) in files.iter().enumerate() {
+                assert!(
+                    made[i] && assisted[i],
+                    "{name} {mode}: not the assisted path's"
+                );
+                let mut want = vec![0u8; image];
+                prepare_image(file, &DecodeOptions::default(), &resize, &mut want).expect("cpu");
+                let got = &got[i * image..(i + 1) * image];
+                let differing = got.iter().zip(&want).filter(|(a, b)| a != b).count();
+                assert_eq!(differing, 0, "{name} {mode}: {differing} bytes differ");
             }
         }
     }

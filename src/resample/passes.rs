@@ -89,6 +89,9 @@ pub struct PassPlan {
     /// else from the source region. With neither axis resampled it is a vertical copy (one tap
     /// of weight [`ONE`] per row).
     pub last: Pass,
+    /// The rows of the source image the passes read, the region's offset included: what its
+    /// decode must give exactly.
+    pub source_rows: std::ops::Range<u32>,
 }
 
 impl PassPlan {
@@ -116,41 +119,40 @@ pub fn plan_passes(
         coefficients,
         fixed_first,
     };
-    let plan = match (xc.resampled, yc.resampled) {
+    let (top, bottom) = yc.span();
+    let source_rows = y.src_offset + top..y.src_offset + bottom;
+    let (first, intermediate, last) = match (xc.resampled, yc.resampled) {
         (true, true) if order.vertical_first(x, y) => {
             let (first, end) = xc.span();
-            PassPlan {
-                first: Some(pass(Direction::Vertical, yc, first)),
-                intermediate: (end - first, y.out_len),
-                last: pass(Direction::Horizontal, xc.shifted(first), 0),
-            }
+            (
+                Some(pass(Direction::Vertical, yc, first)),
+                (end - first, y.out_len),
+                pass(Direction::Horizontal, xc.shifted(first), 0),
+            )
         }
         (true, true) => {
             let (first, end) = yc.span();
-            PassPlan {
-                first: Some(pass(Direction::Horizontal, xc, first)),
-                intermediate: (x.out_len, end - first),
-                last: pass(Direction::Vertical, yc.shifted(first), 0),
-            }
+            (
+                Some(pass(Direction::Horizontal, xc, first)),
+                (x.out_len, end - first),
+                pass(Direction::Vertical, yc.shifted(first), 0),
+            )
         }
         (true, false) => {
             let rows = yc.span().0;
-            PassPlan {
-                first: None,
-                intermediate: (0, 0),
-                last: pass(Direction::Horizontal, xc, rows),
-            }
+            (None, (0, 0), pass(Direction::Horizontal, xc, rows))
         }
         (false, _) => {
             let columns = xc.span().0;
-            PassPlan {
-                first: None,
-                intermediate: (0, 0),
-                last: pass(Direction::Vertical, yc, columns),
-            }
+            (None, (0, 0), pass(Direction::Vertical, yc, columns))
         }
     };
-    Ok(plan)
+    Ok(PassPlan {
+        first,
+        intermediate,
+        last,
+        source_rows,
+    })
 }
 
 #[cfg(test)]
