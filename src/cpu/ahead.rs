@@ -520,7 +520,7 @@ mod tests {
             Arc::new(Stopwatch::default()),
         ));
         let ahead = CpuAhead::start(&core, 2, LOOKAHEAD, BUFFERS).expect("threads");
-        let rocket = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/rocket.jpg");
+        let rocket = "assets/rocket.jpg";
         ahead.begin(AheadWork {
             source: Arc::new(Source::paths(vec![rocket; images])),
             order: Arc::new(EpochOrder::new((0..images).collect())),
@@ -611,7 +611,7 @@ mod tests {
         let ahead = lane(40);
         ahead.reach(30);
         settled(&ahead);
-        let rocket = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/rocket.jpg");
+        let rocket = "assets/rocket.jpg";
         ahead.begin(AheadWork {
             source: Arc::new(Source::paths(vec![rocket; 10])),
             order: Arc::new(EpochOrder::new((0..10).collect())),
