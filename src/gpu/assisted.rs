@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, DevicePtr};
 
-use super::call::{AssistedInput, CallImage, MAX_CALL_PIXELS};
+use super::call::{window_read, AssistedInput, CallImage, MAX_CALL_PIXELS};
 use super::error::GpuLaneError;
 use super::resize::plan::{SourceImage, SourcePixels};
 use crate::coefficients::gpu::{Budget, GpuDecoder};
@@ -49,8 +49,9 @@ pub(super) fn budget(call_pixels: u64) -> Budget {
 /// A submitting thread's assisted decoder: its buffers sized once for a full call.
 pub(super) struct AssistedDecoder {
     decoder: GpuDecoder,
-    /// For each image of the call, its place among the decoder's images.
-    added: Vec<Option<usize>>,
+    /// For each image of the call, its place among the decoder's images and the window of it
+    /// rendered (what its resize reads).
+    added: Vec<Option<(usize, Window)>>,
 }
 
 impl AssistedDecoder {
@@ -82,16 +83,18 @@ impl AssistedDecoder {
         for image in images {
             let place = match &image.assisted {
                 Some(AssistedInput::EntropyCoded(parsed, layout)) => {
-                    let window = Window::whole(parsed.width, parsed.height);
+                    let window = window_read(layout, image.pixels_read());
                     decoder
                         .fits_entropy_coded(parsed, layout, &window)
                         .then(|| decoder.add_entropy_coded(parsed, layout, &window).ok())
                         .flatten()
+                        .map(|at| (at, window))
                 }
                 Some(AssistedInput::Packed(packed, bytes)) => decoder
                     .fits(packed)
                     .then(|| decoder.add(packed, bytes).ok())
-                    .flatten(),
+                    .flatten()
+                    .map(|at| (at, packed.window)),
                 None => None,
             };
             self.added.push(place);
@@ -110,8 +113,9 @@ impl AssistedDecoder {
         Ok(self
             .added
             .iter()
-            .map(|place| {
-                let at = (*place)?;
+            .zip(images)
+            .map(|(place, image)| {
+                let (at, held) = (*place)?;
                 if failures.iter().any(|&(failed, _)| failed == at) {
                     return None;
                 }
@@ -127,10 +131,12 @@ impl AssistedDecoder {
                         pitch: window.pitch,
                     },
                 };
+                let info = image.screened.info;
                 Some(SourceImage {
                     pixels,
-                    width: window.width,
-                    height: window.height,
+                    width: info.width,
+                    height: info.height,
+                    held,
                 })
             })
             .collect())

@@ -1,13 +1,14 @@
 //! A call: the images one submitting thread decodes in one round of `nvjpegDecodeBatched` calls,
 //! as a preparing thread read and planned them.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use super::screen::Screened;
 use super::work::Work;
 use crate::coefficients::entropy::ParsedJpeg;
 use crate::coefficients::pack::PackedImage;
-use crate::coefficients::Layout;
+use crate::coefficients::{Layout, Window};
 use crate::geometry::CropDraw;
 use crate::resample::{AxisPlan, PassPlan};
 use crate::source::ItemBytes;
@@ -45,8 +46,8 @@ pub(super) enum AssistedInput {
     /// A baseline file parsed for the GPU's entropy decoding, with what libjpeg-turbo does with
     /// its components.
     EntropyCoded(ParsedJpeg, Layout),
-    /// A progressive file whose coefficients a CPU thread decoded and packed (the whole image):
-    /// the packed image and its bytes.
+    /// A progressive file whose coefficients a CPU thread decoded and packed (the window its
+    /// resize reads): the packed image and its bytes.
     Packed(PackedImage, Vec<u8>),
 }
 
@@ -64,6 +65,30 @@ impl CallImage {
             _ => None,
         };
         std::iter::once(self.bytes.into_buffer()).chain(packed)
+    }
+}
+
+/// The window of an image of `layout` holding the pixels `read` (columns, rows: a resize's
+/// [`PassPlan::source_columns`] and [`PassPlan::source_rows`]): the whole image if they are
+/// empty or not inside it.
+pub(super) fn window_read(layout: &Layout, (columns, rows): (Range<u32>, Range<u32>)) -> Window {
+    let window = Window {
+        x: columns.start,
+        y: rows.start,
+        width: columns.end.saturating_sub(columns.start),
+        height: rows.end.saturating_sub(rows.start),
+    };
+    match layout.check(&window) {
+        Ok(()) => window,
+        Err(_) => Window::whole(layout.width, layout.height),
+    }
+}
+
+impl CallImage {
+    /// The pixels its resize reads: columns, rows.
+    pub fn pixels_read(&self) -> (Range<u32>, Range<u32>) {
+        let passes = &self.passes;
+        (passes.source_columns.clone(), passes.source_rows.clone())
     }
 }
 

@@ -17,18 +17,19 @@
 //! and libjpeg-turbo's header reader.
 
 use std::cell::RefCell;
+use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
-use super::call::{AssistedInput, CallImage};
+use super::call::{window_read, AssistedInput, CallImage};
 use super::prepare::queue_assisted;
 use super::shared::Shared;
 use super::work::Work;
 use crate::coefficients::pack::pack;
 use crate::coefficients::progressive::ProgressiveDecoder;
-use crate::coefficients::{Layout, Window};
+use crate::coefficients::Layout;
 use crate::cpu::MemoryBudget;
 use crate::profile::{Stage, Stopwatch};
 use turbojpeg_region::CoefficientReader;
@@ -83,16 +84,15 @@ impl CoefficientThreads {
     }
 }
 
-/// `jpeg`'s coefficients decoded and packed (the whole image) into `buffer`, on the calling
-/// thread, with what the decode holds reserved from `decode_memory`; `None` if the path does not
-/// take the file (its decoder or libjpeg-turbo's header reader refuses it: the CPU lane then
-/// decodes it, and reports it if it is broken). Only the blocks that pixel rows `..rows_read`
-/// need are decoded (those below are zero: the resize never reads their pixels). Its working
-/// time, not its wait for the budget, goes to `stopwatch`, where the share between the lanes
-/// reads the cores it takes.
+/// `jpeg`'s coefficients decoded, and the blocks of `pixels_read` (columns, rows) packed
+/// into `buffer`, on the calling thread, with what the decode holds reserved from
+/// `decode_memory`; `None` if the path does not take the file (its decoder or libjpeg-turbo's
+/// header reader refuses it: the CPU lane then decodes it, and reports it if it is broken). No
+/// block row below those pixels is decoded. Its working time, not its wait for the budget, goes
+/// to `stopwatch`, where the share between the lanes reads the cores it takes.
 fn decode(
     jpeg: &[u8],
-    rows_read: u32,
+    pixels_read: (Range<u32>, Range<u32>),
     mut buffer: Vec<u8>,
     decode_memory: &MemoryBudget,
     stopwatch: &Stopwatch,
@@ -109,14 +109,21 @@ fn decode(
         // The clock restarts after the wait, with the header's reading counted in.
         let resumed = Instant::now();
         working = resumed.checked_sub(read).unwrap_or(resumed);
-        let block_rows = needed_block_rows(&layout, rows_read);
+        let window = window_read(&layout, pixels_read);
+        let mut block_rows = [u32::MAX; 4];
+        for (c, rows) in block_rows
+            .iter_mut()
+            .enumerate()
+            .take(layout.components.len())
+        {
+            *rows = layout.blocks(c, &window).y1;
+        }
         let needed = &block_rows[..layout.components.len().min(block_rows.len())];
         let packed = decoder
             .decode_top(jpeg, Some(needed))
             .ok()
             .and_then(|coefficients| {
                 buffer.clear();
-                let window = Window::whole(layout.width, layout.height);
                 pack(&coefficients, &layout, &window, &mut buffer).ok()
             });
         if decoder.memory_bytes() > KEPT_BYTES {
@@ -127,22 +134,6 @@ fn decode(
     });
     stopwatch.add(Stage::GpuCoefficients, working.elapsed());
     assisted
-}
-
-/// Per component of `layout` (at most four), the block rows the pixels of rows `..rows_read`
-/// read, the fancy upsampling's context included.
-fn needed_block_rows(layout: &Layout, rows_read: u32) -> [u32; 4] {
-    let window = Window {
-        height: rows_read.min(layout.height).max(1),
-        ..Window::whole(layout.width, layout.height)
-    };
-    let mut rows = [u32::MAX; 4];
-    if layout.check(&window).is_ok() {
-        for (c, rows) in rows.iter_mut().enumerate().take(layout.components.len()) {
-            *rows = layout.blocks(c, &window).y1;
-        }
-    }
-    rows
 }
 
 /// What decoding and packing an image of `layout` from a file of `file_bytes` holds at most: the
@@ -208,8 +199,8 @@ impl RangeHold {
         pool.spawn(move || {
             let place = (image.position, image.slot);
             let decoded = catch_unwind(AssertUnwindSafe(|| {
-                let rows_read = image.passes.source_rows.end;
-                let assisted = decode(&image.bytes, rows_read, buffer, &decode_memory, &stopwatch);
+                let read = image.pixels_read();
+                let assisted = decode(&image.bytes, read, buffer, &decode_memory, &stopwatch);
                 (image, assisted)
             }));
             {
@@ -248,6 +239,7 @@ impl RangeFiles {
 mod tests {
     use super::*;
     use crate::coefficients::cases::{picture, samplings};
+    use crate::coefficients::Window;
     use turbojpeg_region::{encode, Colorspace, EncodeOptions, Format, Sampling};
 
     /// Progressive files of every sampling the encoder makes, and gray, at a size that leaves
@@ -320,7 +312,8 @@ mod tests {
         std::thread::scope(|scope| {
             // The budget is full until the other holder lets go.
             let held = budget.reserve(1);
-            let decoding = scope.spawn(|| decode(&jpeg, u32::MAX, Vec::new(), &budget, &stopwatch));
+            let decoding =
+                scope.spawn(|| decode(&jpeg, (0..0, 0..0), Vec::new(), &budget, &stopwatch));
             std::thread::sleep(waited);
             drop(held);
             let decoded = decoding.join().expect("the decode");

@@ -315,14 +315,11 @@ impl Engines {
                 .map_err(GpuLaneError::from)?;
             for (&i, outcome) in gray_at.iter().zip(decoded.outcomes()) {
                 if let Outcome::Decoded(d) = outcome {
-                    images[i] = Some(SourceImage {
-                        pixels: SourcePixels::Gray {
-                            ptr: d.ptr,
-                            pitch: d.pitch as u32,
-                        },
-                        width: d.info.width,
-                        height: d.info.height,
-                    });
+                    let pixels = SourcePixels::Gray {
+                        ptr: d.ptr,
+                        pitch: d.pitch as u32,
+                    };
+                    images[i] = Some(SourceImage::whole(pixels, d.info.width, d.info.height));
                 }
             }
         }
@@ -381,14 +378,11 @@ impl Engines {
                 sampling,
                 out: base + at,
             });
-            images[i] = Some(SourceImage {
-                pixels: SourcePixels::Interleaved {
-                    ptr: base + at,
-                    pitch: w * 3,
-                },
-                width: w,
-                height: h,
-            });
+            let pixels = SourcePixels::Interleaved {
+                ptr: base + at,
+                pitch: w * 3,
+            };
+            images[i] = Some(SourceImage::whole(pixels, w, h));
             at += u64::from(w) * u64::from(h) * 3;
         }
         // SAFETY: the planes are the colour decoder's batch just queued on this stream (its arena

@@ -245,14 +245,14 @@ fn gpu_resize_equals_the_cpu_rendition() {
                     let (crop, flip) = draw(i, w, h);
                     let (x, y) = geometry.axis_plans(w as u32, h as u32, crop.as_ref());
                     ResizeJob {
-                        source: SourceImage {
-                            pixels: SourcePixels::Interleaved {
+                        source: SourceImage::whole(
+                            SourcePixels::Interleaved {
                                 ptr: d.device_ptr(stream).0,
                                 pitch: w as u32 * 3,
                             },
-                            width: w as u32,
-                            height: h as u32,
-                        },
+                            w as u32,
+                            h as u32,
+                        ),
                         x,
                         y,
                         filter,

@@ -89,8 +89,9 @@ pub struct PassPlan {
     /// else from the source region. With neither axis resampled it is a vertical copy (one tap
     /// of weight [`ONE`] per row).
     pub last: Pass,
-    /// The rows of the source image the passes read, the region's offset included: what its
-    /// decode must give exactly.
+    /// The columns of the source image the passes read, the region's offset included...
+    pub source_columns: std::ops::Range<u32>,
+    /// ...and the rows: what its decode must give exactly.
     pub source_rows: std::ops::Range<u32>,
 }
 
@@ -119,8 +120,9 @@ pub fn plan_passes(
         coefficients,
         fixed_first,
     };
-    let (top, bottom) = yc.span();
-    let source_rows = y.src_offset + top..y.src_offset + bottom;
+    let span =
+        |plan: &AxisPlan, (first, end): (u32, u32)| plan.src_offset + first..plan.src_offset + end;
+    let (source_columns, source_rows) = (span(x, xc.span()), span(y, yc.span()));
     let (first, intermediate, last) = match (xc.resampled, yc.resampled) {
         (true, true) if order.vertical_first(x, y) => {
             let (first, end) = xc.span();
@@ -151,6 +153,7 @@ pub fn plan_passes(
         first,
         intermediate,
         last,
+        source_columns,
         source_rows,
     })
 }

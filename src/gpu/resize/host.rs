@@ -215,11 +215,7 @@ mod tests {
 
     fn job(ptr: u64) -> ResizeJob {
         ResizeJob {
-            source: SourceImage {
-                pixels: SourcePixels::Gray { ptr, pitch: 4 },
-                width: 4,
-                height: 4,
-            },
+            source: SourceImage::whole(SourcePixels::Gray { ptr, pitch: 4 }, 4, 4),
             x: AxisPlan::stretch(4, 2),
             y: AxisPlan::stretch(4, 2),
             filter: Filter::Box,

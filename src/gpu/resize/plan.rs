@@ -17,6 +17,7 @@
 
 use thiserror::Error;
 
+use crate::coefficients::Window;
 use crate::resample::{Axis, AxisPlan, Direction, Filter, Pass, PassOrder, PassPlan, PlanError};
 
 /// Threads per block of both kernels; the horizontal grid's prefix sum counts blocks of this many.
@@ -83,15 +84,30 @@ impl SourcePixels {
     }
 }
 
-/// A decoded image in device memory.
+/// A decoded image in device memory, whole or the window of it a resize reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SourceImage {
-    /// Where its samples are.
+    /// Where its samples are: those of `held`, its first at `held`'s top-left corner.
     pub pixels: SourcePixels,
-    /// Pixels per row.
+    /// The image's pixels per row...
     pub width: u32,
-    /// Rows.
+    /// ...and rows.
     pub height: u32,
+    /// The pixels `pixels` holds: the whole image, or a window of it holding every pixel the
+    /// resize reads (a decode that rendered only those).
+    pub held: Window,
+}
+
+impl SourceImage {
+    /// A whole `width` x `height` image.
+    pub fn whole(pixels: SourcePixels, width: u32, height: u32) -> SourceImage {
+        SourceImage {
+            pixels,
+            width,
+            height,
+            held: Window::whole(width, height),
+        }
+    }
 }
 
 /// One image's resize: from its decoded pixels to its slot of the batch.
@@ -251,6 +267,12 @@ pub enum BatchError {
         /// The job's index.
         index: usize,
     },
+    /// The resize reads pixels outside the window the source holds.
+    #[error("image {index}: the resize reads pixels outside the window the source holds")]
+    Window {
+        /// The job's index.
+        index: usize,
+    },
     /// Two images write the same slot.
     #[error("slot {slot} is written by images {first} and {second}")]
     DuplicateSlot {
@@ -388,6 +410,7 @@ impl Builder {
             .check(Axis::Y, source.height, out_height)
             .map_err(image_error)?;
         check_pitch(index, source)?;
+        check_held(index, source, passes)?;
         let (src, src_pitch) = region_addresses(index, job)?;
         let channels = source.pixels.channels();
 
@@ -478,10 +501,10 @@ impl Builder {
     }
 }
 
-/// Refuses a pitch shorter than a row of the image.
+/// Refuses a pitch shorter than a row of the pixels held.
 fn check_pitch(index: usize, source: &SourceImage) -> Result<(), BatchError> {
     let pitches = source.pixels.pitches();
-    let needed = u64::from(source.width) * u64::from(source.pixels.step());
+    let needed = u64::from(source.held.width) * u64::from(source.pixels.step());
     let planes = source.pixels.channels() as usize;
     match pitches[..planes].iter().find(|&&p| u64::from(p) < needed) {
         Some(&pitch) => Err(BatchError::Pitch {
@@ -493,7 +516,28 @@ fn check_pitch(index: usize, source: &SourceImage) -> Result<(), BatchError> {
     }
 }
 
-/// Each channel's address at the source region's top-left corner, and its pitch.
+/// Refuses a source whose window (inside the image) lacks pixels `passes` read.
+fn check_held(index: usize, source: &SourceImage, passes: &PassPlan) -> Result<(), BatchError> {
+    let held = &source.held;
+    let (x_end, y_end) = (
+        u64::from(held.x) + u64::from(held.width),
+        u64::from(held.y) + u64::from(held.height),
+    );
+    let inside = x_end <= u64::from(source.width)
+        && y_end <= u64::from(source.height)
+        && (passes.source_columns.is_empty()
+            || (held.x <= passes.source_columns.start
+                && u64::from(passes.source_columns.end) <= x_end))
+        && (passes.source_rows.is_empty()
+            || (held.y <= passes.source_rows.start && u64::from(passes.source_rows.end) <= y_end));
+    match inside {
+        true => Ok(()),
+        false => Err(BatchError::Window { index }),
+    }
+}
+
+/// Each channel's address at the source region's top-left corner (which may lie outside the
+/// window held: only the pixels the passes read are), and its pitch.
 fn region_addresses(index: usize, job: &ResizeJob) -> Result<([u64; 3], [u32; 3]), BatchError> {
     let address_error = || BatchError::Address { index };
     let bases = job
@@ -504,11 +548,14 @@ fn region_addresses(index: usize, job: &ResizeJob) -> Result<([u64; 3], [u32; 3]
     let pitches = job.source.pixels.pitches();
     let step = u64::from(job.source.pixels.step());
     let mut src = [0u64; 3];
+    let held = &job.source.held;
+    let rows = i64::from(job.y.src_offset) - i64::from(held.y);
+    let columns = i64::from(job.x.src_offset) - i64::from(held.x);
     for ((dst, &base), &pitch) in src.iter_mut().zip(&bases).zip(&pitches) {
-        *dst = u64::from(job.y.src_offset)
-            .checked_mul(u64::from(pitch))
-            .and_then(|rows| rows.checked_add(u64::from(job.x.src_offset) * step))
-            .and_then(|offset| base.checked_add(offset))
+        *dst = rows
+            .checked_mul(i64::from(pitch))
+            .and_then(|rows| rows.checked_add(columns.checked_mul(i64::try_from(step).ok()?)?))
+            .and_then(|offset| base.checked_add_signed(offset))
             .ok_or_else(address_error)?;
     }
     Ok((src, pitches))
@@ -644,11 +691,7 @@ mod tests {
     fn job(width: u32, height: u32, pixels: SourcePixels, slot: u32) -> ResizeJob {
         let (x, y) = torchvision_center_crop(width, height, 256, 224, 224);
         ResizeJob {
-            source: SourceImage {
-                pixels,
-                width,
-                height,
-            },
+            source: SourceImage::whole(pixels, width, height),
             x,
             y,
             filter: Filter::Bilinear,
@@ -814,6 +857,75 @@ mod tests {
             ..ok
         };
         assert!(plan_batch(&[last], 224, 224).is_err());
+    }
+
+    #[test]
+    fn a_source_holding_a_window_is_read_at_the_window_s_place() {
+        let whole = job(
+            500,
+            375,
+            SourcePixels::Interleaved {
+                ptr: 1 << 30,
+                pitch: 1500,
+            },
+            0,
+        );
+        let passes = crate::resample::plan_passes(&whole.x, &whole.y, whole.filter, whole.order)
+            .expect("passes");
+        let (columns, rows) = (passes.source_columns.clone(), passes.source_rows.clone());
+        assert!(columns.start > 0 && columns.end < 500, "{columns:?}");
+        let held = Window {
+            x: columns.start,
+            y: rows.start,
+            width: columns.len() as u32,
+            height: rows.len() as u32,
+        };
+        let pitch = held.width * 3 + 5;
+        let windowed = |held: Window| ResizeJob {
+            source: SourceImage {
+                pixels: SourcePixels::Interleaved {
+                    ptr: 1 << 20,
+                    pitch,
+                },
+                held,
+                ..whole.source
+            },
+            ..whole
+        };
+        let plan = plan_batch(&[windowed(held)], 224, 224).expect("plan");
+        // The region's corner, where the image's would be: before the window, never read.
+        let corner = (1u64 << 20) - u64::from(held.y - whole.y.src_offset) * u64::from(pitch)
+            - u64::from(held.x - whole.x.src_offset) * 3;
+        assert_eq!(plan.descriptors[0].src, [corner, corner + 1, corner + 2]);
+        assert_eq!(plan.descriptors[0].src_pitch, [pitch; 3]);
+        // The same passes as the whole image's.
+        let whole_plan = plan_batch(&[whole], 224, 224).expect("plan");
+        assert_eq!(plan.coefficients, whole_plan.coefficients);
+        // A window a column or a row short of what the passes read is refused.
+        for short in [
+            Window {
+                x: held.x + 1,
+                width: held.width - 1,
+                ..held
+            },
+            Window {
+                height: held.height - 1,
+                ..held
+            },
+            Window {
+                x: 400,
+                width: 101,
+                ..held
+            },
+        ] {
+            assert!(
+                matches!(
+                    plan_batch(&[windowed(short)], 224, 224),
+                    Err(BatchError::Window { index: 0 })
+                ),
+                "{short:?}"
+            );
+        }
     }
 
     #[test]
