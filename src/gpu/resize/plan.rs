@@ -894,7 +894,8 @@ mod tests {
         };
         let plan = plan_batch(&[windowed(held)], 224, 224).expect("plan");
         // The region's corner, where the image's would be: before the window, never read.
-        let corner = (1u64 << 20) - u64::from(held.y - whole.y.src_offset) * u64::from(pitch)
+        let corner = (1u64 << 20)
+            - u64::from(held.y - whole.y.src_offset) * u64::from(pitch)
             - u64::from(held.x - whole.x.src_offset) * 3;
         assert_eq!(plan.descriptors[0].src, [corner, corner + 1, corner + 2]);
         assert_eq!(plan.descriptors[0].src_pitch, [pitch; 3]);
