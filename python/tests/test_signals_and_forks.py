@@ -103,7 +103,7 @@ def test_ctrl_c_interrupts_a_wait_for_a_batch_within_100_ms(tmp_path):
     script = textwrap.dedent(
         f"""
         import sys, time, gpufeed
-        pipe = gpufeed.Pipeline({str(folder)!r}, batch_size=64, threads=1, device="cpu")
+        pipe = gpufeed.Pipeline({str(folder)!r}, batch_size=256, threads=1, device="cpu")
         print("ready", flush=True)
         try:
             for batch in pipe:
@@ -118,7 +118,9 @@ def test_ctrl_c_interrupts_a_wait_for_a_batch_within_100_ms(tmp_path):
     )
     try:
         assert child.stdout.readline().strip() == "ready"
-        time.sleep(0.5)  # well inside the wait for the first batch
+        # Well inside the wait for the first batch: 256 large images on one thread take a second
+        # or more (64 of them came within 0.5 s on a fast machine).
+        time.sleep(0.5)
         sent = time.monotonic()
         child.send_signal(signal.SIGINT)
         line = child.stdout.readline().split()
