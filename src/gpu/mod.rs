@@ -310,28 +310,10 @@ impl GpuLane {
         // The assisted path is an addition: without it the engines take every image they can.
         let assisting = Instant::now();
         let call_pixels = assisted::call_pixels(config.large_files);
-        // Each thread's decoder opens on a thread of its own: their pinned staging and device
-        // buffers are allocated side by side.
         let assisted = match config.assisted_share > 0.0 {
-            true => std::thread::scope(|scope| {
-                let opening: Vec<_> = (0..assisted_threads(config, engines_open))
-                    .map(|_| {
-                        scope.spawn(|| {
-                            DecoderSet::open_assisted(gpu, &module, geometry, filter, call_pixels)
-                        })
-                    })
-                    .collect();
-                opening
-                    .into_iter()
-                    .map(|opened| {
-                        opened.join().unwrap_or_else(|_| {
-                            Err(GpuLaneError::Opening(
-                                "an assisted decoder's opening panicked".into(),
-                            ))
-                        })
-                    })
-                    .collect::<Result<Vec<_>, _>>()
-            }),
+            true => (0..assisted_threads(config, engines_open))
+                .map(|_| DecoderSet::open_assisted(gpu, &module, geometry, filter, call_pixels))
+                .collect::<Result<Vec<_>, _>>(),
             false => Err(GpuLaneError::Opening("its share is 0".into())),
         };
         let assisted_opened = assisting.elapsed();
