@@ -596,9 +596,9 @@ fn encode_photo(
     encode(&pixels, w, h, format, options).expect("encode")
 }
 
-/// Progressive photos of every kind of [`jpeg_kinds`] (but RGB, which the screen refuses),
-/// upright and lying, of sizes that leave partial MCUs.
-fn progressive_photos(seed: u64) -> Vec<(String, Vec<u8>)> {
+/// Photos of every kind of [`jpeg_kinds`] (but RGB, which the screen refuses), baseline and
+/// progressive, upright and lying, of sizes that leave partial MCUs.
+fn photos_both_ways(seed: u64) -> Vec<(String, Vec<u8>)> {
     let photo = image::open("assets/astronaut.png")
         .expect("photo")
         .to_rgb8();
@@ -608,18 +608,26 @@ fn progressive_photos(seed: u64) -> Vec<(String, Vec<u8>)> {
         if kind.starts_with("rgb") {
             continue;
         }
-        let options = turbojpeg_region::EncodeOptions {
-            progressive: true,
-            ..*options
-        };
-        let (long, short) = (1203 + 89 * i as u32, 877 + 41 * i as u32);
-        let (w, h) = if i % 2 == 0 {
-            (short, long)
-        } else {
-            (long, short)
-        };
-        let bytes = encode_photo(&photo, &noise, i, (w, h), &options);
-        files.push((format!("progressive {kind} {w}x{h}"), bytes));
+        for progressive in [false, true] {
+            let options = turbojpeg_region::EncodeOptions {
+                progressive: progressive || options.progressive,
+                ..*options
+            };
+            let (long, short) = (1203 + 89 * i as u32, 877 + 41 * i as u32);
+            let upright = (i + usize::from(progressive)) % 2 == 0;
+            let (w, h) = if upright {
+                (short, long)
+            } else {
+                (long, short)
+            };
+            let bytes = encode_photo(&photo, &noise, i, (w, h), &options);
+            let name = if options.progressive {
+                "progressive"
+            } else {
+                "baseline"
+            };
+            files.push((format!("{name} {kind} {w}x{h}"), bytes));
+        }
     }
     files
 }
@@ -680,18 +688,18 @@ fn the_assisted_path_decodes_large_photos_exactly_like_the_cpu_lane() {
     }
 }
 
-/// A progressive photo's coefficients are decoded only down to the rows its resize reads (an
-/// upright photo centre-cropped, a narrow crop): the assisted path still renders it byte for
-/// byte as the CPU lane does, whatever its sampling, restart intervals or crop, outputs
+/// The assisted path renders only the window of each photo its resize reads, and decodes a
+/// progressive photo's coefficients only down to the rows of that window (an upright photo
+/// centre-cropped, a narrow crop): it still renders each photo byte for byte as the CPU lane
+/// does, baseline or progressive, whatever its sampling, restart intervals or crop, outputs
 /// poisoned.
 #[test]
-fn progressive_photos_decoded_down_to_the_rows_the_resize_reads_match_the_cpu_lane() {
-    let Some(gpu) =
-        test_gpu("progressive_photos_decoded_down_to_the_rows_the_resize_reads_match_the_cpu_lane")
+fn photos_rendered_for_the_window_the_resize_reads_match_the_cpu_lane() {
+    let Some(gpu) = test_gpu("photos_rendered_for_the_window_the_resize_reads_match_the_cpu_lane")
     else {
         return;
     };
-    let files = progressive_photos(6);
+    let files = photos_both_ways(6);
     let bytes: Vec<Vec<u8>> = files.iter().map(|(_, b)| b.clone()).collect();
     let modes = [
         ResizeMode::center_crop(256, 224),
