@@ -469,9 +469,7 @@ impl Shared {
             None => self.tasks.notify_one(),
         }
     }
-}
 
-impl Shared {
     /// Back to the lookahead's buffers after a [`CpuAhead::reach`]: the free buffers over them,
     /// to be freed once the lock is released (the others as they are given back).
     fn settle(&self, state: &mut State) -> Vec<Vec<u8>> {

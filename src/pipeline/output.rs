@@ -108,14 +108,13 @@ impl OutputPlan {
             // The prefetch thread holds two batches at any depth (see `RuntimeOptions::prefetch`).
             prefetch: options.runtime.prefetch.max(2) as u128,
         };
-        let host_bytes = match options.runtime.device {
+        let (host_bytes, memory) = match options.runtime.device {
             // The staging slot, and the batches ahead, the one in use and the one being filled.
-            crate::Device::Cpu => sizes.staging + (sizes.prefetch + 2) * sizes.output,
-            crate::Device::Cuda(_) => STAGING_SLOTS as u128 * sizes.staging,
-        };
-        let memory = match options.runtime.device {
-            crate::Device::Cpu => "host memory",
-            crate::Device::Cuda(_) => "pinned host memory",
+            crate::Device::Cpu => (
+                sizes.staging + (sizes.prefetch + 2) * sizes.output,
+                "host memory",
+            ),
+            crate::Device::Cuda(_) => (STAGING_SLOTS as u128 * sizes.staging, "pinned host memory"),
         };
         sizes.fits(host_bytes, available_host_memory(), memory)?;
         let scratch = match options.augment.is_on() {
@@ -176,25 +175,23 @@ impl OutputPlan {
             spec,
             ..
         } = self;
-        {
-            let mut output = HostOutput::new(slot_bytes, dims, spec)?;
-            if options.augment.is_on() {
-                output.augment = Some(
-                    rayon::ThreadPoolBuilder::new()
-                        .num_threads(options.runtime.threads)
-                        .thread_name(|i| format!("gpufeed-augment-{i}"))
-                        .build()
-                        .map_err(|e| {
-                            Error::invalid("threads", format!("cannot start the threads: {e}"))
-                        })?,
-                );
-            }
-            // The batches ahead, the one in use and the one being filled.
-            output
-                .pool
-                .warm(spec.dtype, slot_bytes, options.runtime.prefetch.max(2) + 2);
-            Ok(output)
+        let mut output = HostOutput::new(slot_bytes, dims, spec)?;
+        if options.augment.is_on() {
+            output.augment = Some(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(options.runtime.threads)
+                    .thread_name(|i| format!("gpufeed-augment-{i}"))
+                    .build()
+                    .map_err(|e| {
+                        Error::invalid("threads", format!("cannot start the threads: {e}"))
+                    })?,
+            );
         }
+        // The batches ahead, the one in use and the one being filled.
+        output
+            .pool
+            .warm(spec.dtype, slot_bytes, options.runtime.prefetch.max(2) + 2);
+        Ok(output)
     }
 }
 

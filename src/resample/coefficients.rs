@@ -56,6 +56,13 @@ impl AxisCoefficients {
         (first, end.max(first))
     }
 
+    /// [`AxisCoefficients::span`] in the source image: offset by the region of `plan`, the plan
+    /// these coefficients were computed for.
+    pub fn source_span(&self, plan: &AxisPlan) -> std::ops::Range<u32> {
+        let (first, end) = self.span();
+        plan.src_offset + first..plan.src_offset + end
+    }
+
     /// The same coefficients with every bound's start moved `by` samples back: for an input
     /// that starts `by` samples into the region (Pillow's "shift bounds for vertical pass").
     pub fn shifted(mut self, by: u32) -> AxisCoefficients {

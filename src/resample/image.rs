@@ -62,11 +62,7 @@ impl ImagePlan {
     /// tap of every kept output (whatever the pass order: the first pass covers just what the
     /// second reads).
     pub fn source_span(&self) -> (Range<u32>, Range<u32>) {
-        let span = |c: &AxisCoefficients, plan: &AxisPlan| {
-            let (first, end) = c.span();
-            plan.src_offset + first..plan.src_offset + end
-        };
-        (span(&self.xc, &self.x), span(&self.yc, &self.y))
+        (self.xc.source_span(&self.x), self.yc.source_span(&self.y))
     }
 
     /// Resamples `source` into `slot` (the kept outputs at the plans' destination, `pad`

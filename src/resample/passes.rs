@@ -120,9 +120,7 @@ pub fn plan_passes(
         coefficients,
         fixed_first,
     };
-    let span =
-        |plan: &AxisPlan, (first, end): (u32, u32)| plan.src_offset + first..plan.src_offset + end;
-    let (source_columns, source_rows) = (span(x, xc.span()), span(y, yc.span()));
+    let (source_columns, source_rows) = (xc.source_span(x), yc.source_span(y));
     let (first, intermediate, last) = match (xc.resampled, yc.resampled) {
         (true, true) if order.vertical_first(x, y) => {
             let (first, end) = xc.span();
