@@ -30,7 +30,9 @@ pub enum Stage {
     WaitCpu,
     /// The batch waiting for the GPU lane's images.
     WaitGpu,
-    /// Copying the CPU lane's images into the staging (hybrid decoding).
+    /// Copying the CPU lane's images into the staging, counted by image: those it prepared
+    /// into ordinary memory, while the device opened or every page-locked image of its own was
+    /// in use (the others upload from where it wrote them).
     StagingCopy,
     /// Queuing a batch's upload, the GPU lane's gather and the normalize kernel (or, on the
     /// CPU device, handing the normalized batch over).
@@ -93,9 +95,14 @@ pub(crate) struct Stopwatch {
 impl Stopwatch {
     /// Adds `elapsed` to `stage`, once.
     pub fn add(&self, stage: Stage, elapsed: Duration) {
+        self.add_many(stage, elapsed, 1);
+    }
+
+    /// Adds `elapsed` to `stage` for `count` pieces of work.
+    pub fn add_many(&self, stage: Stage, elapsed: Duration, count: u64) {
         let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
         self.nanos[stage.slot()].fetch_add(nanos, Ordering::Relaxed);
-        self.counts[stage.slot()].fetch_add(1, Ordering::Relaxed);
+        self.counts[stage.slot()].fetch_add(count, Ordering::Relaxed);
     }
 
     /// Runs `work`, adding its time to `stage`.

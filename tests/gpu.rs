@@ -7,7 +7,7 @@ mod common;
 use common::{gpu_present, mean_and_p999, rss_bytes};
 use gpufeed::{
     ChannelOrder, CudaUnavailable, DType, Decode, Device, EpochReport, Error, Layout, OnError,
-    Pipeline, PipelineBuilder, ResizeMode, Source,
+    Pipeline, PipelineBuilder, ResizeMode, Source, Stage,
 };
 
 /// The tests share one process and one GPU; the memory tests read process-wide figures, so the
@@ -1240,6 +1240,52 @@ fn large_photos_pipeline(dir: &std::path::Path, decode: Decode) -> PipelineBuild
 fn difference(a: &[f32], b: &[f32]) -> (f32, f32) {
     let mut diffs: Vec<f32> = a.iter().zip(b).map(|(a, b)| (a - b).abs()).collect();
     mean_and_p999(&mut diffs)
+}
+
+/// The CPU lane prepares its images into page-locked memory of their own, ahead of the batches,
+/// and each crosses to its place in the batch from there: once that memory is allocated (in the
+/// pipeline's first moments) an epoch copies no image into the staging, and every epoch's output
+/// is the CPU device's, byte for byte. The order is shuffled each epoch, so an image left over in
+/// memory reused from an earlier batch would be another image's pixels.
+#[test]
+fn cpu_lane_images_upload_from_page_locked_memory_of_their_own() {
+    let _serial = serial();
+    if !gpu_present("cpu_lane_images_upload_from_page_locked_memory_of_their_own") {
+        return;
+    }
+    let builder = |device| {
+        Pipeline::builder()
+            .source(sources())
+            .batch_size(7)
+            .decode(Decode::Cpu)
+            .dtype(DType::F32)
+            .shuffle(11)
+            .device(device)
+    };
+    let mut gpu = builder(Device::Cuda(0)).build().expect("build");
+    let mut cpu = builder(Device::Cpu).build().expect("build");
+    let mut copied_before = None;
+    for epoch in 0..20 {
+        let (gpu_ids, gpu_values, _) = read_epoch(&mut gpu);
+        let (cpu_ids, cpu_values, _) = read_epoch(&mut cpu);
+        assert_eq!(
+            gpu_ids, cpu_ids,
+            "epoch {epoch}: the same images in the same order"
+        );
+        assert!(
+            gpu_values == cpu_values,
+            "epoch {epoch}: the output differs from the CPU device's"
+        );
+        let copied = gpu.profile().get(Stage::StagingCopy).count;
+        if copied_before == Some(copied) {
+            return;
+        }
+        copied_before = Some(copied);
+    }
+    panic!(
+        "every one of 20 epochs copied images into the staging ({copied_before:?} in all): the \
+         CPU lane never prepared into page-locked memory of its own"
+    );
 }
 
 /// One epoch of `pipeline`: its ids, its values and its report.

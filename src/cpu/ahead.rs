@@ -2,10 +2,15 @@
 //!
 //! Its threads walk the epoch's order and prepare, each into a buffer of its own, the images the
 //! GPU lane is not offered, and, first of all, those the GPU lane hands back (not a baseline
-//! JPEG, refused, failed); a batch takes each image's buffer by its position and copies it into
-//! its place. Both lanes so keep working while batches are assembled and handed out, up to a
-//! lookahead past the batches' cursor, and neither waits for the other at a batch's end.
-//! Results of an earlier epoch still in flight when a new one begins are dropped.
+//! JPEG, refused, failed); a batch takes each image's buffer by its position. Both lanes so keep
+//! working while batches are assembled and handed out, up to a lookahead past the batches'
+//! cursor, and neither waits for the other at a batch's end. Results of an earlier epoch still
+//! in flight when a new one begins are dropped.
+//!
+//! The buffers are page-locked images ([`PinnedImage`]) once the device has given them
+//! ([`CpuAhead::pinned_sink`]): a batch uploads each from where its thread wrote it. Before that
+//! (while the device opens) and whenever every one of them is in use, they are ordinary memory,
+//! which the batch copies into its staging.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -14,6 +19,7 @@ use std::thread::JoinHandle;
 
 use super::prepare::ImageTask;
 use super::stage::LaneCore;
+use crate::cuda::PinnedImage;
 use crate::error::{Error, ItemErrorKind, Result};
 use crate::geometry::CropDraw;
 use crate::order::EpochOrder;
@@ -34,7 +40,26 @@ pub(crate) struct AheadWork {
 }
 
 /// What became of a position: its pixels and what its random transforms drew, or why it failed.
-pub(crate) type Prepared = std::result::Result<(Vec<u8>, Option<CropDraw>), ItemErrorKind>;
+pub(crate) type Prepared = std::result::Result<(AheadImage, Option<CropDraw>), ItemErrorKind>;
+
+/// The buffer one image is prepared into.
+#[derive(Debug)]
+pub(crate) enum AheadImage {
+    /// Ordinary memory: the batch copies it into its staging.
+    Heap(Vec<u8>),
+    /// Page-locked memory: the batch uploads it from here.
+    Pinned(PinnedImage),
+}
+
+impl AheadImage {
+    /// The image's bytes, to write.
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        match self {
+            AheadImage::Heap(bytes) => bytes,
+            AheadImage::Pinned(image) => image.as_mut_slice(),
+        }
+    }
+}
 
 struct Current {
     work: AheadWork,
@@ -53,10 +78,15 @@ struct State {
     /// Positions handed back, started or done (so none is prepared twice).
     asked: HashSet<usize>,
     results: HashMap<usize, Prepared>,
-    /// Buffers of one output image, free.
+    /// Ordinary buffers of one output image, free.
     free: Vec<Vec<u8>>,
-    /// Buffers in existence (free, in flight or holding a result).
+    /// Ordinary buffers in existence (free, in flight or holding a result).
     buffers: usize,
+    /// Page-locked images, free: taken before any ordinary buffer.
+    pinned: Vec<PinnedImage>,
+    /// Page-locked images given to the lane; once there are some, ordinary buffers given back
+    /// are freed.
+    pinned_images: usize,
     /// At most this many buffers exist: `Shared::max_buffers`, or more while the lane reaches
     /// further ahead ([`CpuAhead::reach`]); buffers over it given back are freed.
     max_buffers: usize,
@@ -100,7 +130,7 @@ impl Shared {
     }
 
     /// The next position to prepare, with its work and a buffer; `None` once stopping.
-    fn next_task(&self) -> Option<(Arc<Current>, usize, Vec<u8>)> {
+    fn next_task(&self) -> Option<(Arc<Current>, usize, AheadImage)> {
         let mut state = self.lock();
         loop {
             if state.stop {
@@ -116,9 +146,9 @@ impl Shared {
         }
     }
 
-    fn take(&self, state: &mut State) -> Option<(Arc<Current>, usize, Vec<u8>)> {
+    fn take(&self, state: &mut State) -> Option<(Arc<Current>, usize, AheadImage)> {
         let current = state.current.clone()?;
-        if state.free.is_empty() && state.buffers >= state.max_buffers {
+        if state.pinned.is_empty() && state.free.is_empty() && state.buffers >= state.max_buffers {
             return None;
         }
         let position = match state.handed_back.pop_first() {
@@ -141,11 +171,17 @@ impl Shared {
                 }
             }
         };
-        let buffer = match state.free.pop() {
-            Some(buffer) => buffer,
-            None => {
+        let buffer = match (state.pinned.pop(), state.free.pop()) {
+            (Some(image), heap) => {
+                if let Some(heap) = heap {
+                    state.free.push(heap);
+                }
+                AheadImage::Pinned(image)
+            }
+            (None, Some(heap)) => AheadImage::Heap(heap),
+            (None, None) => {
                 state.buffers += 1;
-                vec![0u8; self.image_bytes]
+                AheadImage::Heap(vec![0u8; self.image_bytes])
             }
         };
         Some((current, position, buffer))
@@ -211,6 +247,8 @@ impl CpuAhead {
                 results: HashMap::new(),
                 free: Vec::new(),
                 buffers: 0,
+                pinned: Vec::new(),
+                pinned_images: 0,
                 max_buffers: max_buffers.max(threads),
                 reach: 0,
                 stop: false,
@@ -252,12 +290,15 @@ impl CpuAhead {
     /// Starts the work of an epoch, dropping what was made for earlier work.
     pub fn begin(&self, work: AheadWork) {
         let mut state = self.shared.lock();
-        let returned: Vec<Vec<u8>> = state
+        let returned: Vec<AheadImage> = state
             .results
             .drain()
             .filter_map(|(_, r)| r.ok().map(|(buffer, _)| buffer))
             .collect();
-        state.free.extend(returned);
+        let mut freed: Vec<Vec<u8>> = returned
+            .into_iter()
+            .filter_map(|buffer| state.recycle(buffer))
+            .collect();
         state.generation += 1;
         let order_len = work.order.len();
         state.current = Some(Arc::new(Current {
@@ -266,7 +307,7 @@ impl CpuAhead {
         }));
         state.next = 0;
         state.limit = self.shared.lookahead.min(order_len);
-        let freed = self.shared.settle(&mut state);
+        freed.extend(self.shared.settle(&mut state));
         state.handed_back.clear();
         state.asked.clear();
         self.shared.tasks.notify_all();
@@ -389,8 +430,31 @@ impl CpuAhead {
     }
 
     /// Returns a result's buffer.
-    pub fn give_back(&self, buffer: Vec<u8>) {
+    pub fn give_back(&self, buffer: AheadImage) {
         self.shared.give_back(buffer);
+    }
+
+    /// A function that gives the lane page-locked images to prepare into (taken before ordinary
+    /// buffers, which are freed as they come back); it returns false once the lane is gone.
+    pub fn pinned_sink(&self) -> impl FnMut(Vec<PinnedImage>) -> bool + Send + 'static {
+        let shared = Arc::downgrade(&self.shared);
+        move |images| {
+            let Some(shared) = shared.upgrade() else {
+                return false;
+            };
+            let mut state = shared.lock();
+            if state.stop {
+                return false;
+            }
+            state.pinned_images += images.len();
+            state.pinned.extend(images);
+            shared.tasks.notify_all();
+            let freed = std::mem::take(&mut state.free);
+            state.buffers -= freed.len();
+            drop(state);
+            drop(freed);
+            true
+        }
     }
 }
 
@@ -420,7 +484,9 @@ fn run(shared: Arc<Shared>) {
                     epoch: work.epoch,
                 };
                 let prepared = catch_unwind(AssertUnwindSafe(|| {
-                    shared.core.prepare(&work.source, task, &mut buffer)
+                    shared
+                        .core
+                        .prepare(&work.source, task, buffer.as_mut_slice())
                 }))
                 .unwrap_or_else(|_| {
                     Err(ItemErrorKind::DecoderPanic(
@@ -461,7 +527,7 @@ impl Shared {
     }
 
     /// A buffer back to the free list.
-    fn give_back(&self, buffer: Vec<u8>) {
+    fn give_back(&self, buffer: AheadImage) {
         let over = self.lock().recycle(buffer);
         match over {
             // Freed once the lock is released.
@@ -484,15 +550,25 @@ impl Shared {
 }
 
 impl State {
-    /// A buffer back to the free list; while more buffers exist than the lane keeps, it is
-    /// returned instead, to be freed.
-    fn recycle(&mut self, buffer: Vec<u8>) -> Option<Vec<u8>> {
-        if self.buffers > self.max_buffers {
-            self.buffers -= 1;
-            return Some(buffer);
+    /// A buffer back to the free list; an ordinary one is returned instead, to be freed, while
+    /// more of them exist than the lane keeps or once it has page-locked images.
+    fn recycle(&mut self, buffer: AheadImage) -> Option<Vec<u8>> {
+        match buffer {
+            AheadImage::Pinned(image) => {
+                self.pinned.push(image);
+                None
+            }
+            AheadImage::Heap(buffer)
+                if self.buffers > self.max_buffers || self.pinned_images > 0 =>
+            {
+                self.buffers -= 1;
+                Some(buffer)
+            }
+            AheadImage::Heap(buffer) => {
+                self.free.push(buffer);
+                None
+            }
         }
-        self.free.push(buffer);
-        None
     }
 }
 

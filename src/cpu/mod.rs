@@ -16,7 +16,7 @@ pub use normalize::normalize;
 pub use prepare::prepare_image;
 pub use stage::{CpuStage, PreparedBatch};
 
-pub(crate) use ahead::{AheadWork, CpuAhead};
+pub(crate) use ahead::{AheadImage, AheadWork, CpuAhead};
 pub(crate) use budget::MemoryBudget;
 pub(crate) use normalize::NormalizeTable;
 pub(crate) use stage::{BatchRequest, CpuLane, Filled, LaneCore, Staging};

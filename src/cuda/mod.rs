@@ -9,6 +9,7 @@
 
 mod augment;
 mod device;
+mod image_staging;
 mod kernel_cache;
 mod normalize;
 mod staging;
@@ -24,6 +25,9 @@ pub(crate) use augment::DeviceAugmenter;
 #[cfg(test)]
 pub(crate) use device::{compile_ptx, compile_through, Compiled};
 pub(crate) use device::{upload_reusing, Gpu, KernelSource};
+pub(crate) use image_staging::{
+    allocate_images, pinned_image_bytes, upload_images, ImagesInFlight, PinnedImage,
+};
 pub use normalize::{NormalizeTuning, Normalizer};
 pub(crate) use staging::StagingRing;
 

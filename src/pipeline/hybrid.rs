@@ -26,11 +26,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cudarc::driver::CudaStream;
+use cudarc::driver::{CudaSlice, CudaStream};
 
 use crate::background::Background;
 use crate::batch::DecodedBy;
-use crate::cpu::{AheadWork, BatchRequest, CpuAhead, Filled, Staging};
+use crate::cpu::{AheadImage, AheadWork, BatchRequest, CpuAhead, Filled, Staging};
+use crate::cuda::{
+    allocate_images, pinned_image_bytes, upload_images, ImagesInFlight, PinnedImage,
+};
 use crate::error::{Error, Result};
 use crate::gpu::{
     GpuLane, GpuLaneError, LaneOutput, LaneResult, LaneWork, ShareSchedule, MAX_SPAN,
@@ -39,6 +42,7 @@ use crate::order::EpochOrder;
 use crate::source::Source;
 
 use super::balance::{cpu_threads_beside, Balance};
+use super::output::DeviceWrites;
 
 /// How often (in positions) a batch tells the lanes how far it got.
 const ADVANCE_EVERY: usize = 32;
@@ -114,16 +118,32 @@ pub(crate) struct HybridLanes {
     /// Positions the lanes work past the batches' cursor.
     lookahead: usize,
     epoch: Option<Epoch>,
+    /// The CPU lane's page-locked images being allocated, until they all are.
+    pinning: Option<Background<Result<()>>>,
+    /// Why the CPU lane has no page-locked images, if their allocation failed.
+    pinning_failed: Option<String>,
+    /// The CPU lane's page-locked images of batches whose uploads are queued.
+    in_flight: ImagesInFlight,
+    /// The page-locked bytes of the CPU lane's images, allocated or being allocated.
+    pinned_bytes: usize,
 }
 
-/// A batch both lanes filled: the staging holds the CPU lane's images, `from_gpu` the GPU lane's
-/// with their places.
+/// A batch both lanes filled: the staging holds the CPU lane's images copied there, `unstaged`
+/// the others with their places.
 pub(crate) struct HybridFilled {
     pub filled: Filled,
-    pub from_gpu: Vec<(LaneOutput, usize)>,
+    pub unstaged: Unstaged,
     pub decoded_by: DecodedBy,
     /// What filling it waited on each lane, and spent copying the CPU lane's images.
     pub waits: Waits,
+}
+
+/// A batch's images that are not in its staging, with their places: the GPU lane's, on the
+/// device, and the CPU lane's prepared into page-locked images of their own.
+#[derive(Default)]
+pub(crate) struct Unstaged {
+    pub gpu: Vec<(LaneOutput, usize)>,
+    pub pinned: Vec<(PinnedImage, usize)>,
 }
 
 /// How the GPU lane comes to a [`HybridLanes`].
@@ -166,13 +186,41 @@ impl HybridLanes {
             stream,
             lookahead,
             epoch: begun,
+            pinning: None,
+            pinning_failed: None,
+            in_flight: ImagesInFlight::default(),
+            pinned_bytes: 0,
+        }
+    }
+
+    /// Gives the CPU lane page-locked images to prepare into, for batches of `batch_size`,
+    /// allocated on a thread of their own while the lane goes on with ordinary buffers: enough
+    /// for the batch being filled, the one before it (uploading), the lookahead's results (the
+    /// lanes are told of the batches' progress every [`ADVANCE_EVERY`] positions) and an image
+    /// on each thread.
+    pub fn pin_cpu_images(&mut self, batch_size: usize) {
+        let images = 2 * batch_size + self.lookahead + ADVANCE_EVERY + self.ahead.threads();
+        let image_bytes = self.image_bytes;
+        self.pinned_bytes = pinned_image_bytes(images, image_bytes);
+        let context = self.stream.context().clone();
+        let mut give = self.ahead.pinned_sink();
+        let pinning = Background::start("gpufeed-pinned-images", pinning_stopped, move |cancel| {
+            allocate_images(&context, image_bytes, images, |images| {
+                !cancel.load(Ordering::Relaxed) && give(images)
+            })
+        });
+        match pinning {
+            Ok(pinning) => self.pinning = Some(pinning),
+            Err(e) => {
+                self.pinning_failed = Some(format!("cannot start the thread allocating them: {e}"))
+            }
         }
     }
 
     /// Which lanes decode now, in words: both (with the GPU lane and its share), the CPU
     /// while the GPU lane opens, or the CPU alone and why.
     pub fn describe(&self) -> String {
-        match &self.gpu {
+        let lanes: String = match &self.gpu {
             GpuState::Open(lane) => format!(
                 "CPU and GPU decode ({}), GPU share {:.3}{}",
                 lane.describe(),
@@ -186,6 +234,13 @@ impl HybridLanes {
             GpuState::Opening(_) => "CPU decode while the GPU decode lane opens".into(),
             GpuState::Off(reason) => format!("CPU decode, the GPU decode lane is off: {reason}"),
             GpuState::NotAsked => "CPU decode".into(),
+        };
+        match &self.pinning_failed {
+            Some(reason) => format!(
+                "{lanes}; the CPU lane's images copied into the staging, without page-locked \
+                 memory of their own: {reason}"
+            ),
+            None => lanes,
         }
     }
 
@@ -274,6 +329,11 @@ impl HybridLanes {
         source: &Source,
         stop: &AtomicBool,
     ) -> Result<Option<HybridFilled>> {
+        self.poll_pinning();
+        // The pinned images of the batch before last are uploaded by now, as a rule.
+        for image in self.in_flight.reclaim(1)? {
+            self.ahead.give_back(AheadImage::Pinned(image));
+        }
         self.poll_gpu();
         self.start_gpu_lane(request.start)?;
         if let GpuState::Open(lane) = &mut self.gpu {
@@ -284,6 +344,24 @@ impl HybridLanes {
             self.follow(request.start + filled.filled.consumed);
         }
         Ok(filled)
+    }
+
+    /// The page-locked bytes of the CPU lane's images (allocated in the lanes' first moments).
+    pub fn pinned_bytes(&self) -> usize {
+        self.pinned_bytes
+    }
+
+    /// Notes how the allocation of the CPU lane's page-locked images ended, once it has.
+    fn poll_pinning(&mut self) {
+        let Some(pinning) = &mut self.pinning else {
+            return;
+        };
+        if let Some(outcome) = pinning.try_take() {
+            self.pinning = None;
+            if let Err(e) = outcome {
+                self.pinning_failed = Some(e.to_string());
+            }
+        }
     }
 
     /// Begins a GPU lane that has just opened on the epoch under way, offered images from the
@@ -364,12 +442,19 @@ impl HybridLanes {
             ..
         } = *request;
         let mut filled = Filled::default();
-        let mut from_gpu: Vec<(LaneOutput, usize)> = Vec::new();
+        let mut unstaged = Unstaged::default();
         let mut used = 0;
         let reach = order.reach(start);
-        let failed = |lane: Option<&mut GpuLane>, from_gpu: Vec<(LaneOutput, usize)>| match lane {
-            Some(lane) => lane.discard(&stream, from_gpu.into_iter().map(|(o, _)| o).collect()),
-            None => Ok(()),
+        let failed = |lane: Option<&mut GpuLane>, ahead: &CpuAhead, unstaged: Unstaged| {
+            for (image, _) in unstaged.pinned {
+                ahead.give_back(AheadImage::Pinned(image));
+            }
+            match lane {
+                Some(lane) => {
+                    lane.discard(&stream, unstaged.gpu.into_iter().map(|(o, _)| o).collect())
+                }
+                None => Ok(()),
+            }
         };
         while filled.indices.len() < batch_size && used < reach {
             let at = start + used;
@@ -387,7 +472,7 @@ impl HybridLanes {
             };
             if used % ADVANCE_EVERY == 0 {
                 if stop.load(Ordering::Relaxed) {
-                    failed(lane, from_gpu)?;
+                    failed(lane, ahead, unstaged)?;
                     return Ok(None);
                 }
                 if let Some(lane) = lane.as_deref() {
@@ -407,7 +492,7 @@ impl HybridLanes {
                         filled.indices.push(index);
                         filled.draws.push(output.draw);
                         filled.padded.push(padding);
-                        from_gpu.push((output, place));
+                        unstaged.gpu.push((output, place));
                         continue;
                     }
                     LaneResult::Refused => ahead.hand_back(at),
@@ -417,17 +502,22 @@ impl HybridLanes {
             let result = ahead.result(at);
             waits.cpu += waited.elapsed();
             let outcome = match result {
-                Some(Ok((pixels, draw))) => {
+                Some(Ok((AheadImage::Pinned(image), draw))) => {
+                    unstaged.pinned.push((image, place));
+                    Ok(draw)
+                }
+                Some(Ok((AheadImage::Heap(pixels), draw))) => {
                     let copying = Instant::now();
                     staging.pixels[place * image_bytes..(place + 1) * image_bytes]
                         .copy_from_slice(&pixels);
                     waits.copy += copying.elapsed();
-                    ahead.give_back(pixels);
+                    waits.copied += 1;
+                    ahead.give_back(AheadImage::Heap(pixels));
                     Ok(draw)
                 }
                 Some(Err(kind)) => Err(kind),
                 None => {
-                    failed(lane, from_gpu)?;
+                    failed(lane, ahead, unstaged)?;
                     if stop.load(Ordering::Relaxed) {
                         return Ok(None);
                     }
@@ -435,41 +525,99 @@ impl HybridLanes {
                 }
             };
             if let Err(error) = filled.record(index, padding, outcome, source, on_error) {
-                failed(lane, from_gpu)?;
+                failed(lane, ahead, unstaged)?;
                 return Err(error);
             }
         }
         filled.consumed = used;
         let decoded_by = DecodedBy {
-            cpu: filled.indices.len() - from_gpu.len(),
-            gpu: from_gpu.len(),
-            assisted: from_gpu.iter().filter(|(out, _)| out.assisted).count(),
+            cpu: filled.indices.len() - unstaged.gpu.len(),
+            gpu: unstaged.gpu.len(),
+            assisted: unstaged.gpu.iter().filter(|(out, _)| out.assisted).count(),
         };
         Ok(Some(HybridFilled {
             filled,
-            from_gpu,
+            unstaged,
             decoded_by,
             waits,
         }))
     }
 
-    /// Gives back the GPU lane's images of a batch that is not made after all.
-    pub fn discard(&mut self, from_gpu: Vec<(LaneOutput, usize)>) -> Result<()> {
+    /// Gives back the images of a batch that is not made after all.
+    pub fn discard(&mut self, unstaged: Unstaged) -> Result<()> {
+        for (image, _) in unstaged.pinned {
+            self.ahead.give_back(AheadImage::Pinned(image));
+        }
         match &mut self.gpu {
             GpuState::Open(lane) => lane.discard(
                 &self.stream,
-                from_gpu.into_iter().map(|(output, _)| output).collect(),
+                unstaged.gpu.into_iter().map(|(output, _)| output).collect(),
             ),
             _ => Ok(()),
         }
     }
 
-    /// The GPU lane, when open.
-    pub fn gpu_lane(&mut self) -> Option<&mut GpuLane> {
-        match &mut self.gpu {
+    /// A batch's images that are not in its staging, to be written into its places of the
+    /// batch's device buffer by the output stage.
+    pub fn device_writes(&mut self, unstaged: Unstaged) -> UnstagedWrites<'_> {
+        let lane = match &mut self.gpu {
             GpuState::Open(lane) => Some(lane.as_mut()),
             _ => None,
+        };
+        UnstagedWrites {
+            lane,
+            unstaged,
+            in_flight: Some(&mut self.in_flight),
         }
+    }
+}
+
+/// Why no outcome came from the thread allocating page-locked images.
+fn pinning_stopped() -> Result<()> {
+    Err(Error::Worker("the thread allocating them stopped".into()))
+}
+
+/// A batch's images that are not in its staging, written into their places on the device: the
+/// CPU lane's page-locked images uploaded (kept until the stream is past the upload), the GPU
+/// lane's gathered (their slots back to the lane once queued).
+pub(crate) struct UnstagedWrites<'a> {
+    pub lane: Option<&'a mut GpuLane>,
+    pub unstaged: Unstaged,
+    pub in_flight: Option<&'a mut ImagesInFlight>,
+}
+
+impl DeviceWrites for UnstagedWrites<'_> {
+    fn places(&self) -> Vec<usize> {
+        let gpu = self.unstaged.gpu.iter().map(|&(_, place)| place);
+        let pinned = self.unstaged.pinned.iter().map(|&(_, place)| place);
+        let mut places: Vec<usize> = gpu.chain(pinned).collect();
+        places.sort_unstable();
+        places
+    }
+
+    fn write(&mut self, stream: &Arc<CudaStream>, input: &mut CudaSlice<u8>) -> Result<usize> {
+        let pinned = std::mem::take(&mut self.unstaged.pinned);
+        let uploaded = match self.in_flight.as_deref_mut() {
+            Some(in_flight) => {
+                let queued = upload_images(stream, &pinned, input);
+                // Kept until the stream is past what was queued, even if it failed part way.
+                in_flight.push(stream, pinned.into_iter().map(|(image, _)| image).collect())?;
+                queued?
+            }
+            None if pinned.is_empty() => 0,
+            None => {
+                return Err(Error::Worker(
+                    "page-locked images for a batch with nothing to keep them in".into(),
+                ))
+            }
+        };
+        let Some(lane) = self.lane.as_mut() else {
+            return Ok(uploaded);
+        };
+        let outputs = std::mem::take(&mut self.unstaged.gpu);
+        lane.gather(stream, &outputs, input)?;
+        lane.release(stream, outputs.into_iter().map(|(output, _)| output))?;
+        Ok(uploaded)
     }
 }
 
@@ -490,4 +638,6 @@ pub(crate) struct Waits {
     pub gpu: Duration,
     pub cpu: Duration,
     pub copy: Duration,
+    /// The CPU lane's images copied.
+    pub copied: u64,
 }

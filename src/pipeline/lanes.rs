@@ -10,19 +10,17 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
-use cudarc::driver::{CudaSlice, CudaStream};
-
 use super::balance::Balance;
 use super::hybrid::{
-    opening_stopped, Epoch, GpuOpening, HybridFilled, HybridLanes, Opening, Waits,
+    opening_stopped, Epoch, GpuOpening, HybridFilled, HybridLanes, Opening, Unstaged,
+    UnstagedWrites, Waits,
 };
-use super::output::DeviceWrites;
 use crate::batch::DecodedBy;
 use crate::cpu::{BatchRequest, CpuAhead, CpuLane, LaneCore, MemoryBudget, Staging};
 use crate::cuda::Gpu;
 use crate::error::{Error, Result};
 use crate::geometry::Geometry;
-use crate::gpu::{lookahead, GpuLane, GpuLaneConfig, LaneOutput};
+use crate::gpu::{lookahead, GpuLane, GpuLaneConfig};
 use crate::options::{Decode, Device, Options};
 use crate::order::EpochOrder;
 use crate::profile::{Stage, Stopwatch};
@@ -370,7 +368,7 @@ impl Lanes {
                         assisted: 0,
                     },
                     filled,
-                    from_gpu: Vec::new(),
+                    unstaged: Unstaged::default(),
                     waits,
                 }))
             }
@@ -378,23 +376,32 @@ impl Lanes {
     }
 
     /// Gives back the GPU lane's images of a batch that is not made after all.
-    pub fn discard(&mut self, from_gpu: Vec<(LaneOutput, usize)>) -> Result<()> {
+    pub fn discard(&mut self, unstaged: Unstaged) -> Result<()> {
         match self {
-            Lanes::Hybrid(hybrid, _) => hybrid.discard(from_gpu),
+            Lanes::Hybrid(hybrid, _) => hybrid.discard(unstaged),
             Lanes::Cpu(..) => Ok(()),
         }
     }
 
-    /// The GPU lane's images of a batch, to be written into its places of the batch's device
-    /// buffer by the output stage (their slots go back to the lane once queued).
-    pub fn device_writes(&mut self, from_gpu: Vec<(LaneOutput, usize)>) -> GpuImages<'_> {
-        let lane = match self {
-            Lanes::Hybrid(hybrid, _) => hybrid.gpu_lane(),
-            Lanes::Cpu(..) => None,
-        };
-        GpuImages {
-            lane,
-            outputs: from_gpu,
+    /// The page-locked host memory the lanes hold (the CPU lane's images of their own).
+    pub fn pinned_bytes(&self) -> usize {
+        match self {
+            Lanes::Hybrid(hybrid, _) => hybrid.pinned_bytes(),
+            Lanes::Cpu(..) => 0,
+        }
+    }
+
+    /// A batch's images that are not in its staging (the GPU lane's, the CPU lane's in
+    /// page-locked images of their own), to be written into its places of the batch's device
+    /// buffer by the output stage.
+    pub fn device_writes(&mut self, unstaged: Unstaged) -> UnstagedWrites<'_> {
+        match self {
+            Lanes::Hybrid(hybrid, _) => hybrid.device_writes(unstaged),
+            Lanes::Cpu(..) => UnstagedWrites {
+                lane: None,
+                unstaged,
+                in_flight: None,
+            },
         }
     }
 }
@@ -500,7 +507,7 @@ impl LanesStarting {
                 GpuOpening::Pending(opening)
             }
         };
-        let hybrid = HybridLanes::new(
+        let mut hybrid = HybridLanes::new(
             opening,
             ahead,
             balance,
@@ -509,30 +516,8 @@ impl LanesStarting {
             cores,
             begun,
         );
+        hybrid.pin_cpu_images(options.batching.batch_size);
         Ok(Lanes::Hybrid(Box::new(hybrid), why))
-    }
-}
-
-/// Images the GPU lane made for a batch, with their places in it.
-pub(crate) struct GpuImages<'a> {
-    lane: Option<&'a mut GpuLane>,
-    outputs: Vec<(LaneOutput, usize)>,
-}
-
-impl DeviceWrites for GpuImages<'_> {
-    fn places(&self) -> Vec<usize> {
-        let mut places: Vec<usize> = self.outputs.iter().map(|&(_, place)| place).collect();
-        places.sort_unstable();
-        places
-    }
-
-    fn write(&mut self, stream: &Arc<CudaStream>, input: &mut CudaSlice<u8>) -> Result<()> {
-        let Some(lane) = self.lane.as_mut() else {
-            return Ok(());
-        };
-        let outputs = std::mem::take(&mut self.outputs);
-        lane.gather(stream, &outputs, input)?;
-        lane.release(stream, outputs.into_iter().map(|(output, _)| output))
     }
 }
 

@@ -220,7 +220,7 @@ impl Pipeline {
         let lanes = lanes.open(&options, gpu.as_ref(), &stopwatch)?;
         let output = plan.open(&options, gpu.as_ref())?;
         let device_description = output.describe();
-        let pinned_bytes = output.pinned_bytes();
+        let pinned_bytes = output.pinned_bytes() + lanes.pinned_bytes();
         let cuda_stream = output.cuda_stream();
         let batch_size = options.batching.batch_size;
         let batches_per_epoch = match options.batching.last_batch {
@@ -594,7 +594,9 @@ impl Pipeline {
             .clone()
     }
 
-    /// Page-locked host memory held by the staging ring (0 on the CPU device).
+    /// Page-locked host memory the pipeline holds: the staging ring, and the CPU lane's images
+    /// of their own, which it prepares into ahead of the batches and uploads from (allocated in
+    /// the pipeline's first moments); 0 on the CPU device.
     pub fn pinned_bytes(&self) -> usize {
         self.pinned_bytes
     }

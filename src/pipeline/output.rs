@@ -3,7 +3,7 @@
 //! siblings: [`CudaOutput`] (pinned staging, u8 upload and the normalize kernel on the
 //! pipeline's stream) and [`HostOutput`] (the CPU device: each image normalized by the thread
 //! that prepared it, into memory reused across batches). Neither knows who decoded an image:
-//! images that are already on the device reach a batch through [`DeviceWrites`].
+//! images not in the staging reach a batch through [`DeviceWrites`].
 
 use std::sync::Arc;
 
@@ -66,14 +66,16 @@ pub(crate) struct Finished {
     pub soft_labels: Option<Tensor>,
 }
 
-/// Images of a batch that are already on the device: written into their places of the batch's
-/// u8 buffer on the pipeline's stream, between the upload of the staged ones and the kernel.
+/// Images of a batch that are not in its staging (on the device already, or in page-locked
+/// memory of their own): written into their places of the batch's u8 buffer on the pipeline's
+/// stream, between the upload of the staged ones and the kernel.
 pub(crate) trait DeviceWrites {
     /// The places written, in increasing order.
     fn places(&self) -> Vec<usize>;
 
-    /// Queues the writes on `stream` into `input` (u8 RGB HWC images, one after another).
-    fn write(&mut self, stream: &Arc<CudaStream>, input: &mut CudaSlice<u8>) -> Result<()>;
+    /// Queues the writes on `stream` into `input` (u8 RGB HWC images, one after another);
+    /// returns the bytes they upload from the host.
+    fn write(&mut self, stream: &Arc<CudaStream>, input: &mut CudaSlice<u8>) -> Result<usize>;
 }
 
 /// The output stage `options` ask for, sized, before anything is allocated: [`OutputPlan::new`]
@@ -313,9 +315,9 @@ impl OutputStage for CudaOutput {
             }
             start = place + 1;
         }
-        let uploaded = ranges.iter().map(|r| r.len()).sum();
+        let staged: usize = ranges.iter().map(|r| r.len()).sum();
         let input = self.ring.upload(slot, &ranges)?;
-        on_device.write(self.gpu.stream(), input)?;
+        let uploaded = staged + on_device.write(self.gpu.stream(), input)?;
         let stream = self.gpu.stream();
         let mut soft_labels = None;
         let tensor = match (augment, self.augmenter.as_mut()) {

@@ -285,7 +285,7 @@ impl Worker {
             .fill(&mut staging, &request, &self.source, &self.abandon)?;
         let Some(HybridFilled {
             filled,
-            from_gpu,
+            unstaged,
             decoded_by,
             waits,
         }) = filled
@@ -294,12 +294,13 @@ impl Worker {
         };
         self.stopwatch.add(Stage::WaitCpu, waits.cpu);
         self.stopwatch.add(Stage::WaitGpu, waits.gpu);
-        self.stopwatch.add(Stage::StagingCopy, waits.copy);
+        self.stopwatch
+            .add_many(Stage::StagingCopy, waits.copy, waits.copied);
         let n = filled.indices.len();
         if order.refills() && n < want {
             // Every image of the shard failed, even going round it again: the ranks' batches
             // cannot stay equal.
-            self.lanes.discard(from_gpu)?;
+            self.lanes.discard(unstaged)?;
             let shard = self.sampler.shard;
             return Err(Error::ShardExhausted {
                 rank: shard.rank,
@@ -314,7 +315,7 @@ impl Worker {
                 && n < want
                 && self.batching.last_batch == LastBatch::Drop)
         {
-            self.lanes.discard(from_gpu)?;
+            self.lanes.discard(unstaged)?;
             return Ok(Produced::Tail {
                 skipped: filled.skipped,
                 dropped: n,
@@ -340,7 +341,7 @@ impl Worker {
             (Some(plan), Some(labels)) if plan.mix.is_some() => {
                 let classes = self.num_classes;
                 if let Some(k) = labels.iter().position(|&l| l as usize >= classes) {
-                    self.lanes.discard(from_gpu)?;
+                    self.lanes.discard(unstaged)?;
                     return Err(Error::Mismatch(format!(
                         "{}: label {} is not below num_classes ({classes}), so it has no soft \
                          label",
@@ -356,7 +357,7 @@ impl Worker {
             labels: mixed_labels,
         });
         let finishing = Instant::now();
-        let mut on_device = self.lanes.device_writes(from_gpu);
+        let mut on_device = self.lanes.device_writes(unstaged);
         let Finished {
             images,
             uploaded: uploaded_bytes,

@@ -1,0 +1,214 @@
+//! Page-locked memory for the CPU lane's images one at a time, and their upload.
+//!
+//! The CPU lane working ahead of the batches prepares each image before it knows the image's
+//! place in a batch (an earlier image may fail, or fall to the GPU lane). Prepared into a
+//! [`PinnedImage`], the image crosses PCIe straight from where its thread wrote it, to its place
+//! in the batch's device buffer ([`upload_images`]): no thread copies it into the batch's
+//! staging. The memory comes in chunks, allocated on a thread of their own while the lane
+//! already works into ordinary buffers ([`allocate_images`]), so that pinning it holds back
+//! neither the first batch nor the CPU threads.
+
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use cudarc::driver::{
+    CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtrMut, PinnedHostSlice,
+};
+
+use super::guarded;
+use crate::error::{Error, Result};
+
+/// Images a chunk of page-locked memory holds.
+const CHUNK_IMAGES: usize = 32;
+
+/// One allocation of page-locked memory, cut into images.
+struct Chunk {
+    /// Kept for its memory (freed with the chunk, once no image of it is left).
+    _host: PinnedHostSlice<u8>,
+    base: NonNull<u8>,
+}
+
+// SAFETY: the chunk's memory is page-locked host memory owned by `_host` (itself Send and Sync);
+// `base` points into it, and each image of it is reached only through the one `PinnedImage`
+// that owns it.
+unsafe impl Send for Chunk {}
+// SAFETY: as above: shared references to a chunk hand out no access to its bytes.
+unsafe impl Sync for Chunk {}
+
+/// One image's bytes in page-locked memory, owned alone: the CPU lane prepares an image into it,
+/// and the batch uploads it from there.
+pub(crate) struct PinnedImage {
+    chunk: Arc<Chunk>,
+    offset: usize,
+    bytes: usize,
+}
+
+impl std::fmt::Debug for PinnedImage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PinnedImage")
+            .field("bytes", &self.bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PinnedImage {
+    /// The image's bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: `offset..offset + bytes` lies inside the chunk's allocation (made so by
+        // `allocate_chunk`), which lives as long as `self.chunk`; no other `PinnedImage` covers
+        // these bytes; and the only copy reading them (`upload_images`) is waited for before the
+        // image is written again (the caller keeps the image until its event has completed).
+        unsafe { std::slice::from_raw_parts(self.chunk.base.as_ptr().add(self.offset), self.bytes) }
+    }
+
+    /// The image's bytes, to write.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as in `as_slice`, and `&mut self` makes this the only reference to them.
+        unsafe {
+            std::slice::from_raw_parts_mut(self.chunk.base.as_ptr().add(self.offset), self.bytes)
+        }
+    }
+}
+
+/// Allocates one chunk of page-locked memory for `CHUNK_IMAGES` images of `image_bytes`.
+fn allocate_chunk(context: &Arc<CudaContext>, image_bytes: usize) -> Result<Vec<PinnedImage>> {
+    let bytes = image_bytes.max(1) * CHUNK_IMAGES;
+    // Flags 0: ordinary page-locked memory, which the CPU lane may read back while it writes.
+    // SAFETY: the memory is left uninitialized; each image of it is written by the CPU lane
+    // before the image is read or uploaded, and u8 has no invalid bit patterns.
+    let mut host = guarded("allocating page-locked memory for images", || unsafe {
+        context.alloc_pinned_with_flags::<u8>(bytes, 0)
+    })?;
+    let base = host
+        .as_mut_ptr()
+        .map_err(|e| Error::cuda("mapping page-locked memory for images", e))
+        .and_then(|ptr| {
+            NonNull::new(ptr).ok_or_else(|| Error::Worker("page-locked memory at null".into()))
+        })?;
+    let chunk = Arc::new(Chunk { _host: host, base });
+    Ok((0..CHUNK_IMAGES)
+        .map(|k| PinnedImage {
+            chunk: chunk.clone(),
+            offset: k * image_bytes,
+            bytes: image_bytes,
+        })
+        .collect())
+}
+
+/// The page-locked bytes [`allocate_images`] allocates for `images` of `image_bytes`.
+pub(crate) fn pinned_image_bytes(images: usize, image_bytes: usize) -> usize {
+    images.div_ceil(CHUNK_IMAGES) * CHUNK_IMAGES * image_bytes.max(1)
+}
+
+/// Allocates `images` pinned images of `image_bytes` in chunks (rounded up), handing each
+/// chunk's images to `give` as it is made; stops early when `give` returns false (the lane
+/// is gone) or an allocation fails (the lane goes on with ordinary buffers; the error is
+/// returned).
+pub(crate) fn allocate_images(
+    context: &Arc<CudaContext>,
+    image_bytes: usize,
+    images: usize,
+    mut give: impl FnMut(Vec<PinnedImage>) -> bool,
+) -> Result<()> {
+    for _ in 0..images.div_ceil(CHUNK_IMAGES) {
+        if !give(allocate_chunk(context, image_bytes)?) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Queues on `stream` the upload of each pinned image to its place (in images of its size) of
+/// `input`, and returns the bytes queued. The images must stay untouched until work recorded on
+/// `stream` after this call has completed.
+pub(crate) fn upload_images(
+    stream: &Arc<CudaStream>,
+    images: &[(PinnedImage, usize)],
+    input: &mut CudaSlice<u8>,
+) -> Result<usize> {
+    let Some(bytes) = images.first().map(|(image, _)| image.bytes) else {
+        return Ok(0);
+    };
+    if let Some((image, place)) = images
+        .iter()
+        .find(|(image, place)| image.bytes != bytes || (place + 1) * bytes > input.len())
+    {
+        return Err(Error::Mismatch(format!(
+            "an image of {} bytes uploaded to place {place} of a {}-byte batch of {bytes}-byte \
+             images",
+            image.bytes,
+            input.len()
+        )));
+    }
+    stream
+        .context()
+        .bind_to_thread()
+        .map_err(|e| Error::cuda("binding the device for an upload", e))?;
+    let (base, _sync) = input.device_ptr_mut(stream);
+    for (image, place) in images {
+        let dst = base + (place * bytes) as u64;
+        // SAFETY: the destination is `bytes` bytes inside `input` (checked above), kept
+        // borrowed while the copy is queued on `stream`, which orders every later use of it;
+        // the source is the image's page-locked bytes, which the caller keeps untouched until
+        // the stream is past this copy.
+        unsafe {
+            cudarc::driver::result::memcpy_htod_async(dst, image.as_slice(), stream.cu_stream())
+        }
+        .map_err(|e| Error::cuda("uploading an image", e))?;
+    }
+    Ok(bytes * images.len())
+}
+
+/// Pinned images whose uploads are queued, batch by batch, until the stream is past them.
+#[derive(Default)]
+pub(crate) struct ImagesInFlight {
+    batches: std::collections::VecDeque<(CudaEvent, Vec<PinnedImage>)>,
+}
+
+impl ImagesInFlight {
+    /// Records on `stream`, after the uploads of `images` queued there, when they are done.
+    pub fn push(&mut self, stream: &Arc<CudaStream>, images: Vec<PinnedImage>) -> Result<()> {
+        if images.is_empty() {
+            return Ok(());
+        }
+        let event = stream
+            .record_event(None)
+            .map_err(|e| Error::cuda("recording an upload of images", e))?;
+        self.batches.push_back((event, images));
+        Ok(())
+    }
+
+    /// The images whose uploads are done, waiting for the oldest batches' until at most
+    /// `pending` batches are left in flight (their uploads were queued a batch ago or more:
+    /// done long since, as a rule).
+    pub fn reclaim(&mut self, pending: usize) -> Result<Vec<PinnedImage>> {
+        let mut done = Vec::new();
+        while let Some((event, _)) = self.batches.front() {
+            let complete = match self.batches.len() > pending {
+                true => event
+                    .synchronize()
+                    .map(|_| true)
+                    .map_err(|e| Error::cuda("waiting for an upload of images", e))?,
+                false => event
+                    .try_is_complete()
+                    .map_err(|e| Error::cuda("querying an upload of images", e))?,
+            };
+            if !complete {
+                break;
+            }
+            if let Some((_, images)) = self.batches.pop_front() {
+                done.extend(images);
+            }
+        }
+        Ok(done)
+    }
+}
+
+impl Drop for ImagesInFlight {
+    fn drop(&mut self) {
+        // The page-locked memory must outlive any copy still reading it.
+        for (event, _) in &self.batches {
+            let _ = event.synchronize();
+        }
+    }
+}
