@@ -11,10 +11,12 @@
 #   3. one process on GPU 0 with a quarter of the cores against all of them (CPU and hybrid).
 # Run from the repository root with .gpu/ built (../shared/tools/gpu-bundle). WORLD (default:
 # the number of GPUs), N (corpus size, default 8192), ROUNDS (default 2), EPOCHS (default 3),
-# SOURCES (default "folder shards").
+# SOURCES (default "folder shards"), BIN (the build, default .gpu/bin/bin-gpufeed), PIN=1 (each
+# rank, and rank 0 alone, pinned with taskset to its own share of the cores), SCALING=0 (skip
+# step 3).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
-g=.gpu/bin/bin-gpufeed
+g=${BIN:-.gpu/bin/bin-gpufeed}
 world=${WORLD:-$(nvidia-smi -L 2>/dev/null | wc -l)}
 if [ "$world" -lt 1 ]; then echo "no GPU found (set WORLD to choose the number of ranks)"; exit 1; fi
 n=${N:-8192}
@@ -23,6 +25,11 @@ epochs=${EPOCHS:-3}
 cores=$(nproc)
 per=$((cores / world))
 step() { echo; echo "=== $*"; }
+# Runs "$@" as rank $1 would: on its own cores with PIN=1.
+as_rank() {
+  local r=$1; shift
+  if [ -n "${PIN:-}" ]; then taskset -c $((r * per))-$((r * per + per - 1)) "$@"; else "$@"; fi
+}
 step "device: $world GPUs, $cores cores ($per a process)"
 nvidia-smi --query-gpu=index,name --format=csv,noheader
 
@@ -55,8 +62,8 @@ ranks() {
   local log=$1; shift
   : >"$log"
   for r in $(seq 0 $((world - 1))); do
-    RANK=$r WORLD_SIZE=$world LOCAL_RANK=$r "$g" run "$@" --shard env --threads "$per" --json \
-      >>"$log.$r" 2>&1 &
+    RANK=$r WORLD_SIZE=$world LOCAL_RANK=$r as_rank "$r" "$g" run "$@" --shard env \
+      --threads "$per" --json >>"$log.$r" 2>&1 &
   done
   wait
   for r in $(seq 0 $((world - 1))); do tail -1 "$log.$r" >>"$log"; rm -f "$log.$r"; done
@@ -64,8 +71,9 @@ ranks() {
 
 rate() { tail -1 | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["images_per_s"]))'; }
 
-step "one process on GPU 0: a quarter of the cores ($((cores / 4)) threads) against all $cores, in turn"
-for decode in cpu hybrid; do
+[ "${SCALING:-1}" = 0 ] ||
+  step "one process on GPU 0: a quarter of the cores ($((cores / 4)) threads) against all $cores, in turn"
+[ "${SCALING:-1}" = 0 ] || for decode in cpu hybrid; do
   for round in $(seq "$rounds"); do
     quarter=$("$g" run /tmp/mg-folder --decode $decode --epochs "$epochs" --threads $((cores / 4)) --json | rate)
     all=$("$g" run /tmp/mg-folder --decode $decode --epochs "$epochs" --threads "$cores" --json | rate)
@@ -99,7 +107,7 @@ for source in ${SOURCES:-folder shards}; do
     for round in $(seq "$rounds"); do
       one=$("$g" run "$dir" $extra --decode $decode --epochs "$epochs" --json | rate)
       # Rank 0 alone, with its share of the cores and its shard: what each rank would do alone.
-      alone=$(RANK=0 WORLD_SIZE=$world LOCAL_RANK=0 "$g" run "$dir" $extra --decode $decode \
+      alone=$(RANK=0 WORLD_SIZE=$world LOCAL_RANK=0 as_rank 0 "$g" run "$dir" $extra --decode $decode \
         --epochs "$epochs" --shard env --shard-balance uneven --threads "$per" --json | rate)
       ranks /tmp/mg.log "$dir" $extra --decode $decode --epochs "$epochs" --shard-balance uneven
       python3 - "$one" "$round" "$world" "$alone" <<'PY'

@@ -4,7 +4,8 @@
 # .gpu/bin/bin-gpufeed-base, when present), in turn, with each run's profile line (where the
 # batch thread's time went: `staging_copy` is the CPU lane's images copied into the staging).
 # Run from the repository root with .gpu/ built (../shared/tools/gpu-bundle). N (corpus size,
-# default 16384), ROUNDS (default 2), EPOCHS (default 3), DECODES (default "cpu hybrid").
+# default 16384), ROUNDS (default 2), EPOCHS (default 3), DECODES (default "cpu hybrid"), BUILDS
+# (the binaries, in turn; default the base and this build).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 n=${N:-16384}
@@ -14,6 +15,7 @@ cores=$(nproc)
 builds=".gpu/bin/bin-gpufeed"
 base=${BASE:-.gpu/bin/bin-gpufeed-base}
 [ -x "$base" ] && builds="$base $builds"
+builds=${BUILDS:-$builds}
 nvidia-smi --query-gpu=index,name --format=csv,noheader | head -1
 echo "$cores cores"
 [ -d /tmp/threads-corpus ] || python3 .gpu/tools/make-corpus /tmp/threads-corpus "$n" 0 >/dev/null

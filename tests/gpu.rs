@@ -1243,9 +1243,10 @@ fn difference(a: &[f32], b: &[f32]) -> (f32, f32) {
 }
 
 /// The CPU lane prepares its images into page-locked memory of their own, ahead of the batches,
-/// and each crosses to its place in the batch from there: once that memory is allocated (in the
-/// pipeline's first moments) an epoch copies no image into the staging, and every epoch's output
-/// is the CPU device's, byte for byte. The order is shuffled each epoch, so an image left over in
+/// and each crosses to its place in the batch from there: once that memory is allocated (a chunk
+/// after each batch while the batches copy longer than they wait, as here, where the lanes are
+/// far ahead of the batches) an epoch copies no image into the staging, and every epoch's output is the CPU
+/// device's, byte for byte. The order is shuffled each epoch, so an image left over in
 /// memory reused from an earlier batch would be another image's pixels.
 #[test]
 fn cpu_lane_images_upload_from_page_locked_memory_of_their_own() {
@@ -1265,7 +1266,7 @@ fn cpu_lane_images_upload_from_page_locked_memory_of_their_own() {
     let mut gpu = builder(Device::Cuda(0)).build().expect("build");
     let mut cpu = builder(Device::Cpu).build().expect("build");
     let mut copied_before = None;
-    for epoch in 0..20 {
+    for epoch in 0..40 {
         let (gpu_ids, gpu_values, _) = read_epoch(&mut gpu);
         let (cpu_ids, cpu_values, _) = read_epoch(&mut cpu);
         assert_eq!(
@@ -1283,7 +1284,7 @@ fn cpu_lane_images_upload_from_page_locked_memory_of_their_own() {
         copied_before = Some(copied);
     }
     panic!(
-        "every one of 20 epochs copied images into the staging ({copied_before:?} in all): the \
+        "every one of 40 epochs copied images into the staging ({copied_before:?} in all): the \
          CPU lane never prepared into page-locked memory of its own"
     );
 }

@@ -8,7 +8,7 @@
 //! in flight when a new one begins are dropped.
 //!
 //! The buffers are page-locked images ([`PinnedImage`]) once the device has given them
-//! ([`CpuAhead::pinned_sink`]): a batch uploads each from where its thread wrote it. Before that
+//! ([`CpuAhead::add_pinned`]): a batch uploads each from where its thread wrote it. Before that
 //! (while the device opens) and whenever every one of them is in use, they are ordinary memory,
 //! which the batch copies into its staging.
 
@@ -84,9 +84,9 @@ struct State {
     buffers: usize,
     /// Page-locked images, free: taken before any ordinary buffer.
     pinned: Vec<PinnedImage>,
-    /// Page-locked images given to the lane; once there are some, ordinary buffers given back
-    /// are freed.
-    pinned_images: usize,
+    /// Whether the lane has every page-locked image it will be given: ordinary buffers given
+    /// back are freed from then on.
+    pinned_complete: bool,
     /// At most this many buffers exist: `Shared::max_buffers`, or more while the lane reaches
     /// further ahead ([`CpuAhead::reach`]); buffers over it given back are freed.
     max_buffers: usize,
@@ -248,7 +248,7 @@ impl CpuAhead {
                 free: Vec::new(),
                 buffers: 0,
                 pinned: Vec::new(),
-                pinned_images: 0,
+                pinned_complete: false,
                 max_buffers: max_buffers.max(threads),
                 reach: 0,
                 stop: false,
@@ -434,27 +434,20 @@ impl CpuAhead {
         self.shared.give_back(buffer);
     }
 
-    /// A function that gives the lane page-locked images to prepare into (taken before ordinary
-    /// buffers, which are freed as they come back); it returns false once the lane is gone.
-    pub fn pinned_sink(&self) -> impl FnMut(Vec<PinnedImage>) -> bool + Send + 'static {
-        let shared = Arc::downgrade(&self.shared);
-        move |images| {
-            let Some(shared) = shared.upgrade() else {
-                return false;
-            };
-            let mut state = shared.lock();
-            if state.stop {
-                return false;
-            }
-            state.pinned_images += images.len();
-            state.pinned.extend(images);
-            shared.tasks.notify_all();
-            let freed = std::mem::take(&mut state.free);
-            state.buffers -= freed.len();
-            drop(state);
-            drop(freed);
-            true
+    /// Gives the lane page-locked images to prepare into, taken before ordinary buffers; once
+    /// `complete` (no more to come), the ordinary buffers are freed as they come back.
+    pub fn add_pinned(&self, images: Vec<PinnedImage>, complete: bool) {
+        let mut state = self.shared.lock();
+        state.pinned.extend(images);
+        self.shared.tasks.notify_all();
+        if !complete {
+            return;
         }
+        state.pinned_complete = true;
+        let freed = std::mem::take(&mut state.free);
+        state.buffers -= freed.len();
+        drop(state);
+        drop(freed);
     }
 }
 
@@ -551,16 +544,14 @@ impl Shared {
 
 impl State {
     /// A buffer back to the free list; an ordinary one is returned instead, to be freed, while
-    /// more of them exist than the lane keeps or once it has page-locked images.
+    /// more of them exist than the lane keeps or once it has all its page-locked images.
     fn recycle(&mut self, buffer: AheadImage) -> Option<Vec<u8>> {
         match buffer {
             AheadImage::Pinned(image) => {
                 self.pinned.push(image);
                 None
             }
-            AheadImage::Heap(buffer)
-                if self.buffers > self.max_buffers || self.pinned_images > 0 =>
-            {
+            AheadImage::Heap(buffer) if self.buffers > self.max_buffers || self.pinned_complete => {
                 self.buffers -= 1;
                 Some(buffer)
             }

@@ -4,9 +4,9 @@
 //! place in a batch (an earlier image may fail, or fall to the GPU lane). Prepared into a
 //! [`PinnedImage`], the image crosses PCIe straight from where its thread wrote it, to its place
 //! in the batch's device buffer ([`upload_images`]): no thread copies it into the batch's
-//! staging. The memory comes in chunks, allocated on a thread of their own while the lane
-//! already works into ordinary buffers ([`allocate_images`]), so that pinning it holds back
-//! neither the first batch nor the CPU threads.
+//! staging. The memory comes in chunks ([`PinnedChunks`]), one a batch, while the lane already
+//! works into ordinary buffers: pinning it all at once would hold back the first batch, or, on
+//! a thread of its own, the other threads' calls to the driver for as long.
 
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -19,7 +19,7 @@ use super::guarded;
 use crate::error::{Error, Result};
 
 /// Images a chunk of page-locked memory holds.
-const CHUNK_IMAGES: usize = 32;
+pub(crate) const CHUNK_IMAGES: usize = 32;
 
 /// One allocation of page-locked memory, cut into images.
 struct Chunk {
@@ -95,27 +95,50 @@ fn allocate_chunk(context: &Arc<CudaContext>, image_bytes: usize) -> Result<Vec<
         .collect())
 }
 
-/// The page-locked bytes [`allocate_images`] allocates for `images` of `image_bytes`.
-pub(crate) fn pinned_image_bytes(images: usize, image_bytes: usize) -> usize {
-    images.div_ceil(CHUNK_IMAGES) * CHUNK_IMAGES * image_bytes.max(1)
+/// Page-locked images to allocate, a chunk at a time.
+pub(crate) struct PinnedChunks {
+    context: Arc<CudaContext>,
+    image_bytes: usize,
+    /// Chunks not allocated yet.
+    left: usize,
+    chunks: usize,
 }
 
-/// Allocates `images` pinned images of `image_bytes` in chunks (rounded up), handing each
-/// chunk's images to `give` as it is made; stops early when `give` returns false (the lane
-/// is gone) or an allocation fails (the lane goes on with ordinary buffers; the error is
-/// returned).
-pub(crate) fn allocate_images(
-    context: &Arc<CudaContext>,
-    image_bytes: usize,
-    images: usize,
-    mut give: impl FnMut(Vec<PinnedImage>) -> bool,
-) -> Result<()> {
-    for _ in 0..images.div_ceil(CHUNK_IMAGES) {
-        if !give(allocate_chunk(context, image_bytes)?) {
-            break;
+impl PinnedChunks {
+    /// At least `images` images of `image_bytes` (whole chunks) on `context`'s device.
+    pub fn new(context: Arc<CudaContext>, image_bytes: usize, images: usize) -> PinnedChunks {
+        let chunks = images.div_ceil(CHUNK_IMAGES);
+        PinnedChunks {
+            context,
+            image_bytes,
+            left: chunks,
+            chunks,
         }
     }
-    Ok(())
+
+    /// The page-locked bytes of every chunk.
+    pub fn bytes(&self) -> usize {
+        self.chunks * CHUNK_IMAGES * self.image_bytes.max(1)
+    }
+
+    /// The next chunk's images; none once every chunk is allocated.
+    pub fn next_chunk(&mut self) -> Result<Vec<PinnedImage>> {
+        if self.left == 0 {
+            return Ok(Vec::new());
+        }
+        self.left -= 1;
+        allocate_chunk(&self.context, self.image_bytes)
+    }
+
+    /// Whether every chunk is allocated (or the rest given up).
+    pub fn done(&self) -> bool {
+        self.left == 0
+    }
+
+    /// Allocates no more chunks.
+    pub fn give_up(&mut self) {
+        self.left = 0;
+    }
 }
 
 /// Queues on `stream` the upload of each pinned image to its place (in images of its size) of

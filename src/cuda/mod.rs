@@ -25,9 +25,7 @@ pub(crate) use augment::DeviceAugmenter;
 #[cfg(test)]
 pub(crate) use device::{compile_ptx, compile_through, Compiled};
 pub(crate) use device::{upload_reusing, Gpu, KernelSource};
-pub(crate) use image_staging::{
-    allocate_images, pinned_image_bytes, upload_images, ImagesInFlight, PinnedImage,
-};
+pub(crate) use image_staging::{upload_images, ImagesInFlight, PinnedChunks, PinnedImage};
 pub use normalize::{NormalizeTuning, Normalizer};
 pub(crate) use staging::StagingRing;
 

@@ -31,9 +31,7 @@ use cudarc::driver::{CudaSlice, CudaStream};
 use crate::background::Background;
 use crate::batch::DecodedBy;
 use crate::cpu::{AheadImage, AheadWork, BatchRequest, CpuAhead, Filled, Staging};
-use crate::cuda::{
-    allocate_images, pinned_image_bytes, upload_images, ImagesInFlight, PinnedImage,
-};
+use crate::cuda::{upload_images, ImagesInFlight, PinnedChunks, PinnedImage};
 use crate::error::{Error, Result};
 use crate::gpu::{
     GpuLane, GpuLaneError, LaneOutput, LaneResult, LaneWork, ShareSchedule, MAX_SPAN,
@@ -118,14 +116,39 @@ pub(crate) struct HybridLanes {
     /// Positions the lanes work past the batches' cursor.
     lookahead: usize,
     epoch: Option<Epoch>,
-    /// The CPU lane's page-locked images being allocated, until they all are.
-    pinning: Option<Background<Result<()>>>,
-    /// Why the CPU lane has no page-locked images, if their allocation failed.
+    /// The CPU lane's page-locked images, allocated a chunk a batch.
+    pinning: Option<PinnedChunks>,
+    /// Why the CPU lane has no more page-locked images, if their allocation failed.
     pinning_failed: Option<String>,
     /// The CPU lane's page-locked images of batches whose uploads are queued.
     in_flight: ImagesInFlight,
-    /// The page-locked bytes of the CPU lane's images, allocated or being allocated.
-    pinned_bytes: usize,
+    /// How long the batches copy the CPU lane's images, against how long they wait for the lanes.
+    copying: CopyMeter,
+}
+
+/// Moving averages of a batch's time copying the CPU lane's images into the staging and waiting
+/// for the lanes, over about the last [`CopyMeter::BATCHES`] batches.
+#[derive(Debug, Default)]
+struct CopyMeter {
+    copy: f64,
+    wait: f64,
+}
+
+impl CopyMeter {
+    /// Batches the averages reach back over.
+    const BATCHES: f64 = 8.0;
+
+    /// Takes in a batch's times: whether its batches copy longer than twice their waits, so the
+    /// thread putting them together holds the lane back (the copy of 256 images of 224 x 224
+    /// takes it 5-15 ms; over a run on 16 cores the batches waited about twice as long for the
+    /// CPU lane, though less in stretches, and on 64 cores they hardly waited).
+    fn observe(&mut self, waits: Waits) -> bool {
+        let weight = 1.0 / Self::BATCHES;
+        let wait = (waits.cpu + waits.gpu).as_secs_f64();
+        self.copy += weight * (waits.copy.as_secs_f64() - self.copy);
+        self.wait += weight * (wait - self.wait);
+        self.copy > 2.0 * self.wait
+    }
 }
 
 /// A batch both lanes filled: the staging holds the CPU lane's images copied there, `unstaged`
@@ -189,32 +212,21 @@ impl HybridLanes {
             pinning: None,
             pinning_failed: None,
             in_flight: ImagesInFlight::default(),
-            pinned_bytes: 0,
+            copying: CopyMeter::default(),
         }
     }
 
-    /// Gives the CPU lane page-locked images to prepare into, for batches of `batch_size`,
-    /// allocated on a thread of their own while the lane goes on with ordinary buffers: enough
-    /// for the batch being filled, the one before it (uploading), the lookahead's results (the
-    /// lanes are told of the batches' progress every [`ADVANCE_EVERY`] positions) and an image
-    /// on each thread.
+    /// Lets the CPU lane have page-locked images to prepare into, for batches of `batch_size`,
+    /// while it decodes alone: a chunk after each batch while the batches spend longer copying
+    /// its images into the staging than twice their waits for it (pinning memory is slow, about 80 ms for 164 MB on the
+    /// H200 machine, and holds back the other threads' calls to the driver meanwhile; where the
+    /// lanes are what the batches wait for, the copies cost nothing), up to enough for the batch being
+    /// filled, the one before it (uploading), the lookahead's results (the lanes are told of the
+    /// batches' progress every [`ADVANCE_EVERY`] positions) and an image on each thread.
     pub fn pin_cpu_images(&mut self, batch_size: usize) {
         let images = 2 * batch_size + self.lookahead + ADVANCE_EVERY + self.ahead.threads();
-        let image_bytes = self.image_bytes;
-        self.pinned_bytes = pinned_image_bytes(images, image_bytes);
         let context = self.stream.context().clone();
-        let mut give = self.ahead.pinned_sink();
-        let pinning = Background::start("gpufeed-pinned-images", pinning_stopped, move |cancel| {
-            allocate_images(&context, image_bytes, images, |images| {
-                !cancel.load(Ordering::Relaxed) && give(images)
-            })
-        });
-        match pinning {
-            Ok(pinning) => self.pinning = Some(pinning),
-            Err(e) => {
-                self.pinning_failed = Some(format!("cannot start the thread allocating them: {e}"))
-            }
-        }
+        self.pinning = Some(PinnedChunks::new(context, self.image_bytes, images));
     }
 
     /// Which lanes decode now, in words: both (with the GPU lane and its share), the CPU
@@ -329,7 +341,6 @@ impl HybridLanes {
         source: &Source,
         stop: &AtomicBool,
     ) -> Result<Option<HybridFilled>> {
-        self.poll_pinning();
         // The pinned images of the batch before last are uploaded by now, as a rule.
         for image in self.in_flight.reclaim(1)? {
             self.ahead.give_back(AheadImage::Pinned(image));
@@ -342,23 +353,34 @@ impl HybridLanes {
         let filled = self.fill_positions(staging, request, source, stop)?;
         if let Some(filled) = &filled {
             self.follow(request.start + filled.filled.consumed);
+            // Where the batches' copies of the CPU lane's images take longer than their waits for
+            // it, the lane is ahead of them, and page-locked images would spare them the copies.
+            // Not beside the GPU lane: its threads call the driver all the time, and a batch's
+            // uploads image by image contend with them (hybrid decoding on 64 threads was
+            // 0.79-0.98x as fast with them).
+            let cpu_alone = matches!(self.gpu, GpuState::NotAsked | GpuState::Off(_));
+            if cpu_alone && self.copying.observe(filled.waits) {
+                self.pin_next_chunk();
+            }
         }
         Ok(filled)
     }
 
-    /// The page-locked bytes of the CPU lane's images (allocated in the lanes' first moments).
+    /// The most page-locked bytes the CPU lane's images take.
     pub fn pinned_bytes(&self) -> usize {
-        self.pinned_bytes
+        self.pinning.as_ref().map_or(0, PinnedChunks::bytes)
     }
 
-    /// Notes how the allocation of the CPU lane's page-locked images ended, once it has.
-    fn poll_pinning(&mut self) {
-        let Some(pinning) = &mut self.pinning else {
+    /// Gives the CPU lane its next chunk of page-locked images, until it has them all (or one
+    /// could not be allocated: the lane goes on with what it has, and ordinary buffers).
+    fn pin_next_chunk(&mut self) {
+        let Some(pinning) = self.pinning.as_mut().filter(|p| !p.done()) else {
             return;
         };
-        if let Some(outcome) = pinning.try_take() {
-            self.pinning = None;
-            if let Err(e) = outcome {
+        match pinning.next_chunk() {
+            Ok(images) => self.ahead.add_pinned(images, pinning.done()),
+            Err(e) => {
+                pinning.give_up();
                 self.pinning_failed = Some(e.to_string());
             }
         }
@@ -570,11 +592,6 @@ impl HybridLanes {
             in_flight: Some(&mut self.in_flight),
         }
     }
-}
-
-/// Why no outcome came from the thread allocating page-locked images.
-fn pinning_stopped() -> Result<()> {
-    Err(Error::Worker("the thread allocating them stopped".into()))
 }
 
 /// A batch's images that are not in its staging, written into their places on the device: the

@@ -595,8 +595,8 @@ impl Pipeline {
     }
 
     /// Page-locked host memory the pipeline holds: the staging ring, and the CPU lane's images
-    /// of their own, which it prepares into ahead of the batches and uploads from (allocated in
-    /// the pipeline's first moments); 0 on the CPU device.
+    /// of their own, which it prepares into ahead of the batches and uploads from (allocated a
+    /// chunk before each of the first batches); 0 on the CPU device.
     pub fn pinned_bytes(&self) -> usize {
         self.pinned_bytes
     }
