@@ -4,9 +4,10 @@
 //! place in a batch (an earlier image may fail, or fall to the GPU lane). Prepared into a
 //! [`PinnedImage`], the image crosses PCIe straight from where its thread wrote it, to its place
 //! in the batch's device buffer ([`upload_images`]): no thread copies it into the batch's
-//! staging. The memory comes in chunks ([`PinnedChunks`]), one a batch, while the lane already
-//! works into ordinary buffers: pinning it all at once would hold back the first batch, or, on
-//! a thread of its own, the other threads' calls to the driver for as long.
+//! staging. The memory comes in chunks ([`PinnedChunks`]), which the pipeline allocates one at a
+//! time where the copies hold its batches back (the lane works into ordinary buffers until
+//! then): pinning memory is slow, and holds back the other threads' calls to the driver while it
+//! runs.
 
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -19,7 +20,7 @@ use super::guarded;
 use crate::error::{Error, Result};
 
 /// Images a chunk of page-locked memory holds.
-pub(crate) const CHUNK_IMAGES: usize = 32;
+const CHUNK_IMAGES: usize = 32;
 
 /// One allocation of page-locked memory, cut into images.
 struct Chunk {
