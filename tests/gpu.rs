@@ -1242,12 +1242,12 @@ fn difference(a: &[f32], b: &[f32]) -> (f32, f32) {
     mean_and_p999(&mut diffs)
 }
 
-/// The CPU lane prepares its images into page-locked memory of their own, ahead of the batches,
-/// and each crosses to its place in the batch from there: once that memory is allocated (a chunk
-/// after each batch while the batches copy longer than they wait, as here, where the lanes are
-/// far ahead of the batches) an epoch copies no image into the staging, and every epoch's output is the CPU
-/// device's, byte for byte. The order is shuffled each epoch, so an image left over in
-/// memory reused from an earlier batch would be another image's pixels.
+/// With CPU decoding the lane prepares its images into page-locked memory of their own, ahead of
+/// the batches, and each crosses to its place in the batch from there: once that memory is
+/// allocated (a chunk after each batch while the batches copy longer than they wait, as here,
+/// where the lane is far ahead of the batches) an epoch copies no image into the staging, and
+/// every epoch's output is the CPU device's, byte for byte. The order is shuffled each epoch, so
+/// an image left over in memory reused from an earlier batch would be another image's pixels.
 #[test]
 fn cpu_lane_images_upload_from_page_locked_memory_of_their_own() {
     let _serial = serial();
