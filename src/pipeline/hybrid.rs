@@ -333,7 +333,8 @@ impl HybridLanes {
 
     /// Fills a batch with both lanes from the request's start position of their current work:
     /// each position in turn takes the GPU lane's image, or the CPU lane's (copied into its place
-    /// in `staging`), or is skipped with its error. `Ok(None)` if `stop` was raised meanwhile.
+    /// in `staging`, or, prepared into page-locked memory of its own, uploaded from there), or is
+    /// skipped with its error. `Ok(None)` if `stop` was raised meanwhile.
     pub fn fill(
         &mut self,
         staging: &mut Staging<'_>,
