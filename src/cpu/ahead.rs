@@ -171,18 +171,15 @@ impl Shared {
                 }
             }
         };
-        let buffer = match (state.pinned.pop(), state.free.pop()) {
-            (Some(image), heap) => {
-                if let Some(heap) = heap {
-                    state.free.push(heap);
+        let buffer = match state.pinned.pop() {
+            Some(image) => AheadImage::Pinned(image),
+            None => match state.free.pop() {
+                Some(heap) => AheadImage::Heap(heap),
+                None => {
+                    state.buffers += 1;
+                    AheadImage::Heap(vec![0u8; self.image_bytes])
                 }
-                AheadImage::Pinned(image)
-            }
-            (None, Some(heap)) => AheadImage::Heap(heap),
-            (None, None) => {
-                state.buffers += 1;
-                AheadImage::Heap(vec![0u8; self.image_bytes])
-            }
+            },
         };
         Some((current, position, buffer))
     }

@@ -116,7 +116,7 @@ pub(crate) struct HybridLanes {
     /// Positions the lanes work past the batches' cursor.
     lookahead: usize,
     epoch: Option<Epoch>,
-    /// The CPU lane's page-locked images, allocated a chunk a batch.
+    /// The CPU lane's page-locked images, allocated a chunk at a time ([`CopyMeter`]).
     pinning: Option<PinnedChunks>,
     /// Why the CPU lane has no more page-locked images, if their allocation failed.
     pinning_failed: Option<String>,
@@ -218,11 +218,12 @@ impl HybridLanes {
 
     /// Lets the CPU lane have page-locked images to prepare into, for batches of `batch_size`,
     /// while it decodes alone: a chunk after each batch while the batches spend longer copying
-    /// its images into the staging than twice their waits for it (pinning memory is slow, about 80 ms for 164 MB on the
-    /// H200 machine, and holds back the other threads' calls to the driver meanwhile; where the
-    /// lanes are what the batches wait for, the copies cost nothing), up to enough for the batch being
-    /// filled, the one before it (uploading), the lookahead's results (the lanes are told of the
-    /// batches' progress every [`ADVANCE_EVERY`] positions) and an image on each thread.
+    /// its images into the staging than twice their waits for it (pinning memory is slow, about
+    /// 80 ms for 164 MB on the H200 machine, and holds back the other threads' calls to the
+    /// driver meanwhile; where the lane is what the batches wait for, the copies cost nothing),
+    /// up to enough for the batch being filled, the one before it (uploading), the lookahead's
+    /// results (the lanes are told of the batches' progress every [`ADVANCE_EVERY`] positions)
+    /// and an image on each thread.
     pub fn pin_cpu_images(&mut self, batch_size: usize) {
         let images = 2 * batch_size + self.lookahead + ADVANCE_EVERY + self.ahead.threads();
         let context = self.stream.context().clone();
