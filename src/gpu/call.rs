@@ -66,6 +66,12 @@ impl CallImage {
         };
         std::iter::once(self.bytes.into_buffer()).chain(packed)
     }
+
+    /// The pixels its resize reads: columns, rows.
+    pub fn pixels_read(&self) -> (Range<u32>, Range<u32>) {
+        let passes = &self.passes;
+        (passes.source_columns.clone(), passes.source_rows.clone())
+    }
 }
 
 /// The window of an image of `layout` holding the pixels `read` (columns, rows: a resize's
@@ -81,14 +87,6 @@ pub(super) fn window_read(layout: &Layout, (columns, rows): (Range<u32>, Range<u
     match layout.check(&window) {
         Ok(()) => window,
         Err(_) => Window::whole(layout.width, layout.height),
-    }
-}
-
-impl CallImage {
-    /// The pixels its resize reads: columns, rows.
-    pub fn pixels_read(&self) -> (Range<u32>, Range<u32>) {
-        let passes = &self.passes;
-        (passes.source_columns.clone(), passes.source_rows.clone())
     }
 }
 

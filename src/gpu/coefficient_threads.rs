@@ -110,17 +110,12 @@ fn decode(
         let resumed = Instant::now();
         working = resumed.checked_sub(read).unwrap_or(resumed);
         let window = window_read(&layout, pixels_read);
-        let mut block_rows = [u32::MAX; 4];
-        for (c, rows) in block_rows
-            .iter_mut()
-            .enumerate()
-            .take(layout.components.len())
-        {
-            *rows = layout.blocks(c, &window).y1;
-        }
-        let needed = &block_rows[..layout.components.len().min(block_rows.len())];
+        // Each component's block rows down to the window's last.
+        let block_rows: Vec<u32> = (0..layout.components.len())
+            .map(|c| layout.blocks(c, &window).y1)
+            .collect();
         let packed = decoder
-            .decode_top(jpeg, Some(needed))
+            .decode_top(jpeg, Some(&block_rows))
             .ok()
             .and_then(|coefficients| {
                 buffer.clear();

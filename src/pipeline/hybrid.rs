@@ -169,6 +169,25 @@ pub(crate) struct Unstaged {
     pub pinned: Vec<(PinnedImage, usize)>,
 }
 
+impl Unstaged {
+    /// The images of a batch that is not made after all, back to their lanes: the page-locked
+    /// ones to `ahead`, the GPU lane's to `lane` (their slots freed once `stream` is past them).
+    fn give_back(
+        self,
+        lane: Option<&mut GpuLane>,
+        ahead: &CpuAhead,
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        for (image, _) in self.pinned {
+            ahead.give_back(AheadImage::Pinned(image));
+        }
+        match lane {
+            Some(lane) => lane.discard(stream, self.gpu.into_iter().map(|(o, _)| o).collect()),
+            None => Ok(()),
+        }
+    }
+}
+
 /// How the GPU lane comes to a [`HybridLanes`].
 pub(crate) enum GpuOpening {
     /// Opened before the first batch.
@@ -470,15 +489,7 @@ impl HybridLanes {
         let mut used = 0;
         let reach = order.reach(start);
         let failed = |lane: Option<&mut GpuLane>, ahead: &CpuAhead, unstaged: Unstaged| {
-            for (image, _) in unstaged.pinned {
-                ahead.give_back(AheadImage::Pinned(image));
-            }
-            match lane {
-                Some(lane) => {
-                    lane.discard(&stream, unstaged.gpu.into_iter().map(|(o, _)| o).collect())
-                }
-                None => Ok(()),
-            }
+            unstaged.give_back(lane, ahead, &stream)
         };
         while filled.indices.len() < batch_size && used < reach {
             let at = start + used;
@@ -569,16 +580,11 @@ impl HybridLanes {
 
     /// Gives back the images of a batch that is not made after all.
     pub fn discard(&mut self, unstaged: Unstaged) -> Result<()> {
-        for (image, _) in unstaged.pinned {
-            self.ahead.give_back(AheadImage::Pinned(image));
-        }
-        match &mut self.gpu {
-            GpuState::Open(lane) => lane.discard(
-                &self.stream,
-                unstaged.gpu.into_iter().map(|(output, _)| output).collect(),
-            ),
-            _ => Ok(()),
-        }
+        let lane = match &mut self.gpu {
+            GpuState::Open(lane) => Some(lane.as_mut()),
+            _ => None,
+        };
+        unstaged.give_back(lane, &self.ahead, &self.stream)
     }
 
     /// A batch's images that are not in its staging, to be written into its places of the
