@@ -1341,10 +1341,11 @@ fn large_photos_take_the_assisted_path_beside_the_engines() {
     assert!(mean <= 0.005, "mean {mean:.4} levels, p99.9 {p999}");
 }
 
-/// Large photos through hybrid decoding with the share following the lanes: the GPU lane starts
-/// with its assisted path while its JPEG engines open beside it, and the engines join later.
-/// Every epoch, before and after they join, delivers every photo once in order, within 0.005
-/// levels of the CPU decode on average.
+/// Large photos through hybrid decoding with the share following the lanes. With the assisted
+/// path taking every large baseline file (the default), the epoch is its: the JPEG engines are
+/// not opened at all. With it taking half, the GPU lane starts with its assisted path while its
+/// engines open beside it, and the engines join later. Every epoch, before and after they join,
+/// delivers every photo once in order, within 0.005 levels of the CPU decode on average.
 #[test]
 fn large_photos_start_on_the_assisted_path_while_the_engines_open() {
     let _serial = serial();
@@ -1358,7 +1359,28 @@ fn large_photos_start_on_the_assisted_path_while_the_engines_open() {
             .expect("build")
     };
     let (cpu_ids, cpu, _) = read_epoch(&mut build(Decode::Cpu));
-    let mut pipeline = build(Decode::Hybrid);
+    let mut assisted_alone = build(Decode::Hybrid);
+    for epoch in 0..2 {
+        let (ids, values, report) = read_epoch(&mut assisted_alone);
+        assert_eq!(ids, cpu_ids);
+        let (mean, p999) = difference(&cpu, &values);
+        assert!(mean <= 0.005, "mean {mean:.4} levels, p99.9 {p999}");
+        assert_eq!(
+            report.decoded_by_assisted, report.decoded_by_gpu,
+            "epoch {epoch}: every photo of the GPU lane's is the assisted path's"
+        );
+        assisted_alone.next_epoch().expect("next epoch");
+    }
+    let description = assisted_alone.decode_description();
+    assert!(
+        description.contains("not opened: the assisted path takes the epoch's large files"),
+        "{description}"
+    );
+    drop(assisted_alone);
+    let mut pipeline = large_photos_pipeline(dir.path(), Decode::Hybrid)
+        .assisted_share(0.5)
+        .build()
+        .expect("build");
     let started = std::time::Instant::now();
     let (mut assisted_before_engines, mut epochs_after_engines) = (0, 0);
     while epochs_after_engines < 2 {

@@ -11,8 +11,8 @@ use super::assisted::AssistedDecoder;
 use super::call::{Call, Path, MAX_CALL_PIXELS};
 use super::error::GpuLaneError;
 use super::nvjpeg::{
-    ChromaPlanes, DecodedImage, DecoderConfig, HardwareDecoder, JpegInfo, NvJpeg, Outcome,
-    Subsampling,
+    ChromaPlanes, DecodedImage, DecoderConfig, DecoderOpening, HardwareDecoder, HardwareHandle,
+    JpegInfo, Outcome, Subsampling,
 };
 use super::resize::plan::{plan_batch_with, ResizeJob, SourceImage, SourcePixels};
 use super::resize::{BatchResizer, DevicePlan};
@@ -106,10 +106,11 @@ impl DecoderSet {
         })
     }
 
-    /// The engines' decoders and kernels on a new stream of `gpu`'s context.
+    /// The engines' decoders (on `handle`, which the sets share) and kernels on a new stream of
+    /// `gpu`'s context.
     pub fn open(
         gpu: &Gpu,
-        nvjpeg: &NvJpeg,
+        handle: &Arc<HardwareHandle>,
         resize: &Arc<CudaModule>,
         colour: &DecoderConfig,
         gray: Option<&DecoderConfig>,
@@ -117,7 +118,8 @@ impl DecoderSet {
         filter: Filter,
     ) -> Result<DecoderSet, GpuLaneError> {
         let stream = new_stream(gpu)?;
-        let open = |config: &DecoderConfig| HardwareDecoder::new(nvjpeg, &stream, config.clone());
+        let open =
+            |config: &DecoderConfig| HardwareDecoder::with_handle(handle, &stream, config.clone());
         let colour = open(colour)?;
         let gray = match gray {
             Some(config) => Some(open(config)?),
@@ -142,6 +144,30 @@ impl DecoderSet {
     pub fn engines(&self) -> Option<(u32, u32)> {
         match &self.decoders {
             Decoders::Engines(engines) => engines.colour.engines(),
+            Decoders::Assisted(_) => None,
+        }
+    }
+
+    /// How long the engines' decoders took to create, colour and gray together, step by step
+    /// (none for the assisted path).
+    pub fn opening(&self) -> Option<DecoderOpening> {
+        match &self.decoders {
+            Decoders::Engines(engines) => Some(
+                engines
+                    .gray
+                    .as_ref()
+                    .map(HardwareDecoder::opening)
+                    .into_iter()
+                    .fold(engines.colour.opening(), DecoderOpening::then),
+            ),
+            Decoders::Assisted(_) => None,
+        }
+    }
+
+    /// How long the engines' shared handle took to create (none for the assisted path).
+    pub fn handle_created_in(&self) -> Option<std::time::Duration> {
+        match &self.decoders {
+            Decoders::Engines(engines) => Some(engines.colour.handle_created_in()),
             Decoders::Assisted(_) => None,
         }
     }

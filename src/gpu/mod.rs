@@ -64,7 +64,7 @@ use crate::resample::Resampling;
 use call::MAX_CALL_PIXELS;
 use coefficient_threads::CoefficientThreads;
 use decoders::DecoderSet;
-use engines::{engine_count, EngineRecipe, Engines, EnginesOpen};
+use engines::{engine_count, opening_note, EngineRecipe, Engines, EnginesOpen};
 use nvjpeg::{DecoderConfig, NvJpeg, OutputFormat};
 use prepare::Preparer;
 use runner::Runner;
@@ -234,7 +234,7 @@ impl GpuLane {
         cancel: &AtomicBool,
     ) -> Result<GpuLane, GpuLaneError> {
         let engines = match config.short_run {
-            true => EnginesOpen::Never,
+            true => EnginesOpen::Never("the run ends before they could"),
             false => EnginesOpen::BesideTheLane,
         };
         GpuLane::open_for(gpu, config, GRAY_ON_THE_GPU, engines, cancel)
@@ -253,6 +253,13 @@ impl GpuLane {
             cancel
                 .load(Ordering::Relaxed)
                 .then(|| GpuLaneError::Opening("the pipeline was dropped".into()))
+        };
+        // An epoch of large files is the assisted path's when it takes them all: the engines
+        // would only take its few small files, and opening them holds the driver and a core
+        // for one to two seconds.
+        let engines_open = match config.large_files && config.assisted_share >= 1.0 {
+            true => EnginesOpen::Never("the assisted path takes the epoch's large files"),
+            false => engines_open,
         };
         let geometry = config.geometry;
         let filter = match geometry.resampling() {
@@ -347,7 +354,8 @@ impl GpuLane {
             String::new()
         } else {
             let opened = engines.open()?;
-            let count = engine_count(&opened).map_or(String::new(), |count| format!(", {count}"));
+            let count = engine_count(&opened).map_or(String::new(), |count| format!(", {count}"))
+                + &opening_note(&opened);
             sets.extend(opened);
             count
         };
@@ -396,9 +404,7 @@ impl GpuLane {
         let started = starting.elapsed();
         let engines = match (engines_later, engines_open) {
             (false, _) => Engines::Open,
-            (true, EnginesOpen::Never) => {
-                Engines::Off("not opened: the run ends before they could".into())
-            }
+            (true, EnginesOpen::Never(reason)) => Engines::Off(format!("not opened: {reason}")),
             (true, _) => Engines::Coming(engines.open_beside()?),
         };
         let (major, minor, patch) = nvjpeg.version();
@@ -455,10 +461,11 @@ impl GpuLane {
         };
         self.engines = match opened.and_then(|sets| {
             let count = engine_count(&sets);
-            self.runner.add_sets(sets).map(|()| count)
+            let opening = opening_note(&sets);
+            self.runner.add_sets(sets).map(|()| (count, opening))
         }) {
-            Ok(count) => Engines::Joined(format!(
-                "{} joined {:.0} ms after the lane opened",
+            Ok((count, opening)) => Engines::Joined(format!(
+                "{} joined {:.0} ms after the lane opened{opening}",
                 count.unwrap_or_else(|| "the JPEG engines".into()),
                 ms(waited)
             )),

@@ -751,10 +751,7 @@ fn a_lane_whose_engines_open_beside_it_takes_their_images_once_they_join() {
         .iter()
         .zip(&assisted_first)
         .any(|(&m, &a)| m && !a));
-    let config = GpuLaneConfig {
-        large_files: true,
-        ..lane_config(&geometry, 16, 1.0)
-    };
+    let config = lane_config(&geometry, 16, 1.0);
     let mut lane = GpuLane::open_for(
         &gpu,
         &config,

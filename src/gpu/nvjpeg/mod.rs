@@ -68,6 +68,7 @@ pub mod sys;
 use std::ffi::{c_int, c_uint};
 use std::fmt;
 use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use cudarc::driver::{
     CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtrMut, DriverError, PinnedHostSlice,
@@ -649,12 +650,12 @@ pub const MAX_IMAGES_PER_CALL: usize = 1 << 16;
 pub struct HardwareDecoder {
     functions: Arc<sys::Functions>,
     ctx: Arc<CudaContext>,
-    handle: sys::nvjpegHandle_t,
+    /// The library handle, perhaps shared with other decoders.
+    handle: Arc<HardwareHandle>,
     state: sys::nvjpegJpegState_t,
     /// The batch size and format the state was initialized for.
     initialized_for: Option<(usize, sys::nvjpegOutputFormat_t)>,
     config: DecoderConfig,
-    engines: Option<(u32, u32)>,
     slots: [StagingSlot; 2],
     next_slot: usize,
     last_slot: Option<usize>,
@@ -665,6 +666,164 @@ pub struct HardwareDecoder {
     outcomes: Vec<Outcome>,
     /// Indices of the call's images sent to the hardware.
     accepted: Vec<usize>,
+    /// How long its creation's steps took.
+    opening: DecoderOpening,
+}
+
+/// How long each step of a [`HardwareDecoder`]'s creation took.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct DecoderOpening {
+    /// `nvjpegJpegStateCreate`.
+    pub state: Duration,
+    /// `nvjpegDecodeBatchedPreAllocate`: nvJPEG's pools.
+    pub pools: Duration,
+    /// The two pinned staging buffers and the device output arena.
+    pub buffers: Duration,
+}
+
+impl DecoderOpening {
+    /// Both openings' times, step by step: `self`'s and then `other`'s.
+    pub fn then(self, other: DecoderOpening) -> DecoderOpening {
+        DecoderOpening {
+            state: self.state + other.state,
+            pools: self.pools + other.pools,
+            buffers: self.buffers + other.buffers,
+        }
+    }
+
+    /// The longer of each step in `self` and `other`.
+    pub fn longest(self, other: DecoderOpening) -> DecoderOpening {
+        DecoderOpening {
+            state: self.state.max(other.state),
+            pools: self.pools.max(other.pools),
+            buffers: self.buffers.max(other.buffers),
+        }
+    }
+}
+
+impl fmt::Display for DecoderOpening {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        write!(
+            f,
+            "states {:.0} ms, pools {:.0} ms, buffers {:.0} ms",
+            ms(self.state),
+            ms(self.pools),
+            ms(self.buffers)
+        )
+    }
+}
+
+/// An nvJPEG library handle on the hardware backend (`nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE)`),
+/// which any number of [`HardwareDecoder`]s may share: nvJPEG's handle is thread safe (each
+/// decoder has a state of its own), and creating one is the longest step of opening the engines
+/// (0.2-0.7 s on the H200 machine).
+pub struct HardwareHandle {
+    functions: Arc<sys::Functions>,
+    ctx: Arc<CudaContext>,
+    raw: sys::nvjpegHandle_t,
+    /// `NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION` given at creation.
+    upsampling_with_interpolation: bool,
+    engines: Option<(u32, u32)>,
+    created_in: Duration,
+}
+
+// SAFETY: nvJPEG's library handle is thread safe (its guide's "Thread Safety": only states,
+// streams and buffers must be one a thread); it is destroyed once, on drop, after every decoder
+// holding it has destroyed its state.
+unsafe impl Send for HardwareHandle {}
+// SAFETY: as above: every thread may call nvJPEG with the handle at once.
+unsafe impl Sync for HardwareHandle {}
+
+impl fmt::Debug for HardwareHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HardwareHandle")
+            .field("engines", &self.engines)
+            .field("created_in", &self.created_in)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HardwareHandle {
+    /// Creates the handle on `ctx` and asks for the engine count (`nvjpegGetHardwareDecoderInfo`).
+    ///
+    /// [`NvjpegError::NoHardware`] when the GPU has no JPEG engine (`NVJPEG_STATUS_ARCH_MISMATCH`,
+    /// or no engines reported).
+    pub fn new(
+        nvjpeg: &NvJpeg,
+        ctx: &Arc<CudaContext>,
+        upsampling_with_interpolation: bool,
+    ) -> Result<Arc<HardwareHandle>, NvjpegError> {
+        let creating = Instant::now();
+        ctx.bind_to_thread()
+            .map_err(cuda("binding the CUDA context"))?;
+        let f = nvjpeg.functions.clone();
+        let flags = if upsampling_with_interpolation {
+            sys::NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION
+        } else {
+            sys::NVJPEG_FLAGS_DEFAULT
+        };
+        let mut raw: sys::nvjpegHandle_t = std::ptr::null_mut();
+        // SAFETY: null allocators are allowed (nvJPEG then uses its runtime's allocators); the
+        // handle is written through a valid pointer; the context is current on this thread.
+        let status = unsafe {
+            (f.create_ex)(
+                sys::NVJPEG_BACKEND_HARDWARE,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                flags,
+                &mut raw,
+            )
+        };
+        match status {
+            sys::NVJPEG_STATUS_SUCCESS => {}
+            sys::NVJPEG_STATUS_ARCH_MISMATCH
+            | sys::NVJPEG_STATUS_JPEG_NOT_SUPPORTED
+            | sys::NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED => {
+                let call = "nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE)";
+                return Err(match NvjpegStatus::of(status) {
+                    Err(status) => NvjpegError::NoHardware { call, status },
+                    Ok(()) => NvjpegError::NoEngines,
+                });
+            }
+            other => check("nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE)", other)?,
+        }
+        // From here on, the handle's Drop destroys it if a step fails.
+        let mut handle = HardwareHandle {
+            functions: f.clone(),
+            ctx: ctx.clone(),
+            raw,
+            upsampling_with_interpolation,
+            engines: None,
+            created_in: Duration::ZERO,
+        };
+        if let Some(info) = f.get_hardware_decoder_info {
+            let (mut engines, mut cores) = (0 as c_uint, 0 as c_uint);
+            // SAFETY: valid handle and out-pointers.
+            let status = unsafe { info(raw, &mut engines, &mut cores) };
+            if status == sys::NVJPEG_STATUS_SUCCESS {
+                if engines == 0 {
+                    return Err(NvjpegError::NoEngines);
+                }
+                handle.engines = Some((engines, cores));
+            }
+            // Otherwise the count is unknown; the handle exists and decodes.
+        }
+        handle.created_in = creating.elapsed();
+        Ok(Arc::new(handle))
+    }
+}
+
+impl Drop for HardwareHandle {
+    fn drop(&mut self) {
+        // Errors cannot be reported from here. The context must be current for nvJPEG to free
+        // what the handle holds.
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: created by nvjpegCreateEx; every decoder sharing it has destroyed its state
+            // (each holds the handle until then).
+            unsafe { (self.functions.destroy)(self.raw) };
+        }
+    }
 }
 
 // SAFETY: the nvJPEG handle, state and parse object are plain heap objects that nvJPEG lets any
@@ -677,21 +836,21 @@ impl fmt::Debug for HardwareDecoder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HardwareDecoder")
             .field("library", &self.functions.path)
-            .field("engines", &self.engines)
+            .field("engines", &self.engines())
             .field("config", &self.config)
             .finish_non_exhaustive()
     }
 }
 
 impl HardwareDecoder {
-    /// Creates the decoder on the context of `stream`: `nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE,
-    /// NULL, NULL, flags)`, `nvjpegGetHardwareDecoderInfo`, `nvjpegJpegStateCreate`,
-    /// `nvjpegDecodeBatchedPreAllocate`, and the staging buffers.
+    /// Creates the decoder on the context of `stream` with `handle` (which may be shared):
+    /// `nvjpegJpegStateCreate`, `nvjpegDecodeBatchedPreAllocate`, and the staging buffers. The
+    /// configuration's upsampling must be the handle's.
     ///
-    /// [`NvjpegError::NoHardware`] when the GPU has no JPEG engine (`NVJPEG_STATUS_ARCH_MISMATCH`, or no
-    /// engines reported).
-    pub fn new(
-        nvjpeg: &NvJpeg,
+    /// [`NvjpegError::NoHardware`] comes from [`HardwareHandle::new`] when the GPU has no JPEG
+    /// engine.
+    pub fn with_handle(
+        handle: &Arc<HardwareHandle>,
         stream: &Arc<CudaStream>,
         config: DecoderConfig,
     ) -> Result<HardwareDecoder, NvjpegError> {
@@ -701,6 +860,11 @@ impl HardwareDecoder {
                 i32::MAX,
                 config.max_batch
             )));
+        }
+        if config.upsampling_with_interpolation != handle.upsampling_with_interpolation {
+            return Err(NvjpegError::Config(
+                "the decoder's upsampling differs from its handle's".into(),
+            ));
         }
         let ctx = stream.context().clone();
         ctx.bind_to_thread()
@@ -718,12 +882,11 @@ impl HardwareDecoder {
             pending: false,
         };
         let mut decoder = HardwareDecoder {
-            functions: nvjpeg.functions.clone(),
+            functions: handle.functions.clone(),
             ctx: ctx.clone(),
-            handle: std::ptr::null_mut(),
+            handle: handle.clone(),
             state: std::ptr::null_mut(),
             initialized_for: None,
-            engines: None,
             slots: [slot(new_event()?), slot(new_event()?)],
             next_slot: 0,
             last_slot: None,
@@ -733,59 +896,22 @@ impl HardwareDecoder {
             outcomes: Vec::with_capacity(max_batch),
             accepted: Vec::with_capacity(max_batch),
             config,
+            opening: DecoderOpening::default(),
+        };
+        let mut step = Instant::now();
+        let mut lap = || {
+            let now = Instant::now();
+            std::mem::replace(&mut step, now).elapsed()
         };
         // From here on, `decoder`'s Drop releases whatever was created if a step fails.
         let f = decoder.functions.clone();
-        let flags = if decoder.config.upsampling_with_interpolation {
-            sys::NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION
-        } else {
-            sys::NVJPEG_FLAGS_DEFAULT
-        };
-        let mut handle: sys::nvjpegHandle_t = std::ptr::null_mut();
-        // SAFETY: null allocators are allowed (nvJPEG then uses its runtime's allocators); the
-        // handle is written through a valid pointer; the context is current on this thread.
-        let status = unsafe {
-            (f.create_ex)(
-                sys::NVJPEG_BACKEND_HARDWARE,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                flags,
-                &mut handle,
-            )
-        };
-        match status {
-            sys::NVJPEG_STATUS_SUCCESS => decoder.handle = handle,
-            sys::NVJPEG_STATUS_ARCH_MISMATCH
-            | sys::NVJPEG_STATUS_JPEG_NOT_SUPPORTED
-            | sys::NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED => {
-                let call = "nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE)";
-                return Err(match NvjpegStatus::of(status) {
-                    Err(status) => NvjpegError::NoHardware { call, status },
-                    Ok(()) => NvjpegError::NoEngines,
-                });
-            }
-            other => {
-                check("nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE)", other)?;
-            }
-        }
-        if let Some(info) = f.get_hardware_decoder_info {
-            let (mut engines, mut cores) = (0 as c_uint, 0 as c_uint);
-            // SAFETY: valid handle and out-pointers.
-            let status = unsafe { info(decoder.handle, &mut engines, &mut cores) };
-            if status == sys::NVJPEG_STATUS_SUCCESS {
-                if engines == 0 {
-                    return Err(NvjpegError::NoEngines);
-                }
-                decoder.engines = Some((engines, cores));
-            }
-            // Otherwise the count is unknown; the handle exists and decodes.
-        }
         let mut state: sys::nvjpegJpegState_t = std::ptr::null_mut();
         // SAFETY: valid handle and out-pointer.
         check("nvjpegJpegStateCreate", unsafe {
-            (f.jpeg_state_create)(decoder.handle, &mut state)
+            (f.jpeg_state_create)(decoder.handle.raw, &mut state)
         })?;
         decoder.state = state;
+        decoder.opening.state = lap();
         if let (Some((w, h)), Some(pre)) =
             (decoder.config.preallocate, f.decode_batched_pre_allocate)
         {
@@ -800,7 +926,7 @@ impl HardwareDecoder {
             // status is not checked.
             unsafe {
                 pre(
-                    decoder.handle,
+                    decoder.handle.raw,
                     decoder.state,
                     max_batch as c_int,
                     w as c_int,
@@ -810,6 +936,7 @@ impl HardwareDecoder {
                 )
             };
         }
+        decoder.opening.pools = lap();
         if decoder.config.staging == Staging::Pinned {
             let initial = decoder
                 .config
@@ -826,12 +953,23 @@ impl HardwareDecoder {
                 .min(decoder.config.max_output_bytes);
             decoder.grow_arena(stream, bytes)?;
         }
+        decoder.opening.buffers = lap();
         Ok(decoder)
     }
 
     /// JPEG engines and cores per engine, from `nvjpegGetHardwareDecoderInfo`.
     pub fn engines(&self) -> Option<(u32, u32)> {
-        self.engines
+        self.handle.engines
+    }
+
+    /// How long its library handle took to create (shared or not).
+    pub fn handle_created_in(&self) -> Duration {
+        self.handle.created_in
+    }
+
+    /// How long the decoder's creation took, step by step.
+    pub fn opening(&self) -> DecoderOpening {
+        self.opening
     }
 
     /// Bytes of the device output arena now.
@@ -1088,7 +1226,7 @@ impl HardwareDecoder {
             // for); plain integer arguments (batch_len <= max_batch <= i32::MAX).
             check("nvjpegDecodeBatchedInitialize", unsafe {
                 (self.functions.decode_batched_initialize)(
-                    self.handle,
+                    self.handle.raw,
                     self.state,
                     batch_len as c_int,
                     1,
@@ -1107,7 +1245,7 @@ impl HardwareDecoder {
         // slot. The stream belongs to the current context.
         let status = unsafe {
             (self.functions.decode_batched)(
-                self.handle,
+                self.handle.raw,
                 self.state,
                 slot.data.as_ptr(),
                 slot.lengths.as_ptr(),
@@ -1159,11 +1297,7 @@ impl HardwareDecoder {
             }));
             self.state = std::ptr::null_mut();
         }
-        if !self.handle.is_null() {
-            // SAFETY: created by nvjpegCreateEx; its state and stream are destroyed above.
-            keep(check("nvjpegDestroy", unsafe { (f.destroy)(self.handle) }));
-            self.handle = std::ptr::null_mut();
-        }
+        // The handle is destroyed when the last decoder sharing it is dropped.
         first
     }
 
