@@ -562,7 +562,7 @@ pub struct DecodeOptions {
     /// Which decoders fill the batches (default: [`Decode::Auto`]).
     pub lanes: Decode,
     /// With hybrid or automatic decoding, the share of the images the GPU lane can take that it
-    /// is offered, 0 to 1. `None` (default): it starts at 0.75 (0.875 for epochs of large files)
+    /// is offered, 0 to 1. `None` (default): it starts at 0.75 (1.0 for epochs of large files)
     /// once the GPU lane has opened and follows the lanes' measured rates; the pipeline reports
     /// it ([`crate::Pipeline::gpu_share`]), and giving a share makes every run decode every
     /// image in the same lane, so its output is the same bit for bit.
