@@ -47,8 +47,12 @@ const MIN_WINDOW: Duration = Duration::from_millis(250);
 /// ...and until the GPU lane has published this many results in it (decoded or refused).
 const MIN_GPU_RESULTS: u64 = 32;
 
-/// The CPU lane's rate is measured again once it decoded this many images in a window; with
-/// fewer, the last rate measured (or the estimate it started from) stands.
+/// The CPU lane's rate is measured again once it decoded this many images since it was last
+/// measured (over as many windows as that takes, the warm-up and the images it decoded before
+/// the GPU lane began included); until then the last rate measured (or the estimate it started
+/// from) stands. Where the GPU lane takes nearly every image (large files) the CPU lane decodes
+/// a few a window, and a rate left at the estimate (from the files' sizes: a third of a
+/// progressive photo's cost) pulled the share down on its own.
 const MIN_CPU_IMAGES: u64 = 8;
 
 /// The share moves this fraction of the way to the share a window's rates call for: rates
@@ -245,6 +249,8 @@ struct RateMeter {
     warming_up: bool,
     /// The CPU lane's time for one image on one thread: estimated, then measured.
     cpu_seconds_per_image: f64,
+    /// The CPU lane's working time and images since its time for an image was last measured.
+    cpu_unmeasured: (Duration, u64),
     /// The machine's cores.
     cores: usize,
 }
@@ -256,13 +262,28 @@ impl RateMeter {
             stopwatch,
             warming_up: true,
             cpu_seconds_per_image,
+            cpu_unmeasured: (Duration::ZERO, 0),
             cores,
         }
     }
 
     fn restart(&mut self, gpu: LaneActivity) {
-        self.start = mark(&self.stopwatch, gpu);
+        let now = mark(&self.stopwatch, gpu);
+        self.measure_cpu(&now);
+        self.start = now;
         self.warming_up = true;
+    }
+
+    /// Adds the CPU lane's work from the window's start to `now` to what is not yet measured,
+    /// and measures its time for an image once that holds [`MIN_CPU_IMAGES`].
+    fn measure_cpu(&mut self, now: &Mark) {
+        let (busy, images) = &mut self.cpu_unmeasured;
+        *busy += now.cpu_busy.saturating_sub(self.start.cpu_busy);
+        *images += now.cpu_images.saturating_sub(self.start.cpu_images);
+        if *images >= MIN_CPU_IMAGES && !busy.is_zero() {
+            self.cpu_seconds_per_image = busy.as_secs_f64() / *images as f64;
+            self.cpu_unmeasured = (Duration::ZERO, 0);
+        }
     }
 
     /// The rates since the window began, once it is complete (a new one then begins); the CPU
@@ -275,15 +296,12 @@ impl RateMeter {
         if window < MIN_WINDOW || decoded + refused < MIN_GPU_RESULTS {
             return None;
         }
+        self.measure_cpu(&now);
         self.start = now;
         if std::mem::take(&mut self.warming_up) {
             return None;
         }
-        let cpu_images = now.cpu_images.saturating_sub(start.cpu_images);
         let cpu_busy = now.cpu_busy.saturating_sub(start.cpu_busy);
-        if cpu_images >= MIN_CPU_IMAGES && !cpu_busy.is_zero() {
-            self.cpu_seconds_per_image = cpu_busy.as_secs_f64() / cpu_images as f64;
-        }
         let seconds = window.as_secs_f64();
         let preparing = now.gpu.preparing.saturating_sub(start.gpu.preparing);
         let calls = [0, 1].map(|p| now.gpu.calls[p].saturating_sub(start.gpu.calls[p]));
@@ -425,14 +443,18 @@ mod tests {
         meter.restart(LaneActivity::default());
         // Too soon: no rates.
         assert!(meter.measure(activity(100, 0, 0.5, 0.0), 8).is_none());
-        // The warm-up: no rates either, whatever it saw.
+        // The warm-up: no rates either, whatever it saw; the CPU lane's images in it (8 at 30
+        // ms) measure its time for an image.
         std::thread::sleep(MIN_WINDOW);
-        stopwatch.add(Stage::CpuDecode, Duration::from_secs(9));
+        for _ in 0..8 {
+            stopwatch.add(Stage::CpuDecode, Duration::from_millis(30));
+        }
         let warm_up = LaneActivity {
             decoded: 100,
             ..LaneActivity::default()
         };
         assert!(meter.measure(warm_up, 8).is_none());
+        assert!((meter.cpu_seconds_per_image - 0.03).abs() < 1e-9);
         std::thread::sleep(MIN_WINDOW);
         // 40 images on the CPU lane at 20 ms of a thread each.
         for _ in 0..40 {
@@ -481,6 +503,42 @@ mod tests {
             "{later:?}"
         );
         assert!(later.cores > 16.0 && later.cores <= 30.0 + 1.5, "{later:?}");
+    }
+
+    /// Where the CPU lane decodes a few images a window (the GPU lane taking nearly all of
+    /// them), its time for an image is measured over as many windows as it takes to decode
+    /// [`MIN_CPU_IMAGES`], counting those it decoded before the GPU lane began.
+    #[test]
+    fn the_cpu_lanes_time_for_an_image_is_measured_across_windows() {
+        let stopwatch = Arc::new(Stopwatch::default());
+        let mut meter = RateMeter::new(stopwatch.clone(), 0.02, 16);
+        // Before the GPU lane begins: 3 images at 60 ms.
+        for _ in 0..3 {
+            stopwatch.add(Stage::CpuDecode, Duration::from_millis(60));
+        }
+        meter.restart(LaneActivity::default());
+        assert_eq!(meter.cpu_seconds_per_image, 0.02, "3 images are too few");
+        let seconds = MIN_WINDOW.as_secs_f64();
+        let mut results = 0;
+        for window in 0..3 {
+            std::thread::sleep(MIN_WINDOW);
+            for _ in 0..2 {
+                stopwatch.add(Stage::CpuDecode, Duration::from_millis(50));
+                stopwatch.add(Stage::CpuResize, Duration::from_millis(10));
+            }
+            results += 100;
+            meter.measure(activity(results, 0, 0.5, seconds * (window + 1) as f64), 8);
+            // 3 + 2, 3 + 4, then 3 + 6 images: measured at the ninth.
+            let want = match window {
+                2 => 0.06,
+                _ => 0.02,
+            };
+            assert!(
+                (meter.cpu_seconds_per_image - want).abs() < 1e-9,
+                "window {window}: {}",
+                meter.cpu_seconds_per_image
+            );
+        }
     }
 
     #[test]
