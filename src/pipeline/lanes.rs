@@ -53,9 +53,15 @@ fn cpu_seconds(images: u64, bytes: u64) -> f64 {
     images as f64 * CPU_SECONDS_PER_IMAGE + bytes as f64 * CPU_SECONDS_PER_BYTE
 }
 
-/// Seconds the GPU lane's JPEG engines take to open, about (their decoders: 1.5-2.5 s measured):
-/// a run the CPU lane finishes sooner opens the lane's assisted path alone.
+/// Seconds the GPU lane's JPEG engines take to open, about (their decoders: 1.3-2.5 s measured).
 const ENGINES_OPEN_SECONDS: f64 = 2.0;
+
+/// A run the CPU lane alone would finish in fewer seconds opens the lane's assisted path alone:
+/// the engines open beside the running batches, holding a core and the driver meanwhile, and
+/// then need about as long again to repay that. Measured on the H100 machine: four epochs of
+/// 8,192 make-corpus files (2.4 s of the CPU threads by the estimate, a 1.3 s run) ended before
+/// the engines joined, and the assisted path alone gave 1.04x the run that opened them.
+const ENGINES_REPAY_SECONDS: f64 = 2.0 * ENGINES_OPEN_SECONDS;
 
 /// Seconds the GPU lane takes to begin with its assisted path, about (its threads' buffers
 /// allocated in 70-300 ms on the H200 machine, then its first calls): a run the CPU lane
@@ -122,7 +128,7 @@ fn auto_lanes(
             "{run} ends before the GPU decode lane could open (about {opens_in} s)"
         ));
     }
-    match cpu_seconds < ENGINES_OPEN_SECONDS {
+    match cpu_seconds < ENGINES_REPAY_SECONDS {
         true => AutoLanes::AssistedAlone,
         false => AutoLanes::Whole,
     }
@@ -546,7 +552,8 @@ mod tests {
         assert_eq!(lanes(8_192, 110 * KB, None, 16, true), AutoLanes::Whole);
         // One epoch of 8,192 ImageNet-sized files is about a second of 16 cores: over before
         // the JPEG engines open, not before the assisted path does; without the assisted path it
-        // stays on the CPU. Four epochs repay the engines, and so does one on 4 cores.
+        // stays on the CPU. Four epochs (4.4 s) repay the engines, and so does one on 4 cores;
+        // four of smaller files (2.4 s) do not.
         assert_eq!(
             lanes(8_192, 110 * KB, Some(1), 16, true),
             AutoLanes::AssistedAlone
@@ -557,6 +564,10 @@ mod tests {
             "{why}"
         );
         assert_eq!(lanes(8_192, 110 * KB, Some(4), 16, true), AutoLanes::Whole);
+        assert_eq!(
+            lanes(8_192, 42 * KB, Some(4), 16, true),
+            AutoLanes::AssistedAlone
+        );
         assert_eq!(lanes(8_192, 110 * KB, Some(1), 4, true), AutoLanes::Whole);
         // A run shorter than even the assisted path's opening stays on the CPU.
         let why = cpu(lanes(2_048, 20 * KB, Some(1), 16, true));
