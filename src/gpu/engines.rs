@@ -1,10 +1,11 @@
 //! The lane's JPEG engines when they open beside it. Creating the engines' decoders (nvJPEG's
-//! hardware backend, its pools and arenas) is most of the lane's setup: 1.5-2.5 s, against about
-//! 0.3 s for the assisted path. A lane opened for a pipeline already making batches therefore
-//! starts with its assisted path and creates the engines' decoder sets on a thread of its own
-//! ([`EngineRecipe::open_beside`]); the lane takes them in when they are ready, and until then
-//! the assisted path takes every file it can (the CPU lane the rest). A run shorter than the
-//! engines' opening does not open them at all.
+//! hardware backend: one handle shared by all of them, then a state and pools for each) is most
+//! of the lane's setup: 1.3-2.5 s, against about 0.3 s for the assisted path. A lane opened for
+//! a pipeline already making batches therefore starts with its assisted path and creates the
+//! engines' decoder sets on a thread of its own ([`EngineRecipe::open_beside`]); the lane takes
+//! them in when they are ready, and until then the assisted path takes every file it can (the
+//! CPU lane the rest). A run too short to repay the engines' opening, and an epoch of large
+//! files the assisted path takes, do not open them at all.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

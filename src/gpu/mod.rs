@@ -20,8 +20,9 @@
 //! run. The one exception is a lane opened beside a pipeline already making batches (automatic
 //! decoding, whose share follows the lanes' rates anyway): it starts with its assisted path,
 //! whose threads open in 0.1-0.3 s, while its engines open on a thread of their own (a second
-//! or two; not at all in a run that ends sooner), and until they join the assisted path takes
-//! every file it can parse, whatever its size.
+//! or two; not at all in a run too short to repay them, nor for an epoch of large files the
+//! assisted path takes), and until they join the assisted path takes every file it can parse,
+//! whatever its size.
 //!
 //! The lane is opened once per pipeline; when nvJPEG, the engines or a filter are missing it is
 //! not opened, and the reason says why. Its memory is sized once: the ring (a batch, the
