@@ -133,8 +133,8 @@ pub(super) fn engine_count(sets: &[DecoderSet]) -> Option<String> {
 }
 
 /// How long the engines' opening took, in words: their shared handle, then the slowest of
-/// `sets`' decoders at each step (the sets open side by side): " (handle 450 ms; states 1 ms,
-/// pools 400 ms, buffers 36 ms a thread)".
+/// `sets`' decoders at each step (the sets open side by side): " (handle 540 ms; states 680 ms,
+/// pools 22 ms, buffers 33 ms a thread)".
 pub(super) fn opening_note(sets: &[DecoderSet]) -> String {
     let handle = sets.iter().find_map(DecoderSet::handle_created_in);
     let decoders = sets
