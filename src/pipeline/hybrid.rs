@@ -53,6 +53,16 @@ enum GpuState {
     NotAsked,
 }
 
+impl GpuState {
+    /// The lane, when open.
+    fn lane(&mut self) -> Option<&mut GpuLane> {
+        match self {
+            GpuState::Open(lane) => Some(lane.as_mut()),
+            _ => None,
+        }
+    }
+}
+
 /// Why no lane came from a thread that stopped before sending one.
 pub(crate) fn opening_stopped() -> std::result::Result<GpuLane, GpuLaneError> {
     Err(GpuLaneError::Opening(
@@ -488,9 +498,6 @@ impl HybridLanes {
         let mut unstaged = Unstaged::default();
         let mut used = 0;
         let reach = order.reach(start);
-        let failed = |lane: Option<&mut GpuLane>, ahead: &CpuAhead, unstaged: Unstaged| {
-            unstaged.give_back(lane, ahead, &stream)
-        };
         while filled.indices.len() < batch_size && used < reach {
             let at = start + used;
             let Some(index) = order.get(at) else { break };
@@ -501,13 +508,10 @@ impl HybridLanes {
                 self.start_gpu_lane(at)?;
             }
             let ahead = &self.ahead;
-            let lane = match &mut self.gpu {
-                GpuState::Open(lane) => Some(lane.as_mut()),
-                _ => None,
-            };
+            let lane = self.gpu.lane();
             if used % ADVANCE_EVERY == 0 {
                 if stop.load(Ordering::Relaxed) {
-                    failed(lane, ahead, unstaged)?;
+                    unstaged.give_back(lane, ahead, &stream)?;
                     return Ok(None);
                 }
                 if let Some(lane) = lane.as_deref() {
@@ -552,7 +556,7 @@ impl HybridLanes {
                 }
                 Some(Err(kind)) => Err(kind),
                 None => {
-                    failed(lane, ahead, unstaged)?;
+                    unstaged.give_back(lane, ahead, &stream)?;
                     if stop.load(Ordering::Relaxed) {
                         return Ok(None);
                     }
@@ -560,7 +564,7 @@ impl HybridLanes {
                 }
             };
             if let Err(error) = filled.record(index, padding, outcome, source, on_error) {
-                failed(lane, ahead, unstaged)?;
+                unstaged.give_back(lane, ahead, &stream)?;
                 return Err(error);
             }
         }
@@ -580,22 +584,14 @@ impl HybridLanes {
 
     /// Gives back the images of a batch that is not made after all.
     pub fn discard(&mut self, unstaged: Unstaged) -> Result<()> {
-        let lane = match &mut self.gpu {
-            GpuState::Open(lane) => Some(lane.as_mut()),
-            _ => None,
-        };
-        unstaged.give_back(lane, &self.ahead, &self.stream)
+        unstaged.give_back(self.gpu.lane(), &self.ahead, &self.stream)
     }
 
     /// A batch's images that are not in its staging, to be written into its places of the
     /// batch's device buffer by the output stage.
     pub fn device_writes(&mut self, unstaged: Unstaged) -> UnstagedWrites<'_> {
-        let lane = match &mut self.gpu {
-            GpuState::Open(lane) => Some(lane.as_mut()),
-            _ => None,
-        };
         UnstagedWrites {
-            lane,
+            lane: self.gpu.lane(),
             unstaged,
             in_flight: Some(&mut self.in_flight),
         }
