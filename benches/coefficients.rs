@@ -166,8 +166,8 @@ fn read_and_pack(
         Window::whole(file.layout.width, file.layout.height)
     };
     if let Some(decoder) = &mut readers.progressive {
-        if let Ok(coefficients) = decoder.decode(&file.jpeg) {
-            return pack(&coefficients, &file.layout, &window, out).ok();
+        if let Ok(image) = decoder.decode_packed(&file.jpeg, &file.layout, &window, out) {
+            return Some(image);
         }
     }
     let stop = file.layout.imcu_rows_for(&window);

@@ -144,15 +144,18 @@ impl PackedImage {
 /// nonzero and wide): what to reserve before packing.
 pub fn packed_bound(layout: &Layout, window: &Window) -> usize {
     (0..layout.components.len())
-        .map(|c| {
-            let blocks = layout.blocks(c, window).blocks() as usize;
-            128 + (blocks * 2).next_multiple_of(8)
-                + blocks * 8
-                + blocks.div_ceil(GROUP as usize) * 4
-                + (blocks * 63 * 2).next_multiple_of(8)
-                + 8
-        })
+        .map(|c| section_bound(layout, window, c))
         .sum()
+}
+
+/// The most bytes the section of component `c` takes in [`packed_bound`].
+pub fn section_bound(layout: &Layout, window: &Window, c: usize) -> usize {
+    let blocks = layout.blocks(c, window).blocks() as usize;
+    128 + (blocks * 2).next_multiple_of(8)
+        + blocks * 8
+        + blocks.div_ceil(GROUP as usize) * 4
+        + (blocks * 63 * 2).next_multiple_of(8)
+        + 8
 }
 
 /// The mask of a block's nonzero AC coefficients (bits 1 to 63) and whether one of them lies
@@ -243,90 +246,24 @@ pub fn pack<S: CoefficientSource + ?Sized>(
     out: &mut Vec<u8>,
 ) -> Result<PackedImage, Error> {
     check(layout, window)?;
-    if !out.len().is_multiple_of(8) {
-        return Err(Error::Request(
-            "packed images start at a multiple of 8 bytes".into(),
-        ));
-    }
-    let start = out.len();
+    let start = image_start(out)?;
     let mut components = [None; 3];
     for (c, slot) in components
         .iter_mut()
         .enumerate()
         .take(layout.components.len())
     {
-        let rect = layout.blocks(c, window);
-        let section = out.len();
         let quant = source
             .quant_table(c)
             .ok_or_else(|| Error::Request(format!("component {c} has no quantization table")))?;
-        for q in multiplier_table(quant) {
-            put_u16(out, q);
-        }
-        // dc, then masks, both in one pass over the blocks; the AC values go to the end.
-        let dc = out.len() - section;
-        let blocks = rect.blocks() as usize;
-        let masks = dc + (blocks * 2).next_multiple_of(8);
-        let groups = masks + blocks * 8;
-        let ac = groups + blocks.div_ceil(GROUP as usize) * 4;
-        out.resize(section + ac, 0);
-        let mut index = 0usize;
-        let mut ac_bytes = 0u32;
-        for by in rect.y0..rect.y1 {
+        let mut packer = ComponentPacker::begin(layout, window, c, quant, out);
+        for by in packer.rect.y0..packer.rect.y1 {
             let row = source.block_row(c, by).ok_or_else(|| {
                 Error::Request(format!("block row {by} of component {c} was not read"))
             })?;
-            let first = rect.x0 as usize * 64;
-            let last = rect.x1 as usize * 64;
-            let row = row.get(first..last).ok_or_else(|| {
-                Error::Request(format!("blocks {}..{} of row {by}", rect.x0, rect.x1))
-            })?;
-            for block in row.chunks_exact(64) {
-                if index.is_multiple_of(GROUP as usize) {
-                    let at = section + groups + index / GROUP as usize * 4;
-                    out[at..at + 4].copy_from_slice(&ac_bytes.to_le_bytes());
-                }
-                let (mask, wide) = scan(block);
-                let at = section + dc + index * 2;
-                out[at..at + 2].copy_from_slice(&block[0].to_le_bytes());
-                let at = section + masks + index * 8;
-                out[at..at + 8].copy_from_slice(&(mask | u64::from(wide)).to_le_bytes());
-                // The values go through a small buffer: one copy into `out` a block.
-                let mut values = [0u8; 126];
-                let mut len = 0;
-                let mut bits = mask;
-                while bits != 0 {
-                    let v = block[bits.trailing_zeros() as usize];
-                    if wide {
-                        let [a, b] = v.to_le_bytes();
-                        values[len] = a;
-                        values[len + 1] = b;
-                        len += 2;
-                    } else {
-                        values[len] = v as i8 as u8;
-                        len += 1;
-                    }
-                    bits &= bits - 1;
-                }
-                out.extend_from_slice(&values[..len]);
-                ac_bytes = ac_bytes
-                    .checked_add(mask.count_ones() << u32::from(wide))
-                    .ok_or_else(|| Error::Request("image too large to pack".into()))?;
-                index += 1;
-            }
+            packer.row(row, out)?;
         }
-        pad8(out, section);
-        let offset =
-            |v: usize| u32::try_from(v).map_err(|_| Error::Request("image too large".into()));
-        *slot = Some(PackedComponent {
-            layout: layout.components[c],
-            blocks: rect,
-            section: offset(section - start)?,
-            dc: offset(dc)?,
-            masks: offset(masks)?,
-            groups: offset(groups)?,
-            ac: offset(ac)?,
-        });
+        *slot = Some(packer.finish(out, start)?);
     }
     Ok(PackedImage {
         window: *window,
@@ -334,6 +271,270 @@ pub fn pack<S: CoefficientSource + ?Sized>(
         components,
         bytes: out.len() - start,
     })
+}
+
+/// Where an image packed at the end of `out` starts: its length, which must be a multiple of 8.
+fn image_start(out: &[u8]) -> Result<usize, Error> {
+    match out.len().is_multiple_of(8) {
+        true => Ok(out.len()),
+        false => Err(Error::Request(
+            "packed images start at a multiple of 8 bytes".into(),
+        )),
+    }
+}
+
+/// One component's section being written at the end of a buffer, the window's block rows one
+/// after another from its first: the multiplier table, the DC and mask of each block at their
+/// places, its nonzero AC values appended.
+struct ComponentPacker {
+    component: usize,
+    layout: ComponentLayout,
+    rect: BlockRect,
+    /// Where the section starts in its buffer, and its parts' offsets from there.
+    section: usize,
+    dc: usize,
+    masks: usize,
+    groups: usize,
+    ac: usize,
+    /// Blocks packed so far, and their AC values' bytes.
+    index: usize,
+    ac_bytes: u32,
+}
+
+impl ComponentPacker {
+    /// Starts component `c`'s section at the end of `out`: its multiplier table (from `quant`),
+    /// then room for its blocks' DC coefficients, masks and group offsets.
+    fn begin(
+        layout: &Layout,
+        window: &Window,
+        c: usize,
+        quant: &[u16; 64],
+        out: &mut Vec<u8>,
+    ) -> ComponentPacker {
+        let rect = layout.blocks(c, window);
+        let section = out.len();
+        for q in multiplier_table(quant) {
+            put_u16(out, q);
+        }
+        // dc, then masks, both written block by block; the AC values go to the end.
+        let dc = out.len() - section;
+        let blocks = rect.blocks() as usize;
+        let masks = dc + (blocks * 2).next_multiple_of(8);
+        let groups = masks + blocks * 8;
+        let ac = groups + blocks.div_ceil(GROUP as usize) * 4;
+        out.resize(section + ac, 0);
+        ComponentPacker {
+            component: c,
+            layout: layout.components[c],
+            rect,
+            section,
+            dc,
+            masks,
+            groups,
+            ac,
+            index: 0,
+            ac_bytes: 0,
+        }
+    }
+
+    /// Whether every block row of the window has been packed.
+    fn complete(&self) -> bool {
+        self.index as u64 == self.rect.blocks()
+    }
+
+    /// The block row the next [`ComponentPacker::row`] packs.
+    fn next_row(&self) -> u32 {
+        self.rect.y0 + (self.index as u64 / u64::from(self.rect.width().max(1))) as u32
+    }
+
+    /// Packs the window's blocks of `row` (a whole block row of the component: its blocks'
+    /// coefficients in natural order), the window's next row, into `out`.
+    fn row(&mut self, row: &[i16], out: &mut Vec<u8>) -> Result<(), Error> {
+        let (by, c) = (self.next_row(), self.component);
+        if self.complete() {
+            return Err(Error::Request(format!(
+                "block row {by} of component {c} is past the window"
+            )));
+        }
+        let (first, last) = (self.rect.x0 as usize * 64, self.rect.x1 as usize * 64);
+        let row = row.get(first..last).ok_or_else(|| {
+            Error::Request(format!(
+                "blocks {}..{} of row {by} of component {c}",
+                self.rect.x0, self.rect.x1
+            ))
+        })?;
+        let section = self.section;
+        for block in row.chunks_exact(64) {
+            let index = self.index;
+            if index.is_multiple_of(GROUP as usize) {
+                let at = section + self.groups + index / GROUP as usize * 4;
+                out[at..at + 4].copy_from_slice(&self.ac_bytes.to_le_bytes());
+            }
+            let (mask, wide) = scan(block);
+            let at = section + self.dc + index * 2;
+            out[at..at + 2].copy_from_slice(&block[0].to_le_bytes());
+            let at = section + self.masks + index * 8;
+            out[at..at + 8].copy_from_slice(&(mask | u64::from(wide)).to_le_bytes());
+            // The values go through a small buffer: one copy into `out` a block.
+            let mut values = [0u8; 126];
+            let mut len = 0;
+            let mut bits = mask;
+            while bits != 0 {
+                let v = block[bits.trailing_zeros() as usize];
+                if wide {
+                    let [a, b] = v.to_le_bytes();
+                    values[len] = a;
+                    values[len + 1] = b;
+                    len += 2;
+                } else {
+                    values[len] = v as i8 as u8;
+                    len += 1;
+                }
+                bits &= bits - 1;
+            }
+            out.extend_from_slice(&values[..len]);
+            self.ac_bytes = self
+                .ac_bytes
+                .checked_add(mask.count_ones() << u32::from(wide))
+                .ok_or_else(|| Error::Request("image too large to pack".into()))?;
+            self.index += 1;
+        }
+        Ok(())
+    }
+
+    /// Ends the section (padded to 8 bytes) once every block row is packed: the component as
+    /// the kernels read it, its section's offset counted from `image_start` in `out`.
+    fn finish(self, out: &mut Vec<u8>, image_start: usize) -> Result<PackedComponent, Error> {
+        if !self.complete() {
+            return Err(Error::Request(format!(
+                "block row {} of component {} was not packed",
+                self.next_row(),
+                self.component
+            )));
+        }
+        pad8(out, self.section);
+        let offset =
+            |v: usize| u32::try_from(v).map_err(|_| Error::Request("image too large".into()));
+        Ok(PackedComponent {
+            layout: self.layout,
+            blocks: self.rect,
+            section: offset(self.section - image_start)?,
+            dc: offset(self.dc)?,
+            masks: offset(self.masks)?,
+            groups: offset(self.groups)?,
+            ac: offset(self.ac)?,
+        })
+    }
+}
+
+/// A window packed while its image is decoded, a block row at a time as each becomes final (the
+/// progressive decoder's stripes, [`super::progressive::ProgressiveDecoder::decode_packed`]), so
+/// that no plane of the whole image is ever held. The first component's section is written
+/// straight into the image's buffer; each later one into a buffer of its own (a section's AC
+/// values must end before the next section starts), appended when the image is complete.
+pub(crate) struct RowsPacker<'b> {
+    out: &'b mut Vec<u8>,
+    start: usize,
+    /// Buffers of the sections after the first.
+    later: &'b mut [Vec<u8>],
+    packers: Vec<ComponentPacker>,
+    window: Window,
+    conversion: Conversion,
+}
+
+impl<'b> RowsPacker<'b> {
+    /// Starts packing `window` of an image of `layout` at the end of `out` (a multiple of 8
+    /// bytes long), `quant` giving each component's quantization table, with `later` (grown to
+    /// hold a buffer for each component after the first) for the later sections.
+    pub(crate) fn begin(
+        layout: &Layout,
+        window: &Window,
+        quant: &[[u16; 64]],
+        out: &'b mut Vec<u8>,
+        later: &'b mut Vec<Vec<u8>>,
+    ) -> Result<RowsPacker<'b>, Error> {
+        check(layout, window)?;
+        let start = image_start(out)?;
+        let components = layout.components.len();
+        if later.len() < components {
+            later.resize_with(components, Vec::new);
+        }
+        let mut packers = Vec::with_capacity(components);
+        for (c, section) in later.iter_mut().enumerate().take(components) {
+            let quant = quant.get(c).ok_or_else(|| {
+                Error::Request(format!("component {c} has no quantization table"))
+            })?;
+            let buffer = match c {
+                0 => &mut *out,
+                _ => {
+                    section.clear();
+                    section
+                }
+            };
+            packers.push(ComponentPacker::begin(layout, window, c, quant, buffer));
+        }
+        Ok(RowsPacker {
+            out,
+            start,
+            later: later.as_mut_slice(),
+            packers,
+            window: *window,
+            conversion: layout.conversion,
+        })
+    }
+
+    /// The block rows of component `c` the window needs (empty past the components).
+    pub(crate) fn rows(&self, c: usize) -> std::ops::Range<u32> {
+        self.packers.get(c).map_or(0..0, |p| p.rect.y0..p.rect.y1)
+    }
+
+    /// Offers block row `by` of component `c` (the component's whole row of blocks, final):
+    /// packed if it is the window's next row of that component, passed over if outside the
+    /// window. Rows must come in order.
+    pub(crate) fn offer(&mut self, c: usize, by: u32, row: &[i16]) -> Result<(), Error> {
+        let Some(packer) = self.packers.get_mut(c) else {
+            return Ok(());
+        };
+        if !(packer.rect.y0..packer.rect.y1).contains(&by) {
+            return Ok(());
+        }
+        if by != packer.next_row() {
+            return Err(Error::Request(format!(
+                "block row {by} of component {c} offered out of order (row {} expected)",
+                packer.next_row()
+            )));
+        }
+        let buffer = match c {
+            0 => &mut *self.out,
+            _ => &mut self.later[c],
+        };
+        packer.row(row, buffer)
+    }
+
+    /// The packed image, once every row of the window has been offered: the later sections
+    /// appended to the image's buffer.
+    pub(crate) fn finish(self) -> Result<PackedImage, Error> {
+        let mut components = [None; 3];
+        for (c, packer) in self.packers.into_iter().enumerate() {
+            components[c] = Some(match c {
+                0 => packer.finish(self.out, self.start)?,
+                _ => {
+                    let section = &mut self.later[c];
+                    let mut component = packer.finish(section, 0)?;
+                    component.section = u32::try_from(self.out.len() - self.start)
+                        .map_err(|_| Error::Request("image too large".into()))?;
+                    self.out.extend_from_slice(section);
+                    component
+                }
+            });
+        }
+        Ok(PackedImage {
+            window: self.window,
+            conversion: self.conversion,
+            components,
+            bytes: self.out.len() - self.start,
+        })
+    }
 }
 
 /// The coefficients of a packed image, expanded on the CPU as the kernels expand them: the test

@@ -4,10 +4,12 @@
 //! data is destuffed first, then the image is decoded in stripes of block rows small enough to
 //! stay in the core's cache, every scan in turn taking up the stripe where its decoding left the
 //! last one (a block's coefficients depend on the earlier scans of that block alone), 64 bits
-//! of data at a time, straight into whole-image planes. Decoding scan by scan over the whole
-//! image instead passes over the planes (3.7 MB a megapixel) once a scan, ten times an image,
-//! from memory rather than the cache (1.12-1.17x slower on 16 threads). The GPU then does the
-//! rest ([`super::pack`], [`super::gpu`]).
+//! of data at a time, into planes of the whole image ([`ProgressiveDecoder::decode`]) or of one
+//! stripe, packed for the GPU as soon as every scan has decoded it
+//! ([`ProgressiveDecoder::decode_packed`], what the pipeline uses: the planes never leave the
+//! core's cache). Decoding scan by scan over the whole image instead passes over the planes (3.7
+//! MB a megapixel) once a scan, ten times an image, from memory rather than the cache (1.12-1.17x
+//! slower on 16 threads). The GPU then does the rest ([`super::pack`], [`super::gpu`]).
 //!
 //! Only what decodes cleanly is taken: a progressive Huffman frame (SOF2), 8-bit samples, 1 or 3
 //! components, a scan script libjpeg accepts without a warning, every coefficient complete at the
@@ -30,10 +32,12 @@
 //!   the band, in and after the end of band run.
 
 use super::entropy::{Interval, MAX_BLOCKS_IN_MCU, NATURAL_ORDER, TABLE_WORDS};
+use super::layout::{Layout, Window};
 use super::markers::{
     derive_table, destuff_scan, parse_dht, parse_dqt, parse_dri, parse_frame, unsupported, Cursor,
     FrameComponent, ScanEnd, Tables,
 };
+use super::pack::{PackedImage, RowsPacker};
 use super::{CoefficientSource, Error};
 
 /// The most scans a file may have (the CPU lane's libjpeg-turbo stops there too): real files
@@ -50,6 +54,9 @@ struct Plane {
     /// `width_in_blocks`, `height_in_blocks`).
     coded_wide: usize,
     coded_high: usize,
+    /// The block row at the start of `coefficients`: 0 where the plane holds the whole image, a
+    /// stripe's first row where it holds one stripe ([`ProgressiveDecoder::decode_packed`]).
+    first_row: usize,
     coefficients: Vec<i16>,
     /// Per block, which of its coefficients are nonzero, bit `k` for zigzag position `k`: what
     /// lets a refinement scan read the correction bits of a block in an end of band run without
@@ -58,8 +65,30 @@ struct Plane {
 }
 
 impl Plane {
+    /// Holds `rows` block rows from block row `first` on (their memory not zeroed yet).
+    fn hold(&mut self, first: usize, rows: usize) {
+        let blocks = rows * self.blocks_wide;
+        self.first_row = first;
+        self.coefficients.resize(blocks * 64, 0);
+        self.nonzero.resize(blocks, 0);
+    }
+
+    /// Where block row `row` starts in the plane (its first coefficient's index), if held.
+    fn row_at(&self, row: usize) -> Option<usize> {
+        let at = row.checked_sub(self.first_row)? * self.blocks_wide * 64;
+        (at < self.coefficients.len()).then_some(at)
+    }
+
+    /// Block row `row`'s coefficients, if held.
+    fn row(&self, row: usize) -> Option<&[i16]> {
+        let at = self.row_at(row)?;
+        self.coefficients.get(at..at + self.blocks_wide * 64)
+    }
+
     /// Zeroes block rows `rows` (coefficients and masks) before a stripe is decoded into them.
     fn zero_rows(&mut self, rows: std::ops::Range<usize>) {
+        let first = self.first_row;
+        let rows = rows.start.saturating_sub(first)..rows.end.saturating_sub(first);
         let blocks = rows.start * self.blocks_wide..rows.end * self.blocks_wide;
         if let Some(coefficients) = self
             .coefficients
@@ -86,12 +115,45 @@ pub struct ProgressiveDecoder {
     /// Every scan's Huffman tables in lookup form.
     tables: Vec<u32>,
     scans: Vec<ScanPlan>,
+    /// The packed sections of the components after the first, while an image is packed.
+    later_sections: Vec<Vec<u8>>,
     /// Bytes of planes a stripe holds at most (a stripe is one MCU row at least).
     stripe_bytes: usize,
 }
 
+/// What the stripes are decoded for: every block row kept in planes of the whole image (down
+/// to the given rows of each component, or all of them), or each stripe's rows packed as it is
+/// finished, in planes of one stripe.
+enum Stripes<'p, 'b> {
+    Whole(Option<&'p [u32]>),
+    Packed(&'p mut RowsPacker<'b>),
+}
+
 /// Bytes of planes in a stripe: well within a core's L2 cache, with the scans' data beside it.
 const STRIPE_BYTES: usize = 256 * 1024;
+
+/// What [`ProgressiveDecoder::decode_packed`] holds at most for `window` of an image of
+/// `layout` from a file of `file_bytes`: one stripe of planes (2 bytes a coefficient and a mask
+/// word a block, each component padded to whole MCUs: at most 3 blocks more each way; 256 KB, or
+/// one MCU row where that is larger, or the whole image where that is smaller), the scans'
+/// destuffed data (no more than the file) and the packed sections
+/// ([`packed_bound`](super::pack::packed_bound)), those of the components after the first twice
+/// (in buffers of their own, then appended to the first's).
+pub fn packed_decode_bytes(layout: &Layout, window: &Window, file_bytes: usize) -> u64 {
+    let block_bytes = 64 * 2 + 8;
+    let padded = |blocks: u32| u64::from(blocks) + 3;
+    let (mut mcu_row, mut whole) = (0, 0);
+    for c in &layout.components {
+        mcu_row += padded(c.blocks_wide) * u64::from(c.v_samp.max(1)) * block_bytes;
+        whole += padded(c.blocks_wide) * padded(c.blocks_high) * block_bytes;
+    }
+    let stripe = mcu_row.max(STRIPE_BYTES as u64).min(whole);
+    let packed = super::pack::packed_bound(layout, window) as u64;
+    let later: u64 = (1..layout.components.len())
+        .map(|c| super::pack::section_bound(layout, window, c) as u64)
+        .sum();
+    stripe + file_bytes as u64 + packed + later
+}
 
 /// The coefficients of the last image decoded, lent from the decoder.
 #[derive(Debug)]
@@ -105,13 +167,7 @@ impl CoefficientSource for ProgressiveCoefficients<'_> {
     }
 
     fn block_row(&self, component: usize, row: u32) -> Option<&[i16]> {
-        let plane = self.decoder.planes.get(component)?;
-        let row = row as usize;
-        if row >= plane.blocks_high {
-            return None;
-        }
-        let len = plane.blocks_wide * 64;
-        plane.coefficients.get(row * len..(row + 1) * len)
+        self.decoder.planes.get(component)?.row(row as usize)
     }
 }
 
@@ -164,6 +220,7 @@ impl Default for ProgressiveDecoder {
             intervals: Vec::new(),
             tables: Vec::new(),
             scans: Vec::new(),
+            later_sections: Vec::new(),
             stripe_bytes: STRIPE_BYTES,
         }
     }
@@ -188,6 +245,7 @@ impl ProgressiveDecoder {
             + self.tables.capacity() * 4
             + self.quant.capacity() * std::mem::size_of::<[u16; 64]>()
             + self.scans.capacity() * std::mem::size_of::<ScanPlan>()
+            + self.later_sections.iter().map(Vec::capacity).sum::<usize>()
     }
 
     /// Frees what the decoder holds; the next image allocates afresh.
@@ -224,8 +282,46 @@ impl ProgressiveDecoder {
         block_rows: Option<&[u32]>,
     ) -> Result<ProgressiveCoefficients<'_>, Error> {
         let components = self.read_scans(jpeg)?;
-        self.decode_stripes(&components, block_rows)?;
+        self.decode_stripes(&components, Stripes::Whole(block_rows))?;
         Ok(ProgressiveCoefficients { decoder: self })
+    }
+
+    /// Entropy-decodes `jpeg`, a progressive JPEG of `layout` (libjpeg-turbo's reading of its
+    /// header), and packs the blocks `window` needs at the end of `out` as
+    /// [`pack`](super::pack::pack) would pack them from [`ProgressiveDecoder::decode`]'s
+    /// coefficients, byte for byte; or says why libjpeg-turbo must read it. Each stripe of
+    /// block rows is packed as soon as every scan has decoded it, while it is in the core's
+    /// cache: the decoder holds one stripe of planes, never the whole image's (3.7 MB a
+    /// megapixel), and stops after the stripe holding the window's last row. On an error `out`
+    /// is left as it was.
+    pub fn decode_packed(
+        &mut self,
+        jpeg: &[u8],
+        layout: &Layout,
+        window: &Window,
+        out: &mut Vec<u8>,
+    ) -> Result<PackedImage, Error> {
+        let components = self.read_scans(jpeg)?;
+        if layout.components.len() != components.len() {
+            return Err(unsupported(format!(
+                "a layout of {} components for a frame of {}",
+                layout.components.len(),
+                components.len()
+            )));
+        }
+        let mut later = std::mem::take(&mut self.later_sections);
+        let start = out.len();
+        let packed = RowsPacker::begin(layout, window, &self.quant, out, &mut later).and_then(
+            |mut packer| {
+                self.decode_stripes(&components, Stripes::Packed(&mut packer))?;
+                packer.finish()
+            },
+        );
+        self.later_sections = later;
+        if packed.is_err() {
+            out.truncate(start);
+        }
+        packed
     }
 
     /// Reads the file's frame and every scan (headers, tables, destuffed data) and checks its
@@ -337,8 +433,8 @@ impl ProgressiveDecoder {
         Ok(components)
     }
 
-    /// Sizes the planes for the frame (their memory is zeroed stripe by stripe as it is
-    /// decoded); a frame of more than [`DEFAULT_MAX_PIXELS`](crate::DEFAULT_MAX_PIXELS) pixels
+    /// Sizes the planes' blocks for the frame (their memory is held and zeroed stripe by stripe
+    /// as it is decoded); a frame of more than [`DEFAULT_MAX_PIXELS`](crate::DEFAULT_MAX_PIXELS) pixels
     /// is refused before anything is allocated.
     fn frame(
         &mut self,
@@ -364,13 +460,11 @@ impl ProgressiveDecoder {
                 1 => (plane.coded_wide, plane.coded_high),
                 _ => (mcus_wide * c.h as usize, mcus_high * c.v as usize),
             };
-            let len = plane
+            plane
                 .blocks_wide
                 .checked_mul(plane.blocks_high)
                 .and_then(|b| b.checked_mul(64))
                 .ok_or_else(|| unsupported("an image too large"))?;
-            plane.coefficients.resize(len, 0);
-            plane.nonzero.resize(len / 64, 0);
         }
         Ok(())
     }
@@ -427,18 +521,19 @@ impl ProgressiveDecoder {
 
     /// Decodes the scans read by [`ProgressiveDecoder::read_scans`], stripe by stripe: for
     /// each stripe of MCU rows, its planes' memory zeroed, then every scan in the file's order
-    /// over the stripe's MCUs or blocks; with `block_rows`, up to the stripe holding them.
+    /// over the stripe's MCUs or blocks, then (packing) the stripe's rows packed; up to the
+    /// stripe holding the rows wanted.
     fn decode_stripes(
         &mut self,
         components: &[FrameComponent],
-        block_rows: Option<&[u32]>,
+        stripes: Stripes<'_, '_>,
     ) -> Result<(), Error> {
         // The scans and their data lent out while the planes are written.
         let mut scans = std::mem::take(&mut self.scans);
         let data = std::mem::take(&mut self.data);
         let intervals = std::mem::take(&mut self.intervals);
         let result =
-            self.decode_scans_in_stripes(&mut scans, &data, &intervals, components, block_rows);
+            self.decode_scans_in_stripes(&mut scans, &data, &intervals, components, stripes);
         self.scans = scans;
         self.data = data;
         self.intervals = intervals;
@@ -452,19 +547,31 @@ impl ProgressiveDecoder {
         data: &[u8],
         intervals: &[Interval],
         components: &[FrameComponent],
-        block_rows: Option<&[u32]>,
+        mut stripes: Stripes<'_, '_>,
     ) -> Result<(), Error> {
         let all_rows = match components.len() {
             1 => self.planes[0].blocks_high,
             _ => self.mcus_across(components).1,
         };
+        // Each component's block rows wanted, if not all.
+        let wanted: Option<Vec<usize>> = match &stripes {
+            Stripes::Whole(rows) => rows.map(|rows| {
+                (0..components.len())
+                    .map(|c| rows.get(c).map_or(usize::MAX, |&r| r as usize))
+                    .collect()
+            }),
+            Stripes::Packed(packer) => Some(
+                (0..components.len())
+                    .map(|c| packer.rows(c).end as usize)
+                    .collect(),
+            ),
+        };
         // The MCU rows holding every component's wanted block rows.
-        let mcu_rows = match block_rows {
-            Some(rows) => (0..components.len())
-                .map(|c| {
-                    let wanted = rows.get(c).map_or(usize::MAX, |&r| r as usize);
-                    wanted.div_ceil(Self::rows_per_mcu_row(components, c))
-                })
+        let mcu_rows = match wanted {
+            Some(rows) => rows
+                .iter()
+                .enumerate()
+                .map(|(c, &r)| r.div_ceil(Self::rows_per_mcu_row(components, c)))
                 .max()
                 .unwrap_or(all_rows)
                 .min(all_rows),
@@ -477,11 +584,23 @@ impl ProgressiveDecoder {
             })
             .sum();
         let stripe_rows = (self.stripe_bytes / row_bytes.max(1)).max(1);
+        let packing = matches!(stripes, Stripes::Packed(_));
+        for (c, plane) in self.planes.iter_mut().enumerate() {
+            let per = Self::rows_per_mcu_row(components, c);
+            let held = match packing {
+                true => (stripe_rows * per).min(plane.blocks_high),
+                false => plane.blocks_high,
+            };
+            plane.hold(0, held);
+        }
         let mut first_row = 0;
         while first_row < mcu_rows {
             let end_row = (first_row + stripe_rows).min(mcu_rows);
             for (c, plane) in self.planes.iter_mut().enumerate() {
                 let per = Self::rows_per_mcu_row(components, c);
+                if packing {
+                    plane.first_row = first_row * per;
+                }
                 plane.zero_rows(first_row * per..end_row * per);
             }
             for plan in scans.iter_mut() {
@@ -495,9 +614,20 @@ impl ProgressiveDecoder {
                 };
                 self.decode_until(plan, until, components, data, intervals)?;
             }
+            if let Stripes::Packed(packer) = &mut stripes {
+                for (c, plane) in self.planes.iter().enumerate() {
+                    let per = Self::rows_per_mcu_row(components, c);
+                    for by in first_row * per..(end_row * per).min(plane.blocks_high) {
+                        let row = plane
+                            .row(by)
+                            .ok_or_else(|| unsupported("a block row outside its stripe"))?;
+                        packer.offer(c, by as u32, row)?;
+                    }
+                }
+            }
             first_row = end_row;
         }
-        if first_row < all_rows {
+        if first_row < all_rows && !packing {
             // Stopped early: the blocks below are zero, not an earlier image's.
             for (c, plane) in self.planes.iter_mut().enumerate() {
                 let per = Self::rows_per_mcu_row(components, c);
@@ -675,7 +805,10 @@ fn dc_interleaved(
             let plane = &mut planes[c];
             let bx = mx * fc.h as usize + x;
             let by = my * fc.v as usize + y;
-            let at = (by * plane.blocks_wide + bx) * 64;
+            let at = plane
+                .row_at(by)
+                .ok_or_else(|| unsupported("a block outside its plane"))?
+                + bx * 64;
             let table = layout.tables.get(i * TABLE_WORDS..(i + 1) * TABLE_WORDS);
             dc_block(scan, table, &mut predictors[i], plane, at, bits)?;
         }
@@ -909,8 +1042,9 @@ impl BlockWalk {
     /// From block `first` of the scan on.
     fn new(plane: &Plane, first: usize) -> BlockWalk {
         let wide = plane.coded_wide.max(1);
+        let row = (first / wide).saturating_sub(plane.first_row);
         BlockWalk {
-            at: ((first / wide) * plane.blocks_wide + first % wide) * 64,
+            at: (row * plane.blocks_wide + first % wide) * 64,
             column: first % wide,
             wide,
             padding: plane.blocks_wide.saturating_sub(wide) * 64,

@@ -8,8 +8,9 @@ use turbojpeg_region::{
 };
 
 use super::cases::{cases, photos_folder, picture, samplings, tiled};
+use super::pack::pack;
 use super::progressive::ProgressiveDecoder;
-use super::CoefficientSource;
+use super::{CoefficientSource, Layout, Window};
 use gpufeed_bench::upload::random_bytes;
 
 /// Progressive files of every kind the encoder makes.
@@ -316,4 +317,84 @@ fn a_decode_of_the_top_rows_gives_libjpeg_turbos_coefficients_there_and_zeros_be
         }
         assert!(stopped_early > 100, "{stopped_early} block rows left zero");
     }
+}
+
+/// Windows of a `width` x `height` image: the whole, a centre crop's, a corner, the last rows.
+fn windows_of(width: u32, height: u32) -> Vec<Window> {
+    let mut windows = vec![
+        Window::whole(width, height),
+        Window {
+            x: width / 5,
+            y: height / 7,
+            width: (width / 2).max(1),
+            height: (height / 2).max(1),
+        },
+        Window {
+            x: 0,
+            y: 0,
+            width: width.min(9),
+            height: height.min(5),
+        },
+    ];
+    if height > 3 {
+        windows.push(Window {
+            x: width / 3,
+            y: height - 3,
+            width: width - width / 3,
+            height: 3,
+        });
+    }
+    windows
+}
+
+#[test]
+fn a_packed_decode_packs_what_a_whole_decode_packs() {
+    // The stripes are packed as they are finished, in planes of one stripe: the bytes must be
+    // those packed from the whole image's planes, whatever the stripes, the window, the image
+    // decoded before (one decoder for every file) and where in the buffer the image starts.
+    let mut reader = CoefficientReader::new().expect("reader");
+    let mut whole = ProgressiveDecoder::new();
+    let mut compared = 0;
+    for stripe_bytes in [1, 40_000, 256 << 10] {
+        let mut decoder = ProgressiveDecoder::with_stripe_bytes(stripe_bytes);
+        for (name, jpeg) in &progressive_cases(6) {
+            let Ok(layout) = Layout::new(reader.open(jpeg).expect(name).header()) else {
+                continue;
+            };
+            for window in windows_of(layout.width, layout.height) {
+                let mut want_bytes = Vec::new();
+                let want = whole.decode(jpeg).map_err(|e| e.to_string()).and_then(|c| {
+                    pack(&c, &layout, &window, &mut want_bytes).map_err(|e| e.to_string())
+                });
+                // An earlier image's bytes before this one, and stale bytes in the buffers.
+                let mut got_bytes = vec![7u8; 16];
+                let got = decoder
+                    .decode_packed(jpeg, &layout, &window, &mut got_bytes)
+                    .map_err(|e| e.to_string());
+                assert_eq!(
+                    got, want,
+                    "{name}, {window:?}, stripes of {stripe_bytes} bytes"
+                );
+                assert_eq!(&got_bytes[..16], &[7u8; 16], "{name}: the bytes before");
+                assert_eq!(&got_bytes[16..], &want_bytes[..], "{name}, {window:?}");
+                compared += 1;
+            }
+        }
+    }
+    assert!(compared > 1000, "{compared} windows compared");
+    // A layout that is not the file's is refused, not packed.
+    let files = progressive_cases(6);
+    let gray = files
+        .iter()
+        .find(|(n, _)| n.starts_with("Gray"))
+        .expect("a gray file");
+    let colour = files
+        .iter()
+        .find(|(n, _)| n.starts_with("Rgb"))
+        .expect("a colour file");
+    let layout = Layout::new(reader.open(&colour.1).expect("header").header()).expect("layout");
+    let mut out = Vec::new();
+    let window = Window::whole(1, 1);
+    let refused = ProgressiveDecoder::new().decode_packed(&gray.1, &layout, &window, &mut out);
+    assert!(refused.is_err(), "{refused:?}");
 }

@@ -9,12 +9,12 @@
 //! queues their calls ([`RangeFiles`]). The pool starts at the first progressive file: a folder
 //! without any never starts its threads.
 //!
-//! Memory: a decode reserves what it holds (the decoder's planes, the file's scans destuffed and
-//! the packed coefficients) from the CPU lane's decode memory budget, as the CPU lane's threads
-//! reserve theirs, and waits while the others hold too much. Between files each thread keeps its decoder's planes (2 bytes
-//! a coefficient and a mask word a block: about 3.1 bytes a pixel for 4:2:0, 6.2 for 4:4:4, so
-//! 37 MB for a 12-megapixel 4:2:0 photo) up to [`KEPT_BYTES`], freeing them after a larger image,
-//! and libjpeg-turbo's header reader.
+//! Memory: a decode reserves what it holds ([`packed_decode_bytes`]: one stripe of the decoder's
+//! planes, each stripe packed as soon as it is decoded, the file's scans destuffed and the packed
+//! coefficients) from the CPU lane's decode memory budget, as the CPU lane's threads reserve
+//! theirs, and waits while the others hold too much. Between files each thread keeps what its
+//! decoder grew to up to [`KEPT_BYTES`], freeing it after a larger image, and libjpeg-turbo's
+//! header reader.
 
 use std::cell::RefCell;
 use std::ops::Range;
@@ -27,17 +27,16 @@ use super::call::{window_read, AssistedInput, CallImage};
 use super::prepare::queue_assisted;
 use super::shared::Shared;
 use super::work::Work;
-use crate::coefficients::pack::pack;
-use crate::coefficients::progressive::ProgressiveDecoder;
+use crate::coefficients::progressive::{packed_decode_bytes, ProgressiveDecoder};
 use crate::coefficients::Layout;
 use crate::cpu::MemoryBudget;
 use crate::profile::{Stage, Stopwatch};
 use turbojpeg_region::CoefficientReader;
 
-/// The decoder memory a thread keeps between files: enough for the planes of a 20-megapixel
-/// 4:4:4 photo (about 125 MB) or a 40-megapixel 4:2:0 one. After a larger image the thread frees
-/// its decoder's memory: allocating planes afresh for each image of camera size would cost their
-/// page faults every time.
+/// The decoder memory a thread keeps between files (its stripe of planes, the largest file's
+/// scans, the packed sections of its later components). After a larger image the thread frees
+/// its decoder's memory: allocating it afresh for each image of camera size would cost its page
+/// faults every time.
 pub(super) const KEPT_BYTES: usize = 128 << 20;
 
 /// The pool, made at its first use.
@@ -104,23 +103,16 @@ fn decode(
             None => readers.insert((ProgressiveDecoder::new(), CoefficientReader::new().ok()?)),
         };
         let layout = Layout::new(reader.open(jpeg).ok()?.header()).ok()?;
+        let window = window_read(&layout, pixels_read);
         let read = working.elapsed();
-        let reservation = decode_memory.reserve(decode_bytes(&layout, jpeg.len()));
+        let reservation = decode_memory.reserve(packed_decode_bytes(&layout, &window, jpeg.len()));
         // The clock restarts after the wait, with the header's reading counted in.
         let resumed = Instant::now();
         working = resumed.checked_sub(read).unwrap_or(resumed);
-        let window = window_read(&layout, pixels_read);
-        // Each component's block rows down to the window's last.
-        let block_rows: Vec<u32> = (0..layout.components.len())
-            .map(|c| layout.blocks(c, &window).y1)
-            .collect();
+        buffer.clear();
         let packed = decoder
-            .decode_top(jpeg, Some(&block_rows))
-            .ok()
-            .and_then(|coefficients| {
-                buffer.clear();
-                pack(&coefficients, &layout, &window, &mut buffer).ok()
-            });
+            .decode_packed(jpeg, &layout, &window, &mut buffer)
+            .ok();
         if decoder.memory_bytes() > KEPT_BYTES {
             decoder.release_memory();
         }
@@ -129,19 +121,6 @@ fn decode(
     });
     stopwatch.add(Stage::GpuCoefficients, working.elapsed());
     assisted
-}
-
-/// What decoding and packing an image of `layout` from a file of `file_bytes` holds at most: the
-/// decoder's planes, 2 bytes a coefficient and a mask word a block, each component padded to
-/// whole MCUs (at most 3 blocks more each way), its scans' destuffed data, no more than the file,
-/// and the packed coefficients, no larger than the planes.
-fn decode_bytes(layout: &Layout, file_bytes: usize) -> u64 {
-    let planes: u64 = layout
-        .components
-        .iter()
-        .map(|c| (u64::from(c.blocks_wide) + 3) * (u64::from(c.blocks_high) + 3) * (64 * 2 + 8))
-        .sum();
-    2 * planes + file_bytes as u64
 }
 
 /// The progressive files of one range on their way through the coefficient threads: the last
@@ -275,26 +254,62 @@ mod tests {
     #[test]
     fn a_decode_reserves_at_least_what_it_holds() {
         let mut reader = CoefficientReader::new().expect("a header reader");
-        for (name, jpeg) in progressive_files() {
+        let mut files = progressive_files();
+        let (width, height) = (2600, 1733);
+        let options = EncodeOptions {
+            progressive: true,
+            quality: 95,
+            ..EncodeOptions::default()
+        };
+        let photo = encode(
+            &picture(width, height, 8),
+            width,
+            height,
+            Format::Rgb,
+            &options,
+        );
+        files.push(("camera-size".into(), photo.expect("encode")));
+        for (name, jpeg) in files {
             let layout = Layout::new(reader.open(&jpeg).expect("headers").header()).expect(&name);
-            let reserved = decode_bytes(&layout, jpeg.len());
-            // A fresh decoder, so that what it holds is this image's alone.
-            let mut decoder = ProgressiveDecoder::new();
-            let coefficients = decoder.decode(&jpeg).expect(&name);
-            let mut packed = Vec::new();
-            let window = Window::whole(layout.width, layout.height);
-            pack(&coefficients, &layout, &window, &mut packed).expect(&name);
-            let held = (decoder.memory_bytes() + packed.capacity()) as u64;
-            assert!(
-                held <= reserved,
-                "{name}: holds {held}, reserves {reserved}"
-            );
-            // Not far over it either: a budget that counts four times an image's memory would
-            // hold back threads that fit.
-            assert!(
-                reserved < 4 * held,
-                "{name}: holds {held}, reserves {reserved}"
-            );
+            let (w, h) = (layout.width, layout.height);
+            let crop = Window {
+                x: w / 6,
+                y: h / 16,
+                width: w * 2 / 3,
+                height: h * 7 / 8,
+            };
+            for window in [Window::whole(w, h), crop] {
+                let reserved = packed_decode_bytes(&layout, &window, jpeg.len());
+                // A fresh decoder, so that what it holds is this image's alone.
+                let mut decoder = ProgressiveDecoder::new();
+                let mut packed = Vec::new();
+                let image = decoder.decode_packed(&jpeg, &layout, &window, &mut packed);
+                image.expect(&name);
+                let held = (decoder.memory_bytes() + packed.capacity()) as u64;
+                assert!(
+                    held <= reserved,
+                    "{name}: holds {held}, reserves {reserved}"
+                );
+                // Against a decode into planes of the whole image (the planes, as much again for
+                // the packed coefficients, and the file): never far over it, and well under it
+                // for a camera-size photo's crop, the window a resize reads.
+                let whole_planes: u64 = layout
+                    .components
+                    .iter()
+                    .map(|c| u64::from((c.blocks_wide + 3) * (c.blocks_high + 3)) * (64 * 2 + 8))
+                    .sum();
+                let whole = 2 * whole_planes + jpeg.len() as u64;
+                assert!(
+                    2 * reserved <= 3 * whole,
+                    "{name}, {window:?}: reserves {reserved}, a whole decode {whole}"
+                );
+                if name == "camera-size" && window == crop {
+                    assert!(
+                        2 * reserved < whole,
+                        "{name}, {window:?}: reserves {reserved}, a whole decode {whole}"
+                    );
+                }
+            }
         }
     }
 
