@@ -68,25 +68,6 @@ fn new_stream(gpu: &Gpu) -> Result<Arc<CudaStream>, GpuLaneError> {
         .map_err(GpuLaneError::cuda("creating a stream for the lane"))
 }
 
-/// `count` decoder sets made by `open`, each on a thread of its own: the sets do not depend on
-/// each other, and most of their making waits on the driver.
-pub(super) fn open_side_by_side(
-    count: usize,
-    open: impl Fn() -> Result<DecoderSet, GpuLaneError> + Sync,
-) -> Result<Vec<DecoderSet>, GpuLaneError> {
-    std::thread::scope(|scope| {
-        let threads: Vec<_> = (0..count).map(|_| scope.spawn(&open)).collect();
-        threads
-            .into_iter()
-            .map(|thread| {
-                thread.join().unwrap_or_else(|_| {
-                    Err(GpuLaneError::Opening("opening a decoder panicked".into()))
-                })
-            })
-            .collect()
-    })
-}
-
 impl DecoderSet {
     /// The assisted path's decoder and kernels on a new stream of `gpu`'s context.
     pub fn open_assisted(
@@ -105,21 +86,6 @@ impl DecoderSet {
             geometry,
             filter,
         )
-    }
-
-    /// `count` sets of [`DecoderSet::open_assisted`], side by side ([`open_side_by_side`]):
-    /// most of a set's opening is its page-locked staging (2 bytes a pixel of a call).
-    pub fn open_assisted_sets(
-        count: usize,
-        gpu: &Gpu,
-        resize: &Arc<CudaModule>,
-        geometry: Geometry,
-        filter: Filter,
-        call_pixels: u64,
-    ) -> Result<Vec<DecoderSet>, GpuLaneError> {
-        open_side_by_side(count, || {
-            DecoderSet::open_assisted(gpu, resize, geometry, filter, call_pixels)
-        })
     }
 
     fn with(

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaModule;
 
-use super::decoders::{open_side_by_side, DecoderSet};
+use super::decoders::DecoderSet;
 use super::error::GpuLaneError;
 use super::nvjpeg::{DecoderConfig, DecoderOpening, HardwareHandle, NvJpeg};
 use super::SUBMITTING_THREADS;
@@ -84,16 +84,30 @@ impl EngineRecipe {
             self.gpu.stream().context(),
             self.colour.upsampling_with_interpolation,
         )?;
-        open_side_by_side(SUBMITTING_THREADS, || {
-            DecoderSet::open(
-                &self.gpu,
-                &handle,
-                &self.module,
-                &self.colour,
-                self.gray.as_ref(),
-                self.geometry,
-                self.filter,
-            )
+        std::thread::scope(|scope| {
+            let threads: Vec<_> = (0..SUBMITTING_THREADS)
+                .map(|_| {
+                    scope.spawn(|| {
+                        DecoderSet::open(
+                            &self.gpu,
+                            &handle,
+                            &self.module,
+                            &self.colour,
+                            self.gray.as_ref(),
+                            self.geometry,
+                            self.filter,
+                        )
+                    })
+                })
+                .collect();
+            threads
+                .into_iter()
+                .map(|thread| {
+                    thread.join().unwrap_or_else(|_| {
+                        Err(GpuLaneError::Opening("creating a decoder panicked".into()))
+                    })
+                })
+                .collect()
         })
     }
 

@@ -319,14 +319,9 @@ impl GpuLane {
         let assisting = Instant::now();
         let call_pixels = assisted::call_pixels(config.large_files);
         let assisted = match config.assisted_share > 0.0 {
-            true => DecoderSet::open_assisted_sets(
-                assisted_threads(config, engines_open),
-                gpu,
-                &module,
-                geometry,
-                filter,
-                call_pixels,
-            ),
+            true => (0..assisted_threads(config, engines_open))
+                .map(|_| DecoderSet::open_assisted(gpu, &module, geometry, filter, call_pixels))
+                .collect::<Result<Vec<_>, _>>(),
             false => Err(GpuLaneError::Opening("its share is 0".into())),
         };
         let assisted_opened = assisting.elapsed();
