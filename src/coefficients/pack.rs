@@ -437,7 +437,8 @@ pub(crate) struct RowsPacker<'b> {
     start: usize,
     /// Buffers of the sections after the first.
     later: &'b mut [Vec<u8>],
-    packers: Vec<ComponentPacker>,
+    /// Each component's packer (three at most: [`check`]), no allocation an image.
+    packers: [Option<ComponentPacker>; 3],
     window: Window,
     conversion: Conversion,
 }
@@ -459,8 +460,9 @@ impl<'b> RowsPacker<'b> {
         if later.len() < components {
             later.resize_with(components, Vec::new);
         }
-        let mut packers = Vec::with_capacity(components);
-        for (c, section) in later.iter_mut().enumerate().take(components) {
+        let mut packers = [None, None, None];
+        let sections = later.iter_mut().enumerate().take(components);
+        for ((c, section), packer) in sections.zip(&mut packers) {
             let quant = quant.get(c).ok_or_else(|| {
                 Error::Request(format!("component {c} has no quantization table"))
             })?;
@@ -471,7 +473,7 @@ impl<'b> RowsPacker<'b> {
                     section
                 }
             };
-            packers.push(ComponentPacker::begin(layout, window, c, quant, buffer));
+            *packer = Some(ComponentPacker::begin(layout, window, c, quant, buffer));
         }
         Ok(RowsPacker {
             out,
@@ -485,14 +487,17 @@ impl<'b> RowsPacker<'b> {
 
     /// The block rows of component `c` the window needs (empty past the components).
     pub(crate) fn rows(&self, c: usize) -> std::ops::Range<u32> {
-        self.packers.get(c).map_or(0..0, |p| p.rect.y0..p.rect.y1)
+        match self.packers.get(c) {
+            Some(Some(p)) => p.rect.y0..p.rect.y1,
+            _ => 0..0,
+        }
     }
 
     /// Offers block row `by` of component `c` (the component's whole row of blocks, final):
     /// packed if it is the window's next row of that component, passed over if outside the
     /// window. Rows must come in order.
     pub(crate) fn offer(&mut self, c: usize, by: u32, row: &[i16]) -> Result<(), Error> {
-        let Some(packer) = self.packers.get_mut(c) else {
+        let Some(Some(packer)) = self.packers.get_mut(c) else {
             return Ok(());
         };
         if !(packer.rect.y0..packer.rect.y1).contains(&by) {
@@ -516,6 +521,9 @@ impl<'b> RowsPacker<'b> {
     pub(crate) fn finish(self) -> Result<PackedImage, Error> {
         let mut components = [None; 3];
         for (c, packer) in self.packers.into_iter().enumerate() {
+            let Some(packer) = packer else {
+                continue;
+            };
             components[c] = Some(match c {
                 0 => packer.finish(self.out, self.start)?,
                 _ => {

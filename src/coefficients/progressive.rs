@@ -553,30 +553,22 @@ impl ProgressiveDecoder {
             1 => self.planes[0].blocks_high,
             _ => self.mcus_across(components).1,
         };
-        // Each component's block rows wanted, if not all.
-        let wanted: Option<Vec<usize>> = match &stripes {
-            Stripes::Whole(rows) => rows.map(|rows| {
-                (0..components.len())
-                    .map(|c| rows.get(c).map_or(usize::MAX, |&r| r as usize))
-                    .collect()
-            }),
-            Stripes::Packed(packer) => Some(
-                (0..components.len())
-                    .map(|c| packer.rows(c).end as usize)
-                    .collect(),
-            ),
+        // Component `c`'s block rows wanted, if not all.
+        let wanted = |c: usize| match &stripes {
+            Stripes::Whole(rows) => {
+                rows.map(|rows| rows.get(c).map_or(usize::MAX, |&r| r as usize))
+            }
+            Stripes::Packed(packer) => Some(packer.rows(c).end as usize),
         };
         // The MCU rows holding every component's wanted block rows.
-        let mcu_rows = match wanted {
-            Some(rows) => rows
-                .iter()
-                .enumerate()
-                .map(|(c, &r)| r.div_ceil(Self::rows_per_mcu_row(components, c)))
-                .max()
-                .unwrap_or(all_rows)
-                .min(all_rows),
-            None => all_rows,
-        };
+        let mcu_rows = (0..components.len())
+            .map(|c| match wanted(c) {
+                Some(rows) => rows.div_ceil(Self::rows_per_mcu_row(components, c)),
+                None => all_rows,
+            })
+            .max()
+            .unwrap_or(all_rows)
+            .min(all_rows);
         let row_bytes: usize = (0..components.len())
             .map(|c| {
                 let plane = &self.planes[c];
