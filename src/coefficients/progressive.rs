@@ -65,10 +65,10 @@ struct Plane {
 }
 
 impl Plane {
-    /// Holds `rows` block rows from block row `first` on (their memory not zeroed yet).
-    fn hold(&mut self, first: usize, rows: usize) {
+    /// Holds `rows` block rows from the first on (their memory not zeroed yet).
+    fn hold(&mut self, rows: usize) {
         let blocks = rows * self.blocks_wide;
-        self.first_row = first;
+        self.first_row = 0;
         self.coefficients.resize(blocks * 64, 0);
         self.nonzero.resize(blocks, 0);
     }
@@ -583,7 +583,7 @@ impl ProgressiveDecoder {
                 true => (stripe_rows * per).min(plane.blocks_high),
                 false => plane.blocks_high,
             };
-            plane.hold(0, held);
+            plane.hold(held);
         }
         let mut first_row = 0;
         while first_row < mcu_rows {

@@ -290,6 +290,12 @@ mod tests {
                     held <= reserved,
                     "{name}: holds {held}, reserves {reserved}"
                 );
+                // Not far over it either: a budget that counts four times an image's memory would
+                // hold back threads that fit.
+                assert!(
+                    reserved < 4 * held,
+                    "{name}: holds {held}, reserves {reserved}"
+                );
                 // Against a decode into planes of the whole image (the planes, as much again for
                 // the packed coefficients, and the file): never far over it, and well under it
                 // for a camera-size photo's crop, the window a resize reads.
