@@ -14,16 +14,22 @@
 //! [`entropy::parse`]: crate::coefficients::entropy::parse
 //! [`progressive`]: crate::coefficients::progressive
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use cudarc::driver::{CudaStream, DevicePtr};
+use cudarc::driver::{CudaModule, CudaStream, DevicePtr};
 
 use super::call::{window_read, AssistedInput, CallImage, MAX_CALL_PIXELS};
+use super::decoders::DecoderSet;
 use super::error::GpuLaneError;
 use super::resize::plan::{SourceImage, SourcePixels};
+use crate::background::Background;
 use crate::coefficients::gpu::{Budget, GpuDecoder};
 use crate::coefficients::Window;
+use crate::cuda::Gpu;
 use crate::error::{Error, Result};
+use crate::geometry::Geometry;
+use crate::resample::Filter;
 
 /// Pixels one assisted call holds at most in a lane for small files (a call of
 /// [`CHUNK`](super::work::CHUNK) ImageNet-sized images is under 10 Mpx): buffers a quarter of a
@@ -44,6 +50,82 @@ pub(super) fn call_pixels(large_files: bool) -> u64 {
 /// The buffers of one assisted decoder: a full call of `call_pixels` pixels.
 pub(super) fn budget(call_pixels: u64) -> Budget {
     Budget::for_megapixels(call_pixels as f64 / 1e6, super::work::CHUNK)
+}
+
+/// What opening the assisted path's decoder sets takes. Most of a set's opening is its pinned
+/// staging (2 bytes a pixel of a call), which the driver page-locks one set at a time: a lane
+/// opened beside running batches opens one set before it starts and the others on a thread of
+/// their own ([`AssistedRecipe::open_beside`]), so its first calls do not wait for all four.
+pub(super) struct AssistedRecipe {
+    pub gpu: Gpu,
+    pub module: Arc<CudaModule>,
+    pub geometry: Geometry,
+    pub filter: Filter,
+    pub call_pixels: u64,
+}
+
+impl AssistedRecipe {
+    /// `sets` decoder sets, each on a new stream, given up between two once `cancel` is raised.
+    pub fn open(&self, sets: usize, cancel: &AtomicBool) -> Result<Vec<DecoderSet>, GpuLaneError> {
+        (0..sets)
+            .map(|_| match cancel.load(Ordering::Relaxed) {
+                true => Err(GpuLaneError::Opening("the lane was dropped".into())),
+                false => DecoderSet::open_assisted(
+                    &self.gpu,
+                    &self.module,
+                    self.geometry,
+                    self.filter,
+                    self.call_pixels,
+                ),
+            })
+            .collect()
+    }
+
+    /// Opens `sets` decoder sets on a thread of their own (none once their lane is dropped).
+    pub fn open_beside(self, sets: usize) -> Result<SetsComing, GpuLaneError> {
+        Background::start("gpufeed-assisted-open", sets_stopped, move |cancel| {
+            self.open(sets, cancel)
+        })
+        .map_err(GpuLaneError::Threads)
+    }
+}
+
+/// Assisted decoder sets opening on a thread of their own.
+pub(super) type SetsComing = Background<Result<Vec<DecoderSet>, GpuLaneError>>;
+
+/// Why no sets came from a thread that stopped before sending them.
+fn sets_stopped() -> Result<Vec<DecoderSet>, GpuLaneError> {
+    Err(GpuLaneError::Opening(
+        "the thread opening the assisted path's decoders stopped".into(),
+    ))
+}
+
+/// The assisted path's sets after its first, in a lane opened beside running batches.
+pub(super) enum LaterSets {
+    /// None: every set opened with the lane.
+    None,
+    /// Opening on a thread of their own.
+    Coming(SetsComing),
+    /// Taken in (when, in words).
+    Joined(String),
+    /// Could not open (why): the sets already open go on.
+    Off(String),
+}
+
+impl LaterSets {
+    /// What the lane's description adds about them, if anything.
+    pub fn note(&self) -> Option<String> {
+        match self {
+            LaterSets::None => None,
+            LaterSets::Coming(_) => {
+                Some("the assisted path's other decoders still being made".into())
+            }
+            LaterSets::Joined(note) => Some(note.clone()),
+            LaterSets::Off(reason) => Some(format!(
+                "the assisted path's other decoders could not open ({reason})"
+            )),
+        }
+    }
 }
 
 /// A submitting thread's assisted decoder: its buffers sized once for a full call.

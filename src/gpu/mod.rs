@@ -62,6 +62,7 @@ use crate::error::{Error, Result};
 use crate::geometry::Geometry;
 use crate::profile::Stopwatch;
 use crate::resample::Resampling;
+use assisted::{AssistedRecipe, LaterSets};
 use call::MAX_CALL_PIXELS;
 use coefficient_threads::CoefficientThreads;
 use decoders::DecoderSet;
@@ -192,6 +193,8 @@ pub(crate) struct GpuLane {
     image_bytes: usize,
     /// The JPEG engines: open with the lane, or opening beside it.
     engines: Engines,
+    /// The assisted path's sets after its first, opening beside the lane's first batches.
+    later_sets: LaterSets,
     description: String,
 }
 
@@ -228,7 +231,7 @@ impl GpuLane {
     /// With the assisted path open, the lane comes without its JPEG engines, which open beside
     /// it (most of the lane's setup, a second or two; not at all for a
     /// [`GpuLaneConfig::short_run`]): until they join, the assisted path takes every file it
-    /// can, the CPU lane the rest ([`GpuLane::poll_engines`]).
+    /// can, the CPU lane the rest ([`GpuLane::poll_opening`]).
     pub fn open_unless(
         gpu: &Gpu,
         config: &GpuLaneConfig,
@@ -316,12 +319,22 @@ impl GpuLane {
             filter,
         };
         // The assisted path is an addition: without it the engines take every image they can.
+        // Beside running batches its first set opens before the lane starts, the others after.
         let assisting = Instant::now();
-        let call_pixels = assisted::call_pixels(config.large_files);
+        let assisted_recipe = AssistedRecipe {
+            gpu: gpu.clone(),
+            module: module.clone(),
+            geometry,
+            filter,
+            call_pixels: assisted::call_pixels(config.large_files),
+        };
+        let assisted_sets = assisted_threads(config, engines_open);
+        let sets_first = match engines_open {
+            EnginesOpen::BeforeTheLane => assisted_sets,
+            _ => 1,
+        };
         let assisted = match config.assisted_share > 0.0 {
-            true => (0..assisted_threads(config, engines_open))
-                .map(|_| DecoderSet::open_assisted(gpu, &module, geometry, filter, call_pixels))
-                .collect::<Result<Vec<_>, _>>(),
+            true => assisted_recipe.open(sets_first, cancel),
             false => Err(GpuLaneError::Opening("its share is 0".into())),
         };
         let assisted_opened = assisting.elapsed();
@@ -332,13 +345,17 @@ impl GpuLane {
                 format!(
                     "; the assisted path takes {:.0}% of the baseline files of 1 Mpx or more{}, \
                      and the progressive files, their coefficients decoded on {} CPU threads \
-                     (opened in {:.0} ms)",
+                     ({} opened in {:.0} ms)",
                     config.assisted_share * 100.0,
                     match engines_open {
                         EnginesOpen::BeforeTheLane => "",
                         _ => ", and every one while the engines are not open",
                     },
                     config.coefficient_threads.max(1),
+                    match sets_first == assisted_sets {
+                        true => format!("its {assisted_sets} decoders"),
+                        false => format!("the first of its {assisted_sets} decoders"),
+                    },
                     ms(assisted_opened)
                 ),
             ),
@@ -399,10 +416,14 @@ impl GpuLane {
                 max_file_bytes: config.max_file_bytes,
                 queued_calls: [SUBMITTING_THREADS, assisted_threads(config, engines_open)],
                 assisted_share,
-                assisted_call_pixels: call_pixels,
+                assisted_call_pixels: assisted_recipe.call_pixels,
             },
         )?;
         let started = starting.elapsed();
+        let later_sets = match assisted_share == 0.0 || sets_first == assisted_sets {
+            true => LaterSets::None,
+            false => LaterSets::Coming(assisted_recipe.open_beside(assisted_sets - sets_first)?),
+        };
         let engines = match (engines_later, engines_open) {
             (false, _) => Engines::Open,
             (true, EnginesOpen::Never(reason)) => Engines::Off(format!("not opened: {reason}")),
@@ -419,6 +440,7 @@ impl GpuLane {
             gather_descriptors: None,
             image_bytes,
             engines,
+            later_sets,
             description: format!(
                 "nvJPEG {major}.{minor}.{patch} hardware decoder{engine_count}; opened in {:.0} \
                  ms: library {:.0}, kernels {:.0}{decoders}, ring and threads {:.0}\
@@ -431,10 +453,16 @@ impl GpuLane {
         })
     }
 
-    /// Takes the JPEG engines in if they have opened since the last call (their calls then
-    /// start), or takes note that they could not open (the engines' images then stay with the
-    /// CPU lane, and the assisted path goes on). Whether that happened now.
-    pub fn poll_engines(&mut self) -> bool {
+    /// Takes in what opened beside the lane since the last call: the assisted path's later
+    /// decoders and the JPEG engines (or takes note that they could not open: the engines'
+    /// images then stay with the CPU lane, and the assisted path goes on). Whether the engines
+    /// joined now.
+    pub fn poll_opening(&mut self) -> bool {
+        if let LaterSets::Coming(coming) = &mut self.later_sets {
+            if let Some(opened) = coming.try_take() {
+                self.take_later_sets(opened);
+            }
+        }
         let Engines::Coming(coming) = &mut self.engines else {
             return false;
         };
@@ -445,13 +473,35 @@ impl GpuLane {
         true
     }
 
-    /// Waits for JPEG engines still opening, and takes them in (or takes note that they could
-    /// not open): from then on which path an image takes depends on the files alone.
-    pub fn wait_for_engines(&mut self) {
+    /// Waits for what is still opening beside the lane and takes it in (or takes note that it
+    /// could not open): from then on which path an image takes depends on the files alone.
+    pub fn wait_until_open(&mut self) {
+        if let LaterSets::Coming(coming) = &mut self.later_sets {
+            let opened = coming.wait();
+            self.take_later_sets(opened);
+        }
         if let Engines::Coming(coming) = &mut self.engines {
             let opened = coming.wait();
             self.take_engines(opened);
         }
+    }
+
+    /// The assisted path's later sets as their opening ended: their threads started, or off.
+    fn take_later_sets(&mut self, opened: Result<Vec<DecoderSet>, GpuLaneError>) {
+        let waited = match &self.later_sets {
+            LaterSets::Coming(coming) => coming.elapsed(),
+            _ => Default::default(),
+        };
+        self.later_sets = match opened.and_then(|sets| {
+            let count = sets.len();
+            self.runner.add_sets(sets).map(|()| count)
+        }) {
+            Ok(count) => LaterSets::Joined(format!(
+                "the assisted path's other {count} decoders at work {:.0} ms after the lane opened",
+                ms(waited)
+            )),
+            Err(reason) => LaterSets::Off(reason.to_string()),
+        };
     }
 
     /// The engines as their opening ended: their threads started, or off.
@@ -492,10 +542,12 @@ impl GpuLane {
 
     /// The lane in words.
     pub fn describe(&self) -> String {
-        match self.engines.note() {
-            Some(note) => format!("{}; {note}", self.description),
-            None => self.description.clone(),
-        }
+        [self.later_sets.note(), self.engines.note()]
+            .into_iter()
+            .flatten()
+            .fold(self.description.clone(), |description, note| {
+                format!("{description}; {note}")
+            })
     }
 
     /// Starts `work` (a new epoch, or a measurement), dropping whatever was made for earlier

@@ -761,7 +761,7 @@ fn a_lane_whose_engines_open_beside_it_takes_their_images_once_they_join() {
     )
     .expect("the GPU lane");
     let (made, assisted, got) = run_lane_paths(&mut lane, &gpu, &bytes, 0xA5);
-    lane.wait_for_engines();
+    lane.wait_until_open();
     // Joined, no longer opening.
     assert!(lane.describe().contains("joined"), "{}", lane.describe());
     let (made_after, assisted_after, after) = run_lane_paths(&mut lane, &gpu, &bytes, 0x3C);
@@ -818,8 +818,24 @@ fn a_lane_without_its_engines_decodes_every_image_on_its_assisted_path() {
         "{}",
         lane.describe()
     );
-    assert!(!lane.poll_engines(), "no engines to take in");
+    assert!(
+        lane.describe().contains("the first of its 4 decoders"),
+        "{}",
+        lane.describe()
+    );
+    assert!(!lane.poll_opening(), "no engines to take in");
     let (made, assisted, got) = run_lane_paths(&mut lane, &gpu, &bytes, 0x6B);
+    // The other three sets join; the images are the same, whichever set decodes them.
+    lane.wait_until_open();
+    assert!(
+        lane.describe().contains("other 3 decoders at work"),
+        "{}",
+        lane.describe()
+    );
+    let (made_after, assisted_after, got_after) = run_lane_paths(&mut lane, &gpu, &bytes, 0x2D);
+    assert_eq!(made_after, made);
+    assert_eq!(assisted_after, assisted);
+    assert!(got_after == got, "the joined decoders' images differ");
     let screen = lane.runner.screen().clone();
     for (i, (name, file)) in files.iter().enumerate() {
         // Every file the lane's screen takes is the assisted path's but the few its parser

@@ -305,7 +305,7 @@ impl HybridLanes {
             self.take_opened(opened);
         }
         if let GpuState::Open(lane) = &mut self.gpu {
-            lane.wait_for_engines();
+            lane.wait_until_open();
         }
         let changed = !self.balance.is_pinned() || self.balance.share() != share;
         self.balance.pin(share);
@@ -379,7 +379,7 @@ impl HybridLanes {
         self.poll_gpu();
         self.start_gpu_lane(request.start)?;
         if let GpuState::Open(lane) = &mut self.gpu {
-            lane.poll_engines();
+            lane.poll_opening();
         }
         let filled = self.fill_positions(staging, request, source, stop)?;
         if let Some(filled) = &filled {
