@@ -47,9 +47,27 @@ pub(super) fn call_pixels(large_files: bool) -> u64 {
     }
 }
 
-/// The buffers of one assisted decoder: a full call of `call_pixels` pixels.
+/// The most bytes one assisted call stages (its pinned staging and device copy): a call's
+/// files are at most [`MAX_CALL_BYTES`](super::call::MAX_CALL_BYTES) (16 MB), and a
+/// progressive photo's packed coefficients take 0.3-0.7 MB a megapixel, so a call of 64 Mpx
+/// fits in 48 MB unless its photos are denser (it then holds fewer). Page-locking it is most of
+/// a decoder set's opening: 2 bytes a pixel (128 MB a set) took 60-80 ms a set on the H200
+/// machine.
+const MAX_STAGING_BYTES: u64 = 48 << 20;
+
+/// Bytes an assisted call of `call_pixels` pixels stages at most: 2 a pixel, at most
+/// [`MAX_STAGING_BYTES`].
+pub(super) fn staging_bytes(call_pixels: u64) -> u64 {
+    (2 * call_pixels).min(MAX_STAGING_BYTES)
+}
+
+/// The buffers of one assisted decoder: a full call of `call_pixels` pixels, its staging
+/// [`staging_bytes`].
 pub(super) fn budget(call_pixels: u64) -> Budget {
-    Budget::for_megapixels(call_pixels as f64 / 1e6, super::work::CHUNK)
+    Budget {
+        coefficient_bytes: staging_bytes(call_pixels) as usize,
+        ..Budget::for_megapixels(call_pixels as f64 / 1e6, super::work::CHUNK)
+    }
 }
 
 /// What opening the assisted path's decoder sets takes. Most of a set's opening is its pinned

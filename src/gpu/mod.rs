@@ -97,7 +97,7 @@ const PREPARING_THREADS: usize = 3;
 /// GPU busy. Measured on the H200 machine with camera photos: 1,130-1,140 images/s with one,
 /// 1,560 with two, 1,740-1,910 with three, 1,800-1,910 with four; on a later build, in turn in
 /// one run, four gave 2,104-2,123 against three's 1,883-1,895 (the GPU's cores 90-95% busy
-/// either way). Each holds about 1.2 GB of device memory (about 300 MB in a lane for small files,
+/// either way). Each holds about 1.15 GB of device memory (about 300 MB in a lane for small files,
 /// [`assisted::call_pixels`]).
 const ASSISTED_THREADS: usize = 4;
 

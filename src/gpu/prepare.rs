@@ -6,13 +6,14 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::assisted;
 use super::call::{AssistedInput, Call, CallImage, Path, MAX_CALL_BYTES, MAX_CALL_PIXELS};
 use super::coefficient_threads::{CoefficientThreads, RangeHold};
 use super::screen::MAX_COMPRESSED;
 use super::shared::{Job, Shared};
 use super::work::{Work, CHUNK};
-use crate::coefficients::entropy;
 use crate::coefficients::Layout;
+use crate::coefficients::{entropy, entropy_batch};
 use crate::geometry::Geometry;
 use crate::profile::{Stage, Stopwatch};
 use crate::resample::{plan_passes, Filter};
@@ -269,16 +270,14 @@ impl Pending {
     }
 
     /// Whether `image` would take the call past [`CHUNK`] images, its path's pixels,
-    /// [`MAX_CALL_BYTES`] compressed bytes or the staging of an assisted call (2 bytes a pixel,
-    /// [`Budget::for_megapixels`]; an empty call takes any image).
-    ///
-    /// [`Budget::for_megapixels`]: crate::coefficients::gpu::Budget::for_megapixels
+    /// [`MAX_CALL_BYTES`] compressed bytes or the staging of an assisted call
+    /// ([`assisted::staging_bytes`]; an empty call takes any image).
     fn is_full_for(&self, image: &CallImage) -> bool {
         !self.images.is_empty()
             && (self.images.len() == CHUNK
                 || self.pixels + image.pixels() > self.max_pixels
                 || self.bytes + image.bytes.len() as u64 > MAX_CALL_BYTES as u64
-                || self.staged + staged_bytes(image) > 2 * self.max_pixels)
+                || self.staged + staged_bytes(image) > assisted::staging_bytes(self.max_pixels))
     }
 
     fn add(&mut self, place: usize, image: CallImage) {
@@ -330,12 +329,13 @@ pub(super) fn queue_assisted(
     }
 }
 
-/// Bytes `image` stages in an assisted call: its packed coefficients, or its file (about what
-/// its entropy-coded data takes).
+/// Bytes `image` stages in an assisted call: its packed coefficients, or its tables and
+/// entropy-coded data (its file's size where it was not parsed).
 fn staged_bytes(image: &CallImage) -> u64 {
     match &image.assisted {
         Some(AssistedInput::Packed(_, bytes)) => bytes.len() as u64,
-        _ => image.bytes.len() as u64,
+        Some(AssistedInput::EntropyCoded(parsed, _)) => entropy_batch::staged_len(parsed) as u64,
+        None => image.bytes.len() as u64,
     }
 }
 
