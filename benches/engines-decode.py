@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""The GPU's JPEG engines decoding a folder and nothing else: the decode-only rate the GPU lane's
+engines are held to (large photos: 80% of it or more).
+
+  python3 benches/engines-decode.py DIR [--batch 256] [--epochs 3] [--threads 16]
+
+NVIDIA DALI's mixed decoder with hw_decoder_load 1 (every image on nvJPEG's hardware backend),
+its RGB output left on the GPU: no resize, crop or normalization. Prints images/s and megapixels
+a second over --epochs after one warm epoch. Needs DALI (../shared/tools/dali-bench's header says
+how to bring it to the GPU machine). Compare with
+
+  gpufeed run DIR --epochs 3 --batch-size 256 --decode hybrid --gpu-share 1 --assisted-share 0
+
+on the same files in the same run (every JPEG the engines take goes to them, resized too).
+Every JPEG under DIR (recursively) is read.
+"""
+import argparse
+import os
+import struct
+import time
+
+ap = argparse.ArgumentParser()
+ap.add_argument("dir")
+ap.add_argument("--batch", type=int, default=256)
+ap.add_argument("--epochs", type=int, default=3)
+ap.add_argument("--threads", type=int, default=16)
+a = ap.parse_args()
+files = sorted(os.path.join(r, f) for r, _, fs in os.walk(a.dir, followlinks=True) for f in fs
+               if f.lower().endswith((".jpg", ".jpeg")))
+if not files:
+    raise SystemExit(f"no JPEG files under {a.dir}")
+
+
+def pixels(path):
+    """Width x height from the file's first start-of-frame marker (0 where none is found)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    at = 2
+    while at + 9 < len(data):
+        if data[at] != 0xFF:
+            return 0
+        marker = data[at + 1]
+        if marker in (0xC0, 0xC1, 0xC2):
+            height, width = struct.unpack(">HH", data[at + 5:at + 9])
+            return width * height
+        length = struct.unpack(">H", data[at + 2:at + 4])[0]
+        at += 2 + length
+    return 0
+
+
+epoch_pixels = sum(pixels(f) for f in files)
+
+import torch  # noqa: E402
+from nvidia.dali import fn, pipeline_def, types  # noqa: E402
+
+
+@pipeline_def(batch_size=a.batch, num_threads=a.threads, device_id=0, prefetch_queue_depth=2)
+def pipe():
+    jpegs, _ = fn.readers.file(files=files, name="R")
+    return fn.decoders.image(jpegs, device="mixed", output_type=types.RGB, hw_decoder_load=1.0)
+
+
+p = pipe()
+p.build()
+iters = (p.epoch_size("R") + a.batch - 1) // a.batch
+
+
+def run(epochs):
+    start = time.perf_counter()
+    for _ in range(epochs * iters):
+        p.run()
+    # Every decode queued so far done (DALI's streams included).
+    torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+run(1)
+seconds = run(a.epochs)
+images = a.epochs * iters * a.batch
+print(f"engines decode only (DALI hw_decoder_load 1, batch {a.batch}): {images / seconds:.0f} images/s, "
+      f"{a.epochs * epoch_pixels / seconds / 1e6:.0f} Mpx/s over {a.epochs} epochs of {len(files)} files")
