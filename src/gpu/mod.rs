@@ -18,8 +18,9 @@
 //! Which image goes to which lane, and which images share an `nvjpegDecodeBatched` call, depend
 //! on the order, the share and the files alone, never on timing: the output is the same on every
 //! run. The one exception is a lane opened beside a pipeline already making batches (automatic
-//! decoding, whose share follows the lanes' rates anyway): it starts with its assisted path,
-//! whose threads open in 0.1-0.3 s, while its engines open on a thread of their own (a second
+//! decoding, whose share follows the lanes' rates anyway): it starts with its assisted path's
+//! first decoder set (20-80 ms; the other sets join from a thread of their own a few tenths of a
+//! second later), while its engines open on a thread of their own (a second
 //! or two; not at all in a run too short to repay them, nor for an epoch of large files the
 //! assisted path takes), and until they join the assisted path takes every file it can parse,
 //! whatever its size.
