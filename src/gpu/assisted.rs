@@ -22,6 +22,7 @@ use cudarc::driver::{CudaModule, CudaStream, DevicePtr};
 use super::call::{window_read, AssistedInput, CallImage, MAX_CALL_PIXELS};
 use super::decoders::DecoderSet;
 use super::error::GpuLaneError;
+use super::joining::{Joining, SetsComing};
 use super::resize::plan::{SourceImage, SourcePixels};
 use crate::background::Background;
 use crate::coefficients::gpu::{Budget, GpuDecoder};
@@ -108,9 +109,6 @@ impl AssistedRecipe {
     }
 }
 
-/// Assisted decoder sets opening on a thread of their own.
-pub(super) type SetsComing = Background<Result<Vec<DecoderSet>, GpuLaneError>>;
-
 /// Why no sets came from a thread that stopped before sending them.
 fn sets_stopped() -> Result<Vec<DecoderSet>, GpuLaneError> {
     Err(GpuLaneError::Opening(
@@ -118,32 +116,13 @@ fn sets_stopped() -> Result<Vec<DecoderSet>, GpuLaneError> {
     ))
 }
 
-/// The assisted path's sets after its first, in a lane opened beside running batches.
-pub(super) enum LaterSets {
-    /// None: every set opened with the lane.
-    None,
-    /// Opening on a thread of their own.
-    Coming(SetsComing),
-    /// Taken in (when, in words).
-    Joined(String),
-    /// Could not open (why): the sets already open go on.
-    Off(String),
-}
-
-impl LaterSets {
-    /// What the lane's description adds about them, if anything.
-    pub fn note(&self) -> Option<String> {
-        match self {
-            LaterSets::None => None,
-            LaterSets::Coming(_) => {
-                Some("the assisted path's other decoders still being made".into())
-            }
-            LaterSets::Joined(note) => Some(note.clone()),
-            LaterSets::Off(reason) => Some(format!(
-                "the assisted path's other decoders could not open ({reason})"
-            )),
-        }
-    }
+/// What the lane's description adds about the assisted path's sets after its first, if
+/// anything.
+pub(super) fn later_sets_note(sets: &Joining) -> Option<String> {
+    sets.note(
+        "the assisted path's other decoders still being made",
+        |reason| format!("the assisted path's other decoders could not open ({reason})"),
+    )
 }
 
 /// A submitting thread's assisted decoder: its buffers sized once for a full call.

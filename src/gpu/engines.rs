@@ -14,6 +14,7 @@ use cudarc::driver::CudaModule;
 
 use super::decoders::DecoderSet;
 use super::error::GpuLaneError;
+use super::joining::{Joining, SetsComing};
 use super::nvjpeg::{DecoderConfig, DecoderOpening, HardwareHandle, NvJpeg};
 use super::SUBMITTING_THREADS;
 use crate::background::Background;
@@ -33,34 +34,15 @@ pub(super) enum EnginesOpen {
     Never(&'static str),
 }
 
-/// A lane's JPEG engines.
-pub(super) enum Engines {
-    /// Opened with the lane.
-    Open,
-    /// Opening on a thread of their own.
-    Coming(EnginesComing),
-    /// Opened beside the lane and taken in (how long it took, in words).
-    Joined(String),
-    /// Could not open (why).
-    Off(String),
+/// What the lane's description adds about its engines, if anything.
+pub(super) fn note(engines: &Joining) -> Option<String> {
+    engines.note(
+        "its JPEG engines opening beside the first batches",
+        |reason| {
+            format!("the JPEG engines are off ({reason}): the assisted path takes their images")
+        },
+    )
 }
-
-impl Engines {
-    /// What the lane's description adds about its engines, if anything.
-    pub fn note(&self) -> Option<String> {
-        match self {
-            Engines::Open => None,
-            Engines::Coming(_) => Some("its JPEG engines opening beside the first batches".into()),
-            Engines::Joined(note) => Some(note.clone()),
-            Engines::Off(reason) => Some(format!(
-                "the JPEG engines are off ({reason}): the assisted path takes their images"
-            )),
-        }
-    }
-}
-
-/// JPEG engines opening on a thread of their own.
-pub(super) type EnginesComing = Background<Result<Vec<DecoderSet>, GpuLaneError>>;
 
 /// What opening a lane's JPEG engines takes: each submitting thread's decoder set.
 pub(super) struct EngineRecipe {
@@ -113,7 +95,7 @@ impl EngineRecipe {
 
     /// Opens the engines on a thread of their own (none once their lane is dropped before the
     /// thread begins).
-    pub fn open_beside(self) -> Result<EnginesComing, GpuLaneError> {
+    pub fn open_beside(self) -> Result<SetsComing, GpuLaneError> {
         Background::start(
             "gpufeed-jpeg-engines-open",
             engines_stopped,

@@ -38,6 +38,7 @@ mod coefficient_threads;
 mod decoders;
 mod engines;
 mod error;
+mod joining;
 pub(crate) mod nvjpeg;
 mod prepare;
 pub(crate) mod resize;
@@ -63,11 +64,11 @@ use crate::error::{Error, Result};
 use crate::geometry::Geometry;
 use crate::profile::Stopwatch;
 use crate::resample::Resampling;
-use assisted::{AssistedRecipe, LaterSets};
+use assisted::AssistedRecipe;
 use call::MAX_CALL_PIXELS;
 use coefficient_threads::CoefficientThreads;
-use decoders::DecoderSet;
-use engines::{engine_count, opening_note, EngineRecipe, Engines, EnginesOpen};
+use engines::{engine_count, opening_note, EngineRecipe, EnginesOpen};
+use joining::Joining;
 use nvjpeg::{DecoderConfig, NvJpeg, OutputFormat};
 use prepare::Preparer;
 use runner::Runner;
@@ -192,10 +193,10 @@ pub(crate) struct GpuLane {
     gather: CudaFunction,
     gather_descriptors: Option<CudaSlice<GatherDescriptor>>,
     image_bytes: usize,
-    /// The JPEG engines: open with the lane, or opening beside it.
-    engines: Engines,
+    /// The JPEG engines: open with the lane, opening beside it, or off.
+    engines: Joining,
     /// The assisted path's sets after its first, opening beside the lane's first batches.
-    later_sets: LaterSets,
+    later_sets: Joining,
     description: String,
 }
 
@@ -422,13 +423,13 @@ impl GpuLane {
         )?;
         let started = starting.elapsed();
         let later_sets = match assisted_share == 0.0 || sets_first == assisted_sets {
-            true => LaterSets::None,
-            false => LaterSets::Coming(assisted_recipe.open_beside(assisted_sets - sets_first)?),
+            true => Joining::Settled,
+            false => Joining::Coming(assisted_recipe.open_beside(assisted_sets - sets_first)?),
         };
         let engines = match (engines_later, engines_open) {
-            (false, _) => Engines::Open,
-            (true, EnginesOpen::Never(reason)) => Engines::Off(format!("not opened: {reason}")),
-            (true, _) => Engines::Coming(engines.open_beside()?),
+            (false, _) => Joining::Settled,
+            (true, EnginesOpen::Never(reason)) => Joining::Off(format!("not opened: {reason}")),
+            (true, _) => Joining::Coming(engines.open_beside()?),
         };
         let (major, minor, patch) = nvjpeg.version();
         let decoders = match engines_later {
@@ -459,70 +460,36 @@ impl GpuLane {
     /// images then stay with the CPU lane, and the assisted path goes on). Whether the engines
     /// joined now.
     pub fn poll_opening(&mut self) -> bool {
-        if let LaterSets::Coming(coming) = &mut self.later_sets {
-            if let Some(opened) = coming.try_take() {
-                self.take_later_sets(opened);
-            }
-        }
-        let Engines::Coming(coming) = &mut self.engines else {
-            return false;
-        };
-        let Some(opened) = coming.try_take() else {
-            return false;
-        };
-        self.take_engines(opened);
-        true
+        self.settle(false)
     }
 
     /// Waits for what is still opening beside the lane and takes it in (or takes note that it
     /// could not open): from then on which path an image takes depends on the files alone.
     pub fn wait_until_open(&mut self) {
-        if let LaterSets::Coming(coming) = &mut self.later_sets {
-            let opened = coming.wait();
-            self.take_later_sets(opened);
-        }
-        if let Engines::Coming(coming) = &mut self.engines {
-            let opened = coming.wait();
-            self.take_engines(opened);
-        }
+        self.settle(true);
     }
 
-    /// The assisted path's later sets as their opening ended: their threads started, or off.
-    fn take_later_sets(&mut self, opened: Result<Vec<DecoderSet>, GpuLaneError>) {
-        let waited = match &self.later_sets {
-            LaterSets::Coming(coming) => coming.elapsed(),
-            _ => Default::default(),
-        };
-        self.later_sets = match opened.and_then(|sets| {
+    /// Takes in the assisted path's later sets and the engines if they have come (with `wait`,
+    /// waiting for them): their threads started, or off. Whether the engines were settled now.
+    fn settle(&mut self, wait: bool) -> bool {
+        let runner = &mut self.runner;
+        self.later_sets.settle(wait, |sets, waited| {
             let count = sets.len();
-            self.runner.add_sets(sets).map(|()| count)
-        }) {
-            Ok(count) => LaterSets::Joined(format!(
+            runner.add_sets(sets)?;
+            Ok(format!(
                 "the assisted path's other {count} decoders at work {:.0} ms after the lane opened",
                 ms(waited)
-            )),
-            Err(reason) => LaterSets::Off(reason.to_string()),
-        };
-    }
-
-    /// The engines as their opening ended: their threads started, or off.
-    fn take_engines(&mut self, opened: Result<Vec<DecoderSet>, GpuLaneError>) {
-        let waited = match &self.engines {
-            Engines::Coming(coming) => coming.elapsed(),
-            _ => Default::default(),
-        };
-        self.engines = match opened.and_then(|sets| {
-            let count = engine_count(&sets);
+            ))
+        });
+        self.engines.settle(wait, |sets, waited| {
+            let count = engine_count(&sets).unwrap_or_else(|| "the JPEG engines".into());
             let opening = opening_note(&sets);
-            self.runner.add_sets(sets).map(|()| (count, opening))
-        }) {
-            Ok((count, opening)) => Engines::Joined(format!(
-                "{} joined {:.0} ms after the lane opened{opening}",
-                count.unwrap_or_else(|| "the JPEG engines".into()),
+            runner.add_sets(sets)?;
+            Ok(format!(
+                "{count} joined {:.0} ms after the lane opened{opening}",
                 ms(waited)
-            )),
-            Err(reason) => Engines::Off(reason.to_string()),
-        };
+            ))
+        })
     }
 
     /// How busy the lane has been since it opened: what it decoded and refused, and its
@@ -543,12 +510,15 @@ impl GpuLane {
 
     /// The lane in words.
     pub fn describe(&self) -> String {
-        [self.later_sets.note(), self.engines.note()]
-            .into_iter()
-            .flatten()
-            .fold(self.description.clone(), |description, note| {
-                format!("{description}; {note}")
-            })
+        [
+            assisted::later_sets_note(&self.later_sets),
+            engines::note(&self.engines),
+        ]
+        .into_iter()
+        .flatten()
+        .fold(self.description.clone(), |description, note| {
+            format!("{description}; {note}")
+        })
     }
 
     /// Starts `work` (a new epoch, or a measurement), dropping whatever was made for earlier

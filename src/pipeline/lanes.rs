@@ -63,9 +63,9 @@ const ENGINES_OPEN_SECONDS: f64 = 2.0;
 /// the engines joined, and the assisted path alone gave 1.04x the run that opened them.
 const ENGINES_REPAY_SECONDS: f64 = 2.0 * ENGINES_OPEN_SECONDS;
 
-/// Seconds the GPU lane takes to begin with its assisted path, about (its threads' buffers
-/// allocated in 70-300 ms on the H200 machine, then its first calls): a run the CPU lane
-/// finishes sooner stays on it.
+/// Seconds the GPU lane takes to begin with its assisted path, about (the CUDA device's
+/// opening, then its first decoder set's buffers, 20-80 ms on the H200 machine, and its first
+/// calls): a run the CPU lane finishes sooner stays on it.
 const ASSISTED_OPEN_SECONDS: f64 = 0.3;
 
 /// Mean encoded bytes of an epoch's files from which they count as large: about a megapixel
