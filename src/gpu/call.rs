@@ -4,6 +4,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
+use super::nvjpeg::Subsampling;
 use super::screen::Screened;
 use super::work::Work;
 use crate::coefficients::entropy::ParsedJpeg;
@@ -16,11 +17,72 @@ use crate::source::ItemBytes;
 /// The most compressed bytes one call takes (a larger file alone): what one call holds read.
 pub(crate) const MAX_CALL_BYTES: usize = 16 << 20;
 
-/// Pixels one call decodes at most (an image larger alone): what sizes each submitting thread's
-/// decode buffers once. Large enough for several camera-size photos a call: the engines work on
-/// a call's images side by side, and on the H200 machine calls of 12 Mpx (one to five photos of
-/// 2-12 Mpx) kept them at 0.6x the rate calls of 64 Mpx reached.
+/// Pixels one call of the assisted path decodes at most for large files, one gray call of the
+/// engines holds, and the engines' colour conversion makes RGB at once (an image larger alone):
+/// what sizes those buffers once. Large enough for several camera-size photos: on the H200
+/// machine, the engines' calls of 12 Mpx (one to five photos of 2-12 Mpx) kept them at 0.6x the
+/// rate calls of 64 Mpx reached.
 pub(crate) const MAX_CALL_PIXELS: u64 = 64 << 20;
+
+/// How the engines' calls are cut and how many threads submit them, for an epoch's files.
+///
+/// The engines decode a call's images side by side, one image an engine, and a call ends with
+/// its largest image: a call of a few camera photos leaves most engines idle while its last one
+/// decodes. So for large files calls are larger (up to [`CHUNK`](super::work::CHUNK) images),
+/// their images go largest first, and three threads keep calls waiting for the engines:
+/// measured on the H200 machine with 2-12 Mpx baseline photos (the engines alone, later
+/// epochs), calls of 64 Mpx from two threads gave 1,088-1,117 images/s, calls of 256 Mpx
+/// largest first from three 1,350-1,431 (against nvJPEG's decode-only rate of about 1,830).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct EngineCalls {
+    /// Submitting threads, each with its decoders and stream.
+    pub threads: usize,
+    /// Bytes of decoded planes one call holds at most (a larger image alone): what sizes each
+    /// thread's output arena once.
+    pub plane_bytes: u64,
+    /// Compressed bytes one call holds at most (a larger file alone): what sizes each thread's
+    /// page-locked staging.
+    pub compressed_bytes: u64,
+}
+
+impl EngineCalls {
+    /// The calls for an epoch of large files (camera photos) or of small ones.
+    pub fn for_files(large_files: bool) -> EngineCalls {
+        match large_files {
+            // 256 Mpx of 4:2:0 photos (128 Mpx of 4:4:4), about 32 photos' files.
+            true => EngineCalls {
+                threads: 3,
+                plane_bytes: 384 << 20,
+                compressed_bytes: 48 << 20,
+            },
+            // Small files fill a call with images long before its pixels: two threads keep the
+            // engines busy, and a third gave less on the H100 machine.
+            false => EngineCalls {
+                threads: 2,
+                plane_bytes: 3 * MAX_CALL_PIXELS,
+                compressed_bytes: MAX_CALL_BYTES as u64,
+            },
+        }
+    }
+
+    /// The calls of gray images (their own, one plane): 64 Mpx at most.
+    pub fn gray(self) -> EngineCalls {
+        EngineCalls {
+            plane_bytes: MAX_CALL_PIXELS,
+            ..self
+        }
+    }
+
+    /// Device bytes of one submitting thread's buffers: its colour and gray decoders' arenas and
+    /// the RGB its conversion writes.
+    pub fn device_bytes(self) -> u64 {
+        self.plane_bytes + self.gray().plane_bytes + RGB_BYTES
+    }
+}
+
+/// Bytes of a submitting thread's RGB buffer: 64 Mpx of colour images, converted and resized a
+/// part of a call at a time (an image larger alone grows it).
+pub(super) const RGB_BYTES: u64 = 3 * MAX_CALL_PIXELS;
 
 /// An image of a call: where it goes, its compressed bytes and header facts, what the random
 /// transforms drew for it and how it is resized.
@@ -56,6 +118,23 @@ impl CallImage {
     pub fn pixels(&self) -> u64 {
         let info = self.screened.info;
         u64::from(info.width) * u64::from(info.height)
+    }
+
+    /// Bytes of its planes as the engines decode them: Y, and Cb and Cr at their stored size
+    /// (their rows and columns rounded up), or Y alone for a gray image.
+    pub fn plane_bytes(&self) -> u64 {
+        let info = self.screened.info;
+        let (w, h) = (u64::from(info.width), u64::from(info.height));
+        if self.screened.gray {
+            return w * h;
+        }
+        let chroma = match info.subsampling {
+            Subsampling::S420 => w.div_ceil(2) * h.div_ceil(2),
+            Subsampling::S422 => w.div_ceil(2) * h,
+            Subsampling::S440 => w * h.div_ceil(2),
+            _ => w * h,
+        };
+        w * h + 2 * chroma
     }
 
     /// Its buffers, for reuse: the file's bytes, and its packed coefficients if it has them.

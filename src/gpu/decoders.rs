@@ -3,12 +3,13 @@
 //! them) or by the assisted path ([`super::assisted`]), and every image resized into its slot of
 //! the ring with the coefficients the preparing thread computed, all on the set's own stream.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaEvent, CudaModule, CudaSlice, CudaStream, DevicePtrMut};
 
 use super::assisted::AssistedDecoder;
-use super::call::{Call, Path, MAX_CALL_PIXELS};
+use super::call::{Call, Path, RGB_BYTES};
 use super::error::GpuLaneError;
 use super::nvjpeg::{
     ChromaPlanes, DecodedImage, DecoderConfig, DecoderOpening, HardwareDecoder, HardwareHandle,
@@ -26,21 +27,23 @@ use crate::geometry::Geometry;
 use crate::options::ResizeMode;
 use crate::resample::Filter;
 
-/// Bytes of the RGB buffer: a call's colour images at most, unless one image alone is larger.
-const RGB_BYTES: usize = 3 * MAX_CALL_PIXELS as usize;
-
 /// The decoders one host thread submits to, with the kernels that follow them.
 pub(super) struct DecoderSet {
     /// The set's own stream: nvJPEG waits on the stream it decodes on, which must not hold the
     /// pipeline's other work nor the other sets'.
     stream: Arc<CudaStream>,
     decoders: Decoders,
+    resizing: Resizing,
+    /// Events recorded after a range's resize; one is reused once nothing else holds it.
+    events: Vec<Arc<CudaEvent>>,
+}
+
+/// The resize of a set's decoded images into their slots of the ring.
+struct Resizing {
     resizer: BatchResizer,
     plan: Option<DevicePlan>,
     geometry: Geometry,
     filter: Filter,
-    /// Events recorded after a range's resize; one is reused once nothing else holds it.
-    events: Vec<Arc<CudaEvent>>,
 }
 
 /// What decodes a set's calls.
@@ -56,8 +59,27 @@ struct Engines {
     /// Gray JPEGs, decoded to their Y plane, in calls of their own.
     gray: Option<HardwareDecoder>,
     ycc: YccConverter,
-    /// The RGB of the last range's colour images, grown when a larger range arrives.
+    /// The RGB of a part of a call's colour images ([`RGB_BYTES`]), grown only for an image
+    /// larger alone.
     rgb: Option<CudaSlice<u8>>,
+}
+
+/// An image the engines decoded: ready for the resize (a gray image's Y plane), or its Y, Cb
+/// and Cr planes, which the colour conversion makes RGB first.
+#[derive(Debug, Clone, Copy)]
+enum Decoded {
+    Ready(SourceImage),
+    Planes(DecodedImage, ChromaPlanes),
+}
+
+impl Decoded {
+    /// Bytes of its RGB in the conversion's buffer.
+    fn rgb_bytes(&self) -> usize {
+        match self {
+            Decoded::Ready(_) => 0,
+            Decoded::Planes(d, _) => d.info.width as usize * d.info.height as usize * 3,
+        }
+    }
 }
 
 /// A new stream of `gpu`'s context for a set.
@@ -98,10 +120,12 @@ impl DecoderSet {
         Ok(DecoderSet {
             stream,
             decoders,
-            resizer: BatchResizer::from_module(resize)?,
-            plan: None,
-            geometry,
-            filter,
+            resizing: Resizing {
+                resizer: BatchResizer::from_module(resize)?,
+                plan: None,
+                geometry,
+                filter,
+            },
             events: Vec::new(),
         })
     }
@@ -129,7 +153,7 @@ impl DecoderSet {
         // The RGB of one call's colour images, sized once for the largest call.
         // SAFETY: device memory left uninitialized; the conversion writes every byte of each
         // image's RGB before the resize reads it (same stream, in that order).
-        let rgb = unsafe { stream.alloc::<u8>(RGB_BYTES) }
+        let rgb = unsafe { stream.alloc::<u8>(RGB_BYTES as usize) }
             .map_err(GpuLaneError::cuda("allocating the RGB buffer"))?;
         let engines = Engines {
             colour,
@@ -194,18 +218,33 @@ impl DecoderSet {
         if !ordered {
             return results;
         }
-        let decoded = match &mut self.decoders {
+        let stream = &self.stream;
+        let resizing = &mut self.resizing;
+        let made = match &mut self.decoders {
             Decoders::Engines(engines) => {
                 let jpegs: Vec<(&[u8], Screened)> = call
                     .images
                     .iter()
                     .map(|image| (&*image.bytes, image.screened))
                     .collect();
-                engines.decode(&self.stream, &jpegs)
+                engines.decode(stream, &jpegs).and_then(|decoded| {
+                    // The colour images made RGB and resized a part at a time, in the RGB buffer.
+                    let mut written = Vec::with_capacity(decoded.len());
+                    let room = engines.rgb.as_ref().map_or(0, CudaSlice::len);
+                    let sizes = decoded
+                        .iter()
+                        .map(|d| d.as_ref().map_or(0, Decoded::rgb_bytes));
+                    for part in parts(sizes, room) {
+                        let images = engines.convert(stream, &decoded, part)?;
+                        written.extend(resizing.resize(stream, call, shared, &images)?);
+                    }
+                    Ok(written)
+                })
             }
-            Decoders::Assisted(assisted) => assisted.decode(&call.images),
+            Decoders::Assisted(assisted) => assisted
+                .decode(&call.images)
+                .and_then(|images| resizing.resize(stream, call, shared, &images)),
         };
-        let made = decoded.and_then(|images| self.resize(call, shared, &images));
         let written = match made {
             Ok(written) if !written.is_empty() => written,
             Ok(_) => return results,
@@ -254,11 +293,14 @@ impl DecoderSet {
             .map_err(|e| Error::cuda("recording the GPU lane's resize", e))?;
         Ok(event)
     }
+}
 
-    /// Queues the resize of each decoded image (`images[k]` is image `k` of `call`) into its slot
-    /// of the ring; returns the images written.
+impl Resizing {
+    /// Queues on `stream` the resize of each decoded image (`images[k]` is image `k` of
+    /// `call`) into its slot of the ring; returns the images written.
     fn resize(
         &mut self,
+        stream: &Arc<CudaStream>,
         call: &Call,
         shared: &Shared,
         images: &[Option<SourceImage>],
@@ -288,17 +330,16 @@ impl DecoderSet {
         if jobs.is_empty() {
             return Ok(written);
         }
-        let stream = self.stream.clone();
         let plan = plan_batch_with(&jobs, &passes, self.geometry.width, self.geometry.height)
             .map_err(|e| GpuLaneError::Resize(e.into()))?;
         let device = match &mut self.plan {
             Some(device) => {
-                device.update(&stream, &plan).map_err(GpuLaneError::from)?;
+                device.update(stream, &plan).map_err(GpuLaneError::from)?;
                 device
             }
             None => self.plan.insert(
                 self.resizer
-                    .upload(&stream, &plan)
+                    .upload(stream, &plan)
                     .map_err(GpuLaneError::from)?,
             ),
         };
@@ -311,7 +352,7 @@ impl DecoderSet {
         // it is released.
         unsafe {
             self.resizer
-                .launch_at(&stream, device, shared.ring, ring_bytes)
+                .launch_at(stream, device, shared.ring, ring_bytes)
                 .map_err(GpuLaneError::from)?;
         }
         Ok(written)
@@ -320,14 +361,14 @@ impl DecoderSet {
 
 impl Engines {
     /// Queues the decode of `jpegs` on the set's stream (colour and gray ones in calls of their
-    /// own, colour made RGB as libjpeg makes it): one image per input, `None` where the engines
-    /// refused it. The pixels stay valid until the next call.
+    /// own): one image per input, `None` where the engines refused it. The planes stay valid
+    /// until the next call.
     fn decode(
         &mut self,
         stream: &Arc<CudaStream>,
         jpegs: &[(&[u8], Screened)],
-    ) -> Result<Vec<Option<SourceImage>>> {
-        let mut images: Vec<Option<SourceImage>> = vec![None; jpegs.len()];
+    ) -> Result<Vec<Option<Decoded>>> {
+        let mut images: Vec<Option<Decoded>> = vec![None; jpegs.len()];
         // Gray files to their own decoder, the rest to the colour one.
         let (gray_at, colour_at): (Vec<usize>, Vec<usize>) =
             (0..jpegs.len()).partition(|&i| jpegs[i].1.gray);
@@ -345,7 +386,8 @@ impl Engines {
                         ptr: d.ptr,
                         pitch: d.pitch as u32,
                     };
-                    images[i] = Some(SourceImage::whole(pixels, d.info.width, d.info.height));
+                    let image = SourceImage::whole(pixels, d.info.width, d.info.height);
+                    images[i] = Some(Decoded::Ready(image));
                 }
             }
         }
@@ -353,24 +395,32 @@ impl Engines {
             return Ok(images);
         }
         let (batch, infos) = batch_of(&colour_at);
-        let decoded: Vec<(usize, DecodedImage, ChromaPlanes)> = {
-            let outcomes = self
-                .colour
-                .decode_inspected(stream, &batch, &infos)
-                .map_err(GpuLaneError::from)?;
-            colour_at
-                .iter()
-                .zip(outcomes.outcomes())
-                .filter_map(|(&i, outcome)| match outcome {
-                    Outcome::Decoded(d) => d.chroma.map(|chroma| (i, *d, chroma)),
-                    _ => None,
-                })
-                .collect()
-        };
-        // One RGB buffer for the call's colour images, grown only for an image larger than a call.
-        let total: usize = decoded
+        let outcomes = self
+            .colour
+            .decode_inspected(stream, &batch, &infos)
+            .map_err(GpuLaneError::from)?;
+        for (&i, outcome) in colour_at.iter().zip(outcomes.outcomes()) {
+            if let Outcome::Decoded(d) = outcome {
+                images[i] = d.chroma.map(|chroma| Decoded::Planes(*d, chroma));
+            }
+        }
+        Ok(images)
+    }
+
+    /// Queues the colour conversion of the images of `part` (as libjpeg-turbo makes RGB) into
+    /// the RGB buffer, which it grows only for an image larger alone: the images of `part` ready
+    /// for the resize, `None` elsewhere. The RGB stays valid until the next conversion.
+    fn convert(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        decoded: &[Option<Decoded>],
+        part: Range<usize>,
+    ) -> Result<Vec<Option<SourceImage>>> {
+        let mut images: Vec<Option<SourceImage>> = vec![None; decoded.len()];
+        let total: usize = decoded[part.clone()]
             .iter()
-            .map(|(_, d, _)| d.info.width as usize * d.info.height as usize * 3)
+            .flatten()
+            .map(Decoded::rgb_bytes)
             .sum();
         let rgb = match self.rgb.take() {
             Some(rgb) if rgb.len() >= total => rgb,
@@ -381,9 +431,17 @@ impl Engines {
         };
         let rgb = self.rgb.insert(rgb);
         let (base, guard) = rgb.device_ptr_mut(stream);
-        let mut jobs = Vec::with_capacity(decoded.len());
+        let mut jobs = Vec::with_capacity(part.len());
         let mut at = 0u64;
-        for &(i, d, chroma) in &decoded {
+        for k in part {
+            let (d, chroma) = match decoded[k] {
+                Some(Decoded::Ready(image)) => {
+                    images[k] = Some(image);
+                    continue;
+                }
+                Some(Decoded::Planes(d, chroma)) => (d, chroma),
+                None => continue,
+            };
             let sampling = match d.info.subsampling {
                 Subsampling::S422 => ChromaSampling::HalfWidth,
                 Subsampling::S420 => ChromaSampling::HalfBoth,
@@ -408,15 +466,56 @@ impl Engines {
                 ptr: base + at,
                 pitch: w * 3,
             };
-            images[i] = Some(SourceImage::whole(pixels, w, h));
+            images[k] = Some(SourceImage::whole(pixels, w, h));
             at += u64::from(w) * u64::from(h) * 3;
         }
-        // SAFETY: the planes are the colour decoder's batch just queued on this stream (its arena
-        // lives in the decoder until its next `decode`, which comes after these kernels), and the
-        // outputs lie inside the RGB buffer (`at` stays within `total`), alive in `self.rgb`.
+        if jobs.is_empty() {
+            drop(guard);
+            return Ok(images);
+        }
+        // SAFETY: the planes are the colour decoder's batch queued on this stream (its arena
+        // lives in the decoder until its next `decode`, which comes after these kernels); the
+        // outputs lie inside the RGB buffer (`at` stays within `total`), alive in `self.rgb`,
+        // and the resize that read the previous part's RGB was queued on this stream before.
         let converted = unsafe { self.ycc.convert(stream, &jobs) };
         drop(guard);
         converted?;
         Ok(images)
+    }
+}
+
+/// The parts of a call made RGB and resized one after another, given each image's RGB bytes:
+/// runs of images whose RGB fits `room` together (an image larger alone).
+fn parts(sizes: impl Iterator<Item = usize>, room: usize) -> Vec<Range<usize>> {
+    let mut parts = Vec::new();
+    let (mut start, mut bytes, mut end) = (0, 0, 0);
+    for (k, needed) in sizes.enumerate() {
+        if k > start && bytes + needed > room {
+            parts.push(start..k);
+            (start, bytes) = (k, 0);
+        }
+        bytes += needed;
+        end = k + 1;
+    }
+    if start < end {
+        parts.push(start..end);
+    }
+    parts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parts;
+
+    #[test]
+    fn a_call_is_made_rgb_in_parts_that_fit_the_buffer_each_image_once() {
+        let room = 100;
+        assert_eq!(parts([40, 40, 40, 10].into_iter(), room), [0..2, 2..4]);
+        // An image larger than the buffer alone; gray images (no RGB) ride along.
+        assert_eq!(parts([150, 0, 30, 0].into_iter(), room), [0..1, 1..4]);
+        assert_eq!(parts([30, 150, 30].into_iter(), room), [0..1, 1..2, 2..3]);
+        assert_eq!(parts([100, 100].into_iter(), room), [0..1, 1..2]);
+        assert!(parts(std::iter::empty(), room).is_empty());
+        assert_eq!(parts([0, 0, 40].into_iter(), room), vec![0..3]);
     }
 }

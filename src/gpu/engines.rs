@@ -16,7 +16,6 @@ use super::decoders::DecoderSet;
 use super::error::GpuLaneError;
 use super::joining::{Joining, SetsComing};
 use super::nvjpeg::{DecoderConfig, DecoderOpening, HardwareHandle, NvJpeg};
-use super::SUBMITTING_THREADS;
 use crate::background::Background;
 use crate::cuda::Gpu;
 use crate::geometry::Geometry;
@@ -51,6 +50,8 @@ pub(super) struct EngineRecipe {
     pub module: Arc<CudaModule>,
     pub colour: DecoderConfig,
     pub gray: Option<DecoderConfig>,
+    /// Submitting threads, one decoder set each ([`EngineCalls::threads`](super::call::EngineCalls)).
+    pub threads: usize,
     pub geometry: Geometry,
     pub filter: Filter,
 }
@@ -67,7 +68,7 @@ impl EngineRecipe {
             self.colour.upsampling_with_interpolation,
         )?;
         std::thread::scope(|scope| {
-            let threads: Vec<_> = (0..SUBMITTING_THREADS)
+            let threads: Vec<_> = (0..self.threads)
                 .map(|_| {
                     scope.spawn(|| {
                         DecoderSet::open(

@@ -30,7 +30,7 @@
 //! lookahead and one range per preparing thread), each submitting thread's decoders and buffers
 //! (grown only when a larger image arrives), and the compressed bytes of the calls being
 //! prepared, waiting (one per submitting thread at most) and decoded, each at most
-//! [`call::MAX_CALL_BYTES`].
+//! [`call::MAX_CALL_BYTES`] (an engines' call of large files: [`call::EngineCalls`]).
 
 mod assisted;
 mod call;
@@ -65,7 +65,7 @@ use crate::geometry::Geometry;
 use crate::profile::Stopwatch;
 use crate::resample::Resampling;
 use assisted::AssistedRecipe;
-use call::MAX_CALL_PIXELS;
+use call::{EngineCalls, MAX_CALL_PIXELS};
 use coefficient_threads::CoefficientThreads;
 use engines::{engine_count, opening_note, EngineRecipe, EnginesOpen};
 use joining::Joining;
@@ -83,12 +83,6 @@ pub(crate) use work::{LaneOutput, LaneResult, LaneWork, ShareSchedule, MAX_SPAN}
 /// Whether gray (one-component) JPEGs go to the hardware. They do, in calls of their own
 /// (measured on the H100 machine: decoded in one call with colour images, some came out wrong).
 const GRAY_ON_THE_GPU: bool = true;
-
-/// Host threads that submit calls to the engines, each with its own decoders and stream.
-/// `nvjpegDecodeBatched` keeps its thread busy on the host for most of the call (about 45 µs an
-/// image on the H100 machine) and scales poorly past two threads at once: measured there, three
-/// submitting threads gave less than two.
-const SUBMITTING_THREADS: usize = 2;
 
 /// Host threads that read, screen and plan the lane's images for the submitting threads (about
 /// 50 µs an image), so that those do nothing but decode, convert and resize.
@@ -275,22 +269,24 @@ impl GpuLane {
         let opening = Instant::now();
         let nvjpeg = NvJpeg::load()?;
         let loaded = opening.elapsed();
+        let engine_calls = EngineCalls::for_files(config.large_files);
         let colour = DecoderConfig {
             max_batch: CHUNK,
             output: OutputFormat::Yuv,
             gray: false,
             max_image_pixels: config.max_pixels,
             preallocate: Some((PREALLOCATE_SIDE, PREALLOCATE_SIDE)),
-            // A full call's Y, Cb and Cr planes at most (4:4:4), with the planes' alignment, so
-            // the arena is sized once.
-            initial_output_bytes: 3 * MAX_CALL_PIXELS as usize + ARENA_SLACK,
+            // A full call's Y, Cb and Cr planes at most, with the planes' alignment, and its
+            // files, so the arena and staging are sized once.
+            initial_output_bytes: engine_calls.plane_bytes as usize + ARENA_SLACK,
+            initial_staging_bytes: engine_calls.compressed_bytes as usize,
             ..DecoderConfig::default()
         };
         let gray_config = gray.then(|| DecoderConfig {
             output: OutputFormat::Y,
             gray: true,
             colour: false,
-            initial_output_bytes: MAX_CALL_PIXELS as usize + ARENA_SLACK,
+            initial_output_bytes: engine_calls.gray().plane_bytes as usize + ARENA_SLACK,
             ..colour.clone()
         });
         let screen = LaneScreen {
@@ -317,6 +313,7 @@ impl GpuLane {
             module: module.clone(),
             colour,
             gray: gray_config,
+            threads: engine_calls.threads,
             geometry,
             filter,
         };
@@ -416,7 +413,8 @@ impl GpuLane {
                 image_bytes,
                 lookahead,
                 max_file_bytes: config.max_file_bytes,
-                queued_calls: [SUBMITTING_THREADS, assisted_threads(config, engines_open)],
+                queued_calls: [engine_calls.threads, assisted_threads(config, engines_open)],
+                engine_calls,
                 assisted_share,
                 assisted_call_pixels: assisted_recipe.call_pixels,
             },
@@ -502,9 +500,9 @@ impl GpuLane {
     /// each thread's decode, colour and resize buffers (for large files: at most).
     pub fn device_bytes(config: &GpuLaneConfig) -> u128 {
         let slots = ring_slots(config.batch_size);
-        let per_thread = 6 * MAX_CALL_PIXELS as u128;
+        let engines = EngineCalls::for_files(config.large_files);
         slots as u128 * config.geometry.image_bytes() as u128
-            + SUBMITTING_THREADS as u128 * per_thread
+            + engines.threads as u128 * engines.device_bytes() as u128
             + ASSISTED_THREADS as u128 * assisted::budget(MAX_CALL_PIXELS).device_bytes() as u128
     }
 

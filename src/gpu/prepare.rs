@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::assisted;
-use super::call::{AssistedInput, Call, CallImage, Path, MAX_CALL_BYTES, MAX_CALL_PIXELS};
+use super::call::{AssistedInput, Call, CallImage, EngineCalls, Path, MAX_CALL_BYTES};
 use super::coefficient_threads::{CoefficientThreads, RangeHold};
 use super::screen::MAX_COMPRESSED;
 use super::shared::{Job, Shared};
@@ -63,10 +63,13 @@ impl Preparer {
         let mut refused_at: Vec<usize> = Vec::new();
         // The calls being filled: the engines' for colour images and for gray ones, and the
         // assisted path's (both kinds).
+        let engines = shared.limits.engine_calls;
         let mut pending = [
-            Pending::new(Path::Engines, MAX_CALL_PIXELS),
-            Pending::new(Path::Engines, MAX_CALL_PIXELS),
-            Pending::new(Path::Assisted, shared.limits.assisted_call_pixels),
+            Pending::new(CallCap::Engines(engines)),
+            Pending::new(CallCap::Engines(engines.gray())),
+            Pending::new(CallCap::Assisted {
+                pixels: shared.limits.assisted_call_pixels,
+            }),
         ];
         // The coefficient threads take progressive files while the assisted path is open.
         let threads = self.coefficients.clone();
@@ -243,52 +246,80 @@ impl AssistedSplit {
     }
 }
 
-/// A call being filled: its images (with their places in the range), pixels, compressed bytes
-/// and the bytes an assisted call stages (compressed or packed), and the pixels its path's calls
-/// hold at most.
+/// What closes a path's call, besides [`CHUNK`] images.
+#[derive(Debug, Clone, Copy)]
+enum CallCap {
+    /// The engines': decoded planes and compressed bytes ([`EngineCalls`]).
+    Engines(EngineCalls),
+    /// The assisted path's: the pixels its decoders' buffers hold, [`MAX_CALL_BYTES`]
+    /// compressed bytes and the bytes it stages ([`assisted::staging_bytes`]).
+    Assisted { pixels: u64 },
+}
+
+/// A call being filled: its images (with their places in the range), pixels, decoded planes,
+/// compressed bytes and the bytes an assisted call stages (compressed or packed), and what
+/// closes it.
 struct Pending {
-    path: Path,
-    max_pixels: u64,
+    cap: CallCap,
     images: Vec<CallImage>,
     places: Vec<usize>,
     pixels: u64,
+    planes: u64,
     bytes: u64,
     staged: u64,
 }
 
 impl Pending {
-    fn new(path: Path, max_pixels: u64) -> Pending {
+    fn new(cap: CallCap) -> Pending {
         Pending {
-            path,
-            max_pixels,
+            cap,
             images: Vec::new(),
             places: Vec::new(),
             pixels: 0,
+            planes: 0,
             bytes: 0,
             staged: 0,
         }
     }
 
-    /// Whether `image` would take the call past [`CHUNK`] images, its path's pixels,
-    /// [`MAX_CALL_BYTES`] compressed bytes or the staging of an assisted call
-    /// ([`assisted::staging_bytes`]; an empty call takes any image).
+    fn path(&self) -> Path {
+        match self.cap {
+            CallCap::Engines(_) => Path::Engines,
+            CallCap::Assisted { .. } => Path::Assisted,
+        }
+    }
+
+    /// Whether `image` would take the call past [`CHUNK`] images or its path's cap (an empty
+    /// call takes any image).
     fn is_full_for(&self, image: &CallImage) -> bool {
+        let bytes = self.bytes + image.bytes.len() as u64;
         !self.images.is_empty()
             && (self.images.len() == CHUNK
-                || self.pixels + image.pixels() > self.max_pixels
-                || self.bytes + image.bytes.len() as u64 > MAX_CALL_BYTES as u64
-                || self.staged + staged_bytes(image) > assisted::staging_bytes(self.max_pixels))
+                || match self.cap {
+                    CallCap::Engines(calls) => {
+                        self.planes + image.plane_bytes() > calls.plane_bytes
+                            || bytes > calls.compressed_bytes
+                    }
+                    CallCap::Assisted { pixels } => {
+                        self.pixels + image.pixels() > pixels
+                            || bytes > MAX_CALL_BYTES as u64
+                            || self.staged + staged_bytes(image) > assisted::staging_bytes(pixels)
+                    }
+                })
     }
 
     fn add(&mut self, place: usize, image: CallImage) {
         self.pixels += image.pixels();
+        self.planes += image.plane_bytes();
         self.bytes += image.bytes.len() as u64;
         self.staged += staged_bytes(&image);
         self.places.push(place);
         self.images.push(image);
     }
 
-    /// Queues the call (with `refused`, positions to publish) and starts a new one.
+    /// Queues the call (with `refused`, positions to publish) and starts a new one. An engines'
+    /// call has its largest images first: the engines take a call's images in turn, and one
+    /// begun last would decode alone.
     fn queue(
         &mut self,
         work: &Arc<Work>,
@@ -296,15 +327,24 @@ impl Pending {
         refused: Vec<(usize, u32)>,
         handed: &mut [bool],
     ) {
+        let mut images = std::mem::take(&mut self.images);
+        if self.path() == Path::Engines {
+            largest_first(&mut images);
+        }
         let call = Call {
             work: work.clone(),
-            images: std::mem::take(&mut self.images),
-            path: self.path,
+            images,
+            path: self.path(),
         };
         shared.queue_call(call, refused);
         self.places.drain(..).for_each(|k| handed[k] = true);
-        (self.pixels, self.bytes, self.staged) = (0, 0, 0);
+        (self.pixels, self.planes, self.bytes, self.staged) = (0, 0, 0, 0);
     }
+}
+
+/// An engines' call's images, the largest first (the order of equal ones kept).
+fn largest_first(images: &mut [CallImage]) {
+    images.sort_by_key(|image| std::cmp::Reverse(image.pixels()));
 }
 
 /// Queues `images` (assisted, in any order) in calls of the assisted path as [`Pending`] cuts
@@ -316,7 +356,9 @@ pub(super) fn queue_assisted(
     mut refused: Vec<(usize, u32)>,
 ) {
     let mut handed = vec![false; images.len()];
-    let mut call = Pending::new(Path::Assisted, shared.limits.assisted_call_pixels);
+    let mut call = Pending::new(CallCap::Assisted {
+        pixels: shared.limits.assisted_call_pixels,
+    });
     for (k, image) in images.into_iter().enumerate() {
         if call.is_full_for(&image) {
             call.queue(work, shared, std::mem::take(&mut refused), &mut handed);
@@ -341,7 +383,12 @@ fn staged_bytes(image: &CallImage) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use super::super::call::MAX_CALL_PIXELS;
+    use super::super::nvjpeg::{JpegInfo, Subsampling};
+    use super::super::screen::Screened;
     use super::*;
+    use crate::options::ResizeOptions;
+    use crate::source::ItemBytes;
 
     /// The images of a range, large and small, through a split of `share`: which take the
     /// assisted path.
@@ -351,6 +398,98 @@ mod tests {
             .iter()
             .map(|&p| split.path_for(p, true) == Path::Assisted)
             .collect()
+    }
+
+    /// A baseline file of `width` x `height` pixels and `bytes` bytes as a preparing thread
+    /// hands it on.
+    fn image(width: u32, height: u32, subsampling: Subsampling, bytes: usize) -> CallImage {
+        let geometry = Geometry::new(&ResizeOptions::default());
+        let (x, y) = geometry.axis_plans(width, height, None);
+        let passes = plan_passes(&x, &y, Filter::Bilinear, geometry.pass_order).expect("plan");
+        let gray = subsampling == Subsampling::Gray;
+        let info = JpegInfo {
+            width,
+            height,
+            components: if gray { 1 } else { 3 },
+            subsampling,
+            compressed_bytes: bytes,
+            gray_factors_at: None,
+            exif: false,
+        };
+        CallImage {
+            position: 0,
+            slot: 0,
+            bytes: ItemBytes::Owned(vec![0; bytes]),
+            screened: Screened {
+                info,
+                gray,
+                engines: true,
+            },
+            draw: None,
+            x,
+            y,
+            passes,
+            assisted: None,
+        }
+    }
+
+    /// How many of `images` one call takes under `cap`.
+    fn first_call(cap: CallCap, images: impl IntoIterator<Item = CallImage>) -> usize {
+        let mut call = Pending::new(cap);
+        for (k, image) in images.into_iter().enumerate() {
+            if call.is_full_for(&image) {
+                return k;
+            }
+            call.add(k, image);
+        }
+        call.images.len()
+    }
+
+    #[test]
+    fn the_engines_calls_of_large_photos_hold_their_planes_budget_largest_first() {
+        let large = CallCap::Engines(EngineCalls::for_files(true));
+        let small = CallCap::Engines(EngineCalls::for_files(false));
+        let photos = |w, h, s, bytes| (0..64).map(move |_| image(w, h, s, bytes));
+        // 12 Mpx of 4:2:0 is 18 MiB of planes: 21 in 384 MiB, 10 in 192 MiB; 4:4:4 half that.
+        assert_eq!(
+            first_call(large, photos(4096, 3072, Subsampling::S420, 1 << 20)),
+            21
+        );
+        assert_eq!(
+            first_call(large, photos(4096, 3072, Subsampling::S444, 1 << 20)),
+            10
+        );
+        assert_eq!(
+            first_call(small, photos(4096, 3072, Subsampling::S420, 1 << 20)),
+            10
+        );
+        // Gray calls are their own: 64 Mpx of one plane.
+        let gray = CallCap::Engines(EngineCalls::for_files(true).gray());
+        assert_eq!(
+            first_call(gray, photos(4096, 3072, Subsampling::Gray, 1 << 20)),
+            5
+        );
+        // Compressed bytes: 48 MiB of 3 MiB files; small files: 32 images at most.
+        assert_eq!(
+            first_call(large, photos(2048, 1536, Subsampling::S420, 3 << 20)),
+            16
+        );
+        assert_eq!(
+            first_call(large, photos(500, 375, Subsampling::S420, 100 << 10)),
+            CHUNK
+        );
+        // The largest images first, equal ones in the order they came.
+        let mut call: Vec<CallImage> = [(1000, 800), (4000, 3000), (1000, 800), (3000, 2000)]
+            .into_iter()
+            .enumerate()
+            .map(|(k, (w, h))| CallImage {
+                position: k,
+                ..image(w, h, Subsampling::S420, 1000)
+            })
+            .collect();
+        largest_first(&mut call);
+        let order: Vec<usize> = call.iter().map(|image| image.position).collect();
+        assert_eq!(order, [1, 3, 0, 2]);
     }
 
     #[test]

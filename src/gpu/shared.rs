@@ -19,7 +19,7 @@ use cudarc::driver::{CudaEvent, CudaStream};
 
 use crate::error::{Error, Result};
 
-use super::call::{Call, Path};
+use super::call::{Call, EngineCalls, Path};
 use super::screen::LaneScreen;
 use super::work::{span, wait_for_all, LaneOutput, LaneResult, LaneWork, Work, CHUNK};
 use crate::profile::{Stage, Stopwatch};
@@ -40,6 +40,8 @@ pub(crate) struct Limits {
     /// Calls prepared and waiting for a submitting thread, at most, per path
     /// ([`Path::index`]).
     pub queued_calls: [usize; 2],
+    /// How the engines' calls are cut.
+    pub engine_calls: EngineCalls,
     /// Of the images the assisted path may take, the share it is given (0: none).
     pub assisted_share: f32,
     /// Pixels one assisted call holds at most (its decoders' buffers).
