@@ -18,8 +18,8 @@ use crate::source::ItemBytes;
 pub(crate) const MAX_CALL_BYTES: usize = 16 << 20;
 
 /// Pixels one call of the assisted path decodes at most for large files, one gray call of the
-/// engines holds, and the engines' colour conversion makes RGB at once (an image larger alone):
-/// what sizes those buffers once. Large enough for several camera-size photos: on the H200
+/// engines holds, and the engines' colour conversion makes RGB at once for small files (an image
+/// larger alone): what sizes those buffers once. Large enough for several camera-size photos: on the H200
 /// machine, the engines' calls of 12 Mpx (one to five photos of 2-12 Mpx) kept them at 0.6x the
 /// rate calls of 64 Mpx reached.
 pub(crate) const MAX_CALL_PIXELS: u64 = 64 << 20;
@@ -29,10 +29,12 @@ pub(crate) const MAX_CALL_PIXELS: u64 = 64 << 20;
 /// The engines decode a call's images side by side, one image an engine, and a call ends with
 /// its largest image: a call of a few camera photos leaves most engines idle while its last one
 /// decodes. So for large files calls are larger (up to [`CHUNK`](super::work::CHUNK) images),
-/// their images go largest first, and three threads keep calls waiting for the engines:
-/// measured on the H200 machine with 2-12 Mpx baseline photos (the engines alone, later
-/// epochs), calls of 64 Mpx from two threads gave 1,088-1,117 images/s, calls of 256 Mpx
-/// largest first from three 1,350-1,431 (against nvJPEG's decode-only rate of about 1,830).
+/// their images go largest first, and three threads keep calls waiting for the engines.
+/// Measured on the H200 machine with 2-12 Mpx baseline photos (the engines alone, later epochs,
+/// in turn in one run, against DALI's decode-only rate of 1,801-1,816): calls of 64 Mpx from
+/// two threads 1,097-1,107 images/s (0.61x); 384 MB of planes from three, largest first,
+/// 1,300-1,331 with a call made RGB 64 Mpx at a time, 1,351-1,420 (0.77x) 128 Mpx at a time
+/// (what large files get), 1,399-1,427 whole (twice the RGB memory).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct EngineCalls {
     /// Submitting threads, each with its decoders and stream.
@@ -43,17 +45,22 @@ pub(crate) struct EngineCalls {
     /// Compressed bytes one call holds at most (a larger file alone): what sizes each thread's
     /// page-locked staging.
     pub compressed_bytes: u64,
+    /// Bytes of each thread's RGB buffer: the colour conversion and the resize take a call a
+    /// part of this size at a time (an image larger alone grows it).
+    pub rgb_bytes: u64,
 }
 
 impl EngineCalls {
     /// The calls for an epoch of large files (camera photos) or of small ones.
     pub fn for_files(large_files: bool) -> EngineCalls {
         match large_files {
-            // 256 Mpx of 4:2:0 photos (128 Mpx of 4:4:4), about 32 photos' files.
+            // 256 Mpx of 4:2:0 photos (128 Mpx of 4:4:4), about 32 photos' files, made RGB
+            // 128 Mpx at a time.
             true => EngineCalls {
                 threads: 3,
                 plane_bytes: 384 << 20,
                 compressed_bytes: 48 << 20,
+                rgb_bytes: 3 * (128 << 20),
             },
             // Small files fill a call with images long before its pixels: two threads keep the
             // engines busy, and a third gave less on the H100 machine.
@@ -61,6 +68,7 @@ impl EngineCalls {
                 threads: 2,
                 plane_bytes: 3 * MAX_CALL_PIXELS,
                 compressed_bytes: MAX_CALL_BYTES as u64,
+                rgb_bytes: 3 * MAX_CALL_PIXELS,
             },
         }
     }
@@ -76,13 +84,9 @@ impl EngineCalls {
     /// Device bytes of one submitting thread's buffers: its colour and gray decoders' arenas and
     /// the RGB its conversion writes.
     pub fn device_bytes(self) -> u64 {
-        self.plane_bytes + self.gray().plane_bytes + RGB_BYTES
+        self.plane_bytes + self.gray().plane_bytes + self.rgb_bytes
     }
 }
-
-/// Bytes of a submitting thread's RGB buffer: 64 Mpx of colour images, converted and resized a
-/// part of a call at a time (an image larger alone grows it).
-pub(super) const RGB_BYTES: u64 = 3 * MAX_CALL_PIXELS;
 
 /// An image of a call: where it goes, its compressed bytes and header facts, what the random
 /// transforms drew for it and how it is resized.

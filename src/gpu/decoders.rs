@@ -9,7 +9,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaEvent, CudaModule, CudaSlice, CudaStream, DevicePtrMut};
 
 use super::assisted::AssistedDecoder;
-use super::call::{Call, Path, RGB_BYTES};
+use super::call::{Call, EngineCalls, Path};
 use super::error::GpuLaneError;
 use super::nvjpeg::{
     ChromaPlanes, DecodedImage, DecoderConfig, DecoderOpening, HardwareDecoder, HardwareHandle,
@@ -46,6 +46,15 @@ struct Resizing {
     filter: Filter,
 }
 
+/// What each of the engines' sets opens: its colour decoder, its gray one (if gray files go to
+/// the engines) and the calls it takes.
+#[derive(Debug, Clone)]
+pub(super) struct EngineDecoders {
+    pub colour: DecoderConfig,
+    pub gray: Option<DecoderConfig>,
+    pub calls: EngineCalls,
+}
+
 /// What decodes a set's calls.
 enum Decoders {
     Engines(Engines),
@@ -59,7 +68,7 @@ struct Engines {
     /// Gray JPEGs, decoded to their Y plane, in calls of their own.
     gray: Option<HardwareDecoder>,
     ycc: YccConverter,
-    /// The RGB of a part of a call's colour images ([`RGB_BYTES`]), grown only for an image
+    /// The RGB of a part of a call's colour images ([`EngineCalls::rgb_bytes`]), grown only for an image
     /// larger alone.
     rgb: Option<CudaSlice<u8>>,
 }
@@ -136,24 +145,23 @@ impl DecoderSet {
         gpu: &Gpu,
         handle: &Arc<HardwareHandle>,
         resize: &Arc<CudaModule>,
-        colour: &DecoderConfig,
-        gray: Option<&DecoderConfig>,
+        decoders: &EngineDecoders,
         geometry: Geometry,
         filter: Filter,
     ) -> Result<DecoderSet, GpuLaneError> {
         let stream = new_stream(gpu)?;
         let open =
             |config: &DecoderConfig| HardwareDecoder::with_handle(handle, &stream, config.clone());
-        let colour = open(colour)?;
-        let gray = match gray {
+        let colour = open(&decoders.colour)?;
+        let gray = match &decoders.gray {
             Some(config) => Some(open(config)?),
             None => None,
         };
         let ycc = YccConverter::new(gpu).map_err(GpuLaneError::kernel("ycc.cu"))?;
-        // The RGB of one call's colour images, sized once for the largest call.
+        // The RGB of a part of a call's colour images, sized once.
         // SAFETY: device memory left uninitialized; the conversion writes every byte of each
         // image's RGB before the resize reads it (same stream, in that order).
-        let rgb = unsafe { stream.alloc::<u8>(RGB_BYTES as usize) }
+        let rgb = unsafe { stream.alloc::<u8>(decoders.calls.rgb_bytes as usize) }
             .map_err(GpuLaneError::cuda("allocating the RGB buffer"))?;
         let engines = Engines {
             colour,

@@ -12,10 +12,10 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaModule;
 
-use super::decoders::DecoderSet;
+use super::decoders::{DecoderSet, EngineDecoders};
 use super::error::GpuLaneError;
 use super::joining::{Joining, SetsComing};
-use super::nvjpeg::{DecoderConfig, DecoderOpening, HardwareHandle, NvJpeg};
+use super::nvjpeg::{DecoderOpening, HardwareHandle, NvJpeg};
 use crate::background::Background;
 use crate::cuda::Gpu;
 use crate::geometry::Geometry;
@@ -48,10 +48,9 @@ pub(super) struct EngineRecipe {
     pub gpu: Gpu,
     pub nvjpeg: NvJpeg,
     pub module: Arc<CudaModule>,
-    pub colour: DecoderConfig,
-    pub gray: Option<DecoderConfig>,
-    /// Submitting threads, one decoder set each ([`EngineCalls::threads`](super::call::EngineCalls)).
-    pub threads: usize,
+    /// What each set opens, and how many sets
+    /// ([`EngineCalls::threads`](super::call::EngineCalls::threads)).
+    pub decoders: EngineDecoders,
     pub geometry: Geometry,
     pub filter: Filter,
 }
@@ -65,18 +64,17 @@ impl EngineRecipe {
         let handle = HardwareHandle::new(
             &self.nvjpeg,
             self.gpu.stream().context(),
-            self.colour.upsampling_with_interpolation,
+            self.decoders.colour.upsampling_with_interpolation,
         )?;
         std::thread::scope(|scope| {
-            let threads: Vec<_> = (0..self.threads)
+            let threads: Vec<_> = (0..self.decoders.calls.threads)
                 .map(|_| {
                     scope.spawn(|| {
                         DecoderSet::open(
                             &self.gpu,
                             &handle,
                             &self.module,
-                            &self.colour,
-                            self.gray.as_ref(),
+                            &self.decoders,
                             self.geometry,
                             self.filter,
                         )

@@ -67,6 +67,7 @@ use crate::resample::Resampling;
 use assisted::AssistedRecipe;
 use call::{EngineCalls, MAX_CALL_PIXELS};
 use coefficient_threads::CoefficientThreads;
+use decoders::EngineDecoders;
 use engines::{engine_count, opening_note, EngineRecipe, EnginesOpen};
 use joining::Joining;
 use nvjpeg::{DecoderConfig, NvJpeg, OutputFormat};
@@ -311,9 +312,11 @@ impl GpuLane {
             gpu: gpu.clone(),
             nvjpeg: nvjpeg.clone(),
             module: module.clone(),
-            colour,
-            gray: gray_config,
-            threads: engine_calls.threads,
+            decoders: EngineDecoders {
+                colour,
+                gray: gray_config,
+                calls: engine_calls,
+            },
             geometry,
             filter,
         };
