@@ -499,13 +499,18 @@ impl GpuLane {
         self.runner.activity()
     }
 
-    /// Bytes of device memory the lane takes for `config` (before opening it): its ring, and
-    /// each thread's decode, colour and resize buffers (for large files: at most).
+    /// Bytes of device memory the lane takes for `config` (before opening it, the epoch's files
+    /// unknown): its ring, and each thread's decode, colour and resize buffers, at most (those
+    /// of an epoch of large files).
     pub fn device_bytes(config: &GpuLaneConfig) -> u128 {
         let slots = ring_slots(config.batch_size);
-        let engines = EngineCalls::for_files(config.large_files);
+        let engines = |large_files| {
+            let calls = EngineCalls::for_files(large_files);
+            calls.threads as u128 * calls.device_bytes() as u128
+        };
+        let engines = engines(false).max(engines(true));
         slots as u128 * config.geometry.image_bytes() as u128
-            + engines.threads as u128 * engines.device_bytes() as u128
+            + engines
             + ASSISTED_THREADS as u128 * assisted::budget(MAX_CALL_PIXELS).device_bytes() as u128
     }
 
