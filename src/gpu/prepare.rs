@@ -449,35 +449,21 @@ mod tests {
     fn the_engines_calls_of_large_photos_hold_their_planes_budget_largest_first() {
         let large = CallCap::Engines(EngineCalls::for_files(true));
         let small = CallCap::Engines(EngineCalls::for_files(false));
-        let photos = |w, h, s, bytes| (0..64).map(move |_| image(w, h, s, bytes));
-        // 12 Mpx of 4:2:0 is 18 MiB of planes: 21 in 384 MiB, 10 in 192 MiB; 4:4:4 half that.
-        assert_eq!(
-            first_call(large, photos(4096, 3072, Subsampling::S420, 1 << 20)),
-            21
-        );
-        assert_eq!(
-            first_call(large, photos(4096, 3072, Subsampling::S444, 1 << 20)),
-            10
-        );
-        assert_eq!(
-            first_call(small, photos(4096, 3072, Subsampling::S420, 1 << 20)),
-            10
-        );
-        // Gray calls are their own: 64 Mpx of one plane.
         let gray = CallCap::Engines(EngineCalls::for_files(true).gray());
-        assert_eq!(
-            first_call(gray, photos(4096, 3072, Subsampling::Gray, 1 << 20)),
-            5
-        );
-        // Compressed bytes: 48 MiB of 3 MiB files; small files: 32 images at most.
-        assert_eq!(
-            first_call(large, photos(2048, 1536, Subsampling::S420, 3 << 20)),
-            16
-        );
-        assert_eq!(
-            first_call(large, photos(500, 375, Subsampling::S420, 100 << 10)),
-            CHUNK
-        );
+        // 12 Mpx of 4:2:0 is 18 MiB of planes: 21 in 384 MiB, 10 in 192 MiB; 4:4:4 half that;
+        // gray calls 64 Mpx of one plane; 48 MiB of 3 MiB files; small files 32 at most.
+        let cases = [
+            (large, (4096, 3072), Subsampling::S420, 1 << 20, 21),
+            (large, (4096, 3072), Subsampling::S444, 1 << 20, 10),
+            (small, (4096, 3072), Subsampling::S420, 1 << 20, 10),
+            (gray, (4096, 3072), Subsampling::Gray, 1 << 20, 5),
+            (large, (2048, 1536), Subsampling::S420, 3 << 20, 16),
+            (large, (500, 375), Subsampling::S420, 100 << 10, CHUNK),
+        ];
+        for (cap, (w, h), sampling, bytes, taken) in cases {
+            let photos = (0..64).map(|_| image(w, h, sampling, bytes));
+            assert_eq!(first_call(cap, photos), taken, "{w}x{h} {sampling:?}");
+        }
         // The largest images first, equal ones in the order they came.
         let mut call: Vec<CallImage> = [(1000, 800), (4000, 3000), (1000, 800), (3000, 2000)]
             .into_iter()
