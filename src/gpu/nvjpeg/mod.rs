@@ -1100,17 +1100,11 @@ impl HardwareDecoder {
             });
         }
 
-        // 2. The arena is reused in the stream's order: this call's decode is queued after the
-        // previous call's work on it, and `submit_chunk` waits for the previous batch (the state
-        // it reuses) only once this call's files are staged, so the copy overlaps that batch.
-        // Growing the arena, or poisoning it, waits for every batch first.
-        let grow = self.output_capacity() < output_bytes;
-        if grow || self.config.poison.is_some() {
-            for slot in self.slots.iter_mut() {
-                slot.wait()?;
-            }
+        // 2. The previous call's batches must be done before the arena and state are reused.
+        for slot in self.slots.iter_mut() {
+            slot.wait()?;
         }
-        if grow {
+        if self.output_capacity() < output_bytes {
             let grown = output_bytes
                 .saturating_add(output_bytes / 4)
                 .min(self.config.max_output_bytes.max(output_bytes))
