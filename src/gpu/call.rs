@@ -4,7 +4,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::nvjpeg::Subsampling;
+use super::nvjpeg::{plane_layout, OutputFormat};
 use super::screen::Screened;
 use super::work::Work;
 use crate::coefficients::entropy::ParsedJpeg;
@@ -18,10 +18,10 @@ use crate::source::ItemBytes;
 pub(crate) const MAX_CALL_BYTES: usize = 16 << 20;
 
 /// Pixels one call of the assisted path decodes at most for large files, one gray call of the
-/// engines holds, and the engines' colour conversion makes RGB at once for small files (an image
-/// larger alone): what sizes those buffers once. Large enough for several camera-size photos: on the H200
-/// machine, the engines' calls of 12 Mpx (one to five photos of 2-12 Mpx) kept them at 0.6x the
-/// rate calls of 64 Mpx reached.
+/// engines holds, and the engines' colour conversion makes RGB at once for small files (an
+/// image larger alone): what sizes those buffers once. Large enough for several camera-size
+/// photos: on the H200 machine, the engines' calls of 12 Mpx (one to five photos of 2-12 Mpx)
+/// kept them at 0.6x the rate calls of 64 Mpx reached.
 pub(crate) const MAX_CALL_PIXELS: u64 = 64 << 20;
 
 /// How the engines' calls are cut and how many threads submit them, for an epoch's files.
@@ -124,21 +124,16 @@ impl CallImage {
         u64::from(info.width) * u64::from(info.height)
     }
 
-    /// Bytes of its planes as the engines decode them: Y, and Cb and Cr at their stored size
-    /// (their rows and columns rounded up), or Y alone for a gray image.
+    /// Bytes of its planes in a decoder's arena as the engines decode them: Y, and Cb and Cr at
+    /// their stored size, or Y alone for a gray image (none for a sampling they refuse).
     pub fn plane_bytes(&self) -> u64 {
         let info = self.screened.info;
-        let (w, h) = (u64::from(info.width), u64::from(info.height));
-        if self.screened.gray {
-            return w * h;
-        }
-        let chroma = match info.subsampling {
-            Subsampling::S420 => w.div_ceil(2) * h.div_ceil(2),
-            Subsampling::S422 => w.div_ceil(2) * h,
-            Subsampling::S440 => w * h.div_ceil(2),
-            _ => w * h,
+        let format = match self.screened.gray {
+            true => OutputFormat::Y,
+            false => OutputFormat::Yuv,
         };
-        w * h + 2 * chroma
+        plane_layout(format, info.width, info.height, info.subsampling)
+            .map_or(0, |(bytes, _, _)| bytes as u64)
     }
 
     /// Its buffers, for reuse: the file's bytes, and its packed coefficients if it has them.

@@ -68,8 +68,8 @@ struct Engines {
     /// Gray JPEGs, decoded to their Y plane, in calls of their own.
     gray: Option<HardwareDecoder>,
     ycc: YccConverter,
-    /// The RGB of a part of a call's colour images ([`EngineCalls::rgb_bytes`]), grown only for an image
-    /// larger alone.
+    /// The RGB of a part of a call's colour images ([`EngineCalls::rgb_bytes`]), grown only
+    /// for an image larger alone.
     rgb: Option<CudaSlice<u8>>,
 }
 

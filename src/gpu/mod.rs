@@ -459,7 +459,7 @@ impl GpuLane {
     /// Takes in what opened beside the lane since the last call: the assisted path's later
     /// decoders and the JPEG engines (or takes note that they could not open: the engines'
     /// images then stay with the CPU lane, and the assisted path goes on). Whether the engines
-    /// joined now.
+    /// joined, or were found off, now.
     pub fn poll_opening(&mut self) -> bool {
         self.settle(false)
     }

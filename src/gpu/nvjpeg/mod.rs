@@ -582,7 +582,7 @@ fn layout(format: OutputFormat, width: u32, height: u32) -> Option<(usize, usize
 
 /// The planes of a [`OutputFormat::Yuv`] or [`OutputFormat::Y`] image of `width` x `height`
 /// stored with `subsampling`: (bytes, Y pitch, chroma planes).
-fn plane_layout(
+pub(crate) fn plane_layout(
     format: OutputFormat,
     width: u32,
     height: u32,
