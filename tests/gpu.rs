@@ -531,6 +531,62 @@ fn hybrid_accounts_for_every_file_like_the_cpu() {
     );
 }
 
+/// The niceness (Linux's scheduling priority, per thread) in a `/proc/.../stat` line.
+fn niceness_in_stat(stat: &str) -> i32 {
+    // Field 19; the name (field 2) is in parentheses and may hold spaces.
+    let after_name = &stat[stat.rfind(')').expect("a stat line") + 1..];
+    after_name
+        .split_whitespace()
+        .nth(16)
+        .and_then(|field| field.parse().ok())
+        .expect("the niceness field")
+}
+
+/// The niceness of each of this process's threads whose name starts with `prefix`.
+fn threads_niceness(prefix: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc/self/task")
+        .expect("/proc/self/task")
+        .filter_map(|task| {
+            let task = task.ok()?.path();
+            let name = std::fs::read_to_string(task.join("comm")).ok()?;
+            let stat = std::fs::read_to_string(task.join("stat")).ok()?;
+            name.starts_with(prefix).then(|| niceness_in_stat(&stat))
+        })
+        .collect()
+}
+
+/// In hybrid decoding the CPU lane's threads run below the GPU lane's (which keep the GPU busy
+/// with a few threads) and the rest of the process; with CPU decoding they run as it does.
+#[test]
+fn the_cpu_lanes_threads_yield_to_the_gpu_lanes_in_hybrid_decoding() {
+    let _serial = serial();
+    if !gpu_present("the_cpu_lanes_threads_yield_to_the_gpu_lanes_in_hybrid_decoding") {
+        return;
+    }
+    let ours = niceness_in_stat(&std::fs::read_to_string("/proc/thread-self/stat").expect("stat"));
+    for (decode, lowered) in [(Decode::Hybrid, (ours + 10).min(19)), (Decode::Cpu, ours)] {
+        let mut pipeline = Pipeline::builder()
+            .source(sources())
+            .batch_size(5)
+            .threads(3)
+            .decode(decode)
+            .device(Device::Cuda(0))
+            .build()
+            .expect("build");
+        pipeline.next_batch().expect("a batch").expect("a batch");
+        let lane = threads_niceness("gpufeed-ahead");
+        assert_eq!(lane, vec![lowered; 3], "{decode:?}: the CPU lane's threads");
+        let others = threads_niceness("");
+        assert!(
+            others.iter().filter(|&&n| n == ours).count() > 1,
+            "{decode:?}: the other threads keep the process's priority: {others:?}"
+        );
+        println!(
+            "{decode:?}: the CPU lane's 3 threads at niceness {lowered}, the process at {ours}"
+        );
+    }
+}
+
 /// With a given share the same images go to the same lane: the same settings give the same bytes
 /// on every run, whatever the thread count, and the share is reported as given.
 #[test]

@@ -18,6 +18,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use super::prepare::ImageTask;
+use super::priority::ThreadPriority;
 use super::stage::LaneCore;
 use crate::cuda::PinnedImage;
 use crate::error::{Error, ItemErrorKind, Result};
@@ -226,12 +227,13 @@ impl std::fmt::Debug for CpuAhead {
 
 impl CpuAhead {
     /// Starts `threads` threads preparing images as `core` says, up to `lookahead` positions past
-    /// the batches' cursor, with at most `max_buffers` output buffers.
+    /// the batches' cursor, with at most `max_buffers` output buffers, each thread at `priority`.
     pub fn start(
         core: &Arc<LaneCore>,
         threads: usize,
         lookahead: usize,
         max_buffers: usize,
+        priority: ThreadPriority,
     ) -> Result<CpuAhead> {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
@@ -268,7 +270,10 @@ impl CpuAhead {
             let shared = shared.clone();
             let handle = std::thread::Builder::new()
                 .name(format!("gpufeed-ahead-{i}"))
-                .spawn(move || run(shared))
+                .spawn(move || {
+                    priority.apply();
+                    run(shared)
+                })
                 .map_err(|e| Error::invalid("threads", format!("cannot start the threads: {e}")));
             match handle {
                 Ok(handle) => ahead.threads.push(handle),
@@ -581,7 +586,8 @@ mod tests {
             &options.resize,
             Arc::new(Stopwatch::default()),
         ));
-        let ahead = CpuAhead::start(&core, 2, LOOKAHEAD, BUFFERS).expect("threads");
+        let ahead = CpuAhead::start(&core, 2, LOOKAHEAD, BUFFERS, ThreadPriority::Inherited)
+            .expect("threads");
         let rocket = "assets/rocket.jpg";
         ahead.begin(AheadWork {
             source: Arc::new(Source::paths(vec![rocket; images])),

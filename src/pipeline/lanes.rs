@@ -16,7 +16,9 @@ use super::hybrid::{
     UnstagedWrites, Waits,
 };
 use crate::batch::DecodedBy;
-use crate::cpu::{BatchRequest, CpuAhead, CpuLane, LaneCore, MemoryBudget, Staging};
+use crate::cpu::{
+    BatchRequest, CpuAhead, CpuLane, LaneCore, MemoryBudget, Staging, ThreadPriority,
+};
 use crate::cuda::Gpu;
 use crate::error::{Error, Result};
 use crate::geometry::Geometry;
@@ -231,7 +233,12 @@ impl Lanes {
             &options.resize,
             stopwatch.clone(),
         ));
-        let ahead = CpuAhead::start(&core, threads, lookahead, batch_size + lookahead)?;
+        // Beside a GPU lane the CPU lane's threads yield the cores to its threads.
+        let priority = match config {
+            Some(_) => ThreadPriority::BelowTheGpuLane,
+            None => ThreadPriority::Inherited,
+        };
+        let ahead = CpuAhead::start(&core, threads, lookahead, batch_size + lookahead, priority)?;
         let mean_bytes = match config {
             Some(_) => epoch_bytes() / images.max(1) as u64,
             None => 0,
