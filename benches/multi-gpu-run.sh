@@ -12,7 +12,8 @@
 # Run from the repository root with .gpu/ built (../shared/tools/gpu-bundle). WORLD (default:
 # the number of GPUs), N (corpus size, default 8192), ROUNDS (default 2), EPOCHS (default 3),
 # SOURCES (default "folder shards"), BIN (the build, default .gpu/bin/bin-gpufeed), PIN=1 (each
-# rank, and rank 0 alone, pinned with taskset to its own share of the cores), SCALING=0 (skip
+# rank, and rank 0 alone, pinned with taskset to its own share of the cores), DECODES (default
+# "cpu hybrid"), SCALING=0 (skip
 # step 3).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -102,7 +103,7 @@ for source in ${SOURCES:-folder shards}; do
   else
     echo "FAILED: $failed ranks failed, $seen ids of $n seen, $repeated seen more than once"
   fi
-  for decode in cpu hybrid; do
+  for decode in ${DECODES:-cpu hybrid}; do
     step "$source, --decode $decode: one process alone vs $world at once, in turn"
     for round in $(seq "$rounds"); do
       one=$("$g" run "$dir" $extra --decode $decode --epochs "$epochs" --json | rate)

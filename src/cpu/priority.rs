@@ -1,13 +1,12 @@
 //! The CPU lane's threads yield to the GPU lane's.
 //!
 //! In hybrid decoding a few host threads keep the GPU busy: they read and plan the GPU lane's
-//! files, stage them and call nvJPEG, and the batch thread uploads and launches the kernels.
-//! Each of them feeds the GPU tens of images per millisecond of its time, where a CPU lane
-//! thread decodes one; when the CPU lane's threads hold every core, the GPU lane's wait for one
-//! and the GPU idles. So the CPU lane's threads run at a lower scheduling priority (a higher
-//! niceness, per thread: the pipeline's other threads and the rest of the process keep theirs):
-//! they take every core the GPU lane's threads leave and give one back as soon as one of those
-//! wakes.
+//! files, stage them and call nvJPEG, and the batch thread uploads and launches the kernels. A
+//! submitting thread hands the JPEG engines 15-20 images in the time a CPU lane thread decodes
+//! one; when the CPU lane's threads hold every core, the GPU lane's wait for one and the engines
+//! idle. So the CPU lane's threads run at a lower scheduling priority (a higher niceness, per
+//! thread: the pipeline's other threads and the rest of the process keep theirs): they take
+//! every core the GPU lane's threads leave and give one back as soon as one of those wakes.
 
 /// The scheduling priority a lane's threads run at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
