@@ -33,7 +33,7 @@ pub(crate) const MAX_CALL_PIXELS: u64 = 64 << 20;
 /// Measured on the H200 machine with 2-12 Mpx baseline photos (the engines alone, later epochs,
 /// in turn in one run, against DALI's decode-only rate of 1,801-1,816): calls of 64 Mpx from
 /// two threads 1,097-1,107 images/s (0.61x); 384 MB of planes from three, largest first,
-/// 1,300-1,331 with a call made RGB 64 Mpx at a time, 1,351-1,420 (0.77x) 128 Mpx at a time
+/// 1,300-1,331 with a call made RGB 64 Mpx at a time, 1,351-1,420 (0.75-0.78x) 128 Mpx at a time
 /// (what large files get), 1,399-1,427 whole (twice the RGB memory).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct EngineCalls {
