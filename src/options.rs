@@ -579,7 +579,9 @@ pub struct DecodeOptions {
     /// before a resumed state included). With [`Decode::Auto`], a run the CPU threads would
     /// decode in less time than the GPU lane takes to open (about 0.3 s) is left to the CPU
     /// threads, and one they would decode in under four seconds (the JPEG engines' opening and
-    /// as long again to repay their joining) opens the lane's assisted path alone. The lanes do
+    /// as long again to repay their joining) opens the lane's assisted path alone; so does
+    /// [`Decode::Hybrid`] for such a run, unless [`DecodeOptions::gpu_share`] is given (the
+    /// lane then opens whole before the first batch) or the assisted path is off. The lanes do
     /// not start on the epoch after the last one ahead of its asking. The command line gives
     /// its `--epochs`.
     pub planned_epochs: Option<u64>,

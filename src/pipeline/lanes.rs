@@ -110,17 +110,10 @@ fn auto_lanes(
             AUTO_MIN_BYTES >> 20
         ));
     }
-    let Some(epochs) = planned else {
+    let Some(run) = PlannedRun::new(images, epoch_bytes, planned, cores) else {
         return AutoLanes::Whole;
     };
-    let run_bytes = epoch_bytes().saturating_mul(epochs);
-    let run_images = (images as u64).saturating_mul(epochs);
-    let cpu_seconds = cpu_seconds(run_images, run_bytes) / cores.max(1) as f64;
-    let run = format!(
-        "a run of {epochs} epoch{} ({} MB, about {cpu_seconds:.1} s of the CPU threads)",
-        if epochs == 1 { "" } else { "s" },
-        run_bytes >> 20
-    );
+    let cpu_seconds = run.cpu_seconds;
     let opens_in = match assisted {
         true => ASSISTED_OPEN_SECONDS,
         false => ENGINES_OPEN_SECONDS,
@@ -130,9 +123,62 @@ fn auto_lanes(
             "{run} ends before the GPU decode lane could open (about {opens_in} s)"
         ));
     }
-    match cpu_seconds < ENGINES_REPAY_SECONDS {
-        true => AutoLanes::AssistedAlone,
-        false => AutoLanes::Whole,
+    match run.repays_the_engines() {
+        true => AutoLanes::Whole,
+        false => AutoLanes::AssistedAlone,
+    }
+}
+
+/// Whether hybrid decoding as asked leaves the JPEG engines closed: the run, `planned`, is too
+/// short to repay their opening and the assisted path (`assisted`) stands in for them. (Automatic
+/// decoding decides this in [`auto_lanes`].)
+fn hybrid_short_run(assisted: bool, planned: Option<PlannedRun>) -> bool {
+    assisted && planned.is_some_and(|run| !run.repays_the_engines())
+}
+
+/// A run of a planned number of epochs, and the CPU threads' time it takes, about.
+struct PlannedRun {
+    epochs: u64,
+    bytes: u64,
+    /// Seconds the CPU lane's threads alone would take.
+    cpu_seconds: f64,
+}
+
+impl PlannedRun {
+    /// The run of `planned` epochs (`None` if not planned) of `images` images of `epoch_bytes`
+    /// encoded bytes, on `cores` cores.
+    fn new(
+        images: usize,
+        mut epoch_bytes: impl FnMut() -> u64,
+        planned: Option<u64>,
+        cores: usize,
+    ) -> Option<PlannedRun> {
+        let epochs = planned?;
+        let bytes = epoch_bytes().saturating_mul(epochs);
+        let run_images = (images as u64).saturating_mul(epochs);
+        Some(PlannedRun {
+            epochs,
+            bytes,
+            cpu_seconds: cpu_seconds(run_images, bytes) / cores.max(1) as f64,
+        })
+    }
+
+    /// Whether the run lasts long enough to repay opening the JPEG engines beside the batches.
+    fn repays_the_engines(&self) -> bool {
+        self.cpu_seconds >= ENGINES_REPAY_SECONDS
+    }
+}
+
+impl std::fmt::Display for PlannedRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "a run of {} epoch{} ({} MB, about {:.1} s of the CPU threads)",
+            self.epochs,
+            if self.epochs == 1 { "" } else { "s" },
+            self.bytes >> 20,
+            self.cpu_seconds
+        )
     }
 }
 
@@ -244,9 +290,21 @@ impl Lanes {
             None => 0,
         };
         let large_files = images > 0 && mean_bytes >= LARGE_FILES_MIN_MEAN_BYTES;
+        let short_run = match options.decode.lanes {
+            Decode::Auto => auto == AutoLanes::AssistedAlone,
+            _ => hybrid_short_run(
+                options.decode.assisted_share > 0.0,
+                PlannedRun::new(
+                    images,
+                    &mut epoch_bytes,
+                    options.decode.planned_epochs,
+                    threads,
+                ),
+            ),
+        };
         let config = config.map(|config| GpuLaneConfig {
             large_files,
-            short_run: auto == AutoLanes::AssistedAlone,
+            short_run,
             coefficient_threads: beside_gpu,
             decode_memory: core.budget.clone(),
             ..config
@@ -586,5 +644,27 @@ mod tests {
         );
         // A run of zero epochs decodes nothing: the CPU lane is enough.
         cpu(lanes(8_192, 110 * KB, Some(0), 16, true));
+    }
+
+    #[test]
+    fn hybrid_decoding_as_asked_opens_the_engines_for_runs_that_repay_them() {
+        let run = |images: usize, mean: u64, planned| {
+            PlannedRun::new(images, || images as u64 * mean, planned, 16)
+        };
+        // One epoch of 8,192 ImageNet-sized files (about 1.1 s of 16 cores) ends before the
+        // engines could repay their opening; the assisted path stands in for them.
+        assert!(hybrid_short_run(true, run(8_192, 110 * KB, Some(1))));
+        // Not without the assisted path: the engines are then the whole GPU lane.
+        assert!(!hybrid_short_run(false, run(8_192, 110 * KB, Some(1))));
+        // Four epochs (4.4 s) repay them, and so does a run of unknown length.
+        assert!(!hybrid_short_run(true, run(8_192, 110 * KB, Some(4))));
+        assert!(!hybrid_short_run(true, run(8_192, 110 * KB, None)));
+        // Camera photos: an epoch of 2,048 is seconds of work.
+        assert!(!hybrid_short_run(true, run(2_048, 2_500 * KB, Some(1))));
+        let described = run(8_192, 110 * KB, Some(1)).map(|r| r.to_string());
+        assert_eq!(
+            described.as_deref(),
+            Some("a run of 1 epoch (880 MB, about 1.1 s of the CPU threads)")
+        );
     }
 }
