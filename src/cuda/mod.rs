@@ -27,7 +27,7 @@ pub(crate) use device::{compile_ptx, compile_through, Compiled};
 pub(crate) use device::{upload_reusing, Gpu, KernelSource};
 pub(crate) use image_staging::{upload_images, ImagesInFlight, PinnedChunks, PinnedImage};
 pub use normalize::{NormalizeTuning, Normalizer};
-pub(crate) use staging::StagingRing;
+pub(crate) use staging::{SlotsComing, StagingRing, TouchedSlots};
 
 /// What a machine offers for CUDA work.
 #[derive(Debug, Clone, PartialEq, Eq)]

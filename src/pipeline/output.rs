@@ -11,7 +11,7 @@ use cudarc::driver::{CudaSlice, CudaStream};
 
 use crate::augment::{augment_batch, mix_normalize, soft_labels, AugmentPlan};
 use crate::cpu::{NormalizeTable, Staging};
-use crate::cuda::{DeviceAugmenter, Gpu, Normalizer, StagingRing};
+use crate::cuda::{DeviceAugmenter, Gpu, Normalizer, SlotsComing, StagingRing, TouchedSlots};
 use crate::error::{Error, Result};
 use crate::options::{Layout, NormalizeSpec, Options};
 use crate::tensor::{HostData, HostPool, HostTensor, Tensor};
@@ -84,6 +84,8 @@ pub(crate) trait DeviceWrites {
 /// [`OutputPlan::open`] allocates.
 pub(crate) struct OutputPlan {
     slot_bytes: usize,
+    /// A CUDA device's staging slots, their pages faulted in while the device opens.
+    staging: Option<SlotsComing>,
     dims: (usize, usize),
     spec: NormalizeSpec,
     sizes: BatchSizes,
@@ -123,8 +125,13 @@ impl OutputPlan {
             true => DeviceAugmenter::device_bytes(slot_bytes),
             false => 0,
         };
+        let staging = match options.runtime.device {
+            crate::Device::Cuda(_) => Some(TouchedSlots::touch_beside(STAGING_SLOTS, slot_bytes)),
+            crate::Device::Cpu => None,
+        };
         Ok(OutputPlan {
             slot_bytes,
+            staging,
             dims: (height as usize, width as usize),
             spec,
             sizes,
@@ -158,11 +165,16 @@ impl OutputPlan {
         };
         let OutputPlan {
             slot_bytes,
+            staging,
             dims,
             spec,
             ..
         } = self;
-        let mut output = CudaOutput::open(gpu, slot_bytes, dims, spec)?;
+        let touched = match staging {
+            Some(coming) => coming.wait()?,
+            None => TouchedSlots::touch(STAGING_SLOTS, slot_bytes)?,
+        };
+        let mut output = CudaOutput::open(gpu, touched, dims, spec)?;
         if options.augment.is_on() {
             output.augmenter = Some(DeviceAugmenter::new(output.gpu.stream(), slot_bytes)?);
         }
@@ -254,12 +266,12 @@ struct CudaOutput {
 impl CudaOutput {
     fn open(
         gpu: Gpu,
-        slot_bytes: usize,
+        staging: TouchedSlots,
         dims: (usize, usize),
         spec: NormalizeSpec,
     ) -> Result<CudaOutput> {
         let normalizer = Normalizer::new(gpu.stream())?;
-        let ring = StagingRing::new(gpu.stream(), STAGING_SLOTS, slot_bytes)?;
+        let ring = StagingRing::new(gpu.stream(), staging)?;
         Ok(CudaOutput {
             gpu,
             ring,
