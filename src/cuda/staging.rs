@@ -11,12 +11,13 @@
 //! pages in (on the H200 machine 40-53 ms for two slots of 256 images of 224 x 224, against
 //! 3 ms to page-lock them once touched), and the context takes a quarter of a second anyway.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use cudarc::driver::{sys, CudaContext, CudaEvent, CudaSlice, CudaStream};
 
 use super::guarded;
+use crate::background::Background;
 use crate::error::{Error, Result};
 
 /// The alignment of the slots' page-locked range, and so the bytes padded on either side of it:
@@ -26,6 +27,12 @@ const PAGE_ALIGN: usize = 64 << 10;
 /// The byte poured into the slots' memory as its pages are faulted in (anything but zero, which
 /// a compiler may leave to the allocator's zeroed pages, faulting nothing in).
 const TOUCH_BYTE: u8 = 0xA5;
+
+/// Bytes touched between two looks at the flag that gives the touching up.
+const TOUCH_STEP: usize = 8 << 20;
+
+/// Slots being touched on a thread of their own ([`TouchedSlots::touch_beside`]).
+pub(crate) type SlotsComing = Background<Result<TouchedSlots>>;
 
 /// Host memory for a ring's slots, its pages faulted in: ordinary memory until the ring
 /// page-locks it.
@@ -39,6 +46,21 @@ pub(crate) struct TouchedSlots {
 impl TouchedSlots {
     /// `slots` slots of `slot_bytes` each, their pages faulted in now.
     pub fn touch(slots: usize, slot_bytes: usize) -> Result<TouchedSlots> {
+        TouchedSlots::touch_unless(slots, slot_bytes, &AtomicBool::new(false))
+    }
+
+    /// [`TouchedSlots::touch`] on a thread of its own, beside whatever comes next (the device's
+    /// opening), given up if dropped first (no device opened); `None` if the thread cannot
+    /// start (the slots are then touched when the device is open).
+    pub fn touch_beside(slots: usize, slot_bytes: usize) -> Option<SlotsComing> {
+        Background::start("gpufeed-staging-touch", touching_stopped, move |cancel| {
+            TouchedSlots::touch_unless(slots, slot_bytes, cancel)
+        })
+        .ok()
+    }
+
+    /// [`TouchedSlots::touch`], given up once `cancel` is raised.
+    fn touch_unless(slots: usize, slot_bytes: usize, cancel: &AtomicBool) -> Result<TouchedSlots> {
         let slot_bytes = slot_bytes.max(1);
         let too_large = || {
             Error::invalid(
@@ -52,25 +74,17 @@ impl TouchedSlots {
             .ok_or_else(too_large)?;
         let mut memory = Vec::new();
         memory.try_reserve_exact(bytes).map_err(|_| too_large())?;
-        memory.resize(bytes, TOUCH_BYTE);
+        while memory.len() < bytes {
+            if cancel.load(Ordering::Relaxed) {
+                return touching_stopped();
+            }
+            memory.resize(bytes.min(memory.len() + TOUCH_STEP), TOUCH_BYTE);
+        }
         Ok(TouchedSlots {
             memory,
             slots,
             slot_bytes,
         })
-    }
-
-    /// [`TouchedSlots::touch`] on a thread of its own, beside whatever comes next (the device's
-    /// opening); [`SlotsComing::wait`] takes them.
-    pub fn touch_beside(slots: usize, slot_bytes: usize) -> SlotsComing {
-        let thread = std::thread::Builder::new()
-            .name("gpufeed-staging-touch".into())
-            .spawn(move || TouchedSlots::touch(slots, slot_bytes));
-        SlotsComing {
-            thread: thread.ok(),
-            slots,
-            slot_bytes,
-        }
     }
 
     /// The range to page-lock: the slots, page-aligned inside the padding.
@@ -84,22 +98,11 @@ impl TouchedSlots {
     }
 }
 
-/// Slots being touched on a thread of their own.
-pub(crate) struct SlotsComing {
-    /// `None` if the thread could not start: the slots are touched when taken.
-    thread: Option<JoinHandle<Result<TouchedSlots>>>,
-    slots: usize,
-    slot_bytes: usize,
-}
-
-impl SlotsComing {
-    /// The slots, waiting for their thread.
-    pub fn wait(self) -> Result<TouchedSlots> {
-        match self.thread.map(JoinHandle::join) {
-            Some(Ok(touched)) => touched,
-            Some(Err(_)) | None => TouchedSlots::touch(self.slots, self.slot_bytes),
-        }
-    }
+/// The slots of a touching thread that stopped before it had them.
+fn touching_stopped() -> Result<TouchedSlots> {
+    Err(Error::Worker(
+        "the thread touching the staging stopped".into(),
+    ))
 }
 
 /// Touched host memory page-locked in place for the device (`cuMemHostRegister`), unlocked when
@@ -281,6 +284,7 @@ mod tests {
     impl TouchedSlots {
         fn beside_and_taken(slots: usize, slot_bytes: usize) -> TouchedSlots {
             TouchedSlots::touch_beside(slots, slot_bytes)
+                .expect("a thread")
                 .wait()
                 .expect("the slots fit in memory")
         }

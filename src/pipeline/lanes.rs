@@ -290,8 +290,10 @@ impl Lanes {
             None => 0,
         };
         let large_files = images > 0 && mean_bytes >= LARGE_FILES_MIN_MEAN_BYTES;
+        // (Without a GPU lane, nothing to decide: the files are not looked at for it.)
         let short_run = match options.decode.lanes {
             Decode::Auto => auto == AutoLanes::AssistedAlone,
+            _ if config.is_none() => false,
             _ => hybrid_short_run(
                 options.decode.assisted_share > 0.0,
                 PlannedRun::new(

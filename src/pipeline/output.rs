@@ -84,7 +84,8 @@ pub(crate) trait DeviceWrites {
 /// [`OutputPlan::open`] allocates.
 pub(crate) struct OutputPlan {
     slot_bytes: usize,
-    /// A CUDA device's staging slots, their pages faulted in while the device opens.
+    /// A CUDA device's staging slots, their pages faulted in while the device opens (`None`
+    /// where their thread could not start: they are touched when it is open).
     staging: Option<SlotsComing>,
     dims: (usize, usize),
     spec: NormalizeSpec,
@@ -126,7 +127,7 @@ impl OutputPlan {
             false => 0,
         };
         let staging = match options.runtime.device {
-            crate::Device::Cuda(_) => Some(TouchedSlots::touch_beside(STAGING_SLOTS, slot_bytes)),
+            crate::Device::Cuda(_) => TouchedSlots::touch_beside(STAGING_SLOTS, slot_bytes),
             crate::Device::Cpu => None,
         };
         Ok(OutputPlan {
@@ -171,7 +172,7 @@ impl OutputPlan {
             ..
         } = self;
         let touched = match staging {
-            Some(coming) => coming.wait()?,
+            Some(mut coming) => coming.wait()?,
             None => TouchedSlots::touch(STAGING_SLOTS, slot_bytes)?,
         };
         let mut output = CudaOutput::open(gpu, touched, dims, spec)?;
