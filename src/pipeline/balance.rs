@@ -11,12 +11,15 @@
 //!
 //! Both lanes also draw on the same cores: the CPU lane a whole decode and resize an image, the
 //! GPU lane its preparing and coefficient threads' time (reading, parsing, and a progressive
-//! file's entropy decoding). The share is the one at which the lanes, together, decode the most
-//! images a second within all three limits: the GPU lane's rate, the CPU lane's threads, and the
-//! cores ([`LaneRates::share`]). Where the cores are not the limit, that is the share at which
-//! both lanes finish together, `gpu / ((gpu + cpu) * fraction)`; where they are (camera photos,
-//! whose progressive files take the coefficient threads' time), images move to the lane that
-//! costs the cores less. The share moves towards it after each window of measurements.
+//! file's entropy decoding). And the one thread that puts the batches together copies each of
+//! the CPU lane's images into the staging. The share is the one at which the lanes, together,
+//! decode the most images a second within all four limits: the GPU lane's rate, the CPU lane's
+//! threads, the cores, and that thread's copies ([`LaneRates::share`]). Where neither the cores
+//! nor the copies are the limit, that is the share at which both lanes finish together,
+//! `gpu / ((gpu + cpu) * fraction)`; where the cores are (camera photos, whose progressive
+//! files take the coefficient threads' time), images move to the lane that costs the cores
+//! less, and where the copies are (many CPU threads), to the GPU lane. The share moves towards
+//! it after each window of measurements.
 //!
 //! The same windows say how many cores the GPU lane's host threads keep busy, which the CPU
 //! lane leaves to them when the thread count is left to the pipeline ([`cpu_threads_beside`]).
@@ -40,6 +43,17 @@ const INITIAL_SHARE: f32 = 0.75;
 /// cores are what large files run short of; the rates then take the share down where the GPU
 /// lane falls behind.
 const INITIAL_SHARE_LARGE_FILES: f32 = 1.0;
+
+/// The part of its time the thread that puts the batches together may spend copying the CPU
+/// lane's images into the staging: the rest goes to taking each image's result, queueing the
+/// uploads and handing the batches out (about 10 µs an image on the 4-H200 machine). With 64
+/// CPU threads beside the GPU lane, the rates alone moved the share to 0.41-0.47, the thread
+/// spent half its time copying (32-36 µs an image) and hybrid decoding ran 0.66-0.82x as fast
+/// as on 16 threads.
+const BATCH_THREAD_COPYING: f64 = 0.5;
+
+/// The batch thread's time copying an image is measured again once it copied this many.
+const MIN_COPIED_IMAGES: u64 = 64;
 
 /// A window of measurements lasts at least this long...
 const MIN_WINDOW: Duration = Duration::from_millis(250);
@@ -165,6 +179,9 @@ pub(crate) struct LaneRates {
     /// The cores both lanes' threads share: the machine's, or more where the threads working
     /// outnumbered them in the window (their times then stretch alike, and so does this).
     pub cores: f64,
+    /// Seconds the batch thread takes to copy one of the CPU lane's images into the staging
+    /// (zero until measured).
+    pub copy_seconds: f64,
 }
 
 impl LaneRates {
@@ -174,8 +191,9 @@ impl LaneRates {
     }
 
     /// The share at which the lanes decode the most images a second: the GPU lane decodes
-    /// `share * gpu_takes` of the images, the CPU lane the rest, each at most at its rate, and
-    /// both together at most the cores' seconds. Of equal rates, the lowest share.
+    /// `share * gpu_takes` of the images, the CPU lane the rest, each at most at its rate, both
+    /// together at most the cores' seconds, and the CPU lane's at most what the batch thread
+    /// copies in [`BATCH_THREAD_COPYING`] of its time. Of equal rates, the lowest share.
     pub fn share(&self) -> Option<f32> {
         let gpu = self.gpu?;
         let cpu = self.cpu();
@@ -190,9 +208,14 @@ impl LaneRates {
                 false => f64::INFINITY,
             };
             let core_seconds = on_cpu * self.cpu_core_seconds + on_gpu * self.gpu_core_seconds;
+            let copies = match self.copy_seconds > 0.0 {
+                true => limit(BATCH_THREAD_COPYING / self.copy_seconds, on_cpu),
+                false => f64::INFINITY,
+            };
             limit(gpu, on_gpu)
                 .min(limit(cpu, on_cpu))
                 .min(limit(self.cores, core_seconds))
+                .min(copies)
         };
         let mut best = (0.0f32, rate(0.0));
         for step in 1..=SHARE_STEPS as u32 {
@@ -220,6 +243,8 @@ struct Mark {
     at: Instant,
     cpu_busy: Duration,
     cpu_images: u64,
+    /// The batch thread's time copying the CPU lane's images, and the images copied.
+    copying: (Duration, u64),
     gpu: LaneActivity,
 }
 
@@ -233,6 +258,10 @@ fn mark(stopwatch: &Stopwatch, gpu: LaneActivity) -> Mark {
         at: Instant::now(),
         cpu_busy: busy,
         cpu_images: stopwatch.count(Stage::CpuDecode),
+        copying: (
+            stopwatch.total(Stage::StagingCopy),
+            stopwatch.count(Stage::StagingCopy),
+        ),
         gpu,
     }
 }
@@ -251,6 +280,10 @@ struct RateMeter {
     cpu_seconds_per_image: f64,
     /// The CPU lane's working time and images since its time for an image was last measured.
     cpu_unmeasured: (Duration, u64),
+    /// The batch thread's time copying an image: zero, then measured.
+    copy_seconds_per_image: f64,
+    /// Its copying time and images copied since that was last measured.
+    copies_unmeasured: (Duration, u64),
     /// The machine's cores.
     cores: usize,
 }
@@ -263,26 +296,36 @@ impl RateMeter {
             warming_up: true,
             cpu_seconds_per_image,
             cpu_unmeasured: (Duration::ZERO, 0),
+            copy_seconds_per_image: 0.0,
+            copies_unmeasured: (Duration::ZERO, 0),
             cores,
         }
     }
 
     fn restart(&mut self, gpu: LaneActivity) {
         let now = mark(&self.stopwatch, gpu);
-        self.measure_cpu(&now);
+        self.measure_costs(&now);
         self.start = now;
         self.warming_up = true;
     }
 
-    /// Adds the CPU lane's work from the window's start to `now` to what is not yet measured,
-    /// and measures its time for an image once that holds [`MIN_CPU_IMAGES`].
-    fn measure_cpu(&mut self, now: &Mark) {
+    /// Adds the CPU lane's work and the batch thread's copies from the window's start to `now`
+    /// to what is not yet measured, and measures the lane's time for an image once that holds
+    /// [`MIN_CPU_IMAGES`], the thread's for a copy once it holds [`MIN_COPIED_IMAGES`].
+    fn measure_costs(&mut self, now: &Mark) {
         let (busy, images) = &mut self.cpu_unmeasured;
         *busy += now.cpu_busy.saturating_sub(self.start.cpu_busy);
         *images += now.cpu_images.saturating_sub(self.start.cpu_images);
         if *images >= MIN_CPU_IMAGES && !busy.is_zero() {
             self.cpu_seconds_per_image = busy.as_secs_f64() / *images as f64;
             self.cpu_unmeasured = (Duration::ZERO, 0);
+        }
+        let (copying, copied) = &mut self.copies_unmeasured;
+        *copying += now.copying.0.saturating_sub(self.start.copying.0);
+        *copied += now.copying.1.saturating_sub(self.start.copying.1);
+        if *copied >= MIN_COPIED_IMAGES {
+            self.copy_seconds_per_image = copying.as_secs_f64() / *copied as f64;
+            self.copies_unmeasured = (Duration::ZERO, 0);
         }
     }
 
@@ -296,7 +339,7 @@ impl RateMeter {
         if window < MIN_WINDOW || decoded + refused < MIN_GPU_RESULTS {
             return None;
         }
-        self.measure_cpu(&now);
+        self.measure_costs(&now);
         self.start = now;
         if std::mem::take(&mut self.warming_up) {
             return None;
@@ -330,6 +373,7 @@ impl RateMeter {
             cpu_core_seconds: self.cpu_seconds_per_image,
             gpu_core_seconds: gpu_host.as_secs_f64() / decoded.max(1) as f64,
             cores: working.max(self.cores.max(1) as f64),
+            copy_seconds: self.copy_seconds_per_image,
         })
     }
 }
@@ -348,6 +392,7 @@ mod tests {
             cpu_core_seconds: 0.01,
             gpu_core_seconds: 0.001,
             cores: 1e9,
+            copy_seconds: 0.0,
         }
     }
 
@@ -371,6 +416,44 @@ mod tests {
     }
 
     #[test]
+    fn the_batch_threads_copies_hold_the_cpu_lanes_part_down() {
+        // 64 CPU threads at 1.6 ms an image (40,000 a second) beside a GPU lane of 28,000: the
+        // rates alone give the CPU lane 59% of the images...
+        let many_threads = LaneRates {
+            cpu_threads: 64.0,
+            gpu: Some(28_000.0),
+            gpu_takes: 1.0,
+            gpu_cores: 4.0,
+            cpu_core_seconds: 0.0016,
+            gpu_core_seconds: 0.0002,
+            cores: 1e9,
+            copy_seconds: 0.0,
+        };
+        let rates_alone = many_threads.share().unwrap();
+        assert!((rates_alone - 0.41).abs() < 0.02, "{rates_alone}");
+        // ...more than the batch thread copies in a second at 34 µs an image. Held to half of
+        // its time, the copies leave the CPU lane about a third.
+        let copying = LaneRates {
+            copy_seconds: 34e-6,
+            ..many_threads
+        };
+        let share = copying.share().unwrap();
+        assert!((share - 0.656).abs() < 0.02, "{share}");
+        // On 16 threads (27 µs a copy) the copies are no limit.
+        let sixteen = LaneRates {
+            cpu_threads: 16.0,
+            cpu_core_seconds: 0.00125,
+            copy_seconds: 27e-6,
+            ..many_threads
+        };
+        let uncounted = LaneRates {
+            copy_seconds: 0.0,
+            ..sixteen
+        };
+        assert_eq!(sixteen.share(), uncounted.share());
+    }
+
+    #[test]
     fn where_the_cores_are_the_limit_images_move_to_the_lane_that_costs_them_less() {
         // Camera photos, a fifth of them progressive: the CPU lane's 13 threads at 53 ms an
         // image; the GPU lane at 1,000 images a second, 13 ms of its preparing and coefficient
@@ -383,6 +466,7 @@ mod tests {
             cpu_core_seconds: 0.053,
             gpu_core_seconds: 0.013,
             cores: 16.0,
+            copy_seconds: 0.0,
         };
         // Without the cores, the lanes would finish together at 0.80...
         let unbounded = LaneRates {
@@ -411,6 +495,7 @@ mod tests {
             cpu_core_seconds: 0.0017,
             gpu_core_seconds: 0.0002,
             cores: 16.0,
+            copy_seconds: 0.0,
         };
         let own = LaneRates {
             cores: 1e9,
@@ -526,8 +611,10 @@ mod tests {
                 stopwatch.add(Stage::CpuDecode, Duration::from_millis(50));
                 stopwatch.add(Stage::CpuResize, Duration::from_millis(10));
             }
+            // The batch thread copies 40 images a window, 30 µs each.
+            stopwatch.add_many(Stage::StagingCopy, Duration::from_micros(1200), 40);
             results += 100;
-            meter.measure(activity(results, 0, 0.5, seconds * (window + 1) as f64), 8);
+            let rates = meter.measure(activity(results, 0, 0.5, seconds * (window + 1) as f64), 8);
             // 3 + 2, 3 + 4, then 3 + 6 images: measured at the ninth.
             let want = match window {
                 2 => 0.06,
@@ -538,6 +625,19 @@ mod tests {
                 "window {window}: {}",
                 meter.cpu_seconds_per_image
             );
+            // The copies are measured once 64 are in: from the second window on.
+            let copy = match window {
+                0 => 0.0,
+                _ => 30e-6,
+            };
+            assert!(
+                (meter.copy_seconds_per_image - copy).abs() < 1e-12,
+                "window {window}: {}",
+                meter.copy_seconds_per_image
+            );
+            if let Some(rates) = rates {
+                assert_eq!(rates.copy_seconds, meter.copy_seconds_per_image);
+            }
         }
     }
 
