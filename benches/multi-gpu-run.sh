@@ -14,7 +14,11 @@
 # SOURCES (default "folder shards"), BIN (the build, default .gpu/bin/bin-gpufeed), PIN=1 (each
 # rank, and rank 0 alone, pinned with taskset to its own share of the cores), DECODES (default
 # "cpu hybrid"), SCALING=0 (skip
-# step 3).
+# step 3), MACHINE=0 (skip step 0).
+#   0. the machine's own scaling, for reference: Pillow's decode and resize
+#      (.gpu/tools/pil-baseline) in one process pinned to each core, its rate a core with a
+#      rank's share of the cores busy against all of them (work on every core runs slower than
+#      on a quarter of them, gpufeed or not).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 g=${BIN:-.gpu/bin/bin-gpufeed}
@@ -26,6 +30,20 @@ epochs=${EPOCHS:-3}
 cores=$(nproc)
 per=$((cores / world))
 step() { echo; echo "=== $*"; }
+# Pillow's images/s a core with one process on each of the first $1 cores, over the corpus's
+# first class folder (read into memory first).
+pillow_per_core() {
+  local busy=$1 dir
+  dir=$(find /tmp/mg-folder -mindepth 1 -maxdepth 1 -type d | sort | head -1)
+  for i in $(seq 0 $((busy - 1))); do
+    taskset -c "$i" python3 .gpu/tools/pil-baseline "$dir" >/tmp/mg-pil.$i 2>&1 &
+  done
+  wait
+  cat /tmp/mg-pil.* | sed -n 's/^pillow_img_per_s_per_core=//p' |
+    awk -v n="$busy" '{s += $1} END {if (NR == n) printf "%.1f", s / NR; else print "failed"}'
+  rm -f /tmp/mg-pil.*
+}
+
 # Runs "$@" as rank $1 would: on its own cores with PIN=1.
 as_rank() {
   local r=$1; shift
@@ -71,6 +89,14 @@ ranks() {
 }
 
 rate() { tail -1 | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["images_per_s"]))'; }
+
+if [ "${MACHINE:-1}" != 0 ]; then
+  step "the machine's own scaling: Pillow, one process pinned to each core"
+  quarter=$(pillow_per_core "$per")
+  every=$(pillow_per_core "$cores")
+  echo "$per cores busy: $quarter img/s a core; all $cores: $every img/s a core" \
+    "($(python3 -c "print(f'{$every / $quarter:.2f}')" 2>/dev/null || echo '?'))"
+fi
 
 [ "${SCALING:-1}" = 0 ] ||
   step "one process on GPU 0: a quarter of the cores ($((cores / 4)) threads) against all $cores, in turn"
