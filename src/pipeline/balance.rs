@@ -277,15 +277,43 @@ struct RateMeter {
     /// Whether the current window is the warm-up.
     warming_up: bool,
     /// The CPU lane's time for one image on one thread: estimated, then measured.
-    cpu_seconds_per_image: f64,
-    /// The CPU lane's working time and images since its time for an image was last measured.
-    cpu_unmeasured: (Duration, u64),
-    /// The batch thread's time copying an image: zero, then measured.
-    copy_seconds_per_image: f64,
-    /// Its copying time and images copied since that was last measured.
-    copies_unmeasured: (Duration, u64),
+    cpu: PerImage,
+    /// The batch thread's time copying one of the CPU lane's images: zero, then measured.
+    copies: PerImage,
     /// The machine's cores.
     cores: usize,
+}
+
+/// A time an image, measured over at least a number of images, however many windows they take;
+/// until then the last one measured (or the value it started from) stands.
+#[derive(Debug)]
+struct PerImage {
+    seconds: f64,
+    /// Images it is measured over, at least.
+    min_images: u64,
+    /// The time and images added since it was last measured.
+    unmeasured: (Duration, u64),
+}
+
+impl PerImage {
+    fn new(seconds: f64, min_images: u64) -> PerImage {
+        PerImage {
+            seconds,
+            min_images,
+            unmeasured: (Duration::ZERO, 0),
+        }
+    }
+
+    /// Adds `time` spent on `images`, and measures once the images reach the minimum.
+    fn add(&mut self, time: Duration, images: u64) {
+        let (total, counted) = &mut self.unmeasured;
+        *total += time;
+        *counted += images;
+        if *counted >= self.min_images && !total.is_zero() {
+            self.seconds = total.as_secs_f64() / *counted as f64;
+            self.unmeasured = (Duration::ZERO, 0);
+        }
+    }
 }
 
 impl RateMeter {
@@ -294,10 +322,8 @@ impl RateMeter {
             start: mark(&stopwatch, LaneActivity::default()),
             stopwatch,
             warming_up: true,
-            cpu_seconds_per_image,
-            cpu_unmeasured: (Duration::ZERO, 0),
-            copy_seconds_per_image: 0.0,
-            copies_unmeasured: (Duration::ZERO, 0),
+            cpu: PerImage::new(cpu_seconds_per_image, MIN_CPU_IMAGES),
+            copies: PerImage::new(0.0, MIN_COPIED_IMAGES),
             cores,
         }
     }
@@ -310,23 +336,16 @@ impl RateMeter {
     }
 
     /// Adds the CPU lane's work and the batch thread's copies from the window's start to `now`
-    /// to what is not yet measured, and measures the lane's time for an image once that holds
-    /// [`MIN_CPU_IMAGES`], the thread's for a copy once it holds [`MIN_COPIED_IMAGES`].
+    /// to their times an image ([`MIN_CPU_IMAGES`] and [`MIN_COPIED_IMAGES`] at least).
     fn measure_costs(&mut self, now: &Mark) {
-        let (busy, images) = &mut self.cpu_unmeasured;
-        *busy += now.cpu_busy.saturating_sub(self.start.cpu_busy);
-        *images += now.cpu_images.saturating_sub(self.start.cpu_images);
-        if *images >= MIN_CPU_IMAGES && !busy.is_zero() {
-            self.cpu_seconds_per_image = busy.as_secs_f64() / *images as f64;
-            self.cpu_unmeasured = (Duration::ZERO, 0);
-        }
-        let (copying, copied) = &mut self.copies_unmeasured;
-        *copying += now.copying.0.saturating_sub(self.start.copying.0);
-        *copied += now.copying.1.saturating_sub(self.start.copying.1);
-        if *copied >= MIN_COPIED_IMAGES {
-            self.copy_seconds_per_image = copying.as_secs_f64() / *copied as f64;
-            self.copies_unmeasured = (Duration::ZERO, 0);
-        }
+        self.cpu.add(
+            now.cpu_busy.saturating_sub(self.start.cpu_busy),
+            now.cpu_images.saturating_sub(self.start.cpu_images),
+        );
+        self.copies.add(
+            now.copying.0.saturating_sub(self.start.copying.0),
+            now.copying.1.saturating_sub(self.start.copying.1),
+        );
     }
 
     /// The rates since the window began, once it is complete (a new one then begins); the CPU
@@ -370,10 +389,10 @@ impl RateMeter {
             gpu,
             gpu_takes: decoded as f64 / (decoded + refused) as f64,
             gpu_cores: gpu_work.as_secs_f64() / seconds,
-            cpu_core_seconds: self.cpu_seconds_per_image,
+            cpu_core_seconds: self.cpu.seconds,
             gpu_core_seconds: gpu_host.as_secs_f64() / decoded.max(1) as f64,
             cores: working.max(self.cores.max(1) as f64),
-            copy_seconds: self.copy_seconds_per_image,
+            copy_seconds: self.copies.seconds,
         })
     }
 }
@@ -539,7 +558,7 @@ mod tests {
             ..LaneActivity::default()
         };
         assert!(meter.measure(warm_up, 8).is_none());
-        assert!((meter.cpu_seconds_per_image - 0.03).abs() < 1e-9);
+        assert!((meter.cpu.seconds - 0.03).abs() < 1e-9);
         std::thread::sleep(MIN_WINDOW);
         // 40 images on the CPU lane at 20 ms of a thread each.
         for _ in 0..40 {
@@ -602,7 +621,7 @@ mod tests {
             stopwatch.add(Stage::CpuDecode, Duration::from_millis(60));
         }
         meter.restart(LaneActivity::default());
-        assert_eq!(meter.cpu_seconds_per_image, 0.02, "3 images are too few");
+        assert_eq!(meter.cpu.seconds, 0.02, "3 images are too few");
         let seconds = MIN_WINDOW.as_secs_f64();
         let mut results = 0;
         for window in 0..3 {
@@ -621,9 +640,9 @@ mod tests {
                 _ => 0.02,
             };
             assert!(
-                (meter.cpu_seconds_per_image - want).abs() < 1e-9,
+                (meter.cpu.seconds - want).abs() < 1e-9,
                 "window {window}: {}",
-                meter.cpu_seconds_per_image
+                meter.cpu.seconds
             );
             // The copies are measured once 64 are in: from the second window on.
             let copy = match window {
@@ -631,12 +650,12 @@ mod tests {
                 _ => 30e-6,
             };
             assert!(
-                (meter.copy_seconds_per_image - copy).abs() < 1e-12,
+                (meter.copies.seconds - copy).abs() < 1e-12,
                 "window {window}: {}",
-                meter.copy_seconds_per_image
+                meter.copies.seconds
             );
             if let Some(rates) = rates {
-                assert_eq!(rates.copy_seconds, meter.copy_seconds_per_image);
+                assert_eq!(rates.copy_seconds, meter.copies.seconds);
             }
         }
     }
