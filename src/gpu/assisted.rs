@@ -24,7 +24,6 @@ use super::decoders::DecoderSet;
 use super::error::GpuLaneError;
 use super::joining::{Joining, SetsComing};
 use super::resize::plan::{SourceImage, SourcePixels};
-use crate::background::Background;
 use crate::coefficients::gpu::{Budget, GpuDecoder};
 use crate::coefficients::Window;
 use crate::cuda::Gpu;
@@ -86,34 +85,36 @@ pub(super) struct AssistedRecipe {
 impl AssistedRecipe {
     /// `sets` decoder sets, each on a new stream, given up between two once `cancel` is raised.
     pub fn open(&self, sets: usize, cancel: &AtomicBool) -> Result<Vec<DecoderSet>, GpuLaneError> {
-        (0..sets)
-            .map(|_| match cancel.load(Ordering::Relaxed) {
-                true => Err(GpuLaneError::Opening("the lane was dropped".into())),
-                false => DecoderSet::open_assisted(
-                    &self.gpu,
-                    &self.module,
-                    self.geometry,
-                    self.filter,
-                    self.call_pixels,
-                ),
-            })
-            .collect()
+        (0..sets).map(|_| self.open_one(cancel)).collect()
     }
 
-    /// Opens `sets` decoder sets on a thread of their own (none once their lane is dropped).
+    /// One decoder set on a new stream, unless `cancel` is raised.
+    fn open_one(&self, cancel: &AtomicBool) -> Result<DecoderSet, GpuLaneError> {
+        match cancel.load(Ordering::Relaxed) {
+            true => Err(GpuLaneError::Opening("the lane was dropped".into())),
+            false => DecoderSet::open_assisted(
+                &self.gpu,
+                &self.module,
+                self.geometry,
+                self.filter,
+                self.call_pixels,
+            ),
+        }
+    }
+
+    /// Opens `sets` decoder sets on a thread of their own, one after another, each taken in as
+    /// soon as it is ready (none once their lane is dropped).
     pub fn open_beside(self, sets: usize) -> Result<SetsComing, GpuLaneError> {
-        Background::start("gpufeed-assisted-open", sets_stopped, move |cancel| {
-            self.open(sets, cancel)
+        SetsComing::start("gpufeed-assisted-open", sets, move |opened, cancel| {
+            for _ in 0..sets {
+                let set = self.open_one(cancel);
+                let failed = set.is_err();
+                if opened.send(set).is_err() || failed {
+                    return;
+                }
+            }
         })
-        .map_err(GpuLaneError::Threads)
     }
-}
-
-/// Why no sets came from a thread that stopped before sending them.
-fn sets_stopped() -> Result<Vec<DecoderSet>, GpuLaneError> {
-    Err(GpuLaneError::Opening(
-        "the thread opening the assisted path's decoders stopped".into(),
-    ))
 }
 
 /// What the lane's description adds about the assisted path's sets after its first, if

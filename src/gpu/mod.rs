@@ -425,12 +425,12 @@ impl GpuLane {
         let started = starting.elapsed();
         let later_sets = match assisted_share == 0.0 || sets_first == assisted_sets {
             true => Joining::Settled,
-            false => Joining::Coming(assisted_recipe.open_beside(assisted_sets - sets_first)?),
+            false => Joining::coming(assisted_recipe.open_beside(assisted_sets - sets_first)?),
         };
         let engines = match (engines_later, engines_open) {
             (false, _) => Joining::Settled,
             (true, EnginesOpen::Never(reason)) => Joining::Off(format!("not opened: {reason}")),
-            (true, _) => Joining::Coming(engines.open_beside()?),
+            (true, _) => Joining::coming(engines.open_beside()?),
         };
         let (major, minor, patch) = nvjpeg.version();
         let decoders = match engines_later {
@@ -456,10 +456,10 @@ impl GpuLane {
         })
     }
 
-    /// Takes in what opened beside the lane since the last call: the assisted path's later
-    /// decoders and the JPEG engines (or takes note that they could not open: the engines'
-    /// images then stay with the CPU lane, and the assisted path goes on). Whether the engines
-    /// joined, or were found off, now.
+    /// Takes in what opened beside the lane since the last call, each decoder set as soon as it
+    /// is ready: the assisted path's later decoders and the JPEG engines' (or takes note that
+    /// they could not open: the engines' images then stay with the CPU lane, and the assisted
+    /// path goes on). Whether any of the engines' sets joined, or they were found off, now.
     pub fn poll_opening(&mut self) -> bool {
         self.settle(false)
     }
@@ -470,25 +470,31 @@ impl GpuLane {
         self.settle(true);
     }
 
-    /// Takes in the assisted path's later sets and the engines if they have come (with `wait`,
-    /// waiting for them): their threads started, or off. Whether the engines were settled now.
+    /// Takes in the assisted path's later sets and the engines' that have come (with `wait`,
+    /// waiting for all of them): their threads started, or off. Whether any of the engines'
+    /// sets joined, or they were found off, now.
     fn settle(&mut self, wait: bool) -> bool {
         let runner = &mut self.runner;
-        self.later_sets.settle(wait, |sets, waited| {
-            let count = sets.len();
+        self.later_sets.settle(wait, |sets, arrivals, waited| {
             runner.add_sets(sets)?;
             Ok(format!(
-                "the assisted path's other {count} decoders at work {:.0} ms after the lane opened",
+                "the assisted path's other {} decoders at work {:.0} ms after the lane opened",
+                arrivals.joined,
                 ms(waited)
             ))
         });
-        self.engines.settle(wait, |sets, waited| {
+        self.engines.settle(wait, |sets, arrivals, waited| {
             let count = engine_count(&sets).unwrap_or_else(|| "the JPEG engines".into());
             let opening = opening_note(&sets);
             runner.add_sets(sets)?;
+            let first = arrivals.first.unwrap_or(waited);
+            let all = match arrivals.expected {
+                1 => String::new(),
+                n => format!(", the last of their {n} decoder sets {:.0} ms", ms(waited)),
+            };
             Ok(format!(
-                "{count} joined {:.0} ms after the lane opened{opening}",
-                ms(waited)
+                "{count} joined {:.0} ms after the lane opened{all}{opening}",
+                ms(first)
             ))
         })
     }
