@@ -223,56 +223,49 @@ mod tests {
     /// Waiting takes in every set, however many come before the wait.
     #[test]
     fn waiting_takes_in_every_set() {
-        let coming = SetsComing::start("joining-test", 3, |sets, _| {
+        let said = note_once_settled(3, |sets, _| {
             for set in 1..=3 {
                 let _ = sets.send(Ok(set));
             }
-        })
-        .expect("a thread");
+        });
+        assert!(said.ends_with(": 3 of 3 joined"), "{said}");
+    }
+
+    /// The note of sets that `make` sends, once every one of them was waited for.
+    fn note_once_settled(
+        expected: usize,
+        make: impl FnOnce(&SetSender<u32>, &AtomicBool) + Send + 'static,
+    ) -> String {
+        let coming = SetsComing::start("joining-test", expected, make).expect("a thread");
         let mut joining = Joining::coming(coming);
         assert!(joining.settle(true, joined));
-        let said = note(&joining).expect("a note");
-        assert!(said.ends_with(": 3 of 3 joined"), "{said}");
+        note(&joining).expect("a note")
     }
 
     /// Sets that could not open, or whose joining fails, leave the lane without them, saying why;
     /// those already at work stay.
     #[test]
     fn sets_that_fail_are_off_with_the_reason() {
-        let failing = SetsComing::<u32>::start("joining-test", 2, |sets, _| {
+        let said = note_once_settled(2, |sets, _| {
             let _ = sets.send(Err(GpuLaneError::Opening("no memory".into())));
-        })
-        .expect("a thread");
-        let mut joining = Joining::coming(failing);
-        assert!(joining.settle(true, joined));
-        let said = note(&joining).expect("a note");
+        });
         assert!(
             said.starts_with("off: ") && said.contains("no memory"),
             "{said}"
         );
-
-        let second_fails = SetsComing::start("joining-test", 2, |sets, _| {
+        let said = note_once_settled(2, |sets, _| {
             let _ = sets.send(Ok(1));
             let _ = sets.send(Err(GpuLaneError::Opening("no state".into())));
-        })
-        .expect("a thread");
-        let mut joining = Joining::coming(second_fails);
-        assert!(joining.settle(true, joined));
-        let said = note(&joining).expect("a note");
+        });
         assert!(
             said.starts_with("[1]: 1 of 2 joined; the other decoders could not open")
                 && said.contains("no state"),
             "{said}"
         );
-
         // A thread that ends without sending every set.
-        let short = SetsComing::start("joining-test", 2, |sets, _| {
+        let said = note_once_settled(2, |sets, _| {
             let _ = sets.send(Ok(1));
-        })
-        .expect("a thread");
-        let mut joining = Joining::coming(short);
-        assert!(joining.settle(true, joined));
-        let said = note(&joining).expect("a note");
+        });
         assert!(
             said.contains("could not open") && said.contains("stopped"),
             "{said}"
