@@ -113,8 +113,8 @@ impl<S: Send + 'static> Joining<S> {
     /// Takes in the sets that have come (with `wait`, waiting for all of them): `join` starts
     /// their threads and says, in words, how the sets taken in so far joined (given how many,
     /// of how many, and when the first did). A set that could not open or start leaves the lane
-    /// without it and without those still coming (with those already at work, if any). Whether anything was taken in (or found off)
-    /// now.
+    /// without it and without those still coming (with those already at work, if any). Whether
+    /// anything was taken in (or found off) now.
     pub fn settle(
         &mut self,
         wait: bool,
