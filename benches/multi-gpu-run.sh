@@ -5,7 +5,8 @@
 # hybrid decoding:
 #   1. every image exactly once across the ranks (the uneven split; checked from the ids each
 #      rank saves, at a small output size so the files stay small);
-#   2. aggregate images/s of WORLD processes at once (all images over the slowest rank's time)
+#   2. aggregate images/s of WORLD processes at once (all images over the slowest rank's time,
+#      from its first batch, and from the processes' start to the last one's exit)
 #      against WORLD times one process alone with its share of the cores (the same threads, its
 #      shard of the files), and against one process alone with every core, in turn;
 #   3. one process on GPU 0 with a quarter of the cores against all of them (CPU and hybrid).
@@ -75,16 +76,22 @@ for tar in shards:
 PY
 fi
 
+# Seconds since the epoch, to the nanosecond.
+now() { date +%s.%N; }
+
 # WORLD ranks at once, each `gpufeed run ... --shard env` with its variables; prints the ranks'
-# JSON lines to $1.
+# JSON lines to $1, and to $1.wall the seconds from their start to the last one's exit.
 ranks() {
   local log=$1; shift
   : >"$log"
+  local start
+  start=$(now)
   for r in $(seq 0 $((world - 1))); do
     RANK=$r WORLD_SIZE=$world LOCAL_RANK=$r as_rank "$r" "$g" run "$@" --shard env \
       --threads "$per" --json >>"$log.$r" 2>&1 &
   done
   wait
+  python3 -c "print($(now) - $start)" >"$log.wall"
   for r in $(seq 0 $((world - 1))); do tail -1 "$log.$r" >>"$log"; rm -f "$log.$r"; done
 }
 
@@ -134,10 +141,12 @@ for source in ${SOURCES:-folder shards}; do
     for round in $(seq "$rounds"); do
       one=$("$g" run "$dir" $extra --decode $decode --epochs "$epochs" --json | rate)
       # Rank 0 alone, with its share of the cores and its shard: what each rank would do alone.
+      start=$(now)
       alone=$(RANK=0 WORLD_SIZE=$world LOCAL_RANK=0 as_rank 0 "$g" run "$dir" $extra --decode $decode \
-        --epochs "$epochs" --shard env --shard-balance uneven --threads "$per" --json | rate)
+        --epochs "$epochs" --shard env --shard-balance uneven --threads "$per" --json | tee /tmp/mg-alone.json | rate)
+      alone_wall=$(python3 -c "print($(now) - $start)")
       ranks /tmp/mg.log "$dir" $extra --decode $decode --epochs "$epochs" --shard-balance uneven
-      python3 - "$one" "$round" "$world" "$alone" <<'PY'
+      python3 - "$one" "$round" "$world" "$alone" "$alone_wall" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open("/tmp/mg.log") if l.startswith("{")]
 rows = [r for r in rows if "error" not in r]
@@ -153,6 +162,13 @@ print(f"round {sys.argv[2]}: {len(rows)} processes {together:.0f} img/s together
       f"the slowest rank {seconds:.2f} s); one rank alone {alone:.0f} img/s, so "
       f"{together / (world * alone):.2f} of {world} x alone; one process with every core {one:.0f} "
       f"img/s ({together / one:.2f}x)")
+# The same from process start to exit, setup (the GPU lane's opening) included.
+wall = float(open("/tmp/mg.log.wall").read())
+alone_wall = float(sys.argv[5])
+alone_images = json.loads(open("/tmp/mg-alone.json").read().strip().splitlines()[-1])["images"]
+print(f"    start to exit: {world} processes {wall:.2f} s ({images / wall:.0f} img/s), rank 0 "
+      f"alone {alone_wall:.2f} s ({alone_images / alone_wall:.0f} img/s): "
+      f"{(images / wall) / (world * alone_images / alone_wall):.2f} of {world} x alone")
 PY
     done
   done
