@@ -2,12 +2,15 @@
 """The GPU's JPEG engines decoding a folder and nothing else: the decode-only rate the GPU lane's
 engines are held to (large photos: 80% of it or more).
 
-  python3 benches/engines-decode.py DIR [--batch 256] [--epochs 3] [--threads 16]
+  python3 benches/engines-decode.py DIR [--batch 256] [--epochs 3] [--threads 16] [--nvimgcodec]
 
 NVIDIA DALI's mixed decoder with hw_decoder_load 1 (every image on nvJPEG's hardware backend),
 its RGB output left on the GPU: no resize, crop or normalization. Prints images/s and megapixels
 a second over --epochs after one warm epoch. Needs DALI (../shared/tools/dali-bench's header says
-how to bring it to the GPU machine). Compare with
+how to bring it to the GPU machine). --nvimgcodec measures the same decoder without DALI: NVIDIA
+nvImageCodec (which DALI decodes with) on its hardware backend alone, a batch in one call, the
+next call once it returned; it needs only two of those wheels (nvidia-nvimgcodec-cu13 and
+nvidia-nvjpeg, about 29 MB: one transfer), and torch. Compare with
 
   gpufeed run DIR --epochs 3 --batch-size 256 --decode hybrid --gpu-share 1 --assisted-share 0
 
@@ -24,6 +27,8 @@ ap.add_argument("dir")
 ap.add_argument("--batch", type=int, default=256)
 ap.add_argument("--epochs", type=int, default=3)
 ap.add_argument("--threads", type=int, default=16)
+ap.add_argument("--nvimgcodec", action="store_true",
+                help="nvImageCodec's hardware decoder alone instead of DALI's pipeline")
 a = ap.parse_args()
 files = sorted(os.path.join(r, f) for r, _, fs in os.walk(a.dir, followlinks=True) for f in fs
                if f.lower().endswith((".jpg", ".jpeg")))
@@ -51,6 +56,38 @@ def pixels(path):
 epoch_pixels = sum(pixels(f) for f in files)
 
 import torch  # noqa: E402
+
+
+def report(seconds, images, who):
+    print(f"engines decode only ({who}, batch {a.batch}): {images / seconds:.0f} images/s, "
+          f"{a.epochs * epoch_pixels / seconds / 1e6:.0f} Mpx/s over {a.epochs} epochs of {len(files)} files")
+
+
+if a.nvimgcodec:
+    from nvidia import nvimgcodec  # noqa: E402
+
+    data = []
+    for path in files:
+        with open(path, "rb") as f:
+            data.append(f.read())
+    backend = nvimgcodec.Backend(nvimgcodec.BackendKind.HW_GPU_ONLY, load_hint=1.0)
+    decoder = nvimgcodec.Decoder(backends=[backend])
+
+    def epoch():
+        for start in range(0, len(data), a.batch):
+            images = decoder.decode(data[start:start + a.batch])
+            failed = sum(1 for image in images if image is None)
+            if failed:
+                raise SystemExit(f"the hardware decoder refused {failed} of the files from {start} on")
+        torch.cuda.synchronize()
+
+    epoch()
+    start = time.perf_counter()
+    for _ in range(a.epochs):
+        epoch()
+    report(time.perf_counter() - start, a.epochs * len(data), "nvImageCodec's hardware decoder")
+    raise SystemExit(0)
+
 from nvidia.dali import fn, pipeline_def, types  # noqa: E402
 
 
@@ -75,7 +112,4 @@ def run(epochs):
 
 
 run(1)
-seconds = run(a.epochs)
-images = a.epochs * iters * a.batch
-print(f"engines decode only (DALI hw_decoder_load 1, batch {a.batch}): {images / seconds:.0f} images/s, "
-      f"{a.epochs * epoch_pixels / seconds / 1e6:.0f} Mpx/s over {a.epochs} epochs of {len(files)} files")
+report(run(a.epochs), a.epochs * iters * a.batch, "DALI hw_decoder_load 1")
