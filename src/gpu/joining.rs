@@ -16,11 +16,11 @@ use crate::background::Background;
 /// Where each set being made is sent: the set, or why it could not open.
 pub(super) type SetSender<S = DecoderSet> = Sender<Result<S, GpuLaneError>>;
 
-/// Decoder sets being made on a thread of their own, each sent as soon as it is ready.
+/// Decoder sets being made on a thread of their own, each sent as soon as it is ready, and what
+/// has been taken in of them.
 pub(super) struct SetsComing<S = DecoderSet> {
     arriving: Receiver<Result<S, GpuLaneError>>,
-    /// How many sets are being made.
-    expected: usize,
+    arrivals: Arrivals,
     /// The thread making them: told to give up and waited for when dropped (sets it makes after
     /// that are dropped on it).
     opening: Background<()>,
@@ -39,7 +39,12 @@ impl<S: Send + 'static> SetsComing<S> {
             .map_err(GpuLaneError::Threads)?;
         Ok(SetsComing {
             arriving,
-            expected,
+            arrivals: Arrivals {
+                joined: 0,
+                expected,
+                first: None,
+                said: None,
+            },
             opening,
         })
     }
@@ -88,7 +93,7 @@ pub(super) enum Joining<S = DecoderSet> {
     /// Nothing to wait for: opened with the lane.
     Settled,
     /// Opening on a thread of their own, those taken in so far at work.
-    Coming(SetsComing<S>, Arrivals),
+    Coming(SetsComing<S>),
     /// Every set taken in (how, in words).
     Joined(String),
     /// Not opened, or none could open or start (why): the lane goes on without them.
@@ -96,20 +101,6 @@ pub(super) enum Joining<S = DecoderSet> {
 }
 
 impl<S: Send + 'static> Joining<S> {
-    /// Sets coming from `coming`, none taken in yet.
-    pub fn coming(coming: SetsComing<S>) -> Joining<S> {
-        let expected = coming.expected;
-        Joining::Coming(
-            coming,
-            Arrivals {
-                joined: 0,
-                expected,
-                first: None,
-                said: None,
-            },
-        )
-    }
-
     /// Takes in the sets that have come (with `wait`, waiting for all of them): `join` starts
     /// their threads and says, in words, how the sets taken in so far joined (given how many,
     /// of how many, and when the first did). A set that could not open or start leaves the lane
@@ -122,16 +113,17 @@ impl<S: Send + 'static> Joining<S> {
     ) -> bool {
         let mut changed = false;
         loop {
-            let Joining::Coming(coming, arrivals) = self else {
+            let Joining::Coming(coming) = self else {
                 return changed;
             };
-            let pending = wait && arrivals.joined < arrivals.expected;
+            let pending = wait && coming.arrivals.joined < coming.arrivals.expected;
             let arrived = coming.arrived(pending);
             if arrived.is_empty() {
                 return changed;
             }
             changed = true;
             let waited = coming.opening.elapsed();
+            let arrivals = &mut coming.arrivals;
             let (sets, failed): (Vec<_>, Vec<_>) = arrived.into_iter().partition(|set| set.is_ok());
             let sets: Vec<S> = sets.into_iter().flatten().collect();
             let mut failure = failed.into_iter().find_map(Result::err);
@@ -167,10 +159,10 @@ impl<S: Send + 'static> Joining<S> {
     pub fn note(&self, coming: &str, off: impl FnOnce(&str) -> String) -> Option<String> {
         match self {
             Joining::Settled => None,
-            Joining::Coming(_, arrivals) if arrivals.joined == 0 => Some(coming.into()),
-            Joining::Coming(_, arrivals) => Some(format!(
+            Joining::Coming(sets) if sets.arrivals.joined == 0 => Some(coming.into()),
+            Joining::Coming(sets) => Some(format!(
                 "{coming} ({} of {} at work)",
-                arrivals.joined, arrivals.expected
+                sets.arrivals.joined, sets.arrivals.expected
             )),
             Joining::Joined(note) => Some(note.clone()),
             Joining::Off(reason) => Some(off(reason)),
@@ -207,7 +199,7 @@ mod tests {
             let _ = sets.send(Ok(2));
         })
         .expect("a thread");
-        let mut joining = Joining::coming(coming);
+        let mut joining = Joining::Coming(coming);
         first_sent.recv().expect("the first set is sent");
         assert!(joining.settle(false, joined));
         assert_eq!(note(&joining).as_deref(), Some("coming (1 of 2 at work)"));
@@ -237,7 +229,7 @@ mod tests {
         make: impl FnOnce(&SetSender<u32>, &AtomicBool) + Send + 'static,
     ) -> String {
         let coming = SetsComing::start("joining-test", expected, make).expect("a thread");
-        let mut joining = Joining::coming(coming);
+        let mut joining = Joining::Coming(coming);
         assert!(joining.settle(true, joined));
         note(&joining).expect("a note")
     }
@@ -275,7 +267,7 @@ mod tests {
             let _ = sets.send(Ok(1));
         })
         .expect("a thread");
-        let mut joining = Joining::coming(opened);
+        let mut joining = Joining::Coming(opened);
         let refused = |_: Vec<u32>, _: &Arrivals, _: Duration| -> Result<String, GpuLaneError> {
             Err(GpuLaneError::Opening("no thread".into()))
         };

@@ -425,12 +425,12 @@ impl GpuLane {
         let started = starting.elapsed();
         let later_sets = match assisted_share == 0.0 || sets_first == assisted_sets {
             true => Joining::Settled,
-            false => Joining::coming(assisted_recipe.open_beside(assisted_sets - sets_first)?),
+            false => Joining::Coming(assisted_recipe.open_beside(assisted_sets - sets_first)?),
         };
         let engines = match (engines_later, engines_open) {
             (false, _) => Joining::Settled,
             (true, EnginesOpen::Never(reason)) => Joining::Off(format!("not opened: {reason}")),
-            (true, _) => Joining::coming(engines.open_beside()?),
+            (true, _) => Joining::Coming(engines.open_beside()?),
         };
         let (major, minor, patch) = nvjpeg.version();
         let decoders = match engines_later {
