@@ -36,10 +36,13 @@ if not files:
     raise SystemExit(f"no JPEG files under {a.dir}")
 
 
-def pixels(path):
-    """Width x height from the file's first start-of-frame marker (0 where none is found)."""
+def read(path):
     with open(path, "rb") as f:
-        data = f.read()
+        return f.read()
+
+
+def pixels(data):
+    """Width x height from a JPEG's first start-of-frame marker (0 where none is found)."""
     at = 2
     while at + 9 < len(data):
         if data[at] != 0xFF:
@@ -53,7 +56,9 @@ def pixels(path):
     return 0
 
 
-epoch_pixels = sum(pixels(f) for f in files)
+# nvImageCodec decodes the files from memory, read once; DALI reads them itself.
+data = [read(path) for path in files] if a.nvimgcodec else None
+epoch_pixels = sum(pixels(d) for d in data) if data else sum(pixels(read(f)) for f in files)
 
 import torch  # noqa: E402
 
@@ -66,10 +71,6 @@ def report(seconds, images, who):
 if a.nvimgcodec:
     from nvidia import nvimgcodec  # noqa: E402
 
-    data = []
-    for path in files:
-        with open(path, "rb") as f:
-            data.append(f.read())
     backend = nvimgcodec.Backend(nvimgcodec.BackendKind.HW_GPU_ONLY, load_hint=1.0)
     decoder = nvimgcodec.Decoder(backends=[backend])
 
