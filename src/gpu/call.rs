@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::nvjpeg::{plane_layout, OutputFormat};
 use super::screen::Screened;
-use super::work::Work;
+use super::work::{Work, CHUNK};
 use crate::coefficients::entropy::ParsedJpeg;
 use crate::coefficients::pack::PackedImage;
 use crate::coefficients::{Layout, Window};
@@ -24,21 +24,36 @@ pub(crate) const MAX_CALL_BYTES: usize = 16 << 20;
 /// kept them at 0.6x the rate calls of 64 Mpx reached.
 pub(crate) const MAX_CALL_PIXELS: u64 = 64 << 20;
 
+/// Compressed bytes of a call of gray images at most: 64 Mpx of gray photos' files are far less.
+const GRAY_CALL_BYTES: u64 = 48 << 20;
+
+/// Images an engines' call of large files takes at most.
+pub(crate) const LARGE_FILES_CALL_IMAGES: usize = 4 * CHUNK;
+
 /// How the engines' calls are cut and how many threads submit them, for an epoch's files.
 ///
 /// The engines decode a call's images side by side, one image an engine, and a call ends with
 /// its largest image: a call of a few camera photos leaves most engines idle while its last one
-/// decodes. So for large files calls are larger (up to [`CHUNK`](super::work::CHUNK) images),
-/// their images go largest first, and three threads keep calls waiting for the engines.
-/// Measured on the H200 machine with 2-12 Mpx baseline photos (the engines alone, later epochs,
-/// in turn in one run, against DALI's decode-only rate of 1,801-1,816): calls of 64 Mpx from
-/// two threads 1,097-1,107 images/s (0.61x); 384 MB of planes from three, largest first,
-/// 1,300-1,331 with a call made RGB 64 Mpx at a time, 1,351-1,420 (0.75-0.78x) 128 Mpx at a time
-/// (what large files get), 1,399-1,427 whole (twice the RGB memory).
+/// decodes. And `nvjpegDecodeBatched` holds its thread until the engines have done most of the
+/// call, so whatever the thread does between calls (copying the next call's files into
+/// staging) leaves them idle, and calls side by side from several threads decode less together
+/// than one large call. Measured on the H200 machine with 2-12 Mpx baseline photos, the
+/// decoder driven alone: one call of 256 photos read in place 13.9 Gpx/s; copied into staging
+/// first 8.9-10.0; calls of 32 from three threads 10.4-10.6 either way; two threads' calls of
+/// 128 read in place 11.9; NVIDIA nvImageCodec's hardware decoder 12.7. So for large files a
+/// call takes up to 128 photos (1.5 GB of planes), largest first, read in place, and the two
+/// submitting threads take turns at the engines: while one thread's call decodes, the other
+/// queues its conversion and resize.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct EngineCalls {
     /// Submitting threads, each with its decoders and stream.
     pub threads: usize,
+    /// Images one call takes at most; also about how many the lane is offered per range while
+    /// the engines are open.
+    pub images: usize,
+    /// Whether the engines read a call's files where they lie, one call at a time (else each
+    /// thread copies its call's files into page-locked staging, calls side by side).
+    pub in_place: bool,
     /// Bytes of decoded planes one call holds at most (a larger image alone): what sizes each
     /// thread's output arena once.
     pub plane_bytes: u64,
@@ -54,18 +69,22 @@ impl EngineCalls {
     /// The calls for an epoch of large files (camera photos) or of small ones.
     pub fn for_files(large_files: bool) -> EngineCalls {
         match large_files {
-            // 256 Mpx of 4:2:0 photos (128 Mpx of 4:4:4), about 32 photos' files, made RGB
+            // 1 Gpx of 4:2:0 photos (512 Mpx of 4:4:4), about 128 photos' files, made RGB
             // 128 Mpx at a time.
             true => EngineCalls {
-                threads: 3,
-                plane_bytes: 384 << 20,
-                compressed_bytes: 48 << 20,
+                threads: 2,
+                images: LARGE_FILES_CALL_IMAGES,
+                in_place: true,
+                plane_bytes: 1536 << 20,
+                compressed_bytes: 256 << 20,
                 rgb_bytes: 3 * (128 << 20),
             },
             // Small files fill a call with images long before its pixels: two threads keep the
             // engines busy, and a third gave less on the H100 machine.
             false => EngineCalls {
                 threads: 2,
+                images: CHUNK,
+                in_place: false,
                 plane_bytes: 3 * MAX_CALL_PIXELS,
                 compressed_bytes: MAX_CALL_BYTES as u64,
                 rgb_bytes: 3 * MAX_CALL_PIXELS,
@@ -73,10 +92,12 @@ impl EngineCalls {
         }
     }
 
-    /// The calls of gray images (their own, one plane): 64 Mpx at most.
+    /// The calls of gray images (their own, one plane): 64 Mpx at most, their files (staged,
+    /// see [`Staging`](super::nvjpeg::Staging)) 48 MB at most.
     pub fn gray(self) -> EngineCalls {
         EngineCalls {
             plane_bytes: MAX_CALL_PIXELS,
+            compressed_bytes: self.compressed_bytes.min(GRAY_CALL_BYTES),
             ..self
         }
     }

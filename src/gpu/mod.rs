@@ -70,11 +70,11 @@ use coefficient_threads::CoefficientThreads;
 use decoders::EngineDecoders;
 use engines::{engine_count, opening_note, EngineRecipe, EnginesOpen};
 use joining::Joining;
-use nvjpeg::{DecoderConfig, NvJpeg, OutputFormat};
+use nvjpeg::{DecoderConfig, NvJpeg, OutputFormat, Staging};
 use prepare::Preparer;
 use runner::Runner;
 use screen::LaneScreen;
-use work::{wait_for_all, CHUNK};
+use work::wait_for_all;
 
 pub use error::GpuLaneError;
 pub use nvjpeg::{NvjpegError, NvjpegStatus, NvjpegUnavailable};
@@ -110,7 +110,7 @@ fn assisted_threads(config: &GpuLaneConfig, engines: EnginesOpen) -> usize {
 }
 
 /// Side of the square image each decoder's nvJPEG pool is made ready for at open
-/// (`nvjpegDecodeBatchedPreAllocate` for a call of [`CHUNK`] of them), so that typical photos
+/// (`nvjpegDecodeBatchedPreAllocate` for a call's most images), so that typical photos
 /// (ImageNet's are about 400x350, few over 1 Mpx) decode without nvJPEG allocating on the way.
 const PREALLOCATE_SIDE: u32 = 1024;
 
@@ -271,8 +271,13 @@ impl GpuLane {
         let nvjpeg = NvJpeg::load()?;
         let loaded = opening.elapsed();
         let engine_calls = EngineCalls::for_files(config.large_files);
+        // Large files' calls read in place, taking turns; small files' copied, side by side.
+        let staging = match engine_calls.in_place {
+            true => Staging::InPlace,
+            false => Staging::Pinned,
+        };
         let colour = DecoderConfig {
-            max_batch: CHUNK,
+            max_batch: engine_calls.images,
             output: OutputFormat::Yuv,
             gray: false,
             max_image_pixels: config.max_pixels,
@@ -280,7 +285,12 @@ impl GpuLane {
             // A full call's Y, Cb and Cr planes at most, with the planes' alignment, and its
             // files, so the arena and staging are sized once.
             initial_output_bytes: engine_calls.plane_bytes as usize + ARENA_SLACK,
-            initial_staging_bytes: engine_calls.compressed_bytes as usize,
+            initial_staging_bytes: match staging {
+                Staging::InPlace => 0,
+                Staging::Pinned => engine_calls.compressed_bytes as usize,
+            },
+            staging,
+            take_turns: engine_calls.in_place,
             ..DecoderConfig::default()
         };
         let gray_config = gray.then(|| DecoderConfig {
@@ -288,15 +298,13 @@ impl GpuLane {
             gray: true,
             colour: false,
             initial_output_bytes: engine_calls.gray().plane_bytes as usize + ARENA_SLACK,
+            // Gray files are staged: their frame's sampling factors are rewritten in the copy.
+            staging: Staging::Pinned,
+            initial_staging_bytes: engine_calls.gray().compressed_bytes as usize,
             ..colour.clone()
         });
-        let screen = LaneScreen {
-            checks: DecoderConfig {
-                gray: gray_config.is_some(),
-                ..colour.clone()
-            },
-            exif_orientation: config.exif_orientation,
-        };
+        let screen =
+            LaneScreen::for_decoders(&colour, gray_config.as_ref(), config.exif_orientation);
         let compiling = Instant::now();
         let module = gpu
             .module(&resize::kernel_source())

@@ -246,14 +246,24 @@ impl AssistedSplit {
     }
 }
 
-/// What closes a path's call, besides [`CHUNK`] images.
+/// What closes a path's call.
 #[derive(Debug, Clone, Copy)]
 enum CallCap {
-    /// The engines': decoded planes and compressed bytes ([`EngineCalls`]).
+    /// The engines': images, decoded planes and compressed bytes ([`EngineCalls`]).
     Engines(EngineCalls),
-    /// The assisted path's: the pixels its decoders' buffers hold, [`MAX_CALL_BYTES`]
-    /// compressed bytes and the bytes it stages ([`assisted::staging_bytes`]).
+    /// The assisted path's: [`CHUNK`] images, the pixels its decoders' buffers hold,
+    /// [`MAX_CALL_BYTES`] compressed bytes and the bytes it stages ([`assisted::staging_bytes`]).
     Assisted { pixels: u64 },
+}
+
+impl CallCap {
+    /// The most images a call takes.
+    fn images(self) -> usize {
+        match self {
+            CallCap::Engines(calls) => calls.images,
+            CallCap::Assisted { .. } => CHUNK,
+        }
+    }
 }
 
 /// A call being filled: its images (with their places in the range), pixels, decoded planes,
@@ -289,12 +299,11 @@ impl Pending {
         }
     }
 
-    /// Whether `image` would take the call past [`CHUNK`] images or its path's cap (an empty
-    /// call takes any image).
+    /// Whether `image` would take the call past its path's cap (an empty call takes any image).
     fn is_full_for(&self, image: &CallImage) -> bool {
         let bytes = self.bytes + image.bytes.len() as u64;
         !self.images.is_empty()
-            && (self.images.len() == CHUNK
+            && (self.images.len() == self.cap.images()
                 || match self.cap {
                     CallCap::Engines(calls) => {
                         self.planes + image.plane_bytes() > calls.plane_bytes
@@ -383,7 +392,7 @@ fn staged_bytes(image: &CallImage) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::super::call::MAX_CALL_PIXELS;
+    use super::super::call::{LARGE_FILES_CALL_IMAGES, MAX_CALL_PIXELS};
     use super::super::nvjpeg::{JpegInfo, Subsampling};
     use super::super::screen::Screened;
     use super::*;
@@ -450,18 +459,26 @@ mod tests {
         let large = CallCap::Engines(EngineCalls::for_files(true));
         let small = CallCap::Engines(EngineCalls::for_files(false));
         let gray = CallCap::Engines(EngineCalls::for_files(true).gray());
-        // 12 Mpx of 4:2:0 is 18 MiB of planes: 21 in 384 MiB, 10 in 192 MiB; 4:4:4 half that;
-        // gray calls 64 Mpx of one plane; 48 MiB of 3 MiB files; small files 32 at most.
+        // 12 Mpx of 4:2:0 is 18 MiB of planes: 85 in 1,536 MiB, 10 in 192 MiB; 4:4:4 twice
+        // that; gray calls 64 Mpx of one plane; 256 MiB of 3 MiB files; 128 small photos at
+        // most, 32 of small files.
         let cases = [
-            (large, (4096, 3072), Subsampling::S420, 1 << 20, 21),
-            (large, (4096, 3072), Subsampling::S444, 1 << 20, 10),
+            (large, (4096, 3072), Subsampling::S420, 1 << 20, 85),
+            (large, (4096, 3072), Subsampling::S444, 1 << 20, 42),
             (small, (4096, 3072), Subsampling::S420, 1 << 20, 10),
             (gray, (4096, 3072), Subsampling::Gray, 1 << 20, 5),
-            (large, (2048, 1536), Subsampling::S420, 3 << 20, 16),
-            (large, (500, 375), Subsampling::S420, 100 << 10, CHUNK),
+            (large, (2048, 1536), Subsampling::S420, 3 << 20, 85),
+            (
+                large,
+                (500, 375),
+                Subsampling::S420,
+                100 << 10,
+                LARGE_FILES_CALL_IMAGES,
+            ),
+            (small, (500, 375), Subsampling::S420, 100 << 10, CHUNK),
         ];
         for (cap, (w, h), sampling, bytes, taken) in cases {
-            let photos = (0..64).map(|_| image(w, h, sampling, bytes));
+            let photos = (0..256).map(|_| image(w, h, sampling, bytes));
             assert_eq!(first_call(cap, photos), taken, "{w}x{h} {sampling:?}");
         }
         // The largest images first, equal ones in the order they came.

@@ -236,7 +236,13 @@ impl Shared {
             if state.stop {
                 return None;
             }
-            if let Some(job) = take_range(&mut state) {
+            // While the engines are open a range offers about a call of theirs (more for large
+            // files); else about an assisted call.
+            let images = match state.open_paths[Path::Engines.index()] {
+                true => self.limits.engine_calls.images,
+                false => CHUNK,
+            };
+            if let Some(job) = take_range(&mut state, images) {
                 return Some(job);
             }
             state = self.wait(state);
@@ -478,8 +484,8 @@ impl Shared {
 }
 
 /// The next range of the current work within the limit whose offered positions the ring has
-/// slots for, the slots reserved.
-fn take_range(state: &mut State) -> Option<Job> {
+/// slots for, about `images` of them, the slots reserved.
+fn take_range(state: &mut State, images: usize) -> Option<Job> {
     let work = state.work.clone()?;
     let order = &work.lane.order;
     loop {
@@ -487,7 +493,7 @@ fn take_range(state: &mut State) -> Option<Job> {
         if (start >= order.len() && !order.refills()) || start >= state.limit {
             return None;
         }
-        let span = span(work.lane.share.at(start));
+        let span = span(work.lane.share.at(start), images);
         let end = match order.refills() {
             true => start.saturating_add(span),
             false => start.saturating_add(span).min(order.len()),

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use cudarc::driver::DevicePtr;
 
-use super::work::{offered, span, LaneResult};
+use super::work::{offered, span, LaneResult, CHUNK};
 use super::*;
 use crate::cpu::prepare_image;
 use crate::cuda::test_gpu;
@@ -159,10 +159,12 @@ fn the_offer_depends_on_the_index_and_the_share_alone() {
     let large = offered_at(0.6);
     assert!(small.iter().all(|i| large.contains(i)));
     // Ranges hold about a chunk of offered images, and never more positions than the cap.
-    assert_eq!(span(1.0), CHUNK);
-    assert_eq!(span(0.5), 2 * CHUNK);
-    assert_eq!(span(0.01), MAX_SPAN);
-    assert_eq!(span(0.0), MAX_SPAN);
+    assert_eq!(span(1.0, CHUNK), CHUNK);
+    assert_eq!(span(0.5, CHUNK), 2 * CHUNK);
+    assert_eq!(span(0.01, CHUNK), MAX_SPAN);
+    assert_eq!(span(0.0, CHUNK), MAX_SPAN);
+    // The engines' calls of large files: a range of about one call.
+    assert_eq!(span(1.0, 4 * CHUNK), MAX_SPAN);
 }
 
 /// Given the same decoded pixels, the GPU resize writes the CPU rendition's bytes exactly:

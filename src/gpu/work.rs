@@ -66,12 +66,13 @@ impl ShareSchedule {
 /// Most images per call, and about how many the lane is offered per range.
 pub(crate) const CHUNK: usize = 32;
 
-/// Positions per range under `share`: about [`CHUNK`] offered images each.
-pub(crate) fn span(share: f32) -> usize {
+/// Positions per range under `share`: about `images` offered images each (at most
+/// [`MAX_SPAN`] positions).
+pub(crate) fn span(share: f32, images: usize) -> usize {
     if share <= 0.0 {
         return MAX_SPAN;
     }
-    ((CHUNK as f32 / share).floor() as usize).clamp(1, MAX_SPAN)
+    ((images as f32 / share).floor() as usize).clamp(1, MAX_SPAN)
 }
 
 /// The work of one epoch: the order's positions, the files behind them and the share.
