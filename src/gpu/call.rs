@@ -28,7 +28,7 @@ pub(crate) const MAX_CALL_PIXELS: u64 = 64 << 20;
 const GRAY_CALL_BYTES: u64 = 48 << 20;
 
 /// Images an engines' call of large files takes at most.
-pub(crate) const LARGE_FILES_CALL_IMAGES: usize = 4 * CHUNK;
+pub(crate) const LARGE_FILES_CALL_IMAGES: usize = 2 * CHUNK;
 
 /// How the engines' calls are cut and how many threads submit them, for an epoch's files.
 ///
@@ -41,9 +41,12 @@ pub(crate) const LARGE_FILES_CALL_IMAGES: usize = 4 * CHUNK;
 /// decoder driven alone: one call of 256 photos read in place 13.9 Gpx/s; copied into staging
 /// first 8.9-10.0; calls of 32 from three threads 10.4-10.6 either way; two threads' calls of
 /// 128 read in place 11.9; NVIDIA nvImageCodec's hardware decoder 12.7. So for large files a
-/// call takes up to 128 photos (1.5 GB of planes), largest first, read in place, and the two
+/// call takes up to 64 photos (768 MB of planes), largest first, read in place, and the two
 /// submitting threads take turns at the engines: while one thread's call decodes, the other
-/// queues its conversion and resize.
+/// queues its conversion and resize. In the lane (the engines alone, later epochs, in turn in
+/// one run) calls of 64 decoded as many images a second as calls of 128 at batch 256
+/// (1,590-1,635 against 1,562-1,634), and at batch 32 too (1,445-1,628, where calls of 128 fell
+/// to 1,223-1,347: the lookahead held two of them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct EngineCalls {
     /// Submitting threads, each with its decoders and stream.
@@ -69,14 +72,14 @@ impl EngineCalls {
     /// The calls for an epoch of large files (camera photos) or of small ones.
     pub fn for_files(large_files: bool) -> EngineCalls {
         match large_files {
-            // 1 Gpx of 4:2:0 photos (512 Mpx of 4:4:4), about 128 photos' files, made RGB
+            // 512 Mpx of 4:2:0 photos (256 Mpx of 4:4:4), about 64 photos' files, made RGB
             // 128 Mpx at a time.
             true => EngineCalls {
                 threads: 2,
                 images: LARGE_FILES_CALL_IMAGES,
                 in_place: true,
-                plane_bytes: 1536 << 20,
-                compressed_bytes: 256 << 20,
+                plane_bytes: 768 << 20,
+                compressed_bytes: 128 << 20,
                 rgb_bytes: 3 * (128 << 20),
             },
             // Small files fill a call with images long before its pixels: two threads keep the

@@ -459,15 +459,15 @@ mod tests {
         let large = CallCap::Engines(EngineCalls::for_files(true));
         let small = CallCap::Engines(EngineCalls::for_files(false));
         let gray = CallCap::Engines(EngineCalls::for_files(true).gray());
-        // 12 Mpx of 4:2:0 is 18 MiB of planes: 85 in 1,536 MiB, 10 in 192 MiB; 4:4:4 twice
-        // that; gray calls 64 Mpx of one plane; 256 MiB of 3 MiB files; 128 small photos at
+        // 12 Mpx of 4:2:0 is 18 MiB of planes: 42 in 768 MiB, 10 in 192 MiB; 4:4:4 twice
+        // that; gray calls 64 Mpx of one plane; 128 MiB of 3 MiB files; 64 small photos at
         // most, 32 of small files.
         let cases = [
-            (large, (4096, 3072), Subsampling::S420, 1 << 20, 85),
-            (large, (4096, 3072), Subsampling::S444, 1 << 20, 42),
+            (large, (4096, 3072), Subsampling::S420, 1 << 20, 42),
+            (large, (4096, 3072), Subsampling::S444, 1 << 20, 21),
             (small, (4096, 3072), Subsampling::S420, 1 << 20, 10),
             (gray, (4096, 3072), Subsampling::Gray, 1 << 20, 5),
-            (large, (2048, 1536), Subsampling::S420, 3 << 20, 85),
+            (large, (2048, 1536), Subsampling::S420, 3 << 20, 42),
             (
                 large,
                 (500, 375),
