@@ -655,8 +655,8 @@ fn photos_both_ways(seed: u64) -> Vec<(String, Vec<u8>)> {
 
 /// Large photos on the engines alone, in a lane for small files (calls of 192 MB of planes, two
 /// threads, the colour photos made RGB and resized in parts that fit the 64 Mpx RGB buffer) and
-/// in one for large files (384 MB of planes from three threads, largest first, RGB 128 Mpx at a
-/// time). Every photo is taken, and comes out as the CPU lane makes it within the engines' bars
+/// in one for large files (768 MB of planes, read in place, two threads taking turns, largest
+/// first, RGB 128 Mpx at a time). Every photo is taken, and comes out as the CPU lane makes it within the engines' bars
 /// (their inverse DCT differs by a level here and there), the same bytes on a second run into an
 /// output poisoned otherwise.
 #[test]
