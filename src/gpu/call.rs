@@ -83,7 +83,9 @@ impl EngineCalls {
                 rgb_bytes: 3 * (128 << 20),
             },
             // Small files fill a call with images long before its pixels: two threads keep the
-            // engines busy, and a third gave less on the H100 machine.
+            // engines busy, and a third gave less on the H100 machine. Their calls are copied
+            // (about 3.5 MB, half a millisecond) and go side by side: read in place, taking
+            // turns, the engines alone decoded 22,215-29,995 images/s against 29,204-29,658.
             false => EngineCalls {
                 threads: 2,
                 images: CHUNK,
