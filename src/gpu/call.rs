@@ -4,7 +4,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::nvjpeg::{plane_layout, OutputFormat};
+use super::nvjpeg::{plane_layout, OutputFormat, Staging};
 use super::screen::Screened;
 use super::work::{Work, CHUNK};
 use crate::coefficients::entropy::ParsedJpeg;
@@ -54,9 +54,9 @@ pub(crate) struct EngineCalls {
     /// Images one call takes at most; also about how many the lane is offered per range while
     /// the engines are open.
     pub images: usize,
-    /// Whether the engines read a call's files where they lie, one call at a time (else each
-    /// thread copies its call's files into page-locked staging, calls side by side).
-    pub in_place: bool,
+    /// Where the engines read a call's files: in place, one call at a time, or copied by each
+    /// thread into page-locked staging, calls side by side.
+    pub staging: Staging,
     /// Bytes of decoded planes one call holds at most (a larger image alone): what sizes each
     /// thread's output arena once.
     pub plane_bytes: u64,
@@ -77,7 +77,7 @@ impl EngineCalls {
             true => EngineCalls {
                 threads: 2,
                 images: LARGE_FILES_CALL_IMAGES,
-                in_place: true,
+                staging: Staging::InPlace,
                 plane_bytes: 768 << 20,
                 compressed_bytes: 128 << 20,
                 rgb_bytes: 3 * (128 << 20),
@@ -89,7 +89,7 @@ impl EngineCalls {
             false => EngineCalls {
                 threads: 2,
                 images: CHUNK,
-                in_place: false,
+                staging: Staging::Pinned,
                 plane_bytes: 3 * MAX_CALL_PIXELS,
                 compressed_bytes: MAX_CALL_BYTES as u64,
                 rgb_bytes: 3 * MAX_CALL_PIXELS,
@@ -98,7 +98,7 @@ impl EngineCalls {
     }
 
     /// The calls of gray images (their own, one plane): 64 Mpx at most, their files (staged,
-    /// see [`Staging`](super::nvjpeg::Staging)) 48 MB at most.
+    /// see [`Staging`]) 48 MB at most.
     pub fn gray(self) -> EngineCalls {
         EngineCalls {
             plane_bytes: MAX_CALL_PIXELS,

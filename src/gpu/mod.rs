@@ -271,11 +271,6 @@ impl GpuLane {
         let nvjpeg = NvJpeg::load()?;
         let loaded = opening.elapsed();
         let engine_calls = EngineCalls::for_files(config.large_files);
-        // Large files' calls read in place, taking turns; small files' copied, side by side.
-        let staging = match engine_calls.in_place {
-            true => Staging::InPlace,
-            false => Staging::Pinned,
-        };
         let colour = DecoderConfig {
             max_batch: engine_calls.images,
             output: OutputFormat::Yuv,
@@ -283,14 +278,12 @@ impl GpuLane {
             max_image_pixels: config.max_pixels,
             preallocate: Some((PREALLOCATE_SIDE, PREALLOCATE_SIDE)),
             // A full call's Y, Cb and Cr planes at most, with the planes' alignment, and its
-            // files, so the arena and staging are sized once.
+            // files (unless read in place), so the arena and staging are sized once. Calls read
+            // in place take turns at the engines; copied ones go side by side.
             initial_output_bytes: engine_calls.plane_bytes as usize + ARENA_SLACK,
-            initial_staging_bytes: match staging {
-                Staging::InPlace => 0,
-                Staging::Pinned => engine_calls.compressed_bytes as usize,
-            },
-            staging,
-            take_turns: engine_calls.in_place,
+            initial_staging_bytes: engine_calls.compressed_bytes as usize,
+            staging: engine_calls.staging,
+            take_turns: engine_calls.staging == Staging::InPlace,
             ..DecoderConfig::default()
         };
         let gray_config = gray.then(|| DecoderConfig {

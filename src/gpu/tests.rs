@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use cudarc::driver::DevicePtr;
 
+use super::call::LARGE_FILES_CALL_IMAGES;
 use super::work::{offered, span, LaneResult, CHUNK};
 use super::*;
 use crate::cpu::prepare_image;
@@ -164,7 +165,7 @@ fn the_offer_depends_on_the_index_and_the_share_alone() {
     assert_eq!(span(0.01, CHUNK), MAX_SPAN);
     assert_eq!(span(0.0, CHUNK), MAX_SPAN);
     // The engines' calls of large files: a range of about one call.
-    assert_eq!(span(1.0, 4 * CHUNK), MAX_SPAN);
+    assert_eq!(span(1.0, LARGE_FILES_CALL_IMAGES), LARGE_FILES_CALL_IMAGES);
 }
 
 /// Given the same decoded pixels, the GPU resize writes the CPU rendition's bytes exactly:
@@ -656,9 +657,9 @@ fn photos_both_ways(seed: u64) -> Vec<(String, Vec<u8>)> {
 /// Large photos on the engines alone, in a lane for small files (calls of 192 MB of planes, two
 /// threads, the colour photos made RGB and resized in parts that fit the 64 Mpx RGB buffer) and
 /// in one for large files (768 MB of planes, read in place, two threads taking turns, largest
-/// first, RGB 128 Mpx at a time). Every photo is taken, and comes out as the CPU lane makes it within the engines' bars
-/// (their inverse DCT differs by a level here and there), the same bytes on a second run into an
-/// output poisoned otherwise.
+/// first, RGB 128 Mpx at a time). Every photo is taken, and comes out as the CPU lane makes it
+/// within the engines' bars (their inverse DCT differs by a level here and there), the same bytes
+/// on a second run into an output poisoned otherwise.
 #[test]
 fn large_photos_on_the_engines_are_made_rgb_a_part_of_a_call_at_a_time() {
     let Some(gpu) = test_gpu("large_photos_on_the_engines_are_made_rgb_a_part_of_a_call_at_a_time")
