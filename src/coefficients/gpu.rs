@@ -15,8 +15,7 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{
-    CudaEvent, CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PinnedHostSlice,
-    PushKernelArg,
+    CudaEvent, CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 
 use super::batch::{
@@ -30,7 +29,7 @@ use super::entropy_batch::{
 };
 use super::pack::PackedImage;
 use super::{Error, Layout, Window};
-use crate::cuda::{Gpu, KernelSource};
+use crate::cuda::{Gpu, KernelSource, PageLocked};
 
 /// The kernel source, embedded at build time.
 pub const SOURCE: &str = include_str!("../../kernels/idct.cu");
@@ -106,7 +105,7 @@ pub struct GpuDecoder {
     budget: Budget,
     idct: CudaFunction,
     color: CudaFunction,
-    staging: PinnedHostSlice<u8>,
+    staging: PageLocked,
     /// Recorded after the last upload from `staging`.
     uploaded: Option<CudaEvent>,
     /// Recorded after a batch's kernels, for a thread to wait on without spinning: a batch of
@@ -210,11 +209,8 @@ impl GpuDecoder {
             load("gpufeed_huff_write")?,
         );
         let ctx = stream.context();
-        // SAFETY: uninitialized u8 memory; `add` writes every byte it stages before the upload
-        // reads it, and u8 has no invalid bit patterns. Flags 0: ordinary page-locked memory.
-        let staging =
-            unsafe { ctx.alloc_pinned_with_flags::<u8>(budget.coefficient_bytes.max(8), 0) }
-                .map_err(device("allocating pinned staging memory"))?;
+        let staging = PageLocked::new(ctx, budget.coefficient_bytes.max(8))
+            .map_err(device("allocating pinned staging memory"))?;
         // SAFETY: device memory left uninitialized: the kernels read only coefficients uploaded
         // before them, planes the IDCT wrote before, and the descriptors uploaded before them.
         let (coefficients, planes, output, idct_jobs, color_jobs) = unsafe {
@@ -377,9 +373,7 @@ impl GpuDecoder {
                 .synchronize()
                 .map_err(device("waiting for the previous upload"))?;
         }
-        self.staging
-            .as_mut_slice()
-            .map_err(device("mapping pinned staging memory"))
+        Ok(self.staging.as_mut_slice())
     }
 
     /// What an entropy-coded image stages: per component its multiplier table (128 bytes), its
@@ -501,10 +495,7 @@ impl GpuDecoder {
         if self.staged == 0 {
             return Ok(());
         }
-        let staging = self
-            .staging
-            .as_slice()
-            .map_err(device("mapping pinned staging memory"))?;
+        let staging = self.staging.as_slice();
         let mut dst = self.coefficients.slice_mut(..self.staged);
         // From a plain slice of page-locked memory the copy is asynchronous and cudarc does not
         // track it; the event below does, and `add` waits for it before writing again.

@@ -12,24 +12,30 @@
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use cudarc::driver::{
-    CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtrMut, PinnedHostSlice,
-};
+use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtrMut};
 
 use super::guarded;
+use super::page_locked::{PageLocked, HUGE_PAGE};
 use crate::error::{Error, Result};
 
-/// Images a chunk of page-locked memory holds.
+/// Images a chunk of page-locked memory holds at least: more where its whole huge pages hold
+/// more ([`chunk_images`]).
 const CHUNK_IMAGES: usize = 32;
+
+/// The images of `image_bytes` a chunk holds: as many as its whole huge pages take.
+fn chunk_images(image_bytes: usize) -> usize {
+    let image_bytes = image_bytes.max(1);
+    (CHUNK_IMAGES * image_bytes).next_multiple_of(HUGE_PAGE) / image_bytes
+}
 
 /// One allocation of page-locked memory, cut into images.
 struct Chunk {
     /// Kept for its memory (freed with the chunk, once no image of it is left).
-    _host: PinnedHostSlice<u8>,
+    _host: PageLocked,
     base: NonNull<u8>,
 }
 
-// SAFETY: the chunk's memory is page-locked host memory owned by `_host` (itself Send and Sync);
+// SAFETY: the chunk's memory is page-locked host memory owned by `_host` (plain owned memory);
 // `base` points into it, and each image of it is reached only through the one `PinnedImage`
 // that owns it.
 unsafe impl Send for Chunk {}
@@ -71,23 +77,16 @@ impl PinnedImage {
     }
 }
 
-/// Allocates one chunk of page-locked memory for `CHUNK_IMAGES` images of `image_bytes`.
+/// Allocates one chunk of page-locked memory for [`chunk_images`] images of `image_bytes`.
 fn allocate_chunk(context: &Arc<CudaContext>, image_bytes: usize) -> Result<Vec<PinnedImage>> {
-    let bytes = image_bytes.max(1) * CHUNK_IMAGES;
-    // Flags 0: ordinary page-locked memory, which the CPU lane may read back while it writes.
-    // SAFETY: the memory is left uninitialized; each image of it is written by the CPU lane
-    // before the image is read or uploaded, and u8 has no invalid bit patterns.
-    let mut host = guarded("allocating page-locked memory for images", || unsafe {
-        context.alloc_pinned_with_flags::<u8>(bytes, 0)
+    let image_bytes = image_bytes.max(1);
+    let images = chunk_images(image_bytes);
+    let mut host = guarded("allocating page-locked memory for images", || {
+        PageLocked::new(context, images * image_bytes)
     })?;
-    let base = host
-        .as_mut_ptr()
-        .map_err(|e| Error::cuda("mapping page-locked memory for images", e))
-        .and_then(|ptr| {
-            NonNull::new(ptr).ok_or_else(|| Error::Worker("page-locked memory at null".into()))
-        })?;
+    let base = NonNull::from(host.as_mut_slice()).cast::<u8>();
     let chunk = Arc::new(Chunk { _host: host, base });
-    Ok((0..CHUNK_IMAGES)
+    Ok((0..images)
         .map(|k| PinnedImage {
             chunk: chunk.clone(),
             offset: k * image_bytes,
@@ -108,7 +107,7 @@ pub(crate) struct PinnedChunks {
 impl PinnedChunks {
     /// At least `images` images of `image_bytes` (whole chunks) on `context`'s device.
     pub fn new(context: Arc<CudaContext>, image_bytes: usize, images: usize) -> PinnedChunks {
-        let chunks = images.div_ceil(CHUNK_IMAGES);
+        let chunks = images.div_ceil(chunk_images(image_bytes));
         PinnedChunks {
             context,
             image_bytes,
@@ -119,7 +118,8 @@ impl PinnedChunks {
 
     /// The page-locked bytes of every chunk.
     pub fn bytes(&self) -> usize {
-        self.chunks * CHUNK_IMAGES * self.image_bytes.max(1)
+        let image_bytes = self.image_bytes.max(1);
+        self.chunks * (chunk_images(image_bytes) * image_bytes).next_multiple_of(HUGE_PAGE)
     }
 
     /// The next chunk's images; none once every chunk is allocated.

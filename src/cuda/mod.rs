@@ -12,6 +12,7 @@ mod device;
 mod image_staging;
 mod kernel_cache;
 mod normalize;
+mod page_locked;
 mod staging;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -27,6 +28,7 @@ pub(crate) use device::{compile_ptx, compile_through, Compiled};
 pub(crate) use device::{upload_reusing, Gpu, KernelSource};
 pub(crate) use image_staging::{upload_images, ImagesInFlight, PinnedChunks, PinnedImage};
 pub use normalize::{NormalizeTuning, Normalizer};
+pub(crate) use page_locked::PageLocked;
 pub(crate) use staging::{SlotsComing, StagingRing, TouchedSlots};
 
 /// What a machine offers for CUDA work.

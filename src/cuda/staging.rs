@@ -5,31 +5,20 @@
 //! recorded after it tells when the slot may be written again, so the CPU only ever waits for a
 //! copy that is still reading the very slot it wants.
 //!
-//! The slots' memory is ordinary memory, its pages faulted in by a thread of its own while the
-//! CUDA context is made ([`TouchedSlots::touch_beside`]), then page-locked in place once the
-//! device is open ([`StagingRing::new`]): most of allocating page-locked memory is faulting its
-//! pages in (on the H200 machine 40-53 ms for two slots of 256 images of 224 x 224, against
-//! 3 ms to page-lock them once touched), and the context takes a quarter of a second anyway.
+//! The slots' memory is ordinary memory in huge pages, faulted in by a thread of its own while
+//! the CUDA context is made ([`TouchedSlots::touch_beside`]), then page-locked in place once the
+//! device is open ([`StagingRing::new`], [`PageLocked`]): most of allocating page-locked memory
+//! is faulting its pages in, and the context takes a quarter of a second anyway.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use cudarc::driver::{sys, CudaContext, CudaEvent, CudaSlice, CudaStream};
+use cudarc::driver::{CudaEvent, CudaSlice, CudaStream};
 
 use super::guarded;
+use super::page_locked::{HostPages, PageLocked};
 use crate::background::Background;
 use crate::error::{Error, Result};
-
-/// The alignment of the slots' page-locked range, and so the bytes padded on either side of it:
-/// a page of any size Linux runs with, so that the range shares no page with other memory.
-const PAGE_ALIGN: usize = 64 << 10;
-
-/// The byte poured into the slots' memory as its pages are faulted in (anything but zero, which
-/// a compiler may leave to the allocator's zeroed pages, faulting nothing in).
-const TOUCH_BYTE: u8 = 0xA5;
-
-/// Bytes touched between two looks at the flag that gives the touching up.
-const TOUCH_STEP: usize = 8 << 20;
 
 /// Slots being touched on a thread of their own ([`TouchedSlots::touch_beside`]).
 pub(crate) type SlotsComing = Background<Result<TouchedSlots>>;
@@ -37,8 +26,7 @@ pub(crate) type SlotsComing = Background<Result<TouchedSlots>>;
 /// Host memory for a ring's slots, its pages faulted in: ordinary memory until the ring
 /// page-locks it.
 pub(crate) struct TouchedSlots {
-    /// The slots' bytes, padded by [`PAGE_ALIGN`] on either side.
-    memory: Vec<u8>,
+    pages: HostPages,
     slots: usize,
     slot_bytes: usize,
 }
@@ -68,33 +56,16 @@ impl TouchedSlots {
                 format!("{slots} staging slots of {slot_bytes} bytes do not fit in memory"),
             )
         };
-        let bytes = slots
-            .checked_mul(slot_bytes)
-            .and_then(|b| b.checked_add(2 * PAGE_ALIGN))
-            .ok_or_else(too_large)?;
-        let mut memory = Vec::new();
-        memory.try_reserve_exact(bytes).map_err(|_| too_large())?;
-        while memory.len() < bytes {
-            if cancel.load(Ordering::Relaxed) {
-                return touching_stopped();
-            }
-            memory.resize(bytes.min(memory.len() + TOUCH_STEP), TOUCH_BYTE);
+        let bytes = slots.checked_mul(slot_bytes).ok_or_else(too_large)?;
+        match HostPages::touch_unless(bytes, cancel) {
+            Ok(Some(pages)) => Ok(TouchedSlots {
+                pages,
+                slots,
+                slot_bytes,
+            }),
+            Ok(None) => touching_stopped(),
+            Err(_) => Err(too_large()),
         }
-        Ok(TouchedSlots {
-            memory,
-            slots,
-            slot_bytes,
-        })
-    }
-
-    /// The range to page-lock: the slots, page-aligned inside the padding.
-    fn range(&self) -> std::ops::Range<usize> {
-        let start = self
-            .memory
-            .as_ptr()
-            .align_offset(PAGE_ALIGN)
-            .min(PAGE_ALIGN);
-        start..start + self.slots * self.slot_bytes
     }
 }
 
@@ -105,49 +76,31 @@ fn touching_stopped() -> Result<TouchedSlots> {
     ))
 }
 
-/// Touched host memory page-locked in place for the device (`cuMemHostRegister`), unlocked when
-/// dropped.
-struct PageLocked {
-    touched: TouchedSlots,
-    context: Arc<CudaContext>,
+/// The ring's slots, page-locked.
+struct LockedSlots {
+    memory: PageLocked,
+    slot_bytes: usize,
 }
 
-impl PageLocked {
-    fn new(context: &Arc<CudaContext>, mut touched: TouchedSlots) -> Result<PageLocked> {
-        let range = touched.range();
-        let memory = &mut touched.memory[range];
-        guarded("page-locking the staging memory", || {
-            context.bind_to_thread()?;
-            // SAFETY: the pointer and length are those of a live range of `touched`'s buffer,
-            // which the returned value owns and never reallocates, and whose drop unlocks the
-            // range before the buffer is freed; the range shares no page with other memory
-            // (`PAGE_ALIGN`), so no other registration can overlap it.
-            unsafe { sys::cuMemHostRegister_v2(memory.as_mut_ptr().cast(), memory.len(), 0) }
-                .result()
+impl LockedSlots {
+    fn new(stream: &Arc<CudaStream>, touched: TouchedSlots) -> Result<LockedSlots> {
+        let memory = guarded("page-locking the staging memory", || {
+            PageLocked::lock(stream.context(), touched.pages)
         })?;
-        Ok(PageLocked {
-            touched,
-            context: context.clone(),
+        Ok(LockedSlots {
+            memory,
+            slot_bytes: touched.slot_bytes,
         })
     }
 
-    fn slot(&mut self, index: usize) -> &mut [u8] {
-        let range = self.touched.range();
-        let bytes = self.touched.slot_bytes;
-        &mut self.touched.memory[range][index * bytes..(index + 1) * bytes]
+    fn slot(&self, index: usize) -> &[u8] {
+        let bytes = self.slot_bytes;
+        &self.memory.as_slice()[index * bytes..(index + 1) * bytes]
     }
-}
 
-impl Drop for PageLocked {
-    fn drop(&mut self) {
-        let range = self.touched.range();
-        let memory = &mut self.touched.memory[range];
-        let _ = guarded("unlocking the staging memory", || {
-            self.context.bind_to_thread()?;
-            // SAFETY: the range page-locked in `PageLocked::new`, still owned by `self`; no copy
-            // reads it any more (the ring waits for its slots' uploads before it drops this).
-            unsafe { sys::cuMemHostUnregister(memory.as_mut_ptr().cast()) }.result()
-        });
+    fn slot_mut(&mut self, index: usize) -> &mut [u8] {
+        let bytes = self.slot_bytes;
+        &mut self.memory.as_mut_slice()[index * bytes..(index + 1) * bytes]
     }
 }
 
@@ -180,7 +133,7 @@ impl Drop for Slot {
 pub(crate) struct StagingRing {
     /// Dropped before `memory`: each waits for its slot's last upload.
     slots: Vec<Slot>,
-    memory: PageLocked,
+    memory: LockedSlots,
     device_input: CudaSlice<u8>,
     stream: Arc<CudaStream>,
     slot_bytes: usize,
@@ -193,7 +146,7 @@ impl StagingRing {
         let slots = (0..touched.slots)
             .map(|_| Slot { uploaded: None })
             .collect();
-        let memory = PageLocked::new(stream.context(), touched)?;
+        let memory = LockedSlots::new(stream, touched)?;
         // SAFETY: device memory left uninitialized; every byte the kernel reads was uploaded first.
         let device_input = guarded("allocating the device input buffer", || unsafe {
             stream.alloc::<u8>(slot_bytes)
@@ -220,7 +173,7 @@ impl StagingRing {
     /// Slot `index` for the CPU to write, once its previous upload has finished.
     pub fn slot_mut(&mut self, index: usize) -> Result<&mut [u8]> {
         self.slots[index].wait_for_upload()?;
-        Ok(self.memory.slot(index))
+        Ok(self.memory.slot_mut(index))
     }
 
     /// Queues the upload of the byte ranges `ranges` (each inside the slot) of slot `index` to
@@ -265,19 +218,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn touched_slots_lie_page_aligned_inside_their_padding() {
-        for (slots, slot_bytes) in [(2, 150_528 * 3), (2, 1), (3, PAGE_ALIGN + 7)] {
+    fn touched_slots_hold_every_slot_zeroed() {
+        for (slots, slot_bytes) in [(2, 150_528 * 3), (2, 1), (3, (2 << 20) + 7)] {
             let touched = TouchedSlots::beside_and_taken(slots, slot_bytes);
-            let range = touched.range();
-            let start = touched.memory.as_ptr() as usize + range.start;
-            assert_eq!(start % PAGE_ALIGN, 0, "{slots} x {slot_bytes}");
-            assert_eq!(range.len(), slots * slot_bytes);
-            // No page of the range reaches past the buffer.
-            assert!(
-                (start + range.len()).next_multiple_of(PAGE_ALIGN)
-                    <= touched.memory.as_ptr() as usize + touched.memory.len()
-            );
-            assert!(touched.memory.iter().all(|&b| b == TOUCH_BYTE));
+            let memory = touched.pages.as_slice();
+            assert!(memory.len() >= slots * slot_bytes, "{slots} x {slot_bytes}");
+            assert!(memory.iter().all(|&b| b == 0));
         }
     }
 
