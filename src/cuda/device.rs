@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
 
 use cudarc::driver::{
     sys, CudaContext, CudaModule, CudaSlice, CudaStream, DeviceRepr, DriverError,
@@ -12,6 +13,7 @@ use cudarc::nvrtc::{compile_ptx_with_opts, CompileError, CompileOptions, Ptx};
 use super::kernel_cache::{CacheKey, KernelCache, Toolchain};
 use super::{guarded, probe};
 use crate::error::{CudaUnavailable, Error, Result};
+use crate::Device;
 
 /// The device's primary context, created once per process and kept: pipelines built one after
 /// another (train and validation, one per epoch) then pay the context's creation (~0.3 s) once,
@@ -28,6 +30,55 @@ fn shared_context(ordinal: usize) -> Result<Arc<CudaContext>> {
     let context = guarded("creating the CUDA context", || CudaContext::new(ordinal))?;
     contexts.insert(ordinal, context.clone());
     Ok(context)
+}
+
+/// A CUDA device's context being made on a thread of its own ([`Device::open_early`]); dropping
+/// it waits for the thread, so that no driver call is left under way.
+#[must_use = "dropping it waits for the context"]
+#[derive(Debug)]
+pub struct DeviceOpening {
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for DeviceOpening {
+    fn drop(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Device {
+    /// Starts making this device's CUDA context on a thread of its own, so that a pipeline built
+    /// on it later finds the context made: the driver's start and the context take about a
+    /// quarter of a second, which a caller can spend listing its source (a large folder, a
+    /// bucket). Keep the value until the pipeline is built. Nothing to do for the CPU; where
+    /// CUDA cannot be used, nothing happens here and the pipeline's build says why.
+    ///
+    /// ```
+    /// use gpufeed::{Device, Pipeline, Source};
+    ///
+    /// let device = Device::Cpu; // Device::Cuda(0) for the GPU
+    /// let opening = device.open_early();
+    /// let source = Source::directory("assets")?;
+    /// let pipeline = Pipeline::builder().source(source).device(device).build()?;
+    /// drop(opening);
+    /// # Ok::<(), gpufeed::Error>(())
+    /// ```
+    pub fn open_early(self) -> DeviceOpening {
+        let thread = match self {
+            Device::Cuda(ordinal) => std::thread::Builder::new()
+                .name("gpufeed-device-open".into())
+                .spawn(move || {
+                    if probe().is_ok_and(|info| ordinal < info.device_count) {
+                        let _ = shared_context(ordinal);
+                    }
+                })
+                .ok(),
+            Device::Cpu => None,
+        };
+        DeviceOpening { thread }
+    }
 }
 
 /// Copies `data` into `buffer` on `stream`, allocating the buffer first when there is none or it

@@ -23,6 +23,7 @@ use cudarc::driver::{CudaContext, DriverError};
 use crate::error::{panic_message, CudaUnavailable, Error, Result};
 
 pub(crate) use augment::DeviceAugmenter;
+pub use device::DeviceOpening;
 #[cfg(test)]
 pub(crate) use device::{compile_ptx, compile_through, Compiled};
 pub(crate) use device::{upload_reusing, Gpu, KernelSource};

@@ -564,6 +564,8 @@ fn run_and_summarize(
     summarized: &mut bool,
 ) -> Result<Device> {
     let (shard, local_gpu) = args.shard()?;
+    // The device's context is made while the source is listed.
+    let device_opening = args.device(local_gpu).open_early();
     let opening = Instant::now();
     let source = args.source()?;
     let open_seconds = opening.elapsed().as_secs_f64();
@@ -629,6 +631,7 @@ fn run_and_summarize(
     }
     .map_err(flag_names)?;
     let setup_seconds = setup.elapsed().as_secs_f64();
+    drop(device_opening);
     if let Some(why) = pipeline.cpu_fallback() {
         eprintln!(
             "gpufeed: CUDA is not available: {why}\ngpufeed: running the CPU stages and the CPU \
