@@ -414,18 +414,23 @@ impl Shared {
         }
         state.generation += 1;
         let order_len = work.order.len();
+        // The lookahead runs from the first position the lane is offered: where the CPU lane
+        // took every position before it (the images it finished while the device opened), the
+        // lane works on its own ahead of them while the batches take them.
+        let first = work.share.first_offered();
         state.work = Some(Arc::new(Work {
             lane: work,
             generation: state.generation,
         }));
         state.next_start = 0;
-        state.limit = self.limits.lookahead.min(order_len);
+        state.limit = first.saturating_add(self.limits.lookahead).min(order_len);
         self.changed.notify_all();
         Ok(())
     }
 
     /// The batches have taken every position before `position`: the lane works up to its
-    /// lookahead past it, within the epoch's planned positions (past them only when asked).
+    /// lookahead past it (or past the first position it is offered, if later), within the
+    /// epoch's planned positions (past them only when asked).
     pub fn advance(&self, position: usize) {
         let mut state = self.lock();
         let planned = state.work.as_ref().map_or(0, |w| w.lane.order.len());

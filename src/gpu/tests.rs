@@ -954,3 +954,86 @@ fn a_lane_without_its_engines_decodes_every_image_on_its_assisted_path() {
     }
     assert!(made.iter().any(|&m| m), "the lane made nothing");
 }
+
+/// A lane offered images only from a later position (the CPU lane took every one before it,
+/// finished while the device opened) works ahead from there before the batches reach it, up to
+/// its lookahead past that position, and gives each image as the batches come to it.
+#[test]
+fn a_lane_offered_images_from_a_later_position_works_ahead_from_there() {
+    let Some(gpu) = test_gpu("a_lane_offered_images_from_a_later_position_works_ahead_from_there")
+    else {
+        return;
+    };
+    let resize = ResizeOptions::default();
+    let geometry = Geometry::new(&resize);
+    let batch_size = 16;
+    let first = 4 * lookahead(batch_size);
+    let offered = 48;
+    let files: Vec<Vec<u8>> = large_photos(11)
+        .into_iter()
+        .filter(|(name, _)| name.starts_with("small"))
+        .map(|(_, bytes)| bytes)
+        .collect();
+    assert_eq!(files.len(), 2);
+    let mut lane = open_lane(&gpu, &geometry, batch_size, false);
+    let stream = gpu.stream();
+    let source = Arc::new(Source::bytes(
+        files
+            .iter()
+            .enumerate()
+            .map(|(i, bytes)| (format!("file {i}"), bytes.clone())),
+    ));
+    let order = Arc::new(EpochOrder::new(
+        (0..first + offered).map(|p| p % files.len()).collect(),
+    ));
+    let share = Arc::new(ShareSchedule::new(0.0));
+    share.set_from(first, 1.0);
+    lane.begin(
+        stream,
+        LaneWork {
+            source,
+            order,
+            share,
+            epoch: 0,
+            refused: None,
+        },
+    )
+    .expect("begin");
+    // No batch has taken a position yet (no `advance`): the lane decodes on its own.
+    let waited = std::time::Instant::now();
+    while lane.activity().decoded < offered as u64 {
+        assert!(
+            waited.elapsed() < std::time::Duration::from_secs(60),
+            "the lane decoded {} of the {offered} images from position {first} on its own",
+            lane.activity().decoded
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let image = lane.image_bytes;
+    let mut outputs = Vec::new();
+    for p in first..first + offered {
+        match lane.result(p) {
+            LaneResult::Decoded(output) => outputs.push((output, p - first)),
+            LaneResult::Refused => panic!("position {p} refused"),
+        }
+    }
+    let mut out = stream
+        .clone_htod(&vec![0xA5u8; image * offered])
+        .expect("poisoned output");
+    lane.gather(stream, &outputs, &mut out).expect("gather");
+    lane.release(stream, outputs.into_iter().map(|(o, _)| o))
+        .expect("release");
+    let got = stream.clone_dtoh(&out).expect("download");
+    let names: Vec<String> = (first..first + offered)
+        .map(|p| format!("position {p}"))
+        .collect();
+    let cpu_lane = (0..offered).map(|k| {
+        let mut want = vec![0u8; image];
+        let file = &files[(first + k) % files.len()];
+        prepare_image(file, &DecodeOptions::default(), &resize, &mut want).expect("cpu");
+        (k, names[k].as_str(), want)
+    });
+    // The engines' IDCT, within the bars of `the_lane_decodes_like_the_cpu_lane`.
+    let (mean, p999) = differences_from_the_cpu_lane(&got, image, cpu_lane, 1.5);
+    assert!(mean <= 0.5 && p999 <= 3, "mean {mean:.3}, p99.9 {p999}");
+}

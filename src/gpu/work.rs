@@ -56,6 +56,16 @@ impl ShareSchedule {
         steps.push((from, share));
     }
 
+    /// The first position from which the GPU lane is offered any image (0 where it is offered
+    /// none).
+    pub fn first_offered(&self) -> usize {
+        let steps = self.steps.read().unwrap_or_else(|e| e.into_inner());
+        steps
+            .iter()
+            .find(|&&(_, share)| share > 0.0)
+            .map_or(0, |&(from, _)| from)
+    }
+
     /// Whether the image at `position` of the order, source index `index`, is offered to the
     /// GPU lane.
     pub fn offers(&self, position: usize, index: usize) -> bool {
@@ -141,11 +151,15 @@ mod tests {
     fn a_schedule_gives_each_position_the_share_of_its_step() {
         let schedule = ShareSchedule::new(0.0);
         assert_eq!(schedule.at(0), 0.0);
+        assert_eq!(schedule.first_offered(), 0);
         schedule.set_from(640, 0.5);
+        assert_eq!(schedule.first_offered(), 640);
         assert_eq!((schedule.at(639), schedule.at(640)), (0.0, 0.5));
         schedule.set_from(2_000, 0.75);
         assert_eq!(schedule.at(1_999), 0.5);
         assert_eq!(schedule.at(5_000), 0.75);
+        assert_eq!(schedule.first_offered(), 640);
+        assert_eq!(ShareSchedule::new(0.75).first_offered(), 0);
         // A step never reaches back before the last one.
         schedule.set_from(100, 0.25);
         assert_eq!(schedule.at(1_000), 0.5);
