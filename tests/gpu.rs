@@ -1345,6 +1345,55 @@ fn cpu_lane_images_upload_from_page_locked_memory_of_their_own() {
     );
 }
 
+/// The images the CPU lane finishes while the device opens (its reach, here the whole epoch of
+/// 300 images) are laid out by position and page-locked in place at the first batch: the batches
+/// upload those from where they lie instead of copying them into the staging, and the epoch's
+/// output is the CPU device's, byte for byte; so is the next epoch's, made without them.
+#[test]
+fn images_made_while_the_device_opens_upload_from_where_they_lie() {
+    let _serial = serial();
+    if !gpu_present("images_made_while_the_device_opens_upload_from_where_they_lie") {
+        return;
+    }
+    let mut photos: Vec<_> = std::fs::read_dir("assets")
+        .expect("assets/")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jpg"))
+        .collect();
+    photos.sort();
+    assert!(!photos.is_empty());
+    let images = 300;
+    let builder = |device| {
+        Pipeline::builder()
+            .source(Source::paths(photos.iter().cycle().take(images).cloned()))
+            .batch_size(16)
+            .decode(Decode::Cpu)
+            .dtype(DType::F32)
+            .device(device)
+    };
+    let mut gpu = builder(Device::Cuda(0)).build().expect("build");
+    let mut cpu = builder(Device::Cpu).build().expect("build");
+    for epoch in 0..2 {
+        let (gpu_ids, gpu_values, report) = read_epoch(&mut gpu);
+        let (cpu_ids, cpu_values, _) = read_epoch(&mut cpu);
+        assert_eq!(report.images, images);
+        assert_eq!(gpu_ids, cpu_ids, "epoch {epoch}: the same images in order");
+        assert!(
+            gpu_values == cpu_values,
+            "epoch {epoch}: the output differs from the CPU device's"
+        );
+        if epoch == 0 {
+            // At the first batch the lane had begun an image on each of its threads at least,
+            // and the page-locked part reaches the huge page past them: a batch's worth.
+            let copied = gpu.profile().get(Stage::StagingCopy).count;
+            assert!(
+                copied <= (images - 16) as u64,
+                "{copied} of the first epoch's {images} images copied into the staging"
+            );
+        }
+    }
+}
+
 /// One epoch of `pipeline`: its ids, its values and its report.
 fn read_epoch(pipeline: &mut Pipeline) -> (Vec<String>, Vec<f32>, EpochReport) {
     let (mut ids, mut values) = (Vec::new(), Vec::new());

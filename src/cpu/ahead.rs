@@ -17,10 +17,12 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
+use cudarc::driver::CudaContext;
+
 use super::prepare::ImageTask;
 use super::priority::ThreadPriority;
 use super::stage::LaneCore;
-use crate::cuda::PinnedImage;
+use crate::cuda::{PinnedImage, PositionedImage, PositionedImages};
 use crate::error::{Error, ItemErrorKind, Result};
 use crate::geometry::CropDraw;
 use crate::order::EpochOrder;
@@ -50,6 +52,10 @@ pub(crate) enum AheadImage {
     Heap(Vec<u8>),
     /// Page-locked memory: the batch uploads it from here.
     Pinned(PinnedImage),
+    /// The image's place among the images laid out by position while the device opened
+    /// ([`CpuAhead::reach`]): the batch uploads it from there once that memory is page-locked
+    /// ([`CpuAhead::lock_positioned`]), and copies it until then.
+    Positioned(PositionedImage),
 }
 
 impl AheadImage {
@@ -58,6 +64,7 @@ impl AheadImage {
         match self {
             AheadImage::Heap(bytes) => bytes,
             AheadImage::Pinned(image) => image.as_mut_slice(),
+            AheadImage::Positioned(image) => image.as_mut_slice(),
         }
     }
 }
@@ -94,6 +101,12 @@ struct State {
     /// The position the lane reaches to: once the batches pass it, the lane keeps the
     /// lookahead's buffers again.
     reach: usize,
+    /// The images of the reach's positions, laid out by position, while the reach lasts.
+    positioned: Option<Arc<PositionedImages>>,
+    /// Those images once the reach is over: a thread of the lane lets their memory go once no
+    /// image of them is left (unlocking and unmapping it takes milliseconds, which the batches'
+    /// thread is spared).
+    retired: Option<Arc<PositionedImages>>,
     stop: bool,
     alive: usize,
     /// Threads that may prepare images at once (the others wait), and those preparing now.
@@ -137,6 +150,17 @@ impl Shared {
             if state.stop {
                 return None;
             }
+            if state
+                .retired
+                .as_ref()
+                .is_some_and(|retired| Arc::strong_count(retired) == 1)
+            {
+                let retired = state.retired.take();
+                drop(state);
+                drop(retired);
+                state = self.lock();
+                continue;
+            }
             if state.working < state.active {
                 if let Some(task) = self.take(&mut state) {
                     state.working += 1;
@@ -172,6 +196,10 @@ impl Shared {
                 }
             }
         };
+        let positioned = state.positioned.as_ref().and_then(|p| p.take(position));
+        if let Some(image) = positioned {
+            return Some((current, position, AheadImage::Positioned(image)));
+        }
         let buffer = match state.pinned.pop() {
             Some(image) => AheadImage::Pinned(image),
             None => match state.free.pop() {
@@ -250,6 +278,8 @@ impl CpuAhead {
                 pinned_complete: false,
                 max_buffers: max_buffers.max(threads),
                 reach: 0,
+                positioned: None,
+                retired: None,
                 stop: false,
                 alive: threads,
                 active: threads,
@@ -297,7 +327,7 @@ impl CpuAhead {
             .drain()
             .filter_map(|(_, r)| r.ok().map(|(buffer, _)| buffer))
             .collect();
-        let mut freed: Vec<Vec<u8>> = returned
+        let freed: Vec<AheadImage> = returned
             .into_iter()
             .filter_map(|buffer| state.recycle(buffer))
             .collect();
@@ -309,21 +339,29 @@ impl CpuAhead {
         }));
         state.next = 0;
         state.limit = self.shared.lookahead.min(order_len);
-        freed.extend(self.shared.settle(&mut state));
+        let settled = self.shared.settle(&mut state);
         state.handed_back.clear();
         state.asked.clear();
         self.shared.tasks.notify_all();
         drop(state);
         drop(freed);
+        drop(settled);
     }
 
     /// Lets the lane work up to `positions` positions into the current work (within its planned
     /// positions), with a buffer for each, until the batches pass them: while the pipeline's
     /// device opens and no batch can be made, the CPU threads keep working.
+    ///
+    /// The reach's images are laid out by position in a mapping of their own
+    /// ([`PositionedImages`]), which [`CpuAhead::lock_positioned`] page-locks once the device is
+    /// open (where it cannot be mapped, they go to buffers like the others).
     pub fn reach(&self, positions: usize) {
         let mut state = self.shared.lock();
         let planned = state.current.as_ref().map_or(0, |c| c.work.order.len());
         let limit = positions.min(planned);
+        if state.positioned.is_none() && limit > self.shared.lookahead {
+            state.positioned = PositionedImages::new(limit, self.shared.image_bytes).ok();
+        }
         state.max_buffers = state.max_buffers.max(limit);
         state.reach = state.reach.max(limit);
         if limit > state.limit {
@@ -357,12 +395,12 @@ impl CpuAhead {
             state.limit = limit;
             self.shared.tasks.notify_all();
         }
-        let freed = match state.reach > 0 && position >= state.reach {
-            true => self.shared.settle(&mut state),
-            false => Vec::new(),
+        let settled = match state.reach > 0 && position >= state.reach {
+            true => Some(self.shared.settle(&mut state)),
+            false => None,
         };
         drop(state);
-        drop(freed);
+        drop(settled);
     }
 
     /// Position `position`, which the GPU lane was offered, comes back to this lane: it is
@@ -434,6 +472,19 @@ impl CpuAhead {
     /// Returns a result's buffer.
     pub fn give_back(&self, buffer: AheadImage) {
         self.shared.give_back(buffer);
+    }
+
+    /// Page-locks, for `context`'s device, the images laid out by position for the reach, as
+    /// far as the lane has looked (see [`PositionedImages::lock`]); nothing without a reach.
+    pub fn lock_positioned(&self, context: &Arc<CudaContext>) -> Result<()> {
+        let (positioned, looked) = {
+            let state = self.shared.lock();
+            (state.positioned.clone(), state.next)
+        };
+        match positioned {
+            Some(positioned) => positioned.lock(context, looked),
+            None => Ok(()),
+        }
     }
 
     /// Gives the lane page-locked images to prepare into, taken before ordinary buffers; once
@@ -532,22 +583,37 @@ impl Shared {
     }
 
     /// Back to the lookahead's buffers after a [`CpuAhead::reach`]: the free buffers over them,
-    /// to be freed once the lock is released (the others as they are given back).
-    fn settle(&self, state: &mut State) -> Vec<Vec<u8>> {
+    /// to be freed once the lock is released (the others as they are given back), and the images
+    /// laid out by position retired (with any retired before, to be let go of as well).
+    fn settle(&self, state: &mut State) -> Settled {
         state.reach = 0;
         state.max_buffers = self.max_buffers;
         let over = state.buffers.saturating_sub(state.max_buffers);
         let kept = state.free.len() - over.min(state.free.len());
         let freed = state.free.split_off(kept);
         state.buffers -= freed.len();
-        freed
+        let retired = match state.positioned.take() {
+            Some(positioned) => state.retired.replace(positioned),
+            None => None,
+        };
+        Settled {
+            _freed: freed,
+            _retired: retired,
+        }
     }
 }
 
+/// What a [`Shared::settle`] lets go of, dropped once the lock is released.
+struct Settled {
+    _freed: Vec<Vec<u8>>,
+    _retired: Option<Arc<PositionedImages>>,
+}
+
 impl State {
-    /// A buffer back to the free list; an ordinary one is returned instead, to be freed, while
-    /// more of them exist than the lane keeps or once it has all its page-locked images.
-    fn recycle(&mut self, buffer: AheadImage) -> Option<Vec<u8>> {
+    /// A buffer back to the free list; returned instead, to be freed once the lock is released:
+    /// an ordinary one while more of them exist than the lane keeps or once it has all its
+    /// page-locked images, and a positioned one (each position serves once).
+    fn recycle(&mut self, buffer: AheadImage) -> Option<AheadImage> {
         match buffer {
             AheadImage::Pinned(image) => {
                 self.pinned.push(image);
@@ -555,12 +621,13 @@ impl State {
             }
             AheadImage::Heap(buffer) if self.buffers > self.max_buffers || self.pinned_complete => {
                 self.buffers -= 1;
-                Some(buffer)
+                Some(AheadImage::Heap(buffer))
             }
             AheadImage::Heap(buffer) => {
                 self.free.push(buffer);
                 None
             }
+            positioned @ AheadImage::Positioned(_) => Some(positioned),
         }
     }
 }
@@ -634,19 +701,52 @@ mod tests {
     }
 
     #[test]
-    fn a_reach_works_past_the_lookahead_and_its_buffers_go_once_the_batches_pass_it() {
+    fn a_reach_works_past_the_lookahead_laid_out_by_position_and_goes_once_the_batches_pass_it() {
         let ahead = lane(40);
         ahead.reach(30);
         assert_eq!(
             settled(&ahead),
-            (30, 30, 30),
-            "every position reached, a buffer each"
+            (30, 30, 0),
+            "every position reached, laid out by position, no buffer"
         );
-        take(&ahead, 0, 30);
-        let state = ahead.shared.lock();
-        assert_eq!(state.reach, 0, "the reach is over");
-        assert!(state.buffers <= BUFFERS, "{} buffers kept", state.buffers);
-        assert!(state.free.len() <= state.buffers);
+        let image = |position: usize| -> Vec<u8> {
+            ahead.advance(position);
+            match ahead.result(position) {
+                Some(Ok((AheadImage::Positioned(image), _))) => {
+                    let bytes = image.as_slice().to_vec();
+                    ahead.give_back(AheadImage::Positioned(image));
+                    bytes
+                }
+                Some(Ok((AheadImage::Heap(bytes), _))) if position >= 30 => {
+                    let copy = bytes.clone();
+                    ahead.give_back(AheadImage::Heap(bytes));
+                    copy
+                }
+                other => panic!("position {position}: {:?}", other.map(|r| r.err())),
+            }
+        };
+        let laid_out: Vec<Vec<u8>> = (0..30).map(image).collect();
+        ahead.advance(30);
+        {
+            let state = ahead.shared.lock();
+            assert_eq!(state.reach, 0, "the reach is over");
+            assert!(state.positioned.is_none());
+            assert!(state.buffers <= BUFFERS, "{} buffers kept", state.buffers);
+            assert!(state.free.len() <= state.buffers);
+        }
+        // Past the reach, images go to buffers, and come out the same.
+        let buffered = image(30);
+        assert!(laid_out.iter().all(|bytes| *bytes == buffered));
+        // No image of the reach is left: a thread of the lane lets their memory go.
+        let started = Instant::now();
+        while ahead.shared.lock().retired.is_some() {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the reach's images were kept"
+            );
+            ahead.advance(31);
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     #[test]

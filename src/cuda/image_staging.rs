@@ -16,6 +16,7 @@ use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtrMut
 
 use super::guarded;
 use super::page_locked::{PageLocked, HUGE_PAGE};
+use super::positioned::PositionedImage;
 use crate::error::{Error, Result};
 
 /// Images a chunk of page-locked memory holds at least: more where its whole huge pages hold
@@ -183,31 +184,39 @@ pub(crate) fn upload_images(
     Ok(bytes * images.len())
 }
 
-/// Pinned images whose uploads are queued, batch by batch, until the stream is past them.
+/// Page-locked images whose uploads are queued, batch by batch, until the stream is past them:
+/// the CPU lane's images of its own, and those it laid out by position.
 #[derive(Default)]
 pub(crate) struct ImagesInFlight {
-    batches: std::collections::VecDeque<(CudaEvent, Vec<PinnedImage>)>,
+    batches: std::collections::VecDeque<(CudaEvent, Vec<PinnedImage>, Vec<PositionedImage>)>,
 }
 
 impl ImagesInFlight {
-    /// Records on `stream`, after the uploads of `images` queued there, when they are done.
-    pub fn push(&mut self, stream: &Arc<CudaStream>, images: Vec<PinnedImage>) -> Result<()> {
-        if images.is_empty() {
+    /// Records on `stream`, after the uploads of `images` and `positioned` queued there, when
+    /// they are done.
+    pub fn push(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        images: Vec<PinnedImage>,
+        positioned: Vec<PositionedImage>,
+    ) -> Result<()> {
+        if images.is_empty() && positioned.is_empty() {
             return Ok(());
         }
         let event = stream
             .record_event(None)
             .map_err(|e| Error::cuda("recording an upload of images", e))?;
-        self.batches.push_back((event, images));
+        self.batches.push_back((event, images, positioned));
         Ok(())
     }
 
     /// The images whose uploads are done, waiting for the oldest batches' until at most
     /// `pending` batches are left in flight (their uploads were queued a batch ago or more:
-    /// done long since, as a rule).
+    /// done long since, as a rule). The positioned images done are dropped (each position
+    /// serves once).
     pub fn reclaim(&mut self, pending: usize) -> Result<Vec<PinnedImage>> {
         let mut done = Vec::new();
-        while let Some((event, _)) = self.batches.front() {
+        while let Some((event, _, _)) = self.batches.front() {
             let complete = match self.batches.len() > pending {
                 true => event
                     .synchronize()
@@ -220,7 +229,7 @@ impl ImagesInFlight {
             if !complete {
                 break;
             }
-            if let Some((_, images)) = self.batches.pop_front() {
+            if let Some((_, images, _)) = self.batches.pop_front() {
                 done.extend(images);
             }
         }
@@ -231,7 +240,7 @@ impl ImagesInFlight {
 impl Drop for ImagesInFlight {
     fn drop(&mut self) {
         // The page-locked memory must outlive any copy still reading it.
-        for (event, _) in &self.batches {
+        for (event, _, _) in &self.batches {
             let _ = event.synchronize();
         }
     }

@@ -13,6 +13,7 @@ mod image_staging;
 mod kernel_cache;
 mod normalize;
 mod page_locked;
+mod positioned;
 mod staging;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -30,6 +31,7 @@ pub(crate) use device::{upload_reusing, Gpu, KernelSource};
 pub(crate) use image_staging::{upload_images, ImagesInFlight, PinnedChunks, PinnedImage};
 pub use normalize::{NormalizeTuning, Normalizer};
 pub(crate) use page_locked::PageLocked;
+pub(crate) use positioned::{upload_positioned, PositionedImage, PositionedImages};
 pub(crate) use staging::{SlotsComing, StagingRing, TouchedSlots};
 
 /// What a machine offers for CUDA work.

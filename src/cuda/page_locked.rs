@@ -61,6 +61,23 @@ impl HostPages {
         bytes: usize,
         cancel: &AtomicBool,
     ) -> Result<Option<HostPages>, DriverError> {
+        let pages = HostPages::map(bytes)?;
+        for step in (0..pages.bytes).step_by(TOUCH_STEP) {
+            if cancel.load(Ordering::Relaxed) {
+                return Ok(None);
+            }
+            for page in (step..pages.bytes.min(step + TOUCH_STEP)).step_by(SMALL_PAGE) {
+                // SAFETY: `page < bytes`: inside the memory handed out, which nothing else
+                // reaches yet. A volatile write, so that the fault is not left out.
+                unsafe { pages.start.as_ptr().add(page).write_volatile(0) };
+            }
+        }
+        Ok(Some(pages))
+    }
+
+    /// At least `bytes` bytes (whole huge pages, at least one), mapped but not touched: each page
+    /// is faulted in where it is first written.
+    pub fn map(bytes: usize) -> Result<HostPages, DriverError> {
         let bytes = bytes
             .max(1)
             .checked_next_multiple_of(HUGE_PAGE)
@@ -82,26 +99,21 @@ impl HostPages {
         // SAFETY: `offset <= HUGE_PAGE`, so the start lies inside the mapping with `bytes`
         // after it (`mapping_bytes = bytes + HUGE_PAGE`).
         let start = unsafe { mapping.add(offset) };
-        let pages = HostPages {
+        // SAFETY: the range lies inside the mapping just made; advice changes no contents. Where
+        // the system gives no huge pages the advice fails and the pages stay small.
+        let _ = unsafe { madvise(start.as_ptr().cast(), bytes, Advice::LinuxHugepage) };
+        Ok(HostPages {
             mapping,
             mapping_bytes,
             start,
             bytes,
-        };
-        // SAFETY: the range lies inside the mapping just made; advice changes no contents. Where
-        // the system gives no huge pages the advice fails and the pages stay small.
-        let _ = unsafe { madvise(start.as_ptr().cast(), bytes, Advice::LinuxHugepage) };
-        for step in (0..bytes).step_by(TOUCH_STEP) {
-            if cancel.load(Ordering::Relaxed) {
-                return Ok(None);
-            }
-            for page in (step..bytes.min(step + TOUCH_STEP)).step_by(SMALL_PAGE) {
-                // SAFETY: `page < bytes`: inside the memory handed out, which nothing else
-                // reaches yet. A volatile write, so that the fault is not left out.
-                unsafe { start.as_ptr().add(page).write_volatile(0) };
-            }
-        }
-        Ok(Some(pages))
+        })
+    }
+
+    /// The first byte: for the page-locked images of a mapping shared by position
+    /// ([`super::image_staging`]), which reach their own parts of it through it.
+    pub(super) fn start(&self) -> NonNull<u8> {
+        self.start
     }
 
     /// The bytes.

@@ -31,7 +31,9 @@ use cudarc::driver::{CudaSlice, CudaStream};
 use crate::background::Background;
 use crate::batch::DecodedBy;
 use crate::cpu::{AheadImage, AheadWork, BatchRequest, CpuAhead, Filled, Staging};
-use crate::cuda::{upload_images, ImagesInFlight, PinnedChunks, PinnedImage};
+use crate::cuda::{
+    upload_images, upload_positioned, ImagesInFlight, PinnedChunks, PinnedImage, PositionedImage,
+};
 use crate::error::{Error, Result};
 use crate::gpu::{
     GpuLane, GpuLaneError, LaneOutput, LaneResult, LaneWork, ShareSchedule, MAX_SPAN,
@@ -132,6 +134,9 @@ pub(crate) struct HybridLanes {
     pinning_failed: Option<String>,
     /// The CPU lane's page-locked images of batches whose uploads are queued.
     in_flight: ImagesInFlight,
+    /// Whether the CPU lane's images laid out by position while the device opened were
+    /// page-locked (or could not be), at the first batch.
+    positioned_locked: bool,
     /// How long the batches copy the CPU lane's images, against how long they wait for the lanes.
     copying: CopyMeter,
 }
@@ -177,6 +182,7 @@ pub(crate) struct HybridFilled {
 pub(crate) struct Unstaged {
     pub gpu: Vec<(LaneOutput, usize)>,
     pub pinned: Vec<(PinnedImage, usize)>,
+    pub positioned: Vec<(PositionedImage, usize)>,
 }
 
 impl Unstaged {
@@ -190,6 +196,9 @@ impl Unstaged {
     ) -> Result<()> {
         for (image, _) in self.pinned {
             ahead.give_back(AheadImage::Pinned(image));
+        }
+        for (image, _) in self.positioned {
+            ahead.give_back(AheadImage::Positioned(image));
         }
         match lane {
             Some(lane) => lane.discard(stream, self.gpu.into_iter().map(|(o, _)| o).collect()),
@@ -241,6 +250,7 @@ impl HybridLanes {
             pinning: None,
             pinning_failed: None,
             in_flight: ImagesInFlight::default(),
+            positioned_locked: false,
             copying: CopyMeter::default(),
         }
     }
@@ -375,6 +385,14 @@ impl HybridLanes {
         // The pinned images of the batch before last are uploaded by now, as a rule.
         for image in self.in_flight.reclaim(1)? {
             self.ahead.give_back(AheadImage::Pinned(image));
+        }
+        if !self.positioned_locked {
+            // The images the CPU lane finished while the device opened are uploaded from where
+            // they lie, rather than copied into the staging.
+            self.positioned_locked = true;
+            if let Err(e) = self.ahead.lock_positioned(self.stream.context()) {
+                self.pinning_failed = Some(e.to_string());
+            }
         }
         self.poll_gpu();
         self.start_gpu_lane(request.start)?;
@@ -545,6 +563,19 @@ impl HybridLanes {
                     unstaged.pinned.push((image, place));
                     Ok(draw)
                 }
+                Some(Ok((AheadImage::Positioned(image), draw))) if image.is_locked() => {
+                    unstaged.positioned.push((image, place));
+                    Ok(draw)
+                }
+                Some(Ok((AheadImage::Positioned(image), draw))) => {
+                    let copying = Instant::now();
+                    staging.pixels[place * image_bytes..(place + 1) * image_bytes]
+                        .copy_from_slice(image.as_slice());
+                    waits.copy += copying.elapsed();
+                    waits.copied += 1;
+                    ahead.give_back(AheadImage::Positioned(image));
+                    Ok(draw)
+                }
                 Some(Ok((AheadImage::Heap(pixels), draw))) => {
                     let copying = Instant::now();
                     staging.pixels[place * image_bytes..(place + 1) * image_bytes]
@@ -611,21 +642,28 @@ impl DeviceWrites for UnstagedWrites<'_> {
     fn places(&self) -> Vec<usize> {
         let gpu = self.unstaged.gpu.iter().map(|&(_, place)| place);
         let pinned = self.unstaged.pinned.iter().map(|&(_, place)| place);
-        let mut places: Vec<usize> = gpu.chain(pinned).collect();
+        let positioned = self.unstaged.positioned.iter().map(|&(_, place)| place);
+        let mut places: Vec<usize> = gpu.chain(pinned).chain(positioned).collect();
         places.sort_unstable();
         places
     }
 
     fn write(&mut self, stream: &Arc<CudaStream>, input: &mut CudaSlice<u8>) -> Result<usize> {
         let pinned = std::mem::take(&mut self.unstaged.pinned);
+        let positioned = std::mem::take(&mut self.unstaged.positioned);
         let uploaded = match self.in_flight.as_deref_mut() {
             Some(in_flight) => {
-                let queued = upload_images(stream, &pinned, input);
+                let queued = upload_images(stream, &pinned, input)
+                    .and_then(|images| Ok(images + upload_positioned(stream, &positioned, input)?));
                 // Kept until the stream is past what was queued, even if it failed part way.
-                in_flight.push(stream, pinned.into_iter().map(|(image, _)| image).collect())?;
+                in_flight.push(
+                    stream,
+                    pinned.into_iter().map(|(image, _)| image).collect(),
+                    positioned.into_iter().map(|(image, _)| image).collect(),
+                )?;
                 queued?
             }
-            None if pinned.is_empty() => 0,
+            None if pinned.is_empty() && positioned.is_empty() => 0,
             None => {
                 return Err(Error::Worker(
                     "page-locked images for a batch with nothing to keep them in".into(),
