@@ -58,10 +58,22 @@ fn look_for_cuda() -> Result<CudaInfo> {
     if !library_loads(&["cuda", "nvcuda"]) {
         return Err(CudaUnavailable::NoDriverLibrary.into());
     }
-    if !library_loads(&["nvrtc"]) {
+    // NVRTC (5-8 ms to load) is looked for beside the driver's start, which it does not need.
+    let (nvrtc, count) = std::thread::scope(|scope| {
+        let nvrtc = std::thread::Builder::new()
+            .name("gpufeed-nvrtc-probe".into())
+            .spawn_scoped(scope, || library_loads(&["nvrtc"]));
+        let count = guarded("counting CUDA devices", CudaContext::device_count);
+        let nvrtc = match nvrtc {
+            Ok(thread) => thread.join().unwrap_or(false),
+            Err(_) => library_loads(&["nvrtc"]),
+        };
+        (nvrtc, count)
+    });
+    if !nvrtc {
         return Err(CudaUnavailable::NoNvrtc.into());
     }
-    let count = guarded("counting CUDA devices", CudaContext::device_count)?;
+    let count = count?;
     if count <= 0 {
         return Err(CudaUnavailable::NoDevice.into());
     }
