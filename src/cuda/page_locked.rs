@@ -5,10 +5,9 @@
 //! `cuMemHostAlloc` faults its pages in inside the driver, holding the driver's lock
 //! throughout, so every other thread's call (an upload, a kernel launch, the GPU lane's opening)
 //! waits; and pages of 4 KiB cost again when the process lets them go. Measured with bare
-//! driver calls on the H200 machine, 512 MiB, process start to exit: `cuMemHostAlloc` 180-240 ms
-//! and an exit 40-60 ms longer than a bare context's; the same memory in pages of 4 KiB touched
-//! in 250-290 ms and locked in 24-130 ms; in huge pages touched in 85-110 ms and locked in
-//! 10-13 ms, with an exit no longer than a bare context's.
+//! driver calls on the H200 machine, 512 MiB: `cuMemHostAlloc` 195-239 ms, freed in 48-49 ms;
+//! the same memory in pages of 4 KiB touched in 254-294 ms, locked in 24-132 ms, let go in
+//! 25-28 ms; in huge pages touched in 85-111 ms, locked in 12-13 ms, let go in 9-11 ms.
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
