@@ -154,14 +154,40 @@ pub(crate) fn upload_images(
     let Some(bytes) = images.first().map(|(image, _)| image.bytes) else {
         return Ok(0);
     };
-    if let Some((image, place)) = images
-        .iter()
-        .find(|(image, place)| image.bytes != bytes || (place + 1) * bytes > input.len())
-    {
+    if let Some((image, place)) = images.iter().find(|(image, _)| image.bytes != bytes) {
         return Err(Error::Mismatch(format!(
-            "an image of {} bytes uploaded to place {place} of a {}-byte batch of {bytes}-byte \
-             images",
+            "an image of {} bytes uploaded to place {place} of a batch of {bytes}-byte images",
             image.bytes,
+        )));
+    }
+    let copies = images
+        .iter()
+        .map(|(image, place)| (image.as_slice(), *place));
+    // SAFETY: each source is a pinned image's page-locked bytes, which the caller keeps
+    // untouched until the stream is past this call's work.
+    unsafe { queue_copies(stream, copies, bytes, input) }
+}
+
+/// Queues on `stream` the copy of each `(bytes, place)` of `copies` to `input`, from image
+/// `place` on (in images of `image_bytes`), once every one is checked to fit, and returns the
+/// bytes queued.
+///
+/// # Safety
+/// Each source lies in page-locked memory, and stays alive and unwritten until work recorded
+/// on `stream` after this call has completed.
+pub(super) unsafe fn queue_copies<'a>(
+    stream: &Arc<CudaStream>,
+    copies: impl Iterator<Item = (&'a [u8], usize)> + Clone,
+    image_bytes: usize,
+    input: &mut CudaSlice<u8>,
+) -> Result<usize> {
+    let image_bytes = image_bytes.max(1);
+    if let Some((source, place)) = copies.clone().find(|(source, place)| {
+        source.len() % image_bytes != 0 || place * image_bytes + source.len() > input.len()
+    }) {
+        return Err(Error::Mismatch(format!(
+            "{} bytes uploaded to place {place} of a {}-byte batch of {image_bytes}-byte images",
+            source.len(),
             input.len()
         )));
     }
@@ -170,18 +196,18 @@ pub(crate) fn upload_images(
         .bind_to_thread()
         .map_err(|e| Error::cuda("binding the device for an upload", e))?;
     let (base, _sync) = input.device_ptr_mut(stream);
-    for (image, place) in images {
-        let dst = base + (place * bytes) as u64;
-        // SAFETY: the destination is `bytes` bytes inside `input` (checked above), kept
-        // borrowed while the copy is queued on `stream`, which orders every later use of it;
-        // the source is the image's page-locked bytes, which the caller keeps untouched until
-        // the stream is past this copy.
-        unsafe {
-            cudarc::driver::result::memcpy_htod_async(dst, image.as_slice(), stream.cu_stream())
-        }
-        .map_err(|e| Error::cuda("uploading an image", e))?;
+    let mut queued = 0;
+    for (source, place) in copies {
+        let dst = base + (place * image_bytes) as u64;
+        // SAFETY: the destination is `source.len()` bytes inside `input` (checked above), kept
+        // borrowed while the copy is queued on `stream`, which orders every later use of it; the
+        // source is page-locked and kept alive and unwritten until the stream is past this copy
+        // (the caller's promise).
+        unsafe { cudarc::driver::result::memcpy_htod_async(dst, source, stream.cu_stream()) }
+            .map_err(|e| Error::cuda("uploading images", e))?;
+        queued += source.len();
     }
-    Ok(bytes * images.len())
+    Ok(queued)
 }
 
 /// Page-locked images whose uploads are queued, batch by batch, until the stream is past them:

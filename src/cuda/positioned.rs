@@ -12,9 +12,10 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream, DevicePtrMut};
+use cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream};
 
 use super::guarded;
+use super::image_staging::queue_copies;
 use super::page_locked::{HostPages, HUGE_PAGE};
 use crate::error::{Error, Result};
 
@@ -146,17 +147,10 @@ impl Drop for PositionedImages {
 
 /// The image of one position of [`PositionedImages`], owned alone: the CPU lane prepares an
 /// image into it, and a batch uploads it from there (once locked) or copies it.
+#[derive(Debug)]
 pub(crate) struct PositionedImage {
     images: Arc<PositionedImages>,
     position: usize,
-}
-
-impl std::fmt::Debug for PositionedImage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PositionedImage")
-            .field("position", &self.position)
-            .finish_non_exhaustive()
-    }
 }
 
 impl PositionedImage {
@@ -204,26 +198,36 @@ pub(crate) fn upload_positioned(
     let Some(bytes) = images.first().map(|(image, _)| image.images.image_bytes) else {
         return Ok(0);
     };
-    if let Some((image, place)) = images.iter().find(|(image, place)| {
-        image.images.image_bytes != bytes || (place + 1) * bytes > input.len() || !image.is_locked()
-    }) {
+    if let Some((image, place)) = images
+        .iter()
+        .find(|(image, _)| image.images.image_bytes != bytes || !image.is_locked())
+    {
         return Err(Error::Mismatch(format!(
-            "the image of position {} (page-locked: {}) uploaded to place {place} of a \
-             {}-byte batch of {bytes}-byte images",
+            "the image of position {} (page-locked: {}) uploaded to place {place} of a batch of \
+             {bytes}-byte images",
             image.position,
             image.is_locked(),
-            input.len()
         )));
     }
-    stream
-        .context()
-        .bind_to_thread()
-        .map_err(|e| Error::cuda("binding the device for an upload", e))?;
-    let (base, _sync) = input.device_ptr_mut(stream);
-    let mut at = 0;
-    while at < images.len() {
-        let (first, place) = (&images[at].0, images[at].1);
-        let count = images[at..]
+    // SAFETY: every run lies in the page-locked part of its mapping (checked above), which the
+    // caller's images keep alive and nothing writes until the stream is past this call's work.
+    unsafe { queue_copies(stream, Runs { images }, bytes, input) }
+}
+
+/// The runs of images whose positions (in one mapping) and places both follow one another:
+/// `(their bytes, the first one's place)`.
+#[derive(Clone)]
+struct Runs<'a> {
+    images: &'a [(PositionedImage, usize)],
+}
+
+impl<'a> Iterator for Runs<'a> {
+    type Item = (&'a [u8], usize);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (first, place) = self.images.first().map(|(image, place)| (image, *place))?;
+        let count = self
+            .images
             .iter()
             .enumerate()
             .take_while(|(k, (image, p))| {
@@ -232,18 +236,12 @@ pub(crate) fn upload_positioned(
                     && *p == place + k
             })
             .count();
-        // SAFETY: `images[at..at + count]` hold every position of the run, and only read them.
+        // SAFETY: `self.images[..count]` hold every position of the run (the caller's images,
+        // borrowed for `'a`), and nothing writes them meanwhile.
         let run = unsafe { first.images.run(first.position, count) };
-        let dst = base + (place * bytes) as u64;
-        // SAFETY: the destination is `count * bytes` bytes inside `input` (each place checked
-        // above), kept borrowed while the copy is queued on `stream`, which orders every later
-        // use of it; the source is page-locked (checked above), and the caller keeps its images
-        // alive and unwritten until the stream is past this copy.
-        unsafe { cudarc::driver::result::memcpy_htod_async(dst, run, stream.cu_stream()) }
-            .map_err(|e| Error::cuda("uploading images", e))?;
-        at += count;
+        self.images = &self.images[count..];
+        Some((run, place))
     }
-    Ok(bytes * images.len())
 }
 
 #[cfg(test)]
@@ -273,6 +271,37 @@ mod tests {
             .map(|i| i.as_slice().as_ptr() as usize)
             .collect();
         assert!(starts.windows(2).all(|w| w[1] - w[0] == 150_528));
+    }
+
+    #[test]
+    fn a_batch_uploads_a_run_for_each_stretch_of_positions_and_places_in_step() {
+        let bytes = 1000;
+        let images = PositionedImages::new(16, bytes).expect("mapped");
+        let other = PositionedImages::new(16, bytes).expect("mapped");
+        let batch: Vec<(PositionedImage, usize)> = [
+            (&images, 0, 0),
+            (&images, 1, 1),
+            (&images, 2, 2),
+            (&images, 5, 3),
+            (&images, 6, 4),
+            (&images, 3, 5),
+            (&images, 7, 7),
+            (&images, 8, 8),
+            (&other, 9, 9),
+        ]
+        .into_iter()
+        .map(|(from, position, place)| (from.take(position).expect("free"), place))
+        .collect();
+        let runs: Vec<(usize, usize)> = Runs { images: &batch }
+            .map(|(run, place)| (run.len() / bytes, place))
+            .collect();
+        assert_eq!(runs, [(3, 0), (2, 3), (1, 5), (2, 7), (1, 9)]);
+        let starts: Vec<*const u8> = Runs { images: &batch }
+            .map(|(run, _)| run.as_ptr())
+            .collect();
+        assert_eq!(starts[0], batch[0].0.as_slice().as_ptr());
+        assert_eq!(starts[1], batch[3].0.as_slice().as_ptr());
+        assert_eq!(starts[4], batch[8].0.as_slice().as_ptr());
     }
 
     #[test]

@@ -82,25 +82,13 @@ fn run_lane_paths(
     files: &[Vec<u8>],
     poison: u8,
 ) -> (Vec<bool>, Vec<bool>, Vec<u8>) {
-    let stream = gpu.stream();
-    let source = Arc::new(Source::bytes(
-        files
-            .iter()
-            .enumerate()
-            .map(|(i, bytes)| (format!("file {i}"), bytes.clone())),
-    ));
-    let order = Arc::new(EpochOrder::new((0..files.len()).collect()));
-    lane.begin(
-        stream,
-        LaneWork {
-            source,
-            order,
-            share: Arc::new(ShareSchedule::new(1.0)),
-            epoch: 0,
-            refused: None,
-        },
-    )
-    .expect("begin");
+    begin_lane(
+        lane,
+        gpu,
+        files,
+        (0..files.len()).collect(),
+        ShareSchedule::new(1.0),
+    );
     lane.advance(files.len());
     let mut made = vec![false; files.len()];
     let mut assisted = vec![false; files.len()];
@@ -112,14 +100,55 @@ fn run_lane_paths(
             *taken = true;
         }
     }
-    let image = lane.image_bytes;
+    let out = gather_outputs(lane, gpu, outputs, files.len(), poison);
+    (made, assisted, out)
+}
+
+/// Begins `lane` on a source of `files` (in memory, named by their index) in `order`, offered
+/// the images `share` says.
+fn begin_lane(
+    lane: &mut GpuLane,
+    gpu: &Gpu,
+    files: &[Vec<u8>],
+    order: Vec<usize>,
+    share: ShareSchedule,
+) {
+    let source = Arc::new(Source::bytes(
+        files
+            .iter()
+            .enumerate()
+            .map(|(i, bytes)| (format!("file {i}"), bytes.clone())),
+    ));
+    lane.begin(
+        gpu.stream(),
+        LaneWork {
+            source,
+            order: Arc::new(EpochOrder::new(order)),
+            share: Arc::new(share),
+            epoch: 0,
+            refused: None,
+        },
+    )
+    .expect("begin");
+}
+
+/// The lane's `outputs` gathered each into its place of `places` images poisoned with `poison`,
+/// released, and downloaded.
+fn gather_outputs(
+    lane: &mut GpuLane,
+    gpu: &Gpu,
+    outputs: Vec<(LaneOutput, usize)>,
+    places: usize,
+    poison: u8,
+) -> Vec<u8> {
+    let stream = gpu.stream();
     let mut out = stream
-        .clone_htod(&vec![poison; image * files.len().max(1)])
+        .clone_htod(&vec![poison; lane.image_bytes * places.max(1)])
         .expect("poisoned output");
     lane.gather(stream, &outputs, &mut out).expect("gather");
     lane.release(stream, outputs.into_iter().map(|(o, _)| o))
         .expect("release");
-    (made, assisted, stream.clone_dtoh(&out).expect("download"))
+    stream.clone_dtoh(&out).expect("download")
 }
 
 /// Whether the lane's coefficient threads take `file`: a progressive JPEG the screen passes,
@@ -976,29 +1005,10 @@ fn a_lane_offered_images_from_a_later_position_works_ahead_from_there() {
         .collect();
     assert_eq!(files.len(), 2);
     let mut lane = open_lane(&gpu, &geometry, batch_size, false);
-    let stream = gpu.stream();
-    let source = Arc::new(Source::bytes(
-        files
-            .iter()
-            .enumerate()
-            .map(|(i, bytes)| (format!("file {i}"), bytes.clone())),
-    ));
-    let order = Arc::new(EpochOrder::new(
-        (0..first + offered).map(|p| p % files.len()).collect(),
-    ));
-    let share = Arc::new(ShareSchedule::new(0.0));
+    let share = ShareSchedule::new(0.0);
     share.set_from(first, 1.0);
-    lane.begin(
-        stream,
-        LaneWork {
-            source,
-            order,
-            share,
-            epoch: 0,
-            refused: None,
-        },
-    )
-    .expect("begin");
+    let order = (0..first + offered).map(|p| p % files.len()).collect();
+    begin_lane(&mut lane, &gpu, &files, order, share);
     // No batch has taken a position yet (no `advance`): the lane decodes on its own.
     let waited = std::time::Instant::now();
     while lane.activity().decoded < offered as u64 {
@@ -1010,20 +1020,13 @@ fn a_lane_offered_images_from_a_later_position_works_ahead_from_there() {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     let image = lane.image_bytes;
-    let mut outputs = Vec::new();
-    for p in first..first + offered {
-        match lane.result(p) {
-            LaneResult::Decoded(output) => outputs.push((output, p - first)),
+    let outputs = (first..first + offered)
+        .map(|p| match lane.result(p) {
+            LaneResult::Decoded(output) => (output, p - first),
             LaneResult::Refused => panic!("position {p} refused"),
-        }
-    }
-    let mut out = stream
-        .clone_htod(&vec![0xA5u8; image * offered])
-        .expect("poisoned output");
-    lane.gather(stream, &outputs, &mut out).expect("gather");
-    lane.release(stream, outputs.into_iter().map(|(o, _)| o))
-        .expect("release");
-    let got = stream.clone_dtoh(&out).expect("download");
+        })
+        .collect();
+    let got = gather_outputs(&mut lane, &gpu, outputs, offered, 0xA5);
     let names: Vec<String> = (first..first + offered)
         .map(|p| format!("position {p}"))
         .collect();
