@@ -76,8 +76,8 @@ impl PositionedImages {
     }
 
     /// Page-locks, for `context`'s device, the images of positions `0..positions` (the pages
-    /// they lie on, whole): those written so far, as a rule, and those being written. Locks
-    /// once: later calls change nothing.
+    /// they lie on, whole): those written so far and those being written, as a rule (pages not
+    /// written yet are faulted in by the locking). Locks once: later calls change nothing.
     pub fn lock(&self, context: &Arc<CudaContext>, positions: usize) -> Result<()> {
         let mut locked_for = self
             .locked_for
