@@ -59,6 +59,15 @@ pub(crate) enum AheadImage {
 }
 
 impl AheadImage {
+    /// The image's bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            AheadImage::Heap(bytes) => bytes,
+            AheadImage::Pinned(image) => image.as_slice(),
+            AheadImage::Positioned(image) => image.as_slice(),
+        }
+    }
+
     /// The image's bytes, to write.
     fn as_mut_slice(&mut self) -> &mut [u8] {
         match self {

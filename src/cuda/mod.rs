@@ -17,7 +17,7 @@ mod positioned;
 mod staging;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use cudarc::driver::{CudaContext, DriverError};
 
@@ -44,9 +44,17 @@ pub struct CudaInfo {
 
 /// Checks, without panicking, that the CUDA driver library and NVRTC can be loaded and that at
 /// least one device exists. The error says which piece is missing. A check that passed is not
-/// made again (loading the libraries takes about 10 ms).
+/// made again (loading the libraries takes about 10 ms), and one under way on another thread
+/// (`Device::open_early`'s) is waited for rather than made beside it.
 pub fn probe() -> Result<CudaInfo> {
     static FOUND: OnceLock<CudaInfo> = OnceLock::new();
+    static LOOKING: Mutex<()> = Mutex::new(());
+    if let Some(found) = FOUND.get() {
+        return Ok(found.clone());
+    }
+    let _looking = LOOKING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     if let Some(found) = FOUND.get() {
         return Ok(found.clone());
     }

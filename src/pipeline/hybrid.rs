@@ -568,22 +568,14 @@ impl HybridLanes {
                     unstaged.positioned.push((image, place));
                     Ok(draw)
                 }
-                Some(Ok((AheadImage::Positioned(image), draw))) => {
+                // Ordinary memory, or laid out by position and not page-locked: copied.
+                Some(Ok((image, draw))) => {
                     let copying = Instant::now();
                     staging.pixels[place * image_bytes..(place + 1) * image_bytes]
                         .copy_from_slice(image.as_slice());
                     waits.copy += copying.elapsed();
                     waits.copied += 1;
-                    ahead.give_back(AheadImage::Positioned(image));
-                    Ok(draw)
-                }
-                Some(Ok((AheadImage::Heap(pixels), draw))) => {
-                    let copying = Instant::now();
-                    staging.pixels[place * image_bytes..(place + 1) * image_bytes]
-                        .copy_from_slice(&pixels);
-                    waits.copy += copying.elapsed();
-                    waits.copied += 1;
-                    ahead.give_back(AheadImage::Heap(pixels));
+                    ahead.give_back(image);
                     Ok(draw)
                 }
                 Some(Err(kind)) => Err(kind),
