@@ -31,9 +31,9 @@ fn out_of_memory() -> DriverError {
     DriverError(sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY)
 }
 
-/// Ordinary host memory in a mapping of its own, its pages faulted in: page-locked by
-/// [`PageLocked::lock`]. Its bytes start zeroed, apart from the one byte of each page that the
-/// touching wrote.
+/// Ordinary host memory in a mapping of its own, its pages faulted in by [`HostPages::touch`]
+/// or where first written ([`HostPages::map`]): page-locked by [`PageLocked::lock`]. Its bytes
+/// start zeroed (the touching writes zeros).
 pub(crate) struct HostPages {
     /// The whole mapping, aligned or not.
     mapping: NonNull<u8>,
@@ -109,8 +109,8 @@ impl HostPages {
         })
     }
 
-    /// The first byte: for the page-locked images of a mapping shared by position
-    /// ([`super::image_staging`]), which reach their own parts of it through it.
+    /// The first byte: for the images laid out by position in one mapping
+    /// ([`super::positioned`]), which reach their own parts of it through it.
     pub(super) fn start(&self) -> NonNull<u8> {
         self.start
     }
@@ -131,7 +131,7 @@ impl HostPages {
 
 impl Drop for HostPages {
     fn drop(&mut self) {
-        // SAFETY: the mapping made in `touch_unless`, owned by `self` alone, unmapped once; no
+        // SAFETY: the mapping made in `HostPages::map`, owned by `self` alone, unmapped once; no
         // reference to its bytes outlives `self`.
         let _ = unsafe { munmap(self.mapping.as_ptr().cast(), self.mapping_bytes) };
     }

@@ -73,7 +73,9 @@ impl ShareSchedule {
     }
 }
 
-/// Most images per call, and about how many the lane is offered per range.
+/// Most images per call of the assisted path and of the engines on small files, and about how
+/// many the lane is offered per range (the engines' calls of large files take more:
+/// [`super::call::LARGE_FILES_CALL_IMAGES`]).
 pub(crate) const CHUNK: usize = 32;
 
 /// Positions per range under `share`: about `images` offered images each (at most

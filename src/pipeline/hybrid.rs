@@ -260,10 +260,9 @@ impl HybridLanes {
     /// its images into the staging than twice their waits for it (pinning memory is slow: 164 MB
     /// allocated page-locked took about 80 ms on the H200 machine, and it holds back the other
     /// threads' calls to the driver meanwhile; where the lane is what the batches wait for, the
-    /// copies cost nothing),
-    /// up to enough for the batch being filled, the one before it (uploading), the lookahead's
-    /// results (the lanes are told of the batches' progress every [`ADVANCE_EVERY`] positions)
-    /// and an image on each thread.
+    /// copies cost nothing), up to enough for the batch being filled, the one before it
+    /// (uploading), the lookahead's results (the lanes are told of the batches' progress every
+    /// [`ADVANCE_EVERY`] positions) and an image on each thread.
     pub fn pin_cpu_images(&mut self, batch_size: usize) {
         let images = 2 * batch_size + self.lookahead + ADVANCE_EVERY + self.ahead.threads();
         let context = self.stream.context().clone();
