@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Many processes on one machine of several GPUs (e.g. two H200s, 32 cores): processes started
-# the torchrun way (RANK, WORLD_SIZE, LOCAL_RANK), each on its own GPU (`--shard env`) with its
-# share of the cores, over one corpus as a folder and as WebDataset tar shards, with CPU and with
-# hybrid decoding:
+# the torchrun way (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE), each on its own GPU
+# (`--shard env`) with its share of the cores, over one corpus as a folder and as WebDataset tar
+# shards, with CPU and with hybrid decoding:
 #   1. every image exactly once across the ranks (the uneven split; checked from the ids each
 #      rank saves, at a small output size so the files stay small);
 #   2. aggregate images/s of WORLD processes at once (all images over the slowest rank's time,
@@ -87,7 +87,7 @@ ranks() {
   local start
   start=$(now)
   for r in $(seq 0 $((world - 1))); do
-    RANK=$r WORLD_SIZE=$world LOCAL_RANK=$r as_rank "$r" "$g" run "$@" --shard env \
+    RANK=$r WORLD_SIZE=$world LOCAL_RANK=$r LOCAL_WORLD_SIZE=$world as_rank "$r" "$g" run "$@" --shard env \
       --threads "$per" --json >>"$log.$r" 2>&1 &
   done
   wait
@@ -142,7 +142,7 @@ for source in ${SOURCES:-folder shards}; do
       one=$("$g" run "$dir" $extra --decode $decode --epochs "$epochs" --json | rate)
       # Rank 0 alone, with its share of the cores and its shard: what each rank would do alone.
       start=$(now)
-      alone=$(RANK=0 WORLD_SIZE=$world LOCAL_RANK=0 as_rank 0 "$g" run "$dir" $extra --decode $decode \
+      alone=$(RANK=0 WORLD_SIZE=$world LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 as_rank 0 "$g" run "$dir" $extra --decode $decode \
         --epochs "$epochs" --shard env --shard-balance uneven --threads "$per" --json | tee /tmp/mg-alone.json | rate)
       alone_wall=$(python3 -c "print($(now) - $start)")
       ranks /tmp/mg.log "$dir" $extra --decode $decode --epochs "$epochs" --shard-balance uneven

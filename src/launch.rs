@@ -5,7 +5,7 @@
 use std::fmt;
 
 use crate::error::{Error, Result};
-use crate::options::{Device, Shard};
+use crate::options::{DecodeOptions, Device, Shard};
 
 /// Which launcher's variables describe the process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -37,13 +37,20 @@ pub struct Launch {
     pub world: usize,
     /// This process's rank on its machine.
     pub local_rank: usize,
+    /// How many of the job's processes run on this machine, where the launcher says
+    /// (torchrun's `LOCAL_WORLD_SIZE`, Slurm's `SLURM_NTASKS_PER_NODE`).
+    pub local_world: Option<usize>,
     /// Whose variables these are.
     pub launcher: Launcher,
 }
 
-/// The variables of each launcher: rank, world, local rank.
+/// The variables of each launcher: rank, world, local rank...
 const TORCHRUN: [&str; 3] = ["RANK", "WORLD_SIZE", "LOCAL_RANK"];
 const SLURM: [&str; 3] = ["SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"];
+
+/// ...and the processes on this machine, which they may leave out.
+const TORCHRUN_LOCAL_WORLD: &str = "LOCAL_WORLD_SIZE";
+const SLURM_LOCAL_WORLD: &str = "SLURM_NTASKS_PER_NODE";
 
 impl Launch {
     /// The launch the environment describes: torchrun's variables when any is set (a torchrun
@@ -57,10 +64,10 @@ impl Launch {
     /// [`Launch::from_env`] with the variables `var` gives.
     pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Launch> {
         let set = |names: &[&str; 3]| names.iter().any(|n| var(n).is_some());
-        let (launcher, names) = if set(&TORCHRUN) {
-            (Launcher::Torchrun, TORCHRUN)
+        let (launcher, names, local_world_name) = if set(&TORCHRUN) {
+            (Launcher::Torchrun, TORCHRUN, TORCHRUN_LOCAL_WORLD)
         } else if set(&SLURM) {
-            (Launcher::Slurm, SLURM)
+            (Launcher::Slurm, SLURM, SLURM_LOCAL_WORLD)
         } else {
             return Err(Error::invalid(
                 "shard",
@@ -70,6 +77,12 @@ impl Launch {
                     SLURM.join("/")
                 ),
             ));
+        };
+        let parse = |name: &str, value: String| -> Result<usize> {
+            value
+                .trim()
+                .parse()
+                .map_err(|_| Error::invalid("shard", format!("{name}={value:?} is not a number")))
         };
         let number = |name: &str| -> Result<usize> {
             let value = var(name).ok_or_else(|| {
@@ -81,15 +94,15 @@ impl Launch {
                     ),
                 )
             })?;
-            value
-                .trim()
-                .parse()
-                .map_err(|_| Error::invalid("shard", format!("{name}={value:?} is not a number")))
+            parse(name, value)
         };
         let launch = Launch {
             rank: number(names[0])?,
             world: number(names[1])?,
             local_rank: number(names[2])?,
+            local_world: var(local_world_name)
+                .map(|value| parse(local_world_name, value))
+                .transpose()?,
             launcher,
         };
         if launch.world == 0 || launch.rank >= launch.world {
@@ -110,12 +123,31 @@ impl Launch {
                 ),
             ));
         }
+        if let Some(local_world) = launch.local_world {
+            if launch.local_rank >= local_world {
+                return Err(Error::invalid(
+                    "shard",
+                    format!(
+                        "{}={} and {local_world_name}={local_world}: the rank on this machine must \
+                         be below the number of processes on it",
+                        names[2], launch.local_rank
+                    ),
+                ));
+            }
+        }
         Ok(launch)
     }
 
     /// This process's part of the source.
     pub fn shard(&self) -> Shard {
         Shard::new(self.rank, self.world)
+    }
+
+    /// `decode` for this process: with other processes of the job on its machine, the GPU
+    /// lane's share kept at [`crate::SHARED_MACHINE_MIN_GPU_SHARE`] or more once the JPEG
+    /// engines join, unless a floor was set ([`DecodeOptions::ranks_on_machine`]).
+    pub fn decode_options(&self, decode: DecodeOptions) -> DecodeOptions {
+        decode.ranks_on_machine(self.local_world.unwrap_or(1))
     }
 
     /// This process's GPU: `cuda:LOCAL_RANK`.
@@ -172,6 +204,52 @@ mod tests {
         ])
         .expect("ok");
         assert_eq!((both.rank, both.world), (9, 16));
+        assert_eq!(
+            (t.local_world, s.local_world, both.local_world),
+            (None, None, None)
+        );
+    }
+
+    /// The processes on this machine, where the launcher says, put a floor under the GPU lane's
+    /// share; one process alone on its machine, or a floor already set, keeps its own.
+    #[test]
+    fn other_ranks_on_the_machine_put_a_floor_under_the_gpu_share() {
+        let four = launch(&[
+            ("RANK", "5"),
+            ("WORLD_SIZE", "8"),
+            ("LOCAL_RANK", "1"),
+            ("LOCAL_WORLD_SIZE", "4"),
+        ])
+        .expect("ok");
+        assert_eq!(four.local_world, Some(4));
+        let floor = four.decode_options(DecodeOptions::default()).min_gpu_share;
+        assert_eq!(floor, Some(crate::SHARED_MACHINE_MIN_GPU_SHARE));
+        let set = DecodeOptions::default().min_gpu_share(Some(0.5));
+        assert_eq!(four.decode_options(set).min_gpu_share, Some(0.5));
+        let slurm = launch(&[
+            ("SLURM_PROCID", "2"),
+            ("SLURM_NTASKS", "4"),
+            ("SLURM_LOCALID", "0"),
+            ("SLURM_NTASKS_PER_NODE", "2"),
+        ])
+        .expect("ok");
+        assert_eq!(slurm.local_world, Some(2));
+        let alone = launch(&[
+            ("RANK", "1"),
+            ("WORLD_SIZE", "2"),
+            ("LOCAL_RANK", "0"),
+            ("LOCAL_WORLD_SIZE", "1"),
+        ])
+        .expect("ok");
+        assert_eq!(
+            alone.decode_options(DecodeOptions::default()).min_gpu_share,
+            None
+        );
+        let unknown = launch(&[("RANK", "1"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "0")]);
+        let unknown = unknown
+            .expect("ok")
+            .decode_options(DecodeOptions::default());
+        assert_eq!(unknown.min_gpu_share, None);
     }
 
     #[test]
@@ -203,5 +281,10 @@ mod tests {
             ("LOCAL_RANK", "3")
         ]))
         .contains("LOCAL_RANK"));
+        let mut four = vec![("RANK", "3"), ("WORLD_SIZE", "4"), ("LOCAL_RANK", "3")];
+        four.push(("LOCAL_WORLD_SIZE", "four"));
+        assert!(reason(launch(&four)).contains("LOCAL_WORLD_SIZE=\"four\""));
+        four[3] = ("LOCAL_WORLD_SIZE", "2");
+        assert!(reason(launch(&four)).contains("LOCAL_WORLD_SIZE=2"));
     }
 }

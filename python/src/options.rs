@@ -157,6 +157,12 @@ const KEYWORDS: &[(&str, Apply)] = &[
         Some(share) => b.gpu_share(share),
         None => b,
     }))),
+    keyword!("min_gpu_share", |k, v: Option<f32>| k.with(|b| Ok(
+        match v {
+            Some(share) => b.min_gpu_share(share),
+            None => b,
+        }
+    ))),
     keyword!("assisted_share", |k, v: f32| k
         .with(|b| Ok(b.assisted_share(v)))),
     keyword!("planned_epochs", |k, v: Option<u64>| k.with(|b| Ok(

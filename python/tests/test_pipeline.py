@@ -150,6 +150,8 @@ def test_option_mistakes_raise_naming_the_option(tmp_path):
         gpufeed.Pipeline(ASSETS, shard=(3, 2), device="cpu")
     with pytest.raises(ValueError, match="assisted_share"):
         gpufeed.Pipeline(ASSETS, assisted_share=1.5, device="cpu")
+    with pytest.raises(ValueError, match="min_gpu_share"):
+        gpufeed.Pipeline(ASSETS, min_gpu_share=-0.5, device="cpu")
     with pytest.raises((ValueError, TypeError), match="planned_epochs"):
         gpufeed.Pipeline(ASSETS, planned_epochs=-1, device="cpu")
     with pytest.raises(ValueError, match="resize"):

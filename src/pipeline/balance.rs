@@ -80,18 +80,22 @@ const GAIN: f32 = 0.5;
 pub(crate) struct Balance {
     share: f32,
     pinned: bool,
+    /// The least the share falls to once the JPEG engines take images.
+    floor: Option<f32>,
     meter: RateMeter,
 }
 
 impl Balance {
     /// A given share, kept; or (`None`) one that starts at [`INITIAL_SHARE`] (for `large_files`,
     /// [`INITIAL_SHARE_LARGE_FILES`]) and follows the lanes' rates read from `stopwatch` (the CPU
-    /// lane's times) and the GPU lane's activity.
+    /// lane's times) and the GPU lane's activity, never below `floor` once the JPEG engines
+    /// take images.
     /// `cpu_seconds_per_image` is the estimate of one image's time on one CPU thread that
     /// stands until the CPU lane has decoded enough images to be measured.
     /// `cores` is the machine's.
     pub fn new(
         given: Option<f32>,
+        floor: Option<f32>,
         large_files: bool,
         stopwatch: Arc<Stopwatch>,
         cpu_seconds_per_image: f64,
@@ -104,6 +108,7 @@ impl Balance {
         Balance {
             share: given.unwrap_or(initial),
             pinned: given.is_some(),
+            floor,
             meter: RateMeter::new(stopwatch, cpu_seconds_per_image, cores),
         }
     }
@@ -116,6 +121,11 @@ impl Balance {
     /// Whether the share was given.
     pub fn is_pinned(&self) -> bool {
         self.pinned
+    }
+
+    /// The least the share following the rates falls to once the JPEG engines take images.
+    pub fn floor(&self) -> Option<f32> {
+        self.floor.filter(|_| !self.pinned)
     }
 
     /// Keeps `share` from now on.
@@ -137,12 +147,18 @@ impl Balance {
         let rates = self.meter.measure(activity, cpu_threads)?;
         let mut moved = false;
         if !self.pinned {
+            let mut next = self.share;
             if let Some(target) = rates.share() {
-                let next = self.share + (target - self.share) * GAIN;
-                let next = (next.clamp(0.0, 1.0) * SHARE_STEPS).round() / SHARE_STEPS;
-                moved = next != self.share;
-                self.share = next;
+                let toward = self.share + (target - self.share) * GAIN;
+                next = (toward.clamp(0.0, 1.0) * SHARE_STEPS).round() / SHARE_STEPS;
             }
+            // The floor holds once the engines take images: before, the assisted path alone
+            // may not keep up with it.
+            if let (Some(floor), true) = (self.floor, activity.engines_at_work()) {
+                next = next.max(floor);
+            }
+            moved = next != self.share;
+            self.share = next;
         }
         Some(Observed {
             moved,
@@ -664,10 +680,10 @@ mod tests {
     fn the_share_closes_in_on_the_rates_share_and_a_given_one_is_kept() {
         let stopwatch = Arc::new(Stopwatch::default());
         assert_eq!(
-            Balance::new(None, true, stopwatch.clone(), 0.02, 16).share(),
+            Balance::new(None, None, true, stopwatch.clone(), 0.02, 16).share(),
             INITIAL_SHARE_LARGE_FILES
         );
-        let mut balance = Balance::new(None, false, stopwatch.clone(), 0.02, 16);
+        let mut balance = Balance::new(None, None, false, stopwatch.clone(), 0.02, 16);
         assert_eq!(balance.share(), INITIAL_SHARE);
         balance.restart(LaneActivity::default());
         std::thread::sleep(MIN_WINDOW);
@@ -693,7 +709,7 @@ mod tests {
         let second = balance.share();
         assert!(second > first && second < 1.0, "{first} {second}");
 
-        let mut pinned = Balance::new(Some(0.3), true, stopwatch, 0.02, 16);
+        let mut pinned = Balance::new(Some(0.3), None, true, stopwatch, 0.02, 16);
         pinned.restart(LaneActivity::default());
         pinned.meter.warming_up = false;
         std::thread::sleep(MIN_WINDOW);
@@ -701,6 +717,41 @@ mod tests {
         assert!(!observed.moved);
         assert_eq!(pinned.share(), 0.3);
         assert!(pinned.is_pinned());
+    }
+
+    /// A floor holds the share up once the engines take images, and not before; the rates may
+    /// still take it above the floor.
+    #[test]
+    fn a_floor_holds_the_share_once_the_engines_take_images() {
+        let stopwatch = Arc::new(Stopwatch::default());
+        let mut balance = Balance::new(None, Some(0.9), false, stopwatch, 0.02, 16);
+        balance.restart(LaneActivity::default());
+        balance.meter.warming_up = false;
+        let seconds = MIN_WINDOW.as_secs_f64() * 1.05;
+        let decoded = (2000.0 * seconds) as u64;
+        // The assisted path alone: the rates' share, as without a floor (0.8-0.85).
+        std::thread::sleep(MIN_WINDOW);
+        balance.observe(activity(decoded, 0, 1.0, seconds), 4);
+        let assisted = balance.share();
+        assert!(assisted > 0.8 && assisted < 0.85, "{assisted}");
+        // The engines joined, the rates the same: the floor.
+        let engines = |mut activity: LaneActivity| {
+            activity.call_threads[0] = 2;
+            activity
+        };
+        std::thread::sleep(MIN_WINDOW);
+        let observed = balance
+            .observe(engines(activity(2 * decoded, 0, 1.0, 2.0 * seconds)), 4)
+            .expect("a complete window");
+        assert!(observed.moved);
+        assert_eq!(balance.share(), 0.9);
+        // Rates calling for more than the floor (half the images handed back) move it higher.
+        std::thread::sleep(MIN_WINDOW);
+        balance.observe(
+            engines(activity(4 * decoded, decoded, 1.0, 3.0 * seconds)),
+            4,
+        );
+        assert!(balance.share() > 0.9, "{}", balance.share());
     }
 
     #[test]

@@ -238,8 +238,11 @@ impl PipelineBuilder {
 
     /// Take the shard from the launcher's environment at build ([`crate::Launch::from_env`]:
     /// torchrun's `RANK`, `WORLD_SIZE`, `LOCAL_RANK` or Slurm's), and, unless
-    /// [`PipelineBuilder::device`] chose one, the GPU `cuda:LOCAL_RANK`. `build` fails, naming
-    /// the variables, when they are missing or inconsistent.
+    /// [`PipelineBuilder::device`] chose one, the GPU `cuda:LOCAL_RANK`. With other ranks on
+    /// this machine (`LOCAL_WORLD_SIZE` or `SLURM_NTASKS_PER_NODE` above 1) the GPU lane's
+    /// share stays at [`crate::SHARED_MACHINE_MIN_GPU_SHARE`] or more once its engines join,
+    /// unless [`PipelineBuilder::min_gpu_share`] set a floor. `build` fails, naming the
+    /// variables, when they are missing or inconsistent.
     pub fn shard_from_env(mut self) -> Self {
         self.shard_from_env = true;
         self
@@ -292,6 +295,14 @@ impl PipelineBuilder {
         self
     }
 
+    /// With the share following the lanes' rates, the least it falls to once the JPEG engines
+    /// have joined (default: no floor, unless other ranks share the machine); see
+    /// [`crate::DecodeOptions::min_gpu_share`].
+    pub fn min_gpu_share(mut self, share: f32) -> Self {
+        self.options.decode.min_gpu_share = Some(share);
+        self
+    }
+
     /// Of the GPU lane's baseline JPEGs of 1 Mpx or more, the share its assisted path decodes
     /// beside the JPEG engines; see [`crate::DecodeOptions::assisted_share`].
     pub fn assisted_share(mut self, share: f32) -> Self {
@@ -339,6 +350,7 @@ impl PipelineBuilder {
         if self.shard_from_env {
             let launch = crate::Launch::from_env()?;
             options.batching.shard = launch.shard();
+            options.decode = launch.decode_options(options.decode);
             if !self.device_chosen {
                 options.runtime.device = launch.device();
             }

@@ -277,10 +277,12 @@ impl HybridLanes {
                 "CPU and GPU decode ({}), GPU share {:.3}{}",
                 lane.describe(),
                 self.balance.share(),
-                if self.balance.is_pinned() {
-                    " (given)"
-                } else {
-                    ""
+                match (self.balance.is_pinned(), self.balance.floor()) {
+                    (true, _) => " (given)".to_string(),
+                    (false, Some(floor)) => {
+                        format!(" (at least {floor:.3} once the JPEG engines join)")
+                    }
+                    (false, None) => String::new(),
                 }
             ),
             GpuState::Opening(_) => "CPU decode while the GPU decode lane opens".into(),

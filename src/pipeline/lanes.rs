@@ -326,6 +326,7 @@ impl Lanes {
         };
         let balance = Balance::new(
             options.decode.gpu_share,
+            options.decode.min_gpu_share,
             large_files,
             stopwatch.clone(),
             cpu_seconds(1, mean_bytes),

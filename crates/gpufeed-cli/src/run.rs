@@ -214,6 +214,12 @@ pub struct RunArgs {
     /// lane again).
     #[arg(long)]
     gpu_share: Option<f32>,
+    /// With the share following the lanes' rates, the least it falls to once the GPU's JPEG
+    /// engines have joined, 0 to 1 (default: none; with `--shard env` and other ranks on this
+    /// machine, by LOCAL_WORLD_SIZE or SLURM_NTASKS_PER_NODE, 1: the engines take every image
+    /// they can).
+    #[arg(long)]
+    min_gpu_share: Option<f32>,
     /// Of the GPU lane's baseline JPEGs of 1 Mpx or more, the share its assisted path decodes
     /// on the GPU's cores (exactly as libjpeg-turbo does) beside the JPEG engines, 0 to 1; it
     /// also takes the progressive ones, unless the share is 0.
@@ -418,6 +424,7 @@ impl RunArgs {
                     .dct_scaling(self.dct_scaling)
                     .lanes(self.decode)
                     .gpu_share(self.gpu_share)
+                    .min_gpu_share(self.min_gpu_share)
                     .assisted_share(self.assisted_share)
                     .planned_epochs(Some(self.epochs)),
             )
@@ -461,14 +468,14 @@ impl RunArgs {
             ))
     }
 
-    /// This process's shard, and the GPU its launcher gives it (with `--shard env`).
-    fn shard(&self) -> Result<(Shard, Option<usize>)> {
+    /// This process's shard, and its launcher (with `--shard env`).
+    fn shard(&self) -> Result<(Shard, Option<Launch>)> {
         Ok(match self.shard {
             None => (Shard::default(), None),
             Some(ShardArg::Fixed(shard)) => (shard, None),
             Some(ShardArg::Env) => {
                 let launch = Launch::from_env()?;
-                (launch.shard(), Some(launch.local_rank))
+                (launch.shard(), Some(launch))
             }
         })
     }
@@ -563,7 +570,8 @@ fn run_and_summarize(
     interrupt: &AtomicBool,
     summarized: &mut bool,
 ) -> Result<Device> {
-    let (shard, local_gpu) = args.shard()?;
+    let (shard, launch) = args.shard()?;
+    let local_gpu = launch.map(|l| l.local_rank);
     // The device's context is made while the source is listed.
     let device_opening = args.device(local_gpu).open_early();
     let opening = Instant::now();
@@ -581,6 +589,9 @@ fn run_and_summarize(
     let left_out = source.left_out().to_vec();
     let mut options = args.options(args.device(local_gpu), shard)?;
     options.runtime.cpu_fallback = args.falls_back();
+    if let Some(launch) = launch {
+        options.decode = launch.decode_options(options.decode);
+    }
     if args.epochs == 0 {
         return Err("--epochs must be at least 1".into());
     }

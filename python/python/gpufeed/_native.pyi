@@ -128,6 +128,7 @@ class Pipeline:
         gray16: Literal["clip", "scale"] = "clip",
         decode: Literal["auto", "cpu", "hybrid"] = "auto",
         gpu_share: Optional[float] = None,
+        min_gpu_share: Optional[float] = None,
         assisted_share: float = 1.0,
         planned_epochs: Optional[int] = None,
         pillow_version: Optional[str] = None,
