@@ -3,7 +3,7 @@
 //! `RandAugment`, `AutoAugment`), [`ColorJitter`], [`RandomErasing`], and across the batch
 //! `MixUp` and `CutMix` ([`Mix`]) with soft labels.
 //!
-//! Pure: what each image draws ([`AugmentPlan`], from (seed, epoch, source index) alone, like
+//! Pure: what each image draws (`AugmentPlan`, from (seed, epoch, source index) alone, like
 //! the crops) and what each batch draws (from (seed, epoch, batch number)), the operations as
 //! torchvision's functional calls ([`Op`]), and the CPU rendition of the kernels
 //! (`kernels/augment.cu`), bit for bit: the oracle the kernels are tested against and what the

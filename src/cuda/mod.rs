@@ -1,6 +1,6 @@
 //! The device stage: finding a usable CUDA device, its context and the modules compiled for it
 //! (one NVRTC module cache for every kernel of the crate), the pinned staging ring and upload, and
-//! the normalize kernel. With the GPU decode lane ([`crate::gpu`]) and the device tensors, the
+//! the normalize kernel. With the GPU decode lane (`crate::gpu`) and the device tensors, the
 //! only code that touches cudarc; it knows nothing of decoding.
 //!
 //! cudarc loads libcuda and libnvrtc at run time and panics when they are missing, so [`probe`]
