@@ -597,9 +597,9 @@ pub struct DecodeOptions {
 /// [`DecodeOptions::min_gpu_share`] of a rank sharing its machine with others: once its JPEG
 /// engines join, they take every image they can, and its CPU threads only the files they
 /// refuse. On the 4-H200 machine (64 epochs of 8,192 ImageNet-sized files a rank, in turn) four
-/// ranks ran 1.08-1.15x faster so once the engines had joined (109,877 and 109,923 images/s
-/// together against 95,832 and 102,111 with the share following each rank's rates) and ended
-/// 1.11-1.14x sooner; a floor of 0.9, which leaves the CPU threads a tenth of the images, was
+/// ranks ran 1.31-1.34x faster so once the engines had joined (109,561 and 105,854 images/s
+/// together against 83,867 and 79,037 with the share following each rank's rates) and ended
+/// 1.20-1.31x sooner; a floor of 0.9, which leaves the CPU threads a tenth of the images, was
 /// measured no faster on another start.
 pub const SHARED_MACHINE_MIN_GPU_SHARE: f32 = 1.0;
 
