@@ -4,6 +4,7 @@
 //! the ring with the coefficients the preparing thread computed, all on the set's own stream.
 
 use std::ops::Range;
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::Arc;
 
 use cudarc::driver::{CudaEvent, CudaModule, CudaSlice, CudaStream, DevicePtrMut};
@@ -13,7 +14,7 @@ use super::call::{Call, EngineCalls, Path};
 use super::error::GpuLaneError;
 use super::nvjpeg::{
     ChromaPlanes, DecodedImage, DecoderConfig, DecoderOpening, HardwareDecoder, HardwareHandle,
-    JpegInfo, Outcome, Subsampling,
+    JpegInfo, NvjpegError, Outcome, Subsampling,
 };
 use super::resize::plan::{plan_batch_with, ResizeJob, SourceImage, SourcePixels};
 use super::resize::{BatchResizer, DevicePlan};
@@ -57,8 +58,8 @@ pub(super) struct EngineDecoders {
 
 /// What decodes a set's calls.
 enum Decoders {
-    Engines(Engines),
-    Assisted(AssistedDecoder),
+    Engines(Box<Engines>),
+    Assisted(Box<AssistedDecoder>),
 }
 
 /// The hardware decoders and the colour conversion after them.
@@ -66,11 +67,58 @@ struct Engines {
     /// Colour JPEGs, decoded to their Y, Cb and Cr planes as stored.
     colour: HardwareDecoder,
     /// Gray JPEGs, decoded to their Y plane, in calls of their own.
-    gray: Option<HardwareDecoder>,
+    gray: GrayDecoder,
     ycc: YccConverter,
     /// The RGB of a part of a call's colour images ([`EngineCalls::rgb_bytes`]), grown only
     /// for an image larger alone.
     rgb: Option<CudaSlice<u8>>,
+}
+
+/// A set's gray decoder. It is made after every set's colour decoder ([`GrayOrder`]): nvJPEG
+/// makes a process's decoder states one at a time (150-400 ms each alone on the H200 machine,
+/// about 1 s each with four processes making theirs), and gray files are few, so the sets join
+/// with their colour decoders and gray files go to the CPU lane until their decoder is ready.
+enum GrayDecoder {
+    /// Gray files do not go to the engines, or their decoder could not be made.
+    Off,
+    /// Being made: sent here once ready, or why it could not be.
+    Coming(Receiver<Result<HardwareDecoder, NvjpegError>>),
+    Ready(Box<HardwareDecoder>),
+}
+
+impl GrayDecoder {
+    /// The decoder if it is ready now, taken in the first time it is.
+    fn ready(&mut self) -> Option<&mut HardwareDecoder> {
+        if let GrayDecoder::Coming(arriving) = self {
+            match arriving.try_recv() {
+                Ok(Ok(decoder)) => *self = GrayDecoder::Ready(Box::new(decoder)),
+                // The gray files keep going to the CPU lane, which decodes them alike.
+                Ok(Err(_)) | Err(TryRecvError::Disconnected) => *self = GrayDecoder::Off,
+                Err(TryRecvError::Empty) => {}
+            }
+        }
+        match self {
+            GrayDecoder::Ready(decoder) => Some(decoder),
+            GrayDecoder::Off | GrayDecoder::Coming(_) => None,
+        }
+    }
+}
+
+/// What making a set's gray decoder takes, once the colour decoders are made: on the set's
+/// stream, with the handle every decoder shares.
+pub(super) struct GrayOrder {
+    handle: Arc<HardwareHandle>,
+    stream: Arc<CudaStream>,
+    config: DecoderConfig,
+    deliver: Sender<Result<HardwareDecoder, NvjpegError>>,
+}
+
+impl GrayOrder {
+    /// Makes the decoder and sends it to its set (dropped here if the set is gone).
+    pub fn make(self) {
+        let made = HardwareDecoder::with_handle(&self.handle, &self.stream, self.config);
+        let _ = self.deliver.send(made);
+    }
 }
 
 /// An image the engines decoded: ready for the resize (a gray image's Y plane), or its Y, Cb
@@ -112,7 +160,7 @@ impl DecoderSet {
         let assisted = AssistedDecoder::new(&stream, call_pixels)?;
         DecoderSet::with(
             stream,
-            Decoders::Assisted(assisted),
+            Decoders::Assisted(Box::new(assisted)),
             resize,
             geometry,
             filter,
@@ -139,8 +187,9 @@ impl DecoderSet {
         })
     }
 
-    /// The engines' decoders (on `handle`, which the sets share) and kernels on a new stream of
-    /// `gpu`'s context.
+    /// The engines' colour decoder (on `handle`, which the sets share) and kernels on a new
+    /// stream of `gpu`'s context, with what its gray decoder takes if gray files go to the
+    /// engines: the set takes the gray decoder in once the order is made.
     pub fn open(
         gpu: &Gpu,
         handle: &Arc<HardwareHandle>,
@@ -148,14 +197,21 @@ impl DecoderSet {
         decoders: &EngineDecoders,
         geometry: Geometry,
         filter: Filter,
-    ) -> Result<DecoderSet, GpuLaneError> {
+    ) -> Result<(DecoderSet, Option<GrayOrder>), GpuLaneError> {
         let stream = new_stream(gpu)?;
-        let open =
-            |config: &DecoderConfig| HardwareDecoder::with_handle(handle, &stream, config.clone());
-        let colour = open(&decoders.colour)?;
-        let gray = match &decoders.gray {
-            Some(config) => Some(open(config)?),
-            None => None,
+        let colour = HardwareDecoder::with_handle(handle, &stream, decoders.colour.clone())?;
+        let (gray, order) = match &decoders.gray {
+            Some(config) => {
+                let (deliver, arriving) = mpsc::channel();
+                let order = GrayOrder {
+                    handle: handle.clone(),
+                    stream: stream.clone(),
+                    config: config.clone(),
+                    deliver,
+                };
+                (GrayDecoder::Coming(arriving), Some(order))
+            }
+            None => (GrayDecoder::Off, None),
         };
         let ycc = YccConverter::new(gpu).map_err(GpuLaneError::kernel("ycc.cu"))?;
         // The RGB of a part of a call's colour images, sized once.
@@ -169,7 +225,14 @@ impl DecoderSet {
             ycc,
             rgb: Some(rgb),
         };
-        DecoderSet::with(stream, Decoders::Engines(engines), resize, geometry, filter)
+        let set = DecoderSet::with(
+            stream,
+            Decoders::Engines(Box::new(engines)),
+            resize,
+            geometry,
+            filter,
+        )?;
+        Ok((set, order))
     }
 
     /// The engines and cores per engine, as nvJPEG reports them (none for the assisted path).
@@ -180,18 +243,11 @@ impl DecoderSet {
         }
     }
 
-    /// How long the engines' decoders took to create, colour and gray together, step by step
-    /// (none for the assisted path).
+    /// How long the engines' colour decoder took to create, step by step (none for the assisted
+    /// path).
     pub fn opening(&self) -> Option<DecoderOpening> {
         match &self.decoders {
-            Decoders::Engines(engines) => Some(
-                engines
-                    .gray
-                    .as_ref()
-                    .map(HardwareDecoder::opening)
-                    .into_iter()
-                    .fold(engines.colour.opening(), DecoderOpening::then),
-            ),
+            Decoders::Engines(engines) => Some(engines.colour.opening()),
             Decoders::Assisted(_) => None,
         }
     }
@@ -383,7 +439,11 @@ impl Engines {
         let batch_of = |at: &[usize]| -> (Vec<&[u8]>, Vec<JpegInfo>) {
             at.iter().map(|&i| (jpegs[i].0, jpegs[i].1.info)).unzip()
         };
-        if let (Some(gray), false) = (&mut self.gray, gray_at.is_empty()) {
+        let gray = match gray_at.is_empty() {
+            true => None,
+            false => self.gray.ready(),
+        };
+        if let Some(gray) = gray {
             let (batch, infos) = batch_of(&gray_at);
             let decoded = gray
                 .decode_inspected(stream, &batch, &infos)

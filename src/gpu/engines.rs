@@ -4,18 +4,21 @@
 //! a pipeline already making batches therefore starts with its assisted path and creates the
 //! engines' decoder sets on a thread of its own ([`EngineRecipe::open_beside`]); the lane takes
 //! each in as soon as it is ready, and until the first joins the assisted path takes every file
-//! it can (the CPU lane the rest). A run too short to repay the engines' opening, and an epoch of
-//! large files the assisted path takes, do not open them at all.
+//! it can (the CPU lane the rest). nvJPEG makes a process's decoder states one at a time, so
+//! every set's colour decoder comes first and the gray decoders after, on a thread of their own
+//! ([`GrayOrder`]). A run too short to repay the engines' opening, and an epoch of large files
+//! the assisted path takes, do not open them at all.
 
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 
 use cudarc::driver::CudaModule;
 
-use super::decoders::{DecoderSet, EngineDecoders};
+use super::decoders::{DecoderSet, EngineDecoders, GrayOrder};
 use super::error::GpuLaneError;
 use super::joining::{Joining, SetSender, SetsComing};
 use super::nvjpeg::{DecoderOpening, HardwareHandle, NvJpeg};
+use crate::background::Background;
 use crate::cuda::Gpu;
 use crate::geometry::Geometry;
 use crate::resample::Filter;
@@ -56,32 +59,37 @@ pub(super) struct EngineRecipe {
 
 impl EngineRecipe {
     /// The engines' decoder sets, one per submitting thread, each created on a thread of its
-    /// own: creating a hardware decoder is most of the lane's setup, and the sets do not depend
-    /// on each other.
+    /// own (creating a hardware decoder is most of the lane's setup, and the sets do not depend
+    /// on each other), their gray decoders made before they are handed over.
     pub fn open(&self) -> Result<Vec<DecoderSet>, GpuLaneError> {
         let (sender, sets) = mpsc::channel();
-        self.open_each(&sender)?;
+        let grays = self.open_each(&sender)?;
         drop(sender);
-        sets.into_iter().collect()
+        let sets = sets.into_iter().collect::<Result<Vec<_>, _>>()?;
+        for gray in grays {
+            gray.make();
+        }
+        Ok(sets)
     }
 
-    /// Creates the sets as [`EngineRecipe::open`] does, sending each to `sets` as soon as it is
-    /// ready (the first came 0.1-0.9 s before the last on the 4-H200 machine). An error here is
-    /// the library handle's, which every set needs.
-    fn open_each(&self, sets: &SetSender) -> Result<(), GpuLaneError> {
+    /// Creates the sets as [`EngineRecipe::open`] does, sending each to `sets` as soon as its
+    /// colour decoder is ready (the first came 0.1-0.9 s before the last on the 4-H200
+    /// machine), and returns what their gray decoders take. An error here is the library
+    /// handle's, which every set needs.
+    fn open_each(&self, sets: &SetSender) -> Result<Vec<GrayOrder>, GpuLaneError> {
         // One library handle for every decoder: creating it is the longest step.
         let handle = HardwareHandle::new(
             &self.nvjpeg,
             self.gpu.stream().context(),
             self.decoders.colour.upsampling_with_interpolation,
         )?;
-        std::thread::scope(|scope| {
+        let grays = std::thread::scope(|scope| {
             let threads: Vec<_> = (0..self.decoders.calls.threads)
                 .map(|_| {
                     let sets = sets.clone();
                     let handle = &handle;
                     scope.spawn(move || {
-                        let set = DecoderSet::open(
+                        let opened = DecoderSet::open(
                             &self.gpu,
                             handle,
                             &self.module,
@@ -89,26 +97,51 @@ impl EngineRecipe {
                             self.geometry,
                             self.filter,
                         );
+                        let (set, gray) = match opened {
+                            Ok((set, gray)) => (Ok(set), gray),
+                            Err(reason) => (Err(reason), None),
+                        };
                         // Sent once made: the receiver gone (the lane dropped), the set is
                         // dropped here.
                         let _ = sets.send(set);
+                        gray
                     })
                 })
                 .collect();
+            let mut grays = Vec::new();
             for thread in threads {
-                if thread.join().is_err() {
-                    let panicked = GpuLaneError::Opening("creating a decoder panicked".into());
-                    let _ = sets.send(Err(panicked));
+                match thread.join() {
+                    Ok(gray) => grays.extend(gray),
+                    Err(_) => {
+                        let panicked = GpuLaneError::Opening("creating a decoder panicked".into());
+                        let _ = sets.send(Err(panicked));
+                    }
                 }
             }
+            grays
         });
-        Ok(())
+        Ok(grays)
     }
 
-    /// Opens the engines on a thread of their own, each set taken in as soon as it is ready
-    /// (none once their lane is dropped before the thread begins).
-    pub fn open_beside(self) -> Result<SetsComing, GpuLaneError> {
-        SetsComing::start(
+    /// Opens the engines on a thread of their own, each set taken in as soon as its colour
+    /// decoder is ready (none once their lane is dropped before the thread begins), and their
+    /// gray decoders after them on another ([`GrayDecoders`]).
+    pub fn open_beside(self) -> Result<(SetsComing, GrayDecoders), GpuLaneError> {
+        let (orders, grays) = mpsc::channel::<GrayOrder>();
+        let making = Background::start(
+            "gpufeed-jpeg-engines-gray",
+            || (),
+            move |cancel| {
+                for gray in grays {
+                    if cancel.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    gray.make();
+                }
+            },
+        )
+        .map_err(GpuLaneError::Threads)?;
+        let sets = SetsComing::start(
             "gpufeed-jpeg-engines-open",
             self.decoders.calls.threads,
             move |sets, cancel| {
@@ -116,11 +149,46 @@ impl EngineRecipe {
                     true => Err(GpuLaneError::Opening("the lane was dropped".into())),
                     false => self.open_each(sets),
                 };
-                if let Err(reason) = opened {
-                    let _ = sets.send(Err(reason));
+                match opened {
+                    Ok(grays) => {
+                        for gray in grays {
+                            let _ = orders.send(gray);
+                        }
+                    }
+                    Err(reason) => {
+                        let _ = sets.send(Err(reason));
+                    }
                 }
             },
-        )
+        )?;
+        Ok((
+            sets,
+            GrayDecoders {
+                making: Some(making),
+            },
+        ))
+    }
+}
+
+/// The engines' gray decoders being made beside the lane, once every set's colour decoder is:
+/// each is sent to its set, which takes it in at its next call of gray files (until then the
+/// CPU lane takes them). Dropped, the thread gives up before its next decoder and is waited for.
+pub(super) struct GrayDecoders {
+    making: Option<Background<()>>,
+}
+
+impl GrayDecoders {
+    /// None to make.
+    pub fn none() -> GrayDecoders {
+        GrayDecoders { making: None }
+    }
+
+    /// Waits until every gray decoder has been sent to its set (or could not be made), so that
+    /// each set's next call of gray files decodes them.
+    pub fn wait(&mut self) {
+        if let Some(mut making) = self.making.take() {
+            making.wait();
+        }
     }
 }
 
@@ -131,8 +199,8 @@ pub(super) fn engine_count(sets: &[DecoderSet]) -> Option<String> {
 }
 
 /// How long the engines' opening took, in words: their shared handle, then the slowest of
-/// `sets`' decoders at each step (the sets open side by side): " (handle 540 ms; states 680 ms,
-/// pools 22 ms, buffers 33 ms a thread)".
+/// `sets`' colour decoders at each step (the sets open side by side): " (handle 540 ms; states
+/// 680 ms, pools 22 ms, buffers 33 ms a thread)".
 pub(super) fn opening_note(sets: &[DecoderSet]) -> String {
     let handle = sets.iter().find_map(DecoderSet::handle_created_in);
     let decoders = sets

@@ -68,7 +68,7 @@ use assisted::AssistedRecipe;
 use call::{EngineCalls, MAX_CALL_PIXELS};
 use coefficient_threads::CoefficientThreads;
 use decoders::EngineDecoders;
-use engines::{engine_count, opening_note, EngineRecipe, EnginesOpen};
+use engines::{engine_count, opening_note, EngineRecipe, EnginesOpen, GrayDecoders};
 use joining::Joining;
 use nvjpeg::{DecoderConfig, NvJpeg, OutputFormat, Staging};
 use prepare::Preparer;
@@ -190,6 +190,9 @@ pub(crate) struct GpuLane {
     image_bytes: usize,
     /// The JPEG engines: open with the lane, opening beside it, or off.
     engines: Joining,
+    /// Their gray decoders, made beside the lane after the engines' sets (dropped after
+    /// `engines`, whose opening thread hands them their orders).
+    gray_decoders: GrayDecoders,
     /// The assisted path's sets after its first, opening beside the lane's first batches.
     later_sets: Joining,
     description: String,
@@ -428,10 +431,16 @@ impl GpuLane {
             true => Joining::Settled,
             false => Joining::Coming(assisted_recipe.open_beside(assisted_sets - sets_first)?),
         };
-        let engines = match (engines_later, engines_open) {
-            (false, _) => Joining::Settled,
-            (true, EnginesOpen::Never(reason)) => Joining::Off(format!("not opened: {reason}")),
-            (true, _) => Joining::Coming(engines.open_beside()?),
+        let (engines, gray_decoders) = match (engines_later, engines_open) {
+            (false, _) => (Joining::Settled, GrayDecoders::none()),
+            (true, EnginesOpen::Never(reason)) => (
+                Joining::Off(format!("not opened: {reason}")),
+                GrayDecoders::none(),
+            ),
+            (true, _) => {
+                let (sets, grays) = engines.open_beside()?;
+                (Joining::Coming(sets), grays)
+            }
         };
         let (major, minor, patch) = nvjpeg.version();
         let decoders = match engines_later {
@@ -444,6 +453,7 @@ impl GpuLane {
             gather_descriptors: None,
             image_bytes,
             engines,
+            gray_decoders,
             later_sets,
             description: format!(
                 "nvJPEG {major}.{minor}.{patch} hardware decoder{engine_count}; opened in {:.0} \
@@ -466,9 +476,11 @@ impl GpuLane {
     }
 
     /// Waits for what is still opening beside the lane and takes it in (or takes note that it
-    /// could not open): from then on which path an image takes depends on the files alone.
+    /// could not open), the engines' gray decoders too: from then on which path an image takes
+    /// depends on the files alone.
     pub fn wait_until_open(&mut self) {
         self.settle(true);
+        self.gray_decoders.wait();
     }
 
     /// Takes in the assisted path's later sets and the engines' that have come (with `wait`,

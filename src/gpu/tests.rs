@@ -481,8 +481,18 @@ fn gray_jpegs_decode_on_the_engines_in_a_batch_of_their_own() {
     let resize = ResizeOptions::default();
     let geometry = Geometry::new(&resize);
     let mut lane = open_lane(&gpu, &geometry, 64, true);
+    let files = gray_jpegs();
+    let screen = lane.runner.screen().clone();
+    assert!(files.iter().all(|b| screen.take(b).is_some_and(|s| s.gray)));
+    let (made, got) = run_lane(&mut lane, &gpu, &files);
+    assert!(made.iter().all(|&m| m), "every gray JPEG decoded: {made:?}");
+    assert_gray_as_the_cpu_lane(&files, &got, &resize);
+}
+
+/// Twelve gray JPEGs of ImageNet's sizes.
+fn gray_jpegs() -> Vec<Vec<u8>> {
     let photo = image::open("assets/camera.png").expect("photo").to_luma8();
-    let files: Vec<Vec<u8>> = (0..12u32)
+    (0..12u32)
         .map(|i| {
             let (w, h) = (250 + i * 41, 200 + (i * 67) % 500);
             let crop = image::imageops::resize(&photo, w, h, image::imageops::Triangle);
@@ -492,15 +502,15 @@ fn gray_jpegs_decode_on_the_engines_in_a_batch_of_their_own() {
                 .expect("encode");
             bytes
         })
-        .collect();
-    let screen = lane.runner.screen().clone();
-    assert!(files.iter().all(|b| screen.take(b).is_some_and(|s| s.gray)));
-    let (made, got) = run_lane(&mut lane, &gpu, &files);
-    assert!(made.iter().all(|&m| m), "every gray JPEG decoded: {made:?}");
-    let image = geometry.image_bytes();
+        .collect()
+}
+
+/// Each of `files`' images in `got` is within half a level on average of the CPU lane's.
+fn assert_gray_as_the_cpu_lane(files: &[Vec<u8>], got: &[u8], resize: &ResizeOptions) {
+    let image = Geometry::new(resize).image_bytes();
     for (i, bytes) in files.iter().enumerate() {
         let mut want = vec![0u8; image];
-        prepare_image(bytes, &DecodeOptions::default(), &resize, &mut want).expect("cpu");
+        prepare_image(bytes, &DecodeOptions::default(), resize, &mut want).expect("cpu");
         let mean = got[i * image..(i + 1) * image]
             .iter()
             .zip(&want)
@@ -510,6 +520,38 @@ fn gray_jpegs_decode_on_the_engines_in_a_batch_of_their_own() {
         println!("gray JPEG {i}: mean difference {mean:.3}");
         assert!(mean <= 0.5, "gray JPEG {i}: mean difference {mean:.3}");
     }
+}
+
+/// The engines' gray decoders are made after their colour ones, beside the lane: until then
+/// its gray JPEGs go elsewhere (the assisted path or the CPU lane), and once the lane is open
+/// the engines decode every one, as a lane opened with its engines does.
+#[test]
+fn gray_jpegs_go_to_the_engines_once_their_decoders_opened_beside_the_lane() {
+    let Some(gpu) =
+        test_gpu("gray_jpegs_go_to_the_engines_once_their_decoders_opened_beside_the_lane")
+    else {
+        return;
+    };
+    let resize = ResizeOptions::default();
+    let geometry = Geometry::new(&resize);
+    let files = gray_jpegs();
+    let mut lane = GpuLane::open_for(
+        &gpu,
+        &lane_config(&geometry, 64, 1.0),
+        true,
+        EnginesOpen::BesideTheLane,
+        &std::sync::atomic::AtomicBool::new(false),
+    )
+    .expect("the GPU lane");
+    lane.wait_until_open();
+    assert!(lane.describe().contains("joined"), "{}", lane.describe());
+    let (made, assisted, got) = run_lane_paths(&mut lane, &gpu, &files, 0x7E);
+    assert!(made.iter().all(|&m| m), "every gray JPEG decoded: {made:?}");
+    assert!(
+        assisted.iter().all(|&a| !a),
+        "every gray JPEG on the engines: {assisted:?}"
+    );
+    assert_gray_as_the_cpu_lane(&files, &got, &resize);
 }
 
 /// Camera-size JPEGs of every kind the assisted path takes (4:2:0, 4:2:2, 4:4:0, 4:4:4, gray,

@@ -691,15 +691,6 @@ pub struct DecoderOpening {
 }
 
 impl DecoderOpening {
-    /// Both openings' times, step by step: `self`'s and then `other`'s.
-    pub fn then(self, other: DecoderOpening) -> DecoderOpening {
-        DecoderOpening {
-            state: self.state + other.state,
-            pools: self.pools + other.pools,
-            buffers: self.buffers + other.buffers,
-        }
-    }
-
     /// The longer of each step in `self` and `other`.
     pub fn longest(self, other: DecoderOpening) -> DecoderOpening {
         DecoderOpening {
