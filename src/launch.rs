@@ -143,9 +143,10 @@ impl Launch {
         Shard::new(self.rank, self.world)
     }
 
-    /// `decode` for this process: with other processes of the job on its machine, the GPU
-    /// lane's share kept at [`crate::SHARED_MACHINE_MIN_GPU_SHARE`] or more once the JPEG
-    /// engines join, unless a floor was set ([`DecodeOptions::ranks_on_machine`]).
+    /// `decode` for this process: with [`crate::SHARED_MACHINE_MIN_RANKS`] processes of the job
+    /// or more on its machine, the GPU lane's share kept at
+    /// [`crate::SHARED_MACHINE_MIN_GPU_SHARE`] or more once the JPEG engines join, unless a
+    /// floor was set ([`DecodeOptions::ranks_on_machine`]).
     pub fn decode_options(&self, decode: DecodeOptions) -> DecodeOptions {
         decode.ranks_on_machine(self.local_world.unwrap_or(1))
     }
@@ -210,8 +211,8 @@ mod tests {
         );
     }
 
-    /// The processes on this machine, where the launcher says, put a floor under the GPU lane's
-    /// share; one process alone on its machine, or a floor already set, keeps its own.
+    /// Four processes or more on this machine, where the launcher says, put a floor under the
+    /// GPU lane's share; fewer, or a floor already set, keep their own.
     #[test]
     fn other_ranks_on_the_machine_put_a_floor_under_the_gpu_share() {
         let four = launch(&[
@@ -234,6 +235,8 @@ mod tests {
         ])
         .expect("ok");
         assert_eq!(slurm.local_world, Some(2));
+        let two = slurm.decode_options(DecodeOptions::default()).min_gpu_share;
+        assert_eq!(two, None, "two ranks on the machine keep the rates' share");
         let alone = launch(&[
             ("RANK", "1"),
             ("WORLD_SIZE", "2"),

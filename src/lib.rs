@@ -84,7 +84,7 @@ pub use options::{
     ParseOptionError, ResizeMode, ResizeOptions, RuntimeOptions, Shard, ShardBalance,
     DEFAULT_ASSISTED_SHARE, DEFAULT_DECODE_MEMORY, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS,
     IMAGENET_MEAN, IMAGENET_STD, RANDOM_CROP_RATIO, RANDOM_CROP_SCALE, RANDOM_FLIP_CHANCE,
-    SHARED_MACHINE_MIN_GPU_SHARE,
+    SHARED_MACHINE_MIN_GPU_SHARE, SHARED_MACHINE_MIN_RANKS,
 };
 pub use order::PipelineState;
 pub use pipeline::{Pipeline, PipelineBuilder, WaitedBatch};

@@ -569,10 +569,11 @@ pub struct DecodeOptions {
     pub gpu_share: Option<f32>,
     /// With the share following the rates, the least it may fall to once the GPU lane's JPEG
     /// engines have joined, 0 to 1. Default `None` (no floor), and
-    /// [`SHARED_MACHINE_MIN_GPU_SHARE`] for a process that shares its machine with other ranks
-    /// of its job ([`DecodeOptions::ranks_on_machine`]): each rank's CPU lane slows the others'
-    /// decodes and calls to their engines (what the cores share), which its own lanes' rates do
-    /// not show.
+    /// [`SHARED_MACHINE_MIN_GPU_SHARE`] for a process that shares its machine with
+    /// [`SHARED_MACHINE_MIN_RANKS`] ranks of its job or more
+    /// ([`DecodeOptions::ranks_on_machine`]): each rank's CPU lane slows the others' decodes
+    /// and calls to their engines (what the cores share), which its own lanes' rates do not
+    /// show.
     pub min_gpu_share: Option<f32>,
     /// Of the GPU lane's baseline JPEGs of 1 Mpx or more, the share its assisted path decodes
     /// (entropy decoding, inverse DCT, upsampling and colour on the GPU's cores, exactly as
@@ -602,6 +603,14 @@ pub struct DecodeOptions {
 /// 1.20-1.31x sooner; a floor of 0.9, which leaves the CPU threads a tenth of the images, was
 /// measured no faster on another start.
 pub const SHARED_MACHINE_MIN_GPU_SHARE: f32 = 1.0;
+
+/// The fewest ranks on one machine that put [`SHARED_MACHINE_MIN_GPU_SHARE`] under each one's
+/// share. Two ranks on the 2-H200 machine (16 cores each, 16 epochs of 16,384 files a rank,
+/// in turn, four rounds on two starts) kept 0.85-0.89 of twice one alone with the floor and
+/// 0.92-0.97 without it (on the second start 55,401-55,665 images/s together against
+/// 60,289-63,470): with half as many cores busy, a rank's CPU threads add more than they cost
+/// the other.
+pub const SHARED_MACHINE_MIN_RANKS: usize = 4;
 
 /// Default [`DecodeOptions::assisted_share`]: all of them. On camera-size baseline photos the
 /// assisted path alone was faster than any split with the engines (H200 machine: 1,790-1,910
@@ -684,10 +693,11 @@ impl DecodeOptions {
     }
 
     /// For a process one of `ranks` of its job on this machine (its launcher's
-    /// `LOCAL_WORLD_SIZE`): with more than one, [`DecodeOptions::min_gpu_share`] becomes
-    /// [`SHARED_MACHINE_MIN_GPU_SHARE`] unless it was set.
+    /// `LOCAL_WORLD_SIZE`): with [`SHARED_MACHINE_MIN_RANKS`] or more,
+    /// [`DecodeOptions::min_gpu_share`] becomes [`SHARED_MACHINE_MIN_GPU_SHARE`] unless it was
+    /// set.
     pub fn ranks_on_machine(mut self, ranks: usize) -> Self {
-        if ranks > 1 && self.min_gpu_share.is_none() {
+        if ranks >= SHARED_MACHINE_MIN_RANKS && self.min_gpu_share.is_none() {
             self.min_gpu_share = Some(SHARED_MACHINE_MIN_GPU_SHARE);
         }
         self

@@ -238,9 +238,9 @@ impl PipelineBuilder {
 
     /// Take the shard from the launcher's environment at build ([`crate::Launch::from_env`]:
     /// torchrun's `RANK`, `WORLD_SIZE`, `LOCAL_RANK` or Slurm's), and, unless
-    /// [`PipelineBuilder::device`] chose one, the GPU `cuda:LOCAL_RANK`. With other ranks on
-    /// this machine (`LOCAL_WORLD_SIZE` or `SLURM_NTASKS_PER_NODE` above 1) the GPU lane's
-    /// share stays at [`crate::SHARED_MACHINE_MIN_GPU_SHARE`] or more once its engines join,
+    /// [`PipelineBuilder::device`] chose one, the GPU `cuda:LOCAL_RANK`. With
+    /// [`crate::SHARED_MACHINE_MIN_RANKS`] ranks or more on this machine (`LOCAL_WORLD_SIZE` or
+    /// `SLURM_NTASKS_PER_NODE`) the GPU lane's share stays at [`crate::SHARED_MACHINE_MIN_GPU_SHARE`] or more once its engines join,
     /// unless [`PipelineBuilder::min_gpu_share`] set a floor. `build` fails, naming the
     /// variables, when they are missing or inconsistent.
     pub fn shard_from_env(mut self) -> Self {
@@ -296,7 +296,7 @@ impl PipelineBuilder {
     }
 
     /// With the share following the lanes' rates, the least it falls to once the JPEG engines
-    /// have joined (default: no floor, unless other ranks share the machine); see
+    /// have joined (default: no floor, unless four ranks or more share the machine); see
     /// [`crate::DecodeOptions::min_gpu_share`].
     pub fn min_gpu_share(mut self, share: f32) -> Self {
         self.options.decode.min_gpu_share = Some(share);
