@@ -76,7 +76,7 @@ struct Engines {
 
 /// A set's gray decoder. It is made after every set's colour decoder ([`GrayOrder`]): nvJPEG
 /// makes a process's decoder states one at a time (150-400 ms each alone on the H200 machine,
-/// about 1 s each with four processes making theirs), and gray files are few, so the sets join
+/// 1-1.6 s each with four processes making theirs), and gray files are few, so the sets join
 /// with their colour decoders and gray files go to the CPU lane until their decoder is ready.
 enum GrayDecoder {
     /// Gray files do not go to the engines, or their decoder could not be made.
