@@ -163,10 +163,10 @@ impl Sampler {
     }
 
     /// This process's positions for what is left of `epoch` once the global order's first
-    /// `from` entries are taken: the entries from `from` on, split over the ranks as
-    /// [`Sampler::epoch`] splits the whole order (padded by wrapping around them, or cut). An
-    /// epoch resumed on another number of ranks goes on this way, and `from` 0 is the whole
-    /// epoch.
+    /// `from` entries are taken: the entries from `from` on, split over the ranks as a whole
+    /// epoch is (every `world`-th entry starting at `rank`, padded by wrapping around them or
+    /// cut as [`ShardBalance`] says). An epoch resumed on another number of ranks goes on this
+    /// way, and `from` 0 is the whole epoch.
     pub fn epoch_from(&self, epoch: u64, from: usize) -> EpochOrder {
         let global = self.global_order(epoch);
         let rest = &global[from.min(global.len())..];

@@ -5,7 +5,7 @@
 //! position is within the lookahead past the batches' cursor and the ring has a slot for each
 //! offered image of the range. Prepared calls wait in a queue (at most one per submitting thread)
 //! and are taken in order by whichever submitting thread is free. A slot goes back to the free
-//! list once the pipeline's stream is past its last reader ([`Runner::release`]); the thread that
+//! list once the pipeline's stream is past its last reader ([`Runner::release`](super::runner::Runner::release)); the thread that
 //! writes it next makes its own stream wait for that point first. Work of an earlier epoch still
 //! in flight when a new one begins is dropped: calls still queued at once, calls being decoded
 //! once their thread's stream is done with them.

@@ -40,7 +40,8 @@ impl ImagePlan {
         Ok(plan)
     }
 
-    /// [`ImagePlan::new`] into `self`, reusing its buffers.
+    /// Plans `x` and `y` under `resampling`, with Pillow's pass order `order`, into `self`,
+    /// reusing its buffers.
     pub fn plan(
         &mut self,
         x: &AxisPlan,

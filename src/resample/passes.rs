@@ -87,7 +87,7 @@ pub struct PassPlan {
     pub intermediate: (u32, u32),
     /// The pass into the kept rectangle of the output, from the intermediate after a first pass,
     /// else from the source region. With neither axis resampled it is a vertical copy (one tap
-    /// of weight [`ONE`] per row).
+    /// of weight [`ONE`](super::coefficients::ONE) per row).
     pub last: Pass,
     /// The columns of the source image the passes read, the region's offset included...
     pub source_columns: std::ops::Range<u32>,

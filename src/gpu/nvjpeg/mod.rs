@@ -36,7 +36,7 @@
 //! object live as long as the decoder, whose `Drop` waits for outstanding work before destroying
 //! them. The output of a batch stays valid until the next `decode` on the same decoder: queue the
 //! work that reads it on the same stream before calling `decode` again, or make another stream
-//! wait for [`DecodedBatch::completion_event`] and finish before the next `decode`. Growing the
+//! wait for an event recorded after it on that stream and finish before the next `decode`. Growing the
 //! output arena (rare: only for a batch larger than any before) waits for the stream. With the
 //! hardware backend, `nvjpegDecodeBatched` keeps the calling thread busy for most of the decode
 //! (measured on the H100 machine: about 45 µs of host time an image, one thread alone).
@@ -56,11 +56,12 @@
 //! # Output
 //!
 //! [`OutputFormat::Interleaved`] (`NVJPEG_OUTPUT_RGBI`, the default): one plane of R,G,B bytes per
-//! pixel, the HWC u8 layout gpufeed's normalize kernel already reads. [`OutputFormat::Planar`]
-//! (`NVJPEG_OUTPUT_RGB`): three planes, stored one after the other. Either way a pixel's channel
-//! `c` is at `ptr + y * pitch + x * pixel_stride + c * channel_stride` ([`DecodedImage::offset_of`]).
-//! Gray JPEGs are decoded to RGB with the gray value in all three channels. EXIF orientation is
-//! not applied (as `image`'s plain decode).
+//! pixel, the HWC u8 layout gpufeed's normalize kernel already reads; a pixel's channel `c` is at
+//! `ptr + y * pitch + x * pixel_stride + c * channel_stride` ([`DecodedImage`]), and gray JPEGs
+//! come out with the gray value in all three channels. [`OutputFormat::Yuv`] (`NVJPEG_OUTPUT_YUV`):
+//! the Y, Cb and Cr planes at their stored size ([`DecodedImage::chroma`]), what the GPU lane
+//! converts as libjpeg-turbo does; [`OutputFormat::Y`] (`NVJPEG_OUTPUT_Y`): the Y plane alone, for
+//! gray JPEGs. EXIF orientation is not applied (as `image`'s plain decode).
 
 pub mod header;
 pub mod sys;
@@ -229,7 +230,7 @@ impl fmt::Debug for NvJpeg {
 impl NvJpeg {
     /// Finds and opens libnvjpeg (see [`sys::candidates`] for where it looks; `GPUFEED_NVJPEG`
     /// names a file or folder to try first) and resolves the functions this module calls. Needs no
-    /// GPU. Never panics: a missing library or symbol is an [`Unavailable`] listing what was tried.
+    /// GPU. Never panics: a missing library or symbol is an [`NvjpegUnavailable`] listing what was tried.
     pub fn load() -> Result<NvJpeg, NvjpegUnavailable> {
         // Loaded once and never unloaded: nvJPEG carries a static CUDA runtime, which is not
         // meant to be torn down while the process runs.

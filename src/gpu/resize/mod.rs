@@ -233,12 +233,17 @@ impl BatchResizer {
         unsafe { self.launch_at(stream, plan, address, len) }
     }
 
-    /// [`BatchResizer::launch`] into `out_len` bytes of device memory at `out`.
+    /// Launches both passes of `plan` on `stream` into `out_len` bytes of device memory at `out`,
+    /// writing every byte of every slot a job of the batch names (slot `s` at
+    /// `s * out_height * out_width * 3` from `out`); other slots are left as they are.
     ///
     /// # Safety
     ///
-    /// As [`BatchResizer::launch`], and `[out, out + out_len)` must be device memory of the
-    /// stream's context that nothing else uses until the stream has run these kernels.
+    /// The kernels read the sources at the addresses the plan was made with, which cudarc cannot
+    /// check: each must be device memory of the stream's context holding at least the rows and
+    /// pitches its [`SourceImage`](plan::SourceImage) describes, alive and not written until the
+    /// stream has run these kernels (same stream, or an event in between). `[out, out + out_len)`
+    /// must be device memory of the stream's context that nothing else uses until then too.
     pub unsafe fn launch_at(
         &self,
         stream: &Arc<CudaStream>,

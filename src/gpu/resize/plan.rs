@@ -316,8 +316,10 @@ pub fn plan_batch(
     plan_batch_with(jobs, &passes, out_width, out_height)
 }
 
-/// [`plan_batch`] with each job's passes already computed: `passes[i]` is
-/// [`plan_passes`]`(jobs[i].x, jobs[i].y, jobs[i].filter, jobs[i].order)` (the costly part, which
+/// Plans the batch `jobs` into slots of `out_width` x `out_height` RGB8 with each job's passes
+/// already computed: `passes[i]` is
+/// [`plan_passes`](crate::resample::plan_passes)`(jobs[i].x, jobs[i].y, jobs[i].filter,
+/// jobs[i].order)` (the costly part, which
 /// depends on neither the source's address nor the slot, so it can be done ahead, elsewhere).
 pub fn plan_batch_with(
     jobs: &[ResizeJob],

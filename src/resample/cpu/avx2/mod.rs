@@ -12,8 +12,8 @@
 //! Both passes sum vectors of samples that share their weights, two taps a step (the two taps'
 //! samples interleaved), the rounding half in the sums' start:
 //!
-//! - vertical ([`vertical`]): an output row from its input rows, 32 bytes at a time;
-//! - horizontal ([`horizontal`]): 32 rows at a time, transposed so that the rows' samples of a
+//! - vertical ([`vertical`](fn@vertical)): an output row from its input rows, 32 bytes at a time;
+//! - horizontal ([`horizontal`](fn@horizontal)): 32 rows at a time, transposed so that the rows' samples of a
 //!   pixel are one vector ([`transpose`]), then filtered as the vertical pass filters rows, and
 //!   transposed back.
 //!
