@@ -216,8 +216,8 @@ impl BatchResizer {
     ///
     /// The kernels read the sources at the addresses the plan was made with, which cudarc cannot
     /// check: each must be device memory of the stream's context holding at least the rows and
-    /// pitches its [`crate::SourceImage`] describes, alive and not written until the stream has
-    /// run these kernels (same stream, or an event in between).
+    /// pitches its [`SourceImage`](plan::SourceImage) describes, alive and not written until the
+    /// stream has run these kernels (same stream, or an event in between).
     #[cfg(test)]
     pub unsafe fn launch(
         &self,
