@@ -13,7 +13,9 @@ what a rank's engines take to open on a shared machine.
 
 `beside` decodes calls of 64 of DIR's colour baseline JPEGs on one state (RGB on the device,
 each call waited for), first alone and then while another thread makes two more states on the
-same handle, and compares the calls' times: whether making a state holds the engines back.
+same handle, and compares the calls' times: whether making a state holds the engines back. It
+first times what a new state's first calls take (`nvjpegDecodeBatchedInitialize`, then the
+first, second and a later call) and a call of another size, which initializes the state again.
 
 Needs a CUDA 13 toolkit's libnvjpeg.so.13 and libcudart (found under /usr/local/cuda*) and a
 GPU with JPEG engines (A100, H100, H200, ...).
@@ -170,12 +172,17 @@ def beside(args):
     print(f"{len(files)} colour JPEGs, {len(batches)} calls of {CALL}; the decoding state {ms(took)}")
     stream = c_void_p()
     check("cudaStreamCreate", cudart.cudaStreamCreate(byref(stream)))
-    check(
-        "nvjpegDecodeBatchedInitialize",
-        nvjpeg.nvjpegDecodeBatchedInitialize(
-            handle, state, c_int(CALL), c_int(1), c_int(OUTPUT_RGBI)
-        ),
-    )
+    def initialize(size):
+        started = time.perf_counter()
+        check(
+            "nvjpegDecodeBatchedInitialize",
+            nvjpeg.nvjpegDecodeBatchedInitialize(
+                handle, state, c_int(size), c_int(1), c_int(OUTPUT_RGBI)
+            ),
+        )
+        return time.perf_counter() - started
+
+    initialized = initialize(CALL)
     room = max(w * h * 3 for _, w, h in files)
     outputs = []
     for _ in range(CALL):
@@ -184,9 +191,10 @@ def beside(args):
         outputs.append(pointer)
 
     def decode(batch):
-        data = (c_char_p * CALL)(*[b for b, _, _ in batch])
-        lengths = (c_size_t * CALL)(*[len(b) for b, _, _ in batch])
-        images = (Image * CALL)()
+        size = len(batch)
+        data = (c_char_p * size)(*[b for b, _, _ in batch])
+        lengths = (c_size_t * size)(*[len(b) for b, _, _ in batch])
+        images = (Image * size)()
         for i, (_, width, _) in enumerate(batch):
             images[i].channel[0] = outputs[i].value
             images[i].pitch[0] = width * 3
@@ -194,8 +202,21 @@ def beside(args):
         check("cudaStreamSynchronize", cudart.cudaStreamSynchronize(stream))
         check("nvjpegDecodeBatched", status)
 
-    for batch in batches[:4]:
-        decode(batch)  # warm
+    def timed(batch):
+        started = time.perf_counter()
+        decode(batch)
+        return time.perf_counter() - started
+
+    first, second = timed(batches[0]), timed(batches[1 % len(batches)])
+    later = [timed(batches[i % len(batches)]) for i in range(2, 8)]
+    again = initialize(CALL - 1)
+    other = timed(batches[0][: CALL - 1])
+    back = initialize(CALL)
+    print(
+        f"a new state: initialized in {ms(initialized)}, its first call {ms(first)}, the second "
+        f"{ms(second)}, later ones {ms(sorted(later)[len(later) // 2])}; initialized again for "
+        f"{CALL - 1} images {ms(again)} (that call {ms(other)}), and back {ms(back)}"
+    )
     for made_beside in (False, True):
         spans = []
 
