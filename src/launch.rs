@@ -214,7 +214,7 @@ mod tests {
     /// Four processes or more on this machine, where the launcher says, put a floor under the
     /// GPU lane's share; fewer, or a floor already set, keep their own.
     #[test]
-    fn other_ranks_on_the_machine_put_a_floor_under_the_gpu_share() {
+    fn four_ranks_or_more_on_the_machine_put_a_floor_under_the_gpu_share() {
         let four = launch(&[
             ("RANK", "5"),
             ("WORLD_SIZE", "8"),
