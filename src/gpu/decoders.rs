@@ -76,8 +76,9 @@ struct Engines {
 
 /// A set's gray decoder. It is made after every set's colour decoder ([`GrayOrder`]): nvJPEG
 /// makes a process's decoder states one at a time (150-400 ms each alone on the H200 machine,
-/// 1-1.6 s each with four processes making theirs), and gray files are few, so the sets join
-/// with their colour decoders and gray files go to the CPU lane until their decoder is ready.
+/// 1-1.6 s each with four processes making theirs), so the sets join with their colour
+/// decoders, and gray files go to the assisted path until every set's gray decoder is made
+/// (to the CPU lane where the assisted path is off, or a gray call finds its decoder missing).
 enum GrayDecoder {
     /// Gray files do not go to the engines, or their decoder could not be made.
     Off,
@@ -114,10 +115,13 @@ pub(super) struct GrayOrder {
 }
 
 impl GrayOrder {
-    /// Makes the decoder and sends it to its set (dropped here if the set is gone).
-    pub fn make(self) {
+    /// Makes the decoder and sends it to its set (dropped here if the set is gone): whether it
+    /// was made.
+    pub fn make(self) -> bool {
         let made = HardwareDecoder::with_handle(&self.handle, &self.stream, self.config);
+        let ok = made.is_ok();
         let _ = self.deliver.send(made);
+        ok
     }
 }
 

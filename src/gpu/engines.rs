@@ -6,7 +6,7 @@
 //! each in as soon as it is ready, and until the first joins the assisted path takes every file
 //! it can (the CPU lane the rest). nvJPEG makes a process's decoder states one at a time, so
 //! every set's colour decoder comes first and the gray decoders after, on a thread of their own
-//! ([`GrayOrder`]). A run too short to repay the engines' opening, and an epoch of large files
+//! ([`GrayOrder`]), the assisted path taking the gray files until they are made. A run too short to repay the engines' opening, and an epoch of large files
 //! the assisted path takes, do not open them at all.
 
 use std::sync::atomic::Ordering;
@@ -125,18 +125,32 @@ impl EngineRecipe {
 
     /// Opens the engines on a thread of their own, each set taken in as soon as its colour
     /// decoder is ready (none once their lane is dropped before the thread begins), and their
-    /// gray decoders after them on another ([`GrayDecoders`]).
-    pub fn open_beside(self) -> Result<(SetsComing, GrayDecoders), GpuLaneError> {
+    /// gray decoders after them on another ([`GrayDecoders`]), which calls `grays_made` once
+    /// every set's is made.
+    pub fn open_beside(
+        self,
+        grays_made: impl FnOnce() + Send + 'static,
+    ) -> Result<(SetsComing, GrayDecoders), GpuLaneError> {
         let (orders, grays) = mpsc::channel::<GrayOrder>();
+        let expected = match self.decoders.gray {
+            Some(_) => self.decoders.calls.threads,
+            None => 0,
+        };
         let making = Background::start(
             "gpufeed-jpeg-engines-gray",
             || (),
             move |cancel| {
+                let mut made = 0;
                 for gray in grays {
                     if cancel.load(Ordering::Relaxed) {
                         return;
                     }
-                    gray.make();
+                    made += usize::from(gray.make());
+                }
+                // A set without its gray decoder would refuse them: the assisted path keeps
+                // them.
+                if expected > 0 && made == expected {
+                    grays_made();
                 }
             },
         )
@@ -171,8 +185,9 @@ impl EngineRecipe {
 }
 
 /// The engines' gray decoders being made beside the lane, once every set's colour decoder is:
-/// each is sent to its set, which takes it in at its next call of gray files (until then the
-/// CPU lane takes them). Dropped, the thread gives up before its next decoder and is waited for.
+/// each is sent to its set, which takes it in at its next call of gray files. Until every set
+/// has its own, the assisted path takes the gray files (the CPU lane, where the assisted path
+/// is off). Dropped, the thread gives up before its next decoder and is waited for.
 pub(super) struct GrayDecoders {
     making: Option<Background<()>>,
 }

@@ -355,7 +355,10 @@ impl GpuLane {
                     config.assisted_share * 100.0,
                     match engines_open {
                         EnginesOpen::BeforeTheLane => "",
-                        _ => ", and every one while the engines are not open",
+                        _ => {
+                            ", and every one while the engines are not open (the gray ones \
+                             until their gray decoders are made)"
+                        }
                     },
                     config.coefficient_threads.max(1),
                     match sets_first == assisted_sets {
@@ -438,7 +441,7 @@ impl GpuLane {
                 GrayDecoders::none(),
             ),
             (true, _) => {
-                let (sets, grays) = engines.open_beside()?;
+                let (sets, grays) = engines.open_beside(runner.grays_coming())?;
                 (Joining::Coming(sets), grays)
             }
         };

@@ -82,8 +82,10 @@ impl Preparer {
             (pool, threads.decode_memory(), range)
         });
         // While the engines are not open (opening beside the lane, or not at all), the assisted
-        // path takes every file it can parse, whatever its size.
+        // path takes every file it can parse, whatever its size; and the gray ones while the
+        // engines' gray decoders are being made.
         let engines_open = shared.is_open(Path::Engines);
+        let grays_on_engines = shared.grays_on_engines();
         let mut split = AssistedSplit::new(
             shared.limits.assisted_share,
             shared.limits.assisted_call_pixels,
@@ -103,7 +105,8 @@ impl Preparer {
                 handed[k] = true;
                 continue;
             }
-            if split.path_for(image.pixels(), engines_open) == Path::Assisted {
+            let engines_take = engines_open && (grays_on_engines || !image.screened.gray);
+            if split.path_for(image.pixels(), engines_take) == Path::Assisted {
                 let parsing = Instant::now();
                 image.assisted = self.parse(&image.bytes);
                 self.stopwatch.add(Stage::GpuPrepare, parsing.elapsed());
@@ -208,8 +211,9 @@ pub(super) const ASSISTED_MIN_PIXELS: u64 = 1 << 20;
 /// Which path each image of a range takes: of the images the assisted path may take (large
 /// enough), one in every `1 / share`, counted from the range's start, so the split depends on
 /// the range's files alone (an image its parser then refuses goes to the engines). While the
-/// engines are not open, the assisted path takes every image (with a share above 0). An image
-/// larger than an assisted call holds is the engines'.
+/// engines do not take an image (they are not open, or a gray image's decoders are not made),
+/// the assisted path takes it (with a share above 0). An image larger than an assisted call
+/// holds is the engines'.
 struct AssistedSplit {
     share: f32,
     max_pixels: u64,
@@ -225,13 +229,13 @@ impl AssistedSplit {
         }
     }
 
-    /// The path of the range's next image of `pixels` pixels, `engines_open` saying whether
-    /// the engines take calls.
-    fn path_for(&mut self, pixels: u64, engines_open: bool) -> Path {
+    /// The path of the range's next image of `pixels` pixels, `engines_take` saying whether
+    /// the engines take its calls.
+    fn path_for(&mut self, pixels: u64, engines_take: bool) -> Path {
         if self.share <= 0.0 || pixels > self.max_pixels {
             return Path::Engines;
         }
-        if !engines_open {
+        if !engines_take {
             return Path::Assisted;
         }
         if pixels < ASSISTED_MIN_PIXELS {

@@ -118,6 +118,14 @@ impl Runner {
         Ok(())
     }
 
+    /// Says the engines' gray decoders are being made: gray files take the assisted path until
+    /// the call returned here says they are all made.
+    pub fn grays_coming(&self) -> impl FnOnce() + Send + 'static {
+        self.shared.set_grays_on_engines(false);
+        let shared = self.shared.clone();
+        move || shared.set_grays_on_engines(true)
+    }
+
     /// Which files the lane takes.
     #[cfg(test)]
     pub fn screen(&self) -> &LaneScreen {

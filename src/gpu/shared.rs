@@ -11,7 +11,7 @@
 //! once their thread's stream is done with them.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -126,6 +126,10 @@ pub(crate) struct Shared {
     pub ring: u64,
     /// Nanoseconds each path's ([`Path::index`]) submitting threads spent on calls.
     call_nanos: [AtomicU64; 2],
+    /// Whether the engines' sets decode gray files. Where the engines open beside the lane,
+    /// their gray decoders are made after every set's colour one (1-2 s later with four
+    /// processes making theirs), and until then the assisted path takes the gray files.
+    grays_on_engines: AtomicBool,
 }
 
 impl Shared {
@@ -163,7 +167,20 @@ impl Shared {
             limits,
             ring,
             call_nanos: Default::default(),
+            grays_on_engines: AtomicBool::new(true),
         }
+    }
+
+    /// Whether gray files go to the engines' calls (their gray decoders made), rather than to
+    /// the assisted path.
+    pub fn grays_on_engines(&self) -> bool {
+        self.grays_on_engines.load(Ordering::Acquire)
+    }
+
+    /// Says whether the engines' gray decoders are made (each sent to its set, which takes it
+    /// in at its next call of gray files).
+    pub fn set_grays_on_engines(&self, made: bool) {
+        self.grays_on_engines.store(made, Ordering::Release);
     }
 
     /// Adds a call's time on `path` to the lane's activity (and to the profile's

@@ -554,6 +554,38 @@ fn gray_jpegs_go_to_the_engines_once_their_decoders_opened_beside_the_lane() {
     assert_gray_as_the_cpu_lane(&files, &got, &resize);
 }
 
+/// While the engines' gray decoders are being made (beside the lane, after every set's colour
+/// one), the assisted path takes the lane's gray JPEGs, and once they are made the engines do;
+/// the pixels are the CPU lane's either way.
+#[test]
+fn gray_jpegs_take_the_assisted_path_until_the_engines_gray_decoders_are_made() {
+    let Some(gpu) =
+        test_gpu("gray_jpegs_take_the_assisted_path_until_the_engines_gray_decoders_are_made")
+    else {
+        return;
+    };
+    let resize = ResizeOptions::default();
+    let geometry = Geometry::new(&resize);
+    let files = gray_jpegs();
+    let mut lane = open_lane_assisting(&gpu, &geometry, 64, true, 1.0);
+    let grays_made = lane.runner.grays_coming();
+    let (made, assisted, got) = run_lane_paths(&mut lane, &gpu, &files, 0x3C);
+    assert!(made.iter().all(|&m| m), "every gray JPEG decoded: {made:?}");
+    assert!(
+        assisted.iter().all(|&a| a),
+        "every gray JPEG on the assisted path: {assisted:?}"
+    );
+    assert_gray_as_the_cpu_lane(&files, &got, &resize);
+    grays_made();
+    let (made, assisted, got) = run_lane_paths(&mut lane, &gpu, &files, 0xC3);
+    assert!(made.iter().all(|&m| m), "every gray JPEG decoded: {made:?}");
+    assert!(
+        assisted.iter().all(|&a| !a),
+        "every gray JPEG on the engines: {assisted:?}"
+    );
+    assert_gray_as_the_cpu_lane(&files, &got, &resize);
+}
+
 /// Camera-size JPEGs of every kind the assisted path takes (4:2:0, 4:2:2, 4:4:0, 4:4:4, gray,
 /// RGB, restart intervals, optimized tables), one progressive (the assisted path's, its
 /// coefficients decoded on a CPU thread), one progressive cut short (the CPU lane's), and two small
