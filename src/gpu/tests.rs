@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use cudarc::driver::DevicePtr;
 
-use super::call::LARGE_FILES_CALL_IMAGES;
+use super::call::{Path, LARGE_FILES_CALL_IMAGES};
 use super::work::{offered, span, LaneResult, CHUNK};
 use super::*;
 use crate::cpu::prepare_image;
@@ -522,6 +522,18 @@ fn assert_gray_as_the_cpu_lane(files: &[Vec<u8>], got: &[u8], resize: &ResizeOpt
     }
 }
 
+/// Runs `lane` on the gray JPEGs `files` (its output poisoned with `poison`): every one
+/// decoded, on `path`, as the CPU lane makes it.
+fn assert_gray_on(lane: &mut GpuLane, gpu: &Gpu, files: &[Vec<u8>], path: Path, poison: u8) {
+    let (made, assisted, got) = run_lane_paths(lane, gpu, files, poison);
+    assert!(made.iter().all(|&m| m), "every gray JPEG decoded: {made:?}");
+    assert!(
+        assisted.iter().all(|&a| a == (path == Path::Assisted)),
+        "every gray JPEG on {path:?}: assisted {assisted:?}"
+    );
+    assert_gray_as_the_cpu_lane(files, &got, &ResizeOptions::default());
+}
+
 /// The engines' gray decoders are made after their colour ones, beside the lane: until then
 /// its gray JPEGs go elsewhere (the assisted path or the CPU lane), and once the lane is open
 /// the engines decode every one, as a lane opened with its engines does.
@@ -532,9 +544,7 @@ fn gray_jpegs_go_to_the_engines_once_their_decoders_opened_beside_the_lane() {
     else {
         return;
     };
-    let resize = ResizeOptions::default();
-    let geometry = Geometry::new(&resize);
-    let files = gray_jpegs();
+    let geometry = Geometry::new(&ResizeOptions::default());
     let mut lane = GpuLane::open_for(
         &gpu,
         &lane_config(&geometry, 64, 1.0),
@@ -545,13 +555,7 @@ fn gray_jpegs_go_to_the_engines_once_their_decoders_opened_beside_the_lane() {
     .expect("the GPU lane");
     lane.wait_until_open();
     assert!(lane.describe().contains("joined"), "{}", lane.describe());
-    let (made, assisted, got) = run_lane_paths(&mut lane, &gpu, &files, 0x7E);
-    assert!(made.iter().all(|&m| m), "every gray JPEG decoded: {made:?}");
-    assert!(
-        assisted.iter().all(|&a| !a),
-        "every gray JPEG on the engines: {assisted:?}"
-    );
-    assert_gray_as_the_cpu_lane(&files, &got, &resize);
+    assert_gray_on(&mut lane, &gpu, &gray_jpegs(), Path::Engines, 0x7E);
 }
 
 /// While the engines' gray decoders are being made (beside the lane, after every set's colour
@@ -564,26 +568,13 @@ fn gray_jpegs_take_the_assisted_path_until_the_engines_gray_decoders_are_made() 
     else {
         return;
     };
-    let resize = ResizeOptions::default();
-    let geometry = Geometry::new(&resize);
+    let geometry = Geometry::new(&ResizeOptions::default());
     let files = gray_jpegs();
     let mut lane = open_lane_assisting(&gpu, &geometry, 64, true, 1.0);
     let grays_made = lane.runner.grays_coming();
-    let (made, assisted, got) = run_lane_paths(&mut lane, &gpu, &files, 0x3C);
-    assert!(made.iter().all(|&m| m), "every gray JPEG decoded: {made:?}");
-    assert!(
-        assisted.iter().all(|&a| a),
-        "every gray JPEG on the assisted path: {assisted:?}"
-    );
-    assert_gray_as_the_cpu_lane(&files, &got, &resize);
+    assert_gray_on(&mut lane, &gpu, &files, Path::Assisted, 0x3C);
     grays_made();
-    let (made, assisted, got) = run_lane_paths(&mut lane, &gpu, &files, 0xC3);
-    assert!(made.iter().all(|&m| m), "every gray JPEG decoded: {made:?}");
-    assert!(
-        assisted.iter().all(|&a| !a),
-        "every gray JPEG on the engines: {assisted:?}"
-    );
-    assert_gray_as_the_cpu_lane(&files, &got, &resize);
+    assert_gray_on(&mut lane, &gpu, &files, Path::Engines, 0xC3);
 }
 
 /// Camera-size JPEGs of every kind the assisted path takes (4:2:0, 4:2:2, 4:4:0, 4:4:4, gray,
