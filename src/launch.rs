@@ -145,8 +145,7 @@ impl Launch {
 
     /// `decode` for this process: with [`crate::SHARED_MACHINE_MIN_RANKS`] processes of the job
     /// or more on its machine, the GPU lane's share kept at
-    /// [`crate::SHARED_MACHINE_MIN_GPU_SHARE`] or more once the JPEG engines join, unless a
-    /// floor was set ([`DecodeOptions::ranks_on_machine`]).
+    /// [`crate::SHARED_MACHINE_MIN_GPU_SHARE`] or more, unless a floor was set ([`DecodeOptions::ranks_on_machine`]).
     pub fn decode_options(&self, decode: DecodeOptions) -> DecodeOptions {
         decode.ranks_on_machine(self.local_world.unwrap_or(1))
     }

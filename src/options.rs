@@ -567,8 +567,8 @@ pub struct DecodeOptions {
     /// it ([`crate::Pipeline::gpu_share`]), and giving a share makes every run decode every
     /// image in the same lane, so its output is the same bit for bit.
     pub gpu_share: Option<f32>,
-    /// With the share following the rates, the least it may fall to once the GPU lane's JPEG
-    /// engines have joined, 0 to 1. Default `None` (no floor), and
+    /// With the share following the rates, the least it may fall to (and starts from), 0 to 1.
+    /// Default `None` (no floor), and
     /// [`SHARED_MACHINE_MIN_GPU_SHARE`] for a process that shares its machine with
     /// [`SHARED_MACHINE_MIN_RANKS`] ranks of its job or more
     /// ([`DecodeOptions::ranks_on_machine`]): each rank's CPU lane slows the others' decodes
@@ -595,13 +595,15 @@ pub struct DecodeOptions {
     pub planned_epochs: Option<u64>,
 }
 
-/// [`DecodeOptions::min_gpu_share`] of a rank sharing its machine with others: once its JPEG
-/// engines join, they take every image they can, and its CPU threads only the files they
-/// refuse. On the 4-H200 machine (64 epochs of 8,192 ImageNet-sized files a rank, in turn) four
-/// ranks ran 1.31-1.34x faster so once the engines had joined (109,561 and 105,854 images/s
-/// together against 83,867 and 79,037 with the share following each rank's rates) and ended
-/// 1.20-1.31x sooner; a floor of 0.9, which leaves the CPU threads a tenth of the images, was
-/// measured no faster on another start.
+/// [`DecodeOptions::min_gpu_share`] of a rank sharing its machine with others: the GPU lane
+/// takes every image it can (its assisted path until the JPEG engines join, then the engines),
+/// and its CPU threads only the files it refuses. On the 4-H200 machine (64 epochs of 8,192
+/// ImageNet-sized files a rank, in turn) four ranks ran 1.31-1.34x faster once the engines had
+/// joined (109,561 and 105,854 images/s together against 83,867 and 79,037 with the share
+/// following each rank's rates) and ended 1.20-1.31x sooner; holding it from the start, before
+/// the engines join too, made four ranks 1.14x faster from the first batch on a later start
+/// (106,700 against 93,581 over 32 epochs). A floor of 0.9, which leaves the CPU threads a
+/// tenth of the images, was measured no faster on another start.
 pub const SHARED_MACHINE_MIN_GPU_SHARE: f32 = 1.0;
 
 /// The fewest ranks on one machine that put [`SHARED_MACHINE_MIN_GPU_SHARE`] under each one's

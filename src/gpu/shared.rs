@@ -107,13 +107,6 @@ pub(crate) struct LaneActivity {
     pub coefficients: Duration,
 }
 
-impl LaneActivity {
-    /// Whether the JPEG engines have submitting threads (have joined the lane).
-    pub fn engines_at_work(&self) -> bool {
-        self.call_threads[Path::Engines.index()] > 0
-    }
-}
-
 /// What the threads and the pipeline share.
 pub(crate) struct Shared {
     state: Mutex<State>,

@@ -80,7 +80,7 @@ const GAIN: f32 = 0.5;
 pub(crate) struct Balance {
     share: f32,
     pinned: bool,
-    /// The least the share falls to once the JPEG engines take images.
+    /// The least the share falls to.
     floor: Option<f32>,
     meter: RateMeter,
 }
@@ -88,8 +88,8 @@ pub(crate) struct Balance {
 impl Balance {
     /// A given share, kept; or (`None`) one that starts at [`INITIAL_SHARE`] (for `large_files`,
     /// [`INITIAL_SHARE_LARGE_FILES`]) and follows the lanes' rates read from `stopwatch` (the CPU
-    /// lane's times) and the GPU lane's activity, never below `floor` once the JPEG engines
-    /// take images.
+    /// lane's times) and the GPU lane's activity, never below `floor` (which it starts from,
+    /// where that is higher).
     /// `cpu_seconds_per_image` is the estimate of one image's time on one CPU thread that
     /// stands until the CPU lane has decoded enough images to be measured.
     /// `cores` is the machine's.
@@ -106,7 +106,7 @@ impl Balance {
             false => INITIAL_SHARE,
         };
         Balance {
-            share: given.unwrap_or(initial),
+            share: given.unwrap_or_else(|| floor.map_or(initial, |floor| initial.max(floor))),
             pinned: given.is_some(),
             floor,
             meter: RateMeter::new(stopwatch, cpu_seconds_per_image, cores),
@@ -123,7 +123,7 @@ impl Balance {
         self.pinned
     }
 
-    /// The least the share following the rates falls to once the JPEG engines take images.
+    /// The least the share following the rates falls to.
     pub fn floor(&self) -> Option<f32> {
         self.floor.filter(|_| !self.pinned)
     }
@@ -152,9 +152,10 @@ impl Balance {
                 let toward = self.share + (target - self.share) * GAIN;
                 next = (toward.clamp(0.0, 1.0) * SHARE_STEPS).round() / SHARE_STEPS;
             }
-            // The floor holds once the engines take images: before, the assisted path alone
-            // may not keep up with it.
-            if let (Some(floor), true) = (self.floor, activity.engines_at_work()) {
+            // The floor holds from the start: until the engines join, the assisted path takes
+            // the files in their place (with four ranks on the 4-H200 machine, 32,500-33,000
+            // images/s a rank on small files, against 15,000-27,000 at the rates' share).
+            if let Some(floor) = self.floor {
                 next = next.max(floor);
             }
             moved = next != self.share;
@@ -719,31 +720,38 @@ mod tests {
         assert!(pinned.is_pinned());
     }
 
-    /// A floor holds the share up once the engines take images, and not before; the rates may
-    /// still take it above the floor.
+    /// A floor holds the share up from the start, before the engines join as after, where the
+    /// rates alone would take it lower; the rates may still take it above the floor.
     #[test]
-    fn a_floor_holds_the_share_once_the_engines_take_images() {
+    fn a_floor_holds_the_share_from_the_start() {
         let stopwatch = Arc::new(Stopwatch::default());
-        let mut balance = Balance::new(None, Some(0.9), false, stopwatch, 0.02, 16);
-        balance.restart(LaneActivity::default());
-        balance.meter.warming_up = false;
+        let mut balance = Balance::new(None, Some(0.9), false, stopwatch.clone(), 0.02, 16);
+        assert_eq!(balance.share(), 0.9, "the share starts at the floor");
+        let mut without = Balance::new(None, None, false, stopwatch, 0.02, 16);
+        assert_eq!(without.share(), INITIAL_SHARE);
+        for balance in [&mut balance, &mut without] {
+            balance.restart(LaneActivity::default());
+            balance.meter.warming_up = false;
+        }
         let seconds = MIN_WINDOW.as_secs_f64() * 1.05;
-        let decoded = (2000.0 * seconds) as u64;
-        // The assisted path alone: the rates' share, as without a floor (0.8-0.85).
+        // The GPU lane at 500 images a second, the CPU lane's 4 threads at 200.
+        let decoded = (500.0 * seconds) as u64;
+        // The assisted path alone, at rates that call for about 0.71: the floor holds.
         std::thread::sleep(MIN_WINDOW);
         balance.observe(activity(decoded, 0, 1.0, seconds), 4);
-        let assisted = balance.share();
-        assert!(assisted > 0.8 && assisted < 0.85, "{assisted}");
-        // The engines joined, the rates the same: the floor.
+        without.observe(activity(decoded, 0, 1.0, seconds), 4);
+        let rates = without.share();
+        assert!(rates > 0.7 && rates < 0.75, "{rates}");
+        assert_eq!(balance.share(), 0.9);
+        // The engines joined, the rates the same: still the floor.
         let engines = |mut activity: LaneActivity| {
             activity.call_threads[0] = 2;
             activity
         };
         std::thread::sleep(MIN_WINDOW);
-        let observed = balance
+        balance
             .observe(engines(activity(2 * decoded, 0, 1.0, 2.0 * seconds)), 4)
             .expect("a complete window");
-        assert!(observed.moved);
         assert_eq!(balance.share(), 0.9);
         // Rates calling for more than the floor (half the images handed back) move it higher.
         std::thread::sleep(MIN_WINDOW);

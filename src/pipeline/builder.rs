@@ -240,7 +240,7 @@ impl PipelineBuilder {
     /// torchrun's `RANK`, `WORLD_SIZE`, `LOCAL_RANK` or Slurm's), and, unless
     /// [`PipelineBuilder::device`] chose one, the GPU `cuda:LOCAL_RANK`. With
     /// [`crate::SHARED_MACHINE_MIN_RANKS`] ranks or more on this machine (`LOCAL_WORLD_SIZE` or
-    /// `SLURM_NTASKS_PER_NODE`) the GPU lane's share stays at [`crate::SHARED_MACHINE_MIN_GPU_SHARE`] or more once its engines join,
+    /// `SLURM_NTASKS_PER_NODE`) the GPU lane's share stays at [`crate::SHARED_MACHINE_MIN_GPU_SHARE`] or more,
     /// unless [`PipelineBuilder::min_gpu_share`] set a floor. `build` fails, naming the
     /// variables, when they are missing or inconsistent.
     pub fn shard_from_env(mut self) -> Self {

@@ -280,7 +280,7 @@ impl HybridLanes {
                 match (self.balance.is_pinned(), self.balance.floor()) {
                     (true, _) => " (given)".to_string(),
                     (false, Some(floor)) => {
-                        format!(" (at least {floor:.3} once the JPEG engines join)")
+                        format!(" (at least {floor:.3})")
                     }
                     (false, None) => String::new(),
                 }

@@ -214,10 +214,10 @@ pub struct RunArgs {
     /// lane again).
     #[arg(long)]
     gpu_share: Option<f32>,
-    /// With the share following the lanes' rates, the least it falls to once the GPU's JPEG
-    /// engines have joined, 0 to 1 (default: none; with `--shard env` and four ranks or more on
-    /// this machine, by LOCAL_WORLD_SIZE or SLURM_NTASKS_PER_NODE, 1: the engines take every
-    /// image they can).
+    /// With the share following the lanes' rates, the least it falls to (and starts from), 0 to
+    /// 1 (default: none; with `--shard env` and four ranks or more on this machine, by
+    /// LOCAL_WORLD_SIZE or SLURM_NTASKS_PER_NODE, 1: the GPU lane takes every image it can, its
+    /// assisted path until the JPEG engines join).
     #[arg(long)]
     min_gpu_share: Option<f32>,
     /// Of the GPU lane's baseline JPEGs of 1 Mpx or more, the share its assisted path decodes
