@@ -153,7 +153,7 @@ impl Balance {
                 next = (toward.clamp(0.0, 1.0) * SHARE_STEPS).round() / SHARE_STEPS;
             }
             // The floor holds from the start: until the engines join, the assisted path takes
-            // the files in their place (with four ranks on the 4-H200 machine, 32,500-33,000
+            // the files in their place (with four ranks on the 4-H200 machine, 30,400-33,000
             // images/s a rank on small files, against 15,000-27,000 at the rates' share).
             if let Some(floor) = self.floor {
                 next = next.max(floor);
