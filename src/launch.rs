@@ -145,7 +145,8 @@ impl Launch {
 
     /// `decode` for this process: with [`crate::SHARED_MACHINE_MIN_RANKS`] processes of the job
     /// or more on its machine, the GPU lane's share kept at
-    /// [`crate::SHARED_MACHINE_MIN_GPU_SHARE`] or more, unless a floor was set ([`DecodeOptions::ranks_on_machine`]).
+    /// [`crate::SHARED_MACHINE_MIN_GPU_SHARE`] or more, unless a floor was set
+    /// ([`DecodeOptions::ranks_on_machine`]).
     pub fn decode_options(&self, decode: DecodeOptions) -> DecodeOptions {
         decode.ranks_on_machine(self.local_world.unwrap_or(1))
     }

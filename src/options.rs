@@ -602,8 +602,9 @@ pub struct DecodeOptions {
 /// joined (109,561 and 105,854 images/s together against 83,867 and 79,037 with the share
 /// following each rank's rates) and ended 1.20-1.31x sooner; holding it from the start, before
 /// the engines join too, made four ranks 1.10-1.14x faster from the first batch on two later
-/// starts (106,700 and 103,281 images/s against 93,581 and 94,268 over 32 epochs). A floor of 0.9, which leaves the CPU threads a
-/// tenth of the images, was measured no faster on another start.
+/// starts (106,700 and 103,281 images/s against 93,581 and 94,268 over 32 epochs). A floor of
+/// 0.9, which leaves the CPU threads a tenth of the images, was measured no faster on another
+/// start.
 pub const SHARED_MACHINE_MIN_GPU_SHARE: f32 = 1.0;
 
 /// The fewest ranks on one machine that put [`SHARED_MACHINE_MIN_GPU_SHARE`] under each one's

@@ -6,8 +6,8 @@
 //! - [`Layout`]: what libjpeg-turbo does with an image's components (which upsampling routine
 //!   each gets, which colour conversion), and which blocks and iMCU rows an output [`Window`]
 //!   needs;
-//! - [`reference`](mod@reference): the CPU rendition, line by line after `jidctint.c`, `jdsample.c` and
-//!   `jdcolor.c`: the test oracle of the kernels, and a fallback;
+//! - [`reference`](mod@reference): the CPU rendition, line by line after `jidctint.c`, `jdsample.c`
+//!   and `jdcolor.c`: the test oracle of the kernels, and a fallback;
 //! - [`pack`]: the transfer format, a window's blocks as nonzero masks and values;
 //! - [`batch`]: a batch of packed images planned for the kernels;
 //! - [`entropy`]: a baseline JPEG parsed for the GPU's own entropy decoding (its scan destuffed

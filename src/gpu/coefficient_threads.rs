@@ -1,8 +1,9 @@
 //! The lane's coefficient threads: progressive JPEGs, which the engines refuse, have their
 //! coefficients decoded ([`ProgressiveDecoder`], faster than libjpeg-turbo reads them) and packed
-//! ([`pack`](crate::coefficients::pack)) on a pool of CPU threads, so that the assisted path's kernels do the rest (inverse
-//! DCT, upsampling, colour, resize) exactly as the CPU lane would. The CPU's share of such a file
-//! is then its entropy decoding alone, where the CPU lane decodes, converts and resizes it whole.
+//! ([`pack`](crate::coefficients::pack)) on a pool of CPU threads, so that the assisted path's
+//! kernels do the rest (inverse DCT, upsampling, colour, resize) exactly as the CPU lane would. The
+//! CPU's share of such a file is then its entropy decoding alone, where the CPU lane decodes,
+//! converts and resizes it whole.
 //!
 //! A preparing thread hands each progressive file of its range to the pool as it reads it and
 //! goes on with its next range without waiting: the last of the range's files to be decoded

@@ -93,7 +93,8 @@ impl GrayDecoder {
         if let GrayDecoder::Coming(arriving) = self {
             match arriving.try_recv() {
                 Ok(Ok(decoder)) => *self = GrayDecoder::Ready(Box::new(decoder)),
-                // The gray files keep going to the CPU lane, which decodes them alike.
+                // The assisted path keeps the gray files; a gray call that still comes here
+                // is refused, and the CPU lane decodes it alike.
                 Ok(Err(_)) | Err(TryRecvError::Disconnected) => *self = GrayDecoder::Off,
                 Err(TryRecvError::Empty) => {}
             }

@@ -6,8 +6,9 @@
 //! each in as soon as it is ready, and until the first joins the assisted path takes every file
 //! it can (the CPU lane the rest). nvJPEG makes a process's decoder states one at a time, so
 //! every set's colour decoder comes first and the gray decoders after, on a thread of their own
-//! ([`GrayOrder`]), the assisted path taking the gray files until they are made. A run too short to repay the engines' opening, and an epoch of large files
-//! the assisted path takes, do not open them at all.
+//! ([`GrayOrder`]), the assisted path taking the gray files until they are made. A run too
+//! short to repay the engines' opening, and an epoch of large files the assisted path takes, do
+//! not open them at all.
 
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};

@@ -4,26 +4,25 @@
 //! device ring; a batch then gathers its images from there into its u8 device buffer, where the
 //! normalize kernel takes them like the CPU lane's.
 //!
-//! The lane works ahead of the batches, on threads of its own ([`runner`], sharing [`shared`]):
-//! the epoch's order is cut into ranges of positions; a preparing thread takes the next range,
-//! reads and screens ([`screen`]) the files of it the lane is offered ([`offered`](work::offered)), computes each
-//! image's draws and resize coefficients and cuts the images into calls ([`prepare`], [`call`]); a
-//! submitting thread takes the next call, decodes it on its own decoders ([`nvjpeg`]) and stream,
-//! makes it RGB ([`ycc`]), resizes the images into their ring slots ([`resize`], [`decoders`]) and
-//! publishes one [`LaneResult`] per position. nvJPEG's hardware decode keeps
-//! the submitting thread busy on the host, so the host work that does not need the decoders is
-//! done beside it rather than between its calls.
-//! A batch asks for the results of its positions ([`GpuLane::result`]), waiting only for those
-//! not ready yet, so the engines keep decoding while the CPU lane and the batches' hand-off run.
-//! Which image goes to which lane, and which images share an `nvjpegDecodeBatched` call, depend
-//! on the order, the share and the files alone, never on timing: the output is the same on every
-//! run. The one exception is a lane opened beside a pipeline already making batches (automatic
-//! decoding, whose share follows the lanes' rates anyway): it starts with its assisted path's
-//! first decoder set (20-80 ms; the other sets join from a thread of their own a few tenths of a
-//! second later), while its engines open on a thread of their own (a second
-//! or two; not at all in a run too short to repay them, nor for an epoch of large files the
-//! assisted path takes), and until they join the assisted path takes every file it can parse,
-//! whatever its size.
+//! The lane works ahead of the batches, on threads of its own ([`runner`], sharing [`shared`]): the
+//! epoch's order is cut into ranges of positions; a preparing thread takes the next range, reads
+//! and screens ([`screen`]) the files of it the lane is offered ([`offered`](work::offered)),
+//! computes each image's draws and resize coefficients and cuts the images into calls ([`prepare`],
+//! [`call`]); a submitting thread takes the next call, decodes it on its own decoders ([`nvjpeg`])
+//! and stream, makes it RGB ([`ycc`]), resizes the images into their ring slots ([`resize`],
+//! [`decoders`]) and publishes one [`LaneResult`] per position. nvJPEG's hardware decode keeps the
+//! submitting thread busy on the host, so the host work that does not need the decoders is done
+//! beside it rather than between its calls. A batch asks for the results of its positions
+//! ([`GpuLane::result`]), waiting only for those not ready yet, so the engines keep decoding while
+//! the CPU lane and the batches' hand-off run. Which image goes to which lane, and which images
+//! share an `nvjpegDecodeBatched` call, depend on the order, the share and the files alone, never
+//! on timing: the output is the same on every run. The one exception is a lane opened beside a
+//! pipeline already making batches (automatic decoding, whose share follows the lanes' rates
+//! anyway): it starts with its assisted path's first decoder set (20-80 ms; the other sets join
+//! from a thread of their own a few tenths of a second later), while its engines open on a thread
+//! of their own (a second or two; not at all in a run too short to repay them, nor for an epoch of
+//! large files the assisted path takes), and until they join the assisted path takes every file it
+//! can parse, whatever its size.
 //!
 //! The lane is opened once per pipeline; when nvJPEG, the engines or a filter are missing it is
 //! not opened, and the reason says why. Its memory is sized once: the ring (a batch, the

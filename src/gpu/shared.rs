@@ -4,11 +4,12 @@
 //! Ranges are handed out in order, to whichever preparing thread is free, as long as their first
 //! position is within the lookahead past the batches' cursor and the ring has a slot for each
 //! offered image of the range. Prepared calls wait in a queue (at most one per submitting thread)
-//! and are taken in order by whichever submitting thread is free. A slot goes back to the free
-//! list once the pipeline's stream is past its last reader ([`Runner::release`](super::runner::Runner::release)); the thread that
-//! writes it next makes its own stream wait for that point first. Work of an earlier epoch still
-//! in flight when a new one begins is dropped: calls still queued at once, calls being decoded
-//! once their thread's stream is done with them.
+//! and are taken in order by whichever submitting thread is free. A slot goes back to the free list
+//! once the pipeline's stream is past its last reader
+//! ([`Runner::release`](super::runner::Runner::release)); the thread that writes it next makes its
+//! own stream wait for that point first. Work of an earlier epoch still in flight when a new one
+//! begins is dropped: calls still queued at once, calls being decoded once their thread's stream is
+//! done with them.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -266,9 +267,9 @@ impl Shared {
         }
     }
 
-    /// Hands `call` to the submitting threads of its path (waiting while
-    /// [`Limits::queued_calls`] of its path wait already) and publishes `refused` (positions of the call's range the engines will not
-    /// take, with their slots). A call of stale work is dropped.
+    /// Hands `call` to the submitting threads of its path (waiting while [`Limits::queued_calls`]
+    /// of its path wait already) and publishes `refused` (positions of the call's range the engines
+    /// will not take, with their slots). A call of stale work is dropped.
     pub fn queue_call(&self, call: Call, refused: Vec<(usize, u32)>) {
         self.refuse(&call.work, refused);
         let mut state = self.lock();

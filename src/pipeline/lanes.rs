@@ -1,6 +1,6 @@
-//! The decode lanes of a pipeline as one value: the CPU lane alone, batch by batch (batches for
-//! the CPU), or the CPU lane working ahead of the batches, with the GPU decode lane beside it
-//! when asked for (hybrid decoding; batches for a GPU). The decode choice ([`DecodeOptions::lanes`]) is
+//! The decode lanes of a pipeline as one value: the CPU lane alone, batch by batch (batches for the
+//! CPU), or the CPU lane working ahead of the batches, with the GPU decode lane beside it when
+//! asked for (hybrid decoding; batches for a GPU). The decode choice ([`DecodeOptions::lanes`]) is
 //! read here, where the lanes are built, and nowhere else; the worker asks the lanes for a batch's
 //! images and the output stage never learns who decoded them.
 //!

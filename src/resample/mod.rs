@@ -5,8 +5,8 @@
 //! - [`AxisPlan`] ([`plan`]): the integer geometry of one axis (region, box, resize, kept
 //!   outputs, destination), with torchvision's sizes and crop rounding;
 //! - [`Filter`] ([`filter`]): the filters, value for value;
-//! - [`AxisCoefficients`](coefficients::AxisCoefficients) ([`coefficients`]): Pillow's integer weights (22 fraction bits) and
-//!   nearest positions for an axis's kept outputs;
+//! - [`AxisCoefficients`](coefficients::AxisCoefficients) ([`coefficients`]): Pillow's integer
+//!   weights (22 fraction bits) and nearest positions for an axis's kept outputs;
 //! - [`PassPlan`] ([`passes`]): the passes in Pillow's order ([`PassOrder`]: Pillow 13's by
 //!   default, older Pillows' on request);
 //! - [`ImagePlan`] ([`image`]): one image's plan, its source span, and its run on the CPU

@@ -35,8 +35,8 @@
 //! while the batch runs, and the one after waits for the event. The nvJPEG state, handle and parse
 //! object live as long as the decoder, whose `Drop` waits for outstanding work before destroying
 //! them. The output of a batch stays valid until the next `decode` on the same decoder: queue the
-//! work that reads it on the same stream before calling `decode` again, or make another stream
-//! wait for an event recorded after it on that stream and finish before the next `decode`. Growing the
+//! work that reads it on the same stream before calling `decode` again, or make another stream wait
+//! for an event recorded after it on that stream and finish before the next `decode`. Growing the
 //! output arena (rare: only for a batch larger than any before) waits for the stream. With the
 //! hardware backend, `nvjpegDecodeBatched` keeps the calling thread busy for most of the decode
 //! (measured on the H100 machine: about 45 µs of host time an image, one thread alone).
@@ -230,7 +230,8 @@ impl fmt::Debug for NvJpeg {
 impl NvJpeg {
     /// Finds and opens libnvjpeg (see [`sys::candidates`] for where it looks; `GPUFEED_NVJPEG`
     /// names a file or folder to try first) and resolves the functions this module calls. Needs no
-    /// GPU. Never panics: a missing library or symbol is an [`NvjpegUnavailable`] listing what was tried.
+    /// GPU. Never panics: a missing library or symbol is an [`NvjpegUnavailable`] listing what was
+    /// tried.
     pub fn load() -> Result<NvJpeg, NvjpegUnavailable> {
         // Loaded once and never unloaded: nvJPEG carries a static CUDA runtime, which is not
         // meant to be torn down while the process runs.
@@ -343,8 +344,8 @@ pub enum Staging {
 /// Settings of a [`HardwareDecoder`].
 #[derive(Debug, Clone)]
 pub struct DecoderConfig {
-    /// Most images per `nvjpegDecodeBatched`: a [`HardwareDecoder::decode_inspected`] call with more
-    /// decodes them in chunks of this many.
+    /// Most images per `nvjpegDecodeBatched`: a [`HardwareDecoder::decode_inspected`] call with
+    /// more decodes them in chunks of this many.
     pub max_batch: usize,
     /// Pixel layout of the output.
     pub output: OutputFormat,
@@ -1495,8 +1496,8 @@ fn within_pixels(info: JpegInfo, config: &DecoderConfig) -> Result<JpegInfo, Ref
     Ok(info)
 }
 
-/// The result of one [`HardwareDecoder::decode_inspected`]: one [`Outcome`] per input image. Borrows the
-/// decoder, whose output arena holds the pixels, until dropped.
+/// The result of one [`HardwareDecoder::decode_inspected`]: one [`Outcome`] per input image.
+/// Borrows the decoder, whose output arena holds the pixels, until dropped.
 pub struct DecodedBatch<'d> {
     decoder: &'d HardwareDecoder,
     slot: Option<usize>,

@@ -13,9 +13,9 @@
 //! samples interleaved), the rounding half in the sums' start:
 //!
 //! - vertical ([`vertical`](fn@vertical)): an output row from its input rows, 32 bytes at a time;
-//! - horizontal ([`horizontal`](fn@horizontal)): 32 rows at a time, transposed so that the rows' samples of a
-//!   pixel are one vector ([`transpose`]), then filtered as the vertical pass filters rows, and
-//!   transposed back.
+//! - horizontal ([`horizontal`](fn@horizontal)): 32 rows at a time, transposed so that the rows'
+//!   samples of a pixel are one vector ([`transpose`]), then filtered as the vertical pass filters
+//!   rows, and transposed back.
 //!
 //! Either pass falls back to the portable one for a pass it does not take (rows or outputs
 //! shorter than a vector, weights outside the byte multiplies' range, or buffers that do not hold
