@@ -578,9 +578,11 @@ pub struct DecodeOptions {
     /// Of the GPU lane's baseline JPEGs of 1 Mpx or more, the share its assisted path decodes
     /// (entropy decoding, inverse DCT, upsampling and colour on the GPU's cores, exactly as
     /// libjpeg-turbo does) beside the JPEG engines, 0 to 1 (default
-    /// [`DEFAULT_ASSISTED_SHARE`]). Which images take it depends on the files alone. The path
-    /// also takes every progressive JPEG the GPU lane is offered, unless this is 0 (which turns
-    /// it off: the CPU threads then decode those).
+    /// [`DEFAULT_ASSISTED_SHARE`]). Of the smaller ones it decodes three in four, at most this
+    /// share, unless a [`DecodeOptions::gpu_share`] below 1 is given (the engines then take
+    /// them all). Which images take it depends on the files alone. The path also takes every
+    /// progressive JPEG the GPU lane is offered, unless this is 0 (which turns it off: the CPU
+    /// threads then decode those).
     pub assisted_share: f32,
     /// How many epochs the run will take, when known (default `None`: unknown, as many as the
     /// caller asks for): the run ends before epoch `planned_epochs` (counting from 0, epochs

@@ -30,6 +30,9 @@ const GRAY_CALL_BYTES: u64 = 48 << 20;
 /// Images an engines' call of large files takes at most.
 pub(crate) const LARGE_FILES_CALL_IMAGES: usize = 2 * CHUNK;
 
+/// The engines' submitting threads, for large files and small alike ([`EngineCalls`]).
+pub(crate) const ENGINE_THREADS: usize = 2;
+
 /// How the engines' calls are cut and how many threads submit them, for an epoch's files.
 ///
 /// The engines decode a call's images side by side, one image an engine, and a call ends with
@@ -75,7 +78,7 @@ impl EngineCalls {
             // 512 Mpx of 4:2:0 photos (256 Mpx of 4:4:4), about 64 photos' files, made RGB
             // 128 Mpx at a time.
             true => EngineCalls {
-                threads: 2,
+                threads: ENGINE_THREADS,
                 images: LARGE_FILES_CALL_IMAGES,
                 staging: Staging::InPlace,
                 plane_bytes: 768 << 20,
@@ -87,7 +90,7 @@ impl EngineCalls {
             // (about 3.5 MB, half a millisecond) and go side by side: read in place, taking
             // turns, the engines alone decoded 22,215-29,995 images/s against 29,204-29,658.
             false => EngineCalls {
-                threads: 2,
+                threads: ENGINE_THREADS,
                 images: CHUNK,
                 staging: Staging::Pinned,
                 plane_bytes: 3 * MAX_CALL_PIXELS,

@@ -64,13 +64,13 @@ use crate::geometry::Geometry;
 use crate::profile::Stopwatch;
 use crate::resample::Resampling;
 use assisted::AssistedRecipe;
-use call::{EngineCalls, MAX_CALL_PIXELS};
+use call::{EngineCalls, ENGINE_THREADS, MAX_CALL_PIXELS};
 use coefficient_threads::CoefficientThreads;
 use decoders::EngineDecoders;
 use engines::{engine_count, opening_note, EngineRecipe, EnginesOpen, GrayDecoders};
 use joining::Joining;
 use nvjpeg::{DecoderConfig, NvJpeg, OutputFormat, Staging};
-use prepare::Preparer;
+use prepare::{small_files_assisted_share, Preparer};
 use runner::Runner;
 use screen::LaneScreen;
 use work::wait_for_all;
@@ -93,20 +93,27 @@ const PREPARING_THREADS: usize = 3;
 /// GPU busy. Measured on the H200 machine with camera photos: 1,130-1,140 images/s with one,
 /// 1,560 with two, 1,740-1,910 with three, 1,800-1,910 with four; on a later build, in turn in
 /// one run, four gave 2,104-2,123 against three's 1,883-1,895 (the GPU's cores 90-95% busy
-/// either way). Each holds about 1.15 GB of device memory (about 300 MB in a lane for small files,
+/// either way). On small files beside the engines (the GPU lane alone, 8,192 ImageNet-sized
+/// files, half of them on the assisted path, in turn on one start): three 32,500 images/s, four
+/// 34,400-34,900, six 35,000-35,300.
+/// Each holds about 1.15 GB of device memory (about 300 MB in a lane for small files,
 /// [`assisted::call_pixels`]).
 const ASSISTED_THREADS: usize = 4;
 
 /// The assisted path's submitting threads for `config`'s files, the engines opening as
-/// `engines`: all of them for large files, or while the assisted path takes every file (the
-/// engines opening beside the lane, or not at all); one for the few large files among small ones
-/// when the engines open first.
+/// `engines`: all of them, unless the engines open first and the assisted path takes only the
+/// few files of 1 Mpx or more among small ones (one then, which holds less memory).
 fn assisted_threads(config: &GpuLaneConfig, engines: EnginesOpen) -> usize {
-    match (config.large_files, engines) {
-        (false, EnginesOpen::BeforeTheLane) => 1,
+    let few_files = !config.large_files && !config.small_files_assisted;
+    match (few_files, engines) {
+        (true, EnginesOpen::BeforeTheLane) => 1,
         _ => ASSISTED_THREADS,
     }
 }
+
+/// The lane's host threads: the preparing threads, the assisted path's submitting threads and
+/// the engines'.
+pub(crate) const HOST_THREADS: usize = PREPARING_THREADS + ASSISTED_THREADS + ENGINE_THREADS;
 
 /// Side of the square image each decoder's nvJPEG pool is made ready for at open
 /// (`nvjpegDecodeBatchedPreAllocate` for a call's most images), so that typical photos
@@ -151,10 +158,13 @@ pub(crate) struct GpuLaneConfig {
     /// take them all).
     pub assisted_share: f32,
     /// Whether the epoch's files are large on average (192 KB or more: camera photos): the
-    /// assisted path then opens all its submitting threads ([`ASSISTED_THREADS`]) even in a lane
-    /// opened whole. Otherwise such a lane opens one, for the few large files among small ones,
-    /// which holds less memory.
+    /// calls of both paths are then cut for them ([`EngineCalls::for_files`],
+    /// [`assisted::call_pixels`]).
     pub large_files: bool,
+    /// Whether the assisted path takes its share of the files under 1 Mpx beside the engines
+    /// ([`prepare::SMALL_FILES_ASSISTED_SHARE`]): unless a share below 1 is given, where the CPU
+    /// lane's fixed part sets the pace and the assisted path's host work would slow it.
+    pub small_files_assisted: bool,
     /// Whether the run ends before the JPEG engines could open (a second or two): a lane opened
     /// beside running batches ([`GpuLane::open_unless`]) then opens its assisted path alone.
     pub short_run: bool,
@@ -334,6 +344,10 @@ impl GpuLane {
             call_pixels: assisted::call_pixels(config.large_files),
         };
         let assisted_sets = assisted_threads(config, engines_open);
+        let small_files_share = match config.small_files_assisted {
+            true => small_files_assisted_share(config.assisted_share),
+            false => 0.0,
+        };
         let sets_first = match engines_open {
             EnginesOpen::BeforeTheLane => assisted_sets,
             _ => 1,
@@ -348,10 +362,11 @@ impl GpuLane {
                 assisted,
                 config.assisted_share,
                 format!(
-                    "; the assisted path takes {:.0}% of the baseline files of 1 Mpx or more{}, \
-                     and the progressive files, their coefficients decoded on {} CPU threads \
-                     ({} opened in {:.0} ms)",
+                    "; the assisted path takes {:.0}% of the baseline files of 1 Mpx or more \
+                     and {:.0}% of the smaller ones{}, and the progressive files, their \
+                     coefficients decoded on {} CPU threads ({} opened in {:.0} ms)",
                     config.assisted_share * 100.0,
+                    small_files_share * 100.0,
                     match engines_open {
                         EnginesOpen::BeforeTheLane => "",
                         _ => {
@@ -422,9 +437,13 @@ impl GpuLane {
                 image_bytes,
                 lookahead,
                 max_file_bytes: config.max_file_bytes,
-                queued_calls: [engine_calls.threads, assisted_threads(config, engines_open)],
+                queued_calls: [engine_calls.threads, assisted_sets],
                 engine_calls,
                 assisted_share,
+                small_files_assisted_share: match assisted_share > 0.0 {
+                    true => small_files_share,
+                    false => 0.0,
+                },
                 assisted_call_pixels: assisted_recipe.call_pixels,
             },
         )?;

@@ -43,8 +43,11 @@ pub(crate) struct Limits {
     pub queued_calls: [usize; 2],
     /// How the engines' calls are cut.
     pub engine_calls: EngineCalls,
-    /// Of the images the assisted path may take, the share it is given (0: none).
+    /// Of the images of 1 Mpx or more the assisted path may take, the share it is given (0:
+    /// none)...
     pub assisted_share: f32,
+    /// ...and of the smaller ones (0: the engines take them all).
+    pub small_files_assisted_share: f32,
     /// Pixels one assisted call holds at most (its decoders' buffers).
     pub assisted_call_pixels: u64,
 }

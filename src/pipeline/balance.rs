@@ -27,14 +27,16 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::gpu::LaneActivity;
+use crate::gpu::{LaneActivity, HOST_THREADS as GPU_LANE_HOST_THREADS};
 use crate::profile::{Stage, Stopwatch};
 
 /// Shares move in steps of 1/64.
 const SHARE_STEPS: f32 = 64.0;
 
 /// The share the GPU lane starts from once it is open, before the rates say more: the shares the
-/// rates found on the H100 and H200 machines were 0.7 to 0.8 on ImageNet-sized JPEGs...
+/// rates found on the H100 and H200 machines were 0.7 to 0.8 on ImageNet-sized JPEGs with the
+/// engines taking the small files, 0.84 to 0.92 with the assisted path taking most of them
+/// beside the engines (the CPU lane then leaving the GPU lane more cores)...
 const INITIAL_SHARE: f32 = 0.75;
 
 /// ...and 0.89-0.91 on baseline camera photos, 0.98-1.0 on a mix with progressive files (which
@@ -164,6 +166,7 @@ impl Balance {
         Some(Observed {
             moved,
             gpu_cores: rates.gpu_cores,
+            gpu_takes: rates.gpu_takes,
         })
     }
 }
@@ -175,6 +178,8 @@ pub(crate) struct Observed {
     pub moved: bool,
     /// Cores the GPU lane's host threads kept busy (their working time over the window's).
     pub gpu_cores: f64,
+    /// Of the images offered to the GPU lane, the fraction it decoded.
+    pub gpu_takes: f64,
 }
 
 /// The lanes' rates over one window.
@@ -246,11 +251,29 @@ impl LaneRates {
     }
 }
 
+/// The cores a GPU lane's host threads and the thread that puts the batches together need when
+/// the lane decodes every image. Beside a GPU lane decoding most images, CPU threads on the cores
+/// its host threads wait on slow it more than they add: on the H200 machine (16 cores, 8,192
+/// ImageNet-sized files, the assisted path taking three in four small files, the share
+/// following the rates, in turn on one start) 33,000 images/s with 4 CPU threads, 33,600-35,100
+/// with 6, 32,900-33,200 with 8, and 30,600-31,500 with the cores its host threads kept busy
+/// left to them (about 10 threads); the GPU lane alone 36,000-36,900.
+const GPU_LANE_CORES: usize = GPU_LANE_HOST_THREADS + 1;
+
 /// The CPU threads to keep working beside a GPU lane whose host threads keep `gpu_cores` cores
-/// busy, on `cores` cores: the rest (the thread that fills the batches mostly waits, and shares
-/// a core), at least one and at most `threads`.
-pub(crate) fn cpu_threads_beside(cores: usize, gpu_cores: f64, threads: usize) -> usize {
-    let taken = gpu_cores.max(0.0).round() as usize;
+/// busy and which decodes `gpu_fraction` of the images (0 where the share is given: the CPU lane
+/// then keeps the threads its part needs), on `cores` cores: the rest of the cores busy or
+/// the lane's part of [`GPU_LANE_CORES`], whichever is more, at least one and at most
+/// `threads`.
+pub(crate) fn cpu_threads_beside(
+    cores: usize,
+    gpu_cores: f64,
+    gpu_fraction: f64,
+    threads: usize,
+) -> usize {
+    let busy = gpu_cores.max(0.0);
+    let part = GPU_LANE_CORES as f64 * gpu_fraction.clamp(0.0, 1.0);
+    let taken = busy.max(part).round() as usize;
     cores.saturating_sub(taken).clamp(1, threads.max(1))
 }
 
@@ -763,11 +786,20 @@ mod tests {
     }
 
     #[test]
-    fn the_cpu_lane_leaves_the_gpu_lane_the_cores_it_keeps_busy() {
-        assert_eq!(cpu_threads_beside(16, 5.2, 16), 11);
-        assert_eq!(cpu_threads_beside(16, 6.6, 16), 9);
-        assert_eq!(cpu_threads_beside(16, 0.0, 16), 16);
-        assert_eq!(cpu_threads_beside(16, 3.0, 12), 12);
-        assert_eq!(cpu_threads_beside(4, 9.0, 4), 1);
+    fn the_cpu_lane_leaves_the_gpu_lane_the_cores_it_keeps_busy_or_its_part_of_them() {
+        // A given share: the cores the lane kept busy.
+        assert_eq!(cpu_threads_beside(16, 5.2, 0.0, 16), 11);
+        assert_eq!(cpu_threads_beside(16, 6.6, 0.0, 16), 9);
+        assert_eq!(cpu_threads_beside(16, 0.0, 0.0, 16), 16);
+        assert_eq!(cpu_threads_beside(16, 3.0, 0.0, 12), 12);
+        assert_eq!(cpu_threads_beside(4, 9.0, 0.0, 4), 1);
+        // A share following the rates: the lane's part of its cores where that is more.
+        assert_eq!(GPU_LANE_CORES, 10);
+        assert_eq!(cpu_threads_beside(16, 6.6, 0.9, 16), 7);
+        assert_eq!(cpu_threads_beside(16, 6.6, 1.0, 16), 6);
+        assert_eq!(cpu_threads_beside(16, 6.6, 0.5, 16), 9);
+        assert_eq!(cpu_threads_beside(64, 6.6, 1.0, 64), 54);
+        assert_eq!(cpu_threads_beside(16, 0.2, 0.04, 16), 16);
+        assert_eq!(cpu_threads_beside(8, 6.6, 1.0, 8), 1);
     }
 }

@@ -305,7 +305,8 @@ impl PipelineBuilder {
     }
 
     /// Of the GPU lane's baseline JPEGs of 1 Mpx or more, the share its assisted path decodes
-    /// beside the JPEG engines; see [`crate::DecodeOptions::assisted_share`].
+    /// beside the JPEG engines (of smaller ones, three in four at most); see
+    /// [`crate::DecodeOptions::assisted_share`].
     pub fn assisted_share(mut self, share: f32) -> Self {
         self.options.decode.assisted_share = share;
         self

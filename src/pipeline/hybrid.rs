@@ -466,7 +466,8 @@ impl HybridLanes {
     /// After a batch that took the positions before `cursor`: once a window of the lanes' rates
     /// is complete, moves the share towards the rates' share from the first position neither
     /// lane has looked at, and (with the thread count left to the pipeline) leaves the GPU
-    /// lane's host threads the cores they kept busy.
+    /// lane's host threads the cores they kept busy, or with a share following the rates their
+    /// part of the cores they need ([`cpu_threads_beside`]).
     fn follow(&mut self, cursor: usize) {
         let (GpuState::Open(lane), Some(current)) = (&self.gpu, &self.epoch) else {
             return;
@@ -484,7 +485,16 @@ impl HybridLanes {
                 .set_from(self.frontier(cursor), self.balance.share());
         }
         if let Some(cores) = self.cores {
-            let beside = cpu_threads_beside(cores, observed.gpu_cores, self.ahead.threads());
+            let gpu_fraction = match self.balance.is_pinned() {
+                true => 0.0,
+                false => f64::from(self.balance.share()) * observed.gpu_takes,
+            };
+            let beside = cpu_threads_beside(
+                cores,
+                observed.gpu_cores,
+                gpu_fraction,
+                self.ahead.threads(),
+            );
             if beside != threads {
                 self.ahead.set_active_threads(beside);
             }

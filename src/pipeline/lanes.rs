@@ -211,6 +211,7 @@ impl Lanes {
             exif_orientation: options.decode.exif_orientation,
             assisted_share: options.decode.assisted_share,
             large_files: false,
+            small_files_assisted: options.decode.gpu_share.is_none_or(|share| share >= 1.0),
             short_run: false,
             coefficient_threads: 1,
             decode_memory: Arc::new(MemoryBudget::new(options.decode.memory_limit)),
