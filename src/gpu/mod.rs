@@ -440,10 +440,7 @@ impl GpuLane {
                 queued_calls: [engine_calls.threads, assisted_sets],
                 engine_calls,
                 assisted_share,
-                small_files_assisted_share: match assisted_share > 0.0 {
-                    true => small_files_share,
-                    false => 0.0,
-                },
+                small_files_assisted_share: small_files_share,
                 assisted_call_pixels: assisted_recipe.call_pixels,
             },
         )?;

@@ -437,11 +437,15 @@ mod tests {
     use crate::options::ResizeOptions;
     use crate::source::ItemBytes;
 
+    /// The split of `share` of large images, and of small ones as far as their own share goes.
+    fn assisted_split(share: f32) -> AssistedSplit {
+        AssistedSplit::new(share, small_files_assisted_share(share), MAX_CALL_PIXELS)
+    }
+
     /// The images of a range, large and small, through a split of `share`: which take the
     /// assisted path.
     fn split(share: f32, pixels: &[u64]) -> Vec<bool> {
-        let mut split =
-            AssistedSplit::new(share, small_files_assisted_share(share), MAX_CALL_PIXELS);
+        let mut split = assisted_split(share);
         pixels
             .iter()
             .map(|&p| split.path_for(p, true) == Path::Assisted)
@@ -569,14 +573,12 @@ mod tests {
     #[test]
     fn without_the_engines_the_assisted_path_takes_every_image_unless_its_share_is_0() {
         for share in [0.25, 0.5, 1.0] {
-            let mut split =
-                AssistedSplit::new(share, small_files_assisted_share(share), MAX_CALL_PIXELS);
+            let mut split = assisted_split(share);
             for pixels in [1, 640 * 480, ASSISTED_MIN_PIXELS, 12 << 20] {
                 assert_eq!(split.path_for(pixels, false), Path::Assisted, "{share}");
             }
             // The engines' opening does not move the split that follows.
-            let mut fresh =
-                AssistedSplit::new(share, small_files_assisted_share(share), MAX_CALL_PIXELS);
+            let mut fresh = assisted_split(share);
             let after: Vec<Path> = (0..8).map(|_| split.path_for(4 << 20, true)).collect();
             let from_start: Vec<Path> = (0..8).map(|_| fresh.path_for(4 << 20, true)).collect();
             assert_eq!(after, from_start, "{share}");

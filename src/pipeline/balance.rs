@@ -163,10 +163,15 @@ impl Balance {
             moved = next != self.share;
             self.share = next;
         }
+        // A given share leaves the CPU lane the threads its part needs.
+        let gpu_fraction = match self.pinned {
+            true => 0.0,
+            false => f64::from(self.share) * rates.gpu_takes,
+        };
         Some(Observed {
             moved,
             gpu_cores: rates.gpu_cores,
-            gpu_takes: rates.gpu_takes,
+            gpu_fraction,
         })
     }
 }
@@ -178,8 +183,9 @@ pub(crate) struct Observed {
     pub moved: bool,
     /// Cores the GPU lane's host threads kept busy (their working time over the window's).
     pub gpu_cores: f64,
-    /// Of the images offered to the GPU lane, the fraction it decoded.
-    pub gpu_takes: f64,
+    /// Of the images, the fraction the GPU lane decodes at the share now (0 where the share is
+    /// given), for [`cpu_threads_beside`].
+    pub gpu_fraction: f64,
 }
 
 /// The lanes' rates over one window.

@@ -485,14 +485,10 @@ impl HybridLanes {
                 .set_from(self.frontier(cursor), self.balance.share());
         }
         if let Some(cores) = self.cores {
-            let gpu_fraction = match self.balance.is_pinned() {
-                true => 0.0,
-                false => f64::from(self.balance.share()) * observed.gpu_takes,
-            };
             let beside = cpu_threads_beside(
                 cores,
                 observed.gpu_cores,
-                gpu_fraction,
+                observed.gpu_fraction,
                 self.ahead.threads(),
             );
             if beside != threads {
