@@ -562,12 +562,12 @@ pub struct DecodeOptions {
     /// Which decoders fill the batches (default: [`Decode::Auto`]).
     pub lanes: Decode,
     /// With hybrid or automatic decoding, the share of the images the GPU lane can take that it
-    /// is offered, 0 to 1. `None` (default): it starts at 0.75 (1.0 for epochs of large files)
-    /// once the GPU lane has opened and follows the lanes' measured rates; the pipeline reports
+    /// is offered, 0 to 1. `None` (default): it starts at 1 (every image) once the GPU lane has
+    /// opened and follows the lanes' measured rates; the pipeline reports
     /// it ([`crate::Pipeline::gpu_share`]), and giving a share makes every run decode every
     /// image in the same lane, so its output is the same bit for bit.
     pub gpu_share: Option<f32>,
-    /// With the share following the rates, the least it may fall to (and starts from), 0 to 1.
+    /// With the share following the rates, the least it may fall to, 0 to 1.
     /// Default `None` (no floor), and
     /// [`SHARED_MACHINE_MIN_GPU_SHARE`] for a process that shares its machine with
     /// [`SHARED_MACHINE_MIN_RANKS`] ranks of its job or more

@@ -296,8 +296,7 @@ impl PipelineBuilder {
         self
     }
 
-    /// With the share following the lanes' rates, the least it falls to and starts from
-    /// (default: no floor, unless four ranks or more share the machine); see
+    /// With the share following the lanes' rates, the least it falls to (default: no floor, unless four ranks or more share the machine); see
     /// [`crate::DecodeOptions::min_gpu_share`].
     pub fn min_gpu_share(mut self, share: f32) -> Self {
         self.options.decode.min_gpu_share = Some(share);

@@ -73,7 +73,7 @@ const ASSISTED_OPEN_SECONDS: f64 = 0.3;
 /// Mean encoded bytes of an epoch's files from which they count as large: about a megapixel
 /// photo's at quality 75-90, the files the assisted path takes once the engines are open
 /// (ImageNet's average about 110 KB). For large files the GPU lane opens all its assisted path's
-/// threads even when it opens whole (a given share), and its share starts higher.
+/// threads even when it opens whole (a given share).
 const LARGE_FILES_MIN_MEAN_BYTES: u64 = 192 << 10;
 
 /// While the pipeline's device opens, the CPU lane works this fraction of the decode memory's
@@ -328,7 +328,6 @@ impl Lanes {
         let balance = Balance::new(
             options.decode.gpu_share,
             options.decode.min_gpu_share,
-            large_files,
             stopwatch.clone(),
             cpu_seconds(1, mean_bytes),
             cores,
