@@ -209,15 +209,15 @@ pub struct RunArgs {
     /// GPU's JPEG engines and its assisted path beside them, for baseline JPEGs).
     #[arg(long, default_value_t = Decode::Auto)]
     decode: Decode,
-    /// With the GPU decode lane, its share of the images it can take, 0 to 1 (default: follows
-    /// the lanes' measured rates and is printed; give it back to decode every image in the same
-    /// lane again).
+    /// With the GPU decode lane, its share of the images it can take, 0 to 1 (default: starts at
+    /// 1, follows the lanes' measured rates and is printed; give it back to decode every image
+    /// in the same lane again).
     #[arg(long)]
     gpu_share: Option<f32>,
-    /// With the share following the lanes' rates, the least it falls to (and starts from), 0 to
-    /// 1 (default: none; with `--shard env` and four ranks or more on this machine, by
-    /// LOCAL_WORLD_SIZE or SLURM_NTASKS_PER_NODE, 1: the GPU lane takes every image it can, its
-    /// assisted path until the JPEG engines join).
+    /// With the share following the lanes' rates, the least it falls to, 0 to 1 (default: none;
+    /// with `--shard env` and four ranks or more on this machine, by LOCAL_WORLD_SIZE or
+    /// SLURM_NTASKS_PER_NODE, 1: the GPU lane takes every image it can, its assisted path until
+    /// the JPEG engines join).
     #[arg(long)]
     min_gpu_share: Option<f32>,
     /// Of the GPU lane's baseline JPEGs of 1 Mpx or more, the share its assisted path decodes
