@@ -563,17 +563,15 @@ pub struct DecodeOptions {
     pub lanes: Decode,
     /// With hybrid or automatic decoding, the share of the images the GPU lane can take that it
     /// is offered, 0 to 1. `None` (default): it starts at 1 (every image) once the GPU lane has
-    /// opened and follows the lanes' measured rates; the pipeline reports
-    /// it ([`crate::Pipeline::gpu_share`]), and giving a share makes every run decode every
-    /// image in the same lane, so its output is the same bit for bit.
+    /// opened and follows the lanes' measured rates; the pipeline reports it
+    /// ([`crate::Pipeline::gpu_share`]), and giving a share makes every run decode every image
+    /// in the same lane, so its output is the same bit for bit.
     pub gpu_share: Option<f32>,
-    /// With the share following the rates, the least it may fall to, 0 to 1.
-    /// Default `None` (no floor), and
-    /// [`SHARED_MACHINE_MIN_GPU_SHARE`] for a process that shares its machine with
+    /// With the share following the rates, the least it may fall to, 0 to 1. Default `None` (no
+    /// floor), and [`SHARED_MACHINE_MIN_GPU_SHARE`] for a process that shares its machine with
     /// [`SHARED_MACHINE_MIN_RANKS`] ranks of its job or more
-    /// ([`DecodeOptions::ranks_on_machine`]): each rank's CPU lane slows the others' decodes
-    /// and calls to their engines (what the cores share), which its own lanes' rates do not
-    /// show.
+    /// ([`DecodeOptions::ranks_on_machine`]): each rank's CPU lane slows the others' decodes and
+    /// calls to their engines (what the cores share), which its own lanes' rates do not show.
     pub min_gpu_share: Option<f32>,
     /// Of the GPU lane's baseline JPEGs of 1 Mpx or more, the share its assisted path decodes
     /// (entropy decoding, inverse DCT, upsampling and colour on the GPU's cores, exactly as

@@ -242,8 +242,7 @@ impl PipelineBuilder {
     /// [`crate::SHARED_MACHINE_MIN_RANKS`] ranks or more on this machine (`LOCAL_WORLD_SIZE` or
     /// `SLURM_NTASKS_PER_NODE`) the GPU lane's share stays at
     /// [`crate::SHARED_MACHINE_MIN_GPU_SHARE`] or more, unless [`PipelineBuilder::min_gpu_share`]
-    /// set a floor. `build` fails, naming the
-    /// variables, when they are missing or inconsistent.
+    /// set a floor. `build` fails, naming the variables, when they are missing or inconsistent.
     pub fn shard_from_env(mut self) -> Self {
         self.shard_from_env = true;
         self
@@ -296,8 +295,8 @@ impl PipelineBuilder {
         self
     }
 
-    /// With the share following the lanes' rates, the least it falls to (default: no floor, unless four ranks or more share the machine); see
-    /// [`crate::DecodeOptions::min_gpu_share`].
+    /// With the share following the lanes' rates, the least it falls to (default: no floor,
+    /// unless four ranks or more share the machine); see [`crate::DecodeOptions::min_gpu_share`].
     pub fn min_gpu_share(mut self, share: f32) -> Self {
         self.options.decode.min_gpu_share = Some(share);
         self
