@@ -1,9 +1,11 @@
 //! `gpufeed._native`: the Python face of gpufeed. It uses the library's public API and nothing
-//! else: [`options`] turns keywords into builder calls, [`pipeline`] wraps the pipeline and its
-//! batches, [`tensor`] exports batches through DLPack.
+//! else: [`options`] turns keywords into builder calls from one table of keywords, [`signature`]
+//! shows that table to `help()`, [`pipeline`] wraps the pipeline and its batches, [`tensor`]
+//! exports batches through DLPack.
 
 mod options;
 mod pipeline;
+mod signature;
 mod tensor;
 
 use pyo3::create_exception;
@@ -103,9 +105,22 @@ fn draw_crop(
     Ok((d.top, d.left, d.height, d.width, d.flipped))
 }
 
+/// Every keyword of `Pipeline()` as `(name, type, default, doc)`, in the signature's order: the
+/// table the signature, the docstring and the misspelt-keyword error are made from (the tests
+/// compare the `.pyi` stub with it).
+#[pyfunction]
+fn _keyword_table() -> Vec<(&'static str, &'static str, String, &'static str)> {
+    let defaults = options::Defaults::new();
+    options::KEYWORDS
+        .iter()
+        .map(|k| (k.name, k.python_type, (k.default)(&defaults), k.doc))
+        .collect()
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(draw_crop, m)?)?;
+    m.add_function(wrap_pyfunction!(_keyword_table, m)?)?;
     m.add_class::<pipeline::Pipeline>()?;
     m.add_class::<pipeline::Batch>()?;
     m.add_class::<tensor::Tensor>()?;
@@ -116,5 +131,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.py().get_type::<CudaUnavailableError>(),
     )?;
     m.add("KEYWORDS", options::keyword_names())?;
+    signature::describe_pipeline(m.py())?;
     Ok(())
 }

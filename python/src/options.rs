@@ -1,14 +1,16 @@
-//! Keyword arguments of `gpufeed.Pipeline(...)`: one table line per keyword. A keyword the Rust
-//! builder gains is one line in [`KEYWORDS`] (and one in the `.pyi` stub); defaults are the
-//! builder's own, and enum names parse with the library's `FromStr`, so they match the command
-//! line's.
+//! Keyword arguments of `gpufeed.Pipeline(...)`: one table, [`KEYWORDS`], with a line per
+//! keyword (its name, Python type, default, what it does, and how it is applied). The error for
+//! a misspelt keyword, the signature and docstring `help(gpufeed.Pipeline)` shows
+//! ([`crate::signature`]) and the `.pyi` stub (checked against it by the tests) all come from
+//! it. Defaults are read from the builder's own, and enum names parse with the library's
+//! `FromStr`, so they match the command line's.
 
 use std::str::FromStr;
 
 use gpufeed::{
     Augment, ChannelOrder, DType, Decode, Device, DrawRange, Gray16, Interpolation, LastBatch,
-    Layout, OnError, PipelineBuilder, Recipe, ResizeMode, ShardBalance, RANDOM_CROP_RATIO,
-    RANDOM_CROP_SCALE, RANDOM_FLIP_CHANCE,
+    Layout, OnError, Options, PipelineBuilder, Recipe, RemoteOptions, ResizeMode, ShardBalance,
+    RANDOM_CROP_RATIO, RANDOM_CROP_SCALE, RANDOM_FLIP_CHANCE,
 };
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -44,155 +46,428 @@ pub(crate) struct Keywords {
 
 type Apply = fn(&mut Keywords, &Bound<'_, PyAny>) -> PyResult<()>;
 
-/// `keyword!("name", |k, v: Type| body)`: extracts the value as `Type` (a `TypeError` naming
-/// the keyword otherwise) and runs `body`, a `PyResult<()>`.
-macro_rules! keyword {
-    ($name:literal, |$k:ident, $v:ident: $ty:ty| $body:expr) => {
-        (
-            $name,
-            (|$k: &mut Keywords, value: &Bound<'_, PyAny>| -> PyResult<()> {
-                let $v: $ty = extract(value, $name)?;
-                $body
-            }) as Apply,
+/// One keyword of `gpufeed.Pipeline(...)`.
+pub(crate) struct Keyword {
+    /// The keyword's name.
+    pub(crate) name: &'static str,
+    /// Its type, as the stub and the signature write it (names from `typing`, and `os`).
+    pub(crate) python_type: &'static str,
+    /// Its default, a Python literal: passing it is the same as leaving the keyword out.
+    pub(crate) default: fn(&Defaults) -> String,
+    /// What it does, in a sentence or two.
+    pub(crate) doc: &'static str,
+    /// How a value given is applied; `None` for the keywords `Pipeline()` reads itself (the
+    /// source, its labels, the state to resume from, the object-storage options).
+    apply: Option<Apply>,
+}
+
+/// What the keywords default to: the builder's options, the keywords' reading of them, and the
+/// object-storage defaults.
+pub(crate) struct Defaults {
+    options: Options,
+    keywords: Keywords,
+    remote: RemoteOptions,
+}
+
+impl Defaults {
+    pub(crate) fn new() -> Defaults {
+        let keywords = Keywords::new();
+        Defaults {
+            options: *PipelineBuilder::default().options(),
+            keywords,
+            remote: RemoteOptions::default(),
+        }
+    }
+}
+
+/// A value written as a Python literal (the defaults of the signature and the stub).
+trait PythonLiteral {
+    fn literal(&self) -> String;
+}
+
+impl PythonLiteral for bool {
+    fn literal(&self) -> String {
+        if *self { "True" } else { "False" }.to_string()
+    }
+}
+
+macro_rules! integer_literal {
+    ($($ty:ty),+) => {$(
+        impl PythonLiteral for $ty {
+            fn literal(&self) -> String {
+                self.to_string()
+            }
+        }
+    )+};
+}
+integer_literal!(u8, u32, u64, usize);
+
+impl PythonLiteral for f32 {
+    fn literal(&self) -> String {
+        // `{:?}` writes the shortest text that reads back as this value, with a point: "1.0".
+        format!("{self:?}")
+    }
+}
+
+impl PythonLiteral for f64 {
+    fn literal(&self) -> String {
+        format!("{self:?}")
+    }
+}
+
+impl PythonLiteral for &str {
+    fn literal(&self) -> String {
+        format!("{self:?}")
+    }
+}
+
+impl PythonLiteral for String {
+    fn literal(&self) -> String {
+        self.as_str().literal()
+    }
+}
+
+impl<T: PythonLiteral> PythonLiteral for Option<T> {
+    fn literal(&self) -> String {
+        self.as_ref().map_or_else(|| "None".to_string(), T::literal)
+    }
+}
+
+impl<A: PythonLiteral, B: PythonLiteral> PythonLiteral for (A, B) {
+    fn literal(&self) -> String {
+        format!("({}, {})", self.0.literal(), self.1.literal())
+    }
+}
+
+impl PythonLiteral for [f32; 3] {
+    fn literal(&self) -> String {
+        format!(
+            "({}, {}, {})",
+            self[0].literal(),
+            self[1].literal(),
+            self[2].literal()
         )
+    }
+}
+
+/// No default of its own: `None`, whose meaning the keyword's doc gives.
+struct NoValue;
+
+impl PythonLiteral for NoValue {
+    fn literal(&self) -> String {
+        "None".to_string()
+    }
+}
+
+/// `keyword!("name": "type" = |d| default, "doc", |k, v: Type| body)`: a keyword applied to the
+/// builder. The value is extracted as `Type` (a `TypeError` naming the keyword otherwise) and
+/// `body`, a `PyResult<()>`, applies it. Without the last part, a keyword `Pipeline()` reads
+/// itself.
+macro_rules! keyword {
+    ($name:literal: $ty:literal = |$d:ident| $default:expr, $doc:literal $(,)?) => {
+        Keyword {
+            name: $name,
+            python_type: $ty,
+            default: |$d: &Defaults| PythonLiteral::literal(&$default),
+            doc: $doc,
+            apply: None,
+        }
+    };
+    ($name:literal: $ty:literal = |$d:ident| $default:expr, $doc:literal,
+     |$k:ident, $v:ident: $vty:ty| $body:expr $(,)?) => {
+        Keyword {
+            name: $name,
+            python_type: $ty,
+            default: |$d: &Defaults| PythonLiteral::literal(&$default),
+            doc: $doc,
+            apply: Some(
+                |$k: &mut Keywords, value: &Bound<'_, PyAny>| -> PyResult<()> {
+                    let $v: $vty = extract(value, $name)?;
+                    $body
+                },
+            ),
+        }
     };
 }
 
-/// Every keyword, with what it does. Keep `python/gpufeed/_native.pyi` in step.
-const KEYWORDS: &[(&str, Apply)] = &[
-    keyword!("batch_size", |k, v: usize| k.with(|b| Ok(b.batch_size(v)))),
-    keyword!("resize_mode", |k, v: Name| {
+/// Every keyword of `gpufeed.Pipeline(...)`, in the signature's order. The `.pyi` stub lists the
+/// same, with the same types and defaults (a test compares them).
+pub(crate) const KEYWORDS: &[Keyword] = &[
+    keyword!("source": "Union[str, os.PathLike[str], None]" = |_d| NoValue,
+        "A folder of images, searched recursively (or of class subfolders, or of tar shards), or \
+         a URL in object storage: s3://, gs://, az:// or https://, a prefix, one object or a \
+         brace pattern (train-{0000..0127}.tar)."),
+    keyword!("paths": "Union[str, os.PathLike[str], Sequence[Union[str, os.PathLike[str]]], None]"
+        = |_d| NoValue,
+        "The images as a list of paths (or one path), in this order, instead of a folder."),
+    keyword!("labels": "Optional[Sequence[int]]" = |_d| NoValue,
+        "A class label for each of paths=[...]."),
+    keyword!("image_folder": "bool" = |_d| false,
+        "The folder is an ImageFolder: each subfolder a class, labels from the sorted names \
+         (batch.labels, pipe.class_names)."),
+    keyword!("webdataset": "bool" = |_d| false,
+        "The folder holds WebDataset tar shards: a sample's image member by extension, its label \
+         from its .cls member."),
+    keyword!("state": "Union[dict[str, Any], str, None]" = |_d| NoValue,
+        "A state_dict() (or its JSON text) to go on from: the batches are those the pipeline \
+         that saved it would have given next."),
+    keyword!("cache_dir": "Union[str, os.PathLike[str], None]" = |_d| NoValue,
+        "For a URL: a folder keeping whole shards and images read, for later epochs, runs and \
+         processes."),
+    keyword!("cache_limit": "Optional[int]" = |_d| NoValue,
+        "For a URL: the most bytes cache_dir holds (None: no limit)."),
+    keyword!("read_budget": "int" = |d| d.remote.read_budget,
+        "For a URL: the most bytes read ahead of the decoders."),
+    keyword!("max_requests": "int" = |d| d.remote.max_requests,
+        "For a URL: the most requests in flight at once."),
+    keyword!("shuffle_window": "Optional[int]" = |d| d.remote.shuffle_window,
+        "For WebDataset shards at a URL: consecutive shards whose samples are shuffled together \
+         (None: as many as half the read budget holds, 1 to 8)."),
+    keyword!("batch_size": "int" = |d| d.options.batching.batch_size, "Images per batch.",
+        |k, v: usize| k.with(|b| Ok(b.batch_size(v)))),
+    keyword!("resize_mode":
+    "Literal[\"center-crop\", \"stretch\", \"letterbox\", \"random-resized-crop\"]"
+    = |d| d.keywords.mode.as_str(),
+    "How images reach the output size: torchvision's Resize + CenterCrop, a stretch, a \
+     letterbox, or torchvision's RandomResizedCrop.",
+    |k, v: Name| {
         k.mode_given = true;
         k.set_mode(&v.0)
     }),
-    keyword!("resize", |k, v: u32| {
-        k.shorter_side = Some(v);
+    keyword!("resize": "Optional[int]" = |_d| NoValue,
+    "The shorter side after resizing (torchvision's Resize), for center-crop (None: 256, or \
+     the crop's shorter side when a crop is given).",
+    |k, v: Option<u32>| {
+        k.shorter_side = v;
         Ok(())
     }),
-    keyword!("crop", |k, v: Size| {
+    keyword!("crop": "Union[int, Tuple[int, int]]" = |d| d.keywords.size,
+    "The output size: one side, or (height, width).",
+    |k, v: Size| {
         k.size = v.0;
         Ok(())
     }),
-    keyword!("pad", |k, v: u8| {
+    keyword!("pad": "int" = |d| d.keywords.pad, "The value of padded pixels, for letterbox.",
+    |k, v: u8| {
         k.pad = v;
         Ok(())
     }),
-    keyword!("interpolation", |k, v: Name| k
-        .with(|b| Ok(b.interpolation(parse::<Interpolation>(&v)?)))),
-    keyword!("mean", |k, v: Triple| {
+    keyword!("interpolation":
+        "Literal[\"bilinear\", \"bicubic\", \"nearest\", \"lanczos\", \"box\", \"hamming\"]"
+        = |d| d.options.resize.interpolation.name(),
+        "The resampling filter, antialiased as Pillow's.",
+        |k, v: Name| k.with(|b| Ok(b.interpolation(parse::<Interpolation>(&v)?)))),
+    keyword!("mean": "Sequence[float]" = |d| d.keywords.mean,
+    "Per-channel mean in 0..1 units, R, G, B.",
+    |k, v: Triple| {
         k.mean = v.0;
         Ok(())
     }),
-    keyword!("std", |k, v: Triple| {
+    keyword!("std": "Sequence[float]" = |d| d.keywords.std,
+    "Per-channel standard deviation in 0..1 units, R, G, B.",
+    |k, v: Triple| {
         k.std = v.0;
         Ok(())
     }),
-    keyword!("dtype", |k, v: Name| k
-        .with(|b| Ok(b.dtype(parse::<DType>(&v)?)))),
-    keyword!("layout", |k, v: Name| k
-        .with(|b| Ok(b.layout(parse::<Layout>(&v)?)))),
-    keyword!("channel_order", |k, v: Name| k
-        .with(|b| Ok(b.channel_order(parse::<ChannelOrder>(&v)?)))),
-    keyword!("device", |k, v: DeviceName| k.with(|b| Ok(b.device(v.0)))),
-    keyword!("on_error", |k, v: Name| k
-        .with(|b| Ok(b.on_error(parse::<OnError>(&v)?)))),
-    keyword!("drop_last", |k, v: bool| k.with(|b| Ok(
+    keyword!("dtype": "Union[str, Any]" = |d| python_dtype(d.options.output.dtype),
+        "The output element type: \"float16\" (or \"f16\", \"half\"), \"bfloat16\", \"float32\", \
+         or a torch or NumPy dtype.",
+        |k, v: Name| k.with(|b| Ok(b.dtype(parse::<DType>(&v)?)))),
+    keyword!("layout": "Literal[\"nchw\", \"nhwc\"]" = |d| d.options.output.layout.name(),
+        "The output layout.",
+        |k, v: Name| k.with(|b| Ok(b.layout(parse::<Layout>(&v)?)))),
+    keyword!("channel_order": "Literal[\"rgb\", \"bgr\"]"
+        = |d| d.options.output.channel_order.name(),
+        "The order of the output's colour channels.",
+        |k, v: Name| k.with(|b| Ok(b.channel_order(parse::<ChannelOrder>(&v)?)))),
+    keyword!("device": "Union[str, int, Any, None]" = |_d| NoValue,
+    "Where the batches land: \"cuda:N\", \"cpu\", an ordinal or a torch.device (None: \
+     cuda:0, or with shard=\"env\" the launcher's LOCAL_RANK).",
+    |k, v: Option<DeviceName>| match v {
+        Some(device) => k.with(|b| Ok(b.device(device.0))),
+        None => Ok(()),
+    }),
+    keyword!("on_error": "Literal[\"skip\", \"fail\"]" = |d| d.options.batching.on_error.name(),
+        "What a bad image does: skip it (listed on its batch with the reason) or raise \
+         gpufeed.ItemError.",
+        |k, v: Name| k.with(|b| Ok(b.on_error(parse::<OnError>(&v)?)))),
+    keyword!("drop_last": "bool" = |d| d.options.batching.last_batch == LastBatch::Drop,
+    "Drop a last partial batch.",
+    |k, v: bool| k.with(|b| Ok(
         b.last_batch(if v { LastBatch::Drop } else { LastBatch::Keep })
     ))),
-    keyword!("shuffle", |k, v: Shuffle| {
-        k.shuffle = Some(v.0);
+    keyword!("shuffle": "Optional[bool]" = |_d| NoValue,
+    "A new order every epoch, drawn from seed (None: True with train=True, else False).",
+    |k, v: Shuffle| {
+        k.shuffle = v.0;
         Ok(())
     }),
-    keyword!("shard", |k, v: ShardKeyword| k.with(|b| Ok(match v {
+    keyword!("shard": "Union[Tuple[int, int], Literal[\"env\"], None]" = |_d| NoValue,
+    "This process's part of the images: (rank, world), or \"env\" to read it from \
+     torchrun's or Slurm's variables (None: all of them).",
+    |k, v: ShardKeyword| k.with(|b| Ok(match v {
         ShardKeyword::None => b,
         ShardKeyword::Fixed(rank, world) => b.shard(rank, world),
         ShardKeyword::Env => b.shard_from_env(),
     }))),
-    keyword!("shard_balance", |k, v: Name| k
-        .with(|b| Ok(b.shard_balance(parse::<ShardBalance>(&v)?)))),
-    keyword!("pillow_version", |k, v: String| {
-        let version = v
-            .split_once('.')
-            .and_then(|(major, minor)| Some((major.parse().ok()?, minor.parse().ok()?)));
-        let Some((major, minor)) = version else {
-            return Err(PyValueError::new_err(format!(
-                "pillow_version {v:?}: expected \"MAJOR.MINOR\", e.g. \"12.3\" (PIL.__version__)"
-            )));
-        };
-        k.with(|b| Ok(b.pillow_version(major, minor)))
+    keyword!("shard_balance": "Literal[\"pad\", \"drop\", \"uneven\"]"
+        = |d| d.options.batching.shard_balance.name(),
+        "How the ranks' parts are evened out: pad (repeats flagged in batch.padded), drop, or \
+         uneven.",
+        |k, v: Name| k.with(|b| Ok(b.shard_balance(parse::<ShardBalance>(&v)?)))),
+    keyword!("pillow_version": "Optional[str]" = |_d| NoValue,
+    "The Pillow version \"MAJOR.MINOR\" whose rounding to reproduce (None: the installed \
+     Pillow's, else 13.0).",
+    |k, v: Option<String>| match v {
+        Some(v) => k.set_pillow_version(&v),
+        None => Ok(()),
     }),
-    keyword!("train", |k, v: bool| {
+    keyword!("train": "bool" = |d| d.keywords.train,
+    "torchvision's ImageNet training transform: RandomResizedCrop to crop, a flip with chance \
+     0.5 and a new shuffle every epoch, all drawn from seed.",
+    |k, v: bool| {
         k.train = v;
         Ok(())
     }),
-    keyword!("seed", |k, v: u64| {
+    keyword!("seed": "int" = |d| d.keywords.seed,
+    "The seed of every random draw: crops, flips, augmentations and the shuffle.",
+    |k, v: u64| {
         k.seed = v;
         k.with(|b| Ok(b.seed(v)))
     }),
-    keyword!("hflip", |k, v: f64| {
-        k.hflip = Some(v);
+    keyword!("hflip": "Optional[float]" = |_d| NoValue,
+    "The chance, 0 to 1, that an image is mirrored left to right (None: 0.5 with train=True, \
+     else 0).",
+    |k, v: Option<f64>| {
+        k.hflip = v;
         Ok(())
     }),
-    keyword!("scale", |k, v: (f64, f64)| {
+    keyword!("scale": "Tuple[float, float]" = |d| (d.keywords.scale.min, d.keywords.scale.max),
+    "RandomResizedCrop's range of areas, as shares of the image's.",
+    |k, v: (f64, f64)| {
         k.scale = DrawRange::new(v.0, v.1);
         Ok(())
     }),
-    keyword!("ratio", |k, v: (f64, f64)| {
+    keyword!("ratio": "Tuple[float, float]" = |d| (d.keywords.ratio.min, d.keywords.ratio.max),
+    "RandomResizedCrop's range of aspect ratios, width / height.",
+    |k, v: (f64, f64)| {
         k.ratio = DrawRange::new(v.0, v.1);
         Ok(())
     }),
-    keyword!("threads", |k, v: usize| k.with(|b| Ok(b.threads(v)))),
-    keyword!("prefetch", |k, v: usize| k.with(|b| Ok(b.prefetch(v)))),
-    keyword!("max_pixels", |k, v: u64| k.with(|b| Ok(b.max_pixels(v)))),
-    keyword!("exif_orientation", |k, v: bool| k
-        .with(|b| Ok(b.exif_orientation(v)))),
-    keyword!("dct_scaling", |k, v: bool| k.with(|b| Ok(b.dct_scaling(v)))),
-    keyword!("max_file_bytes", |k, v: u64| k
-        .with(|b| Ok(b.max_file_bytes(v)))),
-    keyword!("decode_memory", |k, v: u64| k
-        .with(|b| Ok(b.decode_memory(v)))),
-    keyword!("decode", |k, v: Name| k
-        .with(|b| Ok(b.decode(parse::<Decode>(&v)?)))),
-    keyword!("gpu_share", |k, v: Option<f32>| k.with(|b| Ok(match v {
+    keyword!("threads": "int" = |d| d.options.runtime.threads,
+        "CPU decode threads (0: one per core).",
+        |k, v: usize| k.with(|b| Ok(b.threads(v)))),
+    keyword!("prefetch": "int" = |d| d.options.runtime.prefetch, "Batches prepared ahead.",
+        |k, v: usize| k.with(|b| Ok(b.prefetch(v)))),
+    keyword!("max_pixels": "int" = |d| d.options.decode.max_pixels,
+        "Refuse images that claim more pixels than this.",
+        |k, v: u64| k.with(|b| Ok(b.max_pixels(v)))),
+    keyword!("exif_orientation": "bool" = |d| d.options.decode.exif_orientation,
+        "Turn images as their EXIF orientation tag says (torchvision does not).",
+        |k, v: bool| k.with(|b| Ok(b.exif_orientation(v)))),
+    keyword!("dct_scaling": "bool" = |d| d.options.decode.dct_scaling,
+        "Decode large JPEGs at 1/2, 1/4 or 1/8 size in the DCT domain when the output keeps a 2x \
+         margin (faster on big photos, further from torchvision).",
+        |k, v: bool| k.with(|b| Ok(b.dct_scaling(v)))),
+    keyword!("max_file_bytes": "int" = |d| d.options.decode.max_file_bytes,
+        "Refuse files larger than this many bytes, before reading them.",
+        |k, v: u64| k.with(|b| Ok(b.max_file_bytes(v)))),
+    keyword!("decode_memory": "int" = |d| d.options.decode.memory_limit,
+        "The most bytes the decode threads hold together for images in flight.",
+        |k, v: u64| k.with(|b| Ok(b.decode_memory(v)))),
+    keyword!("decode": "Literal[\"auto\", \"cpu\", \"hybrid\"]" = |d| d.options.decode.lanes.name(),
+        "Which decoders fill the batches: auto (the GPU lane beside the CPU threads on a CUDA \
+         device, for runs that repay opening it), cpu, or hybrid.",
+        |k, v: Name| k.with(|b| Ok(b.decode(parse::<Decode>(&v)?)))),
+    keyword!("gpu_share": "Optional[float]" = |d| d.options.decode.gpu_share,
+    "The GPU lane's share of the images it can take, 0 to 1, kept fixed so that every run \
+     gives the same bytes (None: it follows the lanes' measured rates).",
+    |k, v: Option<f32>| k.with(|b| Ok(match v {
         Some(share) => b.gpu_share(share),
         None => b,
     }))),
-    keyword!("min_gpu_share", |k, v: Option<f32>| k.with(|b| Ok(
-        match v {
-            Some(share) => b.min_gpu_share(share),
-            None => b,
+    keyword!("min_gpu_share": "Optional[float]" = |d| d.options.decode.min_gpu_share,
+    "The least the share following the rates falls to (None: no floor; 1 with shard=\"env\" \
+     and four ranks or more on the machine).",
+    |k, v: Option<f32>| k.with(|b| Ok(match v {
+        Some(share) => b.min_gpu_share(share),
+        None => b,
+    }))),
+    keyword!("assisted_share": "float" = |d| d.options.decode.assisted_share,
+        "Of the GPU lane's baseline JPEGs of 1 Mpx or more, the share its assisted path decodes \
+         exactly on the GPU's cores beside the JPEG engines.",
+        |k, v: f32| k.with(|b| Ok(b.assisted_share(v)))),
+    keyword!("planned_epochs": "Optional[int]" = |d| d.options.decode.planned_epochs,
+    "How many epochs the run takes, if known: automatic decoding leaves a run too short to \
+     repay opening the GPU lane (or its JPEG engines) without them.",
+    |k, v: Option<u64>| k.with(|b| Ok(match v {
+        Some(epochs) => b.planned_epochs(epochs),
+        None => b,
+    }))),
+    keyword!("gray16": "Literal[\"clip\", \"scale\"]" = |d| d.options.decode.gray16.name(),
+        "How 16-bit gray images become 8-bit: clipped (torchvision's) or scaled.",
+        |k, v: Name| k.with(|b| Ok(b.gray16(parse::<Gray16>(&v)?)))),
+    keyword!("augment": "str" = |d| d.options.augment.policy.to_string(),
+        "torchvision's automatic augmentation: \"trivial-augment-wide\", \"rand-augment\" (2 \
+         operations at magnitude 9), \"rand-augment:N:M\", \"auto-augment\" or \"none\".",
+        |k, v: Name| k.with(|b| Ok(b.augment(parse::<Augment>(&v)?)))),
+    keyword!("color_jitter": "Optional[Tuple[float, float, float, float]]" = |_d| NoValue,
+    "torchvision's ColorJitter(brightness, contrast, saturation, hue), before augment.",
+    |k, v: Option<(f64, f64, f64, f64)>| match v {
+        Some(v) => k.with(|b| Ok(b.color_jitter(v.0, v.1, v.2, v.3))),
+        None => Ok(()),
+    }),
+    keyword!("random_erasing": "Optional[float]" = |_d| NoValue,
+    "torchvision's RandomErasing(p), after augment.",
+    |k, v: Option<f64>| match v {
+        Some(p) => k.with(|b| Ok(b.random_erasing(p))),
+        None => Ok(()),
+    }),
+    keyword!("mixup": "Optional[float]" = |d| d.options.augment.mixup,
+    "torchvision's MixUp(alpha) across each batch (needs labels); batch.soft_labels holds \
+     the targets.",
+    |k, v: Option<f64>| match v {
+        Some(alpha) => k.with(|b| Ok(b.mixup(alpha))),
+        None => Ok(()),
+    }),
+    keyword!("cutmix": "Optional[float]" = |d| d.options.augment.cutmix,
+    "torchvision's CutMix(alpha) across each batch; with mixup, each batch takes one of the \
+     two.",
+    |k, v: Option<f64>| match v {
+        Some(alpha) => k.with(|b| Ok(b.cutmix(alpha))),
+        None => Ok(()),
+    }),
+    keyword!("num_classes": "Optional[int]" = |d| d.options.augment.num_classes,
+    "Classes of the soft labels (None: the image folder's class count).",
+    |k, v: Option<usize>| match v {
+        Some(classes) => k.with(|b| Ok(b.num_classes(classes))),
+        None => Ok(()),
+    }),
+    keyword!("recipe": "Optional[Literal[\"torchvision-imagenet\"]]" = |_d| NoValue,
+    "A training recipe: \"torchvision-imagenet\" (train=True, trivial-augment-wide, random \
+     erasing 0.1, MixUp 0.2 or CutMix 1.0 per batch).",
+    |k, v: Option<Name>| {
+        if let Some(name) = v {
+            k.recipe = Some(parse::<Recipe>(&name)?);
+            k.train = true;
         }
-    ))),
-    keyword!("assisted_share", |k, v: f32| k
-        .with(|b| Ok(b.assisted_share(v)))),
-    keyword!("planned_epochs", |k, v: Option<u64>| k.with(|b| Ok(
-        match v {
-            Some(epochs) => b.planned_epochs(epochs),
-            None => b,
-        }
-    ))),
-    keyword!("gray16", |k, v: Name| k
-        .with(|b| Ok(b.gray16(parse::<Gray16>(&v)?)))),
-    keyword!("augment", |k, v: Name| k
-        .with(|b| Ok(b.augment(parse::<Augment>(&v)?)))),
-    keyword!("color_jitter", |k, v: (f64, f64, f64, f64)| k
-        .with(|b| Ok(b.color_jitter(v.0, v.1, v.2, v.3)))),
-    keyword!("random_erasing", |k, v: f64| k
-        .with(|b| Ok(b.random_erasing(v)))),
-    keyword!("mixup", |k, v: f64| k.with(|b| Ok(b.mixup(v)))),
-    keyword!("cutmix", |k, v: f64| k.with(|b| Ok(b.cutmix(v)))),
-    keyword!("num_classes", |k, v: usize| k
-        .with(|b| Ok(b.num_classes(v)))),
-    keyword!("recipe", |k, v: Name| {
-        k.recipe = Some(parse::<Recipe>(&v)?);
-        k.train = true;
         Ok(())
     }),
 ];
 
-/// The keyword names, in table order (exported as `gpufeed.KEYWORDS`).
+/// The keyword names, in the signature's order (exported as `gpufeed.KEYWORDS`).
 pub(crate) fn keyword_names() -> Vec<&'static str> {
-    KEYWORDS.iter().map(|(name, _)| *name).collect()
+    KEYWORDS.iter().map(|k| k.name).collect()
+}
+
+/// The name torch and NumPy give an element type.
+fn python_dtype(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F16 => "float16",
+        DType::BF16 => "bfloat16",
+        DType::F32 => "float32",
+        other => other.name(),
+    }
 }
 
 impl Keywords {
@@ -238,6 +513,19 @@ impl Keywords {
         let builder = self.builder.take().unwrap_or_default();
         self.builder = Some(f(builder)?);
         Ok(())
+    }
+
+    /// `pillow_version="MAJOR.MINOR"`.
+    fn set_pillow_version(&mut self, text: &str) -> PyResult<()> {
+        let version = text
+            .split_once('.')
+            .and_then(|(major, minor)| Some((major.parse().ok()?, minor.parse().ok()?)));
+        let Some((major, minor)) = version else {
+            return Err(PyValueError::new_err(format!(
+                "pillow_version {text:?}: expected \"MAJOR.MINOR\", e.g. \"12.3\" (PIL.__version__)"
+            )));
+        };
+        self.with(|b| Ok(b.pillow_version(major, minor)))
     }
 
     fn set_mode(&mut self, name: &str) -> PyResult<()> {
@@ -325,17 +613,62 @@ pub(crate) fn builder_from(options: Option<&Bound<'_, PyDict>>) -> PyResult<Pipe
     if let Some(options) = options {
         for (key, value) in options.iter() {
             let key: String = key.extract()?;
-            let Some((_, apply)) = KEYWORDS.iter().find(|(name, _)| *name == key) else {
-                return Err(PyTypeError::new_err(format!(
-                    "Pipeline() got an unexpected keyword argument {key:?}; the keywords are: \
-                     source, paths, image_folder, {}",
-                    keyword_names().join(", ")
-                )));
+            let Some(keyword) = KEYWORDS.iter().find(|k| k.name == key) else {
+                return Err(unexpected_keyword(&key));
             };
-            apply(&mut keywords, &value)?;
+            if let Some(apply) = keyword.apply {
+                apply(&mut keywords, &value)?;
+            }
         }
     }
     keywords.finish()
+}
+
+/// The error for a keyword `Pipeline()` does not take: it names the nearest ones, then every
+/// keyword.
+pub(crate) fn unexpected_keyword(given: &str) -> PyErr {
+    let distance = |name: &str| edit_distance(given, name);
+    let nearest = KEYWORDS
+        .iter()
+        .map(|k| distance(k.name))
+        .min()
+        .unwrap_or(usize::MAX);
+    let suggestion = if nearest <= 2.max(given.len() / 4) {
+        let names: Vec<&str> = KEYWORDS
+            .iter()
+            .filter(|k| distance(k.name) == nearest)
+            .map(|k| k.name)
+            .collect();
+        format!(" (did you mean {}?)", names.join(" or "))
+    } else {
+        String::new()
+    };
+    PyTypeError::new_err(format!(
+        "Pipeline() got an unexpected keyword argument {given:?}{suggestion}; the keywords are: \
+         {}",
+        keyword_names().join(", ")
+    ))
+}
+
+/// Levenshtein's distance between two names, in characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = diagonal + usize::from(ca != *cb);
+            diagonal = row[j + 1];
+            row[j + 1] = substitution.min(row[j] + 1).min(diagonal + 1);
+        }
+    }
+    row[b.len()]
+}
+
+/// Whether `name` is one of the keywords `Pipeline()` reads itself, rather than the builder.
+pub(crate) fn is_constructor_keyword(name: &str) -> bool {
+    KEYWORDS.iter().any(|k| k.name == name && k.apply.is_none())
 }
 
 fn extract<'py, T>(value: &Bound<'py, PyAny>, name: &str) -> PyResult<T>
@@ -447,23 +780,24 @@ impl<'py> FromPyObject<'_, 'py> for Triple {
     }
 }
 
-/// `shuffle`: `True` or `False` (`None`, `0` and `1` read as Python reads them); the seed is
-/// the `seed` keyword. Another number is refused: it would read as a seed.
-struct Shuffle(bool);
+/// `shuffle`: `True` or `False` (`0` and `1` read as Python reads them), or `None` for the
+/// default (`True` with `train=True`); the seed is the `seed` keyword. Another number is
+/// refused: it would read as a seed.
+struct Shuffle(Option<bool>);
 
 impl<'py> FromPyObject<'_, 'py> for Shuffle {
     type Error = PyErr;
 
     fn extract(value: Borrowed<'_, 'py, PyAny>) -> PyResult<Self> {
         if value.is_none() {
-            return Ok(Shuffle(false));
+            return Ok(Shuffle(None));
         }
         if let Ok(flag) = value.cast::<PyBool>() {
-            return Ok(Shuffle(flag.is_true()));
+            return Ok(Shuffle(Some(flag.is_true())));
         }
         match value.extract::<i64>() {
-            Ok(0) => Ok(Shuffle(false)),
-            Ok(1) => Ok(Shuffle(true)),
+            Ok(0) => Ok(Shuffle(Some(false))),
+            Ok(1) => Ok(Shuffle(Some(true))),
             Ok(n) => Err(PyValueError::new_err(format!(
                 "shuffle takes True or False; the seed goes in seed= (shuffle=True, seed={n})"
             ))),

@@ -1,11 +1,17 @@
-"""Type stubs of gpufeed's native module (one line per Pipeline keyword, as in the Rust table)."""
+"""Type stubs of gpufeed's native module.
+
+Pipeline.__init__ lists every keyword with the type and default of the binding's keyword table
+(python/src/options.rs); python/tests/test_keywords.py checks that they agree.
+"""
 
 import os
 from typing import Any, Iterator, Literal, Optional, Sequence, Tuple, Union
 
-_Path = Union[str, "os.PathLike[str]"]
-
 KEYWORDS: list[str]
+"""Every keyword of Pipeline(), in the signature's order."""
+
+def _keyword_table() -> list[Tuple[str, str, str, str]]:
+    """(name, type, default, doc) of every keyword of Pipeline(), as help() shows them."""
 
 class GpufeedError(RuntimeError):
     """Something gpufeed could not do (CUDA, the prefetch thread); the message says what."""
@@ -82,24 +88,22 @@ class Pipeline:
 
     def __init__(
         self,
-        source: Optional[_Path] = None,
+        source: Union[str, os.PathLike[str], None] = None,
         *,
-        paths: Union[None, _Path, Sequence[_Path]] = None,
+        paths: Union[str, os.PathLike[str], Sequence[Union[str, os.PathLike[str]]], None] = None,
         labels: Optional[Sequence[int]] = None,
         image_folder: bool = False,
         webdataset: bool = False,
-        state: Union[None, dict[str, Any], str] = None,
-        cache_dir: Optional[_Path] = None,
+        state: Union[dict[str, Any], str, None] = None,
+        cache_dir: Union[str, os.PathLike[str], None] = None,
         cache_limit: Optional[int] = None,
-        read_budget: Optional[int] = None,
-        max_requests: Optional[int] = None,
+        read_budget: int = 1073741824,  # 1 GiB
+        max_requests: int = 64,
         shuffle_window: Optional[int] = None,
         batch_size: int = 256,
-        resize_mode: Literal[
-            "center-crop", "stretch", "letterbox", "random-resized-crop"
-        ] = "center-crop",
-        resize: int = 256,
-        crop: Union[int, Tuple[int, int]] = 224,
+        resize_mode: Literal["center-crop", "stretch", "letterbox", "random-resized-crop"] = "center-crop",
+        resize: Optional[int] = None,
+        crop: Union[int, Tuple[int, int]] = (224, 224),
         pad: int = 0,
         interpolation: Literal["bilinear", "bicubic", "nearest", "lanczos", "box", "hamming"] = "bilinear",
         mean: Sequence[float] = (0.485, 0.456, 0.406),
@@ -107,34 +111,32 @@ class Pipeline:
         dtype: Union[str, Any] = "float16",
         layout: Literal["nchw", "nhwc"] = "nchw",
         channel_order: Literal["rgb", "bgr"] = "rgb",
-        device: Union[str, int, Any] = "cuda:0",
+        device: Union[str, int, Any, None] = None,
         on_error: Literal["skip", "fail"] = "skip",
         drop_last: bool = False,
         shuffle: Optional[bool] = None,
-        shard: Union[None, Tuple[int, int], Literal["env"]] = None,
+        shard: Union[Tuple[int, int], Literal["env"], None] = None,
         shard_balance: Literal["pad", "drop", "uneven"] = "pad",
+        pillow_version: Optional[str] = None,
         train: bool = False,
         seed: int = 0,
-        hflip: float = 0.0,
+        hflip: Optional[float] = None,
         scale: Tuple[float, float] = (0.08, 1.0),
-        ratio: Tuple[float, float] = (0.75, 4.0 / 3.0),
+        ratio: Tuple[float, float] = (0.75, 1.3333333333333333),
         threads: int = 0,
         prefetch: int = 2,
-        max_pixels: int = 178_956_970,
+        max_pixels: int = 178956970,
         exif_orientation: bool = False,
         dct_scaling: bool = False,
-        max_file_bytes: int = 1 << 30,
-        decode_memory: int = 4 << 30,
-        gray16: Literal["clip", "scale"] = "clip",
+        max_file_bytes: int = 1073741824,  # 1 GiB
+        decode_memory: int = 4294967296,  # 4 GiB
         decode: Literal["auto", "cpu", "hybrid"] = "auto",
         gpu_share: Optional[float] = None,
         min_gpu_share: Optional[float] = None,
         assisted_share: float = 1.0,
         planned_epochs: Optional[int] = None,
-        pillow_version: Optional[str] = None,
-        augment: Literal[
-            "none", "trivial-augment-wide", "rand-augment", "auto-augment"
-        ] = "none",
+        gray16: Literal["clip", "scale"] = "clip",
+        augment: str = "none",
         color_jitter: Optional[Tuple[float, float, float, float]] = None,
         random_erasing: Optional[float] = None,
         mixup: Optional[float] = None,
