@@ -148,3 +148,58 @@ fn bench_command(args: &BenchArgs) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// `gpufeed run` as clap builds it.
+    fn run_command() -> clap::Command {
+        let mut cli = Cli::command();
+        cli.build();
+        cli.find_subcommand("run").expect("run").clone()
+    }
+
+    /// `gpufeed run --help` fits on a screen, one line an option, and says where the rest are;
+    /// `--help-all` names every option, with its whole description.
+    #[test]
+    fn run_help_is_short_and_help_all_has_everything() {
+        let mut run = run_command();
+        let short = run.render_help().to_string();
+        let long = run.render_long_help().to_string();
+        assert!(short.lines().count() <= 60, "{short}");
+        assert!(short.contains("gpufeed run --help-all"), "{short}");
+        for arg in run.get_arguments() {
+            let Some(name) = arg.get_long() else {
+                continue;
+            };
+            let flag = format!("--{name}");
+            assert!(long.contains(&flag), "--help-all lacks {flag}:\n{long}");
+            if let Some(full) = arg.get_long_help() {
+                let full = full.to_string();
+                let first_words: Vec<&str> = full.split_whitespace().take(5).collect();
+                let words: Vec<&str> = long.split_whitespace().collect();
+                assert!(
+                    words.windows(5).any(|w| w == first_words.as_slice()),
+                    "--help-all lacks {flag}'s description"
+                );
+            }
+            // An option's line starts with its flags (`-h, --help`), then its value's name.
+            let shown = short.lines().any(|l| {
+                l.split_whitespace()
+                    .take_while(|w| w.starts_with('-'))
+                    .any(|w| w.trim_end_matches(',') == flag)
+            });
+            assert_eq!(shown, !arg.is_hide_short_help_set(), "{flag} in --help");
+            if shown {
+                let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+                assert!(
+                    !help.contains('\n') && help.len() <= 80,
+                    "{flag}'s line in --help: {help:?}"
+                );
+            }
+        }
+    }
+}

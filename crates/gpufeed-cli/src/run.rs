@@ -21,215 +21,289 @@ use serde_json::{json, Value};
 use crate::save::{escape_bytes, escape_line, Saver};
 use crate::Result;
 
+/// `gpufeed run`'s arguments. `--help` shows the main ones in a line each; `--help-all` shows
+/// every one with all it does (the first paragraph of each doc comment is its short help).
 #[derive(clap::Args, Debug)]
+#[command(
+    disable_help_flag = true,
+    after_help = "Every option, with what it does in full: gpufeed run --help-all"
+)]
 pub struct RunArgs {
-    /// Folder of images, searched recursively (default: the bundled assets/); or a URL in
-    /// object storage: a prefix (s3://bucket/train/, gs://..., az://...), one object, or a
-    /// brace pattern (https://host/train-{0000..0127}.tar).
-    #[arg(default_value = "assets")]
+    /// Folder of images or URL [default: the bundled assets/]
+    ///
+    /// A folder of images, searched recursively; or a URL in object storage: a prefix
+    /// (s3://bucket/train/, gs://..., az://...), one object, or a brace pattern
+    /// (https://host/train-{0000..0127}.tar).
+    #[arg(default_value = "assets", hide_default_value = true)]
     dir: PathBuf,
+    /// DIR is an ImageFolder: a class per subfolder
+    ///
     /// Treat DIR as an ImageFolder: each subfolder (or first key component under a URL's
     /// prefix) is a class, labels from sorted names.
-    #[arg(long, conflicts_with = "webdataset")]
+    #[arg(long, conflicts_with = "webdataset", help_heading = "Input")]
     image_folder: bool,
+    /// DIR holds WebDataset tar shards
+    ///
     /// Read the WebDataset tar shards in DIR (its .tar files, in sorted order): a sample's image
     /// member by extension, its label from its .cls member.
-    #[arg(long)]
+    #[arg(long, help_heading = "Input")]
     webdataset: bool,
     /// For a URL: a folder keeping whole shards and images read, for later epochs, runs and
     /// processes.
-    #[arg(long)]
+    #[arg(long, hide_short_help = true, help_heading = "Object storage")]
     cache_dir: Option<PathBuf>,
     /// For a URL: the most bytes --cache-dir holds (e.g. 200G; default no limit).
-    #[arg(long, value_parser = parse_bytes)]
+    #[arg(long, value_parser = parse_bytes, hide_short_help = true, help_heading = "Object storage")]
     cache_limit: Option<u64>,
     /// For a URL: the most bytes read ahead of the decoders (e.g. 2G).
-    #[arg(long, value_parser = parse_bytes, default_value = "1G")]
+    #[arg(long, value_parser = parse_bytes, default_value = "1G", hide_short_help = true, help_heading = "Object storage")]
     read_budget: u64,
     /// For a URL: the most requests in flight at once.
-    #[arg(long, default_value_t = 64)]
+    #[arg(
+        long,
+        default_value_t = 64,
+        hide_short_help = true,
+        help_heading = "Object storage"
+    )]
     max_requests: usize,
     /// For WebDataset shards at a URL: consecutive shards whose samples are shuffled together
     /// (default: as many as half the read budget holds, 1 to 8).
-    #[arg(long)]
+    #[arg(long, hide_short_help = true, help_heading = "Object storage")]
     shuffle_window: Option<usize>,
-    /// Images per batch.
-    #[arg(long, default_value_t = 256)]
+    /// Images per batch
+    #[arg(long, default_value_t = 256, help_heading = "Output")]
     batch_size: usize,
     /// How images reach the output size: center-crop (torchvision's Resize + CenterCrop),
     /// stretch, letterbox, or random-resized-crop (torchvision's RandomResizedCrop, to the
     /// --crop or --size output).
-    #[arg(long, default_value = "center-crop", value_parser = ["center-crop", "stretch", "letterbox", "random-resized-crop"])]
+    #[arg(long, default_value = "center-crop", value_parser = ["center-crop", "stretch", "letterbox", "random-resized-crop"], hide_short_help = true, help_heading = "Output")]
     resize_mode: String,
+    /// torchvision's ImageNet training transform (random crops, flips, shuffle)
+    ///
     /// torchvision's ImageNet training transform: RandomResizedCrop to the --crop (or --size)
     /// output, RandomHorizontalFlip, and a new shuffle every epoch, all drawn from --seed.
-    #[arg(long, conflicts_with_all = ["resize_mode", "shuffle"])]
+    #[arg(long, conflicts_with_all = ["resize_mode", "shuffle"], help_heading = "Training")]
     train: bool,
+    /// Augmentation: trivial-augment-wide, rand-augment[:N:M], auto-augment or none
+    ///
     /// torchvision's automatic augmentation of every image: trivial-augment-wide,
     /// rand-augment (2 operations at magnitude 9), rand-augment:N:M, auto-augment (its ImageNet
     /// policy) or none; nearest sampling, drawn from --seed.
-    #[arg(long, default_value_t = Augment::None)]
+    #[arg(long, default_value_t = Augment::None, help_heading = "Training")]
     augment: Augment,
     /// torchvision's ColorJitter(B, C, S, H), before the --augment policy.
-    #[arg(long, num_args = 4, value_names = ["B", "C", "S", "H"])]
+    #[arg(long, num_args = 4, value_names = ["B", "C", "S", "H"], hide_short_help = true, help_heading = "Training")]
     color_jitter: Option<Vec<f64>>,
     /// torchvision's RandomErasing(P), after the --augment policy.
-    #[arg(long, value_name = "P")]
+    #[arg(
+        long,
+        value_name = "P",
+        hide_short_help = true,
+        help_heading = "Training"
+    )]
     random_erasing: Option<f64>,
+    /// torchvision's MixUp(ALPHA) across each batch (needs labels)
+    ///
     /// torchvision's MixUp(ALPHA) across each batch (needs labels: --image-folder or tar shards
     /// with .cls members); soft labels over --num-classes.
-    #[arg(long, value_name = "ALPHA")]
+    #[arg(long, value_name = "ALPHA", help_heading = "Training")]
     mixup: Option<f64>,
     /// torchvision's CutMix(ALPHA) across each batch; with --mixup, each batch takes one of the
     /// two.
-    #[arg(long, value_name = "ALPHA")]
+    #[arg(
+        long,
+        value_name = "ALPHA",
+        hide_short_help = true,
+        help_heading = "Training"
+    )]
     cutmix: Option<f64>,
     /// Classes of the soft labels (default: the image folder's class count).
-    #[arg(long)]
+    #[arg(long, hide_short_help = true, help_heading = "Training")]
     num_classes: Option<usize>,
+    /// A training recipe: torchvision-imagenet
+    ///
     /// A training recipe: torchvision-imagenet (--train, trivial-augment-wide, random erasing
     /// 0.1 to the mean colour, MixUp 0.2 or CutMix 1.0 per batch).
-    #[arg(long, conflicts_with_all = ["augment", "random_erasing", "mixup", "cutmix", "resize_mode", "shuffle"])]
+    #[arg(long, conflicts_with_all = ["augment", "random_erasing", "mixup", "cutmix", "resize_mode", "shuffle"], help_heading = "Training")]
     recipe: Option<Recipe>,
+    /// Seed of the random transforms
+    ///
     /// Seed of the random transforms (and of the shuffle, with --train).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, help_heading = "Training")]
     seed: u64,
     /// RandomResizedCrop's area range MIN,MAX (or MIN MAX), as shares of the image's.
-    #[arg(long, value_delimiter = ',', num_args = 1..=2, value_name = "MIN,MAX", default_values_t = [RANDOM_CROP_SCALE.min, RANDOM_CROP_SCALE.max])]
+    #[arg(long, value_delimiter = ',', num_args = 1..=2, value_name = "MIN,MAX", default_values_t = [RANDOM_CROP_SCALE.min, RANDOM_CROP_SCALE.max], hide_short_help = true, help_heading = "Training")]
     scale: Vec<f64>,
     /// RandomResizedCrop's aspect-ratio range MIN,MAX (or MIN MAX), width / height.
-    #[arg(long, value_delimiter = ',', num_args = 1..=2, value_name = "MIN,MAX", default_values_t = [RANDOM_CROP_RATIO.min, RANDOM_CROP_RATIO.max])]
+    #[arg(long, value_delimiter = ',', num_args = 1..=2, value_name = "MIN,MAX", default_values_t = [RANDOM_CROP_RATIO.min, RANDOM_CROP_RATIO.max], hide_short_help = true, help_heading = "Training")]
     ratio: Vec<f64>,
     /// Chance, 0 to 1, that an image is mirrored left to right (RandomHorizontalFlip; 0.5 with
     /// --train).
-    #[arg(long)]
+    #[arg(long, hide_short_help = true, help_heading = "Training")]
     hflip: Option<f64>,
+    /// Shorter side after resizing (torchvision's Resize)
+    ///
     /// Shorter side after resizing (torchvision's Resize), for center-crop.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, help_heading = "Output")]
     resize: u32,
+    /// Side of the centre crop and of the output (torchvision's CenterCrop)
+    ///
     /// Side of the centre crop (torchvision's CenterCrop), and of the output unless --size.
-    #[arg(long, default_value_t = 224)]
+    #[arg(long, default_value_t = 224, help_heading = "Output")]
     crop: u32,
+    /// Output size HEIGHTxWIDTH (e.g. 640x640) [default: CROPxCROP]
+    ///
     /// Output size HEIGHTxWIDTH (e.g. 640x640), for any mode; default CROPxCROP.
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = parse_size, help_heading = "Output")]
     size: Option<(u32, u32)>,
     /// Value of padded pixels, for letterbox.
-    #[arg(long, default_value_t = 114)]
+    #[arg(
+        long,
+        default_value_t = 114,
+        hide_short_help = true,
+        help_heading = "Output"
+    )]
     pad: u8,
     /// Resampling filter: bilinear, bicubic, nearest, lanczos, box or hamming (as Pillow's).
-    #[arg(long, default_value_t = Interpolation::Bilinear)]
+    #[arg(long, default_value_t = Interpolation::Bilinear, hide_short_help = true, help_heading = "Output")]
     interpolation: Interpolation,
     /// The Pillow version MAJOR.MINOR whose rounding to reproduce (its pass order changed in
     /// 12.2 and 13.0); default 13.0.
-    #[arg(long, value_parser = parse_version, default_value = "13.0")]
+    #[arg(long, value_parser = parse_version, default_value = "13.0", hide_short_help = true, help_heading = "Output")]
     pillow_version: (u32, u32),
     /// Per-channel mean in 0..1 units, R,G,B (or R G B; default ImageNet's).
-    #[arg(long, value_delimiter = ',', num_args = 1..=3, value_name = "R,G,B", default_values_t = gpufeed::IMAGENET_MEAN)]
+    #[arg(long, value_delimiter = ',', num_args = 1..=3, value_name = "R,G,B", default_values_t = gpufeed::IMAGENET_MEAN, hide_short_help = true, help_heading = "Output")]
     mean: Vec<f32>,
     /// Per-channel standard deviation in 0..1 units, R,G,B (or R G B; default ImageNet's).
-    #[arg(long, value_delimiter = ',', num_args = 1..=3, value_name = "R,G,B", default_values_t = gpufeed::IMAGENET_STD)]
+    #[arg(long, value_delimiter = ',', num_args = 1..=3, value_name = "R,G,B", default_values_t = gpufeed::IMAGENET_STD, hide_short_help = true, help_heading = "Output")]
     std: Vec<f32>,
-    /// Output element type: f16, bf16 or f32.
-    #[arg(long, default_value_t = DType::F16)]
+    /// Output element type: f16, bf16 or f32
+    #[arg(long, default_value_t = DType::F16, help_heading = "Output")]
     dtype: DType,
-    /// Output layout: nchw or nhwc.
-    #[arg(long, default_value_t = Layout::Nchw)]
+    /// Output layout: nchw or nhwc
+    #[arg(long, default_value_t = Layout::Nchw, help_heading = "Output")]
     layout: Layout,
     /// Output channels in BGR order.
-    #[arg(long)]
+    #[arg(long, hide_short_help = true, help_heading = "Output")]
     bgr: bool,
     /// Batches prepared ahead.
-    #[arg(long, default_value_t = 2)]
+    #[arg(
+        long,
+        default_value_t = 2,
+        hide_short_help = true,
+        help_heading = "Decoding"
+    )]
     prefetch: usize,
     /// CPU threads (0: one per core).
-    #[arg(long, default_value_t = 0)]
+    #[arg(
+        long,
+        default_value_t = 0,
+        hide_short_help = true,
+        help_heading = "Decoding"
+    )]
     threads: usize,
+    /// CUDA device ordinal [default: 0 when present, else the CPU]
+    ///
     /// CUDA device ordinal; without it (and without --cpu) device 0 is used when present, the
     /// CPU otherwise.
-    #[arg(long, conflicts_with = "cpu")]
+    #[arg(long, conflicts_with = "cpu", help_heading = "Decoding")]
     device: Option<usize>,
-    /// Stay on the CPU: CPU stages and the CPU normalize.
-    #[arg(long)]
+    /// Stay on the CPU: CPU stages and the CPU normalize
+    #[arg(long, help_heading = "Decoding")]
     cpu: bool,
-    /// What a bad image does: skip or fail.
-    #[arg(long, default_value_t = OnError::Skip)]
+    /// What a bad image does: skip (listed with its reason) or fail
+    ///
+    /// What a bad image does: skip (listed in the summary with its reason) or fail.
+    #[arg(long, default_value_t = OnError::Skip, help_heading = "Decoding")]
     on_error: OnError,
     /// Drop a last partial batch.
-    #[arg(long)]
+    #[arg(long, hide_short_help = true, help_heading = "Output")]
     drop_last: bool,
-    /// Shuffle with this seed (a new order each epoch).
-    #[arg(long)]
+    /// Shuffle with this seed (a new order each epoch)
+    #[arg(long, help_heading = "Training")]
     shuffle: Option<u64>,
+    /// This process's part of DIR: RANK/WORLD (e.g. 0/4), or env (torchrun, Slurm)
+    ///
     /// This process's part of DIR: RANK/WORLD (e.g. 0/4), or env to read it from torchrun's
     /// (RANK, WORLD_SIZE, LOCAL_RANK) or Slurm's variables (with the GPU LOCAL_RANK unless
     /// --device or --cpu).
-    #[arg(long, value_parser = parse_shard)]
+    #[arg(long, value_parser = parse_shard, help_heading = "Run")]
     shard: Option<ShardArg>,
     /// How the ranks' parts are evened out: pad (every rank the same number of images, repeats
     /// flagged), drop (cut to equal length) or uneven.
-    #[arg(long, default_value_t = ShardBalance::Pad)]
+    #[arg(long, default_value_t = ShardBalance::Pad, hide_short_help = true, help_heading = "Run")]
     shard_balance: ShardBalance,
+    /// Epochs to run
+    ///
     /// Epochs to run: the run ends when epoch EPOCHS would begin (so with --resume, the epochs
     /// before the saved state count too). Also the run's length for --decode auto, which opens
     /// the GPU lane's assisted path alone for a run shorter than the JPEG engines' opening
     /// (about 2 s), and leaves one shorter than the lane's (about 0.3 s) to the CPU threads.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, help_heading = "Run")]
     epochs: u64,
+    /// Keep the run's state in FILE, for --resume
+    ///
     /// Write the pipeline's state to FILE after each batch handed out (and at each epoch's end),
     /// atomically: to a temporary file beside it, renamed over it. `--resume FILE` goes on from
     /// there, after a kill too.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = "Run")]
     state: Option<PathBuf>,
+    /// Begin where the state in FILE says (written by --state)
+    ///
     /// Begin where the state in FILE says (written by --state): the rows are those the run that
     /// wrote it would have given next. Refused, naming what differs, for another folder listing
     /// or other options that decide the output.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = "Run")]
     resume: Option<PathBuf>,
     /// Stop cleanly after N batches in all (--save then holds exactly their rows, and --state
     /// the place to resume from).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", hide_short_help = true, help_heading = "Run")]
     max_batches: Option<u64>,
     /// Refuse images claiming more pixels than this.
-    #[arg(long, default_value_t = DEFAULT_MAX_PIXELS)]
+    #[arg(long, default_value_t = DEFAULT_MAX_PIXELS, hide_short_help = true, help_heading = "Decoding")]
     max_pixels: u64,
     /// Refuse files larger than this many bytes.
-    #[arg(long, default_value_t = DEFAULT_MAX_FILE_BYTES)]
+    #[arg(long, default_value_t = DEFAULT_MAX_FILE_BYTES, hide_short_help = true, help_heading = "Decoding")]
     max_file_bytes: u64,
     /// The most bytes the decode threads hold together for images in flight.
-    #[arg(long, default_value_t = DEFAULT_DECODE_MEMORY)]
+    #[arg(long, default_value_t = DEFAULT_DECODE_MEMORY, hide_short_help = true, help_heading = "Decoding")]
     decode_memory: u64,
     /// Turn images as their EXIF orientation tag says (torchvision does not).
-    #[arg(long)]
+    #[arg(long, hide_short_help = true, help_heading = "Decoding")]
     exif_orientation: bool,
     /// 16-bit gray to 8 bits: clip (torchvision's) or scale.
-    #[arg(long, default_value_t = Gray16::Clip)]
+    #[arg(long, default_value_t = Gray16::Clip, hide_short_help = true, help_heading = "Decoding")]
     gray16: Gray16,
+    /// Which decoders fill the batches: auto, cpu or hybrid
+    ///
     /// Which decoders fill the batches: auto (hybrid on a CUDA device whose JPEG engines nvJPEG
     /// drives, for runs that repay opening them, else cpu), cpu (the CPU threads), or hybrid (the
     /// GPU's JPEG engines and its assisted path beside them, for baseline JPEGs).
-    #[arg(long, default_value_t = Decode::Auto)]
+    #[arg(long, default_value_t = Decode::Auto, help_heading = "Decoding")]
     decode: Decode,
     /// With the GPU decode lane, its share of the images it can take, 0 to 1 (default: starts at
     /// 1, follows the lanes' measured rates and is printed; give it back to decode every image
     /// in the same lane again).
-    #[arg(long)]
+    #[arg(long, hide_short_help = true, help_heading = "Decoding")]
     gpu_share: Option<f32>,
     /// With the share following the lanes' rates, the least it falls to, 0 to 1 (default: none;
     /// with `--shard env` and four ranks or more on this machine, by LOCAL_WORLD_SIZE or
     /// SLURM_NTASKS_PER_NODE, 1: the GPU lane takes every image it can, its assisted path until
     /// the JPEG engines join).
-    #[arg(long)]
+    #[arg(long, hide_short_help = true, help_heading = "Decoding")]
     min_gpu_share: Option<f32>,
     /// Of the GPU lane's baseline JPEGs of 1 Mpx or more, the share its assisted path decodes
     /// on the GPU's cores (exactly as libjpeg-turbo does) beside the JPEG engines, 0 to 1 (of
     /// smaller ones three in four at most, unless a --gpu-share below 1 is given); it also
     /// takes the progressive ones, unless the share is 0.
-    #[arg(long, default_value_t = gpufeed::DEFAULT_ASSISTED_SHARE)]
+    #[arg(long, default_value_t = gpufeed::DEFAULT_ASSISTED_SHARE, hide_short_help = true, help_heading = "Decoding")]
     assisted_share: f32,
     /// Decode large JPEGs at 1/2, 1/4 or 1/8 size in the DCT domain when the output keeps a 2x
     /// margin (faster on big photos; further from torchvision).
-    #[arg(long)]
+    #[arg(long, hide_short_help = true, help_heading = "Decoding")]
     dct_scaling: bool,
+    /// Write the images to FILE.npy, the path of each row beside it
+    ///
     /// Write every processed image, in order, to FILE.npy (output dtype and layout; bf16 as its
     /// raw u16 bits) and the path of each row to FILE.paths.txt (one a line: backslash, tab,
     /// newline and carriage return written \\, \t, \n and \r, and bytes that are not UTF-8
@@ -239,18 +313,26 @@ pub struct RunArgs {
     /// flipped: the arguments of torchvision's F.resized_crop and F.hflip); with augmentations,
     /// FILE.augment.jsonl (a JSON object a row: the torchvision.transforms.v2.functional calls
     /// that reproduce it, and its mixing). They appear only once the run has succeeded.
-    #[arg(long, value_name = "FILE.npy")]
+    #[arg(long, value_name = "FILE.npy", help_heading = "Run")]
     save: Option<PathBuf>,
     /// Let --save replace existing files (never an image the run reads).
-    #[arg(long)]
+    #[arg(long, hide_short_help = true, help_heading = "Run")]
     overwrite: bool,
-    /// Print only the summary, as one JSON object on stdout.
-    #[arg(long)]
+    /// Print only the summary, as one JSON object on stdout
+    #[arg(long, help_heading = "Run")]
     json: bool,
+    /// Print where the time went, stage by stage
+    ///
     /// Print where the time went: each stage's seconds (summed over the threads that ran it),
     /// how many times it ran, and the time each took (the JSON summary always has them).
-    #[arg(long)]
+    #[arg(long, help_heading = "Run")]
     profile: bool,
+    /// Print the main options
+    #[arg(short = 'h', long = "help", action = clap::ArgAction::HelpShort)]
+    help: Option<bool>,
+    /// Print every option, with what it does in full
+    #[arg(long = "help-all", action = clap::ArgAction::HelpLong)]
+    help_all: Option<bool>,
 }
 
 /// `--shard`: a fixed part, or the launcher's variables.

@@ -1089,6 +1089,37 @@ fn the_readme_command_lines_run() {
     assert!(out.exists() && dir.join("out.paths.txt").exists());
 }
 
+/// `gpufeed run --help` (and `-h`) shows the main options and points to `--help-all`, which
+/// shows every option in full; both exit 0.
+#[test]
+fn run_help_is_short_and_help_all_shows_every_option() {
+    let short = gpufeed(&["run", "--help"]);
+    assert!(short.status.success());
+    let short = String::from_utf8_lossy(&short.stdout).to_string();
+    assert_eq!(
+        String::from_utf8_lossy(&gpufeed(&["run", "-h"]).stdout),
+        short
+    );
+    assert!(short.lines().count() <= 60, "{short}");
+    assert!(short.contains("--batch-size") && short.contains("gpufeed run --help-all"));
+    assert!(!short.contains("--assisted-share"), "{short}");
+    let all = gpufeed(&["run", "--help-all"]);
+    assert!(all.status.success());
+    let all = String::from_utf8_lossy(&all.stdout);
+    for flag in [
+        "--batch-size",
+        "--assisted-share",
+        "--cache-dir",
+        "--pillow-version",
+    ] {
+        assert!(all.contains(flag), "{flag}: {all}");
+    }
+    assert!(
+        all.contains("FILE.augment.jsonl"),
+        "--save's whole description: {all}"
+    );
+}
+
 /// What `--save FILE.npy` wrote: the rows' bytes, and the lines of the ids, labels and draws.
 struct Saved {
     rows: Vec<u8>,
