@@ -71,6 +71,15 @@ pub(crate) struct Geometry {
     pub pass_order: PassOrder,
 }
 
+impl ResizeOptions {
+    /// What the random transforms draw for the image with source index `index` in `epoch`,
+    /// `width` x `height` pixels (after any EXIF turn): exactly what a pipeline with these
+    /// options draws for it, on any lane. `None` when nothing is random.
+    pub fn draw(&self, width: u32, height: u32, index: usize, epoch: u64) -> Option<CropDraw> {
+        Geometry::new(self).draw(width, height, index, epoch)
+    }
+}
+
 impl Geometry {
     pub fn new(resize: &ResizeOptions) -> Geometry {
         let (height, width) = resize.output_size();
