@@ -310,9 +310,10 @@ pub enum Error {
     /// A batch cannot be handed over as asked (DLPack, ONNX Runtime): says why.
     #[error("cannot export the batch: {0}")]
     Export(String),
-    /// The GPU decode lane failed.
+    /// The GPU decode lane failed: the source is the lane's [`GpuLaneError`](crate::GpuLaneError)
+    /// (`downcast_ref` it to match on its cause).
     #[error("the GPU decode lane failed: {0}")]
-    GpuLane(#[from] crate::gpu::GpuLaneError),
+    GpuLane(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
     /// A saved pipeline state cannot be read or does not fit this pipeline.
     #[error("cannot resume from the saved state: {0}")]
     Resume(#[from] ResumeError),

@@ -120,7 +120,7 @@ pub struct Options {
     /// Device, threads, prefetch.
     pub runtime: RuntimeOptions,
     /// Augmentations of training, on the output pixels before the normalize.
-    pub augment: crate::augment::AugmentOptions,
+    pub augment: AugmentOptions,
 }
 
 impl Options {
@@ -155,7 +155,7 @@ impl Options {
     }
 
     /// Sets the augmentation options.
-    pub fn augment(mut self, augment: crate::augment::AugmentOptions) -> Self {
+    pub fn augment(mut self, augment: AugmentOptions) -> Self {
         self.augment = augment;
         self
     }
