@@ -69,7 +69,7 @@ mod tensor;
 pub use augment::{
     Augment, AugmentOptions, ColorJitter, Mix, Op as AugmentOp, RandomErasing, Recipe,
 };
-pub use batch::{Batch, EpochReport, ReadReport};
+pub use batch::{Batch, EpochReport};
 pub use cpu::{prepare_image, CpuStage, PreparedBatch};
 pub use error::{
     CudaUnavailable, Error, ItemError, ItemErrorKind, OptionDifference, Result, ResumeError,
@@ -89,9 +89,9 @@ pub use options::{
 pub use order::PipelineState;
 pub use pipeline::{Pipeline, PipelineBuilder, WaitedBatch};
 pub use profile::{Profile, Stage, StageTime};
+pub use source::{ReadReport, Source, DECODED_EXTENSIONS, IMAGE_EXTENSIONS};
 #[cfg(feature = "object-store")]
 pub use source::{RemoteOptions, UrlLayout, DEFAULT_READ_BUDGET};
-pub use source::{Source, DECODED_EXTENSIONS, IMAGE_EXTENSIONS};
 pub use tensor::{DeviceData, DeviceTensor, Element, HostData, HostTensor, Tensor};
 
 /// The cudarc this crate was built with: name its types (streams, slices, events) through this,

@@ -156,7 +156,7 @@ impl Pipeline {
             return Err(Error::invalid("source", "the source has no images"));
         }
         let augmenter = augmenter(&options, &source)?;
-        let fingerprint = Fingerprint::new(&source, &options);
+        let fingerprint = Fingerprint::new(source.listing(), &options);
         let start = match resume {
             Some(state) => {
                 let hybrid = options.decode.lanes != Decode::Cpu;

@@ -11,13 +11,13 @@ use super::hybrid::HybridFilled;
 use super::lanes::Lanes;
 use super::output::{BatchAugment, Finished, OutputStage};
 use crate::augment::Augmenter;
-use crate::batch::{Batch, ReadReport};
+use crate::batch::Batch;
 use crate::cpu::BatchRequest;
 use crate::error::{Error, ItemError, Result};
 use crate::options::{BatchOptions, LastBatch};
 use crate::order::{EpochOrder, EpochStart, Sampler};
 use crate::profile::{Stage, Stopwatch};
-use crate::source::Source;
+use crate::source::{ReadReport, Source};
 
 /// Which lanes decode, as the worker last saw them.
 #[derive(Debug, Clone, Default)]
