@@ -327,7 +327,7 @@ pub fn prepare_image(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::budget::BufferPool;
+    use crate::memory::BufferPool;
 
     fn pool() -> BufferPool {
         BufferPool::new(1 << 30)
@@ -337,7 +337,7 @@ mod tests {
     fn core_of(options: &PrepareOptions) -> LaneCore {
         LaneCore {
             options: *options,
-            budget: Arc::new(crate::cpu::MemoryBudget::new(1 << 30)),
+            budget: Arc::new(crate::memory::MemoryBudget::new(1 << 30)),
             buffers: pool(),
             stopwatch: Arc::default(),
         }

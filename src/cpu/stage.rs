@@ -6,11 +6,11 @@ use std::sync::{Arc, Mutex};
 
 use rayon::prelude::*;
 
-use super::budget::{BufferPool, MemoryBudget};
 use super::normalize::NormalizeTable;
 use super::prepare::{prepare_one, ImageTask, PrepareOptions};
 use crate::error::{Error, ItemError, ItemErrorKind, Result};
 use crate::geometry::CropDraw;
+use crate::memory::{BufferPool, MemoryBudget};
 use crate::options::{DecodeOptions, OnError, ResizeOptions};
 use crate::order::EpochOrder;
 use crate::profile::Stopwatch;

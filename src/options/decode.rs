@@ -56,6 +56,11 @@ named_choices!(
     [(Gray16::Clip, ["clip"]), (Gray16::Scale, ["scale"]),]
 );
 
+/// The most scans a progressive JPEG may have, on either lane (libjpeg-turbo's scan limit on the
+/// CPU lane, the assisted path's progressive decoder on the GPU lane): real files have about
+/// ten; a crafted file with thousands would take seconds.
+pub(crate) const MAX_PROGRESSIVE_SCANS: u32 = 500;
+
 /// Default [`DecodeOptions::max_file_bytes`]: 1 GiB, twice the largest uncompressed 8-bit RGB
 /// file at [`DEFAULT_MAX_PIXELS`].
 pub const DEFAULT_MAX_FILE_BYTES: u64 = 1 << 30;

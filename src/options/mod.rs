@@ -89,6 +89,7 @@ pub(crate) use augment::RAND_AUGMENT_BINS;
 pub use augment::{Augment, MAX_RAND_AUGMENT_OPS};
 pub use augment::{AugmentOptions, ColorJitter, RandomErasing, Recipe, ERASE_TO_MEAN};
 pub use batch::{BatchOptions, LastBatch, OnError, Shard, ShardBalance};
+pub(crate) use decode::MAX_PROGRESSIVE_SCANS;
 pub use decode::{
     Decode, DecodeOptions, Gray16, DEFAULT_ASSISTED_SHARE, DEFAULT_DECODE_MEMORY,
     DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, SHARED_MACHINE_MIN_GPU_SHARE,

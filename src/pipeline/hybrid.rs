@@ -31,13 +31,12 @@ use cudarc::driver::{CudaSlice, CudaStream};
 use crate::background::Background;
 use crate::batch::DecodedBy;
 use crate::cpu::{AheadImage, AheadWork, BatchRequest, CpuAhead, Filled, Staging};
-use crate::cuda::{
-    upload_images, upload_positioned, ImagesInFlight, PinnedChunks, PinnedImage, PositionedImage,
-};
+use crate::cuda::{upload_images, upload_positioned, ImagesInFlight};
 use crate::error::{Error, Result};
 use crate::gpu::{
     GpuLane, GpuLaneError, LaneOutput, LaneResult, LaneWork, ShareSchedule, MAX_SPAN,
 };
+use crate::memory::{PinnedChunks, PinnedImage, PositionedImage};
 use crate::order::EpochOrder;
 use crate::source::Source;
 
@@ -392,7 +391,11 @@ impl HybridLanes {
             // The images the CPU lane finished while the device opened are uploaded from where
             // they lie, rather than copied into the staging.
             self.positioned_locked = true;
-            if let Err(e) = self.ahead.lock_positioned(self.stream.context()) {
+            let locked = match self.ahead.positioned() {
+                Some((positioned, looked)) => positioned.lock(self.stream.context(), looked),
+                None => Ok(()),
+            };
+            if let Err(e) = locked {
                 self.pinning_failed = Some(e.to_string());
             }
         }

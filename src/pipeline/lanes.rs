@@ -16,13 +16,12 @@ use super::hybrid::{
     UnstagedWrites, Waits,
 };
 use crate::batch::DecodedBy;
-use crate::cpu::{
-    BatchRequest, CpuAhead, CpuLane, LaneCore, MemoryBudget, Staging, ThreadPriority,
-};
+use crate::cpu::{BatchRequest, CpuAhead, CpuLane, LaneCore, Staging, ThreadPriority};
 use crate::cuda::Gpu;
 use crate::error::{Error, Result};
 use crate::geometry::Geometry;
 use crate::gpu::{lookahead, GpuLane, GpuLaneConfig};
+use crate::memory::MemoryBudget;
 use crate::options::{Decode, Device, Options};
 use crate::order::EpochOrder;
 use crate::profile::{Stage, Stopwatch};
