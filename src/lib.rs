@@ -64,6 +64,7 @@ mod pipeline;
 mod profile;
 mod random;
 mod resample;
+mod schedule;
 mod source;
 #[allow(unsafe_code)]
 mod tensor;

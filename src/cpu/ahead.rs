@@ -18,12 +18,13 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use super::prepare::ImageTask;
-use super::priority::ThreadPriority;
+use super::priority;
 use super::stage::LaneCore;
 use crate::error::{Error, ItemErrorKind, Result};
 use crate::geometry::CropDraw;
 use crate::memory::{PinnedImage, PositionedImage, PositionedImages};
 use crate::order::EpochOrder;
+use crate::schedule::ThreadPriority;
 use crate::source::Source;
 
 /// Whether the image at a position of the order (with its source index) is offered to the GPU
@@ -308,7 +309,7 @@ impl CpuAhead {
             let handle = std::thread::Builder::new()
                 .name(format!("gpufeed-ahead-{i}"))
                 .spawn(move || {
-                    priority.apply();
+                    priority::apply(priority);
                     run(shared)
                 })
                 .map_err(|e| Error::invalid("threads", format!("cannot start the threads: {e}")));

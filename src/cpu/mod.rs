@@ -18,5 +18,4 @@ pub use stage::{CpuStage, PreparedBatch};
 
 pub(crate) use ahead::{AheadImage, AheadWork, CpuAhead};
 pub(crate) use normalize::NormalizeTable;
-pub(crate) use priority::ThreadPriority;
 pub(crate) use stage::{BatchRequest, CpuLane, Filled, LaneCore, Staging};

@@ -60,12 +60,13 @@ use crate::geometry::Geometry;
 use crate::memory::MemoryBudget;
 use crate::profile::Stopwatch;
 use crate::resample::Resampling;
+#[cfg(test)]
+use crate::schedule::EnginesOpen;
+use crate::schedule::{LaneActivity, GPU_LANE_HOST_THREADS};
 use call::{EngineCalls, ENGINE_THREADS, MAX_CALL_PIXELS};
 use coefficient_threads::CoefficientThreads;
 use decoders::{DecoderSet, EngineDecoders};
 use nvjpeg::{DecoderConfig, NvJpeg, OutputFormat, Staging};
-#[cfg(test)]
-use open::EnginesOpen;
 use open::{engine_count, engines_note, later_sets_note, opening_note, GrayDecoders, Joining};
 use prepare::{small_files_assisted_share, Preparer};
 use runner::Runner;
@@ -74,8 +75,7 @@ use work::wait_for_all;
 
 pub use error::GpuLaneError;
 pub use nvjpeg::{NvjpegError, NvjpegStatus, NvjpegUnavailable};
-pub(crate) use shared::LaneActivity;
-pub(crate) use work::{LaneOutput, LaneResult, LaneWork, ShareSchedule, MAX_SPAN};
+pub(crate) use work::{LaneOutput, LaneResult, LaneWork, MAX_SPAN};
 
 /// Whether gray (one-component) JPEGs go to the hardware. They do, in calls of their own
 /// (measured on the H100 machine: decoded in one call with colour images, some came out wrong).
@@ -97,9 +97,10 @@ const PREPARING_THREADS: usize = 3;
 /// [`assisted::call_pixels`]).
 const ASSISTED_THREADS: usize = 4;
 
-/// The lane's host threads: the preparing threads, the assisted path's submitting threads and
-/// the engines'.
-pub(crate) const HOST_THREADS: usize = PREPARING_THREADS + ASSISTED_THREADS + ENGINE_THREADS;
+// The lane's host threads (the preparing threads, the assisted path's submitting threads and
+// the engines') are as many as the schedule counts on when it leaves them their cores.
+const _: () =
+    assert!(PREPARING_THREADS + ASSISTED_THREADS + ENGINE_THREADS == GPU_LANE_HOST_THREADS);
 
 /// Side of the square image each decoder's nvJPEG pool is made ready for at open
 /// (`nvjpegDecodeBatchedPreAllocate` for a call's most images), so that typical photos
@@ -151,9 +152,6 @@ pub(crate) struct GpuLaneConfig {
     /// ([`prepare::SMALL_FILES_ASSISTED_SHARE`]): unless a share below 1 is given, where the CPU
     /// lane's fixed part sets the pace and the assisted path's host work would slow it.
     pub small_files_assisted: bool,
-    /// Whether the run ends before the JPEG engines could open (a second or two): a lane opened
-    /// beside running batches ([`GpuLane::open_unless`]) then opens its assisted path alone.
-    pub short_run: bool,
     /// Threads that decode progressive files' coefficients for the assisted path: the CPU
     /// lane's count beside the GPU lane (the cores less those left to the lane's host threads,
     /// or the count given), as they do the work the CPU lane's threads would do otherwise.
@@ -260,17 +258,17 @@ impl GpuLane {
         self.runner.activity()
     }
 
-    /// Bytes of device memory the lane takes for `config` (before opening it, the epoch's files
-    /// unknown): its ring, and each thread's decode, colour and resize buffers, at most (those
-    /// of an epoch of large files).
-    pub fn device_bytes(config: &GpuLaneConfig) -> u128 {
-        let slots = ring_slots(config.batch_size);
+    /// Bytes of device memory a lane takes for outputs of `geometry` in batches of
+    /// `batch_size` (before opening it, the epoch's files unknown): its ring, and each thread's
+    /// decode, colour and resize buffers, at most (those of an epoch of large files).
+    pub fn device_bytes(geometry: &Geometry, batch_size: usize) -> u128 {
+        let slots = ring_slots(batch_size);
         let engines = |large_files| {
             let calls = EngineCalls::for_files(large_files);
             calls.threads as u128 * calls.device_bytes() as u128
         };
         let engines = engines(false).max(engines(true));
-        slots as u128 * config.geometry.image_bytes() as u128
+        slots as u128 * geometry.image_bytes() as u128
             + engines
             + ASSISTED_THREADS as u128 * assisted::budget(MAX_CALL_PIXELS).device_bytes() as u128
     }

@@ -1,11 +1,12 @@
 //! [`Pipeline`]: the consumer's side of the prefetch thread, and how it is built.
 //!
 //! One background thread per pipeline ([`worker`]) runs epochs: for each batch it takes a staging
-//! slot from the output stage, has the CPU lane fill it, then has the output stage turn it into
-//! the batch's tensor (upload + kernel on the pipeline's stream, or the host tensor) and queues
-//! the [`Batch`]. A bounded channel keeps at most `prefetch` batches ready ahead of the consumer.
+//! slot from the output stage, has the decode lanes fill it ([`lanes`]; which lanes, and how they
+//! share the images, the schedule decides from the options read once at the start), then has the
+//! output stage turn it into the batch's tensor (upload + kernel on the pipeline's stream, or the
+//! host tensor) and queues the [`Batch`]. A bounded channel keeps at most `prefetch` batches
+//! ready ahead of the consumer.
 
-mod balance;
 mod builder;
 mod hybrid;
 mod lanes;
@@ -25,9 +26,10 @@ use crate::batch::{Batch, EpochReport};
 use crate::cuda::Gpu;
 use crate::error::{Error, Result};
 use crate::geometry::Geometry;
-use crate::options::{Decode, Options};
+use crate::options::Options;
 use crate::order::{EpochStart, Fingerprint, PipelineState, Sampler};
 use crate::profile::{Profile, Stage, Stopwatch};
+use crate::schedule::DecodePlan;
 use crate::source::Source;
 use lanes::Lanes;
 use output::OutputPlan;
@@ -61,6 +63,8 @@ pub use builder::PipelineBuilder;
 /// ```
 pub struct Pipeline {
     options: Options,
+    /// The decode choice, read from the options once.
+    plan: DecodePlan,
     source_len: usize,
     shard_len: usize,
     /// Batches an epoch yields when no image fails.
@@ -157,15 +161,15 @@ impl Pipeline {
         }
         let augmenter = augmenter(&options, &source)?;
         let fingerprint = Fingerprint::new(source.listing(), &options);
+        let mut plan = DecodePlan::new(&options);
         let start = match resume {
             Some(state) => {
-                let hybrid = options.decode.lanes != Decode::Cpu;
-                let configured = options.decode.gpu_share.filter(|_| hybrid);
+                let configured = plan.configured_share();
                 let (start, share) =
                     state.resume_start(&fingerprint, options.batching.shard, configured)?;
                 // A share the state recorded is pinned: every image goes to the lane it went to.
-                if hybrid && share.is_some() {
-                    options.decode.gpu_share = share;
+                if let Some(share) = plan.resume_with(share) {
+                    options.decode.gpu_share = Some(share);
                 }
                 start
             }
@@ -176,7 +180,8 @@ impl Pipeline {
         let shard_len = sampler.real_len();
         // Batches the host cannot hold are refused before any work begins.
         let image_bytes = Geometry::new(&options.resize).image_bytes();
-        let mut plan = OutputPlan::new(&options, image_bytes, Lanes::device_bytes(&options))?;
+        let mut output_plan =
+            OutputPlan::new(&options, image_bytes, Lanes::device_bytes(&plan, &options))?;
         let stopwatch = Arc::new(Stopwatch::default());
         // An epoch's encoded bytes, from the sizes of the first files (a stat each, or the
         // listing's sizes in object storage).
@@ -185,7 +190,13 @@ impl Pipeline {
             let bytes: u64 = (0..sampled).map(|i| source.item(i).size_hint()).sum();
             bytes / sampled.max(1) as u64 * shard_len as u64
         };
-        let mut lanes = Lanes::start(&options, shard_len, || epoch_bytes(&source), &stopwatch)?;
+        let mut lanes = Lanes::start(
+            &plan,
+            &options,
+            shard_len,
+            || epoch_bytes(&source),
+            &stopwatch,
+        )?;
         // The CPU lane starts on the first epoch while the device opens (a few tenths of a
         // second for the CUDA context, the staging and the kernels).
         let source = Arc::new(source);
@@ -203,8 +214,19 @@ impl Pipeline {
                     // The CPU device instead: its lanes replace those begun for the GPU (the
                     // epoch's order stays planned; the CPU lane works batch by batch).
                     options.runtime.device = crate::Device::Cpu;
-                    plan = OutputPlan::new(&options, image_bytes, Lanes::device_bytes(&options))?;
-                    lanes = Lanes::start(&options, shard_len, || epoch_bytes(&source), &stopwatch)?;
+                    plan = plan.on_the_cpu();
+                    output_plan = OutputPlan::new(
+                        &options,
+                        image_bytes,
+                        Lanes::device_bytes(&plan, &options),
+                    )?;
+                    lanes = Lanes::start(
+                        &plan,
+                        &options,
+                        shard_len,
+                        || epoch_bytes(&source),
+                        &stopwatch,
+                    )?;
                     cpu_fallback = Some(why.to_string());
                     None
                 }
@@ -213,12 +235,12 @@ impl Pipeline {
             crate::Device::Cpu => None,
         };
         if let Some(gpu) = &gpu {
-            plan.check_device(gpu)?;
+            output_plan.check_device(gpu)?;
         }
         // The GPU lane opens on a thread of its own (with no share given) while the staging and
         // the kernels are made.
         let lanes = lanes.open(&options, gpu.as_ref(), &stopwatch)?;
-        let output = plan.open(&options, gpu.as_ref())?;
+        let output = output_plan.open(&options, gpu.as_ref())?;
         let device_description = output.describe();
         let pinned_bytes = output.pinned_bytes() + lanes.pinned_bytes();
         let cuda_stream = output.cuda_stream();
@@ -255,7 +277,7 @@ impl Pipeline {
             stop: stop.clone(),
             begun,
             upcoming,
-            planned_epochs: options.decode.planned_epochs,
+            planned_epochs: plan.planned_epochs(),
         };
         let handle = std::thread::Builder::new()
             .name("gpufeed-prefetch".into())
@@ -263,6 +285,7 @@ impl Pipeline {
             .map_err(|e| Error::Worker(format!("cannot start the prefetch thread: {e}")))?;
         let mut pipeline = Pipeline {
             options,
+            plan,
             source_len,
             shard_len,
             batches_per_epoch,
@@ -483,18 +506,11 @@ impl Pipeline {
     /// Refused, with nothing abandoned, when `state` does not fit this pipeline (another source
     /// listing or output options, see [`PipelineState`]).
     pub fn resume(&mut self, state: &PipelineState) -> Result<()> {
-        let configured = match self.options.decode.lanes {
-            Decode::Cpu => None,
-            _ => self.options.decode.gpu_share,
-        };
+        let configured = self.plan.configured_share();
         let (start, share) =
             state.resume_start(&self.fingerprint, self.options.batching.shard, configured)?;
         self.abandon_epoch();
-        let pin = match self.options.decode.lanes {
-            Decode::Cpu => None,
-            _ => share,
-        };
-        self.begin(start, pin)
+        self.begin(start, self.plan.applying(share))
     }
 
     /// The current epoch number (the first is 0).

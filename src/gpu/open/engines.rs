@@ -24,18 +24,6 @@ use crate::gpu::error::GpuLaneError;
 use crate::gpu::nvjpeg::{DecoderOpening, HardwareHandle, NvJpeg};
 use crate::resample::Filter;
 
-/// When a lane's JPEG engines open.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(in crate::gpu) enum EnginesOpen {
-    /// Before the lane is handed over: every image goes where the files say from the start.
-    BeforeTheLane,
-    /// On a thread of their own once the lane runs with its assisted path.
-    BesideTheLane,
-    /// Not at all, for the reason given (a run that ends before they could open, or an epoch of
-    /// large files, which the assisted path takes): the assisted path alone.
-    Never(&'static str),
-}
-
 /// What the lane's description adds about its engines, if anything.
 pub(in crate::gpu) fn note(engines: &Joining<DecoderSet>) -> Option<String> {
     engines.note(

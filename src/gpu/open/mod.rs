@@ -15,43 +15,28 @@ pub(super) use engines::{engine_count, note as engines_note, opening_note, GrayD
 pub(super) use joining::Joining;
 
 use super::*;
+use crate::schedule::EnginesOpen;
 use assisted::AssistedRecipe;
 use engines::EngineRecipe;
-pub(super) use engines::EnginesOpen;
 
 impl GpuLane {
-    /// Opens the lane on `gpu` (its decoders initialized and warmed up, its threads started);
-    /// `Err` says why it cannot run here.
-    pub fn open(gpu: &Gpu, config: &GpuLaneConfig) -> Result<GpuLane, GpuLaneError> {
-        GpuLane::open_for(
-            gpu,
-            config,
-            GRAY_ON_THE_GPU,
-            EnginesOpen::BeforeTheLane,
-            &AtomicBool::new(false),
-        )
-    }
-
-    /// [`GpuLane::open`] on a thread of its own, for a pipeline already making batches: gives
-    /// up, between its steps, once `cancel` is raised (the pipeline that wanted it is gone).
-    /// With the assisted path open, the lane comes without its JPEG engines, which open beside
-    /// it (most of the lane's setup, a second or two; not at all for a
-    /// [`GpuLaneConfig::short_run`]): until they join, the assisted path takes every file it
-    /// can, the CPU lane the rest ([`GpuLane::poll_opening`]).
-    pub fn open_unless(
+    /// Opens the lane on `gpu` (its decoders initialized and warmed up, its threads started),
+    /// its JPEG engines opening as `engines` says; `Err` says why it cannot run here. Gives up,
+    /// between its steps, once `cancel` is raised (the pipeline that wanted it is gone). With
+    /// the engines opening beside it and the assisted path open, the lane comes without its
+    /// engines, which open beside it (most of the lane's setup, a second or two): until they
+    /// join, the assisted path takes every file it can, the CPU lane the rest
+    /// ([`GpuLane::poll_opening`]).
+    pub fn open(
         gpu: &Gpu,
         config: &GpuLaneConfig,
+        engines: EnginesOpen,
         cancel: &AtomicBool,
     ) -> Result<GpuLane, GpuLaneError> {
-        let engines = match config.short_run {
-            true => EnginesOpen::Never("the run ends before they could"),
-            false => EnginesOpen::BesideTheLane,
-        };
         GpuLane::open_for(gpu, config, GRAY_ON_THE_GPU, engines, cancel)
     }
 
-    /// [`GpuLane::open`], saying whether gray JPEGs go to the hardware and when the engines
-    /// open, given up once `cancel` is raised.
+    /// [`GpuLane::open`], saying whether gray JPEGs go to the hardware.
     pub(super) fn open_for(
         gpu: &Gpu,
         config: &GpuLaneConfig,
@@ -63,13 +48,6 @@ impl GpuLane {
             cancel
                 .load(Ordering::Relaxed)
                 .then(|| GpuLaneError::Opening("the pipeline was dropped".into()))
-        };
-        // An epoch of large files is the assisted path's when it takes them all: the engines
-        // would only take its few small files, and opening them holds the driver and a core
-        // for one to two seconds.
-        let engines_open = match config.large_files && config.assisted_share >= 1.0 {
-            true => EnginesOpen::Never("the assisted path takes the epoch's large files"),
-            false => engines_open,
         };
         let geometry = config.geometry;
         let filter = match geometry.resampling() {
