@@ -8,13 +8,16 @@ mod joining;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use cudarc::driver::CudaModule;
 
 pub(super) use assisted::later_sets_note;
 pub(super) use engines::{engine_count, note as engines_note, opening_note, GrayDecoders};
 pub(super) use joining::Joining;
 
 use super::*;
+use crate::resample::Filter;
 use crate::schedule::EnginesOpen;
 use assisted::AssistedRecipe;
 use engines::EngineRecipe;
@@ -36,7 +39,10 @@ impl GpuLane {
         GpuLane::open_for(gpu, config, GRAY_ON_THE_GPU, engines, cancel)
     }
 
-    /// [`GpuLane::open`], saying whether gray JPEGs go to the hardware.
+    /// [`GpuLane::open`], saying whether gray JPEGs go to the hardware: nvJPEG loaded, the
+    /// decoders' configurations made, the kernels compiled, the assisted path's first decoder
+    /// sets and (before the lane) the engines' opened, the lane's threads started, and what
+    /// opens beside the lane started on threads of its own.
     pub(super) fn open_for(
         gpu: &Gpu,
         config: &GpuLaneConfig,
@@ -57,41 +63,15 @@ impl GpuLane {
         let opening = Instant::now();
         let nvjpeg = NvJpeg::load()?;
         let loaded = opening.elapsed();
-        let engine_calls = EngineCalls::for_files(config.large_files);
-        let colour = DecoderConfig {
-            max_batch: engine_calls.images,
-            output: OutputFormat::Yuv,
-            gray: false,
-            max_image_pixels: config.max_pixels,
-            preallocate: Some((PREALLOCATE_SIDE, PREALLOCATE_SIDE)),
-            // A full call's Y, Cb and Cr planes at most, with the planes' alignment, and its
-            // files (unless read in place), so the arena and staging are sized once. Calls read
-            // in place take turns at the engines; copied ones go side by side.
-            initial_output_bytes: engine_calls.plane_bytes as usize + ARENA_SLACK,
-            initial_staging_bytes: engine_calls.compressed_bytes as usize,
-            staging: engine_calls.staging,
-            take_turns: engine_calls.staging == Staging::InPlace,
-            ..DecoderConfig::default()
-        };
-        let gray_config = gray.then(|| DecoderConfig {
-            output: OutputFormat::Y,
-            gray: true,
-            colour: false,
-            initial_output_bytes: engine_calls.gray().plane_bytes as usize + ARENA_SLACK,
-            // Gray files are staged: their frame's sampling factors are rewritten in the copy.
-            staging: Staging::Pinned,
-            initial_staging_bytes: engine_calls.gray().compressed_bytes as usize,
-            ..colour.clone()
-        });
-        let screen =
-            LaneScreen::for_decoders(&colour, gray_config.as_ref(), config.exif_orientation);
+        let decoders = engine_decoders(config, gray);
+        let engine_calls = decoders.calls;
+        let screen = LaneScreen::for_decoders(
+            &decoders.colour,
+            decoders.gray.as_ref(),
+            config.exif_orientation,
+        );
         let compiling = Instant::now();
-        let module = gpu
-            .module(&resize::kernel_source())
-            .map_err(GpuLaneError::kernel("resize.cu"))?;
-        let gather = module
-            .load_function("gpufeed_gather")
-            .map_err(GpuLaneError::cuda("finding the gather kernel"))?;
+        let (module, gather) = compile_kernels(gpu)?;
         let compiled = compiling.elapsed();
         if let Some(cancelled) = given_up() {
             return Err(cancelled);
@@ -100,129 +80,45 @@ impl GpuLane {
             gpu: gpu.clone(),
             nvjpeg: nvjpeg.clone(),
             module: module.clone(),
-            decoders: EngineDecoders {
-                colour,
-                gray: gray_config,
-                calls: engine_calls,
-            },
+            decoders,
             geometry,
             filter,
         };
-        // The assisted path is an addition: without it the engines take every image they can.
-        // Beside running batches its first set opens before the lane starts, the others after.
-        let assisting = Instant::now();
-        let assisted_recipe = AssistedRecipe {
+        let recipe = AssistedRecipe {
             gpu: gpu.clone(),
-            module: module.clone(),
+            module,
             geometry,
             filter,
             call_pixels: crate::gpu::assisted::call_pixels(config.large_files),
         };
-        let assisted_sets = assisted_threads(config, engines_open);
-        let small_files_share = match config.small_files_assisted {
-            true => small_files_assisted_share(config.assisted_share),
-            false => 0.0,
-        };
-        let sets_first = match engines_open {
-            EnginesOpen::BeforeTheLane => assisted_sets,
-            _ => 1,
-        };
-        let assisted = match config.assisted_share > 0.0 {
-            true => assisted_recipe.open(sets_first, cancel),
-            false => Err(GpuLaneError::Opening("its share is 0".into())),
-        };
-        let assisted_opened = assisting.elapsed();
-        let (mut sets, assisted_share, assisted_note) = match assisted {
-            Ok(assisted) => (
-                assisted,
-                config.assisted_share,
-                format!(
-                    "; the assisted path takes {:.0}% of the baseline files of 1 Mpx or more \
-                     and {:.0}% of the smaller ones{}, and the progressive files, their \
-                     coefficients decoded on {} CPU threads ({} opened in {:.0} ms)",
-                    config.assisted_share * 100.0,
-                    small_files_share * 100.0,
-                    match engines_open {
-                        EnginesOpen::BeforeTheLane => "",
-                        _ => {
-                            ", and every one while the engines are not open (the gray ones \
-                             until their gray decoders are made)"
-                        }
-                    },
-                    config.coefficient_threads.max(1),
-                    match sets_first == assisted_sets {
-                        true => format!("its {assisted_sets} decoders"),
-                        false => format!("the first of its {assisted_sets} decoders"),
-                    },
-                    ms(assisted_opened)
-                ),
-            ),
-            Err(reason) => (
-                Vec::new(),
-                0.0,
-                format!("; the assisted path is off: {reason}"),
-            ),
-        };
+        let mut assisted = AssistedStart::open(recipe, config, engines_open, cancel);
         // Without the assisted path the lane has nothing to do before its engines are open.
-        let engines_later = engines_open != EnginesOpen::BeforeTheLane && !sets.is_empty();
+        let engines_later = engines_open != EnginesOpen::BeforeTheLane && !assisted.sets.is_empty();
         let creating = Instant::now();
-        let engine_count = if engines_later {
-            String::new()
-        } else {
-            let opened = engines.open()?;
-            let count = engine_count(&opened).map_or(String::new(), |count| format!(", {count}"))
-                + &opening_note(&opened);
-            sets.extend(opened);
-            count
+        let engine_count = match engines_later {
+            true => String::new(),
+            false => {
+                let opened = engines.open()?;
+                let count = engine_count(&opened)
+                    .map_or(String::new(), |count| format!(", {count}"))
+                    + &opening_note(&opened);
+                assisted.sets.extend(opened);
+                count
+            }
         };
         let created = creating.elapsed();
-        let image_bytes = geometry.image_bytes();
-        let lookahead = lookahead(config.batch_size);
-        let slots = ring_slots(config.batch_size);
         if let Some(cancelled) = given_up() {
             return Err(cancelled);
         }
-        // Progressive files take the assisted path too, their coefficients decoded on threads
-        // of the lane's own, started at the first such file.
-        let coefficients = (assisted_share > 0.0).then(|| {
-            Arc::new(CoefficientThreads::new(
-                config.coefficient_threads,
-                config.decode_memory.clone(),
-            ))
-        });
-        let preparers = (0..PREPARING_THREADS)
-            .map(|_| {
-                Preparer::new(
-                    geometry,
-                    filter,
-                    config.stopwatch.clone(),
-                    coefficients.clone(),
-                )
-            })
-            .collect();
-        let starting = Instant::now();
-        let runner = Runner::start(
-            gpu,
-            sets,
-            preparers,
-            screen,
-            shared::Limits {
-                stopwatch: config.stopwatch.clone(),
-                slots,
-                image_bytes,
-                lookahead,
-                max_file_bytes: config.max_file_bytes,
-                queued_calls: [engine_calls.threads, assisted_sets],
-                engine_calls,
-                assisted_share,
-                small_files_assisted_share: small_files_share,
-                assisted_call_pixels: assisted_recipe.call_pixels,
-            },
-        )?;
-        let started = starting.elapsed();
-        let later_sets = match assisted_share == 0.0 || sets_first == assisted_sets {
+        let (runner, started) =
+            start_runner(gpu, config, filter, screen, engine_calls, &mut assisted)?;
+        let later_sets = match assisted.share == 0.0 || assisted.first == assisted.threads {
             true => Joining::Settled,
-            false => Joining::Coming(assisted_recipe.open_beside(assisted_sets - sets_first)?),
+            false => Joining::Coming(
+                assisted
+                    .recipe
+                    .open_beside(assisted.threads - assisted.first)?,
+            ),
         };
         let (engines, gray_decoders) = match (engines_later, engines_open) {
             (false, _) => (Joining::Settled, GrayDecoders::none()),
@@ -244,21 +140,205 @@ impl GpuLane {
             runner,
             gather,
             gather_descriptors: None,
-            image_bytes,
+            image_bytes: geometry.image_bytes(),
             engines,
             gray_decoders,
             later_sets,
             description: format!(
                 "nvJPEG {major}.{minor}.{patch} hardware decoder{engine_count}; opened in {:.0} \
-                 ms: library {:.0}, kernels {:.0}{decoders}, ring and threads {:.0}\
-                 {assisted_note}",
+                 ms: library {:.0}, kernels {:.0}{decoders}, ring and threads {:.0}{}",
                 ms(opening.elapsed()),
                 ms(loaded),
                 ms(compiled),
-                ms(started)
+                ms(started),
+                assisted.note
             ),
         })
     }
+}
+
+/// What each engines' decoder set opens for `config`'s files, its gray decoder with it when
+/// `gray`, and how the engines' calls are cut.
+fn engine_decoders(config: &GpuLaneConfig, gray: bool) -> EngineDecoders {
+    let engine_calls = EngineCalls::for_files(config.large_files);
+    let colour = DecoderConfig {
+        max_batch: engine_calls.images,
+        output: OutputFormat::Yuv,
+        gray: false,
+        max_image_pixels: config.max_pixels,
+        preallocate: Some((PREALLOCATE_SIDE, PREALLOCATE_SIDE)),
+        // A full call's Y, Cb and Cr planes at most, with the planes' alignment, and its
+        // files (unless read in place), so the arena and staging are sized once. Calls read
+        // in place take turns at the engines; copied ones go side by side.
+        initial_output_bytes: engine_calls.plane_bytes as usize + ARENA_SLACK,
+        initial_staging_bytes: engine_calls.compressed_bytes as usize,
+        staging: engine_calls.staging,
+        take_turns: engine_calls.staging == Staging::InPlace,
+        ..DecoderConfig::default()
+    };
+    let gray_config = gray.then(|| DecoderConfig {
+        output: OutputFormat::Y,
+        gray: true,
+        colour: false,
+        initial_output_bytes: engine_calls.gray().plane_bytes as usize + ARENA_SLACK,
+        // Gray files are staged: their frame's sampling factors are rewritten in the copy.
+        staging: Staging::Pinned,
+        initial_staging_bytes: engine_calls.gray().compressed_bytes as usize,
+        ..colour.clone()
+    });
+    EngineDecoders {
+        colour,
+        gray: gray_config,
+        calls: engine_calls,
+    }
+}
+
+/// The lane's kernels compiled for `gpu` (`kernels/resize.cu`), and its gather.
+fn compile_kernels(gpu: &Gpu) -> Result<(Arc<CudaModule>, CudaFunction), GpuLaneError> {
+    let module = gpu
+        .module(&resize::kernel_source())
+        .map_err(GpuLaneError::kernel("resize.cu"))?;
+    let gather = module
+        .load_function("gpufeed_gather")
+        .map_err(GpuLaneError::cuda("finding the gather kernel"))?;
+    Ok((module, gather))
+}
+
+/// The assisted path as the lane starts: the decoder sets opened before it (none where the
+/// path is off), and what the lane needs to know of it.
+struct AssistedStart {
+    /// What opens its later sets.
+    recipe: AssistedRecipe,
+    /// Its sets opened before the lane starts (the engines' join them there when they open
+    /// first).
+    sets: Vec<DecoderSet>,
+    /// Its submitting threads in all, and those opened before the lane starts.
+    threads: usize,
+    first: usize,
+    /// The share of the large baseline files it takes (0 where it is off), and of the small.
+    share: f32,
+    small_files_share: f32,
+    /// What the lane's description says of it.
+    note: String,
+}
+
+impl AssistedStart {
+    /// Opens the assisted path's first sets for `config`'s files, the engines opening as
+    /// `engines_open` (all its sets before the lane when the engines open first, else one: the
+    /// others open beside the running lane), given up once `cancel` is raised. The assisted path
+    /// is an addition: without it the engines take every image they can.
+    fn open(
+        recipe: AssistedRecipe,
+        config: &GpuLaneConfig,
+        engines_open: EnginesOpen,
+        cancel: &AtomicBool,
+    ) -> AssistedStart {
+        let assisting = Instant::now();
+        let threads = assisted_threads(config, engines_open);
+        let small_files_share = match config.small_files_assisted {
+            true => small_files_assisted_share(config.assisted_share),
+            false => 0.0,
+        };
+        let first = match engines_open {
+            EnginesOpen::BeforeTheLane => threads,
+            _ => 1,
+        };
+        let opened = match config.assisted_share > 0.0 {
+            true => recipe.open(first, cancel),
+            false => Err(GpuLaneError::Opening("its share is 0".into())),
+        };
+        let assisted_opened = assisting.elapsed();
+        let (sets, share, note) = match opened {
+            Ok(sets) => (
+                sets,
+                config.assisted_share,
+                format!(
+                    "; the assisted path takes {:.0}% of the baseline files of 1 Mpx or more \
+                     and {:.0}% of the smaller ones{}, and the progressive files, their \
+                     coefficients decoded on {} CPU threads ({} opened in {:.0} ms)",
+                    config.assisted_share * 100.0,
+                    small_files_share * 100.0,
+                    match engines_open {
+                        EnginesOpen::BeforeTheLane => "",
+                        _ => {
+                            ", and every one while the engines are not open (the gray ones \
+                             until their gray decoders are made)"
+                        }
+                    },
+                    config.coefficient_threads.max(1),
+                    match first == threads {
+                        true => format!("its {threads} decoders"),
+                        false => format!("the first of its {threads} decoders"),
+                    },
+                    ms(assisted_opened)
+                ),
+            ),
+            Err(reason) => (
+                Vec::new(),
+                0.0,
+                format!("; the assisted path is off: {reason}"),
+            ),
+        };
+        AssistedStart {
+            recipe,
+            sets,
+            threads,
+            first,
+            share,
+            small_files_share,
+            note,
+        }
+    }
+}
+
+/// Starts the lane's threads on `gpu` with the decoder sets opened so far (taken from
+/// `assisted`): the preparing threads (and, where the assisted path is on, the coefficient
+/// threads its progressive files take, started at the first such file), the submitting
+/// threads, and the ring; with the time the start took.
+fn start_runner(
+    gpu: &Gpu,
+    config: &GpuLaneConfig,
+    filter: Filter,
+    screen: LaneScreen,
+    engine_calls: EngineCalls,
+    assisted: &mut AssistedStart,
+) -> Result<(Runner, Duration), GpuLaneError> {
+    let coefficients = (assisted.share > 0.0).then(|| {
+        Arc::new(CoefficientThreads::new(
+            config.coefficient_threads,
+            config.decode_memory.clone(),
+        ))
+    });
+    let preparers = (0..PREPARING_THREADS)
+        .map(|_| {
+            Preparer::new(
+                config.geometry,
+                filter,
+                config.stopwatch.clone(),
+                coefficients.clone(),
+            )
+        })
+        .collect();
+    let starting = Instant::now();
+    let runner = Runner::start(
+        gpu,
+        std::mem::take(&mut assisted.sets),
+        preparers,
+        screen,
+        shared::Limits {
+            stopwatch: config.stopwatch.clone(),
+            slots: ring_slots(config.batch_size),
+            image_bytes: config.geometry.image_bytes(),
+            lookahead: lookahead(config.batch_size),
+            max_file_bytes: config.max_file_bytes,
+            queued_calls: [engine_calls.threads, assisted.threads],
+            engine_calls,
+            assisted_share: assisted.share,
+            small_files_assisted_share: assisted.small_files_share,
+            assisted_call_pixels: assisted.recipe.call_pixels,
+        },
+    )?;
+    Ok((runner, starting.elapsed()))
 }
 
 /// The assisted path's submitting threads for `config`'s files, the engines opening as
