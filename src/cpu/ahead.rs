@@ -656,7 +656,7 @@ mod tests {
         options.resize.mode = crate::ResizeMode::stretch(16, 16);
         let core = Arc::new(LaneCore::new(
             &options.decode,
-            &options.resize,
+            crate::geometry::Geometry::new(&options.resize),
             Arc::new(Stopwatch::default()),
         ));
         let ahead = CpuAhead::start(&core, 2, LOOKAHEAD, BUFFERS, ThreadPriority::Inherited)

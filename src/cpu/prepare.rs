@@ -72,10 +72,11 @@ pub(crate) struct PrepareOptions {
 }
 
 impl PrepareOptions {
-    pub fn new(decode: &DecodeOptions, resize: &ResizeOptions) -> PrepareOptions {
+    /// Images decoded under `decode`, to the output `geometry` plans.
+    pub fn new(decode: &DecodeOptions, geometry: Geometry) -> PrepareOptions {
         PrepareOptions {
             decode: *decode,
-            geometry: Geometry::new(resize),
+            geometry,
         }
     }
 }
@@ -296,7 +297,7 @@ pub fn prepare_image(
         .decode(*decode)
         .resize(*resize)
         .validate()?;
-    let core = LaneCore::new(decode, resize, Arc::default());
+    let core = LaneCore::new(decode, Geometry::new(resize), Arc::default());
     let want = core.options.geometry.image_bytes();
     if out.len() != want {
         return Err(Error::Mismatch(format!(
@@ -435,8 +436,8 @@ mod tests {
         let files = jpegs();
         let mut compared = 0;
         for (decode, resize) in &configs {
-            let partial = PrepareOptions::new(decode, resize);
-            let whole = PrepareOptions::new(&decode.partial_decode(false), resize);
+            let partial = PrepareOptions::new(decode, Geometry::new(resize));
+            let whole = PrepareOptions::new(&decode.partial_decode(false), Geometry::new(resize));
             assert!(partial.decode.partial_decode);
             let mut a = vec![0u8; partial.geometry.image_bytes()];
             let mut b = vec![1u8; partial.geometry.image_bytes()];
@@ -464,7 +465,7 @@ mod tests {
     fn random_crops_are_torchvision_resized_crops() {
         use crate::resample::{resample, Filter};
         let resize = ResizeOptions::imagenet_train(96, 5);
-        let options = PrepareOptions::new(&DecodeOptions::default(), &resize);
+        let options = PrepareOptions::new(&DecodeOptions::default(), Geometry::new(&resize));
         let mut compared = 0;
         let mut flipped = 0;
         for name in [
@@ -538,7 +539,10 @@ mod tests {
     #[test]
     fn gray_jpegs_resize_as_one_channel_exactly() {
         let jpeg = std::fs::read("tests/fixtures/gray.jpg").expect("fixture");
-        let options = PrepareOptions::new(&DecodeOptions::default(), &ResizeOptions::default());
+        let options = PrepareOptions::new(
+            &DecodeOptions::default(),
+            Geometry::new(&ResizeOptions::default()),
+        );
         let mut one_channel = vec![0u8; options.geometry.image_bytes()];
         prepare_bytes(&jpeg, &core_of(&options), &MEMORY, TASK, &mut one_channel)
             .expect("gray path");

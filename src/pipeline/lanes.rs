@@ -45,13 +45,12 @@ pub(crate) enum Lanes {
 pub(crate) struct DecodeWhy(String);
 
 impl Lanes {
-    /// Device memory the lanes of `plan` may take (the GPU lane's ring and buffers), for the
-    /// output stage's check of what fits before anything is allocated.
-    pub fn device_bytes(plan: &DecodePlan, options: &Options) -> u128 {
+    /// Device memory the lanes of `plan` may take (the GPU lane's ring and buffers) for outputs
+    /// of `geometry` in batches of `batch_size`, for the output stage's check of what fits before
+    /// anything is allocated.
+    pub fn device_bytes(plan: &DecodePlan, geometry: &Geometry, batch_size: usize) -> u128 {
         match plan.gpu_wanted() {
-            true => {
-                GpuLane::device_bytes(&Geometry::new(&options.resize), options.batching.batch_size)
-            }
+            true => GpuLane::device_bytes(geometry, batch_size),
             false => 0,
         }
     }
@@ -66,6 +65,7 @@ impl Lanes {
     pub fn start(
         plan: &DecodePlan,
         options: &Options,
+        geometry: Geometry,
         images: usize,
         epoch_bytes: impl FnOnce() -> u64,
         stopwatch: &Arc<Stopwatch>,
@@ -73,19 +73,14 @@ impl Lanes {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let (why, run, policy) = match plan.choose(images, epoch_bytes, cores, stopwatch) {
             LaneChoice::Cpu { why, threads } => {
-                let cpu =
-                    CpuLane::new(&options.decode, &options.resize, threads, stopwatch.clone())?;
+                let cpu = CpuLane::new(&options.decode, geometry, threads, stopwatch.clone())?;
                 return Ok(LanesStarting::Ready(Lanes::Cpu(cpu, DecodeWhy(why))));
             }
             LaneChoice::Ahead { why, gpu, policy } => (why, gpu, *policy),
         };
         let batch_size = options.batching.batch_size;
         let lookahead = lookahead(batch_size);
-        let core = Arc::new(LaneCore::new(
-            &options.decode,
-            &options.resize,
-            stopwatch.clone(),
-        ));
+        let core = Arc::new(LaneCore::new(&options.decode, geometry, stopwatch.clone()));
         let ahead = CpuAhead::start(
             &core,
             policy.threads(),
@@ -95,7 +90,7 @@ impl Lanes {
         )?;
         let config = run.map(|run| GpuLaneConfig {
             stopwatch: stopwatch.clone(),
-            geometry: core.options.geometry,
+            geometry,
             max_pixels: options.decode.max_pixels,
             batch_size,
             max_file_bytes: options.decode.max_file_bytes,
@@ -110,7 +105,7 @@ impl Lanes {
         // While the device opens the CPU lane reaches this far into the first epoch: an eighth
         // of the decode memory (512 MiB by default) of finished images.
         let reach = (options.decode.memory_limit / BRING_UP_MEMORY_SHARE) as usize
-            / core.options.geometry.image_bytes().max(1);
+            / geometry.image_bytes().max(1);
         Ok(LanesStarting::Ahead(Box::new(AheadStart {
             ahead,
             config,
@@ -123,10 +118,15 @@ impl Lanes {
     }
 
     /// The CPU lane alone, after the GPU lane could not open (with a given share).
-    fn fall_back(options: &Options, reason: String, stopwatch: &Arc<Stopwatch>) -> Result<Lanes> {
+    fn fall_back(
+        options: &Options,
+        geometry: Geometry,
+        reason: String,
+        stopwatch: &Arc<Stopwatch>,
+    ) -> Result<Lanes> {
         let cpu = CpuLane::new(
             &options.decode,
-            &options.resize,
+            geometry,
             options.runtime.threads,
             stopwatch.clone(),
         )?;
@@ -332,7 +332,10 @@ impl LanesStarting {
                 });
                 match opened {
                     Ok(lane) => GpuOpening::Open(Box::new(lane)),
-                    Err(reason) => return Lanes::fall_back(options, reason.to_string(), stopwatch),
+                    Err(reason) => {
+                        let reason = reason.to_string();
+                        return Lanes::fall_back(options, config.geometry, reason, stopwatch);
+                    }
                 }
             }
             Some(config) => {

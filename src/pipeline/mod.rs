@@ -178,10 +178,12 @@ impl Pipeline {
         let sampler =
             Sampler::new(source.len(), &options.batching).with_blocks(source.shuffle_blocks());
         let shard_len = sampler.real_len();
+        // The output's geometry, planned once for every lane.
+        let geometry = Geometry::new(&options.resize);
+        let (image_bytes, batch_size) = (geometry.image_bytes(), options.batching.batch_size);
         // Batches the host cannot hold are refused before any work begins.
-        let image_bytes = Geometry::new(&options.resize).image_bytes();
-        let mut output_plan =
-            OutputPlan::new(&options, image_bytes, Lanes::device_bytes(&plan, &options))?;
+        let lanes_bytes = Lanes::device_bytes(&plan, &geometry, batch_size);
+        let mut output_plan = OutputPlan::new(&options, image_bytes, lanes_bytes)?;
         let stopwatch = Arc::new(Stopwatch::default());
         // An epoch's encoded bytes, from the sizes of the first files (a stat each, or the
         // listing's sizes in object storage).
@@ -193,6 +195,7 @@ impl Pipeline {
         let mut lanes = Lanes::start(
             &plan,
             &options,
+            geometry,
             shard_len,
             || epoch_bytes(&source),
             &stopwatch,
@@ -215,14 +218,12 @@ impl Pipeline {
                     // epoch's order stays planned; the CPU lane works batch by batch).
                     options.runtime.device = crate::Device::Cpu;
                     plan = plan.on_the_cpu();
-                    output_plan = OutputPlan::new(
-                        &options,
-                        image_bytes,
-                        Lanes::device_bytes(&plan, &options),
-                    )?;
+                    let lanes_bytes = Lanes::device_bytes(&plan, &geometry, batch_size);
+                    output_plan = OutputPlan::new(&options, image_bytes, lanes_bytes)?;
                     lanes = Lanes::start(
                         &plan,
                         &options,
+                        geometry,
                         shard_len,
                         || epoch_bytes(&source),
                         &stopwatch,
@@ -244,7 +245,6 @@ impl Pipeline {
         let device_description = output.describe();
         let pinned_bytes = output.pinned_bytes() + lanes.pinned_bytes();
         let cuda_stream = output.cuda_stream();
-        let batch_size = options.batching.batch_size;
         let batches_per_epoch = match options.batching.last_batch {
             crate::LastBatch::Drop => sampler.positions() / batch_size,
             crate::LastBatch::Keep => sampler.positions().div_ceil(batch_size),
