@@ -231,6 +231,20 @@ impl Geometry {
         plan: &mut ImagePlan,
     ) -> Result<(), PlanError> {
         let (x, y) = self.axis_plans(width, height, draw);
+        self.plan_axes(&x, &y, reduction, decoded_width, decoded_height, plan)
+    }
+
+    /// [`Geometry::plan_image`] of an image whose axes `x` and `y` plan
+    /// ([`Geometry::axis_plans`]), planned once for the decode and the resize alike.
+    pub fn plan_axes(
+        &self,
+        x: &AxisPlan,
+        y: &AxisPlan,
+        reduction: u32,
+        decoded_width: u32,
+        decoded_height: u32,
+        plan: &mut ImagePlan,
+    ) -> Result<(), PlanError> {
         plan.plan(
             &x.reduced(reduction, decoded_width),
             &y.reduced(reduction, decoded_height),

@@ -1,7 +1,7 @@
 //! One image through the CPU lane: read, decode (only the window the resize reads), resize and
 //! crop straight into its destination, with this thread's reusable scratch buffers.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -191,10 +191,14 @@ fn prepare_bytes_unguarded(
         } = scratch;
         *planned = None;
         let planning = RefCell::new((plan, planned));
+        // What the random transforms drew for the size the window was asked for, kept for the
+        // resize: each image draws once.
+        let drawn = Cell::new(None);
         // Asked by the JPEG decoder with the full-size image's size (after any EXIF turn): the
         // plan decides the DCT reduction and the window, and is kept for the resize.
         let window = |w: u32, h: u32| {
             let draw = geometry.draw(w, h, task.index, task.epoch);
+            drawn.set(Some((w, h, draw)));
             let (x, y) = geometry.axis_plans(w, h, draw.as_ref());
             let reduction = if options.decode.dct_scaling {
                 Geometry::max_reduction(&x, &y)
@@ -210,10 +214,9 @@ fn prepare_bytes_unguarded(
             };
             let mut guard = planning.borrow_mut();
             let (plan, planned) = &mut *guard;
-            let made = geometry.plan_image(
-                w,
-                h,
-                draw.as_ref(),
+            let made = geometry.plan_axes(
+                &x,
+                &y,
                 reduction,
                 key.decoded_width,
                 key.decoded_height,
@@ -238,12 +241,11 @@ fn prepare_bytes_unguarded(
             )
         })?;
         let (plan, planned) = planning.into_inner();
-        let draw = geometry.draw(
-            decoded.source_width,
-            decoded.source_height,
-            task.index,
-            task.epoch,
-        );
+        let source = (decoded.source_width, decoded.source_height);
+        let draw = match drawn.get() {
+            Some((w, h, draw)) if (w, h) == source => draw,
+            _ => geometry.draw(source.0, source.1, task.index, task.epoch),
+        };
         if *planned != Some(Planned::of(&decoded)) {
             // Not a JPEG, or decoded otherwise than planned (another decoder, no reduction).
             geometry

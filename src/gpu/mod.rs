@@ -6,7 +6,7 @@
 //!
 //! The lane works ahead of the batches, on threads of its own ([`runner`], sharing [`shared`]): the
 //! epoch's order is cut into ranges of positions; a preparing thread takes the next range, reads
-//! and screens ([`screen`]) the files of it the lane is offered ([`offered`](work::offered)),
+//! and screens ([`screen`]) the files of it the lane is offered ([`offered`](crate::schedule::ShareSchedule::offers)),
 //! computes each image's draws and resize coefficients and cuts the images into calls ([`prepare`],
 //! [`call`]); a submitting thread takes the next call, decodes it on its own decoders ([`nvjpeg`])
 //! and stream, makes it RGB ([`ycc`]), resizes the images into their ring slots ([`resize`],
