@@ -11,6 +11,8 @@
 use std::fmt;
 use std::path::PathBuf;
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
 use cudarc::driver::sys::CUresult;
 use cudarc::driver::DriverError;
 
@@ -310,9 +312,10 @@ pub enum Error {
     /// A batch cannot be handed over as asked (DLPack, ONNX Runtime): says why.
     #[error("cannot export the batch: {0}")]
     Export(String),
-    /// The GPU decode lane failed.
+    /// The GPU decode lane failed: the source is the lane's [`GpuLaneError`](crate::GpuLaneError)
+    /// (`downcast_ref` it to match on its cause).
     #[error("the GPU decode lane failed: {0}")]
-    GpuLane(#[from] crate::gpu::GpuLaneError),
+    GpuLane(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
     /// A saved pipeline state cannot be read or does not fit this pipeline.
     #[error("cannot resume from the saved state: {0}")]
     Resume(#[from] ResumeError),
@@ -387,4 +390,20 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .cloned()
         .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
         .unwrap_or_else(|| "unknown failure".into())
+}
+
+/// Runs a cudarc call that could panic on a broken installation, turning panics and driver
+/// errors into [`Error`]s.
+pub(crate) fn guarded<T>(
+    context: &'static str,
+    f: impl FnOnce() -> std::result::Result<T, DriverError>,
+) -> Result<T> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(result) => result.map_err(|e| Error::cuda(context, e)),
+        Err(panic) => Err(CudaUnavailable::Broken {
+            context,
+            message: panic_message(panic.as_ref()),
+        }
+        .into()),
+    }
 }

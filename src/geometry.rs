@@ -71,6 +71,15 @@ pub(crate) struct Geometry {
     pub pass_order: PassOrder,
 }
 
+impl ResizeOptions {
+    /// What the random transforms draw for the image with source index `index` in `epoch`,
+    /// `width` x `height` pixels (after any EXIF turn): exactly what a pipeline with these
+    /// options draws for it, on any lane. `None` when nothing is random.
+    pub fn draw(&self, width: u32, height: u32, index: usize, epoch: u64) -> Option<CropDraw> {
+        Geometry::new(self).draw(width, height, index, epoch)
+    }
+}
+
 impl Geometry {
     pub fn new(resize: &ResizeOptions) -> Geometry {
         let (height, width) = resize.output_size();
@@ -222,6 +231,20 @@ impl Geometry {
         plan: &mut ImagePlan,
     ) -> Result<(), PlanError> {
         let (x, y) = self.axis_plans(width, height, draw);
+        self.plan_axes(&x, &y, reduction, decoded_width, decoded_height, plan)
+    }
+
+    /// [`Geometry::plan_image`] of an image whose axes `x` and `y` plan
+    /// ([`Geometry::axis_plans`]), planned once for the decode and the resize alike.
+    pub fn plan_axes(
+        &self,
+        x: &AxisPlan,
+        y: &AxisPlan,
+        reduction: u32,
+        decoded_width: u32,
+        decoded_height: u32,
+        plan: &mut ImagePlan,
+    ) -> Result<(), PlanError> {
         plan.plan(
             &x.reduced(reduction, decoded_width),
             &y.reduced(reduction, decoded_height),

@@ -56,12 +56,15 @@ mod gpu;
 #[allow(unsafe_code)]
 pub mod interop;
 mod launch;
+#[allow(unsafe_code)]
+mod memory;
 mod options;
 mod order;
 mod pipeline;
 mod profile;
 mod random;
 mod resample;
+mod schedule;
 mod source;
 #[allow(unsafe_code)]
 mod tensor;
@@ -69,8 +72,9 @@ mod tensor;
 pub use augment::{
     Augment, AugmentOptions, ColorJitter, Mix, Op as AugmentOp, RandomErasing, Recipe,
 };
-pub use batch::{Batch, EpochReport, ReadReport};
+pub use batch::{Batch, EpochReport};
 pub use cpu::{prepare_image, CpuStage, PreparedBatch};
+pub use cuda::CudaInfo;
 pub use error::{
     CudaUnavailable, Error, ItemError, ItemErrorKind, OptionDifference, Result, ResumeError,
 };
@@ -89,10 +93,25 @@ pub use options::{
 pub use order::PipelineState;
 pub use pipeline::{Pipeline, PipelineBuilder, WaitedBatch};
 pub use profile::{Profile, Stage, StageTime};
+pub use source::{ReadReport, Source, DECODED_EXTENSIONS, IMAGE_EXTENSIONS};
 #[cfg(feature = "object-store")]
 pub use source::{RemoteOptions, UrlLayout, DEFAULT_READ_BUDGET};
-pub use source::{Source, DECODED_EXTENSIONS, IMAGE_EXTENSIONS};
 pub use tensor::{DeviceData, DeviceTensor, Element, HostData, HostTensor, Tensor};
+
+/// Whether CUDA can be used on this machine: the driver library and NVRTC load and the driver
+/// reports at least one device ([`CudaInfo`] says how many). The error says which piece is
+/// missing ([`CudaUnavailable`] inside [`Error::CudaUnavailable`]). Checked once a process
+/// (loading the libraries takes about 10 ms), never panicking.
+///
+/// ```
+/// match gpufeed::cuda_status() {
+///     Ok(info) => println!("{} CUDA device(s)", info.device_count),
+///     Err(why) => println!("the CPU device, then: {why}"),
+/// }
+/// ```
+pub fn cuda_status() -> Result<CudaInfo> {
+    cuda::probe()
+}
 
 /// The cudarc this crate was built with: name its types (streams, slices, events) through this,
 /// so their versions always match the batches'.

@@ -9,6 +9,9 @@
 //! a neighbour), and the samples are shuffled within windows of a few consecutive shards, so
 //! only a window's shards need to be held at once. Both depend on the seed and the epoch alone,
 //! so every rank draws the same.
+//!
+//! The order knows nothing of sources: it takes what it needs of one as plain data (the number
+//! of images, the shards' lengths, the listing's summary), and the sources read ahead of it.
 
 mod state;
 
@@ -18,7 +21,7 @@ use crate::options::{BatchOptions, Shard, ShardBalance};
 use crate::random::Draws;
 
 pub use state::PipelineState;
-pub(crate) use state::{EpochStart, Fingerprint};
+pub(crate) use state::{EpochStart, Fingerprint, ListingSummary};
 
 /// Draws the order of each epoch for one process.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -401,49 +401,8 @@ pub(crate) fn apply(
     let img = &mut img[..n * 3];
     let scratch = &mut scratch[..n * 3];
     match op.kind {
-        KIND_AFFINE => {
-            scratch.copy_from_slice(img);
-            let fill = unpack(op.a);
-            let r = op.f;
-            let (wf, hf) = (width as f32, height as f32);
-            let x0 = (1.0 - wf) * 0.5;
-            let y0 = (1.0 - hf) * 0.5;
-            for y in 0..height {
-                let by = y0 + y as f32;
-                for x in 0..width {
-                    let bx = x0 + x as f32;
-                    // The grid (a matrix product, one fused multiply-add per term).
-                    let gx = by.mul_add(r[1], bx * r[0]) + r[2];
-                    let gy = by.mul_add(r[4], bx * r[3]) + r[5];
-                    // grid_sample, align_corners=False, nearest (ties to even).
-                    let ix = (((gx + 1.0) * wf - 1.0) * 0.5).round_ties_even();
-                    let iy = (((gy + 1.0) * hf - 1.0) * 0.5).round_ties_even();
-                    let o = (y * width + x) * 3;
-                    if ix >= 0.0 && ix < wf && iy >= 0.0 && iy < hf {
-                        let s = (iy as usize * width + ix as usize) * 3;
-                        img[o..o + 3].copy_from_slice(&scratch[s..s + 3]);
-                    } else {
-                        img[o..o + 3].copy_from_slice(&fill);
-                    }
-                }
-            }
-        }
-        KIND_ROT90 => {
-            scratch.copy_from_slice(img);
-            for y in 0..height {
-                for x in 0..width {
-                    // torch.rot90(img, k, dims=(-2, -1)) of a square image (any image for k 2).
-                    let (sy, sx) = match op.a {
-                        1 => (x, width - 1 - y),
-                        2 => (height - 1 - y, width - 1 - x),
-                        _ => (height - 1 - x, y),
-                    };
-                    let o = (y * width + x) * 3;
-                    let s = (sy * width + sx) * 3;
-                    img[o..o + 3].copy_from_slice(&scratch[s..s + 3]);
-                }
-            }
-        }
+        KIND_AFFINE => affine(op, img, scratch, height, width),
+        KIND_ROT90 => rot90(op, img, scratch, height, width),
         KIND_BRIGHTNESS => {
             for v in img.iter_mut() {
                 *v = to_u8(fl(*v) * op.f[0]);
@@ -463,29 +422,7 @@ pub(crate) fn apply(
                 *v = blend(*v, mean, op.f[0], op.f[1]);
             }
         }
-        KIND_SHARPNESS => {
-            scratch.copy_from_slice(img);
-            for y in 1..height - 1 {
-                for x in 1..width - 1 {
-                    for c in 0..3 {
-                        let at =
-                            |yy: usize, xx: usize| u32::from(scratch[(yy * width + xx) * 3 + c]);
-                        let centre = at(y, x);
-                        let ring = at(y - 1, x - 1)
-                            + at(y - 1, x)
-                            + at(y - 1, x + 1)
-                            + at(y, x - 1)
-                            + at(y, x + 1)
-                            + at(y + 1, x - 1)
-                            + at(y + 1, x)
-                            + at(y + 1, x + 1);
-                        let blurred = smooth(ring, centre);
-                        let diff = blurred as f32 - centre as f32;
-                        img[(y * width + x) * 3 + c] = to_u8(diff.mul_add(op.f[1], centre as f32));
-                    }
-                }
-            }
-        }
+        KIND_SHARPNESS => sharpness(op, img, scratch, height, width),
         KIND_POSTERIZE => {
             for v in img.iter_mut() {
                 *v &= op.a as u8;
@@ -498,41 +435,8 @@ pub(crate) fn apply(
                 }
             }
         }
-        KIND_AUTOCONTRAST => {
-            let mut low = [255u8; 3];
-            let mut high = [0u8; 3];
-            for px in img.chunks_exact(3) {
-                for c in 0..3 {
-                    low[c] = low[c].min(px[c]);
-                    high[c] = high[c].max(px[c]);
-                }
-            }
-            let scale: [(f32, f32); 3] =
-                std::array::from_fn(|c| autocontrast_scale(low[c], high[c]));
-            for px in img.chunks_exact_mut(3) {
-                for c in 0..3 {
-                    let (minimum, inv_scale) = scale[c];
-                    px[c] = to_u8((fl(px[c]) - minimum) / inv_scale);
-                }
-            }
-        }
-        KIND_EQUALIZE => {
-            let mut hist = [[0u32; 256]; 3];
-            for px in img.chunks_exact(3) {
-                for c in 0..3 {
-                    hist[c][px[c] as usize] += 1;
-                }
-            }
-            let luts: [Option<[u8; 256]>; 3] =
-                std::array::from_fn(|c| equalize_lut(&hist[c], n as u32));
-            for px in img.chunks_exact_mut(3) {
-                for c in 0..3 {
-                    if let Some(lut) = &luts[c] {
-                        px[c] = lut[px[c] as usize];
-                    }
-                }
-            }
-        }
+        KIND_AUTOCONTRAST => autocontrast(img),
+        KIND_EQUALIZE => equalize(img, n),
         KIND_INVERT => {
             for v in img.iter_mut() {
                 *v = 255 - *v;
@@ -544,16 +448,130 @@ pub(crate) fn apply(
                 px.copy_from_slice(&out);
             }
         }
-        KIND_ERASE => {
-            let v = unpack(op.e);
-            let (i, j, h, w) = (op.a as usize, op.b as usize, op.c as usize, op.d as usize);
-            for y in i..i + h {
-                for px in img[(y * width + j) * 3..(y * width + j + w) * 3].chunks_exact_mut(3) {
-                    px.copy_from_slice(&v);
-                }
+        KIND_ERASE => erase(op, img, width),
+        _ => {}
+    }
+}
+
+/// `KIND_AFFINE`: the affine grid of `op.f` sampled nearest (`grid_sample`, `align_corners` off,
+/// ties to even), `op.a`'s fill outside the image.
+fn affine(op: &KernelOp, img: &mut [u8], scratch: &mut [u8], height: usize, width: usize) {
+    scratch.copy_from_slice(img);
+    let fill = unpack(op.a);
+    let r = op.f;
+    let (wf, hf) = (width as f32, height as f32);
+    let x0 = (1.0 - wf) * 0.5;
+    let y0 = (1.0 - hf) * 0.5;
+    for y in 0..height {
+        let by = y0 + y as f32;
+        for x in 0..width {
+            let bx = x0 + x as f32;
+            // The grid (a matrix product, one fused multiply-add per term).
+            let gx = by.mul_add(r[1], bx * r[0]) + r[2];
+            let gy = by.mul_add(r[4], bx * r[3]) + r[5];
+            // grid_sample, align_corners=False, nearest (ties to even).
+            let ix = (((gx + 1.0) * wf - 1.0) * 0.5).round_ties_even();
+            let iy = (((gy + 1.0) * hf - 1.0) * 0.5).round_ties_even();
+            let o = (y * width + x) * 3;
+            if ix >= 0.0 && ix < wf && iy >= 0.0 && iy < hf {
+                let s = (iy as usize * width + ix as usize) * 3;
+                img[o..o + 3].copy_from_slice(&scratch[s..s + 3]);
+            } else {
+                img[o..o + 3].copy_from_slice(&fill);
             }
         }
-        _ => {}
+    }
+}
+
+/// `KIND_ROT90`: `torch.rot90(img, op.a, dims=(-2, -1))`.
+fn rot90(op: &KernelOp, img: &mut [u8], scratch: &mut [u8], height: usize, width: usize) {
+    scratch.copy_from_slice(img);
+    for y in 0..height {
+        for x in 0..width {
+            // torch.rot90(img, k, dims=(-2, -1)) of a square image (any image for k 2).
+            let (sy, sx) = match op.a {
+                1 => (x, width - 1 - y),
+                2 => (height - 1 - y, width - 1 - x),
+                _ => (height - 1 - x, y),
+            };
+            let o = (y * width + x) * 3;
+            let s = (sy * width + sx) * 3;
+            img[o..o + 3].copy_from_slice(&scratch[s..s + 3]);
+        }
+    }
+}
+
+/// `KIND_SHARPNESS`: each inner pixel blended with its smoothed 3 x 3 neighbourhood by
+/// `op.f[1]`; the border kept.
+fn sharpness(op: &KernelOp, img: &mut [u8], scratch: &mut [u8], height: usize, width: usize) {
+    scratch.copy_from_slice(img);
+    for y in 1..height - 1 {
+        for x in 1..width - 1 {
+            for c in 0..3 {
+                let at = |yy: usize, xx: usize| u32::from(scratch[(yy * width + xx) * 3 + c]);
+                let centre = at(y, x);
+                let ring = at(y - 1, x - 1)
+                    + at(y - 1, x)
+                    + at(y - 1, x + 1)
+                    + at(y, x - 1)
+                    + at(y, x + 1)
+                    + at(y + 1, x - 1)
+                    + at(y + 1, x)
+                    + at(y + 1, x + 1);
+                let blurred = smooth(ring, centre);
+                let diff = blurred as f32 - centre as f32;
+                img[(y * width + x) * 3 + c] = to_u8(diff.mul_add(op.f[1], centre as f32));
+            }
+        }
+    }
+}
+
+/// `KIND_AUTOCONTRAST`: each channel stretched from its lowest to its highest value.
+fn autocontrast(img: &mut [u8]) {
+    let mut low = [255u8; 3];
+    let mut high = [0u8; 3];
+    for px in img.chunks_exact(3) {
+        for c in 0..3 {
+            low[c] = low[c].min(px[c]);
+            high[c] = high[c].max(px[c]);
+        }
+    }
+    let scale: [(f32, f32); 3] = std::array::from_fn(|c| autocontrast_scale(low[c], high[c]));
+    for px in img.chunks_exact_mut(3) {
+        for c in 0..3 {
+            let (minimum, inv_scale) = scale[c];
+            px[c] = to_u8((fl(px[c]) - minimum) / inv_scale);
+        }
+    }
+}
+
+/// `KIND_EQUALIZE`: each channel of the image's `n` pixels through its histogram's lookup table.
+fn equalize(img: &mut [u8], n: usize) {
+    let mut hist = [[0u32; 256]; 3];
+    for px in img.chunks_exact(3) {
+        for c in 0..3 {
+            hist[c][px[c] as usize] += 1;
+        }
+    }
+    let luts: [Option<[u8; 256]>; 3] = std::array::from_fn(|c| equalize_lut(&hist[c], n as u32));
+    for px in img.chunks_exact_mut(3) {
+        for c in 0..3 {
+            if let Some(lut) = &luts[c] {
+                px[c] = lut[px[c] as usize];
+            }
+        }
+    }
+}
+
+/// `KIND_ERASE`: the box of `op` (top `a`, left `b`, height `c`, width `d`) set to `op.e`'s
+/// value.
+fn erase(op: &KernelOp, img: &mut [u8], width: usize) {
+    let v = unpack(op.e);
+    let (i, j, h, w) = (op.a as usize, op.b as usize, op.c as usize, op.d as usize);
+    for y in i..i + h {
+        for px in img[(y * width + j) * 3..(y * width + j + w) * 3].chunks_exact_mut(3) {
+            px.copy_from_slice(&v);
+        }
     }
 }
 

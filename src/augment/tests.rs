@@ -3,7 +3,7 @@
 //! smooth, flat and real images, with the parameters the policies draw), and the draws against
 //! the samplers' definitions over 100,000 images.
 
-use super::policy::{self, Augment, Ranges, Transform};
+use super::policy::{self, Ranges, Transform};
 use super::*;
 
 /// One golden call: the input image's index, the call, and torchvision's output.

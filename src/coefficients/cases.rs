@@ -131,7 +131,53 @@ pub(crate) fn cases(seed: u64) -> Vec<Case> {
     let (rocket, rw, _) = turbo_decode(&repo_file("assets/rocket.jpg"), false);
     let part = crop(&rocket, rw, 101, 53, 211, 145);
     let (pw, ph) = (211, 145);
-    let modes = [
+    let modes = coding_modes();
+    for (name, options) in modes {
+        push(format!("rocket {name}"), &part, pw, ph, options);
+    }
+    // One large odd size, baseline and progressive.
+    let large = picture(1001, 667, seed + 7);
+    push(
+        "1001x667".into(),
+        &large,
+        1001,
+        667,
+        EncodeOptions::default(),
+    );
+    push(
+        "1001x667 progressive 422".into(),
+        &large,
+        1001,
+        667,
+        EncodeOptions {
+            progressive: true,
+            sampling: Sampling::S422,
+            ..EncodeOptions::default()
+        },
+    );
+    // Real files as they were published or made by Pillow.
+    for file in [
+        "assets/rocket.jpg",
+        "assets/hubble_deep_field.jpg",
+        "tests/fixtures/gray.jpg",
+        "tests/fixtures/progressive.jpg",
+        "tests/fixtures/rgb420.jpg",
+        "tests/fixtures/rgb444.jpg",
+        "tests/fixtures/sampling_2x1_all.jpg",
+        "tests/fixtures/exif_rotate6.jpg",
+    ] {
+        cases.push(Case {
+            name: file.into(),
+            jpeg: repo_file(file),
+        });
+    }
+    cases
+}
+
+/// The entropy codings, restart intervals, colour spaces and qualities the real content of the
+/// cases is encoded with, named.
+fn coding_modes() -> Vec<(&'static str, EncodeOptions)> {
+    vec![
         (
             "baseline q95",
             EncodeOptions {
@@ -219,47 +265,7 @@ pub(crate) fn cases(seed: u64) -> Vec<Case> {
                 ..EncodeOptions::default()
             },
         ),
-    ];
-    for (name, options) in modes {
-        push(format!("rocket {name}"), &part, pw, ph, options);
-    }
-    // One large odd size, baseline and progressive.
-    let large = picture(1001, 667, seed + 7);
-    push(
-        "1001x667".into(),
-        &large,
-        1001,
-        667,
-        EncodeOptions::default(),
-    );
-    push(
-        "1001x667 progressive 422".into(),
-        &large,
-        1001,
-        667,
-        EncodeOptions {
-            progressive: true,
-            sampling: Sampling::S422,
-            ..EncodeOptions::default()
-        },
-    );
-    // Real files as they were published or made by Pillow.
-    for file in [
-        "assets/rocket.jpg",
-        "assets/hubble_deep_field.jpg",
-        "tests/fixtures/gray.jpg",
-        "tests/fixtures/progressive.jpg",
-        "tests/fixtures/rgb420.jpg",
-        "tests/fixtures/rgb444.jpg",
-        "tests/fixtures/sampling_2x1_all.jpg",
-        "tests/fixtures/exif_rotate6.jpg",
-    ] {
-        cases.push(Case {
-            name: file.into(),
-            jpeg: repo_file(file),
-        });
-    }
-    cases
+    ]
 }
 
 /// One case made ready for a kernel run: its packed coefficients (a window of it, read with an

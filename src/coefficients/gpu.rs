@@ -29,7 +29,8 @@ use super::entropy_batch::{
 };
 use super::pack::PackedImage;
 use super::{Error, Layout, Window};
-use crate::cuda::{Gpu, KernelSource, PageLocked};
+use crate::cuda::{Gpu, KernelSource};
+use crate::memory::PageLocked;
 
 /// The kernel source, embedded at build time.
 pub const SOURCE: &str = include_str!("../../kernels/idct.cu");

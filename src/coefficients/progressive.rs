@@ -42,7 +42,7 @@ use super::{CoefficientSource, Error};
 
 /// The most scans a file may have (the CPU lane's libjpeg-turbo stops there too): real files
 /// have about ten; a crafted file with thousands would take seconds.
-pub const MAX_SCANS: u32 = 500;
+pub const MAX_SCANS: u32 = crate::options::MAX_PROGRESSIVE_SCANS;
 
 /// A component's coefficients: every block of libjpeg's coefficient array (the padding blocks
 /// of partial MCUs included), 64 coefficients a block in natural order, row by row.

@@ -17,15 +17,14 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-use cudarc::driver::CudaContext;
-
 use super::prepare::ImageTask;
-use super::priority::ThreadPriority;
+use super::priority;
 use super::stage::LaneCore;
-use crate::cuda::{PinnedImage, PositionedImage, PositionedImages};
 use crate::error::{Error, ItemErrorKind, Result};
 use crate::geometry::CropDraw;
+use crate::memory::{PinnedImage, PositionedImage, PositionedImages};
 use crate::order::EpochOrder;
+use crate::schedule::ThreadPriority;
 use crate::source::Source;
 
 /// Whether the image at a position of the order (with its source index) is offered to the GPU
@@ -54,7 +53,7 @@ pub(crate) enum AheadImage {
     Pinned(PinnedImage),
     /// The image's place among the images laid out by position while the device opened
     /// ([`CpuAhead::reach`]): the batch uploads it from there once that memory is page-locked
-    /// ([`CpuAhead::lock_positioned`]), and copies it until then.
+    /// ([`CpuAhead::positioned`]), and copies it until then.
     Positioned(PositionedImage),
 }
 
@@ -310,7 +309,7 @@ impl CpuAhead {
             let handle = std::thread::Builder::new()
                 .name(format!("gpufeed-ahead-{i}"))
                 .spawn(move || {
-                    priority.apply();
+                    priority::apply(priority);
                     run(shared)
                 })
                 .map_err(|e| Error::invalid("threads", format!("cannot start the threads: {e}")));
@@ -362,7 +361,7 @@ impl CpuAhead {
     /// device opens and no batch can be made, the CPU threads keep working.
     ///
     /// The reach's images are laid out by position in a mapping of their own
-    /// ([`PositionedImages`]), which [`CpuAhead::lock_positioned`] page-locks once the device is
+    /// ([`PositionedImages`]), which the pipeline page-locks once the device is
     /// open (where it cannot be mapped, they go to buffers like the others).
     pub fn reach(&self, positions: usize) {
         let mut state = self.shared.lock();
@@ -483,17 +482,15 @@ impl CpuAhead {
         self.shared.give_back(buffer);
     }
 
-    /// Page-locks, for `context`'s device, the images laid out by position for the reach, as
-    /// far as the lane has looked (see [`PositionedImages::lock`]); nothing without a reach.
-    pub fn lock_positioned(&self, context: &Arc<CudaContext>) -> Result<()> {
-        let (positioned, looked) = {
-            let state = self.shared.lock();
-            (state.positioned.clone(), state.next)
-        };
-        match positioned {
-            Some(positioned) => positioned.lock(context, looked),
-            None => Ok(()),
-        }
+    /// The images laid out by position for the reach, with the positions the lane has looked
+    /// at: what the pipeline page-locks once the device is open (see
+    /// [`PositionedImages::lock`]); `None` without a reach.
+    pub fn positioned(&self) -> Option<(Arc<PositionedImages>, usize)> {
+        let state = self.shared.lock();
+        state
+            .positioned
+            .clone()
+            .map(|positioned| (positioned, state.next))
     }
 
     /// Gives the lane page-locked images to prepare into, taken before ordinary buffers; once
@@ -659,7 +656,7 @@ mod tests {
         options.resize.mode = crate::ResizeMode::stretch(16, 16);
         let core = Arc::new(LaneCore::new(
             &options.decode,
-            &options.resize,
+            crate::geometry::Geometry::new(&options.resize),
             Arc::new(Stopwatch::default()),
         ));
         let ahead = CpuAhead::start(&core, 2, LOOKAHEAD, BUFFERS, ThreadPriority::Inherited)

@@ -26,12 +26,12 @@ use zune_jpeg::JpegDecoder;
 
 use turbojpeg_region::{Colorspace, Format, Region, Request};
 
-use super::budget::BufferPool;
 use super::png::PngView;
 use super::probe::check_size;
 use crate::error::ItemErrorKind;
 use crate::geometry::SourceRect;
-use crate::options::{DecodeOptions, Gray16};
+use crate::memory::BufferPool;
+use crate::options::{DecodeOptions, Gray16, MAX_PROGRESSIVE_SCANS};
 use crate::source::sniff_format;
 
 /// A decoded image; its pixels are in the caller's buffer, rows packed, `channels` bytes a
@@ -163,11 +163,6 @@ thread_local! {
     /// This thread's libjpeg-turbo decompressor, created on first use.
     static TURBO: RefCell<Option<turbojpeg_region::Decoder>> = const { RefCell::new(None) };
 }
-
-/// Progressive scans libjpeg-turbo decodes before giving up: real files have about ten; a
-/// crafted file with thousands would take seconds. The GPU lane's progressive decoder stops at
-/// the same count.
-const MAX_PROGRESSIVE_SCANS: u32 = crate::coefficients::progressive::MAX_SCANS;
 
 fn decode_jpeg(
     bytes: &[u8],

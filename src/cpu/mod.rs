@@ -3,7 +3,6 @@
 //! there by the same thread).
 
 mod ahead;
-mod budget;
 mod decode;
 mod normalize;
 mod png;
@@ -18,7 +17,5 @@ pub use prepare::prepare_image;
 pub use stage::{CpuStage, PreparedBatch};
 
 pub(crate) use ahead::{AheadImage, AheadWork, CpuAhead};
-pub(crate) use budget::MemoryBudget;
 pub(crate) use normalize::NormalizeTable;
-pub(crate) use priority::ThreadPriority;
 pub(crate) use stage::{BatchRequest, CpuLane, Filled, LaneCore, Staging};

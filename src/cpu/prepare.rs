@@ -1,7 +1,7 @@
 //! One image through the CPU lane: read, decode (only the window the resize reads), resize and
 //! crop straight into its destination, with this thread's reusable scratch buffers.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -72,10 +72,11 @@ pub(crate) struct PrepareOptions {
 }
 
 impl PrepareOptions {
-    pub fn new(decode: &DecodeOptions, resize: &ResizeOptions) -> PrepareOptions {
+    /// Images decoded under `decode`, to the output `geometry` plans.
+    pub fn new(decode: &DecodeOptions, geometry: Geometry) -> PrepareOptions {
         PrepareOptions {
             decode: *decode,
-            geometry: Geometry::new(resize),
+            geometry,
         }
     }
 }
@@ -190,10 +191,14 @@ fn prepare_bytes_unguarded(
         } = scratch;
         *planned = None;
         let planning = RefCell::new((plan, planned));
+        // What the random transforms drew for the size the window was asked for, kept for the
+        // resize: each image draws once.
+        let drawn = Cell::new(None);
         // Asked by the JPEG decoder with the full-size image's size (after any EXIF turn): the
         // plan decides the DCT reduction and the window, and is kept for the resize.
         let window = |w: u32, h: u32| {
             let draw = geometry.draw(w, h, task.index, task.epoch);
+            drawn.set(Some((w, h, draw)));
             let (x, y) = geometry.axis_plans(w, h, draw.as_ref());
             let reduction = if options.decode.dct_scaling {
                 Geometry::max_reduction(&x, &y)
@@ -209,10 +214,9 @@ fn prepare_bytes_unguarded(
             };
             let mut guard = planning.borrow_mut();
             let (plan, planned) = &mut *guard;
-            let made = geometry.plan_image(
-                w,
-                h,
-                draw.as_ref(),
+            let made = geometry.plan_axes(
+                &x,
+                &y,
                 reduction,
                 key.decoded_width,
                 key.decoded_height,
@@ -237,12 +241,11 @@ fn prepare_bytes_unguarded(
             )
         })?;
         let (plan, planned) = planning.into_inner();
-        let draw = geometry.draw(
-            decoded.source_width,
-            decoded.source_height,
-            task.index,
-            task.epoch,
-        );
+        let source = (decoded.source_width, decoded.source_height);
+        let draw = match drawn.get() {
+            Some((w, h, draw)) if (w, h) == source => draw,
+            _ => geometry.draw(source.0, source.1, task.index, task.epoch),
+        };
         if *planned != Some(Planned::of(&decoded)) {
             // Not a JPEG, or decoded otherwise than planned (another decoder, no reduction).
             geometry
@@ -296,7 +299,7 @@ pub fn prepare_image(
         .decode(*decode)
         .resize(*resize)
         .validate()?;
-    let core = LaneCore::new(decode, resize, Arc::default());
+    let core = LaneCore::new(decode, Geometry::new(resize), Arc::default());
     let want = core.options.geometry.image_bytes();
     if out.len() != want {
         return Err(Error::Mismatch(format!(
@@ -327,7 +330,7 @@ pub fn prepare_image(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::budget::BufferPool;
+    use crate::memory::BufferPool;
 
     fn pool() -> BufferPool {
         BufferPool::new(1 << 30)
@@ -337,7 +340,7 @@ mod tests {
     fn core_of(options: &PrepareOptions) -> LaneCore {
         LaneCore {
             options: *options,
-            budget: Arc::new(crate::cpu::MemoryBudget::new(1 << 30)),
+            budget: Arc::new(crate::memory::MemoryBudget::new(1 << 30)),
             buffers: pool(),
             stopwatch: Arc::default(),
         }
@@ -435,8 +438,8 @@ mod tests {
         let files = jpegs();
         let mut compared = 0;
         for (decode, resize) in &configs {
-            let partial = PrepareOptions::new(decode, resize);
-            let whole = PrepareOptions::new(&decode.partial_decode(false), resize);
+            let partial = PrepareOptions::new(decode, Geometry::new(resize));
+            let whole = PrepareOptions::new(&decode.partial_decode(false), Geometry::new(resize));
             assert!(partial.decode.partial_decode);
             let mut a = vec![0u8; partial.geometry.image_bytes()];
             let mut b = vec![1u8; partial.geometry.image_bytes()];
@@ -464,7 +467,7 @@ mod tests {
     fn random_crops_are_torchvision_resized_crops() {
         use crate::resample::{resample, Filter};
         let resize = ResizeOptions::imagenet_train(96, 5);
-        let options = PrepareOptions::new(&DecodeOptions::default(), &resize);
+        let options = PrepareOptions::new(&DecodeOptions::default(), Geometry::new(&resize));
         let mut compared = 0;
         let mut flipped = 0;
         for name in [
@@ -538,7 +541,10 @@ mod tests {
     #[test]
     fn gray_jpegs_resize_as_one_channel_exactly() {
         let jpeg = std::fs::read("tests/fixtures/gray.jpg").expect("fixture");
-        let options = PrepareOptions::new(&DecodeOptions::default(), &ResizeOptions::default());
+        let options = PrepareOptions::new(
+            &DecodeOptions::default(),
+            Geometry::new(&ResizeOptions::default()),
+        );
         let mut one_channel = vec![0u8; options.geometry.image_bytes()];
         prepare_bytes(&jpeg, &core_of(&options), &MEMORY, TASK, &mut one_channel)
             .expect("gray path");

@@ -8,22 +8,13 @@
 //! thread: the pipeline's other threads and the rest of the process keep theirs): they take
 //! every core the GPU lane's threads leave and give one back as soon as one of those wakes.
 
-/// The scheduling priority a lane's threads run at.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ThreadPriority {
-    /// That of the thread that starts them.
-    Inherited,
-    /// Below the GPU lane's threads: [`lower_this_thread`] as each starts.
-    BelowTheGpuLane,
-}
+use crate::schedule::ThreadPriority;
 
-impl ThreadPriority {
-    /// Sets the calling thread's priority as `self` says. Where it cannot be lowered, the
-    /// thread keeps its priority: slower beside the GPU lane, never wrong.
-    pub(crate) fn apply(self) {
-        if self == ThreadPriority::BelowTheGpuLane {
-            lower_this_thread().ok();
-        }
+/// Sets the calling thread's priority as `priority` says. Where it cannot be lowered, the
+/// thread keeps its priority: slower beside the GPU lane, never wrong.
+pub(crate) fn apply(priority: ThreadPriority) {
+    if priority == ThreadPriority::BelowTheGpuLane {
+        lower_this_thread().ok();
     }
 }
 

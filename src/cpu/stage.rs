@@ -6,11 +6,11 @@ use std::sync::{Arc, Mutex};
 
 use rayon::prelude::*;
 
-use super::budget::{BufferPool, MemoryBudget};
 use super::normalize::NormalizeTable;
 use super::prepare::{prepare_one, ImageTask, PrepareOptions};
 use crate::error::{Error, ItemError, ItemErrorKind, Result};
-use crate::geometry::CropDraw;
+use crate::geometry::{CropDraw, Geometry};
+use crate::memory::{BufferPool, MemoryBudget};
 use crate::options::{DecodeOptions, OnError, ResizeOptions};
 use crate::order::EpochOrder;
 use crate::profile::Stopwatch;
@@ -122,15 +122,11 @@ pub(crate) struct LaneCore {
 }
 
 impl LaneCore {
-    /// How images are prepared under `decode` and `resize`, with the memory budget of `decode`;
-    /// the stages' times go to `stopwatch`.
-    pub fn new(
-        decode: &DecodeOptions,
-        resize: &ResizeOptions,
-        stopwatch: Arc<Stopwatch>,
-    ) -> LaneCore {
+    /// How images are prepared under `decode` to the output `geometry` plans, with the memory
+    /// budget of `decode`; the stages' times go to `stopwatch`.
+    pub fn new(decode: &DecodeOptions, geometry: Geometry, stopwatch: Arc<Stopwatch>) -> LaneCore {
         LaneCore {
-            options: PrepareOptions::new(decode, resize),
+            options: PrepareOptions::new(decode, geometry),
             budget: Arc::new(MemoryBudget::new(decode.memory_limit)),
             buffers: BufferPool::new(decode.memory_limit),
             stopwatch,
@@ -157,10 +153,11 @@ pub(crate) struct CpuLane {
 }
 
 impl CpuLane {
-    /// A lane of `threads` threads (0: one per core).
+    /// A lane of `threads` threads (0: one per core), its images decoded under `decode` to the
+    /// output `geometry` plans.
     pub fn new(
         decode: &DecodeOptions,
-        resize: &ResizeOptions,
+        geometry: Geometry,
         threads: usize,
         stopwatch: Arc<Stopwatch>,
     ) -> Result<CpuLane> {
@@ -171,7 +168,7 @@ impl CpuLane {
             .map_err(|e| Error::invalid("threads", format!("cannot start the threads: {e}")))?;
         Ok(CpuLane {
             pool,
-            core: Arc::new(LaneCore::new(decode, resize, stopwatch)),
+            core: Arc::new(LaneCore::new(decode, geometry, stopwatch)),
         })
     }
 
@@ -408,7 +405,7 @@ impl CpuStage {
             .resize(*resize)
             .validate()?;
         Ok(CpuStage {
-            lane: CpuLane::new(decode, resize, threads, Arc::default())?,
+            lane: CpuLane::new(decode, Geometry::new(resize), threads, Arc::default())?,
         })
     }
 

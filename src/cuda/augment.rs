@@ -8,7 +8,8 @@ use cudarc::driver::{
     CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 
-use super::device::{upload_reusing, Gpu, KernelSource};
+use super::device::{upload_reusing, Gpu};
+use super::kernel_cache::KernelSource;
 use crate::augment::{AugmentPlan, KernelOp, Mix};
 use crate::error::{Error, Result};
 use crate::options::{ChannelOrder, DType, Layout, NormalizeSpec};

@@ -10,9 +10,9 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileError, CompileOptions, Ptx};
 
-use super::kernel_cache::{CacheKey, KernelCache, Toolchain};
-use super::{guarded, probe};
-use crate::error::{CudaUnavailable, Error, Result};
+use super::kernel_cache::{CacheKey, KernelCache, KernelSource, Toolchain};
+use super::probe;
+use crate::error::{guarded, CudaUnavailable, Error, Result};
 use crate::Device;
 
 /// The device's primary context, created once per process and kept: pipelines built one after
@@ -96,17 +96,6 @@ pub(crate) fn upload_reusing<'b, T: DeviceRepr>(
         _ => stream.clone_htod(data)?,
     };
     Ok(buffer.insert(filled))
-}
-
-/// A kernel source and the macros it is compiled with: the key of the module cache.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct KernelSource {
-    /// File name under `kernels/`, for messages.
-    pub name: &'static str,
-    /// The CUDA C++ source.
-    pub code: &'static str,
-    /// `-D` definitions.
-    pub defines: Vec<String>,
 }
 
 /// One CUDA device and the stream all uploads and kernels of one pipeline go to.

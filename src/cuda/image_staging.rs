@@ -1,147 +1,13 @@
-//! Page-locked memory for the CPU lane's images one at a time, and their upload.
-//!
-//! The CPU lane working ahead of the batches prepares each image before it knows the image's
-//! place in a batch (an earlier image may fail, or fall to the GPU lane). Prepared into a
-//! [`PinnedImage`], the image crosses PCIe straight from where its thread wrote it, to its place
-//! in the batch's device buffer ([`upload_images`]): no thread copies it into the batch's
-//! staging. The memory comes in chunks ([`PinnedChunks`]), which the pipeline allocates one at a
-//! time where the copies hold its batches back (the lane works into ordinary buffers until
-//! then): pinning memory is slow, and holds back the other threads' calls to the driver while it
-//! runs.
+//! The upload of the CPU lane's page-locked images ([`PinnedImage`], [`PositionedImage`]) to
+//! their places in a batch's device buffer, and the page-locked images kept until their uploads
+//! are done ([`ImagesInFlight`]).
 
-use std::ptr::NonNull;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtrMut};
+use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtrMut};
 
-use super::guarded;
-use super::page_locked::{PageLocked, HUGE_PAGE};
-use super::positioned::PositionedImage;
 use crate::error::{Error, Result};
-
-/// Images a chunk of page-locked memory holds at least: more where its whole huge pages hold
-/// more ([`chunk_images`]).
-const CHUNK_IMAGES: usize = 32;
-
-/// The images of `image_bytes` a chunk holds: as many as its whole huge pages take.
-fn chunk_images(image_bytes: usize) -> usize {
-    let image_bytes = image_bytes.max(1);
-    (CHUNK_IMAGES * image_bytes).next_multiple_of(HUGE_PAGE) / image_bytes
-}
-
-/// One allocation of page-locked memory, cut into images.
-struct Chunk {
-    /// Kept for its memory (freed with the chunk, once no image of it is left).
-    _host: PageLocked,
-    base: NonNull<u8>,
-}
-
-// SAFETY: the chunk's memory is page-locked host memory owned by `_host` (plain owned memory);
-// `base` points into it, and each image of it is reached only through the one `PinnedImage`
-// that owns it.
-unsafe impl Send for Chunk {}
-// SAFETY: as above: shared references to a chunk hand out no access to its bytes.
-unsafe impl Sync for Chunk {}
-
-/// One image's bytes in page-locked memory, owned alone: the CPU lane prepares an image into it,
-/// and the batch uploads it from there.
-pub(crate) struct PinnedImage {
-    chunk: Arc<Chunk>,
-    offset: usize,
-    bytes: usize,
-}
-
-impl std::fmt::Debug for PinnedImage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PinnedImage")
-            .field("bytes", &self.bytes)
-            .finish_non_exhaustive()
-    }
-}
-
-impl PinnedImage {
-    /// The image's bytes.
-    pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: `offset..offset + bytes` lies inside the chunk's allocation (made so by
-        // `allocate_chunk`), which lives as long as `self.chunk`; no other `PinnedImage` covers
-        // these bytes; and the only copy reading them (`upload_images`) is waited for before the
-        // image is written again (the caller keeps the image until its event has completed).
-        unsafe { std::slice::from_raw_parts(self.chunk.base.as_ptr().add(self.offset), self.bytes) }
-    }
-
-    /// The image's bytes, to write.
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: as in `as_slice`, and `&mut self` makes this the only reference to them.
-        unsafe {
-            std::slice::from_raw_parts_mut(self.chunk.base.as_ptr().add(self.offset), self.bytes)
-        }
-    }
-}
-
-/// Allocates one chunk of page-locked memory for [`chunk_images`] images of `image_bytes`.
-fn allocate_chunk(context: &Arc<CudaContext>, image_bytes: usize) -> Result<Vec<PinnedImage>> {
-    let image_bytes = image_bytes.max(1);
-    let images = chunk_images(image_bytes);
-    let mut host = guarded("allocating page-locked memory for images", || {
-        PageLocked::new(context, images * image_bytes)
-    })?;
-    let base = NonNull::from(host.as_mut_slice()).cast::<u8>();
-    let chunk = Arc::new(Chunk { _host: host, base });
-    Ok((0..images)
-        .map(|k| PinnedImage {
-            chunk: chunk.clone(),
-            offset: k * image_bytes,
-            bytes: image_bytes,
-        })
-        .collect())
-}
-
-/// Page-locked images to allocate, a chunk at a time.
-pub(crate) struct PinnedChunks {
-    context: Arc<CudaContext>,
-    image_bytes: usize,
-    /// Chunks not allocated yet.
-    left: usize,
-    chunks: usize,
-}
-
-impl PinnedChunks {
-    /// At least `images` images of `image_bytes` (whole chunks) on `context`'s device.
-    pub fn new(context: Arc<CudaContext>, image_bytes: usize, images: usize) -> PinnedChunks {
-        let chunks = images.div_ceil(chunk_images(image_bytes));
-        PinnedChunks {
-            context,
-            image_bytes,
-            left: chunks,
-            chunks,
-        }
-    }
-
-    /// The page-locked bytes of every chunk.
-    pub fn bytes(&self) -> usize {
-        let image_bytes = self.image_bytes.max(1);
-        self.chunks * (chunk_images(image_bytes) * image_bytes).next_multiple_of(HUGE_PAGE)
-    }
-
-    /// The next chunk's images; none once every chunk is allocated.
-    pub fn next_chunk(&mut self) -> Result<Vec<PinnedImage>> {
-        if self.left == 0 {
-            return Ok(Vec::new());
-        }
-        self.left -= 1;
-        allocate_chunk(&self.context, self.image_bytes)
-    }
-
-    /// Whether every chunk is allocated (or the rest given up).
-    pub fn done(&self) -> bool {
-        self.left == 0
-    }
-
-    /// Allocates no more chunks.
-    pub fn give_up(&mut self) {
-        self.left = 0;
-    }
-}
+use crate::memory::{PinnedImage, PositionedImage};
 
 /// Queues on `stream` the upload of each pinned image to its place (in images of its size) of
 /// `input`, and returns the bytes queued. The images must stay untouched until work recorded on
@@ -151,13 +17,13 @@ pub(crate) fn upload_images(
     images: &[(PinnedImage, usize)],
     input: &mut CudaSlice<u8>,
 ) -> Result<usize> {
-    let Some(bytes) = images.first().map(|(image, _)| image.bytes) else {
+    let Some(bytes) = images.first().map(|(image, _)| image.bytes()) else {
         return Ok(0);
     };
-    if let Some((image, place)) = images.iter().find(|(image, _)| image.bytes != bytes) {
+    if let Some((image, place)) = images.iter().find(|(image, _)| image.bytes() != bytes) {
         return Err(Error::Mismatch(format!(
             "an image of {} bytes uploaded to place {place} of a batch of {bytes}-byte images",
-            image.bytes,
+            image.bytes(),
         )));
     }
     let copies = images
@@ -175,7 +41,7 @@ pub(crate) fn upload_images(
 /// # Safety
 /// Each source lies in page-locked memory, and stays alive and unwritten until work recorded
 /// on `stream` after this call has completed.
-pub(super) unsafe fn queue_copies<'a>(
+unsafe fn queue_copies<'a>(
     stream: &Arc<CudaStream>,
     copies: impl Iterator<Item = (&'a [u8], usize)> + Clone,
     image_bytes: usize,
@@ -269,5 +135,100 @@ impl Drop for ImagesInFlight {
         for (event, _, _) in &self.batches {
             let _ = event.synchronize();
         }
+    }
+}
+
+/// Queues on `stream` the upload of each page-locked positioned image to its place (in images of
+/// its size) of `input`, one copy for each run of images whose positions and places both follow
+/// one another, and returns the bytes queued. The images must stay alive until work recorded on
+/// `stream` after this call has completed.
+pub(crate) fn upload_positioned(
+    stream: &Arc<CudaStream>,
+    images: &[(PositionedImage, usize)],
+    input: &mut CudaSlice<u8>,
+) -> Result<usize> {
+    let Some(bytes) = images.first().map(|(image, _)| image.image_bytes()) else {
+        return Ok(0);
+    };
+    if let Some((image, place)) = images
+        .iter()
+        .find(|(image, _)| image.image_bytes() != bytes || !image.is_locked())
+    {
+        return Err(Error::Mismatch(format!(
+            "the image of position {} (page-locked: {}) uploaded to place {place} of a batch of \
+             {bytes}-byte images",
+            image.position(),
+            image.is_locked(),
+        )));
+    }
+    // SAFETY: every run lies in the page-locked part of its mapping (checked above), which the
+    // caller's images keep alive and nothing writes until the stream is past this call's work.
+    unsafe { queue_copies(stream, Runs { images }, bytes, input) }
+}
+
+/// The runs of images whose positions (in one mapping) and places both follow one another:
+/// `(their bytes, the first one's place)`.
+#[derive(Clone)]
+struct Runs<'a> {
+    images: &'a [(PositionedImage, usize)],
+}
+
+impl<'a> Iterator for Runs<'a> {
+    type Item = (&'a [u8], usize);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (first, place) = self.images.first().map(|(image, place)| (image, *place))?;
+        let count = self
+            .images
+            .iter()
+            .enumerate()
+            .take_while(|(k, (image, p))| {
+                Arc::ptr_eq(image.images(), first.images())
+                    && image.position() == first.position() + k
+                    && *p == place + k
+            })
+            .count();
+        // SAFETY: `self.images[..count]` hold every position of the run (the caller's images,
+        // borrowed for `'a`), and nothing writes them meanwhile.
+        let run = unsafe { first.images().run(first.position(), count) };
+        self.images = &self.images[count..];
+        Some((run, place))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::PositionedImages;
+
+    #[test]
+    fn a_batch_uploads_a_run_for_each_stretch_of_positions_and_places_in_step() {
+        let bytes = 1000;
+        let images = PositionedImages::new(16, bytes).expect("mapped");
+        let other = PositionedImages::new(16, bytes).expect("mapped");
+        let batch: Vec<(PositionedImage, usize)> = [
+            (&images, 0, 0),
+            (&images, 1, 1),
+            (&images, 2, 2),
+            (&images, 5, 3),
+            (&images, 6, 4),
+            (&images, 3, 5),
+            (&images, 7, 7),
+            (&images, 8, 8),
+            (&other, 9, 9),
+        ]
+        .into_iter()
+        .map(|(from, position, place)| (from.take(position).expect("free"), place))
+        .collect();
+        let runs: Vec<(usize, usize)> = Runs { images: &batch }
+            .map(|(run, place)| (run.len() / bytes, place))
+            .collect();
+        assert_eq!(runs, [(3, 0), (2, 3), (1, 5), (2, 7), (1, 9)]);
+        let starts: Vec<*const u8> = Runs { images: &batch }
+            .map(|(run, _)| run.as_ptr())
+            .collect();
+        assert_eq!(starts[0], batch[0].0.as_slice().as_ptr());
+        assert_eq!(starts[1], batch[3].0.as_slice().as_ptr());
+        assert_eq!(starts[4], batch[8].0.as_slice().as_ptr());
     }
 }

@@ -15,7 +15,16 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::device::KernelSource;
+/// A kernel source and the macros it is compiled with: what the module cache is keyed by.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct KernelSource {
+    /// File name under `kernels/`, for messages.
+    pub name: &'static str,
+    /// The CUDA C++ source.
+    pub code: &'static str,
+    /// `-D` definitions.
+    pub defines: Vec<String>,
+}
 
 /// The environment variable naming the cache's folder (or `off`).
 pub(crate) const CACHE_VARIABLE: &str = "GPUFEED_KERNEL_CACHE";

@@ -1,7 +1,7 @@
 //! The device stage: finding a usable CUDA device, its context and the modules compiled for it
 //! (one NVRTC module cache for every kernel of the crate), the pinned staging ring and upload, and
-//! the normalize kernel. With the GPU decode lane (`crate::gpu`) and the device tensors, the
-//! only code that touches cudarc; it knows nothing of decoding.
+//! the normalize kernel. With the GPU decode lane, the page-locked host memory below the lanes and
+//! the device tensors, the only code that touches cudarc; it knows nothing of decoding.
 //!
 //! cudarc loads libcuda and libnvrtc at run time and panics when they are missing, so [`probe`]
 //! checks for both before any other call, and the few calls that could still panic on an unusual
@@ -12,26 +12,22 @@ mod device;
 mod image_staging;
 mod kernel_cache;
 mod normalize;
-mod page_locked;
-mod positioned;
 mod staging;
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Mutex, OnceLock};
 
-use cudarc::driver::{CudaContext, DriverError};
+use cudarc::driver::CudaContext;
 
-use crate::error::{panic_message, CudaUnavailable, Error, Result};
+use crate::error::{guarded, CudaUnavailable, Result};
 
 pub(crate) use augment::DeviceAugmenter;
 pub use device::DeviceOpening;
 #[cfg(test)]
 pub(crate) use device::{compile_ptx, compile_through, Compiled};
-pub(crate) use device::{upload_reusing, Gpu, KernelSource};
-pub(crate) use image_staging::{upload_images, ImagesInFlight, PinnedChunks, PinnedImage};
+pub(crate) use device::{upload_reusing, Gpu};
+pub(crate) use image_staging::{upload_images, upload_positioned, ImagesInFlight};
+pub(crate) use kernel_cache::KernelSource;
 pub use normalize::{NormalizeTuning, Normalizer};
-pub(crate) use page_locked::PageLocked;
-pub(crate) use positioned::{upload_positioned, PositionedImage, PositionedImages};
 pub(crate) use staging::{SlotsComing, StagingRing, TouchedSlots};
 
 /// What a machine offers for CUDA work.
@@ -142,22 +138,6 @@ pub fn describe_device(ordinal: usize) -> Result<String> {
 /// the context the pipelines of this process share.
 pub fn new_stream(ordinal: usize) -> Result<std::sync::Arc<cudarc::driver::CudaStream>> {
     Ok(Gpu::open(ordinal)?.stream().clone())
-}
-
-/// Runs a cudarc call that could panic on a broken installation, turning panics and driver
-/// errors into [`Error`]s.
-fn guarded<T>(
-    context: &'static str,
-    f: impl FnOnce() -> std::result::Result<T, DriverError>,
-) -> Result<T> {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(result) => result.map_err(|e| Error::cuda(context, e)),
-        Err(panic) => Err(CudaUnavailable::Broken {
-            context,
-            message: panic_message(panic.as_ref()),
-        }
-        .into()),
-    }
 }
 
 /// Device 0 for a GPU test, or `None` when there is none, said on stderr past the test

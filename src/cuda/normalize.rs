@@ -7,7 +7,8 @@ use cudarc::driver::{
     CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 
-use super::device::{Gpu, KernelSource};
+use super::device::Gpu;
+use super::kernel_cache::KernelSource;
 use crate::error::{Error, Result};
 use crate::options::{ChannelOrder, DType, Layout, NormalizeSpec};
 use crate::tensor::{DeviceData, DeviceTensor};

@@ -15,10 +15,10 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream};
 
-use super::guarded;
-use super::page_locked::{HostPages, PageLocked};
 use crate::background::Background;
+use crate::error::guarded;
 use crate::error::{Error, Result};
+use crate::memory::{HostPages, PageLocked};
 
 /// Slots being touched on a thread of their own ([`TouchedSlots::touch_beside`]).
 pub(crate) type SlotsComing = Background<Result<TouchedSlots>>;

@@ -14,22 +14,16 @@
 //! [`entropy::parse`]: crate::coefficients::entropy::parse
 //! [`progressive`]: crate::coefficients::progressive
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use cudarc::driver::{CudaModule, CudaStream, DevicePtr};
+use cudarc::driver::{CudaStream, DevicePtr};
 
 use super::call::{window_read, AssistedInput, CallImage, MAX_CALL_PIXELS};
-use super::decoders::DecoderSet;
 use super::error::GpuLaneError;
-use super::joining::{Joining, SetsComing};
 use super::resize::plan::{SourceImage, SourcePixels};
 use crate::coefficients::gpu::{Budget, GpuDecoder};
 use crate::coefficients::Window;
-use crate::cuda::Gpu;
 use crate::error::{Error, Result};
-use crate::geometry::Geometry;
-use crate::resample::Filter;
 
 /// Pixels one assisted call holds at most in a lane for small files (a call of
 /// [`CHUNK`](super::work::CHUNK) ImageNet-sized images is under 10 Mpx): buffers a quarter of a
@@ -68,62 +62,6 @@ pub(super) fn budget(call_pixels: u64) -> Budget {
         coefficient_bytes: staging_bytes(call_pixels) as usize,
         ..Budget::for_megapixels(call_pixels as f64 / 1e6, super::work::CHUNK)
     }
-}
-
-/// What opening the assisted path's decoder sets takes. Most of a set's opening is its pinned
-/// staging (2 bytes a pixel of a call), which the driver page-locks one set at a time: a lane
-/// opened beside running batches opens one set before it starts and the others on a thread of
-/// their own ([`AssistedRecipe::open_beside`]), so its first calls do not wait for all four.
-pub(super) struct AssistedRecipe {
-    pub gpu: Gpu,
-    pub module: Arc<CudaModule>,
-    pub geometry: Geometry,
-    pub filter: Filter,
-    pub call_pixels: u64,
-}
-
-impl AssistedRecipe {
-    /// `sets` decoder sets, each on a new stream, given up between two once `cancel` is raised.
-    pub fn open(&self, sets: usize, cancel: &AtomicBool) -> Result<Vec<DecoderSet>, GpuLaneError> {
-        (0..sets).map(|_| self.open_one(cancel)).collect()
-    }
-
-    /// One decoder set on a new stream, unless `cancel` is raised.
-    fn open_one(&self, cancel: &AtomicBool) -> Result<DecoderSet, GpuLaneError> {
-        match cancel.load(Ordering::Relaxed) {
-            true => Err(GpuLaneError::Opening("the lane was dropped".into())),
-            false => DecoderSet::open_assisted(
-                &self.gpu,
-                &self.module,
-                self.geometry,
-                self.filter,
-                self.call_pixels,
-            ),
-        }
-    }
-
-    /// Opens `sets` decoder sets on a thread of their own, one after another, each taken in as
-    /// soon as it is ready (none once their lane is dropped).
-    pub fn open_beside(self, sets: usize) -> Result<SetsComing, GpuLaneError> {
-        SetsComing::start("gpufeed-assisted-open", sets, move |opened, cancel| {
-            for _ in 0..sets {
-                let set = self.open_one(cancel);
-                let failed = set.is_err();
-                if opened.send(set).is_err() || failed {
-                    return;
-                }
-            }
-        })
-    }
-}
-
-/// What the lane's description adds about the assisted path's sets after its first, if
-/// anything.
-pub(super) fn later_sets_note(sets: &Joining) -> Option<String> {
-    sets.note(
-        "the assisted path's other decoders still being made",
-        |reason| format!("the assisted path's other decoders could not open ({reason})"),
-    )
 }
 
 /// A submitting thread's assisted decoder: its buffers sized once for a full call.

@@ -30,7 +30,7 @@ use super::shared::Shared;
 use super::work::Work;
 use crate::coefficients::progressive::{packed_decode_bytes, ProgressiveDecoder};
 use crate::coefficients::Layout;
-use crate::cpu::MemoryBudget;
+use crate::memory::MemoryBudget;
 use crate::profile::{Stage, Stopwatch};
 use turbojpeg_region::CoefficientReader;
 

@@ -25,7 +25,6 @@ use super::ycc::{ChromaSampling, YccConverter, YccJob};
 use crate::cuda::Gpu;
 use crate::error::{Error, Result};
 use crate::geometry::Geometry;
-use crate::options::ResizeMode;
 use crate::resample::Filter;
 
 /// The decoders one host thread submits to, with the kernels that follow them.
@@ -374,10 +373,7 @@ impl Resizing {
         shared: &Shared,
         images: &[Option<SourceImage>],
     ) -> Result<Vec<usize>> {
-        let pad = match self.geometry.mode {
-            ResizeMode::Letterbox { pad, .. } => pad,
-            _ => 0,
-        };
+        let pad = self.geometry.pad();
         let mut written = Vec::with_capacity(images.len());
         let mut jobs = Vec::with_capacity(images.len());
         let mut passes = Vec::with_capacity(images.len());

@@ -66,3 +66,10 @@ impl GpuLaneError {
         }
     }
 }
+
+/// The crate's error for a failure of the lane, which it keeps as its source.
+impl From<GpuLaneError> for crate::Error {
+    fn from(error: GpuLaneError) -> crate::Error {
+        crate::Error::GpuLane(Box::new(error))
+    }
+}

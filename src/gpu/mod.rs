@@ -6,7 +6,7 @@
 //!
 //! The lane works ahead of the batches, on threads of its own ([`runner`], sharing [`shared`]): the
 //! epoch's order is cut into ranges of positions; a preparing thread takes the next range, reads
-//! and screens ([`screen`]) the files of it the lane is offered ([`offered`](work::offered)),
+//! and screens ([`screen`]) the files of it the lane is offered ([`offered`](crate::schedule::ShareSchedule::offers)),
 //! computes each image's draws and resize coefficients and cuts the images into calls ([`prepare`],
 //! [`call`]); a submitting thread takes the next call, decodes it on its own decoders ([`nvjpeg`])
 //! and stream, makes it RGB ([`ycc`]), resizes the images into their ring slots ([`resize`],
@@ -35,10 +35,9 @@ mod assisted;
 mod call;
 mod coefficient_threads;
 mod decoders;
-mod engines;
 mod error;
-mod joining;
 pub(crate) mod nvjpeg;
+mod open;
 mod prepare;
 pub(crate) mod resize;
 mod runner;
@@ -49,27 +48,26 @@ mod tests;
 mod work;
 pub(crate) mod ycc;
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
 use cudarc::driver::{
     CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 
-use crate::cpu::MemoryBudget;
 use crate::cuda::{upload_reusing, Gpu};
 use crate::error::{Error, Result};
 use crate::geometry::Geometry;
+use crate::memory::MemoryBudget;
 use crate::profile::Stopwatch;
 use crate::resample::Resampling;
-use assisted::AssistedRecipe;
+#[cfg(test)]
+use crate::schedule::EnginesOpen;
+use crate::schedule::{LaneActivity, GPU_LANE_HOST_THREADS};
 use call::{EngineCalls, ENGINE_THREADS, MAX_CALL_PIXELS};
 use coefficient_threads::CoefficientThreads;
-use decoders::EngineDecoders;
-use engines::{engine_count, opening_note, EngineRecipe, EnginesOpen, GrayDecoders};
-use joining::Joining;
+use decoders::{DecoderSet, EngineDecoders};
 use nvjpeg::{DecoderConfig, NvJpeg, OutputFormat, Staging};
+use open::{engine_count, engines_note, later_sets_note, opening_note, GrayDecoders, Joining};
 use prepare::{small_files_assisted_share, Preparer};
 use runner::Runner;
 use screen::LaneScreen;
@@ -77,8 +75,7 @@ use work::wait_for_all;
 
 pub use error::GpuLaneError;
 pub use nvjpeg::{NvjpegError, NvjpegStatus, NvjpegUnavailable};
-pub(crate) use shared::LaneActivity;
-pub(crate) use work::{LaneOutput, LaneResult, LaneWork, ShareSchedule, MAX_SPAN};
+pub(crate) use work::{LaneOutput, LaneResult, LaneWork, MAX_SPAN};
 
 /// Whether gray (one-component) JPEGs go to the hardware. They do, in calls of their own
 /// (measured on the H100 machine: decoded in one call with colour images, some came out wrong).
@@ -100,20 +97,10 @@ const PREPARING_THREADS: usize = 3;
 /// [`assisted::call_pixels`]).
 const ASSISTED_THREADS: usize = 4;
 
-/// The assisted path's submitting threads for `config`'s files, the engines opening as
-/// `engines`: all of them, unless the engines open first and the assisted path takes only the
-/// few files of 1 Mpx or more among small ones (one then, which holds less memory).
-fn assisted_threads(config: &GpuLaneConfig, engines: EnginesOpen) -> usize {
-    let few_files = !config.large_files && !config.small_files_assisted;
-    match (few_files, engines) {
-        (true, EnginesOpen::BeforeTheLane) => 1,
-        _ => ASSISTED_THREADS,
-    }
-}
-
-/// The lane's host threads: the preparing threads, the assisted path's submitting threads and
-/// the engines'.
-pub(crate) const HOST_THREADS: usize = PREPARING_THREADS + ASSISTED_THREADS + ENGINE_THREADS;
+// The lane's host threads (the preparing threads, the assisted path's submitting threads and
+// the engines') are as many as the schedule counts on when it leaves them their cores.
+const _: () =
+    assert!(PREPARING_THREADS + ASSISTED_THREADS + ENGINE_THREADS == GPU_LANE_HOST_THREADS);
 
 /// Side of the square image each decoder's nvJPEG pool is made ready for at open
 /// (`nvjpegDecodeBatchedPreAllocate` for a call's most images), so that typical photos
@@ -165,9 +152,6 @@ pub(crate) struct GpuLaneConfig {
     /// ([`prepare::SMALL_FILES_ASSISTED_SHARE`]): unless a share below 1 is given, where the CPU
     /// lane's fixed part sets the pace and the assisted path's host work would slow it.
     pub small_files_assisted: bool,
-    /// Whether the run ends before the JPEG engines could open (a second or two): a lane opened
-    /// beside running batches ([`GpuLane::open_unless`]) then opens its assisted path alone.
-    pub short_run: bool,
     /// Threads that decode progressive files' coefficients for the assisted path: the CPU
     /// lane's count beside the GPU lane (the cores less those left to the lane's host threads,
     /// or the count given), as they do the work the CPU lane's threads would do otherwise.
@@ -198,12 +182,12 @@ pub(crate) struct GpuLane {
     gather_descriptors: Option<CudaSlice<GatherDescriptor>>,
     image_bytes: usize,
     /// The JPEG engines: open with the lane, opening beside it, or off.
-    engines: Joining,
+    engines: Joining<DecoderSet>,
     /// Their gray decoders, made beside the lane after the engines' sets (dropped after
     /// `engines`, whose opening thread hands them their orders).
     gray_decoders: GrayDecoders,
     /// The assisted path's sets after its first, opening beside the lane's first batches.
-    later_sets: Joining,
+    later_sets: Joining<DecoderSet>,
     description: String,
 }
 
@@ -223,268 +207,6 @@ impl std::fmt::Debug for GpuLane {
 const GATHER_THREADS: u32 = 256;
 
 impl GpuLane {
-    /// Opens the lane on `gpu` (its decoders initialized and warmed up, its threads started);
-    /// `Err` says why it cannot run here.
-    pub fn open(gpu: &Gpu, config: &GpuLaneConfig) -> Result<GpuLane, GpuLaneError> {
-        GpuLane::open_for(
-            gpu,
-            config,
-            GRAY_ON_THE_GPU,
-            EnginesOpen::BeforeTheLane,
-            &AtomicBool::new(false),
-        )
-    }
-
-    /// [`GpuLane::open`] on a thread of its own, for a pipeline already making batches: gives
-    /// up, between its steps, once `cancel` is raised (the pipeline that wanted it is gone).
-    /// With the assisted path open, the lane comes without its JPEG engines, which open beside
-    /// it (most of the lane's setup, a second or two; not at all for a
-    /// [`GpuLaneConfig::short_run`]): until they join, the assisted path takes every file it
-    /// can, the CPU lane the rest ([`GpuLane::poll_opening`]).
-    pub fn open_unless(
-        gpu: &Gpu,
-        config: &GpuLaneConfig,
-        cancel: &AtomicBool,
-    ) -> Result<GpuLane, GpuLaneError> {
-        let engines = match config.short_run {
-            true => EnginesOpen::Never("the run ends before they could"),
-            false => EnginesOpen::BesideTheLane,
-        };
-        GpuLane::open_for(gpu, config, GRAY_ON_THE_GPU, engines, cancel)
-    }
-
-    /// [`GpuLane::open`], saying whether gray JPEGs go to the hardware and when the engines
-    /// open, given up once `cancel` is raised.
-    fn open_for(
-        gpu: &Gpu,
-        config: &GpuLaneConfig,
-        gray: bool,
-        engines_open: EnginesOpen,
-        cancel: &AtomicBool,
-    ) -> Result<GpuLane, GpuLaneError> {
-        let given_up = || {
-            cancel
-                .load(Ordering::Relaxed)
-                .then(|| GpuLaneError::Opening("the pipeline was dropped".into()))
-        };
-        // An epoch of large files is the assisted path's when it takes them all: the engines
-        // would only take its few small files, and opening them holds the driver and a core
-        // for one to two seconds.
-        let engines_open = match config.large_files && config.assisted_share >= 1.0 {
-            true => EnginesOpen::Never("the assisted path takes the epoch's large files"),
-            false => engines_open,
-        };
-        let geometry = config.geometry;
-        let filter = match geometry.resampling() {
-            Resampling::Filter(filter) => filter,
-            Resampling::Nearest => return Err(GpuLaneError::Filter(geometry.interpolation)),
-        };
-        let opening = Instant::now();
-        let nvjpeg = NvJpeg::load()?;
-        let loaded = opening.elapsed();
-        let engine_calls = EngineCalls::for_files(config.large_files);
-        let colour = DecoderConfig {
-            max_batch: engine_calls.images,
-            output: OutputFormat::Yuv,
-            gray: false,
-            max_image_pixels: config.max_pixels,
-            preallocate: Some((PREALLOCATE_SIDE, PREALLOCATE_SIDE)),
-            // A full call's Y, Cb and Cr planes at most, with the planes' alignment, and its
-            // files (unless read in place), so the arena and staging are sized once. Calls read
-            // in place take turns at the engines; copied ones go side by side.
-            initial_output_bytes: engine_calls.plane_bytes as usize + ARENA_SLACK,
-            initial_staging_bytes: engine_calls.compressed_bytes as usize,
-            staging: engine_calls.staging,
-            take_turns: engine_calls.staging == Staging::InPlace,
-            ..DecoderConfig::default()
-        };
-        let gray_config = gray.then(|| DecoderConfig {
-            output: OutputFormat::Y,
-            gray: true,
-            colour: false,
-            initial_output_bytes: engine_calls.gray().plane_bytes as usize + ARENA_SLACK,
-            // Gray files are staged: their frame's sampling factors are rewritten in the copy.
-            staging: Staging::Pinned,
-            initial_staging_bytes: engine_calls.gray().compressed_bytes as usize,
-            ..colour.clone()
-        });
-        let screen =
-            LaneScreen::for_decoders(&colour, gray_config.as_ref(), config.exif_orientation);
-        let compiling = Instant::now();
-        let module = gpu
-            .module(&resize::kernel_source())
-            .map_err(GpuLaneError::kernel("resize.cu"))?;
-        let gather = module
-            .load_function("gpufeed_gather")
-            .map_err(GpuLaneError::cuda("finding the gather kernel"))?;
-        let compiled = compiling.elapsed();
-        if let Some(cancelled) = given_up() {
-            return Err(cancelled);
-        }
-        let engines = EngineRecipe {
-            gpu: gpu.clone(),
-            nvjpeg: nvjpeg.clone(),
-            module: module.clone(),
-            decoders: EngineDecoders {
-                colour,
-                gray: gray_config,
-                calls: engine_calls,
-            },
-            geometry,
-            filter,
-        };
-        // The assisted path is an addition: without it the engines take every image they can.
-        // Beside running batches its first set opens before the lane starts, the others after.
-        let assisting = Instant::now();
-        let assisted_recipe = AssistedRecipe {
-            gpu: gpu.clone(),
-            module: module.clone(),
-            geometry,
-            filter,
-            call_pixels: assisted::call_pixels(config.large_files),
-        };
-        let assisted_sets = assisted_threads(config, engines_open);
-        let small_files_share = match config.small_files_assisted {
-            true => small_files_assisted_share(config.assisted_share),
-            false => 0.0,
-        };
-        let sets_first = match engines_open {
-            EnginesOpen::BeforeTheLane => assisted_sets,
-            _ => 1,
-        };
-        let assisted = match config.assisted_share > 0.0 {
-            true => assisted_recipe.open(sets_first, cancel),
-            false => Err(GpuLaneError::Opening("its share is 0".into())),
-        };
-        let assisted_opened = assisting.elapsed();
-        let (mut sets, assisted_share, assisted_note) = match assisted {
-            Ok(assisted) => (
-                assisted,
-                config.assisted_share,
-                format!(
-                    "; the assisted path takes {:.0}% of the baseline files of 1 Mpx or more \
-                     and {:.0}% of the smaller ones{}, and the progressive files, their \
-                     coefficients decoded on {} CPU threads ({} opened in {:.0} ms)",
-                    config.assisted_share * 100.0,
-                    small_files_share * 100.0,
-                    match engines_open {
-                        EnginesOpen::BeforeTheLane => "",
-                        _ => {
-                            ", and every one while the engines are not open (the gray ones \
-                             until their gray decoders are made)"
-                        }
-                    },
-                    config.coefficient_threads.max(1),
-                    match sets_first == assisted_sets {
-                        true => format!("its {assisted_sets} decoders"),
-                        false => format!("the first of its {assisted_sets} decoders"),
-                    },
-                    ms(assisted_opened)
-                ),
-            ),
-            Err(reason) => (
-                Vec::new(),
-                0.0,
-                format!("; the assisted path is off: {reason}"),
-            ),
-        };
-        // Without the assisted path the lane has nothing to do before its engines are open.
-        let engines_later = engines_open != EnginesOpen::BeforeTheLane && !sets.is_empty();
-        let creating = Instant::now();
-        let engine_count = if engines_later {
-            String::new()
-        } else {
-            let opened = engines.open()?;
-            let count = engine_count(&opened).map_or(String::new(), |count| format!(", {count}"))
-                + &opening_note(&opened);
-            sets.extend(opened);
-            count
-        };
-        let created = creating.elapsed();
-        let image_bytes = geometry.image_bytes();
-        let lookahead = lookahead(config.batch_size);
-        let slots = ring_slots(config.batch_size);
-        if let Some(cancelled) = given_up() {
-            return Err(cancelled);
-        }
-        // Progressive files take the assisted path too, their coefficients decoded on threads
-        // of the lane's own, started at the first such file.
-        let coefficients = (assisted_share > 0.0).then(|| {
-            Arc::new(CoefficientThreads::new(
-                config.coefficient_threads,
-                config.decode_memory.clone(),
-            ))
-        });
-        let preparers = (0..PREPARING_THREADS)
-            .map(|_| {
-                Preparer::new(
-                    geometry,
-                    filter,
-                    config.stopwatch.clone(),
-                    coefficients.clone(),
-                )
-            })
-            .collect();
-        let starting = Instant::now();
-        let runner = Runner::start(
-            gpu,
-            sets,
-            preparers,
-            screen,
-            shared::Limits {
-                stopwatch: config.stopwatch.clone(),
-                slots,
-                image_bytes,
-                lookahead,
-                max_file_bytes: config.max_file_bytes,
-                queued_calls: [engine_calls.threads, assisted_sets],
-                engine_calls,
-                assisted_share,
-                small_files_assisted_share: small_files_share,
-                assisted_call_pixels: assisted_recipe.call_pixels,
-            },
-        )?;
-        let started = starting.elapsed();
-        let later_sets = match assisted_share == 0.0 || sets_first == assisted_sets {
-            true => Joining::Settled,
-            false => Joining::Coming(assisted_recipe.open_beside(assisted_sets - sets_first)?),
-        };
-        let (engines, gray_decoders) = match (engines_later, engines_open) {
-            (false, _) => (Joining::Settled, GrayDecoders::none()),
-            (true, EnginesOpen::Never(reason)) => (
-                Joining::Off(format!("not opened: {reason}")),
-                GrayDecoders::none(),
-            ),
-            (true, _) => {
-                let (sets, grays) = engines.open_beside(runner.grays_coming())?;
-                (Joining::Coming(sets), grays)
-            }
-        };
-        let (major, minor, patch) = nvjpeg.version();
-        let decoders = match engines_later {
-            true => String::new(),
-            false => format!(", decoders {:.0}", ms(created)),
-        };
-        Ok(GpuLane {
-            runner,
-            gather,
-            gather_descriptors: None,
-            image_bytes,
-            engines,
-            gray_decoders,
-            later_sets,
-            description: format!(
-                "nvJPEG {major}.{minor}.{patch} hardware decoder{engine_count}; opened in {:.0} \
-                 ms: library {:.0}, kernels {:.0}{decoders}, ring and threads {:.0}\
-                 {assisted_note}",
-                ms(opening.elapsed()),
-                ms(loaded),
-                ms(compiled),
-                ms(started)
-            ),
-        })
-    }
-
     /// Takes in what opened beside the lane since the last call, each decoder set as soon as it
     /// is ready: the assisted path's later decoders and the JPEG engines' (or takes note that
     /// they could not open: the engines' images then stay with the CPU lane, and the assisted
@@ -536,17 +258,17 @@ impl GpuLane {
         self.runner.activity()
     }
 
-    /// Bytes of device memory the lane takes for `config` (before opening it, the epoch's files
-    /// unknown): its ring, and each thread's decode, colour and resize buffers, at most (those
-    /// of an epoch of large files).
-    pub fn device_bytes(config: &GpuLaneConfig) -> u128 {
-        let slots = ring_slots(config.batch_size);
+    /// Bytes of device memory a lane takes for outputs of `geometry` in batches of
+    /// `batch_size` (before opening it, the epoch's files unknown): its ring, and each thread's
+    /// decode, colour and resize buffers, at most (those of an epoch of large files).
+    pub fn device_bytes(geometry: &Geometry, batch_size: usize) -> u128 {
+        let slots = ring_slots(batch_size);
         let engines = |large_files| {
             let calls = EngineCalls::for_files(large_files);
             calls.threads as u128 * calls.device_bytes() as u128
         };
         let engines = engines(false).max(engines(true));
-        slots as u128 * config.geometry.image_bytes() as u128
+        slots as u128 * geometry.image_bytes() as u128
             + engines
             + ASSISTED_THREADS as u128 * assisted::budget(MAX_CALL_PIXELS).device_bytes() as u128
     }
@@ -554,8 +276,8 @@ impl GpuLane {
     /// The lane in words.
     pub fn describe(&self) -> String {
         [
-            assisted::later_sets_note(&self.later_sets),
-            engines::note(&self.engines),
+            later_sets_note(&self.later_sets),
+            engines_note(&self.engines),
         ]
         .into_iter()
         .flatten()

@@ -12,10 +12,11 @@ use super::decoders::DecoderSet;
 use super::error::GpuLaneError;
 use super::prepare::Preparer;
 use super::screen::LaneScreen;
-use super::shared::{LaneActivity, Limits, Shared};
+use super::shared::{Limits, Shared};
 use super::work::{LaneOutput, LaneResult, LaneWork};
 use crate::cuda::Gpu;
 use crate::error::Result;
+use crate::schedule::LaneActivity;
 
 /// The lane's threads and ring.
 pub(super) struct Runner {

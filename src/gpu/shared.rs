@@ -24,6 +24,7 @@ use super::call::{Call, EngineCalls, Path};
 use super::screen::LaneScreen;
 use super::work::{span, wait_for_all, LaneOutput, LaneResult, LaneWork, Work, CHUNK};
 use crate::profile::{Stage, Stopwatch};
+use crate::schedule::LaneActivity;
 
 /// The sizes the runner is started with, and where its threads' times go.
 #[derive(Debug, Clone)]
@@ -89,26 +90,6 @@ struct State {
     /// those), since the lane started.
     decoded: u64,
     refused: u64,
-}
-
-/// How busy the lane has been since it started, for the share between the lanes: what its
-/// threads decoded and refused, and the time each kind of thread spent working (not waiting
-/// for work), summed over its threads.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub(crate) struct LaneActivity {
-    /// Offered positions decoded.
-    pub decoded: u64,
-    /// Offered positions refused (not for the lane's decoders, or failed there).
-    pub refused: u64,
-    /// The preparing threads' time reading and planning, and how many of them run.
-    pub preparing: Duration,
-    pub preparing_threads: usize,
-    /// Each path's ([`Path::index`]) submitting threads' time on calls, and how many of them
-    /// run.
-    pub calls: [Duration; 2],
-    pub call_threads: [usize; 2],
-    /// The coefficient threads' time decoding progressive files.
-    pub coefficients: Duration,
 }
 
 /// What the threads and the pipeline share.

@@ -7,7 +7,7 @@ use cudarc::driver::DevicePtr;
 
 use super::call::{Path, LARGE_FILES_CALL_IMAGES};
 use super::prepare::SMALL_FILES_ASSISTED_SHARE;
-use super::work::{offered, span, LaneResult, CHUNK};
+use super::work::{span, LaneResult, CHUNK};
 use super::*;
 use crate::cpu::prepare_image;
 use crate::cuda::test_gpu;
@@ -17,6 +17,7 @@ use crate::options::Interpolation;
 use crate::options::{DecodeOptions, ResizeMode, ResizeOptions};
 use crate::order::EpochOrder;
 use crate::resample::{resample, Filter, PassOrder};
+use crate::schedule::{offered, ShareSchedule};
 use crate::source::Source;
 use gpufeed_bench::upload::random_bytes;
 
@@ -44,7 +45,6 @@ fn lane_config(geometry: &Geometry, batch_size: usize, assisted_share: f32) -> G
         assisted_share,
         large_files: false,
         small_files_assisted: true,
-        short_run: false,
         coefficient_threads: 4,
         decode_memory: Arc::new(MemoryBudget::new(1 << 32)),
     }
@@ -1023,12 +1023,16 @@ fn a_lane_without_its_engines_decodes_every_image_on_its_assisted_path() {
     let image = geometry.image_bytes();
     let files = large_photos(5);
     let bytes: Vec<Vec<u8>> = files.iter().map(|(_, b)| b.clone()).collect();
-    let config = GpuLaneConfig {
-        short_run: true,
-        ..lane_config(&geometry, 16, 1.0)
-    };
-    let mut lane = GpuLane::open_unless(&gpu, &config, &std::sync::atomic::AtomicBool::new(false))
-        .expect("the GPU lane");
+    let config = lane_config(&geometry, 16, 1.0);
+    // What the schedule's policy decides for a run shorter than the engines' opening.
+    let short_run = EnginesOpen::Never("the run ends before they could");
+    let mut lane = GpuLane::open(
+        &gpu,
+        &config,
+        short_run,
+        &std::sync::atomic::AtomicBool::new(false),
+    )
+    .expect("the GPU lane");
     assert!(
         lane.describe().contains("not opened"),
         "{}",

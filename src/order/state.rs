@@ -12,7 +12,6 @@ use serde_json::{json, Map, Value};
 
 use crate::error::{OptionDifference, ResumeError};
 use crate::options::{Options, ResizeMode, Shard};
-use crate::source::{ListingSummary, Source};
 
 /// The value of a state's `format` field.
 const FORMAT: &str = "gpufeed pipeline state";
@@ -46,6 +45,29 @@ impl EpochStart {
     }
 }
 
+/// What a listing is, in brief: its length, its fingerprint, its first and last ids.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ListingSummary {
+    /// Images listed.
+    pub images: usize,
+    /// The fingerprint of every id and label, in order.
+    pub fingerprint: u64,
+    /// The first image's id (empty for an empty listing).
+    pub first: String,
+    /// The last image's id.
+    pub last: String,
+}
+
+impl std::fmt::Display for ListingSummary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} images from {:?} to {:?} (listing {:016x})",
+            self.images, self.first, self.last, self.fingerprint
+        )
+    }
+}
+
 /// What a saved state must match to resume a pipeline: the source's listing and the options that
 /// decide the output (each by the builder's name, with its value in words).
 #[derive(Debug, Clone, PartialEq)]
@@ -55,10 +77,10 @@ pub(crate) struct Fingerprint {
 }
 
 impl Fingerprint {
-    /// The fingerprint of a pipeline of `source` under `options`.
-    pub fn new(source: &Source, options: &Options) -> Fingerprint {
+    /// The fingerprint of a pipeline of a source listed as `listing`, under `options`.
+    pub fn new(listing: &ListingSummary, options: &Options) -> Fingerprint {
         Fingerprint {
-            source: source.listing().clone(),
+            source: listing.clone(),
             options: output_options(options),
         }
     }
@@ -550,10 +572,11 @@ impl<'a> Fields<'a> {
 mod tests {
     use super::*;
     use crate::options::{DType, ResizeOptions, ShardBalance};
+    use crate::source::Source;
 
     fn fingerprint(options: &Options) -> Fingerprint {
         let source = Source::paths(["a.jpg", "b.jpg", "c.jpg", "d.jpg", "e.jpg"]);
-        Fingerprint::new(&source, options)
+        Fingerprint::new(source.listing(), options)
     }
 
     fn state(start: EpochStart, shard: Shard) -> PipelineState {
@@ -643,7 +666,7 @@ mod tests {
             (differences[3].here.as_str(), differences[3].saved.as_str()),
             ("9", "0")
         );
-        let fewer = Fingerprint::new(&Source::paths(["a.jpg"]), &options);
+        let fewer = Fingerprint::new(Source::paths(["a.jpg"]).listing(), &options);
         let error = saved
             .resume_start(&fewer, Shard::default(), None)
             .expect_err("another listing");

@@ -13,7 +13,7 @@
 //! of its own meanwhile and is offered images from the first position the CPU lane has not
 //! looked at once it is ready: with its assisted path after 0.1-0.3 s, which takes every file it
 //! can until its JPEG engines join a second or two later (the CPU lane takes the rest). From
-//! then on the share follows the lanes' measured rates ([`super::balance`]): after each window of
+//! then on the share follows the lanes' measured rates (the schedule's policy): after each window of
 //! a quarter of a second or more it moves half way towards the share at which both lanes finish
 //! together, from the first position neither lane has reached, so the lanes always agree on who
 //! decodes what; and with the thread count left to the pipeline the CPU lane leaves the GPU
@@ -31,17 +31,14 @@ use cudarc::driver::{CudaSlice, CudaStream};
 use crate::background::Background;
 use crate::batch::DecodedBy;
 use crate::cpu::{AheadImage, AheadWork, BatchRequest, CpuAhead, Filled, Staging};
-use crate::cuda::{
-    upload_images, upload_positioned, ImagesInFlight, PinnedChunks, PinnedImage, PositionedImage,
-};
+use crate::cuda::{upload_images, upload_positioned, ImagesInFlight};
 use crate::error::{Error, Result};
-use crate::gpu::{
-    GpuLane, GpuLaneError, LaneOutput, LaneResult, LaneWork, ShareSchedule, MAX_SPAN,
-};
+use crate::gpu::{GpuLane, GpuLaneError, LaneOutput, LaneResult, LaneWork, MAX_SPAN};
+use crate::memory::{PinnedChunks, PinnedImage, PositionedImage};
 use crate::order::EpochOrder;
+use crate::schedule::{LanePolicy, ShareSchedule};
 use crate::source::Source;
 
-use super::balance::{cpu_threads_beside, Balance};
 use super::output::DeviceWrites;
 
 /// How often (in positions) a batch tells the lanes how far it got.
@@ -117,11 +114,8 @@ impl Epoch {
 pub(crate) struct HybridLanes {
     gpu: GpuState,
     ahead: CpuAhead,
-    balance: Balance,
-    /// The cores the CPU lane's threads share with the GPU lane's host threads, when the thread
-    /// count was left to the pipeline (the CPU lane then leaves the GPU lane the cores it keeps
-    /// busy); `None` when the count was given.
-    cores: Option<usize>,
+    /// What decides the share, when the engines open and the CPU threads beside the GPU lane.
+    policy: LanePolicy,
     /// The pipeline's stream: the batches read the GPU lane's images on it.
     stream: Arc<CudaStream>,
     image_bytes: usize,
@@ -220,17 +214,14 @@ pub(crate) enum GpuOpening {
 impl HybridLanes {
     /// The lanes, with the GPU lane as `gpu` brings it beside the CPU lane's `ahead` threads (as
     /// many of them at work as [`super::lanes::Lanes::start`] left, all of them if the lane
-    /// cannot open). `cores`: the machine's cores when the thread count was
-    /// left to the pipeline: once the GPU lane runs, the CPU lane leaves it the cores its host
-    /// threads keep busy (`None`: the count was given, and kept). `begun`: the epoch the CPU lane
-    /// began alone (the GPU lane joins it once open).
+    /// cannot open), scheduled by `policy`. `begun`: the epoch the CPU lane began alone (the GPU
+    /// lane joins it once open).
     pub fn new(
         gpu: GpuOpening,
         ahead: CpuAhead,
-        balance: Balance,
+        policy: LanePolicy,
         stream: Arc<CudaStream>,
         lookahead: usize,
-        cores: Option<usize>,
         begun: Option<Epoch>,
     ) -> HybridLanes {
         let gpu = match gpu {
@@ -242,8 +233,7 @@ impl HybridLanes {
             gpu,
             image_bytes: ahead.image_bytes(),
             ahead,
-            balance,
-            cores,
+            policy,
             stream,
             lookahead,
             epoch: begun,
@@ -276,8 +266,8 @@ impl HybridLanes {
             GpuState::Open(lane) => format!(
                 "CPU and GPU decode ({}), GPU share {:.3}{}",
                 lane.describe(),
-                self.balance.share(),
-                match (self.balance.is_pinned(), self.balance.floor()) {
+                self.policy.share(),
+                match (self.policy.is_pinned(), self.policy.floor()) {
                     (true, _) => " (given)".to_string(),
                     (false, Some(floor)) => {
                         format!(" (at least {floor:.3})")
@@ -305,7 +295,7 @@ impl HybridLanes {
 
     /// The GPU lane's share in force; `None` while it is not open.
     pub fn share(&self) -> Option<f32> {
-        matches!(self.gpu, GpuState::Open(_)).then_some(self.balance.share())
+        matches!(self.gpu, GpuState::Open(_)).then_some(self.policy.share())
     }
 
     /// Keeps the share at `share` from now on, the GPU lane opened first if it is still opening
@@ -319,8 +309,8 @@ impl HybridLanes {
         if let GpuState::Open(lane) = &mut self.gpu {
             lane.wait_until_open();
         }
-        let changed = !self.balance.is_pinned() || self.balance.share() != share;
-        self.balance.pin(share);
+        let changed = !self.policy.is_pinned() || self.policy.share() != share;
+        self.policy.pin(share);
         changed
     }
 
@@ -334,7 +324,7 @@ impl HybridLanes {
     ) -> Result<()> {
         self.poll_gpu();
         let share = match self.gpu {
-            GpuState::Open(_) => self.balance.share(),
+            GpuState::Open(_) => self.policy.share(),
             _ => 0.0,
         };
         let mut current = Epoch::begin_cpu(&self.ahead, source, order, epoch, share);
@@ -362,7 +352,8 @@ impl HybridLanes {
         self.gpu = match opened {
             Ok(lane) => GpuState::Open(Box::new(lane)),
             Err(reason) => {
-                self.ahead.set_active_threads(self.ahead.threads());
+                self.ahead
+                    .set_active_threads(self.policy.threads_without_gpu());
                 GpuState::Off(reason)
             }
         };
@@ -392,7 +383,11 @@ impl HybridLanes {
             // The images the CPU lane finished while the device opened are uploaded from where
             // they lie, rather than copied into the staging.
             self.positioned_locked = true;
-            if let Err(e) = self.ahead.lock_positioned(self.stream.context()) {
+            let locked = match self.ahead.positioned() {
+                Some((positioned, looked)) => positioned.lock(self.stream.context(), looked),
+                None => Ok(()),
+            };
+            if let Err(e) = locked {
                 self.pinning_failed = Some(e.to_string());
             }
         }
@@ -450,7 +445,7 @@ impl HybridLanes {
         // changes from their next position, so that no position is taken by both lanes or
         // neither. (Large photos: the CPU lane has looked at a few dozen of its lookahead's
         // hundreds when the assisted path opens.)
-        let share = self.balance.share();
+        let share = self.policy.share();
         self.ahead.with_first_unseen(|next| {
             current.schedule.set_from(next.max(cursor), share);
         });
@@ -459,15 +454,14 @@ impl HybridLanes {
         self.ahead.end_reach(cursor);
         lane.begin(&self.stream, lane_work(current, &self.ahead))?;
         current.gpu_begun = true;
-        self.balance.restart(lane.activity());
+        self.policy.restart(lane.activity());
         Ok(())
     }
 
-    /// After a batch that took the positions before `cursor`: once a window of the lanes' rates
-    /// is complete, moves the share towards the rates' share from the first position neither
-    /// lane has looked at, and (with the thread count left to the pipeline) leaves the GPU
-    /// lane's host threads the cores they kept busy, or with a share following the rates their
-    /// part of the cores they need ([`cpu_threads_beside`]).
+    /// After a batch that took the positions before `cursor`: tells the policy what the lanes
+    /// did, and carries out what it decides once a window of the lanes' rates is complete: the
+    /// share from the first position neither lane has looked at, and the CPU lane's threads at
+    /// work.
     fn follow(&mut self, cursor: usize) {
         let (GpuState::Open(lane), Some(current)) = (&self.gpu, &self.epoch) else {
             return;
@@ -475,25 +469,15 @@ impl HybridLanes {
         if !current.gpu_begun {
             return;
         }
-        let threads = self.ahead.active_threads();
-        let Some(observed) = self.balance.observe(lane.activity(), threads) else {
+        let working = self.ahead.active_threads();
+        let Some(decision) = self.policy.observe(lane.activity(), working) else {
             return;
         };
-        if observed.moved {
-            current
-                .schedule
-                .set_from(self.frontier(cursor), self.balance.share());
+        if let Some(share) = decision.share {
+            current.schedule.set_from(self.frontier(cursor), share);
         }
-        if let Some(cores) = self.cores {
-            let beside = cpu_threads_beside(
-                cores,
-                observed.gpu_cores,
-                observed.gpu_fraction,
-                self.ahead.threads(),
-            );
-            if beside != threads {
-                self.ahead.set_active_threads(beside);
-            }
+        if let Some(threads) = decision.cpu_threads {
+            self.ahead.set_active_threads(threads);
         }
     }
 

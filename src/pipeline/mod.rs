@@ -1,11 +1,12 @@
 //! [`Pipeline`]: the consumer's side of the prefetch thread, and how it is built.
 //!
 //! One background thread per pipeline ([`worker`]) runs epochs: for each batch it takes a staging
-//! slot from the output stage, has the CPU lane fill it, then has the output stage turn it into
-//! the batch's tensor (upload + kernel on the pipeline's stream, or the host tensor) and queues
-//! the [`Batch`]. A bounded channel keeps at most `prefetch` batches ready ahead of the consumer.
+//! slot from the output stage, has the decode lanes fill it ([`lanes`]; which lanes, and how they
+//! share the images, the schedule decides from the options read once at the start), then has the
+//! output stage turn it into the batch's tensor (upload + kernel on the pipeline's stream, or the
+//! host tensor) and queues the [`Batch`]. A bounded channel keeps at most `prefetch` batches
+//! ready ahead of the consumer.
 
-mod balance;
 mod builder;
 mod hybrid;
 mod lanes;
@@ -13,7 +14,7 @@ mod output;
 mod worker;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -25,11 +26,12 @@ use crate::batch::{Batch, EpochReport};
 use crate::cuda::Gpu;
 use crate::error::{Error, Result};
 use crate::geometry::Geometry;
-use crate::options::{Decode, Options};
+use crate::options::Options;
 use crate::order::{EpochStart, Fingerprint, PipelineState, Sampler};
 use crate::profile::{Profile, Stage, Stopwatch};
+use crate::schedule::DecodePlan;
 use crate::source::Source;
-use lanes::Lanes;
+use lanes::{Lanes, LanesStarting};
 use output::OutputPlan;
 use worker::{EpochCommand, LanesReport, Message, Worker};
 
@@ -61,6 +63,8 @@ pub use builder::PipelineBuilder;
 /// ```
 pub struct Pipeline {
     options: Options,
+    /// The decode choice, read from the options once.
+    plan: DecodePlan,
     source_len: usize,
     shard_len: usize,
     /// Batches an epoch yields when no image fails.
@@ -156,27 +160,17 @@ impl Pipeline {
             return Err(Error::invalid("source", "the source has no images"));
         }
         let augmenter = augmenter(&options, &source)?;
-        let fingerprint = Fingerprint::new(&source, &options);
+        let fingerprint = Fingerprint::new(source.listing(), &options);
+        let mut plan = DecodePlan::new(&options);
         let start = match resume {
-            Some(state) => {
-                let hybrid = options.decode.lanes != Decode::Cpu;
-                let configured = options.decode.gpu_share.filter(|_| hybrid);
-                let (start, share) =
-                    state.resume_start(&fingerprint, options.batching.shard, configured)?;
-                // A share the state recorded is pinned: every image goes to the lane it went to.
-                if hybrid && share.is_some() {
-                    options.decode.gpu_share = share;
-                }
-                start
-            }
+            Some(state) => resume_start(state, &fingerprint, &mut plan, &mut options)?,
             None => EpochStart::beginning(0),
         };
         let sampler =
             Sampler::new(source.len(), &options.batching).with_blocks(source.shuffle_blocks());
         let shard_len = sampler.real_len();
-        // Batches the host cannot hold are refused before any work begins.
-        let image_bytes = Geometry::new(&options.resize).image_bytes();
-        let mut plan = OutputPlan::new(&options, image_bytes, Lanes::device_bytes(&options))?;
+        // The output's geometry, planned once for every lane.
+        let geometry = Geometry::new(&options.resize);
         let stopwatch = Arc::new(Stopwatch::default());
         // An epoch's encoded bytes, from the sizes of the first files (a stat each, or the
         // listing's sizes in object storage).
@@ -185,40 +179,40 @@ impl Pipeline {
             let bytes: u64 = (0..sampled).map(|i| source.item(i).size_hint()).sum();
             bytes / sampled.max(1) as u64 * shard_len as u64
         };
-        let mut lanes = Lanes::start(&options, shard_len, || epoch_bytes(&source), &stopwatch)?;
+        let mut starting = Starting::new(
+            plan,
+            &options,
+            geometry,
+            shard_len,
+            || epoch_bytes(&source),
+            &stopwatch,
+        )?;
         // The CPU lane starts on the first epoch while the device opens (a few tenths of a
         // second for the CUDA context, the staging and the kernels).
         let source = Arc::new(source);
         let mut upcoming = None;
-        let begun = lanes
+        let begun = starting
+            .lanes
             .begin_early(&source, start.epoch, || {
                 worker::plan_epoch(&sampler, &source, start, &mut upcoming)
             })
             .map(|order| (start, order));
-        let mut cpu_fallback = None;
-        let gpu = match options.runtime.device {
-            crate::Device::Cuda(ordinal) => match Gpu::open(ordinal) {
-                Ok(gpu) => Some(gpu),
-                Err(Error::CudaUnavailable(why)) if options.runtime.cpu_fallback => {
-                    // The CPU device instead: its lanes replace those begun for the GPU (the
-                    // epoch's order stays planned; the CPU lane works batch by batch).
-                    options.runtime.device = crate::Device::Cpu;
-                    plan = OutputPlan::new(&options, image_bytes, Lanes::device_bytes(&options))?;
-                    lanes = Lanes::start(&options, shard_len, || epoch_bytes(&source), &stopwatch)?;
-                    cpu_fallback = Some(why.to_string());
-                    None
-                }
-                Err(e) => return Err(e),
-            },
-            crate::Device::Cpu => None,
-        };
+        let (gpu, cpu_fallback) = starting.open_device(&mut options, |plan, options| {
+            let epoch_bytes = || epoch_bytes(&source);
+            Starting::new(plan, options, geometry, shard_len, epoch_bytes, &stopwatch)
+        })?;
+        let Starting {
+            plan,
+            output: output_plan,
+            lanes,
+        } = starting;
         if let Some(gpu) = &gpu {
-            plan.check_device(gpu)?;
+            output_plan.check_device(gpu)?;
         }
         // The GPU lane opens on a thread of its own (with no share given) while the staging and
         // the kernels are made.
         let lanes = lanes.open(&options, gpu.as_ref(), &stopwatch)?;
-        let output = plan.open(&options, gpu.as_ref())?;
+        let output = output_plan.open(&options, gpu.as_ref())?;
         let device_description = output.describe();
         let pinned_bytes = output.pinned_bytes() + lanes.pinned_bytes();
         let cuda_stream = output.cuda_stream();
@@ -227,11 +221,6 @@ impl Pipeline {
             crate::LastBatch::Drop => sampler.positions() / batch_size,
             crate::LastBatch::Keep => sampler.positions().div_ceil(batch_size),
         };
-        let (command_tx, command_rx) = mpsc::channel::<EpochCommand>();
-        // The prefetch thread holds one finished batch until the next is made, another waits to
-        // be sent: the channel takes the rest of the depth.
-        let (batch_tx, batch_rx) =
-            mpsc::sync_channel::<Message>(options.runtime.prefetch.saturating_sub(2));
         let abandon = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
         let class_names = source.class_names().map(|c| c.to_vec());
@@ -255,14 +244,12 @@ impl Pipeline {
             stop: stop.clone(),
             begun,
             upcoming,
-            planned_epochs: options.decode.planned_epochs,
+            planned_epochs: plan.planned_epochs(),
         };
-        let handle = std::thread::Builder::new()
-            .name("gpufeed-prefetch".into())
-            .spawn(move || worker.run(command_rx, batch_tx))
-            .map_err(|e| Error::Worker(format!("cannot start the prefetch thread: {e}")))?;
+        let prefetch = worker.spawn(options.runtime.prefetch)?;
         let mut pipeline = Pipeline {
             options,
+            plan,
             source_len,
             shard_len,
             batches_per_epoch,
@@ -281,9 +268,9 @@ impl Pipeline {
             report: EpochReport::default(),
             abandon,
             stop,
-            commands: Some(command_tx),
-            batches: Some(batch_rx),
-            worker: Some(handle),
+            commands: Some(prefetch.commands),
+            batches: Some(prefetch.batches),
+            worker: Some(prefetch.thread),
             process: std::process::id(),
         };
         pipeline.begin(start, None)?;
@@ -483,18 +470,11 @@ impl Pipeline {
     /// Refused, with nothing abandoned, when `state` does not fit this pipeline (another source
     /// listing or output options, see [`PipelineState`]).
     pub fn resume(&mut self, state: &PipelineState) -> Result<()> {
-        let configured = match self.options.decode.lanes {
-            Decode::Cpu => None,
-            _ => self.options.decode.gpu_share,
-        };
+        let configured = self.plan.configured_share();
         let (start, share) =
             state.resume_start(&self.fingerprint, self.options.batching.shard, configured)?;
         self.abandon_epoch();
-        let pin = match self.options.decode.lanes {
-            Decode::Cpu => None,
-            _ => share,
-        };
-        self.begin(start, pin)
+        self.begin(start, self.plan.applying(share))
     }
 
     /// The current epoch number (the first is 0).
@@ -599,6 +579,79 @@ impl Pipeline {
     /// chunk before each of the first batches); 0 on the CPU device.
     pub fn pinned_bytes(&self) -> usize {
         self.pinned_bytes
+    }
+}
+
+/// Where a pipeline resumed from `state` begins, once `state` is found to fit its listing
+/// (`fingerprint`) and options; a share the state recorded is kept from the start (`plan` and
+/// `options` take it), so that every image goes to the lane it went to.
+fn resume_start(
+    state: &PipelineState,
+    fingerprint: &Fingerprint,
+    plan: &mut DecodePlan,
+    options: &mut Options,
+) -> Result<EpochStart> {
+    let configured = plan.configured_share();
+    let (start, share) = state.resume_start(fingerprint, options.batching.shard, configured)?;
+    if let Some(share) = plan.resume_with(share) {
+        options.decode.gpu_share = Some(share);
+    }
+    Ok(start)
+}
+
+/// What a pipeline starts before its device opens: the decode plan, the output stage's plan
+/// (batches the host cannot hold are refused before any work begins) and the lanes, as far as
+/// they go without the device.
+struct Starting {
+    plan: DecodePlan,
+    output: OutputPlan,
+    lanes: LanesStarting,
+}
+
+impl Starting {
+    /// Starts what `plan` and `options` ask for, for outputs of `geometry` and epochs of
+    /// `images` images (`epoch_bytes` estimates an epoch's encoded bytes); the stages' times go
+    /// to `stopwatch`.
+    fn new(
+        plan: DecodePlan,
+        options: &Options,
+        geometry: Geometry,
+        images: usize,
+        epoch_bytes: impl FnOnce() -> u64,
+        stopwatch: &Arc<Stopwatch>,
+    ) -> Result<Starting> {
+        let lanes_bytes = Lanes::device_bytes(&plan, &geometry, options.batching.batch_size);
+        let output = OutputPlan::new(options, geometry.image_bytes(), lanes_bytes)?;
+        let lanes = Lanes::start(&plan, options, geometry, images, epoch_bytes, stopwatch)?;
+        Ok(Starting {
+            plan,
+            output,
+            lanes,
+        })
+    }
+
+    /// Opens the CUDA device `options` ask for (none for the CPU). Where CUDA cannot be used and
+    /// [`RuntimeOptions::cpu_fallback`](crate::RuntimeOptions::cpu_fallback) allows, the
+    /// pipeline runs on the CPU device instead: `options` turn to it, `restart` starts its lanes
+    /// and plans in place of those started for the GPU (the epoch's order stays planned; the CPU
+    /// lane works batch by batch), and the reason comes back beside.
+    fn open_device(
+        &mut self,
+        options: &mut Options,
+        restart: impl FnOnce(DecodePlan, &Options) -> Result<Starting>,
+    ) -> Result<(Option<Gpu>, Option<String>)> {
+        let crate::Device::Cuda(ordinal) = options.runtime.device else {
+            return Ok((None, None));
+        };
+        match Gpu::open(ordinal) {
+            Ok(gpu) => Ok((Some(gpu), None)),
+            Err(Error::CudaUnavailable(why)) if options.runtime.cpu_fallback => {
+                options.runtime.device = crate::Device::Cpu;
+                *self = restart(self.plan.on_the_cpu(), options)?;
+                Ok((None, Some(why.to_string())))
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 

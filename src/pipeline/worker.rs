@@ -3,21 +3,22 @@
 //! stage turns them into a tensor.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::Instant;
 
 use super::hybrid::HybridFilled;
 use super::lanes::Lanes;
 use super::output::{BatchAugment, Finished, OutputStage};
 use crate::augment::Augmenter;
-use crate::batch::{Batch, ReadReport};
+use crate::batch::Batch;
 use crate::cpu::BatchRequest;
 use crate::error::{Error, ItemError, Result};
 use crate::options::{BatchOptions, LastBatch};
 use crate::order::{EpochOrder, EpochStart, Sampler};
 use crate::profile::{Stage, Stopwatch};
-use crate::source::Source;
+use crate::source::{ReadReport, Source};
 
 /// Which lanes decode, as the worker last saw them.
 #[derive(Debug, Clone, Default)]
@@ -75,6 +76,15 @@ pub(super) struct Worker {
     pub planned_epochs: Option<u64>,
 }
 
+/// The prefetch thread as its consumer holds it.
+pub(super) struct Prefetch {
+    /// Where the epochs are asked for.
+    pub commands: Sender<EpochCommand>,
+    /// Where the batches come back.
+    pub batches: Receiver<Message>,
+    pub thread: JoinHandle<()>,
+}
+
 /// The batch a worker makes next: how many images, and its number in the epoch.
 #[derive(Debug, Clone, Copy)]
 struct Wanted {
@@ -94,6 +104,25 @@ enum Produced {
 }
 
 impl Worker {
+    /// Starts the prefetch thread, which runs the worker, with the channel the epochs are asked
+    /// for on and the one the batches come back on (holding the rest of the prefetch depth,
+    /// `prefetch`).
+    pub fn spawn(self, prefetch: usize) -> Result<Prefetch> {
+        let (command_tx, command_rx) = mpsc::channel::<EpochCommand>();
+        // The prefetch thread holds one finished batch until the next is made, another waits to
+        // be sent: the channel takes the rest of the depth.
+        let (batch_tx, batch_rx) = mpsc::sync_channel::<Message>(prefetch.saturating_sub(2));
+        let thread = std::thread::Builder::new()
+            .name("gpufeed-prefetch".into())
+            .spawn(move || self.run(command_rx, batch_tx))
+            .map_err(|e| Error::Worker(format!("cannot start the prefetch thread: {e}")))?;
+        Ok(Prefetch {
+            commands: command_tx,
+            batches: batch_rx,
+            thread,
+        })
+    }
+
     /// Runs each epoch asked for on `commands`, from where it says, sending its batches, then its
     /// end, on `batches`.
     pub fn run(mut self, commands: Receiver<EpochCommand>, batches: SyncSender<Message>) {
@@ -116,16 +145,7 @@ impl Worker {
                 None => plan_epoch(&self.sampler, &self.source, start, &mut upcoming),
             };
             let batch_size = self.batching.batch_size;
-            // With equal shards, every rank yields exactly this many images, in batches of the
-            // same sizes (less those handed out before a resumed start); otherwise the order's
-            // end ends the epoch.
-            let target = order.refills().then(|| {
-                let planned = match self.batching.last_batch {
-                    LastBatch::Drop => order.planned() / batch_size * batch_size,
-                    _ => order.planned(),
-                };
-                planned.saturating_sub(start.rows)
-            });
+            let target = self.target(&order, start);
             let mut position = 0;
             let mut delivered = 0;
             let mut trailing_skipped = Vec::new();
@@ -215,25 +235,9 @@ impl Worker {
                 // The rank's own images a partial last batch left out.
                 dropped = order.real().saturating_sub(position);
             }
-            let planned_next = self.planned_epochs.is_none_or(|epochs| epoch + 1 < epochs);
-            if complete
-                && planned_next
-                && self.lanes.work_ahead()
-                && !self.stop.load(Ordering::SeqCst)
-            {
-                // Every position of this epoch is in a batch: the lanes start on the next epoch
-                // now, while the consumer takes this one's last batches, rather than once it
-                // asks for the next (which it almost always does, unless the run's planned
-                // epochs end here).
-                let next = epoch + 1;
-                let order = plan_epoch(
-                    &self.sampler,
-                    &self.source,
-                    EpochStart::beginning(next),
-                    &mut upcoming,
-                );
-                if self.lanes.begin(&self.source, &order, next).is_ok() {
-                    begun = Some((EpochStart::beginning(next), order));
+            if complete {
+                if let Some(next) = self.begin_next(epoch, &mut upcoming) {
+                    begun = Some(next);
                 }
             }
             let end = Message::EndOfEpoch {
@@ -246,6 +250,46 @@ impl Worker {
                 return;
             }
         }
+    }
+
+    /// With equal shards, the images every rank yields of the epoch of `order` from `start`, in
+    /// batches of the same sizes (less those handed out before a resumed start); `None`
+    /// otherwise: the order's end ends the epoch.
+    fn target(&self, order: &EpochOrder, start: EpochStart) -> Option<usize> {
+        let batch_size = self.batching.batch_size;
+        order.refills().then(|| {
+            let planned = match self.batching.last_batch {
+                LastBatch::Drop => order.planned() / batch_size * batch_size,
+                _ => order.planned(),
+            };
+            planned.saturating_sub(start.rows)
+        })
+    }
+
+    /// Once every position of `epoch` is in a batch: where the lanes work ahead, they start on
+    /// the next epoch now, while the consumer takes this one's last batches, rather than once it
+    /// asks for the next (which it almost always does, unless the run's planned epochs end
+    /// here). The next epoch's start and order, if the lanes began it.
+    fn begin_next(
+        &mut self,
+        epoch: u64,
+        upcoming: &mut Option<(u64, Arc<EpochOrder>)>,
+    ) -> Option<(EpochStart, Arc<EpochOrder>)> {
+        let planned_next = self.planned_epochs.is_none_or(|epochs| epoch + 1 < epochs);
+        if !planned_next || !self.lanes.work_ahead() || self.stop.load(Ordering::SeqCst) {
+            return None;
+        }
+        let next = epoch + 1;
+        let order = plan_epoch(
+            &self.sampler,
+            &self.source,
+            EpochStart::beginning(next),
+            upcoming,
+        );
+        self.lanes
+            .begin(&self.source, &order, next)
+            .is_ok()
+            .then(|| (EpochStart::beginning(next), order))
     }
 
     /// Publishes which lanes decode and the GPU lane's share, for the consumer.

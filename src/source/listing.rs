@@ -5,46 +5,22 @@
 //! output may change between Rust releases: a state file outlives the build that wrote it.
 
 use super::SourceItem;
+use crate::order::ListingSummary;
 
-/// What a listing is, in brief: its length, its fingerprint, its first and last ids.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ListingSummary {
-    /// Images listed.
-    pub images: usize,
-    /// The fingerprint of every id and label, in order.
-    pub fingerprint: u64,
-    /// The first image's id (empty for an empty listing).
-    pub first: String,
-    /// The last image's id.
-    pub last: String,
-}
-
-impl ListingSummary {
-    /// The summary of `items`, in their order.
-    pub fn of(items: &[SourceItem]) -> ListingSummary {
-        let mut fold = Fold::new();
-        for item in items {
-            fold.bytes(item.id().as_bytes());
-            // `u64::MAX` for no label, which no `u32` label can be.
-            fold.word(item.label().map_or(u64::MAX, u64::from));
-        }
-        fold.word(items.len() as u64);
-        ListingSummary {
-            images: items.len(),
-            fingerprint: fold.finish(),
-            first: items.first().map_or(String::new(), |i| i.id().to_string()),
-            last: items.last().map_or(String::new(), |i| i.id().to_string()),
-        }
+/// The summary of `items`, in their order.
+pub(crate) fn summarize(items: &[SourceItem]) -> ListingSummary {
+    let mut fold = Fold::new();
+    for item in items {
+        fold.bytes(item.id().as_bytes());
+        // `u64::MAX` for no label, which no `u32` label can be.
+        fold.word(item.label().map_or(u64::MAX, u64::from));
     }
-}
-
-impl std::fmt::Display for ListingSummary {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} images from {:?} to {:?} (listing {:016x})",
-            self.images, self.first, self.last, self.fingerprint
-        )
+    fold.word(items.len() as u64);
+    ListingSummary {
+        images: items.len(),
+        fingerprint: fold.finish(),
+        first: items.first().map_or(String::new(), |i| i.id().to_string()),
+        last: items.last().map_or(String::new(), |i| i.id().to_string()),
     }
 }
 

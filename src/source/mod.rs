@@ -8,20 +8,20 @@ mod folders;
 mod listing;
 #[cfg(feature = "object-store")]
 mod remote;
+mod report;
 mod tar;
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::batch::ReadReport;
 use crate::error::{Error, ItemErrorKind, Result};
-use crate::order::{EpochOrder, ShardBlocks};
+use crate::order::{EpochOrder, ListingSummary, ShardBlocks};
 
 pub use folders::{DECODED_EXTENSIONS, IMAGE_EXTENSIONS};
-pub(crate) use listing::ListingSummary;
 #[cfg(feature = "object-store")]
 pub use remote::{RemoteOptions, UrlLayout, DEFAULT_READ_BUDGET};
+pub use report::ReadReport;
 
 #[derive(Debug, Clone)]
 enum Payload {
@@ -609,7 +609,7 @@ impl Source {
         left_out: Vec<(String, usize)>,
     ) -> Source {
         Source {
-            listing: ListingSummary::of(&items),
+            listing: listing::summarize(&items),
             items,
             class_names,
             unreadable_folders,
@@ -812,7 +812,7 @@ impl Source {
         for (item, label) in self.items.iter_mut().zip(labels) {
             item.label = Some(label);
         }
-        self.listing = ListingSummary::of(&self.items);
+        self.listing = listing::summarize(&self.items);
         Ok(self)
     }
 

@@ -191,35 +191,11 @@ impl DeviceTensor {
         })
     }
 
-    /// `[N, C, H, W]` or `[N, H, W, C]`, per [`DeviceTensor::layout`].
-    pub fn shape(&self) -> [usize; 4] {
-        self.shape
-    }
-
-    /// Distance in elements between neighbours along each axis of [`DeviceTensor::shape`]: the
-    /// tensor is dense and row-major (C order), whatever its layout.
-    pub fn strides(&self) -> [usize; 4] {
-        super::row_major_strides(self.shape)
-    }
-
-    /// Memory layout.
-    pub fn layout(&self) -> Layout {
-        self.layout
-    }
-
-    /// Element type.
-    pub fn dtype(&self) -> DType {
-        self.data.dtype()
-    }
+    dense_accessors!("DeviceTensor");
 
     /// Number of elements.
     pub fn len(&self) -> usize {
         self.shape.iter().product()
-    }
-
-    /// Whether the tensor has no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// Ordinal of the CUDA device the memory is on.

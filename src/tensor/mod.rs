@@ -2,6 +2,42 @@
 //! [`Tensor`], which is one or the other. The stages produce them; this module imports none of
 //! the stages.
 
+/// The accessors both tensors have from their `shape`, `layout` and `data` fields, one set for
+/// [`HostTensor`] and [`DeviceTensor`] (each counts its own elements: [`HostTensor::len`],
+/// [`DeviceTensor::len`]).
+macro_rules! dense_accessors {
+    ($tensor:literal) => {
+        #[doc = concat!("`[N, C, H, W]` or `[N, H, W, C]`, per [`", $tensor, "::layout`].")]
+        pub fn shape(&self) -> [usize; 4] {
+            self.shape
+        }
+
+        #[doc = concat!(
+                    "Distance in elements between neighbours along each axis of [`",
+                    $tensor,
+                    "::shape`]: the\ntensor is dense and row-major (C order), whatever its layout."
+                )]
+        pub fn strides(&self) -> [usize; 4] {
+            crate::tensor::row_major_strides(self.shape)
+        }
+
+        /// Memory layout.
+        pub fn layout(&self) -> crate::options::Layout {
+            self.layout
+        }
+
+        /// Element type.
+        pub fn dtype(&self) -> crate::options::DType {
+            self.data.dtype()
+        }
+
+        /// Whether the tensor has no elements.
+        pub fn is_empty(&self) -> bool {
+            self.len() == 0
+        }
+    };
+}
+
 mod device;
 mod element;
 mod host;

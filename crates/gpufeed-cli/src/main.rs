@@ -129,7 +129,7 @@ fn bench_command(args: &BenchArgs) -> Result<()> {
         device: args.device,
         ..BenchOptions::default()
     };
-    if let Err(e) = gpufeed::cuda::probe() {
+    if let Err(e) = gpufeed::cuda_status() {
         return Err(format!(
             "the bench measures GPU uploads and kernels, and there is nothing to measure here: {e}"
         )

@@ -34,7 +34,7 @@ use tokio::sync::{Notify, Semaphore};
 use super::cache::{Cache, Kind};
 use super::store::{failure, Clients, Failure};
 use super::RemoteOptions;
-use crate::batch::ReadReport;
+use crate::source::ReadReport;
 
 /// One object a source reads: a shard, or an image.
 #[derive(Debug, Clone)]

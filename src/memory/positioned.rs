@@ -12,12 +12,10 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{sys, CudaContext, CudaSlice, CudaStream};
+use cudarc::driver::{sys, CudaContext};
 
-use super::guarded;
-use super::image_staging::queue_copies;
 use super::page_locked::{HostPages, HUGE_PAGE};
-use crate::error::{Error, Result};
+use crate::error::{guarded, Error, Result};
 
 /// Images of one size laid out by position, each handed out once.
 pub(crate) struct PositionedImages {
@@ -116,7 +114,7 @@ impl PositionedImages {
     /// # Safety
     /// The caller holds the [`PositionedImage`] of every one of these positions, and none of
     /// them is written while the slice lives.
-    unsafe fn run(&self, first: usize, count: usize) -> &[u8] {
+    pub(crate) unsafe fn run(&self, first: usize, count: usize) -> &[u8] {
         // SAFETY: the positions lie inside the mapping (each was handed out, so each is below
         // `len`); the caller's images make these bytes theirs alone, and none writes them.
         unsafe {
@@ -179,6 +177,21 @@ impl PositionedImage {
         }
     }
 
+    /// The position whose image this is.
+    pub fn position(&self) -> usize {
+        self.position
+    }
+
+    /// Bytes of the image.
+    pub fn image_bytes(&self) -> usize {
+        self.images.image_bytes
+    }
+
+    /// The images laid out by position this one is among.
+    pub fn images(&self) -> &Arc<PositionedImages> {
+        &self.images
+    }
+
     /// Whether the image is page-locked: a batch may upload it from where it lies.
     pub fn is_locked(&self) -> bool {
         let end = (self.position + 1) * self.images.image_bytes;
@@ -186,64 +199,7 @@ impl PositionedImage {
     }
 }
 
-/// Queues on `stream` the upload of each page-locked positioned image to its place (in images of
-/// its size) of `input`, one copy for each run of images whose positions and places both follow
-/// one another, and returns the bytes queued. The images must stay alive until work recorded on
-/// `stream` after this call has completed.
-pub(crate) fn upload_positioned(
-    stream: &Arc<CudaStream>,
-    images: &[(PositionedImage, usize)],
-    input: &mut CudaSlice<u8>,
-) -> Result<usize> {
-    let Some(bytes) = images.first().map(|(image, _)| image.images.image_bytes) else {
-        return Ok(0);
-    };
-    if let Some((image, place)) = images
-        .iter()
-        .find(|(image, _)| image.images.image_bytes != bytes || !image.is_locked())
-    {
-        return Err(Error::Mismatch(format!(
-            "the image of position {} (page-locked: {}) uploaded to place {place} of a batch of \
-             {bytes}-byte images",
-            image.position,
-            image.is_locked(),
-        )));
-    }
-    // SAFETY: every run lies in the page-locked part of its mapping (checked above), which the
-    // caller's images keep alive and nothing writes until the stream is past this call's work.
-    unsafe { queue_copies(stream, Runs { images }, bytes, input) }
-}
-
-/// The runs of images whose positions (in one mapping) and places both follow one another:
-/// `(their bytes, the first one's place)`.
-#[derive(Clone)]
-struct Runs<'a> {
-    images: &'a [(PositionedImage, usize)],
-}
-
-impl<'a> Iterator for Runs<'a> {
-    type Item = (&'a [u8], usize);
-
-    fn next(&mut self) -> Option<Self::Item> {
-        let (first, place) = self.images.first().map(|(image, place)| (image, *place))?;
-        let count = self
-            .images
-            .iter()
-            .enumerate()
-            .take_while(|(k, (image, p))| {
-                Arc::ptr_eq(&image.images, &first.images)
-                    && image.position == first.position + k
-                    && *p == place + k
-            })
-            .count();
-        // SAFETY: `self.images[..count]` hold every position of the run (the caller's images,
-        // borrowed for `'a`), and nothing writes them meanwhile.
-        let run = unsafe { first.images.run(first.position, count) };
-        self.images = &self.images[count..];
-        Some((run, place))
-    }
-}
-
+#[cfg(test)]
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -271,37 +227,6 @@ mod tests {
             .map(|i| i.as_slice().as_ptr() as usize)
             .collect();
         assert!(starts.windows(2).all(|w| w[1] - w[0] == 150_528));
-    }
-
-    #[test]
-    fn a_batch_uploads_a_run_for_each_stretch_of_positions_and_places_in_step() {
-        let bytes = 1000;
-        let images = PositionedImages::new(16, bytes).expect("mapped");
-        let other = PositionedImages::new(16, bytes).expect("mapped");
-        let batch: Vec<(PositionedImage, usize)> = [
-            (&images, 0, 0),
-            (&images, 1, 1),
-            (&images, 2, 2),
-            (&images, 5, 3),
-            (&images, 6, 4),
-            (&images, 3, 5),
-            (&images, 7, 7),
-            (&images, 8, 8),
-            (&other, 9, 9),
-        ]
-        .into_iter()
-        .map(|(from, position, place)| (from.take(position).expect("free"), place))
-        .collect();
-        let runs: Vec<(usize, usize)> = Runs { images: &batch }
-            .map(|(run, place)| (run.len() / bytes, place))
-            .collect();
-        assert_eq!(runs, [(3, 0), (2, 3), (1, 5), (2, 7), (1, 9)]);
-        let starts: Vec<*const u8> = Runs { images: &batch }
-            .map(|(run, _)| run.as_ptr())
-            .collect();
-        assert_eq!(starts[0], batch[0].0.as_slice().as_ptr());
-        assert_eq!(starts[1], batch[3].0.as_slice().as_ptr());
-        assert_eq!(starts[4], batch[8].0.as_slice().as_ptr());
     }
 
     #[test]

@@ -22,12 +22,12 @@
 //! it after each window of measurements.
 //!
 //! The same windows say how many cores the GPU lane's host threads keep busy, which the CPU
-//! lane leaves to them when the thread count is left to the pipeline ([`cpu_threads_beside`]).
+//! lane leaves to them when the thread count is left to the pipeline
+//! ([`cpu_threads_beside`](super::threads::cpu_threads_beside)).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::gpu::{LaneActivity, HOST_THREADS as GPU_LANE_HOST_THREADS};
 use crate::profile::{Stage, Stopwatch};
 
 /// Shares move in steps of 1/64.
@@ -58,7 +58,7 @@ const BATCH_THREAD_COPYING: f64 = 0.5;
 const MIN_COPIED_IMAGES: u64 = 64;
 
 /// A window of measurements lasts at least this long...
-const MIN_WINDOW: Duration = Duration::from_millis(250);
+pub(super) const MIN_WINDOW: Duration = Duration::from_millis(250);
 
 /// ...and until the GPU lane has published this many results in it (decoded or refused).
 const MIN_GPU_RESULTS: u64 = 32;
@@ -178,7 +178,7 @@ pub(crate) struct Observed {
     /// Cores the GPU lane's host threads kept busy (their working time over the window's).
     pub gpu_cores: f64,
     /// Of the images, the fraction the GPU lane decodes at the share now (0 where the share is
-    /// given), for [`cpu_threads_beside`].
+    /// given), for [`cpu_threads_beside`](super::threads::cpu_threads_beside).
     pub gpu_fraction: f64,
 }
 
@@ -251,30 +251,24 @@ impl LaneRates {
     }
 }
 
-/// The cores a GPU lane's host threads and the thread that puts the batches together need when
-/// the lane decodes every image. Beside a GPU lane decoding most images, CPU threads on the cores
-/// its host threads wait on slow it more than they add: on the H200 machine (16 cores, 8,192
-/// ImageNet-sized files, the assisted path taking three in four small files, the share
-/// following the rates, in turn on one start) 33,000 images/s with 4 CPU threads, 33,600-35,100
-/// with 6, 32,900-33,200 with 8, and 30,600-31,500 with the cores its host threads kept busy
-/// left to them (about 10 threads); the GPU lane alone 36,000-36,900.
-const GPU_LANE_CORES: usize = GPU_LANE_HOST_THREADS + 1;
-
-/// The CPU threads to keep working beside a GPU lane whose host threads keep `gpu_cores` cores
-/// busy and which decodes `gpu_fraction` of the images (0 where the share is given: the CPU lane
-/// then keeps the threads its part needs), on `cores` cores: the rest of the cores busy or
-/// the lane's part of [`GPU_LANE_CORES`], whichever is more, at least one and at most
-/// `threads`.
-pub(crate) fn cpu_threads_beside(
-    cores: usize,
-    gpu_cores: f64,
-    gpu_fraction: f64,
-    threads: usize,
-) -> usize {
-    let busy = gpu_cores.max(0.0);
-    let part = GPU_LANE_CORES as f64 * gpu_fraction.clamp(0.0, 1.0);
-    let taken = busy.max(part).round() as usize;
-    cores.saturating_sub(taken).clamp(1, threads.max(1))
+/// How busy the lane has been since it started, for the share between the lanes: what its
+/// threads decoded and refused, and the time each kind of thread spent working (not waiting
+/// for work), summed over its threads.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct LaneActivity {
+    /// Offered positions decoded.
+    pub decoded: u64,
+    /// Offered positions refused (not for the lane's decoders, or failed there).
+    pub refused: u64,
+    /// The preparing threads' time reading and planning, and how many of them run.
+    pub preparing: Duration,
+    pub preparing_threads: usize,
+    /// Each path's (the engines', then the assisted path's) submitting threads' time on calls,
+    /// and how many of them run.
+    pub calls: [Duration; 2],
+    pub call_threads: [usize; 2],
+    /// The coefficient threads' time decoding progressive files.
+    pub coefficients: Duration,
 }
 
 /// Where a window began: the counters then.
@@ -437,6 +431,7 @@ impl RateMeter {
     }
 }
 
+#[cfg(test)]
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -786,23 +781,5 @@ mod tests {
             4,
         );
         assert!(balance.share() > 0.9, "{}", balance.share());
-    }
-
-    #[test]
-    fn the_cpu_lane_leaves_the_gpu_lane_the_cores_it_keeps_busy_or_its_part_of_them() {
-        // A given share: the cores the lane kept busy.
-        assert_eq!(cpu_threads_beside(16, 5.2, 0.0, 16), 11);
-        assert_eq!(cpu_threads_beside(16, 6.6, 0.0, 16), 9);
-        assert_eq!(cpu_threads_beside(16, 0.0, 0.0, 16), 16);
-        assert_eq!(cpu_threads_beside(16, 3.0, 0.0, 12), 12);
-        assert_eq!(cpu_threads_beside(4, 9.0, 0.0, 4), 1);
-        // A share following the rates: the lane's part of its cores where that is more.
-        assert_eq!(GPU_LANE_CORES, 10);
-        assert_eq!(cpu_threads_beside(16, 6.6, 0.9, 16), 7);
-        assert_eq!(cpu_threads_beside(16, 6.6, 1.0, 16), 6);
-        assert_eq!(cpu_threads_beside(16, 6.6, 0.5, 16), 9);
-        assert_eq!(cpu_threads_beside(64, 6.6, 1.0, 64), 54);
-        assert_eq!(cpu_threads_beside(16, 0.2, 0.04, 16), 16);
-        assert_eq!(cpu_threads_beside(8, 6.6, 1.0, 8), 1);
     }
 }

@@ -9,16 +9,15 @@ use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::time::Duration;
 
-use super::decoders::DecoderSet;
-use super::error::GpuLaneError;
 use crate::background::Background;
+use crate::gpu::error::GpuLaneError;
 
 /// Where each set being made is sent: the set, or why it could not open.
-pub(super) type SetSender<S = DecoderSet> = Sender<Result<S, GpuLaneError>>;
+pub(in crate::gpu) type SetSender<S> = Sender<Result<S, GpuLaneError>>;
 
 /// Decoder sets being made on a thread of their own, each sent as soon as it is ready, and what
 /// has been taken in of them.
-pub(super) struct SetsComing<S = DecoderSet> {
+pub(in crate::gpu) struct SetsComing<S> {
     arriving: Receiver<Result<S, GpuLaneError>>,
     arrivals: Arrivals,
     /// The thread making them: told to give up and waited for when dropped (sets it makes after
@@ -77,7 +76,7 @@ fn stopped() -> GpuLaneError {
 }
 
 /// What a lane has taken in of sets still coming.
-pub(super) struct Arrivals {
+pub(in crate::gpu) struct Arrivals {
     /// Sets taken in so far.
     pub joined: usize,
     /// Sets being made in all.
@@ -89,7 +88,7 @@ pub(super) struct Arrivals {
 }
 
 /// Where a lane's later decoder sets stand.
-pub(super) enum Joining<S = DecoderSet> {
+pub(in crate::gpu) enum Joining<S> {
     /// Nothing to wait for: opened with the lane.
     Settled,
     /// Opening on a thread of their own, those taken in so far at work.

@@ -15,29 +15,17 @@ use std::sync::{mpsc, Arc};
 
 use cudarc::driver::CudaModule;
 
-use super::decoders::{DecoderSet, EngineDecoders, GrayOrder};
-use super::error::GpuLaneError;
 use super::joining::{Joining, SetSender, SetsComing};
-use super::nvjpeg::{DecoderOpening, HardwareHandle, NvJpeg};
 use crate::background::Background;
 use crate::cuda::Gpu;
 use crate::geometry::Geometry;
+use crate::gpu::decoders::{DecoderSet, EngineDecoders, GrayOrder};
+use crate::gpu::error::GpuLaneError;
+use crate::gpu::nvjpeg::{DecoderOpening, HardwareHandle, NvJpeg};
 use crate::resample::Filter;
 
-/// When a lane's JPEG engines open.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum EnginesOpen {
-    /// Before the lane is handed over: every image goes where the files say from the start.
-    BeforeTheLane,
-    /// On a thread of their own once the lane runs with its assisted path.
-    BesideTheLane,
-    /// Not at all, for the reason given (a run that ends before they could open, or an epoch of
-    /// large files, which the assisted path takes): the assisted path alone.
-    Never(&'static str),
-}
-
 /// What the lane's description adds about its engines, if anything.
-pub(super) fn note(engines: &Joining) -> Option<String> {
+pub(in crate::gpu) fn note(engines: &Joining<DecoderSet>) -> Option<String> {
     engines.note(
         "its JPEG engines opening beside the first batches",
         |reason| {
@@ -47,12 +35,12 @@ pub(super) fn note(engines: &Joining) -> Option<String> {
 }
 
 /// What opening a lane's JPEG engines takes: each submitting thread's decoder set.
-pub(super) struct EngineRecipe {
+pub(in crate::gpu) struct EngineRecipe {
     pub gpu: Gpu,
     pub nvjpeg: NvJpeg,
     pub module: Arc<CudaModule>,
     /// What each set opens, and how many sets
-    /// ([`EngineCalls::threads`](super::call::EngineCalls::threads)).
+    /// ([`EngineCalls::threads`](crate::gpu::call::EngineCalls::threads)).
     pub decoders: EngineDecoders,
     pub geometry: Geometry,
     pub filter: Filter,
@@ -77,7 +65,7 @@ impl EngineRecipe {
     /// colour decoder is ready (the first came 0.1-0.9 s before the last on the 4-H200
     /// machine), and returns what their gray decoders take. An error here is the library
     /// handle's, which every set needs.
-    fn open_each(&self, sets: &SetSender) -> Result<Vec<GrayOrder>, GpuLaneError> {
+    fn open_each(&self, sets: &SetSender<DecoderSet>) -> Result<Vec<GrayOrder>, GpuLaneError> {
         // One library handle for every decoder: creating it is the longest step.
         let handle = HardwareHandle::new(
             &self.nvjpeg,
@@ -131,7 +119,7 @@ impl EngineRecipe {
     pub fn open_beside(
         self,
         grays_made: impl FnOnce() + Send + 'static,
-    ) -> Result<(SetsComing, GrayDecoders), GpuLaneError> {
+    ) -> Result<(SetsComing<DecoderSet>, GrayDecoders), GpuLaneError> {
         let (orders, grays) = mpsc::channel::<GrayOrder>();
         let expected = match self.decoders.gray {
             Some(_) => self.decoders.calls.threads,
@@ -189,7 +177,7 @@ impl EngineRecipe {
 /// each is sent to its set, which takes it in at its next call of gray files. Until every set
 /// has its own, the assisted path takes the gray files (the CPU lane, where the assisted path
 /// is off). Dropped, the thread gives up before its next decoder and is waited for.
-pub(super) struct GrayDecoders {
+pub(in crate::gpu) struct GrayDecoders {
     making: Option<Background<()>>,
 }
 
@@ -209,7 +197,7 @@ impl GrayDecoders {
 }
 
 /// The engines of a set of decoders, in words ("7 JPEG engines x 1").
-pub(super) fn engine_count(sets: &[DecoderSet]) -> Option<String> {
+pub(in crate::gpu) fn engine_count(sets: &[DecoderSet]) -> Option<String> {
     let (engines, cores) = sets.first()?.engines()?;
     Some(format!("{engines} JPEG engines x {cores}"))
 }
@@ -217,7 +205,7 @@ pub(super) fn engine_count(sets: &[DecoderSet]) -> Option<String> {
 /// How long the engines' opening took, in words: their shared handle, then the slowest of
 /// `sets`' colour decoders at each step (the sets open side by side): " (handle 540 ms; states
 /// 680 ms, pools 22 ms, buffers 33 ms a thread)".
-pub(super) fn opening_note(sets: &[DecoderSet]) -> String {
+pub(in crate::gpu) fn opening_note(sets: &[DecoderSet]) -> String {
     let handle = sets.iter().find_map(DecoderSet::handle_created_in);
     let decoders = sets
         .iter()

@@ -1,0 +1,70 @@
+//! How many of the CPU lane's threads work beside a GPU lane, and at what priority: the CPU lane
+//! leaves the GPU lane's host threads the cores they keep busy, and its threads yield to theirs
+//! (a higher niceness; the CPU lane carries it out).
+
+/// Cores the CPU lane leaves to the GPU lane's host threads (its submitting threads wait on the
+/// engines most of the time) and the thread that hands the batches out, when the thread count is
+/// left to the pipeline.
+pub(crate) const CORES_FOR_THE_GPU_LANE: usize = 2;
+
+/// The GPU lane's host threads: its preparing threads, its assisted path's submitting threads
+/// and its engines' (the GPU lane checks at build time that its own counts add up to this).
+pub(crate) const GPU_LANE_HOST_THREADS: usize = 9;
+
+/// The scheduling priority a lane's threads run at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ThreadPriority {
+    /// That of the thread that starts them.
+    Inherited,
+    /// Below the GPU lane's threads: a higher niceness, set by each thread as it starts.
+    BelowTheGpuLane,
+}
+
+/// The cores a GPU lane's host threads and the thread that puts the batches together need when
+/// the lane decodes every image. Beside a GPU lane decoding most images, CPU threads on the cores
+/// its host threads wait on slow it more than they add: on the H200 machine (16 cores, 8,192
+/// ImageNet-sized files, the assisted path taking three in four small files, the share
+/// following the rates, in turn on one start) 33,000 images/s with 4 CPU threads, 33,600-35,100
+/// with 6, 32,900-33,200 with 8, and 30,600-31,500 with the cores its host threads kept busy
+/// left to them (about 10 threads); the GPU lane alone 36,000-36,900.
+const GPU_LANE_CORES: usize = GPU_LANE_HOST_THREADS + 1;
+
+/// The CPU threads to keep working beside a GPU lane whose host threads keep `gpu_cores` cores
+/// busy and which decodes `gpu_fraction` of the images (0 where the share is given: the CPU lane
+/// then keeps the threads its part needs), on `cores` cores: the rest of the cores busy or
+/// the lane's part of [`GPU_LANE_CORES`], whichever is more, at least one and at most
+/// `threads`.
+pub(crate) fn cpu_threads_beside(
+    cores: usize,
+    gpu_cores: f64,
+    gpu_fraction: f64,
+    threads: usize,
+) -> usize {
+    let busy = gpu_cores.max(0.0);
+    let part = GPU_LANE_CORES as f64 * gpu_fraction.clamp(0.0, 1.0);
+    let taken = busy.max(part).round() as usize;
+    cores.saturating_sub(taken).clamp(1, threads.max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cpu_lane_leaves_the_gpu_lane_the_cores_it_keeps_busy_or_its_part_of_them() {
+        // A given share: the cores the lane kept busy.
+        assert_eq!(cpu_threads_beside(16, 5.2, 0.0, 16), 11);
+        assert_eq!(cpu_threads_beside(16, 6.6, 0.0, 16), 9);
+        assert_eq!(cpu_threads_beside(16, 0.0, 0.0, 16), 16);
+        assert_eq!(cpu_threads_beside(16, 3.0, 0.0, 12), 12);
+        assert_eq!(cpu_threads_beside(4, 9.0, 0.0, 4), 1);
+        // A share following the rates: the lane's part of its cores where that is more.
+        assert_eq!(GPU_LANE_CORES, 10);
+        assert_eq!(cpu_threads_beside(16, 6.6, 0.9, 16), 7);
+        assert_eq!(cpu_threads_beside(16, 6.6, 1.0, 16), 6);
+        assert_eq!(cpu_threads_beside(16, 6.6, 0.5, 16), 9);
+        assert_eq!(cpu_threads_beside(64, 6.6, 1.0, 64), 54);
+        assert_eq!(cpu_threads_beside(16, 0.2, 0.04, 16), 16);
+        assert_eq!(cpu_threads_beside(8, 6.6, 1.0, 8), 1);
+    }
+}
