@@ -2,11 +2,15 @@
 //! tests on free loopback ports; see `crates/s3-server`): WebDataset shards, one object per
 //! image and ImageFolder trees give the bytes, ids and labels of the same data on disk; brace
 //! patterns, plain HTTP URLs, ranks and the block shuffle; the cache across epochs and sources;
-//! a wrong secret, a truncated shard, a server killed mid-epoch and one restarted mid-epoch.
+//! a wrong secret, a truncated shard, a server killed mid-epoch and one restarted mid-epoch;
+//! behind a fault-injecting proxy (`s3_server::faults`), listings that loop or never end, keys
+//! no client can name, a server that never answers, answers at 1 byte a second, 503 to every
+//! GET; and cache entries damaged on the disk.
 //! Without `weed` the tests print `skipped: ...`, unless `GPUFEED_REQUIRE_S3=1`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 mod common;
@@ -15,6 +19,7 @@ use common::{repo_path, TempDir};
 use gpufeed::{
     DType, Device, Error, Layout, OnError, Pipeline, RemoteOptions, ResizeMode, Source, UrlLayout,
 };
+use s3_server::faults::{Fault, FaultProxy};
 use s3_server::S3Server;
 
 /// One row a pipeline gave: id, label, pixels.
@@ -661,4 +666,404 @@ fn a_server_restarted_mid_epoch_loses_nothing() {
         .collect();
     assert_eq!(skipped, local_skipped);
     same(&rows, &local);
+}
+
+/// Options that reach `server` through `proxy`.
+fn options_via(server: &S3Server, proxy: &FaultProxy) -> RemoteOptions {
+    let mut options = RemoteOptions::default();
+    for (key, value) in server.store_options_via(proxy) {
+        options = options.store_option(key, value);
+    }
+    options
+}
+
+/// Every sample of one epoch delivered or skipped: (delivered, skipped reasons, seconds).
+fn drain(pipeline: &mut Pipeline) -> (usize, Vec<String>, f64) {
+    let start = Instant::now();
+    let mut delivered = 0;
+    for batch in &mut *pipeline {
+        delivered += batch.expect("batch").len();
+    }
+    let skipped = pipeline
+        .epoch_report()
+        .skipped
+        .iter()
+        .map(|e| e.to_string())
+        .collect();
+    (delivered, skipped, start.elapsed().as_secs_f64())
+}
+
+/// `count` copies of a small JPEG under `prefix` (`prefix/i-00000.jpg`, ...).
+fn small_images(server: &S3Server, prefix: &str, count: usize) {
+    let bytes = std::fs::read(repo_path("assets/rocket.jpg")).expect("photo");
+    let objects = (0..count)
+        .map(|i| (format!("{prefix}i-{i:05}.jpg"), bytes.clone()))
+        .collect();
+    server.put_all(objects).expect("upload");
+}
+
+/// A listing that gives the same token (and keys) forever, or new ones forever, or empty pages
+/// forever, is an error within moments, not a listing that grows: each names what the server
+/// did, after a handful of pages.
+#[test]
+fn a_listing_that_loops_or_never_ends_is_an_error_in_moments() {
+    let Some(server) =
+        S3Server::for_test("a_listing_that_loops_or_never_ends_is_an_error_in_moments")
+    else {
+        return;
+    };
+    let proxy = server.fault_proxy().expect("proxy");
+    let bounded = options_via(&server, &proxy).max_listed_objects(20_000);
+    for (fault, says, pages) in [
+        // The same page forever.
+        (
+            Fault::EndlessListing {
+                keys_per_page: 1000,
+                fresh_keys: false,
+                fresh_tokens: false,
+            },
+            "listing loops",
+            2,
+        ),
+        // New keys, the same token.
+        (
+            Fault::EndlessListing {
+                keys_per_page: 1000,
+                fresh_keys: true,
+                fresh_tokens: false,
+            },
+            "token \"token-0\" twice",
+            2,
+        ),
+        // New keys and tokens forever.
+        (
+            Fault::EndlessListing {
+                keys_per_page: 1000,
+                fresh_keys: true,
+                fresh_tokens: true,
+            },
+            "more than 20000 objects",
+            21,
+        ),
+        (
+            Fault::EndlessListing {
+                keys_per_page: 0,
+                fresh_keys: true,
+                fresh_tokens: true,
+            },
+            "empty pages",
+            16,
+        ),
+    ] {
+        proxy.set(fault);
+        let before = proxy.counts().lists.load(Ordering::SeqCst);
+        let start = Instant::now();
+        let error = Source::url(&server.url("loop/"), UrlLayout::Images, &bounded)
+            .expect_err("a listing that does not end");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            start.elapsed()
+        );
+        assert!(error.to_string().contains(says), "{error}");
+        let asked = proxy.counts().lists.load(Ordering::SeqCst) - before;
+        assert!(asked <= pages as u64, "{asked} pages for {says:?}");
+    }
+    // A listing that never answers: stopped by its interrupt within moments.
+    proxy.set(Fault::Silent);
+    let interrupt = gpufeed::Interrupt::new();
+    let stopping = interrupt.clone();
+    let options = options_via(&server, &proxy).interrupt(Some(interrupt));
+    let start = Instant::now();
+    let setter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(500));
+        stopping.interrupt();
+        Instant::now()
+    });
+    let error =
+        Source::url(&server.url("loop/"), UrlLayout::Images, &options).expect_err("stopped");
+    let stopped = Instant::now();
+    let set = setter.join().expect("setter");
+    assert!(
+        stopped.duration_since(set) < Duration::from_millis(100),
+        "{:?} after the interrupt",
+        stopped.duration_since(set)
+    );
+    assert!(start.elapsed() < Duration::from_secs(5));
+    assert!(
+        matches!(
+            error,
+            Error::Remote {
+                kind: std::io::ErrorKind::Interrupted,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+}
+
+/// Keys holding a newline, a tab or another control character cannot be requested: each is
+/// skipped with its reason, in its place, and the rest of the prefix is read; files that are not
+/// images are counted as a folder's are.
+#[test]
+fn keys_no_client_can_name_are_skipped_with_a_reason() {
+    let Some(server) = S3Server::for_test("keys_no_client_can_name_are_skipped_with_a_reason")
+    else {
+        return;
+    };
+    small_images(&server, "odd/", 6);
+    server
+        .put("odd/notes.txt", b"not an image".to_vec())
+        .expect("put");
+    let proxy = server.fault_proxy().expect("proxy");
+    proxy.set(Fault::ExtraKeys(vec![
+        "odd/i-00002\n.jpg".into(),
+        "odd/i-00003\t.jpg".into(),
+        "odd/i-00004\u{1}.jpg".into(),
+        "odd/also\n.txt".into(),
+    ]));
+    let source = Source::url(
+        &server.url("odd/"),
+        UrlLayout::Images,
+        &options_via(&server, &proxy),
+    )
+    .expect("the prefix opens");
+    assert_eq!(source.len(), 6 + 3);
+    assert_eq!(source.left_out(), [("txt".to_string(), 2)]);
+    let mut pipeline = builder(source).build().expect("build");
+    let (delivered, skipped, _) = drain(&mut pipeline);
+    assert_eq!(delivered, 6);
+    assert_eq!(skipped.len(), 3, "{skipped:?}");
+    for (e, c) in skipped.iter().zip(["\\n", "\\t", "\\u{1}"]) {
+        assert!(e.contains("control character") && e.contains(c), "{e}");
+    }
+    // The ids keep their place: each after the image it follows.
+    let ids: Vec<String> = pipeline
+        .epoch_report()
+        .skipped
+        .iter()
+        .map(|e| e.id.clone())
+        .collect();
+    assert_eq!(ids[0], server.url("odd/i-00002\n.jpg"));
+}
+
+/// A list of 100,000 URLs opens without a request; against a server that never answers, an
+/// epoch of 2,000 of them ends within the retry bounds (each read cut at the request timeout,
+/// the rest failing at once once one has given up), every image reported with its reason; and
+/// dropping a pipeline that waits on such a server returns at once.
+#[test]
+fn a_server_that_never_answers_holds_nothing_past_its_bounds() {
+    let Some(server) =
+        S3Server::for_test("a_server_that_never_answers_holds_nothing_past_its_bounds")
+    else {
+        return;
+    };
+    let proxy = server.fault_proxy().expect("proxy");
+    proxy.set(Fault::Silent);
+    let quick = RemoteOptions::default()
+        .request_timeout(Duration::from_millis(500))
+        .retry_timeout(Duration::from_secs(2));
+    let start = Instant::now();
+    let pattern = format!("{}/x{{0..99999}}.jpg", proxy.endpoint());
+    let source = Source::url(&pattern, UrlLayout::Images, &quick).expect("opens");
+    assert_eq!(source.len(), 100_000);
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    let counts = proxy.counts();
+    assert_eq!(
+        counts.heads.load(Ordering::SeqCst) + counts.gets.load(Ordering::SeqCst),
+        0,
+        "nothing asked up front"
+    );
+    drop(source);
+
+    let pattern = format!("{}/x{{0..1999}}.jpg", proxy.endpoint());
+    let source = Source::url(&pattern, UrlLayout::Images, &quick).expect("opens");
+    let mut pipeline = builder(source).batch_size(64).build().expect("build");
+    let (delivered, skipped, seconds) = drain(&mut pipeline);
+    assert_eq!(delivered, 0);
+    assert_eq!(skipped.len(), 2000);
+    assert!(seconds < 15.0, "{seconds} s");
+    assert!(
+        skipped.iter().any(|e| e.contains("gave up after")),
+        "{:?}",
+        &skipped[..3]
+    );
+    assert!(
+        skipped
+            .iter()
+            .all(|e| e.contains("gave up after") || e.contains("store is failing")),
+        "{skipped:?}"
+    );
+
+    // Dropped while its threads wait for the server: at once.
+    let pattern = format!("{}/y{{0..99}}.jpg", proxy.endpoint());
+    let patient = RemoteOptions::default().request_timeout(Duration::from_secs(60));
+    let source = Source::url(&pattern, UrlLayout::Images, &patient).expect("opens");
+    let pipeline = builder(source).build().expect("build");
+    std::thread::sleep(Duration::from_millis(300));
+    let start = Instant::now();
+    drop(pipeline);
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?} to drop",
+        start.elapsed()
+    );
+}
+
+/// Answers at 1 byte a second fail every read within its bounds, and the epoch's time does not
+/// grow with the objects: 100 and 400 take about the same.
+#[test]
+fn answers_at_one_byte_a_second_fail_in_a_time_that_does_not_grow_with_the_objects() {
+    let Some(server) = S3Server::for_test(
+        "answers_at_one_byte_a_second_fail_in_a_time_that_does_not_grow_with_the_objects",
+    ) else {
+        return;
+    };
+    small_images(&server, "slow/", 400);
+    let proxy = server.fault_proxy().expect("proxy");
+    let options = options_via(&server, &proxy)
+        .request_timeout(Duration::from_millis(800))
+        .retry_timeout(Duration::from_secs(3));
+    let mut times = Vec::new();
+    for count in [100, 400] {
+        let urls: Vec<String> = (0..count)
+            .map(|i| server.url(&format!("slow/i-{i:05}.jpg")))
+            .collect();
+        proxy.set(Fault::None);
+        let source = Source::urls(&urls, UrlLayout::Images, &options).expect("opens");
+        proxy.set(Fault::Slow {
+            bytes_per_second: 1,
+        });
+        let mut pipeline = builder(source).batch_size(50).build().expect("build");
+        let (delivered, skipped, seconds) = drain(&mut pipeline);
+        assert_eq!(delivered + skipped.len(), count);
+        assert!(skipped.len() >= count - 5, "{delivered} delivered");
+        assert!(
+            skipped.iter().any(|e| e.contains("gave up after")),
+            "{:?}",
+            &skipped[..2]
+        );
+        times.push(seconds);
+    }
+    assert!(times[1] < 15.0, "{times:?}");
+    assert!(times[1] < times[0] * 2.0 + 3.0, "{times:?}");
+}
+
+/// Every GET answered 503: each read tries at most `max_retries` + 1 times within the retry
+/// timeout, says how many times it tried, and once one has given up the rest fail at once.
+#[test]
+fn every_get_refused_with_503_is_tried_a_bounded_number_of_times() {
+    let Some(server) =
+        S3Server::for_test("every_get_refused_with_503_is_tried_a_bounded_number_of_times")
+    else {
+        return;
+    };
+    small_images(&server, "busy/", 200);
+    let proxy = server.fault_proxy().expect("proxy");
+    let options = options_via(&server, &proxy)
+        .max_retries(3)
+        .max_requests(16)
+        .retry_timeout(Duration::from_secs(20));
+    let source = Source::url(&server.url("busy/"), UrlLayout::Images, &options).expect("opens");
+    proxy.set(Fault::Status(503));
+    let start = Instant::now();
+    let mut pipeline = builder(source).batch_size(50).build().expect("build");
+    let (delivered, skipped, _) = drain(&mut pipeline);
+    assert_eq!((delivered, skipped.len()), (0, 200));
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        start.elapsed()
+    );
+    let gets = proxy.counts().gets.load(Ordering::SeqCst);
+    assert!(gets <= 16 * 4 + 200, "{gets} GETs");
+    assert!(
+        skipped.iter().any(|e| e.contains("gave up after 4 tries")),
+        "{:?}",
+        &skipped[..2]
+    );
+}
+
+/// The cache folder's shard indexes and copies are checked: an index cut short, holding only
+/// its header, or with a line twice, and a copy with flipped bytes, are each found damaged,
+/// removed and read again, and the samples and their bytes stay the disk's.
+#[test]
+fn the_cache_checks_its_indexes_and_copies_and_rebuilds_what_is_damaged() {
+    let Some(server) =
+        S3Server::for_test("the_cache_checks_its_indexes_and_copies_and_rebuilds_what_is_damaged")
+    else {
+        return;
+    };
+    let dir = TempDir::new("remote-cache-damaged");
+    let shards = write_shards(&dir, 25);
+    upload(&server, "checked/", &shards);
+    let local_dir = dir.join("shards").display().to_string();
+    let (local, _) = epoch(Source::webdataset(dir.join("shards")).expect("local"));
+    let local = renamed(local, &local_dir, &server.url("checked"));
+    let cache = dir.join("cache");
+    let cached = options(&server).cache_dir(Some(cache.clone()));
+    let url = server.url("checked/");
+    let (first, _) = epoch(Source::url(&url, UrlLayout::WebDataset, &cached).expect("s3"));
+    same(&first, &local);
+    let entries = |suffix: &str| -> Vec<PathBuf> {
+        let mut found: Vec<PathBuf> = std::fs::read_dir(&cache)
+            .expect("cache")
+            .map(|e| e.expect("entry").path())
+            .filter(|p| {
+                let name = p.file_name().map(|n| n.to_string_lossy().into_owned());
+                let name = name.unwrap_or_default();
+                match suffix {
+                    "" => !name.contains('.'),
+                    _ => name.ends_with(suffix),
+                }
+            })
+            .collect();
+        found.sort();
+        found
+    };
+    // The index of the larger shard (25 samples).
+    let index = entries(".index")
+        .into_iter()
+        .max_by_key(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
+        .expect("an index");
+    let text = std::fs::read_to_string(&index).expect("index");
+    assert!(text.lines().count() > 20, "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    let damage: Vec<String> = vec![
+        lines[..11].iter().map(|l| format!("{l}\n")).collect(),
+        format!("{}\n", lines[0]),
+        lines
+            .iter()
+            .chain(&lines[1..6])
+            .map(|l| format!("{l}\n"))
+            .collect(),
+    ];
+    for damaged in damage {
+        std::fs::write(&index, damaged).expect("damage the index");
+        let source = Source::url(&url, UrlLayout::WebDataset, &cached).expect("s3");
+        let opening = source.opening_report().expect("remote").clone();
+        assert_eq!(opening.cache_rejected, 1, "{opening:?}");
+        let (rows, _) = epoch(source);
+        same(&rows, &local);
+    }
+    // A copy of a shard with flipped bytes.
+    let copy = entries("").into_iter().next().expect("a copy");
+    let mut bytes = std::fs::read(&copy).expect("copy");
+    let middle = bytes.len() / 2;
+    for byte in &mut bytes[middle..middle + 64] {
+        *byte ^= 0x5a;
+    }
+    std::fs::write(&copy, &bytes).expect("damage the copy");
+    let mut pipeline = builder(Source::url(&url, UrlLayout::WebDataset, &cached).expect("s3"))
+        .build()
+        .expect("build");
+    let (rows, _) = run(&mut pipeline);
+    same(&rows, &local);
+    let reads = pipeline.epoch_report().reads.clone().expect("reads");
+    assert_eq!(reads.cache_rejected, 1, "{reads:?}");
+    assert_eq!(reads.fetched, 1, "{reads:?}");
 }

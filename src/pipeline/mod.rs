@@ -94,6 +94,8 @@ pub struct Pipeline {
     commands: Option<Sender<EpochCommand>>,
     batches: Option<Receiver<Message>>,
     worker: Option<JoinHandle<()>>,
+    /// The source, to stop its reads when the pipeline goes (the worker holds it too).
+    source: Arc<Source>,
     /// The process that built the pipeline: a fork of it has none of its threads.
     process: u32,
 }
@@ -231,7 +233,7 @@ impl Pipeline {
         }));
         let worker = Worker {
             labelled: source.has_labels(),
-            source,
+            source: source.clone(),
             sampler,
             batching: options.batching,
             lanes,
@@ -271,6 +273,7 @@ impl Pipeline {
             commands: Some(prefetch.commands),
             batches: Some(prefetch.batches),
             worker: Some(prefetch.thread),
+            source,
             process: std::process::id(),
         };
         pipeline.begin(start, None)?;
@@ -703,6 +706,8 @@ impl Drop for Pipeline {
         }
         self.stop.store(true, Ordering::SeqCst);
         self.abandon.store(true, Ordering::SeqCst);
+        // Threads waiting for an object in object storage stop waiting.
+        self.source.stop_reads();
         // Closing both channels wakes the worker wherever it waits.
         self.commands.take();
         self.batches.take();

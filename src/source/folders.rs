@@ -162,7 +162,7 @@ pub(super) fn has_extension(p: &Path, extensions: &[&str]) -> bool {
 }
 
 /// The extension a left-out file is counted under: lower case, empty without one.
-fn extension_of(p: &Path) -> String {
+pub(super) fn extension_of(p: &Path) -> String {
     p.extension()
         .map(|e| String::from_utf8_lossy(e.as_bytes()).to_lowercase())
         .unwrap_or_default()

@@ -20,7 +20,7 @@ use crate::order::{EpochOrder, ListingSummary, ShardBlocks};
 
 pub use folders::{DECODED_EXTENSIONS, IMAGE_EXTENSIONS};
 #[cfg(feature = "object-store")]
-pub use remote::{RemoteOptions, UrlLayout, DEFAULT_READ_BUDGET};
+pub use remote::{Interrupt, RemoteOptions, UrlLayout, DEFAULT_READ_BUDGET};
 pub use report::ReadReport;
 
 #[derive(Debug, Clone)]
@@ -939,6 +939,16 @@ impl Source {
         }
         #[cfg(not(feature = "object-store"))]
         let _ = position;
+    }
+
+    /// Stops a source's reads: a wait for an object in object storage ends at once, now and
+    /// later (the pipeline is going away; nothing waits on a server that does not answer).
+    /// Nothing for local sources.
+    pub(crate) fn stop_reads(&self) {
+        #[cfg(feature = "object-store")]
+        if let Some(remote) = &self.remote {
+            remote.stop();
+        }
     }
 
     /// What reading `epoch` took from object storage; `None` for local sources.

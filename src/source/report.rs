@@ -5,8 +5,8 @@
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ReadReport {
-    /// GET requests sent (each range of a shard read in ranges is one; retries inside a request
-    /// are not counted).
+    /// Requests sent: GETs (each range of a shard read in ranges is one, and each retry), HEADs
+    /// and listing pages.
     pub requests: u64,
     /// Bytes received from the store.
     pub bytes: u64,
@@ -25,6 +25,9 @@ pub struct ReadReport {
     pub waits: u64,
     /// Time decoders spent waiting so, in all (summed over threads).
     pub waited: std::time::Duration,
+    /// Copies in the cache folder found damaged (cut short, or not the bytes written: their
+    /// checksum differs), removed and read from the store again; shard indexes included.
+    pub cache_rejected: u64,
 }
 
 impl ReadReport {

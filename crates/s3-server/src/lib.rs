@@ -3,9 +3,14 @@
 //! with one identity whose signatures it checks, and one bucket. It is stopped, and its folder
 //! removed, when dropped; a test can kill it and start it again on the same ports and data.
 //!
+//! [`faults::FaultProxy`] stands in front of it for tests of a server that misbehaves: a listing
+//! that loops, keys no client can name, no answer, answers at 1 byte a second, 503 to every GET.
+//!
 //! `weed` is found through `GPUFEED_WEED`, else on `PATH`. Without it, [`S3Server::for_test`]
 //! prints why the test is skipped, unless `GPUFEED_REQUIRE_S3=1` (as CI sets), which makes a
 //! missing server a failure.
+
+pub mod faults;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -227,6 +232,18 @@ impl S3Server {
     /// (for `gpufeed::RemoteOptions::store_options`).
     pub fn store_options(&self) -> Vec<(String, String)> {
         self.store_options_with_secret(SECRET_KEY)
+    }
+
+    /// A [`faults::FaultProxy`] in front of this server: relaying until told otherwise.
+    pub fn fault_proxy(&self) -> std::io::Result<faults::FaultProxy> {
+        faults::FaultProxy::start(&format!("127.0.0.1:{}", self.ports[6]), self.client.clone())
+    }
+
+    /// The client settings that reach this server through `proxy`, as its identity.
+    pub fn store_options_via(&self, proxy: &faults::FaultProxy) -> Vec<(String, String)> {
+        let mut options = self.store_options();
+        options[0].1 = proxy.endpoint();
+        options
     }
 
     /// The same with another secret key (which the server refuses).

@@ -10,17 +10,20 @@
 //! [`super::SourceItem::open`] as local files.
 
 mod cache;
+mod listing;
 mod location;
 mod reader;
 mod store;
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::{StreamExt, TryStreamExt};
-use object_store::{ObjectMeta, ObjectStoreExt};
+use futures_util::StreamExt;
+use object_store::ObjectMeta;
 
 use super::folders::{has_extension, DECODED_EXTENSIONS, IMAGE_EXTENSIONS};
 use super::tar::{self, Entry};
@@ -29,9 +32,10 @@ use crate::error::{Error, ItemErrorKind, Result};
 use crate::order::{EpochOrder, ShardBlocks};
 use crate::source::ReadReport;
 use cache::{Cache, Kind};
+use listing::Bounds;
 use location::{expand_braces, object_url, Location, StoreUrl};
-use reader::{CacheWrite, Data, Object, Reader, Shared};
-use store::Clients;
+use reader::{CacheWrite, Data, Meta, Object, Reader, Shared};
+use store::{Clients, Retries};
 
 /// Default [`RemoteOptions::read_budget`]: 1 GiB.
 pub const DEFAULT_READ_BUDGET: u64 = 1 << 30;
@@ -51,8 +55,47 @@ pub enum UrlLayout {
     WebDataset,
 }
 
+/// A flag that stops a source's opening: set it (from a signal handler, say) and a listing or
+/// indexing under way ends within 20 ms with an error of kind `Interrupted`. Copies share the
+/// flag; two are equal when they share it.
+#[derive(Debug, Clone, Default)]
+pub struct Interrupt(Arc<AtomicBool>);
+
+impl Interrupt {
+    /// A flag of its own, not set.
+    pub fn new() -> Interrupt {
+        Interrupt::default()
+    }
+
+    /// Sets the flag.
+    pub fn interrupt(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the flag is set.
+    pub fn is_set(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// The flag a signal handler sets (`signal_hook::flag::register`, say).
+impl From<Arc<AtomicBool>> for Interrupt {
+    fn from(flag: Arc<AtomicBool>) -> Interrupt {
+        Interrupt(flag)
+    }
+}
+
+impl PartialEq for Interrupt {
+    fn eq(&self, other: &Interrupt) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Interrupt {}
+
 /// How a source in object storage is read: the byte budget, the requests in flight, the shuffle
-/// window of shards, the local cache and the faults' timeouts. Credentials and endpoints come
+/// window of shards, the local cache, the faults' timeouts and retries, and the bounds of a
+/// listing. Credentials and endpoints come
 /// from the environment, as the platforms' own tools take them (`AWS_ACCESS_KEY_ID`,
 /// `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`, `AWS_ENDPOINT_URL`, instance
 /// credentials; `GOOGLE_APPLICATION_CREDENTIALS`; `AZURE_STORAGE_ACCOUNT_NAME`,
@@ -80,13 +123,24 @@ pub struct RemoteOptions {
     /// The most bytes the cache folder holds (default no limit); objects that do not fit are
     /// read from the store each time.
     pub cache_limit: u64,
-    /// Time one request may take, connection included, before it counts as failed and is
-    /// retried (default 30 s).
+    /// Time one request may take, connection and body included, before it counts as failed and
+    /// is retried (default 30 s).
     pub request_timeout: Duration,
-    /// How long a failing read is retried, with exponential backoff, before its samples fail
+    /// How long a failing request is retried, with exponential backoff (100 ms doubling to 8 s),
+    /// before it gives up: its first try and every retry end within this time of the first
     /// (default 60 s). Timeouts, 5xx answers, throttling and dropped connections are retried;
-    /// refused credentials and missing objects are not.
+    /// refused credentials, missing objects and other refusals are not.
     pub retry_timeout: Duration,
+    /// The most times a failing request is tried again (default 10); the reason a read gives
+    /// up says how many tries it made.
+    pub max_retries: u32,
+    /// The most objects a listing may hold (default 20,000,000): a listing past it is an error
+    /// that says so, not one that grows until memory runs out.
+    pub max_listed_objects: u64,
+    /// The most bytes of key names a listing may hold (default 4 GiB).
+    pub max_listed_bytes: u64,
+    /// Stops the source's opening when set (see [`Interrupt`]; default none).
+    pub interrupt: Option<Interrupt>,
     /// Settings for the store's client, by `object_store`'s names (`aws_endpoint`,
     /// `aws_access_key_id`, `aws_secret_access_key`, `aws_region`, `google_service_account`,
     /// `azure_storage_account_key`, ...); they override the environment.
@@ -104,6 +158,10 @@ impl Default for RemoteOptions {
             cache_limit: u64::MAX,
             request_timeout: Duration::from_secs(30),
             retry_timeout: Duration::from_secs(60),
+            max_retries: 10,
+            max_listed_objects: 20_000_000,
+            max_listed_bytes: 4 << 30,
+            interrupt: None,
             store_options: Vec::new(),
         }
     }
@@ -155,6 +213,30 @@ impl RemoteOptions {
     /// Sets [`RemoteOptions::retry_timeout`].
     pub fn retry_timeout(mut self, timeout: Duration) -> Self {
         self.retry_timeout = timeout;
+        self
+    }
+
+    /// Sets [`RemoteOptions::max_retries`].
+    pub fn max_retries(mut self, retries: u32) -> Self {
+        self.max_retries = retries;
+        self
+    }
+
+    /// Sets [`RemoteOptions::max_listed_objects`].
+    pub fn max_listed_objects(mut self, objects: u64) -> Self {
+        self.max_listed_objects = objects;
+        self
+    }
+
+    /// Sets [`RemoteOptions::max_listed_bytes`].
+    pub fn max_listed_bytes(mut self, bytes: u64) -> Self {
+        self.max_listed_bytes = bytes;
+        self
+    }
+
+    /// Sets [`RemoteOptions::interrupt`].
+    pub fn interrupt(mut self, interrupt: Option<Interrupt>) -> Self {
+        self.interrupt = interrupt;
         self
     }
 
@@ -217,28 +299,34 @@ pub(crate) struct Remote {
     runtime: Arc<Runtime>,
 }
 
-/// Where an item's bytes are: `len` bytes at `offset` of object `unit` (the whole object for
-/// an image, a member for a shard's sample).
+/// Where an item's bytes are: `len` bytes at `offset` of object `unit` (a member, for a shard's
+/// sample), or the whole object (an image; `len` is `None` while its size is not known).
 #[derive(Debug, Clone)]
 pub(crate) struct Place {
     reader: Arc<Reader>,
     unit: u32,
     offset: u64,
-    len: u64,
+    len: Option<u64>,
 }
 
 impl Place {
-    /// Encoded size in bytes.
+    /// Encoded size in bytes, 0 while not known (an image given by its URL, not read yet).
     pub fn len(&self) -> u64 {
-        self.len
+        self.len.unwrap_or_else(|| self.object_size().unwrap_or(0))
+    }
+
+    fn object_size(&self) -> Option<u64> {
+        let object = &self.reader.shared().objects[self.unit as usize];
+        object.meta().map(|m| m.size)
     }
 
     /// The item's bytes, waiting while its object is read; refused as a local file would be
     /// (over `max_bytes`, empty, not an image format).
     pub fn open(&self, max_bytes: u64) -> std::result::Result<OpenItem, ItemErrorKind> {
-        if self.len > max_bytes {
+        let known = self.len.or_else(|| self.object_size());
+        if let Some(len) = known.filter(|&len| len > max_bytes) {
             return Err(ItemErrorKind::FileTooLarge {
-                bytes: self.len,
+                bytes: len,
                 limit: max_bytes,
             });
         }
@@ -249,10 +337,12 @@ impl Place {
                 kind: f.kind,
                 reason: f.reason,
             })?;
+        // Known once read.
+        let len = self.len.or_else(|| self.object_size()).unwrap_or(0);
         match data {
             Data::Memory(buffer) => {
                 let start = usize::try_from(self.offset).unwrap_or(usize::MAX);
-                let end = start.saturating_add(usize::try_from(self.len).unwrap_or(usize::MAX));
+                let end = start.saturating_add(usize::try_from(len).unwrap_or(usize::MAX));
                 if end > buffer.len() {
                     return Err(ItemErrorKind::Truncated(format!(
                         "the object ends at byte {}, before the member's end",
@@ -267,7 +357,7 @@ impl Place {
                     max_bytes,
                 )
             }
-            Data::File(path) => OpenItem::file_part(&path, self.offset, self.len, max_bytes),
+            Data::File(path) => OpenItem::file_part(&path, self.offset, len, max_bytes),
         }
     }
 }
@@ -335,6 +425,11 @@ impl Remote {
     /// What opening the source read (listings, shard indexes).
     pub fn opening(&self) -> &ReadReport {
         &self.opening
+    }
+
+    /// Stops the reads: waits for objects end at once, now and later (see [`Reader::stop`]).
+    pub fn stop(&self) {
+        self.reader.stop();
     }
 }
 
@@ -505,65 +600,126 @@ impl Opening {
         Ok(self.clients.len() - 1)
     }
 
+    /// Waits for `future` on the runtime, or until the options' [`Interrupt`] is set (looked
+    /// at every 20 ms): then an error of kind `Interrupted` naming `url`.
+    fn wait<T>(&self, url: &str, future: impl Future<Output = T>) -> Result<T> {
+        let interrupt = self.options.interrupt.clone();
+        self.runtime.block_on(async move {
+            let watch = async {
+                loop {
+                    if interrupt.as_ref().is_some_and(Interrupt::is_set) {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            };
+            futures_util::pin_mut!(future, watch);
+            match futures_util::future::select(future, watch).await {
+                futures_util::future::Either::Left((value, _)) => Ok(value),
+                futures_util::future::Either::Right(_) => Err(Error::Remote {
+                    url: url.to_string(),
+                    reason: "interrupted while opening it".into(),
+                    kind: std::io::ErrorKind::Interrupted,
+                }),
+            }
+        })
+    }
+
     /// The objects under a prefix, as `layout` reads them.
     fn prefix(mut self, url: &str, location: &Location, layout: UrlLayout) -> Result<Source> {
         let store = self.clients(&location.store)?;
         let prefix = match location.key.trim_end_matches('/') {
             "" => None,
-            _ => Some(location.path().map_err(|reason| invalid_url(url, reason))?),
+            key => {
+                location.path().map_err(|reason| invalid_url(url, reason))?;
+                Some(format!("{key}/"))
+            }
         };
-        let client = self.clients[store].patient.clone();
-        let listed: Vec<ObjectMeta> = self
-            .runtime
-            .block_on(async {
-                match layout {
-                    UrlLayout::WebDataset => client
-                        .list_with_delimiter(prefix.as_ref())
-                        .await
-                        .map(|listing| listing.objects),
-                    _ => client.list(prefix.as_ref()).try_collect().await,
-                }
-            })
-            .map_err(|e| failed(url, store::failure(url, &e)))?;
-        self.report.requests += 1;
-        let relative = |meta: &ObjectMeta| -> String {
-            let key = meta.location.as_ref();
+        let clients = self.clients[store].clone();
+        let retries = Retries::of(&self.options);
+        let bounds = Bounds::of(&self.options);
+        let delimiter = layout == UrlLayout::WebDataset;
+        let listed = self
+            .wait(
+                url,
+                listing::list(&clients, retries, bounds, url, prefix.as_deref(), delimiter),
+            )?
+            .map_err(|f| failed(url, f))?;
+        self.report.requests += listed.requests;
+        let relative = |key: &str| -> String {
             match &prefix {
-                Some(p) => key
-                    .strip_prefix(p.as_ref())
-                    .map_or(key, |rest| rest.trim_start_matches('/'))
-                    .to_string(),
+                Some(p) => key.strip_prefix(p.as_str()).unwrap_or(key).to_string(),
                 None => key.to_string(),
             }
         };
-        let object = |meta: &ObjectMeta| Object {
-            store,
-            url: object_url(&location.store, &meta.location),
-            path: meta.location.clone(),
-            size: meta.size,
-            etag: meta.e_tag.clone(),
+        let object = |meta: &ObjectMeta| {
+            Object::listed(
+                store,
+                meta.location.clone(),
+                object_url(&location.store, &meta.location),
+                Meta {
+                    size: meta.size,
+                    etag: meta.e_tag.clone(),
+                },
+            )
+        };
+        // Keys that cannot be requested: left out, each with its reason, as a damaged item in
+        // its place (images), or noted (shards).
+        let key_url = |key: &str| format!("{}/{key}", location.store);
+        let unnamable: Vec<(String, String)> = listed
+            .unnamable
+            .iter()
+            .map(|(key, reason)| (relative(key), reason.clone()))
+            .collect();
+        let mut left_out: BTreeMap<String, usize> = BTreeMap::new();
+        let mut leave_out = |key: &str| {
+            *left_out
+                .entry(super::folders::extension_of(Path::new(key)))
+                .or_default() += 1;
         };
         match layout {
             UrlLayout::WebDataset => {
-                let mut shards: Vec<&ObjectMeta> = listed
+                let shards: Vec<&ObjectMeta> = listed
+                    .objects
                     .iter()
                     .filter(|m| m.location.as_ref().to_ascii_lowercase().ends_with(".tar"))
                     .collect();
-                shards.sort_by(|a, b| a.location.as_ref().cmp(b.location.as_ref()));
+                let mut damaged = Vec::new();
+                for (key, reason) in &listed.unnamable {
+                    if key.to_ascii_lowercase().ends_with(".tar") {
+                        damaged.push(SourceItem {
+                            payload: Payload::Damaged(reason.clone()),
+                            id: key_url(key),
+                            label: None,
+                        });
+                    }
+                }
                 if shards.is_empty() {
                     return Err(nothing_found(url, "no .tar shard under it".into()));
                 }
                 let objects = shards.into_iter().map(object).collect();
-                self.webdataset(objects)
+                self.webdataset(objects, damaged)
             }
             UrlLayout::Images => {
-                let mut images: Vec<(String, &ObjectMeta)> = listed
-                    .iter()
-                    .map(|m| (relative(m), m))
-                    .filter(|(key, _)| has_extension(Path::new(key), &DECODED_EXTENSIONS))
-                    .collect();
-                images.sort_by(|a, b| walk_order(&a.0, &b.0));
-                if images.is_empty() {
+                // Full keys, sorted by the part under the prefix.
+                let mut images: Vec<(String, Option<&ObjectMeta>, Option<&str>)> = Vec::new();
+                for meta in &listed.objects {
+                    let key = meta.location.as_ref();
+                    if has_extension(Path::new(&relative(key)), &DECODED_EXTENSIONS) {
+                        images.push((key.to_string(), Some(meta), None));
+                    } else {
+                        leave_out(&relative(key));
+                    }
+                }
+                for ((key, reason), (full, _)) in unnamable.iter().zip(&listed.unnamable) {
+                    if has_extension(Path::new(key), &DECODED_EXTENSIONS) {
+                        images.push((full.clone(), None, Some(reason.as_str())));
+                    } else {
+                        leave_out(key);
+                    }
+                }
+                images.sort_by(|a, b| walk_order(&relative(&a.0), &relative(&b.0)));
+                if images.iter().all(|(_, meta, _)| meta.is_none()) {
                     return Err(nothing_found(
                         url,
                         format!(
@@ -572,20 +728,44 @@ impl Opening {
                         ),
                     ));
                 }
-                let objects = images.into_iter().map(|(_, m)| object(m)).collect();
-                self.images(objects, None, None)
+                let entries = images
+                    .into_iter()
+                    .map(|(key, meta, reason)| match (meta, reason) {
+                        (Some(meta), _) => Listed::Object(object(meta), None),
+                        (None, reason) => Listed::Unnamable {
+                            id: key_url(&key),
+                            reason: reason.unwrap_or_default().to_string(),
+                            label: None,
+                        },
+                    })
+                    .collect();
+                let left_out = left_out.into_iter().collect();
+                self.images(entries, None, left_out)
             }
             UrlLayout::ImageFolder => {
                 // Class: the first component of the key under the prefix.
-                let mut classes: BTreeMap<String, Vec<(String, &ObjectMeta)>> = BTreeMap::new();
-                for meta in &listed {
-                    let key = relative(meta);
+                type Files<'a> = Vec<(String, Option<&'a ObjectMeta>, Option<&'a str>)>;
+                let mut classes: BTreeMap<String, Files> = BTreeMap::new();
+                let keys = listed
+                    .objects
+                    .iter()
+                    .map(|m| (m.location.as_ref().to_string(), Some(m), None))
+                    .chain(
+                        listed
+                            .unnamable
+                            .iter()
+                            .map(|(k, r)| (k.clone(), None, Some(r.as_str()))),
+                    );
+                for (full, meta, reason) in keys {
+                    let key = relative(&full);
                     let Some((class, rest)) = key.split_once('/') else {
                         continue;
                     };
                     let files = classes.entry(class.to_string()).or_default();
                     if has_extension(Path::new(rest), &IMAGE_EXTENSIONS) {
-                        files.push((key.clone(), meta));
+                        files.push((full, meta, reason));
+                    } else {
+                        leave_out(rest);
                     }
                 }
                 if classes.is_empty() {
@@ -596,7 +776,7 @@ impl Opening {
                 }
                 let empty: Vec<&str> = classes
                     .iter()
-                    .filter(|(_, files)| files.is_empty())
+                    .filter(|(_, files)| files.iter().all(|(_, meta, _)| meta.is_none()))
                     .map(|(name, _)| name.as_str())
                     .collect();
                 if !empty.is_empty() {
@@ -609,58 +789,49 @@ impl Opening {
                         ),
                     ));
                 }
-                let mut objects = Vec::new();
-                let mut labels = Vec::new();
+                let mut entries = Vec::new();
                 let mut names = Vec::new();
                 for (label, (name, mut files)) in classes.into_iter().enumerate() {
-                    files.sort_by(|a, b| walk_order(&a.0, &b.0));
-                    labels.extend(std::iter::repeat_n(label as u32, files.len()));
-                    objects.extend(files.into_iter().map(|(_, m)| object(m)));
+                    files.sort_by(|a, b| walk_order(&relative(&a.0), &relative(&b.0)));
+                    for (key, meta, reason) in files {
+                        entries.push(match meta {
+                            Some(meta) => Listed::Object(object(meta), Some(label as u32)),
+                            None => Listed::Unnamable {
+                                id: key_url(&key),
+                                reason: reason.unwrap_or_default().to_string(),
+                                label: Some(label as u32),
+                            },
+                        });
+                    }
                     names.push(name);
                 }
-                self.images(objects, Some(labels), Some(names))
+                let left_out = left_out.into_iter().collect();
+                self.images(entries, Some(names), left_out)
             }
         }
     }
 
-    /// These objects, each asked for its size and ETag (64 at a time), as `layout` reads them.
+    /// These objects, as `layout` reads them. None is asked anything up front: an image's size
+    /// and ETag come with its first read, a missing one is an item error then; a shard is read
+    /// whole to index it (or its index found in the cache, after a HEAD for its ETag).
     fn objects(mut self, locations: &[Location], layout: UrlLayout) -> Result<Source> {
-        let mut asks = Vec::with_capacity(locations.len());
+        let mut objects = Vec::with_capacity(locations.len());
         for location in locations {
             let store = self.clients(&location.store)?;
             let path = location
                 .path()
                 .map_err(|reason| invalid_url(&location.to_string(), reason))?;
-            asks.push((store, path, location.to_string()));
-        }
-        let clients = &self.clients;
-        let metas: Vec<std::result::Result<ObjectMeta, Error>> = self.runtime.block_on(
-            futures_util::stream::iter(asks.iter())
-                .map(|(store, path, url)| async move {
-                    clients[*store]
-                        .patient
-                        .head(path)
-                        .await
-                        .map_err(|e| failed(url, store::failure(url, &e)))
-                })
-                .buffered(64)
-                .collect(),
-        );
-        self.report.requests += asks.len() as u64;
-        let mut objects = Vec::with_capacity(asks.len());
-        for ((store, path, url), meta) in asks.into_iter().zip(metas) {
-            let meta = meta?;
-            objects.push(Object {
-                store,
-                path,
-                url,
-                size: meta.size,
-                etag: meta.e_tag,
-            });
+            objects.push(Object::unlisted(store, path, location.to_string()));
         }
         match layout {
-            UrlLayout::WebDataset => self.webdataset(objects),
-            _ => self.images(objects, None, None),
+            UrlLayout::WebDataset => self.webdataset(objects, Vec::new()),
+            _ => {
+                let entries = objects
+                    .into_iter()
+                    .map(|o| Listed::Object(o, None))
+                    .collect();
+                self.images(entries, None, Vec::new())
+            }
         }
     }
 
@@ -684,42 +855,88 @@ impl Opening {
             objects,
             cache,
             requests: tokio::sync::Semaphore::new(self.options.max_requests),
-            down: Default::default(),
+            health: Default::default(),
             options: self.options.clone(),
         }))
     }
 
-    /// One object per image, with these labels and class names.
+    /// One object per image (with its label), or a key left out in its place, with these class
+    /// names and the listing's left-out files.
     fn images(
         self,
-        objects: Vec<Object>,
-        labels: Option<Vec<u32>>,
+        entries: Vec<Listed>,
         class_names: Option<Vec<String>>,
+        left_out: Vec<(String, usize)>,
     ) -> Result<Source> {
+        let mut objects = Vec::with_capacity(entries.len());
+        let mut items = Vec::with_capacity(entries.len());
+        let mut places = Vec::with_capacity(entries.len());
+        for entry in entries {
+            match entry {
+                Listed::Object(object, label) => {
+                    places.push(Some(objects.len() as u32));
+                    items.push((object.url.clone(), label, None));
+                    objects.push(object);
+                }
+                Listed::Unnamable { id, reason, label } => {
+                    places.push(None);
+                    items.push((id, label, Some(reason)));
+                }
+            }
+        }
         let shared = self.shared(objects)?;
         let reader = Reader::start(shared.clone());
-        let items = shared
-            .objects
-            .iter()
-            .enumerate()
-            .map(|(unit, object)| SourceItem {
-                payload: Payload::Remote(Place {
-                    reader: reader.clone(),
-                    unit: unit as u32,
-                    offset: 0,
-                    len: object.size,
-                }),
-                id: object.url.clone(),
-                label: labels.as_ref().map(|l| l[unit]),
+        let items = items
+            .into_iter()
+            .zip(places)
+            .map(|((id, label, reason), unit)| SourceItem {
+                payload: match (unit, reason) {
+                    (Some(unit), _) => Payload::Remote(Place {
+                        reader: reader.clone(),
+                        unit,
+                        offset: 0,
+                        len: shared.objects[unit as usize].meta().map(|m| m.size),
+                    }),
+                    (None, reason) => Payload::Damaged(reason.unwrap_or_default()),
+                },
+                id,
+                label,
             })
             .collect();
-        Ok(self.finish(reader, items, None, class_names))
+        Ok(self.finish(reader, items, None, class_names, left_out))
     }
 
-    /// WebDataset shards: each indexed (from the cache, or read whole), its samples in order.
-    fn webdataset(mut self, objects: Vec<Object>) -> Result<Source> {
-        let largest = objects.iter().map(|o| o.size).max().unwrap_or(0).max(1);
+    /// WebDataset shards: each indexed (from the cache, or read whole), its samples in order;
+    /// `damaged`: shards the listing left out, reported as damaged parts.
+    fn webdataset(mut self, objects: Vec<Object>, damaged: Vec<SourceItem>) -> Result<Source> {
+        let shared = self.shared(objects)?;
+        let url = shared.objects.first().map_or("", |o| o.url.as_str());
+        // Shards given by their URL learn their size as they are indexed: the first one alone,
+        // then as many at once as the budget holds of the largest known.
         let budget = self.options.read_budget;
+        let index = |units: std::ops::Range<usize>, at_once: usize| {
+            futures_util::stream::iter(units)
+                .map(|unit| index_shard(shared.clone(), unit))
+                .buffered(at_once)
+                .collect::<Vec<_>>()
+        };
+        let count = shared.objects.len();
+        let first_known = shared.objects.iter().all(|o| o.meta().is_some());
+        let mut indexed = Vec::with_capacity(count);
+        let first = if first_known { 0 } else { 1.min(count) };
+        indexed.extend(self.wait(url, index(0..first, 1))?);
+        let largest = |shared: &Shared| {
+            shared
+                .objects
+                .iter()
+                .filter_map(|o| o.meta().map(|m| m.size))
+                .max()
+                .unwrap_or(1)
+                .max(1)
+        };
+        let at_once = (budget / largest(&shared)).clamp(1, 16) as usize;
+        indexed.extend(self.wait(url, index(first..count, at_once))?);
+        let largest = largest(&shared);
         let window = match self.options.shuffle_window {
             Some(window) if (window as u64).saturating_mul(largest) > budget => {
                 return Err(Error::invalid(
@@ -733,15 +950,6 @@ impl Opening {
             Some(window) => window,
             None => (budget / largest.saturating_mul(2)).clamp(1, 8) as usize,
         };
-        let shared = self.shared(objects)?;
-        let at_once = (budget / largest).clamp(1, 16) as usize;
-        let indexed: Vec<std::result::Result<(Vec<Entry>, ReadReport), Error>> =
-            self.runtime.block_on(
-                futures_util::stream::iter(0..shared.objects.len())
-                    .map(|unit| index_shard(shared.clone(), unit))
-                    .buffered(at_once)
-                    .collect(),
-            );
         let reader = Reader::start(shared.clone());
         let mut items = Vec::new();
         let mut lens = Vec::with_capacity(indexed.len());
@@ -760,7 +968,7 @@ impl Opening {
                         reader: reader.clone(),
                         unit: unit as u32,
                         offset,
-                        len,
+                        len: Some(len),
                     }),
                     id,
                     label,
@@ -778,8 +986,13 @@ impl Opening {
                 "the shards hold no sample".into(),
             ));
         }
+        // Shards left out of the listing: each a damaged part of its own, after the others.
+        for item in damaged {
+            lens.push(1);
+            items.push(item);
+        }
         let blocks = ShardBlocks { lens, window };
-        Ok(self.finish(reader, items, Some(blocks), None))
+        Ok(self.finish(reader, items, Some(blocks), None, Vec::new()))
     }
 
     fn finish(
@@ -788,8 +1001,9 @@ impl Opening {
         items: Vec<SourceItem>,
         blocks: Option<ShardBlocks>,
         class_names: Option<Vec<String>>,
+        left_out: Vec<(String, usize)>,
     ) -> Source {
-        let mut source = Source::listed(items, class_names, Vec::new(), Vec::new());
+        let mut source = Source::listed(items, class_names, Vec::new(), left_out);
         source.remote = Some(Remote {
             reader,
             blocks,
@@ -800,6 +1014,17 @@ impl Opening {
     }
 }
 
+/// One entry of a listing of images: an object with its label, or a key that cannot be
+/// requested (left out with its reason, in its place).
+enum Listed {
+    Object(Object, Option<u32>),
+    Unnamable {
+        id: String,
+        reason: String,
+        label: Option<u32>,
+    },
+}
+
 fn add(total: &mut ReadReport, part: &ReadReport) {
     total.requests += part.requests;
     total.bytes += part.bytes;
@@ -807,6 +1032,7 @@ fn add(total: &mut ReadReport, part: &ReadReport) {
     total.cache_hits += part.cache_hits;
     total.cache_bytes += part.cache_bytes;
     total.failed += part.failed;
+    total.cache_rejected += part.cache_rejected;
 }
 
 /// Keys in the order of a sorted folder walk (as [`Source::directory`] lists files): by the
@@ -824,34 +1050,38 @@ fn walk_order(a: &str, b: &str) -> std::cmp::Ordering {
         .then_with(|| na.as_bytes().cmp(nb.as_bytes()))
 }
 
-/// The samples of shard `unit`: its index from the cache, or the shard read whole and indexed
-/// (the index then kept in the cache).
+/// The samples of shard `unit`: its index from the cache (checked whole, and against the
+/// shard's size), or the shard read whole and indexed (the index then kept in the cache).
 async fn index_shard(
     shared: Arc<Shared>,
     unit: usize,
 ) -> std::result::Result<(Vec<Entry>, ReadReport), Error> {
     let object = &shared.objects[unit];
     let mut report = ReadReport::default();
-    if let Some(cache) = &shared.cache {
-        if let Some(entries) = cache
-            .index(&object.url, object.etag.as_deref(), object.size)
-            .and_then(|text| decode_index(&text))
-        {
-            report.cache_hits += 1;
-            return Ok((entries, report));
+    if let (Some(cache), Some(meta)) = (&shared.cache, object.meta()) {
+        if let Some(text) = cache.index(&object.url, meta.etag.as_deref(), meta.size) {
+            match decode_index(&text, meta.size) {
+                Some(entries) => {
+                    report.cache_hits += 1;
+                    return Ok((entries, report));
+                }
+                // Damaged, cut, or of an older build: indexed again and written over.
+                None => report.cache_rejected += 1,
+            }
         }
     }
-    // Kept in the cache (when it has room) before the first epoch looks for it there.
+    // Kept in the cache (when it has room) before the first epoch looks for it there. A shard
+    // given by its URL learns its size and ETag here.
     let fetched = reader::fetch(&shared, unit, CacheWrite::Before).await;
-    fetched.count(&mut report, object.size);
+    fetched.count(&mut report, object.size_or_estimate());
     let entries = match fetched.data {
         Err(failure) => return Err(failed(&object.url, failure)),
         Ok(Data::Memory(bytes)) => tar::index_bytes(&bytes, &object.url),
         Ok(Data::File(path)) => {
-            let url = object.url.clone();
+            let (url, size) = (object.url.clone(), object.size_or_estimate());
             let read = shared
                 .handle
-                .spawn_blocking(move || tar::index_file(&path, &url))
+                .spawn_blocking(move || index_cached(&path, size, &url))
                 .await;
             match read {
                 Ok(Ok(entries)) => entries,
@@ -866,11 +1096,11 @@ async fn index_shard(
             }
         }
     };
-    if let Some(cache) = &shared.cache {
+    if let (Some(cache), Some(meta)) = (&shared.cache, object.meta()) {
         let _ = cache.store(
             &object.url,
-            object.etag.as_deref(),
-            object.size,
+            meta.etag.as_deref(),
+            meta.size,
             Kind::Index,
             &encode_index(&entries),
         );
@@ -878,15 +1108,30 @@ async fn index_shard(
     Ok((entries, report))
 }
 
+/// The index of a shard's copy in the cache folder: its first `size` bytes (the checksum's
+/// trailer after them is not the shard's).
+fn index_cached(path: &Path, size: u64, url: &str) -> std::io::Result<Vec<Entry>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(size)
+        .read_to_end(&mut bytes)?;
+    Ok(tar::index_bytes(&bytes, url))
+}
+
+/// The first line of a shard index's text.
+const INDEX_HEADER: &str = "gpufeed-index 2";
+
 /// A shard's index as text: a line a sample (`s`, offset, length, label or `-`, id) or damaged
-/// part (`d`, position, id, reason), fields split by tabs, with `\`, tab and newline escaped.
+/// part (`d`, position, id, reason), fields split by tabs, with `\`, tab and newline escaped;
+/// then `end`, the count of those lines and the CRC-32 of the text before this line.
 fn encode_index(entries: &[Entry]) -> Vec<u8> {
     let escape = |t: &str| {
         t.replace('\\', "\\\\")
             .replace('\t', "\\t")
             .replace('\n', "\\n")
     };
-    let mut text = String::from("gpufeed-index 1\n");
+    let mut text = format!("{INDEX_HEADER}\n");
     for entry in entries {
         match entry {
             Entry::Sample {
@@ -903,11 +1148,14 @@ fn encode_index(entries: &[Entry]) -> Vec<u8> {
             }
         }
     }
+    let checksum = crc32fast::hash(text.as_bytes());
+    text.push_str(&format!("end\t{}\t{checksum:08x}\n", entries.len()));
     text.into_bytes()
 }
 
-/// [`encode_index`]'s text back; `None` if it is not such a text.
-fn decode_index(bytes: &[u8]) -> Option<Vec<Entry>> {
+/// [`encode_index`]'s text back, for a shard of `size` bytes; `None` unless it is such a text
+/// whole: its count and checksum right, its samples in order within the shard.
+fn decode_index(bytes: &[u8], size: u64) -> Option<Vec<Entry>> {
     fn unescape(t: &str) -> String {
         let mut out = String::with_capacity(t.len());
         let mut chars = t.chars();
@@ -925,11 +1173,23 @@ fn decode_index(bytes: &[u8]) -> Option<Vec<Entry>> {
         out
     }
     let text = std::str::from_utf8(bytes).ok()?;
-    let mut lines = text.lines();
-    if lines.next()? != "gpufeed-index 1" {
+    let body = text.strip_suffix('\n')?;
+    let (body, end) = body.rsplit_once('\n')?;
+    let body = format!("{body}\n");
+    let mut end = end.split('\t');
+    let (Some("end"), Some(count), Some(checksum), None) =
+        (end.next(), end.next(), end.next(), end.next())
+    else {
+        return None;
+    };
+    if u32::from_str_radix(checksum, 16).ok()? != crc32fast::hash(body.as_bytes()) {
         return None;
     }
-    lines
+    let mut lines = body.lines();
+    if lines.next()? != INDEX_HEADER {
+        return None;
+    }
+    let entries = lines
         .map(|line| {
             let fields: Vec<&str> = line.split('\t').collect();
             match fields.as_slice() {
@@ -950,7 +1210,22 @@ fn decode_index(bytes: &[u8]) -> Option<Vec<Entry>> {
                 _ => None,
             }
         })
-        .collect()
+        .collect::<Option<Vec<Entry>>>()?;
+    if entries.len() != count.parse::<usize>().ok()? {
+        return None;
+    }
+    // Samples one after another, each within the shard.
+    let mut next = 0u64;
+    for entry in &entries {
+        if let Entry::Sample { offset, len, .. } = entry {
+            let end = offset.checked_add(*len)?;
+            if *offset < next || end > size {
+                return None;
+            }
+            next = end;
+        }
+    }
+    Some(entries)
 }
 
 #[cfg(test)]
@@ -978,9 +1253,40 @@ mod tests {
                 at: 2048,
             },
         ];
-        assert_eq!(decode_index(&encode_index(&entries)), Some(entries));
-        assert_eq!(decode_index(b"something else\n"), None);
-        assert_eq!(decode_index(b"gpufeed-index 1\ns\tx\t1\t-\tid\n"), None);
+        assert_eq!(decode_index(&encode_index(&entries), 4096), Some(entries));
+        assert_eq!(decode_index(b"something else\n", 4096), None);
+        assert_eq!(
+            decode_index(b"gpufeed-index 1\ns\tx\t1\t-\tid\n", 4096),
+            None
+        );
+    }
+
+    #[test]
+    fn a_cut_repeated_or_changed_index_is_refused() {
+        let entries: Vec<Entry> = (0..25u64)
+            .map(|k| Entry::Sample {
+                id: format!("s3://b/a.tar:{k}.jpg"),
+                offset: 512 + k * 1024,
+                len: 100,
+                label: Some(k as u32 % 3),
+            })
+            .collect();
+        let text = String::from_utf8(encode_index(&entries)).expect("text");
+        assert_eq!(decode_index(text.as_bytes(), 30_000), Some(entries.clone()));
+        let lines: Vec<&str> = text.lines().collect();
+        let rejoin = |lines: &[&str]| lines.iter().map(|l| format!("{l}\n")).collect::<String>();
+        // Cut to 10 of 25 samples, with or without its last line.
+        let cut = rejoin(&[&lines[..11], &lines[lines.len() - 1..]].concat());
+        assert_eq!(decode_index(cut.as_bytes(), 30_000), None);
+        assert_eq!(decode_index(rejoin(&lines[..11]).as_bytes(), 30_000), None);
+        // Only the header; a line twice; one digit changed.
+        assert_eq!(decode_index(rejoin(&lines[..1]).as_bytes(), 30_000), None);
+        let twice = rejoin(&[&lines[..3], &lines[2..]].concat());
+        assert_eq!(decode_index(twice.as_bytes(), 30_000), None);
+        let changed = text.replacen("\t100\t", "\t101\t", 1);
+        assert_eq!(decode_index(changed.as_bytes(), 30_000), None);
+        // Whole, but for a smaller shard than its samples reach.
+        assert_eq!(decode_index(text.as_bytes(), 20_000), None);
     }
 
     #[test]

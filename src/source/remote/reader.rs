@@ -23,18 +23,28 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
 use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use object_store::path::Path as ObjectPath;
-use object_store::{GetOptions, GetRange};
+use object_store::{GetOptions, GetRange, ObjectStoreExt};
 use tokio::sync::{Notify, Semaphore};
 
 use super::cache::{Cache, Kind};
-use super::store::{failure, Clients, Failure};
+use super::store::{retrying, Clients, Failure, Health, Retries, Tries};
 use super::RemoteOptions;
 use crate::source::ReadReport;
+
+/// What an object's reads check it against: its size and ETag.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Meta {
+    pub size: u64,
+    pub etag: Option<String>,
+}
+
+/// What the budget counts for an object of unknown size until it is read.
+const UNSIZED_ESTIMATE: u64 = 1 << 20;
 
 /// One object a source reads: a shard, or an image.
 #[derive(Debug, Clone)]
@@ -43,8 +53,57 @@ pub(super) struct Object {
     pub store: usize,
     pub path: ObjectPath,
     pub url: String,
-    pub size: u64,
-    pub etag: Option<String>,
+    /// The size and ETag the listing gave; `None` for an object given by its URL, which is not
+    /// asked for them up front.
+    pub listed: Option<Meta>,
+    /// The size and ETag its first read found, for an object not listed.
+    pub learned: OnceLock<Meta>,
+}
+
+impl Object {
+    /// An object the listing gave.
+    pub fn listed(store: usize, path: ObjectPath, url: String, meta: Meta) -> Object {
+        Object {
+            store,
+            path,
+            url,
+            listed: Some(meta),
+            learned: OnceLock::new(),
+        }
+    }
+
+    /// An object given by its URL: its size and ETag are learned when it is first read.
+    pub fn unlisted(store: usize, path: ObjectPath, url: String) -> Object {
+        Object {
+            store,
+            path,
+            url,
+            listed: None,
+            learned: OnceLock::new(),
+        }
+    }
+
+    /// Its size and ETag, once known.
+    pub fn meta(&self) -> Option<&Meta> {
+        self.listed.as_ref().or_else(|| self.learned.get())
+    }
+
+    /// Its size, or what the budget counts for it before it is known.
+    pub fn size_or_estimate(&self) -> u64 {
+        self.meta().map_or(UNSIZED_ESTIMATE, |m| m.size)
+    }
+
+    fn learn(&self, meta: &object_store::ObjectMeta) -> Meta {
+        if let Some(known) = self.meta() {
+            return known.clone();
+        }
+        let meta = Meta {
+            size: meta.size,
+            etag: meta.e_tag.clone(),
+        };
+        let _ = self.learned.set(meta.clone());
+        meta
+    }
 }
 
 /// What every reader of a source shares: the clients, the objects, the cache and the limits.
@@ -58,8 +117,8 @@ pub(super) struct Shared {
     pub options: RemoteOptions,
     /// One permit a GET in flight.
     pub requests: Semaphore,
-    /// A read failed after its retries and none has succeeded since.
-    pub down: AtomicBool,
+    /// Whether the stores answer (see [`Health`]).
+    pub health: Health,
 }
 
 /// An object's bytes, read.
@@ -76,6 +135,8 @@ pub(super) struct Fetched {
     pub requests: u64,
     pub bytes: u64,
     pub from_cache: bool,
+    /// Copies in the cache folder found damaged (and removed) on the way.
+    pub cache_rejected: u64,
 }
 
 impl Fetched {
@@ -83,6 +144,7 @@ impl Fetched {
     pub fn count(&self, report: &mut ReadReport, size: u64) {
         report.requests += self.requests;
         report.bytes += self.bytes;
+        report.cache_rejected += self.cache_rejected;
         match (&self.data, self.from_cache) {
             (Err(_), _) => report.failed += 1,
             (Ok(_), true) => {
@@ -103,79 +165,83 @@ pub(super) enum CacheWrite {
     Before,
 }
 
-/// Reads object `unit` whole: from the cache when it holds it, else from the store in ranges
-/// of `request_bytes` fetched together (and then into the cache, when it has room).
+/// Reads object `unit` whole: from the cache when it holds a sound copy, else from the store in
+/// ranges of `request_bytes` fetched together (and then into the cache, when it has room). An
+/// object given by its URL is asked for its size and ETag first when there is a cache to look
+/// in, else read whole in one request that tells them.
 pub(super) async fn fetch(shared: &Arc<Shared>, unit: usize, write: CacheWrite) -> Fetched {
     let object = &shared.objects[unit];
-    if let Some(cache) = &shared.cache {
-        if let Some(path) = cache.object(&object.url, object.etag.as_deref(), object.size) {
-            return Fetched {
-                data: Ok(Data::File(path)),
-                requests: 0,
-                bytes: 0,
-                from_cache: true,
-            };
-        }
-    }
-    let down = shared.down.load(Ordering::SeqCst);
-    let clients = &shared.stores[object.store];
-    let store = if down {
-        &clients.hasty
-    } else {
-        &clients.patient
+    let mut fetched = Fetched {
+        data: Err(Failure::local(std::io::ErrorKind::Other, String::new())),
+        requests: 0,
+        bytes: 0,
+        from_cache: false,
+        cache_rejected: 0,
     };
-    let size = usize::try_from(object.size).unwrap_or(usize::MAX);
-    let mut buffer = Vec::new();
-    if buffer.try_reserve_exact(size).is_err() {
-        return Fetched {
-            data: Err(Failure {
-                kind: std::io::ErrorKind::OutOfMemory,
-                reason: format!("{}: no memory for its {size} bytes", object.url),
-                refused: true,
-            }),
-            requests: 0,
-            bytes: 0,
-            from_cache: false,
-        };
-    }
-    buffer.resize(size, 0);
-    let chunk = usize::try_from(shared.options.request_bytes)
-        .unwrap_or(usize::MAX)
-        .max(1);
-    let results = if size <= chunk {
-        vec![read_range(shared, store, object, 0..object.size, true, &mut buffer).await]
-    } else {
-        let parts = buffer.chunks_mut(chunk).enumerate().map(|(k, part)| {
-            let start = (k * chunk) as u64;
-            let range = start..start + part.len() as u64;
-            read_range(shared, store, object, range, false, part)
-        });
-        futures_util::future::join_all(parts).await
-    };
-    let requests = results.len() as u64;
-    let bytes = results.iter().map(|r| *r.as_ref().unwrap_or(&0)).sum();
-    let data = match results.into_iter().find_map(Result::err) {
-        Some(failed) => {
-            if !failed.refused {
-                shared.down.store(true, Ordering::SeqCst);
+    if shared.cache.is_some() && object.meta().is_none() {
+        let clients = &shared.stores[object.store];
+        let retries = Retries::of(&shared.options);
+        let head = retrying(
+            retries,
+            Some(&shared.health),
+            &object.url,
+            unit as u64,
+            |_| {
+                fetched.requests += 1;
+                async {
+                    clients
+                        .store
+                        .head(&object.path)
+                        .await
+                        .map_err(|e| clients.failure(&object.url, &e))
+                }
+            },
+        )
+        .await;
+        match head {
+            Ok(meta) => {
+                object.learn(&meta);
             }
-            Err(failed)
+            Err(failure) => {
+                fetched.data = Err(failure);
+                return fetched;
+            }
         }
-        None => {
-            shared.down.store(false, Ordering::SeqCst);
-            Ok(Arc::new(buffer))
+    }
+    if let (true, Some(meta)) = (shared.cache.is_some(), object.meta()) {
+        let (shared, url, meta) = (shared.clone(), object.url.clone(), meta.clone());
+        let found = tokio::task::spawn_blocking(move || {
+            let cache = shared.cache.as_ref()?;
+            cache.object(&url, meta.etag.as_deref(), meta.size)
+        })
+        .await
+        .ok()
+        .flatten();
+        match found {
+            Some(Ok(path)) => {
+                fetched.data = Ok(Data::File(path));
+                fetched.from_cache = true;
+                return fetched;
+            }
+            // Removed: read from the store again.
+            Some(Err(_damaged)) => fetched.cache_rejected += 1,
+            None => {}
         }
+    }
+    let read = match object.meta().cloned() {
+        Some(meta) => read_sized(shared, unit, &meta, &mut fetched).await,
+        None => read_unsized(shared, unit, &mut fetched).await,
     };
-    if let (Ok(bytes), Some(_)) = (&data, &shared.cache) {
+    if let (Ok(bytes), Some(_)) = (&read, &shared.cache) {
         let (shared, bytes, unit) = (shared.clone(), bytes.clone(), unit);
         // Off the runtime's threads.
         let written = shared.handle.clone().spawn_blocking(move || {
             let object = &shared.objects[unit];
-            if let Some(cache) = &shared.cache {
+            if let (Some(cache), Some(meta)) = (&shared.cache, object.meta()) {
                 let _ = cache.store(
                     &object.url,
-                    object.etag.as_deref(),
-                    object.size,
+                    meta.etag.as_deref(),
+                    meta.size,
                     Kind::Object,
                     &bytes,
                 );
@@ -185,62 +251,215 @@ pub(super) async fn fetch(shared: &Arc<Shared>, unit: usize, write: CacheWrite) 
             let _ = written.await;
         }
     }
-    Fetched {
-        data: data.map(Data::Memory),
-        requests,
-        bytes,
-        from_cache: false,
+    fetched.data = read.map(Data::Memory);
+    fetched
+}
+
+/// A buffer of `size` bytes, or the failure to get one.
+fn buffer_of(object: &Object, size: u64) -> Result<Vec<u8>, Failure> {
+    let size = usize::try_from(size).unwrap_or(usize::MAX);
+    let mut buffer = Vec::new();
+    if buffer.try_reserve_exact(size).is_err() {
+        return Err(Failure::local(
+            std::io::ErrorKind::OutOfMemory,
+            format!("{}: no memory for its {size} bytes", object.url),
+        ));
+    }
+    buffer.resize(size, 0);
+    Ok(buffer)
+}
+
+/// Reads an object of known size, in ranges of `request_bytes` all in flight at once.
+async fn read_sized(
+    shared: &Arc<Shared>,
+    unit: usize,
+    meta: &Meta,
+    fetched: &mut Fetched,
+) -> Result<Arc<Vec<u8>>, Failure> {
+    let object = &shared.objects[unit];
+    let mut buffer = buffer_of(object, meta.size)?;
+    let chunk = usize::try_from(shared.options.request_bytes)
+        .unwrap_or(usize::MAX)
+        .max(1);
+    let results = if buffer.len() <= chunk {
+        let whole = 0..meta.size;
+        vec![read_range(shared, unit, meta, whole, true, &mut buffer).await]
+    } else {
+        let parts = buffer.chunks_mut(chunk).enumerate().map(|(k, part)| {
+            let start = (k * chunk) as u64;
+            let range = start..start + part.len() as u64;
+            read_range(shared, unit, meta, range, false, part)
+        });
+        futures_util::future::join_all(parts).await
+    };
+    for (requests, bytes, _) in &results {
+        fetched.requests += requests;
+        fetched.bytes += bytes;
+    }
+    match results.into_iter().find_map(|(_, _, r)| r.err()) {
+        Some(failed) => Err(failed),
+        None => Ok(Arc::new(buffer)),
     }
 }
 
-/// Reads `range` of `object` into `out` (the object whole, with no range asked, when `whole`);
-/// the read must be the object's ETag and fill `out` exactly. Returns the bytes received.
+/// Reads `range` of an object into `out` (the object whole, with no range asked, when `whole`),
+/// retrying as the options say; a try that breaks off mid-body is resumed from where it stopped
+/// with the ETag checked. The read must be the object's ETag and fill `out` exactly. Returns
+/// the requests made, the bytes received, and the outcome.
 async fn read_range(
     shared: &Shared,
-    store: &Arc<dyn object_store::ObjectStore>,
-    object: &Object,
+    unit: usize,
+    meta: &Meta,
     range: Range<u64>,
     whole: bool,
     out: &mut [u8],
-) -> Result<u64, Failure> {
-    let _permit = shared.requests.acquire().await.map_err(|_| Failure {
-        kind: std::io::ErrorKind::Interrupted,
-        reason: format!("{}: the reader was shut down", object.url),
-        refused: true,
-    })?;
-    let options = GetOptions {
-        if_match: object.etag.clone(),
-        range: (!whole).then(|| GetRange::Bounded(range.clone())),
-        ..GetOptions::default()
+) -> (u64, u64, Result<(), Failure>) {
+    let object = &shared.objects[unit];
+    let Ok(_permit) = shared.requests.acquire().await else {
+        return (0, 0, Err(shut_down(object)));
     };
-    let result = store
-        .get_opts(&object.path, options)
-        .await
-        .map_err(|e| failure(&object.url, &e))?;
-    let mut stream = result.into_stream();
+    let clients = &shared.stores[object.store];
+    let salt = (unit as u64) << 20 ^ range.start >> 16;
+    let mut tries = match Tries::begin(
+        Retries::of(&shared.options),
+        Some(&shared.health),
+        &object.url,
+        salt,
+    ) {
+        Ok(tries) => tries,
+        Err(failure) => return (0, 0, Err(failure)),
+    };
     let mut filled = 0usize;
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| failure(&object.url, &e))?;
-        let end = filled + chunk.len();
-        if end > out.len() {
-            return Err(short(object, &range, end as u64));
+    let mut requests = 0;
+    loop {
+        let limit = tries.next_try();
+        requests += 1;
+        let attempt = async {
+            let from = range.start + filled as u64;
+            let options = GetOptions {
+                if_match: meta.etag.clone(),
+                range: (!(whole && filled == 0)).then_some(GetRange::Bounded(from..range.end)),
+                ..GetOptions::default()
+            };
+            let result = clients
+                .store
+                .get_opts(&object.path, options)
+                .await
+                .map_err(|e| clients.failure(&object.url, &e))?;
+            let mut stream = result.into_stream();
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| clients.failure(&object.url, &e))?;
+                let end = filled + chunk.len();
+                if end > out.len() {
+                    return Err(short(object, meta, &range, end as u64));
+                }
+                out[filled..end].copy_from_slice(&chunk);
+                filled = end;
+            }
+            if filled != out.len() {
+                return Err(short(object, meta, &range, filled as u64));
+            }
+            Ok(())
+        };
+        let outcome = tokio::time::timeout(limit, attempt).await;
+        let failure = match outcome {
+            Ok(Ok(())) => {
+                tries.succeeded();
+                return (requests, filled as u64, Ok(()));
+            }
+            Ok(Err(failure)) if failure.refused => return (requests, filled as u64, Err(failure)),
+            Ok(Err(failure)) => failure,
+            Err(_) => tries.timed_out(limit),
+        };
+        if let Err(failure) = tries.failed(failure).await {
+            return (requests, filled as u64, Err(failure));
         }
-        out[filled..end].copy_from_slice(&chunk);
-        filled = end;
     }
-    if filled != out.len() {
-        return Err(short(object, &range, filled as u64));
-    }
-    Ok(filled as u64)
 }
 
-fn short(object: &Object, range: &Range<u64>, got: u64) -> Failure {
+/// Reads an object whose size is not known yet (given by its URL) whole, learning its size and
+/// ETag from the answer; a try that breaks off mid-body is resumed as a sized read's is.
+async fn read_unsized(
+    shared: &Arc<Shared>,
+    unit: usize,
+    fetched: &mut Fetched,
+) -> Result<Arc<Vec<u8>>, Failure> {
+    let object = &shared.objects[unit];
+    let clients = &shared.stores[object.store];
+    let answer = {
+        let Ok(_permit) = shared.requests.acquire().await else {
+            return Err(shut_down(object));
+        };
+        let mut tries = Tries::begin(
+            Retries::of(&shared.options),
+            Some(&shared.health),
+            &object.url,
+            unit as u64,
+        )?;
+        loop {
+            let limit = tries.next_try();
+            fetched.requests += 1;
+            let attempt = async {
+                let result = clients
+                    .store
+                    .get_opts(&object.path, GetOptions::default())
+                    .await
+                    .map_err(|e| clients.failure(&object.url, &e))?;
+                let meta = object.learn(&result.meta);
+                let mut buffer = buffer_of(object, meta.size)?;
+                let mut filled = 0usize;
+                let mut stream = result.into_stream();
+                while let Some(chunk) = stream.next().await {
+                    let Ok(chunk) = chunk else { break };
+                    let end = filled + chunk.len();
+                    if end > buffer.len() {
+                        return Err(short(object, &meta, &(0..meta.size), end as u64));
+                    }
+                    buffer[filled..end].copy_from_slice(&chunk);
+                    filled = end;
+                }
+                Ok((buffer, filled, meta))
+            };
+            let failure = match tokio::time::timeout(limit, attempt).await {
+                Ok(Ok(answer)) => {
+                    tries.succeeded();
+                    break answer;
+                }
+                Ok(Err(failure)) if failure.refused => return Err(failure),
+                Ok(Err(failure)) => failure,
+                Err(_) => tries.timed_out(limit),
+            };
+            tries.failed(failure).await?;
+        }
+    };
+    let (mut buffer, filled, meta) = answer;
+    fetched.bytes += filled as u64;
+    if filled < buffer.len() {
+        // Broken off mid-body: the rest as a range of the object now known.
+        let rest = filled as u64..meta.size;
+        let (requests, bytes, outcome) =
+            read_range(shared, unit, &meta, rest, false, &mut buffer[filled..]).await;
+        fetched.requests += requests;
+        fetched.bytes += bytes;
+        outcome?;
+    }
+    Ok(Arc::new(buffer))
+}
+
+fn shut_down(object: &Object) -> Failure {
+    Failure::local(
+        std::io::ErrorKind::Interrupted,
+        format!("{}: the reader was shut down", object.url),
+    )
+}
+
+fn short(object: &Object, meta: &Meta, range: &Range<u64>, got: u64) -> Failure {
     Failure {
         kind: std::io::ErrorKind::UnexpectedEof,
         reason: format!(
             "{}: bytes {}..{} of its {} came back as {got} bytes (the object changed since it \
              was listed?)",
-            object.url, range.start, range.end, object.size
+            object.url, range.start, range.end, meta.size
         ),
         refused: true,
     }
@@ -361,6 +580,8 @@ pub(super) struct Reader {
     state: Mutex<State>,
     ready: Condvar,
     wake: Arc<Notify>,
+    /// Set when the reads are stopped ([`Reader::stop`]): waits end at once.
+    stopped: AtomicBool,
 }
 
 impl std::fmt::Debug for Reader {
@@ -391,6 +612,7 @@ impl Reader {
             shared: shared.clone(),
             ready: Condvar::new(),
             wake: wake.clone(),
+            stopped: AtomicBool::new(false),
         });
         let weak = Arc::downgrade(&reader);
         shared.handle.spawn(async move {
@@ -401,6 +623,16 @@ impl Reader {
             }
         });
         reader
+    }
+
+    /// Stops the reads: every wait for an object, now or later, ends at once with a failure
+    /// (the pipeline is going away; nothing waits for a server that does not answer).
+    pub fn stop(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        // Under the lock, so no waiter misses it between its look and its wait.
+        let state = self.lock();
+        self.ready.notify_all();
+        drop(state);
     }
 
     /// The shared clients, objects and cache.
@@ -434,7 +666,11 @@ impl Reader {
             if ahead.contains(&unit) {
                 continue;
             }
-            let size = self.shared.objects.get(unit as usize).map_or(0, |o| o.size);
+            let size = self
+                .shared
+                .objects
+                .get(unit as usize)
+                .map_or(0, Object::size_or_estimate);
             if bytes + size > options.read_budget / UPCOMING_SHARE {
                 break;
             }
@@ -515,6 +751,15 @@ impl Reader {
         let mut state = self.lock();
         let mut waited: Option<Instant> = None;
         let data = loop {
+            if self.stopped.load(Ordering::SeqCst) {
+                return Err(Failure::local(
+                    std::io::ErrorKind::Interrupted,
+                    format!(
+                        "{}: not read, the reads were stopped",
+                        self.shared.objects[unit as usize].url
+                    ),
+                ));
+            }
             match state.slots.get(&unit) {
                 Some(Slot::Ready { data, .. }) => break data.clone(),
                 Some(Slot::Failed(failure)) => {
@@ -536,8 +781,8 @@ impl Reader {
             }
             waited.get_or_insert_with(Instant::now);
             *state.waiters.entry(unit).or_default() += 1;
-            // Every fetch ends (requests time out, retries are bounded); the timeout only
-            // makes the wait look again.
+            // Every fetch ends (requests time out, retries are bounded), and a stop wakes every
+            // waiter; the timeout only makes the wait look again.
             state = self
                 .ready
                 .wait_timeout(state, Duration::from_secs(1))
@@ -589,7 +834,7 @@ impl Reader {
             if state.in_flight >= options.max_requests.max(1) {
                 break;
             }
-            let size = self.shared.objects[unit as usize].size;
+            let size = self.shared.objects[unit as usize].size_or_estimate();
             let first = state.first[unit as usize];
             while state.held + size > options.read_budget && state.evict_one(first) {}
             if state.held > 0 && state.held + size > options.read_budget {
@@ -613,7 +858,7 @@ impl Reader {
                 if state.in_flight >= options.max_requests.max(1) {
                     break;
                 }
-                let size = self.shared.objects[unit as usize].size;
+                let size = self.shared.objects[unit as usize].size_or_estimate();
                 while state.held + size > options.read_budget && state.evict_one(UNNEEDED) {}
                 if state.held + size > options.read_budget {
                     // Room comes as this epoch's last objects are released.
@@ -638,7 +883,7 @@ impl Reader {
     }
 
     fn reserve(&self, state: &mut State, unit: u32) {
-        let size = self.shared.objects[unit as usize].size;
+        let size = self.shared.objects[unit as usize].size_or_estimate();
         state.slots.insert(unit, Slot::InFlight { reserved: size });
         state.held += size;
         state.in_flight += 1;
@@ -647,7 +892,7 @@ impl Reader {
     /// A fetch of `unit`, started for `epoch`, is over.
     fn finish(&self, unit: u32, epoch: u64, fetched: Fetched) {
         let mut state = self.lock();
-        let size = self.shared.objects[unit as usize].size;
+        let size = self.shared.objects[unit as usize].size_or_estimate();
         fetched.count(state.reports.entry(epoch).or_default(), size);
         state.in_flight -= 1;
         let reserved = match state.slots.remove(&unit) {
@@ -655,10 +900,15 @@ impl Reader {
             _ => 0,
         };
         let slot = match fetched.data {
-            Ok(Data::Memory(bytes)) => Slot::Ready {
-                data: Data::Memory(bytes),
-                held: reserved,
-            },
+            Ok(Data::Memory(bytes)) => {
+                // An object of unknown size counted an estimate until read.
+                let actual = bytes.len() as u64;
+                state.held = state.held - reserved + actual;
+                Slot::Ready {
+                    data: Data::Memory(bytes),
+                    held: actual,
+                }
+            }
             Ok(file) => {
                 state.held -= reserved;
                 Slot::Ready {
