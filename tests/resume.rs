@@ -570,3 +570,37 @@ fn resuming_at_the_end_of_a_million_image_epoch_replays_nothing() {
         "resumed in {resumed:?}, from the start in {from_start:?}"
     );
 }
+
+/// A position past the end of its epoch (one no pipeline saves) is refused, naming it, when a
+/// pipeline is built from it and when a running one is moved to it; so is a field given twice.
+#[test]
+fn a_position_past_its_epoch_or_a_field_given_twice_is_refused() {
+    let builder = || shard_of(10, 0, 2, ShardBalance::Pad);
+    let mut saving = builder().build().expect("build");
+    take(&mut saving, 1, Some(1));
+    let text = saving.state().to_json();
+    let mut value: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    for position in [u64::MAX, 1_000] {
+        value["position"] = position.into();
+        let edited = PipelineState::from_json(&value.to_string()).expect("reads");
+        let refused = builder()
+            .resume(edited.clone())
+            .build()
+            .expect_err("refused");
+        let reason = refused.to_string();
+        assert!(
+            reason.contains(&format!("position {position} is past the end of epoch 0")),
+            "{reason}"
+        );
+        let mut running = builder().build().expect("build");
+        let moved = running.resume(&edited).expect_err("refused");
+        assert!(moved.to_string().contains("past the end"), "{moved}");
+    }
+    // The last position a batch may reach (one more round of the rank's images) still resumes.
+    value["position"] = 10u64.into();
+    let edge = PipelineState::from_json(&value.to_string()).expect("reads");
+    builder().resume(edge).build().expect("the order's reach");
+    let twice = text.replacen("\"position\":", "\"position\": 0, \"position\":", 1);
+    let error = PipelineState::from_json(&twice).expect_err("a field twice");
+    assert!(error.to_string().contains("given twice"), "{error}");
+}

@@ -86,12 +86,14 @@ impl Fingerprint {
     }
 }
 
-/// The options that decide which image each row holds and what its bytes are: the transforms,
-/// the seeds, the normalization and the tensor's type, the decoders and their limits (which
-/// decide which images are skipped), and how shards are evened out. Left out: the batch size
-/// and the last-batch and error policies (a resumed run cuts its batches anew from the same
-/// rows), the rank and world (see [`PipelineState`]), the device, threads, prefetch depth and
-/// memory budget, and the partial decode (which gives the same bytes).
+/// The options that decide which image each row holds and what its bytes are: the transforms
+/// and the Pillow rounding they reproduce, the augmentations, the seeds, the normalization and
+/// the tensor's type, the decoders and their limits (which decide which images are skipped),
+/// and how shards are evened out; with MixUp or CutMix, the batch size too (each batch mixes
+/// its own rows). Left out: otherwise the batch size, and the last-batch and error policies (a
+/// resumed run cuts its batches anew from the same rows), the rank and world (see
+/// [`PipelineState`]), the device, threads, prefetch depth and memory budget, and the partial
+/// decode (which gives the same bytes).
 fn output_options(options: &Options) -> Vec<(String, String)> {
     let floats = |values: &[f32; 3]| {
         values
@@ -106,6 +108,58 @@ fn output_options(options: &Options) -> Vec<(String, String)> {
         &options.output,
         &options.batching,
     );
+    let augment = &options.augment;
+    let alpha = |a: Option<f64>| a.map_or_else(|| "none".to_string(), |a| a.to_string());
+    let jitter = augment.color_jitter;
+    let mut described: Vec<(&str, String)> = vec![
+        (
+            "pillow_version",
+            format!("{}.{}", resize.pillow_version.0, resize.pillow_version.1),
+        ),
+        ("augment", augment.policy.to_string()),
+        (
+            "augment_fill",
+            augment.fill.map(|v| v.to_string()).join(","),
+        ),
+        (
+            "color_jitter",
+            format!(
+                "{},{},{},{}",
+                jitter.brightness, jitter.contrast, jitter.saturation, jitter.hue
+            ),
+        ),
+        (
+            "random_erasing",
+            augment.random_erasing.map_or_else(
+                || "none".to_string(),
+                |e| {
+                    format!(
+                        "p {} scale {}..{} ratio {}..{} value {}",
+                        e.p,
+                        e.scale.min,
+                        e.scale.max,
+                        e.ratio.min,
+                        e.ratio.max,
+                        e.value.map(|v| v.to_string()).join(",")
+                    )
+                },
+            ),
+        ),
+        ("mixup", alpha(augment.mixup)),
+        ("cutmix", alpha(augment.cutmix)),
+        (
+            "num_classes",
+            augment
+                .num_classes
+                .map_or_else(|| "the source's".to_string(), |n| n.to_string()),
+        ),
+    ];
+    if augment.mixes() {
+        described.push(("batch_size", batching.batch_size.to_string()));
+    }
+    if decode.lanes != crate::options::Decode::Cpu {
+        described.push(("assisted_share", decode.assisted_share.to_string()));
+    }
     [
         ("resize", describe_resize(resize.mode)),
         ("interpolation", resize.interpolation.to_string()),
@@ -131,6 +185,7 @@ fn output_options(options: &Options) -> Vec<(String, String)> {
         ("gray16", decode.gray16.to_string()),
     ]
     .into_iter()
+    .chain(described)
     .map(|(name, value)| (name.to_string(), value))
     // In the order of their names, as the text form keeps them.
     .collect::<std::collections::BTreeMap<_, _>>()
@@ -286,9 +341,12 @@ impl PipelineState {
             });
         }
         let mut differences = Vec::new();
+        // A state written before an option was recorded had it at its default.
+        let defaults = output_options(&Options::default());
         let value = |options: &[(String, String)], name: &str| {
             options
                 .iter()
+                .chain(defaults.iter())
                 .find(|(n, _)| n == name)
                 .map_or_else(|| "not set".to_string(), |(_, v)| v.clone())
         };
@@ -344,6 +402,24 @@ impl PipelineState {
         Ok((start, configured_share.or(self.gpu_share)))
     }
 
+    /// Refuses a start past the end of its epoch's order for this rank (`reach` positions,
+    /// with one more round of its images where batches refill): a position no pipeline saves,
+    /// which would skip the rest of the epoch without a word.
+    pub(crate) fn check_reach(
+        start: EpochStart,
+        shard: Shard,
+        reach: usize,
+    ) -> Result<(), ResumeError> {
+        if start.position > reach {
+            return Err(ResumeError::Malformed(format!(
+                "position {} is past the end of epoch {} for rank {} of {} (its order reaches \
+                 position {reach})",
+                start.position, start.epoch, shard.rank, shard.world
+            )));
+        }
+        Ok(())
+    }
+
     /// The state as JSON text (an object, printed on several lines).
     pub fn to_json(&self) -> String {
         let source = &self.fingerprint.source;
@@ -379,8 +455,7 @@ impl PipelineState {
     /// A state from its JSON text. Refuses text that is not a pipeline state (naming the field
     /// that is missing or wrong) and a state of another format version.
     pub fn from_json(text: &str) -> Result<PipelineState, ResumeError> {
-        let value: Value = serde_json::from_str(text)
-            .map_err(|e| ResumeError::Malformed(format!("not JSON: {e}")))?;
+        let value = strict_json(text)?;
         let root = Fields::of(&value, "the state")?;
         if root.text("format").ok() != Some(FORMAT) {
             return Err(ResumeError::Malformed(format!(
@@ -527,6 +602,85 @@ impl std::str::FromStr for PipelineState {
     }
 }
 
+/// JSON text as a value, refusing an object that names a field twice (which `serde_json` would
+/// read as its last value: a state edited or joined by hand is refused, not half-read).
+fn strict_json(text: &str) -> Result<Value, ResumeError> {
+    struct Strict(Value);
+
+    struct Visitor;
+
+    impl<'de> serde::de::Visitor<'de> for Visitor {
+        type Value = Strict;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON value")
+        }
+
+        fn visit_bool<E>(self, v: bool) -> Result<Strict, E> {
+            Ok(Strict(Value::Bool(v)))
+        }
+
+        fn visit_i64<E>(self, v: i64) -> Result<Strict, E> {
+            Ok(Strict(Value::from(v)))
+        }
+
+        fn visit_u64<E>(self, v: u64) -> Result<Strict, E> {
+            Ok(Strict(Value::from(v)))
+        }
+
+        fn visit_f64<E>(self, v: f64) -> Result<Strict, E> {
+            Ok(Strict(Value::from(v)))
+        }
+
+        fn visit_str<E>(self, v: &str) -> Result<Strict, E> {
+            Ok(Strict(Value::String(v.to_string())))
+        }
+
+        fn visit_string<E>(self, v: String) -> Result<Strict, E> {
+            Ok(Strict(Value::String(v)))
+        }
+
+        fn visit_unit<E>(self) -> Result<Strict, E> {
+            Ok(Strict(Value::Null))
+        }
+
+        fn visit_none<E>(self) -> Result<Strict, E> {
+            Ok(Strict(Value::Null))
+        }
+
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Strict, A::Error> {
+            let mut items = Vec::new();
+            while let Some(Strict(item)) = seq.next_element()? {
+                items.push(item);
+            }
+            Ok(Strict(Value::Array(items)))
+        }
+
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Strict, A::Error> {
+            let mut fields = Map::new();
+            while let Some((key, Strict(value))) = map.next_entry::<String, Strict>()? {
+                if fields.contains_key(&key) {
+                    return Err(serde::de::Error::custom(format!(
+                        "the field {key:?} is given twice"
+                    )));
+                }
+                fields.insert(key, value);
+            }
+            Ok(Strict(Value::Object(fields)))
+        }
+    }
+
+    impl<'de> serde::Deserialize<'de> for Strict {
+        fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Strict, D::Error> {
+            deserializer.deserialize_any(Visitor)
+        }
+    }
+
+    serde_json::from_str::<Strict>(text)
+        .map(|Strict(value)| value)
+        .map_err(|e| ResumeError::Malformed(format!("not JSON: {e}")))
+}
+
 /// The fields of a JSON object, read with errors that name them.
 struct Fields<'a> {
     map: &'a Map<String, Value>,
@@ -635,6 +789,102 @@ mod tests {
             PipelineState::from_json("{"),
             Err(ResumeError::Malformed(_))
         ));
+        // A field twice, at the top or inside: refused, naming it.
+        let twice = text.replacen("\"epoch\": 0,", "\"epoch\": 0, \"epoch\": 7,", 1);
+        assert_ne!(twice, text);
+        match PipelineState::from_json(&twice) {
+            Err(ResumeError::Malformed(reason)) => {
+                assert!(reason.contains("\"epoch\" is given twice"), "{reason}")
+            }
+            other => panic!("a field twice must be refused, got {other:?}"),
+        }
+        let inside = text.replacen(
+            "\"dtype\": \"f16\",",
+            "\"dtype\": \"f16\", \"dtype\": \"f32\",",
+            1,
+        );
+        assert_ne!(inside, text);
+        assert!(matches!(
+            PipelineState::from_json(&inside),
+            Err(ResumeError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn every_option_that_changes_the_rows_is_in_the_state_and_refused_by_name() {
+        use crate::augment::{Augment, AugmentOptions, RandomErasing};
+        let options = Options::default();
+        let trained = options.augment(
+            AugmentOptions::default()
+                .policy(Augment::TrivialAugmentWide)
+                .mixup(Some(0.8)),
+        );
+        let saved = PipelineState::new(
+            EpochStart::beginning(0),
+            Shard::default(),
+            None,
+            &fingerprint(&trained),
+        );
+        let refused = |here: Options| -> Vec<String> {
+            match saved.resume_start(&fingerprint(&here), Shard::default(), None) {
+                Err(ResumeError::Options(d)) => {
+                    let mut names: Vec<String> = d.into_iter().map(|d| d.option).collect();
+                    names.sort();
+                    names
+                }
+                other => panic!("expected a refusal, got {other:?}"),
+            }
+        };
+        assert_eq!(refused(options), ["augment", "batch_size", "mixup"]);
+        let other_policy = trained.augment(trained.augment.policy(Augment::RandAugment {
+            num_ops: 2,
+            magnitude: 9,
+        }));
+        assert_eq!(refused(other_policy), ["augment"]);
+        assert_eq!(
+            refused(trained.augment(trained.augment.mixup(Some(0.3)))),
+            ["mixup"]
+        );
+        // Under mixing, each batch mixes its own rows: another batch size is another output.
+        assert_eq!(
+            refused(trained.batching(trained.batching.batch_size(7))),
+            ["batch_size"]
+        );
+        let erased = trained.augment(
+            trained
+                .augment
+                .random_erasing(Some(RandomErasing::new(0.25))),
+        );
+        assert_eq!(refused(erased), ["random_erasing"]);
+        let pillow = trained.resize(trained.resize.pillow_version(12, 1));
+        assert_eq!(refused(pillow), ["pillow_version"]);
+        // A state written before augmentations were recorded resumes a pipeline without them.
+        let plain = PipelineState::new(
+            EpochStart::beginning(0),
+            Shard::default(),
+            None,
+            &fingerprint(&options),
+        );
+        let mut value: Value = serde_json::from_str(&plain.to_json()).expect("JSON");
+        for name in [
+            "augment",
+            "mixup",
+            "cutmix",
+            "color_jitter",
+            "pillow_version",
+        ] {
+            value["options"]
+                .as_object_mut()
+                .expect("options")
+                .remove(name);
+        }
+        let old = PipelineState::from_json(&value.to_string()).expect("reads");
+        assert!(old
+            .resume_start(&fingerprint(&options), Shard::default(), None)
+            .is_ok());
+        assert!(old
+            .resume_start(&fingerprint(&trained), Shard::default(), None)
+            .is_err());
     }
 
     #[test]

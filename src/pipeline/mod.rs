@@ -96,6 +96,8 @@ pub struct Pipeline {
     worker: Option<JoinHandle<()>>,
     /// The source, to stop its reads when the pipeline goes (the worker holds it too).
     source: Arc<Source>,
+    /// The epochs' orders, to check a resumed position against (the worker has its own).
+    sampler: Sampler,
     /// The process that built the pipeline: a fork of it has none of its threads.
     process: u32,
 }
@@ -170,6 +172,9 @@ impl Pipeline {
         };
         let sampler =
             Sampler::new(source.len(), &options.batching).with_blocks(source.shuffle_blocks());
+        if resume.is_some() {
+            check_reach(&sampler, start, options.batching.shard)?;
+        }
         let shard_len = sampler.real_len();
         // The output's geometry, planned once for every lane.
         let geometry = Geometry::new(&options.resize);
@@ -234,7 +239,7 @@ impl Pipeline {
         let worker = Worker {
             labelled: source.has_labels(),
             source: source.clone(),
-            sampler,
+            sampler: sampler.clone(),
             batching: options.batching,
             lanes,
             stopwatch: stopwatch.clone(),
@@ -274,6 +279,7 @@ impl Pipeline {
             batches: Some(prefetch.batches),
             worker: Some(prefetch.thread),
             source,
+            sampler,
             process: std::process::id(),
         };
         pipeline.begin(start, None)?;
@@ -476,6 +482,7 @@ impl Pipeline {
         let configured = self.plan.configured_share();
         let (start, share) =
             state.resume_start(&self.fingerprint, self.options.batching.shard, configured)?;
+        check_reach(&self.sampler, start, self.options.batching.shard)?;
         self.abandon_epoch();
         self.begin(start, self.plan.applying(share))
     }
@@ -656,6 +663,12 @@ impl Starting {
             Err(e) => Err(e),
         }
     }
+}
+
+/// Refuses a resumed `start` past the end of its epoch's order for this rank.
+fn check_reach(sampler: &Sampler, start: EpochStart, shard: crate::Shard) -> Result<()> {
+    let reach = sampler.epoch_from(start.epoch, start.from).reach(0);
+    Ok(PipelineState::check_reach(start, shard, reach)?)
 }
 
 /// The draws of the pipeline's augmentations and the class count of its soft labels, when it
