@@ -119,12 +119,28 @@ fn special_files_are_reported_without_hanging() {
 /// naming the option, never an abort from a failed allocation.
 #[test]
 fn oversized_options_are_errors_naming_the_option() {
-    let source = || Source::paths([repo_path("assets/rocket.jpg")]);
+    // Many positions: a batch is never larger than an epoch.
+    let source = || Source::paths(vec![repo_path("assets/rocket.jpg"); 2_000_000]);
     type Case = (&'static str, Box<dyn Fn() -> gpufeed::PipelineBuilder>);
-    let cases: [Case; 5] = [
+    let cases: [Case; 7] = [
         (
             "batch_size",
             Box::new(|| Pipeline::builder().batch_size(1_000_000)),
+        ),
+        // One image of 1 x 100,000,000: the size is named, not the batch.
+        (
+            "resize",
+            Box::new(|| Pipeline::builder().resize(ResizeMode::stretch(1, 100_000_000))),
+        ),
+        // Soft labels of 4,000,000,000 classes: 128 GB for a batch of 8.
+        (
+            "num_classes",
+            Box::new(|| {
+                Pipeline::builder()
+                    .batch_size(8)
+                    .mixup(0.8)
+                    .num_classes(4_000_000_000)
+            }),
         ),
         (
             "resize",
@@ -140,19 +156,61 @@ fn oversized_options_are_errors_naming_the_option() {
             Box::new(|| {
                 Pipeline::builder()
                     .batch_size(usize::MAX / 2)
-                    .resize(ResizeMode::stretch(9000, 9000))
+                    .resize(ResizeMode::stretch(900, 900))
             }),
         ),
     ];
-    for (option, builder) in cases {
+    let labelled = || {
+        Source::paths(vec![repo_path("assets/rocket.jpg"); 64])
+            .with_labels(vec![1; 64])
+            .expect("labels")
+    };
+    for (k, (option, builder)) in cases.into_iter().enumerate() {
         let start = Instant::now();
-        let result = builder().source(source()).device(Device::Cpu).build();
+        let source = if option == "num_classes" {
+            labelled()
+        } else {
+            source()
+        };
+        let result = builder().source(source).device(Device::Cpu).build();
         match result {
-            Err(Error::InvalidOption { option: named, .. }) => assert_eq!(named, option),
+            Err(Error::InvalidOption {
+                option: named,
+                reason,
+            }) => {
+                assert_eq!(named, option, "case {k}: {reason}");
+                assert!(!reason.contains("DrawRange"), "{reason}");
+            }
             other => panic!("{option}: expected an invalid option, got {other:?}"),
         }
-        assert!(start.elapsed() < Duration::from_secs(1), "{option}");
+        assert!(start.elapsed() < Duration::from_secs(3), "{option}");
     }
+    // A batch larger than the epoch is cut to it: 10,000 over one image holds one image's
+    // buffers, not 10,000's.
+    let pipeline = Pipeline::builder()
+        .source(Source::paths([repo_path("assets/rocket.jpg")]))
+        .batch_size(10_000)
+        .device(Device::Cpu)
+        .build()
+        .expect("a batch of one");
+    assert_eq!(pipeline.options().batching.batch_size, 1);
+    assert_eq!(pipeline.batches_per_epoch(), 1);
+    // RandomErasing's chance out of range says so in words.
+    let erasing = Pipeline::builder()
+        .source(source())
+        .augment_options(
+            gpufeed::AugmentOptions::default()
+                .random_erasing(Some(gpufeed::RandomErasing::new(2.0))),
+        )
+        .device(Device::Cpu)
+        .build()
+        .expect_err("p 2");
+    assert!(
+        erasing
+            .to_string()
+            .contains("2 is not a chance from 0 to 1"),
+        "{erasing}"
+    );
 }
 
 /// A JPEG cut short is refused as truncated, as Pillow refuses it ("image file is truncated"),

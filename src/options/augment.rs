@@ -111,16 +111,20 @@ impl RandomErasing {
                 && r.min <= r.max
                 && r.max <= high
         };
-        if !(0.0..=1.0).contains(&self.p)
-            || !range_ok(self.scale, 0.0, 1.0)
-            || !range_ok(self.ratio, f64::MIN_POSITIVE, f64::MAX)
-        {
-            return Err(Error::invalid(
-                "random_erasing",
-                format!(
-                    "p {} (0 to 1), scale {:?} (within 0..1), ratio {:?} (> 0): need min <= max",
-                    self.p, self.scale, self.ratio
-                ),
+        let wrong = |reason: String| Err(Error::invalid("random_erasing", reason));
+        if !(0.0..=1.0).contains(&self.p) {
+            return wrong(format!("{} is not a chance from 0 to 1", self.p));
+        }
+        if !range_ok(self.scale, 0.0, 1.0) {
+            return wrong(format!(
+                "scale {}..{}: a range of shares of the image, within 0..1, min <= max",
+                self.scale.min, self.scale.max
+            ));
+        }
+        if !range_ok(self.ratio, f64::MIN_POSITIVE, f64::MAX) {
+            return wrong(format!(
+                "ratio {}..{}: a range of aspect ratios above 0, min <= max",
+                self.ratio.min, self.ratio.max
             ));
         }
         Ok(())

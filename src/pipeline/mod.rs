@@ -176,6 +176,13 @@ impl Pipeline {
             check_reach(&sampler, start, options.batching.shard)?;
         }
         let shard_len = sampler.real_len();
+        // No batch holds more rows than an epoch's positions: buffers for more would hold
+        // nothing (with the last batch dropped, a batch that large is none at all).
+        if options.batching.last_batch == crate::LastBatch::Keep {
+            let most = sampler.positions().max(1);
+            options.batching.batch_size = options.batching.batch_size.min(most);
+        }
+        let classes = augmenter.as_ref().map_or(0, |(_, classes)| *classes);
         // The output's geometry, planned once for every lane.
         let geometry = Geometry::new(&options.resize);
         let stopwatch = Arc::new(Stopwatch::default());
@@ -186,14 +193,13 @@ impl Pipeline {
             let bytes: u64 = (0..sampled).map(|i| source.item(i).size_hint()).sum();
             bytes / sampled.max(1) as u64 * shard_len as u64
         };
-        let mut starting = Starting::new(
-            plan,
-            &options,
+        let sizes = Sizes {
             geometry,
-            shard_len,
-            || epoch_bytes(&source),
-            &stopwatch,
-        )?;
+            images: shard_len,
+            classes,
+        };
+        let mut starting =
+            Starting::new(plan, &options, sizes, || epoch_bytes(&source), &stopwatch)?;
         // The CPU lane starts on the first epoch while the device opens (a few tenths of a
         // second for the CUDA context, the staging and the kernels).
         let source = Arc::new(source);
@@ -206,7 +212,7 @@ impl Pipeline {
             .map(|order| (start, order));
         let (gpu, cpu_fallback) = starting.open_device(&mut options, |plan, options| {
             let epoch_bytes = || epoch_bytes(&source);
-            Starting::new(plan, options, geometry, shard_len, epoch_bytes, &stopwatch)
+            Starting::new(plan, options, sizes, epoch_bytes, &stopwatch)
         })?;
         let Starting {
             plan,
@@ -609,6 +615,15 @@ fn resume_start(
     Ok(start)
 }
 
+/// What sizes a pipeline's buffers: the outputs' geometry, an epoch's images for this process
+/// and, with MixUp or CutMix, the soft labels' classes (0 without).
+#[derive(Clone, Copy)]
+struct Sizes {
+    geometry: Geometry,
+    images: usize,
+    classes: usize,
+}
+
 /// What a pipeline starts before its device opens: the decode plan, the output stage's plan
 /// (batches the host cannot hold are refused before any work begins) and the lanes, as far as
 /// they go without the device.
@@ -619,19 +634,22 @@ struct Starting {
 }
 
 impl Starting {
-    /// Starts what `plan` and `options` ask for, for outputs of `geometry` and epochs of
-    /// `images` images (`epoch_bytes` estimates an epoch's encoded bytes); the stages' times go
-    /// to `stopwatch`.
+    /// Starts what `plan` and `options` ask for, for the `sizes` of the outputs and epochs
+    /// (`epoch_bytes` estimates an epoch's encoded bytes); the stages' times go to `stopwatch`.
     fn new(
         plan: DecodePlan,
         options: &Options,
-        geometry: Geometry,
-        images: usize,
+        sizes: Sizes,
         epoch_bytes: impl FnOnce() -> u64,
         stopwatch: &Arc<Stopwatch>,
     ) -> Result<Starting> {
+        let Sizes {
+            geometry,
+            images,
+            classes,
+        } = sizes;
         let lanes_bytes = Lanes::device_bytes(&plan, &geometry, options.batching.batch_size);
-        let output = OutputPlan::new(options, geometry.image_bytes(), lanes_bytes)?;
+        let output = OutputPlan::new(options, geometry.image_bytes(), lanes_bytes, classes)?;
         let lanes = Lanes::start(&plan, options, geometry, images, epoch_bytes, stopwatch)?;
         Ok(Starting {
             plan,

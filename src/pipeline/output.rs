@@ -96,27 +96,35 @@ pub(crate) struct OutputPlan {
 
 impl OutputPlan {
     /// The plan for `options`' batches of images of `image_bytes`, beside `lanes_bytes` the lanes
-    /// take on the device.
-    pub fn new(options: &Options, image_bytes: usize, lanes_bytes: u128) -> Result<OutputPlan> {
+    /// take on the device; with MixUp or CutMix, soft labels over `classes` classes a row.
+    pub fn new(
+        options: &Options,
+        image_bytes: usize,
+        lanes_bytes: u128,
+        classes: usize,
+    ) -> Result<OutputPlan> {
         let batch_size = options.batching.batch_size;
-        let slot_bytes = batch_size.checked_mul(image_bytes).ok_or_else(|| {
-            Error::invalid(
-                "batch_size",
-                format!("{batch_size} images of {image_bytes} bytes do not fit in memory"),
-            )
-        })?;
         let (height, width) = options.resize.output_size();
         let spec = options.output.spec();
+        let rows = batch_size as u128;
         let sizes = BatchSizes {
-            staging: slot_bytes as u128,
-            output: slot_bytes as u128 * spec.dtype.size_of() as u128,
+            rows,
+            height,
+            width,
+            staging: rows * image_bytes as u128,
+            output: rows * image_bytes as u128 * spec.dtype.size_of() as u128,
+            labels: rows * classes as u128 * 4,
+            classes,
             // The prefetch thread holds two batches at any depth (see `RuntimeOptions::prefetch`).
             prefetch: options.runtime.prefetch.max(2) as u128,
         };
+        let slot_bytes = usize::try_from(sizes.staging)
+            .map_err(|_| sizes.too_large(sizes.staging, None, "memory"))?;
         let (host_bytes, memory) = match options.runtime.device {
-            // The staging slot, and the batches ahead, the one in use and the one being filled.
+            // The staging slot, and the batches ahead, the one in use and the one being filled,
+            // with their soft labels.
             crate::Device::Cpu => (
-                sizes.staging + (sizes.prefetch + 2) * sizes.output,
+                sizes.staging + (sizes.prefetch + 2) * (sizes.output + sizes.labels),
                 "host memory",
             ),
             crate::Device::Cuda(_) => (STAGING_SLOTS as u128 * sizes.staging, "pinned host memory"),
@@ -147,14 +155,16 @@ impl OutputPlan {
         // and buffers), and the batches ahead plus the one in use.
         let sizes = &self.sizes;
         let (free, _) = gpu.memory()?;
-        let one = sizes.staging + sizes.output + self.device_bytes;
-        if one > free as u128 {
+        let one = sizes.staging + sizes.output + sizes.labels + self.device_bytes;
+        if one > free as u128 && sizes.labels * 2 <= free as u128 {
             return Err(Error::OutOfDeviceMemory {
                 context: "sizing the batch",
                 needed: Some((one.min(u64::MAX as u128) as u64, free as u64)),
             });
         }
-        let all = sizes.staging + self.device_bytes + (sizes.prefetch + 1) * sizes.output;
+        let all = sizes.staging
+            + self.device_bytes
+            + (sizes.prefetch + 1) * (sizes.output + sizes.labels);
         sizes.fits(all, Some(free as u64), "GPU memory")
     }
 
@@ -212,36 +222,83 @@ impl OutputPlan {
 
 /// Bytes of one batch at each step, and how many batches wait ahead.
 struct BatchSizes {
+    rows: u128,
+    height: u32,
+    width: u32,
     staging: u128,
     output: u128,
+    /// The soft labels of a mixed batch (0 without mixing), over `classes` classes.
+    labels: u128,
+    classes: usize,
     prefetch: u128,
 }
 
 impl BatchSizes {
-    /// Refuses `needed` bytes where only `available` are: naming the prefetch depth when two
-    /// batches would fit, the batch size otherwise.
+    /// Refuses `needed` bytes where only `available` are, before anything is allocated,
+    /// naming the option to lower: see [`BatchSizes::too_large`].
     fn fits(&self, needed: u128, available: Option<u64>, memory: &str) -> Result<()> {
-        let Some(available) = available else {
-            return Ok(());
-        };
-        if needed <= available as u128 {
-            return Ok(());
+        match available {
+            Some(available) if needed > available as u128 => {
+                Err(self.too_large(needed, Some(available), memory))
+            }
+            _ => Ok(()),
         }
+    }
+
+    /// The error for batches that need `needed` bytes of `memory` where `available` are: naming
+    /// the soft labels' class count when they take most of it, the output size when a batch of
+    /// one image would not fit, the prefetch depth when two batches would, else the batch size.
+    fn too_large(&self, needed: u128, available: Option<u64>, memory: &str) -> Error {
         let gb = |b: u128| b as f64 / 1e9;
-        let one_batch = self.staging + self.output;
-        let option = if one_batch * 2 <= available as u128 {
-            "prefetch"
-        } else {
-            "batch_size"
+        let available = available.map_or(u128::MAX, u128::from);
+        let rows = self.rows.max(1);
+        let one_batch = self.staging + self.output + self.labels;
+        let one_image = (self.staging + self.output) / rows;
+        let have = match available {
+            u128::MAX => "more than this machine can address".to_string(),
+            a => format!("{:.2} GB is available", gb(a)),
         };
-        Err(Error::invalid(
+        let (option, what) = if self.labels * 2 > one_batch && self.labels * 2 > available / 4 {
+            (
+                "num_classes",
+                format!(
+                    "soft labels over {} classes take {:.2} GB a batch of {rows} (4 bytes a \
+                     class a row)",
+                    self.classes,
+                    gb(self.labels)
+                ),
+            )
+        } else if one_image * (self.prefetch + 2) * 16 > available {
+            // Fewer than 16 such images fit: the size is what to change.
+            (
+                "resize",
+                format!(
+                    "one image of {}x{} (height x width) takes {:.2} GB",
+                    self.height,
+                    self.width,
+                    gb(one_image)
+                ),
+            )
+        } else if one_batch * 2 <= available {
+            ("prefetch", format!("a batch takes {:.2} GB", gb(one_batch)))
+        } else {
+            (
+                "batch_size",
+                format!(
+                    "a batch of {rows} images of {}x{} (height x width) takes {:.2} GB",
+                    self.height,
+                    self.width,
+                    gb(one_batch)
+                ),
+            )
+        };
+        Error::invalid(
             option,
             format!(
-                "the batches need {:.2} GB of {memory}, {:.2} GB is available",
-                gb(needed),
-                gb(available as u128)
+                "{what}; the batches need {:.2} GB of {memory}, {have}",
+                gb(needed)
             ),
-        ))
+        )
     }
 }
 
