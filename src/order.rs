@@ -333,7 +333,6 @@ impl EpochOrder {
     }
 
     /// The planned positions' source indices, from the start on.
-    #[cfg(any(test, feature = "object-store"))]
     pub fn indices(&self) -> &[usize] {
         &self.indices[self.start.min(self.indices.len())..]
     }

@@ -449,3 +449,70 @@ fn links_to_folders_listed_anyway_are_not_followed_and_left_out_files_are_counte
     let (good, skipped) = run(plain);
     assert_eq!(good.len(), 4, "{skipped:?}");
 }
+
+/// `batches_per_epoch` (Python's `len(pipe)`) counts out the images known to be unreadable:
+/// once an epoch has skipped two corrupt files of 302, the next epoch's count is the batches
+/// that come; damaged parts of a tar shard are counted out from the start.
+#[test]
+fn the_batch_count_leaves_out_images_known_to_be_unreadable() {
+    let dir = TempDir::new("batch-count");
+    for i in 0..300 {
+        tiny(&dir.join(format!("ok-{i:03}.png")));
+    }
+    for name in ["bad-1.png", "bad-2.png"] {
+        std::fs::write(dir.join(name), b"not an image at all").expect("write");
+    }
+    let mut pipeline = Pipeline::builder()
+        .source(Source::directory(dir.path()).expect("list"))
+        .batch_size(150)
+        .resize(ResizeMode::stretch(8, 8))
+        .device(Device::Cpu)
+        .build()
+        .expect("build");
+    assert_eq!(pipeline.batches_per_epoch(), 3, "nothing read yet");
+    for epoch in 0..2 {
+        let batches = (&mut pipeline).map(|b| b.expect("batch")).count();
+        assert_eq!(batches, 2, "epoch {epoch}");
+        assert_eq!(pipeline.batches_per_epoch(), 2, "after epoch {epoch}");
+    }
+    // A shard whose second member is cut short: its damaged part is known from the listing.
+    let shards = dir.join("shards");
+    std::fs::create_dir(&shards).expect("dir");
+    let members = dir.join("members");
+    std::fs::create_dir(&members).expect("dir");
+    for i in 0..3 {
+        tiny(&members.join(format!("s{i}.png")));
+    }
+    let status = std::process::Command::new("tar")
+        .arg("-cf")
+        .arg(shards.join("a.tar"))
+        .arg("-C")
+        .arg(&members)
+        .args(["s0.png", "s1.png", "s2.png"])
+        .status()
+        .expect("tar");
+    assert!(status.success());
+    let shard = shards.join("a.tar");
+    let bytes = std::fs::read(&shard).expect("shard");
+    let cut = bytes
+        .windows(6)
+        .position(|w| w == b"s2.png")
+        .expect("third header")
+        + 600;
+    std::fs::write(&shard, &bytes[..cut]).expect("cut");
+    let source = Source::webdataset(&shards).expect("shards");
+    let damaged = source.len();
+    let pipeline = Pipeline::builder()
+        .source(source)
+        .batch_size(1)
+        .resize(ResizeMode::stretch(8, 8))
+        .device(Device::Cpu)
+        .build()
+        .expect("build");
+    let mut pipeline = pipeline;
+    // Three listed, the third damaged: two batches of one.
+    assert_eq!(damaged, 3);
+    assert_eq!(pipeline.batches_per_epoch(), 2);
+    let batches = (&mut pipeline).map(|b| b.expect("batch")).count();
+    assert_eq!(batches, 2);
+}

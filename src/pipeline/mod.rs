@@ -67,8 +67,10 @@ pub struct Pipeline {
     plan: DecodePlan,
     source_len: usize,
     shard_len: usize,
-    /// Batches an epoch yields when no image fails.
-    batches_per_epoch: usize,
+    /// Source indices of images known to be unreadable for what they hold (damaged parts of
+    /// shards and keys no client can request, from the listing; files skipped in an earlier
+    /// epoch for anything but a failed read): [`Pipeline::batches_per_epoch`] counts them out.
+    known_bad: std::collections::HashSet<usize>,
     class_names: Option<Vec<String>>,
     device_description: String,
     /// Why the pipeline runs on the CPU though a CUDA device was asked for, when it fell back.
@@ -229,11 +231,7 @@ impl Pipeline {
         let device_description = output.describe();
         let pinned_bytes = output.pinned_bytes() + lanes.pinned_bytes();
         let cuda_stream = output.cuda_stream();
-        let batch_size = options.batching.batch_size;
-        let batches_per_epoch = match options.batching.last_batch {
-            crate::LastBatch::Drop => sampler.positions() / batch_size,
-            crate::LastBatch::Keep => sampler.positions().div_ceil(batch_size),
-        };
+        let known_bad = source.damaged_indices().collect();
         let abandon = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
         let class_names = source.class_names().map(|c| c.to_vec());
@@ -265,7 +263,7 @@ impl Pipeline {
             plan,
             source_len,
             shard_len,
-            batches_per_epoch,
+            known_bad,
             class_names,
             device_description,
             cpu_fallback,
@@ -399,6 +397,7 @@ impl Pipeline {
                     self.report.decoded_by_gpu += batch.decoded_by.gpu;
                     self.report.decoded_by_assisted += batch.decoded_by.assisted;
                     self.report.skipped.extend_from_slice(batch.skipped());
+                    self.learn_bad(batch.skipped());
                     Ok(WaitedBatch::Ready(Box::new(batch)))
                 }
                 Err(error) => {
@@ -416,12 +415,23 @@ impl Pipeline {
                 complete,
                 reads,
             } => {
+                self.learn_bad(&trailing_skipped);
                 self.report.skipped.extend(trailing_skipped);
                 self.report.dropped = dropped;
                 self.report.complete = complete;
                 self.report.reads = reads;
                 self.state = EpochState::Ended;
                 Ok(WaitedBatch::EpochEnd)
+            }
+        }
+    }
+
+    /// Notes the images skipped for what they hold (not for a read that failed, which may
+    /// succeed next time), for [`Pipeline::batches_per_epoch`].
+    fn learn_bad(&mut self, skipped: &[crate::ItemError]) {
+        for item in skipped {
+            if !matches!(item.kind, crate::ItemErrorKind::Read { .. }) {
+                self.known_bad.insert(item.index);
             }
         }
     }
@@ -509,11 +519,36 @@ impl Pipeline {
         self.shard_len
     }
 
-    /// Batches an epoch yields for this process when no image fails (padding rows included,
-    /// a partial last batch counted unless dropped): what PyTorch's `len(DataLoader)` counts.
-    /// Without equal shards, skipped images may make an epoch's batches fewer.
+    /// Batches an epoch yields for this process (padding rows included, a partial last batch
+    /// counted unless dropped): what PyTorch's `len(DataLoader)` counts, for progress bars and
+    /// schedules. Images known to be unreadable are counted out: damaged parts of shards and
+    /// keys no client can request (known from the listing), and files an earlier epoch skipped
+    /// for what they hold. With equal shards every rank yields its full count whatever fails;
+    /// otherwise an epoch over files not read before yields fewer when some turn out unreadable.
     pub fn batches_per_epoch(&self) -> usize {
-        self.batches_per_epoch
+        let batching = &self.options.batching;
+        let refills =
+            batching.shard.world > 1 && batching.shard_balance != crate::ShardBalance::Uneven;
+        let mut positions = self.sampler.positions();
+        if !refills && !self.known_bad.is_empty() {
+            let bad = match batching.shard.world {
+                1 => self.known_bad.len(),
+                _ => {
+                    let order = self.sampler.epoch_from(self.epoch, 0);
+                    order
+                        .indices()
+                        .iter()
+                        .filter(|i| self.known_bad.contains(i))
+                        .count()
+                }
+            };
+            positions = positions.saturating_sub(bad);
+        }
+        let batch_size = batching.batch_size.max(1);
+        match batching.last_batch {
+            crate::LastBatch::Drop => positions / batch_size,
+            crate::LastBatch::Keep => positions.div_ceil(batch_size),
+        }
     }
 
     /// Whether an epoch has no images.

@@ -894,6 +894,16 @@ impl Source {
         })
     }
 
+    /// The indices of items known from the listing to hold no image: damaged parts of tar
+    /// shards, keys in object storage no client can request.
+    pub(crate) fn damaged_indices(&self) -> impl Iterator<Item = usize> + '_ {
+        self.items
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| matches!(i.payload, Payload::Damaged(_)))
+            .map(|(index, _)| index)
+    }
+
     /// The listing in brief: its length, its fingerprint, its first and last ids.
     pub(crate) fn listing(&self) -> &ListingSummary {
         &self.listing
