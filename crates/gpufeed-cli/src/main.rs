@@ -71,7 +71,27 @@ struct BenchArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let args = run::bare_shuffle(std::env::args_os().collect());
+    let json = args.iter().any(|a| a == "--json");
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) if json => {
+            // With --json, stdout is one JSON object whatever happens.
+            let text = e.render().to_string();
+            let first = text
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim_start_matches("error: ");
+            out!(
+                "{}",
+                serde_json::json!({"error": first, "usage": text.trim_end()})
+            );
+            return ExitCode::from(2);
+        }
+        Err(e) => e.exit(),
+    };
     let outcome = match cli.command {
         Some(Command::Run(args)) => run::run(&args).map(|_| ()),
         Some(Command::Bench(args)) => bench_command(&args),
@@ -79,10 +99,17 @@ fn main() -> ExitCode {
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
-        // 128 + SIGINT, as a shell reports a program Ctrl-C ended.
+        // 128 and the signal's number, as a shell reports a program the signal ended.
         Err(e) if e.is::<run::Interrupted>() => {
-            eprintln!("gpufeed: interrupted");
-            ExitCode::from(130)
+            eprintln!("gpufeed: {e}");
+            let status = e
+                .downcast_ref::<run::Interrupted>()
+                .map_or(130, |i| i.status());
+            ExitCode::from(status)
+        }
+        Err(e) if e.is::<run::ArgumentError>() => {
+            eprintln!("gpufeed: error: {e}");
+            ExitCode::from(2)
         }
         Err(e) => {
             eprintln!("gpufeed: error: {e}");
@@ -101,8 +128,18 @@ fn stdout_failed(error: std::io::Error) -> ! {
     std::process::exit(1);
 }
 
-/// `gpufeed` alone: the pipeline over assets/, then the upload comparison if there is a GPU.
+/// `gpufeed` alone: the pipeline over assets/, then the upload comparison if there is a GPU,
+/// then what to try next.
 fn default_job() -> Result<()> {
+    if !std::path::Path::new("assets").is_dir() {
+        return Err(run::ArgumentError(
+            "`gpufeed` alone runs the photos in assets/ of the repository, and there is no \
+             assets/ here: run it from the repository's folder, or give your own images: \
+             `gpufeed run DIR` (see `gpufeed run --help`)"
+                .into(),
+        )
+        .into());
+    }
     let device = match Cli::parse_from(["gpufeed", "run"]).command {
         Some(Command::Run(args)) => run::run(&args)?,
         _ => return Err("default arguments did not parse".into()),
@@ -117,6 +154,11 @@ fn default_job() -> Result<()> {
         let report = bench::run(&options)?;
         out!("{}", report.table().trim_end());
     }
+    out!();
+    out!("next: your own images");
+    out!("  gpufeed run DIR                      every image under DIR, torchvision's eval transform");
+    out!("  gpufeed run DIR --image-folder --train --epochs 2 --save out.npy");
+    out!("  gpufeed run --help                   every option");
     Ok(())
 }
 

@@ -18,6 +18,8 @@ pub struct NpyWriter {
     descr: &'static str,
     row_shape: Option<[usize; 3]>,
     rows: usize,
+    /// Rows of shape [C, 1, 1] are written as a matrix [N, C].
+    matrix: bool,
 }
 
 fn write_error(path: &Path, e: impl std::fmt::Display) -> Box<dyn std::error::Error> {
@@ -35,7 +37,17 @@ fn descr(dtype: DType) -> Result<&'static str> {
 }
 
 impl NpyWriter {
+    /// A writer of rows of `dtype` at `path`.
     pub fn create(path: &Path, dtype: DType) -> Result<NpyWriter> {
+        NpyWriter::open(path, dtype, false)
+    }
+
+    /// A writer of `f32` rows of shape `[C, 1, 1]` (soft labels) as a matrix `[N, C]`.
+    pub fn create_matrix(path: &Path) -> Result<NpyWriter> {
+        NpyWriter::open(path, DType::F32, true)
+    }
+
+    fn open(path: &Path, dtype: DType, matrix: bool) -> Result<NpyWriter> {
         let file = File::create(path).map_err(|e| write_error(path, e))?;
         let mut writer = NpyWriter {
             file: BufWriter::with_capacity(1 << 22, file),
@@ -43,6 +55,7 @@ impl NpyWriter {
             descr: descr(dtype)?,
             row_shape: None,
             rows: 0,
+            matrix,
         };
         writer.write_header()?;
         Ok(writer)
@@ -50,6 +63,11 @@ impl NpyWriter {
 
     fn header(&self) -> Vec<u8> {
         let shape = match self.row_shape {
+            // Rows of one value a class (soft labels, [N, C, 1, 1] as the batch holds them):
+            // a matrix [N, C].
+            Some([a, 1, 1]) if self.descr == "<f4" && self.matrix => {
+                format!("({}, {a})", self.rows)
+            }
             Some([a, b, c]) => format!("({}, {a}, {b}, {c})", self.rows),
             None => "(0,)".to_string(),
         };

@@ -2,8 +2,8 @@
 //! output saved on request.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,7 +18,7 @@ use gpufeed::{
 use indicatif::{ProgressBar, ProgressState, ProgressStyle};
 use serde_json::{json, Value};
 
-use crate::save::{escape_bytes, escape_line, Saver};
+use crate::save::{escape_bytes, escape_line, set_files, Saver};
 use crate::Result;
 
 /// `gpufeed run`'s arguments. `--help` shows the main ones in a line each; `--help-all` shows
@@ -219,9 +219,9 @@ pub struct RunArgs {
     /// Drop a last partial batch.
     #[arg(long, hide_short_help = true, help_heading = "Output")]
     drop_last: bool,
-    /// Shuffle with this seed (a new order each epoch)
-    #[arg(long, help_heading = "Training")]
-    shuffle: Option<u64>,
+    /// Shuffle with this seed (a new order each epoch); alone, with --seed's
+    #[arg(long, help_heading = "Training", value_name = "SEED", num_args = 0..=1, default_missing_value = "seed", value_parser = parse_shuffle)]
+    shuffle: Option<ShuffleArg>,
     /// This process's part of DIR: RANK/WORLD (e.g. 0/4), or env (torchrun, Slurm)
     ///
     /// This process's part of DIR: RANK/WORLD (e.g. 0/4), or env to read it from torchrun's
@@ -263,10 +263,10 @@ pub struct RunArgs {
     #[arg(long, default_value_t = DEFAULT_MAX_PIXELS, hide_short_help = true, help_heading = "Decoding")]
     max_pixels: u64,
     /// Refuse files larger than this many bytes.
-    #[arg(long, default_value_t = DEFAULT_MAX_FILE_BYTES, hide_short_help = true, help_heading = "Decoding")]
+    #[arg(long, value_parser = parse_bytes, default_value_t = DEFAULT_MAX_FILE_BYTES, hide_short_help = true, help_heading = "Decoding")]
     max_file_bytes: u64,
     /// The most bytes the decode threads hold together for images in flight.
-    #[arg(long, default_value_t = DEFAULT_DECODE_MEMORY, hide_short_help = true, help_heading = "Decoding")]
+    #[arg(long, value_parser = parse_bytes, default_value_t = DEFAULT_DECODE_MEMORY, hide_short_help = true, help_heading = "Decoding")]
     decode_memory: u64,
     /// Turn images as their EXIF orientation tag says (torchvision does not).
     #[arg(long, hide_short_help = true, help_heading = "Decoding")]
@@ -335,6 +335,42 @@ pub struct RunArgs {
     help_all: Option<bool>,
 }
 
+/// `--shuffle`: with its own seed, or alone (with `--seed`'s).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShuffleArg {
+    Seed(u64),
+    FromSeed,
+}
+
+fn parse_shuffle(text: &str) -> std::result::Result<ShuffleArg, String> {
+    match text.trim() {
+        "seed" => Ok(ShuffleArg::FromSeed),
+        t => t
+            .parse()
+            .map(ShuffleArg::Seed)
+            .map_err(|_| format!("{text:?}: expected a seed (a whole number), or nothing")),
+    }
+}
+
+/// `--shuffle` followed by a word that is not its seed (DIR, or nothing) is `--shuffle` alone:
+/// the arguments with such a `--shuffle` written `--shuffle=seed`, so that it does not take
+/// the word as its value.
+pub fn bare_shuffle(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut out = Vec::with_capacity(args.len());
+    for (i, arg) in args.iter().enumerate() {
+        let seed_follows = args
+            .get(i + 1)
+            .and_then(|next| next.to_str())
+            .is_some_and(|next| next.trim().parse::<u64>().is_ok());
+        if arg == "--shuffle" && !seed_follows {
+            out.push("--shuffle=seed".into());
+        } else {
+            out.push(arg.clone());
+        }
+    }
+    out
+}
+
 /// `--shard`: a fixed part, or the launcher's variables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ShardArg {
@@ -401,8 +437,9 @@ fn parse_size(text: &str) -> std::result::Result<(u32, u32), String> {
 }
 
 impl RunArgs {
-    /// The source DIR names: a local folder, or a URL in object storage.
-    fn source(&self) -> Result<Source> {
+    /// The source DIR names: a local folder, or a URL in object storage (whose opening stops
+    /// when `interrupt` is set).
+    fn source(&self, interrupt: &Arc<AtomicBool>) -> Result<Source> {
         let text = self.dir.to_string_lossy();
         if !text.contains("://") {
             if self.cache_dir.is_some() || self.cache_limit.is_some() {
@@ -428,7 +465,8 @@ impl RunArgs {
             .cache_limit(self.cache_limit.unwrap_or(u64::MAX))
             .read_budget(self.read_budget)
             .max_requests(self.max_requests)
-            .shuffle_window(self.shuffle_window);
+            .shuffle_window(self.shuffle_window)
+            .interrupt(Some(gpufeed::Interrupt::from(interrupt.clone())));
         Ok(Source::url(&text, layout, &options)?)
     }
 
@@ -466,7 +504,12 @@ impl RunArgs {
         let flip = self
             .hflip
             .unwrap_or(if train { RANDOM_FLIP_CHANCE } else { 0.0 });
-        let shuffle = if train { Some(self.seed) } else { self.shuffle };
+        let shuffle = match self.shuffle {
+            _ if train => Some(self.seed),
+            Some(ShuffleArg::Seed(seed)) => Some(seed),
+            Some(ShuffleArg::FromSeed) => Some(self.seed),
+            None => None,
+        };
         let three = |values: &[f32], name: &str| -> Result<[f32; 3]> {
             <[f32; 3]>::try_from(values).map_err(|_| {
                 format!(
@@ -593,6 +636,9 @@ const CROPS: &str = ".crops.tsv";
 /// The suffix of the augmentations file `--save` writes with augmentations.
 const AUGMENT: &str = ".augment.jsonl";
 
+/// The suffix of the soft labels file `--save` writes with MixUp or CutMix.
+const SOFT_LABELS: &str = ".soft_labels.npy";
+
 /// What one run did, for the summary.
 struct Tally {
     reports: Vec<EpochReport>,
@@ -604,61 +650,165 @@ struct Tally {
     first_batch_seconds: Option<f64>,
 }
 
-/// The run was stopped by Ctrl-C (SIGINT) or SIGTERM: the command line exits with 130.
+/// The run was stopped by Ctrl-C (SIGINT) or SIGTERM: the command line exits with 128 and the
+/// signal's number (130, 143), as a shell reports a program the signal ended.
 #[derive(Debug)]
-pub struct Interrupted;
+pub struct Interrupted {
+    /// The signal's number.
+    pub signal: i32,
+}
+
+impl Interrupted {
+    /// The exit status: 128 and the signal's number.
+    pub fn status(&self) -> u8 {
+        u8::try_from(128 + self.signal).unwrap_or(130)
+    }
+}
 
 impl std::fmt::Display for Interrupted {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "interrupted")
+        match self.signal {
+            15 => write!(f, "interrupted (SIGTERM)"),
+            _ => write!(f, "interrupted (Ctrl-C)"),
+        }
     }
 }
 
 impl std::error::Error for Interrupted {}
 
-/// Set by the first Ctrl-C (or SIGTERM); a second Ctrl-C ends the program at once.
-fn interrupt_flag() -> Arc<AtomicBool> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let flag = Arc::new(AtomicBool::new(false));
-    for signal in [SIGINT, SIGTERM] {
-        // Registering can only fail for a signal that cannot be caught; these can.
-        let _ = signal_hook::flag::register_conditional_shutdown(signal, 130, flag.clone());
-        let _ = signal_hook::flag::register(signal, flag.clone());
+/// A mistake in the arguments, found before anything ran: the command line exits with 2.
+#[derive(Debug)]
+pub struct ArgumentError(pub String);
+
+impl std::fmt::Display for ArgumentError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
     }
-    flag
+}
+
+impl std::error::Error for ArgumentError {}
+
+/// Ctrl-C and SIGTERM: the first sets the flag (and the signal's number), which every wait of the
+/// run looks at; a second one ends the program at once, with 128 and its number.
+struct Signals {
+    flag: Arc<AtomicBool>,
+    signal: Arc<AtomicUsize>,
+}
+
+impl Signals {
+    fn register() -> Signals {
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        let flag = Arc::new(AtomicBool::new(false));
+        let signal = Arc::new(AtomicUsize::new(0));
+        for number in [SIGINT, SIGTERM] {
+            // Registering can only fail for a signal that cannot be caught; these can.
+            let _ = signal_hook::flag::register_conditional_shutdown(
+                number,
+                128 + number,
+                flag.clone(),
+            );
+            let _ = signal_hook::flag::register_usize(number, signal.clone(), number as usize);
+            let _ = signal_hook::flag::register(number, flag.clone());
+        }
+        Signals { flag, signal }
+    }
+
+    /// The interruption, once a signal came.
+    fn interrupted(&self) -> Option<Interrupted> {
+        self.flag.load(Ordering::SeqCst).then(|| Interrupted {
+            signal: match self.signal.load(Ordering::SeqCst) {
+                0 => 2,
+                n => n as i32,
+            },
+        })
+    }
+
+    /// `Err(Interrupted)` once a signal came.
+    fn check(&self) -> Result<()> {
+        match self.interrupted() {
+            Some(interrupted) => Err(interrupted.into()),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Runs the pipeline as `args` say and prints the summary; returns the device used. With
 /// `--json`, stdout is one JSON object whatever happens: the summary (with an `error` field
 /// when the run stopped), or, when the run could not start, `{"error": ..., "dir": ...}`. A
-/// first Ctrl-C stops the run after the batch in hand, removes what `--save` had begun to
-/// write and prints the summary so far ([`Interrupted`]); a second one ends it at once.
+/// first Ctrl-C or SIGTERM, wherever the run waits (listing, opening, batches), stops it within
+/// moments, removes what `--save` had begun to write and prints the summary so far
+/// ([`Interrupted`]); a second one ends it at once.
 pub fn run(args: &RunArgs) -> Result<Device> {
-    let interrupt = interrupt_flag();
+    let signals = Signals::register();
     let mut summarized = false;
-    let outcome = run_and_summarize(args, &interrupt, &mut summarized);
+    let mut outcome = run_and_summarize(args, &signals, &mut summarized);
+    // Whatever failed once a signal came (a listing cut short, say), the run was interrupted.
+    if let (Err(_), Some(interrupted)) = (&outcome, signals.interrupted()) {
+        outcome = Err(interrupted.into());
+    }
     if let Err(e) = &outcome {
         if args.json && !summarized {
             out!(
                 "{}",
-                json!({"error": e.to_string(), "dir": args.dir.display().to_string()})
+                json!({"error": e.to_string(), "dir": args.dir.display().to_string(),
+                       "interrupted": e.is::<Interrupted>()})
             );
         }
     }
     outcome
 }
 
-fn run_and_summarize(
-    args: &RunArgs,
-    interrupt: &AtomicBool,
-    summarized: &mut bool,
-) -> Result<Device> {
+/// Refuses `--state` naming a file `--save` writes (or the file `--resume` reads beside it).
+fn check_paths(args: &RunArgs) -> Result<()> {
+    let (Some(state), Some(save)) = (&args.state, &args.save) else {
+        return Ok(());
+    };
+    let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let state_path = absolute(state);
+    if let Some(clash) = set_files(save).iter().find(|f| absolute(f) == state_path) {
+        return Err(ArgumentError(format!(
+            "--state {} is a file --save {} writes ({}): give the state another name",
+            state.display(),
+            save.display(),
+            clash.display()
+        ))
+        .into());
+    }
+    Ok(())
+}
+
+fn run_and_summarize(args: &RunArgs, signals: &Signals, summarized: &mut bool) -> Result<Device> {
+    check_paths(args)?;
+    if args.epochs == 0 {
+        return Err(ArgumentError("--epochs must be at least 1".into()).into());
+    }
+    let resume = match &args.resume {
+        Some(path) => Some(PipelineState::load(path)?),
+        None => None,
+    };
+    // A state at the run's end (epoch E, the beginning of the epoch --epochs E ends at) has
+    // nothing left to run; one past it is not this run's.
+    if let Some(state) = &resume {
+        if state.epoch() > args.epochs {
+            return Err(ArgumentError(format!(
+                "--resume: the state is in epoch {}, past the end of this run (it ends where \
+                 epoch {} would begin, --epochs {}): not a state of this run; give --epochs \
+                 above {} to go on from it",
+                state.epoch(),
+                args.epochs,
+                args.epochs,
+                state.epoch()
+            ))
+            .into());
+        }
+    }
     let (shard, launch) = args.shard()?;
     let local_gpu = launch.map(|l| l.local_rank);
     // The device's context is made while the source is listed.
     let device_opening = args.device(local_gpu).open_early();
     let opening = Instant::now();
-    let source = args.source()?;
+    let source = args.source(&signals.flag)?;
+    signals.check()?;
     let open_seconds = opening.elapsed().as_secs_f64();
     let opened = source.opening_report().cloned();
     for (folder, reason) in source.unreadable_folders() {
@@ -670,16 +820,16 @@ fn run_and_summarize(
         .map(|(folder, reason)| json!({"path": folder.display().to_string(), "reason": reason}))
         .collect();
     let left_out = source.left_out().to_vec();
-    let mut options = args.options(args.device(local_gpu), shard)?;
+    let mut options = args
+        .options(args.device(local_gpu), shard)
+        .map_err(|e| ArgumentError(e.to_string()))?;
     options.runtime.cpu_fallback = args.falls_back();
     if let Some(launch) = launch {
         options.decode = launch.decode_options(options.decode);
     }
-    if args.epochs == 0 {
-        return Err("--epochs must be at least 1".into());
-    }
     // With labels, `--save` also writes FILE.labels.txt, one label a row, and for an ImageFolder
-    // FILE.classes.txt; with random transforms, FILE.crops.tsv, one row of draws a row.
+    // FILE.classes.txt; with random transforms, FILE.crops.tsv, one row of draws a row; with
+    // augmentations FILE.augment.jsonl, and with mixing FILE.soft_labels.npy.
     let mut extra = Vec::new();
     if source.has_labels() {
         extra.push(LABELS);
@@ -690,7 +840,9 @@ fn run_and_summarize(
     if options.augment.is_on() {
         extra.push(AUGMENT);
     }
-    // The classes file last: written once, here.
+    if options.augment.mixes() {
+        extra.push(SOFT_LABELS);
+    }
     let classes = source.class_names().filter(|_| args.save.is_some());
     if classes.is_some() {
         extra.push(CLASSES);
@@ -707,17 +859,14 @@ fn run_and_summarize(
     };
     if let (Some(saver), Some(classes)) = (saver.as_mut(), classes) {
         let lines: Vec<String> = classes.iter().map(|c| escape_line(c)).collect();
-        saver.append_extra(extra.len() - 1, &lines)?;
+        saver.append_lines(CLASSES, &lines)?;
     }
     // The name of each row in the files `--save` writes: the file's bytes, escaped.
     let row_names: Vec<String> = match &args.save {
         Some(_) => (0..source.len()).map(|i| row_name(&source, i)).collect(),
         None => Vec::new(),
     };
-    let resume = match &args.resume {
-        Some(path) => Some(PipelineState::load(path)?),
-        None => None,
-    };
+    signals.check()?;
     let setup = Instant::now();
     let mut pipeline = match &resume {
         Some(state) => Pipeline::with_options_from(source, options, state),
@@ -759,8 +908,15 @@ fn run_and_summarize(
         names: &row_names,
         saved: 0,
     };
-    let mut outcome = run_epochs(args, &mut pipeline, rows, &progress, interrupt, &mut tally);
+    let mut outcome = run_epochs(args, &mut pipeline, rows, &progress, signals, &mut tally);
     progress.finish_and_clear();
+    let interrupted = signals.interrupted();
+    if let (Err(_), Some(signal)) = (&outcome, &interrupted) {
+        outcome = Err(Interrupted {
+            signal: signal.signal,
+        }
+        .into());
+    }
     let summary = Summary {
         args,
         pipeline: &pipeline,
@@ -769,12 +925,14 @@ fn run_and_summarize(
         unreadable,
         left_out,
         saved: Vec::new(),
-        interrupted: interrupt.load(Ordering::SeqCst),
+        interrupted: interrupted.is_some(),
         opened,
         open_seconds,
     };
     let skipped = summary.skipped().len();
+    let mut every_skipped = false;
     if outcome.is_ok() && summary.images() == 0 && skipped > 0 {
+        every_skipped = true;
         outcome = Err(format!(
             "every image was skipped ({skipped}), none was delivered: see the reasons above"
         )
@@ -783,7 +941,10 @@ fn run_and_summarize(
     let mut saved = Vec::new();
     if outcome.is_ok() {
         if let Some(saver) = saver.take() {
-            saved = saver.finish()?;
+            match saver.finish() {
+                Ok(files) => saved = files,
+                Err(e) => outcome = Err(e),
+            }
         }
     }
     // A run that did not finish leaves no file behind.
@@ -796,10 +957,10 @@ fn run_and_summarize(
         }
         out!("{value}");
         *summarized = true;
-    } else if outcome.is_ok() || summary.interrupted || summary.images() == 0 {
+    } else if outcome.is_ok() || summary.interrupted || every_skipped {
+        // Under --on-error fail, the error alone: it names the image that stopped the run.
         summary.print();
     }
-    // Under --on-error fail the first bad image stops the run here, naming the image.
     outcome?;
     Ok(device)
 }
@@ -814,7 +975,8 @@ fn row_name(source: &Source, index: usize) -> String {
     }
 }
 
-/// The library's option names in an error as this command line's flags.
+/// The library's option names in an error as this command line's flags: an
+/// [`ArgumentError`].
 fn flag_names(error: gpufeed::Error) -> Box<dyn std::error::Error> {
     match error {
         gpufeed::Error::InvalidOption { option, reason } => {
@@ -823,9 +985,11 @@ fn flag_names(error: gpufeed::Error) -> Box<dyn std::error::Error> {
                 "resize" => "--size (or --crop, --resize)".to_string(),
                 "mean/std" => "--mean/--std".to_string(),
                 "shard" => "--shard".to_string(),
+                "mixup/cutmix" => "--mixup/--cutmix".to_string(),
+                "memory_limit" => "--decode-memory".to_string(),
                 other => format!("--{}", other.replace('_', "-")),
             };
-            format!("invalid option {flag}: {reason}").into()
+            ArgumentError(format!("invalid option {flag}: {reason}")).into()
         }
         other => other.into(),
     }
@@ -846,7 +1010,7 @@ fn run_epochs(
     pipeline: &mut Pipeline,
     mut rows: Rows,
     progress: &ProgressBar,
-    interrupt: &AtomicBool,
+    signals: &Signals,
     tally: &mut Tally,
 ) -> Result<()> {
     let save_state = |pipeline: &Pipeline| -> Result<()> {
@@ -870,9 +1034,7 @@ fn run_epochs(
                 pipeline.next_epoch()?;
             }
             loop {
-                if interrupt.load(Ordering::SeqCst) {
-                    return Err(Interrupted.into());
-                }
+                signals.check()?;
                 let batch = match pipeline.wait_batch(Duration::from_millis(20))? {
                     WaitedBatch::Ready(batch) => *batch,
                     WaitedBatch::NotYet => continue,
@@ -922,11 +1084,12 @@ fn save_batch(
     let name = |i: usize| names.get(i).map_or("", String::as_str);
     let row_names: Vec<&str> = batch.indices().iter().map(|&i| name(i)).collect();
     saver.append(&batch.images().to_host()?, &row_names)?;
-    let mut extra = 0;
     if let Some(labels) = batch.labels() {
         let lines: Vec<String> = labels.iter().map(u32::to_string).collect();
-        saver.append_extra(extra, &lines)?;
-        extra += 1;
+        saver.append_lines(LABELS, &lines)?;
+    }
+    if let Some(soft) = batch.soft_labels() {
+        saver.append_npy(SOFT_LABELS, &soft.to_host()?)?;
     }
     if let Some(crops) = batch.crops() {
         let lines: Vec<String> = row_names
@@ -943,11 +1106,10 @@ fn save_batch(
                 )
             })
             .collect();
-        saver.append_extra(extra, &lines)?;
-        extra += 1;
+        saver.append_lines(CROPS, &lines)?;
     }
     if let Some((first, (height, width))) = augmented {
-        saver.append_extra(extra, &augment_lines(batch, first, height, width))?;
+        saver.append_lines(AUGMENT, &augment_lines(batch, first, height, width))?;
     }
     Ok(())
 }

@@ -1477,6 +1477,36 @@ fn recipe_writes_the_calls_and_mixing_of_every_row() {
         let lam = mix["lam"].as_f64().expect("lam");
         assert!((0.0..=1.0).contains(&lam));
     }
+    // The soft labels: a [rows, classes] float32 matrix, each row its label's one-hot times lam
+    // and its partner's times 1 - lam (torchvision's MixUp and CutMix).
+    let (descr, shape, bytes) = read_npy(&dir.join("out.soft_labels.npy"));
+    assert_eq!(
+        (descr.as_str(), shape.as_slice()),
+        ("<f4", &[5usize, 2][..])
+    );
+    let soft: Vec<f32> = bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let labels: Vec<usize> = std::fs::read_to_string(dir.join("out.labels.txt"))
+        .expect("labels")
+        .lines()
+        .map(|l| l.parse().expect("label"))
+        .collect();
+    for (k, row) in rows.iter().enumerate() {
+        let lam = row["mix"]["lam"].as_f64().expect("lam") as f32;
+        let partner = row["mix"]["partner"].as_u64().expect("partner") as usize;
+        let mut want = [0f32; 2];
+        want[labels[k]] += lam;
+        want[labels[partner]] += 1.0 - lam;
+        for class in 0..2 {
+            assert!(
+                (soft[k * 2 + class] - want[class]).abs() < 1e-6,
+                "row {k}: {:?} against {want:?}",
+                &soft[k * 2..k * 2 + 2]
+            );
+        }
+    }
 }
 
 /// `gpufeed run s3://...` against a real S3 server (SeaweedFS, see `crates/s3-server`), with
@@ -1694,4 +1724,303 @@ fn shards_in_s3_run_as_on_disk() {
     );
     assert!(text.contains("refused the credentials"), "{text}");
     assert!(!dir.join("wrong.npy").exists());
+}
+
+/// Runs `gpufeed` with `args` in the background (stdout and stderr piped).
+fn spawn(args: &[String], env: &[(String, String)]) -> std::process::Child {
+    Command::new(binary())
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .current_dir(repo_root())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start gpufeed")
+}
+
+/// Sends `signal` to `child` and waits: its output, and the time from the signal to its exit.
+fn signal_and_wait(child: std::process::Child, signal: &str) -> (Output, std::time::Duration) {
+    let sent = std::time::Instant::now();
+    let kill = Command::new("kill")
+        .args([&format!("-{signal}"), &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(kill.success());
+    let o = child.wait_with_output().expect("wait");
+    (o, sent.elapsed())
+}
+
+/// SIGTERM ends a run as Ctrl-C does, with 143: wherever it waits. While a listing waits on a
+/// server that never answers, and while batches wait on one (a list of 100,000 URLs, opened
+/// without a request), the run ends within moments of the signal with the summary so far.
+#[test]
+fn sigterm_and_ctrl_c_end_every_wait_within_moments() {
+    let Some(server) =
+        s3_server::S3Server::for_test("sigterm_and_ctrl_c_end_every_wait_within_moments")
+    else {
+        return;
+    };
+    let proxy = server.fault_proxy().expect("proxy");
+    proxy.set(s3_server::faults::Fault::Silent);
+    let mut env = server.env();
+    env[0].1 = proxy.endpoint();
+    let urls = format!("{}/x{{0..99999}}.jpg", proxy.endpoint());
+    for (source, signal, status) in [
+        (server.url("listing/"), "TERM", 143),
+        (server.url("listing/"), "INT", 130),
+        (urls.clone(), "TERM", 143),
+        (urls, "INT", 130),
+    ] {
+        let args: Vec<String> = ["run", &source, "--cpu", "--json"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let child = spawn(&args, &env);
+        // Under way: a connection to the server is open.
+        let started = std::time::Instant::now();
+        while proxy
+            .counts()
+            .open
+            .load(std::sync::atomic::Ordering::SeqCst)
+            == 0
+        {
+            assert!(started.elapsed().as_secs() < 30, "{source}: no request");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let (o, took) = signal_and_wait(child, signal);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(status), "{source} {signal}: {stderr}");
+        assert!(
+            took < std::time::Duration::from_secs(1),
+            "{source}: ended {took:?} after SIG{signal}"
+        );
+        let summary = last_json(&o);
+        assert_eq!(summary["interrupted"], true, "{summary}");
+        eprintln!("{source} SIG{signal}: ended {took:?} after the signal");
+    }
+}
+
+/// Two runs saving to one name at once: the second refuses at its start (with or without
+/// `--overwrite`), the first's set is whole; the files a killed run left are removed by the next
+/// run; `--state` naming a file of the set is refused before anything runs.
+#[test]
+fn two_runs_saving_to_one_name_never_mix_and_killed_runs_leave_nothing() {
+    let dir = slow_folder("save-set", 120);
+    let images = dir.join("images");
+    let npy = dir.join("out.npy");
+    let args = |more: &[&str]| -> Vec<String> {
+        let mut a: Vec<String> = [
+            "run",
+            images.to_str().expect("utf-8"),
+            "--cpu",
+            "--threads",
+            "1",
+            "--batch-size",
+            "4",
+            "--save",
+            npy.to_str().expect("utf-8"),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        a.extend(more.iter().map(|s| s.to_string()));
+        a
+    };
+    let partials = || -> Vec<String> {
+        std::fs::read_dir(dir.path())
+            .expect("dir")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains(".partial-") || n.contains(".commit-"))
+            .collect()
+    };
+    let first = spawn(&args(&["--max-batches", "20"]), &[]);
+    let started = std::time::Instant::now();
+    while partials().is_empty() {
+        assert!(
+            started.elapsed().as_secs() < 60,
+            "the first run did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    for more in [&[][..], &["--overwrite"][..]] {
+        let second = gpufeed(&args(more).iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(second.status.code(), Some(1));
+        let stderr = String::from_utf8_lossy(&second.stderr);
+        assert!(stderr.contains("another gpufeed run (process"), "{stderr}");
+    }
+    let o = first.wait_with_output().expect("wait");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (_, shape, _) = read_npy(&npy);
+    let paths = std::fs::read_to_string(dir.join("out.paths.txt")).expect("paths");
+    assert_eq!(paths.lines().count(), shape[0]);
+    assert!(partials().is_empty(), "{:?}", partials());
+    // Killed: its temporary files stay, and the next run removes them.
+    std::fs::remove_file(&npy).expect("remove");
+    std::fs::remove_file(dir.join("out.paths.txt")).expect("remove");
+    let mut killed = spawn(&args(&[]), &[]);
+    let started = std::time::Instant::now();
+    while partials().is_empty() {
+        assert!(started.elapsed().as_secs() < 60, "the run did not start");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    killed.kill().expect("SIGKILL");
+    killed.wait().expect("wait");
+    assert!(
+        !partials().is_empty(),
+        "a killed run leaves its temporary files"
+    );
+    let next = gpufeed(
+        &args(&["--max-batches", "1"])
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
+    assert!(
+        next.status.success(),
+        "{}",
+        String::from_utf8_lossy(&next.stderr)
+    );
+    assert!(partials().is_empty(), "{:?}", partials());
+    assert_eq!(read_npy(&npy).1[0], 4);
+    // --state naming a file of the set: refused before anything runs, nothing written.
+    for state in ["out.npy", "out.paths.txt", "out.labels.txt"] {
+        let state = dir.join(state);
+        let o = gpufeed(
+            &args(&[
+                "--overwrite",
+                "--state",
+                state.to_str().expect("utf-8"),
+                "--json",
+            ])
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        );
+        assert_eq!(o.status.code(), Some(2));
+        let error = last_json(&o)["error"].as_str().expect("error").to_string();
+        assert!(error.contains("is a file --save"), "{error}");
+    }
+    assert_eq!(read_npy(&npy).1[0], 4, "untouched");
+}
+
+/// Messages and flags: byte counts with units for `--decode-memory` (as the docs write them),
+/// `--shuffle` alone (with `--seed`'s seed), argument mistakes under `--json` as JSON with
+/// status 2, `--on-error fail` with its error and no summary, `gpufeed` alone outside the
+/// repository saying what to do, a resume at or past `--epochs` refused, and a resume with
+/// other augmentations refused naming them.
+#[test]
+fn flags_and_messages_say_what_happens() {
+    for memory in ["64M", "100MB", "1G", "2GiB", "67108864"] {
+        let o = gpufeed(&["run", "assets", "--cpu", "--decode-memory", memory]);
+        assert!(
+            o.status.success(),
+            "{memory}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let dir = temp_dir("flags");
+    let save = |name: &str, more: &[&str]| -> Vec<u8> {
+        let npy = dir.join(name);
+        let mut args = vec!["run", "assets", "--cpu", "--crop", "16", "--resize", "16"];
+        args.extend_from_slice(more);
+        args.extend(["--save", npy.to_str().expect("utf-8")]);
+        let o = gpufeed(&args);
+        assert!(
+            o.status.success(),
+            "{more:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        std::fs::read(dir.join(name.replace(".npy", ".paths.txt"))).expect("paths")
+    };
+    let bare = save("bare.npy", &["--seed", "3", "--shuffle"]);
+    assert_eq!(bare, save("given.npy", &["--shuffle", "3"]));
+    assert_ne!(bare, save("plain.npy", &[]));
+    // --shuffle alone before DIR: DIR is not its value.
+    let o = gpufeed(&["run", "--cpu", "--shuffle", "assets", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for mistake in [&["--batch-size", "x"][..], &["--no-such-flag"][..]] {
+        let mut args = vec!["run", "assets", "--cpu", "--json"];
+        args.extend_from_slice(mistake);
+        let o = gpufeed(&args);
+        assert_eq!(o.status.code(), Some(2), "{mistake:?}");
+        let error = last_json(&o)["error"].as_str().expect("error").to_string();
+        assert!(!error.is_empty());
+    }
+    let o = gpufeed(&["run", "assets", "--cpu", "--json", "--hflip", "2"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(last_json(&o)["error"]
+        .as_str()
+        .expect("error")
+        .contains("--hflip"));
+    // --on-error fail: the error names the image; no summary before it.
+    let bad = dir.join("bad");
+    std::fs::create_dir(&bad).expect("dir");
+    std::fs::copy(repo_path("assets/rocket.jpg"), bad.join("a.jpg")).expect("copy");
+    std::fs::write(bad.join("b.jpg"), b"not a jpeg").expect("write");
+    let o = gpufeed(&[
+        "run",
+        bad.to_str().expect("utf-8"),
+        "--cpu",
+        "--on-error",
+        "fail",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(stdout(&o), "", "no summary");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("b.jpg"));
+    // `gpufeed` alone outside the repository.
+    let o = Command::new(binary())
+        .current_dir(dir.path())
+        .output()
+        .expect("run gpufeed");
+    assert_eq!(o.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("gpufeed run DIR"), "{stderr}");
+    // A resume at the end of the run, or far past it; one with other augmentations.
+    let images = dir.join("images");
+    common::generated_image_folder(&images, 6, 0);
+    let state = dir.join("state.json");
+    let state = state.to_str().expect("utf-8");
+    let trained = |more: &[&str]| {
+        let mut args = vec![
+            "run",
+            images.to_str().expect("utf-8"),
+            "--image-folder",
+            "--cpu",
+            "--train",
+            "--crop",
+            "24",
+            "--batch-size",
+            "4",
+            "--json",
+            "--augment",
+            "trivial-augment-wide",
+        ];
+        args.extend_from_slice(more);
+        gpufeed(&args)
+    };
+    let o = trained(&["--state", state, "--mixup", "0.8", "--epochs", "2"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // At the run's end: nothing left, and nothing run.
+    let o = trained(&["--resume", state, "--mixup", "0.8", "--epochs", "2"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(last_json(&o)["images"], 0);
+    let o = trained(&["--resume", state, "--mixup", "0.8", "--epochs", "1"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    let error = last_json(&o)["error"].as_str().expect("error").to_string();
+    assert!(error.contains("past the end of this run"), "{error}");
+    let o = trained(&["--resume", state, "--epochs", "3"]);
+    assert!(!o.status.success());
+    let error = last_json(&o)["error"].as_str().expect("error").to_string();
+    assert!(error.contains("mixup is none here but 0.8"), "{error}");
+    let text = std::fs::read_to_string(state).expect("state");
+    let edited = text.replacen("\"epoch\": 2", "\"epoch\": 1000000000", 1);
+    assert_ne!(edited, text);
+    std::fs::write(state, edited).expect("edit");
+    let o = trained(&["--resume", state, "--mixup", "0.8", "--epochs", "3"]);
+    assert_eq!(o.status.code(), Some(2));
+    let error = last_json(&o)["error"].as_str().expect("error").to_string();
+    assert!(error.contains("epoch 1000000000"), "{error}");
 }

@@ -217,10 +217,10 @@ fn failure(what: &str, error: &object_store::Error, credentials: bool) -> Failur
             )
         } else {
             format!(
-                "{what}: no credentials were found, and the store refused the request without \
-                 them ({detail}); set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (for a public \
-                 bucket AWS_SKIP_SIGNATURE=true; GOOGLE_APPLICATION_CREDENTIALS or \
-                 AZURE_STORAGE_ACCOUNT_KEY for the others)"
+                "{what}: no credentials: none were given, and none came from the machine's \
+                 metadata service ({detail}); set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY \
+                 (for a public bucket AWS_SKIP_SIGNATURE=true; GOOGLE_APPLICATION_CREDENTIALS \
+                 or AZURE_STORAGE_ACCOUNT_KEY for the others)"
             )
         }
     };
@@ -244,7 +244,7 @@ fn failure(what: &str, error: &object_store::Error, credentials: bool) -> Failur
                 || text.contains("InvalidAccessKeyId")
                 || text.contains("AccessDenied")
                 || matches!(status, Some(401 | 403))
-                || (!credentials && text.contains("credential"))
+                || (!credentials && looks_for_credentials(&text))
             {
                 (K::PermissionDenied, true, refused_credentials(text))
             } else if status.is_some_and(|s| (400..500).contains(&s) && s != 408 && s != 429) {
@@ -265,6 +265,19 @@ fn failure(what: &str, error: &object_store::Error, credentials: bool) -> Failur
         reason,
         refused,
     }
+}
+
+/// Whether an error's text is the client looking for credentials where none were given: the
+/// instance metadata service (the EC2 one, or a container's) not answering.
+fn looks_for_credentials(text: &str) -> bool {
+    [
+        "credential",
+        "/latest/api/token",
+        "/latest/meta-data",
+        "169.254.1",
+    ]
+    .iter()
+    .any(|t| text.contains(t))
 }
 
 /// The HTTP status an error's text names (`object_store` says "status code: 503"), if any.
