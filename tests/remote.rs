@@ -373,6 +373,29 @@ fn a_wrong_secret_fails_at_once_and_says_so() {
     }
 }
 
+/// No credentials at all (none given, no metadata service answering): an error at once that
+/// says none were found and how to give them, not that the store refused them.
+#[test]
+fn no_credentials_says_so_at_once() {
+    let Some(server) = S3Server::for_test("no_credentials_says_so_at_once") else {
+        return;
+    };
+    if std::env::var_os("AWS_ACCESS_KEY_ID").is_some() {
+        eprintln!("skipped: no_credentials_says_so_at_once: AWS_ACCESS_KEY_ID is set here");
+        return;
+    }
+    let options = RemoteOptions::default()
+        .store_option("aws_endpoint", server.endpoint())
+        .store_option("aws_metadata_endpoint", "http://127.0.0.1:9");
+    let start = Instant::now();
+    let error = Source::url(&server.url("any/"), UrlLayout::Images, &options).expect_err("none");
+    assert!(start.elapsed() < Duration::from_secs(10), "{:?}", start.elapsed());
+    let text = error.to_string();
+    assert!(text.contains("no credentials: none were given"), "{text}");
+    assert!(text.contains("AWS_ACCESS_KEY_ID"), "{text}");
+    assert!(!text.contains("refused the credentials"), "{text}");
+}
+
 #[test]
 fn a_truncated_shard_keeps_its_intact_samples() {
     let Some(server) = S3Server::for_test("a_truncated_shard_keeps_its_intact_samples") else {
@@ -887,6 +910,7 @@ fn a_server_that_never_answers_holds_nothing_past_its_bounds() {
     assert_eq!(delivered, 0);
     assert_eq!(skipped.len(), 2000);
     assert!(seconds < 15.0, "{seconds} s");
+    eprintln!("2,000 URLs of a server that never answers: {seconds:.1} s");
     assert!(
         skipped.iter().any(|e| e.contains("gave up after")),
         "{:?}",
@@ -949,6 +973,7 @@ fn answers_at_one_byte_a_second_fail_in_a_time_that_does_not_grow_with_the_objec
         );
         times.push(seconds);
     }
+    eprintln!("100 and 400 objects at 1 byte a second: {times:.1?} s");
     assert!(times[1] < 15.0, "{times:?}");
     assert!(times[1] < times[0] * 2.0 + 3.0, "{times:?}");
 }
@@ -980,6 +1005,10 @@ fn every_get_refused_with_503_is_tried_a_bounded_number_of_times() {
         start.elapsed()
     );
     let gets = proxy.counts().gets.load(Ordering::SeqCst);
+    eprintln!(
+        "200 objects, every GET 503: {gets} GETs in {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
     assert!(gets <= 16 * 4 + 200, "{gets} GETs");
     assert!(
         skipped.iter().any(|e| e.contains("gave up after 4 tries")),

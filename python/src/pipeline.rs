@@ -70,6 +70,43 @@ impl Pipeline {
     }
 }
 
+/// Runs `open` on a thread of its own while Python's signal handlers run every
+/// [`SIGNAL_CHECK`]: Ctrl-C (a `KeyboardInterrupt`, or whatever a handler raises) sets the
+/// interrupt `open` was given, waits the moments its opening takes to stop, and raises.
+fn open_interruptibly<F>(py: Python<'_>, open: F) -> PyResult<gpufeed::Result<Source>>
+where
+    F: FnOnce(gpufeed::Interrupt) -> gpufeed::Result<Source> + Send + 'static,
+{
+    let interrupt = gpufeed::Interrupt::new();
+    let given = interrupt.clone();
+    let (sender, receiver) = std::sync::mpsc::channel();
+    let thread = std::thread::Builder::new()
+        .name("gpufeed-open".into())
+        .spawn(move || {
+            let _ = sender.send(open(given));
+        })
+        .map_err(|e| PyValueError::new_err(format!("cannot start a thread to open: {e}")))?;
+    loop {
+        match py.detach(|| receiver.recv_timeout(SIGNAL_CHECK)) {
+            Ok(opened) => {
+                let _ = thread.join();
+                return Ok(opened);
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if let Err(raised) = py.check_signals() {
+                    interrupt.interrupt();
+                    let _ = py.detach(|| thread.join());
+                    return Err(raised);
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                let _ = thread.join();
+                return Err(PyValueError::new_err("opening the source stopped unexpectedly"));
+            }
+        }
+    }
+}
+
 /// `paths=`: a list of paths, or one path.
 struct PathList(Vec<PathBuf>);
 
@@ -223,8 +260,11 @@ impl Pipeline {
                     UrlLayout::Images
                 };
                 let url = url.unwrap_or_default();
-                // Listing (and indexing shards) waits on the network: without the GIL.
-                py.detach(|| Source::url(&url, layout, &remote))
+                // Listing (and indexing shards) waits on the network: without the GIL, and
+                // stopped by Ctrl-C.
+                open_interruptibly(py, move |interrupt| {
+                    Source::url(&url, layout, &remote.interrupt(Some(interrupt)))
+                })?
             }
             _ if remote_given => {
                 return Err(PyTypeError::new_err(
@@ -452,6 +492,7 @@ fn reads_dict<'py>(py: Python<'py>, reads: &ReadReport) -> PyResult<Bound<'py, P
     dict.set_item("kept_in_memory", reads.kept)?;
     dict.set_item("cache_hit_rate", reads.cache_hit_rate())?;
     dict.set_item("failed", reads.failed)?;
+    dict.set_item("cache_rejected", reads.cache_rejected)?;
     dict.set_item("waits", reads.waits)?;
     dict.set_item("waited_seconds", reads.waited.as_secs_f64())?;
     Ok(dict)

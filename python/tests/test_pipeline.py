@@ -295,3 +295,20 @@ def test_pillow_version_decode_description_and_profile():
     assert same(None, f"{major}.{minor}"), "the installed Pillow is the default"
     with pytest.raises(ValueError, match="pillow_version"):
         gpufeed.Pipeline(ASSETS, device="cpu", pillow_version="thirteen")
+
+
+def test_len_counts_out_images_known_to_be_unreadable(tmp_path):
+    """302 files, 2 of them corrupt, batches of 150: nothing is known before the first epoch
+    (3 batches counted, 2 come); from then on len(pipe) is the 2 batches that come, so
+    tqdm(pipe) shows the right total."""
+    from PIL import Image
+
+    for i in range(300):
+        Image.new("RGB", (6, 4), (i % 256, 3, 9)).save(tmp_path / f"ok-{i:03}.png")
+    for name in ("bad-1.png", "bad-2.png"):
+        (tmp_path / name).write_bytes(b"not an image at all")
+    pipe = gpufeed.Pipeline(str(tmp_path), batch_size=150, crop=8, resize=8, device="cpu")
+    assert len(pipe) == 3
+    for epoch in range(2):
+        assert sum(1 for _ in pipe) == 2, f"epoch {epoch}"
+        assert len(pipe) == 2

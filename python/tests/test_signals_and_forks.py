@@ -129,3 +129,55 @@ def test_ctrl_c_interrupts_a_wait_for_a_batch_within_100_ms(tmp_path):
     finally:
         child.kill()
         child.wait()
+
+
+def test_ctrl_c_interrupts_a_url_source_that_never_answers_within_100_ms():
+    """A server that accepts connections and never answers: the listing waits, and Ctrl-C ends
+    it within 100 ms with KeyboardInterrupt."""
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    port = server.getsockname()[1]
+    script = textwrap.dedent(
+        """
+        import sys, time, gpufeed
+        print("ready", flush=True)
+        try:
+            gpufeed.Pipeline("s3://bucket/train/", device="cpu")
+            print("opened", flush=True)
+        except KeyboardInterrupt:
+            print("interrupted", time.monotonic(), flush=True)
+        """
+    )
+    env = dict(
+        os.environ,
+        AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}",
+        AWS_ACCESS_KEY_ID="key",
+        AWS_SECRET_ACCESS_KEY="secret",
+        AWS_REGION="us-east-1",
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        # Wait for the listing's request: a connection accepted, never answered.
+        server.settimeout(30)
+        connection, _ = server.accept()
+        time.sleep(0.3)
+        sent = time.monotonic()
+        child.send_signal(signal.SIGINT)
+        line = child.stdout.readline().split()
+        assert line and line[0] == "interrupted", (line, child.stderr.read())
+        assert float(line[1]) - sent < 0.1, f"KeyboardInterrupt {float(line[1]) - sent:.3f} s late"
+        connection.close()
+    finally:
+        child.kill()
+        child.wait()
+        server.close()

@@ -1182,6 +1182,7 @@ fn reads_json(reads: &ReadReport, seconds: f64) -> Value {
         "kept_in_memory": reads.kept,
         "cache_hit_rate": reads.cache_hit_rate(),
         "failed": reads.failed,
+        "cache_rejected": reads.cache_rejected,
         "waits": reads.waits,
         "waited_seconds": reads.waited.as_secs_f64(),
     })
