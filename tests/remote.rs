@@ -389,7 +389,11 @@ fn no_credentials_says_so_at_once() {
         .store_option("aws_metadata_endpoint", "http://127.0.0.1:9");
     let start = Instant::now();
     let error = Source::url(&server.url("any/"), UrlLayout::Images, &options).expect_err("none");
-    assert!(start.elapsed() < Duration::from_secs(10), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
     let text = error.to_string();
     assert!(text.contains("no credentials: none were given"), "{text}");
     assert!(text.contains("AWS_ACCESS_KEY_ID"), "{text}");

@@ -101,7 +101,9 @@ where
             }
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
                 let _ = thread.join();
-                return Err(PyValueError::new_err("opening the source stopped unexpectedly"));
+                return Err(PyValueError::new_err(
+                    "opening the source stopped unexpectedly",
+                ));
             }
         }
     }

@@ -178,12 +178,7 @@ impl Pipeline {
             check_reach(&sampler, start, options.batching.shard)?;
         }
         let shard_len = sampler.real_len();
-        // No batch holds more rows than an epoch's positions: buffers for more would hold
-        // nothing (with the last batch dropped, a batch that large is none at all).
-        if options.batching.last_batch == crate::LastBatch::Keep {
-            let most = sampler.positions().max(1);
-            options.batching.batch_size = options.batching.batch_size.min(most);
-        }
+        fit_batch(&mut options, &sampler);
         let classes = augmenter.as_ref().map_or(0, |(_, classes)| *classes);
         // The output's geometry, planned once for every lane.
         let geometry = Geometry::new(&options.resize);
@@ -715,6 +710,16 @@ impl Starting {
             }
             Err(e) => Err(e),
         }
+    }
+}
+
+/// No batch holds more rows than an epoch's positions: the batch size is cut to them, so that
+/// buffers are not sized for rows that never come (with the last batch dropped, a batch that
+/// large is none at all, and the size is left as it is).
+fn fit_batch(options: &mut Options, sampler: &Sampler) {
+    if options.batching.last_batch == crate::LastBatch::Keep {
+        let most = sampler.positions().max(1);
+        options.batching.batch_size = options.batching.batch_size.min(most);
     }
 }
 

@@ -758,6 +758,61 @@ pub fn run(args: &RunArgs) -> Result<Device> {
     outcome
 }
 
+/// The state `--resume` names: at the run's end (epoch E, the beginning of the epoch
+/// `--epochs E` ends at) it has nothing left to run; one past it is not this run's.
+fn load_resume(args: &RunArgs) -> Result<Option<PipelineState>> {
+    let Some(path) = &args.resume else {
+        return Ok(None);
+    };
+    let state = PipelineState::load(path)?;
+    if state.epoch() > args.epochs {
+        return Err(ArgumentError(format!(
+            "--resume: the state is in epoch {}, past the end of this run (it ends where epoch \
+             {} would begin, --epochs {}): not a state of this run; give --epochs above {} to \
+             go on from it",
+            state.epoch(),
+            args.epochs,
+            args.epochs,
+            state.epoch()
+        ))
+        .into());
+    }
+    Ok(Some(state))
+}
+
+/// The files of `--save`, when asked for: the `.npy` and the paths file; with labels,
+/// FILE.labels.txt, one label a row, and for an ImageFolder FILE.classes.txt (written here);
+/// with random transforms, FILE.crops.tsv, one row of draws a row; with augmentations
+/// FILE.augment.jsonl, and with mixing FILE.soft_labels.npy.
+fn open_saver(args: &RunArgs, source: &Source, options: &Options) -> Result<Option<Saver>> {
+    let Some(path) = &args.save else {
+        return Ok(None);
+    };
+    let mut extra = Vec::new();
+    if source.has_labels() {
+        extra.push(LABELS);
+    }
+    if options.resize.is_random() {
+        extra.push(CROPS);
+    }
+    if options.augment.is_on() {
+        extra.push(AUGMENT);
+    }
+    if options.augment.mixes() {
+        extra.push(SOFT_LABELS);
+    }
+    let classes = source.class_names();
+    if classes.is_some() {
+        extra.push(CLASSES);
+    }
+    let mut saver = Saver::create(path, options.output.dtype, source, args.overwrite, &extra)?;
+    if let Some(classes) = classes {
+        let lines: Vec<String> = classes.iter().map(|c| escape_line(c)).collect();
+        saver.append_lines(CLASSES, &lines)?;
+    }
+    Ok(Some(saver))
+}
+
 /// Refuses `--state` naming a file `--save` writes (or the file `--resume` reads beside it).
 fn check_paths(args: &RunArgs) -> Result<()> {
     let (Some(state), Some(save)) = (&args.state, &args.save) else {
@@ -782,26 +837,7 @@ fn run_and_summarize(args: &RunArgs, signals: &Signals, summarized: &mut bool) -
     if args.epochs == 0 {
         return Err(ArgumentError("--epochs must be at least 1".into()).into());
     }
-    let resume = match &args.resume {
-        Some(path) => Some(PipelineState::load(path)?),
-        None => None,
-    };
-    // A state at the run's end (epoch E, the beginning of the epoch --epochs E ends at) has
-    // nothing left to run; one past it is not this run's.
-    if let Some(state) = &resume {
-        if state.epoch() > args.epochs {
-            return Err(ArgumentError(format!(
-                "--resume: the state is in epoch {}, past the end of this run (it ends where \
-                 epoch {} would begin, --epochs {}): not a state of this run; give --epochs \
-                 above {} to go on from it",
-                state.epoch(),
-                args.epochs,
-                args.epochs,
-                state.epoch()
-            ))
-            .into());
-        }
-    }
+    let resume = load_resume(args)?;
     let (shard, launch) = args.shard()?;
     let local_gpu = launch.map(|l| l.local_rank);
     // The device's context is made while the source is listed.
@@ -827,40 +863,7 @@ fn run_and_summarize(args: &RunArgs, signals: &Signals, summarized: &mut bool) -
     if let Some(launch) = launch {
         options.decode = launch.decode_options(options.decode);
     }
-    // With labels, `--save` also writes FILE.labels.txt, one label a row, and for an ImageFolder
-    // FILE.classes.txt; with random transforms, FILE.crops.tsv, one row of draws a row; with
-    // augmentations FILE.augment.jsonl, and with mixing FILE.soft_labels.npy.
-    let mut extra = Vec::new();
-    if source.has_labels() {
-        extra.push(LABELS);
-    }
-    if options.resize.is_random() {
-        extra.push(CROPS);
-    }
-    if options.augment.is_on() {
-        extra.push(AUGMENT);
-    }
-    if options.augment.mixes() {
-        extra.push(SOFT_LABELS);
-    }
-    let classes = source.class_names().filter(|_| args.save.is_some());
-    if classes.is_some() {
-        extra.push(CLASSES);
-    }
-    let mut saver = match &args.save {
-        Some(path) => Some(Saver::create(
-            path,
-            options.output.dtype,
-            &source,
-            args.overwrite,
-            &extra,
-        )?),
-        None => None,
-    };
-    if let (Some(saver), Some(classes)) = (saver.as_mut(), classes) {
-        let lines: Vec<String> = classes.iter().map(|c| escape_line(c)).collect();
-        saver.append_lines(CLASSES, &lines)?;
-    }
+    let mut saver = open_saver(args, &source, &options)?;
     // The name of each row in the files `--save` writes: the file's bytes, escaped.
     let row_names: Vec<String> = match &args.save {
         Some(_) => (0..source.len()).map(|i| row_name(&source, i)).collect(),

@@ -646,166 +646,43 @@ impl Opening {
             )?
             .map_err(|f| failed(url, f))?;
         self.report.requests += listed.requests;
-        let relative = |key: &str| -> String {
-            match &prefix {
-                Some(p) => key.strip_prefix(p.as_str()).unwrap_or(key).to_string(),
-                None => key.to_string(),
-            }
-        };
-        let object = |meta: &ObjectMeta| {
-            Object::listed(
-                store,
-                meta.location.clone(),
-                object_url(&location.store, &meta.location),
-                Meta {
-                    size: meta.size,
-                    etag: meta.e_tag.clone(),
-                },
-            )
-        };
-        // Keys that cannot be requested: left out, each with its reason, as a damaged item in
-        // its place (images), or noted (shards).
-        let key_url = |key: &str| format!("{}/{key}", location.store);
-        let unnamable: Vec<(String, String)> = listed
-            .unnamable
-            .iter()
-            .map(|(key, reason)| (relative(key), reason.clone()))
-            .collect();
-        let mut left_out: BTreeMap<String, usize> = BTreeMap::new();
-        let mut leave_out = |key: &str| {
-            *left_out
-                .entry(super::folders::extension_of(Path::new(key)))
-                .or_default() += 1;
+        let under = Under {
+            url,
+            location,
+            store,
+            prefix,
         };
         match layout {
             UrlLayout::WebDataset => {
-                let shards: Vec<&ObjectMeta> = listed
+                let is_shard = |key: &str| key.to_ascii_lowercase().ends_with(".tar");
+                let objects: Vec<Object> = listed
                     .objects
                     .iter()
-                    .filter(|m| m.location.as_ref().to_ascii_lowercase().ends_with(".tar"))
+                    .filter(|m| is_shard(m.location.as_ref()))
+                    .map(|m| under.object(m))
                     .collect();
-                let mut damaged = Vec::new();
-                for (key, reason) in &listed.unnamable {
-                    if key.to_ascii_lowercase().ends_with(".tar") {
-                        damaged.push(SourceItem {
-                            payload: Payload::Damaged(reason.clone()),
-                            id: key_url(key),
-                            label: None,
-                        });
-                    }
-                }
-                if shards.is_empty() {
+                // Shards whose key cannot be requested: each a damaged part.
+                let damaged = listed
+                    .unnamable
+                    .iter()
+                    .filter(|(key, _)| is_shard(key))
+                    .map(|(key, reason)| SourceItem {
+                        payload: Payload::Damaged(reason.clone()),
+                        id: under.key_url(key),
+                        label: None,
+                    })
+                    .collect();
+                if objects.is_empty() {
                     return Err(nothing_found(url, "no .tar shard under it".into()));
                 }
-                let objects = shards.into_iter().map(object).collect();
                 self.webdataset(objects, damaged)
             }
             UrlLayout::Images => {
-                // Full keys, sorted by the part under the prefix.
-                let mut images: Vec<(String, Option<&ObjectMeta>, Option<&str>)> = Vec::new();
-                for meta in &listed.objects {
-                    let key = meta.location.as_ref();
-                    if has_extension(Path::new(&relative(key)), &DECODED_EXTENSIONS) {
-                        images.push((key.to_string(), Some(meta), None));
-                    } else {
-                        leave_out(&relative(key));
-                    }
-                }
-                for ((key, reason), (full, _)) in unnamable.iter().zip(&listed.unnamable) {
-                    if has_extension(Path::new(key), &DECODED_EXTENSIONS) {
-                        images.push((full.clone(), None, Some(reason.as_str())));
-                    } else {
-                        leave_out(key);
-                    }
-                }
-                images.sort_by(|a, b| walk_order(&relative(&a.0), &relative(&b.0)));
-                if images.iter().all(|(_, meta, _)| meta.is_none()) {
-                    return Err(nothing_found(
-                        url,
-                        format!(
-                            "no image object (looked for .{})",
-                            DECODED_EXTENSIONS.join(", .")
-                        ),
-                    ));
-                }
-                let entries = images
-                    .into_iter()
-                    .map(|(key, meta, reason)| match (meta, reason) {
-                        (Some(meta), _) => Listed::Object(object(meta), None),
-                        (None, reason) => Listed::Unnamable {
-                            id: key_url(&key),
-                            reason: reason.unwrap_or_default().to_string(),
-                            label: None,
-                        },
-                    })
-                    .collect();
-                let left_out = left_out.into_iter().collect();
+                let (entries, left_out) = under.images(&listed)?;
                 self.images(entries, None, left_out)
             }
             UrlLayout::ImageFolder => {
-                // Class: the first component of the key under the prefix.
-                type Files<'a> = Vec<(String, Option<&'a ObjectMeta>, Option<&'a str>)>;
-                let mut classes: BTreeMap<String, Files> = BTreeMap::new();
-                let keys = listed
-                    .objects
-                    .iter()
-                    .map(|m| (m.location.as_ref().to_string(), Some(m), None))
-                    .chain(
-                        listed
-                            .unnamable
-                            .iter()
-                            .map(|(k, r)| (k.clone(), None, Some(r.as_str()))),
-                    );
-                for (full, meta, reason) in keys {
-                    let key = relative(&full);
-                    let Some((class, rest)) = key.split_once('/') else {
-                        continue;
-                    };
-                    let files = classes.entry(class.to_string()).or_default();
-                    if has_extension(Path::new(rest), &IMAGE_EXTENSIONS) {
-                        files.push((full, meta, reason));
-                    } else {
-                        leave_out(rest);
-                    }
-                }
-                if classes.is_empty() {
-                    return Err(nothing_found(
-                        url,
-                        "no class folders (ImageFolder wants prefix/<class>/<image>)".into(),
-                    ));
-                }
-                let empty: Vec<&str> = classes
-                    .iter()
-                    .filter(|(_, files)| files.iter().all(|(_, meta, _)| meta.is_none()))
-                    .map(|(name, _)| name.as_str())
-                    .collect();
-                if !empty.is_empty() {
-                    return Err(nothing_found(
-                        url,
-                        format!(
-                            "found no image object for the classes {}; image objects end in .{}",
-                            empty.join(", "),
-                            IMAGE_EXTENSIONS.join(", .")
-                        ),
-                    ));
-                }
-                let mut entries = Vec::new();
-                let mut names = Vec::new();
-                for (label, (name, mut files)) in classes.into_iter().enumerate() {
-                    files.sort_by(|a, b| walk_order(&relative(&a.0), &relative(&b.0)));
-                    for (key, meta, reason) in files {
-                        entries.push(match meta {
-                            Some(meta) => Listed::Object(object(meta), Some(label as u32)),
-                            None => Listed::Unnamable {
-                                id: key_url(&key),
-                                reason: reason.unwrap_or_default().to_string(),
-                                label: Some(label as u32),
-                            },
-                        });
-                    }
-                    names.push(name);
-                }
-                let left_out = left_out.into_iter().collect();
+                let (entries, names, left_out) = under.classes(&listed)?;
                 self.images(entries, Some(names), left_out)
             }
         }
@@ -828,7 +705,7 @@ impl Opening {
             _ => {
                 let entries = objects
                     .into_iter()
-                    .map(|o| Listed::Object(o, None))
+                    .map(|o| ImageEntry::Object(o, None))
                     .collect();
                 self.images(entries, None, Vec::new())
             }
@@ -864,7 +741,7 @@ impl Opening {
     /// names and the listing's left-out files.
     fn images(
         self,
-        entries: Vec<Listed>,
+        entries: Vec<ImageEntry>,
         class_names: Option<Vec<String>>,
         left_out: Vec<(String, usize)>,
     ) -> Result<Source> {
@@ -873,12 +750,12 @@ impl Opening {
         let mut places = Vec::with_capacity(entries.len());
         for entry in entries {
             match entry {
-                Listed::Object(object, label) => {
+                ImageEntry::Object(object, label) => {
                     places.push(Some(objects.len() as u32));
                     items.push((object.url.clone(), label, None));
                     objects.push(object);
                 }
-                Listed::Unnamable { id, reason, label } => {
+                ImageEntry::Unnamable { id, reason, label } => {
                     places.push(None);
                     items.push((id, label, Some(reason)));
                 }
@@ -1016,13 +893,173 @@ impl Opening {
 
 /// One entry of a listing of images: an object with its label, or a key that cannot be
 /// requested (left out with its reason, in its place).
-enum Listed {
+enum ImageEntry {
     Object(Object, Option<u32>),
     Unnamable {
         id: String,
         reason: String,
         label: Option<u32>,
     },
+}
+
+/// A listing under a prefix, turned into a source's entries.
+struct Under<'a> {
+    url: &'a str,
+    location: &'a Location,
+    store: usize,
+    /// The prefix listed (a key ending in `/`), or the whole store.
+    prefix: Option<String>,
+}
+
+/// Every key of a listing: the full key, its object (`None` for a key left out) and why not.
+type Keys<'a> = Vec<(String, Option<&'a ObjectMeta>, Option<&'a str>)>;
+
+/// Files left out of a listing, counted by extension.
+type LeftOut = Vec<(String, usize)>;
+
+/// An ImageFolder's entries, class names and left-out files.
+type Classes = (Vec<ImageEntry>, Vec<String>, LeftOut);
+
+impl Under<'_> {
+    /// A key as the part under the prefix.
+    fn relative(&self, key: &str) -> String {
+        match &self.prefix {
+            Some(p) => key.strip_prefix(p.as_str()).unwrap_or(key).to_string(),
+            None => key.to_string(),
+        }
+    }
+
+    fn object(&self, meta: &ObjectMeta) -> Object {
+        Object::listed(
+            self.store,
+            meta.location.clone(),
+            object_url(&self.location.store, &meta.location),
+            Meta {
+                size: meta.size,
+                etag: meta.e_tag.clone(),
+            },
+        )
+    }
+
+    /// The URL of a key that cannot be requested (its id).
+    fn key_url(&self, key: &str) -> String {
+        format!("{}/{key}", self.location.store)
+    }
+
+    fn keys<'l>(&self, listed: &'l listing::Listed) -> Keys<'l> {
+        let objects = listed
+            .objects
+            .iter()
+            .map(|m| (m.location.as_ref().to_string(), Some(m), None));
+        let left = listed
+            .unnamable
+            .iter()
+            .map(|(k, r)| (k.clone(), None, Some(r.as_str())));
+        objects.chain(left).collect()
+    }
+
+    /// An entry for `key`: its object with `label`, or the key left out with its reason.
+    fn entry(
+        &self,
+        key: &str,
+        meta: Option<&ObjectMeta>,
+        reason: Option<&str>,
+        label: Option<u32>,
+    ) -> ImageEntry {
+        match meta {
+            Some(meta) => ImageEntry::Object(self.object(meta), label),
+            None => ImageEntry::Unnamable {
+                id: self.key_url(key),
+                reason: reason.unwrap_or_default().to_string(),
+                label,
+            },
+        }
+    }
+
+    /// One object per image under the prefix, in the order of a sorted folder walk, and the
+    /// other objects counted by extension.
+    fn images(&self, listed: &listing::Listed) -> Result<(Vec<ImageEntry>, LeftOut)> {
+        let mut left_out: BTreeMap<String, usize> = BTreeMap::new();
+        let mut images = Vec::new();
+        for (key, meta, reason) in self.keys(listed) {
+            let relative = self.relative(&key);
+            if has_extension(Path::new(&relative), &DECODED_EXTENSIONS) {
+                images.push((key, meta, reason));
+            } else {
+                *left_out.entry(extension_of(&relative)).or_default() += 1;
+            }
+        }
+        images.sort_by(|a, b| walk_order(&self.relative(&a.0), &self.relative(&b.0)));
+        if images.iter().all(|(_, meta, _)| meta.is_none()) {
+            return Err(nothing_found(
+                self.url,
+                format!(
+                    "no image object (looked for .{})",
+                    DECODED_EXTENSIONS.join(", .")
+                ),
+            ));
+        }
+        let entries = images
+            .into_iter()
+            .map(|(key, meta, reason)| self.entry(&key, meta, reason, None))
+            .collect();
+        Ok((entries, left_out.into_iter().collect()))
+    }
+
+    /// torchvision's `ImageFolder` over keys: the first component under the prefix is the
+    /// class; the class names, and the other objects counted by extension.
+    fn classes(&self, listed: &listing::Listed) -> Result<Classes> {
+        let mut left_out: BTreeMap<String, usize> = BTreeMap::new();
+        let mut classes: BTreeMap<String, Keys> = BTreeMap::new();
+        for (key, meta, reason) in self.keys(listed) {
+            let relative = self.relative(&key);
+            let Some((class, rest)) = relative.split_once('/') else {
+                continue;
+            };
+            let files = classes.entry(class.to_string()).or_default();
+            if has_extension(Path::new(rest), &IMAGE_EXTENSIONS) {
+                files.push((key, meta, reason));
+            } else {
+                *left_out.entry(extension_of(rest)).or_default() += 1;
+            }
+        }
+        if classes.is_empty() {
+            return Err(nothing_found(
+                self.url,
+                "no class folders (ImageFolder wants prefix/<class>/<image>)".into(),
+            ));
+        }
+        let empty: Vec<&str> = classes
+            .iter()
+            .filter(|(_, files)| files.iter().all(|(_, meta, _)| meta.is_none()))
+            .map(|(name, _)| name.as_str())
+            .collect();
+        if !empty.is_empty() {
+            return Err(nothing_found(
+                self.url,
+                format!(
+                    "found no image object for the classes {}; image objects end in .{}",
+                    empty.join(", "),
+                    IMAGE_EXTENSIONS.join(", .")
+                ),
+            ));
+        }
+        let mut entries = Vec::new();
+        let mut names = Vec::new();
+        for (label, (name, mut files)) in classes.into_iter().enumerate() {
+            files.sort_by(|a, b| walk_order(&self.relative(&a.0), &self.relative(&b.0)));
+            for (key, meta, reason) in files {
+                entries.push(self.entry(&key, meta, reason, Some(label as u32)));
+            }
+            names.push(name);
+        }
+        Ok((entries, names, left_out.into_iter().collect()))
+    }
+}
+
+/// A key's extension as a folder listing counts it.
+fn extension_of(key: &str) -> String {
+    super::folders::extension_of(Path::new(key))
 }
 
 fn add(total: &mut ReadReport, part: &ReadReport) {
