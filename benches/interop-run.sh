@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The hand-off of batches to other code, checked on a GPU machine, from the repository root,
-# with .gpu/ (executables: ../shared/tools/gpu-bundle) and .whl/ (wheels: python/build-wheels.sh)
-# built elsewhere and carried. No Rust and no network needed there; python3 with torch,
-# torchvision, numpy, pytest and Pillow.
+# with .gpu/ (executables: ../shared/tools/gpu-bundle) and .whl/ (wheels: `bash
+# python/build-wheels.sh --gpu-extras`) built elsewhere and carried. No Rust and no network
+# needed there; python3 with torch, torchvision, numpy, pytest and Pillow.
 #   1. the Rust GPU tests of the stream rules (a slow reader on a second stream, DLPack
 #      hand-offs) and the DLPack unit tests, with the GPU required;
 #   2. the Python package, installed from .whl/, and its pytest suite with torch on CUDA

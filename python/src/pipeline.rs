@@ -80,6 +80,8 @@ where
     let interrupt = gpufeed::Interrupt::new();
     let given = interrupt.clone();
     let (sender, receiver) = std::sync::mpsc::channel();
+    // Waited on without the GIL, from this thread only.
+    let receiver = Mutex::new(receiver);
     let thread = std::thread::Builder::new()
         .name("gpufeed-open".into())
         .spawn(move || {
@@ -87,7 +89,11 @@ where
         })
         .map_err(|e| PyValueError::new_err(format!("cannot start a thread to open: {e}")))?;
     loop {
-        match py.detach(|| receiver.recv_timeout(SIGNAL_CHECK)) {
+        let waited = py.detach(|| {
+            let receiver = receiver.lock().unwrap_or_else(|p| p.into_inner());
+            receiver.recv_timeout(SIGNAL_CHECK)
+        });
+        match waited {
             Ok(opened) => {
                 let _ = thread.join();
                 return Ok(opened);
