@@ -93,9 +93,9 @@ pub use options::{
 pub use order::PipelineState;
 pub use pipeline::{Pipeline, PipelineBuilder, WaitedBatch};
 pub use profile::{Profile, Stage, StageTime};
-pub use source::{ReadReport, Source, DECODED_EXTENSIONS, IMAGE_EXTENSIONS};
 #[cfg(feature = "object-store")]
 pub use source::{Interrupt, RemoteOptions, UrlLayout, DEFAULT_READ_BUDGET};
+pub use source::{ReadReport, Source, DECODED_EXTENSIONS, IMAGE_EXTENSIONS};
 pub use tensor::{DeviceData, DeviceTensor, Element, HostData, HostTensor, Tensor};
 
 /// Whether CUDA can be used on this machine: the driver library and NVRTC load and the driver
