@@ -35,7 +35,7 @@ use cache::{Cache, Kind};
 use listing::Bounds;
 use location::{expand_braces, object_url, Location, StoreUrl};
 use reader::{CacheWrite, Data, Meta, Object, Reader, Shared};
-use store::{Clients, Retries};
+use store::{Clients, Health, Retries};
 
 /// Default [`RemoteOptions::read_budget`]: 1 GiB.
 pub const DEFAULT_READ_BUDGET: u64 = 1 << 30;
@@ -732,7 +732,7 @@ impl Opening {
             objects,
             cache,
             requests: tokio::sync::Semaphore::new(self.options.max_requests),
-            health: Default::default(),
+            health: self.clients.iter().map(|_| Health::default()).collect(),
             options: self.options.clone(),
         }))
     }

@@ -117,8 +117,8 @@ pub(super) struct Shared {
     pub options: RemoteOptions,
     /// One permit a GET in flight.
     pub requests: Semaphore,
-    /// Whether the stores answer (see [`Health`]).
-    pub health: Health,
+    /// Whether each store answers (see [`Health`]), by the index of its clients.
+    pub health: Vec<Health>,
 }
 
 /// An object's bytes, read.
@@ -183,7 +183,7 @@ pub(super) async fn fetch(shared: &Arc<Shared>, unit: usize, write: CacheWrite) 
         let retries = Retries::of(&shared.options);
         let head = retrying(
             retries,
-            Some(&shared.health),
+            Some(&shared.health[object.store]),
             &object.url,
             unit as u64,
             |_| {
@@ -322,7 +322,7 @@ async fn read_range(
     let salt = (unit as u64) << 20 ^ range.start >> 16;
     let mut tries = match Tries::begin(
         Retries::of(&shared.options),
-        Some(&shared.health),
+        Some(&shared.health[object.store]),
         &object.url,
         salt,
     ) {
@@ -392,7 +392,7 @@ async fn read_unsized(
         };
         let mut tries = Tries::begin(
             Retries::of(&shared.options),
-            Some(&shared.health),
+            Some(&shared.health[object.store]),
             &object.url,
             unit as u64,
         )?;
