@@ -813,6 +813,33 @@ fn open_saver(args: &RunArgs, source: &Source, options: &Options) -> Result<Opti
     Ok(Some(saver))
 }
 
+/// Removes the temporary files (`STATE.partial-PID`) that runs killed while writing `--state`
+/// left beside it: those of processes that no longer run.
+fn clean_state_partials(state: &Path) {
+    let (Some(name), folder) = (state.file_name(), state.parent()) else {
+        return;
+    };
+    let folder = match folder {
+        Some(f) if !f.as_os_str().is_empty() => f,
+        _ => Path::new("."),
+    };
+    let prefix = format!("{}.partial-", name.to_string_lossy());
+    let Ok(entries) = std::fs::read_dir(folder) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let file = entry.file_name().to_string_lossy().into_owned();
+        let pid = file
+            .strip_prefix(&prefix)
+            .and_then(|p| p.parse::<u32>().ok());
+        if let Some(pid) = pid {
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+}
+
 /// Refuses `--state` naming a file `--save` writes (or the file `--resume` reads beside it).
 fn check_paths(args: &RunArgs) -> Result<()> {
     let (Some(state), Some(save)) = (&args.state, &args.save) else {
@@ -834,6 +861,9 @@ fn check_paths(args: &RunArgs) -> Result<()> {
 
 fn run_and_summarize(args: &RunArgs, signals: &Signals, summarized: &mut bool) -> Result<Device> {
     check_paths(args)?;
+    if let Some(state) = &args.state {
+        clean_state_partials(state);
+    }
     if args.epochs == 0 {
         return Err(ArgumentError("--epochs must be at least 1".into()).into());
     }

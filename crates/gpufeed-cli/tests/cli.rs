@@ -2001,8 +2001,12 @@ fn flags_and_messages_say_what_happens() {
         args.extend_from_slice(more);
         gpufeed(&args)
     };
+    // A temporary state file a killed run left (its process gone): removed by the next run.
+    let stale = dir.join("state.json.partial-999999999");
+    std::fs::write(&stale, "{").expect("stale");
     let o = trained(&["--state", state, "--mixup", "0.8", "--epochs", "2"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!stale.exists(), "the stale state file is removed");
     // At the run's end: nothing left, and nothing run.
     let o = trained(&["--resume", state, "--mixup", "0.8", "--epochs", "2"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
