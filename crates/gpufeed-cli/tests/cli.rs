@@ -170,6 +170,9 @@ fn no_arguments_runs_on_the_bundled_assets() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let out = stdout(&o);
     assert!(out.contains("images      7"), "{out}");
+    // What to try next, after the summary.
+    assert!(out.contains("next: your own images"), "{out}");
+    assert!(out.contains("gpufeed run DIR"), "{out}");
     if gpufeed::cuda::probe().is_err() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains("CUDA is not available"), "{err}");
