@@ -60,6 +60,7 @@ mod launch;
 mod memory;
 mod options;
 mod order;
+pub mod patches;
 mod pipeline;
 mod profile;
 mod random;

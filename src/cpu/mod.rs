@@ -5,6 +5,7 @@
 mod ahead;
 mod decode;
 mod normalize;
+mod patches;
 mod png;
 mod prepare;
 mod priority;
@@ -13,6 +14,7 @@ mod resize;
 mod stage;
 
 pub use normalize::normalize;
+pub use patches::{patch_batch, patch_image, PatchBatch, PatchDraw, PatchImage};
 pub use prepare::prepare_image;
 pub use stage::{CpuStage, PreparedBatch};
 

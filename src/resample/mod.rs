@@ -27,6 +27,7 @@ mod plan;
 mod reference;
 #[cfg(test)]
 mod tests;
+mod torch;
 
 #[cfg(test)]
 pub use coefficients::{clip8, HALF};
