@@ -69,7 +69,7 @@ pub fn patch_image(
             kind,
         })
     };
-    let rgb = decode_rgb(bytes, decode).map_err(item)?;
+    let rgb = decode_rgb(bytes, decode, patches.composite_alpha).map_err(item)?;
     let planned = match draw {
         Some(d) => {
             patches.plan_random(rgb.width, rgb.height, d.seq_len, (d.seed, d.epoch, d.index))
@@ -145,10 +145,15 @@ fn may_be_transparent(format: ImageFormat) -> bool {
     )
 }
 
-/// The image in RGB (or one gray channel) as transformers' `convert_to_rgb` makes it.
-fn decode_rgb(bytes: &[u8], options: &DecodeOptions) -> std::result::Result<Rgb, ItemErrorKind> {
+/// The image in RGB (or one gray channel) as transformers' `convert_to_rgb` makes it, or with
+/// any alpha dropped as Pillow's `convert("RGB")` drops it.
+fn decode_rgb(
+    bytes: &[u8],
+    options: &DecodeOptions,
+    composite_alpha: bool,
+) -> std::result::Result<Rgb, ItemErrorKind> {
     let format = sniff_format(bytes).ok_or(ItemErrorKind::UnknownFormat)?;
-    if may_be_transparent(format) {
+    if composite_alpha && may_be_transparent(format) {
         if let Some(rgb) = decode_transparent(bytes, format, options)? {
             return Ok(rgb);
         }

@@ -203,6 +203,9 @@ pub struct Patches {
     pub arithmetic: Arithmetic,
     /// Images one after another with `cu_seqlens`, rather than padded with a mask.
     pub packed: bool,
+    /// Transparent pixels composited onto white (transformers' `convert_to_rgb`) rather than
+    /// their alpha dropped (Pillow's `convert("RGB")`, as timm's datasets load images).
+    pub composite_alpha: bool,
 }
 
 impl Patches {
@@ -231,6 +234,7 @@ impl Patches {
             std: OPENAI_CLIP_STD,
             arithmetic: Arithmetic::NumpyRescale,
             packed: true,
+            composite_alpha: true,
         }
     }
 
@@ -271,6 +275,7 @@ impl Patches {
             std: TIMM_IMAGENET_STD,
             arithmetic: Arithmetic::TimmPrefetcher,
             packed: false,
+            composite_alpha: false,
             ..Patches::qwen2_vl()
         }
     }
