@@ -7,8 +7,9 @@
 //!
 //! For image `NAME` and configuration `CONFIG` it writes `NAME.CONFIG.npy` (the `float32` token
 //! tensor: `[tokens, patch_dim]` packed, `[len, patch_dim]` padded) and `NAME.CONFIG.json` (the
-//! plan, `cu_seqlens`, the mask and patch coordinates), or `NAME.CONFIG.json` with the error
-//! alone when the image is refused.
+//! plan, `cu_seqlens`, the mask and patch coordinates) and `NAME.CONFIG.pixels.npy` (the resized
+//! `uint8` image, `[height, width, 3]`), or `NAME.CONFIG.json` with the error alone when the
+//! image is refused.
 
 use std::error::Error;
 use std::fmt::Write as _;
@@ -71,10 +72,22 @@ fn main() -> Result<(), Box<dyn Error>> {
             });
             let stem = out.join(format!("{name}.{config}"));
             let decode = DecodeOptions::default();
-            let made = patch_image(&bytes, name, &decode, &patches, draw)
-                .and_then(|image| patch_batch(&[image], &patches, DType::F32, seq_len));
+            let made = patch_image(&bytes, name, &decode, &patches, draw).and_then(|image| {
+                let batch =
+                    patch_batch(std::slice::from_ref(&image), &patches, DType::F32, seq_len)?;
+                Ok((image, batch))
+            });
             match made {
-                Ok(batch) => write_batch(&stem, &batch, &patches)?,
+                Ok((image, batch)) => {
+                    let shape = [image.plan.height as usize, image.plan.width as usize, 3];
+                    write_npy(
+                        &path_with(&stem, "pixels.npy"),
+                        "|u1",
+                        &shape,
+                        &image.pixels,
+                    )?;
+                    write_batch(&stem, &batch, &patches)?;
+                }
                 Err(e) => std::fs::write(
                     path_with(&stem, "json"),
                     format!("{{\"error\": {:?}}}", e.to_string()),
@@ -93,20 +106,9 @@ fn write_batch(
     let HostData::F32(tokens) = &batch.tokens else {
         return Err("float32 tokens were asked for".into());
     };
-    let rows = batch.layout.rows;
-    let header = format!(
-        "{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, {}), }}",
-        batch.patch_dim
-    );
-    let mut npy = b"\x93NUMPY\x01\x00".to_vec();
-    let padded = (header.len() + 11).next_multiple_of(64) - 10;
-    let header = format!("{header:<width$}\n", width = padded - 1);
-    npy.extend_from_slice(&(header.len() as u16).to_le_bytes());
-    npy.extend_from_slice(header.as_bytes());
-    for v in tokens {
-        npy.extend_from_slice(&v.to_le_bytes());
-    }
-    std::fs::write(path_with(stem, "npy"), npy)?;
+    let bytes: Vec<u8> = tokens.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let shape = [batch.layout.rows, batch.patch_dim];
+    write_npy(&path_with(stem, "npy"), "<f4", &shape, &bytes)?;
     let plan = batch.plans[0];
     let mut json = String::from("{");
     let _ = write!(
@@ -130,6 +132,20 @@ fn write_batch(
     json.push('}');
     std::fs::write(path_with(stem, "json"), json)?;
     Ok(())
+}
+
+/// A NumPy file (format 1.0) of `shape` and element type `descr` holding `data`.
+fn write_npy(path: &Path, descr: &str, shape: &[usize], data: &[u8]) -> std::io::Result<()> {
+    let dims: String = shape.iter().map(|d| format!("{d}, ")).collect();
+    let header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': ({dims}), }}");
+    // Magic, version and length take 10 bytes; the header ends in a newline at a multiple of 64.
+    let len = (header.len() + 11).next_multiple_of(64) - 10;
+    let header = format!("{header:<width$}\n", width = len - 1);
+    let mut npy = b"\x93NUMPY\x01\x00".to_vec();
+    npy.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    npy.extend_from_slice(header.as_bytes());
+    npy.extend_from_slice(data);
+    std::fs::write(path, npy)
 }
 
 fn path_with(stem: &Path, extension: &str) -> PathBuf {
