@@ -140,6 +140,8 @@ mod docs_examples {
     struct Interop;
     #[doc = include_str!("../docs/resume.md")]
     struct Resume;
+    #[doc = include_str!("../docs/patches.md")]
+    struct Patches;
 }
 
 /// The object-storage page's examples, compiled as doc tests.

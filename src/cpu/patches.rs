@@ -209,7 +209,7 @@ fn decode_transparent(
             return Ok(None);
         }
         let rgba: &[u8] = &image;
-        let pixels = rgba.chunks_exact(4).flat_map(|p| composite(p)).collect();
+        let pixels = rgba.chunks_exact(4).flat_map(composite).collect();
         return Ok(Some(Rgb {
             pixels,
             width: features.width(),
