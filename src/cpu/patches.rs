@@ -11,10 +11,10 @@
 use half::{bf16, f16};
 use image::{ColorType, ImageDecoder, ImageFormat};
 
-use super::budget::BufferPool;
 use super::decode::{decode, DecodeWindow};
 use super::probe::check_size;
 use crate::error::{Error, ItemError, ItemErrorKind, Result};
+use crate::memory::BufferPool;
 use crate::options::{DType, DecodeOptions};
 use crate::patches::{BatchLayout, ImageTokens, PatchPlan, PatchResize, Patches, TokenOrder};
 use crate::resample::{AxisPlan, Filter, HostImage, ImagePlan, Kernels, PassOrder, Slot};

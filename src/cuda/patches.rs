@@ -1,6 +1,6 @@
 //! `kernels/patches.cu`: resized `u8` images of different sizes, in one device buffer, to the
 //! patch-sequence token tensor of a [`Patches`] preset (packed or padded, f16 / bf16 / f32), in
-//! one launch. Bit for bit the CPU rendition (`crate::cpu::patch_batch`).
+//! one launch. Bit for bit the CPU rendition (`gpufeed::cpu::patch_batch`).
 
 use std::sync::Arc;
 
@@ -8,7 +8,8 @@ use cudarc::driver::{
     CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 
-use super::device::{upload_reusing, Gpu, KernelSource};
+use super::device::{upload_reusing, Gpu};
+use super::kernel_cache::KernelSource;
 use crate::error::{Error, Result};
 use crate::options::DType;
 use crate::patches::{BatchLayout, Patches, TokenOrder, RESCALE};

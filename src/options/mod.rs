@@ -82,6 +82,7 @@ mod augment;
 mod batch;
 mod decode;
 mod output;
+mod patches;
 mod resize;
 mod runtime;
 
@@ -97,6 +98,10 @@ pub use decode::{
 };
 pub use output::{
     Affine, ChannelOrder, DType, Layout, NormalizeSpec, OutputOptions, IMAGENET_MEAN, IMAGENET_STD,
+};
+pub use patches::{
+    Arithmetic, PatchResize, Patches, Preset, SeqLens, MAX_SEQ_LENS, OPENAI_CLIP_MEAN,
+    OPENAI_CLIP_STD, TIMM_IMAGENET_MEAN, TIMM_IMAGENET_STD,
 };
 pub use resize::{
     DrawRange, Interpolation, ResizeMode, ResizeOptions, RANDOM_CROP_RATIO, RANDOM_CROP_SCALE,

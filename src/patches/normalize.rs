@@ -14,19 +14,7 @@
 //! per value ([`NormalizeConstants`]), which the CPU rendition and `kernels/patches.cu` both
 //! compute with IEEE rounding and no fused multiply-add.
 
-/// Which reference's arithmetic turns a `u8` sample into a token value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Arithmetic {
-    /// transformers' PIL (NumPy) processors: `float32(x * (1/255 as float64))`, then
-    /// `(v - mean) / std` in `float32`.
-    NumpyRescale,
-    /// transformers' torchvision processors: `(float32(x) - float32(mean) * 255) / (float32(std)
-    /// * 255)` in `float32`.
-    TorchFused,
-    /// timm's NaFlex prefetcher: `(float32(x) - float32(mean * 255)) / float32(std * 255)`.
-    TimmPrefetcher,
-}
+use crate::options::Arithmetic;
 
 /// `rescale_factor` of transformers' processors: Python's `1 / 255`.
 pub const RESCALE: f64 = 1.0 / 255.0;
