@@ -20,12 +20,16 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 /// Every batch of one epoch: (ids, output bytes) per batch.
-fn collect(builder: PipelineBuilder) -> Vec<(Vec<String>, Vec<u8>, [usize; 4])> {
+fn collect(builder: PipelineBuilder) -> Vec<(Vec<String>, Vec<u8>, Vec<usize>)> {
     let mut pipeline = builder.build().expect("build");
     let mut out = Vec::new();
     while let Some(batch) = pipeline.next_batch().expect("next_batch") {
         let host = batch.images().to_host().expect("to_host");
-        out.push((batch.ids().to_vec(), host.to_le_bytes(), host.shape()));
+        out.push((
+            batch.ids().to_vec(),
+            host.to_le_bytes(),
+            host.shape().to_vec(),
+        ));
     }
     out
 }

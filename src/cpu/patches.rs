@@ -343,6 +343,7 @@ pub fn patch_batch(
         DType::F16 => HostData::F16(vec![f16::ZERO; layout.rows * dim]),
         DType::BF16 => HostData::BF16(vec![bf16::ZERO; layout.rows * dim]),
         DType::F32 => HostData::F32(vec![0.0; layout.rows * dim]),
+        other => return Err(Error::not_a_float(other)),
     };
     let writer = TokenWriter {
         order: patches.token_order(),
@@ -354,6 +355,7 @@ pub fn patch_batch(
             HostData::F16(v) => writer.write(image, place, &table, pad, v, f16::from_f32),
             HostData::BF16(v) => writer.write(image, place, &table, pad, v, bf16::from_f32),
             HostData::F32(v) => writer.write(image, place, &table, pad, v, |x| x),
+            HostData::I32(_) | HostData::I64(_) => return Err(Error::not_a_float(dtype)),
         }
     }
     Ok(PatchBatch {

@@ -104,6 +104,7 @@ fn poisoned(stream: &Arc<CudaStream>, dtype: DType, len: usize) -> DeviceData {
                 .clone_htod(&vec![bf16::from_bits(0xFFFF); len])
                 .expect(fail),
         ),
+        other => panic!("no tokens of {other}"),
     }
 }
 
@@ -129,6 +130,7 @@ fn bits_of_device(stream: &Arc<CudaStream>, data: &DeviceData) -> Vec<u32> {
             .iter()
             .map(|v| u32::from(v.to_bits()))
             .collect(),
+        other => panic!("no tokens of {}", other.dtype()),
     }
 }
 
@@ -137,6 +139,7 @@ fn bits_of_host(data: &HostData) -> Vec<u32> {
         HostData::F32(v) => v.iter().map(|v| v.to_bits()).collect(),
         HostData::F16(v) => v.iter().map(|v| u32::from(v.to_bits())).collect(),
         HostData::BF16(v) => v.iter().map(|v| u32::from(v.to_bits())).collect(),
+        other => panic!("no tokens of {}", other.dtype()),
     }
 }
 
