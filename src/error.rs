@@ -361,12 +361,6 @@ impl Error {
         }
     }
 
-    /// An output asked for in an element type it cannot have (integers are a patch
-    /// sequence's side tensors').
-    pub(crate) fn not_a_float(dtype: crate::options::DType) -> Error {
-        Error::invalid("dtype", format!("{dtype}: the output is f16, bf16 or f32"))
-    }
-
     /// A failed driver call: out-of-memory and a missing or unusable device get their own
     /// variants, the rest keep the driver's error as their source.
     pub(crate) fn cuda(context: &'static str, source: DriverError) -> Error {

@@ -20,4 +20,5 @@ pub use stage::{CpuStage, PreparedBatch};
 
 pub(crate) use ahead::{AheadImage, AheadWork, CpuAhead};
 pub(crate) use normalize::NormalizeTable;
+pub(crate) use patches::write_tokens;
 pub(crate) use stage::{BatchRequest, CpuLane, Filled, LaneCore, Staging};

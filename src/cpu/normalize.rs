@@ -114,7 +114,7 @@ pub fn normalize(
         DType::F16 => HostData::F16(vec![f16::ZERO; n * image]),
         DType::BF16 => HostData::BF16(vec![bf16::ZERO; n * image]),
         DType::F32 => HostData::F32(vec![0.0; n * image]),
-        other => panic!("{}", crate::error::Error::not_a_float(other)),
+        other => panic!("{}", other.not_an_output()),
     };
     if image > 0 {
         data.image_slots(image)

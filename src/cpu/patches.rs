@@ -11,7 +11,7 @@
 use half::{bf16, f16};
 use image::{ColorType, ImageDecoder, ImageFormat};
 
-use super::decode::{decode, DecodeWindow};
+use super::decode::{decode, DecodeWindow, Decoded};
 use super::probe::check_size;
 use crate::error::{Error, ItemError, ItemErrorKind, Result};
 use crate::memory::BufferPool;
@@ -131,6 +131,26 @@ fn resize(rgb: &Rgb, plan: &PatchPlan, patches: &Patches) -> std::result::Result
         }
     }
     Ok(pixels)
+}
+
+/// Decodes `bytes` composited onto white into `pixels` when the image has transparency (an
+/// alpha channel, or a palette or colour marked transparent), as transformers'
+/// `convert_to_rgb` makes it: what a pipeline's CPU lane does for the transformers presets.
+/// `None` for an image without transparency, which the lane's own decoders take.
+pub(crate) fn decode_composited(
+    bytes: &[u8],
+    options: &DecodeOptions,
+    pixels: &mut Vec<u8>,
+) -> std::result::Result<Option<Decoded>, ItemErrorKind> {
+    let Some(format) = sniff_format(bytes).filter(|&f| may_be_transparent(f)) else {
+        return Ok(None);
+    };
+    let Some(rgb) = decode_transparent(bytes, format, options)? else {
+        return Ok(None);
+    };
+    pixels.clear();
+    pixels.extend_from_slice(&rgb.pixels);
+    Ok(Some(Decoded::full(rgb.width, rgb.height)))
 }
 
 /// Whether the bytes are a format that can carry transparency.
@@ -329,69 +349,123 @@ pub fn patch_batch(
     dtype: DType,
     seq_len: Option<u32>,
 ) -> Result<PatchBatch> {
-    let grids: Vec<(u32, u32)> = images
-        .iter()
-        .map(|i| (i.plan.grid_h, i.plan.grid_w))
-        .collect();
+    let plans: Vec<PatchPlan> = images.iter().map(|i| i.plan).collect();
+    let grids: Vec<(u32, u32)> = plans.iter().map(|p| (p.grid_h, p.grid_w)).collect();
     let longest = grids.iter().map(|&(h, w)| h * w).max().unwrap_or(0);
     let layout = BatchLayout::new(&grids, patches.packing(longest, seq_len))
         .map_err(|e| Error::Mismatch(e.to_string()))?;
     let dim = patches.patch_dim();
-    let table = patches.constants().table();
-    let pad = patches.pad_values();
     let mut tokens = match dtype {
         DType::F16 => HostData::F16(vec![f16::ZERO; layout.rows * dim]),
         DType::BF16 => HostData::BF16(vec![bf16::ZERO; layout.rows * dim]),
         DType::F32 => HostData::F32(vec![0.0; layout.rows * dim]),
-        other => return Err(Error::not_a_float(other)),
+        other => return Err(other.not_an_output()),
     };
-    let writer = TokenWriter {
-        order: patches.token_order(),
-        patch: patches.patch_size,
-        dim,
-    };
-    for (image, place) in images.iter().zip(&layout.images) {
-        match &mut tokens {
-            HostData::F16(v) => writer.write(image, place, &table, pad, v, f16::from_f32),
-            HostData::BF16(v) => writer.write(image, place, &table, pad, v, bf16::from_f32),
-            HostData::F32(v) => writer.write(image, place, &table, pad, v, |x| x),
-            HostData::I32(_) | HostData::I64(_) => return Err(Error::not_a_float(dtype)),
-        }
-    }
+    let pixels: Vec<&[u8]> = images.iter().map(|i| i.pixels.as_slice()).collect();
+    write_tokens(&pixels, &plans, &layout, patches, &mut tokens)?;
     Ok(PatchBatch {
         tokens,
         patch_dim: dim,
         layout,
-        plans: images.iter().map(|i| i.plan).collect(),
+        plans,
     })
 }
 
-/// Writes one image's tokens.
+/// Writes the tokens of `images` (each the resized pixels of its plan in `plans`, rows packed)
+/// into `out` (`layout.rows` rows of `patch_dim` elements) as `patches` lays them out, an image
+/// at a time on the current rayon pool: the CPU rendition of `kernels/patches.cu`.
+pub(crate) fn write_tokens(
+    images: &[&[u8]],
+    plans: &[PatchPlan],
+    layout: &BatchLayout,
+    patches: &Patches,
+    out: &mut HostData,
+) -> Result<()> {
+    let dim = patches.patch_dim();
+    let fits = images.len() == plans.len()
+        && plans.len() == layout.images.len()
+        && out.len() == layout.rows * dim
+        && images.iter().zip(plans).all(|(pixels, plan)| {
+            pixels.len() >= plan.width as usize * plan.height as usize * 3
+                && plan.grid_w * patches.patch_size <= plan.width
+                && plan.grid_h * patches.patch_size <= plan.height
+        });
+    if !fits {
+        return Err(Error::Mismatch(format!(
+            "{} images and {} plans for a layout of {} images in {} elements",
+            images.len(),
+            plans.len(),
+            layout.images.len(),
+            out.len()
+        )));
+    }
+    let writer = TokenWriter {
+        order: patches.token_order(),
+        patch: patches.patch_size,
+        dim,
+        table: patches.constants().table(),
+        pad: patches.pad_values(),
+    };
+    match out {
+        HostData::F16(v) => writer.write_all(images, plans, layout, v, f16::from_f32),
+        HostData::BF16(v) => writer.write_all(images, plans, layout, v, bf16::from_f32),
+        HostData::F32(v) => writer.write_all(images, plans, layout, v, |x| x),
+        other => return Err(other.dtype().not_an_output()),
+    }
+    Ok(())
+}
+
+/// Writes images' tokens.
 struct TokenWriter {
     order: TokenOrder,
     patch: u32,
     dim: usize,
+    table: [[f32; 256]; 3],
+    pad: [f32; 3],
 }
 
 impl TokenWriter {
+    /// Every image's rows of `out`, in parallel (each image's rows are its own).
+    fn write_all<T: Copy + Send>(
+        &self,
+        images: &[&[u8]],
+        plans: &[PatchPlan],
+        layout: &BatchLayout,
+        out: &mut [T],
+        convert: impl Fn(f32) -> T + Sync,
+    ) {
+        use rayon::prelude::*;
+        let mut rest = out;
+        let mut chunks = Vec::with_capacity(layout.images.len());
+        for place in &layout.images {
+            let (mine, after) = std::mem::take(&mut rest).split_at_mut(place.rows * self.dim);
+            chunks.push(mine);
+            rest = after;
+        }
+        chunks
+            .into_par_iter()
+            .zip(images.par_iter().zip(plans).zip(&layout.images))
+            .for_each(|(rows, ((pixels, plan), place))| {
+                self.write(pixels, plan.width as usize, place, rows, &convert)
+            });
+    }
+
+    /// One image's rows (`rows`, from its first): its tokens, then the padding.
     fn write<T: Copy>(
         &self,
-        image: &PatchImage,
+        pixels: &[u8],
+        width: usize,
         place: &ImageTokens,
-        table: &[[f32; 256]; 3],
-        pad: [f32; 3],
-        out: &mut [T],
-        convert: impl Fn(f32) -> T,
+        rows: &mut [T],
+        convert: &impl Fn(f32) -> T,
     ) {
-        let rows = &mut out[place.first_row * self.dim..(place.first_row + place.rows) * self.dim];
-        let width = image.plan.width as usize;
         let sources: Vec<(u32, u32, u32)> = (0..self.dim as u32)
             .map(|d| self.order.value_source(d, self.patch))
             .collect();
         for (k, token) in rows.chunks_exact_mut(self.dim).enumerate() {
             if k >= place.tokens() {
                 for (v, &(c, _, _)) in token.iter_mut().zip(&sources) {
-                    *v = convert(pad[c as usize]);
+                    *v = convert(self.pad[c as usize]);
                 }
                 continue;
             }
@@ -399,8 +473,8 @@ impl TokenWriter {
             for (v, &(c, y, x)) in token.iter_mut().zip(&sources) {
                 let row = (pr * self.patch + y) as usize;
                 let col = (pc * self.patch + x) as usize;
-                let sample = image.pixels[(row * width + col) * 3 + c as usize];
-                *v = convert(table[c as usize][sample as usize]);
+                let sample = pixels[(row * width + col) * 3 + c as usize];
+                *v = convert(self.table[c as usize][sample as usize]);
             }
         }
     }

@@ -204,7 +204,7 @@ impl DeviceAugmenter {
             DType::F32 => &self.mix_f32,
             DType::F16 => &self.mix_f16,
             DType::BF16 => &self.mix_bf16,
-            other => return Err(Error::not_a_float(other)),
+            other => return Err(other.not_an_output()),
         };
         let mut b = stream.launch_builder(function);
         b.arg(input);
@@ -212,7 +212,7 @@ impl DeviceAugmenter {
             DeviceData::F32(s) => b.arg(s),
             DeviceData::F16(s) => b.arg(s),
             DeviceData::BF16(s) => b.arg(s),
-            DeviceData::I32(_) | DeviceData::I64(_) => return Err(Error::not_a_float(spec.dtype)),
+            DeviceData::I32(_) | DeviceData::I64(_) => return Err(spec.dtype.not_an_output()),
         };
         b.arg(&pixels_u)
             .arg(&hw_u)

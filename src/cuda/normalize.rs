@@ -191,7 +191,7 @@ impl Normalizer {
             DType::F32 => &self.f32,
             DType::F16 => &self.f16,
             DType::BF16 => &self.bf16,
-            other => return Err(Error::not_a_float(other)),
+            other => return Err(other.not_an_output()),
         };
         let shape = LaunchShape {
             pixels,
@@ -208,7 +208,7 @@ impl Normalizer {
             DeviceData::F32(s) => shape.launch(stream, entries, input, s),
             DeviceData::F16(s) => shape.launch(stream, entries, input, s),
             DeviceData::BF16(s) => shape.launch(stream, entries, input, s),
-            DeviceData::I32(_) | DeviceData::I64(_) => Err(Error::not_a_float(out.dtype())),
+            DeviceData::I32(_) | DeviceData::I64(_) => Err(out.dtype().not_an_output()),
         }
     }
 }

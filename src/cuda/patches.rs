@@ -137,7 +137,7 @@ impl PatchKernel {
             DType::F32 => &self.f32,
             DType::F16 => &self.f16,
             DType::BF16 => &self.bf16,
-            other => return Err(Error::not_a_float(other)),
+            other => return Err(other.not_an_output()),
         };
         let mut b = stream.launch_builder(function);
         b.arg(input).arg(table);
@@ -145,7 +145,7 @@ impl PatchKernel {
             DeviceData::F32(s) => b.arg(s),
             DeviceData::F16(s) => b.arg(s),
             DeviceData::BF16(s) => b.arg(s),
-            DeviceData::I32(_) | DeviceData::I64(_) => return Err(Error::not_a_float(out.dtype())),
+            DeviceData::I32(_) | DeviceData::I64(_) => return Err(out.dtype().not_an_output()),
         };
         b.arg(&patch)
             .arg(&merge)

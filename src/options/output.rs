@@ -55,6 +55,12 @@ impl DType {
     pub fn is_float(self) -> bool {
         matches!(self, DType::F16 | DType::BF16 | DType::F32)
     }
+
+    /// The error of an output asked for in this type when it is not a float type (integers are
+    /// a patch sequence's side tensors').
+    pub(crate) fn not_an_output(self) -> Error {
+        Error::invalid("dtype", format!("{self}: the output is f16, bf16 or f32"))
+    }
 }
 
 /// Memory layout of the output batch.
@@ -233,10 +239,7 @@ impl OutputOptions {
             ));
         }
         if !self.dtype.is_float() {
-            return Err(Error::invalid(
-                "dtype",
-                format!("{}: the output is f16, bf16 or f32", self.dtype),
-            ));
+            return Err(self.dtype.not_an_output());
         }
         Ok(())
     }

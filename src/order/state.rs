@@ -131,6 +131,14 @@ fn output_options(options: &Options) -> Vec<(String, String)> {
         ("gray16", decode.gray16.to_string()),
     ]
     .into_iter()
+    // A patch-sequence output decides every row (a state of a pipeline without one has no such
+    // entry, so those states still resume).
+    .chain(
+        options
+            .patches
+            .as_ref()
+            .map(|patches| ("patches", format!("{patches:?}"))),
+    )
     .map(|(name, value)| (name.to_string(), value))
     // In the order of their names, as the text form keeps them.
     .collect::<std::collections::BTreeMap<_, _>>()

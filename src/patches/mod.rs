@@ -78,6 +78,14 @@ pub enum PatchError {
         /// Height of the region.
         height: u32,
     },
+    /// A resized size over the most pixels the settings give an image (what its staging holds).
+    #[error("a resized size of {pixels} pixels is over the {bound} the settings allow")]
+    OverBound {
+        /// The resized image's pixels.
+        pixels: u64,
+        /// The most allowed ([`Patches::max_image_pixels`]).
+        bound: u64,
+    },
     /// A schedule without a sequence length.
     #[error("no sequence length above zero")]
     NoSequenceLength,
@@ -195,6 +203,61 @@ impl Patches {
                 self.patch_size,
             )
         })
+    }
+
+    /// The plan of an image whose box (the whole image, or timm's drawn crop: `left`, `top`,
+    /// `width` x `height` of the source) is already known, for a batch of sequences of
+    /// `seq_len` (timm): the resized size follows from the box alone, so a lane's draw is
+    /// enough to rebuild the plan it resized by.
+    pub fn plan_of_box(
+        &self,
+        (left, top, width, height): (u32, u32, u32, u32),
+        flipped: bool,
+        seq_len: u32,
+    ) -> std::result::Result<PatchPlan, PatchError> {
+        if width == 0 || height == 0 {
+            return Err(PatchError::Empty);
+        }
+        let whole = match self.preset {
+            Preset::TimmNaflex => {
+                let len = match seq_len {
+                    0 => self.seq_lens.longest().max(1),
+                    len => len,
+                };
+                let (_, (rh, rw)) = naflex::size_for_seq(height, width, self.patch_size, len)?;
+                PatchPlan::whole(width, height, rw, rh, self.patch_size)
+            }
+            Preset::Qwen2Vl | Preset::Siglip2Naflex => self.plan(width, height)?,
+        };
+        Ok(PatchPlan {
+            left,
+            top,
+            flipped,
+            ..whole
+        })
+    }
+
+    /// The most pixels an image's resized size may have under these settings, whatever its
+    /// size (timm: at its longest sequence length): what a batch's staging holds per image.
+    ///
+    /// Qwen2-VL's `smart_resize` may go past `max_pixels` where its floor keeps a side at one
+    /// unit (`factor`: at most `factor * (sqrt(200 * max_pixels) + factor)` pixels for an
+    /// aspect ratio of 200) and past `min_pixels` where it rounds both sides up (at most
+    /// `min_pixels + factor * sqrt(min_pixels) * 201 / sqrt(200) + factor^2`).
+    pub fn max_image_pixels(&self) -> u64 {
+        let p = u64::from(self.patch_size);
+        match self.preset {
+            Preset::Qwen2Vl => {
+                let f = (p * u64::from(self.merge_size)) as f64;
+                let (min, max) = (self.min_pixels as f64, self.max_pixels as f64);
+                let r = qwen2_vl::MAX_ASPECT_RATIO;
+                let floored = f * ((r * max).sqrt() + f);
+                let ceiled = min + f * min.sqrt() * (1.0 + r) / r.sqrt() + f * f;
+                (max.max(floored).max(ceiled).ceil() as u64).max(1)
+            }
+            Preset::Siglip2Naflex => u64::from(self.max_patches) * p * p,
+            Preset::TimmNaflex => u64::from(self.seq_lens.longest()) * p * p,
+        }
     }
 
     /// timm's schedule of batches for `images` images an epoch under `seed`.

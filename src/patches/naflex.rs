@@ -220,6 +220,15 @@ impl NaflexSchedule {
         self.canonical.len()
     }
 
+    /// The most images of any batch: what a batch's memory is sized for.
+    pub fn largest(&self) -> usize {
+        self.canonical
+            .iter()
+            .map(|&(_, size)| size)
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Whether an epoch has no batch (no image).
     pub fn is_empty(&self) -> bool {
         self.canonical.is_empty()
