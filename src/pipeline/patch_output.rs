@@ -295,15 +295,24 @@ impl OutputStage for HostPatchOutput {
             )));
         }
         let stride = self.shapes.stride;
-        let sources: Vec<&[u8]> = planned
+        let sources = planned
             .plans
             .iter()
             .enumerate()
             .map(|(place, plan)| {
+                let bytes = plan.width as usize * plan.height as usize * 3;
                 let start = place * stride;
-                &self.pixels[start..start + plan.width as usize * plan.height as usize * 3]
+                self.pixels
+                    .get(start..start + bytes.min(stride))
+                    .filter(|_| bytes <= stride)
+                    .ok_or_else(|| {
+                        Error::Mismatch(format!(
+                            "image {place}: {}x{} pixels past its place in the staging",
+                            plan.width, plan.height
+                        ))
+                    })
             })
-            .collect();
+            .collect::<Result<Vec<&[u8]>>>()?;
         let elements = planned.layout.rows * self.shapes.patches.patch_dim();
         let mut data = self.pool.take(self.shapes.dtype, elements);
         let shapes = &self.shapes;
