@@ -36,13 +36,17 @@ def files_of(folder):
 
 
 def make_processor(name, budget):
+    """The PIL processor of `name` (transformers 5.23 names them `*Pil`; older releases call
+    their PIL/NumPy processor by the plain name)."""
+    import transformers
+
     if name == "qwen2-vl":
-        from transformers import Qwen2VLImageProcessorPil
-
-        return Qwen2VLImageProcessorPil(max_pixels=budget)
-    from transformers import Siglip2ImageProcessorPil
-
-    return Siglip2ImageProcessorPil(max_num_patches=budget, do_convert_rgb=True)
+        cls = getattr(transformers, "Qwen2VLImageProcessorPil", None)
+        cls = cls or transformers.Qwen2VLImageProcessor
+        return cls(max_pixels=budget)
+    cls = getattr(transformers, "Siglip2ImageProcessorPil", None)
+    cls = cls or transformers.Siglip2ImageProcessor
+    return cls(max_num_patches=budget, do_convert_rgb=True)
 
 
 def init_worker(name, budget):
@@ -106,9 +110,14 @@ def main():
     if not files:
         sys.exit(f"{args.folder}: no images")
     budgets = {"qwen2-vl": args.qwen_max_pixels, "siglip2": args.siglip_max_patches}
-    print(f"transformers' PIL processors: {len(files)} images, batches of {args.batch}")
+    import transformers
+
+    print(
+        f"transformers {transformers.__version__}: {len(files)} images, batches of {args.batch}"
+    )
     for name in args.processors.split(","):
         budget = budgets[name]
+        print(f"{name}: {type(make_processor(name, budget)).__name__}")
         for workers in sorted({args.workers, 1}, reverse=True):
             rate = measure(name, budget, files, workers, args.batch, args.passes)
             print(
