@@ -38,7 +38,7 @@ struct GfPass {
     unsigned int weights;
 };
 
-// One image of the batch: src/cuda/resize/plan.rs's ResizeDescriptor, field for field (144 bytes).
+// One image of the batch: src/gpu/resize/plan.rs's ResizeDescriptor, field for field (152 bytes).
 struct GfResizeImage {
     unsigned long long src[3];  // each channel's sample at the source region's top-left
     unsigned long long tmp;     // byte offset of the image's intermediate in `tmp`
@@ -57,13 +57,15 @@ struct GfResizeImage {
     unsigned int dst_h;
     unsigned int pad;           // value of every byte outside the rectangle
     unsigned int flip;          // 1: the slot mirrored left to right (a flip after the resize)
+    unsigned int out_w;         // the image's output size: rows of out_w * 3 bytes from the
+    unsigned int out_h;         //   slot's first byte
     unsigned int reserved;
 };
 
 // NVRTC has no offsetof; src/batch.rs's tests read the two structs above, field by field, and
 // compare the C layout with the Rust one.
 static_assert(sizeof(GfPass) == 24, "GfPass size");
-static_assert(sizeof(GfResizeImage) == 144, "GfResizeImage size");
+static_assert(sizeof(GfResizeImage) == 152, "GfResizeImage size");
 
 // Pillow's clip8: the sum's integer part (arithmetic shift: negative sums floor), clamped.
 __device__ __forceinline__ unsigned char gf_clip8(int sum) {
@@ -160,20 +162,22 @@ extern "C" __global__ void gpufeed_resize_first(const GfResizeImage* __restrict_
     for (unsigned int c = 0; c < im->channels; c++) out[c] = v[c];
 }
 
-// The last pass into each image's slot: every byte of the slot, the pad value around the kept
-// rectangle. Grid (blocks per slot, images).
+// The last pass into each image's slot: every byte of the image's out_w x out_h pixels from the
+// slot's first byte (slots slot_bytes apart), the pad value around the kept rectangle. Grid
+// (blocks for the largest image, images).
 extern "C" __global__ void gpufeed_resize_last(const GfResizeImage* __restrict__ images,
                                                const int* __restrict__ coeffs,
                                                const unsigned char* __restrict__ tmp,
                                                unsigned char* __restrict__ out,
-                                               unsigned int out_width, unsigned int out_height) {
+                                               unsigned long long slot_bytes) {
     const GfResizeImage* im = images + blockIdx.y;
-    const unsigned int pixels = out_width * out_height;
+    const unsigned int out_width = im->out_w;
+    const unsigned int pixels = out_width * im->out_h;
     const unsigned int pixel = blockIdx.x * blockDim.x + threadIdx.x;
     if (pixel >= pixels) return;
     const unsigned int y = pixel / out_width;
     const unsigned int written = pixel - y * out_width;
-    unsigned char* dst = out + ((size_t)im->slot * pixels + pixel) * 3;
+    unsigned char* dst = out + (size_t)im->slot * slot_bytes + (size_t)pixel * 3;
     // The pixel whose value lands here: itself, or its mirror image when the slot is flipped.
     const unsigned int x = im->flip ? out_width - 1 - written : written;
     // Unsigned: a pixel left of or above the rectangle wraps to a large index.

@@ -1,10 +1,16 @@
 //! What [`crate::Pipeline::next_batch`] returns, and the per-epoch account of every image.
 
+use std::sync::Arc;
+
+use cudarc::driver::CudaStream;
+
 use crate::augment::{ImageOps, Mix};
-use crate::error::ItemError;
+use crate::error::{ItemError, Result};
 use crate::geometry::CropDraw;
+use crate::options::Layout;
+use crate::patches::{BatchLayout, Packing, PatchPlan, Preset, TokenOrder};
 use crate::source::ReadReport;
-use crate::tensor::Tensor;
+use crate::tensor::{DeviceTensor, HostData, HostTensor, Tensor};
 
 /// How many images of a batch each decode lane made.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -33,13 +39,28 @@ pub struct Batch {
     pub(crate) decoded_by: DecodedBy,
     /// The position in the epoch's order where the next batch begins.
     pub(crate) next_position: usize,
+    /// A patch-sequence batch's description (its tokens are `images`).
+    pub(crate) patches: Option<BatchPatches>,
 }
 
 impl Batch {
     /// The images, `[N, 3, H, W]` (NCHW) or `[N, H, W, 3]` (NHWC), on the device the pipeline
-    /// was built for.
+    /// was built for; for a patch-sequence pipeline, the tokens ([`Batch::tokens`]).
     pub fn images(&self) -> &Tensor {
         &self.images
+    }
+
+    /// A patch-sequence pipeline's tokens ([`crate::PipelineBuilder::patches`]): `[rows,
+    /// patch_dim]` packed (`cu_seqlens` says where each image's rows begin) or `[images, length,
+    /// patch_dim]` padded, f16, bf16 or f32, on the batch's device; `None` for images.
+    pub fn tokens(&self) -> Option<&Tensor> {
+        self.patches.as_ref().map(|_| &self.images)
+    }
+
+    /// A patch-sequence batch's description: its layout, each image's plan and grid, and the
+    /// side tensors the models take with the tokens; `None` for images.
+    pub fn patches(&self) -> Option<&BatchPatches> {
+        self.patches.as_ref()
     }
 
     /// Takes the images out of the batch.
@@ -166,4 +187,164 @@ pub struct EpochReport {
     /// For a source in object storage, what reading the epoch took (`None` for local sources;
     /// filled in when the epoch ends).
     pub reads: Option<ReadReport>,
+}
+
+/// What describes a patch-sequence batch beside its tokens ([`Batch::tokens`]): where each
+/// image's rows are, its plan (the box of the source resized, its size, its flip, its grid), and
+/// the side tensors the references give with their `pixel_values`, as Rust vectors and as
+/// tensors on the batch's device.
+///
+/// | reference's name | here | shape, type |
+/// | --- | --- | --- |
+/// | `image_grid_thw` (Qwen2-VL) | [`BatchPatches::grids`] | `[n, 3]` i64 |
+/// | `cu_seqlens` (packed) | [`BatchPatches::cu_seqlens`] | `[n + 1]` i32 |
+/// | `pixel_attention_mask` (SigLIP2), `patch_valid` (timm) | [`BatchPatches::mask`] | `[n, length]` i32 |
+/// | `spatial_shapes` (SigLIP2) | [`BatchPatches::spatial_shapes`] | `[n, 2]` i64 |
+/// | `patch_coord` (timm) | [`BatchPatches::coordinates`] | `[n, length, 2]` i64 |
+///
+/// Packed, the mask and coordinates are per row, `[rows]` and `[rows, 2]`.
+#[derive(Debug, Clone)]
+pub struct BatchPatches {
+    pub(crate) preset: Preset,
+    pub(crate) order: TokenOrder,
+    pub(crate) patch_dim: usize,
+    pub(crate) layout: BatchLayout,
+    pub(crate) plans: Vec<PatchPlan>,
+    pub(crate) seq_len: Option<u32>,
+    /// The stream of a CUDA batch, which the side tensors are uploaded on.
+    pub(crate) stream: Option<Arc<CudaStream>>,
+}
+
+impl BatchPatches {
+    /// The preset.
+    pub fn preset(&self) -> Preset {
+        self.preset
+    }
+
+    /// Where each image's tokens are, packed or padded.
+    pub fn layout(&self) -> &BatchLayout {
+        &self.layout
+    }
+
+    /// Packed (`[rows, patch_dim]`) or padded (`[images, length, patch_dim]`).
+    pub fn packing(&self) -> Packing {
+        self.layout.packing
+    }
+
+    /// Values per token.
+    pub fn patch_dim(&self) -> usize {
+        self.patch_dim
+    }
+
+    /// Each image's plan, in batch order: the box of the source it resized (the whole image
+    /// but for timm's crops), its resized size, whether it was flipped, its patch grid.
+    pub fn plans(&self) -> &[PatchPlan] {
+        &self.plans
+    }
+
+    /// The sequence length the batch was cut for (timm's), if any.
+    pub fn seq_len(&self) -> Option<u32> {
+        self.seq_len
+    }
+
+    /// Each image's tokens (padding aside).
+    pub fn tokens_per_image(&self) -> Vec<usize> {
+        self.plans.iter().map(PatchPlan::tokens).collect()
+    }
+
+    /// Each image's first row, then the rows: flash attention's `cu_seqlens` (padded, the
+    /// padded starts).
+    pub fn cu_seqlens(&self) -> Vec<i32> {
+        self.layout.cu_seqlens()
+    }
+
+    /// Qwen2-VL's `image_grid_thw`: (t, h, w) patches per image.
+    pub fn grids(&self) -> Vec<[i64; 3]> {
+        self.plans
+            .iter()
+            .map(|p| [p.grid_t, p.grid_h, p.grid_w].map(i64::from))
+            .collect()
+    }
+
+    /// SigLIP2's `spatial_shapes`: (h, w) patches per image.
+    pub fn spatial_shapes(&self) -> Vec<[i64; 2]> {
+        self.plans
+            .iter()
+            .map(|p| [p.grid_h, p.grid_w].map(i64::from))
+            .collect()
+    }
+
+    /// Per row: 1 for an image's token, 0 for padding (SigLIP2's `pixel_attention_mask`,
+    /// timm's `patch_valid`).
+    pub fn mask(&self) -> Vec<i32> {
+        self.layout.mask().into_iter().map(i32::from).collect()
+    }
+
+    /// Per row: the token's patch (row, column) in its image, (0, 0) for padding (timm's
+    /// `patch_coord`).
+    pub fn coordinates(&self) -> Vec<[i64; 2]> {
+        self.layout
+            .coordinates(self.order)
+            .into_iter()
+            .map(|c| c.map(i64::from))
+            .collect()
+    }
+
+    /// The axes of a per-row side tensor: `[images, length]` padded, `[rows]` packed.
+    fn row_axes(&self) -> Vec<usize> {
+        match self.layout.packing {
+            Packing::Padded { len } => vec![self.plans.len(), len as usize],
+            _ => vec![self.layout.rows],
+        }
+    }
+
+    /// `data` of `shape` on the batch's device.
+    fn tensor(&self, data: HostData, shape: Vec<usize>) -> Result<Tensor> {
+        match &self.stream {
+            Some(stream) => Ok(Tensor::Device(DeviceTensor::upload(
+                stream,
+                &data,
+                &shape,
+                Layout::Nchw,
+            )?)),
+            None => HostTensor::new(data, &shape, Layout::Nchw)
+                .map(Tensor::Host)
+                .ok_or_else(|| crate::Error::Mismatch("a side tensor off its shape".into())),
+        }
+    }
+
+    /// [`BatchPatches::cu_seqlens`] on the batch's device, `[n + 1]` i32 (uploaded on the
+    /// pipeline's stream for a CUDA batch).
+    pub fn cu_seqlens_tensor(&self) -> Result<Tensor> {
+        let values = self.cu_seqlens();
+        let shape = vec![values.len()];
+        self.tensor(HostData::I32(values), shape)
+    }
+
+    /// [`BatchPatches::grids`] on the batch's device, `[n, 3]` i64.
+    pub fn grids_tensor(&self) -> Result<Tensor> {
+        let values: Vec<i64> = self.grids().into_iter().flatten().collect();
+        self.tensor(HostData::I64(values), vec![self.plans.len(), 3])
+    }
+
+    /// [`BatchPatches::spatial_shapes`] on the batch's device, `[n, 2]` i64.
+    pub fn spatial_shapes_tensor(&self) -> Result<Tensor> {
+        let values: Vec<i64> = self.spatial_shapes().into_iter().flatten().collect();
+        self.tensor(HostData::I64(values), vec![self.plans.len(), 2])
+    }
+
+    /// [`BatchPatches::mask`] on the batch's device: `[n, length]` i32 padded, `[rows]`
+    /// packed.
+    pub fn mask_tensor(&self) -> Result<Tensor> {
+        self.tensor(HostData::I32(self.mask()), self.row_axes())
+    }
+
+    /// [`BatchPatches::coordinates`] on the batch's device: `[n, length, 2]` i64 padded,
+    /// `[rows, 2]` packed.
+    pub fn coordinates_tensor(&self) -> Result<Tensor> {
+        let values: Vec<i64> = self.coordinates().into_iter().flatten().collect();
+        let mut shape = self.row_axes();
+        shape.push(2);
+        self.tensor(HostData::I64(values), shape)
+    }
 }

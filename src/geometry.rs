@@ -12,9 +12,16 @@
 //! from (seed, epoch, source index) alone; the box is cropped, then resized
 //! (`F.resized_crop`), and the flip comes last.
 //!
+//! A patch-sequence output ([`crate::patches`]) plans each image's own size by the preset's rule
+//! instead ([`patches`]): the same integer plans, of a size that differs from image to image.
+//!
 //! A JPEG decoded at 1/2, 1/4 or 1/8 of its size (`--dct-scaling`, an approximation) is
 //! resized as Pillow resizes after `Image.draft`: the plans' region becomes a fractional box of
 //! the reduced image ([`AxisPlan::reduced`]).
+
+mod patches;
+
+pub(crate) use patches::{PatchSizing, Placement};
 
 use crate::options::{DrawRange, Interpolation, ResizeMode, ResizeOptions};
 use crate::random::Draws;
@@ -69,6 +76,8 @@ pub(crate) struct Geometry {
     pub seed: u64,
     /// The pass order of the Pillow version reproduced.
     pub pass_order: PassOrder,
+    /// A patch-sequence output: each image's size from its preset's rule ([`patches`]).
+    pub patches: Option<PatchSizing>,
 }
 
 impl ResizeOptions {
@@ -91,6 +100,7 @@ impl Geometry {
             horizontal_flip: resize.horizontal_flip,
             seed: resize.seed,
             pass_order: PassOrder::for_pillow(resize.pillow_version.0, resize.pillow_version.1),
+            patches: None,
         }
     }
 
@@ -131,9 +141,13 @@ impl Geometry {
         })
     }
 
-    /// Bytes of one output image as u8 RGB.
+    /// Bytes of one output image as u8 RGB; of a patch-sequence output, the most an image's
+    /// resized size takes (its place in a batch's staging).
     pub fn image_bytes(&self) -> usize {
-        self.width as usize * self.height as usize * 3
+        match &self.patches {
+            Some(sizing) => sizing.image_bytes(),
+            None => self.width as usize * self.height as usize * 3,
+        }
     }
 
     /// The value of the output outside the image (a letterbox's bands; torchvision's zeros
@@ -219,6 +233,7 @@ impl Geometry {
 
     /// Plans the resample of an image of `width` x `height` (full size) decoded at
     /// 1/`reduction` into `decoded_width` x `decoded_height` pixels, into `plan`.
+    #[cfg(test)]
     #[allow(clippy::too_many_arguments)]
     pub fn plan_image(
         &self,
@@ -245,12 +260,16 @@ impl Geometry {
         decoded_height: u32,
         plan: &mut ImagePlan,
     ) -> Result<(), PlanError> {
-        plan.plan(
-            &x.reduced(reduction, decoded_width),
-            &y.reduced(reduction, decoded_height),
-            self.resampling(),
-            self.pass_order,
-        )
+        let (x, y) = (
+            x.reduced(reduction, decoded_width),
+            y.reduced(reduction, decoded_height),
+        );
+        match (&self.patches, self.resampling()) {
+            (Some(sizing), Resampling::Filter(filter)) if sizing.is_torchvision() => {
+                plan.plan_torchvision(&x, &y, filter)
+            }
+            (_, resampling) => plan.plan(&x, &y, resampling, self.pass_order),
+        }
     }
 
     /// The part of an image of `width` x `height` (full size), decoded at 1/`reduction`, that

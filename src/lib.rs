@@ -60,6 +60,7 @@ mod launch;
 mod memory;
 mod options;
 mod order;
+pub mod patches;
 mod pipeline;
 mod profile;
 mod random;
@@ -139,6 +140,8 @@ mod docs_examples {
     struct Interop;
     #[doc = include_str!("../docs/resume.md")]
     struct Resume;
+    #[doc = include_str!("../docs/patches.md")]
+    struct Patches;
 }
 
 /// The object-storage page's examples, compiled as doc tests.

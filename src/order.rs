@@ -190,6 +190,7 @@ impl Sampler {
                     indices,
                     refill: true,
                     start: 0,
+                    batches: None,
                 }
             }
             _ if self.blocks.is_some() && rank < n => {
@@ -206,6 +207,7 @@ impl Sampler {
                     real,
                     refill: true,
                     start: 0,
+                    batches: None,
                 }
             }
             _ if n == 0 => EpochOrder {
@@ -221,6 +223,7 @@ impl Sampler {
                     real: self.real_len_of(n),
                     refill: true,
                     start: 0,
+                    batches: None,
                 }
             }
         }
@@ -253,6 +256,18 @@ pub(crate) struct EpochOrder {
     refill: bool,
     /// The whole order's position that is this order's position 0.
     start: usize,
+    /// The epoch's batches when they are planned ahead (timm's patch sequences), in the whole
+    /// order's positions: they cover its planned positions one after another.
+    batches: Option<Arc<[PlannedBatch]>>,
+}
+
+/// A batch planned ahead of the epoch: its first position (in the whole order), its images and
+/// the sequence length they are cut for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PlannedBatch {
+    pub first: usize,
+    pub size: usize,
+    pub seq_len: u32,
 }
 
 impl EpochOrder {
@@ -263,7 +278,34 @@ impl EpochOrder {
             indices,
             refill: false,
             start: 0,
+            batches: None,
         }
+    }
+
+    /// This order cut into `batches` planned ahead (each its first position in the whole
+    /// order, its size and its sequence length, one after another over the planned positions).
+    pub fn with_batches(mut self, batches: Vec<PlannedBatch>) -> EpochOrder {
+        self.batches = Some(batches.into());
+        self
+    }
+
+    /// The batches planned ahead, in the whole order's positions.
+    pub fn batches(&self) -> Option<&[PlannedBatch]> {
+        self.batches.as_deref()
+    }
+
+    /// The sequence length of the batch planned for `position` (0 where none is planned; a
+    /// position past the planned ones takes the last batch's).
+    pub fn seq_len_at(&self, position: usize) -> u32 {
+        let Some(batches) = self.batches.as_deref() else {
+            return 0;
+        };
+        let at = self.start.saturating_add(position);
+        let k = batches.partition_point(|b| b.first + b.size <= at);
+        batches
+            .get(k)
+            .or(batches.last())
+            .map_or(0, |batch| batch.seq_len)
     }
 
     /// This order from its position `position` on (a resumed epoch): position 0 of the result

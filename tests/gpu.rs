@@ -20,12 +20,16 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 /// Every batch of one epoch: (ids, output bytes) per batch.
-fn collect(builder: PipelineBuilder) -> Vec<(Vec<String>, Vec<u8>, [usize; 4])> {
+fn collect(builder: PipelineBuilder) -> Vec<(Vec<String>, Vec<u8>, Vec<usize>)> {
     let mut pipeline = builder.build().expect("build");
     let mut out = Vec::new();
     while let Some(batch) = pipeline.next_batch().expect("next_batch") {
         let host = batch.images().to_host().expect("to_host");
-        out.push((batch.ids().to_vec(), host.to_le_bytes(), host.shape()));
+        out.push((
+            batch.ids().to_vec(),
+            host.to_le_bytes(),
+            host.shape().to_vec(),
+        ));
     }
     out
 }
@@ -1532,4 +1536,179 @@ fn large_photos_start_on_the_assisted_path_while_the_engines_open() {
         assisted_before_engines > 0,
         "no photo took the assisted path while the engines opened"
     );
+}
+
+/// One patch-sequence batch as its consumer saw it: ids, token bits, layout rows, each image's
+/// plan, cu_seqlens, mask and coordinates, (cpu, gpu) decoded.
+type PatchRows = (
+    Vec<String>,
+    Vec<u32>,
+    Vec<gpufeed::patches::PatchPlan>,
+    Vec<i32>,
+    Vec<i32>,
+    Vec<[i64; 2]>,
+    (usize, usize),
+);
+
+/// Every batch of two epochs. On a CUDA device each batch's memory is filled with NaN (all bits
+/// set) before it is freed, so that the batches allocated in its place after it show any token
+/// the kernel left unwritten.
+fn patch_rows(builder: PipelineBuilder) -> Vec<PatchRows> {
+    let mut pipeline = builder.build().expect("build");
+    let mut rows = Vec::new();
+    for _ in 0..2 {
+        for batch in &mut pipeline {
+            let batch = batch.expect("batch");
+            let info = batch.patches().expect("patches").clone();
+            let host = batch.tokens().expect("tokens").to_host().expect("host");
+            let bits: Vec<u32> = match host.data() {
+                gpufeed::HostData::F32(v) => v.iter().map(|x| x.to_bits()).collect(),
+                gpufeed::HostData::F16(v) => v.iter().map(|x| u32::from(x.to_bits())).collect(),
+                gpufeed::HostData::BF16(v) => v.iter().map(|x| u32::from(x.to_bits())).collect(),
+                other => panic!("tokens of {:?}", other.dtype()),
+            };
+            rows.push((
+                batch.ids().to_vec(),
+                bits,
+                info.plans().to_vec(),
+                info.cu_seqlens(),
+                info.mask(),
+                info.coordinates(),
+                batch.decoded_by(),
+            ));
+            if let gpufeed::Tensor::Device(tokens) = batch.into_images() {
+                let stream = tokens.stream().clone();
+                let data = tokens.into_data().expect("the tokens' memory");
+                let poisoned = match data {
+                    gpufeed::DeviceData::F32(mut s) => {
+                        stream.memcpy_htod(&vec![f32::from_bits(u32::MAX); s.len()], &mut s)
+                    }
+                    gpufeed::DeviceData::F16(mut s) => stream.memcpy_htod(
+                        &vec![gpufeed::half::f16::from_bits(u16::MAX); s.len()],
+                        &mut s,
+                    ),
+                    gpufeed::DeviceData::BF16(mut s) => stream.memcpy_htod(
+                        &vec![gpufeed::half::bf16::from_bits(u16::MAX); s.len()],
+                        &mut s,
+                    ),
+                    _ => Ok(()),
+                };
+                poisoned.expect("poisoning a batch's memory");
+            }
+        }
+    }
+    rows
+}
+
+/// The presets a patch-sequence pipeline is compared on, in every element type.
+fn patch_presets() -> Vec<(gpufeed::patches::Patches, DType, u64)> {
+    use gpufeed::patches::Patches;
+    vec![
+        (Patches::qwen2_vl().max_pixels(28 * 28 * 256), DType::F16, 0),
+        (
+            Patches::qwen2_vl().max_pixels(28 * 28 * 128).torchvision(),
+            DType::BF16,
+            0,
+        ),
+        (Patches::siglip2_naflex(), DType::F32, 0),
+        (
+            Patches::timm_naflex()
+                .seq_lens(&[64, 128, 256])
+                .tokens_per_batch(8 * 256),
+            DType::F16,
+            7,
+        ),
+    ]
+}
+
+fn patch_pipeline(
+    patches: gpufeed::patches::Patches,
+    dtype: DType,
+    seed: u64,
+    device: Device,
+) -> PipelineBuilder {
+    Pipeline::builder()
+        .source(sources())
+        .patches(patches)
+        .batch_size(6)
+        .seed(seed)
+        .shuffle(seed)
+        .dtype(dtype)
+        .device(device)
+}
+
+/// With the CPU threads decoding, a patch-sequence pipeline on the GPU (the arena uploaded,
+/// `kernels/patches.cu`) gives the CPU device's tokens bit for bit, with the same plans, grids,
+/// masks and coordinates, for every preset and element type (every fixture, odd ones included;
+/// each batch's memory poisoned before it is freed).
+#[test]
+fn patch_pipelines_on_the_gpu_equal_the_cpu_device() {
+    let _serial = serial();
+    if !gpu_present("patch_pipelines_on_the_gpu_equal_the_cpu_device") {
+        return;
+    }
+    for (patches, dtype, seed) in patch_presets() {
+        let cpu = patch_rows(patch_pipeline(patches, dtype, seed, Device::Cpu));
+        let gpu =
+            patch_rows(patch_pipeline(patches, dtype, seed, Device::Cuda(0)).decode(Decode::Cpu));
+        assert_eq!(cpu.len(), gpu.len(), "{:?}", patches.preset);
+        for (c, g) in cpu.iter().zip(&gpu) {
+            assert_eq!(c.0, g.0, "ids");
+            assert_eq!((&c.2, &c.3, &c.4, &c.5), (&g.2, &g.3, &g.4, &g.5), "plans");
+            let differing = c.1.iter().zip(&g.1).filter(|(a, b)| a != b).count();
+            assert_eq!(differing, 0, "{:?} {dtype}: {:?}", patches.preset, c.0);
+        }
+    }
+}
+
+/// With the GPU lane decoding (a share of 1: every JPEG it can take; and the default, the share
+/// following the lanes' rates), a patch-sequence pipeline plans every image as the CPU device
+/// does (the same boxes, sizes, grids, masks and coordinates) and its tokens stay within the
+/// fidelity bars of the decoders' inverse DCT (the JPEG engines' differs from libjpeg-turbo's by
+/// a level here and there before the resize; the assisted path and the CPU lane agree bit for
+/// bit); with a share given, every run gives the same bits.
+#[test]
+fn patch_pipelines_decoded_on_the_gpu_lane_plan_every_image_as_the_cpu_device() {
+    let _serial = serial();
+    if !gpu_present("patch_pipelines_decoded_on_the_gpu_lane_plan_every_image_as_the_cpu_device") {
+        return;
+    }
+    for (patches, _, seed) in patch_presets() {
+        // Values in 0..1 units: a level is 1/255.
+        let patches = patches.mean_std([0.0; 3], [1.0; 3]);
+        let cpu = patch_rows(patch_pipeline(patches, DType::F32, seed, Device::Cpu));
+        let hybrid = |share: Option<f32>| {
+            let builder = patch_pipeline(patches, DType::F32, seed, Device::Cuda(0));
+            patch_rows(match share {
+                Some(share) => builder.decode(Decode::Hybrid).gpu_share(share),
+                None => builder,
+            })
+        };
+        for share in [Some(1.0), None] {
+            let gpu = hybrid(share);
+            let by_gpu: usize = gpu.iter().map(|r| r.6 .1).sum();
+            assert_eq!(cpu.len(), gpu.len());
+            let mut diffs = Vec::new();
+            for (c, g) in cpu.iter().zip(&gpu) {
+                assert_eq!(c.0, g.0, "ids");
+                assert_eq!((&c.2, &c.3, &c.4, &c.5), (&g.2, &g.3, &g.4, &g.5), "plans");
+                diffs.extend(
+                    c.1.iter()
+                        .zip(&g.1)
+                        .map(|(a, b)| (f32::from_bits(*a) - f32::from_bits(*b)).abs() * 255.0),
+                );
+            }
+            let (mean, p999) = mean_and_p999(&mut diffs);
+            println!(
+                "{:?} share {share:?}: {by_gpu} images by the GPU lane, mean {mean:.3}, p99.9 \
+                 {p999:.2} levels",
+                patches.preset
+            );
+            if share.is_some() {
+                assert!(by_gpu > 0, "the GPU lane decoded none");
+                assert!(gpu == hybrid(share), "the same bits on every run");
+            }
+            assert!(mean <= 0.5 && p999 <= 3.0, "mean {mean:.3}, p99.9 {p999}");
+        }
+    }
 }

@@ -144,7 +144,9 @@ fn model(elem_type: i64, height: i64, width: i64, scale: [f32; 3], bias: [f32; 3
 fn expected_means(images: &Tensor, scale: [f32; 3], bias: [f32; 3]) -> Vec<f64> {
     let host = images.as_host().expect("a host batch");
     let values = host.to_f32_vec();
-    let [n, c, h, w] = host.shape();
+    let &[n, c, h, w] = host.shape() else {
+        panic!("a batch of images, not {:?}", host.shape())
+    };
     let plane = h * w;
     (0..n * c)
         .map(|i| {

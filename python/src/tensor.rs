@@ -16,6 +16,7 @@ use gpufeed::dlpack::{
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
+use pyo3::types::PyTuple;
 
 use crate::to_py_err;
 
@@ -121,26 +122,27 @@ impl Tensor {
         (device.device_type, device.device_id)
     }
 
-    /// `(N, C, H, W)` or `(N, H, W, C)`.
+    /// `(N, C, H, W)` or `(N, H, W, C)` for images; other ranks for a patch sequence's tokens
+    /// and side tensors.
     #[getter]
-    fn shape(&self) -> (usize, usize, usize, usize) {
-        let [n, a, b, c] = self.inner.shape();
-        (n, a, b, c)
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.inner.shape())
     }
 
     /// Distance in elements between neighbours along each axis (dense, C order).
     #[getter]
-    fn strides(&self) -> (usize, usize, usize, usize) {
-        let [n, a, b, c] = self.inner.strides();
-        (n, a, b, c)
+    fn strides<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.inner.strides())
     }
 
-    /// `"float16"`, `"bfloat16"` or `"float32"`.
+    /// `"float16"`, `"bfloat16"`, `"float32"`, `"int32"` or `"int64"`.
     #[getter]
     fn dtype(&self) -> &'static str {
         match self.inner.dtype() {
             gpufeed::DType::F16 => "float16",
             gpufeed::DType::BF16 => "bfloat16",
+            gpufeed::DType::I32 => "int32",
+            gpufeed::DType::I64 => "int64",
             _ => "float32",
         }
     }
@@ -178,7 +180,7 @@ impl Tensor {
     fn __repr__(&self) -> String {
         format!(
             "gpufeed.Tensor(shape={:?}, dtype={}, layout={}, device={})",
-            self.shape(),
+            self.inner.shape(),
             self.dtype(),
             self.layout(),
             self.device()

@@ -258,6 +258,8 @@ pub(crate) fn mix_normalize(
         HostData::F32(out) => write_rows(out, n, hw, spec, &value, |v| v),
         HostData::F16(out) => write_rows(out, n, hw, spec, &value, f16::from_f32),
         HostData::BF16(out) => write_rows(out, n, hw, spec, &value, bf16::from_f32),
+        // The pipeline's options refuse an integer output.
+        HostData::I32(_) | HostData::I64(_) => {}
     }
 }
 

@@ -17,11 +17,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-use super::prepare::ImageTask;
+use super::prepare::{ImageTask, Made};
 use super::priority;
 use super::stage::LaneCore;
 use crate::error::{Error, ItemErrorKind, Result};
-use crate::geometry::CropDraw;
 use crate::memory::{PinnedImage, PositionedImage, PositionedImages};
 use crate::order::EpochOrder;
 use crate::schedule::ThreadPriority;
@@ -41,8 +40,9 @@ pub(crate) struct AheadWork {
     pub on_gpu: OnGpu,
 }
 
-/// What became of a position: its pixels and what its random transforms drew, or why it failed.
-pub(crate) type Prepared = std::result::Result<(AheadImage, Option<CropDraw>), ItemErrorKind>;
+/// What became of a position: its pixels with what its random transforms drew and the bytes
+/// written, or why it failed.
+pub(crate) type Prepared = std::result::Result<(AheadImage, Made), ItemErrorKind>;
 
 /// The buffer one image is prepared into.
 #[derive(Debug)]
@@ -534,6 +534,7 @@ fn run(shared: Arc<Shared>) {
                 let task = ImageTask {
                     index,
                     epoch: work.epoch,
+                    seq_len: work.order.seq_len_at(position),
                 };
                 let prepared = catch_unwind(AssertUnwindSafe(|| {
                     shared
@@ -546,7 +547,7 @@ fn run(shared: Arc<Shared>) {
                     ))
                 });
                 match prepared {
-                    Ok(draw) => Ok((buffer, draw)),
+                    Ok(made) => Ok((buffer, made)),
                     Err(kind) => {
                         shared.give_back(buffer);
                         Err(kind)

@@ -53,7 +53,7 @@ pub(crate) struct Decoded {
 }
 
 impl Decoded {
-    fn full(width: u32, height: u32) -> Decoded {
+    pub(crate) fn full(width: u32, height: u32) -> Decoded {
         Decoded {
             width,
             height,

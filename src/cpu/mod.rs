@@ -5,6 +5,7 @@
 mod ahead;
 mod decode;
 mod normalize;
+mod patches;
 mod png;
 mod prepare;
 mod priority;
@@ -13,9 +14,11 @@ mod resize;
 mod stage;
 
 pub use normalize::normalize;
+pub use patches::{patch_batch, patch_image, PatchBatch, PatchDraw, PatchImage};
 pub use prepare::prepare_image;
 pub use stage::{CpuStage, PreparedBatch};
 
 pub(crate) use ahead::{AheadImage, AheadWork, CpuAhead};
 pub(crate) use normalize::NormalizeTable;
+pub(crate) use patches::write_tokens;
 pub(crate) use stage::{BatchRequest, CpuLane, Filled, LaneCore, Staging};

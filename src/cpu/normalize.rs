@@ -47,7 +47,8 @@ impl NormalizeTable {
         let values = match spec.dtype {
             DType::F16 => Values::F16(table(spec, f16::from_f32)),
             DType::BF16 => Values::BF16(table(spec, bf16::from_f32)),
-            DType::F32 => Values::F32(table(spec, |x| x)),
+            // An integer output is refused by the options; its table is never used.
+            _ => Values::F32(table(spec, |x| x)),
         };
         NormalizeTable {
             values,
@@ -97,7 +98,8 @@ impl NormalizeTable {
 /// pool: the CPU rendition of `kernels/normalize.cu`, bit for bit.
 ///
 /// # Panics
-/// If `pixels` holds fewer than `n * height * width * 3` bytes.
+/// If `pixels` holds fewer than `n * height * width * 3` bytes, or `spec` asks for an integer
+/// element type.
 pub fn normalize(
     pixels: &[u8],
     n: usize,
@@ -112,6 +114,7 @@ pub fn normalize(
         DType::F16 => HostData::F16(vec![f16::ZERO; n * image]),
         DType::BF16 => HostData::BF16(vec![bf16::ZERO; n * image]),
         DType::F32 => HostData::F32(vec![0.0; n * image]),
+        other => panic!("{}", other.not_an_output()),
     };
     if image > 0 {
         data.image_slots(image)

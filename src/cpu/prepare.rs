@@ -1,17 +1,19 @@
 //! One image through the CPU lane: read, decode (only the window the resize reads), resize and
 //! crop straight into its destination, with this thread's reusable scratch buffers.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::Instant;
 
 use super::decode::{decode, DecodeWindow, Decoded};
+use super::patches::decode_composited;
 use super::probe::probe;
 use super::resize::resize_into_slot;
 use super::stage::LaneCore;
 use crate::error::{panic_message, Error, ItemError, ItemErrorKind, Result};
-use crate::geometry::{CropDraw, Geometry};
+use crate::geometry::{CropDraw, Geometry, Placement};
 use crate::options::{DecodeOptions, ResizeOptions};
+use crate::patches::PatchError;
 use crate::profile::Stage;
 use crate::resample::{ImagePlan, Kernels};
 use crate::source::Source;
@@ -88,6 +90,22 @@ pub(crate) struct ImageTask {
     pub index: usize,
     /// The epoch it is prepared for.
     pub epoch: u64,
+    /// The sequence length of the batch it goes to (timm's patch sequences; 0 otherwise).
+    pub seq_len: u32,
+}
+
+/// What preparing an image made: what its random transforms drew (a patch-sequence output's
+/// box and flip, always), and the bytes of its destination it wrote, from the first (the whole
+/// image of a fixed-size output; its own resized size, rows packed, for a patch sequence).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Made {
+    pub draw: Option<CropDraw>,
+    pub bytes: usize,
+}
+
+/// An image a patch-sequence output's rule refuses, as the image's error.
+fn refused(e: PatchError) -> ItemErrorKind {
+    ItemErrorKind::Resize(e.to_string())
 }
 
 /// Reads, decodes and resizes one image of `source` into `dst`. The image's header is read
@@ -98,13 +116,14 @@ pub(crate) fn prepare_one(
     task: ImageTask,
     core: &LaneCore,
     dst: &mut [u8],
-) -> std::result::Result<Option<CropDraw>, ItemErrorKind> {
+) -> std::result::Result<Made, ItemErrorKind> {
     let (options, budget, pool) = (&core.options, &core.budget, &core.buffers);
     let reading = Instant::now();
     let item = source
         .item(task.index)
         .open(options.decode.max_file_bytes)?;
     let header = probe(&item, &options.decode)?;
+    refuse_early(options, &header, task)?;
     let reservation = budget.reserve(header.bytes_in_flight);
     let rgb_bytes = header.width.saturating_mul(header.height).saturating_mul(3);
     // The encoded bytes too go in a buffer of the pool.
@@ -131,6 +150,31 @@ pub(crate) fn prepare_one(
     prepared
 }
 
+/// Refuses, from its header and before its file is read, an image a patch-sequence output's
+/// rule refuses (Qwen2-VL's aspect ratio over 200): the error the decode would end in. Not
+/// where the EXIF tag may turn the image (the header's sizes are the stored image's).
+fn refuse_early(
+    options: &PrepareOptions,
+    header: &super::probe::Probe,
+    task: ImageTask,
+) -> std::result::Result<(), ItemErrorKind> {
+    let geometry = options.geometry.for_sequence(task.seq_len);
+    if geometry.patches.is_none() || options.decode.exif_orientation {
+        return Ok(());
+    }
+    let (Ok(width), Ok(height)) = (u32::try_from(header.width), u32::try_from(header.height))
+    else {
+        return Ok(());
+    };
+    if width == 0 || height == 0 {
+        return Ok(());
+    }
+    geometry
+        .placement(width, height, task.index, task.epoch)
+        .map(|_| ())
+        .map_err(refused)
+}
+
 /// The memory one image's decode may take from the lane's buffers: what was reserved for it and
 /// the size of its RGB pixels.
 struct Memory {
@@ -149,7 +193,7 @@ fn prepare_bytes(
     memory: &Memory,
     task: ImageTask,
     dst: &mut [u8],
-) -> std::result::Result<Option<CropDraw>, ItemErrorKind> {
+) -> std::result::Result<Made, ItemErrorKind> {
     let pool = &core.buffers;
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let mut pixels = pool.take(memory.size_hint);
@@ -170,7 +214,8 @@ fn prepare_bytes(
 }
 
 /// Decodes and resizes one encoded image into `dst`, with this thread's scratch buffers; returns
-/// the random transforms it drew (from the image's size after any EXIF turn).
+/// what its random transforms drew (from the image's size after any EXIF turn) and the bytes it
+/// wrote.
 fn prepare_bytes_unguarded(
     bytes: &[u8],
     core: &LaneCore,
@@ -178,11 +223,11 @@ fn prepare_bytes_unguarded(
     task: ImageTask,
     pixels: &mut Vec<u8>,
     dst: &mut [u8],
-) -> std::result::Result<Option<CropDraw>, ItemErrorKind> {
+) -> std::result::Result<Made, ItemErrorKind> {
     let (options, pool, stopwatch) = (&core.options, &core.buffers, &core.stopwatch);
     SCRATCH.with(|scratch| {
         let scratch = &mut *scratch.borrow_mut();
-        let geometry = &options.geometry;
+        let geometry = &options.geometry.for_sequence(task.seq_len);
         let Scratch {
             plan,
             planned,
@@ -191,15 +236,23 @@ fn prepare_bytes_unguarded(
         } = scratch;
         *planned = None;
         let planning = RefCell::new((plan, planned));
-        // What the random transforms drew for the size the window was asked for, kept for the
-        // resize: each image draws once.
-        let drawn = Cell::new(None);
+        // Where the image lands for the size the window was asked for, kept for the resize:
+        // each image draws once.
+        let placed = RefCell::new(None);
         // Asked by the JPEG decoder with the full-size image's size (after any EXIF turn): the
         // plan decides the DCT reduction and the window, and is kept for the resize.
         let window = |w: u32, h: u32| {
-            let draw = geometry.draw(w, h, task.index, task.epoch);
-            drawn.set(Some((w, h, draw)));
-            let (x, y) = geometry.axis_plans(w, h, draw.as_ref());
+            let placement = geometry.placement(w, h, task.index, task.epoch);
+            let whole = DecodeWindow {
+                reduction: 1,
+                region: None,
+            };
+            let Ok(Placement { x, y, .. }) = placement else {
+                // Refused by its rule: decoded whole, and the error reported after.
+                placed.replace(Some((w, h, placement)));
+                return whole;
+            };
+            placed.replace(Some((w, h, placement)));
             let reduction = if options.decode.dct_scaling {
                 Geometry::max_reduction(&x, &y)
             } else {
@@ -231,6 +284,12 @@ fn prepare_bytes_unguarded(
             }
         };
         let decoded = stopwatch.time(Stage::CpuDecode, || {
+            // Transparency composited onto white first, as transformers' processors do.
+            if geometry.composites_alpha() {
+                if let Some(decoded) = decode_composited(bytes, &options.decode, pixels)? {
+                    return Ok(decoded);
+                }
+            }
             decode(
                 bytes,
                 &options.decode,
@@ -242,17 +301,17 @@ fn prepare_bytes_unguarded(
         })?;
         let (plan, planned) = planning.into_inner();
         let source = (decoded.source_width, decoded.source_height);
-        let draw = match drawn.get() {
-            Some((w, h, draw)) if (w, h) == source => draw,
-            _ => geometry.draw(source.0, source.1, task.index, task.epoch),
-        };
+        let placement = match placed.into_inner() {
+            Some((w, h, placement)) if (w, h) == source => placement,
+            _ => geometry.placement(source.0, source.1, task.index, task.epoch),
+        }
+        .map_err(refused)?;
         if *planned != Some(Planned::of(&decoded)) {
             // Not a JPEG, or decoded otherwise than planned (another decoder, no reduction).
             geometry
-                .plan_image(
-                    decoded.source_width,
-                    decoded.source_height,
-                    draw.as_ref(),
+                .plan_axes(
+                    &placement.x,
+                    &placement.y,
                     decoded.reduction,
                     decoded.width,
                     decoded.height,
@@ -260,19 +319,30 @@ fn prepare_bytes_unguarded(
                 )
                 .map_err(|e| ItemErrorKind::Resize(e.to_string()))?;
         }
+        let (width, height) = geometry.out_size(&placement.x, &placement.y);
+        let written = width as usize * height as usize * 3;
+        let Some(slot) = dst.get_mut(..written) else {
+            return Err(ItemErrorKind::Resize(format!(
+                "{width}x{height} pixels do not fit the image's {} bytes of staging",
+                dst.len()
+            )));
+        };
         stopwatch.time(Stage::CpuResize, || {
             resize_into_slot(
                 pixels,
                 decoded,
-                geometry,
+                (width, height, geometry.pad()),
                 plan,
-                draw.is_some_and(|d| d.flipped),
+                placement.draw.is_some_and(|d| d.flipped),
                 *kernels,
                 intermediate,
-                dst,
+                slot,
             )
         })?;
-        Ok(draw)
+        Ok(Made {
+            draw: placement.draw,
+            bytes: written,
+        })
     })
 }
 
@@ -321,7 +391,11 @@ pub fn prepare_image(
         reserved: header.bytes_in_flight,
         size_hint: 0,
     };
-    let task = ImageTask { index: 0, epoch: 0 };
+    let task = ImageTask {
+        index: 0,
+        epoch: 0,
+        seq_len: 0,
+    };
     prepare_bytes(bytes, &core, &memory, task, out)
         .map(|_| ())
         .map_err(item_error)
@@ -352,7 +426,11 @@ mod tests {
         size_hint: 0,
     };
 
-    const TASK: ImageTask = ImageTask { index: 0, epoch: 0 };
+    const TASK: ImageTask = ImageTask {
+        index: 0,
+        epoch: 0,
+        seq_len: 0,
+    };
     use crate::cpu::decode::decode;
     use crate::options::{Interpolation, ResizeMode, ResizeOptions};
 
@@ -444,7 +522,11 @@ mod tests {
             let mut a = vec![0u8; partial.geometry.image_bytes()];
             let mut b = vec![1u8; partial.geometry.image_bytes()];
             for (i, (name, bytes)) in files.iter().enumerate() {
-                let task = ImageTask { index: i, epoch: 1 };
+                let task = ImageTask {
+                    index: i,
+                    epoch: 1,
+                    seq_len: 0,
+                };
                 let ra = prepare_bytes(bytes, &core_of(&whole), &MEMORY, task, &mut a);
                 let rb = prepare_bytes(bytes, &core_of(&partial), &MEMORY, task, &mut b);
                 assert_eq!(ra.is_ok(), rb.is_ok(), "{name}");
@@ -491,10 +573,15 @@ mod tests {
                 _ => rgb,
             };
             for index in 0..12 {
-                let task = ImageTask { index, epoch: 2 };
+                let task = ImageTask {
+                    index,
+                    epoch: 2,
+                    seq_len: 0,
+                };
                 let mut got = vec![0u8; options.geometry.image_bytes()];
                 let draw = prepare_bytes(&bytes, &core_of(&options), &MEMORY, task, &mut got)
                     .expect("prepare")
+                    .draw
                     .expect("random");
                 assert_eq!(
                     Some(draw),
@@ -574,7 +661,11 @@ mod tests {
                 channels: 3,
                 ..decoded
             },
-            &options.geometry,
+            (
+                options.geometry.width,
+                options.geometry.height,
+                options.geometry.pad(),
+            ),
             &plan,
             false,
             Kernels::detect(),

@@ -9,17 +9,16 @@
 
 use super::decode::Decoded;
 use crate::error::ItemErrorKind;
-use crate::geometry::Geometry;
 use crate::resample::{HostImage, ImagePlan, Kernels, Slot};
 
-/// Resamples the decoded `pixels` by `plan` into `slot` (`geometry.width * geometry.height * 3`
-/// bytes, RGB8), mirrored left to right last when `flipped`. `intermediate` is this thread's
-/// buffer for the 8-bit intermediate of two passes.
+/// Resamples the decoded `pixels` by `plan` into `slot` (`width * height * 3` bytes, RGB8,
+/// `pad` outside the plan's rectangle), mirrored left to right last when `flipped`.
+/// `intermediate` is this thread's buffer for the 8-bit intermediate of two passes.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn resize_into_slot(
     pixels: &[u8],
     decoded: Decoded,
-    geometry: &Geometry,
+    (width, height, pad): (u32, u32, u8),
     plan: &ImagePlan,
     flipped: bool,
     kernels: Kernels,
@@ -34,13 +33,13 @@ pub(crate) fn resize_into_slot(
     };
     let mut out = Slot {
         bytes: slot,
-        width: geometry.width,
-        height: geometry.height,
+        width,
+        height,
     };
-    plan.resample_into(&source, geometry.pad(), &mut out, kernels, intermediate)
+    plan.resample_into(&source, pad, &mut out, kernels, intermediate)
         .map_err(|e| ItemErrorKind::Resize(e.to_string()))?;
     if flipped {
-        let row = geometry.width as usize * 3;
+        let row = width as usize * 3;
         for line in out.bytes.chunks_exact_mut(row) {
             // Reverse the pixels, then each pixel's reversed channels back.
             line.reverse();

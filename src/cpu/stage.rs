@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use rayon::prelude::*;
 
 use super::normalize::NormalizeTable;
-use super::prepare::{prepare_one, ImageTask, PrepareOptions};
+use super::prepare::{prepare_one, ImageTask, Made, PrepareOptions};
 use crate::error::{Error, ItemError, ItemErrorKind, Result};
 use crate::geometry::{CropDraw, Geometry};
 use crate::memory::{BufferPool, MemoryBudget};
@@ -102,6 +102,9 @@ pub(crate) struct BatchRequest<'a> {
     pub epoch: u64,
     /// Good images wanted.
     pub batch_size: usize,
+    /// The most positions the batch takes (a batch planned ahead takes its own and no more,
+    /// however many of its images fail); `usize::MAX` for as many as its images need.
+    pub positions: usize,
     /// Skip bad images, or stop at the first.
     pub on_error: OnError,
 }
@@ -133,14 +136,14 @@ impl LaneCore {
         }
     }
 
-    /// Prepares image `task` of `source` into `dst` (one output image); returns what its random
-    /// transforms drew.
+    /// Prepares image `task` of `source` into `dst` (one output image's place); returns what
+    /// its random transforms drew and the bytes it wrote.
     pub fn prepare(
         &self,
         source: &Source,
         task: ImageTask,
         dst: &mut [u8],
-    ) -> std::result::Result<Option<CropDraw>, ItemErrorKind> {
+    ) -> std::result::Result<Made, ItemErrorKind> {
         prepare_one(source, task, self, dst)
     }
 }
@@ -198,23 +201,30 @@ impl CpuLane {
             start,
             epoch,
             batch_size,
+            positions,
             on_error,
         } = *request;
         let image_bytes = self.image_bytes();
-        let reach = order.reach(start);
+        let reach = order.reach(start).min(positions);
         let mut good = filled.indices.len();
         while good < batch_size && filled.consumed < reach {
             let take = (batch_size - good).min(reach - filled.consumed);
             let first_position = start + filled.consumed;
-            let chunk: Vec<usize> = (first_position..first_position + take)
-                .map_while(|p| order.get(p))
+            let chunk: Vec<ImageTask> = (first_position..first_position + take)
+                .map_while(|p| {
+                    order.get(p).map(|index| ImageTask {
+                        index,
+                        epoch,
+                        seq_len: order.seq_len_at(p),
+                    })
+                })
                 .collect();
             if chunk.is_empty() {
                 break;
             }
             let outcomes = self
                 .pool
-                .install(|| self.prepare_range(staging, good, &chunk, epoch, source, stop));
+                .install(|| self.prepare_range(staging, good, &chunk, source, stop));
             // Close the gaps the failed images left, keeping the order.
             let first = good;
             for (k, outcome) in outcomes.into_iter().enumerate() {
@@ -222,7 +232,7 @@ impl CpuLane {
                     return Ok(None);
                 };
                 let padding = order.is_padding(first_position + k);
-                if filled.record(chunk[k], padding, outcome, source, on_error)? {
+                if filled.record(chunk[k].index, padding, outcome, source, on_error)? {
                     if first + k != good {
                         staging.move_image(first + k, good, image_bytes);
                     }
@@ -242,8 +252,7 @@ impl CpuLane {
         &self,
         staging: &mut Staging<'_>,
         first: usize,
-        chunk: &[usize],
-        epoch: u64,
+        chunk: &[ImageTask],
         source: &Source,
         stop: &AtomicBool,
     ) -> Vec<Outcome> {
@@ -251,7 +260,7 @@ impl CpuLane {
         let queue = JobQueue::new(jobs, chunk, source);
         let done = self
             .pool
-            .install(|| self.run_queue(&queue, chunk, epoch, source, stop));
+            .install(|| self.run_queue(&queue, chunk, source, stop));
         let mut outcomes: Vec<Outcome> = (0..chunk.len()).map(|_| None).collect();
         for (k, outcome) in done {
             outcomes[k] = outcome;
@@ -292,8 +301,7 @@ impl CpuLane {
     fn run_queue(
         &self,
         queue: &JobQueue<'_>,
-        chunk: &[usize],
-        epoch: u64,
+        chunk: &[ImageTask],
         source: &Source,
         stop: &AtomicBool,
     ) -> Vec<(usize, Outcome)> {
@@ -307,15 +315,11 @@ impl CpuLane {
             }) = queue.pop()
             {
                 let outcome = (!stop.load(Ordering::Relaxed)).then(|| {
-                    let task = ImageTask {
-                        index: chunk[k],
-                        epoch,
-                    };
-                    let draw = core.prepare(source, task, pixels)?;
+                    let made = core.prepare(source, chunk[k], pixels)?;
                     if let Some((slot, table)) = normalized {
                         table.write_image(pixels, slot);
                     }
-                    Ok(draw)
+                    Ok(made.draw)
                 });
                 done.push((k, outcome));
             }
@@ -341,10 +345,10 @@ struct JobQueue<'a> {
 
 impl<'a> JobQueue<'a> {
     /// A queue of `jobs` (image `chunk[job.k]` of `source`).
-    fn new(mut jobs: Vec<Job<'a>>, chunk: &[usize], source: &Source) -> JobQueue<'a> {
+    fn new(mut jobs: Vec<Job<'a>>, chunk: &[ImageTask], source: &Source) -> JobQueue<'a> {
         let sizes: Vec<u64> = jobs
             .par_iter()
-            .map(|job| source.item(chunk[job.k]).size_hint())
+            .map(|job| source.item(chunk[job.k].index).size_hint())
             .collect();
         let mut order: Vec<usize> = (0..jobs.len()).collect();
         // Popped from the end: the smallest at the front.
@@ -452,6 +456,7 @@ impl CpuStage {
             start: 0,
             epoch: 0,
             batch_size: indices.len(),
+            positions: usize::MAX,
             on_error: OnError::Skip,
         };
         let filled = self.lane.fill(&mut staging, &request, source, &stop)?;

@@ -204,6 +204,7 @@ impl DeviceAugmenter {
             DType::F32 => &self.mix_f32,
             DType::F16 => &self.mix_f16,
             DType::BF16 => &self.mix_bf16,
+            other => return Err(other.not_an_output()),
         };
         let mut b = stream.launch_builder(function);
         b.arg(input);
@@ -211,6 +212,7 @@ impl DeviceAugmenter {
             DeviceData::F32(s) => b.arg(s),
             DeviceData::F16(s) => b.arg(s),
             DeviceData::BF16(s) => b.arg(s),
+            DeviceData::I32(_) | DeviceData::I64(_) => return Err(spec.dtype.not_an_output()),
         };
         b.arg(&pixels_u)
             .arg(&hw_u)
@@ -519,6 +521,9 @@ mod tests {
                             DeviceData::F32(s) => {
                                 stream.memcpy_htod(&vec![f32::from_bits(u32::MAX); len], s)
                             }
+                            DeviceData::I32(_) | DeviceData::I64(_) => {
+                                unreachable!("the dtypes tried are floats")
+                            }
                         }
                         .expect("poison");
                         kernels
@@ -529,6 +534,7 @@ mod tests {
                             DType::F16 => HostData::F16(vec![f16::ZERO; len]),
                             DType::BF16 => HostData::BF16(vec![bf16::ZERO; len]),
                             DType::F32 => HostData::F32(vec![0.0; len]),
+                            other => unreachable!("{other} is not a float"),
                         };
                         mix_normalize(&pixels, n, h, w, &spec, &mix, &mut data);
                         let want =

@@ -10,25 +10,30 @@ use crate::error::{Error, Result};
 use crate::memory::{PinnedImage, PositionedImage};
 
 /// Queues on `stream` the upload of each pinned image to its place (in images of its size) of
-/// `input`, and returns the bytes queued. The images must stay untouched until work recorded on
-/// `stream` after this call has completed.
+/// `input`, its first `used` bytes of each `(image, place, used)` (a patch sequence's image
+/// fills its place in part), and returns the bytes queued. The images must stay untouched until
+/// work recorded on `stream` after this call has completed.
 pub(crate) fn upload_images(
     stream: &Arc<CudaStream>,
-    images: &[(PinnedImage, usize)],
+    images: &[(PinnedImage, usize, usize)],
     input: &mut CudaSlice<u8>,
 ) -> Result<usize> {
-    let Some(bytes) = images.first().map(|(image, _)| image.bytes()) else {
+    let Some(bytes) = images.first().map(|(image, _, _)| image.bytes()) else {
         return Ok(0);
     };
-    if let Some((image, place)) = images.iter().find(|(image, _)| image.bytes() != bytes) {
+    if let Some((image, place, used)) = images
+        .iter()
+        .find(|(image, _, used)| image.bytes() != bytes || *used > bytes)
+    {
         return Err(Error::Mismatch(format!(
-            "an image of {} bytes uploaded to place {place} of a batch of {bytes}-byte images",
+            "{used} bytes of an image of {} uploaded to place {place} of a batch of {bytes}-byte \
+             images",
             image.bytes(),
         )));
     }
     let copies = images
         .iter()
-        .map(|(image, place)| (image.as_slice(), *place));
+        .map(|(image, place, used)| (&image.as_slice()[..*used], *place));
     // SAFETY: each source is a pinned image's page-locked bytes, which the caller keeps
     // untouched until the stream is past this call's work.
     unsafe { queue_copies(stream, copies, bytes, input) }
@@ -49,7 +54,9 @@ unsafe fn queue_copies<'a>(
 ) -> Result<usize> {
     let image_bytes = image_bytes.max(1);
     if let Some((source, place)) = copies.clone().find(|(source, place)| {
-        source.len() % image_bytes != 0 || place * image_bytes + source.len() > input.len()
+        // Whole images (a run of them), or part of one.
+        (source.len() > image_bytes && source.len() % image_bytes != 0)
+            || place * image_bytes + source.len() > input.len()
     }) {
         return Err(Error::Mismatch(format!(
             "{} bytes uploaded to place {place} of a {}-byte batch of {image_bytes}-byte images",

@@ -12,6 +12,7 @@ mod device;
 mod image_staging;
 mod kernel_cache;
 mod normalize;
+mod patches;
 mod staging;
 
 use std::sync::{Mutex, OnceLock};
@@ -28,6 +29,7 @@ pub(crate) use device::{upload_reusing, Gpu};
 pub(crate) use image_staging::{upload_images, upload_positioned, ImagesInFlight};
 pub(crate) use kernel_cache::KernelSource;
 pub use normalize::{NormalizeTuning, Normalizer};
+pub use patches::{PatchKernel, PlacedImage};
 pub(crate) use staging::{SlotsComing, StagingRing, TouchedSlots};
 
 /// What a machine offers for CUDA work.

@@ -191,6 +191,7 @@ impl Normalizer {
             DType::F32 => &self.f32,
             DType::F16 => &self.f16,
             DType::BF16 => &self.bf16,
+            other => return Err(other.not_an_output()),
         };
         let shape = LaunchShape {
             pixels,
@@ -207,6 +208,7 @@ impl Normalizer {
             DeviceData::F32(s) => shape.launch(stream, entries, input, s),
             DeviceData::F16(s) => shape.launch(stream, entries, input, s),
             DeviceData::BF16(s) => shape.launch(stream, entries, input, s),
+            DeviceData::I32(_) | DeviceData::I64(_) => Err(out.dtype().not_an_output()),
         }
     }
 }
@@ -312,6 +314,8 @@ mod tests {
             DeviceData::F16(s) => stream.memcpy_htod(&vec![f16::from_bits(0xFFFF); len], s),
             DeviceData::BF16(s) => stream.memcpy_htod(&vec![bf16::from_bits(0xFFFF); len], s),
             DeviceData::F32(s) => stream.memcpy_htod(&vec![f32::from_bits(u32::MAX); len], s),
+            DeviceData::I32(s) => stream.memcpy_htod(&vec![i32::MIN; len], s),
+            DeviceData::I64(s) => stream.memcpy_htod(&vec![i64::MIN; len], s),
         }
         .expect("poisoning the output");
     }

@@ -16,7 +16,7 @@ use super::nvjpeg::{
     ChromaPlanes, DecodedImage, DecoderConfig, DecoderOpening, HardwareDecoder, HardwareHandle,
     JpegInfo, NvjpegError, Outcome, Subsampling,
 };
-use super::resize::plan::{plan_batch_with, ResizeJob, SourceImage, SourcePixels};
+use super::resize::plan::{plan_batch_sized, ResizeJob, SourceImage, SourcePixels};
 use super::resize::{BatchResizer, DevicePlan};
 use super::screen::Screened;
 use super::shared::Shared;
@@ -377,6 +377,7 @@ impl Resizing {
         let mut written = Vec::with_capacity(images.len());
         let mut jobs = Vec::with_capacity(images.len());
         let mut passes = Vec::with_capacity(images.len());
+        let mut sizes = Vec::with_capacity(images.len());
         for (k, (image, source)) in call.images.iter().zip(images).enumerate() {
             let Some(source) = *source else { continue };
             jobs.push(ResizeJob {
@@ -390,12 +391,14 @@ impl Resizing {
                 slot: image.slot,
             });
             passes.push(&image.passes);
+            sizes.push(self.geometry.out_size(&image.x, &image.y));
             written.push(k);
         }
         if jobs.is_empty() {
             return Ok(written);
         }
-        let plan = plan_batch_with(&jobs, &passes, self.geometry.width, self.geometry.height)
+        let slot_len = self.geometry.image_bytes() as u64;
+        let plan = plan_batch_sized(&jobs, &passes, &sizes, slot_len)
             .map_err(|e| GpuLaneError::Resize(e.into()))?;
         let device = match &mut self.plan {
             Some(device) => {

@@ -14,16 +14,16 @@ use super::shared::{Job, Shared};
 use super::work::{Work, CHUNK};
 use crate::coefficients::Layout;
 use crate::coefficients::{entropy, entropy_batch};
-use crate::geometry::Geometry;
+use crate::geometry::{Geometry, Placement};
 use crate::profile::{Stage, Stopwatch};
+#[cfg(test)]
 use crate::resample::{plan_passes, Filter};
 use turbojpeg_region::CoefficientReader;
 
-/// A preparing thread's state: the geometry and filter the images are planned for, and read
-/// buffers kept for reuse.
+/// A preparing thread's state: the geometry the images are planned for (its filter and passes
+/// too), and read buffers kept for reuse.
 pub(super) struct Preparer {
     geometry: Geometry,
-    filter: Filter,
     stopwatch: Arc<Stopwatch>,
     buffers: Vec<Vec<u8>>,
     /// libjpeg-turbo's header reader, for the assisted path's files (made at the first one).
@@ -35,13 +35,11 @@ pub(super) struct Preparer {
 impl Preparer {
     pub fn new(
         geometry: Geometry,
-        filter: Filter,
         stopwatch: Arc<Stopwatch>,
         coefficients: Option<Arc<CoefficientThreads>>,
     ) -> Preparer {
         Preparer {
             geometry,
-            filter,
             stopwatch,
             buffers: Vec::new(),
             headers: None,
@@ -184,9 +182,16 @@ impl Preparer {
             return None;
         };
         let (width, height) = (screened.info.width, screened.info.height);
-        let draw = self.geometry.draw(width, height, index, work.lane.epoch);
-        let (x, y) = self.geometry.axis_plans(width, height, draw.as_ref());
-        let Ok(passes) = plan_passes(&x, &y, self.filter, self.geometry.pass_order) else {
+        let geometry = self
+            .geometry
+            .for_sequence(work.lane.order.seq_len_at(position));
+        // An image the output's rule refuses, or the passes cannot take: the CPU lane's, which
+        // reports it.
+        let planned = geometry
+            .placement(width, height, index, work.lane.epoch)
+            .ok()
+            .and_then(|p| Some((p, geometry.pass_plan(&p.x, &p.y)?.ok()?)));
+        let Some((Placement { draw, x, y }, passes)) = planned else {
             self.buffers.push(bytes.into_buffer());
             return None;
         };

@@ -331,6 +331,156 @@ fn gpu_resize_equals_the_cpu_rendition() {
     assert_eq!(compared, modes.len() * 3 * sizes.len());
 }
 
+/// The batched resize writes each image of a patch sequence at its own size (its preset's plan,
+/// timm's crops and flips), from the first byte of its place in the arena, exactly as the CPU
+/// lane's resize does (Pillow's passes, or PyTorch's `uint8` ones for the torchvision
+/// variant); the rest of each place is left as it was.
+#[test]
+fn gpu_resize_at_each_images_own_size_equals_the_cpu_rendition() {
+    use crate::patches::Patches;
+    use crate::resample::{HostImage, ImagePlan, Kernels, Slot};
+    let Some(gpu) = test_gpu("gpu_resize_at_each_images_own_size_equals_the_cpu_rendition") else {
+        return;
+    };
+    let stream = gpu.stream();
+    let module = gpu
+        .module(&super::resize::kernel_source())
+        .expect("compile");
+    let resizer = BatchResizer::from_module(&module).expect("kernels");
+    let presets = [
+        Patches::qwen2_vl().max_pixels(28 * 28 * 96),
+        Patches::qwen2_vl().max_pixels(28 * 28 * 96).torchvision(),
+        Patches::siglip2_naflex().max_patches(64),
+        Patches::timm_naflex().seq_lens(&[16, 64]),
+    ];
+    let sizes = [
+        (500, 375),
+        (37, 23),
+        (1, 1),
+        (900, 13),
+        (240, 240),
+        (77, 600),
+    ];
+    let mut compared = 0;
+    for (p, patches) in presets.iter().enumerate() {
+        let base = Geometry::new(&ResizeOptions::default().seed(p as u64));
+        let geometry = base.with_patches(Some(patches)).for_sequence(64);
+        let stride = geometry.image_bytes();
+        let sources: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &(w, h))| random_bytes(w * h * 3, (p * 13 + i) as u64))
+            .collect();
+        let device: Vec<CudaSlice<u8>> = sources
+            .iter()
+            .map(|s| stream.clone_htod(s).expect("upload"))
+            .collect();
+        let placements: Vec<_> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &(w, h))| geometry.placement(w as u32, h as u32, i, 2).expect("plan"))
+            .collect();
+        let passes: Vec<_> = placements
+            .iter()
+            .map(|pl| {
+                geometry
+                    .pass_plan(&pl.x, &pl.y)
+                    .expect("a filter")
+                    .expect("passes")
+            })
+            .collect();
+        let filter = match geometry.resampling() {
+            crate::resample::Resampling::Filter(f) => f,
+            crate::resample::Resampling::Nearest => unreachable!("presets filter"),
+        };
+        let jobs: Vec<ResizeJob> = sizes
+            .iter()
+            .zip(&device)
+            .zip(&placements)
+            .enumerate()
+            .map(|(i, ((&(w, h), d), pl))| ResizeJob {
+                source: SourceImage::whole(
+                    SourcePixels::Interleaved {
+                        ptr: d.device_ptr(stream).0,
+                        pitch: w as u32 * 3,
+                    },
+                    w as u32,
+                    h as u32,
+                ),
+                x: pl.x,
+                y: pl.y,
+                filter,
+                order: geometry.pass_order,
+                pad: 0,
+                flip: pl.draw.is_some_and(|d| d.flipped),
+                slot: (sizes.len() - 1 - i) as u32,
+            })
+            .collect();
+        let out_sizes: Vec<(u32, u32)> = placements
+            .iter()
+            .map(|pl| geometry.out_size(&pl.x, &pl.y))
+            .collect();
+        let pass_refs: Vec<_> = passes.iter().collect();
+        let plan =
+            super::resize::plan::plan_batch_sized(&jobs, &pass_refs, &out_sizes, stride as u64)
+                .expect("plan");
+        let mut out = stream
+            .clone_htod(&vec![0xA5u8; stride * sizes.len()])
+            .expect("poisoned output");
+        let mut device_plan = resizer.upload(stream, &plan).expect("upload plan");
+        // SAFETY: the sources are the live device buffers above, not written again.
+        unsafe { resizer.launch(stream, &mut device_plan, &mut out) }.expect("launch");
+        let got = stream.clone_dtoh(&out).expect("download");
+        for (i, ((&(w, h), src), pl)) in sizes.iter().zip(&sources).zip(&placements).enumerate() {
+            let (ow, oh) = out_sizes[i];
+            let bytes = ow as usize * oh as usize * 3;
+            let mut image_plan = ImagePlan::default();
+            geometry
+                .plan_axes(&pl.x, &pl.y, 1, w as u32, h as u32, &mut image_plan)
+                .expect("cpu plan");
+            let mut want = vec![0u8; bytes];
+            let source = HostImage {
+                pixels: src,
+                width: w as u32,
+                height: h as u32,
+                channels: 3,
+            };
+            let mut slot = Slot {
+                bytes: &mut want,
+                width: ow,
+                height: oh,
+            };
+            image_plan
+                .resample_into(&source, 0, &mut slot, Kernels::detect(), &mut Vec::new())
+                .expect("cpu rendition");
+            if pl.draw.is_some_and(|d| d.flipped) {
+                for row in want.chunks_exact_mut(ow as usize * 3) {
+                    let mirrored: Vec<u8> = row.chunks_exact(3).rev().flatten().copied().collect();
+                    row.copy_from_slice(&mirrored);
+                }
+            }
+            let place = &got[jobs[i].slot as usize * stride..][..stride];
+            let differing = place[..bytes]
+                .iter()
+                .zip(&want)
+                .filter(|(a, b)| a != b)
+                .count();
+            assert_eq!(
+                differing, 0,
+                "{:?} {w}x{h}: {differing} bytes",
+                patches.preset
+            );
+            assert!(
+                place[bytes..].iter().all(|&b| b == 0xA5),
+                "{:?} {w}x{h}: the place past the image was written",
+                patches.preset
+            );
+            compared += 1;
+        }
+    }
+    assert_eq!(compared, presets.len() * sizes.len());
+}
+
 /// The lane decodes real JPEGs (the bundled photos, the JPEG fixtures, random-size
 /// synthetic ones) to what the CPU lane makes of them, within the fidelity bars (the two
 /// decoders' inverse DCT differs by a level here and there before the resize), gray and

@@ -45,7 +45,7 @@ use cudarc::driver::{CudaContext, CudaStream};
 
 use crate::error::{Error, Result};
 use crate::options::DType;
-use crate::tensor::{DeviceTensor, HostData, Tensor};
+use crate::tensor::{DeviceTensor, Tensor};
 
 /// `DLPackVersion`: the ABI version of a versioned tensor.
 #[repr(C)]
@@ -65,6 +65,8 @@ pub const DEVICE_CPU: i32 = 1;
 /// `kDLCUDA`: CUDA device memory.
 pub const DEVICE_CUDA: i32 = 2;
 
+/// `kDLInt`.
+pub const CODE_INT: u8 = 0;
 /// `kDLFloat`.
 pub const CODE_FLOAT: u8 = 2;
 /// `kDLBfloat`.
@@ -89,7 +91,7 @@ pub struct DLDevice {
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DLDataType {
-    /// `DLDataTypeCode`: [`CODE_FLOAT`] or [`CODE_BFLOAT`] here.
+    /// `DLDataTypeCode`: [`CODE_FLOAT`], [`CODE_BFLOAT`] or [`CODE_INT`] here.
     pub code: u8,
     /// Bits per element.
     pub bits: u8,
@@ -105,7 +107,7 @@ pub struct DLTensor {
     pub data: *mut c_void,
     /// Where the memory is.
     pub device: DLDevice,
-    /// Number of dimensions (4).
+    /// Number of dimensions (4 for images; 2 or 3 for tokens, 1 to 3 for their side tensors).
     pub ndim: i32,
     /// Element type.
     pub dtype: DLDataType,
@@ -266,6 +268,8 @@ fn data_type(dtype: DType) -> DLDataType {
         DType::F16 => (CODE_FLOAT, 16),
         DType::BF16 => (CODE_BFLOAT, 16),
         DType::F32 => (CODE_FLOAT, 32),
+        DType::I32 => (CODE_INT, 32),
+        DType::I64 => (CODE_INT, 64),
     };
     DLDataType {
         code,
@@ -279,8 +283,8 @@ fn data_type(dtype: DType) -> DLDataType {
 #[repr(C)]
 struct Holder<M> {
     managed: M,
-    shape: [i64; 4],
-    strides: [i64; 4],
+    shape: Vec<i64>,
+    strides: Vec<i64>,
     tensor: Arc<Tensor>,
 }
 
@@ -298,17 +302,14 @@ fn describe(tensor: &Arc<Tensor>, consumer: &ConsumerStream) -> Result<DLTensor>
                     "a host batch takes no stream (pass None or -1)".into(),
                 ));
             }
-            match t.data() {
-                HostData::F16(v) => v.as_ptr() as *mut c_void,
-                HostData::BF16(v) => v.as_ptr() as *mut c_void,
-                HostData::F32(v) => v.as_ptr() as *mut c_void,
-            }
+            t.data().as_ptr() as *mut c_void
         }
     };
     Ok(DLTensor {
         data,
         device: device(tensor),
-        ndim: 4,
+        ndim: i32::try_from(tensor.rank())
+            .map_err(|_| Error::Export("a tensor of too many axes".into()))?,
         dtype: data_type(tensor.dtype()),
         shape: std::ptr::null_mut(),
         strides: std::ptr::null_mut(),
@@ -323,15 +324,16 @@ fn hold<M>(
     dl_tensor: impl Fn(&mut M) -> &mut DLTensor,
     manager_ctx: impl Fn(&mut M) -> &mut *mut c_void,
 ) -> NonNull<M> {
-    let to_i64 = |v: [usize; 4]| v.map(|x| x as i64);
+    let to_i64 = |v: &[usize]| v.iter().map(|&x| x as i64).collect::<Vec<i64>>();
     let holder = Box::into_raw(Box::new(Holder {
         managed,
         shape: to_i64(tensor.shape()),
-        strides: to_i64(tensor.strides()),
+        strides: to_i64(&tensor.strides()),
         tensor: tensor.clone(),
     }));
     // SAFETY: `holder` comes from `Box::into_raw`, so it is valid and unaliased here; the
-    // pointers stored point into the same allocation, which lives until the deleter frees it.
+    // pointers stored point into the holder's shape and strides, whose buffers live (unmoved:
+    // never resized) until the deleter frees the holder.
     unsafe {
         let h = &mut *holder;
         let t = dl_tensor(&mut h.managed);
@@ -483,14 +485,16 @@ pub fn export_legacy(tensor: &Arc<Tensor>, consumer: &ConsumerStream) -> Result<
 mod tests {
     use super::*;
     use crate::options::Layout;
-    use crate::tensor::HostTensor;
+    use crate::tensor::{HostData, HostTensor};
 
     fn host(dtype: DType) -> Arc<Tensor> {
-        let n = 2 * 3 * 4 * 5;
+        let n: usize = 2 * 3 * 4 * 5;
         let data = match dtype {
             DType::F16 => HostData::F16((0..n).map(|i| half::f16::from_f32(i as f32)).collect()),
             DType::BF16 => HostData::BF16((0..n).map(|i| half::bf16::from_f32(i as f32)).collect()),
             DType::F32 => HostData::F32((0..n).map(|i| i as f32).collect()),
+            DType::I32 => HostData::I32((0..n).map(|i| i as i32).collect()),
+            DType::I64 => HostData::I64((0..n).map(|i| i as i64).collect()),
         };
         let tensor = HostTensor::new(data, [2, 3, 4, 5], Layout::Nchw).expect("shape");
         Arc::new(Tensor::Host(tensor))
@@ -498,7 +502,7 @@ mod tests {
 
     #[test]
     fn host_export_describes_the_tensor_and_keeps_it_alive() {
-        for dtype in [DType::F16, DType::BF16, DType::F32] {
+        for dtype in [DType::F16, DType::BF16, DType::F32, DType::I32, DType::I64] {
             let tensor = host(dtype);
             let export = export_versioned(&tensor, &ConsumerStream::unordered()).expect("export");
             assert_eq!(Arc::strong_count(&tensor), 2);
@@ -534,6 +538,8 @@ mod tests {
                 DType::F16 => half::f16::from_f32(119.0).to_le_bytes().to_vec(),
                 DType::BF16 => half::bf16::from_f32(119.0).to_le_bytes().to_vec(),
                 DType::F32 => 119f32.to_le_bytes().to_vec(),
+                DType::I32 => 119i32.to_le_bytes().to_vec(),
+                DType::I64 => 119i64.to_le_bytes().to_vec(),
             };
             assert_eq!(last, want.as_slice());
             drop(export);
@@ -542,6 +548,32 @@ mod tests {
                 1,
                 "the deleter gave the reference back"
             );
+        }
+    }
+
+    #[test]
+    fn tensors_of_other_ranks_export_their_own_axes() {
+        // A packed patch sequence's tokens [rows, dim] and a padded one's [n, len, dim].
+        for shape in [vec![6usize, 20], vec![2, 3, 20], vec![120]] {
+            let data = HostData::F32((0..120).map(|i| i as f32).collect());
+            let tensor = Arc::new(Tensor::Host(
+                HostTensor::new(data, &shape, Layout::Nchw).expect("shape"),
+            ));
+            let export = export_legacy(&tensor, &ConsumerStream::unordered()).expect("export");
+            // SAFETY: `export` is alive.
+            let t = unsafe { &(*export.as_ptr()).dl_tensor };
+            assert_eq!(t.ndim as usize, shape.len());
+            // SAFETY: shape and strides point at `ndim` values inside the live holder.
+            let (got, strides) = unsafe {
+                (
+                    std::slice::from_raw_parts(t.shape, shape.len()),
+                    std::slice::from_raw_parts(t.strides, shape.len()),
+                )
+            };
+            let want: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+            assert_eq!(got, want.as_slice());
+            assert_eq!(strides.last(), Some(&1));
+            assert_eq!(strides[0], 120 / shape[0] as i64);
         }
     }
 

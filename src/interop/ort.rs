@@ -31,7 +31,8 @@ fn fail(what: &str, e: ::ort::Error) -> Error {
     Error::Export(format!("ONNX Runtime refused {what}: {e}"))
 }
 
-/// The batch as an ONNX Runtime input of its shape and dtype (f16, bf16, f32), reading the
+/// The batch as an ONNX Runtime input of its shape and dtype (f16, bf16, f32; i32 and i64 for a
+/// patch sequence's side tensors), reading the
 /// batch's memory in place. A host batch goes to any execution provider; a CUDA batch must be
 /// read on the pipeline's stream (see the module documentation), or use [`input_on`].
 pub fn input(tensor: &Tensor) -> Result<SessionInputValue<'_>> {
@@ -57,12 +58,12 @@ pub fn compute_stream(stream: &CudaStream) -> *mut () {
     stream.cu_stream() as *mut ()
 }
 
-fn dims(tensor_shape: [usize; 4]) -> Shape {
-    Shape::new(tensor_shape.map(|d| d as i64))
+fn dims(tensor_shape: &[usize]) -> Shape {
+    Shape::new(tensor_shape.iter().map(|&d| d as i64))
 }
 
 fn host_input(t: &HostTensor) -> Result<SessionInputValue<'_>> {
-    let shape = t.shape().map(|d| d as i64).to_vec();
+    let shape: Vec<i64> = t.shape().iter().map(|&d| d as i64).collect();
     let value =
         match t.data() {
             HostData::F16(v) => TensorRef::<f16>::from_array_view((shape, v.as_slice()))
@@ -70,6 +71,10 @@ fn host_input(t: &HostTensor) -> Result<SessionInputValue<'_>> {
             HostData::BF16(v) => TensorRef::<bf16>::from_array_view((shape, v.as_slice()))
                 .map(|r| r.into_dyn().into()),
             HostData::F32(v) => TensorRef::<f32>::from_array_view((shape, v.as_slice()))
+                .map(|r| r.into_dyn().into()),
+            HostData::I32(v) => TensorRef::<i32>::from_array_view((shape, v.as_slice()))
+                .map(|r| r.into_dyn().into()),
+            HostData::I64(v) => TensorRef::<i64>::from_array_view((shape, v.as_slice()))
                 .map(|r| r.into_dyn().into()),
         };
     value.map_err(|e| fail("a host batch", e))
@@ -97,6 +102,10 @@ fn device_input(t: &DeviceTensor) -> Result<SessionInputValue<'_>> {
                 DeviceData::BF16(_) => TensorRefMut::<bf16>::from_raw(memory, address, shape)
                     .map(|r| r.into_dyn().into()),
                 DeviceData::F32(_) => TensorRefMut::<f32>::from_raw(memory, address, shape)
+                    .map(|r| r.into_dyn().into()),
+                DeviceData::I32(_) => TensorRefMut::<i32>::from_raw(memory, address, shape)
+                    .map(|r| r.into_dyn().into()),
+                DeviceData::I64(_) => TensorRefMut::<i64>::from_raw(memory, address, shape)
                     .map(|r| r.into_dyn().into()),
             }
         };

@@ -82,6 +82,7 @@ mod augment;
 mod batch;
 mod decode;
 mod output;
+mod patches;
 mod resize;
 mod runtime;
 
@@ -97,6 +98,10 @@ pub use decode::{
 };
 pub use output::{
     Affine, ChannelOrder, DType, Layout, NormalizeSpec, OutputOptions, IMAGENET_MEAN, IMAGENET_STD,
+};
+pub use patches::{
+    Arithmetic, PatchResize, Patches, Preset, SeqLens, MAX_SEQ_LENS, OPENAI_CLIP_MEAN,
+    OPENAI_CLIP_STD, TIMM_IMAGENET_MEAN, TIMM_IMAGENET_STD,
 };
 pub use resize::{
     DrawRange, Interpolation, ResizeMode, ResizeOptions, RANDOM_CROP_RATIO, RANDOM_CROP_SCALE,
@@ -122,6 +127,9 @@ pub struct Options {
     pub runtime: RuntimeOptions,
     /// Augmentations of training, on the output pixels before the normalize.
     pub augment: AugmentOptions,
+    /// A patch-sequence output in place of fixed-size images (`None`: images): each image
+    /// sized by the preset's rule, cut into patches, normalized and laid out as tokens.
+    pub patches: Option<Patches>,
 }
 
 impl Options {
@@ -161,6 +169,12 @@ impl Options {
         self
     }
 
+    /// Sets the patch-sequence output.
+    pub fn patches(mut self, patches: Option<Patches>) -> Self {
+        self.patches = patches;
+        self
+    }
+
     /// Checks every group; the error names the first option that is wrong.
     pub fn validate(&self) -> Result<()> {
         self.decode.validate()?;
@@ -175,6 +189,10 @@ impl Options {
                 "hybrid decoding uses the GPU's JPEG engines: it needs a CUDA device",
             ));
         }
+        if let Some(patches) = &self.patches {
+            patches.validate()?;
+            self.validate_patch_output()?;
+        }
         let (h, w) = self.resize.output_size();
         if u64::from(h) * u64::from(w) > self.decode.max_pixels {
             return Err(Error::invalid(
@@ -186,6 +204,66 @@ impl Options {
             ));
         }
         Ok(())
+    }
+}
+
+impl Options {
+    /// Refuses, beside a patch-sequence output, the options of fixed-size images it replaces or
+    /// that would change its pixels: each names what to do instead.
+    fn validate_patch_output(&self) -> Result<()> {
+        let images = ResizeOptions::default();
+        let output = OutputOptions::default();
+        let conflict = if self.resize.mode != images.mode {
+            Some((
+                "resize",
+                "a patch-sequence output sizes each image by its preset's rule: leave the resize \
+                 mode and crop size unset",
+            ))
+        } else if self.resize.horizontal_flip != 0.0 {
+            Some((
+                "horizontal_flip",
+                "set the patch output's own flip (Patches::horizontal_flip, timm-naflex)",
+            ))
+        } else if self.resize.interpolation != images.interpolation {
+            Some((
+                "interpolation",
+                "set the patch output's own filter (Patches::interpolation)",
+            ))
+        } else if self.resize.pillow_version != images.pillow_version {
+            Some((
+                "pillow_version",
+                "set the patch output's own Pillow version (Patches::pillow_version)",
+            ))
+        } else if self.augment.is_on() {
+            Some((
+                "augment",
+                "the augmentations of fixed-size images do not apply to patch sequences",
+            ))
+        } else if self.output.mean != output.mean || self.output.std != output.std {
+            Some((
+                "mean/std",
+                "set the patch output's own mean and std (Patches::mean_std)",
+            ))
+        } else if self.output.layout != output.layout
+            || self.output.channel_order != output.channel_order
+        {
+            Some((
+                "layout",
+                "tokens have the model's own order of values: leave the layout and channel \
+                 order unset",
+            ))
+        } else if self.decode.dct_scaling {
+            Some((
+                "dct_scaling",
+                "patch sequences reproduce their references exactly; DCT scaling does not",
+            ))
+        } else {
+            None
+        };
+        match conflict {
+            Some((option, reason)) => Err(Error::invalid(option, reason)),
+            None => Ok(()),
+        }
     }
 }
 

@@ -12,7 +12,8 @@ pub const IMAGENET_MEAN: [f32; 3] = [0.485, 0.456, 0.406];
 /// ImageNet channel standard deviations in 0..1 units, RGB order.
 pub const IMAGENET_STD: [f32; 3] = [0.229, 0.224, 0.225];
 
-/// Element type of the output tensor.
+/// Element type of a tensor: the output's (images or tokens) is one of the three float types;
+/// the integers are those of a patch sequence's side tensors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum DType {
@@ -22,6 +23,10 @@ pub enum DType {
     BF16,
     /// IEEE single precision.
     F32,
+    /// 32-bit signed integers (`cu_seqlens`, masks).
+    I32,
+    /// 64-bit signed integers (grids, spatial shapes, patch coordinates).
+    I64,
 }
 
 named_choices!(
@@ -31,6 +36,8 @@ named_choices!(
         (DType::F16, ["f16", "float16", "half"]),
         (DType::BF16, ["bf16", "bfloat16"]),
         (DType::F32, ["f32", "float32", "float"]),
+        (DType::I32, ["i32", "int32"]),
+        (DType::I64, ["i64", "int64"]),
     ]
 );
 
@@ -39,8 +46,20 @@ impl DType {
     pub fn size_of(self) -> usize {
         match self {
             DType::F16 | DType::BF16 => 2,
-            DType::F32 => 4,
+            DType::F32 | DType::I32 => 4,
+            DType::I64 => 8,
         }
+    }
+
+    /// Whether it is a float type (what an output can be).
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F16 | DType::BF16 | DType::F32)
+    }
+
+    /// The error of an output asked for in this type when it is not a float type (integers are
+    /// a patch sequence's side tensors').
+    pub(crate) fn not_an_output(self) -> Error {
+        Error::invalid("dtype", format!("{self}: the output is f16, bf16 or f32"))
     }
 }
 
@@ -218,6 +237,9 @@ impl OutputOptions {
                     self.mean, self.std
                 ),
             ));
+        }
+        if !self.dtype.is_float() {
+            return Err(self.dtype.not_an_output());
         }
         Ok(())
     }

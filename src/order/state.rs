@@ -186,6 +186,14 @@ fn output_options(options: &Options) -> Vec<(String, String)> {
     ]
     .into_iter()
     .chain(described)
+    // A patch-sequence output decides every row (a state of a pipeline without one has no such
+    // entry, so those states still resume).
+    .chain(
+        options
+            .patches
+            .as_ref()
+            .map(|patches| ("patches", format!("{patches:?}"))),
+    )
     .map(|(name, value)| (name.to_string(), value))
     // In the order of their names, as the text form keeps them.
     .collect::<std::collections::BTreeMap<_, _>>()

@@ -144,6 +144,52 @@ impl PipelineBuilder {
         b
     }
 
+    /// Patch sequences instead of fixed-size images, for vision transformers and
+    /// vision-language models: each image resized by `patches`' rule near its own size and
+    /// aspect ratio, cut into patches in the model's order and normalized with the reference's
+    /// own arithmetic, the batch's tokens packed (`cu_seqlens`) or padded (a mask and patch
+    /// coordinates). [`crate::Batch::tokens`] and [`crate::Batch::patches`] give them.
+    ///
+    /// ```no_run
+    /// use gpufeed::patches::Patches;
+    /// use gpufeed::{DType, Pipeline, Source};
+    /// let mut pipeline = Pipeline::builder()
+    ///     .source(Source::directory("photos")?)
+    ///     .patches(Patches::qwen2_vl().max_pixels(28 * 28 * 256))
+    ///     .batch_size(32)
+    ///     .dtype(DType::BF16)
+    ///     .build()?;
+    /// while let Some(batch) = pipeline.next_batch()? {
+    ///     let pixel_values = batch.tokens().expect("tokens"); // [rows, 1176] on the GPU
+    ///     let image_grid_thw = batch.patches().expect("patches").grids_tensor()?;
+    /// #   let _ = (pixel_values, image_grid_thw);
+    /// }
+    /// # Ok::<(), gpufeed::Error>(())
+    /// ```
+    ///
+    /// The preset brings its own sizes, filter, mean and std: the resize mode, flip,
+    /// interpolation, mean and std, layout and augmentations of fixed-size images are refused
+    /// beside it (`build` names the option). With [`Patches::timm_naflex`] the batches are
+    /// planned ahead of each epoch from the seed ([`PipelineBuilder::seed`]): a sequence
+    /// length each and as many images as the token budget holds, so the batch size option is
+    /// not used; a state resumes with as many ranks as saved it.
+    ///
+    /// [`Patches::timm_naflex`]: crate::patches::Patches::timm_naflex
+    pub fn patches(mut self, patches: crate::patches::Patches) -> Self {
+        self.options.patches = Some(patches);
+        self
+    }
+
+    /// A fixed-size evaluation transform by name (CLIP, SigLIP at 384 or 224, DINOv2): its
+    /// resize and crop, filter, mean and std ([`crate::patches::EvalPreset`]); the dtype and
+    /// layout stay as set.
+    pub fn eval_preset(mut self, preset: crate::patches::EvalPreset) -> Self {
+        self.options.resize.mode = preset.resize().mode;
+        self.options.resize.interpolation = preset.resize().interpolation;
+        self.options.output = preset.output(self.options.output);
+        self
+    }
+
     /// Resampling filter (default: antialiased bilinear).
     pub fn interpolation(mut self, interpolation: Interpolation) -> Self {
         self.options.resize.interpolation = interpolation;

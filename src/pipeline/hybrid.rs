@@ -175,7 +175,8 @@ pub(crate) struct HybridFilled {
 #[derive(Default)]
 pub(crate) struct Unstaged {
     pub gpu: Vec<(LaneOutput, usize)>,
-    pub pinned: Vec<(PinnedImage, usize)>,
+    /// With the bytes each holds (from its first).
+    pub pinned: Vec<(PinnedImage, usize, usize)>,
     pub positioned: Vec<(PositionedImage, usize)>,
 }
 
@@ -188,7 +189,7 @@ impl Unstaged {
         ahead: &CpuAhead,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
-        for (image, _) in self.pinned {
+        for (image, _, _) in self.pinned {
             ahead.give_back(AheadImage::Pinned(image));
         }
         for (image, _) in self.positioned {
@@ -501,13 +502,14 @@ impl HybridLanes {
             order,
             start,
             batch_size,
+            positions,
             on_error,
             ..
         } = *request;
         let mut filled = Filled::default();
         let mut unstaged = Unstaged::default();
         let mut used = 0;
-        let reach = order.reach(start);
+        let reach = order.reach(start).min(positions);
         while filled.indices.len() < batch_size && used < reach {
             let at = start + used;
             let Some(index) = order.get(at) else { break };
@@ -551,23 +553,25 @@ impl HybridLanes {
             let result = ahead.result(at);
             waits.cpu += waited.elapsed();
             let outcome = match result {
-                Some(Ok((AheadImage::Pinned(image), draw))) => {
-                    unstaged.pinned.push((image, place));
-                    Ok(draw)
+                Some(Ok((AheadImage::Pinned(image), made))) => {
+                    unstaged.pinned.push((image, place, made.bytes));
+                    Ok(made.draw)
                 }
-                Some(Ok((AheadImage::Positioned(image), draw))) if image.is_locked() => {
+                Some(Ok((AheadImage::Positioned(image), made))) if image.is_locked() => {
                     unstaged.positioned.push((image, place));
-                    Ok(draw)
+                    Ok(made.draw)
                 }
-                // Ordinary memory, or laid out by position and not page-locked: copied.
-                Some(Ok((image, draw))) => {
+                // Ordinary memory, or laid out by position and not page-locked: copied (the
+                // bytes the image holds: a patch sequence's image fills its place in part).
+                Some(Ok((image, made))) => {
                     let copying = Instant::now();
-                    staging.pixels[place * image_bytes..(place + 1) * image_bytes]
-                        .copy_from_slice(image.as_slice());
+                    let bytes = made.bytes.min(image_bytes);
+                    let at = place * image_bytes;
+                    staging.pixels[at..at + bytes].copy_from_slice(&image.as_slice()[..bytes]);
                     waits.copy += copying.elapsed();
                     waits.copied += 1;
                     ahead.give_back(image);
-                    Ok(draw)
+                    Ok(made.draw)
                 }
                 Some(Err(kind)) => Err(kind),
                 None => {
@@ -625,7 +629,7 @@ pub(crate) struct UnstagedWrites<'a> {
 impl DeviceWrites for UnstagedWrites<'_> {
     fn places(&self) -> Vec<usize> {
         let gpu = self.unstaged.gpu.iter().map(|&(_, place)| place);
-        let pinned = self.unstaged.pinned.iter().map(|&(_, place)| place);
+        let pinned = self.unstaged.pinned.iter().map(|&(_, place, _)| place);
         let positioned = self.unstaged.positioned.iter().map(|&(_, place)| place);
         let mut places: Vec<usize> = gpu.chain(pinned).chain(positioned).collect();
         places.sort_unstable();
@@ -642,7 +646,7 @@ impl DeviceWrites for UnstagedWrites<'_> {
                 // Kept until the stream is past what was queued, even if it failed part way.
                 in_flight.push(
                     stream,
-                    pinned.into_iter().map(|(image, _)| image).collect(),
+                    pinned.into_iter().map(|(image, _, _)| image).collect(),
                     positioned.into_iter().map(|(image, _)| image).collect(),
                 )?;
                 queued?

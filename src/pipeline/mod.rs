@@ -11,6 +11,7 @@ mod builder;
 mod hybrid;
 mod lanes;
 mod output;
+mod patch_output;
 mod worker;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,12 +29,13 @@ use crate::error::{Error, Result};
 use crate::geometry::Geometry;
 use crate::options::Options;
 use crate::order::{EpochStart, Fingerprint, PipelineState, Sampler};
+use crate::patches::{NaflexSchedule, Preset};
 use crate::profile::{Profile, Stage, Stopwatch};
 use crate::schedule::DecodePlan;
 use crate::source::Source;
 use lanes::{Lanes, LanesStarting};
 use output::OutputPlan;
-use worker::{EpochCommand, LanesReport, Message, Worker};
+use worker::{EpochCommand, EpochPlanning, LanesReport, Message, Worker};
 
 /// Files whose sizes estimate an epoch's encoded bytes, for automatic decoding's choice.
 const EPOCH_BYTES_SAMPLE: usize = 1024;
@@ -71,6 +73,8 @@ pub struct Pipeline {
     /// shards and keys no client can request, from the listing; files skipped in an earlier
     /// epoch for anything but a failed read): [`Pipeline::batches_per_epoch`] counts them out.
     known_bad: std::collections::HashSet<usize>,
+    /// The batches of an epoch planned ahead (timm's patch sequences), when they are.
+    planned_batches: Option<usize>,
     class_names: Option<Vec<String>>,
     device_description: String,
     /// Why the pipeline runs on the CPU though a CUDA device was asked for, when it fell back.
@@ -167,21 +171,29 @@ impl Pipeline {
         }
         let augmenter = augmenter(&options, &source)?;
         let fingerprint = Fingerprint::new(source.listing(), &options);
+        let sampler =
+            Sampler::new(source.len(), &options.batching).with_blocks(source.shuffle_blocks());
+        let shard_len = sampler.real_len();
+        // timm's patch sequences: batches planned ahead of every epoch, the largest of which
+        // the batches' memory is sized for.
+        let schedule = batch_schedule(&options, sampler.positions())?;
+        if let Some(schedule) = &schedule {
+            options.batching.batch_size = schedule.largest();
+        }
         let mut plan = DecodePlan::new(&options);
         let start = match resume {
             Some(state) => resume_start(state, &fingerprint, &mut plan, &mut options)?,
             None => EpochStart::beginning(0),
         };
-        let sampler =
-            Sampler::new(source.len(), &options.batching).with_blocks(source.shuffle_blocks());
         if resume.is_some() {
             check_reach(&sampler, start, options.batching.shard)?;
         }
-        let shard_len = sampler.real_len();
-        fit_batch(&mut options, &sampler);
+        if schedule.is_none() {
+            fit_batch(&mut options, &sampler);
+        }
         let classes = augmenter.as_ref().map_or(0, |(_, classes)| *classes);
         // The output's geometry, planned once for every lane.
-        let geometry = Geometry::new(&options.resize);
+        let geometry = Geometry::new(&options.resize).with_patches(options.patches.as_ref());
         let stopwatch = Arc::new(Stopwatch::default());
         // An epoch's encoded bytes, from the sizes of the first files (a stat each, or the
         // listing's sizes in object storage).
@@ -204,7 +216,11 @@ impl Pipeline {
         let begun = starting
             .lanes
             .begin_early(&source, start.epoch, || {
-                worker::plan_epoch(&sampler, &source, start, &mut upcoming)
+                let planning = EpochPlanning {
+                    sampler: &sampler,
+                    schedule: schedule.as_ref(),
+                };
+                worker::plan_epoch(&planning, &source, start, &mut upcoming)
             })
             .map(|order| (start, order));
         let (gpu, cpu_fallback) = starting.open_device(&mut options, |plan, options| {
@@ -227,6 +243,7 @@ impl Pipeline {
         let pinned_bytes = output.pinned_bytes() + lanes.pinned_bytes();
         let cuda_stream = output.cuda_stream();
         let known_bad = source.damaged_indices().collect();
+        let planned_batches = schedule.as_ref().map(|schedule| schedule.len());
         let abandon = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
         let class_names = source.class_names().map(|c| c.to_vec());
@@ -251,6 +268,7 @@ impl Pipeline {
             begun,
             upcoming,
             planned_epochs: plan.planned_epochs(),
+            schedule,
         };
         let prefetch = worker.spawn(options.runtime.prefetch)?;
         let mut pipeline = Pipeline {
@@ -259,6 +277,7 @@ impl Pipeline {
             source_len,
             shard_len,
             known_bad,
+            planned_batches,
             class_names,
             device_description,
             cpu_fallback,
@@ -490,6 +509,7 @@ impl Pipeline {
     /// Refused, with nothing abandoned, when `state` does not fit this pipeline (another source
     /// listing or output options, see [`PipelineState`]).
     pub fn resume(&mut self, state: &PipelineState) -> Result<()> {
+        check_planned_world(state, &self.options)?;
         let configured = self.plan.configured_share();
         let (start, share) =
             state.resume_start(&self.fingerprint, self.options.batching.shard, configured)?;
@@ -521,6 +541,9 @@ impl Pipeline {
     /// for what they hold. With equal shards every rank yields its full count whatever fails;
     /// otherwise an epoch over files not read before yields fewer when some turn out unreadable.
     pub fn batches_per_epoch(&self) -> usize {
+        if let Some(planned) = self.planned_batches {
+            return planned;
+        }
         let batching = &self.options.batching;
         let refills =
             batching.shard.world > 1 && batching.shard_balance != crate::ShardBalance::Uneven;
@@ -637,6 +660,7 @@ fn resume_start(
     plan: &mut DecodePlan,
     options: &mut Options,
 ) -> Result<EpochStart> {
+    check_planned_world(state, options)?;
     let configured = plan.configured_share();
     let (start, share) = state.resume_start(fingerprint, options.batching.shard, configured)?;
     if let Some(share) = plan.resume_with(share) {
@@ -652,6 +676,38 @@ struct Sizes {
     geometry: Geometry,
     images: usize,
     classes: usize,
+}
+
+/// timm's batches planned ahead of every epoch, for `positions` positions an epoch (this rank's,
+/// the same on every rank with equal shards): a sequence length and a size each, drawn from the
+/// seed. `None` for any other output.
+fn batch_schedule(options: &Options, positions: usize) -> Result<Option<NaflexSchedule>> {
+    match &options.patches {
+        Some(patches) if patches.preset == Preset::TimmNaflex => patches
+            .schedule(options.resize.seed, positions)
+            .map(Some)
+            .map_err(|e| Error::invalid("seq_lens", e.to_string())),
+        _ => Ok(None),
+    }
+}
+
+/// Refuses to resume a state of timm's patch sequences in another world: its batches are
+/// planned over each rank's positions, which another world splits otherwise.
+fn check_planned_world(state: &PipelineState, options: &Options) -> Result<()> {
+    let planned = options
+        .patches
+        .is_some_and(|p| p.preset == Preset::TimmNaflex);
+    let (saved, here) = (state.shard().world, options.batching.shard.world);
+    if planned && saved != here {
+        return Err(Error::invalid(
+            "resume",
+            format!(
+                "timm-naflex plans each rank's batches ahead: a state saved with {saved} ranks \
+                 resumes with {saved}, not {here}"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// What a pipeline starts before its device opens: the decode plan, the output stage's plan
@@ -679,7 +735,7 @@ impl Starting {
             classes,
         } = sizes;
         let lanes_bytes = Lanes::device_bytes(&plan, &geometry, options.batching.batch_size);
-        let output = OutputPlan::new(options, geometry.image_bytes(), lanes_bytes, classes)?;
+        let output = OutputPlan::new(options, &geometry, lanes_bytes, classes)?;
         let lanes = Lanes::start(&plan, options, geometry, images, epoch_bytes, stopwatch)?;
         Ok(Starting {
             plan,

@@ -3,16 +3,20 @@
 //! siblings: [`CudaOutput`] (pinned staging, u8 upload and the normalize kernel on the
 //! pipeline's stream) and [`HostOutput`] (the CPU device: each image normalized by the thread
 //! that prepared it, into memory reused across batches). Neither knows who decoded an image:
-//! images not in the staging reach a batch through [`DeviceWrites`].
+//! images not in the staging reach a batch through [`DeviceWrites`]. A patch-sequence output has
+//! stages of its own beside them ([`super::patch_output`]).
 
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream};
 
+use super::patch_output::{CudaPatchOutput, HostPatchOutput, PatchShapes};
 use crate::augment::{augment_batch, mix_normalize, soft_labels, AugmentPlan};
+use crate::batch::BatchPatches;
 use crate::cpu::{NormalizeTable, Staging};
 use crate::cuda::{DeviceAugmenter, Gpu, Normalizer, SlotsComing, StagingRing, TouchedSlots};
 use crate::error::{Error, Result};
+use crate::geometry::{CropDraw, Geometry};
 use crate::options::{Layout, NormalizeSpec, Options};
 use crate::tensor::{HostData, HostPool, HostTensor, Tensor};
 
@@ -38,14 +42,24 @@ pub(crate) trait OutputStage: Send {
 
     /// The first `n` images of slot `slot` as the batch's tensor, augmented as `augment` says,
     /// and the bytes uploaded; the places `on_device` names are not uploaded but written on the
-    /// device, after the upload and before the kernels.
+    /// device, after the upload and before the kernels. `images` says what the lanes drew for
+    /// them.
     fn finish(
         &mut self,
         slot: usize,
         n: usize,
         on_device: &mut dyn DeviceWrites,
         augment: Option<BatchAugment<'_>>,
+        images: &BatchImages<'_>,
     ) -> Result<Finished>;
+}
+
+/// What the output stage learns of a batch's images besides their pixels.
+pub(crate) struct BatchImages<'a> {
+    /// What each image's random transforms drew (a patch sequence's box and flip, always).
+    pub draws: &'a [Option<CropDraw>],
+    /// The sequence length the batch is planned for (timm's patch sequences; 0 otherwise).
+    pub seq_len: u32,
 }
 
 /// The augmentations of one batch, for the output stage to carry out on its pixels.
@@ -64,6 +78,8 @@ pub(crate) struct Finished {
     pub uploaded: usize,
     /// The soft labels of a mixed batch.
     pub soft_labels: Option<Tensor>,
+    /// A patch sequence's description beside its tokens (`images`).
+    pub patches: Option<BatchPatches>,
 }
 
 /// Images of a batch that are not in its staging (on the device already, or in page-locked
@@ -84,6 +100,8 @@ pub(crate) trait DeviceWrites {
 /// [`OutputPlan::open`] allocates.
 pub(crate) struct OutputPlan {
     slot_bytes: usize,
+    /// A patch-sequence output's shapes, in place of the images' normalize.
+    patches: Option<PatchShapes>,
     /// A CUDA device's staging slots, their pages faulted in while the device opens (`None`
     /// where their thread could not start: they are touched when it is open).
     staging: Option<SlotsComing>,
@@ -95,24 +113,33 @@ pub(crate) struct OutputPlan {
 }
 
 impl OutputPlan {
-    /// The plan for `options`' batches of images of `image_bytes`, beside `lanes_bytes` the lanes
+    /// The plan for `options`' batches of images of `geometry`, beside `lanes_bytes` the lanes
     /// take on the device; with MixUp or CutMix, soft labels over `classes` classes a row.
     pub fn new(
         options: &Options,
-        image_bytes: usize,
+        geometry: &Geometry,
         lanes_bytes: u128,
         classes: usize,
     ) -> Result<OutputPlan> {
+        let image_bytes = geometry.image_bytes();
         let batch_size = options.batching.batch_size;
         let (height, width) = options.resize.output_size();
         let spec = options.output.spec();
+        let patches = options
+            .patches
+            .map(|p| PatchShapes::new(*geometry, p, spec.dtype));
         let rows = batch_size as u128;
+        let staging = rows * image_bytes as u128;
+        let output_elements = match &patches {
+            Some(shapes) => shapes.max_elements(batch_size),
+            None => staging,
+        };
         let sizes = BatchSizes {
             rows,
             height,
             width,
-            staging: rows * image_bytes as u128,
-            output: rows * image_bytes as u128 * spec.dtype.size_of() as u128,
+            staging,
+            output: output_elements * spec.dtype.size_of() as u128,
             labels: rows * classes as u128 * 4,
             classes,
             // The prefetch thread holds two batches at any depth (see `RuntimeOptions::prefetch`).
@@ -140,6 +167,7 @@ impl OutputPlan {
         };
         Ok(OutputPlan {
             slot_bytes,
+            patches,
             staging,
             dims: (height as usize, width as usize),
             spec,
@@ -172,10 +200,11 @@ impl OutputPlan {
     /// [`OutputPlan::check_device`]), or on the host without one.
     pub fn open(self, options: &Options, gpu: Option<&Gpu>) -> Result<Box<dyn OutputStage>> {
         let Some(gpu) = gpu.cloned() else {
-            return Ok(Box::new(self.open_on_host(options)?));
+            return self.open_on_host(options);
         };
         let OutputPlan {
             slot_bytes,
+            patches,
             staging,
             dims,
             spec,
@@ -185,6 +214,9 @@ impl OutputPlan {
             Some(mut coming) => coming.wait()?,
             None => TouchedSlots::touch(STAGING_SLOTS, slot_bytes)?,
         };
+        if let Some(shapes) = patches {
+            return Ok(Box::new(CudaPatchOutput::open(gpu, touched, shapes)?));
+        }
         let mut output = CudaOutput::open(gpu, touched, dims, spec)?;
         if options.augment.is_on() {
             output.augmenter = Some(DeviceAugmenter::new(output.gpu.stream(), slot_bytes)?);
@@ -193,13 +225,18 @@ impl OutputPlan {
     }
 
     /// The output stage on the host: batches for the CPU.
-    fn open_on_host(self, options: &Options) -> Result<HostOutput> {
+    fn open_on_host(self, options: &Options) -> Result<Box<dyn OutputStage>> {
         let OutputPlan {
             slot_bytes,
+            patches,
             dims,
             spec,
             ..
         } = self;
+        if let Some(shapes) = patches {
+            let threads = options.runtime.threads;
+            return Ok(Box::new(HostPatchOutput::new(slot_bytes, threads, shapes)?));
+        }
         let mut output = HostOutput::new(slot_bytes, dims, spec)?;
         if options.augment.is_on() {
             output.augment = Some(
@@ -216,7 +253,7 @@ impl OutputPlan {
         output
             .pool
             .warm(spec.dtype, slot_bytes, options.runtime.prefetch.max(2) + 2);
-        Ok(output)
+        Ok(Box::new(output))
     }
 }
 
@@ -371,6 +408,7 @@ impl OutputStage for CudaOutput {
         n: usize,
         on_device: &mut dyn DeviceWrites,
         augment: Option<BatchAugment<'_>>,
+        _images: &BatchImages<'_>,
     ) -> Result<Finished> {
         let (height, width) = self.dims;
         let image = height * width * 3;
@@ -422,6 +460,7 @@ impl OutputStage for CudaOutput {
             images: Tensor::Device(tensor),
             uploaded,
             soft_labels,
+            patches: None,
         })
     }
 }
@@ -505,6 +544,7 @@ impl OutputStage for HostOutput {
         n: usize,
         on_device: &mut dyn DeviceWrites,
         augment: Option<BatchAugment<'_>>,
+        _images: &BatchImages<'_>,
     ) -> Result<Finished> {
         if !on_device.places().is_empty() {
             return Err(Error::Mismatch(
@@ -550,6 +590,7 @@ impl OutputStage for HostOutput {
                 images: Tensor::Host(tensor),
                 uploaded: 0,
                 soft_labels: soft.map(Tensor::Host),
+                patches: None,
             });
         }
         let data = self
@@ -562,6 +603,7 @@ impl OutputStage for HostOutput {
             images: Tensor::Host(tensor),
             uploaded: 0,
             soft_labels: None,
+            patches: None,
         })
     }
 }

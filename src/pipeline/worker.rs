@@ -10,13 +10,14 @@ use std::time::Instant;
 
 use super::hybrid::HybridFilled;
 use super::lanes::Lanes;
-use super::output::{BatchAugment, Finished, OutputStage};
+use super::output::{BatchAugment, BatchImages, Finished, OutputStage};
 use crate::augment::Augmenter;
 use crate::batch::Batch;
 use crate::cpu::BatchRequest;
 use crate::error::{Error, ItemError, Result};
 use crate::options::{BatchOptions, LastBatch};
-use crate::order::{EpochOrder, EpochStart, Sampler};
+use crate::order::{EpochOrder, EpochStart, PlannedBatch, Sampler};
+use crate::patches::NaflexSchedule;
 use crate::profile::{Stage, Stopwatch};
 use crate::source::{ReadReport, Source};
 
@@ -74,6 +75,9 @@ pub(super) struct Worker {
     pub upcoming: Option<(u64, Arc<EpochOrder>)>,
     /// The run ends before this epoch, when known ([`crate::DecodeOptions::planned_epochs`]).
     pub planned_epochs: Option<u64>,
+    /// Batches planned ahead of each epoch (timm's patch sequences: a sequence length and a
+    /// size each), instead of batches of the batch size.
+    pub schedule: Option<NaflexSchedule>,
 }
 
 /// The prefetch thread as its consumer holds it.
@@ -85,11 +89,14 @@ pub(super) struct Prefetch {
     pub thread: JoinHandle<()>,
 }
 
-/// The batch a worker makes next: how many images, and its number in the epoch.
+/// The batch a worker makes next: how many images, its number in the epoch, the most
+/// positions it takes, and the sequence length it is planned for (0 for none).
 #[derive(Debug, Clone, Copy)]
 struct Wanted {
     images: usize,
     number: u64,
+    positions: usize,
+    seq_len: u32,
 }
 
 enum Produced {
@@ -99,6 +106,12 @@ enum Produced {
     Tail {
         skipped: Vec<ItemError>,
         dropped: usize,
+    },
+    /// A batch planned ahead whose images all failed: these were skipped, over `consumed`
+    /// positions; the epoch goes on with the next planned batch.
+    Empty {
+        skipped: Vec<ItemError>,
+        consumed: usize,
     },
     Stopped,
 }
@@ -142,9 +155,8 @@ impl Worker {
             let ahead = begun.take().filter(|(begun_at, _)| start == *begun_at);
             let order = match &ahead {
                 Some((_, order)) => order.clone(),
-                None => plan_epoch(&self.sampler, &self.source, start, &mut upcoming),
+                None => plan_epoch(&self.plan_of(), &self.source, start, &mut upcoming),
             };
-            let batch_size = self.batching.batch_size;
             let target = self.target(&order, start);
             let mut position = 0;
             let mut delivered = 0;
@@ -169,29 +181,34 @@ impl Worker {
                 Some(batch) => batches.send(Message::Batch(Box::new(Ok(*batch)))).is_ok(),
                 None => true,
             };
+            // Images skipped by a planned batch that yielded none, for the next batch sent.
+            let mut carried: Vec<ItemError> = Vec::new();
             loop {
-                let want = match target {
-                    Some(target) if delivered < target => (target - delivered).min(batch_size),
-                    Some(_) => break,
-                    None if position < order.len() => batch_size,
-                    None => break,
+                let wanted = match self.wanted(&order, start, target, position, delivered) {
+                    Ok(Some(wanted)) => wanted,
+                    Ok(None) => break,
+                    Err(error) => {
+                        complete = false;
+                        if !send(held.take())
+                            || batches.send(Message::Batch(Box::new(Err(error)))).is_err()
+                        {
+                            return;
+                        }
+                        break;
+                    }
                 };
                 if self.abandon.load(Ordering::SeqCst) {
                     complete = false;
                     break;
                 }
-                // Batches are full but the last: this one's number in the epoch (counting those
-                // handed out before a resumed start).
-                let number = ((start.rows + delivered) / batch_size) as u64;
-                let wanted = Wanted {
-                    images: want,
-                    number,
-                };
                 let made = self.next_batch(epoch, &order, position, slot, wanted);
                 self.report_lanes();
                 match made {
-                    Ok(Produced::Batch(batch, consumed)) => {
+                    Ok(Produced::Batch(mut batch, consumed)) => {
                         position += consumed;
+                        if !carried.is_empty() {
+                            batch.skipped.splice(0..0, carried.drain(..));
+                        }
                         self.source.advance(position);
                         delivered += batch.len();
                         slot = (slot + 1) % self.output.slots();
@@ -206,12 +223,21 @@ impl Worker {
                         skipped,
                         dropped: d,
                     }) => {
+                        carried.extend(skipped);
                         match held.as_mut() {
-                            Some(batch) => batch.skipped.extend(skipped),
-                            None => trailing_skipped = skipped,
+                            Some(batch) => batch.skipped.append(&mut carried),
+                            None => trailing_skipped = std::mem::take(&mut carried),
                         }
                         dropped = d;
                         break;
+                    }
+                    Ok(Produced::Empty { skipped, consumed }) => {
+                        position += consumed;
+                        self.source.advance(position);
+                        match held.as_mut() {
+                            Some(batch) => batch.skipped.extend(skipped),
+                            None => carried.extend(skipped),
+                        }
                     }
                     Ok(Produced::Stopped) => {
                         complete = false;
@@ -252,12 +278,69 @@ impl Worker {
         }
     }
 
+    /// How the epoch is planned: its order, and the batches planned ahead of it, if any.
+    fn plan_of(&self) -> EpochPlanning<'_> {
+        EpochPlanning {
+            sampler: &self.sampler,
+            schedule: self.schedule.as_ref(),
+        }
+    }
+
+    /// The batch to make next, at `position` of `order` (begun at `start`) with `delivered`
+    /// images delivered and `target` to reach: a batch of the batch size (less at the end), or
+    /// the next one planned ahead; `None` once the epoch is over.
+    fn wanted(
+        &self,
+        order: &EpochOrder,
+        start: EpochStart,
+        target: Option<usize>,
+        position: usize,
+        delivered: usize,
+    ) -> Result<Option<Wanted>> {
+        let batch_size = self.batching.batch_size;
+        if let Some(batches) = order.batches() {
+            // Planned batches begin where the one before ended, whatever its images did.
+            let at = order.start() + position;
+            let Some(k) = batches.iter().position(|b| b.first >= at) else {
+                return Ok(None);
+            };
+            let batch = batches[k];
+            if batch.first != at {
+                return Err(Error::Worker(format!(
+                    "position {at} is not where a planned batch begins (the next begins at {})",
+                    batch.first
+                )));
+            }
+            return Ok(Some(Wanted {
+                images: batch.size,
+                number: k as u64,
+                positions: batch.size,
+                seq_len: batch.seq_len,
+            }));
+        }
+        let images = match target {
+            Some(target) if delivered < target => (target - delivered).min(batch_size),
+            Some(_) => return Ok(None),
+            None if position < order.len() => batch_size,
+            None => return Ok(None),
+        };
+        Ok(Some(Wanted {
+            images,
+            // Batches are full but the last: this one's number in the epoch (counting those
+            // handed out before a resumed start).
+            number: ((start.rows + delivered) / batch_size) as u64,
+            positions: usize::MAX,
+            seq_len: 0,
+        }))
+    }
+
     /// With equal shards, the images every rank yields of the epoch of `order` from `start`, in
     /// batches of the same sizes (less those handed out before a resumed start); `None`
-    /// otherwise: the order's end ends the epoch.
+    /// otherwise: the order's end ends the epoch (and batches planned ahead end it at their
+    /// last, every rank's schedule of the same length).
     fn target(&self, order: &EpochOrder, start: EpochStart) -> Option<usize> {
         let batch_size = self.batching.batch_size;
-        order.refills().then(|| {
+        (order.refills() && order.batches().is_none()).then(|| {
             let planned = match self.batching.last_batch {
                 LastBatch::Drop => order.planned() / batch_size * batch_size,
                 _ => order.planned(),
@@ -281,7 +364,7 @@ impl Worker {
         }
         let next = epoch + 1;
         let order = plan_epoch(
-            &self.sampler,
+            &self.plan_of(),
             &self.source,
             EpochStart::beginning(next),
             upcoming,
@@ -315,12 +398,16 @@ impl Worker {
         let Wanted {
             images: want,
             number,
+            positions,
+            seq_len,
         } = wanted;
+        let planned = order.batches().is_some();
         let request = BatchRequest {
             order,
             start: position,
             epoch,
             batch_size: want,
+            positions,
             on_error: self.batching.on_error,
         };
         let mut staging = self.output.staging(slot)?;
@@ -341,7 +428,16 @@ impl Worker {
         self.stopwatch
             .add_many(Stage::StagingCopy, waits.copy, waits.copied);
         let n = filled.indices.len();
-        if order.refills() && n < want {
+        let at_end = position + filled.consumed >= order.len();
+        if planned && n == 0 && !at_end {
+            // A planned batch whose images all failed: the next planned batch follows.
+            self.lanes.discard(unstaged)?;
+            return Ok(Produced::Empty {
+                skipped: filled.skipped,
+                consumed: filled.consumed,
+            });
+        }
+        if order.refills() && n < want && !planned {
             // Every image of the shard failed, even going round it again: the ranks' batches
             // cannot stay equal.
             self.lanes.discard(unstaged)?;
@@ -352,9 +448,9 @@ impl Worker {
                 missing: want - n,
             });
         }
-        let at_end = position + filled.consumed >= order.len();
         if n == 0
             || (!order.refills()
+                && !planned
                 && at_end
                 && n < want
                 && self.batching.last_batch == LastBatch::Drop)
@@ -365,18 +461,7 @@ impl Worker {
                 dropped: n,
             });
         }
-        let ids: Vec<String> = filled
-            .indices
-            .iter()
-            .map(|&i| self.source.item(i).id().to_string())
-            .collect();
-        let labels: Option<Vec<u32>> = self.labelled.then(|| {
-            filled
-                .indices
-                .iter()
-                .map(|&i| self.source.item(i).label().unwrap_or_default())
-                .collect()
-        });
+        let (ids, labels) = self.ids_and_labels(&filled.indices);
         let plan = self
             .augmenter
             .as_ref()
@@ -402,11 +487,18 @@ impl Worker {
         });
         let finishing = Instant::now();
         let mut on_device = self.lanes.device_writes(unstaged);
+        let images = BatchImages {
+            draws: &filled.draws,
+            seq_len,
+        };
         let Finished {
             images,
             uploaded: uploaded_bytes,
             soft_labels,
-        } = self.output.finish(slot, n, &mut on_device, augment)?;
+            patches,
+        } = self
+            .output
+            .finish(slot, n, &mut on_device, augment, &images)?;
         self.stopwatch.add(Stage::Finish, finishing.elapsed());
         let (augmentations, mix) = match plan {
             Some(plan) => (
@@ -434,8 +526,54 @@ impl Worker {
             epoch,
             uploaded_bytes,
             decoded_by,
+            patches,
         };
         Ok(Produced::Batch(Box::new(batch), filled.consumed))
+    }
+}
+
+impl Worker {
+    /// The ids of the source images `indices`, and their labels where the source has them.
+    fn ids_and_labels(&self, indices: &[usize]) -> (Vec<String>, Option<Vec<u32>>) {
+        let ids = indices
+            .iter()
+            .map(|&i| self.source.item(i).id().to_string())
+            .collect();
+        let labels = self.labelled.then(|| {
+            indices
+                .iter()
+                .map(|&i| self.source.item(i).label().unwrap_or_default())
+                .collect()
+        });
+        (ids, labels)
+    }
+}
+
+/// How each epoch is planned: the order of its images, and the batches planned ahead of it
+/// (timm's patch sequences) if any.
+pub(super) struct EpochPlanning<'a> {
+    pub sampler: &'a Sampler,
+    pub schedule: Option<&'a NaflexSchedule>,
+}
+
+impl EpochPlanning<'_> {
+    /// The order of `epoch` from entry `from` of its global order, with its planned batches.
+    fn order(&self, epoch: u64, from: usize) -> EpochOrder {
+        let order = self.sampler.epoch_from(epoch, from);
+        match self.schedule {
+            Some(schedule) => order.with_batches(
+                schedule
+                    .epoch(epoch)
+                    .into_iter()
+                    .map(|b| PlannedBatch {
+                        first: b.first,
+                        size: b.size,
+                        seq_len: b.seq_len,
+                    })
+                    .collect(),
+            ),
+            None => order,
+        }
     }
 }
 
@@ -443,7 +581,7 @@ impl Worker {
 /// ahead of. `upcoming` keeps the next epoch's order when the source asks for it (to read ahead
 /// of that epoch too), and gives it back when that epoch begins at its start.
 pub(super) fn plan_epoch(
-    sampler: &Sampler,
+    planning: &EpochPlanning<'_>,
     source: &Source,
     start: EpochStart,
     upcoming: &mut Option<(u64, Arc<EpochOrder>)>,
@@ -451,13 +589,13 @@ pub(super) fn plan_epoch(
     let order = match upcoming.take() {
         Some((epoch, order)) if start == EpochStart::beginning(epoch) => order,
         _ => Arc::new(
-            sampler
-                .epoch_from(start.epoch, start.from)
+            planning
+                .order(start.epoch, start.from)
                 .starting_at(start.position),
         ),
     };
     source.begin_epoch(start.epoch, &order, || {
-        let next = Arc::new(sampler.epoch_from(start.epoch + 1, 0));
+        let next = Arc::new(planning.order(start.epoch + 1, 0));
         *upcoming = Some((start.epoch + 1, next.clone()));
         next
     });

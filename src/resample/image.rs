@@ -59,6 +59,24 @@ impl ImagePlan {
         Ok(())
     }
 
+    /// Plans `x` and `y` as torchvision resizes a `uint8` tensor on the CPU: PyTorch's 16-bit
+    /// antialiased weights of `filter` (bilinear or bicubic), the width first.
+    pub fn plan_torchvision(
+        &mut self,
+        x: &AxisPlan,
+        y: &AxisPlan,
+        filter: super::filter::Filter,
+    ) -> Result<(), PlanError> {
+        self.x = *x;
+        self.y = *y;
+        super::torch::compute(&mut self.xc, x, filter, Axis::X)?;
+        super::torch::compute(&mut self.yc, y, filter, Axis::Y)?;
+        self.x_split.split(&self.xc);
+        self.y_split.split(&self.yc);
+        self.vertical_first = false;
+        Ok(())
+    }
+
     /// The samples of the decoded image the resample reads: `[x0, x1)` and `[y0, y1)`, every
     /// tap of every kept output (whatever the pass order: the first pass covers just what the
     /// second reads).

@@ -27,11 +27,12 @@ mod plan;
 mod reference;
 #[cfg(test)]
 mod tests;
+mod torch;
 
 #[cfg(test)]
 pub use coefficients::{clip8, HALF};
 pub use filter::{Filter, Resampling};
-pub use passes::{plan_passes, Direction, Pass, PassOrder, PassPlan};
+pub use passes::{plan_passes, plan_passes_torchvision, Direction, Pass, PassOrder, PassPlan};
 #[cfg(test)]
 pub use plan::torchvision_center_crop;
 pub use plan::{letterbox_fit, torchvision_resize, Axis, AxisPlan, PlanError};

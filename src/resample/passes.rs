@@ -115,6 +115,33 @@ pub fn plan_passes(
 ) -> Result<PassPlan, PlanError> {
     let xc = axis_coefficients(x, Resampling::Filter(filter), Axis::X)?;
     let yc = axis_coefficients(y, Resampling::Filter(filter), Axis::Y)?;
+    Ok(passes_of(x, y, xc, yc, order.vertical_first(x, y)))
+}
+
+/// The passes torchvision's resize of a `uint8` tensor runs on the CPU for plans `x` and `y`
+/// under `filter` (bilinear or bicubic): PyTorch's 16-bit weights ([`super::torch`]), the width
+/// first, in the same pass structure (the same kernels run them).
+pub fn plan_passes_torchvision(
+    x: &AxisPlan,
+    y: &AxisPlan,
+    filter: Filter,
+) -> Result<PassPlan, PlanError> {
+    let mut xc = AxisCoefficients::default();
+    let mut yc = AxisCoefficients::default();
+    super::torch::compute(&mut xc, x, filter, Axis::X)?;
+    super::torch::compute(&mut yc, y, filter, Axis::Y)?;
+    Ok(passes_of(x, y, xc, yc, false))
+}
+
+/// The pass structure of plans `x` and `y` with their coefficients, the vertical pass first
+/// (when both axes are resampled) if `vertical_first`.
+fn passes_of(
+    x: &AxisPlan,
+    y: &AxisPlan,
+    xc: AxisCoefficients,
+    yc: AxisCoefficients,
+    vertical_first: bool,
+) -> PassPlan {
     let pass = |direction, coefficients, fixed_first| Pass {
         direction,
         coefficients,
@@ -122,7 +149,7 @@ pub fn plan_passes(
     };
     let (source_columns, source_rows) = (xc.source_span(x), yc.source_span(y));
     let (first, intermediate, last) = match (xc.resampled, yc.resampled) {
-        (true, true) if order.vertical_first(x, y) => {
+        (true, true) if vertical_first => {
             let (first, end) = xc.span();
             (
                 Some(pass(Direction::Vertical, yc, first)),
@@ -147,13 +174,13 @@ pub fn plan_passes(
             (None, (0, 0), pass(Direction::Vertical, yc, columns))
         }
     };
-    Ok(PassPlan {
+    PassPlan {
         first,
         intermediate,
         last,
         source_columns,
         source_rows,
-    })
+    }
 }
 
 #[cfg(test)]

@@ -39,6 +39,10 @@ pub enum DeviceData {
     BF16(CudaSlice<bf16>),
     /// Single precision.
     F32(CudaSlice<f32>),
+    /// 32-bit integers (a patch sequence's `cu_seqlens` and masks).
+    I32(CudaSlice<i32>),
+    /// 64-bit integers (a patch sequence's grids, shapes and coordinates).
+    I64(CudaSlice<i64>),
 }
 
 impl DeviceData {
@@ -48,6 +52,8 @@ impl DeviceData {
             DeviceData::F16(s) => s.stream(),
             DeviceData::BF16(s) => s.stream(),
             DeviceData::F32(s) => s.stream(),
+            DeviceData::I32(s) => s.stream(),
+            DeviceData::I64(s) => s.stream(),
         }
     }
 
@@ -57,6 +63,8 @@ impl DeviceData {
             DeviceData::F16(_) => DType::F16,
             DeviceData::BF16(_) => DType::BF16,
             DeviceData::F32(_) => DType::F32,
+            DeviceData::I32(_) => DType::I32,
+            DeviceData::I64(_) => DType::I64,
         }
     }
 
@@ -66,6 +74,8 @@ impl DeviceData {
             DeviceData::F16(s) => s.len(),
             DeviceData::BF16(s) => s.len(),
             DeviceData::F32(s) => s.len(),
+            DeviceData::I32(s) => s.len(),
+            DeviceData::I64(s) => s.len(),
         }
     }
 
@@ -81,6 +91,8 @@ impl DeviceData {
             DeviceData::F16(s) => s.device_ptr(stream).0,
             DeviceData::BF16(s) => s.device_ptr(stream).0,
             DeviceData::F32(s) => s.device_ptr(stream).0,
+            DeviceData::I32(s) => s.device_ptr(stream).0,
+            DeviceData::I64(s) => s.device_ptr(stream).0,
         }
     }
 }
@@ -144,7 +156,8 @@ impl Drop for Consumers {
     }
 }
 
-/// A batch of normalized images in GPU memory.
+/// A tensor of a batch in GPU memory: its normalized images, or a patch sequence's tokens or
+/// side tensors.
 ///
 /// It was written on the pipeline's stream ([`DeviceTensor::stream`]); the module
 /// documentation says how another stream reads it safely ([`DeviceTensor::use_on`]).
@@ -154,33 +167,34 @@ pub struct DeviceTensor {
     /// Boxed: most batches never meet another stream, and they move through channels.
     pub(super) consumers: Box<Consumers>,
     pub(super) data: DeviceData,
-    pub(super) shape: [usize; 4],
+    pub(super) shape: Vec<usize>,
     pub(super) layout: Layout,
 }
 
 impl DeviceTensor {
-    /// Allocates a tensor of `shape` (in `layout` order) on `stream`, uninitialized: whoever
-    /// allocates it writes every element before reading any.
+    /// Allocates a tensor of `shape` (any rank; an image batch's in `layout` order) on
+    /// `stream`, uninitialized: whoever allocates it writes every element before reading any.
     pub fn alloc(
         stream: &Arc<CudaStream>,
         dtype: DType,
-        shape: [usize; 4],
+        shape: impl AsRef<[usize]>,
         layout: Layout,
     ) -> Result<DeviceTensor> {
-        let len = shape
-            .iter()
-            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        let shape = shape.as_ref().to_vec();
+        let len = super::element_count(&shape)
             .ok_or_else(|| Error::Mismatch(format!("a tensor of shape {shape:?} is too large")))?
             .max(1);
         let fail = |e| Error::cuda("allocating a device tensor", e);
-        // SAFETY: the memory is left uninitialized, which the caller is told above; f16, bf16
-        // and f32 have no invalid bit patterns, so reading unwritten elements is wrong but not
-        // undefined behaviour.
+        // SAFETY: the memory is left uninitialized, which the caller is told above; f16, bf16,
+        // f32, i32 and i64 have no invalid bit patterns, so reading unwritten elements is wrong
+        // but not undefined behaviour.
         let data = unsafe {
             match dtype {
                 DType::F16 => DeviceData::F16(stream.alloc::<f16>(len).map_err(fail)?),
                 DType::BF16 => DeviceData::BF16(stream.alloc::<bf16>(len).map_err(fail)?),
                 DType::F32 => DeviceData::F32(stream.alloc::<f32>(len).map_err(fail)?),
+                DType::I32 => DeviceData::I32(stream.alloc::<i32>(len).map_err(fail)?),
+                DType::I64 => DeviceData::I64(stream.alloc::<i64>(len).map_err(fail)?),
             }
         };
         Ok(DeviceTensor {
@@ -196,6 +210,44 @@ impl DeviceTensor {
     /// Number of elements.
     pub fn len(&self) -> usize {
         self.shape.iter().product()
+    }
+
+    /// A tensor of `shape` holding a copy of `data`, uploaded on `stream` (a patch sequence's
+    /// side tensors; `data` is pageable memory, so the copy is done when this returns).
+    pub fn upload(
+        stream: &Arc<CudaStream>,
+        data: &HostData,
+        shape: impl AsRef<[usize]>,
+        layout: Layout,
+    ) -> Result<DeviceTensor> {
+        let shape = shape.as_ref().to_vec();
+        if super::element_count(&shape) != Some(data.len()) {
+            return Err(Error::Mismatch(format!(
+                "{} elements for a tensor of shape {shape:?}",
+                data.len()
+            )));
+        }
+        let fail = |e| Error::cuda("uploading a tensor", e);
+        let upload = |_| -> Result<DeviceData> {
+            Ok(match data {
+                HostData::F16(v) => DeviceData::F16(stream.clone_htod(v).map_err(fail)?),
+                HostData::BF16(v) => DeviceData::BF16(stream.clone_htod(v).map_err(fail)?),
+                HostData::F32(v) => DeviceData::F32(stream.clone_htod(v).map_err(fail)?),
+                HostData::I32(v) => DeviceData::I32(stream.clone_htod(v).map_err(fail)?),
+                HostData::I64(v) => DeviceData::I64(stream.clone_htod(v).map_err(fail)?),
+            })
+        };
+        // An empty tensor keeps one element allocated, as `alloc` does.
+        let data = match data.is_empty() {
+            true => return DeviceTensor::alloc(stream, data.dtype(), shape, layout),
+            false => upload(())?,
+        };
+        Ok(DeviceTensor {
+            consumers: Box::new(Consumers::new(stream)),
+            data,
+            shape,
+            layout,
+        })
     }
 
     /// Ordinal of the CUDA device the memory is on.
@@ -309,9 +361,11 @@ impl DeviceTensor {
                 HostData::BF16(stream.clone_dtoh(&s.slice(..len)).map_err(fail)?)
             }
             DeviceData::F32(s) => HostData::F32(stream.clone_dtoh(&s.slice(..len)).map_err(fail)?),
+            DeviceData::I32(s) => HostData::I32(stream.clone_dtoh(&s.slice(..len)).map_err(fail)?),
+            DeviceData::I64(s) => HostData::I64(stream.clone_dtoh(&s.slice(..len)).map_err(fail)?),
         };
         stream.synchronize().map_err(fail)?;
-        HostTensor::new(data, self.shape, self.layout)
+        HostTensor::new(data, &self.shape, self.layout)
             .ok_or_else(|| Error::Mismatch("a downloaded batch does not match its shape".into()))
     }
 }

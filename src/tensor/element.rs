@@ -7,8 +7,9 @@ use super::device::{Consumers, DeviceData, DeviceTensor};
 use super::host::{HostData, HostTensor};
 use crate::options::DType;
 
-/// An element type a batch can have: `half::f16`, `half::bf16` or `f32`. Names the cudarc
-/// slice (and host slice) of that type inside a tensor.
+/// An element type a tensor can have: `half::f16`, `half::bf16` or `f32` (images, tokens),
+/// `i32` or `i64` (a patch sequence's side tensors). Names the cudarc slice (and host slice) of
+/// that type inside a tensor.
 pub trait Element: cudarc::driver::DeviceRepr + Copy + sealed::Sealed + 'static {
     /// The [`DType`] of this element type.
     const DTYPE: DType;
@@ -25,6 +26,8 @@ mod sealed {
     impl Sealed for half::f16 {}
     impl Sealed for half::bf16 {}
     impl Sealed for f32 {}
+    impl Sealed for i32 {}
+    impl Sealed for i64 {}
 }
 
 macro_rules! element {
@@ -58,6 +61,8 @@ macro_rules! element {
 element!(f16, F16);
 element!(bf16, BF16);
 element!(f32, F32);
+element!(i32, I32);
+element!(i64, I64);
 
 impl DeviceTensor {
     /// The cudarc slice of element type `T`, or `None` if the tensor holds another type:

@@ -16,22 +16,48 @@ pub enum HostData {
     BF16(Vec<bf16>),
     /// Single precision.
     F32(Vec<f32>),
+    /// 32-bit integers (a patch sequence's `cu_seqlens` and masks).
+    I32(Vec<i32>),
+    /// 64-bit integers (a patch sequence's grids, shapes and coordinates).
+    I64(Vec<i64>),
 }
 
 impl HostData {
-    fn len(&self) -> usize {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
         match self {
             HostData::F16(v) => v.len(),
             HostData::BF16(v) => v.len(),
             HostData::F32(v) => v.len(),
+            HostData::I32(v) => v.len(),
+            HostData::I64(v) => v.len(),
         }
     }
 
-    fn dtype(&self) -> DType {
+    /// Whether there is no element.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Element type.
+    pub fn dtype(&self) -> DType {
         match self {
             HostData::F16(_) => DType::F16,
             HostData::BF16(_) => DType::BF16,
             HostData::F32(_) => DType::F32,
+            HostData::I32(_) => DType::I32,
+            HostData::I64(_) => DType::I64,
+        }
+    }
+
+    /// The first element's address.
+    pub(crate) fn as_ptr(&self) -> *const u8 {
+        match self {
+            HostData::F16(v) => v.as_ptr().cast(),
+            HostData::BF16(v) => v.as_ptr().cast(),
+            HostData::F32(v) => v.as_ptr().cast(),
+            HostData::I32(v) => v.as_ptr().cast(),
+            HostData::I64(v) => v.as_ptr().cast(),
         }
     }
 
@@ -56,15 +82,19 @@ impl HostData {
             (_, DType::F16) => HostData::F16(vec![0u16; len].reinterpret_into()),
             (_, DType::BF16) => HostData::BF16(vec![0u16; len].reinterpret_into()),
             (_, DType::F32) => HostData::F32(vec![0.0; len]),
+            (_, DType::I32) => HostData::I32(vec![0; len]),
+            (_, DType::I64) => HostData::I64(vec![0; len]),
         }
     }
 
-    /// Per-image writable chunks of `image_len` elements.
+    /// Per-image writable chunks of `image_len` elements (none for integers, which no image
+    /// batch holds).
     pub(crate) fn image_slots(&mut self, image_len: usize) -> Vec<NormalizedSlot<'_>> {
         match self {
             HostData::F16(v) => v.chunks_mut(image_len).map(NormalizedSlot::F16).collect(),
             HostData::BF16(v) => v.chunks_mut(image_len).map(NormalizedSlot::BF16).collect(),
             HostData::F32(v) => v.chunks_mut(image_len).map(NormalizedSlot::F32).collect(),
+            HostData::I32(_) | HostData::I64(_) => Vec::new(),
         }
     }
 
@@ -76,6 +106,8 @@ impl HostData {
             HostData::F16(v) => v.copy_within(src, dst),
             HostData::BF16(v) => v.copy_within(src, dst),
             HostData::F32(v) => v.copy_within(src, dst),
+            HostData::I32(v) => v.copy_within(src, dst),
+            HostData::I64(v) => v.copy_within(src, dst),
         }
     }
 
@@ -84,6 +116,8 @@ impl HostData {
             HostData::F16(v) => v.truncate(len),
             HostData::BF16(v) => v.truncate(len),
             HostData::F32(v) => v.truncate(len),
+            HostData::I32(v) => v.truncate(len),
+            HostData::I64(v) => v.truncate(len),
         }
     }
 }
@@ -127,6 +161,8 @@ impl HostPool {
                 HostData::F16(v) => v.fill(f16::ZERO),
                 HostData::BF16(v) => v.fill(bf16::ZERO),
                 HostData::F32(v) => v.fill(0.0),
+                HostData::I32(v) => v.fill(0),
+                HostData::I64(v) => v.fill(0),
             }
             self.give_back(data);
         }
@@ -143,21 +179,23 @@ impl HostPool {
     }
 }
 
-/// A batch of images in host memory.
+/// A tensor of a batch in host memory: its images, or a patch sequence's tokens or side
+/// tensors.
 #[derive(Debug)]
 pub struct HostTensor {
     data: HostData,
-    shape: [usize; 4],
+    shape: Vec<usize>,
     layout: Layout,
     /// Where the memory goes when the tensor is dropped (tensors a pipeline made).
     recycle: Option<Arc<HostPool>>,
 }
 
 impl HostTensor {
-    /// Wraps `data` with its `shape` (in `layout` order); `None` if the element count does not
-    /// match the shape.
-    pub fn new(data: HostData, shape: [usize; 4], layout: Layout) -> Option<HostTensor> {
-        (data.len() == shape.iter().product::<usize>()).then_some(HostTensor {
+    /// Wraps `data` with its `shape` (of any rank; an image batch's in `layout` order); `None`
+    /// if the element count does not match the shape.
+    pub fn new(data: HostData, shape: impl AsRef<[usize]>, layout: Layout) -> Option<HostTensor> {
+        let shape = shape.as_ref().to_vec();
+        (Some(data.len()) == super::element_count(&shape)).then_some(HostTensor {
             data,
             shape,
             layout,
@@ -166,7 +204,12 @@ impl HostTensor {
     }
 
     /// `data` sized for `shape` by the caller.
-    pub(crate) fn from_parts(data: HostData, shape: [usize; 4], layout: Layout) -> HostTensor {
+    pub(crate) fn from_parts(
+        data: HostData,
+        shape: impl AsRef<[usize]>,
+        layout: Layout,
+    ) -> HostTensor {
+        let shape = shape.as_ref().to_vec();
         debug_assert_eq!(data.len(), shape.iter().product::<usize>());
         HostTensor {
             data,
@@ -179,10 +222,11 @@ impl HostTensor {
     /// A tensor of the elements of `data` that `shape` covers, whose memory returns to `pool` when dropped.
     pub(crate) fn pooled(
         mut data: HostData,
-        shape: [usize; 4],
+        shape: impl AsRef<[usize]>,
         layout: Layout,
         pool: &Arc<HostPool>,
     ) -> HostTensor {
+        let shape = shape.as_ref().to_vec();
         data.truncate(shape.iter().product());
         HostTensor {
             data,
@@ -210,12 +254,15 @@ impl HostTensor {
         std::mem::replace(&mut self.data, HostData::F32(Vec::new()))
     }
 
-    /// Every element widened to f32 (exact for all three dtypes).
+    /// Every element widened to f32 (exact for the three float types; integers from 2^24 on
+    /// are rounded).
     pub fn to_f32_vec(&self) -> Vec<f32> {
         match &self.data {
             HostData::F16(v) => v.iter().map(|x| x.to_f32()).collect(),
             HostData::BF16(v) => v.iter().map(|x| x.to_f32()).collect(),
             HostData::F32(v) => v.clone(),
+            HostData::I32(v) => v.iter().map(|&x| x as f32).collect(),
+            HostData::I64(v) => v.iter().map(|&x| x as f32).collect(),
         }
     }
 
@@ -225,6 +272,8 @@ impl HostTensor {
             HostData::F16(v) => v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect(),
             HostData::BF16(v) => v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect(),
             HostData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            HostData::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            HostData::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
         }
     }
 }
@@ -234,7 +283,7 @@ impl Clone for HostTensor {
     fn clone(&self) -> Self {
         HostTensor {
             data: self.data.clone(),
-            shape: self.shape,
+            shape: self.shape.clone(),
             layout: self.layout,
             recycle: None,
         }

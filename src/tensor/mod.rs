@@ -7,9 +7,18 @@
 /// [`DeviceTensor::len`]).
 macro_rules! dense_accessors {
     ($tensor:literal) => {
-        #[doc = concat!("`[N, C, H, W]` or `[N, H, W, C]`, per [`", $tensor, "::layout`].")]
-        pub fn shape(&self) -> [usize; 4] {
-            self.shape
+        #[doc = concat!(
+                    "The sizes of the axes: `[N, C, H, W]` or `[N, H, W, C]` for images (per [`",
+                    $tensor,
+                    "::layout`]),\nany rank for other tensors (a patch sequence's tokens, its side tensors)."
+                )]
+        pub fn shape(&self) -> &[usize] {
+            &self.shape
+        }
+
+        /// Number of axes.
+        pub fn rank(&self) -> usize {
+            self.shape.len()
         }
 
         #[doc = concat!(
@@ -17,11 +26,12 @@ macro_rules! dense_accessors {
                     $tensor,
                     "::shape`]: the\ntensor is dense and row-major (C order), whatever its layout."
                 )]
-        pub fn strides(&self) -> [usize; 4] {
-            crate::tensor::row_major_strides(self.shape)
+        pub fn strides(&self) -> Vec<usize> {
+            crate::tensor::row_major_strides(&self.shape)
         }
 
-        /// Memory layout.
+        /// Memory layout of an image batch (other tensors are plain row-major and report
+        /// [`Layout::Nchw`](crate::Layout::Nchw)).
         pub fn layout(&self) -> crate::options::Layout {
             self.layout
         }
@@ -51,13 +61,17 @@ use crate::error::Result;
 use crate::options::{DType, Device, Layout};
 
 /// Strides in elements of a dense row-major tensor of `shape`.
-pub(crate) fn row_major_strides(shape: [usize; 4]) -> [usize; 4] {
-    [
-        shape[1] * shape[2] * shape[3],
-        shape[2] * shape[3],
-        shape[3],
-        1,
-    ]
+pub(crate) fn row_major_strides(shape: &[usize]) -> Vec<usize> {
+    let mut strides = vec![1; shape.len()];
+    for axis in (0..shape.len().saturating_sub(1)).rev() {
+        strides[axis] = strides[axis + 1] * shape[axis + 1];
+    }
+    strides
+}
+
+/// The element count of `shape`, `None` on overflow.
+pub(crate) fn element_count(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
 }
 
 // Exports (DLPack) share tensors across threads and drop them on any thread.
@@ -66,7 +80,8 @@ const _: fn() = || {
     shared_across_threads::<Tensor>();
 };
 
-/// A batch of images, on the GPU or in host memory depending on [`crate::Device`].
+/// A tensor of a batch (its images, a patch sequence's tokens or side tensors), on the GPU or in
+/// host memory depending on [`crate::Device`].
 #[derive(Debug)]
 pub enum Tensor {
     /// On a CUDA device, written by the pipeline's stream.
@@ -76,8 +91,9 @@ pub enum Tensor {
 }
 
 impl Tensor {
-    /// `[N, C, H, W]` or `[N, H, W, C]`.
-    pub fn shape(&self) -> [usize; 4] {
+    /// The sizes of the axes: `[N, C, H, W]` or `[N, H, W, C]` for images, any rank for other
+    /// tensors.
+    pub fn shape(&self) -> &[usize] {
         match self {
             Tensor::Device(t) => t.shape(),
             Tensor::Host(t) => t.shape(),
@@ -85,8 +101,13 @@ impl Tensor {
     }
 
     /// Distance in elements between neighbours along each axis: dense, row-major.
-    pub fn strides(&self) -> [usize; 4] {
+    pub fn strides(&self) -> Vec<usize> {
         row_major_strides(self.shape())
+    }
+
+    /// Number of axes.
+    pub fn rank(&self) -> usize {
+        self.shape().len()
     }
 
     /// Element type.

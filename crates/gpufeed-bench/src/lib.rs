@@ -1,14 +1,18 @@
 //! gpufeed's measurements, on its public API only: [`upload`] (bytes and time of u8 vs f32
-//! uploads, the fused normalize kernel against a naive multi-pass conversion; needs a GPU) and
-//! [`pipeline`] (the CPU stage at several thread counts, and the whole pipeline on the GPU).
-//! `gpufeed bench`, `cargo bench --bench upload` and `cargo bench --bench pipeline` run them.
+//! uploads, the fused normalize kernel against a naive multi-pass conversion; needs a GPU),
+//! [`pipeline`] (the CPU stage at several thread counts, and the whole pipeline on the GPU) and
+//! [`patches`] (patch-sequence outputs beside fixed 224 crops of the same images).
+//! `gpufeed bench` and `cargo bench --bench upload`, `--bench pipeline` and `--bench patches`
+//! run them.
 
 mod chart;
+pub mod patches;
 pub mod pipeline;
 pub mod upload;
 
 use gpufeed::cudarc::driver::DriverError;
 
+pub use patches::{PatchBenchOptions, PatchBenchReport, PatchBenchRow};
 pub use pipeline::{PipelineBenchOptions, PipelineBenchReport, PipelineBenchRow};
 pub use upload::{BenchOptions, BenchReport, BenchRow};
 

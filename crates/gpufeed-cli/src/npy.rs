@@ -32,6 +32,8 @@ fn descr(dtype: DType) -> Result<&'static str> {
         DType::F16 => Ok("<f2"),
         DType::BF16 => Ok("<u2"),
         DType::F32 => Ok("<f4"),
+        DType::I32 => Ok("<i4"),
+        DType::I64 => Ok("<i8"),
         other => Err(format!("no .npy type for {other}").into()),
     }
 }
@@ -92,7 +94,15 @@ impl NpyWriter {
 
     /// Appends the rows (images) of `tensor`.
     pub fn append(&mut self, tensor: &HostTensor) -> Result<()> {
-        let [n, a, b, c] = tensor.shape();
+        let &[n, a, b, c] = tensor.shape() else {
+            return Err(write_error(
+                &self.path,
+                format!(
+                    "a tensor of shape {:?} is not a batch of images",
+                    tensor.shape()
+                ),
+            ));
+        };
         match self.row_shape {
             None => self.row_shape = Some([a, b, c]),
             Some(shape) if shape == [a, b, c] => {}

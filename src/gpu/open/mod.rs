@@ -17,7 +17,6 @@ pub(super) use engines::{engine_count, note as engines_note, opening_note, GrayD
 pub(super) use joining::Joining;
 
 use super::*;
-use crate::resample::Filter;
 use crate::schedule::EnginesOpen;
 use assisted::AssistedRecipe;
 use engines::EngineRecipe;
@@ -110,8 +109,7 @@ impl GpuLane {
         if let Some(cancelled) = given_up() {
             return Err(cancelled);
         }
-        let (runner, started) =
-            start_runner(gpu, config, filter, screen, engine_calls, &mut assisted)?;
+        let (runner, started) = start_runner(gpu, config, screen, engine_calls, &mut assisted)?;
         let later_sets = match assisted.share == 0.0 || assisted.first == assisted.threads {
             true => Joining::Settled,
             false => Joining::Coming(
@@ -298,7 +296,6 @@ impl AssistedStart {
 fn start_runner(
     gpu: &Gpu,
     config: &GpuLaneConfig,
-    filter: Filter,
     screen: LaneScreen,
     engine_calls: EngineCalls,
     assisted: &mut AssistedStart,
@@ -313,7 +310,6 @@ fn start_runner(
         .map(|_| {
             Preparer::new(
                 config.geometry,
-                filter,
                 config.stopwatch.clone(),
                 coefficients.clone(),
             )

@@ -39,7 +39,7 @@ pub enum HostRunError {
 }
 
 /// Runs both kernels of `plan` on the host. Source addresses are `memory_base` + an offset into
-/// `memory`; `out` is the batch buffer (slot `s` at `s * out_height * out_width * 3`).
+/// `memory`; `out` is the batch buffer (slot `s` at `s * plan.slot_bytes()`).
 pub fn run_batch(
     plan: &BatchPlan,
     memory: &[u8],
@@ -124,11 +124,16 @@ fn last_pass_image(
     im: &ResizeDescriptor,
     out: &mut [u8],
 ) -> Result<(), HostRunError> {
-    let pixels = plan.out_width * plan.out_height;
+    let (width, pixels) = (im.out_w, im.out_w * im.out_h);
     for pixel in 0..pixels {
-        let y = pixel / plan.out_width;
-        let x = pixel - y * plan.out_width;
-        let dst = (im.slot as usize * pixels as usize + pixel as usize) * 3;
+        let y = pixel / width;
+        let written = pixel - y * width;
+        let x = if im.flip != 0 {
+            width - 1 - written
+        } else {
+            written
+        };
+        let dst = im.slot as usize * plan.slot_bytes() as usize + pixel as usize * 3;
         let i = x.wrapping_sub(im.dst_x);
         let j = y.wrapping_sub(im.dst_y);
         let v = if i >= im.dst_w || j >= im.dst_h {

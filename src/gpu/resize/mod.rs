@@ -86,8 +86,7 @@ pub struct DevicePlan {
     images: u32,
     first_pass_blocks: u32,
     last_pass_grid: (u32, u32),
-    out_width: u32,
-    out_height: u32,
+    slot_len: u64,
     output_bytes: u64,
 }
 
@@ -122,8 +121,7 @@ impl DevicePlan {
         self.images = plan.descriptors.len() as u32;
         self.first_pass_blocks = plan.first_pass_blocks;
         self.last_pass_grid = plan.last_pass_grid();
-        self.out_width = plan.out_width;
-        self.out_height = plan.out_height;
+        self.slot_len = plan.slot_len;
         self.output_bytes = plan.output_bytes();
         Ok(())
     }
@@ -201,15 +199,14 @@ impl BatchResizer {
             images: plan.descriptors.len() as u32,
             first_pass_blocks: plan.first_pass_blocks,
             last_pass_grid: plan.last_pass_grid(),
-            out_width: plan.out_width,
-            out_height: plan.out_height,
+            slot_len: plan.slot_len,
             output_bytes: plan.output_bytes(),
         })
     }
 
     /// Launches both passes of `plan` on `stream` (for the tests: the lane launches at an address,
     /// [`BatchResizer::launch_at`]), writing every byte of every slot a job of the
-    /// batch names in `out` (slot `s` at `s * out_height * out_width * 3`); other slots are left
+    /// batch names in `out` (slot `s` at `s * plan.slot_bytes()`); other slots are left
     /// as they are.
     ///
     /// # Safety
@@ -235,7 +232,7 @@ impl BatchResizer {
 
     /// Launches both passes of `plan` on `stream` into `out_len` bytes of device memory at `out`,
     /// writing every byte of every slot a job of the batch names (slot `s` at
-    /// `s * out_height * out_width * 3` from `out`); other slots are left as they are.
+    /// `s * plan.slot_bytes()` from `out`); other slots are left as they are.
     ///
     /// # Safety
     ///
@@ -294,11 +291,11 @@ impl BatchResizer {
             .arg(&plan.coefficients)
             .arg(&plan.intermediate)
             .arg(&out)
-            .arg(&plan.out_width)
-            .arg(&plan.out_height);
+            .arg(&plan.slot_len);
         // SAFETY: the arguments match gpufeed_resize_last's parameters in order. The grid's y is
-        // the descriptor count and each thread checks its pixel against the slot's size; every
-        // slot a descriptor names lies inside `out` (checked above against plan.output_bytes);
+        // the descriptor count and each thread checks its pixel against its image's size, whose
+        // bytes the planner checked fit a slot; every slot a descriptor names lies inside `out`
+        // (checked above against plan.output_bytes);
         // coefficient offsets and intermediate ranges are in bounds by construction
         // (plan_batch), and the bounds only name intermediate pixels the first pass wrote
         // before it on this stream, or source pixels of the checked plans (the caller's promise

@@ -194,6 +194,10 @@ pub struct ResizeDescriptor {
     pub pad: u32,
     /// 1: the slot is written mirrored left to right (a horizontal flip after the resize).
     pub flip: u32,
+    /// The image's output width: rows of `out_w * 3` bytes from the slot's first byte.
+    pub out_w: u32,
+    /// The image's output height.
+    pub out_h: u32,
     /// Keeps the struct a multiple of 8 bytes, as the kernel's.
     pub reserved: u32,
 }
@@ -209,18 +213,19 @@ pub struct BatchPlan {
     pub intermediate_bytes: u64,
     /// Blocks of the first pass; 0 when no image resamples both axes (the launch is skipped).
     pub first_pass_blocks: u32,
-    /// Output width of every slot.
-    pub out_width: u32,
-    /// Output height of every slot.
-    pub out_height: u32,
+    /// Bytes from one output slot to the next: each image is written from its slot's first
+    /// byte, `out_w * out_h * 3` bytes of u8 HWC RGB.
+    pub slot_len: u64,
+    /// The most output pixels of an image (the last pass's blocks per slot cover them).
+    pub max_pixels: u32,
     /// One past the highest slot written: the output needs `slots * slot_bytes()` bytes.
     pub slots: u32,
 }
 
 impl BatchPlan {
-    /// Bytes of one output slot (u8 HWC RGB).
+    /// Bytes from one output slot to the next.
     pub fn slot_bytes(&self) -> u64 {
-        u64::from(self.out_width) * u64::from(self.out_height) * 3
+        self.slot_len
     }
 
     /// Bytes of output the batch writes into, slots `0..slots`.
@@ -230,9 +235,8 @@ impl BatchPlan {
 
     /// The last pass's grid: blocks per slot, images.
     pub fn last_pass_grid(&self) -> (u32, u32) {
-        let pixels = self.out_width * self.out_height;
         (
-            pixels.div_ceil(THREADS_PER_BLOCK),
+            self.max_pixels.div_ceil(THREADS_PER_BLOCK).max(1),
             self.descriptors.len() as u32,
         )
     }
@@ -321,11 +325,26 @@ pub fn plan_batch(
 /// [`plan_passes`](crate::resample::plan_passes)`(jobs[i].x, jobs[i].y, jobs[i].filter,
 /// jobs[i].order)` (the costly part, which
 /// depends on neither the source's address nor the slot, so it can be done ahead, elsewhere).
+#[cfg(test)]
 pub fn plan_batch_with(
     jobs: &[ResizeJob],
     passes: &[&PassPlan],
     out_width: u32,
     out_height: u32,
+) -> Result<BatchPlan, BatchError> {
+    let sizes = vec![(out_width, out_height); jobs.len()];
+    let slot_len = u64::from(out_width) * u64::from(out_height) * 3;
+    plan_batch_sized(jobs, passes, &sizes, slot_len)
+}
+
+/// [`plan_batch_with`] for images of sizes of their own: job `i` written at `sizes[i]` (width,
+/// height) from the first byte of its slot, slots `slot_len` bytes apart (a patch sequence's
+/// arena; a fixed output's slots are its images).
+pub fn plan_batch_sized(
+    jobs: &[ResizeJob],
+    passes: &[&PassPlan],
+    sizes: &[(u32, u32)],
+    slot_len: u64,
 ) -> Result<BatchPlan, BatchError> {
     if jobs.len() > MAX_IMAGES {
         return Err(BatchError::TooLarge("more than 65535 images"));
@@ -336,8 +355,17 @@ pub fn plan_batch_with(
             passes: passes.len(),
         });
     }
-    let slot_pixels = u64::from(out_width) * u64::from(out_height);
-    if slot_pixels == 0 || slot_pixels > u64::from(u32::MAX / 3) {
+    if sizes.len() != jobs.len() {
+        return Err(BatchError::PassCount {
+            jobs: jobs.len(),
+            passes: sizes.len(),
+        });
+    }
+    let fits = |&(w, h): &(u32, u32)| {
+        let pixels = u64::from(w) * u64::from(h);
+        pixels > 0 && pixels <= u64::from(u32::MAX / 3) && pixels * 3 <= slot_len
+    };
+    if !sizes.iter().all(fits) {
         return Err(BatchError::TooLarge("output pixels per slot (or none)"));
     }
     check_slots(jobs)?;
@@ -345,9 +373,11 @@ pub fn plan_batch_with(
     let descriptors = jobs
         .iter()
         .zip(passes)
+        .zip(sizes)
         .enumerate()
-        .map(|(index, (job, passes))| builder.add(index, job, passes, out_width, out_height))
+        .map(|(index, ((job, passes), &(w, h)))| builder.add(index, job, passes, w, h))
         .collect::<Result<Vec<_>, _>>()?;
+    let max_pixels = sizes.iter().map(|&(w, h)| w * h).max().unwrap_or(0);
     if builder.coefficients.is_empty() {
         builder.coefficients.push(0);
     }
@@ -357,8 +387,8 @@ pub fn plan_batch_with(
         coefficients: builder.coefficients,
         intermediate_bytes: builder.intermediate_bytes.max(1),
         first_pass_blocks: builder.blocks,
-        out_width,
-        out_height,
+        slot_len,
+        max_pixels,
         slots,
     })
 }
@@ -443,6 +473,8 @@ impl Builder {
             dst_h: job.y.out_len,
             pad: u32::from(job.pad),
             flip: u32::from(job.flip),
+            out_w: out_width,
+            out_h: out_height,
             reserved: 0,
         })
     }
@@ -580,7 +612,7 @@ mod tests {
         assert_eq!(offset_of!(PassDescriptor, taps), 12);
         assert_eq!(offset_of!(PassDescriptor, bounds), 16);
         assert_eq!(offset_of!(PassDescriptor, weights), 20);
-        assert_eq!(size_of::<ResizeDescriptor>(), 144);
+        assert_eq!(size_of::<ResizeDescriptor>(), 152);
         assert_eq!(align_of::<ResizeDescriptor>(), 8);
         assert_eq!(offset_of!(ResizeDescriptor, src), 0);
         assert_eq!(offset_of!(ResizeDescriptor, tmp), 24);
@@ -599,7 +631,9 @@ mod tests {
         assert_eq!(offset_of!(ResizeDescriptor, dst_h), 128);
         assert_eq!(offset_of!(ResizeDescriptor, pad), 132);
         assert_eq!(offset_of!(ResizeDescriptor, flip), 136);
-        assert_eq!(offset_of!(ResizeDescriptor, reserved), 140);
+        assert_eq!(offset_of!(ResizeDescriptor, out_w), 140);
+        assert_eq!(offset_of!(ResizeDescriptor, out_h), 144);
+        assert_eq!(offset_of!(ResizeDescriptor, reserved), 148);
     }
 
     /// The fields of `struct NAME { ... };` in kernels/resize.cu with their C offsets and
@@ -675,6 +709,8 @@ mod tests {
             ("dst_h", offset_of!(ResizeDescriptor, dst_h)),
             ("pad", offset_of!(ResizeDescriptor, pad)),
             ("flip", offset_of!(ResizeDescriptor, flip)),
+            ("out_w", offset_of!(ResizeDescriptor, out_w)),
+            ("out_h", offset_of!(ResizeDescriptor, out_h)),
             ("reserved", offset_of!(ResizeDescriptor, reserved)),
         ]
         .into_iter()
@@ -686,7 +722,7 @@ mod tests {
         assert_eq!(c, image);
         assert_eq!(end, size_of::<ResizeDescriptor>(), "no tail padding");
         let source = include_str!("../../../kernels/resize.cu");
-        assert!(source.contains("sizeof(GfResizeImage) == 144"));
+        assert!(source.contains("sizeof(GfResizeImage) == 152"));
         assert!(source.contains("sizeof(GfPass) == 24"));
     }
 
