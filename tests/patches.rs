@@ -404,10 +404,7 @@ fn tar_shards_and_bytes_give_the_folder_s_tokens() {
 }
 
 fn refused(builder: PipelineBuilder) -> Error {
-    builder
-        .device(Device::Cpu)
-        .build()
-        .expect_err("refused")
+    builder.device(Device::Cpu).build().expect_err("refused")
 }
 
 #[test]
@@ -417,11 +414,7 @@ fn conflicting_options_and_budgets_under_one_patch_are_refused_by_name() {
     // error names the option to lower. (An epoch of one image would cut the batch to one row,
     // so the epoch holds a full batch.)
     let rocket = repo_path("assets/rocket.jpg");
-    let e = refused(
-        qwen()
-            .prefetch(64)
-            .source(Source::paths(vec![rocket; 256])),
-    );
+    let e = refused(qwen().prefetch(64).source(Source::paths(vec![rocket; 256])));
     assert!(
         matches!(&e, Error::InvalidOption { option, .. } if *option == "prefetch" || *option == "batch_size"),
         "{e}"
