@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 import gpufeed
-from conftest import ASSETS, FIXTURES
+from conftest import ASSETS, FIXTURES, cuda_torch
 
 FIXTURE_NAMES = [
     "cmyk.jpg",
@@ -185,3 +185,28 @@ def test_patch_mistakes_name_the_keyword_and_bad_images_their_file(tmp_path):
     assert skipped == ["broken.jpg", "panorama.png"]
     with pytest.raises(gpufeed.ItemError, match="panorama.png|broken.jpg"):
         list(gpufeed.Pipeline(tmp_path, device="cpu", patches="qwen2-vl", on_error="fail"))
+
+
+@pytest.mark.parametrize(
+    "keywords",
+    [dict(patches="qwen2-vl", max_pixels=28 * 28 * 256), dict(patches="siglip2-naflex", max_patches=64)],
+    ids=["qwen2-vl", "siglip2-naflex"],
+)
+def test_cuda_batches_hold_the_cpu_devices_tokens_and_side_tensors(keywords):
+    """On cuda:0 (the CPU threads decoding), the tokens and every side tensor are on the GPU and
+    equal the CPU device's, bit for bit."""
+    torch = cuda_torch()
+    paths = sorted(p for p in ASSETS.iterdir() if p.suffix in (".png", ".jpg"))
+    common = dict(paths=paths, dtype="float32", batch_size=3, decode="cpu", **keywords)
+    cpu = list(gpufeed.Pipeline(device="cpu", **common))
+    gpu = list(gpufeed.Pipeline(device="cuda:0", **common))
+    assert [b.ids for b in cpu] == [b.ids for b in gpu]
+    for c, g in zip(cpu, gpu):
+        for name in ("tokens", "grids", "cu_seqlens", "mask", "spatial_shapes", "coordinates"):
+            on_gpu = torch.from_dlpack(getattr(g, name))
+            assert on_gpu.is_cuda, name
+            want = np.from_dlpack(getattr(c, name))
+            got = on_gpu.cpu().numpy()
+            assert got.dtype == want.dtype and got.shape == want.shape, name
+            assert (got.view(np.uint8) == want.view(np.uint8)).all(), name
+        assert g.tokens_per_image == c.tokens_per_image

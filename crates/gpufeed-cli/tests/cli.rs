@@ -2302,3 +2302,58 @@ fn eval_presets_by_name() {
     ]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// On a CUDA device (the CPU threads decoding, so the pixels are libjpeg-turbo's), `--save`
+/// writes the same tokens and side tensors as on the CPU device, for a packed and a padded
+/// preset: the kernel's tokens and the side tensors brought back from the GPU.
+#[test]
+fn patch_saves_on_a_gpu_equal_the_cpu_device() {
+    if !common::gpu_present("patch_saves_on_a_gpu_equal_the_cpu_device") {
+        return;
+    }
+    let presets: [&[&str]; 2] = [
+        &["--patches", "qwen2-vl", "--max-pixels", "200704"],
+        &["--patches", "siglip2-naflex", "--max-patches", "64"],
+    ];
+    for preset in presets {
+        let cpu = temp_dir("patches-cpu");
+        let gpu = temp_dir("patches-gpu");
+        let mut more = vec!["--dtype", "f32", "--batch-size", "3", "--decode", "cpu"];
+        more.extend_from_slice(preset);
+        let (cpu_summary, cpu_npy) = patch_run(&cpu, &more);
+        let npy = gpu.join("out.npy");
+        let mut args = vec![
+            "run",
+            "assets",
+            "--device",
+            "0",
+            "--json",
+            "--save",
+            npy.to_str().expect("utf-8 path"),
+        ];
+        args.extend_from_slice(&more);
+        let o = gpufeed(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let gpu_summary = last_json(&o);
+        assert_eq!(gpu_summary["tokens"], cpu_summary["tokens"], "{preset:?}");
+        assert!(
+            read_npy(&npy).2 == read_npy(&cpu_npy).2,
+            "{preset:?}: tokens"
+        );
+        for side in [
+            ".grids.npy",
+            ".cu_seqlens.npy",
+            ".mask.npy",
+            ".spatial_shapes.npy",
+        ] {
+            let name = format!("out{side}");
+            if cpu.join(&name).exists() {
+                assert_eq!(
+                    read_npy(&gpu.join(&name)),
+                    read_npy(&cpu.join(&name)),
+                    "{preset:?}: {side}"
+                );
+            }
+        }
+    }
+}
