@@ -199,7 +199,7 @@ pub struct RunArgs {
     /// coordinates), or qwen2-vl-torchvision and siglip2-naflex-torchvision for transformers'
     /// torchvision processors. Each image keeps its aspect ratio; the resize and crop options
     /// of fixed-size images are refused beside it.
-    #[arg(long, value_name = "PRESET", value_parser = parse_patches, help_heading = "Patches")]
+    #[arg(long, value_name = "PRESET", value_parser = parse_patches, conflicts_with_all = ["train", "recipe", "resize_mode"], help_heading = "Patches")]
     patches: Option<Patches>,
     /// qwen2-vl: the fewest pixels of a resized image (min_pixels; default 56 x 56).
     #[arg(

@@ -2357,3 +2357,51 @@ fn patch_saves_on_a_gpu_equal_the_cpu_device() {
         }
     }
 }
+
+/// A timm-naflex run stopped after 3 batches (`--max-batches`, `--state`) and resumed
+/// (`--resume`) saves, between its two parts, the rows of the run that went through: tokens,
+/// grids and offsets.
+#[test]
+fn patch_runs_resume_row_for_row() {
+    let more = [
+        "--patches",
+        "timm-naflex",
+        "--seq-lens",
+        "64,144",
+        "--tokens-per-batch",
+        "288",
+        "--seed",
+        "9",
+        "--dtype",
+        "f32",
+    ];
+    let whole = temp_dir("patches-whole");
+    patch_run(&whole, &more);
+    let first = temp_dir("patches-first");
+    let second = temp_dir("patches-second");
+    let state = first.join("state.json");
+    let state = state.to_str().expect("utf-8 path");
+    let mut stop = more.to_vec();
+    stop.extend_from_slice(&["--max-batches", "3", "--state", state]);
+    let (stopped, _) = patch_run(&first, &stop);
+    assert_eq!(stopped["batches"], 3);
+    let mut resume = more.to_vec();
+    resume.extend_from_slice(&["--resume", state]);
+    patch_run(&second, &resume);
+    let saved = |dir: &TempDir, suffix: &str| read_npy(&dir.join(format!("out{suffix}"))).2;
+    for suffix in [".npy", ".grids.npy", ".mask.npy", ".coordinates.npy"] {
+        let mut parts = saved(&first, suffix);
+        parts.extend(saved(&second, suffix));
+        assert!(parts == saved(&whole, suffix), "{suffix}");
+    }
+    let (_, a) = read_ints(&first.join("out.cu_seqlens.npy"));
+    let (_, b) = read_ints(&second.join("out.cu_seqlens.npy"));
+    let (_, all) = read_ints(&whole.join("out.cu_seqlens.npy"));
+    let rows_before = *a.last().expect("offsets");
+    let joined: Vec<i64> = a
+        .iter()
+        .copied()
+        .chain(b.iter().skip(1).map(|r| r + rows_before))
+        .collect();
+    assert_eq!(joined, all);
+}
