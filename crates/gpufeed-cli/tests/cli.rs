@@ -2405,3 +2405,60 @@ fn patch_runs_resume_row_for_row() {
         .collect();
     assert_eq!(joined, all);
 }
+
+/// Patch runs over an ImageFolder split between two ranks: every image once, each rank's
+/// labels, class names and grids beside its tokens.
+#[test]
+fn patch_runs_over_labelled_shards() {
+    let dir = temp_dir("patches-folder");
+    let photos = [
+        "astronaut.png",
+        "camera.png",
+        "chelsea.png",
+        "coffee.png",
+        "rocket.jpg",
+    ];
+    for (i, photo) in photos.iter().enumerate() {
+        let class = dir.join(["cats", "dogs"][i % 2]);
+        std::fs::create_dir_all(&class).expect("mkdir");
+        std::fs::copy(repo_path(&format!("assets/{photo}")), class.join(photo)).expect("copy");
+    }
+    let mut images = 0;
+    let mut paths = Vec::new();
+    for rank in ["0/2", "1/2"] {
+        let out = temp_dir("patches-rank");
+        let npy = out.join("out.npy");
+        let o = gpufeed(&[
+            "run",
+            dir.path().to_str().expect("utf-8"),
+            "--image-folder",
+            "--cpu",
+            "--json",
+            "--patches",
+            "qwen2-vl",
+            "--max-pixels",
+            "50176",
+            "--shard",
+            rank,
+            "--shard-balance",
+            "uneven",
+            "--save",
+            npy.to_str().expect("utf-8"),
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let n = last_json(&o)["images"].as_u64().expect("images") as usize;
+        images += n;
+        let labels = std::fs::read_to_string(out.join("out.labels.txt")).expect("labels");
+        assert_eq!(labels.lines().count(), n);
+        assert!(labels.lines().all(|l| l == "0" || l == "1"), "{labels}");
+        let classes = std::fs::read_to_string(out.join("out.classes.txt")).expect("classes");
+        assert_eq!(classes, "cats\ndogs\n");
+        assert_eq!(read_ints(&out.join("out.grids.npy")).0, vec![n, 3]);
+        let saved = std::fs::read_to_string(out.join("out.paths.txt")).expect("paths");
+        paths.extend(saved.lines().map(str::to_string));
+    }
+    assert_eq!(images, photos.len());
+    paths.sort();
+    paths.dedup();
+    assert_eq!(paths.len(), photos.len());
+}
