@@ -210,3 +210,30 @@ def test_cuda_batches_hold_the_cpu_devices_tokens_and_side_tensors(keywords):
             assert got.dtype == want.dtype and got.shape == want.shape, name
             assert (got.view(np.uint8) == want.view(np.uint8)).all(), name
         assert g.tokens_per_image == c.tokens_per_image
+
+
+def test_max_pixels_is_qwen2_vls_budget_beside_it_and_the_decode_limit_otherwise():
+    paths = [ASSETS / "astronaut.png"]  # 512 x 512
+    for patches in (None, "siglip2-naflex"):
+        pipe = gpufeed.Pipeline(paths=paths, device="cpu", patches=patches, max_pixels=100_000)
+        assert list(pipe) == []
+        ((path, reason),) = pipe.epoch_report()["skipped"]
+        assert path.endswith("astronaut.png") and "pixels" in reason, reason
+    qwen = next(iter(gpufeed.Pipeline(paths=paths, device="cpu", patches="qwen2-vl", max_pixels=100_000)))
+    (t, h, w), = np.from_dlpack(qwen.grids).tolist()
+    assert not qwen.skipped and t == 1 and h * w * 14 * 14 <= 100_000
+
+
+def test_a_patch_pipeline_resumes_from_its_state_dict():
+    paths = sorted(p for p in ASSETS.iterdir() if p.suffix in (".png", ".jpg"))
+    keywords = dict(paths=paths, device="cpu", dtype="float32", patches="timm-naflex",
+                    seq_lens=[64, 144], tokens_per_batch=288, seed=2)
+    whole = [(b.ids, np.from_dlpack(b.tokens).copy()) for b in gpufeed.Pipeline(**keywords)]
+    pipe = gpufeed.Pipeline(**keywords)
+    it = iter(pipe)
+    taken = [next(it), next(it)]
+    resumed = gpufeed.Pipeline(state=pipe.state_dict(), **keywords)
+    rest = [(b.ids, np.from_dlpack(b.tokens).copy()) for b in resumed]
+    assert [b.ids for b in taken] + [ids for ids, _ in rest] == [ids for ids, _ in whole]
+    for (_, got), (_, want) in zip(rest, whole[2:]):
+        assert (got.view(np.uint32) == want.view(np.uint32)).all()
