@@ -60,6 +60,7 @@ struct PatchSettings {
     patch_size: Option<u32>,
     seq_lens: Option<Vec<u32>>,
     tokens_per_batch: Option<u64>,
+    packed: Option<bool>,
 }
 
 type Apply = fn(&mut Keywords, &Bound<'_, PyAny>) -> PyResult<()>;
@@ -519,6 +520,23 @@ pub(crate) const KEYWORDS: &[Keyword] = &[
         k.patch_settings.tokens_per_batch = v;
         Ok(())
     }),
+    keyword!("packing": "Optional[Literal[\"packed\", \"padded\"]]" = |_d| NoValue,
+    "With patches: \"packed\" (the images' tokens one after another, with cu_seqlens) or \
+     \"padded\" (each padded to the batch's length, with a mask) (None: the preset's: \
+     Qwen2-VL packed, SigLIP2 and timm padded).",
+    |k, v: Option<String>| {
+        k.patch_settings.packed = match v.as_deref().map(str::trim) {
+            None => None,
+            Some("packed") => Some(true),
+            Some("padded") => Some(false),
+            Some(other) => {
+                return Err(PyValueError::new_err(format!(
+                    "packing {other:?}: expected \"packed\" or \"padded\""
+                )))
+            }
+        };
+        Ok(())
+    }),
     keyword!("eval_preset": "Optional[Literal[\"clip\", \"siglip-384\", \"siglip-224\", \"dinov2\"]]"
     = |_d| NoValue,
     "A fixed-size evaluation transform by name: its resize, crop, filter, mean and std.",
@@ -712,10 +730,10 @@ impl Keywords {
         let siglip = given.max_patches.is_some();
         let timm = given.seq_lens.is_some() || given.tokens_per_batch.is_some();
         let Some(mut patches) = self.patches else {
-            if qwen || siglip || timm || given.patch_size.is_some() {
+            if qwen || siglip || timm || given.patch_size.is_some() || given.packed.is_some() {
                 return Err(PyValueError::new_err(
-                    "min_pixels, max_patches, patch_size, seq_lens and tokens_per_batch set a \
-                     patch-sequence output: give patches=",
+                    "min_pixels, max_patches, patch_size, seq_lens, tokens_per_batch and packing \
+                     set a patch-sequence output: give patches=",
                 ));
             }
             if let Some(max) = self.max_pixels {
@@ -766,6 +784,7 @@ impl Keywords {
             _ => {}
         }
         patches.patch_size = given.patch_size.unwrap_or(patches.patch_size);
+        patches.packed = given.packed.unwrap_or(patches.packed);
         if patches.preset != Preset::Qwen2Vl {
             if let Some(max) = self.max_pixels {
                 self.with(|b| Ok(b.max_pixels(max)))?;

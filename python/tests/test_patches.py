@@ -237,3 +237,16 @@ def test_a_patch_pipeline_resumes_from_its_state_dict():
     assert [b.ids for b in taken] + [ids for ids, _ in rest] == [ids for ids, _ in whole]
     for (_, got), (_, want) in zip(rest, whole[2:]):
         assert (got.view(np.uint32) == want.view(np.uint32)).all()
+
+
+def test_packing_padded_holds_the_packed_tokens_behind_the_mask():
+    paths = sorted(p for p in ASSETS.iterdir() if p.suffix in (".png", ".jpg"))
+    common = dict(paths=paths, device="cpu", dtype="float32", batch_size=7, patches="qwen2-vl",
+                  max_pixels=28 * 28 * 64)
+    (packed,) = list(gpufeed.Pipeline(**common))
+    (padded,) = list(gpufeed.Pipeline(packing="padded", **common))
+    tokens, mask = np.from_dlpack(padded.tokens), np.from_dlpack(padded.mask)
+    assert tokens.ndim == 3 and mask.shape == tokens.shape[:2]
+    assert (tokens[mask == 1].view(np.uint32) == np.from_dlpack(packed.tokens).view(np.uint32)).all()
+    with pytest.raises(ValueError, match="packing"):
+        gpufeed.Pipeline(ASSETS, device="cpu", packing="padded")

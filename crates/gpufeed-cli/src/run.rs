@@ -243,6 +243,11 @@ pub struct RunArgs {
         help_heading = "Patches"
     )]
     tokens_per_batch: Option<u64>,
+    /// With --patches: packed (the images' tokens one after another, with offsets) or padded
+    /// (each image padded to the batch's length, with a mask) [default: the preset's: Qwen2-VL
+    /// packed, SigLIP2 and timm padded].
+    #[arg(long, value_parser = ["packed", "padded"], hide_short_help = true, help_heading = "Patches")]
+    packing: Option<String>,
     /// A fixed-size evaluation transform: clip, siglip-384, siglip-224 or dinov2 (resize, crop,
     /// filter, mean and std).
     #[arg(long, value_name = "NAME", conflicts_with_all = ["patches", "train", "recipe", "resize_mode", "resize", "crop", "size", "interpolation", "mean", "std"], hide_short_help = true, help_heading = "Output")]
@@ -688,9 +693,10 @@ impl RunArgs {
         let siglip = self.max_patches.is_some();
         let timm = self.seq_lens.is_some() || self.tokens_per_batch.is_some();
         let Some(mut patches) = self.patches else {
-            if qwen || siglip || timm || self.patch_size.is_some() {
-                return Err("--min-pixels, --max-patches, --patch-size, --seq-lens and \
-                            --tokens-per-batch set a patch-sequence output: give --patches"
+            if qwen || siglip || timm || self.patch_size.is_some() || self.packing.is_some() {
+                return Err("--min-pixels, --max-patches, --patch-size, --seq-lens, \
+                            --tokens-per-batch and --packing set a patch-sequence output: give \
+                            --patches"
                     .into());
             }
             return Ok(None);
@@ -739,6 +745,9 @@ impl RunArgs {
             _ => {}
         }
         patches.patch_size = self.patch_size.unwrap_or(patches.patch_size);
+        if let Some(packing) = &self.packing {
+            patches.packed = packing == "packed";
+        }
         Ok(Some(patches))
     }
 

@@ -2462,3 +2462,45 @@ fn patch_runs_over_labelled_shards() {
     paths.dedup();
     assert_eq!(paths.len(), photos.len());
 }
+
+/// `--packing padded` pads Qwen2-VL's images to each batch's longest, with a mask, and holds
+/// the packed run's tokens in its unmasked rows; `--packing` needs `--patches`.
+#[test]
+fn packing_padded_holds_the_packed_tokens_behind_a_mask() {
+    let common = [
+        "--patches",
+        "qwen2-vl",
+        "--max-pixels",
+        "50176",
+        "--dtype",
+        "f32",
+    ];
+    let packed = temp_dir("patches-packed");
+    let padded = temp_dir("patches-padded");
+    let (summary, packed_npy) = patch_run(&packed, &common);
+    let mut more = common.to_vec();
+    more.extend_from_slice(&["--packing", "padded"]);
+    let (padded_summary, padded_npy) = patch_run(&padded, &more);
+    assert_eq!(padded_summary["patches"]["packed"], false);
+    assert_eq!(padded_summary["tokens"], summary["tokens"]);
+    let (_, mask) = read_ints(&padded.join("out.mask.npy"));
+    let packed_rows = read_npy(&packed_npy).2;
+    let padded_rows = read_npy(&padded_npy).2;
+    let row_bytes = 1176 * 4;
+    let unmasked: Vec<u8> = mask
+        .iter()
+        .enumerate()
+        .filter(|&(_, &m)| m == 1)
+        .flat_map(|(row, _)| padded_rows[row * row_bytes..(row + 1) * row_bytes].to_vec())
+        .collect();
+    assert!(
+        unmasked == packed_rows,
+        "the unmasked rows are the packed tokens"
+    );
+    assert!(
+        mask.len() > unmasked.len() / row_bytes,
+        "the photos differ in size: padding"
+    );
+    let o = gpufeed(&["run", "assets", "--cpu", "--packing", "padded"]);
+    assert_eq!(o.status.code(), Some(2));
+}

@@ -162,6 +162,7 @@ class Pipeline:
         patch_size: Optional[int] = None,
         seq_lens: Optional[Sequence[int]] = None,
         tokens_per_batch: Optional[int] = None,
+        packing: Optional[Literal["packed", "padded"]] = None,
         eval_preset: Optional[Literal["clip", "siglip-384", "siglip-224", "dinov2"]] = None,
     ) -> None: ...
     def __iter__(self) -> Iterator[Batch]: ...
