@@ -620,6 +620,11 @@ impl RunArgs {
             Some(_) => return Err("--color-jitter takes four values, B C S H".into()),
         };
         let augment = augment.color_jitter(jitter).num_classes(self.num_classes);
+        // A patch output reproduces its own Pillow version's rounding.
+        let pillow = match patches {
+            Some(_) => ResizeOptions::default().pillow_version,
+            None => self.pillow_version,
+        };
         let max_pixels = match (patches, self.max_pixels) {
             (Some(p), _) if p.preset == Preset::Qwen2Vl => DEFAULT_MAX_PIXELS,
             (_, given) => given.unwrap_or(DEFAULT_MAX_PIXELS),
@@ -647,7 +652,7 @@ impl RunArgs {
                     .interpolation(self.interpolation)
                     .horizontal_flip(flip)
                     .seed(self.seed)
-                    .pillow_version(self.pillow_version.0, self.pillow_version.1),
+                    .pillow_version(pillow.0, pillow.1),
             )
             .output(
                 OutputOptions::default()
@@ -745,6 +750,7 @@ impl RunArgs {
             _ => {}
         }
         patches.patch_size = self.patch_size.unwrap_or(patches.patch_size);
+        patches.pillow_version = self.pillow_version;
         if let Some(packing) = &self.packing {
             patches.packed = packing == "packed";
         }

@@ -2503,4 +2503,10 @@ fn packing_padded_holds_the_packed_tokens_behind_a_mask() {
     );
     let o = gpufeed(&["run", "assets", "--cpu", "--packing", "padded"]);
     assert_eq!(o.status.code(), Some(2));
+    // Pillow 12.1's pass order is the patch output's own; the photos' sizes do not change.
+    let older = temp_dir("patches-pillow");
+    let mut more = common.to_vec();
+    more.extend_from_slice(&["--pillow-version", "12.1"]);
+    let (older_summary, _) = patch_run(&older, &more);
+    assert_eq!(older_summary["tokens"], summary["tokens"]);
 }
