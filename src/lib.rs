@@ -73,7 +73,7 @@ mod tensor;
 pub use augment::{
     Augment, AugmentOptions, ColorJitter, Mix, Op as AugmentOp, RandomErasing, Recipe,
 };
-pub use batch::{Batch, EpochReport};
+pub use batch::{Batch, BatchPatches, EpochReport};
 pub use cpu::{prepare_image, CpuStage, PreparedBatch};
 pub use cuda::CudaInfo;
 pub use error::{

@@ -7,10 +7,11 @@
 
 use std::str::FromStr;
 
+use gpufeed::patches::{EvalPreset, Patches, Preset};
 use gpufeed::{
     Augment, ChannelOrder, DType, Decode, Device, DrawRange, Gray16, Interpolation, LastBatch,
-    Layout, OnError, Options, PipelineBuilder, Recipe, RemoteOptions, ResizeMode, ShardBalance,
-    RANDOM_CROP_RATIO, RANDOM_CROP_SCALE, RANDOM_FLIP_CHANCE,
+    Layout, OnError, Options, PipelineBuilder, Recipe, RemoteOptions, ResizeMode, ResizeOptions,
+    ShardBalance, RANDOM_CROP_RATIO, RANDOM_CROP_SCALE, RANDOM_FLIP_CHANCE,
 };
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -42,6 +43,24 @@ pub(crate) struct Keywords {
     shuffle: Option<bool>,
     /// Whether `resize_mode` was given.
     mode_given: bool,
+    /// The `max_pixels` keyword: the decode limit, or Qwen2-VL's budget.
+    max_pixels: Option<u64>,
+    /// `patches=`: the preset, its settings applied when every keyword is read.
+    patches: Option<Patches>,
+    patch_settings: PatchSettings,
+    /// `eval_preset=`.
+    eval_preset: Option<EvalPreset>,
+}
+
+/// The patch output's settings given as keywords.
+#[derive(Default)]
+struct PatchSettings {
+    min_pixels: Option<u64>,
+    max_patches: Option<u32>,
+    patch_size: Option<u32>,
+    seq_lens: Option<Vec<u32>>,
+    tokens_per_batch: Option<u64>,
+    packed: Option<bool>,
 }
 
 type Apply = fn(&mut Keywords, &Bound<'_, PyAny>) -> PyResult<()>;
@@ -359,9 +378,14 @@ pub(crate) const KEYWORDS: &[Keyword] = &[
         |k, v: usize| k.with(|b| Ok(b.threads(v)))),
     keyword!("prefetch": "int" = |d| d.options.runtime.prefetch, "Batches prepared ahead.",
         |k, v: usize| k.with(|b| Ok(b.prefetch(v)))),
-    keyword!("max_pixels": "int" = |d| d.options.decode.max_pixels,
-        "Refuse images that claim more pixels than this.",
-        |k, v: u64| k.with(|b| Ok(b.max_pixels(v)))),
+    keyword!("max_pixels": "Optional[int]" = |_d| NoValue,
+    "Refuse images that claim more pixels than this (None: 178956970); with \
+     patches=\"qwen2-vl\", Qwen2-VL's max_pixels instead: the most pixels of a resized image \
+     (None: 28 * 28 * 1280).",
+    |k, v: Option<u64>| {
+        k.max_pixels = v;
+        Ok(())
+    }),
     keyword!("exif_orientation": "bool" = |d| d.options.decode.exif_orientation,
         "Turn images as their EXIF orientation tag says (torchvision does not).",
         |k, v: bool| k.with(|b| Ok(b.exif_orientation(v)))),
@@ -453,6 +477,73 @@ pub(crate) const KEYWORDS: &[Keyword] = &[
         }
         Ok(())
     }),
+    keyword!("patches": "Optional[str]" = |_d| NoValue,
+    "Patch sequences instead of fixed-size images: \"qwen2-vl\", \"siglip2-naflex\", \
+     \"timm-naflex\", or \"qwen2-vl-torchvision\" and \"siglip2-naflex-torchvision\" for \
+     transformers' torchvision processors; batch.tokens and the side tensors hold them.",
+    |k, v: Option<String>| {
+        k.patches = v
+            .map(|name| Patches::from_name(&name))
+            .transpose()
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        Ok(())
+    }),
+    keyword!("min_pixels": "Optional[int]" = |_d| NoValue,
+    "patches=\"qwen2-vl\": the fewest pixels of a resized image (None: 56 * 56).",
+    |k, v: Option<u64>| {
+        k.patch_settings.min_pixels = v;
+        Ok(())
+    }),
+    keyword!("max_patches": "Optional[int]" = |_d| NoValue,
+    "patches=\"siglip2-naflex\": the most patches of an image, and the padded length \
+     (None: 256).",
+    |k, v: Option<u32>| {
+        k.patch_settings.max_patches = v;
+        Ok(())
+    }),
+    keyword!("patch_size": "Optional[int]" = |_d| NoValue,
+    "With patches: pixels per patch side (None: the preset's, 14 or 16).",
+    |k, v: Option<u32>| {
+        k.patch_settings.patch_size = v;
+        Ok(())
+    }),
+    keyword!("seq_lens": "Optional[Sequence[int]]" = |_d| NoValue,
+    "patches=\"timm-naflex\": the sequence lengths a batch draws from (None: 128, 256, 576, \
+     784, 1024).",
+    |k, v: Option<Vec<u32>>| {
+        k.patch_settings.seq_lens = v;
+        Ok(())
+    }),
+    keyword!("tokens_per_batch": "Optional[int]" = |_d| NoValue,
+    "patches=\"timm-naflex\": tokens per batch, which sets each batch's size (None: 32768).",
+    |k, v: Option<u64>| {
+        k.patch_settings.tokens_per_batch = v;
+        Ok(())
+    }),
+    keyword!("packing": "Optional[Literal[\"packed\", \"padded\"]]" = |_d| NoValue,
+    "With patches: \"packed\" (the images' tokens one after another, with cu_seqlens) or \
+     \"padded\" (each padded to the batch's length, with a mask) (None: the preset's: \
+     Qwen2-VL packed, SigLIP2 and timm padded).",
+    |k, v: Option<String>| {
+        k.patch_settings.packed = match v.as_deref().map(str::trim) {
+            None => None,
+            Some("packed") => Some(true),
+            Some("padded") => Some(false),
+            Some(other) => {
+                return Err(PyValueError::new_err(format!(
+                    "packing {other:?}: expected \"packed\" or \"padded\""
+                )))
+            }
+        };
+        Ok(())
+    }),
+    keyword!("eval_preset": "Optional[Literal[\"clip\", \"siglip-384\", \"siglip-224\", \"dinov2\"]]"
+    = |_d| NoValue,
+    "A fixed-size evaluation transform by name: its resize, crop, filter, mean and std.",
+    |k, v: Option<Name>| {
+        k.eval_preset = v.map(|name| parse::<EvalPreset>(&name)).transpose()?;
+        Ok(())
+    }),
 ];
 
 /// The keyword names, in the signature's order (exported as `gpufeed.KEYWORDS`).
@@ -501,6 +592,10 @@ impl Keywords {
             seed: options.resize.seed,
             shuffle: None,
             mode_given: false,
+            max_pixels: None,
+            patches: None,
+            patch_settings: PatchSettings::default(),
+            eval_preset: None,
             builder: Some(builder),
         }
     }
@@ -562,10 +657,13 @@ impl Keywords {
             let seed = self.seed;
             self.with(|b| Ok(b.shuffle(seed)))?;
         }
+        let timm = self.patches.is_some_and(|p| p.preset == Preset::TimmNaflex);
         let flip = self
             .hflip
             .unwrap_or(if self.train { RANDOM_FLIP_CHANCE } else { 0.0 });
-        self.with(|b| Ok(b.horizontal_flip(flip)))?;
+        // timm's flip is the patch output's own.
+        let image_flip = if timm { 0.0 } else { flip };
+        self.with(|b| Ok(b.horizontal_flip(image_flip)))?;
         let mode = match self.mode.as_str() {
             "center-crop" => ResizeMode::ShorterSideThenCenterCrop {
                 shorter_side: self
@@ -596,6 +694,21 @@ impl Keywords {
         };
         let (mean, std) = (self.mean, self.std);
         self.with(|b| Ok(b.resize(mode).mean_std(mean, std)))?;
+        if let Some(preset) = self.eval_preset {
+            if self.mode_given
+                || self.train
+                || self.shorter_side.is_some()
+                || self.patches.is_some()
+            {
+                return Err(PyValueError::new_err(format!(
+                    "eval_preset={:?} brings its own resize and crop: leave resize_mode, resize, \
+                     train and patches out",
+                    preset.name()
+                )));
+            }
+            self.with(|b| Ok(b.eval_preset(preset)))?;
+        }
+        self.finish_patches(flip)?;
         if let Some(recipe) = self.recipe {
             // The recipe's augmentations replace any given one by one; num_classes stays.
             self.with(|b| {
@@ -604,6 +717,107 @@ impl Keywords {
             })?;
         }
         Ok(self.builder.take().unwrap_or_default())
+    }
+}
+
+impl Keywords {
+    /// `patches=` with its settings (each must be one the preset has), and `max_pixels`: Qwen2-VL's
+    /// budget beside `patches="qwen2-vl"`, the decode limit otherwise. `flip` is `hflip`'s value,
+    /// timm's flip.
+    fn finish_patches(&mut self, flip: f64) -> PyResult<()> {
+        let given = &self.patch_settings;
+        let qwen = given.min_pixels.is_some();
+        let siglip = given.max_patches.is_some();
+        let timm = given.seq_lens.is_some() || given.tokens_per_batch.is_some();
+        let Some(mut patches) = self.patches else {
+            if qwen || siglip || timm || given.patch_size.is_some() || given.packed.is_some() {
+                return Err(PyValueError::new_err(
+                    "min_pixels, max_patches, patch_size, seq_lens, tokens_per_batch and packing \
+                     set a patch-sequence output: give patches=",
+                ));
+            }
+            if let Some(max) = self.max_pixels {
+                self.with(|b| Ok(b.max_pixels(max)))?;
+            }
+            return Ok(());
+        };
+        let refused = |keywords: &str, presets: &str| {
+            Err(PyValueError::new_err(format!(
+                "{keywords} applies to patches={presets}, not {:?}",
+                patches.name()
+            )))
+        };
+        match patches.preset {
+            Preset::Qwen2Vl if siglip || timm => {
+                return refused(
+                    "max_patches, seq_lens or tokens_per_batch",
+                    "\"siglip2-naflex\" or \"timm-naflex\"",
+                )
+            }
+            Preset::Siglip2Naflex if qwen || timm => {
+                return refused(
+                    "min_pixels, seq_lens or tokens_per_batch",
+                    "\"qwen2-vl\" or \"timm-naflex\"",
+                )
+            }
+            Preset::TimmNaflex if qwen || siglip => {
+                return refused(
+                    "min_pixels or max_patches",
+                    "\"qwen2-vl\" or \"siglip2-naflex\"",
+                )
+            }
+            Preset::Qwen2Vl => {
+                patches.min_pixels = given.min_pixels.unwrap_or(patches.min_pixels);
+                patches.max_pixels = self.max_pixels.unwrap_or(patches.max_pixels);
+            }
+            Preset::Siglip2Naflex => {
+                patches.max_patches = given.max_patches.unwrap_or(patches.max_patches);
+            }
+            Preset::TimmNaflex => {
+                if let Some(lens) = &given.seq_lens {
+                    patches = patches.seq_lens(lens);
+                }
+                patches.tokens_per_batch =
+                    given.tokens_per_batch.unwrap_or(patches.tokens_per_batch);
+                patches.horizontal_flip = self.hflip.map_or(patches.horizontal_flip, |_| flip);
+            }
+            _ => {}
+        }
+        patches.patch_size = given.patch_size.unwrap_or(patches.patch_size);
+        patches.packed = given.packed.unwrap_or(patches.packed);
+        if patches.preset != Preset::Qwen2Vl {
+            if let Some(max) = self.max_pixels {
+                self.with(|b| Ok(b.max_pixels(max)))?;
+            }
+        }
+        self.with(|b| Ok(b.patches(patches)))?;
+        let version = self
+            .builder
+            .as_ref()
+            .map(|b| b.options().resize.pillow_version);
+        if let Some((major, minor)) = version {
+            self.with(|b| Ok(with_pillow_version(b, major, minor)))?;
+        }
+        Ok(())
+    }
+}
+
+/// `builder` reproducing Pillow `major.minor`'s rounding: its patch output's, if it has one
+/// (the resize of fixed-size images then stays as it was), else its resize's.
+pub(crate) fn with_pillow_version(
+    builder: PipelineBuilder,
+    major: u32,
+    minor: u32,
+) -> PipelineBuilder {
+    match builder.options().patches {
+        Some(mut patches) => {
+            patches.pillow_version = (major, minor);
+            let (default_major, default_minor) = ResizeOptions::default().pillow_version;
+            builder
+                .pillow_version(default_major, default_minor)
+                .patches(patches)
+        }
+        None => builder.pillow_version(major, minor),
     }
 }
 

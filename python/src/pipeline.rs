@@ -12,7 +12,7 @@ use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
-use crate::options::{builder_from, is_constructor_keyword};
+use crate::options::{builder_from, is_constructor_keyword, with_pillow_version};
 use crate::tensor::Tensor;
 use crate::to_py_err;
 
@@ -230,7 +230,7 @@ impl Pipeline {
         if !given {
             // The Pillow torchvision runs on here decides its bytes: its pass order is taken.
             if let Some((major, minor)) = installed_pillow(py) {
-                builder = builder.pillow_version(major, minor);
+                builder = with_pillow_version(builder, major, minor);
             }
         }
         if let Some(state) = state {
@@ -558,6 +558,60 @@ pub struct Batch {
     /// device (`torch.from_dlpack(batch.soft_labels).flatten(1)`); `None` without mixing.
     #[pyo3(get)]
     soft_labels: Option<Py<Tensor>>,
+    /// With `patches=`: the tokens (the same tensor as `images`), `[rows, patch_dim]` packed
+    /// (Qwen2-VL's `pixel_values`) or `[N, length, patch_dim]` padded (SigLIP2's
+    /// `pixel_values`, timm's `patches`); `None` for images.
+    #[pyo3(get)]
+    tokens: Option<Py<Tensor>>,
+    /// With `patches=`: each image's grid `(t, h, w)` in patches, `[N, 3]` int64 (Qwen2-VL's
+    /// `image_grid_thw`).
+    #[pyo3(get)]
+    grids: Option<Py<Tensor>>,
+    /// With `patches=`: each image's first row, then the rows, `[N + 1]` int32 (flash
+    /// attention's `cu_seqlens`; padded, the padded starts).
+    #[pyo3(get)]
+    cu_seqlens: Option<Py<Tensor>>,
+    /// With `patches=`: 1 for an image's token, 0 for padding, `[N, length]` int32 padded
+    /// (SigLIP2's `pixel_attention_mask`, timm's `patch_valid`), `[rows]` packed.
+    #[pyo3(get)]
+    mask: Option<Py<Tensor>>,
+    /// With `patches=`: each image's `(h, w)` in patches, `[N, 2]` int64 (SigLIP2's
+    /// `spatial_shapes`).
+    #[pyo3(get)]
+    spatial_shapes: Option<Py<Tensor>>,
+    /// With `patches=`: each token's patch `(row, column)` in its image, `(0, 0)` for padding,
+    /// `[N, length, 2]` int64 padded (timm's `patch_coord`), `[rows, 2]` packed.
+    #[pyo3(get)]
+    coordinates: Option<Py<Tensor>>,
+    /// With `patches=`: each image's tokens, padding aside.
+    #[pyo3(get)]
+    tokens_per_image: Option<Vec<usize>>,
+}
+
+/// A patch-sequence batch's side tensors, on the batch's device.
+struct SideTensors {
+    grids: Py<Tensor>,
+    cu_seqlens: Py<Tensor>,
+    mask: Py<Tensor>,
+    spatial_shapes: Py<Tensor>,
+    coordinates: Py<Tensor>,
+    tokens_per_image: Vec<usize>,
+}
+
+impl SideTensors {
+    fn new(py: Python<'_>, patches: &gpufeed::BatchPatches) -> PyResult<SideTensors> {
+        let wrap = |tensor: gpufeed::Result<gpufeed::Tensor>| -> PyResult<Py<Tensor>> {
+            Py::new(py, Tensor::new(Arc::new(tensor.map_err(to_py_err)?)))
+        };
+        Ok(SideTensors {
+            grids: wrap(patches.grids_tensor())?,
+            cu_seqlens: wrap(patches.cu_seqlens_tensor())?,
+            mask: wrap(patches.mask_tensor())?,
+            spatial_shapes: wrap(patches.spatial_shapes_tensor())?,
+            coordinates: wrap(patches.coordinates_tensor())?,
+            tokens_per_image: patches.tokens_per_image(),
+        })
+    }
 }
 
 /// `(top, left, height, width, flipped)`.
@@ -638,7 +692,12 @@ impl Batch {
             Some(t) => Some(Py::new(py, Tensor::new(Arc::new(t)))?),
             None => None,
         };
+        let side = batch
+            .patches()
+            .map(|patches| SideTensors::new(py, patches))
+            .transpose()?;
         let images = Py::new(py, Tensor::new(Arc::new(batch.into_images())))?;
+        let tokens = side.as_ref().map(|_| images.clone_ref(py));
         Ok(Batch {
             images,
             labels,
@@ -651,6 +710,13 @@ impl Batch {
             augmentations,
             mix,
             soft_labels,
+            tokens,
+            grids: side.as_ref().map(|s| s.grids.clone_ref(py)),
+            cu_seqlens: side.as_ref().map(|s| s.cu_seqlens.clone_ref(py)),
+            mask: side.as_ref().map(|s| s.mask.clone_ref(py)),
+            spatial_shapes: side.as_ref().map(|s| s.spatial_shapes.clone_ref(py)),
+            coordinates: side.as_ref().map(|s| s.coordinates.clone_ref(py)),
+            tokens_per_image: side.map(|s| s.tokens_per_image),
         })
     }
 }

@@ -286,6 +286,52 @@ impl Patches {
         }
     }
 
+    /// Every name [`Patches::from_name`] takes, the torchvision variants of transformers'
+    /// processors beside their PIL ones; the command line's `--patches` and Python's
+    /// `patches=` take the same.
+    pub const NAMES: [&'static str; 5] = [
+        "qwen2-vl",
+        "qwen2-vl-torchvision",
+        "siglip2-naflex",
+        "siglip2-naflex-torchvision",
+        "timm-naflex",
+    ];
+
+    /// The preset of a name of [`Patches::NAMES`] with its defaults (case and `_` for `-`
+    /// aside): `qwen2-vl`, `siglip2-naflex`, `timm-naflex`, and `qwen2-vl-torchvision` or
+    /// `siglip2-naflex-torchvision` for transformers' torchvision processor
+    /// ([`Patches::torchvision`]).
+    pub fn from_name(name: &str) -> std::result::Result<Patches, ParseOptionError> {
+        let canonical = name.trim().to_ascii_lowercase().replace('_', "-");
+        let (base, torchvision) = match canonical.strip_suffix("-torchvision") {
+            Some(base) => (base, true),
+            None => (canonical.as_str(), false),
+        };
+        let refused = || {
+            ParseOptionError::new(
+                "patch preset",
+                name,
+                "qwen2-vl, qwen2-vl-torchvision, siglip2-naflex, siglip2-naflex-torchvision, \
+                 timm-naflex",
+            )
+        };
+        let preset: Preset = base.parse().map_err(|_| refused())?;
+        match (preset, torchvision) {
+            (Preset::TimmNaflex, true) => Err(refused()),
+            (preset, true) => Ok(Patches::preset(preset).torchvision()),
+            (preset, false) => Ok(Patches::preset(preset)),
+        }
+    }
+
+    /// The name of [`Patches::NAMES`] this preset's rule and arithmetic go by: the preset's,
+    /// with `-torchvision` for transformers' torchvision arithmetic.
+    pub fn name(&self) -> String {
+        match self.resize {
+            PatchResize::TorchvisionUint8 => format!("{}-torchvision", self.preset.name()),
+            PatchResize::Pillow => self.preset.name().to_string(),
+        }
+    }
+
     /// Sets [`Patches::min_pixels`].
     pub fn min_pixels(mut self, pixels: u64) -> Self {
         self.min_pixels = pixels;
@@ -442,5 +488,31 @@ impl Patches {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse_to_their_presets_and_print_back() {
+        for name in Patches::NAMES {
+            let patches = Patches::from_name(name).expect(name);
+            assert_eq!(patches.name(), name);
+            assert!(patches.validate().is_ok(), "{name}");
+        }
+        let torchvision = Patches::from_name("Qwen2_VL-torchvision").expect("alias");
+        assert_eq!(torchvision, Patches::qwen2_vl().torchvision());
+        assert_eq!(
+            Patches::from_name("siglip2-naflex"),
+            Ok(Patches::siglip2_naflex())
+        );
+        let error = Patches::from_name("timm-naflex-torchvision").expect_err("no such variant");
+        assert!(
+            error.to_string().contains("qwen2-vl-torchvision"),
+            "{error}"
+        );
+        assert!(Patches::from_name("clip").is_err());
     }
 }

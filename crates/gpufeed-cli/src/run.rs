@@ -8,17 +8,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gpufeed::{
-    Augment, AugmentOptions, Batch, BatchOptions, ChannelOrder, ColorJitter, DType, Decode,
-    DecodeOptions, Device, DrawRange, EpochReport, Gray16, Interpolation, LastBatch, Launch,
-    Layout, OnError, Options, OutputOptions, Pipeline, PipelineState, RandomErasing, ReadReport,
-    Recipe, RemoteOptions, ResizeMode, ResizeOptions, RuntimeOptions, Shard, ShardBalance, Source,
-    UrlLayout, WaitedBatch, DEFAULT_DECODE_MEMORY, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS,
-    RANDOM_CROP_RATIO, RANDOM_CROP_SCALE, RANDOM_FLIP_CHANCE,
+    Augment, AugmentOptions, Batch, BatchOptions, BatchPatches, ChannelOrder, ColorJitter, DType,
+    Decode, DecodeOptions, Device, DrawRange, EpochReport, Gray16, Interpolation, LastBatch,
+    Launch, Layout, OnError, Options, OutputOptions, Pipeline, PipelineState, RandomErasing,
+    ReadReport, Recipe, RemoteOptions, ResizeMode, ResizeOptions, RuntimeOptions, Shard,
+    ShardBalance, Source, UrlLayout, WaitedBatch, DEFAULT_DECODE_MEMORY, DEFAULT_MAX_FILE_BYTES,
+    DEFAULT_MAX_PIXELS, RANDOM_CROP_RATIO, RANDOM_CROP_SCALE, RANDOM_FLIP_CHANCE,
 };
 use indicatif::{ProgressBar, ProgressState, ProgressStyle};
 use serde_json::{json, Value};
 
-use crate::save::{escape_bytes, escape_line, set_files, Saver};
+use gpufeed::patches::{EvalPreset, Patches, Preset};
+
+use crate::save::{escape_bytes, escape_line, set_files, Saver, PATCH_FILES};
 use crate::Result;
 
 /// `gpufeed run`'s arguments. `--help` shows the main ones in a line each; `--help-all` shows
@@ -186,6 +188,70 @@ pub struct RunArgs {
     /// Output channels in BGR order.
     #[arg(long, hide_short_help = true, help_heading = "Output")]
     bgr: bool,
+    /// Patch sequences for ViTs and VLMs: qwen2-vl, siglip2-naflex, timm-naflex
+    ///
+    /// Patch sequences instead of fixed-size images, for vision transformers and
+    /// vision-language models: qwen2-vl (transformers' Qwen2VLImageProcessor: pixel_values and
+    /// image_grid_thw, packed with cu_seqlens), siglip2-naflex (Siglip2ImageProcessor:
+    /// pixel_values padded to --max-patches, pixel_attention_mask, spatial_shapes), timm-naflex
+    /// (timm's NaFlex training loader: a sequence length per batch from --seq-lens, as many
+    /// images as --tokens-per-batch holds, random crops and flips from --seed, a mask and patch
+    /// coordinates), or qwen2-vl-torchvision and siglip2-naflex-torchvision for transformers'
+    /// torchvision processors. Each image keeps its aspect ratio; the resize and crop options
+    /// of fixed-size images are refused beside it.
+    #[arg(long, value_name = "PRESET", value_parser = parse_patches, conflicts_with_all = ["train", "recipe", "resize_mode"], help_heading = "Patches")]
+    patches: Option<Patches>,
+    /// qwen2-vl: the fewest pixels of a resized image (min_pixels; default 56 x 56).
+    #[arg(
+        long,
+        value_name = "N",
+        hide_short_help = true,
+        help_heading = "Patches"
+    )]
+    min_pixels: Option<u64>,
+    /// siglip2-naflex: the most patches of an image, and the padded length (default 256).
+    #[arg(
+        long,
+        value_name = "N",
+        hide_short_help = true,
+        help_heading = "Patches"
+    )]
+    max_patches: Option<u32>,
+    /// Pixels per patch side (default: the preset's, 14 or 16).
+    #[arg(
+        long,
+        value_name = "N",
+        hide_short_help = true,
+        help_heading = "Patches"
+    )]
+    patch_size: Option<u32>,
+    /// timm-naflex: the sequence lengths a batch draws from, L,L,... (default
+    /// 128,256,576,784,1024).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "L,L,...",
+        hide_short_help = true,
+        help_heading = "Patches"
+    )]
+    seq_lens: Option<Vec<u32>>,
+    /// timm-naflex: tokens per batch, which sets each batch's size (default 32768).
+    #[arg(
+        long,
+        value_name = "N",
+        hide_short_help = true,
+        help_heading = "Patches"
+    )]
+    tokens_per_batch: Option<u64>,
+    /// With --patches: packed (the images' tokens one after another, with offsets) or padded
+    /// (each image padded to the batch's length, with a mask) [default: the preset's: Qwen2-VL
+    /// packed, SigLIP2 and timm padded].
+    #[arg(long, value_parser = ["packed", "padded"], hide_short_help = true, help_heading = "Patches")]
+    packing: Option<String>,
+    /// A fixed-size evaluation transform: clip, siglip-384, siglip-224 or dinov2 (resize, crop,
+    /// filter, mean and std).
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["patches", "train", "recipe", "resize_mode", "resize", "crop", "size", "interpolation", "mean", "std"], hide_short_help = true, help_heading = "Output")]
+    eval_preset: Option<EvalPreset>,
     /// Batches prepared ahead.
     #[arg(
         long,
@@ -259,9 +325,16 @@ pub struct RunArgs {
     /// the place to resume from).
     #[arg(long, value_name = "N", hide_short_help = true, help_heading = "Run")]
     max_batches: Option<u64>,
-    /// Refuse images claiming more pixels than this.
-    #[arg(long, default_value_t = DEFAULT_MAX_PIXELS, hide_short_help = true, help_heading = "Decoding")]
-    max_pixels: u64,
+    /// Refuse images claiming more pixels than this (default 178956970); with --patches
+    /// qwen2-vl, Qwen2-VL's max_pixels instead: the most pixels of a resized image (default 28
+    /// x 28 x 1280).
+    #[arg(
+        long,
+        value_name = "N",
+        hide_short_help = true,
+        help_heading = "Decoding"
+    )]
+    max_pixels: Option<u64>,
     /// Refuse files larger than this many bytes.
     #[arg(long, value_parser = parse_bytes, default_value_t = DEFAULT_MAX_FILE_BYTES, hide_short_help = true, help_heading = "Decoding")]
     max_file_bytes: u64,
@@ -387,6 +460,11 @@ fn parse_shard(text: &str) -> std::result::Result<ShardArg, String> {
         .map_err(|e| format!("{e}, or env"))
 }
 
+/// `--patches`: a name of [`Patches::NAMES`].
+fn parse_patches(text: &str) -> std::result::Result<Patches, String> {
+    Patches::from_name(text).map_err(|e| e.to_string())
+}
+
 fn parse_version(text: &str) -> Result<(u32, u32), String> {
     let (major, minor) = text.split_once('.').unwrap_or((text, "0"));
     match (major.trim().parse(), minor.trim().parse()) {
@@ -501,9 +579,13 @@ impl RunArgs {
                 width,
             },
         };
-        let flip = self
-            .hflip
-            .unwrap_or(if train { RANDOM_FLIP_CHANCE } else { 0.0 });
+        let patches = self.patch_output()?;
+        // timm's flip is the patch output's own.
+        let hflip = match patches {
+            Some(p) if p.preset == Preset::TimmNaflex => None,
+            _ => self.hflip,
+        };
+        let flip = hflip.unwrap_or(if train { RANDOM_FLIP_CHANCE } else { 0.0 });
         let shuffle = match self.shuffle {
             _ if train => Some(self.seed),
             Some(ShuffleArg::Seed(seed)) => Some(seed),
@@ -538,11 +620,21 @@ impl RunArgs {
             Some(_) => return Err("--color-jitter takes four values, B C S H".into()),
         };
         let augment = augment.color_jitter(jitter).num_classes(self.num_classes);
-        Ok(Options::default()
+        // A patch output reproduces its own Pillow version's rounding.
+        let pillow = match patches {
+            Some(_) => ResizeOptions::default().pillow_version,
+            None => self.pillow_version,
+        };
+        let max_pixels = match (patches, self.max_pixels) {
+            (Some(p), _) if p.preset == Preset::Qwen2Vl => DEFAULT_MAX_PIXELS,
+            (_, given) => given.unwrap_or(DEFAULT_MAX_PIXELS),
+        };
+        let mut options = Options::default()
+            .patches(patches)
             .augment(augment)
             .decode(
                 DecodeOptions::default()
-                    .max_pixels(self.max_pixels)
+                    .max_pixels(max_pixels)
                     .max_file_bytes(self.max_file_bytes)
                     .memory_limit(self.decode_memory)
                     .exif_orientation(self.exif_orientation)
@@ -560,7 +652,7 @@ impl RunArgs {
                     .interpolation(self.interpolation)
                     .horizontal_flip(flip)
                     .seed(self.seed)
-                    .pillow_version(self.pillow_version.0, self.pillow_version.1),
+                    .pillow_version(pillow.0, pillow.1),
             )
             .output(
                 OutputOptions::default()
@@ -591,7 +683,78 @@ impl RunArgs {
                     .device(device)
                     .prefetch(self.prefetch)
                     .threads(self.threads),
-            ))
+            );
+        if let Some(preset) = self.eval_preset {
+            options.resize.mode = preset.resize().mode;
+            options.resize.interpolation = preset.resize().interpolation;
+            options.output = preset.output(options.output);
+        }
+        Ok(options)
+    }
+
+    /// `--patches` with its settings: each setting given must be one the preset has.
+    fn patch_output(&self) -> Result<Option<Patches>> {
+        let qwen = self.min_pixels.is_some();
+        let siglip = self.max_patches.is_some();
+        let timm = self.seq_lens.is_some() || self.tokens_per_batch.is_some();
+        let Some(mut patches) = self.patches else {
+            if qwen || siglip || timm || self.patch_size.is_some() || self.packing.is_some() {
+                return Err("--min-pixels, --max-patches, --patch-size, --seq-lens, \
+                            --tokens-per-batch and --packing set a patch-sequence output: give \
+                            --patches"
+                    .into());
+            }
+            return Ok(None);
+        };
+        let refused = |flags: &str, preset: &str| -> Result<Option<Patches>> {
+            Err(format!(
+                "{flags} applies to --patches {preset}, not {}",
+                patches.name()
+            )
+            .into())
+        };
+        match patches.preset {
+            Preset::Qwen2Vl if siglip || timm => {
+                return refused(
+                    "--max-patches, --seq-lens or --tokens-per-batch",
+                    "siglip2-naflex or timm-naflex",
+                )
+            }
+            Preset::Siglip2Naflex if qwen || timm => {
+                return refused(
+                    "--min-pixels, --seq-lens or --tokens-per-batch",
+                    "qwen2-vl or timm-naflex",
+                )
+            }
+            Preset::TimmNaflex if qwen || siglip => {
+                return refused(
+                    "--min-pixels or --max-patches",
+                    "qwen2-vl or siglip2-naflex",
+                )
+            }
+            Preset::Qwen2Vl => {
+                patches.min_pixels = self.min_pixels.unwrap_or(patches.min_pixels);
+                patches.max_pixels = self.max_pixels.unwrap_or(patches.max_pixels);
+            }
+            Preset::Siglip2Naflex => {
+                patches.max_patches = self.max_patches.unwrap_or(patches.max_patches);
+            }
+            Preset::TimmNaflex => {
+                if let Some(lens) = &self.seq_lens {
+                    patches = patches.seq_lens(lens);
+                }
+                patches.tokens_per_batch =
+                    self.tokens_per_batch.unwrap_or(patches.tokens_per_batch);
+                patches.horizontal_flip = self.hflip.unwrap_or(patches.horizontal_flip);
+            }
+            _ => {}
+        }
+        patches.patch_size = self.patch_size.unwrap_or(patches.patch_size);
+        patches.pillow_version = self.pillow_version;
+        if let Some(packing) = &self.packing {
+            patches.packed = packing == "packed";
+        }
+        Ok(Some(patches))
     }
 
     /// This process's shard, and its launcher (with `--shard env`).
@@ -644,6 +807,10 @@ struct Tally {
     reports: Vec<EpochReport>,
     seconds: Vec<f64>,
     uploaded_bytes: usize,
+    /// A patch sequence's image tokens, padding aside.
+    tokens: usize,
+    /// A patch sequence's rows, padding included.
+    token_rows: usize,
     /// When the pipeline's build began.
     build_started: Instant,
     /// Seconds from the build's beginning to the first batch's tensor being ready.
@@ -805,12 +972,34 @@ fn open_saver(args: &RunArgs, source: &Source, options: &Options) -> Result<Opti
     if classes.is_some() {
         extra.push(CLASSES);
     }
+    if let Some(patches) = &options.patches {
+        extra.extend(patch_files(patches));
+    }
     let mut saver = Saver::create(path, options.output.dtype, source, args.overwrite, &extra)?;
+    if options.patches.is_some() {
+        // Where the first image's rows begin; each batch adds where the next ones do.
+        saver.append_values::<i64>(".cu_seqlens.npy", &[0], &[])?;
+    }
     if let Some(classes) = classes {
         let lines: Vec<String> = classes.iter().map(|c| escape_line(c)).collect();
         saver.append_lines(CLASSES, &lines)?;
     }
     Ok(Some(saver))
+}
+
+/// The files of [`PATCH_FILES`] a patch sequence of `patches` has: each image's grid and the
+/// rows' offsets always; padded, each row's mask and patch (row, column); SigLIP2's spatial
+/// shapes.
+fn patch_files(patches: &Patches) -> Vec<&'static str> {
+    PATCH_FILES
+        .iter()
+        .map(|&(suffix, _)| suffix)
+        .filter(|&suffix| match suffix {
+            ".mask.npy" | ".coordinates.npy" => !patches.packed,
+            ".spatial_shapes.npy" => patches.preset == Preset::Siglip2Naflex,
+            _ => true,
+        })
+        .collect()
 }
 
 /// Removes the temporary files (`STATE.partial-PID`) that runs killed while writing `--state`
@@ -933,6 +1122,8 @@ fn run_and_summarize(args: &RunArgs, signals: &Signals, summarized: &mut bool) -
         reports: Vec::new(),
         seconds: Vec::new(),
         uploaded_bytes: 0,
+        tokens: 0,
+        token_rows: 0,
         build_started: setup,
         first_batch_seconds: None,
     };
@@ -940,6 +1131,7 @@ fn run_and_summarize(args: &RunArgs, signals: &Signals, summarized: &mut bool) -
         saver: saver.as_mut(),
         names: &row_names,
         saved: 0,
+        token_rows: 0,
     };
     let mut outcome = run_epochs(args, &mut pipeline, rows, &progress, signals, &mut tally);
     progress.finish_and_clear();
@@ -1034,6 +1226,8 @@ struct Rows<'a> {
     names: &'a [String],
     /// Rows saved so far: a mixed row's partner is named by its row in the saved files.
     saved: usize,
+    /// A patch sequence's token rows saved so far.
+    token_rows: usize,
 }
 
 /// Runs the epochs up to `args.epochs` (from the resumed one on), saving the rows and the state
@@ -1074,14 +1268,23 @@ fn run_epochs(
                     WaitedBatch::EpochEnd => break,
                 };
                 tally.uploaded_bytes += batch.uploaded_bytes();
+                if let Some(patches) = batch.patches() {
+                    tally.tokens += patches.tokens_per_image().iter().sum::<usize>();
+                    tally.token_rows += patches.layout().rows;
+                }
                 if tally.first_batch_seconds.is_none() {
                     batch.images().synchronize()?;
                     tally.first_batch_seconds = Some(tally.build_started.elapsed().as_secs_f64());
                 }
                 progress.inc((batch.len() + batch.skipped().len()) as u64);
                 if let Some(saver) = rows.saver.as_deref_mut() {
-                    let augmented = augments.then_some((rows.saved, size));
-                    save_batch(saver, &batch, rows.names, augmented)?;
+                    if let Some(patches) = batch.patches() {
+                        save_patches(saver, &batch, patches, rows.names, rows.token_rows)?;
+                        rows.token_rows += patches.layout().rows;
+                    } else {
+                        let augmented = augments.then_some((rows.saved, size));
+                        save_batch(saver, &batch, rows.names, augmented)?;
+                    }
                     rows.saved += batch.len();
                 }
                 save_state(pipeline)?;
@@ -1143,6 +1346,51 @@ fn save_batch(
     }
     if let Some((first, (height, width))) = augmented {
         saver.append_lines(AUGMENT, &augment_lines(batch, first, height, width))?;
+    }
+    Ok(())
+}
+
+/// Appends a patch-sequence batch to the files of `--save`: its tokens as rows of the
+/// `.npy` (`[rows, patch_dim]`, padding included), its images' names and labels, and the side
+/// tensors of [`patch_files`] (`first_row`: the token rows saved before it).
+fn save_patches(
+    saver: &mut Saver,
+    batch: &Batch,
+    patches: &BatchPatches,
+    names: &[String],
+    first_row: usize,
+) -> Result<()> {
+    let name = |i: usize| names.get(i).map_or("", String::as_str);
+    let row_names: Vec<String> = batch
+        .indices()
+        .iter()
+        .map(|&i| name(i).to_string())
+        .collect();
+    saver.append_vectors("", &batch.images().to_host()?)?;
+    saver.append_lines(".paths.txt", &row_names)?;
+    if let Some(labels) = batch.labels() {
+        let lines: Vec<String> = labels.iter().map(u32::to_string).collect();
+        saver.append_lines(LABELS, &lines)?;
+    }
+    let grids: Vec<i64> = patches.grids().into_iter().flatten().collect();
+    saver.append_values(".grids.npy", &grids, &[3])?;
+    let starts: Vec<i64> = patches
+        .cu_seqlens()
+        .iter()
+        .skip(1)
+        .map(|&row| (first_row + row as usize) as i64)
+        .collect();
+    saver.append_values(".cu_seqlens.npy", &starts, &[])?;
+    if saver.has(".mask.npy") {
+        saver.append_values(".mask.npy", &patches.mask(), &[])?;
+    }
+    if saver.has(".coordinates.npy") {
+        let coordinates: Vec<i64> = patches.coordinates().into_iter().flatten().collect();
+        saver.append_values(".coordinates.npy", &coordinates, &[2])?;
+    }
+    if saver.has(".spatial_shapes.npy") {
+        let shapes: Vec<i64> = patches.spatial_shapes().into_iter().flatten().collect();
+        saver.append_values(".spatial_shapes.npy", &shapes, &[2])?;
     }
     Ok(())
 }
@@ -1243,6 +1491,24 @@ impl Summary<'_> {
         self.pipeline.options().resize.image_bytes().unwrap_or(0)
     }
 
+    /// What the output would have uploaded as `f32`: the images, or a patch sequence's tokens.
+    fn f32_bytes(&self) -> usize {
+        match &self.pipeline.options().patches {
+            Some(patches) => self.tally.token_rows * patches.patch_dim() * 4,
+            None => self.images() * self.image_bytes() * 4,
+        }
+    }
+
+    /// The patch-sequence output, as JSON (`null` for images).
+    fn patches_json(&self) -> Value {
+        self.pipeline.options().patches.map_or(Value::Null, |p| {
+            json!({"preset": p.name(), "patch_size": p.patch_size, "patch_dim": p.patch_dim(),
+                       "packed": p.packed, "min_pixels": p.min_pixels, "max_pixels": p.max_pixels,
+                       "max_patches": p.max_patches, "seq_lens": p.seq_lens.as_slice(),
+                       "tokens_per_batch": p.tokens_per_batch})
+        })
+    }
+
     fn skipped(&self) -> Vec<&gpufeed::ItemError> {
         self.tally
             .reports
@@ -1312,7 +1578,10 @@ impl Summary<'_> {
             },
             "gpu_share": self.pipeline.gpu_share(),
             "state": self.state_json(),
-            "f32_bytes": images * self.image_bytes() * 4,
+            "f32_bytes": self.f32_bytes(),
+            "tokens": self.tally.tokens,
+            "token_rows": self.tally.token_rows,
+            "patches": self.patches_json(),
             "peak_rss_bytes": peak_rss_bytes(),
             "profile": self
                 .pipeline
@@ -1338,22 +1607,33 @@ impl Summary<'_> {
         let (height, width) = options.resize.output_size();
         let images = self.images();
         let skipped = self.skipped();
-        let f32_bytes = images * self.image_bytes() * 4;
+        let f32_bytes = self.f32_bytes();
         out!(
             "gpufeed run: {} on {}",
             self.args.dir.display(),
             self.pipeline.device_description()
         );
-        out!(
-            "  output      {images} x [{}] {} {}{}",
-            match options.output.layout {
-                Layout::Nhwc => format!("{height}, {width}, 3"),
-                _ => format!("3, {height}, {width}"),
-            },
-            options.output.dtype,
-            options.output.layout,
-            if self.args.bgr { " bgr" } else { "" }
-        );
+        match &options.patches {
+            Some(patches) => out!(
+                "  output      {images} images as {} tokens of {} values ({}, {}; {} rows) {}",
+                self.tally.tokens,
+                patches.patch_dim(),
+                patches.name(),
+                if patches.packed { "packed" } else { "padded" },
+                self.tally.token_rows,
+                options.output.dtype
+            ),
+            None => out!(
+                "  output      {images} x [{}] {} {}{}",
+                match options.output.layout {
+                    Layout::Nhwc => format!("{height}, {width}, 3"),
+                    _ => format!("3, {height}, {width}"),
+                },
+                options.output.dtype,
+                options.output.layout,
+                if self.args.bgr { " bgr" } else { "" }
+            ),
+        }
         let batches: usize = self.tally.reports.iter().map(|r| r.batches).sum();
         out!("  images      {images} in {batches} batches");
         if self.tally.reports.len() > 1 {
@@ -1449,7 +1729,7 @@ impl Summary<'_> {
         } else {
             out!(
                 "  uploaded    nothing (CPU device); on a GPU: {} as u8 instead of {} as f32",
-                human_bytes(images * self.image_bytes()),
+                human_bytes(f32_bytes / 4),
                 human_bytes(f32_bytes)
             );
         }

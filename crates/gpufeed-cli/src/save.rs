@@ -1,5 +1,5 @@
 //! `--save`: the output rows as one `.npy` and the files beside it (ids, labels, draws, soft
-//! labels), written as one set: every file under a temporary name of this process, moved into
+//! labels, a patch sequence's side tensors), written as one set: every file under a temporary name of this process, moved into
 //! place together only when the run succeeds, so the set is this run's whole or not there.
 //!
 //! How the set stays whole, with other runs and after a kill:
@@ -21,19 +21,36 @@ use std::path::{Path, PathBuf};
 
 use gpufeed::{DType, HostTensor, Source};
 
-use crate::npy::NpyWriter;
+use crate::npy::{LittleEndian, NpyWriter};
 use crate::Result;
 
 /// Every suffix a set may hold beside the `.npy` (the paths file first): the files of an
 /// earlier set not written again are removed with `--overwrite`.
-pub const SET_SUFFIXES: [&str; 7] = [
+pub const SET_SUFFIXES: [&str; 12] = [
     ".paths.txt",
     ".labels.txt",
     ".crops.tsv",
     ".augment.jsonl",
     ".soft_labels.npy",
     ".classes.txt",
+    ".grids.npy",
+    ".cu_seqlens.npy",
+    ".mask.npy",
+    ".spatial_shapes.npy",
+    ".coordinates.npy",
     "",
+];
+
+/// The side tensors of a patch sequence that `--save` writes beside its tokens, and their
+/// element types: each image's grid `(t, h, w)` (`image_grid_thw`), where each image's rows
+/// begin in the tokens file and the rows in all (`cu_seqlens` over the whole file), and for
+/// padded batches each row's mask and patch (row, column), SigLIP2's `spatial_shapes`.
+pub const PATCH_FILES: [(&str, DType); 5] = [
+    (".grids.npy", DType::I64),
+    (".cu_seqlens.npy", DType::I64),
+    (".mask.npy", DType::I32),
+    (".spatial_shapes.npy", DType::I64),
+    (".coordinates.npy", DType::I64),
 ];
 
 /// `FILE<suffix>` for `FILE.npy`, or the name with the suffix added.
@@ -174,8 +191,10 @@ impl Saver {
             let target_file = sibling(target, suffix);
             let temporary = partial(&target_file, pid);
             let writer = if suffix.is_empty() || suffix.ends_with(".npy") {
-                let writer = match suffix {
-                    "" => NpyWriter::create(&temporary, dtype)?,
+                let side = PATCH_FILES.iter().find(|(s, _)| *s == suffix);
+                let writer = match (suffix, side) {
+                    ("", _) => NpyWriter::create(&temporary, dtype)?,
+                    (_, Some(&(_, dtype))) => NpyWriter::create(&temporary, dtype)?,
                     _ => NpyWriter::create_matrix(&temporary)?,
                 };
                 if suffix.is_empty() {
@@ -217,6 +236,11 @@ impl Saver {
             .ok_or_else(|| format!("no {suffix} file in the set").into())
     }
 
+    /// Whether the set has the file of `suffix`.
+    pub fn has(&self, suffix: &str) -> bool {
+        self.outputs.iter().any(|o| o.suffix == suffix)
+    }
+
     /// Appends a batch's rows and their names (escaped already: see [`escape_bytes`]).
     pub fn append(&mut self, images: &HostTensor, names: &[&str]) -> Result<()> {
         self.append_npy("", images)?;
@@ -228,6 +252,28 @@ impl Saver {
     pub fn append_npy(&mut self, suffix: &str, tensor: &HostTensor) -> Result<()> {
         match &mut self.output(suffix)?.writer {
             Writer::Npy(Some(npy)) => npy.append(tensor),
+            _ => Err(format!("the {suffix} file is not a .npy").into()),
+        }
+    }
+
+    /// Appends `tensor` to the `.npy` file of `suffix` as rows of its last axis (a patch
+    /// sequence's tokens, `[rows, patch_dim]`, whether packed or padded).
+    pub fn append_vectors(&mut self, suffix: &str, tensor: &HostTensor) -> Result<()> {
+        match &mut self.output(suffix)?.writer {
+            Writer::Npy(Some(npy)) => npy.append_vectors(tensor),
+            _ => Err(format!("the {suffix} file is not a .npy").into()),
+        }
+    }
+
+    /// Appends `values` as rows of `row_shape` to the `.npy` file of `suffix`.
+    pub fn append_values<T: LittleEndian>(
+        &mut self,
+        suffix: &str,
+        values: &[T],
+        row_shape: &[usize],
+    ) -> Result<()> {
+        match &mut self.output(suffix)?.writer {
+            Writer::Npy(Some(npy)) => npy.append_values(values, row_shape),
             _ => Err(format!("the {suffix} file is not a .npy").into()),
         }
     }

@@ -2031,3 +2031,482 @@ fn flags_and_messages_say_what_happens() {
     let error = last_json(&o)["error"].as_str().expect("error").to_string();
     assert!(error.contains("epoch 1000000000"), "{error}");
 }
+
+/// The values of an `i8` or `i4` `.npy` written by `--save`, with its shape.
+fn read_ints(path: &Path) -> (Vec<usize>, Vec<i64>) {
+    let (descr, shape, data) = read_npy(path);
+    let values = match descr.as_str() {
+        "<i8" => data
+            .chunks_exact(8)
+            .map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes")))
+            .collect(),
+        "<i4" => data
+            .chunks_exact(4)
+            .map(|b| i64::from(i32::from_le_bytes(b.try_into().expect("4 bytes"))))
+            .collect(),
+        other => panic!("{}: {other} is not an integer type", path.display()),
+    };
+    (shape, values)
+}
+
+/// `gpufeed run assets --cpu --json --save DIR/out.npy` with `more`: the summary and the
+/// `.npy`'s path.
+fn patch_run(dir: &TempDir, more: &[&str]) -> (serde_json::Value, PathBuf) {
+    let npy = dir.join("out.npy");
+    let mut args = vec![
+        "run",
+        "assets",
+        "--cpu",
+        "--json",
+        "--save",
+        npy.to_str().expect("utf-8 path"),
+    ];
+    args.extend_from_slice(more);
+    let o = gpufeed(&args);
+    assert!(
+        o.status.success(),
+        "{}\n{}",
+        stdout(&o),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    (last_json(&o), npy)
+}
+
+/// `--patches qwen2-vl --max-pixels N`: the summary counts images and tokens, and `--save`
+/// writes the packed tokens, `image_grid_thw` and `cu_seqlens` as NumPy reads them, the tokens
+/// those the library gives for the same options.
+#[test]
+fn qwen2_vl_patches_save_tokens_grids_and_offsets() {
+    let dir = temp_dir("patches-qwen");
+    let more = [
+        "--patches",
+        "qwen2-vl",
+        "--max-pixels",
+        "200704",
+        "--min-pixels",
+        "3136",
+        "--dtype",
+        "f32",
+        "--batch-size",
+        "3",
+    ];
+    let (summary, npy) = patch_run(&dir, &more);
+    assert_eq!(summary["images"], 7);
+    assert_eq!(summary["patches"]["preset"], "qwen2-vl");
+    assert_eq!(summary["patches"]["patch_dim"], 1176);
+    assert_eq!(summary["patches"]["max_pixels"], 200704);
+    let tokens = summary["tokens"].as_u64().expect("tokens") as usize;
+    assert_eq!(summary["token_rows"].as_u64(), Some(tokens as u64));
+    assert_eq!(
+        summary["f32_bytes"].as_u64(),
+        Some(tokens as u64 * 1176 * 4)
+    );
+    let (descr, shape, data) = read_npy(&npy);
+    assert_eq!((descr.as_str(), shape), ("<f4", vec![tokens, 1176]));
+    let (grid_shape, grids) = read_ints(&dir.join("out.grids.npy"));
+    assert_eq!(grid_shape, vec![7, 3]);
+    let (offset_shape, offsets) = read_ints(&dir.join("out.cu_seqlens.npy"));
+    assert_eq!(offset_shape, vec![8]);
+    assert_eq!(offsets[0], 0);
+    for (image, grid) in grids.chunks(3).enumerate() {
+        let (t, h, w) = (grid[0], grid[1], grid[2]);
+        assert_eq!(t, 1);
+        assert!(h % 2 == 0 && w % 2 == 0, "merged 2 x 2: {grid:?}");
+        assert!(
+            h * w * 14 * 14 <= 200704 && h * w * 14 * 14 >= 3136,
+            "{grid:?}"
+        );
+        assert_eq!(offsets[image + 1] - offsets[image], h * w, "image {image}");
+    }
+    assert_eq!(offsets[7] as usize, tokens);
+    for absent in [".mask.npy", ".coordinates.npy", ".spatial_shapes.npy"] {
+        assert!(!dir.join(format!("out{absent}")).exists(), "{absent}");
+    }
+    let paths = std::fs::read_to_string(dir.join("out.paths.txt")).expect("paths");
+    assert_eq!(paths.lines().count(), 7);
+    let summary_files: Vec<&str> = summary["saved"]
+        .as_array()
+        .expect("saved")
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    assert!(summary_files.iter().any(|f| f.ends_with("out.grids.npy")));
+    // The library's batches for the same options, row for row.
+    let mut pipeline = gpufeed::Pipeline::builder()
+        .source(gpufeed::Source::directory(repo_path("assets")).expect("assets"))
+        .device(gpufeed::Device::Cpu)
+        .patches(
+            gpufeed::patches::Patches::qwen2_vl()
+                .max_pixels(200704)
+                .min_pixels(3136),
+        )
+        .dtype(gpufeed::DType::F32)
+        .batch_size(3)
+        .build()
+        .expect("build");
+    let mut library = Vec::new();
+    while let Some(batch) = pipeline.next_batch().expect("batch") {
+        library.extend(batch.images().to_host().expect("host").to_le_bytes());
+    }
+    assert!(library == data, "the saved tokens are the library's");
+}
+
+/// `--patches siglip2-naflex --max-patches 64`: padded rows with the mask, spatial shapes and
+/// coordinates; each image's tokens are the unmasked rows of its 64.
+#[test]
+fn siglip2_patches_save_padded_rows_with_mask_and_shapes() {
+    let dir = temp_dir("patches-siglip");
+    let more = ["--patches", "siglip2-naflex", "--max-patches", "64"];
+    let (summary, npy) = patch_run(&dir, &more);
+    assert_eq!(summary["images"], 7);
+    assert_eq!(summary["token_rows"], 7 * 64);
+    let (descr, shape, _) = read_npy(&npy);
+    assert_eq!((descr.as_str(), shape), ("<f2", vec![7 * 64, 768]));
+    let (mask_shape, mask) = read_ints(&dir.join("out.mask.npy"));
+    assert_eq!(mask_shape, vec![7 * 64]);
+    let (_, shapes) = read_ints(&dir.join("out.spatial_shapes.npy"));
+    let (coordinate_shape, coordinates) = read_ints(&dir.join("out.coordinates.npy"));
+    assert_eq!(coordinate_shape, vec![7 * 64, 2]);
+    let (_, offsets) = read_ints(&dir.join("out.cu_seqlens.npy"));
+    assert_eq!(offsets, (0..=7).map(|i| i * 64).collect::<Vec<i64>>());
+    let mut tokens = 0;
+    for (image, hw) in shapes.chunks(2).enumerate() {
+        let n = (hw[0] * hw[1]) as usize;
+        assert!((1..=64).contains(&n), "{hw:?}");
+        let rows = &mask[image * 64..(image + 1) * 64];
+        assert!(rows[..n].iter().all(|&m| m == 1) && rows[n..].iter().all(|&m| m == 0));
+        // Row-major patches: the last token is the grid's last patch.
+        let last = (image * 64 + n - 1) * 2;
+        assert_eq!(coordinates[last..last + 2], [hw[0] - 1, hw[1] - 1]);
+        tokens += n;
+    }
+    assert_eq!(summary["tokens"].as_u64(), Some(tokens as u64));
+}
+
+/// `--patches timm-naflex`: batches of several sequence lengths, each image's rows its batch's
+/// length, drawn from the seed: the same files twice.
+#[test]
+fn timm_patches_save_batches_of_several_lengths() {
+    let more = [
+        "--patches",
+        "timm-naflex",
+        "--seq-lens",
+        "64,144",
+        "--tokens-per-batch",
+        "288",
+        "--seed",
+        "5",
+        "--hflip",
+        "1",
+    ];
+    let first = temp_dir("patches-timm-1");
+    let second = temp_dir("patches-timm-2");
+    let (summary, npy) = patch_run(&first, &more);
+    let (again, npy_again) = patch_run(&second, &more);
+    assert_eq!(summary["images"], 7);
+    assert_eq!(summary["patches"]["seq_lens"], serde_json::json!([64, 144]));
+    let rows = summary["token_rows"].as_u64().expect("rows") as usize;
+    let (_, offsets) = read_ints(&first.join("out.cu_seqlens.npy"));
+    let lengths: Vec<i64> = offsets.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(lengths.iter().all(|&l| l == 64 || l == 144), "{lengths:?}");
+    assert_eq!(*offsets.last().expect("offsets") as usize, rows);
+    let (mask_shape, mask) = read_ints(&first.join("out.mask.npy"));
+    assert_eq!(mask_shape, vec![rows]);
+    assert_eq!(
+        mask.iter().sum::<i64>() as u64,
+        summary["tokens"].as_u64().expect("tokens")
+    );
+    let (_, shape, data) = read_npy(&npy);
+    assert_eq!(shape, vec![rows, 768]);
+    assert_eq!(again["tokens"], summary["tokens"]);
+    assert!(
+        read_npy(&npy_again).2 == data,
+        "the same seed, the same tokens"
+    );
+}
+
+/// Mistakes in the patch flags name the flag and exit 2; a bad image is listed by its path.
+#[test]
+fn patch_flags_name_their_mistakes_and_bad_images_their_files() {
+    let cases: [(&[&str], &str); 5] = [
+        (&["--min-pixels", "100"], "give --patches"),
+        (
+            &["--patches", "qwen2-vl", "--max-patches", "9"],
+            "--max-patches",
+        ),
+        (
+            &["--patches", "qwen2-vl", "--max-pixels", "100"],
+            "--max-pixels",
+        ),
+        (&["--patches", "siglip2-naflex", "--crop", "300"], "--crop"),
+        (&["--patches", "clip"], "qwen2-vl-torchvision"),
+    ];
+    for (more, expected) in cases {
+        let mut args = vec!["run", "assets", "--cpu"];
+        args.extend_from_slice(more);
+        let o = gpufeed(&args);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{more:?}: {stderr}");
+        assert!(stderr.contains(expected), "{more:?}: {stderr}");
+    }
+    let dir = temp_dir("patches-bad");
+    std::fs::copy(repo_path("assets/chelsea.png"), dir.join("chelsea.png")).expect("copy");
+    std::fs::write(dir.join("broken.jpg"), b"\xff\xd8\xff\xe0 not a jpeg").expect("write");
+    let panorama = image::RgbImage::from_fn(10050, 50, |x, _| image::Rgb([x as u8, 7, 9]));
+    panorama.save(dir.join("panorama.png")).expect("png");
+    let o = gpufeed(&[
+        "run",
+        dir.path().to_str().expect("utf-8"),
+        "--cpu",
+        "--json",
+        "--patches",
+        "qwen2-vl",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary = last_json(&o);
+    assert_eq!(summary["images"], 1);
+    let errors = summary["errors"].as_array().expect("errors");
+    for name in ["broken.jpg", "panorama.png"] {
+        assert!(
+            errors
+                .iter()
+                .any(|e| e["path"].as_str().is_some_and(|p| p.ends_with(name))),
+            "{name}: {errors:?}"
+        );
+    }
+}
+
+/// `--eval-preset` gives the named transform's output size and filter.
+#[test]
+fn eval_presets_by_name() {
+    let o = gpufeed(&[
+        "run",
+        "assets",
+        "--cpu",
+        "--json",
+        "--eval-preset",
+        "siglip-384",
+        "--dtype",
+        "f32",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(last_json(&o)["f32_bytes"], 7 * 3 * 384 * 384 * 4);
+    let o = gpufeed(&[
+        "run",
+        "assets",
+        "--cpu",
+        "--eval-preset",
+        "clip",
+        "--crop",
+        "9",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+}
+
+/// On a CUDA device (the CPU threads decoding, so the pixels are libjpeg-turbo's), `--save`
+/// writes the same tokens and side tensors as on the CPU device, for a packed and a padded
+/// preset: the kernel's tokens and the side tensors brought back from the GPU.
+#[test]
+fn patch_saves_on_a_gpu_equal_the_cpu_device() {
+    if !common::gpu_present("patch_saves_on_a_gpu_equal_the_cpu_device") {
+        return;
+    }
+    let presets: [&[&str]; 2] = [
+        &["--patches", "qwen2-vl", "--max-pixels", "200704"],
+        &["--patches", "siglip2-naflex", "--max-patches", "64"],
+    ];
+    for preset in presets {
+        let cpu = temp_dir("patches-cpu");
+        let gpu = temp_dir("patches-gpu");
+        let mut more = vec!["--dtype", "f32", "--batch-size", "3", "--decode", "cpu"];
+        more.extend_from_slice(preset);
+        let (cpu_summary, cpu_npy) = patch_run(&cpu, &more);
+        let npy = gpu.join("out.npy");
+        let mut args = vec![
+            "run",
+            "assets",
+            "--device",
+            "0",
+            "--json",
+            "--save",
+            npy.to_str().expect("utf-8 path"),
+        ];
+        args.extend_from_slice(&more);
+        let o = gpufeed(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let gpu_summary = last_json(&o);
+        assert_eq!(gpu_summary["tokens"], cpu_summary["tokens"], "{preset:?}");
+        assert!(
+            read_npy(&npy).2 == read_npy(&cpu_npy).2,
+            "{preset:?}: tokens"
+        );
+        for side in [
+            ".grids.npy",
+            ".cu_seqlens.npy",
+            ".mask.npy",
+            ".spatial_shapes.npy",
+        ] {
+            let name = format!("out{side}");
+            if cpu.join(&name).exists() {
+                assert_eq!(
+                    read_npy(&gpu.join(&name)),
+                    read_npy(&cpu.join(&name)),
+                    "{preset:?}: {side}"
+                );
+            }
+        }
+    }
+}
+
+/// A timm-naflex run stopped after 3 batches (`--max-batches`, `--state`) and resumed
+/// (`--resume`) saves, between its two parts, the rows of the run that went through: tokens,
+/// grids and offsets.
+#[test]
+fn patch_runs_resume_row_for_row() {
+    let more = [
+        "--patches",
+        "timm-naflex",
+        "--seq-lens",
+        "64,144",
+        "--tokens-per-batch",
+        "288",
+        "--seed",
+        "9",
+        "--dtype",
+        "f32",
+    ];
+    let whole = temp_dir("patches-whole");
+    patch_run(&whole, &more);
+    let first = temp_dir("patches-first");
+    let second = temp_dir("patches-second");
+    let state = first.join("state.json");
+    let state = state.to_str().expect("utf-8 path");
+    let mut stop = more.to_vec();
+    stop.extend_from_slice(&["--max-batches", "3", "--state", state]);
+    let (stopped, _) = patch_run(&first, &stop);
+    assert_eq!(stopped["batches"], 3);
+    let mut resume = more.to_vec();
+    resume.extend_from_slice(&["--resume", state]);
+    patch_run(&second, &resume);
+    let saved = |dir: &TempDir, suffix: &str| read_npy(&dir.join(format!("out{suffix}"))).2;
+    for suffix in [".npy", ".grids.npy", ".mask.npy", ".coordinates.npy"] {
+        let mut parts = saved(&first, suffix);
+        parts.extend(saved(&second, suffix));
+        assert!(parts == saved(&whole, suffix), "{suffix}");
+    }
+    let (_, a) = read_ints(&first.join("out.cu_seqlens.npy"));
+    let (_, b) = read_ints(&second.join("out.cu_seqlens.npy"));
+    let (_, all) = read_ints(&whole.join("out.cu_seqlens.npy"));
+    let rows_before = *a.last().expect("offsets");
+    let joined: Vec<i64> = a
+        .iter()
+        .copied()
+        .chain(b.iter().skip(1).map(|r| r + rows_before))
+        .collect();
+    assert_eq!(joined, all);
+}
+
+/// Patch runs over an ImageFolder split between two ranks: every image once, each rank's
+/// labels, class names and grids beside its tokens.
+#[test]
+fn patch_runs_over_labelled_shards() {
+    let dir = temp_dir("patches-folder");
+    let photos = [
+        "astronaut.png",
+        "camera.png",
+        "chelsea.png",
+        "coffee.png",
+        "rocket.jpg",
+    ];
+    for (i, photo) in photos.iter().enumerate() {
+        let class = dir.join(["cats", "dogs"][i % 2]);
+        std::fs::create_dir_all(&class).expect("mkdir");
+        std::fs::copy(repo_path(&format!("assets/{photo}")), class.join(photo)).expect("copy");
+    }
+    let mut images = 0;
+    let mut paths = Vec::new();
+    for rank in ["0/2", "1/2"] {
+        let out = temp_dir("patches-rank");
+        let npy = out.join("out.npy");
+        let o = gpufeed(&[
+            "run",
+            dir.path().to_str().expect("utf-8"),
+            "--image-folder",
+            "--cpu",
+            "--json",
+            "--patches",
+            "qwen2-vl",
+            "--max-pixels",
+            "50176",
+            "--shard",
+            rank,
+            "--shard-balance",
+            "uneven",
+            "--save",
+            npy.to_str().expect("utf-8"),
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let n = last_json(&o)["images"].as_u64().expect("images") as usize;
+        images += n;
+        let labels = std::fs::read_to_string(out.join("out.labels.txt")).expect("labels");
+        assert_eq!(labels.lines().count(), n);
+        assert!(labels.lines().all(|l| l == "0" || l == "1"), "{labels}");
+        let classes = std::fs::read_to_string(out.join("out.classes.txt")).expect("classes");
+        assert_eq!(classes, "cats\ndogs\n");
+        assert_eq!(read_ints(&out.join("out.grids.npy")).0, vec![n, 3]);
+        let saved = std::fs::read_to_string(out.join("out.paths.txt")).expect("paths");
+        paths.extend(saved.lines().map(str::to_string));
+    }
+    assert_eq!(images, photos.len());
+    paths.sort();
+    paths.dedup();
+    assert_eq!(paths.len(), photos.len());
+}
+
+/// `--packing padded` pads Qwen2-VL's images to each batch's longest, with a mask, and holds
+/// the packed run's tokens in its unmasked rows; `--packing` needs `--patches`.
+#[test]
+fn packing_padded_holds_the_packed_tokens_behind_a_mask() {
+    let common = [
+        "--patches",
+        "qwen2-vl",
+        "--max-pixels",
+        "50176",
+        "--dtype",
+        "f32",
+    ];
+    let packed = temp_dir("patches-packed");
+    let padded = temp_dir("patches-padded");
+    let (summary, packed_npy) = patch_run(&packed, &common);
+    let mut more = common.to_vec();
+    more.extend_from_slice(&["--packing", "padded"]);
+    let (padded_summary, padded_npy) = patch_run(&padded, &more);
+    assert_eq!(padded_summary["patches"]["packed"], false);
+    assert_eq!(padded_summary["tokens"], summary["tokens"]);
+    let (_, mask) = read_ints(&padded.join("out.mask.npy"));
+    let packed_rows = read_npy(&packed_npy).2;
+    let padded_rows = read_npy(&padded_npy).2;
+    let row_bytes = 1176 * 4;
+    let unmasked: Vec<u8> = mask
+        .iter()
+        .enumerate()
+        .filter(|&(_, &m)| m == 1)
+        .flat_map(|(row, _)| padded_rows[row * row_bytes..(row + 1) * row_bytes].to_vec())
+        .collect();
+    assert!(
+        unmasked == packed_rows,
+        "the unmasked rows are the packed tokens"
+    );
+    assert!(
+        mask.len() > unmasked.len() / row_bytes,
+        "the photos differ in size: padding"
+    );
+    let o = gpufeed(&["run", "assets", "--cpu", "--packing", "padded"]);
+    assert_eq!(o.status.code(), Some(2));
+    // Pillow 12.1's pass order is the patch output's own; the photos' sizes do not change.
+    let older = temp_dir("patches-pillow");
+    let mut more = common.to_vec();
+    more.extend_from_slice(&["--pillow-version", "12.1"]);
+    let (older_summary, _) = patch_run(&older, &more);
+    assert_eq!(older_summary["tokens"], summary["tokens"]);
+}

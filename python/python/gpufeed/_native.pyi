@@ -65,6 +65,19 @@ class Batch:
     augmentations: Optional[list[list[Tuple[str, dict[str, Any]]]]]
     mix: Optional[dict[str, Any]]
     soft_labels: Optional[Tensor]
+    tokens: Optional[Tensor]
+    """With patches=: [rows, patch_dim] packed or [N, length, patch_dim] padded (the images)."""
+    grids: Optional[Tensor]
+    """With patches=: [N, 3] int64, each image's (t, h, w) in patches (image_grid_thw)."""
+    cu_seqlens: Optional[Tensor]
+    """With patches=: [N + 1] int32, each image's first row, then the rows."""
+    mask: Optional[Tensor]
+    """With patches=: int32, 1 for an image's token: [N, length] padded, [rows] packed."""
+    spatial_shapes: Optional[Tensor]
+    """With patches=: [N, 2] int64, each image's (h, w) in patches."""
+    coordinates: Optional[Tensor]
+    """With patches=: int64 (row, column) of each token's patch: [N, length, 2] or [rows, 2]."""
+    tokens_per_image: Optional[list[int]]
     def __len__(self) -> int: ...
 
 def draw_crop(
@@ -125,7 +138,7 @@ class Pipeline:
         ratio: Tuple[float, float] = (0.75, 1.3333333333333333),
         threads: int = 0,
         prefetch: int = 2,
-        max_pixels: int = 178956970,
+        max_pixels: Optional[int] = None,
         exif_orientation: bool = False,
         dct_scaling: bool = False,
         max_file_bytes: int = 1073741824,  # 1 GiB
@@ -143,6 +156,14 @@ class Pipeline:
         cutmix: Optional[float] = None,
         num_classes: Optional[int] = None,
         recipe: Optional[Literal["torchvision-imagenet"]] = None,
+        patches: Optional[str] = None,
+        min_pixels: Optional[int] = None,
+        max_patches: Optional[int] = None,
+        patch_size: Optional[int] = None,
+        seq_lens: Optional[Sequence[int]] = None,
+        tokens_per_batch: Optional[int] = None,
+        packing: Optional[Literal["packed", "padded"]] = None,
+        eval_preset: Optional[Literal["clip", "siglip-384", "siglip-224", "dinov2"]] = None,
     ) -> None: ...
     def __iter__(self) -> Iterator[Batch]: ...
     def __next__(self) -> Batch: ...
