@@ -73,7 +73,7 @@ mod tensor;
 pub use augment::{
     Augment, AugmentOptions, ColorJitter, Mix, Op as AugmentOp, RandomErasing, Recipe,
 };
-pub use batch::{Batch, EpochReport};
+pub use batch::{Batch, BatchPatches, EpochReport};
 pub use cpu::{prepare_image, CpuStage, PreparedBatch};
 pub use cuda::CudaInfo;
 pub use error::{
@@ -92,7 +92,9 @@ pub use options::{
     SHARED_MACHINE_MIN_GPU_SHARE, SHARED_MACHINE_MIN_RANKS,
 };
 pub use order::PipelineState;
-pub use pipeline::{Pipeline, PipelineBuilder, WaitedBatch};
+pub use pipeline::{
+    PatchServer, PatchServerBuilder, Pipeline, PipelineBuilder, RequestImage, WaitedBatch,
+};
 pub use profile::{Profile, Stage, StageTime};
 #[cfg(feature = "object-store")]
 pub use source::{Interrupt, RemoteOptions, UrlLayout, DEFAULT_READ_BUDGET};
