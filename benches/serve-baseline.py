@@ -135,7 +135,7 @@ def main():
 
     print(f"transformers {transformers.__version__}: {len(files)} files, one process, "
           f"to {'the GPU' if upload else 'NumPy'}")
-    print(f"{'processor':<28} {'request':<30} {'p50 ms':>9} {'p99 ms':>9} {'mean ms':>9}")
+    print(f"{'processor':<28} {'request':<38} {'p50 ms':>9} {'p99 ms':>9} {'mean ms':>9}")
     budgets = {"qwen2-vl": args.qwen_max_pixels, "siglip2": args.siglip_max_patches}
     for name in args.processors.split(","):
         processor = make_processor(name, budgets[name])
@@ -149,7 +149,7 @@ def main():
             rows.append((f"1 JPEG: {large[0]}",
                          time_requests(processor, lambda k: [large[1]], args.requests, upload)))
         for request, (p50, p99, mean) in rows:
-            print(f"{label:<28} {request:<30} {p50:9.3f} {p99:9.3f} {mean:9.3f}")
+            print(f"{label:<28} {request:<38} {p50:9.3f} {p99:9.3f} {mean:9.3f}")
 
 
 if __name__ == "__main__":

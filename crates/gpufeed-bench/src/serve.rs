@@ -79,13 +79,13 @@ impl ServeBenchReport {
         );
         let _ = writeln!(
             out,
-            "{:<24} {:<14} {:<30} {:>9} {:>9} {:>9} {:>9}",
+            "{:<24} {:<14} {:<38} {:>9} {:>9} {:>9} {:>9}",
             "preset", "device", "request", "tokens", "p50 ms", "p99 ms", "mean ms"
         );
         for r in &self.rows {
             let _ = writeln!(
                 out,
-                "{:<24} {:<14} {:<30} {:>9.0} {:>9.3} {:>9.3} {:>9.3}",
+                "{:<24} {:<14} {:<38} {:>9.0} {:>9.3} {:>9.3} {:>9.3}",
                 r.label, r.device, r.request, r.tokens, r.p50_ms, r.p99_ms, r.mean_ms
             );
         }
