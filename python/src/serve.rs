@@ -2,7 +2,7 @@
 //! packed patch batch, its tokens and side tensors as DLPack tensors.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use gpufeed::patches::{Patches, Preset};
 use gpufeed::{DType, Device, OnError, RequestImage};
@@ -255,7 +255,7 @@ impl PatchServer {
 
 /// One served request: its tokens and the side tensors the model takes with them, as DLPack
 /// tensors on the server's device (`torch.from_dlpack(...)`, `numpy.from_dlpack(...)` on the
-/// CPU). The side tensors are made when first asked for.
+/// CPU). Each side tensor is made on the device the first time it is read, then kept.
 #[pyclass(module = "gpufeed", frozen)]
 pub struct ServedBatch {
     /// The tokens: `[rows, patch_dim]` packed (Qwen2-VL's `pixel_values`), or `[images,
@@ -276,6 +276,18 @@ pub struct ServedBatch {
     #[pyo3(get)]
     preset: &'static str,
     info: gpufeed::BatchPatches,
+    /// The side tensors once made: grids, cu_seqlens, mask, spatial shapes, coordinates.
+    made: [OnceLock<Py<Tensor>>; 5],
+}
+
+/// Which side tensor, by its place in [`ServedBatch::made`].
+#[derive(Clone, Copy)]
+enum Side {
+    Grids,
+    CuSeqlens,
+    Mask,
+    SpatialShapes,
+    Coordinates,
 }
 
 impl ServedBatch {
@@ -299,12 +311,25 @@ impl ServedBatch {
             skipped,
             preset: preset.name(),
             info,
+            made: Default::default(),
         })
     }
 
-    fn tensor(py: Python<'_>, made: gpufeed::Result<gpufeed::Tensor>) -> PyResult<Py<Tensor>> {
-        let tensor = made.map_err(to_py_err)?;
-        Py::new(py, Tensor::new(Arc::new(tensor)))
+    /// The side tensor `side`, made on the batch's device the first time it is asked for.
+    fn side(&self, py: Python<'_>, side: Side) -> PyResult<Py<Tensor>> {
+        let cell = &self.made[side as usize];
+        if let Some(tensor) = cell.get() {
+            return Ok(tensor.clone_ref(py));
+        }
+        let made = match side {
+            Side::Grids => self.info.grids_tensor(),
+            Side::CuSeqlens => self.info.cu_seqlens_tensor(),
+            Side::Mask => self.info.mask_tensor(),
+            Side::SpatialShapes => self.info.spatial_shapes_tensor(),
+            Side::Coordinates => self.info.coordinates_tensor(),
+        };
+        let tensor = Py::new(py, Tensor::new(Arc::new(made.map_err(to_py_err)?)))?;
+        Ok(cell.get_or_init(|| tensor).clone_ref(py))
     }
 }
 
@@ -313,34 +338,34 @@ impl ServedBatch {
     /// Qwen2-VL's ``image_grid_thw``: ``[images, 3]`` int64 (t, h, w patches).
     #[getter]
     fn grids(&self, py: Python<'_>) -> PyResult<Py<Tensor>> {
-        ServedBatch::tensor(py, self.info.grids_tensor())
+        self.side(py, Side::Grids)
     }
 
     /// Each image's first row, then the rows: ``[images + 1]`` int32 (flash attention's
     /// ``cu_seqlens``; padded, the padded starts).
     #[getter]
     fn cu_seqlens(&self, py: Python<'_>) -> PyResult<Py<Tensor>> {
-        ServedBatch::tensor(py, self.info.cu_seqlens_tensor())
+        self.side(py, Side::CuSeqlens)
     }
 
     /// 1 for an image's token, 0 for padding: ``[images, length]`` int32 padded (SigLIP2's
     /// ``pixel_attention_mask``), ``[rows]`` packed.
     #[getter]
     fn mask(&self, py: Python<'_>) -> PyResult<Py<Tensor>> {
-        ServedBatch::tensor(py, self.info.mask_tensor())
+        self.side(py, Side::Mask)
     }
 
     /// SigLIP2's ``spatial_shapes``: ``[images, 2]`` int64 (h, w patches).
     #[getter]
     fn spatial_shapes(&self, py: Python<'_>) -> PyResult<Py<Tensor>> {
-        ServedBatch::tensor(py, self.info.spatial_shapes_tensor())
+        self.side(py, Side::SpatialShapes)
     }
 
     /// Each token's patch (row, column) in its image: ``[images, length, 2]`` int64 padded,
     /// ``[rows, 2]`` packed.
     #[getter]
     fn coordinates(&self, py: Python<'_>) -> PyResult<Py<Tensor>> {
-        ServedBatch::tensor(py, self.info.coordinates_tensor())
+        self.side(py, Side::Coordinates)
     }
 
     /// Each image's patch grid as ``(t, h, w)`` Python ints.

@@ -60,6 +60,7 @@ def test_a_request_of_bytes_and_paths_gives_packed_tokens_and_grids():
     assert list(a["cu_seqlens"]) == [0, *np.cumsum(grids.prod(axis=1))]
     assert a["mask"].shape == (tokens.shape[0],) and a["mask"].all()
     assert len(by_path) == len(PHOTOS)
+    assert by_path.grids is by_path.grids, "a side tensor is made once"
 
 
 def test_siglip2_is_padded_with_a_mask_and_spatial_shapes():

@@ -180,7 +180,7 @@ class Pipeline:
 
 class ServedBatch:
     """One served request: its tokens and side tensors as DLPack tensors on the server's device
-    (the side tensors are made when first asked for)."""
+    (each side tensor is made the first time it is read, then kept)."""
 
     tokens: Tensor
     """[rows, patch_dim] packed (Qwen2-VL's pixel_values), [images, max_patches, patch_dim]
