@@ -173,11 +173,13 @@ impl PatchServerBuilder {
         if let Some(gpu) = &gpu {
             // The largest response's tokens stay in the pool between requests.
             let rows = match self.patches.packing(0, None) {
-                Packing::Padded { len } => self.max_images * len as usize,
+                Packing::Padded { len } if len > 0 => self.max_images.saturating_mul(len as usize),
                 _ => max_tokens.min(bound_tokens),
             };
-            let bytes = rows * self.patches.patch_dim() * self.dtype.size_of();
-            gpu.keep_pool_memory(bytes as u64)?;
+            let bytes = (rows as u64)
+                .saturating_mul(self.patches.patch_dim() as u64)
+                .saturating_mul(self.dtype.size_of() as u64);
+            gpu.keep_pool_memory(bytes)?;
         }
         Ok(PatchServer {
             lane,
