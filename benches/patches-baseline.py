@@ -100,6 +100,12 @@ def main():
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--batch", type=int, default=32, help="images per processor call")
     parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument(
+        "--single-files",
+        type=int,
+        default=0,
+        help="files of the one-process figure (default: all; a few hundred give the same rate sooner)",
+    )
     parser.add_argument("--qwen-max-pixels", type=int, default=50176)
     parser.add_argument("--siglip-max-patches", type=int, default=256)
     parser.add_argument(
@@ -119,7 +125,8 @@ def main():
         budget = budgets[name]
         print(f"{name}: {type(make_processor(name, budget)).__name__}")
         for workers in sorted({args.workers, 1}, reverse=True):
-            rate = measure(name, budget, files, workers, args.batch, args.passes)
+            some = files[: args.single_files] if workers == 1 and args.single_files else files
+            rate = measure(name, budget, some, workers, args.batch, args.passes)
             print(
                 f"{name:<10} budget {budget:>8}  {workers:>3} processes  {rate:10.1f} images/s"
                 f"  ({rate / workers:.1f} per process)"

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{gpu_present, mean_and_p999, rss_bytes};
+use common::{gpu_present, mean_and_p999, repo_path, rss_bytes};
 use gpufeed::{
     ChannelOrder, CudaUnavailable, DType, Decode, Device, EpochReport, Error, Layout, OnError,
     Pipeline, PipelineBuilder, ResizeMode, Source, Stage,
@@ -206,9 +206,10 @@ fn a_batch_too_big_for_the_machine_is_a_clear_error() {
     if !gpu_present("a_batch_too_big_for_the_machine_is_a_clear_error") {
         return;
     }
-    // 4096 x 4096 x 3 bytes per image, 100,000 images: 5 TB of staging.
+    // 4096 x 4096 x 3 bytes per image, 100,000 images: 5 TB of staging. (The epoch holds
+    // 100,000 positions: a batch is never cut below them.)
     let result = Pipeline::builder()
-        .source(Source::directory("assets").expect("assets"))
+        .source(Source::paths(vec![repo_path("assets/rocket.jpg"); 100_000]))
         .batch_size(100_000)
         .resize(ResizeMode::stretch(4096, 4096))
         .device(Device::Cuda(0))

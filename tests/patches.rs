@@ -404,19 +404,17 @@ fn tar_shards_and_bytes_give_the_folder_s_tokens() {
 }
 
 fn refused(builder: PipelineBuilder) -> Error {
-    builder
-        .source(Source::paths([repo_path("assets/rocket.jpg")]))
-        .device(Device::Cpu)
-        .build()
-        .expect_err("refused")
+    builder.device(Device::Cpu).build().expect_err("refused")
 }
 
 #[test]
 fn conflicting_options_and_budgets_under_one_patch_are_refused_by_name() {
     let qwen = || Pipeline::builder().patches(Patches::qwen2_vl());
     // Qwen2-VL's default budget in batches of 256 takes more memory than the machine has: the
-    // error names the option to lower.
-    let e = refused(qwen().prefetch(64));
+    // error names the option to lower. (An epoch of one image would cut the batch to one row,
+    // so the epoch holds a full batch.)
+    let rocket = repo_path("assets/rocket.jpg");
+    let e = refused(qwen().prefetch(64).source(Source::paths(vec![rocket; 256])));
     assert!(
         matches!(&e, Error::InvalidOption { option, .. } if *option == "prefetch" || *option == "batch_size"),
         "{e}"
@@ -450,7 +448,7 @@ fn conflicting_options_and_budgets_under_one_patch_are_refused_by_name() {
         ),
     ];
     for (builder, option) in cases {
-        let e = refused(builder);
+        let e = refused(builder.source(Source::paths([repo_path("assets/rocket.jpg")])));
         assert!(
             matches!(&e, Error::InvalidOption { option: o, .. } if *o == option),
             "{option}: {e}"
