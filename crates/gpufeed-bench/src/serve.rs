@@ -255,3 +255,18 @@ pub fn serve(options: &ServeBenchOptions) -> Result<ServeBenchReport> {
         device: description,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::quantile;
+
+    #[test]
+    fn quantiles_are_nearest_rank() {
+        let mut values: Vec<f64> = (1..=100).rev().map(f64::from).collect();
+        assert_eq!(quantile(&mut values, 0.5), 50.0);
+        assert_eq!(quantile(&mut values, 0.99), 99.0);
+        assert_eq!(quantile(&mut values, 1.0), 100.0);
+        assert_eq!(quantile(&mut [7.0], 0.99), 7.0);
+        assert!(quantile(&mut [], 0.5).is_nan());
+    }
+}
