@@ -2,7 +2,7 @@
 # How the README's GPU figures are made: run on the GPU machine from the repository root, after
 # building the executables into .gpu/ (../shared/tools/gpu-bundle; see docs/figures.md).
 # Writes logs, CSV and SVG to ${OUT:-/tmp/gpufeed-out}. STEPS picks steps (default: all of
-# "tests sanitizer upload pipeline hybrid large train fidelity"):
+# "tests sanitizer upload pipeline hybrid large train fidelity serve"):
 #   tests      every test executable with the GPU required
 #   sanitizer  compute-sanitizer memcheck and racecheck on the GPU unit tests and hybrid tests
 #   upload     the u8-vs-f32 upload and kernel bench
@@ -15,11 +15,13 @@
 #   train      the training transform per core: Pillow (torchvision) vs the CPU stage, in turn
 #   fidelity   every output mode against Pillow on 2,000 files (CPU, hybrid, the engines alone,
 #              training crops on both lanes), and --dct-scaling on real photos
+#   serve      the patch server's latency per request (1, 8, 32 images of 2,000 files; one
+#              0.9 Mpx JPEG) beside transformers' PIL processors on the same requests
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 out=${OUT:-/tmp/gpufeed-out}
 mkdir -p "$out"
-steps=${STEPS:-tests sanitizer upload pipeline hybrid cold large train fidelity}
+steps=${STEPS:-tests sanitizer upload pipeline hybrid cold large train fidelity serve}
 rounds=${ROUNDS:-3}
 want() { [[ " $steps " == *" $1 "* ]]; }
 step() { echo; echo "=== $*"; }
@@ -152,5 +154,19 @@ if want fidelity; then
       $g run $d --cpu --threads 1 --epochs 3 --json $a \
         | python3 -c "import json,sys; print('$d, 1 thread $a:', round(json.load(sys.stdin)['images_per_s'], 1), 'img/s')"
     done
+  done
+fi
+
+if want serve; then
+  step "serve: the patch server's latency beside transformers' processors, in turn"
+  for round in $(seq "$rounds"); do
+    GPUFEED_BENCH_DIR=/tmp/c2k GPUFEED_BENCH_LARGE=assets/hubble_deep_field.jpg \
+      GPUFEED_BENCH_CPU_THREADS=0 .gpu/bin/bench-serve 2>&1 | tee -a "$out/serve.txt"
+    if python3 -c "import transformers" 2>/dev/null; then
+      python3 benches/serve-baseline.py /tmp/c2k --large assets/hubble_deep_field.jpg \
+        --device cuda:0 2>&1 | tee -a "$out/serve.txt"
+    else
+      echo "serve baseline: transformers is not installed" | tee -a "$out/serve.txt"
+    fi
   done
 fi

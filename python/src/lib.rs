@@ -1,10 +1,11 @@
 //! `gpufeed._native`: the Python face of gpufeed. It uses the library's public API and nothing
 //! else: [`options`] turns keywords into builder calls from one table of keywords, [`signature`]
-//! shows that table to `help()`, [`pipeline`] wraps the pipeline and its batches, [`tensor`]
-//! exports batches through DLPack.
+//! shows that table to `help()`, [`pipeline`] wraps the pipeline and its batches, [`serve`] the
+//! patch server and its responses, [`tensor`] exports batches through DLPack.
 
 mod options;
 mod pipeline;
+mod serve;
 mod signature;
 mod tensor;
 
@@ -123,6 +124,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_keyword_table, m)?)?;
     m.add_class::<pipeline::Pipeline>()?;
     m.add_class::<pipeline::Batch>()?;
+    m.add_class::<serve::PatchServer>()?;
+    m.add_class::<serve::ServedBatch>()?;
     m.add_class::<tensor::Tensor>()?;
     m.add("GpufeedError", m.py().get_type::<GpufeedError>())?;
     m.add("ItemError", m.py().get_type::<ItemError>())?;

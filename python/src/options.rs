@@ -920,7 +920,7 @@ pub(crate) fn keyword_name(option: &str) -> &str {
     }
 }
 
-fn parse<T: FromStr>(name: &Name) -> PyResult<T>
+pub(crate) fn parse<T: FromStr>(name: &Name) -> PyResult<T>
 where
     T::Err: std::fmt::Display,
 {
@@ -931,7 +931,7 @@ where
 
 /// An option name: a string, or an object whose name is one (`torch.float16`, `numpy.float32`,
 /// `torch.device("cuda:0")`).
-struct Name(String);
+pub(crate) struct Name(pub(crate) String);
 
 impl<'py> FromPyObject<'_, 'py> for Name {
     type Error = PyErr;

@@ -166,7 +166,7 @@ where
 }
 
 /// The version `major.minor` of the Pillow this interpreter imports, if it has one.
-fn installed_pillow(py: Python<'_>) -> Option<(u32, u32)> {
+pub(crate) fn installed_pillow(py: Python<'_>) -> Option<(u32, u32)> {
     let version: String = py
         .import("PIL")
         .ok()?

@@ -142,6 +142,43 @@ impl Gpu {
             .map_err(|e| Error::cuda("reading device memory", e))
     }
 
+    /// Keeps at least `bytes` of the memory freed into the device's stream-ordered pool (where
+    /// batches are allocated: `cuMemAllocAsync`) in the pool across synchronizations, instead of
+    /// handing it back to the driver: a server that frees each response's tokens then takes the
+    /// next response's from the pool, with no allocation from the driver. Raises the pool's
+    /// release threshold, never lowers it; nothing to do without stream-ordered allocation.
+    pub fn keep_pool_memory(&self, bytes: u64) -> Result<()> {
+        let context = self.stream.context();
+        if !context.has_async_alloc() {
+            return Ok(());
+        }
+        let attribute = sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
+        guarded("keeping device memory in the pool", || {
+            context.bind_to_thread()?;
+            let device = cudarc::driver::result::device::get(self.ordinal as i32)?;
+            let mut pool = std::mem::MaybeUninit::<sys::CUmemoryPool>::uninit();
+            // SAFETY: `pool` is a valid place for the handle; `device` is a device the driver
+            // just named.
+            unsafe { sys::cuDeviceGetMemPool(pool.as_mut_ptr(), device) }.result()?;
+            // SAFETY: written by the successful call above.
+            let pool = unsafe { pool.assume_init() };
+            let mut current: u64 = 0;
+            // SAFETY: the release threshold is a `cuuint64_t`, read into a `u64` that lives
+            // across the call.
+            unsafe {
+                sys::cuMemPoolGetAttribute(pool, attribute, (&mut current as *mut u64).cast())
+            }
+            .result()?;
+            if current >= bytes {
+                return Ok(());
+            }
+            let mut value = bytes;
+            // SAFETY: as above, a `u64` the driver reads during the call.
+            unsafe { sys::cuMemPoolSetAttribute(pool, attribute, (&mut value as *mut u64).cast()) }
+                .result()
+        })
+    }
+
     /// Device name and compute capability, for reports.
     pub fn describe(&self) -> String {
         let ctx = self.stream.context();

@@ -12,6 +12,7 @@ mod hybrid;
 mod lanes;
 mod output;
 mod patch_output;
+mod serve;
 mod worker;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,6 +42,7 @@ use worker::{EpochCommand, EpochPlanning, LanesReport, Message, Worker};
 const EPOCH_BYTES_SAMPLE: usize = 1024;
 
 pub use builder::PipelineBuilder;
+pub use serve::{PatchServer, PatchServerBuilder, RequestImage};
 
 /// Turns a [`Source`] into batches on the device, prepared in the background.
 ///

@@ -714,6 +714,26 @@ impl Source {
         Source::listed(items, None, Vec::new(), Vec::new())
     }
 
+    /// The images of one request, in order: each its bytes in memory (with an id) or a file
+    /// (its path as its id); no labels.
+    pub(crate) fn request<I>(images: I) -> Source
+    where
+        I: IntoIterator<Item = std::result::Result<(String, Arc<[u8]>), PathBuf>>,
+    {
+        let items = images
+            .into_iter()
+            .map(|image| match image {
+                Ok((id, bytes)) => SourceItem {
+                    payload: Payload::Bytes(bytes),
+                    id,
+                    label: None,
+                },
+                Err(path) => SourceItem::from_path(path, None),
+            })
+            .collect();
+        Source::listed(items, None, Vec::new(), Vec::new())
+    }
+
     /// The samples of the WebDataset tar shards directly inside `dir` (its `.tar` files, in
     /// sorted order): see [`Source::tar_shards`]. A folder without any is an error.
     pub fn webdataset(dir: impl AsRef<Path>) -> Result<Source> {

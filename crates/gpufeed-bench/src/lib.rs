@@ -1,19 +1,21 @@
 //! gpufeed's measurements, on its public API only: [`upload`] (bytes and time of u8 vs f32
 //! uploads, the fused normalize kernel against a naive multi-pass conversion; needs a GPU),
-//! [`pipeline`] (the CPU stage at several thread counts, and the whole pipeline on the GPU) and
-//! [`patches`] (patch-sequence outputs beside fixed 224 crops of the same images).
-//! `gpufeed bench` and `cargo bench --bench upload`, `--bench pipeline` and `--bench patches`
-//! run them.
+//! [`pipeline`] (the CPU stage at several thread counts, and the whole pipeline on the GPU),
+//! [`patches`] (patch-sequence outputs beside fixed 224 crops of the same images) and [`serve`]
+//! (the patch server's latency per request). `gpufeed bench` and `cargo bench --bench upload`,
+//! `--bench pipeline`, `--bench patches` and `--bench serve` run them.
 
 mod chart;
 pub mod patches;
 pub mod pipeline;
+pub mod serve;
 pub mod upload;
 
 use gpufeed::cudarc::driver::DriverError;
 
 pub use patches::{PatchBenchOptions, PatchBenchReport, PatchBenchRow};
 pub use pipeline::{PipelineBenchOptions, PipelineBenchReport, PipelineBenchRow};
+pub use serve::{ServeBenchOptions, ServeBenchReport, ServeBenchRow};
 pub use upload::{BenchOptions, BenchReport, BenchRow};
 
 /// Why a measurement could not be made.

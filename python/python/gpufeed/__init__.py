@@ -21,7 +21,9 @@ from ._native import (
     CudaUnavailableError,
     GpufeedError,
     ItemError,
+    PatchServer,
     Pipeline,
+    ServedBatch,
     Tensor,
     draw_crop,
 )
@@ -32,7 +34,9 @@ __all__ = [
     "CudaUnavailableError",
     "GpufeedError",
     "ItemError",
+    "PatchServer",
     "Pipeline",
+    "ServedBatch",
     "Tensor",
     "draw_crop",
 ]

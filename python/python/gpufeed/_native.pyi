@@ -198,3 +198,80 @@ class Pipeline:
     @property
     def cuda_stream(self) -> Optional[int]: ...
     def epoch_report(self) -> dict[str, Any]: ...
+
+class ServedBatch:
+    """One served request: its tokens and side tensors as DLPack tensors on the server's device
+    (each side tensor is made the first time it is read, then kept)."""
+
+    tokens: Tensor
+    """[rows, patch_dim] packed (Qwen2-VL's pixel_values), [images, max_patches, patch_dim]
+    padded (SigLIP2's)."""
+    ids: list[str]
+    """Each image's id: its path, or "image N of the request" for bytes."""
+    indices: list[int]
+    """Which image of the request each one is."""
+    skipped: list[Tuple[str, str]]
+    """Images left out under on_error="skip": (id, reason)."""
+    preset: str
+    @property
+    def grids(self) -> Tensor:
+        """image_grid_thw: [images, 3] int64."""
+    @property
+    def cu_seqlens(self) -> Tensor:
+        """[images + 1] int32: each image's first row, then the rows."""
+    @property
+    def mask(self) -> Tensor:
+        """1 for a token, 0 for padding: [images, length] int32 padded, [rows] packed."""
+    @property
+    def spatial_shapes(self) -> Tensor:
+        """SigLIP2's spatial_shapes: [images, 2] int64."""
+    @property
+    def coordinates(self) -> Tensor:
+        """Each token's patch (row, column): [images, length, 2] or [rows, 2] int64."""
+    @property
+    def grid_list(self) -> list[Tuple[int, int, int]]: ...
+    @property
+    def sizes(self) -> list[Tuple[int, int]]:
+        """Each image's resized (height, width)."""
+    def __len__(self) -> int: ...
+
+class PatchServer:
+    """Serves patch sequences: each serve([...]) turns a request's images (bytes or paths) into
+    one packed batch on the device, as a Pipeline with the same preset would, without starting
+    one per request."""
+
+    def __init__(
+        self,
+        preset: Literal["qwen2-vl", "siglip2-naflex"] = "qwen2-vl",
+        *,
+        device: Optional[Union[str, Any]] = None,
+        dtype: Optional[Union[str, Any]] = None,
+        max_images: int = 32,
+        max_tokens: Optional[int] = None,
+        threads: int = 0,
+        on_error: Literal["fail", "skip"] = "fail",
+        min_pixels: Optional[int] = None,
+        max_pixels: Optional[int] = None,
+        max_patches: Optional[int] = None,
+        packed: Optional[bool] = None,
+        torchvision: bool = False,
+        mean: Optional[Sequence[float]] = None,
+        std: Optional[Sequence[float]] = None,
+        pillow_version: Optional[Tuple[int, int]] = None,
+    ) -> None:
+        """device "cuda:0" (default) or "cpu"; dtype float16 (default), bfloat16 or float32;
+        the settings the model's processor config changes (min_pixels, max_pixels for Qwen2-VL;
+        max_patches for SigLIP2); torchvision=True for transformers' torchvision processor."""
+    def serve(
+        self, images: Sequence[Union[bytes, bytearray, memoryview, str, os.PathLike[str]]]
+    ) -> ServedBatch:
+        """One request: encoded images or paths. A bad image raises ItemError naming it (or is
+        listed in .skipped under on_error="skip"); the server goes on serving."""
+    @property
+    def max_images(self) -> int: ...
+    @property
+    def max_tokens(self) -> int: ...
+    @property
+    def preset(self) -> str: ...
+    @property
+    def device_description(self) -> str: ...
