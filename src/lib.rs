@@ -69,6 +69,7 @@ mod schedule;
 mod source;
 #[allow(unsafe_code)]
 mod tensor;
+pub mod views;
 
 pub use augment::{
     Augment, AugmentOptions, ColorJitter, Mix, Op as AugmentOp, RandomErasing, Recipe,

@@ -1,0 +1,54 @@
+"""Views (`gpufeed run DIR --views PRESET`): every view equal to the reference transforms run on
+the parameters it drew (tests/views_reference.py), for the bundled photos and fixtures."""
+
+import importlib.util
+import os
+import shutil
+
+import pytest
+
+from conftest import ASSETS, FIXTURES, ROOT
+
+spec = importlib.util.spec_from_file_location("views_reference", ROOT / "tests" / "views_reference.py")
+reference = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(reference)
+
+
+def cli():
+    path = os.environ.get("GPUFEED_CLI")
+    if not path:
+        pytest.skip("GPUFEED_CLI is not set (the gpufeed executable, e.g. target/release/gpufeed)")
+    return path
+
+
+@pytest.fixture
+def photos(tmp_path):
+    """The bundled photos and a few fixtures of other kinds (gray, 4:4:4, progressive, PNG)."""
+    for p in sorted(ASSETS.iterdir()):
+        if p.suffix in (".png", ".jpg"):
+            shutil.copy(p, tmp_path / p.name)
+    for name in ("gray.jpg", "rgb444.jpg", "progressive.jpg", "rgba.png", "palette.png"):
+        shutil.copy(FIXTURES / name, tmp_path / name)
+    return tmp_path
+
+
+@pytest.mark.parametrize("preset,seed", [("dinov2", 0), ("dinov2", 11), ("simclr", 3)])
+def test_every_view_equals_the_reference(photos, preset, seed):
+    stats = reference.compare(photos, cli(), preset, seed)
+    views_per_image = 10 if preset == "dinov2" else 2
+    assert stats["views"] == views_per_image * len(list(photos.iterdir()))
+    assert stats["diff_unblurred"] == 0, stats
+    assert reference.passes(stats), stats
+
+
+def test_the_reference_sees_a_wrong_view(photos, tmp_path, monkeypatch):
+    """The comparison can fail: a view shifted by one column no longer matches."""
+    real = reference.reference_view
+
+    def shifted(image, line, resample):
+        line = dict(line, left=line["left"] + 1 if line["left"] > 0 else 1)
+        return real(image, line, resample)
+
+    monkeypatch.setattr(reference, "reference_view", shifted)
+    stats = reference.compare(photos, cli(), "dinov2", 0)
+    assert not reference.passes(stats)
