@@ -47,8 +47,14 @@ def gaussian_blur(img, kernel_size, sigma):
     """torchvision's `gaussian_blur` of a PIL image (the tensor path it takes), in NumPy."""
     half = (kernel_size - 1) * 0.5
     x = np.linspace(-half, half, kernel_size, dtype=np.float32)
-    pdf = np.exp(np.float32(-0.5) * (x / np.float32(sigma)) ** 2).astype(np.float32)
-    k1 = (pdf / pdf.sum(dtype=np.float32)).astype(np.float32)
+    z = x / np.float32(sigma)
+    arg = np.float32(-0.5) * (z * z)
+    # exp correctly rounded to float32 (as C's expf), summed left to right in float32.
+    pdf = np.exp(arg.astype(np.float64)).astype(np.float32)
+    total = np.float32(0)
+    for p in pdf:
+        total = np.float32(total + p)
+    k1 = (pdf / total).astype(np.float32)
     k2 = np.outer(k1, k1).astype(np.float32).astype(np.float64)
     a = np.asarray(img, dtype=np.float64)
     p = kernel_size // 2
@@ -109,14 +115,14 @@ def reference_view(image, line, resample):
 def compare(folder, cli, preset="dinov2", seed=0, epochs=1):
     """Runs the command line and compares every view; returns the statistics."""
     with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "views.npy")
+        out = os.path.join(tmp, "out.npy")
         subprocess.run(
             [cli, "run", str(folder), "--views", preset, "--seed", str(seed), "--epochs",
              str(epochs), "--save", out, "--json"],
             check=True,
             capture_output=True,
         )
-        lines = [json.loads(t) for t in open(os.path.join(tmp, "views.jsonl"))]
+        lines = [json.loads(t) for t in open(os.path.join(tmp, "out.views.jsonl"))]
         saved = {}
         stats = {"views": 0, "blurred": 0, "sum": 0, "samples": 0, "diff": 0, "diff_unblurred": 0,
                  "max": 0, "blurred_samples": 0}
@@ -125,7 +131,7 @@ def compare(folder, cli, preset="dinov2", seed=0, epochs=1):
         for line in lines:
             k = line["view"]
             if k not in saved:
-                saved[k] = np.load(os.path.join(tmp, f"views.view{k}.npy"))
+                saved[k] = np.load(os.path.join(tmp, f"out.view{k}.npy"))
             row = rows.setdefault(k, 0)
             rows[k] = row + 1
             path = line["path"]
