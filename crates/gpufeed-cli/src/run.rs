@@ -322,7 +322,7 @@ pub struct RunArgs {
     /// colour operations drawn from --seed, the epoch, the image and the view, as torchvision
     /// runs them on a PIL image. With --save FILE.npy: FILE.view<K>.npy (uint8, [images, size,
     /// size, 3]) for each view K and FILE.views.jsonl (what each view drew).
-    #[arg(long, value_name = "PRESET", help_heading = "Training")]
+    #[arg(long, value_name = "PRESET", help_heading = "Training", conflicts_with_all = ["train", "augment", "random_erasing", "mixup", "cutmix", "recipe", "device", "shuffle", "shard", "state", "resume", "max_batches"])]
     views: Option<gpufeed::views::ViewsPreset>,
     /// Let --save replace existing files (never an image the run reads).
     #[arg(long, hide_short_help = true, help_heading = "Run")]
