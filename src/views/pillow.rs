@@ -142,8 +142,9 @@ fn reflect(i: isize, n: usize) -> usize {
 
 /// torchvision's `gaussian_blur` of a `uint8` image: the 2-D kernel (the float32 outer
 /// product of the 1-D one) over the reflect-padded image, each output rounded half to even.
-/// The sums are taken in float64 (PyTorch's convolution sums float32 in an order of its own:
-/// an output within about 1e-4 of a half may round the other way there).
+/// The sums are taken in float64, kernel row after kernel row (PyTorch's convolution sums
+/// float32 in an order of its own: an output within about 1e-4 of a half may round the other
+/// way there). Each channel is padded once, and each kernel tap runs along whole rows.
 fn blur(img: &mut [u8], height: usize, width: usize, kernel_size: usize, sigma: f32) {
     let k1 = gaussian_kernel(kernel_size, sigma);
     let k2: Vec<f64> = k1
@@ -151,32 +152,31 @@ fn blur(img: &mut [u8], height: usize, width: usize, kernel_size: usize, sigma: 
         .flat_map(|a| k1.iter().map(move |b| f64::from(a * b)))
         .collect();
     let half = (kernel_size / 2) as isize;
-    let src = img.to_vec();
-    let cols: Vec<Vec<usize>> = (0..width)
-        .map(|x| {
-            (0..kernel_size)
-                .map(|j| reflect(x as isize + j as isize - half, width))
-                .collect()
-        })
-        .collect();
-    for y in 0..height {
-        let rows: Vec<usize> = (0..kernel_size)
-            .map(|i| reflect(y as isize + i as isize - half, height))
-            .collect();
-        for (x, cols) in cols.iter().enumerate() {
-            let mut acc = [0f64; 3];
-            for (i, &row) in rows.iter().enumerate() {
-                let line = &src[row * width * 3..(row + 1) * width * 3];
-                let weights = &k2[i * kernel_size..(i + 1) * kernel_size];
-                for (&w, &col) in weights.iter().zip(cols) {
-                    for c in 0..3 {
-                        acc[c] += w * f64::from(line[col * 3 + c]);
+    let pw = width + kernel_size - 1;
+    let ph = height + kernel_size - 1;
+    let mut padded = vec![0f64; pw * ph];
+    let mut acc = vec![0f64; width];
+    for c in 0..3 {
+        for (py, line) in padded.chunks_exact_mut(pw).enumerate() {
+            let y = reflect(py as isize - half, height);
+            for (px, v) in line.iter_mut().enumerate() {
+                let x = reflect(px as isize - half, width);
+                *v = f64::from(img[(y * width + x) * 3 + c]);
+            }
+        }
+        for y in 0..height {
+            acc.fill(0.0);
+            for i in 0..kernel_size {
+                let line = &padded[(y + i) * pw..(y + i + 1) * pw];
+                for j in 0..kernel_size {
+                    let w = k2[i * kernel_size + j];
+                    for (a, &v) in acc.iter_mut().zip(&line[j..j + width]) {
+                        *a += w * v;
                     }
                 }
             }
-            let out = &mut img[(y * width + x) * 3..(y * width + x) * 3 + 3];
-            for c in 0..3 {
-                out[c] = acc[c].round_ties_even().clamp(0.0, 255.0) as u8;
+            for (x, a) in acc.iter().enumerate() {
+                img[(y * width + x) * 3 + c] = a.round_ties_even().clamp(0.0, 255.0) as u8;
             }
         }
     }
