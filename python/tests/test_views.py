@@ -2,6 +2,7 @@
 the parameters it drew (tests/views_reference.py), for the bundled photos and fixtures."""
 
 import importlib.util
+import json
 import os
 import shutil
 
@@ -52,3 +53,27 @@ def test_the_reference_sees_a_wrong_view(photos, tmp_path, monkeypatch):
     monkeypatch.setattr(reference, "reference_view", shifted)
     stats = reference.compare(photos, cli(), "dinov2", 0)
     assert not reference.passes(stats)
+
+
+def test_python_views_equal_the_reference():
+    """`gpufeed.render_views`: the same views as the command line's, each equal to the
+    reference transforms on what it drew."""
+    gpufeed = pytest.importorskip("gpufeed")
+    np = pytest.importorskip("numpy")
+    from PIL import Image
+
+    path = ASSETS / "rocket.jpg"
+    views = gpufeed.render_views(path.read_bytes(), "dinov2", 4, 1, seed=9)
+    assert len(views) == 10
+    image = Image.open(path).convert("RGB")
+    for pixels, size, draw in views:
+        line = json.loads(draw)
+        assert (line["index"], line["epoch"], line["size"]) == (4, 1, size)
+        got = np.frombuffer(pixels, np.uint8).reshape(size, size, 3)
+        want = reference.reference_view(image, line, Image.BICUBIC)
+        assert np.array_equal(got, want), line
+    assert views == gpufeed.render_views(path.read_bytes(), "dinov2", 4, 1, seed=9)
+    with pytest.raises(ValueError, match="dinov2, simclr"):
+        gpufeed.render_views(path.read_bytes(), "dino")
+    with pytest.raises(gpufeed.ItemError):
+        gpufeed.render_views(b"not an image")

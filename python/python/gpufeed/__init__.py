@@ -24,6 +24,7 @@ from ._native import (
     Pipeline,
     Tensor,
     draw_crop,
+    render_views,
 )
 
 __all__ = [
@@ -35,4 +36,5 @@ __all__ = [
     "Pipeline",
     "Tensor",
     "draw_crop",
+    "render_views",
 ]
