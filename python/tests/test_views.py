@@ -1,5 +1,6 @@
-"""Views (`gpufeed run DIR --views PRESET`): every view equal to the reference transforms run on
-the parameters it drew (tests/views_reference.py), for the bundled photos and fixtures."""
+"""Views (`gpufeed run DIR --views PRESET`, `gpufeed.render_views`): every view equal to the
+reference transforms run on the parameters it drew (tests/views_reference.py), for the bundled
+photos and every fixture."""
 
 import importlib.util
 import json
@@ -8,7 +9,7 @@ import shutil
 
 import pytest
 
-from conftest import ASSETS, FIXTURES, ROOT
+from conftest import ASSETS, ROOT, all_images
 
 spec = importlib.util.spec_from_file_location("views_reference", ROOT / "tests" / "views_reference.py")
 reference = importlib.util.module_from_spec(spec)
@@ -24,12 +25,10 @@ def cli():
 
 @pytest.fixture
 def photos(tmp_path):
-    """The bundled photos and a few fixtures of other kinds (gray, 4:4:4, progressive, PNG)."""
-    for p in sorted(ASSETS.iterdir()):
-        if p.suffix in (".png", ".jpg"):
-            shutil.copy(p, tmp_path / p.name)
-    for name in ("gray.jpg", "rgb444.jpg", "progressive.jpg", "rgba.png", "palette.png"):
-        shutil.copy(FIXTURES / name, tmp_path / name)
+    """The bundled photos and every fixture: gray, CMYK, YCCK, progressive, EXIF, 16-bit and
+    palette PNGs, alpha, WebP, GIF, BMP, TIFF, one pixel, 10 x 600."""
+    for p in all_images():
+        shutil.copy(p, tmp_path / p.name)
     return tmp_path
 
 

@@ -145,3 +145,59 @@ pub fn render_views(
     .unwrap_or_else(|panic| Err(ItemErrorKind::DecoderPanic(panic_message(panic.as_ref()))))
     .map_err(item_error)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::{DrawRange, Interpolation};
+    use crate::views::ViewOps;
+
+    fn rocket() -> Vec<u8> {
+        std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/assets/rocket.jpg")).expect("rocket")
+    }
+
+    #[test]
+    fn a_bad_image_is_an_item_error_not_a_panic() {
+        for bytes in [&b""[..], b"not an image", &rocket()[..300]] {
+            match render_views(bytes, &DecodeOptions::default(), &Views::dinov2(), 3, 0) {
+                Err(Error::Item(e)) => assert_eq!((e.id.as_str(), e.index), ("<memory>", 3)),
+                other => panic!("{:?}", other.map(|v| v.len())),
+            }
+        }
+        let mut bad = Views::dinov2();
+        bad.groups[0].count = 0;
+        assert!(render_views(&rocket(), &DecodeOptions::default(), &bad, 0, 0).is_err());
+    }
+
+    #[test]
+    fn a_view_of_the_whole_image_is_the_plain_resize() {
+        // Scale 1 and the image's own ratio: the box is the whole image, as a stretch resize.
+        let bytes = rocket();
+        let group = ViewGroup {
+            size: 64,
+            scale: DrawRange::new(1.0, 1.0),
+            ratio: DrawRange::new(640.0 / 427.0, 640.0 / 427.0),
+            interpolation: Interpolation::Bicubic,
+            count: 2,
+            ops: ViewOps::none(),
+        };
+        let views = render_views(
+            &bytes,
+            &DecodeOptions::default(),
+            &Views::new(vec![group]),
+            0,
+            0,
+        )
+        .expect("views");
+        let resize = ResizeOptions::default()
+            .mode(ResizeMode::stretch(64, 64))
+            .interpolation(Interpolation::Bicubic);
+        let mut want = vec![0u8; 64 * 64 * 3];
+        crate::cpu::prepare_image(&bytes, &DecodeOptions::default(), &resize, &mut want)
+            .expect("resize");
+        for v in &views {
+            assert_eq!((v.draw.crop.top, v.draw.crop.left), (0, 0), "{:?}", v.draw);
+            assert_eq!(v.pixels, want);
+        }
+    }
+}
