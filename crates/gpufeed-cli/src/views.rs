@@ -190,6 +190,7 @@ pub fn run_views(run: &ViewsRun) -> Result<()> {
                 "images": images,
                 "views": images * count,
                 "views_per_image": count,
+                "seed": run.views.seed,
                 "errors": errors,
                 "epochs": run.epochs,
                 "seconds": seconds,
