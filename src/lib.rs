@@ -93,7 +93,7 @@ pub use options::{
     SHARED_MACHINE_MIN_GPU_SHARE, SHARED_MACHINE_MIN_RANKS,
 };
 pub use order::PipelineState;
-pub use pipeline::{Pipeline, PipelineBuilder, WaitedBatch};
+pub use pipeline::{epoch_order, Pipeline, PipelineBuilder, WaitedBatch};
 pub use profile::{Profile, Stage, StageTime};
 #[cfg(feature = "object-store")]
 pub use source::{Interrupt, RemoteOptions, UrlLayout, DEFAULT_READ_BUDGET};

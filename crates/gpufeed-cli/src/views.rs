@@ -1,7 +1,8 @@
 //! `gpufeed run DIR --views PRESET`: every image decoded once and cut into the preset's views on
 //! the CPU, the summary counting images and views; with `--save FILE.npy`, each view's pixels
 //! (`uint8`, `[images, size, size, 3]`) in `FILE.view<K>.npy`, and what each view drew in
-//! `FILE.views.jsonl`.
+//! `FILE.views.jsonl`. The images go in the order a pipeline with the same `--shuffle` and
+//! `--shard` goes through.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -10,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use gpufeed::views::Views;
-use gpufeed::{DecodeOptions, Source};
+use gpufeed::{BatchOptions, DecodeOptions, Source};
 use serde_json::json;
 
 use crate::Result;
@@ -20,6 +21,8 @@ pub struct ViewsRun<'a> {
     pub source: &'a Source,
     pub views: Views,
     pub decode: DecodeOptions,
+    /// The shuffle, the shard and its balance.
+    pub batching: BatchOptions,
     pub epochs: u64,
     pub save: Option<&'a Path>,
     pub overwrite: bool,
@@ -142,9 +145,9 @@ pub fn run_views(run: &ViewsRun) -> Result<()> {
     let mut pixels: Vec<Vec<u8>> = vec![Vec::new(); count];
     let mut lines = Vec::new();
     let (mut images, mut errors) = (0usize, 0usize);
-    let all: Vec<usize> = (0..run.source.len()).collect();
     'epochs: for epoch in 0..run.epochs {
-        for chunk in all.chunks(256) {
+        let order = gpufeed::epoch_order(run.source, &run.batching, epoch);
+        for chunk in order.chunks(256) {
             if run.stop.load(Ordering::Relaxed) {
                 break 'epochs;
             }

@@ -2093,7 +2093,7 @@ fn views_are_counted_saved_and_equal_to_the_librarys() {
         .expect("views");
     assert_ne!(other[0].pixels, want[0].pixels);
     for refused in [
-        &["--views", "dinov2", "--shard", "0/2"][..],
+        &["--views", "dinov2", "--resume", "state.json"][..],
         &["--views", "dinov2", "--train"],
         &["--views", "dino"],
     ] {
@@ -2102,4 +2102,41 @@ fn views_are_counted_saved_and_equal_to_the_librarys() {
         let o = gpufeed(&args);
         assert_eq!(o.status.code(), Some(2), "{refused:?}");
     }
+}
+
+/// `--views` with `--shard` and `--shuffle`: each rank's images in the order a pipeline takes,
+/// the ranks together covering the source.
+#[test]
+fn views_follow_the_shuffle_and_the_shard() {
+    let indices = |args: &[&str]| -> Vec<u64> {
+        let dir = temp_dir("views-shard");
+        let npy = dir.join("out.npy");
+        let mut all = vec!["run", "assets", "--views", "simclr", "--save"];
+        all.push(npy.to_str().expect("utf-8 path"));
+        all.extend_from_slice(args);
+        let o = gpufeed(&all);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let lines = std::fs::read_to_string(dir.join("out.views.jsonl")).expect("jsonl");
+        lines
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("JSON"))
+            .filter(|l| l["view"] == 0)
+            .map(|l| l["index"].as_u64().expect("index"))
+            .collect()
+    };
+    assert_eq!(indices(&[]), (0..7).collect::<Vec<_>>());
+    let shuffled = indices(&["--shuffle", "3"]);
+    assert_ne!(shuffled, (0..7).collect::<Vec<_>>());
+    let mut sorted = shuffled.clone();
+    sorted.sort();
+    assert_eq!(sorted, (0..7).collect::<Vec<_>>());
+    let (a, b) = (
+        indices(&["--shuffle", "3", "--shard", "0/2"]),
+        indices(&["--shuffle", "3", "--shard", "1/2"]),
+    );
+    let mut both: Vec<u64> = a.iter().chain(&b).copied().collect();
+    both.sort();
+    both.dedup();
+    assert_eq!(both, (0..7).collect::<Vec<_>>());
+    assert_eq!(a.iter().step_by(1).take(1).next(), shuffled.first());
 }
