@@ -142,19 +142,20 @@ fn reflect(i: isize, n: usize) -> usize {
 
 /// torchvision's `gaussian_blur` of a `uint8` image: the 2-D kernel (the float32 outer
 /// product of the 1-D one) over the reflect-padded image, each output rounded half to even.
-/// The sums are taken in float64, kernel row after kernel row (PyTorch's convolution sums
-/// float32 in an order of its own: an output within about 1e-4 of a half may round the other
-/// way there). Each channel is padded once, and each kernel tap runs along whole rows.
+/// The sums are taken in float64 (PyTorch's convolution sums float32 in an order of its own:
+/// an output within about 1e-4 of a half may round the other way there). The kernel is
+/// symmetric, exactly (its taps at `x` and `-x` are the same float32), so the samples its equal
+/// taps weigh are added first and multiplied once: a quarter of the products. Each channel is
+/// padded once, and each tap runs along whole rows.
 fn blur(img: &mut [u8], height: usize, width: usize, kernel_size: usize, sigma: f32) {
     let k1 = gaussian_kernel(kernel_size, sigma);
-    let k2: Vec<f64> = k1
-        .iter()
-        .flat_map(|a| k1.iter().map(move |b| f64::from(a * b)))
-        .collect();
-    let half = (kernel_size / 2) as isize;
-    let pw = width + kernel_size - 1;
-    let ph = height + kernel_size - 1;
+    let k = kernel_size;
+    let weight = |i: usize, j: usize| f64::from(k1[i] * k1[j]);
+    let half = (k / 2) as isize;
+    let pw = width + k - 1;
+    let ph = height + k - 1;
     let mut padded = vec![0f64; pw * ph];
+    let mut rows = vec![0f64; pw];
     let mut acc = vec![0f64; width];
     for c in 0..3 {
         for (py, line) in padded.chunks_exact_mut(pw).enumerate() {
@@ -166,12 +167,30 @@ fn blur(img: &mut [u8], height: usize, width: usize, kernel_size: usize, sigma: 
         }
         for y in 0..height {
             acc.fill(0.0);
-            for i in 0..kernel_size {
-                let line = &padded[(y + i) * pw..(y + i + 1) * pw];
-                for j in 0..kernel_size {
-                    let w = k2[i * kernel_size + j];
-                    for (a, &v) in acc.iter_mut().zip(&line[j..j + width]) {
-                        *a += w * v;
+            for i in 0..=k / 2 {
+                let (top, bottom) = (y + i, y + k - 1 - i);
+                let a = &padded[top * pw..(top + 1) * pw];
+                if top == bottom {
+                    rows.copy_from_slice(a);
+                } else {
+                    let b = &padded[bottom * pw..(bottom + 1) * pw];
+                    for ((r, &a), &b) in rows.iter_mut().zip(a).zip(b) {
+                        *r = a + b;
+                    }
+                }
+                for j in 0..=k / 2 {
+                    let w = weight(i, j);
+                    let (l, r) = (j, k - 1 - j);
+                    if l == r {
+                        for (a, &v) in acc.iter_mut().zip(&rows[l..l + width]) {
+                            *a += w * v;
+                        }
+                    } else {
+                        let left = &rows[l..l + width];
+                        let right = &rows[r..r + width];
+                        for ((a, &u), &v) in acc.iter_mut().zip(left).zip(right) {
+                            *a += w * (u + v);
+                        }
                     }
                 }
             }
