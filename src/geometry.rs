@@ -306,7 +306,7 @@ fn round_half_even(v: f64) -> u64 {
 /// as PyTorch draws them), `w = round(sqrt(area * ratio))`, `h = round(sqrt(area / ratio))`,
 /// kept if it fits, at `randint(0, H - h)`, `randint(0, W - w)`; else the centre box with the
 /// ratio clamped into the range. Returns `(top, left, height, width)`.
-fn random_resized_crop(
+pub(crate) fn random_resized_crop(
     width: u32,
     height: u32,
     scale: DrawRange,

@@ -69,6 +69,7 @@ mod schedule;
 mod source;
 #[allow(unsafe_code)]
 mod tensor;
+pub mod views;
 
 pub use augment::{
     Augment, AugmentOptions, ColorJitter, Mix, Op as AugmentOp, RandomErasing, Recipe,
@@ -93,7 +94,8 @@ pub use options::{
 };
 pub use order::PipelineState;
 pub use pipeline::{
-    PatchServer, PatchServerBuilder, Pipeline, PipelineBuilder, RequestImage, WaitedBatch,
+    epoch_order, PatchServer, PatchServerBuilder, Pipeline, PipelineBuilder, RequestImage,
+    WaitedBatch,
 };
 pub use profile::{Profile, Stage, StageTime};
 #[cfg(feature = "object-store")]
@@ -144,6 +146,8 @@ mod docs_examples {
     struct Resume;
     #[doc = include_str!("../docs/patches.md")]
     struct Patches;
+    #[doc = include_str!("../docs/views.md")]
+    struct Views;
 }
 
 /// The object-storage page's examples, compiled as doc tests.

@@ -23,6 +23,15 @@ impl Draws {
         Draws::new(mix.next())
     }
 
+    /// The stream of view `view` of image `index` in `epoch` under `seed`: the image's stream
+    /// mixed once more with the view's number.
+    pub fn for_view(seed: u64, epoch: u64, index: usize, view: usize) -> Draws {
+        let mut mix = Draws::for_image(seed, epoch, index);
+        let a = mix.next();
+        let mut mix = Draws::new(a ^ (view as u64).wrapping_mul(0x94D0_49BB_1331_11EB));
+        Draws::new(mix.next())
+    }
+
     /// The next 64 random bits.
     pub fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -64,6 +73,10 @@ mod tests {
         assert_ne!(first(1, 2, 3), first(2, 2, 3));
         // Swapping epoch and index does not give the same stream.
         assert_ne!(first(0, 5, 7), first(0, 7, 5));
+        let view = |view| Draws::for_view(1, 2, 3, view).next();
+        assert_eq!(view(4), view(4));
+        assert_ne!(view(4), view(5));
+        assert_ne!(view(0), first(1, 2, 3));
     }
 
     #[test]

@@ -106,6 +106,41 @@ fn draw_crop(
     Ok((d.top, d.left, d.height, d.width, d.flipped))
 }
 
+/// The views of a multi-crop preset (`"dinov2"` or `"simclr"`) of one encoded image (source
+/// index `index`, `epoch`), decoded once on the CPU: for each view, `(pixels, size, draw)`,
+/// `pixels` its `size * size * 3` bytes (`uint8`, rows first, RGB), `draw` what it drew as a
+/// JSON object (its box, flip and the torchvision calls after them), exactly as
+/// `gpufeed run --views` saves them.
+#[pyfunction]
+#[pyo3(signature = (data, preset="dinov2", index=0, epoch=0, *, seed=0))]
+fn render_views(
+    py: Python<'_>,
+    data: &[u8],
+    preset: &str,
+    index: usize,
+    epoch: u64,
+    seed: u64,
+) -> PyResult<Vec<(Py<pyo3::types::PyBytes>, u32, String)>> {
+    let preset: gpufeed::views::ViewsPreset = preset
+        .parse()
+        .map_err(|e: gpufeed::ParseOptionError| PyValueError::new_err(e.to_string()))?;
+    let views = gpufeed::views::Views::preset(preset).seed(seed);
+    let decode = gpufeed::DecodeOptions::default();
+    let made = py
+        .detach(|| gpufeed::cpu::render_views(data, &decode, &views, index, epoch))
+        .map_err(to_py_err)?;
+    Ok(made
+        .into_iter()
+        .map(|v| {
+            (
+                pyo3::types::PyBytes::new(py, &v.pixels).unbind(),
+                v.draw.size,
+                v.draw.json(index, epoch),
+            )
+        })
+        .collect())
+}
+
 /// Every keyword of `Pipeline()` as `(name, type, default, doc)`, in the signature's order: the
 /// table the signature, the docstring and the misspelt-keyword error are made from (the tests
 /// compare the `.pyi` stub with it).
@@ -121,6 +156,7 @@ fn _keyword_table() -> Vec<(&'static str, &'static str, String, &'static str)> {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(draw_crop, m)?)?;
+    m.add_function(wrap_pyfunction!(render_views, m)?)?;
     m.add_function(wrap_pyfunction!(_keyword_table, m)?)?;
     m.add_class::<pipeline::Pipeline>()?;
     m.add_class::<pipeline::Batch>()?;

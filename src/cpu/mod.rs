@@ -12,11 +12,13 @@ mod priority;
 mod probe;
 mod resize;
 mod stage;
+mod views;
 
 pub use normalize::normalize;
 pub use patches::{patch_batch, patch_image, PatchBatch, PatchDraw, PatchImage};
 pub use prepare::prepare_image;
 pub use stage::{CpuStage, PreparedBatch};
+pub use views::{render_views, ViewImage};
 
 pub(crate) use ahead::{AheadImage, AheadWork, CpuAhead};
 pub(crate) use normalize::NormalizeTable;

@@ -29,7 +29,7 @@ impl ColorJitter {
         self.brightness > 0.0 || self.contrast > 0.0 || self.saturation > 0.0 || self.hue > 0.0
     }
 
-    fn check(&self) -> Result<()> {
+    pub(super) fn check(&self) -> Result<()> {
         let ok = |v: f64| v.is_finite() && v >= 0.0;
         if !(ok(self.brightness) && ok(self.contrast) && ok(self.saturation)) {
             return Err(Error::invalid(

@@ -85,6 +85,7 @@ mod output;
 mod patches;
 mod resize;
 mod runtime;
+mod views;
 
 pub(crate) use augment::RAND_AUGMENT_BINS;
 pub use augment::{Augment, MAX_RAND_AUGMENT_OPS};
@@ -108,6 +109,7 @@ pub use resize::{
     RANDOM_FLIP_CHANCE,
 };
 pub use runtime::{Device, RuntimeOptions};
+pub use views::{ViewBlur, ViewGroup, ViewOps, Views, ViewsPreset};
 
 /// Every option of a pipeline, one group per stage; the defaults are torchvision's evaluation
 /// transform on ImageNet (`Resize(256)`, `CenterCrop(224)`, ImageNet mean and std), f16 NCHW on

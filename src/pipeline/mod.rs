@@ -138,6 +138,23 @@ impl std::fmt::Debug for Pipeline {
     }
 }
 
+/// The source indices this process takes in `epoch` under `batching` (its shuffle, shard and
+/// shard balance), in order, the shard's padding included: the order a [`Pipeline`] built over
+/// `source` with the same batching goes through. What a caller making its own outputs of the
+/// images (their views, with [`crate::cpu::render_views`]) follows to shuffle and shard as the
+/// pipeline does.
+pub fn epoch_order(
+    source: &Source,
+    batching: &crate::options::BatchOptions,
+    epoch: u64,
+) -> Vec<usize> {
+    Sampler::new(source.len(), batching)
+        .with_blocks(source.shuffle_blocks())
+        .epoch_from(epoch, 0)
+        .indices()
+        .to_vec()
+}
+
 impl Pipeline {
     /// A builder with torchvision's defaults.
     pub fn builder() -> PipelineBuilder {

@@ -17,6 +17,7 @@ macro_rules! out {
 mod npy;
 mod run;
 mod save;
+mod views;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -388,6 +388,16 @@ pub struct RunArgs {
     /// that reproduce it, and its mixing). They appear only once the run has succeeded.
     #[arg(long, value_name = "FILE.npy", help_heading = "Run")]
     save: Option<PathBuf>,
+    /// Cut every image into a multi-crop preset's views: dinov2 or simclr
+    ///
+    /// Decode every image once and cut it into the preset's views on the CPU (dinov2: 2 global
+    /// views of 224 and 8 local of 96; simclr: 2 of 224), each with its own crop, flip and
+    /// colour operations drawn from --seed, the epoch, the image and the view, as torchvision
+    /// runs them on a PIL image. With --save FILE.npy: FILE.view<K>.npy (uint8, [images, size,
+    /// size, 3]) for each view K and FILE.views.jsonl (what each view drew). Images go in the
+    /// order --shuffle and --shard give.
+    #[arg(long, value_name = "PRESET", help_heading = "Training", conflicts_with_all = ["train", "augment", "random_erasing", "mixup", "cutmix", "recipe", "device", "state", "resume", "max_batches"])]
+    views: Option<gpufeed::views::ViewsPreset>,
     /// Let --save replace existing files (never an image the run reads).
     #[arg(long, hide_short_help = true, help_heading = "Run")]
     overwrite: bool,
@@ -1055,6 +1065,27 @@ fn run_and_summarize(args: &RunArgs, signals: &Signals, summarized: &mut bool) -
     }
     if args.epochs == 0 {
         return Err(ArgumentError("--epochs must be at least 1".into()).into());
+    }
+    if let Some(preset) = args.views {
+        let (shard, _) = args.shard()?;
+        let batching = args
+            .options(Device::Cpu, shard)
+            .map_err(|e| ArgumentError(e.to_string()))?
+            .batching;
+        let source = args.source(&signals.flag)?;
+        crate::views::run_views(&crate::views::ViewsRun {
+            source: &source,
+            views: gpufeed::views::Views::preset(preset).seed(args.seed),
+            decode: gpufeed::DecodeOptions::default(),
+            batching,
+            epochs: args.epochs,
+            save: args.save.as_deref(),
+            overwrite: args.overwrite,
+            json: args.json,
+            stop: &signals.flag,
+        })?;
+        *summarized = true;
+        return Ok(Device::Cpu);
     }
     let resume = load_resume(args)?;
     let (shard, launch) = args.shard()?;

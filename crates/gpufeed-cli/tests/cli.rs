@@ -2509,4 +2509,111 @@ fn packing_padded_holds_the_packed_tokens_behind_a_mask() {
     more.extend_from_slice(&["--pillow-version", "12.1"]);
     let (older_summary, _) = patch_run(&older, &more);
     assert_eq!(older_summary["tokens"], summary["tokens"]);
+/// `--views dinov2`: ten views of each image, counted in the summary; `--save` writes each view
+/// and what it drew, equal to the library's views of the same image; flags that do not apply
+/// to views are refused.
+#[test]
+fn views_are_counted_saved_and_equal_to_the_librarys() {
+    let dir = temp_dir("views");
+    let npy = dir.join("out.npy");
+    let o = gpufeed(&[
+        "run",
+        "assets",
+        "--views",
+        "dinov2",
+        "--seed",
+        "5",
+        "--json",
+        "--save",
+        npy.to_str().expect("utf-8 path"),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary = last_json(&o);
+    assert_eq!(summary["images"], 7, "{summary}");
+    assert_eq!(summary["views"], 70, "{summary}");
+    assert_eq!(summary["errors"], 0, "{summary}");
+    let lines = std::fs::read_to_string(dir.join("out.views.jsonl")).expect("jsonl");
+    let lines: Vec<serde_json::Value> = lines
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(lines.len(), 70);
+    let bytes = std::fs::read(repo_path("assets/rocket.jpg")).expect("rocket");
+    let index = lines
+        .iter()
+        .find(|l| {
+            l["path"]
+                .as_str()
+                .is_some_and(|p| p.ends_with("rocket.jpg"))
+        })
+        .and_then(|l| l["index"].as_u64())
+        .expect("rocket's line") as usize;
+    let views = gpufeed::views::Views::dinov2().seed(5);
+    let want =
+        gpufeed::cpu::render_views(&bytes, &Default::default(), &views, index, 0).expect("views");
+    for (k, view) in want.iter().enumerate() {
+        let (descr, shape, data) = read_npy(&dir.join(format!("out.view{k}.npy")));
+        let size = if k < 2 { 224 } else { 96 };
+        assert_eq!((descr.as_str(), shape), ("|u1", vec![7, size, size, 3]));
+        let row = size * size * 3;
+        assert!(
+            data[index * row..(index + 1) * row] == view.pixels[..],
+            "view {k}"
+        );
+        let line = &lines[index * 10 + k];
+        assert_eq!(line["view"], k);
+        assert_eq!(line["top"], view.draw.crop.top);
+        assert_eq!(line["flip"], view.draw.crop.flipped);
+    }
+    // Another seed, other views.
+    let other = gpufeed::cpu::render_views(&bytes, &Default::default(), &views.seed(6), index, 0)
+        .expect("views");
+    assert_ne!(other[0].pixels, want[0].pixels);
+    for refused in [
+        &["--views", "dinov2", "--resume", "state.json"][..],
+        &["--views", "dinov2", "--train"],
+        &["--views", "dino"],
+    ] {
+        let mut args = vec!["run", "assets"];
+        args.extend_from_slice(refused);
+        let o = gpufeed(&args);
+        assert_eq!(o.status.code(), Some(2), "{refused:?}");
+    }
+}
+
+/// `--views` with `--shard` and `--shuffle`: each rank's images in the order a pipeline takes,
+/// the ranks together covering the source.
+#[test]
+fn views_follow_the_shuffle_and_the_shard() {
+    let indices = |args: &[&str]| -> Vec<u64> {
+        let dir = temp_dir("views-shard");
+        let npy = dir.join("out.npy");
+        let mut all = vec!["run", "assets", "--views", "simclr", "--save"];
+        all.push(npy.to_str().expect("utf-8 path"));
+        all.extend_from_slice(args);
+        let o = gpufeed(&all);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let lines = std::fs::read_to_string(dir.join("out.views.jsonl")).expect("jsonl");
+        lines
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("JSON"))
+            .filter(|l| l["view"] == 0)
+            .map(|l| l["index"].as_u64().expect("index"))
+            .collect()
+    };
+    assert_eq!(indices(&[]), (0..7).collect::<Vec<_>>());
+    let shuffled = indices(&["--shuffle", "3"]);
+    assert_ne!(shuffled, (0..7).collect::<Vec<_>>());
+    let mut sorted = shuffled.clone();
+    sorted.sort();
+    assert_eq!(sorted, (0..7).collect::<Vec<_>>());
+    let (a, b) = (
+        indices(&["--shuffle", "3", "--shard", "0/2"]),
+        indices(&["--shuffle", "3", "--shard", "1/2"]),
+    );
+    let mut both: Vec<u64> = a.iter().chain(&b).copied().collect();
+    both.sort();
+    both.dedup();
+    assert_eq!(both, (0..7).collect::<Vec<_>>());
+    assert_eq!(a.iter().step_by(1).take(1).next(), shuffled.first());
 }

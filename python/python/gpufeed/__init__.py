@@ -26,6 +26,7 @@ from ._native import (
     ServedBatch,
     Tensor,
     draw_crop,
+    render_views,
 )
 
 __all__ = [
@@ -39,4 +40,5 @@ __all__ = [
     "ServedBatch",
     "Tensor",
     "draw_crop",
+    "render_views",
 ]

@@ -5,7 +5,7 @@ Pipeline.__init__ lists every keyword with the type and default of the binding's
 """
 
 import os
-from typing import Any, Iterator, Literal, Optional, Sequence, Tuple, Union
+from typing import Any, Iterator, List, Literal, Optional, Sequence, Tuple, Union
 
 KEYWORDS: list[str]
 """Every keyword of Pipeline(), in the signature's order."""
@@ -275,3 +275,14 @@ class PatchServer:
     def preset(self) -> str: ...
     @property
     def device_description(self) -> str: ...
+def render_views(
+    data: bytes,
+    preset: str = "dinov2",
+    index: int = 0,
+    epoch: int = 0,
+    *,
+    seed: int = 0,
+) -> List[Tuple[bytes, int, str]]:
+    """The views of a multi-crop preset ("dinov2" or "simclr") of one encoded image, decoded
+    once: (pixels, size, draw) per view, pixels size*size*3 uint8 bytes (HWC, RGB), draw a JSON
+    object of what the view drew, as `gpufeed run --views` saves it."""

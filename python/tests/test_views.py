@@ -1,0 +1,78 @@
+"""Views (`gpufeed run DIR --views PRESET`, `gpufeed.render_views`): every view equal to the
+reference transforms run on the parameters it drew (tests/views_reference.py), for the bundled
+photos and every fixture."""
+
+import importlib.util
+import json
+import os
+import shutil
+
+import pytest
+
+from conftest import ASSETS, ROOT, all_images
+
+spec = importlib.util.spec_from_file_location("views_reference", ROOT / "tests" / "views_reference.py")
+reference = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(reference)
+
+
+def cli():
+    path = os.environ.get("GPUFEED_CLI")
+    if not path:
+        pytest.skip("GPUFEED_CLI is not set (the gpufeed executable, e.g. target/release/gpufeed)")
+    return path
+
+
+@pytest.fixture
+def photos(tmp_path):
+    """The bundled photos and every fixture: gray, CMYK, YCCK, progressive, EXIF, 16-bit and
+    palette PNGs, alpha, WebP, GIF, BMP, TIFF, one pixel, 10 x 600."""
+    for p in all_images():
+        shutil.copy(p, tmp_path / p.name)
+    return tmp_path
+
+
+@pytest.mark.parametrize("preset,seed", [("dinov2", 0), ("dinov2", 11), ("simclr", 3)])
+def test_every_view_equals_the_reference(photos, preset, seed):
+    stats = reference.compare(photos, cli(), preset, seed)
+    views_per_image = 10 if preset == "dinov2" else 2
+    assert stats["views"] == views_per_image * len(list(photos.iterdir()))
+    assert stats["diff_unblurred"] == 0, stats
+    assert reference.passes(stats), stats
+
+
+def test_the_reference_sees_a_wrong_view(photos, tmp_path, monkeypatch):
+    """The comparison can fail: a view shifted by one column no longer matches."""
+    real = reference.reference_view
+
+    def shifted(image, line, resample):
+        line = dict(line, left=line["left"] + 1 if line["left"] > 0 else 1)
+        return real(image, line, resample)
+
+    monkeypatch.setattr(reference, "reference_view", shifted)
+    stats = reference.compare(photos, cli(), "dinov2", 0)
+    assert not reference.passes(stats)
+
+
+def test_python_views_equal_the_reference():
+    """`gpufeed.render_views`: the same views as the command line's, each equal to the
+    reference transforms on what it drew."""
+    gpufeed = pytest.importorskip("gpufeed")
+    np = pytest.importorskip("numpy")
+    from PIL import Image
+
+    path = ASSETS / "rocket.jpg"
+    views = gpufeed.render_views(path.read_bytes(), "dinov2", 4, 1, seed=9)
+    assert len(views) == 10
+    image = Image.open(path).convert("RGB")
+    for pixels, size, draw in views:
+        line = json.loads(draw)
+        assert (line["index"], line["epoch"], line["size"]) == (4, 1, size)
+        got = np.frombuffer(pixels, np.uint8).reshape(size, size, 3)
+        want = reference.reference_view(image, line, Image.BICUBIC)
+        assert np.array_equal(got, want), line
+    assert views == gpufeed.render_views(path.read_bytes(), "dinov2", 4, 1, seed=9)
+    with pytest.raises(ValueError, match="dinov2, simclr"):
+        gpufeed.render_views(path.read_bytes(), "dino")
+    with pytest.raises(gpufeed.ItemError):
+        gpufeed.render_views(b"not an image")
