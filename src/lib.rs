@@ -67,6 +67,7 @@ mod random;
 mod resample;
 mod schedule;
 mod source;
+pub mod targets;
 #[allow(unsafe_code)]
 mod tensor;
 

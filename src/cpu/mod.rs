@@ -19,6 +19,7 @@ pub use prepare::prepare_image;
 pub use stage::{CpuStage, PreparedBatch};
 
 pub(crate) use ahead::{AheadImage, AheadWork, CpuAhead};
+pub(crate) use decode::decode_whole;
 pub(crate) use normalize::NormalizeTable;
 pub(crate) use patches::write_tokens;
 pub(crate) use stage::{BatchRequest, CpuLane, Filled, LaneCore, Staging};
