@@ -59,7 +59,11 @@ fn bad_coco_targets_have_their_documented_results() {
     // a.jpg only: its box outside the image and its zero-width box dropped by Sanitize.
     assert_eq!(batch.len(), 1);
     assert_eq!(batch.row_boxes(0), &[[2.0, 2.0, 12.0, 12.0]]);
-    assert_eq!(batch.masks.len(), 64 * 32, "one mask plane of the padded size");
+    assert_eq!(
+        batch.masks.len(),
+        64 * 32,
+        "one mask plane of the padded size"
+    );
     let report = loader.report();
     assert_eq!(report.dropped_objects, 2);
     let reasons: Vec<String> = report.skipped.iter().map(|e| e.to_string()).collect();
@@ -71,7 +75,10 @@ fn bad_coco_targets_have_their_documented_results() {
             .find(|e| e.id.ends_with(needle))
             .unwrap_or_else(|| panic!("{needle} not skipped: {reasons:#?}"))
     };
-    assert!(matches!(find("missing.jpg").kind, ItemErrorKind::Read { .. }));
+    assert!(matches!(
+        find("missing.jpg").kind,
+        ItemErrorKind::Read { .. }
+    ));
     let b = find("b.jpg").kind.to_string();
     assert!(b.contains("add up to 20 pixels, the mask has 1200"), "{b}");
     let c = find("c.jpg").kind.to_string();
@@ -86,7 +93,10 @@ fn a_file_that_is_not_coco_names_itself() {
     let ann = dir.join("ann.json");
     std::fs::write(&ann, "{\"images\": [{\"id\": 1}]}").unwrap();
     let e = TargetSource::coco(&ann, &dir).unwrap_err().to_string();
-    assert!(e.contains("ann.json") && e.contains("malformed image"), "{e}");
+    assert!(
+        e.contains("ann.json") && e.contains("malformed image"),
+        "{e}"
+    );
     std::fs::write(&ann, "[1, 2").unwrap();
     let e = TargetSource::coco(&ann, &dir).unwrap_err().to_string();
     assert!(e.contains("ann.json") && e.contains("not COCO JSON"), "{e}");
@@ -124,10 +134,19 @@ fn bad_segmentation_pairs_are_skipped_with_their_reason() {
     assert_eq!((batch.width, batch.height), (650, 520));
     assert!(batch.semantic.iter().all(|&v| v < 21));
     assert!(batch.semantic.contains(&20));
-    let reasons: Vec<String> = loader.report().skipped.iter().map(|e| e.to_string()).collect();
+    let reasons: Vec<String> = loader
+        .report()
+        .skipped
+        .iter()
+        .map(|e| e.to_string())
+        .collect();
     assert_eq!(reasons.len(), 2, "{reasons:#?}");
-    assert!(reasons.iter().any(|r| r.contains("b.jpg") && r.contains("is 40x40, its image 50x40")));
-    assert!(reasons.iter().any(|r| r.contains("c.jpg") && r.contains("c.png")));
+    assert!(reasons
+        .iter()
+        .any(|r| r.contains("b.jpg") && r.contains("is 40x40, its image 50x40")));
+    assert!(reasons
+        .iter()
+        .any(|r| r.contains("c.jpg") && r.contains("c.png")));
 }
 
 #[test]
@@ -157,7 +176,10 @@ fn batches_do_not_depend_on_the_thread_count() {
     )
     .unwrap();
     let run = |threads: usize| {
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
         pool.install(|| {
             let mut loader = TargetLoader::new(TargetSource::coco(&ann, &dir).unwrap())
                 .recipe(TargetRecipe::Lsj)

@@ -115,10 +115,13 @@ def run_cli(args, out):
     return [json.loads(line) for line in (out / "targets.jsonl").read_text().splitlines()]
 
 
+DENSE = (tv_tensors.BoundingBoxes, tv_tensors.Mask, tv_tensors.KeyPoints)
+
+
 def each(fn, image, target, **kwargs):
     """`fn` on the image and on every tv_tensor of the target."""
     out = {
-        k: fn(v, **kwargs) if isinstance(v, (tv_tensors.BoundingBoxes, tv_tensors.Mask)) else v
+        k: fn(v, **kwargs) if isinstance(v, DENSE) else v
         for k, v in target.items()
     }
     return fn(image, **kwargs), out
@@ -136,14 +139,18 @@ def replay(image, target, ops):
             image = F.pad(image, op["pad"], fill=list(op["fill"]))
             target = {
                 k: F.pad(v, op["pad"], fill=op["mask_fill"] if k == "semantic" else 0)
-                if isinstance(v, (tv_tensors.BoundingBoxes, tv_tensors.Mask))
+                if isinstance(v, DENSE)
                 else v
                 for k, v in target.items()
             }
         elif "horizontal_flip" in op:
             image, target = each(F.horizontal_flip, image, target)
         elif "sanitize" in op:
-            image, target = v2.SanitizeBoundingBoxes()(image, target)
+            getter = "default"
+            if "keypoints" in target:
+                target["kp"] = target.pop("keypoints").as_subclass(torch.Tensor)
+                getter = lambda inputs: (inputs[1]["labels"], inputs[1]["kp"])  # noqa: E731
+            image, target = v2.SanitizeBoundingBoxes(labels_getter=getter)(image, target)
     return image, target
 
 
@@ -158,6 +165,9 @@ def check_row(row, saved, image, target, masks_file=None, semantic_file=None):
         boxes = np.array(row["boxes"], np.float32).reshape(-1, 4)
         np.testing.assert_allclose(boxes, target["boxes"].numpy(), atol=1e-4, rtol=0)
         assert row["labels"] == target["labels"].tolist(), row["id"]
+    if "kp" in target:
+        got_kp = np.array([k[:2] for k in row["keypoints"]], np.float32).reshape(-1, 2)
+        np.testing.assert_allclose(got_kp, target["kp"].numpy(), atol=1e-4, rtol=0)
     if masks_file is not None and "masks" in target:
         o0, o1 = row["objects"]
         planes = masks_file[o0:o1, :h, :w]
@@ -187,6 +197,12 @@ def test_detection_recipes_match_torchvision(tmp_path, recipe):
         assert len(rows) == len(base)
         for row in rows:
             image, target = dataset[row["index"]]
+            anns = base.coco.loadAnns(base.coco.getAnnIds(base.ids[row["index"]]))
+            if anns:
+                target["keypoints"] = tv_tensors.KeyPoints(
+                    torch.tensor([a["keypoints"][:2] for a in anns], dtype=torch.float32),
+                    canvas_size=image.size[::-1],
+                )
             if "boxes" not in target:
                 target["boxes"] = tv_tensors.BoundingBoxes(
                     torch.zeros((0, 4)), format="XYXY", canvas_size=image.size[::-1]

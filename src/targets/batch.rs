@@ -126,6 +126,9 @@ pub struct TargetBatch {
     pub labels: Vec<i64>,
     /// All rows' crowd flags.
     pub crowd: Vec<u8>,
+    /// All rows' keypoints, each object's `[x, y, visibility]` triples flattened (empty for an
+    /// object without, and for all when the source has none).
+    pub keypoints: Vec<Vec<f32>>,
     /// Row `i`'s objects are `offsets[i]..offsets[i + 1]` of `boxes`, `labels`, `crowd` and
     /// the instance masks.
     pub offsets: Vec<usize>,
@@ -413,7 +416,14 @@ fn collate(batch: &mut TargetBatch, rows: Vec<Sample>, divisible: u32, pad_fill:
         batch.boxes.extend_from_slice(&s.boxes);
         batch.labels.extend_from_slice(&s.labels);
         batch.crowd.extend_from_slice(&s.crowd);
+        if !s.keypoints.is_empty() {
+            batch.keypoints.resize(batch.offsets[i], Vec::new());
+            batch.keypoints.extend(s.keypoints.iter().cloned());
+        }
         batch.offsets.push(batch.boxes.len());
+    }
+    if !batch.keypoints.is_empty() {
+        batch.keypoints.resize(batch.boxes.len(), Vec::new());
     }
 }
 

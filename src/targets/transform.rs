@@ -8,7 +8,8 @@
 //! - `crop`: the image and masks cut, boxes moved by `-[left, top]` and clamped to the new size;
 //! - `pad` (right and bottom): the image filled per channel, masks with their own fill, boxes
 //!   clamped to the new size;
-//! - `horizontal_flip`: pixels mirrored, boxes `[W - x1, y0, W - x0, y1]`;
+//! - `horizontal_flip`: pixels mirrored, boxes `[W - x1, y0, W - x0, y1]`, keypoints
+//!   `W - 1 - x`;
 //! - `sanitize`: `SanitizeBoundingBoxes(min_size=1, min_area=1)`, the objects dropped with their
 //!   labels and masks.
 //!
@@ -121,6 +122,7 @@ fn resize(
                 *v *= ratios[k % 2];
             }
         }
+        keypoints_map(sample, |x| x * ratios[0], |y| y * ratios[1]);
         sample.width = width;
         sample.height = height;
         if window.is_some() {
@@ -201,6 +203,7 @@ fn crop_boxes(sample: &mut Sample, top: u32, left: u32, height: u32, width: u32)
     for b in &mut sample.boxes {
         *b = [b[0] - l, b[1] - t, b[2] - l, b[3] - t];
     }
+    keypoints_map(sample, |x| x - l, |y| y - t);
     sample.width = width;
     sample.height = height;
     clamp_boxes(sample);
@@ -273,6 +276,20 @@ fn horizontal_flip(sample: &mut Sample) {
     let fw = sample.width as f32;
     for b in &mut sample.boxes {
         *b = [-(b[2] - fw), b[1], -(b[0] - fw), b[3]];
+    }
+    // `horizontal_flip_keypoints`: `-(x - (W - 1))`.
+    let last = (sample.width as i64 - 1) as f32;
+    keypoints_map(sample, |x| -(x - last), |y| y);
+}
+
+/// Maps every keypoint's x and y (`[x, y, visibility]` triples; the visibility kept), as
+/// torchvision's `KeyPoints` kernels do (`f32`, unclamped).
+fn keypoints_map(sample: &mut Sample, fx: impl Fn(f32) -> f32, fy: impl Fn(f32) -> f32) {
+    for k in &mut sample.keypoints {
+        for p in k.chunks_exact_mut(3) {
+            p[0] = fx(p[0]);
+            p[1] = fy(p[1]);
+        }
     }
 }
 

@@ -218,6 +218,7 @@ fn save_batch(
             "boxes": batch.boxes[o0..o1],
             "labels": batch.labels[o0..o1],
             "crowd": batch.crowd[o0..o1],
+            "keypoints": batch.keypoints.get(o0..o1).unwrap_or(&[]),
             "objects": [o0, o1],
             "ops": ops,
         });
