@@ -143,6 +143,8 @@ mod docs_examples {
     struct Resume;
     #[doc = include_str!("../docs/patches.md")]
     struct Patches;
+    #[doc = include_str!("../docs/targets.md")]
+    struct Targets;
 }
 
 /// The object-storage page's examples, compiled as doc tests.
