@@ -162,6 +162,14 @@ impl TargetBatch {
         &self.boxes[self.offsets[row]..self.offsets[row + 1]]
     }
 
+    /// Row `row`'s boxes in `format` (`F.convert_bounding_box_format` in `f32`).
+    pub fn row_boxes_as(&self, row: usize, format: BoxFormat) -> Vec<[f32; 4]> {
+        self.row_boxes(row)
+            .iter()
+            .map(|b| format.from_xyxy(*b))
+            .collect()
+    }
+
     /// Row `row`'s labels.
     pub fn row_labels(&self, row: usize) -> &[i64] {
         &self.labels[self.offsets[row]..self.offsets[row + 1]]
@@ -171,6 +179,43 @@ impl TargetBatch {
     /// pixels, clamped to it. `None` for a row the batch does not have.
     pub fn to_original(&self, row: usize, boxes: &[[f32; 4]]) -> Option<Vec<[f32; 4]>> {
         self.inverse.get(row).map(|m| m.to_original(boxes))
+    }
+}
+
+/// torchvision's box formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BoxFormat {
+    /// Corners: `[x0, y0, x1, y1]`.
+    #[default]
+    Xyxy,
+    /// Corner and size: `[x0, y0, w, h]`.
+    Xywh,
+    /// Centre and size: `[cx, cy, w, h]`.
+    Cxcywh,
+}
+
+impl BoxFormat {
+    /// An XYXY box in this format, as torchvision converts in `f32`: `w = x1 - x0`,
+    /// `cx = (x0 * 2 + w) / 2`.
+    pub fn from_xyxy(self, b: [f32; 4]) -> [f32; 4] {
+        let (w, h) = (b[2] - b[0], b[3] - b[1]);
+        match self {
+            BoxFormat::Xyxy => b,
+            BoxFormat::Xywh => [b[0], b[1], w, h],
+            BoxFormat::Cxcywh => [(b[0] * 2.0 + w) / 2.0, (b[1] * 2.0 + h) / 2.0, w, h],
+        }
+    }
+
+    /// A box in this format as XYXY (`x1 = x0 + w`; `x0 = cx - w / 2`).
+    pub fn to_xyxy(self, b: [f32; 4]) -> [f32; 4] {
+        match self {
+            BoxFormat::Xyxy => b,
+            BoxFormat::Xywh => [b[0], b[1], b[0] + b[2], b[1] + b[3]],
+            BoxFormat::Cxcywh => {
+                let (x0, y0) = (b[0] - b[2] / 2.0, b[1] - b[3] / 2.0);
+                [x0, y0, x0 + b[2], y0 + b[3]]
+            }
+        }
     }
 }
 
@@ -430,6 +475,16 @@ fn collate(batch: &mut TargetBatch, rows: Vec<Sample>, divisible: u32, pad_fill:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn box_formats_round_trip() {
+        let b = [1.0, 2.0, 5.0, 10.0];
+        assert_eq!(BoxFormat::Xywh.from_xyxy(b), [1.0, 2.0, 4.0, 8.0]);
+        assert_eq!(BoxFormat::Cxcywh.from_xyxy(b), [3.0, 6.0, 4.0, 8.0]);
+        for f in [BoxFormat::Xyxy, BoxFormat::Xywh, BoxFormat::Cxcywh] {
+            assert_eq!(f.to_xyxy(f.from_xyxy(b)), b);
+        }
+    }
 
     #[test]
     fn inverse_undoes_resize_crop_and_flip() {

@@ -16,7 +16,7 @@ mod recipe;
 mod source;
 mod transform;
 
-pub use batch::{Inverse, TargetBatch, TargetLoader, TargetReport};
+pub use batch::{BoxFormat, Inverse, TargetBatch, TargetLoader, TargetReport};
 pub use coco::{Category, Coco, CocoError, CocoImage, CocoReport};
 pub use mask::{MaskError, Rle};
 pub use recipe::TargetRecipe;

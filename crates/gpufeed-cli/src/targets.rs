@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use gpufeed::targets::{TargetBatch, TargetLoader, TargetRecipe, TargetSource};
+use gpufeed::targets::{BoxFormat, TargetBatch, TargetLoader, TargetRecipe, TargetSource};
 use serde_json::{json, Value};
 
 use crate::Result;
@@ -56,6 +56,9 @@ pub struct TargetArgs {
     /// .semantic.npy, and targets.jsonl (a line a row).
     #[arg(long, value_name = "DIR")]
     save: Option<PathBuf>,
+    /// The saved boxes' format: xyxy, xywh or cxcywh.
+    #[arg(long, default_value = "xyxy", value_parser = ["xyxy", "xywh", "cxcywh"])]
+    box_format: String,
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
@@ -122,7 +125,12 @@ pub fn run(args: &TargetArgs) -> Result<()> {
         let mut b = 0usize;
         while let Some(batch) = loader.next_batch() {
             if let (Some(dir), Some(lines)) = (&args.save, lines.as_mut()) {
-                save_batch(dir, lines, &batch, b, instance)?;
+                let format = match args.box_format.as_str() {
+                    "xywh" => BoxFormat::Xywh,
+                    "cxcywh" => BoxFormat::Cxcywh,
+                    _ => BoxFormat::Xyxy,
+                };
+                save_batch(dir, lines, &batch, b, instance, format)?;
             }
             rows += batch.len();
             objects += batch.boxes.len();
@@ -180,6 +188,7 @@ fn save_batch(
     batch: &TargetBatch,
     b: usize,
     instance: bool,
+    format: BoxFormat,
 ) -> Result<()> {
     let stem = format!("batch-{}-{b:05}", batch.epoch);
     let (h, w) = (batch.height as usize, batch.width as usize);
@@ -215,7 +224,7 @@ fn save_batch(
             "id": batch.ids[row],
             "original": [m.height, m.width],
             "size": [batch.sizes[row].0, batch.sizes[row].1],
-            "boxes": batch.boxes[o0..o1],
+            "boxes": batch.row_boxes_as(row, format),
             "labels": batch.labels[o0..o1],
             "crowd": batch.crowd[o0..o1],
             "keypoints": batch.keypoints.get(o0..o1).unwrap_or(&[]),
