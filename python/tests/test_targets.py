@@ -143,6 +143,13 @@ def replay(image, target, ops):
                 else v
                 for k, v in target.items()
             }
+        elif "iou_crop" in op:
+            t, l, h, w = op["iou_crop"]
+            boxes = target["boxes"]
+            cx, cy = 0.5 * (boxes[:, 0] + boxes[:, 2]), 0.5 * (boxes[:, 1] + boxes[:, 3])
+            inside = (l < cx) & (cx < l + w) & (t < cy) & (cy < t + h)
+            image, target = each(F.crop, image, target, top=t, left=l, height=h, width=w)
+            target["boxes"][~inside] = 0
         elif "horizontal_flip" in op:
             image, target = each(F.horizontal_flip, image, target)
         elif "sanitize" in op:
@@ -177,7 +184,7 @@ def check_row(row, saved, image, target, masks_file=None, semantic_file=None):
         np.testing.assert_array_equal(plane, target["semantic"].numpy()[0], err_msg=row["id"])
 
 
-@pytest.mark.parametrize("recipe", ["none", "hflip", "lsj", "multiscale", "letterbox:320:256"])
+@pytest.mark.parametrize("recipe", ["none", "hflip", "lsj", "multiscale", "ssdlite", "letterbox:320:256"])
 def test_detection_recipes_match_torchvision(tmp_path, recipe):
     rng = np.random.default_rng(59)
     data = tmp_path / "data"

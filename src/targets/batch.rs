@@ -62,6 +62,12 @@ impl Inverse {
                     left,
                     height: ch,
                     width: cw,
+                }
+                | JointOp::IouCrop {
+                    top,
+                    left,
+                    height: ch,
+                    width: cw,
                 } => {
                     m.bx -= f64::from(left);
                     m.by -= f64::from(top);
@@ -376,7 +382,14 @@ impl TargetLoader {
             .par_iter()
             .map(|&index| {
                 let mut sample = source.load(index, &decode)?;
-                let ops = recipe.draw(sample.width, sample.height, seed, epoch, index);
+                let ops = recipe.draw(
+                    sample.width,
+                    sample.height,
+                    &sample.boxes,
+                    seed,
+                    epoch,
+                    index,
+                );
                 let inverse = Inverse::of(&ops, sample.width, sample.height);
                 let before = sample.boxes.len();
                 sample.apply(&ops).map_err(|e| ItemError {

@@ -121,6 +121,19 @@ pub enum JointOp {
         /// The semantic mask's fill.
         mask_fill: u8,
     },
+    /// `RandomIoUCrop`'s call: `F.crop(.., top, left, height, width)`, then the boxes whose
+    /// centre (before the crop) is not strictly inside the window set to `[0, 0, 0, 0]`, for
+    /// `SanitizeBoundingBoxes` to drop.
+    IouCrop {
+        /// First row.
+        top: u32,
+        /// First column.
+        left: u32,
+        /// Rows.
+        height: u32,
+        /// Columns.
+        width: u32,
+    },
     /// `F.horizontal_flip`.
     HorizontalFlip,
     /// `SanitizeBoundingBoxes()` (`min_size=1`, `min_area=1`).
@@ -130,7 +143,7 @@ pub enum JointOp {
 impl JointOp {
     /// The call as one JSON object: `{"resize": [h, w]}`, `{"crop": [top, left, h, w]}`,
     /// `{"pad": [0, 0, right, bottom], "fill": [r, g, b], "mask_fill": v}`,
-    /// `{"horizontal_flip": true}`, `{"sanitize": true}`.
+    /// `{"iou_crop": [top, left, h, w]}`, `{"horizontal_flip": true}`, `{"sanitize": true}`.
     pub fn json(&self) -> serde_json::Value {
         use serde_json::json;
         match *self {
@@ -147,6 +160,12 @@ impl JointOp {
                 fill,
                 mask_fill,
             } => json!({"pad": [0, 0, right, bottom], "fill": fill, "mask_fill": mask_fill}),
+            JointOp::IouCrop {
+                top,
+                left,
+                height,
+                width,
+            } => json!({"iou_crop": [top, left, height, width]}),
             JointOp::HorizontalFlip => json!({"horizontal_flip": true}),
             JointOp::Sanitize => json!({"sanitize": true}),
         }

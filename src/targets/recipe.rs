@@ -32,6 +32,8 @@ pub enum TargetRecipe {
     /// Detection `multiscale`: `RandomShortestSize((480, ..., 800), 1333)`,
     /// `RandomHorizontalFlip(0.5)`.
     Multiscale,
+    /// Detection `ssdlite`: `RandomIoUCrop()`, `RandomHorizontalFlip(0.5)`.
+    Ssdlite,
     /// Segmentation train: `RandomResize(260, 1040)`, `RandomHorizontalFlip(0.5)`,
     /// `PadIfSmaller(480, fill 0, mask 255)`, `RandomCrop(480)`.
     SegmentationTrain,
@@ -56,6 +58,7 @@ impl TargetRecipe {
         "hflip",
         "lsj",
         "multiscale",
+        "ssdlite",
         "segmentation-train",
         "segmentation-eval",
         "letterbox:W:H",
@@ -68,6 +71,7 @@ impl TargetRecipe {
             "hflip" => TargetRecipe::Hflip,
             "lsj" => TargetRecipe::Lsj,
             "multiscale" => TargetRecipe::Multiscale,
+            "ssdlite" => TargetRecipe::Ssdlite,
             "segmentation-train" => TargetRecipe::SegmentationTrain,
             "segmentation-eval" => TargetRecipe::SegmentationEval,
             _ => {
@@ -94,11 +98,13 @@ impl TargetRecipe {
         )
     }
 
-    /// The calls of image `index` in `epoch` under `seed`, for an image of `width` x `height`.
+    /// The calls of image `index` in `epoch` under `seed`, for an image of `width` x `height`
+    /// with `boxes` (XYXY; `RandomIoUCrop` looks at them).
     pub fn draw(
         &self,
         width: u32,
         height: u32,
+        boxes: &[[f32; 4]],
         seed: u64,
         epoch: u64,
         index: usize,
@@ -133,6 +139,10 @@ impl TargetRecipe {
                     height: h,
                     width: w,
                 });
+                flip(&mut d, &mut ops);
+            }
+            TargetRecipe::Ssdlite => {
+                ops.extend(iou_crop(width, height, boxes, &mut d));
                 flip(&mut d, &mut ops);
             }
             TargetRecipe::SegmentationTrain => {
@@ -196,6 +206,76 @@ impl TargetRecipe {
     }
 }
 
+/// `RandomIoUCrop()`'s draws: an option of `[0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 2.0]` (2.0: no
+/// crop), then up to 40 trials of a size `int(side * (0.3 + 0.7 * rand))` of aspect 0.5..=2,
+/// a place `int((side - new) * rand)`, kept when a box's centre lies inside and the best IoU of
+/// those boxes with the window reaches the option (all `f32`); no trial kept: another option.
+/// An image whose boxes never qualify ends (as torchvision's loop does, with probability 1) on
+/// the no-crop option; after 1000 options gpufeed gives up the crop.
+fn iou_crop(width: u32, height: u32, boxes: &[[f32; 4]], d: &mut Draws) -> Option<JointOp> {
+    const OPTIONS: [f32; 7] = [0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 2.0];
+    let span = (1.0f64 - 0.3) as f32;
+    for _ in 0..1000 {
+        let min_iou = OPTIONS[d.below(OPTIONS.len() as u64) as usize];
+        if min_iou >= 1.0 {
+            return None;
+        }
+        for _ in 0..40 {
+            let (r0, r1) = (d.uniform_f32(0.0, 1.0), d.uniform_f32(0.0, 1.0));
+            let new_w = (width as f32 * (0.3 + span * r0)) as u32;
+            let new_h = (height as f32 * (0.3 + span * r1)) as u32;
+            if new_h == 0 {
+                continue;
+            }
+            let aspect = f64::from(new_w) / f64::from(new_h);
+            if !(0.5..=2.0).contains(&aspect) {
+                continue;
+            }
+            let (q0, q1) = (d.uniform_f32(0.0, 1.0), d.uniform_f32(0.0, 1.0));
+            let left = ((width - new_w) as f32 * q0) as u32;
+            let top = ((height - new_h) as f32 * q1) as u32;
+            if new_w == 0 {
+                continue;
+            }
+            let inside = super::transform::centres_inside(boxes, top, left, new_h, new_w);
+            if !inside.iter().any(|&v| v) {
+                continue;
+            }
+            let window = [
+                left as f32,
+                top as f32,
+                (left + new_w) as f32,
+                (top + new_h) as f32,
+            ];
+            let best = boxes
+                .iter()
+                .zip(&inside)
+                .filter(|(_, &i)| i)
+                .map(|(b, _)| iou(b, &window))
+                .fold(f32::NEG_INFINITY, f32::max);
+            if best < min_iou {
+                continue;
+            }
+            return Some(JointOp::IouCrop {
+                top,
+                left,
+                height: new_h,
+                width: new_w,
+            });
+        }
+    }
+    None
+}
+
+/// `box_iou` of two XYXY boxes in `f32`.
+fn iou(a: &[f32; 4], b: &[f32; 4]) -> f32 {
+    let area = |x: &[f32; 4]| (x[2] - x[0]) * (x[3] - x[1]);
+    let w = (a[2].min(b[2]) - a[0].max(b[0])).max(0.0);
+    let h = (a[3].min(b[3]) - a[1].max(b[1])).max(0.0);
+    let inter = w * h;
+    inter / (area(a) + area(b) - inter)
+}
+
 /// `ScaleJitter(target_size=(t, t))`'s size: `scale = 0.1 + rand * 1.9` (`f32`),
 /// `r = min(t / h, t / w) * scale` (`f32`), `int(w * r)`, `int(h * r)`.
 fn scale_jitter(width: u32, height: u32, target: u32, d: &mut Draws) -> (u32, u32) {
@@ -243,7 +323,7 @@ mod tests {
     #[test]
     fn lsj_ends_at_1024_square() {
         for index in 0..50 {
-            let ops = TargetRecipe::Lsj.draw(640, 480, 1, 0, index);
+            let ops = TargetRecipe::Lsj.draw(640, 480, &[], 1, 0, index);
             let mut size = (640u32, 480u32);
             for op in &ops {
                 match *op {
@@ -254,14 +334,14 @@ mod tests {
                 }
             }
             assert_eq!(size, (1024, 1024), "{ops:?}");
-            assert_eq!(ops, TargetRecipe::Lsj.draw(640, 480, 1, 0, index));
+            assert_eq!(ops, TargetRecipe::Lsj.draw(640, 480, &[], 1, 0, index));
         }
     }
 
     #[test]
     fn segmentation_train_crops_480() {
         for index in 0..50 {
-            let ops = TargetRecipe::SegmentationTrain.draw(500, 375, 3, 1, index);
+            let ops = TargetRecipe::SegmentationTrain.draw(500, 375, &[], 3, 1, index);
             assert!(matches!(
                 ops.last(),
                 Some(JointOp::Crop {
@@ -271,6 +351,31 @@ mod tests {
                 })
             ));
         }
+    }
+
+    #[test]
+    fn ssdlite_crops_around_a_box() {
+        let boxes = [[100.0, 100.0, 300.0, 250.0]];
+        let mut crops = 0;
+        for index in 0..100 {
+            let ops = TargetRecipe::Ssdlite.draw(640, 480, &boxes, 2, 0, index);
+            if let Some(&JointOp::IouCrop {
+                top,
+                left,
+                height,
+                width,
+            }) = ops.first()
+            {
+                crops += 1;
+                assert!(left < 200 && 200 < left + width && top < 175 && 175 < top + height);
+                let aspect = f64::from(width) / f64::from(height);
+                assert!((0.5..=2.0).contains(&aspect), "{ops:?}");
+            }
+        }
+        assert!((50..100).contains(&crops), "{crops}");
+        // No boxes: the loop ends on the no-crop option.
+        let ops = TargetRecipe::Ssdlite.draw(64, 48, &[], 2, 0, 0);
+        assert!(!ops.iter().any(|op| matches!(op, JointOp::IouCrop { .. })));
     }
 
     #[test]

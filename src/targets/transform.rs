@@ -54,6 +54,20 @@ pub(crate) fn apply(sample: &mut Sample, ops: &[JointOp]) -> Result<(), String> 
                 fill,
                 mask_fill,
             } => pad(sample, right, bottom, fill, mask_fill),
+            JointOp::IouCrop {
+                top,
+                left,
+                height,
+                width,
+            } => {
+                let inside = centres_inside(&sample.boxes, top, left, height, width);
+                crop(sample, top, left, height, width)?;
+                for (b, inside) in sample.boxes.iter_mut().zip(inside) {
+                    if !inside {
+                        *b = [0.0; 4];
+                    }
+                }
+            }
             JointOp::HorizontalFlip => horizontal_flip(sample),
             JointOp::Sanitize => sanitize(sample),
         }
@@ -255,6 +269,27 @@ fn pad(sample: &mut Sample, right: u32, bottom: u32, fill: [u8; 3], mask_fill: u
     sample.width = nw as u32;
     sample.height = nh as u32;
     clamp_boxes(sample);
+}
+
+/// `RandomIoUCrop`'s `is_within_crop_area`: `left < cx < right` and `top < cy < bottom`, the
+/// centre `0.5 * (x0 + x1)` in `f32`.
+pub(crate) fn centres_inside(
+    boxes: &[[f32; 4]],
+    top: u32,
+    left: u32,
+    height: u32,
+    width: u32,
+) -> Vec<bool> {
+    let (l, t) = (left as f32, top as f32);
+    let (r, b) = ((left + width) as f32, (top + height) as f32);
+    boxes
+        .iter()
+        .map(|bx| {
+            let cx = 0.5 * (bx[0] + bx[2]);
+            let cy = 0.5 * (bx[1] + bx[3]);
+            l < cx && cx < r && t < cy && cy < b
+        })
+        .collect()
 }
 
 /// `F.horizontal_flip` of everything.
