@@ -6,6 +6,7 @@
 mod options;
 mod pipeline;
 mod signature;
+mod targets;
 mod tensor;
 
 use pyo3::create_exception;
@@ -124,6 +125,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pipeline::Pipeline>()?;
     m.add_class::<pipeline::Batch>()?;
     m.add_class::<tensor::Tensor>()?;
+    m.add_class::<targets::TargetLoader>()?;
     m.add("GpufeedError", m.py().get_type::<GpufeedError>())?;
     m.add("ItemError", m.py().get_type::<ItemError>())?;
     m.add(

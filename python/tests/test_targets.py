@@ -297,3 +297,36 @@ def test_masks_match_pycocotools_on_random_polygons(tmp_path):
     want = np.stack([coco.annToMask(a) for a in coco.loadAnns(coco.getAnnIds(imgIds=[1]))])
     assert masks.shape == want.shape
     np.testing.assert_array_equal(masks, want)
+
+
+def test_python_loader_gives_torchvision_style_targets(tmp_path):
+    """`gpufeed.TargetLoader`: the padded images and a list of dicts, each row equal to
+    torchvision's replay of its calls."""
+    gpufeed = pytest.importorskip("gpufeed", reason="the gpufeed package is not installed")
+    rng = np.random.default_rng(62)
+    data = tmp_path / "data"
+    data.mkdir()
+    ann = make_coco(data, rng, n=6)
+    base = torchvision.datasets.CocoDetection(str(data / "images"), str(ann))
+    dataset = torchvision.datasets.wrap_dataset_for_transforms_v2(
+        base, target_keys={"boxes", "labels", "masks"}
+    )
+    loader = gpufeed.TargetLoader(str(data / "images"), coco=str(ann), recipe="lsj", seed=3, batch_size=4)
+    rows = 0
+    for images, targets in loader:
+        assert images.dtype == np.uint8 and images.shape[1:] == (1024, 1024, 3)
+        for i, t in enumerate(targets):
+            image, target = dataset[t["index"]]
+            if "boxes" not in target:
+                continue
+            image, target = replay(image, target, t["ops"])
+            h, w = t["size"]
+            np.testing.assert_array_equal(images[i, :h, :w], np.asarray(image))
+            np.testing.assert_allclose(t["boxes"], target["boxes"].numpy(), atol=1e-4, rtol=0)
+            assert t["labels"].tolist() == target["labels"].tolist()
+            np.testing.assert_array_equal(t["masks"], target["masks"].numpy())
+            rows += 1
+    assert rows > 0
+    assert loader.report()["skipped"] == []
+    with pytest.raises(ValueError, match="recipe"):
+        gpufeed.TargetLoader(str(data / "images"), coco=str(ann), recipe="nope")

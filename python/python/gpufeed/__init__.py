@@ -22,6 +22,7 @@ from ._native import (
     GpufeedError,
     ItemError,
     Pipeline,
+    TargetLoader,
     Tensor,
     draw_crop,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "GpufeedError",
     "ItemError",
     "Pipeline",
+    "TargetLoader",
     "Tensor",
     "draw_crop",
 ]
