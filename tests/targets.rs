@@ -196,4 +196,25 @@ fn batches_do_not_depend_on_the_thread_count() {
     let one = run(1);
     assert_eq!(one.len(), 2);
     assert_eq!(one, run(3));
+
+    // Resumed after the first batch of epoch 1: the same second batch.
+    let loader = || {
+        TargetLoader::new(TargetSource::coco(&ann, &dir).unwrap())
+            .recipe(TargetRecipe::Lsj)
+            .seed(5)
+            .shuffle(true)
+            .batch_size(4)
+    };
+    let mut first = loader();
+    while first.next_batch().is_some() {}
+    first.next_epoch();
+    first.next_batch().unwrap();
+    let (epoch, position) = first.position();
+    assert_eq!((epoch, position), (1, 4));
+    let want = first.next_batch().unwrap();
+    let got = loader().resume_at(epoch, position).next_batch().unwrap();
+    assert_eq!(
+        (got.indices, got.images, got.ops),
+        (want.indices, want.images, want.ops)
+    );
 }

@@ -362,6 +362,21 @@ impl TargetLoader {
         self.position = 0;
     }
 
+    /// Where the loader stands: the epoch and the samples of its order already handed out.
+    pub fn position(&self) -> (u64, usize) {
+        (self.epoch, self.position)
+    }
+
+    /// Goes on from a [`position`](TargetLoader::position) saved by a loader of the same source
+    /// and options: the same batches follow, byte for byte (the order and every draw come from
+    /// (seed, epoch, index) alone).
+    pub fn resume_at(mut self, epoch: u64, position: usize) -> TargetLoader {
+        self.epoch = epoch;
+        self.plan_epoch();
+        self.position = position.min(self.order.len());
+        self
+    }
+
     /// Goes on to the next epoch.
     pub fn next_epoch(&mut self) {
         self.epoch += 1;
