@@ -73,15 +73,23 @@ impl Inverse {
                     m.by -= f64::from(top);
                     (w, h) = (f64::from(cw), f64::from(ch));
                 }
-                JointOp::Pad { right, bottom, .. } => {
-                    w += f64::from(right);
-                    h += f64::from(bottom);
+                JointOp::Pad {
+                    left,
+                    top,
+                    right,
+                    bottom,
+                    ..
+                } => {
+                    m.bx += f64::from(left);
+                    m.by += f64::from(top);
+                    w += f64::from(left + right);
+                    h += f64::from(top + bottom);
                 }
                 JointOp::HorizontalFlip => {
                     m.ax = -m.ax;
                     m.bx = w - m.bx;
                 }
-                JointOp::Sanitize => {}
+                JointOp::Sanitize | JointOp::Color(_) | JointOp::PermuteChannels(_) => {}
             }
         }
         m

@@ -89,7 +89,7 @@ impl Sample {
 
 /// One torchvision v2 functional call on an image and its targets together (see
 /// `docs/targets.md` for each one's exact arithmetic).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum JointOp {
     /// `F.resize(.., [height, width])`: the image bilinear (Pillow), masks nearest (PyTorch).
     Resize {
@@ -109,9 +109,13 @@ pub enum JointOp {
         /// Columns.
         width: u32,
     },
-    /// `F.pad(.., [0, 0, right, bottom])`: the image with `fill`, instance masks with 0, the
-    /// semantic mask with `mask_fill`.
+    /// `F.pad(.., [left, top, right, bottom])`: the image with `fill`, instance masks with 0,
+    /// the semantic mask with `mask_fill`.
     Pad {
+        /// Columns added on the left.
+        left: u32,
+        /// Rows added at the top.
+        top: u32,
         /// Columns added on the right.
         right: u32,
         /// Rows added at the bottom.
@@ -136,13 +140,19 @@ pub enum JointOp {
     },
     /// `F.horizontal_flip`.
     HorizontalFlip,
+    /// A colour call on the `uint8` image tensor (`F.adjust_brightness`, `adjust_contrast`,
+    /// `adjust_saturation`, `adjust_hue`), the targets unchanged.
+    Color(crate::augment::Op),
+    /// `F.permute_channels(.., permutation)`.
+    PermuteChannels([u8; 3]),
     /// `SanitizeBoundingBoxes()` (`min_size=1`, `min_area=1`).
     Sanitize,
 }
 
 impl JointOp {
     /// The call as one JSON object: `{"resize": [h, w]}`, `{"crop": [top, left, h, w]}`,
-    /// `{"pad": [0, 0, right, bottom], "fill": [r, g, b], "mask_fill": v}`,
+    /// `{"pad": [left, top, right, bottom], "fill": [r, g, b], "mask_fill": v}`,
+    /// `{"color": "adjust_hue", "args": {"hue_factor": f}}`, `{"permute_channels": [2, 0, 1]}`,
     /// `{"iou_crop": [top, left, h, w]}`, `{"horizontal_flip": true}`, `{"sanitize": true}`.
     pub fn json(&self) -> serde_json::Value {
         use serde_json::json;
@@ -155,11 +165,19 @@ impl JointOp {
                 width,
             } => json!({"crop": [top, left, height, width]}),
             JointOp::Pad {
+                left,
+                top,
                 right,
                 bottom,
                 fill,
                 mask_fill,
-            } => json!({"pad": [0, 0, right, bottom], "fill": fill, "mask_fill": mask_fill}),
+            } => json!({"pad": [left, top, right, bottom], "fill": fill, "mask_fill": mask_fill}),
+            JointOp::Color(op) => {
+                let args: serde_json::Value =
+                    serde_json::from_str(&op.json_arguments()).unwrap_or_default();
+                json!({"color": op.function(), "args": args})
+            }
+            JointOp::PermuteChannels(p) => json!({"permute_channels": p}),
             JointOp::IouCrop {
                 top,
                 left,

@@ -34,6 +34,10 @@ pub enum TargetRecipe {
     Multiscale,
     /// Detection `ssdlite`: `RandomIoUCrop()`, `RandomHorizontalFlip(0.5)`.
     Ssdlite,
+    /// Detection `ssd`: `RandomPhotometricDistort()` (on the `uint8` tensor, the references'
+    /// `--backend tensor`), `RandomZoomOut(fill=mean, masks 0)`, `RandomIoUCrop()`,
+    /// `RandomHorizontalFlip(0.5)`.
+    Ssd,
     /// Segmentation train: `RandomResize(260, 1040)`, `RandomHorizontalFlip(0.5)`,
     /// `PadIfSmaller(480, fill 0, mask 255)`, `RandomCrop(480)`.
     SegmentationTrain,
@@ -58,6 +62,7 @@ impl TargetRecipe {
         "hflip",
         "lsj",
         "multiscale",
+        "ssd",
         "ssdlite",
         "segmentation-train",
         "segmentation-eval",
@@ -72,6 +77,7 @@ impl TargetRecipe {
             "lsj" => TargetRecipe::Lsj,
             "multiscale" => TargetRecipe::Multiscale,
             "ssdlite" => TargetRecipe::Ssdlite,
+            "ssd" => TargetRecipe::Ssd,
             "segmentation-train" => TargetRecipe::SegmentationTrain,
             "segmentation-eval" => TargetRecipe::SegmentationEval,
             _ => {
@@ -145,6 +151,30 @@ impl TargetRecipe {
                 ops.extend(iou_crop(width, height, boxes, &mut d));
                 flip(&mut d, &mut ops);
             }
+            TargetRecipe::Ssd => {
+                photometric_distort(&mut d, &mut ops);
+                let mut moved = boxes.to_vec();
+                let (mut w, mut h) = (width, height);
+                if let Some(pad) = zoom_out(width, height, &mut d) {
+                    if let JointOp::Pad {
+                        left,
+                        top,
+                        right,
+                        bottom,
+                        ..
+                    } = pad
+                    {
+                        let (l, t) = (left as f32, top as f32);
+                        for b in &mut moved {
+                            *b = [b[0] + l, b[1] + t, b[2] + l, b[3] + t];
+                        }
+                        (w, h) = (w + left + right, h + top + bottom);
+                    }
+                    ops.push(pad);
+                }
+                ops.extend(iou_crop(w, h, &moved, &mut d));
+                flip(&mut d, &mut ops);
+            }
             TargetRecipe::SegmentationTrain => {
                 let size = 260 + d.below(1040 - 260) as u32;
                 let (w, h) = torchvision_resize(width, height, size);
@@ -156,6 +186,8 @@ impl TargetRecipe {
                 let (right, bottom) = (480u32.saturating_sub(w), 480u32.saturating_sub(h));
                 if right > 0 || bottom > 0 {
                     ops.push(JointOp::Pad {
+                        left: 0,
+                        top: 0,
                         right,
                         bottom,
                         fill: [0; 3],
@@ -191,6 +223,8 @@ impl TargetRecipe {
                 });
                 if w < ow || h < oh {
                     ops.push(JointOp::Pad {
+                        left: 0,
+                        top: 0,
                         right: ow - w,
                         bottom: oh - h,
                         fill: [fill; 3],
@@ -204,6 +238,64 @@ impl TargetRecipe {
         }
         ops
     }
+}
+
+/// `RandomPhotometricDistort()`'s draws and calls: each of brightness (0.875..1.125),
+/// contrast, saturation (0.5..1.5) and hue (-0.05..0.05) with probability 0.5, contrast before
+/// or after saturation and hue (a fair draw), then a channel permutation with probability 0.5
+/// (`randperm(3)`).
+fn photometric_distort(d: &mut Draws, ops: &mut Vec<JointOp>) {
+    use crate::augment::Op;
+    let factor = |d: &mut Draws, lo: f32, hi: f32| {
+        (d.uniform_f32(0.0, 1.0) < 0.5).then(|| f64::from(d.uniform_f32(lo, hi)))
+    };
+    let brightness = factor(d, 0.875, 1.125);
+    let contrast = factor(d, 0.5, 1.5);
+    let saturation = factor(d, 0.5, 1.5);
+    let hue = factor(d, -0.05, 0.05);
+    let contrast_before = d.uniform_f32(0.0, 1.0) < 0.5;
+    let permute = d.uniform_f32(0.0, 1.0) < 0.5;
+    let mut push = |op: Option<Op>| ops.extend(op.map(JointOp::Color));
+    push(brightness.map(Op::Brightness));
+    if contrast_before {
+        push(contrast.map(Op::Contrast));
+    }
+    push(saturation.map(Op::Saturation));
+    push(hue.map(Op::Hue));
+    if !contrast_before {
+        push(contrast.map(Op::Contrast));
+    }
+    if permute {
+        let mut p = [0u8, 1, 2];
+        for i in (1..3).rev() {
+            let j = d.below(i as u64 + 1) as usize;
+            p.swap(i, j);
+        }
+        ops.push(JointOp::PermuteChannels(p));
+    }
+}
+
+/// `RandomZoomOut(fill=mean, side_range=(1.0, 4.0), p=0.5)`: `rand >= 0.5` skips it; else
+/// `r = 1 + 3 * rand` (`f32`), a canvas of `int(side * r)`, the image at
+/// `int((canvas - side) * rand)`.
+fn zoom_out(width: u32, height: u32, d: &mut Draws) -> Option<JointOp> {
+    if d.uniform_f32(0.0, 1.0) >= 0.5 {
+        return None;
+    }
+    let r = 1.0f32 + d.uniform_f32(0.0, 1.0) * 3.0;
+    let cw = (width as f32 * r) as u32;
+    let ch = (height as f32 * r) as u32;
+    let (q0, q1) = (d.uniform_f32(0.0, 1.0), d.uniform_f32(0.0, 1.0));
+    let left = ((cw - width) as f32 * q0) as u32;
+    let top = ((ch - height) as f32 * q1) as u32;
+    Some(JointOp::Pad {
+        left,
+        top,
+        right: cw - (left + width),
+        bottom: ch - (top + height),
+        fill: DETECTION_MEAN,
+        mask_fill: 0,
+    })
 }
 
 /// `RandomIoUCrop()`'s draws: an option of `[0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 2.0]` (2.0: no
@@ -308,6 +400,8 @@ fn fixed_size_crop(width: u32, height: u32, size: u32, d: &mut Draws, ops: &mut 
     let (right, bottom) = (size - nw, size - nh);
     if right > 0 || bottom > 0 {
         ops.push(JointOp::Pad {
+            left: 0,
+            top: 0,
             right,
             bottom,
             fill: DETECTION_MEAN,
@@ -329,7 +423,13 @@ mod tests {
                 match *op {
                     JointOp::Resize { height, width } => size = (width, height),
                     JointOp::Crop { height, width, .. } => size = (width, height),
-                    JointOp::Pad { right, bottom, .. } => size = (size.0 + right, size.1 + bottom),
+                    JointOp::Pad {
+                        left,
+                        top,
+                        right,
+                        bottom,
+                        ..
+                    } => size = (size.0 + left + right, size.1 + top + bottom),
                     _ => {}
                 }
             }

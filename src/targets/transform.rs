@@ -6,8 +6,9 @@
 //!   PyTorch's `nearest` (`src = min(floor(dst * (float)in / out), in - 1)` in `f32`), boxes
 //!   times the `f32` ratios `[w'/w, h'/h, w'/w, h'/h]`;
 //! - `crop`: the image and masks cut, boxes moved by `-[left, top]` and clamped to the new size;
-//! - `pad` (right and bottom): the image filled per channel, masks with their own fill, boxes
-//!   clamped to the new size;
+//! - `pad`: the image filled per channel, masks with their own fill, boxes and keypoints moved
+//!   by `[left, top]`, boxes clamped to the new size;
+//! - colour calls on the `uint8` tensor (`src/augment`'s rendition) and `permute_channels`;
 //! - `horizontal_flip`: pixels mirrored, boxes `[W - x1, y0, W - x0, y1]`, keypoints
 //!   `W - 1 - x`;
 //! - `sanitize`: `SanitizeBoundingBoxes(min_size=1, min_area=1)`, the objects dropped with their
@@ -49,11 +50,26 @@ pub(crate) fn apply(sample: &mut Sample, ops: &[JointOp]) -> Result<(), String> 
                 width,
             } => crop(sample, top, left, height, width)?,
             JointOp::Pad {
+                left,
+                top,
                 right,
                 bottom,
                 fill,
                 mask_fill,
-            } => pad(sample, right, bottom, fill, mask_fill),
+            } => pad(sample, [left, top, right, bottom], fill, mask_fill),
+            JointOp::Color(op) => {
+                let (w, h) = (sample.width as usize, sample.height as usize);
+                crate::augment::apply_ops(&[op], &mut sample.pixels, h, w)
+                    .map_err(|e| e.to_string())?;
+            }
+            JointOp::PermuteChannels(p) => {
+                for px in sample.pixels.chunks_exact_mut(3) {
+                    let old = [px[0], px[1], px[2]];
+                    for (c, &from) in p.iter().enumerate() {
+                        px[c] = old[usize::from(from).min(2)];
+                    }
+                }
+            }
             JointOp::IouCrop {
                 top,
                 left,
@@ -234,25 +250,28 @@ fn clamp_boxes(sample: &mut Sample) {
     }
 }
 
-/// `F.pad(.., [0, 0, right, bottom])`: the image with `fill`, instance masks with 0, the
-/// semantic mask with `mask_fill`.
-fn pad(sample: &mut Sample, right: u32, bottom: u32, fill: [u8; 3], mask_fill: u8) {
+/// `F.pad(.., [left, top, right, bottom])`: the image with `fill`, instance masks with 0, the
+/// semantic mask with `mask_fill`; boxes and keypoints moved by `[left, top]`, boxes clamped.
+fn pad(sample: &mut Sample, [left, top, right, bottom]: [u32; 4], fill: [u8; 3], mask_fill: u8) {
     let (w, h) = (sample.width as usize, sample.height as usize);
-    let (nw, nh) = (w + right as usize, h + bottom as usize);
+    let (l, t) = (left as usize, top as usize);
+    let (nw, nh) = (w + l + right as usize, h + t + bottom as usize);
     let grow = |data: &[u8], count: usize, px: usize, fill: &[u8]| {
         let mut out = Vec::with_capacity(count * nw * nh * px);
+        let fill_run = |out: &mut Vec<u8>, n: usize| {
+            for _ in 0..n {
+                out.extend_from_slice(fill);
+            }
+        };
         for p in 0..count {
             for y in 0..nh {
-                if y < h {
-                    let row = (p * h + y) * w * px;
+                if (t..t + h).contains(&y) {
+                    let row = (p * h + y - t) * w * px;
+                    fill_run(&mut out, l);
                     out.extend_from_slice(&data[row..row + w * px]);
-                    for _ in w..nw {
-                        out.extend_from_slice(fill);
-                    }
+                    fill_run(&mut out, nw - l - w);
                 } else {
-                    for _ in 0..nw {
-                        out.extend_from_slice(fill);
-                    }
+                    fill_run(&mut out, nw);
                 }
             }
         }
@@ -268,6 +287,11 @@ fn pad(sample: &mut Sample, right: u32, bottom: u32, fill: [u8; 3], mask_fill: u
     );
     sample.width = nw as u32;
     sample.height = nh as u32;
+    let (lf, tf) = (left as f32, top as f32);
+    for b in &mut sample.boxes {
+        *b = [b[0] + lf, b[1] + tf, b[2] + lf, b[3] + tf];
+    }
+    keypoints_map(sample, |x| x + lf, |y| y + tf);
     clamp_boxes(sample);
 }
 
@@ -422,6 +446,8 @@ mod tests {
             &mut s,
             &[
                 JointOp::Pad {
+                    left: 0,
+                    top: 0,
                     right: 2,
                     bottom: 1,
                     fill: [1, 2, 3],

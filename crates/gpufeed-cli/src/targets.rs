@@ -27,7 +27,7 @@ pub struct TargetArgs {
     /// (semantic segmentation).
     #[arg(long, value_name = "DIR")]
     masks: Option<PathBuf>,
-    /// Detection recipe: none, hflip, lsj, multiscale, ssdlite, or letterbox:W:H (inference).
+    /// Detection recipe: none, hflip, lsj, multiscale, ssd, ssdlite, or letterbox:W:H (inference).
     #[arg(long, default_value = "none", value_parser = parse_recipe, conflicts_with = "segmentation_recipe")]
     detection_recipe: TargetRecipe,
     /// Segmentation recipe: train (RandomResize(260, 1040), flip, RandomCrop(480)) or eval
@@ -67,7 +67,7 @@ pub struct TargetArgs {
 fn parse_recipe(text: &str) -> std::result::Result<TargetRecipe, String> {
     match TargetRecipe::parse(text) {
         Some(TargetRecipe::SegmentationTrain | TargetRecipe::SegmentationEval) | None => {
-            Err("one of none, hflip, lsj, multiscale, ssdlite, letterbox:W:H".to_string())
+            Err("one of none, hflip, lsj, multiscale, ssd, ssdlite, letterbox:W:H".to_string())
         }
         Some(r) => Ok(r),
     }
