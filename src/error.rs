@@ -59,6 +59,10 @@ pub enum ItemErrorKind {
         /// The configured limit ([`crate::DecodeOptions::max_file_bytes`]).
         limit: u64,
     },
+    /// The image's targets cannot be used (a missing mask, a mask of another size than its
+    /// image, an RLE whose runs do not cover its size, a polygon of fewer than three points);
+    /// the sample is skipped (see `docs/targets.md`).
+    Target(String),
 }
 
 impl ItemErrorKind {
@@ -96,6 +100,7 @@ impl fmt::Display for ItemErrorKind {
                 f,
                 "{bytes} bytes is over the limit of {limit} bytes a file (see max_file_bytes)"
             ),
+            ItemErrorKind::Target(reason) => write!(f, "bad target: {reason}"),
         }
     }
 }

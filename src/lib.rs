@@ -67,6 +67,7 @@ mod random;
 mod resample;
 mod schedule;
 mod source;
+pub mod targets;
 #[allow(unsafe_code)]
 mod tensor;
 pub mod views;
@@ -148,6 +149,8 @@ mod docs_examples {
     struct Patches;
     #[doc = include_str!("../docs/views.md")]
     struct Views;
+    #[doc = include_str!("../docs/targets.md")]
+    struct Targets;
 }
 
 /// The object-storage page's examples, compiled as doc tests.

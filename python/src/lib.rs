@@ -7,6 +7,7 @@ mod options;
 mod pipeline;
 mod serve;
 mod signature;
+mod targets;
 mod tensor;
 
 use pyo3::create_exception;
@@ -163,6 +164,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<serve::PatchServer>()?;
     m.add_class::<serve::ServedBatch>()?;
     m.add_class::<tensor::Tensor>()?;
+    m.add_class::<targets::TargetLoader>()?;
     m.add("GpufeedError", m.py().get_type::<GpufeedError>())?;
     m.add("ItemError", m.py().get_type::<ItemError>())?;
     m.add(

@@ -125,6 +125,43 @@ pub(crate) fn decode(
     }
 }
 
+/// Decodes all of `bytes` at full size as packed RGB8 (a gray JPEG spread to three equal
+/// channels, as Pillow's `convert("RGB")`): what the dense targets' transforms start from.
+/// Returns the pixels, the width and the height.
+pub(crate) fn decode_whole(
+    bytes: &[u8],
+    options: &DecodeOptions,
+) -> Result<(Vec<u8>, u32, u32), ItemErrorKind> {
+    let header = super::probe::probe(bytes, options)?;
+    let pool = BufferPool::new(0);
+    let whole = |_, _| DecodeWindow {
+        reduction: 1,
+        region: None,
+    };
+    let mut pixels = Vec::new();
+    let d = decode(
+        bytes,
+        options,
+        &whole,
+        &mut pixels,
+        &pool,
+        header.bytes_in_flight,
+    )?;
+    let (w, h) = (d.width as usize, d.height as usize);
+    if d.reduction != 1 || pixels.len() < w * h * d.channels as usize {
+        return Err(ItemErrorKind::Decode(
+            "decoder gave fewer pixels than the image has".into(),
+        ));
+    }
+    if d.channels == 1 {
+        let gray = pixels;
+        pixels = gray[..w * h].iter().flat_map(|&v| [v, v, v]).collect();
+    } else {
+        pixels.truncate(w * h * 3);
+    }
+    Ok((pixels, d.width, d.height))
+}
+
 /// A still WebP through libwebp, Pillow's decoder (the same pixels, at Pillow's speed): RGB, or
 /// RGBA with the alpha dropped as Pillow's `convert("RGB")` drops it. `None` for what libwebp's
 /// simple decoder does not take (animations, damaged files): the `image` crate decodes those, or

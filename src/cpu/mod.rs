@@ -21,6 +21,7 @@ pub use stage::{CpuStage, PreparedBatch};
 pub use views::{render_views, ViewImage};
 
 pub(crate) use ahead::{AheadImage, AheadWork, CpuAhead};
+pub(crate) use decode::decode_whole;
 pub(crate) use normalize::NormalizeTable;
 pub(crate) use patches::write_tokens;
 pub(crate) use stage::{BatchRequest, CpuLane, Filled, LaneCore, Staging};

@@ -17,6 +17,7 @@ macro_rules! out {
 mod npy;
 mod run;
 mod save;
+mod targets;
 mod views;
 
 use std::path::PathBuf;
@@ -45,6 +46,9 @@ struct Cli {
 enum Command {
     /// Run the pipeline over every image under DIR and print a summary.
     Run(Box<run::RunArgs>),
+    /// Detection or segmentation samples with their targets (`--coco FILE` or `--masks DIR`),
+    /// transformed by one of torchvision's reference recipes and batched.
+    Targets(Box<targets::TargetArgs>),
     /// Measure bytes and time of u8 vs f32 uploads and of the normalize kernel (needs a GPU).
     Bench(BenchArgs),
 }
@@ -96,6 +100,7 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Some(Command::Run(args)) => run::run(&args).map(|_| ()),
         Some(Command::Bench(args)) => bench_command(&args),
+        Some(Command::Targets(args)) => targets::run(&args),
         None => default_job(),
     };
     match outcome {

@@ -286,3 +286,26 @@ def render_views(
     """The views of a multi-crop preset ("dinov2" or "simclr") of one encoded image, decoded
     once: (pixels, size, draw) per view, pixels size*size*3 uint8 bytes (HWC, RGB), draw a JSON
     object of what the view drew, as `gpufeed run --views` saves it."""
+class TargetLoader:
+    """Detection or segmentation batches with their targets: COCO (coco=) or image/mask pairs
+    (masks=), through one of torchvision's reference recipes. Iterating runs one epoch and yields
+    (images, targets): uint8 [N, H, W, 3] padded images and one dict a row (boxes float32 XYXY,
+    labels int64, iscrowd, masks or semantic uint8, keypoints, size, index, id, ops, inverse)."""
+    def __init__(
+        self,
+        images: Union[str, os.PathLike[str]],
+        *,
+        coco: Optional[Union[str, os.PathLike[str]]] = None,
+        masks: Optional[Union[str, os.PathLike[str]]] = None,
+        recipe: str = "none",
+        seed: int = 0,
+        batch_size: int = 8,
+        shuffle: bool = False,
+        size_divisible: int = 32,
+        rank: int = 0,
+        world: int = 1,
+    ) -> None: ...
+    def __iter__(self) -> "TargetLoader": ...
+    def __next__(self) -> Tuple[Any, list[dict[str, Any]]]: ...
+    def report(self) -> dict[str, Any]:
+        """Samples delivered and skipped (id, reason), objects dropped by SanitizeBoundingBoxes."""

@@ -1,0 +1,257 @@
+//! `gpufeed targets DIR`: detection or segmentation samples with their targets, transformed by
+//! one of torchvision's reference recipes and batched; `--save OUT` writes each batch's images
+//! and masks as `.npy` and every row's targets and calls to `OUT/targets.jsonl`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use gpufeed::targets::{BoxFormat, TargetBatch, TargetLoader, TargetRecipe, TargetSource};
+use serde_json::{json, Value};
+
+use crate::Result;
+
+#[derive(clap::Args, Debug)]
+pub struct TargetArgs {
+    /// The image folder.
+    dir: PathBuf,
+    /// A COCO instances file (`instances_*.json`) naming the images under DIR.
+    #[arg(
+        long,
+        value_name = "FILE",
+        required_unless_present = "masks",
+        conflicts_with = "masks"
+    )]
+    coco: Option<PathBuf>,
+    /// A folder of PNG masks, one per image of DIR of the same relative path and stem
+    /// (semantic segmentation).
+    #[arg(long, value_name = "DIR")]
+    masks: Option<PathBuf>,
+    /// Detection recipe: none, hflip, lsj, multiscale, ssd, ssdlite, or letterbox:W:H (inference).
+    #[arg(long, default_value = "none", value_parser = parse_recipe, conflicts_with = "segmentation_recipe")]
+    detection_recipe: TargetRecipe,
+    /// Segmentation recipe: train (RandomResize(260, 1040), flip, RandomCrop(480)) or eval
+    /// (Resize(520)).
+    #[arg(long, value_parser = ["train", "eval"])]
+    segmentation_recipe: Option<String>,
+    /// Rows a batch.
+    #[arg(long, default_value_t = 8)]
+    batch_size: usize,
+    /// Seed of the draws (and the shuffle).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Shuffle each epoch.
+    #[arg(long)]
+    shuffle: bool,
+    /// Epochs.
+    #[arg(long, default_value_t = 1)]
+    epochs: u64,
+    /// Pad each batch's images to a multiple of N.
+    #[arg(long, default_value_t = 32)]
+    size_divisible: u32,
+    /// This process's part: RANK/WORLD.
+    #[arg(long, value_parser = parse_shard)]
+    shard: Option<(usize, usize)>,
+    /// Write the batches here: batch-E-B.images.npy (N, H, W, 3 u8), .masks.npy or
+    /// .semantic.npy, and targets.jsonl (a line a row).
+    #[arg(long, value_name = "DIR")]
+    save: Option<PathBuf>,
+    /// The saved boxes' format: xyxy, xywh or cxcywh.
+    #[arg(long, default_value = "xyxy", value_parser = ["xyxy", "xywh", "cxcywh"])]
+    box_format: String,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_recipe(text: &str) -> std::result::Result<TargetRecipe, String> {
+    match TargetRecipe::parse(text) {
+        Some(TargetRecipe::SegmentationTrain | TargetRecipe::SegmentationEval) | None => {
+            Err("one of none, hflip, lsj, multiscale, ssd, ssdlite, letterbox:W:H".to_string())
+        }
+        Some(r) => Ok(r),
+    }
+}
+
+fn parse_shard(text: &str) -> std::result::Result<(usize, usize), String> {
+    let (r, w) = text.split_once('/').ok_or("RANK/WORLD")?;
+    let (r, w): (usize, usize) = (
+        r.parse().map_err(|_| "RANK/WORLD")?,
+        w.parse().map_err(|_| "RANK/WORLD")?,
+    );
+    if w == 0 || r >= w {
+        return Err("RANK/WORLD with RANK below WORLD".into());
+    }
+    Ok((r, w))
+}
+
+/// Runs the command.
+pub fn run(args: &TargetArgs) -> Result<()> {
+    let start = Instant::now();
+    let (source, recipe) = match (&args.coco, &args.masks) {
+        (Some(coco), _) => (TargetSource::coco(coco, &args.dir)?, args.detection_recipe),
+        (None, Some(masks)) => (
+            TargetSource::segmentation(&args.dir, masks)?,
+            match args.segmentation_recipe.as_deref() {
+                Some("train") => TargetRecipe::SegmentationTrain,
+                _ => TargetRecipe::SegmentationEval,
+            },
+        ),
+        (None, None) => return Err("give --coco FILE or --masks DIR".into()),
+    };
+    let coco_report = source.coco_file().map(|c| c.report);
+    let instance = source.coco_file().is_some_and(|c| c.has_masks());
+    let (rank, world) = args.shard.unwrap_or((0, 1));
+    let mut loader = TargetLoader::new(source)
+        .recipe(recipe)
+        .seed(args.seed)
+        .shuffle(args.shuffle)
+        .batch_size(args.batch_size)
+        .size_divisible(args.size_divisible)
+        .shard(rank, world);
+    let mut lines = match &args.save {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            let path = dir.join("targets.jsonl");
+            let file = std::fs::File::create(&path)
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            Some(std::io::BufWriter::new(file))
+        }
+        None => None,
+    };
+    let (mut batches, mut rows, mut objects) = (0usize, 0usize, 0usize);
+    for epoch in 0..args.epochs {
+        let mut b = 0usize;
+        while let Some(batch) = loader.next_batch() {
+            if let (Some(dir), Some(lines)) = (&args.save, lines.as_mut()) {
+                let format = match args.box_format.as_str() {
+                    "xywh" => BoxFormat::Xywh,
+                    "cxcywh" => BoxFormat::Cxcywh,
+                    _ => BoxFormat::Xyxy,
+                };
+                save_batch(dir, lines, &batch, b, instance, format)?;
+            }
+            rows += batch.len();
+            objects += batch.boxes.len();
+            batches += 1;
+            b += 1;
+        }
+        if epoch + 1 < args.epochs {
+            loader.next_epoch();
+        }
+    }
+    if let Some(mut lines) = lines {
+        lines.flush()?;
+    }
+    let report = loader.report();
+    let seconds = start.elapsed().as_secs_f64();
+    let skipped: Vec<Value> = report
+        .skipped
+        .iter()
+        .map(|e| json!({"id": e.id, "index": e.index, "reason": e.kind.to_string()}))
+        .collect();
+    let summary = json!({
+        "recipe": format!("{recipe:?}"),
+        "batches": batches,
+        "images": rows,
+        "objects": objects,
+        "objects_loaded": report.objects,
+        "objects_dropped": report.dropped_objects,
+        "skipped": skipped,
+        "orphan_annotations": coco_report.map(|r| r.orphan_annotations),
+        "unknown_categories": coco_report.map(|r| r.unknown_categories),
+        "seconds": seconds,
+        "images_per_s": rows as f64 / seconds.max(1e-9),
+    });
+    if args.json {
+        out!("{summary}");
+    } else {
+        out!(
+            "{rows} images in {batches} batches ({objects} objects kept, {} dropped by \
+             SanitizeBoundingBoxes), {} skipped, {:.1} images/s",
+            report.dropped_objects,
+            report.skipped.len(),
+            rows as f64 / seconds.max(1e-9)
+        );
+        for e in &report.skipped {
+            out!("skipped {}: {}", e.id, e.kind);
+        }
+    }
+    Ok(())
+}
+
+/// Writes batch `b`'s arrays and its rows' lines.
+fn save_batch(
+    dir: &Path,
+    lines: &mut impl Write,
+    batch: &TargetBatch,
+    b: usize,
+    instance: bool,
+    format: BoxFormat,
+) -> Result<()> {
+    let stem = format!("batch-{}-{b:05}", batch.epoch);
+    let (h, w) = (batch.height as usize, batch.width as usize);
+    write_npy(
+        &dir.join(format!("{stem}.images.npy")),
+        &[batch.len(), h, w, 3],
+        &batch.images,
+    )?;
+    if instance {
+        let planes = batch.masks.len() / (h * w).max(1);
+        write_npy(
+            &dir.join(format!("{stem}.masks.npy")),
+            &[planes, h, w],
+            &batch.masks,
+        )?;
+    }
+    if !batch.semantic.is_empty() {
+        write_npy(
+            &dir.join(format!("{stem}.semantic.npy")),
+            &[batch.len(), h, w],
+            &batch.semantic,
+        )?;
+    }
+    for row in 0..batch.len() {
+        let ops: Vec<Value> = batch.ops[row].iter().map(|op| op.json()).collect();
+        let (o0, o1) = (batch.offsets[row], batch.offsets[row + 1]);
+        let m = &batch.inverse[row];
+        let line = json!({
+            "file": format!("{stem}.images.npy"),
+            "epoch": batch.epoch,
+            "row": row,
+            "index": batch.indices[row],
+            "id": batch.ids[row],
+            "original": [m.height, m.width],
+            "size": [batch.sizes[row].0, batch.sizes[row].1],
+            "boxes": batch.row_boxes_as(row, format),
+            "labels": batch.labels[o0..o1],
+            "crowd": batch.crowd[o0..o1],
+            "keypoints": batch.keypoints.get(o0..o1).unwrap_or(&[]),
+            "objects": [o0, o1],
+            "ops": ops,
+        });
+        writeln!(lines, "{line}")?;
+    }
+    Ok(())
+}
+
+/// A `u8` `.npy` of `shape`.
+fn write_npy(path: &Path, shape: &[usize], data: &[u8]) -> Result<()> {
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    let tuple = if dims.len() == 1 {
+        format!("({},)", dims[0])
+    } else {
+        format!("({})", dims.join(", "))
+    };
+    let mut header = format!("{{'descr': '|u1', 'fortran_order': False, 'shape': {tuple}, }}");
+    let total = 10 + header.len() + 1;
+    header.push_str(&" ".repeat(total.next_multiple_of(64) - total));
+    header.push('\n');
+    let mut bytes = Vec::with_capacity(10 + header.len() + data.len());
+    bytes.extend_from_slice(b"\x93NUMPY\x01\x00");
+    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.extend_from_slice(data);
+    std::fs::write(path, bytes).map_err(|e| format!("cannot write {}: {e}", path.display()).into())
+}

@@ -1,0 +1,190 @@
+//! `gpufeed.TargetLoader`: detection and segmentation batches with their targets, as the
+//! images (a padded NumPy array and each row's valid size) and a list of dicts like the ones
+//! torchvision's detection models take (`boxes`, `labels`, `masks`, ...).
+
+use std::sync::Mutex;
+
+use gpufeed::targets::{TargetBatch, TargetRecipe, TargetSource};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList};
+
+use crate::to_py_err;
+
+/// Batches of samples with targets: a COCO instances file (``coco=``) beside the image folder,
+/// or semantic segmentation pairs (``masks=``, the PNG of each image's relative path and stem),
+/// transformed by one of torchvision's reference recipes (``recipe="lsj"``, ``"hflip"``,
+/// ``"multiscale"``, ``"ssdlite"``, ``"segmentation-train"``, ``"segmentation-eval"``,
+/// ``"letterbox:W:H"``, ``"none"``). Iterating runs one epoch and yields
+/// ``(images, targets)``: ``images`` a uint8 array ``[N, H, W, 3]`` padded to a multiple of
+/// ``size_divisible``, ``targets`` a list of one dict a row: ``boxes`` (float32 ``[n, 4]``,
+/// XYXY), ``labels`` (int64), ``iscrowd``, ``masks`` (uint8 ``[n, h, w]``, COCO with
+/// segmentations), ``semantic`` (uint8 ``[h, w]``, segmentation), ``keypoints``, ``size``
+/// (the valid ``(h, w)``), ``index``, ``id``, ``ops`` (the calls drawn) and ``inverse``
+/// (``(ax, bx, ay, by)``: output ``x = ax * x0 + bx`` of original ``x0``).
+#[pyclass(module = "gpufeed", frozen)]
+pub struct TargetLoader {
+    inner: Mutex<gpufeed::targets::TargetLoader>,
+}
+
+fn lock(
+    m: &Mutex<gpufeed::targets::TargetLoader>,
+) -> std::sync::MutexGuard<'_, gpufeed::targets::TargetLoader> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[pymethods]
+impl TargetLoader {
+    #[new]
+    #[pyo3(signature = (images, *, coco=None, masks=None, recipe="none", seed=0, batch_size=8,
+                        shuffle=false, size_divisible=32, rank=0, world=1))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        images: std::path::PathBuf,
+        coco: Option<std::path::PathBuf>,
+        masks: Option<std::path::PathBuf>,
+        recipe: &str,
+        seed: u64,
+        batch_size: usize,
+        shuffle: bool,
+        size_divisible: u32,
+        rank: usize,
+        world: usize,
+    ) -> PyResult<TargetLoader> {
+        let recipe = TargetRecipe::parse(recipe).ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "recipe {recipe:?}: one of {}",
+                TargetRecipe::NAMES.join(", ")
+            ))
+        })?;
+        if world == 0 || rank >= world {
+            return Err(PyValueError::new_err("rank must be below world"));
+        }
+        let source = match (coco, masks) {
+            (Some(coco), None) => TargetSource::coco(coco, &images),
+            (None, Some(masks)) => TargetSource::segmentation(&images, masks),
+            _ => return Err(PyValueError::new_err("give coco= or masks=, one of them")),
+        }
+        .map_err(to_py_err)?;
+        let loader = gpufeed::targets::TargetLoader::new(source)
+            .recipe(recipe)
+            .seed(seed)
+            .shuffle(shuffle)
+            .batch_size(batch_size)
+            .size_divisible(size_divisible)
+            .shard(rank, world);
+        Ok(TargetLoader {
+            inner: Mutex::new(loader),
+        })
+    }
+
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let batch = py.detach(|| lock(&self.inner).next_batch());
+        let Some(batch) = batch else {
+            lock(&self.inner).next_epoch();
+            return Ok(None);
+        };
+        batch_to_python(py, &batch).map(Some)
+    }
+
+    /// The samples skipped so far, as ``(id, reason)``, and the objects
+    /// ``SanitizeBoundingBoxes`` dropped.
+    fn report<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let loader = lock(&self.inner);
+        let r = loader.report();
+        let d = PyDict::new(py);
+        d.set_item("samples", r.samples)?;
+        d.set_item("objects", r.objects)?;
+        d.set_item("dropped_objects", r.dropped_objects)?;
+        let skipped: Vec<(String, String)> = r
+            .skipped
+            .iter()
+            .map(|e| (e.id.clone(), e.kind.to_string()))
+            .collect();
+        d.set_item("skipped", skipped)?;
+        Ok(d)
+    }
+}
+
+/// A NumPy array of `dtype` and `shape` over `bytes` (copied into a Python bytes object).
+fn array<'py>(
+    py: Python<'py>,
+    bytes: &[u8],
+    dtype: &str,
+    shape: Vec<usize>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let np = py.import("numpy")?;
+    let kwargs = PyDict::new(py);
+    kwargs.set_item("dtype", dtype)?;
+    np.call_method("frombuffer", (PyBytes::new(py, bytes),), Some(&kwargs))?
+        .call_method1("reshape", (shape,))?
+        .call_method0("copy")
+}
+
+fn batch_to_python<'py>(py: Python<'py>, b: &TargetBatch) -> PyResult<Bound<'py, PyAny>> {
+    let (h, w) = (b.height as usize, b.width as usize);
+    let images = array(py, &b.images, "uint8", vec![b.len(), h, w, 3])?;
+    let targets = PyList::empty(py);
+    for row in 0..b.len() {
+        let (o0, o1) = (b.offsets[row], b.offsets[row + 1]);
+        let (vh, vw) = (b.sizes[row].0 as usize, b.sizes[row].1 as usize);
+        let d = PyDict::new(py);
+        let boxes: Vec<u8> = b.boxes[o0..o1]
+            .iter()
+            .flatten()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        d.set_item("boxes", array(py, &boxes, "<f4", vec![o1 - o0, 4])?)?;
+        let labels: Vec<u8> = b.labels[o0..o1]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        d.set_item("labels", array(py, &labels, "<i8", vec![o1 - o0])?)?;
+        d.set_item(
+            "iscrowd",
+            array(py, &b.crowd[o0..o1], "uint8", vec![o1 - o0])?,
+        )?;
+        if b.masks.len() == b.boxes.len() * h * w {
+            let mut planes = Vec::with_capacity((o1 - o0) * vh * vw);
+            for p in o0..o1 {
+                let plane = &b.masks[p * h * w..(p + 1) * h * w];
+                for y in 0..vh {
+                    planes.extend_from_slice(&plane[y * w..y * w + vw]);
+                }
+            }
+            d.set_item("masks", array(py, &planes, "uint8", vec![o1 - o0, vh, vw])?)?;
+        }
+        if !b.semantic.is_empty() {
+            let plane = &b.semantic[row * h * w..(row + 1) * h * w];
+            let mut valid = Vec::with_capacity(vh * vw);
+            for y in 0..vh {
+                valid.extend_from_slice(&plane[y * w..y * w + vw]);
+            }
+            d.set_item("semantic", array(py, &valid, "uint8", vec![vh, vw])?)?;
+        }
+        if let Some(k) = b.keypoints.get(o0..o1) {
+            d.set_item("keypoints", k.to_vec())?;
+        }
+        d.set_item("size", (vh, vw))?;
+        d.set_item("index", b.indices[row])?;
+        d.set_item("id", &b.ids[row])?;
+        let ops: Vec<String> = b.ops[row].iter().map(|op| op.json().to_string()).collect();
+        let json = py.import("json")?;
+        let ops: PyResult<Vec<Bound<'py, PyAny>>> = ops
+            .iter()
+            .map(|t| json.call_method1("loads", (t,)))
+            .collect();
+        d.set_item("ops", ops?)?;
+        let m = b
+            .inverse
+            .get(row)
+            .ok_or_else(|| PyRuntimeError::new_err("row without its inverse"))?;
+        d.set_item("inverse", (m.ax, m.bx, m.ay, m.by))?;
+        targets.append(d)?;
+    }
+    Ok((images, targets).into_pyobject(py)?.into_any())
+}

@@ -1,0 +1,250 @@
+//! Where samples with targets come from: a COCO instances file beside an image folder, or
+//! semantic segmentation pairs (each image and the PNG mask of the same relative path and stem
+//! in a mask folder: VOC's `JPEGImages` + `SegmentationClass`, ADE20K's `images` +
+//! `annotations`). A sample that cannot be used is an [`ItemError`] naming the file and why.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, ItemError, ItemErrorKind, Result};
+use crate::options::DecodeOptions;
+use crate::source::Source;
+
+use super::coco::Coco;
+use super::{Planes, Sample};
+
+/// Samples with targets.
+#[derive(Debug)]
+pub struct TargetSource {
+    kind: Kind,
+}
+
+#[derive(Debug)]
+enum Kind {
+    Coco {
+        coco: Coco,
+        images: PathBuf,
+    },
+    Segmentation {
+        images: Source,
+        root: PathBuf,
+        masks: PathBuf,
+    },
+}
+
+impl TargetSource {
+    /// The images a COCO instances file lists, under `images` (their `file_name`s), with their
+    /// boxes, labels, crowd flags, keypoints and (when the file has segmentations) instance
+    /// masks. The file is read here, once.
+    pub fn coco(annotations: impl AsRef<Path>, images: impl AsRef<Path>) -> Result<TargetSource> {
+        let coco = Coco::open(annotations.as_ref()).map_err(|e| Error::Mismatch(e.0))?;
+        Ok(TargetSource {
+            kind: Kind::Coco {
+                coco,
+                images: images.as_ref().to_path_buf(),
+            },
+        })
+    }
+
+    /// Every image under `images`, each with the PNG of the same relative path and stem under
+    /// `masks` as its semantic mask (palette or gray indices kept).
+    pub fn segmentation(images: impl AsRef<Path>, masks: impl AsRef<Path>) -> Result<TargetSource> {
+        let root = images.as_ref().to_path_buf();
+        let masks = masks.as_ref().to_path_buf();
+        if !masks.is_dir() {
+            return Err(Error::Mismatch(format!(
+                "{}: not a folder of masks",
+                masks.display()
+            )));
+        }
+        Ok(TargetSource {
+            kind: Kind::Segmentation {
+                images: Source::directory(&root)?,
+                root,
+                masks,
+            },
+        })
+    }
+
+    /// The samples.
+    pub fn len(&self) -> usize {
+        match &self.kind {
+            Kind::Coco { coco, .. } => coco.images.len(),
+            Kind::Segmentation { images, .. } => images.len(),
+        }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The COCO file, for a COCO source.
+    pub fn coco_file(&self) -> Option<&Coco> {
+        match &self.kind {
+            Kind::Coco { coco, .. } => Some(coco),
+            Kind::Segmentation { .. } => None,
+        }
+    }
+
+    /// Sample `index`'s image path.
+    pub fn image_path(&self, index: usize) -> Option<PathBuf> {
+        match &self.kind {
+            Kind::Coco { coco, images } => {
+                coco.images.get(index).map(|im| images.join(&im.file_name))
+            }
+            Kind::Segmentation { images, .. } => images.path(index).map(Path::to_path_buf),
+        }
+    }
+
+    /// Sample `index`'s mask path (segmentation pairs).
+    pub fn mask_path(&self, index: usize) -> Option<PathBuf> {
+        match &self.kind {
+            Kind::Coco { .. } => None,
+            Kind::Segmentation {
+                images,
+                root,
+                masks,
+            } => {
+                let path = images.path(index)?;
+                let rel = path.strip_prefix(root).unwrap_or(path);
+                Some(masks.join(rel).with_extension("png"))
+            }
+        }
+    }
+
+    /// Sample `index`: the image decoded whole (as Pillow decodes it), its targets attached.
+    pub fn load(
+        &self,
+        index: usize,
+        decode: &DecodeOptions,
+    ) -> std::result::Result<Sample, ItemError> {
+        let path = self.image_path(index).unwrap_or_default();
+        let fail = |kind| ItemError {
+            id: path.display().to_string(),
+            index,
+            kind,
+        };
+        let bytes = std::fs::read(&path)
+            .map_err(|e| fail(ItemErrorKind::read(&e, format!("{}: {e}", path.display()))))?;
+        let (pixels, width, height) = crate::cpu::decode_whole(&bytes, decode).map_err(fail)?;
+        let mut sample = Sample {
+            width,
+            height,
+            pixels,
+            ..Sample::default()
+        };
+        match &self.kind {
+            Kind::Coco { coco, .. } => attach_coco(coco, index, &mut sample),
+            Kind::Segmentation { .. } => {
+                let mask = self.mask_path(index).unwrap_or_default();
+                attach_mask(&mask, &mut sample)
+            }
+        }
+        .map_err(|reason| fail(ItemErrorKind::Target(reason)))?;
+        Ok(sample)
+    }
+}
+
+/// The COCO annotations of image `index`, masks rasterized at the decoded size (torchvision's
+/// wrapper rasterizes at the image's size).
+fn attach_coco(coco: &Coco, index: usize, sample: &mut Sample) -> std::result::Result<(), String> {
+    let Some(image) = coco.images.get(index) else {
+        return Err(format!("no image {index}"));
+    };
+    let masks = coco.has_masks();
+    let (h, w) = (sample.height, sample.width);
+    for a in image.annotations.clone() {
+        sample.boxes.push(coco.bbox(a));
+        sample.labels.push(coco.label(a));
+        sample.crowd.push(u8::from(coco.is_crowd(a)));
+        let k = coco.keypoints(a);
+        if !k.is_empty() || !sample.keypoints.is_empty() {
+            sample.keypoints.resize(sample.labels.len() - 1, Vec::new());
+            sample.keypoints.push(k.to_vec());
+        }
+        if !masks {
+            continue;
+        }
+        let plane = match coco.rle(a, h, w) {
+            // An object without a segmentation has an empty mask.
+            None => vec![0u8; h as usize * w as usize],
+            Some(Err(e)) => return Err(format!("annotation {a} of image {}: {e}", image.id)),
+            Some(Ok(rle)) if (rle.height, rle.width) != (h, w) => {
+                return Err(format!(
+                    "annotation {a} of image {}: mask of {}x{}, the image is {w}x{h}",
+                    image.id, rle.width, rle.height
+                ))
+            }
+            Some(Ok(rle)) => rle.decode(),
+        };
+        sample.masks.data.extend_from_slice(&plane);
+        sample.masks.count += 1;
+    }
+    if !sample.keypoints.is_empty() {
+        sample.keypoints.resize(sample.labels.len(), Vec::new());
+    }
+    Ok(())
+}
+
+/// The semantic mask at `path`: an 8-bit (or fewer bits) palette or gray PNG of the image's size,
+/// its indices kept.
+fn attach_mask(path: &Path, sample: &mut Sample) -> std::result::Result<(), String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("mask {}: {e}", path.display()))?;
+    let (data, w, h) =
+        read_index_png(&bytes).map_err(|e| format!("mask {}: {e}", path.display()))?;
+    if (w, h) != (sample.width, sample.height) {
+        return Err(format!(
+            "mask {} is {w}x{h}, its image {}x{}",
+            path.display(),
+            sample.width,
+            sample.height
+        ));
+    }
+    sample.semantic = Planes { count: 1, data };
+    Ok(())
+}
+
+/// A palette or gray PNG's indices, one byte a pixel (1, 2 and 4 bits unpacked).
+fn read_index_png(bytes: &[u8]) -> std::result::Result<(Vec<u8>, u32, u32), String> {
+    let mut decoder = png::Decoder::new(std::io::Cursor::new(bytes));
+    decoder.set_transformations(png::Transformations::IDENTITY);
+    let mut reader = decoder.read_info().map_err(|e| e.to_string())?;
+    let info = reader.info();
+    let (w, h) = (info.width, info.height);
+    let (color, depth) = (info.color_type, info.bit_depth);
+    if !matches!(color, png::ColorType::Indexed | png::ColorType::Grayscale) {
+        return Err(format!("a {color:?} PNG, not palette or gray indices"));
+    }
+    let bits = match depth {
+        png::BitDepth::One => 1,
+        png::BitDepth::Two => 2,
+        png::BitDepth::Four => 4,
+        png::BitDepth::Eight => 8,
+        png::BitDepth::Sixteen => return Err("a 16-bit PNG, not 8-bit indices".into()),
+    };
+    if u64::from(w) * u64::from(h) > 1 << 28 {
+        return Err(format!("{w}x{h} is too large for a mask"));
+    }
+    let size = reader
+        .output_buffer_size()
+        .ok_or_else(|| "PNG too large".to_string())?;
+    let mut raw = vec![0u8; size];
+    let frame = reader.next_frame(&mut raw).map_err(|e| e.to_string())?;
+    let line = frame.line_size;
+    let mut out = Vec::with_capacity(w as usize * h as usize);
+    for y in 0..h as usize {
+        let row = &raw[y * line..(y + 1) * line];
+        if bits == 8 {
+            out.extend_from_slice(&row[..w as usize]);
+            continue;
+        }
+        let per = 8 / bits;
+        let mask = (1u8 << bits) - 1;
+        for x in 0..w as usize {
+            let byte = row[x / per];
+            let shift = 8 - bits * (x % per + 1);
+            out.push((byte >> shift) & mask);
+        }
+    }
+    Ok((out, w, h))
+}

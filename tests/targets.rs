@@ -1,0 +1,220 @@
+//! Dense targets through the public API: bad targets each give their documented result (an
+//! object dropped by `SanitizeBoundingBoxes`, a sample skipped with its reason, an annotation
+//! left out and counted), never a panic; batches are the same whatever the thread count.
+
+use std::path::Path;
+
+use gpufeed::targets::{TargetLoader, TargetRecipe, TargetSource};
+use gpufeed::ItemErrorKind;
+
+fn write_jpeg(path: &Path, w: u32, h: u32) {
+    let img = image::RgbImage::from_fn(w, h, |x, y| image::Rgb([(x * 7) as u8, (y * 5) as u8, 99]));
+    img.save(path).unwrap();
+}
+
+fn temp(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("gpufeed-targets-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+const COCO: &str = r#"{
+  "images": [
+    {"id": 1, "file_name": "a.jpg", "width": 40, "height": 30},
+    {"id": 2, "file_name": "missing.jpg", "width": 40, "height": 30},
+    {"id": 3, "file_name": "b.jpg", "width": 40, "height": 30},
+    {"id": 4, "file_name": "c.jpg", "width": 40, "height": 30},
+    {"id": 5, "file_name": "d.jpg", "width": 40, "height": 30}],
+  "annotations": [
+    {"id": 1, "image_id": 1, "category_id": 1, "bbox": [2, 2, 10, 10],
+     "segmentation": [[2, 2, 12, 2, 12, 12]]},
+    {"id": 2, "image_id": 1, "category_id": 1, "bbox": [50, 50, 10, 10]},
+    {"id": 3, "image_id": 1, "category_id": 1, "bbox": [5, 5, 0, 4]},
+    {"id": 4, "image_id": 3, "category_id": 1, "bbox": [1, 1, 5, 5],
+     "segmentation": {"size": [30, 40], "counts": [5, 10, 5]}},
+    {"id": 5, "image_id": 4, "category_id": 1, "bbox": [1, 1, 5, 5],
+     "segmentation": [[1, 1, 5, 5]]},
+    {"id": 6, "image_id": 5, "category_id": 1, "bbox": [1, 1, 5, 5],
+     "segmentation": {"size": [20, 40], "counts": [5, 10, 785]}},
+    {"id": 7, "image_id": 9, "category_id": 1, "bbox": [1, 1, 5, 5]},
+    {"id": 8, "image_id": 1, "category_id": 77, "bbox": [1, 1, 5, 5]}],
+  "categories": [{"id": 1, "name": "thing"}]}"#;
+
+#[test]
+fn bad_coco_targets_have_their_documented_results() {
+    let dir = temp("coco");
+    for name in ["a.jpg", "b.jpg", "c.jpg", "d.jpg"] {
+        write_jpeg(&dir.join(name), 40, 30);
+    }
+    let ann = dir.join("ann.json");
+    std::fs::write(&ann, COCO).unwrap();
+    let source = TargetSource::coco(&ann, &dir).unwrap();
+    let report = source.coco_file().unwrap().report;
+    assert_eq!(report.orphan_annotations, 1, "annotation of image 9");
+    assert_eq!(report.unknown_categories, 1, "category 77");
+    let mut loader = TargetLoader::new(source).batch_size(16);
+    let batch = loader.next_batch().unwrap();
+    assert!(loader.next_batch().is_none());
+    // a.jpg only: its box outside the image and its zero-width box dropped by Sanitize.
+    assert_eq!(batch.len(), 1);
+    assert_eq!(batch.row_boxes(0), &[[2.0, 2.0, 12.0, 12.0]]);
+    assert_eq!(
+        batch.masks.len(),
+        64 * 32,
+        "one mask plane of the padded size"
+    );
+    let report = loader.report();
+    assert_eq!(report.dropped_objects, 2);
+    let reasons: Vec<String> = report.skipped.iter().map(|e| e.to_string()).collect();
+    assert_eq!(report.skipped.len(), 4, "{reasons:#?}");
+    let find = |needle: &str| {
+        report
+            .skipped
+            .iter()
+            .find(|e| e.id.ends_with(needle))
+            .unwrap_or_else(|| panic!("{needle} not skipped: {reasons:#?}"))
+    };
+    assert!(matches!(
+        find("missing.jpg").kind,
+        ItemErrorKind::Read { .. }
+    ));
+    let b = find("b.jpg").kind.to_string();
+    assert!(b.contains("add up to 20 pixels, the mask has 1200"), "{b}");
+    let c = find("c.jpg").kind.to_string();
+    assert!(c.contains("polygon of 4 numbers"), "{c}");
+    let d = find("d.jpg").kind.to_string();
+    assert!(d.contains("mask of 40x20, the image is 40x30"), "{d}");
+}
+
+#[test]
+fn a_file_that_is_not_coco_names_itself() {
+    let dir = temp("notcoco");
+    let ann = dir.join("ann.json");
+    std::fs::write(&ann, "{\"images\": [{\"id\": 1}]}").unwrap();
+    let e = TargetSource::coco(&ann, &dir).unwrap_err().to_string();
+    assert!(
+        e.contains("ann.json") && e.contains("malformed image"),
+        "{e}"
+    );
+    std::fs::write(&ann, "[1, 2").unwrap();
+    let e = TargetSource::coco(&ann, &dir).unwrap_err().to_string();
+    assert!(e.contains("ann.json") && e.contains("not COCO JSON"), "{e}");
+}
+
+fn write_mask(path: &Path, w: u32, h: u32) {
+    let file = std::fs::File::create(path).unwrap();
+    let mut enc = png::Encoder::new(std::io::BufWriter::new(file), w, h);
+    enc.set_color(png::ColorType::Indexed);
+    enc.set_depth(png::BitDepth::Eight);
+    enc.set_palette(vec![0u8; 3 * 256]);
+    let mut writer = enc.write_header().unwrap();
+    let data: Vec<u8> = (0..w * h).map(|i| (i % 21) as u8).collect();
+    writer.write_image_data(&data).unwrap();
+}
+
+#[test]
+fn bad_segmentation_pairs_are_skipped_with_their_reason() {
+    let dir = temp("seg");
+    let (images, masks) = (dir.join("images"), dir.join("masks"));
+    std::fs::create_dir_all(&images).unwrap();
+    std::fs::create_dir_all(&masks).unwrap();
+    for name in ["a", "b", "c"] {
+        write_jpeg(&images.join(format!("{name}.jpg")), 50, 40);
+    }
+    write_mask(&masks.join("a.png"), 50, 40);
+    write_mask(&masks.join("b.png"), 40, 40);
+    let source = TargetSource::segmentation(&images, &masks).unwrap();
+    let mut loader = TargetLoader::new(source)
+        .recipe(TargetRecipe::SegmentationEval)
+        .size_divisible(1);
+    let batch = loader.next_batch().unwrap();
+    assert_eq!(batch.len(), 1);
+    // Resize(520) of 50x40: 650x520; the mask's palette indices are kept (nearest).
+    assert_eq!((batch.width, batch.height), (650, 520));
+    assert!(batch.semantic.iter().all(|&v| v < 21));
+    assert!(batch.semantic.contains(&20));
+    let reasons: Vec<String> = loader
+        .report()
+        .skipped
+        .iter()
+        .map(|e| e.to_string())
+        .collect();
+    assert_eq!(reasons.len(), 2, "{reasons:#?}");
+    assert!(reasons
+        .iter()
+        .any(|r| r.contains("b.jpg") && r.contains("is 40x40, its image 50x40")));
+    assert!(reasons
+        .iter()
+        .any(|r| r.contains("c.jpg") && r.contains("c.png")));
+}
+
+#[test]
+fn batches_do_not_depend_on_the_thread_count() {
+    let dir = temp("threads");
+    let mut images = Vec::new();
+    let mut annotations = Vec::new();
+    for i in 0..6u32 {
+        let (w, h) = (30 + 17 * i, 60 - 5 * i);
+        write_jpeg(&dir.join(format!("{i}.jpg")), w, h);
+        images.push(format!(
+            r#"{{"id": {i}, "file_name": "{i}.jpg", "width": {w}, "height": {h}}}"#
+        ));
+        annotations.push(format!(
+            r#"{{"id": {i}, "image_id": {i}, "category_id": 1, "bbox": [1, 2, 20, 15],
+                "segmentation": [[1, 2, 21, 2, 21, 17, 1, 17]]}}"#
+        ));
+    }
+    let ann = dir.join("ann.json");
+    std::fs::write(
+        &ann,
+        format!(
+            r#"{{"images": [{}], "annotations": [{}], "categories": [{{"id": 1}}]}}"#,
+            images.join(","),
+            annotations.join(",")
+        ),
+    )
+    .unwrap();
+    let run = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            let mut loader = TargetLoader::new(TargetSource::coco(&ann, &dir).unwrap())
+                .recipe(TargetRecipe::Lsj)
+                .seed(5)
+                .shuffle(true)
+                .batch_size(4);
+            let mut out = Vec::new();
+            while let Some(b) = loader.next_batch() {
+                out.push((b.indices, b.images, b.boxes, b.masks, b.ops));
+            }
+            out
+        })
+    };
+    let one = run(1);
+    assert_eq!(one.len(), 2);
+    assert_eq!(one, run(3));
+
+    // Resumed after the first batch of epoch 1: the same second batch.
+    let loader = || {
+        TargetLoader::new(TargetSource::coco(&ann, &dir).unwrap())
+            .recipe(TargetRecipe::Lsj)
+            .seed(5)
+            .shuffle(true)
+            .batch_size(4)
+    };
+    let mut first = loader();
+    while first.next_batch().is_some() {}
+    first.next_epoch();
+    first.next_batch().unwrap();
+    let (epoch, position) = first.position();
+    assert_eq!((epoch, position), (1, 4));
+    let want = first.next_batch().unwrap();
+    let got = loader().resume_at(epoch, position).next_batch().unwrap();
+    assert_eq!(
+        (got.indices, got.images, got.ops),
+        (want.indices, want.images, want.ops)
+    );
+}
