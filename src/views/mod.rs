@@ -5,7 +5,7 @@
 //! torchvision's float32 Gaussian blur).
 //!
 //! Pure planning and pixel arithmetic: the decode once and the crops of every view are the CPU
-//! lane's ([`crate::cpu::render_views`]).
+//! lane's (`gpufeed::cpu::render_views`).
 
 mod pillow;
 

@@ -2509,6 +2509,8 @@ fn packing_padded_holds_the_packed_tokens_behind_a_mask() {
     more.extend_from_slice(&["--pillow-version", "12.1"]);
     let (older_summary, _) = patch_run(&older, &more);
     assert_eq!(older_summary["tokens"], summary["tokens"]);
+}
+
 /// `--views dinov2`: ten views of each image, counted in the summary; `--save` writes each view
 /// and what it drew, equal to the library's views of the same image; flags that do not apply
 /// to views are refused.
