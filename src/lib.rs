@@ -94,6 +94,8 @@ pub use options::{
 pub use order::PipelineState;
 pub use pipeline::{Pipeline, PipelineBuilder, WaitedBatch};
 pub use profile::{Profile, Stage, StageTime};
+#[cfg(feature = "parquet")]
+pub use source::{ExtraValue, Extras, ParquetOptions, DEFAULT_PARQUET_BUDGET};
 #[cfg(feature = "object-store")]
 pub use source::{Interrupt, RemoteOptions, UrlLayout, DEFAULT_READ_BUDGET};
 pub use source::{ReadReport, Source, DECODED_EXTENSIONS, IMAGE_EXTENSIONS};
