@@ -368,3 +368,67 @@ fn missing_or_differing_columns_are_refused_before_the_run() {
         "{err}"
     );
 }
+
+/// The same files in a real S3 server (SeaweedFS's, see `crates/s3-server`), read by ranges:
+/// the same rows, bytes, labels, class names, extras and pixels as on disk, only the split's
+/// files, and only footers and needed column chunks read.
+#[cfg(feature = "object-store")]
+#[test]
+fn files_in_object_storage_read_as_on_disk() {
+    use gpufeed::RemoteOptions;
+    let test = "files_in_object_storage_read_as_on_disk";
+    let Some(dir) = fixtures(test) else {
+        return;
+    };
+    let Some(server) = s3_server::S3Server::for_test(test) else {
+        return;
+    };
+    let mut objects = Vec::new();
+    for entry in std::fs::read_dir(dir.join("hf/data")).expect("hf") {
+        let path = entry.expect("entry").path();
+        let name = path
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .to_string();
+        objects.push((
+            format!("pq/hf/data/{name}"),
+            std::fs::read(&path).expect("read"),
+        ));
+    }
+    server.put_all(objects).expect("upload");
+    let mut remote = RemoteOptions::default();
+    for (key, value) in server.store_options() {
+        remote = remote.store_option(key, value);
+    }
+    let local = Source::parquet([dir.join("hf")], &hf_options()).expect("local");
+    let url = server.url("pq/hf/");
+    let source = Source::parquet_url(&url, &hf_options(), &remote).expect("remote");
+    assert_eq!(source.len(), local.len(), "the train split's files only");
+    assert_eq!(source.class_names(), local.class_names());
+    assert_eq!(source.extras(), local.extras());
+    for i in 0..source.len() {
+        assert_eq!(
+            source.read(i).expect("remote row"),
+            local.read(i).expect("local row")
+        );
+    }
+    assert!(
+        source.id(13).expect("id").starts_with(&url),
+        "{:?}",
+        source.id(13)
+    );
+    assert!(
+        rows(Pipeline::builder().source(source)) == rows(Pipeline::builder().source(local)),
+        "pixels, labels and order"
+    );
+    let test_split = Source::parquet_url(&url, &hf_options().split("test"), &remote).expect("test");
+    assert_eq!(test_split.len(), 5);
+    let one = server.url("pq/hf/data/train-00001-of-00002.parquet");
+    assert_eq!(
+        Source::parquet_url(&one, &hf_options(), &remote)
+            .expect("one object")
+            .len(),
+        11
+    );
+}

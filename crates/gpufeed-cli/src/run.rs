@@ -9,11 +9,12 @@ use std::time::{Duration, Instant};
 
 use gpufeed::{
     Augment, AugmentOptions, Batch, BatchOptions, ChannelOrder, ColorJitter, DType, Decode,
-    DecodeOptions, Device, DrawRange, EpochReport, Gray16, Interpolation, LastBatch, Launch,
-    Layout, OnError, Options, OutputOptions, Pipeline, PipelineState, RandomErasing, ReadReport,
-    Recipe, RemoteOptions, ResizeMode, ResizeOptions, RuntimeOptions, Shard, ShardBalance, Source,
-    UrlLayout, WaitedBatch, DEFAULT_DECODE_MEMORY, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS,
-    RANDOM_CROP_RATIO, RANDOM_CROP_SCALE, RANDOM_FLIP_CHANCE,
+    DecodeOptions, Device, DrawRange, EpochReport, Extras, Gray16, Interpolation, LastBatch,
+    Launch, Layout, OnError, Options, OutputOptions, ParquetOptions, Pipeline, PipelineState,
+    RandomErasing, ReadReport, Recipe, RemoteOptions, ResizeMode, ResizeOptions, RuntimeOptions,
+    Shard, ShardBalance, Source, UrlLayout, WaitedBatch, DEFAULT_DECODE_MEMORY,
+    DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, RANDOM_CROP_RATIO, RANDOM_CROP_SCALE,
+    RANDOM_FLIP_CHANCE,
 };
 use indicatif::{ProgressBar, ProgressState, ProgressStyle};
 use serde_json::{json, Value};
@@ -48,6 +49,43 @@ pub struct RunArgs {
     /// member by extension, its label from its .cls member.
     #[arg(long, help_heading = "Input")]
     webdataset: bool,
+    /// DIR is Parquet: a file, a glob or a folder of .parquet files, or a Hugging Face dataset
+    ///
+    /// Read DIR as Parquet files, a row an image: one file, a glob over file names
+    /// ('data/train-*.parquet'), a folder of .parquet files, or a Hugging Face dataset folder
+    /// (data/<split>-*.parquet, class names from the files or the README). Row groups are
+    /// shuffled and sharded as tar shards are.
+    #[arg(long, conflicts_with_all = ["webdataset", "image_folder"], help_heading = "Input")]
+    parquet: bool,
+    /// For --parquet: the image column (binary, or a struct with a binary `bytes` field).
+    #[arg(
+        long,
+        default_value = "image",
+        hide_short_help = true,
+        help_heading = "Input"
+    )]
+    image_column: String,
+    /// For --parquet: the label column (integers, or text numbered in sorted order); default
+    /// `label` if the files have it.
+    #[arg(long, hide_short_help = true, help_heading = "Input")]
+    label_column: Option<String>,
+    /// For --parquet: columns written beside each row by --save (FILE.extra.tsv), comma
+    /// separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        hide_short_help = true,
+        help_heading = "Input"
+    )]
+    extra_columns: Vec<String>,
+    /// For a Hugging Face dataset folder with --parquet: the split read.
+    #[arg(
+        long,
+        default_value = "train",
+        hide_short_help = true,
+        help_heading = "Input"
+    )]
+    split: String,
     /// For a URL: a folder keeping whole shards and images read, for later epochs, runs and
     /// processes.
     #[arg(long, hide_short_help = true, help_heading = "Object storage")]
@@ -441,6 +479,20 @@ impl RunArgs {
     /// when `interrupt` is set).
     fn source(&self, interrupt: &Arc<AtomicBool>) -> Result<Source> {
         let text = self.dir.to_string_lossy();
+        if self.parquet {
+            if text.contains("://") {
+                return Err("--parquet reads local files; a URL is not read as Parquet".into());
+            }
+            let options = ParquetOptions::default()
+                .image_column(self.image_column.clone())
+                .label_column(self.label_column.clone())
+                .extra_columns(self.extra_columns.clone())
+                .split(self.split.clone());
+            return Ok(Source::parquet([&self.dir], &options)?);
+        }
+        if !self.extra_columns.is_empty() || self.label_column.is_some() {
+            return Err("--label-column and --extra-columns are for --parquet".into());
+        }
         if !text.contains("://") {
             if self.cache_dir.is_some() || self.cache_limit.is_some() {
                 return Err("--cache-dir and --cache-limit are for URLs; DIR is a folder".into());
@@ -630,6 +682,10 @@ const LABELS: &str = ".labels.txt";
 /// The suffix of the class names file `--save` writes for an ImageFolder.
 const CLASSES: &str = ".classes.txt";
 
+/// The suffix of the extra columns file `--save` writes for a Parquet source with
+/// `--extra-columns`.
+const EXTRAS: &str = ".extra.tsv";
+
 /// The suffix of the draws file `--save` writes with random transforms.
 const CROPS: &str = ".crops.tsv";
 
@@ -805,7 +861,14 @@ fn open_saver(args: &RunArgs, source: &Source, options: &Options) -> Result<Opti
     if classes.is_some() {
         extra.push(CLASSES);
     }
+    if source.extras().is_some() {
+        extra.push(EXTRAS);
+    }
     let mut saver = Saver::create(path, options.output.dtype, source, args.overwrite, &extra)?;
+    if let Some(extras) = source.extras() {
+        let header: Vec<String> = extras.names.iter().map(|n| escape_line(n)).collect();
+        saver.append_lines(EXTRAS, &[header.join("\t")])?;
+    }
     if let Some(classes) = classes {
         let lines: Vec<String> = classes.iter().map(|c| escape_line(c)).collect();
         saver.append_lines(CLASSES, &lines)?;
@@ -894,6 +957,7 @@ fn run_and_summarize(args: &RunArgs, signals: &Signals, summarized: &mut bool) -
         options.decode = launch.decode_options(options.decode);
     }
     let mut saver = open_saver(args, &source, &options)?;
+    let extras = source.extras().cloned();
     // The name of each row in the files `--save` writes: the file's bytes, escaped.
     let row_names: Vec<String> = match &args.save {
         Some(_) => (0..source.len()).map(|i| row_name(&source, i)).collect(),
@@ -939,6 +1003,7 @@ fn run_and_summarize(args: &RunArgs, signals: &Signals, summarized: &mut bool) -
     let rows = Rows {
         saver: saver.as_mut(),
         names: &row_names,
+        extras,
         saved: 0,
     };
     let mut outcome = run_epochs(args, &mut pipeline, rows, &progress, signals, &mut tally);
@@ -1032,6 +1097,8 @@ fn flag_names(error: gpufeed::Error) -> Box<dyn std::error::Error> {
 struct Rows<'a> {
     saver: Option<&'a mut Saver>,
     names: &'a [String],
+    /// A Parquet source's extra columns, a row per source image.
+    extras: Option<Arc<Extras>>,
     /// Rows saved so far: a mixed row's partner is named by its row in the saved files.
     saved: usize,
 }
@@ -1081,7 +1148,7 @@ fn run_epochs(
                 progress.inc((batch.len() + batch.skipped().len()) as u64);
                 if let Some(saver) = rows.saver.as_deref_mut() {
                     let augmented = augments.then_some((rows.saved, size));
-                    save_batch(saver, &batch, rows.names, augmented)?;
+                    save_batch(saver, &batch, rows.names, rows.extras.as_deref(), augmented)?;
                     rows.saved += batch.len();
                 }
                 save_state(pipeline)?;
@@ -1112,6 +1179,7 @@ fn save_batch(
     saver: &mut Saver,
     batch: &Batch,
     names: &[String],
+    extras: Option<&Extras>,
     augmented: Option<(usize, (u32, u32))>,
 ) -> Result<()> {
     let name = |i: usize| names.get(i).map_or("", String::as_str);
@@ -1120,6 +1188,19 @@ fn save_batch(
     if let Some(labels) = batch.labels() {
         let lines: Vec<String> = labels.iter().map(u32::to_string).collect();
         saver.append_lines(LABELS, &lines)?;
+    }
+    if let Some(extras) = extras {
+        let lines: Vec<String> = batch
+            .indices()
+            .iter()
+            .map(|&i| {
+                let values = extras.rows.get(i).map_or(&[][..], Vec::as_slice);
+                let cells: Vec<String> =
+                    values.iter().map(|v| escape_line(&v.to_string())).collect();
+                cells.join("\t")
+            })
+            .collect();
+        saver.append_lines(EXTRAS, &lines)?;
     }
     if let Some(soft) = batch.soft_labels() {
         saver.append_npy(SOFT_LABELS, &soft.to_host()?)?;

@@ -4,9 +4,6 @@
 //! null). Image bytes stay the slices of the decompressed pages they were decoded from: no copy
 //! per image.
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
-use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -18,6 +15,8 @@ use parquet::file::metadata::RowGroupMetaData;
 use parquet::file::reader::{ChunkReader, Length};
 use parquet::file::serialized_reader::SerializedPageReader;
 
+use super::reader::Storage;
+
 /// The bytes of one column chunk, at their offset in the file: what the page reader reads.
 pub(crate) struct ChunkBytes {
     start: u64,
@@ -25,29 +24,20 @@ pub(crate) struct ChunkBytes {
 }
 
 impl ChunkBytes {
-    /// The chunk of column `leaf` of `group`, read from the file at `path`.
+    /// The chunk of column `leaf` of `group`, read from `storage`.
     pub(crate) fn read(
-        path: &Path,
+        storage: &Storage,
         group: &RowGroupMetaData,
         leaf: usize,
     ) -> Result<ChunkBytes, String> {
         let (start, len) = group.column(leaf).byte_range();
-        let file = File::open(path).map_err(|e| format!("cannot open: {e}"))?;
-        let mut bytes = vec![0u8; usize::try_from(len).map_err(|_| "column chunk too large")?];
-        file.read_exact_at(&mut bytes, start).map_err(|e| {
-            format!(
-                "cannot read the column chunk at bytes {start}..{}: {e}",
-                start + len
-            )
-        })?;
-        Ok(ChunkBytes {
-            start,
-            bytes: Bytes::from(bytes),
-        })
+        let bytes = storage
+            .read(start, len)
+            .map_err(|e| format!("column chunk at bytes {start}..{}: {e}", start + len))?;
+        Ok(ChunkBytes { start, bytes })
     }
 
-    /// A chunk already in memory (read from object storage), starting at byte `start`.
-    #[allow(dead_code)]
+    /// Bytes of a file in memory, from its byte `start` on.
     pub(crate) fn new(start: u64, bytes: Bytes) -> ChunkBytes {
         ChunkBytes { start, bytes }
     }

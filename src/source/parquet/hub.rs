@@ -17,18 +17,8 @@ pub(crate) fn split_files(root: &Path, split: &str) -> Option<Result<Vec<PathBuf
     let mut all = Vec::new();
     walk(&data, &mut all);
     all.sort();
-    let split_of = |path: &Path| -> Option<String> {
-        let relative = path.strip_prefix(&data).ok()?;
-        let mut parts = relative.components();
-        let first = parts.next()?.as_os_str().to_str()?;
-        if parts.next().is_some() {
-            // data/<split>/....parquet
-            return Some(first.to_string());
-        }
-        // data/<split>-00000-of-00002.parquet, data/<split>.parquet
-        let stem = first.strip_suffix(".parquet")?;
-        Some(stem.split(['-', '.']).next().unwrap_or(stem).to_string())
-    };
+    let split_of =
+        |path: &Path| -> Option<String> { split_of(path.strip_prefix(&data).ok()?.to_str()?) };
     let mut splits: Vec<String> = all.iter().filter_map(|p| split_of(p)).collect();
     splits.dedup();
     let files: Vec<PathBuf> = all
@@ -41,6 +31,20 @@ pub(crate) fn split_files(root: &Path, split: &str) -> Option<Result<Vec<PathBuf
         return Some(Err(splits));
     }
     Some(Ok(files))
+}
+
+/// The split of a file by its path under `data/`: `<split>/...`, or
+/// `<split>-00000-of-00002.parquet` and `<split>.parquet`.
+pub(crate) fn split_of(relative: &str) -> Option<String> {
+    match relative.split_once('/') {
+        Some((folder, _)) => Some(folder.to_string()),
+        None => {
+            let stem = relative
+                .strip_suffix(".parquet")
+                .or_else(|| relative.strip_suffix(".PARQUET"))?;
+            Some(stem.split(['-', '.']).next().unwrap_or(stem).to_string())
+        }
+    }
 }
 
 /// Every `.parquet` file under `dir`, recursively (unreadable folders are passed over).

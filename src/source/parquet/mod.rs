@@ -20,7 +20,9 @@ use super::{OpenItem, Payload, SharedBytes, Source, SourceItem};
 use crate::error::{Error, ItemErrorKind, Result};
 use crate::order::{EpochOrder, ShardBlocks};
 pub use columns::ExtraValue;
-use reader::{Group, Groups, ParquetFile, ReadAhead};
+use parquet::errors::ParquetError;
+use parquet::file::metadata::ParquetMetaData;
+use reader::{Group, Groups, ParquetFile, ReadAhead, Storage};
 use schema::LabelKind;
 
 /// Default [`ParquetOptions::read_budget`]: 1 GiB of decoded images held.
@@ -332,12 +334,70 @@ struct Opened {
     columns: schema::Columns,
 }
 
-fn open_file(path: &Path, options: &ParquetOptions) -> Result<Opened> {
-    let file = std::fs::File::open(path)
-        .map_err(|e| source_error(path, super::describe_io_error(path, &e)))?;
-    let metadata = ParquetMetaDataReader::new()
-        .parse_and_finish(&file)
-        .map_err(|e| source_error(path, format!("not a readable Parquet file: {e}")))?;
+/// The error for a file of a source, naming it: its path, or its URL.
+fn file_error(storage: &Storage, reason: impl Into<String>) -> Error {
+    match storage {
+        Storage::Local(path) => source_error(path, reason),
+        #[cfg(feature = "object-store")]
+        Storage::Remote(_, object) => Error::Remote {
+            url: object.url.clone(),
+            reason: reason.into(),
+            kind: std::io::ErrorKind::InvalidData,
+        },
+    }
+}
+
+/// A file's footer: read with the file's reader (a local file), or its last 8 bytes and then
+/// the metadata they give the length of (an object, two range requests).
+fn read_metadata(storage: &Storage) -> Result<ParquetMetaData> {
+    let unreadable =
+        |e: ParquetError| file_error(storage, format!("not a readable Parquet file: {e}"));
+    match storage {
+        Storage::Local(path) => {
+            let file = std::fs::File::open(path)
+                .map_err(|e| source_error(path, super::describe_io_error(path, &e)))?;
+            ParquetMetaDataReader::new()
+                .parse_and_finish(&file)
+                .map_err(unreadable)
+        }
+        #[cfg(feature = "object-store")]
+        Storage::Remote(_, object) => {
+            let size = object.size;
+            if size < 12 {
+                return Err(file_error(
+                    storage,
+                    format!("{size} bytes: too short for Parquet"),
+                ));
+            }
+            let tail = storage
+                .read(size - 8, 8)
+                .map_err(|reason| file_error(storage, reason))?;
+            if tail.len() != 8 || &tail[4..] != b"PAR1" {
+                return Err(file_error(
+                    storage,
+                    "not a Parquet file (no PAR1 at its end)",
+                ));
+            }
+            let len = u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]));
+            if len + 8 > size {
+                return Err(file_error(
+                    storage,
+                    format!("a footer of {len} bytes in {size}"),
+                ));
+            }
+            let start = size - 8 - len;
+            let bytes = storage
+                .read(start, len + 8)
+                .map_err(|reason| file_error(storage, reason))?;
+            ParquetMetaDataReader::new()
+                .parse_and_finish(&columns::ChunkBytes::new(start, bytes))
+                .map_err(unreadable)
+        }
+    }
+}
+
+fn open_file(storage: Storage, id: String, options: &ParquetOptions) -> Result<Opened> {
+    let metadata = read_metadata(&storage)?;
     let (label, required) = match &options.label_column {
         Some(name) => (name.as_str(), true),
         None => ("label", false),
@@ -349,11 +409,10 @@ fn open_file(path: &Path, options: &ParquetOptions) -> Result<Opened> {
         required,
         &options.extra_columns,
     )
-    .map_err(|reason| source_error(path, reason))?;
-    let id = super::path_id(path);
+    .map_err(|reason| file_error(&storage, reason))?;
     Ok(Opened {
         file: Arc::new(ParquetFile {
-            path: path.to_path_buf(),
+            storage,
             id,
             metadata: Arc::new(metadata),
             image: columns.image,
@@ -380,9 +439,9 @@ struct GroupColumns {
 
 fn read_group_columns(opened: &Opened, index: usize, rows: usize) -> GroupColumns {
     let meta = opened.file.metadata.row_group(index);
-    let path = &opened.file.path;
+    let storage = &opened.file.storage;
     let read = |leaf: usize| {
-        columns::ChunkBytes::read(path, meta, leaf).and_then(|c| columns::values(c, meta, leaf))
+        columns::ChunkBytes::read(storage, meta, leaf).and_then(|c| columns::values(c, meta, leaf))
     };
     let mut failure = None;
     let labels = match opened.columns.label {
@@ -425,6 +484,94 @@ fn read_group_columns(opened: &Opened, index: usize, rows: usize) -> GroupColumn
     }
 }
 
+/// Every file opened, each laying out its columns as the first does.
+fn open_all(files: Vec<(Storage, String)>, options: &ParquetOptions) -> Result<Vec<Opened>> {
+    let mut opened: Vec<Opened> = Vec::with_capacity(files.len());
+    for (storage, id) in files {
+        let file = open_file(storage, id, options)?;
+        if let Some(first) = opened.first() {
+            if first.columns.layout != file.columns.layout {
+                return Err(file_error(
+                    &file.file.storage,
+                    format!(
+                        "its columns ({}) differ from those of {} ({})",
+                        file.columns.layout, first.file.id, first.columns.layout
+                    ),
+                ));
+            }
+        }
+        opened.push(file);
+    }
+    Ok(opened)
+}
+
+/// One row as listed: its file (among the opened ones), its group (among the source's), its
+/// index in the group, its label, and why its group's columns could not be read.
+struct Row {
+    file: usize,
+    group: u32,
+    row: u64,
+    label: RawLabel,
+    failure: Option<String>,
+}
+
+/// The row groups of the opened files (empty ones left out), their rows and extra values.
+struct Listed {
+    groups: Vec<Group>,
+    rows: Vec<Row>,
+    extras: Vec<Vec<ExtraValue>>,
+}
+
+fn list_rows(opened: &[Opened]) -> Result<Listed> {
+    let mut listed = Listed {
+        groups: Vec::new(),
+        rows: Vec::new(),
+        extras: Vec::new(),
+    };
+    for (f, file) in opened.iter().enumerate() {
+        let mut first_row = 0u64;
+        for index in 0..file.file.metadata.num_row_groups() {
+            let count = file.file.metadata.row_group(index).num_rows();
+            let count = usize::try_from(count).map_err(|_| {
+                file_error(
+                    &file.file.storage,
+                    format!("row group {index}: bad row count"),
+                )
+            })?;
+            if count == 0 {
+                continue;
+            }
+            let columns = read_group_columns(file, index, count);
+            let group = listed.groups.len() as u32;
+            let failure = columns.failure.as_ref().map(|reason| {
+                format!(
+                    "row group {index} (rows {first_row}..{}) cannot be read: {reason}",
+                    first_row + count as u64
+                )
+            });
+            let mut labels = columns.labels.into_iter();
+            for row in 0..count {
+                listed.rows.push(Row {
+                    file: f,
+                    group,
+                    row: row as u64,
+                    label: labels.next().unwrap_or(RawLabel::None),
+                    failure: failure.clone(),
+                });
+            }
+            listed.extras.extend(columns.extras);
+            listed.groups.push(Group {
+                file: file.file.clone(),
+                index,
+                first_row,
+                rows: count,
+            });
+            first_row += count as u64;
+        }
+    }
+    Ok(listed)
+}
+
 impl Source {
     /// The rows of Parquet files, an image each (feature `parquet`): `paths` are files, globs
     /// over file names (`data/train-*.parquet`), folders of `.parquet` files, or Hugging Face
@@ -455,70 +602,68 @@ impl Source {
         if files.is_empty() {
             return Err(Error::invalid("parquet", "no Parquet file given"));
         }
-        let mut opened: Vec<Opened> = Vec::with_capacity(files.len());
-        for path in &files {
-            let file = open_file(path, options)?;
-            if let Some(first) = opened.first() {
-                if first.columns.layout != file.columns.layout {
-                    return Err(source_error(
-                        path,
-                        format!(
-                            "its columns ({}) differ from those of {} ({})",
-                            file.columns.layout, first.file.id, first.columns.layout
-                        ),
-                    ));
-                }
-            }
-            opened.push(file);
+        let files = files
+            .into_iter()
+            .map(|path| {
+                let id = super::path_id(&path);
+                (Storage::Local(path), id)
+            })
+            .collect();
+        Source::parquet_files(files, card_folder.as_deref(), options)
+    }
+
+    /// The Parquet files at `url` in object storage (features `parquet` and `object-store`):
+    /// one object, or every `.parquet` object under a prefix, in key order; under a Hugging
+    /// Face dataset's prefix (keys with a `data/` folder), those of [`ParquetOptions::split`].
+    /// Each file's footer is read with two range requests, each row group's needed column
+    /// chunks with one each: the rest of the files is never read. Ids are `url:row`;
+    /// otherwise as [`Source::parquet`] (class names come from the files' metadata only).
+    /// Call it from a thread that is not running an async runtime.
+    #[cfg(feature = "object-store")]
+    pub fn parquet_url(
+        url: &str,
+        options: &ParquetOptions,
+        remote: &super::RemoteOptions,
+    ) -> Result<Source> {
+        let (reader, objects) = super::remote::ranges::objects(url, ".parquet", remote)?;
+        let hub = objects
+            .iter()
+            .any(|o| super::remote::ranges::under_data(&o.url).is_some());
+        let files: Vec<(Storage, String)> = objects
+            .into_iter()
+            .filter(|o| {
+                !hub || super::remote::ranges::under_data(&o.url)
+                    .and_then(hub::split_of)
+                    .is_some_and(|split| split == options.split)
+            })
+            .map(|o| (Storage::Remote(reader.clone(), o.clone()), o.url))
+            .collect();
+        if files.is_empty() {
+            return Err(Error::Remote {
+                url: url.to_string(),
+                reason: format!(
+                    "no .parquet object of split {:?} under data/",
+                    options.split
+                ),
+                kind: std::io::ErrorKind::NotFound,
+            });
         }
-        let mut groups = Vec::new();
-        let mut rows: Vec<(usize, u32, u64, RawLabel, Option<String>)> = Vec::new();
-        let mut extras = Vec::new();
-        for (f, file) in opened.iter().enumerate() {
-            let mut first_row = 0u64;
-            for index in 0..file.file.metadata.num_row_groups() {
-                let count = file.file.metadata.row_group(index).num_rows();
-                let count = usize::try_from(count).map_err(|_| {
-                    source_error(&file.file.path, format!("row group {index}: bad row count"))
-                })?;
-                if count == 0 {
-                    continue;
-                }
-                let columns = read_group_columns(file, index, count);
-                let group = groups.len() as u32;
-                for (row, label) in (0..count).zip(
-                    columns
-                        .labels
-                        .into_iter()
-                        .map(Some)
-                        .chain(std::iter::repeat_with(|| None)),
-                ) {
-                    let failure = columns.failure.as_ref().map(|reason| {
-                        format!(
-                            "row group {index} (rows {first_row}..{}) cannot be read: {reason}",
-                            first_row + count as u64
-                        )
-                    });
-                    let _ = f;
-                    rows.push((
-                        f,
-                        group,
-                        row as u64,
-                        label.unwrap_or(RawLabel::None),
-                        failure,
-                    ));
-                }
-                extras.extend(columns.extras);
-                groups.push(Group {
-                    file: file.file.clone(),
-                    index,
-                    first_row,
-                    rows: count,
-                });
-                first_row += count as u64;
-            }
-        }
-        let class_names = class_names(&opened, &rows, card_folder.as_deref(), options);
+        Source::parquet_files(files, None, options)
+    }
+
+    /// A Parquet source of these files, opened.
+    fn parquet_files(
+        files: Vec<(Storage, String)>,
+        card_folder: Option<&Path>,
+        options: &ParquetOptions,
+    ) -> Result<Source> {
+        let opened = open_all(files, options)?;
+        let Listed {
+            groups,
+            rows,
+            extras,
+        } = list_rows(&opened)?;
+        let class_names = class_names(&opened, &rows, card_folder);
         let text_classes: BTreeMap<&str, u32> = match &class_names {
             Some(names)
                 if opened[0]
@@ -536,10 +681,17 @@ impl Source {
         };
         let groups = Groups::new(groups, options.read_budget, options.read_ahead);
         let mut items = Vec::with_capacity(rows.len());
-        for (f, group, row, label, failure) in &rows {
+        for Row {
+            file,
+            group,
+            row,
+            label,
+            failure,
+        } in &rows
+        {
             let g = &groups.groups()[*group as usize];
             let file_row = g.first_row + row;
-            let id = format!("{}:{file_row}", opened[*f].file.id);
+            let id = format!("{}:{file_row}", opened[*file].file.id);
             let label = match label {
                 RawLabel::None => Ok(None),
                 RawLabel::Int(i) => u32::try_from(*i)
@@ -549,9 +701,10 @@ impl Source {
                 RawLabel::Bad(reason) => Err(reason.clone()),
             };
             let payload = match (failure, label.as_ref()) {
-                (Some(reason), _) | (None, Err(reason)) => {
-                    Payload::Damaged(format!("{}: row {file_row}: {reason}", opened[*f].file.id))
-                }
+                (Some(reason), _) | (None, Err(reason)) => Payload::Damaged(format!(
+                    "{}: row {file_row}: {reason}",
+                    opened[*file].file.id
+                )),
                 _ => Payload::Parquet(RowPlace {
                     groups: groups.clone(),
                     group: *group,
@@ -587,18 +740,13 @@ impl Source {
 
 /// The class names: text labels in sorted order; for integer labels, the names `datasets`
 /// wrote in the first file's metadata, or the dataset card's.
-fn class_names(
-    opened: &[Opened],
-    rows: &[(usize, u32, u64, RawLabel, Option<String>)],
-    card_folder: Option<&Path>,
-    options: &ParquetOptions,
-) -> Option<Vec<String>> {
+fn class_names(opened: &[Opened], rows: &[Row], card_folder: Option<&Path>) -> Option<Vec<String>> {
     let first = opened.first()?;
     let (leaf, kind) = first.columns.label?;
     if kind == LabelKind::Text {
         let mut names: Vec<String> = rows
             .iter()
-            .filter_map(|r| match &r.3 {
+            .filter_map(|r| match &r.label {
                 RawLabel::Text(t) => Some(t.clone()),
                 _ => None,
             })
@@ -614,7 +762,6 @@ fn class_names(
         .schema_descr()
         .column(leaf);
     let name = column.path().string();
-    let _ = options;
     hub::names_in_metadata(
         first.file.metadata.file_metadata().key_value_metadata(),
         &name,

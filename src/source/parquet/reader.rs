@@ -17,10 +17,43 @@ use parquet::file::metadata::ParquetMetaData;
 
 use super::columns::{self, ChunkBytes};
 
+/// Where a Parquet file's bytes are read from.
+#[derive(Debug, Clone)]
+pub(crate) enum Storage {
+    /// A local file.
+    Local(PathBuf),
+    /// An object in object storage, read by ranges.
+    #[cfg(feature = "object-store")]
+    Remote(
+        Arc<crate::source::remote::ranges::RangeReader>,
+        crate::source::remote::ranges::RangeObject,
+    ),
+}
+
+impl Storage {
+    /// Bytes `start..start + len` of the file.
+    pub(crate) fn read(&self, start: u64, len: u64) -> Result<bytes::Bytes, String> {
+        match self {
+            Storage::Local(path) => {
+                use std::os::unix::fs::FileExt;
+                let file = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+                let len = usize::try_from(len).map_err(|_| "a range too large to read")?;
+                let mut bytes = vec![0u8; len];
+                file.read_exact_at(&mut bytes, start).map_err(|e| {
+                    format!("cannot read bytes {start}..{}: {e}", start + len as u64)
+                })?;
+                Ok(bytes::Bytes::from(bytes))
+            }
+            #[cfg(feature = "object-store")]
+            Storage::Remote(reader, object) => reader.read(object, start..start + len),
+        }
+    }
+}
+
 /// One Parquet file of a source.
 #[derive(Debug)]
 pub(crate) struct ParquetFile {
-    pub path: PathBuf,
+    pub storage: Storage,
     /// The file's id in item ids and reasons.
     pub id: String,
     pub metadata: Arc<ParquetMetaData>,
@@ -52,7 +85,7 @@ impl Group {
     /// Reads and decodes the group's image column.
     fn load(&self) -> Result<Loaded, String> {
         let meta = self.file.metadata.row_group(self.index);
-        let chunk = ChunkBytes::read(&self.file.path, meta, self.file.image)?;
+        let chunk = ChunkBytes::read(&self.file.storage, meta, self.file.image)?;
         let images = columns::images(chunk, meta, self.file.image)?;
         if images.len() != self.rows {
             return Err(format!("{} images for {} rows", images.len(), self.rows));
