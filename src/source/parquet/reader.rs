@@ -224,19 +224,22 @@ impl Groups {
                 }
                 Slot::Empty => {
                     drop(state);
-                    self.read(group);
+                    if let Some(read) = self.read(group) {
+                        return read;
+                    }
                     state = self.lock();
                 }
             }
         }
     }
 
-    /// Reads group `group` unless someone is reading it or has; returns whether it read.
-    fn read(&self, group: usize) -> bool {
+    /// Reads group `group` unless someone is reading it or has; returns what it read, if it
+    /// did.
+    fn read(&self, group: usize) -> Option<Result<Arc<Loaded>, String>> {
         {
             let mut state = self.lock();
             if !matches!(state.slots[group], Slot::Empty) {
-                return false;
+                return None;
             }
             state.slots[group] = Slot::Loading;
         }
@@ -245,18 +248,24 @@ impl Groups {
         let mut state = self.lock();
         state.tick += 1;
         let tick = state.tick;
-        state.slots[group] = match outcome {
+        let read = match outcome {
             Ok(loaded) => {
+                let loaded = Arc::new(loaded);
                 state.held += loaded.bytes;
                 state.used.insert(group, tick);
-                Slot::Ready(Arc::new(loaded))
+                state.slots[group] = Slot::Ready(loaded.clone());
+                Ok(loaded)
             }
-            Err(reason) => Slot::Failed(g.failure(&reason)),
+            Err(reason) => {
+                let reason = g.failure(&reason);
+                state.slots[group] = Slot::Failed(reason.clone());
+                Err(reason)
+            }
         };
         self.evict(&mut state, group);
         drop(state);
         self.changed.notify_all();
-        true
+        Some(read)
     }
 
     /// Drops the groups used longest ago until the held bytes fit the budget (never `keep`).
@@ -333,7 +342,7 @@ impl Groups {
                     state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
                 }
             };
-            self.read(next);
+            let _ = self.read(next);
         }
     }
 }
