@@ -209,9 +209,9 @@ pub(crate) const KEYWORDS: &[Keyword] = &[
         "The folder holds WebDataset tar shards: a sample's image member by extension, its label \
          from its .cls member."),
     keyword!("parquet": "bool" = |_d| false,
-        "The source is Parquet: a file, a glob over file names, a folder of .parquet files or a \
-         Hugging Face dataset folder (data/<split>-*.parquet); a row an image, row groups \
-         shuffled and sharded as tar shards are."),
+        "The source is Parquet: a file, a glob over file names, a folder of .parquet files, a \
+         Hugging Face dataset folder (data/<split>-*.parquet) or a URL; a row an image, row \
+         groups shuffled and sharded as tar shards are."),
     keyword!("image_column": "str" = |_d| "image",
         "For parquet=True: the image column (binary, or a struct with a binary bytes field)."),
     keyword!("label_column": "Optional[str]" = |_d| NoValue,

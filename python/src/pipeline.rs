@@ -295,9 +295,23 @@ impl Pipeline {
                 let options = parquet_options.unwrap_or_default();
                 py.detach(|| Source::parquet([root], &options))
             }
+            (Some(_), None) if parquet && url.is_some() => {
+                let options = parquet_options.unwrap_or_default();
+                let defaults = RemoteOptions::default();
+                let remote = RemoteOptions::default()
+                    .cache_dir(cache_dir)
+                    .cache_limit(cache_limit.unwrap_or(defaults.cache_limit))
+                    .read_budget(read_budget.unwrap_or(defaults.read_budget))
+                    .max_requests(max_requests.unwrap_or(defaults.max_requests))
+                    .shuffle_window(shuffle_window);
+                let url = url.unwrap_or_default();
+                open_interruptibly(py, move |interrupt| {
+                    Source::parquet_url(&url, &options, &remote.interrupt(Some(interrupt)))
+                })?
+            }
             _ if parquet => {
                 return Err(PyTypeError::new_err(
-                    "parquet=True reads local files: a file, a glob or a folder, as source",
+                    "parquet=True reads a file, a glob, a folder or a URL given as source",
                 ))
             }
             (Some(_), None) if url.is_some() => {

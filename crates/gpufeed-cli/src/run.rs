@@ -53,8 +53,9 @@ pub struct RunArgs {
     ///
     /// Read DIR as Parquet files, a row an image: one file, a glob over file names
     /// ('data/train-*.parquet'), a folder of .parquet files, or a Hugging Face dataset folder
-    /// (data/<split>-*.parquet, class names from the files or the README). Row groups are
-    /// shuffled and sharded as tar shards are.
+    /// (data/<split>-*.parquet, class names from the files or the README); or a URL in object
+    /// storage, one object or a prefix (read by range requests). Row groups are shuffled and
+    /// sharded as tar shards are.
     #[arg(long, conflicts_with_all = ["webdataset", "image_folder"], help_heading = "Input")]
     parquet: bool,
     /// For --parquet: the image column (binary, or a struct with a binary `bytes` field).
@@ -479,15 +480,24 @@ impl RunArgs {
     /// when `interrupt` is set).
     fn source(&self, interrupt: &Arc<AtomicBool>) -> Result<Source> {
         let text = self.dir.to_string_lossy();
+        let remote = || {
+            RemoteOptions::default()
+                .cache_dir(self.cache_dir.clone())
+                .cache_limit(self.cache_limit.unwrap_or(u64::MAX))
+                .read_budget(self.read_budget)
+                .max_requests(self.max_requests)
+                .shuffle_window(self.shuffle_window)
+                .interrupt(Some(gpufeed::Interrupt::from(interrupt.clone())))
+        };
         if self.parquet {
-            if text.contains("://") {
-                return Err("--parquet reads local files; a URL is not read as Parquet".into());
-            }
             let options = ParquetOptions::default()
                 .image_column(self.image_column.clone())
                 .label_column(self.label_column.clone())
                 .extra_columns(self.extra_columns.clone())
                 .split(self.split.clone());
+            if text.contains("://") {
+                return Ok(Source::parquet_url(&text, &options, &remote())?);
+            }
             return Ok(Source::parquet([&self.dir], &options)?);
         }
         if !self.extra_columns.is_empty() || self.label_column.is_some() {
@@ -512,14 +522,7 @@ impl RunArgs {
         } else {
             UrlLayout::Images
         };
-        let options = RemoteOptions::default()
-            .cache_dir(self.cache_dir.clone())
-            .cache_limit(self.cache_limit.unwrap_or(u64::MAX))
-            .read_budget(self.read_budget)
-            .max_requests(self.max_requests)
-            .shuffle_window(self.shuffle_window)
-            .interrupt(Some(gpufeed::Interrupt::from(interrupt.clone())));
-        Ok(Source::url(&text, layout, &options)?)
+        Ok(Source::url(&text, layout, &remote())?)
     }
 
     /// The library's options for these arguments on `device`, for this process's `shard`.
