@@ -38,6 +38,7 @@ impl ChunkBytes {
     }
 
     /// Bytes of a file in memory, from its byte `start` on.
+    #[cfg(feature = "object-store")]
     pub(crate) fn new(start: u64, bytes: Bytes) -> ChunkBytes {
         ChunkBytes { start, bytes }
     }
