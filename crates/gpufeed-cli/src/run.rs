@@ -49,7 +49,7 @@ pub struct RunArgs {
     /// member by extension, its label from its .cls member.
     #[arg(long, help_heading = "Input")]
     webdataset: bool,
-    /// DIR is Parquet: a file, a glob or a folder of .parquet files, or a Hugging Face dataset
+    /// DIR is Parquet: a file, a glob, a folder, a Hugging Face dataset or a URL
     ///
     /// Read DIR as Parquet files, a row an image: one file, a glob over file names
     /// ('data/train-*.parquet'), a folder of .parquet files, or a Hugging Face dataset folder
