@@ -150,3 +150,8 @@ mod docs_examples {
 #[cfg(all(doctest, feature = "object-store"))]
 #[doc = include_str!("../docs/object-storage.md")]
 struct ObjectStorageExamples;
+
+/// The Parquet page's examples, compiled as doc tests.
+#[cfg(all(doctest, feature = "parquet", feature = "object-store"))]
+#[doc = include_str!("../docs/parquet.md")]
+struct ParquetExamples;
