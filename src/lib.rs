@@ -99,6 +99,8 @@ pub use pipeline::{
     WaitedBatch,
 };
 pub use profile::{Profile, Stage, StageTime};
+#[cfg(feature = "parquet")]
+pub use source::{ExtraValue, Extras, ParquetOptions, DEFAULT_PARQUET_BUDGET};
 #[cfg(feature = "object-store")]
 pub use source::{Interrupt, RemoteOptions, UrlLayout, DEFAULT_READ_BUDGET};
 pub use source::{ReadReport, Source, DECODED_EXTENSIONS, IMAGE_EXTENSIONS};
@@ -157,3 +159,8 @@ mod docs_examples {
 #[cfg(all(doctest, feature = "object-store"))]
 #[doc = include_str!("../docs/object-storage.md")]
 struct ObjectStorageExamples;
+
+/// The Parquet page's examples, compiled as doc tests.
+#[cfg(all(doctest, feature = "parquet", feature = "object-store"))]
+#[doc = include_str!("../docs/parquet.md")]
+struct ParquetExamples;

@@ -227,6 +227,19 @@ pub(crate) const KEYWORDS: &[Keyword] = &[
     keyword!("webdataset": "bool" = |_d| false,
         "The folder holds WebDataset tar shards: a sample's image member by extension, its label \
          from its .cls member."),
+    keyword!("parquet": "bool" = |_d| false,
+        "The source is Parquet: a file, a glob over file names, a folder of .parquet files, a \
+         Hugging Face dataset folder (data/<split>-*.parquet) or a URL; a row an image, row \
+         groups shuffled and sharded as tar shards are."),
+    keyword!("image_column": "str" = |_d| "image",
+        "For parquet=True: the image column (binary, or a struct with a binary bytes field)."),
+    keyword!("label_column": "Optional[str]" = |_d| NoValue,
+        "For parquet=True: the label column, integers or text numbered in sorted order (None: \
+         label, if the files have it)."),
+    keyword!("extra_columns": "Optional[Sequence[str]]" = |_d| NoValue,
+        "For parquet=True: columns carried beside each row (pipe.extras(index))."),
+    keyword!("split": "str" = |_d| "train",
+        "For a Hugging Face dataset folder with parquet=True: the split read."),
     keyword!("state": "Union[dict[str, Any], str, None]" = |_d| NoValue,
         "A state_dict() (or its JSON text) to go on from: the batches are those the pipeline \
          that saved it would have given next."),

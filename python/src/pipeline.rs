@@ -7,7 +7,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use gpufeed::{PipelineState, ReadReport, RemoteOptions, Source, UrlLayout, WaitedBatch};
+use gpufeed::{
+    ExtraValue, Extras, ParquetOptions, PipelineState, ReadReport, RemoteOptions, Source,
+    UrlLayout, WaitedBatch,
+};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
@@ -36,6 +39,8 @@ pub struct Pipeline {
     /// The names of files whose path is not valid UTF-8, by source index: their ids are these
     /// (Python's `os.fsdecode` form, which opens), not the library's `\xNN` text.
     raw_names: HashMap<usize, OsString>,
+    /// A Parquet source's extra columns, a row per source index.
+    extras: Option<Arc<Extras>>,
 }
 
 impl Pipeline {
@@ -197,6 +202,28 @@ fn state_from(value: &Bound<'_, PyAny>) -> PyResult<PipelineState> {
     PipelineState::from_json(&text).map_err(|e| PyValueError::new_err(format!("state: {e}")))
 }
 
+/// The Parquet keywords given (`None` when none is).
+fn parquet_options(options: Option<&Bound<'_, PyDict>>) -> PyResult<Option<ParquetOptions>> {
+    let image = take_keyword::<String>(options, "image_column")?;
+    let label = take_keyword::<String>(options, "label_column")?;
+    let extras = take_keyword::<Vec<String>>(options, "extra_columns")?;
+    let split = take_keyword::<String>(options, "split")?;
+    if image.is_none() && label.is_none() && extras.is_none() && split.is_none() {
+        return Ok(None);
+    }
+    let mut parquet = ParquetOptions::default().label_column(label);
+    if let Some(image) = image {
+        parquet = parquet.image_column(image);
+    }
+    if let Some(extras) = extras {
+        parquet = parquet.extra_columns(extras);
+    }
+    if let Some(split) = split {
+        parquet = parquet.split(split);
+    }
+    Ok(Some(parquet))
+}
+
 #[pymethods]
 impl Pipeline {
     #[new]
@@ -220,6 +247,8 @@ impl Pipeline {
         let read_budget = take_keyword::<u64>(options, "read_budget")?;
         let max_requests = take_keyword::<usize>(options, "max_requests")?;
         let shuffle_window = take_keyword::<usize>(options, "shuffle_window")?;
+        let parquet = take_keyword::<bool>(options, "parquet")?.unwrap_or(false);
+        let parquet_options = parquet_options(options)?;
         let mut builder = builder_from(options)?;
         let given = match options {
             Some(options) => options
@@ -251,7 +280,40 @@ impl Pipeline {
             || read_budget.is_some()
             || max_requests.is_some()
             || shuffle_window.is_some();
+        if parquet && (image_folder || webdataset) {
+            return Err(PyTypeError::new_err(
+                "parquet=True: the source is Parquet, not an ImageFolder or tar shards",
+            ));
+        }
+        if !parquet && parquet_options.is_some() {
+            return Err(PyTypeError::new_err(
+                "image_column, label_column, extra_columns and split are for parquet=True",
+            ));
+        }
         let source = match (source, paths) {
+            (Some(root), None) if parquet && url.is_none() && !remote_given => {
+                let options = parquet_options.unwrap_or_default();
+                py.detach(|| Source::parquet([root], &options))
+            }
+            (Some(_), None) if parquet && url.is_some() => {
+                let options = parquet_options.unwrap_or_default();
+                let defaults = RemoteOptions::default();
+                let remote = RemoteOptions::default()
+                    .cache_dir(cache_dir)
+                    .cache_limit(cache_limit.unwrap_or(defaults.cache_limit))
+                    .read_budget(read_budget.unwrap_or(defaults.read_budget))
+                    .max_requests(max_requests.unwrap_or(defaults.max_requests))
+                    .shuffle_window(shuffle_window);
+                let url = url.unwrap_or_default();
+                open_interruptibly(py, move |interrupt| {
+                    Source::parquet_url(&url, &options, &remote.interrupt(Some(interrupt)))
+                })?
+            }
+            _ if parquet => {
+                return Err(PyTypeError::new_err(
+                    "parquet=True reads a file, a glob, a folder or a URL given as source",
+                ))
+            }
             (Some(_), None) if url.is_some() => {
                 let defaults = RemoteOptions::default();
                 let remote = RemoteOptions::default()
@@ -317,6 +379,7 @@ impl Pipeline {
             })?,
         };
         let left_out = source.left_out().to_vec();
+        let extras = source.extras().cloned();
         let raw_names = (0..source.len())
             .filter_map(|i| {
                 let path = source.path(i)?;
@@ -335,6 +398,7 @@ impl Pipeline {
             process: std::process::id(),
             left_out,
             raw_names,
+            extras,
         })
     }
 
@@ -408,6 +472,32 @@ impl Pipeline {
     #[getter]
     fn class_names(&self) -> PyResult<Option<Vec<String>>> {
         Ok(self.lock()?.class_names().map(|c| c.to_vec()))
+    }
+
+    /// The extra columns of a Parquet source (`extra_columns=[...]`) for source index `index`
+    /// (`batch.indices`): `{column: value}`, values as int, float, bool, str or None; `None`
+    /// for other sources.
+    fn extras(&self, py: Python<'_>, index: usize) -> PyResult<Option<Py<PyDict>>> {
+        let Some(extras) = &self.extras else {
+            return Ok(None);
+        };
+        let row = extras.rows.get(index).ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "extras: no row {index} in a source of {}",
+                extras.rows.len()
+            ))
+        })?;
+        let dict = PyDict::new(py);
+        for (name, value) in extras.names.iter().zip(row) {
+            match value {
+                ExtraValue::Bool(b) => dict.set_item(name, *b)?,
+                ExtraValue::Int(i) => dict.set_item(name, *i)?,
+                ExtraValue::Float(x) => dict.set_item(name, *x)?,
+                ExtraValue::Text(t) => dict.set_item(name, t)?,
+                _ => dict.set_item(name, py.None())?,
+            }
+        }
+        Ok(Some(dict.unbind()))
     }
 
     /// Files the folder listing left out because of their extension: `{extension: count}`

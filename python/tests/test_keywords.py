@@ -92,7 +92,8 @@ def test_a_misspelt_keyword_names_every_keyword():
 def test_every_default_is_what_leaving_the_keyword_out_gives():
     # Every keyword the builder takes, given its default from the signature, against none given.
     constructor = {"source", "paths", "labels", "image_folder", "webdataset", "state", "cache_dir",
-                   "cache_limit", "read_budget", "max_requests", "shuffle_window", "device"}
+                   "cache_limit", "read_budget", "max_requests", "shuffle_window", "device",
+                   "parquet", "image_column", "label_column", "extra_columns", "split"}
     given = {
         name: ast.literal_eval(default)
         for name, _, default, _ in TABLE

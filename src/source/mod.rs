@@ -6,6 +6,8 @@
 
 mod folders;
 mod listing;
+#[cfg(feature = "parquet")]
+mod parquet;
 #[cfg(feature = "object-store")]
 mod remote;
 mod report;
@@ -18,6 +20,8 @@ use std::sync::Arc;
 use crate::error::{Error, ItemErrorKind, Result};
 use crate::order::{EpochOrder, ListingSummary, ShardBlocks};
 
+#[cfg(feature = "parquet")]
+pub use self::parquet::{ExtraValue, Extras, ParquetOptions, DEFAULT_PARQUET_BUDGET};
 pub use folders::{DECODED_EXTENSIONS, IMAGE_EXTENSIONS};
 #[cfg(feature = "object-store")]
 pub use remote::{Interrupt, RemoteOptions, UrlLayout, DEFAULT_READ_BUDGET};
@@ -34,6 +38,9 @@ enum Payload {
     /// An object in object storage, or a member of a shard there.
     #[cfg(feature = "object-store")]
     Remote(remote::Place),
+    /// A row of a Parquet file.
+    #[cfg(feature = "parquet")]
+    Parquet(self::parquet::RowPlace),
 }
 
 /// One image of a source: where its bytes are, its id and its class label.
@@ -73,6 +80,8 @@ impl SourceItem {
             Payload::Damaged(_) => 0,
             #[cfg(feature = "object-store")]
             Payload::Remote(place) => place.len(),
+            #[cfg(feature = "parquet")]
+            Payload::Parquet(place) => place.size_hint(),
         }
     }
 
@@ -96,6 +105,8 @@ impl SourceItem {
             Payload::Damaged(reason) => Err(ItemErrorKind::Archive(reason.clone())),
             #[cfg(feature = "object-store")]
             Payload::Remote(place) => place.open(max_bytes),
+            #[cfg(feature = "parquet")]
+            Payload::Parquet(place) => place.open(max_bytes),
         }
     }
 
@@ -135,6 +146,9 @@ pub(crate) enum SharedBytes {
         buffer: Arc<Vec<u8>>,
         range: std::ops::Range<usize>,
     },
+    /// A slice of a Parquet page, decompressed.
+    #[cfg(feature = "parquet")]
+    Pages(::parquet::data_type::ByteArray),
 }
 
 impl std::ops::Deref for SharedBytes {
@@ -144,6 +158,8 @@ impl std::ops::Deref for SharedBytes {
             SharedBytes::Slice(bytes) => bytes,
             #[cfg(feature = "object-store")]
             SharedBytes::Span { buffer, range } => &buffer[range.clone()],
+            #[cfg(feature = "parquet")]
+            SharedBytes::Pages(bytes) => bytes.data(),
         }
     }
 }
@@ -175,7 +191,7 @@ impl OpenItem {
 
     /// Bytes in memory, refused as a file with these bytes would be: over `max_bytes`, empty, or
     /// of no format this crate decodes.
-    #[cfg(feature = "object-store")]
+    #[cfg(any(feature = "object-store", feature = "parquet"))]
     fn checked_memory(
         bytes: SharedBytes,
         max_bytes: u64,
@@ -551,6 +567,12 @@ pub struct Source {
     /// What reads the objects of a source in object storage.
     #[cfg(feature = "object-store")]
     remote: Option<remote::Remote>,
+    /// What reads the row groups of a Parquet source.
+    #[cfg(feature = "parquet")]
+    parquet: Option<self::parquet::ParquetReader>,
+    /// A Parquet source's extra columns.
+    #[cfg(feature = "parquet")]
+    extras: Option<Arc<Extras>>,
 }
 
 /// A copy reads on its own: a source in object storage gets a reader of its own (sharing the
@@ -567,6 +589,25 @@ impl Clone for Source {
                 left_out: self.left_out.clone(),
                 listing: self.listing.clone(),
                 remote: Some(remote),
+                #[cfg(feature = "parquet")]
+                parquet: None,
+                #[cfg(feature = "parquet")]
+                extras: None,
+            };
+        }
+        #[cfg(feature = "parquet")]
+        if let Some(parquet) = &self.parquet {
+            let (parquet, items) = parquet.fork(&self.items);
+            return Source {
+                items,
+                class_names: self.class_names.clone(),
+                unreadable_folders: self.unreadable_folders.clone(),
+                left_out: self.left_out.clone(),
+                listing: self.listing.clone(),
+                #[cfg(feature = "object-store")]
+                remote: None,
+                parquet: Some(parquet),
+                extras: self.extras.clone(),
             };
         }
         Source {
@@ -577,6 +618,10 @@ impl Clone for Source {
             listing: self.listing.clone(),
             #[cfg(feature = "object-store")]
             remote: None,
+            #[cfg(feature = "parquet")]
+            parquet: None,
+            #[cfg(feature = "parquet")]
+            extras: self.extras.clone(),
         }
     }
 }
@@ -616,6 +661,10 @@ impl Source {
             left_out,
             #[cfg(feature = "object-store")]
             remote: None,
+            #[cfg(feature = "parquet")]
+            parquet: None,
+            #[cfg(feature = "parquet")]
+            extras: None,
         }
     }
 
@@ -940,6 +989,10 @@ impl Source {
         if let Some(remote) = &self.remote {
             return remote.shuffle_blocks();
         }
+        #[cfg(feature = "parquet")]
+        if let Some(parquet) = &self.parquet {
+            return Some(parquet.shuffle_blocks());
+        }
         None
     }
 
@@ -956,6 +1009,10 @@ impl Source {
         if let Some(remote) = &self.remote {
             remote.begin_epoch(epoch, order, &next(), &self.items);
         }
+        #[cfg(feature = "parquet")]
+        if let Some(parquet) = &self.parquet {
+            parquet.begin_epoch(order, &self.items);
+        }
         #[cfg(not(feature = "object-store"))]
         let _ = (epoch, order, next);
     }
@@ -966,6 +1023,10 @@ impl Source {
         #[cfg(feature = "object-store")]
         if let Some(remote) = &self.remote {
             remote.advance(position);
+        }
+        #[cfg(feature = "parquet")]
+        if let Some(parquet) = &self.parquet {
+            parquet.advance(position);
         }
         #[cfg(not(feature = "object-store"))]
         let _ = position;
@@ -978,6 +1039,10 @@ impl Source {
         #[cfg(feature = "object-store")]
         if let Some(remote) = &self.remote {
             remote.stop();
+        }
+        #[cfg(feature = "parquet")]
+        if let Some(parquet) = &self.parquet {
+            parquet.stop();
         }
     }
 

@@ -9,11 +9,12 @@ use std::time::{Duration, Instant};
 
 use gpufeed::{
     Augment, AugmentOptions, Batch, BatchOptions, BatchPatches, ChannelOrder, ColorJitter, DType,
-    Decode, DecodeOptions, Device, DrawRange, EpochReport, Gray16, Interpolation, LastBatch,
-    Launch, Layout, OnError, Options, OutputOptions, Pipeline, PipelineState, RandomErasing,
-    ReadReport, Recipe, RemoteOptions, ResizeMode, ResizeOptions, RuntimeOptions, Shard,
-    ShardBalance, Source, UrlLayout, WaitedBatch, DEFAULT_DECODE_MEMORY, DEFAULT_MAX_FILE_BYTES,
-    DEFAULT_MAX_PIXELS, RANDOM_CROP_RATIO, RANDOM_CROP_SCALE, RANDOM_FLIP_CHANCE,
+    Decode, DecodeOptions, Device, DrawRange, EpochReport, Extras, Gray16, Interpolation,
+    LastBatch, Launch, Layout, OnError, Options, OutputOptions, ParquetOptions, Pipeline,
+    PipelineState, RandomErasing, ReadReport, Recipe, RemoteOptions, ResizeMode, ResizeOptions,
+    RuntimeOptions, Shard, ShardBalance, Source, UrlLayout, WaitedBatch, DEFAULT_DECODE_MEMORY,
+    DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PIXELS, RANDOM_CROP_RATIO, RANDOM_CROP_SCALE,
+    RANDOM_FLIP_CHANCE,
 };
 use indicatif::{ProgressBar, ProgressState, ProgressStyle};
 use serde_json::{json, Value};
@@ -50,6 +51,44 @@ pub struct RunArgs {
     /// member by extension, its label from its .cls member.
     #[arg(long, help_heading = "Input")]
     webdataset: bool,
+    /// DIR is Parquet: a file, a glob, a folder, a Hugging Face dataset or a URL
+    ///
+    /// Read DIR as Parquet files, a row an image: one file, a glob over file names
+    /// ('data/train-*.parquet'), a folder of .parquet files, or a Hugging Face dataset folder
+    /// (data/<split>-*.parquet, class names from the files or the README); or a URL in object
+    /// storage, one object or a prefix (read by range requests). Row groups are shuffled and
+    /// sharded as tar shards are.
+    #[arg(long, conflicts_with_all = ["webdataset", "image_folder"], help_heading = "Input")]
+    parquet: bool,
+    /// For --parquet: the image column (binary, or a struct with a binary `bytes` field).
+    #[arg(
+        long,
+        default_value = "image",
+        hide_short_help = true,
+        help_heading = "Input"
+    )]
+    image_column: String,
+    /// For --parquet: the label column (integers, or text numbered in sorted order); default
+    /// `label` if the files have it.
+    #[arg(long, hide_short_help = true, help_heading = "Input")]
+    label_column: Option<String>,
+    /// For --parquet: columns written beside each row by --save (FILE.extra.tsv), comma
+    /// separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        hide_short_help = true,
+        help_heading = "Input"
+    )]
+    extra_columns: Vec<String>,
+    /// For a Hugging Face dataset folder with --parquet: the split read.
+    #[arg(
+        long,
+        default_value = "train",
+        hide_short_help = true,
+        help_heading = "Input"
+    )]
+    split: String,
     /// For a URL: a folder keeping whole shards and images read, for later epochs, runs and
     /// processes.
     #[arg(long, hide_short_help = true, help_heading = "Object storage")]
@@ -529,6 +568,29 @@ impl RunArgs {
     /// when `interrupt` is set).
     fn source(&self, interrupt: &Arc<AtomicBool>) -> Result<Source> {
         let text = self.dir.to_string_lossy();
+        let remote = || {
+            RemoteOptions::default()
+                .cache_dir(self.cache_dir.clone())
+                .cache_limit(self.cache_limit.unwrap_or(u64::MAX))
+                .read_budget(self.read_budget)
+                .max_requests(self.max_requests)
+                .shuffle_window(self.shuffle_window)
+                .interrupt(Some(gpufeed::Interrupt::from(interrupt.clone())))
+        };
+        if self.parquet {
+            let options = ParquetOptions::default()
+                .image_column(self.image_column.clone())
+                .label_column(self.label_column.clone())
+                .extra_columns(self.extra_columns.clone())
+                .split(self.split.clone());
+            if text.contains("://") {
+                return Ok(Source::parquet_url(&text, &options, &remote())?);
+            }
+            return Ok(Source::parquet([&self.dir], &options)?);
+        }
+        if !self.extra_columns.is_empty() || self.label_column.is_some() {
+            return Err("--label-column and --extra-columns are for --parquet".into());
+        }
         if !text.contains("://") {
             if self.cache_dir.is_some() || self.cache_limit.is_some() {
                 return Err("--cache-dir and --cache-limit are for URLs; DIR is a folder".into());
@@ -548,14 +610,7 @@ impl RunArgs {
         } else {
             UrlLayout::Images
         };
-        let options = RemoteOptions::default()
-            .cache_dir(self.cache_dir.clone())
-            .cache_limit(self.cache_limit.unwrap_or(u64::MAX))
-            .read_budget(self.read_budget)
-            .max_requests(self.max_requests)
-            .shuffle_window(self.shuffle_window)
-            .interrupt(Some(gpufeed::Interrupt::from(interrupt.clone())));
-        Ok(Source::url(&text, layout, &options)?)
+        Ok(Source::url(&text, layout, &remote())?)
     }
 
     /// The library's options for these arguments on `device`, for this process's `shard`.
@@ -803,6 +858,10 @@ const LABELS: &str = ".labels.txt";
 /// The suffix of the class names file `--save` writes for an ImageFolder.
 const CLASSES: &str = ".classes.txt";
 
+/// The suffix of the extra columns file `--save` writes for a Parquet source with
+/// `--extra-columns`.
+const EXTRAS: &str = ".extra.tsv";
+
 /// The suffix of the draws file `--save` writes with random transforms.
 const CROPS: &str = ".crops.tsv";
 
@@ -985,10 +1044,17 @@ fn open_saver(args: &RunArgs, source: &Source, options: &Options) -> Result<Opti
     if let Some(patches) = &options.patches {
         extra.extend(patch_files(patches));
     }
+    if source.extras().is_some() {
+        extra.push(EXTRAS);
+    }
     let mut saver = Saver::create(path, options.output.dtype, source, args.overwrite, &extra)?;
     if options.patches.is_some() {
         // Where the first image's rows begin; each batch adds where the next ones do.
         saver.append_values::<i64>(".cu_seqlens.npy", &[0], &[])?;
+    }
+    if let Some(extras) = source.extras() {
+        let header: Vec<String> = extras.names.iter().map(|n| escape_line(n)).collect();
+        saver.append_lines(EXTRAS, &[header.join("\t")])?;
     }
     if let Some(classes) = classes {
         let lines: Vec<String> = classes.iter().map(|c| escape_line(c)).collect();
@@ -1114,6 +1180,7 @@ fn run_and_summarize(args: &RunArgs, signals: &Signals, summarized: &mut bool) -
         options.decode = launch.decode_options(options.decode);
     }
     let mut saver = open_saver(args, &source, &options)?;
+    let extras = source.extras().cloned();
     // The name of each row in the files `--save` writes: the file's bytes, escaped.
     let row_names: Vec<String> = match &args.save {
         Some(_) => (0..source.len()).map(|i| row_name(&source, i)).collect(),
@@ -1161,6 +1228,7 @@ fn run_and_summarize(args: &RunArgs, signals: &Signals, summarized: &mut bool) -
     let rows = Rows {
         saver: saver.as_mut(),
         names: &row_names,
+        extras,
         saved: 0,
         token_rows: 0,
     };
@@ -1255,6 +1323,8 @@ fn flag_names(error: gpufeed::Error) -> Box<dyn std::error::Error> {
 struct Rows<'a> {
     saver: Option<&'a mut Saver>,
     names: &'a [String],
+    /// A Parquet source's extra columns, a row per source image.
+    extras: Option<Arc<Extras>>,
     /// Rows saved so far: a mixed row's partner is named by its row in the saved files.
     saved: usize,
     /// A patch sequence's token rows saved so far.
@@ -1311,10 +1381,11 @@ fn run_epochs(
                 if let Some(saver) = rows.saver.as_deref_mut() {
                     if let Some(patches) = batch.patches() {
                         save_patches(saver, &batch, patches, rows.names, rows.token_rows)?;
+                        save_extras(saver, &batch, rows.extras.as_deref())?;
                         rows.token_rows += patches.layout().rows;
                     } else {
                         let augmented = augments.then_some((rows.saved, size));
-                        save_batch(saver, &batch, rows.names, augmented)?;
+                        save_batch(saver, &batch, rows.names, rows.extras.as_deref(), augmented)?;
                     }
                     rows.saved += batch.len();
                 }
@@ -1346,6 +1417,7 @@ fn save_batch(
     saver: &mut Saver,
     batch: &Batch,
     names: &[String],
+    extras: Option<&Extras>,
     augmented: Option<(usize, (u32, u32))>,
 ) -> Result<()> {
     let name = |i: usize| names.get(i).map_or("", String::as_str);
@@ -1355,6 +1427,7 @@ fn save_batch(
         let lines: Vec<String> = labels.iter().map(u32::to_string).collect();
         saver.append_lines(LABELS, &lines)?;
     }
+    save_extras(saver, batch, extras)?;
     if let Some(soft) = batch.soft_labels() {
         saver.append_npy(SOFT_LABELS, &soft.to_host()?)?;
     }
@@ -1379,6 +1452,23 @@ fn save_batch(
         saver.append_lines(AUGMENT, &augment_lines(batch, first, height, width))?;
     }
     Ok(())
+}
+
+/// Appends the Parquet source's extra columns of a batch's rows to `--save`'s `.extra.tsv`.
+fn save_extras(saver: &mut Saver, batch: &Batch, extras: Option<&Extras>) -> Result<()> {
+    let Some(extras) = extras else {
+        return Ok(());
+    };
+    let lines: Vec<String> = batch
+        .indices()
+        .iter()
+        .map(|&i| {
+            let values = extras.rows.get(i).map_or(&[][..], Vec::as_slice);
+            let cells: Vec<String> = values.iter().map(|v| escape_line(&v.to_string())).collect();
+            cells.join("\t")
+        })
+        .collect();
+    saver.append_lines(EXTRAS, &lines)
 }
 
 /// Appends a patch-sequence batch to the files of `--save`: its tokens as rows of the

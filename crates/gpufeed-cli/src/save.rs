@@ -26,9 +26,10 @@ use crate::Result;
 
 /// Every suffix a set may hold beside the `.npy` (the paths file first): the files of an
 /// earlier set not written again are removed with `--overwrite`.
-pub const SET_SUFFIXES: [&str; 12] = [
+pub const SET_SUFFIXES: [&str; 13] = [
     ".paths.txt",
     ".labels.txt",
+    ".extra.tsv",
     ".crops.tsv",
     ".augment.jsonl",
     ".soft_labels.npy",

@@ -2619,3 +2619,114 @@ fn views_follow_the_shuffle_and_the_shard() {
     assert_eq!(both, (0..7).collect::<Vec<_>>());
     assert_eq!(a.iter().step_by(1).take(1).next(), shuffled.first());
 }
+
+/// Writes `photos` (of assets/) as a Parquet file: a binary `image`, an int64 `label` and a
+/// `caption` (with a tab in it), in row groups of 2 rows.
+fn write_parquet(path: &Path, photos: &[&str]) {
+    use parquet::data_type::{ByteArray, ByteArrayType, Int64Type};
+    use parquet::file::properties::WriterProperties;
+    use parquet::file::writer::SerializedFileWriter;
+    use std::sync::Arc;
+    let schema = parquet::schema::parser::parse_message_type(
+        "message m { required binary image; required int64 label; required binary caption (UTF8); }",
+    )
+    .expect("schema");
+    let file = std::fs::File::create(path).expect("create");
+    let props = Arc::new(WriterProperties::builder().build());
+    let mut writer = SerializedFileWriter::new(file, Arc::new(schema), props).expect("writer");
+    for (g, pair) in photos.chunks(2).enumerate() {
+        let mut group = writer.next_row_group().expect("group");
+        let images: Vec<ByteArray> = pair
+            .iter()
+            .map(|p| {
+                ByteArray::from(std::fs::read(repo_path(&format!("assets/{p}"))).expect("photo"))
+            })
+            .collect();
+        let labels: Vec<i64> = (0..pair.len()).map(|i| (g * 2 + i) as i64 * 10).collect();
+        let captions: Vec<ByteArray> = pair
+            .iter()
+            .map(|p| ByteArray::from(format!("a\t{p}").as_str()))
+            .collect();
+        let mut column = group.next_column().expect("column").expect("image");
+        column
+            .typed::<ByteArrayType>()
+            .write_batch(&images, None, None)
+            .expect("write");
+        column.close().expect("close");
+        let mut column = group.next_column().expect("column").expect("label");
+        column
+            .typed::<Int64Type>()
+            .write_batch(&labels, None, None)
+            .expect("write");
+        column.close().expect("close");
+        let mut column = group.next_column().expect("column").expect("caption");
+        column
+            .typed::<ByteArrayType>()
+            .write_batch(&captions, None, None)
+            .expect("write");
+        column.close().expect("close");
+        group.close().expect("close group");
+    }
+    writer.close().expect("close file");
+}
+
+/// `--parquet FILE` reads the rows as the same photos given as files; `--save` writes their
+/// labels and `--extra-columns`' values beside them; Parquet's flags without it are refused.
+#[test]
+fn parquet_rows_run_and_save_their_extra_columns() {
+    let dir = temp_dir("parquet");
+    let photos = ["rocket.jpg", "coffee.png", "chelsea.png"];
+    let file = dir.join("train-00000-of-00001.parquet");
+    write_parquet(&file, &photos);
+    let npy = dir.join("p.npy");
+    let o = gpufeed(&[
+        "run",
+        file.to_str().expect("utf-8"),
+        "--parquet",
+        "--extra-columns",
+        "caption",
+        "--cpu",
+        "--json",
+        "--save",
+        npy.to_str().expect("utf-8"),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(last_json(&o)["images"], 3);
+    let read =
+        |suffix: &str| std::fs::read_to_string(dir.join(format!("p{suffix}"))).expect(suffix);
+    assert_eq!(read(".labels.txt"), "0\n10\n20\n");
+    assert_eq!(
+        read(".extra.tsv"),
+        "caption\na\\trocket.jpg\na\\tcoffee.png\na\\tchelsea.png\n"
+    );
+    let file_text = file.to_str().expect("utf-8");
+    let expected: String = (0..3).map(|i| format!("{file_text}:{i}\n")).collect();
+    assert_eq!(read(".paths.txt"), expected);
+    // The same rows as the photos given as files.
+    let folder = dir.join("photos");
+    std::fs::create_dir_all(&folder).expect("mkdir");
+    for (i, photo) in photos.iter().enumerate() {
+        std::fs::copy(
+            repo_path(&format!("assets/{photo}")),
+            folder.join(format!("{i}-{photo}")),
+        )
+        .expect("copy");
+    }
+    let reference = dir.join("r.npy");
+    let o = gpufeed(&[
+        "run",
+        folder.to_str().expect("utf-8"),
+        "--cpu",
+        "--json",
+        "--save",
+        reference.to_str().expect("utf-8"),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        read_npy(&npy) == read_npy(&reference),
+        "the same rows as the files"
+    );
+    let o = gpufeed(&["run", "assets", "--extra-columns", "caption", "--cpu"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("for --parquet"));
+}

@@ -107,6 +107,11 @@ class Pipeline:
         labels: Optional[Sequence[int]] = None,
         image_folder: bool = False,
         webdataset: bool = False,
+        parquet: bool = False,
+        image_column: str = "image",
+        label_column: Optional[str] = None,
+        extra_columns: Optional[Sequence[str]] = None,
+        split: str = "train",
         state: Union[dict[str, Any], str, None] = None,
         cache_dir: Union[str, os.PathLike[str], None] = None,
         cache_limit: Optional[int] = None,
@@ -179,6 +184,8 @@ class Pipeline:
     @property
     def num_images(self) -> int:
         """Images an epoch of this process (its shard) holds, before any is skipped."""
+    def extras(self, index: int) -> Optional[dict[str, Union[int, float, bool, str, None]]]:
+        """A Parquet source's extra_columns for source index `index` (batch.indices)."""
     @property
     def left_out(self) -> dict[str, int]:
         """Files the folder listing left out because of their extension, by extension."""

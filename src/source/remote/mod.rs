@@ -12,6 +12,8 @@
 mod cache;
 mod listing;
 mod location;
+#[cfg(feature = "parquet")]
+pub(crate) mod ranges;
 mod reader;
 mod store;
 
