@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use gpufeed::{Decode, Device, ParquetOptions, Pipeline, Source};
+use gpufeed_bench::env_or;
 use parquet::basic::Compression;
 use parquet::data_type::{ByteArray, ByteArrayType, Int64Type};
 use parquet::file::properties::WriterProperties;
@@ -27,13 +28,6 @@ use parquet::schema::parser::parse_message_type;
 /// The bench's errors.
 type Result<T, E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
 
-fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 fn main() {
     if let Err(e) = bench() {
         eprintln!("bench parquet: {e}");
@@ -42,14 +36,14 @@ fn main() {
 }
 
 fn bench() -> Result<()> {
-    let dir: PathBuf = env("GPUFEED_BENCH_DIR", PathBuf::from("assets"));
-    let per_shard: usize = env("GPUFEED_BENCH_PER_SHARD", 256).max(1);
-    let groups: usize = env("GPUFEED_BENCH_GROUPS", 8).max(1);
-    let rounds: usize = env("GPUFEED_BENCH_ROUNDS", 3);
-    let epochs: u64 = env("GPUFEED_BENCH_EPOCHS", 2);
-    let decode: Decode = env("GPUFEED_BENCH_DECODE", Decode::Cpu);
-    let batch_size: usize = env("GPUFEED_BENCH_BATCH", 256);
-    let threads: usize = env("GPUFEED_BENCH_THREADS", 0);
+    let dir: PathBuf = env_or("GPUFEED_BENCH_DIR", PathBuf::from("assets"));
+    let per_shard: usize = env_or("GPUFEED_BENCH_PER_SHARD", 256).max(1);
+    let groups: usize = env_or("GPUFEED_BENCH_GROUPS", 8).max(1);
+    let rounds: usize = env_or("GPUFEED_BENCH_ROUNDS", 3);
+    let epochs: u64 = env_or("GPUFEED_BENCH_EPOCHS", 2);
+    let decode: Decode = env_or("GPUFEED_BENCH_DECODE", Decode::Cpu);
+    let batch_size: usize = env_or("GPUFEED_BENCH_BATCH", 256);
+    let threads: usize = env_or("GPUFEED_BENCH_THREADS", 0);
     let shuffle: Option<u64> = std::env::var("GPUFEED_BENCH_SHUFFLE")
         .ok()
         .and_then(|v| v.parse().ok());

@@ -11,46 +11,21 @@
 //! 224 x 224 crop's pixels; SigLIP2 with `max_patches`; timm's defaults; `qwen2-vl` alone is its
 //! default of 1,003,520 pixels).
 
-use gpufeed::patches::{Patches, Preset};
 use gpufeed::{BatchOptions, DType, Decode, DecodeOptions, Options, OutputOptions};
 use gpufeed_bench::patches::{patches, PatchBenchOptions};
-
-fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// `name[:budget]`: a preset, with its `max_pixels` (Qwen2-VL) or `max_patches` (SigLIP2).
-fn preset(spec: &str) -> Result<(String, Patches), String> {
-    let (name, budget) = match spec.split_once(':') {
-        Some((name, budget)) => (name, Some(budget)),
-        None => (spec, None),
-    };
-    let preset: Preset = name.parse().map_err(|e| format!("{e}"))?;
-    let budget = budget
-        .map(|b| b.parse::<u64>().map_err(|e| format!("{spec}: {e}")))
-        .transpose()?;
-    let patches = match (preset, budget) {
-        (Preset::Qwen2Vl, Some(pixels)) => Patches::qwen2_vl().max_pixels(pixels),
-        (Preset::Siglip2Naflex, Some(n)) => Patches::siglip2_naflex().max_patches(n as u32),
-        (preset, _) => Patches::preset(preset),
-    };
-    Ok((spec.to_string(), patches))
-}
+use gpufeed_bench::{env_or, patches::preset_spec};
 
 fn main() {
     let specs = std::env::var("GPUFEED_BENCH_PRESETS")
         .unwrap_or_else(|_| "qwen2-vl:50176,siglip2-naflex:256,timm-naflex".into());
-    let presets = match specs.split(',').map(str::trim).map(preset).collect() {
+    let presets = match specs.split(',').map(str::trim).map(preset_spec).collect() {
         Ok(presets) => presets,
         Err(e) => {
             eprintln!("bench patches: GPUFEED_BENCH_PRESETS: {e}");
             std::process::exit(2);
         }
     };
-    let decode: Decode = env("GPUFEED_BENCH_DECODE", Decode::Auto);
+    let decode: Decode = env_or("GPUFEED_BENCH_DECODE", Decode::Auto);
     let device = match gpufeed::cuda::probe() {
         Ok(_) => Some(0),
         Err(e) => {
@@ -63,14 +38,14 @@ fn main() {
             .unwrap_or_else(|_| "assets".into())
             .into(),
         options: Options::default()
-            .batching(BatchOptions::default().batch_size(env("GPUFEED_BENCH_BATCH", 256)))
+            .batching(BatchOptions::default().batch_size(env_or("GPUFEED_BENCH_BATCH", 256)))
             .decode(DecodeOptions::default().lanes(decode))
             .output(OutputOptions::default().dtype(DType::F16)),
         presets,
         device,
-        cpu_threads: env("GPUFEED_BENCH_CPU_THREADS", 1),
-        epochs: env("GPUFEED_BENCH_EPOCHS", 5),
-        in_memory: env("GPUFEED_BENCH_IN_MEMORY", 0) == 1,
+        cpu_threads: env_or("GPUFEED_BENCH_CPU_THREADS", 1),
+        epochs: env_or("GPUFEED_BENCH_EPOCHS", 5),
+        in_memory: env_or("GPUFEED_BENCH_IN_MEMORY", 0) == 1,
     };
     match patches(&options) {
         Ok(report) => print!("{}", report.table()),

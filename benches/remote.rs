@@ -24,17 +24,11 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use gpufeed::{Decode, Device, Pipeline, ReadReport, RemoteOptions, Source, UrlLayout};
+use gpufeed_bench::env_or;
 use s3_server::S3Server;
 
 /// The bench's errors.
 type Result<T, E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
-
-fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// One timed epoch.
 struct Row {
@@ -55,16 +49,16 @@ fn main() {
 }
 
 fn bench() -> Result<()> {
-    let dir: PathBuf = env("GPUFEED_BENCH_DIR", PathBuf::from("assets"));
-    let per_shard: usize = env("GPUFEED_BENCH_PER_SHARD", 256);
-    let rounds: usize = env("GPUFEED_BENCH_ROUNDS", 3);
-    let epochs: u64 = env("GPUFEED_BENCH_EPOCHS", 2);
-    let decode: Decode = env("GPUFEED_BENCH_DECODE", Decode::Cpu);
+    let dir: PathBuf = env_or("GPUFEED_BENCH_DIR", PathBuf::from("assets"));
+    let per_shard: usize = env_or("GPUFEED_BENCH_PER_SHARD", 256);
+    let rounds: usize = env_or("GPUFEED_BENCH_ROUNDS", 3);
+    let epochs: u64 = env_or("GPUFEED_BENCH_EPOCHS", 2);
+    let decode: Decode = env_or("GPUFEED_BENCH_DECODE", Decode::Cpu);
     let share: Option<f32> = std::env::var("GPUFEED_BENCH_SHARE")
         .ok()
         .and_then(|v| v.parse().ok());
-    let batch_size: usize = env("GPUFEED_BENCH_BATCH", 256);
-    let threads: usize = env("GPUFEED_BENCH_THREADS", 0);
+    let batch_size: usize = env_or("GPUFEED_BENCH_BATCH", 256);
+    let threads: usize = env_or("GPUFEED_BENCH_THREADS", 0);
     let shuffle: Option<u64> = std::env::var("GPUFEED_BENCH_SHUFFLE")
         .ok()
         .and_then(|v| v.parse().ok());
@@ -100,7 +94,7 @@ fn bench() -> Result<()> {
             .map(|(name, data)| (format!("bench/{name}"), data))
             .collect(),
     )?;
-    let budget: u64 = env("GPUFEED_BENCH_BUDGET", (bytes / 4).clamp(1 << 20, 1 << 30));
+    let budget: u64 = env_or("GPUFEED_BENCH_BUDGET", (bytes / 4).clamp(1 << 20, 1 << 30));
     println!("bench remote: read budget {:.1} MB", budget as f64 / 1e6);
     let mut remote = RemoteOptions::default().read_budget(budget);
     for (key, value) in server.store_options() {

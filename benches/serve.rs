@@ -13,39 +13,14 @@
 //! `qwen2-vl,siglip2-naflex`: each preset's defaults; `qwen2-vl:50176` sets `max_pixels`,
 //! `siglip2-naflex:1024` sets `max_patches`).
 
-use gpufeed::patches::{Patches, Preset};
 use gpufeed::DType;
 use gpufeed_bench::serve::{serve, ServeBenchOptions};
-
-fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// `name[:budget]`: a preset, with its `max_pixels` (Qwen2-VL) or `max_patches` (SigLIP2).
-fn preset(spec: &str) -> Result<(String, Patches), String> {
-    let (name, budget) = match spec.split_once(':') {
-        Some((name, budget)) => (name, Some(budget)),
-        None => (spec, None),
-    };
-    let preset: Preset = name.parse().map_err(|e| format!("{e}"))?;
-    let budget = budget
-        .map(|b| b.parse::<u64>().map_err(|e| format!("{spec}: {e}")))
-        .transpose()?;
-    let patches = match (preset, budget) {
-        (Preset::Qwen2Vl, Some(pixels)) => Patches::qwen2_vl().max_pixels(pixels),
-        (Preset::Siglip2Naflex, Some(n)) => Patches::siglip2_naflex().max_patches(n as u32),
-        (preset, _) => Patches::preset(preset),
-    };
-    Ok((spec.to_string(), patches))
-}
+use gpufeed_bench::{env_or, patches::preset_spec};
 
 fn main() {
     let specs =
         std::env::var("GPUFEED_BENCH_PRESETS").unwrap_or_else(|_| "qwen2-vl,siglip2-naflex".into());
-    let presets = match specs.split(',').map(str::trim).map(preset).collect() {
+    let presets = match specs.split(',').map(str::trim).map(preset_spec).collect() {
         Ok(presets) => presets,
         Err(e) => {
             eprintln!("bench serve: GPUFEED_BENCH_PRESETS: {e}");
@@ -73,10 +48,10 @@ fn main() {
             .into(),
         presets,
         device,
-        gpu_threads: env("GPUFEED_BENCH_THREADS", 0),
-        cpu_threads: env("GPUFEED_BENCH_CPU_THREADS", 2),
+        gpu_threads: env_or("GPUFEED_BENCH_THREADS", 0),
+        cpu_threads: env_or("GPUFEED_BENCH_CPU_THREADS", 2),
         sizes,
-        requests: env("GPUFEED_BENCH_REQUESTS", 200),
+        requests: env_or("GPUFEED_BENCH_REQUESTS", 200),
         large: std::env::var("GPUFEED_BENCH_LARGE").ok().map(Into::into),
         dtype: DType::F16,
     };

@@ -59,6 +59,14 @@ pub(crate) fn cuda(context: &'static str) -> impl Fn(DriverError) -> BenchError 
     move |source| BenchError::Cuda { context, source }
 }
 
+/// The environment variable `name` parsed, or `default` when it is unset or does not parse.
+pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// Median of `values` (the mean of the middle two for an even count); sorts them.
 pub fn median(values: &mut [f64]) -> f64 {
     values.sort_by(|a, b| a.total_cmp(b));

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use gpufeed::patches::Patches;
+use gpufeed::patches::{Patches, Preset};
 use gpufeed::{Device, Options, Pipeline, Source};
 
 use crate::{median, BenchError, Result};
@@ -197,4 +197,23 @@ pub fn patches(options: &PatchBenchOptions) -> Result<PatchBenchReport> {
         images: source.len(),
         rows,
     })
+}
+
+/// A bench's preset spec, `name[:budget]`: the preset, with its `max_pixels` (Qwen2-VL) or
+/// `max_patches` (SigLIP2); the spec is kept as the row's name.
+pub fn preset_spec(spec: &str) -> std::result::Result<(String, Patches), String> {
+    let (name, budget) = match spec.split_once(':') {
+        Some((name, budget)) => (name, Some(budget)),
+        None => (spec, None),
+    };
+    let preset: Preset = name.parse().map_err(|e| format!("{e}"))?;
+    let budget = budget
+        .map(|b| b.parse::<u64>().map_err(|e| format!("{spec}: {e}")))
+        .transpose()?;
+    let patches = match (preset, budget) {
+        (Preset::Qwen2Vl, Some(pixels)) => Patches::qwen2_vl().max_pixels(pixels),
+        (Preset::Siglip2Naflex, Some(n)) => Patches::siglip2_naflex().max_patches(n as u32),
+        (preset, _) => Patches::preset(preset),
+    };
+    Ok((spec.to_string(), patches))
 }
