@@ -24,7 +24,11 @@ import sys
 import tempfile
 
 import numpy as np
+import PIL
 from PIL import Image, ImageEnhance, ImageOps
+
+# The installed Pillow's MAJOR.MINOR: gpufeed resizes with its rounding, as the reference does.
+PILLOW_VERSION = ".".join(PIL.__version__.split(".")[:2])
 
 RESAMPLE = {"dinov2": Image.BICUBIC, "simclr": Image.BILINEAR}
 
@@ -118,7 +122,7 @@ def compare(folder, cli, preset="dinov2", seed=0, epochs=1):
         out = os.path.join(tmp, "out.npy")
         subprocess.run(
             [cli, "run", str(folder), "--views", preset, "--seed", str(seed), "--epochs",
-             str(epochs), "--save", out, "--json"],
+             str(epochs), "--save", out, "--json", "--pillow-version", PILLOW_VERSION],
             check=True,
             capture_output=True,
         )

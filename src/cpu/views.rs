@@ -25,8 +25,9 @@ pub struct ViewImage {
 }
 
 /// The geometry of a group's views: `RandomResizedCrop(size, scale, ratio, interpolation)`.
-fn group_geometry(group: &ViewGroup) -> Geometry {
+fn group_geometry(group: &ViewGroup, pillow_version: (u32, u32)) -> Geometry {
     let resize = ResizeOptions::default()
+        .pillow_version(pillow_version.0, pillow_version.1)
         .mode(ResizeMode::RandomResizedCrop {
             height: group.size,
             width: group.size,
@@ -42,10 +43,11 @@ fn cut_view(
     pixels: &[u8],
     decoded: Decoded,
     group: &ViewGroup,
+    pillow_version: (u32, u32),
     draw: ViewDraw,
     kernels: Kernels,
 ) -> std::result::Result<ViewImage, ItemErrorKind> {
-    let geometry = group_geometry(group);
+    let geometry = group_geometry(group, pillow_version);
     let (x, y) = geometry.axis_plans(
         decoded.source_width,
         decoded.source_height,
@@ -105,7 +107,7 @@ fn render_unguarded(
                 .groups
                 .get(draw.group)
                 .ok_or_else(|| ItemErrorKind::Resize(format!("no view group {}", draw.group)))?;
-            cut_view(&pixels, decoded, group, draw, kernels)
+            cut_view(&pixels, decoded, group, views.pillow_version, draw, kernels)
         })
         .collect()
 }

@@ -7,7 +7,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::{DrawRange, Interpolation, ParseOptionError, RANDOM_CROP_RATIO};
+use super::{DrawRange, Interpolation, ParseOptionError, ResizeOptions, RANDOM_CROP_RATIO};
 use crate::error::{Error, Result};
 
 /// torchvision's `GaussianBlur(kernel_size, sigma=(min, max))` on a PIL image, applied with
@@ -201,6 +201,9 @@ pub struct Views {
     pub groups: Vec<ViewGroup>,
     /// The seed every view's draws start from.
     pub seed: u64,
+    /// The Pillow version `(major, minor)` whose resize rounding the views reproduce (its pass
+    /// order changed in 13.0); as [`ResizeOptions::pillow_version`], 13.0 by default.
+    pub pillow_version: (u32, u32),
 }
 
 /// DINOv2's colour operations before the blur: `RandomApply([ColorJitter(0.4, 0.4, 0.2, 0.1)],
@@ -228,7 +231,11 @@ const fn dinov2_ops(blur_p: f64, solarize: f64) -> ViewOps {
 impl Views {
     /// Views of `groups`, seed 0.
     pub fn new(groups: Vec<ViewGroup>) -> Views {
-        Views { groups, seed: 0 }
+        Views {
+            groups,
+            seed: 0,
+            pillow_version: ResizeOptions::default().pillow_version,
+        }
     }
 
     /// The preset `preset`.
@@ -295,6 +302,13 @@ impl Views {
     /// The same views with another seed.
     pub fn seed(mut self, seed: u64) -> Views {
         self.seed = seed;
+        self
+    }
+
+    /// The same views resized with Pillow `major.minor`'s rounding (the installed Pillow's, to
+    /// equal torchvision's transforms run with it).
+    pub fn pillow_version(mut self, major: u32, minor: u32) -> Views {
+        self.pillow_version = (major, minor);
         self
     }
 

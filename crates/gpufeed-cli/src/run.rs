@@ -1141,7 +1141,9 @@ fn run_and_summarize(args: &RunArgs, signals: &Signals, summarized: &mut bool) -
         let source = args.source(&signals.flag)?;
         crate::views::run_views(&crate::views::ViewsRun {
             source: &source,
-            views: gpufeed::views::Views::preset(preset).seed(args.seed),
+            views: gpufeed::views::Views::preset(preset)
+                .seed(args.seed)
+                .pillow_version(args.pillow_version.0, args.pillow_version.1),
             decode: gpufeed::DecodeOptions::default(),
             batching,
             epochs: args.epochs,

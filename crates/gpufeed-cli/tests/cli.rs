@@ -2571,6 +2571,45 @@ fn views_are_counted_saved_and_equal_to_the_librarys() {
     let other = gpufeed::cpu::render_views(&bytes, &Default::default(), &views.seed(6), index, 0)
         .expect("views");
     assert_ne!(other[0].pixels, want[0].pixels);
+    // Pillow 12.3's rounding: the library's views at that version, and other bytes than 13.0's
+    // somewhere among the 70 views.
+    let older = temp_dir("views-pillow");
+    let older_npy = older.join("out.npy");
+    let o = gpufeed(&[
+        "run",
+        "assets",
+        "--views",
+        "dinov2",
+        "--seed",
+        "5",
+        "--pillow-version",
+        "12.3",
+        "--save",
+        older_npy.to_str().expect("utf-8 path"),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let at_12_3 = gpufeed::cpu::render_views(
+        &bytes,
+        &Default::default(),
+        &gpufeed::views::Views::dinov2()
+            .seed(5)
+            .pillow_version(12, 3),
+        index,
+        0,
+    )
+    .expect("views");
+    let mut differing = 0;
+    for (k, view) in at_12_3.iter().enumerate() {
+        let (_, _, data) = read_npy(&older.join(format!("out.view{k}.npy")));
+        let row = data.len() / 7;
+        assert!(
+            data[index * row..(index + 1) * row] == view.pixels[..],
+            "view {k} at 12.3"
+        );
+        let (_, _, newer) = read_npy(&dir.join(format!("out.view{k}.npy")));
+        differing += usize::from(newer != data);
+    }
+    assert!(differing > 0, "Pillow 12.3's rounding changed no view");
     for refused in [
         &["--views", "dinov2", "--resume", "state.json"][..],
         &["--views", "dinov2", "--train"],
