@@ -289,10 +289,12 @@ def render_views(
     epoch: int = 0,
     *,
     seed: int = 0,
+    pillow_version: Optional[Tuple[int, int]] = None,
 ) -> List[Tuple[bytes, int, str]]:
     """The views of a multi-crop preset ("dinov2" or "simclr") of one encoded image, decoded
     once: (pixels, size, draw) per view, pixels size*size*3 uint8 bytes (HWC, RGB), draw a JSON
-    object of what the view drew, as `gpufeed run --views` saves it."""
+    object of what the view drew, as `gpufeed run --views` saves it. The resize follows
+    `pillow_version` ((major, minor)), by default the installed Pillow's."""
 class TargetLoader:
     """Detection or segmentation batches with their targets: COCO (coco=) or image/mask pairs
     (masks=), through one of torchvision's reference recipes. Iterating runs one epoch and yields
