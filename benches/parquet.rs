@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use gpufeed::{Decode, Device, ParquetOptions, Pipeline, Source};
-use gpufeed_bench::env_or;
+use gpufeed_bench::{env_or, images_under};
 use parquet::basic::Compression;
 use parquet::data_type::{ByteArray, ByteArrayType, Int64Type};
 use parquet::file::properties::WriterProperties;
@@ -156,30 +156,6 @@ struct Row {
     epoch: u64,
     images: usize,
     seconds: f64,
-}
-
-/// The image files under `dir`, recursively, sorted.
-fn images_under(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut images = Vec::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(folder) = pending.pop() {
-        for entry in std::fs::read_dir(&folder)? {
-            let path = entry?.path();
-            if path.is_dir() {
-                pending.push(path);
-            } else if path.extension().is_some_and(|e| {
-                gpufeed::IMAGE_EXTENSIONS
-                    .contains(&e.to_string_lossy().to_ascii_lowercase().as_str())
-            }) {
-                images.push(path);
-            }
-        }
-    }
-    images.sort();
-    if images.is_empty() {
-        return Err(format!("no image under {}", dir.display()).into());
-    }
-    Ok(images)
 }
 
 /// A WebDataset shard of `images` (numbered from `first`, each with a `.cls` label); returns its

@@ -36,17 +36,20 @@ def files_of(folder):
 
 
 def make_processor(name, budget):
-    """The PIL processor of `name` (transformers 5.23 names them `*Pil`; older releases call
-    their PIL/NumPy processor by the plain name)."""
+    """The PIL processor of `name` with its budget, or its defaults for a budget of 0
+    (transformers 5.23 names them `*Pil`; older releases call their PIL/NumPy processor by the
+    plain name)."""
     import transformers
 
     if name == "qwen2-vl":
         cls = getattr(transformers, "Qwen2VLImageProcessorPil", None)
         cls = cls or transformers.Qwen2VLImageProcessor
-        return cls(max_pixels=budget)
+        return cls(max_pixels=budget) if budget else cls()
     cls = getattr(transformers, "Siglip2ImageProcessorPil", None)
     cls = cls or transformers.Siglip2ImageProcessor
-    return cls(max_num_patches=budget, do_convert_rgb=True)
+    if budget:
+        return cls(max_num_patches=budget, do_convert_rgb=True)
+    return cls(do_convert_rgb=True)
 
 
 def init_worker(name, budget):

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use gpufeed::{Decode, Device, Pipeline, ReadReport, RemoteOptions, Source, UrlLayout};
-use gpufeed_bench::env_or;
+use gpufeed_bench::{env_or, images_under};
 use s3_server::S3Server;
 
 /// The bench's errors.
@@ -219,25 +219,7 @@ fn table(rows: &[Row]) -> String {
 /// The images under `dir` (sorted, by extension) as WebDataset shards of `per_shard` samples
 /// (the image and a `.cls` label), written to `out` and returned as (name, bytes).
 fn write_shards(dir: &Path, out: &Path, per_shard: usize) -> Result<Vec<(String, Vec<u8>)>> {
-    let mut images = Vec::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(folder) = pending.pop() {
-        for entry in std::fs::read_dir(&folder)? {
-            let path = entry?.path();
-            if path.is_dir() {
-                pending.push(path);
-            } else if path.extension().is_some_and(|e| {
-                gpufeed::IMAGE_EXTENSIONS
-                    .contains(&e.to_string_lossy().to_ascii_lowercase().as_str())
-            }) {
-                images.push(path);
-            }
-        }
-    }
-    images.sort();
-    if images.is_empty() {
-        return Err(format!("no image under {}", dir.display()).into());
-    }
+    let images = images_under(dir)?;
     let mut shards = Vec::new();
     for (k, chunk) in images.chunks(per_shard.max(1)).enumerate() {
         let mut tar = Vec::new();

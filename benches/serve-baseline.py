@@ -23,32 +23,20 @@ import time
 
 import numpy as np
 
-EXTENSIONS = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"}
+def _patches_baseline():
+    """benches/patches-baseline.py as a module: its file listing and processors."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "patches-baseline.py")
+    spec = importlib.util.spec_from_file_location("patches_baseline", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def files_of(folder):
-    found = []
-    for root, _, names in os.walk(folder):
-        for name in names:
-            if os.path.splitext(name)[1].lower() in EXTENSIONS:
-                found.append(os.path.join(root, name))
-    return sorted(found)
-
-
-def make_processor(name, budget):
-    """The PIL processor of `name` (transformers 5.23 names them `*Pil`; older releases call
-    their PIL/NumPy processor by the plain name)."""
-    import transformers
-
-    if name == "qwen2-vl":
-        cls = getattr(transformers, "Qwen2VLImageProcessorPil", None)
-        cls = cls or transformers.Qwen2VLImageProcessor
-        return cls(max_pixels=budget) if budget else cls()
-    cls = getattr(transformers, "Siglip2ImageProcessorPil", None)
-    cls = cls or transformers.Siglip2ImageProcessor
-    if budget:
-        return cls(max_num_patches=budget, do_convert_rgb=True)
-    return cls(do_convert_rgb=True)
+_baseline = _patches_baseline()
+files_of = _baseline.files_of
+make_processor = _baseline.make_processor
 
 
 def nearest_megapixel(files, data):

@@ -59,6 +59,33 @@ pub(crate) fn cuda(context: &'static str) -> impl Fn(DriverError) -> BenchError 
     move |source| BenchError::Cuda { context, source }
 }
 
+/// The image files under `dir` (by gpufeed's extensions), recursively, sorted; an error when
+/// there are none.
+pub fn images_under(
+    dir: &std::path::Path,
+) -> std::result::Result<Vec<std::path::PathBuf>, Box<dyn std::error::Error>> {
+    let mut images = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(folder) = pending.pop() {
+        for entry in std::fs::read_dir(&folder)? {
+            let path = entry?.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.extension().is_some_and(|e| {
+                gpufeed::IMAGE_EXTENSIONS
+                    .contains(&e.to_string_lossy().to_ascii_lowercase().as_str())
+            }) {
+                images.push(path);
+            }
+        }
+    }
+    images.sort();
+    if images.is_empty() {
+        return Err(format!("no image under {}", dir.display()).into());
+    }
+    Ok(images)
+}
+
 /// The environment variable `name` parsed, or `default` when it is unset or does not parse.
 pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
