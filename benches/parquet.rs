@@ -11,6 +11,11 @@
 //! `GPUFEED_BENCH_THREADS` (default 0: one per core), `GPUFEED_BENCH_SHUFFLE` (a seed: shuffled
 //! epochs; the block shuffle for both, shards and row groups).
 //!
+//! With the `object-store` feature and `GPUFEED_BENCH_S3=1`, both are also put in a local S3
+//! server (SeaweedFS's `weed mini`, found as `crates/s3-server` says) and read from it in the
+//! same rounds: the tar shards as a URL source, the Parquet files by range requests, each
+//! against the shards from the same server.
+//!
 //! Both were just written, so both read the page cache.
 
 use std::path::{Path, PathBuf};
@@ -114,6 +119,7 @@ fn bench() -> Result<()> {
         }
         Ok::<(), Box<dyn std::error::Error>>(())
     };
+    let remote = remote::Remote::start(&shards, &files)?;
     let mut rows = Vec::new();
     for round in 0..rounds {
         run(Source::webdataset(&shards)?, "tar", round, &mut rows)?;
@@ -124,19 +130,35 @@ fn bench() -> Result<()> {
             opening.elapsed().as_secs_f64()
         );
         run(source, "parquet", round, &mut rows)?;
+        if let Some(remote) = &remote {
+            run(remote.shards()?, "s3 tar", round, &mut rows)?;
+            let opening = Instant::now();
+            let source = remote.parquet()?;
+            println!(
+                "round {round}: the Parquet source in S3 opened in {:.3} s",
+                opening.elapsed().as_secs_f64()
+            );
+            run(source, "s3 parquet", round, &mut rows)?;
+        }
     }
     println!(
-        "{:>5} {:<8} {:>5} {:>7} {:>9} {:>6}",
+        "{:>5} {:<10} {:>5} {:>7} {:>9} {:>6}",
         "round", "source", "epoch", "images", "images/s", "x tar"
     );
     for row in &rows {
         let rate = row.images as f64 / row.seconds;
+        // Each source against the shards read from the same place.
+        let tar_source = if row.source.starts_with("s3") {
+            "s3 tar"
+        } else {
+            "tar"
+        };
         let tar = rows
             .iter()
-            .find(|r| r.source == "tar" && r.round == row.round && r.epoch == row.epoch)
+            .find(|r| r.source == tar_source && r.round == row.round && r.epoch == row.epoch)
             .map_or(f64::NAN, |r| r.images as f64 / r.seconds);
         println!(
-            "{:>5} {:<8} {:>5} {:>7} {:>9.0} {:>6.2}",
+            "{:>5} {:<10} {:>5} {:>7} {:>9.0} {:>6.2}",
             row.round,
             row.source,
             row.epoch,
@@ -241,4 +263,98 @@ fn write_parquet(path: &Path, first: usize, images: &[PathBuf], per_group: usize
     }
     writer.close()?;
     Ok(())
+}
+
+/// The shards and Parquet files in a local S3 server, with `object-store` and
+/// `GPUFEED_BENCH_S3=1`.
+#[cfg(feature = "object-store")]
+mod remote {
+    use std::path::Path;
+
+    use gpufeed::{ParquetOptions, RemoteOptions, Source, UrlLayout};
+    use s3_server::S3Server;
+
+    use super::Result;
+
+    /// The server and how to reach it.
+    pub struct Remote {
+        server: S3Server,
+        options: RemoteOptions,
+    }
+
+    impl Remote {
+        /// Starts the server and puts every file of `shards` under `bench/shards/` and of
+        /// `files` under `bench/parquet/`; `None` unless `GPUFEED_BENCH_S3=1`.
+        pub fn start(shards: &Path, files: &Path) -> Result<Option<Remote>> {
+            if std::env::var("GPUFEED_BENCH_S3").as_deref() != Ok("1") {
+                return Ok(None);
+            }
+            let server = S3Server::start(&S3Server::find_weed()?)?;
+            let mut objects = Vec::new();
+            for (dir, prefix) in [(shards, "bench/shards"), (files, "bench/parquet")] {
+                for entry in std::fs::read_dir(dir)? {
+                    let path = entry?.path();
+                    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+                    if let Some(name) = name {
+                        objects.push((format!("{prefix}/{name}"), std::fs::read(&path)?));
+                    }
+                }
+            }
+            server.put_all(objects)?;
+            let mut options = RemoteOptions::default();
+            for (key, value) in server.store_options() {
+                options = options.store_option(key, value);
+            }
+            Ok(Some(Remote { server, options }))
+        }
+
+        /// The shards as a URL source.
+        pub fn shards(&self) -> Result<Source> {
+            let url = self.server.url("bench/shards/");
+            Ok(Source::url(&url, UrlLayout::WebDataset, &self.options)?)
+        }
+
+        /// The Parquet files, read by range requests.
+        pub fn parquet(&self) -> Result<Source> {
+            let url = self.server.url("bench/parquet/");
+            Ok(Source::parquet_url(
+                &url,
+                &ParquetOptions::default(),
+                &self.options,
+            )?)
+        }
+    }
+}
+
+/// Without `object-store`, no S3 rounds.
+#[cfg(not(feature = "object-store"))]
+mod remote {
+    use std::path::Path;
+
+    use gpufeed::Source;
+
+    use super::Result;
+
+    /// Never built: the S3 rounds need the `object-store` feature.
+    pub enum Remote {}
+
+    impl Remote {
+        /// `None`, saying why when `GPUFEED_BENCH_S3=1` asked for S3.
+        pub fn start(_shards: &Path, _files: &Path) -> Result<Option<Remote>> {
+            if std::env::var("GPUFEED_BENCH_S3").as_deref() == Ok("1") {
+                return Err("GPUFEED_BENCH_S3=1 needs --features object-store".into());
+            }
+            Ok(None)
+        }
+
+        /// Unreachable: no value exists.
+        pub fn shards(&self) -> Result<Source> {
+            match *self {}
+        }
+
+        /// Unreachable: no value exists.
+        pub fn parquet(&self) -> Result<Source> {
+            match *self {}
+        }
+    }
 }
