@@ -44,7 +44,8 @@ pub struct ParquetOptions {
     pub split: String,
     /// Consecutive row groups whose rows are shuffled together (default 4).
     pub shuffle_window: usize,
-    /// Row groups read ahead of the one the pipeline is in (default 4; 0: none).
+    /// Row groups read ahead of the one the pipeline is in, side by side, one thread each (at
+    /// most 8; default 8; 0: none).
     pub read_ahead: usize,
     /// The most bytes of decoded images held (default [`DEFAULT_PARQUET_BUDGET`]).
     pub read_budget: u64,
@@ -58,7 +59,7 @@ impl Default for ParquetOptions {
             extra_columns: Vec::new(),
             split: "train".into(),
             shuffle_window: 4,
-            read_ahead: 4,
+            read_ahead: 8,
             read_budget: DEFAULT_PARQUET_BUDGET,
         }
     }

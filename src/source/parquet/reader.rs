@@ -1,7 +1,9 @@
 //! The row groups' image columns, decoded when first needed and held within a byte budget, and
-//! read ahead of the order on a thread of the source's own: at the start of an epoch the
-//! groups are listed in the order this process first needs them, and as the pipeline moves on
-//! the next few are read before a decoder asks (as tar shards in object storage are).
+//! read ahead of the order on threads of the source's own, one per group read ahead (at most
+//! [`MAX_READERS`]): at the start of an epoch the groups are listed in the order this process
+//! first needs them, and as the pipeline moves on the next few are read, side by side, before
+//! a decoder asks (as tar shards in object storage are). One thread alone reads a group of 256
+//! ImageNet-sized images in about 14 ms, fewer groups a second than the GPU lane decodes.
 //!
 //! A lane that asks for a row of a group not yet read reads the group itself (or waits for the
 //! read under way); a group that cannot be read fails every row of it with the reason, once
@@ -320,8 +322,8 @@ impl Groups {
         self.changed.notify_all();
     }
 
-    /// The read-ahead: reads the groups the next positions need, `ahead` groups past the one
-    /// the pipeline is in, until stopped.
+    /// A read-ahead thread: reads the groups the next positions need, `ahead` groups past the
+    /// one the pipeline is in, that no one else is reading, until stopped.
     fn read_ahead(&self) {
         loop {
             let next = {
@@ -347,27 +349,31 @@ impl Groups {
     }
 }
 
-/// The read-ahead thread of a source's groups, stopped and waited for when dropped.
+/// The most threads reading a source's groups ahead.
+pub(crate) const MAX_READERS: usize = 8;
+
+/// The read-ahead threads of a source's groups, stopped and waited for when dropped.
 #[derive(Debug)]
 pub(crate) struct ReadAhead {
     groups: Arc<Groups>,
-    thread: Option<JoinHandle<()>>,
+    threads: Vec<JoinHandle<()>>,
 }
 
 impl ReadAhead {
-    /// Starts reading ahead for `groups` (no thread if `ahead` is 0 or it cannot be started:
-    /// the lanes then read each group when they first need it).
+    /// Starts reading ahead for `groups` on one thread per group read ahead, at most
+    /// [`MAX_READERS`] (none if `ahead` is 0; those that cannot be started are left out: the
+    /// lanes then read each group the others have not when they first need it).
     pub(crate) fn start(groups: Arc<Groups>) -> ReadAhead {
-        let thread = (groups.ahead > 0)
-            .then(|| {
+        let threads = (0..groups.ahead.min(MAX_READERS))
+            .filter_map(|k| {
                 let shared = groups.clone();
                 std::thread::Builder::new()
-                    .name("gpufeed-parquet".into())
+                    .name(format!("gpufeed-parquet-{k}"))
                     .spawn(move || shared.read_ahead())
                     .ok()
             })
-            .flatten();
-        ReadAhead { groups, thread }
+            .collect();
+        ReadAhead { groups, threads }
     }
 
     pub(crate) fn groups(&self) -> &Arc<Groups> {
@@ -378,7 +384,7 @@ impl ReadAhead {
 impl Drop for ReadAhead {
     fn drop(&mut self) {
         self.groups.stop();
-        if let Some(thread) = self.thread.take() {
+        for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
     }
