@@ -365,3 +365,161 @@ fn too_few_bytes_for_the_views_is_an_error() {
         .expect_err("too short");
     assert!(err.to_string().contains("383"), "{err}");
 }
+
+/// The kernel source's device functions as plain C++ (one thread per block, the rounding
+/// intrinsics as IEEE operations the compiler may not contract), so that `kernels/views.cu`'s
+/// arithmetic is checked against `apply_view_ops` where there is no GPU.
+const EMULATION: &str = r#"#include <cmath>
+#include <cstring>
+#include <cstdint>
+#include <cstddef>
+#include <algorithm>
+#define __device__
+#define __global__
+#define __forceinline__ inline
+#define __restrict__
+#define __shared__ static
+struct Dim { unsigned x, y, z; };
+static Dim threadIdx = {0,0,0}, blockIdx = {0,0,0}, blockDim = {1,1,1};
+static inline void __syncthreads() {}
+static inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
+static inline float __fsub_rn(float a, float b) { volatile float r = a - b; return r; }
+static inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
+static inline float __fdiv_rn(float a, float b) { volatile float r = a / b; return r; }
+static inline double __dadd_rn(double a, double b) { volatile double r = a + b; return r; }
+static inline double __dsub_rn(double a, double b) { volatile double r = a - b; return r; }
+static inline double __dmul_rn(double a, double b) { volatile double r = a * b; return r; }
+static inline double __ddiv_rn(double a, double b) { volatile double r = a / b; return r; }
+static inline float __double2float_rn(double a) { return (float)a; }
+static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
+static inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) { auto o = *p; *p += v; return o; }
+using std::min; using std::max;
+"#;
+
+/// Reads the cases (`h`, `w`, views, plan words, the plan, the pixels, the CPU's bytes), runs
+/// the kernel's blocks one after the other, and counts the bytes that differ.
+const HARNESS: &str = r#"#include <cstdio>
+#include <vector>
+int main(int argc, char** argv) {
+  int bad = 0;
+  for (int a = 1; a < argc; a++) {
+    FILE* f = fopen(argv[a], "rb");
+    uint64_t hdr[4]; fread(hdr, 8, 4, f);
+    size_t h = hdr[0], w = hdr[1], views = hdr[2], nw = hdr[3];
+    std::vector<unsigned long long> words(nw); fread(words.data(), 8, nw, f);
+    size_t bytes = h * w * 3 * views;
+    std::vector<unsigned char> px(bytes), want(bytes), scratch(bytes + 1, 0xA5);
+    fread(px.data(), 1, bytes, f); fread(want.data(), 1, bytes, f); fclose(f);
+    for (unsigned b = 0; b < views; b++) { blockIdx.x = b; gpufeed_views_colour(px.data(), scratch.data(), words.data(), (int)h, (int)w); }
+    size_t diff = 0, first = (size_t)-1;
+    for (size_t i = 0; i < bytes; i++) if (px[i] != want[i]) { if (!diff) first = i; diff++; }
+    printf("%s %zux%zu views %zu: %zu differ", argv[a], w, h, views, diff);
+    if (diff) { size_t v = first / (h*w*3); printf(" first view %zu byte %zu got %d want %d", v, first % (h*w*3), px[first], want[first]); bad = 1; }
+    printf("\n");
+  }
+  return bad;
+}
+"#;
+
+/// One case for the harness: its header, plan, pixels and the CPU rendition's bytes.
+fn emulation_case(pixels: &[u8], calls: &[&[ViewOp]], h: usize, w: usize) -> Vec<u8> {
+    let mut words = Vec::new();
+    pack_plan(calls, h, w, &mut words).expect("a plan");
+    let mut out = Vec::new();
+    for v in [h as u64, w as u64, calls.len() as u64, words.len() as u64] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    for v in &words {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    out.extend_from_slice(pixels);
+    out.extend(on_the_cpu(pixels, calls, h, w));
+    out
+}
+
+#[test]
+fn the_kernel_source_run_on_the_cpu_is_the_cpu_rendition() {
+    use std::io::Write as _;
+    use std::process::Command;
+    let dir = std::env::temp_dir().join(format!("gpufeed-views-emulation-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a folder");
+    let kernel = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels/views.cu");
+    let source = format!("{EMULATION}\n#include \"{}\"\n{HARNESS}", kernel.display());
+    std::fs::write(dir.join("emulation.cpp"), source).expect("the harness");
+    let binary = dir.join("emulation");
+    let compiled = Command::new("c++")
+        .args(["-O2", "-ffp-contract=off", "-std=c++17", "-o"])
+        .arg(&binary)
+        .arg(dir.join("emulation.cpp"))
+        .output();
+    let compiled = match compiled {
+        Ok(out) => out,
+        Err(e) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipped: the_kernel_source_run_on_the_cpu_is_the_cpu_rendition: no C++ compiler ({e})"
+            );
+            return;
+        }
+    };
+    assert!(
+        compiled.status.success(),
+        "{}",
+        String::from_utf8_lossy(&compiled.stderr)
+    );
+    let mut cases = Vec::new();
+    let ops = every_call();
+    for (case, &(h, w)) in [(96, 96), (61, 97), (12, 12), (5, 9), (1, 1)]
+        .iter()
+        .enumerate()
+    {
+        let bytes = h * w * 3;
+        let calls: Vec<&[ViewOp]> = ops
+            .iter()
+            .filter(|op| match op {
+                ViewOp::Blur { kernel_size, .. } => (*kernel_size as usize) / 2 < h.min(w),
+                _ => true,
+            })
+            .map(std::slice::from_ref)
+            .chain([&[][..]])
+            .collect();
+        cases.push(emulation_case(
+            &random_bytes(calls.len() * bytes, case as u64 + 3),
+            &calls,
+            h,
+            w,
+        ));
+        cases.push(emulation_case(
+            &sweep(calls.len() * bytes, case as u64 + 11),
+            &calls,
+            h,
+            w,
+        ));
+    }
+    for (size, calls) in drawn_calls(&Views::dinov2().seed(3), 4) {
+        let calls: Vec<&[ViewOp]> = calls.iter().map(Vec::as_slice).collect();
+        let pixels = sweep(calls.len() * size * size * 3, size as u64);
+        cases.push(emulation_case(&pixels, &calls, size, size));
+    }
+    let files: Vec<_> = cases
+        .iter()
+        .enumerate()
+        .map(|(i, case)| {
+            let file = dir.join(format!("case{i:02}.bin"));
+            std::fs::write(&file, case).expect("a case");
+            file
+        })
+        .collect();
+    let run = Command::new(&binary)
+        .args(&files)
+        .output()
+        .expect("the harness runs");
+    let _ = std::fs::remove_dir_all(&dir);
+    let report = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{report}");
+    assert_eq!(
+        report.matches(": 0 differ").count(),
+        files.len(),
+        "{report}"
+    );
+}
