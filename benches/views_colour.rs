@@ -109,19 +109,18 @@ fn cpu_times(groups: &[Group], repeats: usize) -> f64 {
 
 /// The median time, in milliseconds, of the batch's calls on GPU 0 (the pixels already there,
 /// the calls' plan uploaded by each call, as a pipeline would).
-fn gpu_times(groups: &[Group], repeats: usize) -> gpufeed::Result<f64> {
+fn gpu_times(groups: &[Group], repeats: usize) -> Result<f64, Box<dyn std::error::Error>> {
     gpufeed::cuda::probe()?;
     let stream = gpufeed::cuda::new_stream(0)?;
     let mut colour = gpufeed::cuda::ViewColour::new(&stream)?;
-    let fail = |e: gpufeed::cudarc::driver::DriverError| panic!("CUDA: {e}");
-    let pristine: Vec<_> = groups
+    let pristine = groups
         .iter()
-        .map(|g| stream.clone_htod(&g.pixels).unwrap_or_else(fail))
-        .collect();
-    let mut work: Vec<_> = groups
+        .map(|g| stream.clone_htod(&g.pixels))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut work = groups
         .iter()
-        .map(|g| stream.clone_htod(&g.pixels).unwrap_or_else(fail))
-        .collect();
+        .map(|g| stream.clone_htod(&g.pixels))
+        .collect::<Result<Vec<_>, _>>()?;
     let calls: Vec<Vec<&[ViewOp]>> = groups
         .iter()
         .map(|g| g.calls.iter().map(Vec::as_slice).collect())
@@ -129,21 +128,21 @@ fn gpu_times(groups: &[Group], repeats: usize) -> gpufeed::Result<f64> {
     let mut times = Vec::new();
     for repeat in 0..=repeats {
         for (from, to) in pristine.iter().zip(&mut work) {
-            stream.memcpy_dtod(from, to).unwrap_or_else(fail);
+            stream.memcpy_dtod(from, to)?;
         }
-        stream.synchronize().unwrap_or_else(fail);
+        stream.synchronize()?;
         let start = Instant::now();
         for ((group, pixels), calls) in groups.iter().zip(&mut work).zip(&calls) {
             colour.apply(&mut pixels.slice_mut(..), group.size, group.size, calls)?;
         }
-        stream.synchronize().unwrap_or_else(fail);
+        stream.synchronize()?;
         if repeat > 0 {
             times.push(start.elapsed().as_secs_f64() * 1000.0);
         }
     }
     // The bytes are the CPU's: the last repeat's views against apply_view_ops.
     for ((group, pixels), calls) in groups.iter().zip(&work).zip(&calls) {
-        let got = stream.clone_dtoh(pixels).unwrap_or_else(fail);
+        let got = stream.clone_dtoh(pixels)?;
         let bytes = group.size * group.size * 3;
         let mut want = group.pixels.clone();
         want.par_chunks_mut(bytes)
