@@ -1,8 +1,9 @@
 //! `cargo bench --bench views_colour`: the views' colour calls of a batch (DINOv2's by default:
 //! 256 images, 2 views of 224 and 8 of 96 each, their drawn jitter, grayscale, blur and
-//! solarize) on the GPU (`gpufeed::cuda::ViewColour`, one launch per group of views of one
-//! size) beside `gpufeed::views::apply_view_ops` on every CPU core (rayon, one view a task).
-//! The same bytes come out of both; the table gives the median time of a batch.
+//! solarize) on the GPU (`gpufeed::cuda::ViewColour`, one launch per view size, 2 for
+//! DINOv2) beside `gpufeed::views::apply_view_ops` on every CPU core (rayon, one view a
+//! task). The same bytes come out of both (checked); the table gives the median time of a
+//! batch.
 //!
 //! Environment: `GPUFEED_BENCH_VIEWS` (`dinov2` or `simclr`, default `dinov2`),
 //! `GPUFEED_BENCH_IMAGES` (default 256), `GPUFEED_BENCH_REPEATS` (default 10, after one not
@@ -15,7 +16,7 @@ use gpufeed_bench::upload::random_bytes;
 use gpufeed_bench::{env_or, median};
 use rayon::prelude::*;
 
-/// One group of a batch: the views' side, their pixels one after the other, their calls.
+/// The views of one size in a batch: their side, their pixels one after the other, their calls.
 struct Group {
     size: usize,
     pixels: Vec<u8>,
@@ -61,7 +62,7 @@ fn main() {
     }
 }
 
-/// The batch's groups: noise pixels and each view's drawn calls.
+/// The batch's views by size: noise pixels and each view's drawn calls.
 fn batch(views: &Views, images: usize) -> Vec<Group> {
     let mut first = 0;
     let mut groups = Vec::new();
@@ -73,12 +74,22 @@ fn batch(views: &Views, images: usize) -> Vec<Group> {
             .filter_map(|(index, view)| views.draw(640, 480, index, 0, view).map(|d| d.ops))
             .collect();
         let pixels = random_bytes(calls.len() * size * size * 3, g as u64 + 1);
-        groups.push(Group {
-            size,
-            pixels,
-            calls,
-        });
         first += count;
+        // Views of one size are coloured in one launch, whatever their group.
+        match groups
+            .iter_mut()
+            .find(|have: &&mut Group| have.size == size)
+        {
+            Some(have) => {
+                have.pixels.extend_from_slice(&pixels);
+                have.calls.extend(calls);
+            }
+            None => groups.push(Group {
+                size,
+                pixels,
+                calls,
+            }),
+        }
     }
     groups
 }

@@ -42,7 +42,7 @@ const SOLARIZE: u64 = 7;
 ///
 /// ```no_run
 /// # fn main() -> gpufeed::Result<()> {
-/// use gpufeed::views::{ViewOp, Views};
+/// use gpufeed::views::ViewOp;
 /// let stream = gpufeed::cuda::new_stream(0)?;
 /// let mut colour = gpufeed::cuda::ViewColour::new(&stream)?;
 /// // Two 96 x 96 views, one after the other.
