@@ -164,7 +164,8 @@ __device__ void gf_view_blur_pixel(const unsigned char* src, unsigned char* dst,
     out[2] = (unsigned char)(int)fmin(fmax(rint(acc2), 0.0), 255.0);
 }
 
-extern "C" __global__ void gpufeed_views_colour(unsigned char* images, unsigned char* scratch,
+// At most 512 threads a block (src/cuda/views.rs gives large views 512): registers fit them.
+extern "C" __global__ void __launch_bounds__(512) gpufeed_views_colour(unsigned char* images, unsigned char* scratch,
                                                 const unsigned long long* __restrict__ plan,
                                                 int height, int width) {
     __shared__ unsigned long long s_sum;

@@ -19,6 +19,7 @@ const SOURCE: &str = include_str!("../../kernels/views.cu");
 
 /// Threads of the block that colours one view: more for large views (DINOv2's 512 global
 /// views of a 256-image batch fill an H200 with 512 threads each).
+/// (At most the kernel's `__launch_bounds__`.)
 fn view_threads(pixels: usize) -> u32 {
     if pixels >= 128 * 128 {
         512

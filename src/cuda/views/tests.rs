@@ -376,6 +376,7 @@ const EMULATION: &str = r#"#include <cmath>
 #include <algorithm>
 #define __device__
 #define __global__
+#define __launch_bounds__(threads)
 #define __forceinline__ inline
 #define __restrict__
 #define __shared__ static
