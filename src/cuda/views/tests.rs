@@ -366,14 +366,18 @@ fn too_few_bytes_for_the_views_is_an_error() {
     assert!(err.to_string().contains("383"), "{err}");
 }
 
-/// The kernel source's device functions as plain C++ (one thread per block, the rounding
-/// intrinsics as IEEE operations the compiler may not contract), so that `kernels/views.cu`'s
-/// arithmetic is checked against `apply_view_ops` where there is no GPU.
+/// What the kernel source needs of CUDA as plain C++: a block's threads as 5 threads of the
+/// process meeting at each `__syncthreads`, shared memory as statics, the rounding intrinsics
+/// as IEEE operations the compiler may not contract; so that `kernels/views.cu`'s arithmetic,
+/// and its barriers, are checked against `apply_view_ops` where there is no GPU.
 const EMULATION: &str = r#"#include <cmath>
 #include <cstring>
 #include <cstdint>
 #include <cstddef>
 #include <algorithm>
+#include <mutex>
+#include <condition_variable>
+#include <thread>
 #define __device__
 #define __global__
 #define __launch_bounds__(threads)
@@ -381,8 +385,20 @@ const EMULATION: &str = r#"#include <cmath>
 #define __restrict__
 #define __shared__ static
 struct Dim { unsigned x, y, z; };
-static Dim threadIdx = {0,0,0}, blockIdx = {0,0,0}, blockDim = {1,1,1};
-static inline void __syncthreads() {}
+static thread_local Dim threadIdx = {0, 0, 0};
+static Dim blockIdx = {0, 0, 0}, blockDim = {5, 1, 1};
+static std::mutex gf_lock;
+static std::condition_variable gf_turn;
+static unsigned gf_waiting = 0, gf_round = 0;
+static inline void __syncthreads() {
+    std::unique_lock<std::mutex> hold(gf_lock);
+    const unsigned round = gf_round;
+    if (++gf_waiting == blockDim.x) { gf_waiting = 0; gf_round++; gf_turn.notify_all(); }
+    else gf_turn.wait(hold, [&] { return gf_round != round; });
+}
+static inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
+    std::lock_guard<std::mutex> hold(gf_lock); auto o = *p; *p += v; return o;
+}
 static inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
 static inline float __fsub_rn(float a, float b) { volatile float r = a - b; return r; }
 static inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
@@ -393,12 +409,12 @@ static inline double __dmul_rn(double a, double b) { volatile double r = a * b; 
 static inline double __ddiv_rn(double a, double b) { volatile double r = a / b; return r; }
 static inline float __double2float_rn(double a) { return (float)a; }
 static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
-static inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) { auto o = *p; *p += v; return o; }
 using std::min; using std::max;
 "#;
 
 /// Reads the cases (`h`, `w`, views, plan words, the plan, the pixels, the CPU's bytes), runs
-/// the kernel's blocks one after the other, and counts the bytes that differ.
+/// the kernel's blocks one after the other (each on its team of threads), and counts the bytes
+/// that differ.
 const HARNESS: &str = r#"#include <cstdio>
 #include <vector>
 int main(int argc, char** argv) {
@@ -411,7 +427,13 @@ int main(int argc, char** argv) {
     size_t bytes = h * w * 3 * views;
     std::vector<unsigned char> px(bytes), want(bytes), scratch(bytes + 1, 0xA5);
     fread(px.data(), 1, bytes, f); fread(want.data(), 1, bytes, f); fclose(f);
-    for (unsigned b = 0; b < views; b++) { blockIdx.x = b; gpufeed_views_colour(px.data(), scratch.data(), words.data(), (int)h, (int)w); }
+    for (unsigned b = 0; b < views; b++) {
+      blockIdx.x = b;
+      std::vector<std::thread> team;
+      for (unsigned t = 0; t < blockDim.x; t++)
+        team.emplace_back([&, t] { threadIdx.x = t; gpufeed_views_colour(px.data(), scratch.data(), words.data(), (int)h, (int)w); });
+      for (auto& member : team) member.join();
+    }
     size_t diff = 0, first = (size_t)-1;
     for (size_t i = 0; i < bytes; i++) if (px[i] != want[i]) { if (!diff) first = i; diff++; }
     printf("%s %zux%zu views %zu: %zu differ", argv[a], w, h, views, diff);
@@ -449,7 +471,7 @@ fn the_kernel_source_run_on_the_cpu_is_the_cpu_rendition() {
     std::fs::write(dir.join("emulation.cpp"), source).expect("the harness");
     let binary = dir.join("emulation");
     let compiled = Command::new("c++")
-        .args(["-O2", "-ffp-contract=off", "-std=c++17", "-o"])
+        .args(["-O2", "-ffp-contract=off", "-std=c++17", "-pthread", "-o"])
         .arg(&binary)
         .arg(dir.join("emulation.cpp"))
         .output();
