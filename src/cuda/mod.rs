@@ -14,6 +14,7 @@ mod kernel_cache;
 mod normalize;
 mod patches;
 mod staging;
+mod views;
 
 use std::sync::{Mutex, OnceLock};
 
@@ -31,6 +32,7 @@ pub(crate) use kernel_cache::KernelSource;
 pub use normalize::{NormalizeTuning, Normalizer};
 pub use patches::{PatchKernel, PlacedImage};
 pub(crate) use staging::{SlotsComing, StagingRing, TouchedSlots};
+pub use views::ViewColour;
 
 /// What a machine offers for CUDA work.
 #[derive(Debug, Clone, PartialEq, Eq)]

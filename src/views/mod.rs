@@ -11,6 +11,7 @@ mod pillow;
 
 pub use crate::options::{ViewBlur, ViewGroup, ViewOps, Views, ViewsPreset};
 pub use pillow::apply_view_ops;
+pub(crate) use pillow::gaussian_kernel;
 
 use crate::geometry::{random_resized_crop, CropDraw};
 use crate::random::Draws;

@@ -114,7 +114,7 @@ fn hue(img: &mut [u8], factor: f32) {
 
 /// torchvision's `_get_gaussian_kernel1d` in float32: `exp(-0.5 * (x / sigma)^2)` at
 /// `linspace(-(k - 1) / 2, (k - 1) / 2, k)`, divided by its sum.
-fn gaussian_kernel(kernel_size: usize, sigma: f32) -> Vec<f32> {
+pub(crate) fn gaussian_kernel(kernel_size: usize, sigma: f32) -> Vec<f32> {
     let half = (kernel_size as f32 - 1.0) * 0.5;
     let pdf: Vec<f32> = (0..kernel_size)
         .map(|i| {
