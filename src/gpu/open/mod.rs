@@ -323,9 +323,9 @@ fn start_runner(
         screen,
         shared::Limits {
             stopwatch: config.stopwatch.clone(),
-            slots: ring_slots(config.batch_size),
+            slots: ring_slots(config.batch_size, config.requests),
             image_bytes: config.geometry.image_bytes(),
-            lookahead: lookahead(config.batch_size),
+            lookahead: lane_lookahead(config.batch_size, config.requests),
             max_file_bytes: config.max_file_bytes,
             queued_calls: [engine_calls.threads, assisted.threads],
             engine_calls,
