@@ -332,6 +332,7 @@ fn start_runner(
             assisted_share: assisted.share,
             small_files_assisted_share: assisted.small_files_share,
             assisted_call_pixels: assisted.recipe.call_pixels,
+            requests: config.requests,
         },
     )?;
     Ok((runner, starting.elapsed()))
