@@ -241,6 +241,14 @@ impl Lanes {
         Ok(Lanes::Cpu(cpu, DecodeWhy(why)))
     }
 
+    /// Lends each image of the next requests of `images` images the CPU lane's threads they
+    /// leave idle, where it decodes them all ([`CpuLane::lend_threads`]): a server's.
+    pub fn lend_threads(&self, images: usize) {
+        if let Lanes::Cpu(cpu, _) = self {
+            cpu.lend_threads(images);
+        }
+    }
+
     /// Which lanes decode, and why, in words: for the pipeline's reports.
     pub fn describe(&self) -> String {
         match self {

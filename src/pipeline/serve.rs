@@ -354,8 +354,10 @@ impl PatchServer {
             },
         )));
         let order = Arc::new(EpochOrder::new((0..images.len()).collect()));
-        // Each request is an epoch of the lanes: whatever an earlier one left is dropped.
+        // Each request is an epoch of the lanes: whatever an earlier one left is dropped. A
+        // request of fewer images than the CPU lane's threads lends them the idle ones.
         self.lanes.begin(&source, &order, 0)?;
+        self.lanes.lend_threads(images.len());
         let request = BatchRequest {
             order: &order,
             start: 0,
