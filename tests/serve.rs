@@ -383,6 +383,13 @@ fn a_cpu_device_server_decodes_on_the_cpu_threads() {
     let batch = any.serve(&request).expect("served");
     assert_eq!(batch.decoded_by(), (4, 0));
     assert_eq!(outcome(Ok(batch)), outcome(asked.serve(&request)));
+    // Hybrid decoding asks for a CUDA device.
+    let hybrid = PatchServer::builder(patches)
+        .device(Device::Cpu)
+        .decode(DecodeOptions::default().lanes(Decode::Hybrid))
+        .build()
+        .expect_err("hybrid decoding on the CPU device");
+    assert_eq!(invalid_option(hybrid), "decode");
 }
 
 /// On a CUDA device the GPU decode lane (opened at build) decodes the JPEGs of a request (its

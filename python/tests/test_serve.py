@@ -176,14 +176,17 @@ def test_the_vision_tower_example_equals_transformers():
 
 def test_the_decode_option_and_each_lane_s_images():
     """On the CPU device the CPU threads decode every image, whatever decode says; decoded_by
-    counts them, and a decode name the server does not know is refused."""
+    counts them; hybrid decoding (which needs a CUDA device) and a decode name the server does
+    not know are refused."""
     photo = PHOTOS[0].read_bytes()
-    for decode in ("auto", "cpu", "hybrid"):
+    for decode in ("auto", "cpu"):
         server = gpufeed.PatchServer("qwen2-vl", device="cpu", max_pixels=QWEN_PIXELS, decode=decode)
         assert server.decode_description == "CPU decode, as the tokens go to the CPU"
         assert server.serve([photo, PHOTOS[2].read_bytes()]).decoded_by == (2, 0)
     with pytest.raises(ValueError, match="decode"):
         gpufeed.PatchServer("qwen2-vl", device="cpu", decode="nvjpeg")
+    with pytest.raises(ValueError, match="CUDA device"):
+        gpufeed.PatchServer("qwen2-vl", device="cpu", decode="hybrid")
 
 
 def test_the_gpu_decode_lane_gives_the_cpu_threads_tokens():
