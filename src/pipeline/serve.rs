@@ -150,8 +150,9 @@ impl PatchServerBuilder {
     }
 
     /// Starts the threads, allocates the staging, opens the device and compiles the kernel; on
-    /// a CUDA device opens the GPU decode lane too (about a second: its decoders, and a
-    /// megapixel image's buffers), or says why not ([`PatchServer::decode_description`]).
+    /// a CUDA device opens the GPU decode lane too (its kernels and decoders, each with a
+    /// call's buffers; the time it took is in [`PatchServer::decode_description`], or why it
+    /// could not open).
     /// Refuses timm's training preset (its crops are drawn per batch of an epoch), a
     /// `max_images` or `max_tokens` of 0, and memory the machine does not have (naming the
     /// option to lower).

@@ -389,7 +389,9 @@ impl DecodePlan {
                 gpu: Some(run),
                 threads,
                 beside_gpu,
-                cores: (self.threads == 0).then_some(cores),
+                // The CPU threads at work stay as they start: between requests the GPU lane's
+                // host threads are idle, and a request of PNGs wants its threads at once.
+                cores: None,
             }),
         }
     }
