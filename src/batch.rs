@@ -144,8 +144,9 @@ impl Batch {
         self.epoch
     }
 
-    /// How many of the batch's images the CPU threads decoded and how many the GPU's JPEG
-    /// engines (with [`crate::Decode::Hybrid`]), as `(cpu, gpu)`.
+    /// How many of the batch's images the CPU threads decoded and how many the GPU decode lane
+    /// (its JPEG engines or its assisted path; a [`crate::PatchServer`]'s, its assisted path),
+    /// as `(cpu, gpu)`.
     pub fn decoded_by(&self) -> (usize, usize) {
         (self.decoded_by.cpu, self.decoded_by.gpu)
     }

@@ -2,7 +2,8 @@
 //! bit for bit (bytes or paths, request after request through the same staging); bad images
 //! fail the request by name, or are skipped and listed, and the server goes on serving; requests
 //! over its budget and presets it cannot serve are refused. On a CUDA device the served tokens
-//! equal the CPU device's (skipped without one, failing with `GPUFEED_REQUIRE_GPU=1`).
+//! equal the CPU device's, and those of the GPU decode lane the CPU threads' (skipped without
+//! one, failing with `GPUFEED_REQUIRE_GPU=1`).
 
 use std::path::PathBuf;
 
@@ -11,7 +12,8 @@ mod common;
 use common::{gpu_present, repo_path};
 use gpufeed::patches::Patches;
 use gpufeed::{
-    Batch, DType, Device, Error, OnError, PatchServer, Pipeline, RequestImage, Source, Tensor,
+    Batch, DType, Decode, DecodeOptions, Device, Error, OnError, PatchServer, Pipeline,
+    RequestImage, Source, Tensor,
 };
 
 /// Photos and fixtures every serving preset takes: colour, gray, progressive and CMYK JPEGs,
@@ -335,4 +337,159 @@ fn poison(batch: Batch) {
         _ => Ok(()),
     };
     poisoned.expect("poisoning the tokens");
+}
+
+/// A request the GPU decode lane and the CPU threads share: a JPEG of about a megapixel (4:4:4
+/// baseline, 528 kB), a small baseline JPEG, a PNG and a progressive JPEG.
+fn mixed_request() -> Vec<PathBuf> {
+    [
+        "assets/hubble_deep_field.jpg",
+        "assets/rocket.jpg",
+        "assets/coffee.png",
+        "tests/fixtures/progressive.jpg",
+    ]
+    .iter()
+    .map(|p| repo_path(p))
+    .collect()
+}
+
+/// A request's tokens and side tensors as seen, or its error in words.
+fn outcome(served: gpufeed::Result<Batch>) -> Result<(Seen, (usize, usize)), String> {
+    served
+        .map(|batch| (seen(&batch), batch.decoded_by()))
+        .map_err(|e| e.to_string())
+}
+
+/// On the CPU device the CPU threads decode every image, whatever the decode option says, and
+/// say so; the tokens do not depend on it.
+#[test]
+fn a_cpu_device_server_decodes_on_the_cpu_threads() {
+    let paths = mixed_request();
+    let request: Vec<RequestImage<'_>> = paths.iter().map(RequestImage::from).collect();
+    let patches = Patches::qwen2_vl().max_pixels(28 * 28 * 256);
+    let mut any = server(patches, DType::F32, Device::Cpu);
+    let mut asked = PatchServer::builder(patches)
+        .device(Device::Cpu)
+        .dtype(DType::F32)
+        .decode(DecodeOptions::default().lanes(Decode::Cpu))
+        .threads(2)
+        .build()
+        .expect("a server");
+    assert_eq!(
+        any.decode_description(),
+        "CPU decode, as the tokens go to the CPU"
+    );
+    assert_eq!(asked.decode_description(), any.decode_description());
+    let batch = any.serve(&request).expect("served");
+    assert_eq!(batch.decoded_by(), (4, 0));
+    assert_eq!(outcome(Ok(batch)), outcome(asked.serve(&request)));
+    // Hybrid decoding asks for a CUDA device.
+    let hybrid = PatchServer::builder(patches)
+        .device(Device::Cpu)
+        .decode(DecodeOptions::default().lanes(Decode::Hybrid))
+        .build()
+        .expect_err("hybrid decoding on the CPU device");
+    assert_eq!(invalid_option(hybrid), "decode");
+}
+
+/// On a CUDA device the GPU decode lane (opened at build) decodes the JPEGs of a request (its
+/// assisted path: libjpeg-turbo's arithmetic on the GPU) and the CPU threads the others, in one
+/// batch in request order: the tokens and side tensors equal, bit for bit, those of a server
+/// decoding every image on the CPU threads, request after request (each response's memory
+/// poisoned once read), for Qwen2-VL and SigLIP2 at their defaults; `decoded_by` counts each
+/// lane's images; a bad image fails its request by name as on the CPU threads (or is skipped),
+/// and the server goes on.
+#[test]
+fn served_on_the_gpu_decode_lane_equal_the_cpu_threads_bytes() {
+    if !gpu_present("served_on_the_gpu_decode_lane_equal_the_cpu_threads_bytes") {
+        return;
+    }
+    let paths = mixed_request();
+    let bytes: Vec<Vec<u8>> = paths
+        .iter()
+        .map(|p| std::fs::read(p).expect("a fixture"))
+        .collect();
+    let as_bytes: Vec<RequestImage<'_>> = bytes.iter().map(RequestImage::from).collect();
+    let as_paths: Vec<RequestImage<'_>> = paths.iter().map(RequestImage::from).collect();
+    let large = &bytes[0];
+    let truncated = &large[..large.len() / 2];
+    let requests: Vec<Vec<RequestImage<'_>>> = vec![
+        as_bytes.clone(),
+        as_paths.clone(),
+        as_bytes.iter().rev().copied().collect(),
+        vec![RequestImage::Bytes(large)],
+        vec![as_bytes[2]],
+        vec![as_bytes[0], as_bytes[1], as_bytes[0], as_bytes[3]],
+    ];
+    for patches in [Patches::qwen2_vl(), Patches::siglip2_naflex()] {
+        let build = |decode: Decode, on_error: OnError| {
+            PatchServer::builder(patches)
+                .device(Device::Cuda(0))
+                .dtype(DType::F32)
+                .max_images(8)
+                .decode(DecodeOptions::default().lanes(decode))
+                .on_error(on_error)
+                .build()
+                .expect("a server")
+        };
+        let mut cpu = build(Decode::Cpu, OnError::Fail);
+        let mut gpu = build(Decode::Auto, OnError::Fail);
+        let described = gpu.decode_description();
+        println!("{:?}: {described}", patches.preset);
+        assert!(described.starts_with("GPU decode"), "{described}");
+        assert_eq!(cpu.decode_description(), "CPU decode, as asked");
+        let mut by_gpu = 0;
+        for request in &requests {
+            let want = cpu.serve(request).expect("served on the CPU threads");
+            let (want_seen, want_by) = (seen(&want), want.decoded_by());
+            poison(want);
+            assert_eq!(want_by, (request.len(), 0));
+            let got = gpu.serve(request).expect("served with the GPU lane");
+            let (cpu_images, gpu_images) = got.decoded_by();
+            assert_eq!(cpu_images + gpu_images, request.len());
+            by_gpu += gpu_images;
+            assert_eq!(seen(&got), want_seen, "{:?}", patches.preset);
+            poison(got);
+        }
+        // The PNG is the CPU threads'; the baseline JPEGs the GPU lane's (the progressive one
+        // too, unless its assisted path hands it back).
+        let mixed = gpu.serve(&as_bytes).expect("served").decoded_by();
+        assert!(
+            mixed.0 >= 1 && mixed.1 >= 2 && mixed.0 + mixed.1 == 4,
+            "{mixed:?}"
+        );
+        assert_eq!(
+            gpu.serve(&[as_bytes[0]]).expect("served").decoded_by(),
+            (0, 1)
+        );
+        assert_eq!(
+            gpu.serve(&[as_bytes[2]]).expect("served").decoded_by(),
+            (1, 0)
+        );
+        assert!(by_gpu > 0, "the GPU lane decoded none");
+        // Bad images: named as the CPU threads name them; the server goes on.
+        let bad: Vec<Vec<RequestImage<'_>>> = vec![
+            vec![
+                as_bytes[0],
+                RequestImage::Bytes(b"not an image"),
+                as_bytes[2],
+            ],
+            vec![as_bytes[1], RequestImage::Bytes(truncated)],
+            vec![RequestImage::Bytes(&large[..100]), as_bytes[0]],
+        ];
+        for request in &bad {
+            let want = outcome(cpu.serve(request));
+            assert_eq!(outcome(gpu.serve(request)).map(|o| o.0), want.map(|o| o.0));
+            let again = gpu.serve(&as_bytes).expect("served after a bad request");
+            assert_eq!(seen(&again), seen(&cpu.serve(&as_bytes).expect("served")));
+        }
+        let e = gpu.serve(&bad[0]).expect_err("not an image");
+        assert!(matches!(e, Error::Item(_)), "{e:?}");
+        assert!(e.to_string().starts_with("image 1 of the request: "), "{e}");
+        let mut skipping = build(Decode::Auto, OnError::Skip);
+        let batch = skipping.serve(&bad[0]).expect("served");
+        assert_eq!(batch.indices(), [0, 2]);
+        assert_eq!(batch.decoded_by().0 + batch.decoded_by().1, 2);
+        assert_eq!(batch.skipped()[0].id, "image 1 of the request");
+    }
 }

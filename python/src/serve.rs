@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use gpufeed::patches::{Patches, Preset};
-use gpufeed::{DType, Device, OnError, RequestImage};
+use gpufeed::{DType, Decode, DecodeOptions, Device, OnError, RequestImage};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyString};
@@ -17,8 +17,10 @@ use crate::to_py_err;
 
 /// Serves patch sequences for a vision tower: built once (the preset, the device, the dtype,
 /// the most images and tokens of a request), each `serve([...])` decodes and resizes a
-/// request's images (bytes or paths) on the CPU threads and lays their tokens out on the device,
-/// as a `Pipeline` with the same preset would (bit for bit), without starting one per request.
+/// request's images (bytes or paths) and lays their tokens out on the device, as a `Pipeline`
+/// with the same preset would (bit for bit), without starting one per request. On a CUDA device
+/// the GPU decode lane decodes the JPEGs its exact path takes and the CPU threads the others
+/// (``decode="cpu"``: the CPU threads decode every image); the bytes are the same either way.
 ///
 /// ``preset`` is ``"qwen2-vl"`` (transformers' ``Qwen2VLImageProcessor``: packed tokens,
 /// ``image_grid_thw``, ``cu_seqlens``) or ``"siglip2-naflex"`` (``Siglip2ImageProcessor``:
@@ -113,7 +115,7 @@ fn patches_of(
 #[pymethods]
 impl PatchServer {
     #[new]
-    #[pyo3(signature = (preset="qwen2-vl", *, device=None, dtype=None, max_images=32, max_tokens=None, threads=0, on_error="fail", min_pixels=None, max_pixels=None, max_patches=None, packed=None, torchvision=false, mean=None, std=None, pillow_version=None))]
+    #[pyo3(signature = (preset="qwen2-vl", *, device=None, dtype=None, max_images=32, max_tokens=None, threads=0, on_error="fail", decode="auto", min_pixels=None, max_pixels=None, max_patches=None, packed=None, torchvision=false, mean=None, std=None, pillow_version=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -124,6 +126,7 @@ impl PatchServer {
         max_tokens: Option<usize>,
         threads: usize,
         on_error: &str,
+        decode: &str,
         min_pixels: Option<u64>,
         max_pixels: Option<u64>,
         max_patches: Option<u32>,
@@ -161,12 +164,16 @@ impl PatchServer {
                 )))
             }
         };
+        let lanes = decode
+            .parse::<Decode>()
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
         let mut builder = gpufeed::PatchServer::builder(patches)
             .device(device)
             .dtype(dtype)
             .max_images(max_images)
             .threads(threads)
-            .on_error(on_error);
+            .on_error(on_error)
+            .decode(DecodeOptions::default().lanes(lanes));
         if let Some(tokens) = max_tokens {
             builder = builder.max_tokens(tokens);
         }
@@ -233,6 +240,12 @@ impl PatchServer {
         self.lock().device_description()
     }
 
+    /// Which lanes decode the requests' images, and why, in words.
+    #[getter]
+    fn decode_description(&self) -> String {
+        self.lock().decode_description()
+    }
+
     fn __repr__(&self) -> String {
         let server = self.lock();
         format!(
@@ -275,6 +288,10 @@ pub struct ServedBatch {
     /// The preset's name.
     #[pyo3(get)]
     preset: &'static str,
+    /// How many of the images the CPU threads decoded and how many the GPU decode lane, as
+    /// ``(cpu, gpu)``.
+    #[pyo3(get)]
+    decoded_by: (usize, usize),
     info: gpufeed::BatchPatches,
     /// The side tensors once made: grids, cu_seqlens, mask, spatial shapes, coordinates.
     made: [OnceLock<Py<Tensor>>; 5],
@@ -298,6 +315,7 @@ impl ServedBatch {
             .ok_or_else(|| PyValueError::new_err("a served batch without its patches"))?;
         let ids = batch.ids().to_vec();
         let indices = batch.indices().to_vec();
+        let decoded_by = batch.decoded_by();
         let skipped = batch
             .skipped()
             .iter()
@@ -310,6 +328,7 @@ impl ServedBatch {
             indices,
             skipped,
             preset: preset.name(),
+            decoded_by,
             info,
             made: Default::default(),
         })

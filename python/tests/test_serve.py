@@ -172,3 +172,40 @@ def test_the_vision_tower_example_equals_transformers():
         pytest.skip(run.stdout.strip().splitlines()[-1])
     assert run.returncode == 0, run.stdout + run.stderr
     assert "equal" in run.stdout, run.stdout
+
+
+def test_the_decode_option_and_each_lane_s_images():
+    """On the CPU device the CPU threads decode every image, whatever decode says; decoded_by
+    counts them; hybrid decoding (which needs a CUDA device) and a decode name the server does
+    not know are refused."""
+    photo = PHOTOS[0].read_bytes()
+    for decode in ("auto", "cpu"):
+        server = gpufeed.PatchServer("qwen2-vl", device="cpu", max_pixels=QWEN_PIXELS, decode=decode)
+        assert server.decode_description == "CPU decode, as the tokens go to the CPU"
+        assert server.serve([photo, PHOTOS[2].read_bytes()]).decoded_by == (2, 0)
+    with pytest.raises(ValueError, match="decode"):
+        gpufeed.PatchServer("qwen2-vl", device="cpu", decode="nvjpeg")
+    with pytest.raises(ValueError, match="CUDA device"):
+        gpufeed.PatchServer("qwen2-vl", device="cpu", decode="hybrid")
+
+
+def test_the_gpu_decode_lane_gives_the_cpu_threads_tokens():
+    """On a CUDA device the GPU decode lane takes the request's JPEGs (a megapixel photo among
+    them), the CPU threads the PNG: the tokens equal decode="cpu"'s bit for bit."""
+    torch = cuda_torch()
+    request = [
+        (ASSETS / "hubble_deep_field.jpg").read_bytes(),
+        PHOTOS[0].read_bytes(),
+        PHOTOS[2].read_bytes(),
+        (FIXTURES / "progressive.jpg").read_bytes(),
+    ]
+    for preset in ("qwen2-vl", "siglip2-naflex"):
+        gpu = gpufeed.PatchServer(preset, device="cuda:0", dtype="float32")
+        cpu = gpufeed.PatchServer(preset, device="cuda:0", dtype="float32", decode="cpu")
+        assert gpu.decode_description.startswith("GPU decode"), gpu.decode_description
+        served, want = gpu.serve(request), cpu.serve(request)
+        assert want.decoded_by == (4, 0)
+        assert served.decoded_by[1] >= 2 and sum(served.decoded_by) == 4, served.decoded_by
+        for name in ("tokens", "grids", "cu_seqlens", "mask", "spatial_shapes"):
+            got = torch.from_dlpack(getattr(served, name)).cpu()
+            assert torch.equal(got, torch.from_dlpack(getattr(want, name)).cpu()), name

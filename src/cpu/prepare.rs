@@ -334,7 +334,7 @@ fn prepare_bytes_unguarded(
                 (width, height, geometry.pad()),
                 plan,
                 placement.draw.is_some_and(|d| d.flipped),
-                *kernels,
+                (*kernels, core.resize_threads()),
                 intermediate,
                 slot,
             )
@@ -417,6 +417,7 @@ mod tests {
             budget: Arc::new(crate::memory::MemoryBudget::new(1 << 30)),
             buffers: pool(),
             stopwatch: Arc::default(),
+            resize_threads: Default::default(),
         }
     }
 
@@ -668,7 +669,7 @@ mod tests {
             ),
             &plan,
             false,
-            Kernels::detect(),
+            (Kernels::detect(), 1),
             &mut Vec::new(),
             &mut three_channels,
         )

@@ -13,7 +13,8 @@ use crate::resample::{HostImage, ImagePlan, Kernels, Slot};
 
 /// Resamples the decoded `pixels` by `plan` into `slot` (`width * height * 3` bytes, RGB8,
 /// `pad` outside the plan's rectangle), mirrored left to right last when `flipped`.
-/// `intermediate` is this thread's buffer for the 8-bit intermediate of two passes.
+/// `intermediate` is this thread's buffer for the 8-bit intermediate of two passes. A large
+/// pass is cut into bands of rows on up to `kernels.1` threads (1: the calling thread alone).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn resize_into_slot(
     pixels: &[u8],
@@ -21,7 +22,7 @@ pub(crate) fn resize_into_slot(
     (width, height, pad): (u32, u32, u8),
     plan: &ImagePlan,
     flipped: bool,
-    kernels: Kernels,
+    (kernels, threads): (Kernels, usize),
     intermediate: &mut Vec<u8>,
     slot: &mut [u8],
 ) -> Result<(), ItemErrorKind> {
@@ -36,7 +37,7 @@ pub(crate) fn resize_into_slot(
         width,
         height,
     };
-    plan.resample_into(&source, pad, &mut out, kernels, intermediate)
+    plan.resample_into_bands(&source, pad, &mut out, kernels, intermediate, threads)
         .map_err(|e| ItemErrorKind::Resize(e.to_string()))?;
     if flipped {
         let row = width as usize * 3;

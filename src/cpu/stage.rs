@@ -1,7 +1,7 @@
 //! The CPU lane on a batch: its images read, decoded and resized in parallel on the lane's
 //! threads, each straight into its place in the batch's staging, failures accounted for.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rayon::prelude::*;
@@ -122,6 +122,10 @@ pub(crate) struct LaneCore {
     pub buffers: BufferPool,
     /// Where the lane's read, decode and resize times go.
     pub stopwatch: Arc<Stopwatch>,
+    /// Threads a large image's resize may be cut across, in bands of rows (0 or 1: its own
+    /// thread alone): a server's request of fewer images than the lane's threads lends each
+    /// image the threads the others leave idle ([`CpuLane::lend_threads`]).
+    pub resize_threads: AtomicUsize,
 }
 
 impl LaneCore {
@@ -133,7 +137,13 @@ impl LaneCore {
             budget: Arc::new(MemoryBudget::new(decode.memory_limit)),
             buffers: BufferPool::new(decode.memory_limit),
             stopwatch,
+            resize_threads: AtomicUsize::new(1),
         }
+    }
+
+    /// Threads an image's resize may be cut across (at least 1).
+    pub fn resize_threads(&self) -> usize {
+        self.resize_threads.load(Ordering::Relaxed).max(1)
     }
 
     /// Prepares image `task` of `source` into `dst` (one output image's place); returns what
@@ -178,6 +188,15 @@ impl CpuLane {
     /// Threads of the lane.
     pub fn threads(&self) -> usize {
         self.pool.current_num_threads()
+    }
+
+    /// Lends each image of the next fills of `images` images the lane's threads they leave
+    /// idle: a large image's resize is cut into bands of rows on up to `threads / images`
+    /// threads (the same bytes). For a server's requests; a pipeline's batches keep every
+    /// thread on images of its own.
+    pub fn lend_threads(&self, images: usize) {
+        let threads = (self.threads() / images.max(1)).max(1);
+        self.core.resize_threads.store(threads, Ordering::Relaxed);
     }
 
     /// Bytes of one prepared image.

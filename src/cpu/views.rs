@@ -66,7 +66,7 @@ fn cut_view(
         (group.size, group.size, 0),
         &plan,
         draw.crop.flipped,
-        kernels,
+        (kernels, 1),
         &mut intermediate,
         &mut out,
     )?;

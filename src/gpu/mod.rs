@@ -117,9 +117,22 @@ pub(crate) fn lookahead(batch_size: usize) -> usize {
     (2 * batch_size).max(MIN_LOOKAHEAD)
 }
 
-/// Slots of the lane's ring: one batch, the lookahead and one range per preparing thread.
-fn ring_slots(batch_size: usize) -> usize {
-    batch_size + lookahead(batch_size) + PREPARING_THREADS * MAX_SPAN
+/// Slots of the lane's ring: one batch, the lookahead and one range per preparing thread; a
+/// server's lane ([`GpuLaneConfig::requests`]) holds one request's images, its most.
+fn ring_slots(batch_size: usize, requests: bool) -> usize {
+    match requests {
+        true => batch_size.max(1),
+        false => batch_size + lookahead(batch_size) + PREPARING_THREADS * MAX_SPAN,
+    }
+}
+
+/// Positions the lane works past the batches' cursor: [`lookahead`], or for a server's lane
+/// its request's images (a request is all the work it is given).
+fn lane_lookahead(batch_size: usize, requests: bool) -> usize {
+    match requests {
+        true => batch_size.max(1),
+        false => lookahead(batch_size),
+    }
 }
 
 /// The fewest positions the lanes work ahead.
@@ -159,6 +172,10 @@ pub(crate) struct GpuLaneConfig {
     /// The decode memory budget the coefficient threads reserve their decodes from: the CPU
     /// lane's, as they do its work.
     pub decode_memory: Arc<MemoryBudget>,
+    /// Whether the lane serves requests of at most `batch_size` images, one at a time (a
+    /// [`crate::PatchServer`]'s): each request is all its work, so its ring holds one
+    /// request's images and it looks no further ahead.
+    pub requests: bool,
 }
 
 /// `struct GfGather` of kernels/resize.cu: one image copied from the ring into a batch.
@@ -259,10 +276,11 @@ impl GpuLane {
     }
 
     /// Bytes of device memory a lane takes for outputs of `geometry` in batches of
-    /// `batch_size` (before opening it, the epoch's files unknown): its ring, and each thread's
-    /// decode, colour and resize buffers, at most (those of an epoch of large files).
-    pub fn device_bytes(geometry: &Geometry, batch_size: usize) -> u128 {
-        let slots = ring_slots(batch_size);
+    /// `batch_size` (before opening it, the epoch's files unknown; `requests`: a server's lane,
+    /// [`GpuLaneConfig::requests`]): its ring, and each thread's decode, colour and resize
+    /// buffers, at most (those of an epoch of large files).
+    pub fn device_bytes(geometry: &Geometry, batch_size: usize, requests: bool) -> u128 {
+        let slots = ring_slots(batch_size, requests);
         let engines = |large_files| {
             let calls = EngineCalls::for_files(large_files);
             calls.threads as u128 * calls.device_bytes() as u128
@@ -271,6 +289,12 @@ impl GpuLane {
         slots as u128 * geometry.image_bytes() as u128
             + engines
             + ASSISTED_THREADS as u128 * assisted::budget(MAX_CALL_PIXELS).device_bytes() as u128
+    }
+
+    /// Whether the JPEG engines take none of the lane's images (never opened, or off), so that
+    /// its assisted path decodes every image it takes.
+    pub fn engines_closed(&self) -> bool {
+        matches!(self.engines, Joining::Off(_))
     }
 
     /// The lane in words.

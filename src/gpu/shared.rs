@@ -51,6 +51,17 @@ pub(crate) struct Limits {
     pub small_files_assisted_share: f32,
     /// Pixels one assisted call holds at most (its decoders' buffers).
     pub assisted_call_pixels: u64,
+    /// Whether the lane serves requests ([`super::GpuLaneConfig::requests`]): a request's
+    /// images are then cut into a range for each preparing thread, so that they are read,
+    /// planned and decoded side by side (the assisted path's calls on as many submitting
+    /// threads) rather than one after another in one range.
+    pub requests: bool,
+}
+
+/// Of `images` offered images, about how many a range of a request offers: a share for each
+/// of `preparing` preparing threads, at most [`CHUNK`].
+fn request_range(images: usize, preparing: usize) -> usize {
+    images.div_ceil(preparing.max(1)).clamp(1, CHUNK)
 }
 
 /// A range handed to a preparing thread: its offered positions (with their source indices) and
@@ -242,6 +253,10 @@ impl Shared {
             // files); else about an assisted call.
             let images = match state.open_paths[Path::Engines.index()] {
                 true => self.limits.engine_calls.images,
+                false if self.limits.requests => {
+                    let offered = state.work.as_ref().map_or(CHUNK, |w| w.lane.order.len());
+                    request_range(offered, super::PREPARING_THREADS)
+                }
                 false => CHUNK,
             };
             if let Some(job) = take_range(&mut state, images) {
@@ -541,4 +556,19 @@ fn drop_call(state: &mut State, call: Call) {
 fn keep_buffers(state: &mut State, buffers: Vec<Vec<u8>>) {
     let room = KEPT_BUFFERS.saturating_sub(state.buffers.len());
     state.buffers.extend(buffers.into_iter().take(room));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_s_images_are_cut_into_a_range_for_each_preparing_thread() {
+        assert_eq!(request_range(1, 3), 1);
+        assert_eq!(request_range(4, 3), 2);
+        assert_eq!(request_range(8, 3), 3);
+        assert_eq!(request_range(32, 3), 11);
+        assert_eq!(request_range(1_000, 3), CHUNK);
+        assert_eq!(request_range(0, 0), 1);
+    }
 }

@@ -47,6 +47,7 @@ fn lane_config(geometry: &Geometry, batch_size: usize, assisted_share: f32) -> G
         small_files_assisted: true,
         coefficient_threads: 4,
         decode_memory: Arc::new(MemoryBudget::new(1 << 32)),
+        requests: false,
     }
 }
 

@@ -50,7 +50,7 @@ impl Lanes {
     /// anything is allocated.
     pub fn device_bytes(plan: &DecodePlan, geometry: &Geometry, batch_size: usize) -> u128 {
         match plan.gpu_wanted() {
-            true => GpuLane::device_bytes(geometry, batch_size),
+            true => GpuLane::device_bytes(geometry, batch_size, false),
             false => 0,
         }
     }
@@ -100,6 +100,7 @@ impl Lanes {
             small_files_assisted: run.small_files_assisted,
             coefficient_threads: run.coefficient_threads,
             decode_memory: core.budget.clone(),
+            requests: false,
         });
         ahead.set_active_threads(policy.working_threads());
         // While the device opens the CPU lane reaches this far into the first epoch: an eighth
@@ -117,6 +118,112 @@ impl Lanes {
         })))
     }
 
+    /// Device memory the lanes of a server of requests of up to `max_images` images of
+    /// `geometry` may take ([`Lanes::for_requests`]), for the output stage's check.
+    pub fn device_bytes_for_requests(
+        options: &Options,
+        geometry: &Geometry,
+        max_images: usize,
+    ) -> u128 {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        match DecodePlan::new(options).for_requests(cores, &Arc::default()) {
+            LaneChoice::Ahead { gpu: Some(_), .. } => {
+                GpuLane::device_bytes(geometry, max_images, true)
+            }
+            _ => 0,
+        }
+    }
+
+    /// The lanes of a server of requests of up to `max_images` images each, on `gpu` (its
+    /// device, open; `None` for the CPU), as the schedule chooses for requests
+    /// ([`DecodePlan::for_requests`]): the CPU lane alone, batch by batch; or the GPU lane,
+    /// opened now with all its decoders, beside the CPU lane's threads, every request an epoch
+    /// of its own ([`Lanes::begin`]), all of its images offered to the GPU lane, which hands the
+    /// CPU lane those it does not take. Where the GPU lane cannot open (or only with its JPEG
+    /// engines, whose bytes are not the CPU threads'), the CPU lane alone, saying why.
+    pub fn for_requests(
+        options: &Options,
+        geometry: Geometry,
+        gpu: Option<&Gpu>,
+        max_images: usize,
+        stopwatch: &Arc<Stopwatch>,
+    ) -> Result<Lanes> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let (why, policy, gpu) =
+            match (DecodePlan::new(options).for_requests(cores, stopwatch), gpu) {
+                (LaneChoice::Cpu { why, threads }, _) => {
+                    let cpu = CpuLane::new(&options.decode, geometry, threads, stopwatch.clone())?;
+                    return Ok(Lanes::Cpu(cpu, DecodeWhy(why)));
+                }
+                (LaneChoice::Ahead { why, policy, .. }, Some(gpu)) => (why, policy, gpu),
+                (LaneChoice::Ahead { .. }, None) => {
+                    return Err(Error::Worker(
+                        "the lanes of a CUDA device were opened without it".into(),
+                    ))
+                }
+            };
+        let core = Arc::new(LaneCore::new(&options.decode, geometry, stopwatch.clone()));
+        let config = GpuLaneConfig {
+            stopwatch: stopwatch.clone(),
+            geometry,
+            max_pixels: options.decode.max_pixels,
+            batch_size: max_images,
+            max_file_bytes: options.decode.max_file_bytes,
+            exif_orientation: options.decode.exif_orientation,
+            assisted_share: 1.0,
+            large_files: true,
+            small_files_assisted: true,
+            coefficient_threads: policy.working_threads(),
+            decode_memory: core.budget.clone(),
+            requests: true,
+        };
+        let opened = stopwatch.time(Stage::GpuOpen, || {
+            GpuLane::open(gpu, &config, policy.engines_open(), &AtomicBool::new(false))
+        });
+        let lane = match opened {
+            Ok(mut lane) => {
+                // Every decoder at work before the first request.
+                lane.wait_until_open();
+                match lane.engines_closed() {
+                    true => Ok(lane),
+                    false => Err(format!(
+                        "its assisted path could not open, and the JPEG engines' bytes are not \
+                         the CPU threads' ({})",
+                        lane.describe()
+                    )),
+                }
+            }
+            Err(reason) => Err(reason.to_string()),
+        };
+        let lane = match lane {
+            Ok(lane) => lane,
+            Err(reason) => {
+                let threads = options.runtime.threads;
+                let cpu = CpuLane::new(&options.decode, geometry, threads, stopwatch.clone())?;
+                let why = format!("CPU decode, the GPU decode lane is off: {reason}");
+                return Ok(Lanes::Cpu(cpu, DecodeWhy(why)));
+            }
+        };
+        // A request is all the lanes' work: they look no further ahead than its images.
+        let ahead = CpuAhead::start(
+            &core,
+            policy.threads(),
+            max_images,
+            max_images + policy.threads(),
+            policy.priority(),
+        )?;
+        ahead.set_active_threads(policy.working_threads());
+        let hybrid = HybridLanes::new(
+            GpuOpening::Open(Box::new(lane)),
+            ahead,
+            *policy,
+            gpu.stream().clone(),
+            max_images,
+            None,
+        );
+        Ok(Lanes::Hybrid(Box::new(hybrid), DecodeWhy(why)))
+    }
+
     /// The CPU lane alone, after the GPU lane could not open (with a given share).
     fn fall_back(
         options: &Options,
@@ -132,6 +239,14 @@ impl Lanes {
         )?;
         let why = format!("hybrid, as asked: CPU decode, the GPU decode lane is off: {reason}");
         Ok(Lanes::Cpu(cpu, DecodeWhy(why)))
+    }
+
+    /// Lends each image of the next requests of `images` images the CPU lane's threads they
+    /// leave idle, where it decodes them all ([`CpuLane::lend_threads`]): a server's.
+    pub fn lend_threads(&self, images: usize) {
+        if let Lanes::Cpu(cpu, _) = self {
+            cpu.lend_threads(images);
+        }
     }
 
     /// Which lanes decode, and why, in words: for the pipeline's reports.

@@ -1,21 +1,27 @@
 //! [`PatchServer`]: a request's images to one packed patch batch, without a pipeline. Built once
 //! (the preset, the device, the element type, the most images and tokens a request may bring:
-//! its memory), it keeps the CPU lane's threads, the staging (page-locked on a CUDA device, two
-//! slots in turn), the device input buffer and the compiled kernel, and runs each request
-//! through the same stages as a pipeline's batch: the lane decodes and resizes every image in
-//! parallel into its place in the staging, the output stage uploads the bytes each image holds
-//! and lays the tokens out (`kernels/patches.cu`, or the CPU rendition). The tokens, bit for bit
-//! those of a pipeline over the same images, come back as a [`Batch`] with the usual stream rules.
+//! its memory), it keeps the decode lanes (the CPU lane's threads, and on a CUDA device the GPU
+//! decode lane, opened at build), the staging (page-locked on a CUDA device, two slots in turn),
+//! the device input buffer and the compiled kernel, and runs each request through the same
+//! stages as a pipeline's batch: each request is an epoch of the lanes ([`Lanes::for_requests`]:
+//! on a CUDA device the GPU lane is offered every image and decodes the JPEGs its assisted path
+//! takes into its ring, the CPU lane the others into their places in the staging), the output
+//! stage uploads the bytes each image holds, gathers the GPU lane's and lays the tokens out
+//! (`kernels/patches.cu`, or the CPU rendition). The tokens, bit for bit those of a pipeline
+//! over the same images decoding on the CPU, come back as a [`Batch`] with the usual stream
+//! rules.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaStream};
+use cudarc::driver::CudaStream;
 
-use super::output::{BatchImages, DeviceWrites, Finished, OutputPlan, OutputStage};
+use super::hybrid::{HybridFilled, Unstaged};
+use super::lanes::Lanes;
+use super::output::{BatchImages, Finished, OutputPlan, OutputStage};
 use crate::batch::{Batch, DecodedBy};
-use crate::cpu::{BatchRequest, CpuLane};
+use crate::cpu::{BatchRequest, Filled};
 use crate::cuda::Gpu;
 use crate::error::{Error, Result};
 use crate::geometry::{CropDraw, Geometry};
@@ -24,6 +30,7 @@ use crate::options::{
 };
 use crate::order::EpochOrder;
 use crate::patches::{Packing, Patches, Preset};
+use crate::profile::Stopwatch;
 use crate::source::Source;
 
 /// One image of a request: its encoded bytes, or a file to read.
@@ -107,8 +114,13 @@ impl PatchServerBuilder {
         self
     }
 
-    /// Decode limits and choices (the pixel and file-size limits, EXIF orientation); the
-    /// images are decoded by the CPU threads whatever [`DecodeOptions::lanes`] says.
+    /// Decode limits and choices (the pixel and file-size limits, EXIF orientation, the
+    /// lanes). On a CUDA device the GPU decode lane decodes the JPEGs its assisted path takes
+    /// (baseline and progressive, exactly as libjpeg-turbo does: the same bytes as the CPU
+    /// threads'; never the JPEG engines, whose inverse DCT is not libjpeg-turbo's), the CPU
+    /// threads the others; [`crate::Decode::Cpu`] (or an [`DecodeOptions::assisted_share`] of 0)
+    /// leaves every image to the CPU threads. [`DecodeOptions::gpu_share`] and
+    /// [`DecodeOptions::planned_epochs`] do not apply: the GPU lane is offered every image.
     pub fn decode(mut self, decode: DecodeOptions) -> Self {
         self.decode = decode;
         self
@@ -125,7 +137,7 @@ impl PatchServerBuilder {
     /// The options a pipeline with these settings would have: a batch of `max_images` images.
     fn options(&self) -> Options {
         Options::default()
-            .decode(self.decode.lanes(crate::Decode::Cpu))
+            .decode(self.decode.gpu_share(None).planned_epochs(None))
             .output(OutputOptions::default().dtype(self.dtype))
             .batching(BatchOptions::default().batch_size(self.max_images))
             .runtime(
@@ -137,7 +149,10 @@ impl PatchServerBuilder {
             .patches(Some(self.patches))
     }
 
-    /// Starts the threads, allocates the staging, opens the device and compiles the kernel.
+    /// Starts the threads, allocates the staging, opens the device and compiles the kernel; on
+    /// a CUDA device opens the GPU decode lane too (its kernels and decoders, each with a
+    /// call's buffers; the time it took is in [`PatchServer::decode_description`], or why it
+    /// could not open).
     /// Refuses timm's training preset (its crops are drawn per batch of an epoch), a
     /// `max_images` or `max_tokens` of 0, and memory the machine does not have (naming the
     /// option to lower).
@@ -160,8 +175,8 @@ impl PatchServerBuilder {
         let geometry = Geometry::new(&options.resize).with_patches(Some(&self.patches));
         let bound_tokens = self.bound_tokens();
         let max_tokens = self.max_tokens.unwrap_or(bound_tokens);
-        let plan = OutputPlan::new(&options, &geometry, 0, 0)?;
-        let lane = CpuLane::new(&options.decode, geometry, self.threads, Arc::default())?;
+        let lanes_bytes = Lanes::device_bytes_for_requests(&options, &geometry, self.max_images);
+        let plan = OutputPlan::new(&options, &geometry, lanes_bytes, 0)?;
         let gpu = match self.device {
             Device::Cuda(ordinal) => Some(Gpu::open(ordinal)?),
             Device::Cpu => None,
@@ -169,6 +184,14 @@ impl PatchServerBuilder {
         if let Some(gpu) = &gpu {
             plan.check_device(gpu)?;
         }
+        let stopwatch = Arc::new(Stopwatch::default());
+        let lanes = Lanes::for_requests(
+            &options,
+            geometry,
+            gpu.as_ref(),
+            self.max_images,
+            &stopwatch,
+        )?;
         let output = plan.open(&options, gpu.as_ref())?;
         if let Some(gpu) = &gpu {
             // The largest response's tokens stay in the pool between requests.
@@ -182,7 +205,7 @@ impl PatchServerBuilder {
             gpu.keep_pool_memory(bytes)?;
         }
         Ok(PatchServer {
-            lane,
+            lanes,
             output,
             geometry,
             patches: self.patches,
@@ -222,7 +245,7 @@ impl PatchServerBuilder {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct PatchServer {
-    lane: CpuLane,
+    lanes: Lanes,
     output: Box<dyn OutputStage>,
     geometry: Geometry,
     patches: Patches,
@@ -240,6 +263,7 @@ impl std::fmt::Debug for PatchServer {
         f.debug_struct("PatchServer")
             .field("preset", &self.patches.preset)
             .field("device", &self.output.describe())
+            .field("decode", &self.lanes.describe())
             .field("max_images", &self.max_images)
             .field("max_tokens", &self.max_tokens)
             .finish()
@@ -286,6 +310,14 @@ impl PatchServer {
         self.output.describe()
     }
 
+    /// Which lanes decode the requests' images, and why, in words: on a CUDA device the GPU
+    /// decode lane (its assisted path) and the CPU threads, or the CPU threads alone and why
+    /// (CPU decoding asked for, the tokens on the CPU, or the GPU lane could not open here).
+    /// [`Batch::decoded_by`] says how many images of a response each lane decoded.
+    pub fn decode_description(&self) -> String {
+        self.lanes.describe()
+    }
+
     /// The CUDA stream the tokens are written on (none on the CPU device): hand it, or the
     /// batch's tensors with [`crate::DeviceTensor::use_on`], to the model's stream.
     pub fn cuda_stream(&self) -> Option<Arc<CudaStream>> {
@@ -313,14 +345,20 @@ impl PatchServer {
                 ),
             ));
         }
-        let source = Source::request(images.iter().enumerate().map(|(i, image)| match image {
-            RequestImage::Bytes(bytes) => Ok((
-                format!("image {i} of the request"),
-                Arc::<[u8]>::from(*bytes),
-            )),
-            RequestImage::Path(path) => Err(path.to_path_buf()),
-        }));
-        let order = EpochOrder::new((0..images.len()).collect());
+        let source = Arc::new(Source::request(images.iter().enumerate().map(
+            |(i, image)| match image {
+                RequestImage::Bytes(bytes) => Ok((
+                    format!("image {i} of the request"),
+                    Arc::<[u8]>::from(*bytes),
+                )),
+                RequestImage::Path(path) => Err(path.to_path_buf()),
+            },
+        )));
+        let order = Arc::new(EpochOrder::new((0..images.len()).collect()));
+        // Each request is an epoch of the lanes: whatever an earlier one left is dropped. A
+        // request of fewer images than the CPU lane's threads lends them the idle ones.
+        self.lanes.begin(&source, &order, 0)?;
+        self.lanes.lend_threads(images.len());
         let request = BatchRequest {
             order: &order,
             start: 0,
@@ -331,41 +369,51 @@ impl PatchServer {
         };
         let slot = self.next_slot % self.output.slots().max(1);
         self.next_slot = (slot + 1) % self.output.slots().max(1);
-        let filled = {
+        let HybridFilled {
+            filled,
+            unstaged,
+            decoded_by,
+            ..
+        } = {
             let mut staging = self.output.staging(slot)?;
-            self.lane
+            self.lanes
                 .fill(&mut staging, &request, &source, &self.stop)?
                 .ok_or_else(|| Error::Worker("the request was stopped".into()))?
         };
-        if filled.indices.is_empty() {
-            if let Some(first) = filled.skipped.first() {
-                return Err(Error::Item(first.clone()));
-            }
+        let refused = match filled.indices.is_empty() {
+            true => filled.skipped.first().cloned().map(Error::Item),
+            false => None,
+        };
+        if let Some(refused) = refused.map_or_else(|| self.check_tokens(&filled.draws).err(), Some)
+        {
+            // The GPU lane's images of a request not served go back to it.
+            self.lanes.discard(unstaged)?;
+            return Err(refused);
         }
-        self.finish(slot, filled, &source)
+        self.finish(slot, filled, unstaged, decoded_by, &source)
     }
 
-    /// The filled staging `slot` as the request's batch, after checking its tokens.
+    /// The filled staging `slot` and the GPU lane's images (`unstaged`) as the request's batch.
     fn finish(
         &mut self,
         slot: usize,
-        filled: crate::cpu::Filled,
+        filled: Filled,
+        unstaged: Unstaged,
+        decoded_by: DecodedBy,
         source: &Source,
     ) -> Result<Batch> {
-        self.check_tokens(&filled.draws)?;
         let images = BatchImages {
             draws: &filled.draws,
             seq_len: 0,
         };
         let n = filled.indices.len();
+        let mut on_device = self.lanes.device_writes(unstaged);
         let Finished {
             images,
             uploaded,
             patches,
             ..
-        } = self
-            .output
-            .finish(slot, n, &mut NothingOnDevice, None, &images)?;
+        } = self.output.finish(slot, n, &mut on_device, None, &images)?;
         let ids = filled
             .indices
             .iter()
@@ -383,10 +431,7 @@ impl PatchServer {
             skipped: filled.skipped,
             epoch: 0,
             uploaded_bytes: uploaded,
-            decoded_by: DecodedBy {
-                cpu: n,
-                ..DecodedBy::default()
-            },
+            decoded_by,
             next_position: filled.consumed,
             patches,
             indices: filled.indices,
@@ -410,18 +455,5 @@ impl PatchServer {
             ));
         }
         Ok(())
-    }
-}
-
-/// A request's images are all in the staging: nothing is written on the device beside them.
-struct NothingOnDevice;
-
-impl DeviceWrites for NothingOnDevice {
-    fn places(&self) -> Vec<usize> {
-        Vec::new()
-    }
-
-    fn write(&mut self, _stream: &Arc<CudaStream>, _input: &mut CudaSlice<u8>) -> Result<usize> {
-        Ok(0)
     }
 }

@@ -48,6 +48,24 @@ pub struct AxisCoefficients {
 }
 
 impl AxisCoefficients {
+    /// The coefficients of outputs `from..to` alone (a band of a pass's outputs), their bounds
+    /// still counted from the same source.
+    pub(crate) fn rows(&self, from: usize, to: usize) -> AxisCoefficients {
+        let taps = self.taps;
+        AxisCoefficients {
+            resampled: self.resampled,
+            taps,
+            bounds: self
+                .bounds
+                .get(from..to)
+                .map_or_else(Vec::new, <[_]>::to_vec),
+            weights: self
+                .weights
+                .get(from * taps..to * taps)
+                .map_or_else(Vec::new, <[i32]>::to_vec),
+        }
+    }
+
     /// The source samples the kept outputs read, `[first, end)`.
     pub fn span(&self) -> (u32, u32) {
         let read = self.bounds.iter().filter(|b| b.1 > 0);

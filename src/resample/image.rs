@@ -94,6 +94,20 @@ impl ImagePlan {
         kernels: Kernels,
         scratch: &mut Vec<u8>,
     ) -> Result<(), PlanError> {
-        cpu::resample_into(self, source, pad, slot, kernels, scratch)
+        cpu::resample_into(self, source, pad, slot, kernels, scratch, 1)
+    }
+
+    /// [`ImagePlan::resample_into`] with each large pass cut into bands of rows on up to
+    /// `threads` threads (the calling one and others started for it): the same bytes.
+    pub fn resample_into_bands(
+        &self,
+        source: &HostImage,
+        pad: u8,
+        slot: &mut Slot,
+        kernels: Kernels,
+        scratch: &mut Vec<u8>,
+        threads: usize,
+    ) -> Result<(), PlanError> {
+        cpu::resample_into(self, source, pad, slot, kernels, scratch, threads)
     }
 }

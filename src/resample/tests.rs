@@ -226,6 +226,59 @@ fn fast_passes_equal_the_reference_at_real_sizes() {
     }
 }
 
+/// A large pass cut into bands of rows on several threads gives the bytes of the whole pass
+/// on one (itself equal to the reference above): every filter, pass order and sample count, odd
+/// sizes, kept ranges and pads, on both kernels, cut in two to sixteen.
+#[test]
+fn passes_in_bands_give_the_bytes_of_one_pass() {
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let vector = vector_kernels();
+    let orders = [PassOrder::ShrinkVerticalFirst, PassOrder::HorizontalFirst];
+    for case in 0..24 {
+        let channels = if case % 4 == 0 { 1 } else { 3 };
+        let (w, h) = (rng.range(300, 1400), rng.range(300, 1400));
+        let (ow, oh) = (rng.range(400, 1000), rng.range(400, 1000));
+        let pixels = random_bytes((w * h * channels) as usize, &mut rng);
+        let source = HostImage {
+            pixels: &pixels,
+            width: w,
+            height: h,
+            channels,
+        };
+        let x = random_plan(&mut rng, w, ow);
+        let y = random_plan(&mut rng, h, oh);
+        let resampling = ALL[case % ALL.len()];
+        let order = orders[case % orders.len()];
+        let pad = rng.next() as u8;
+        let plan = ImagePlan::new(&x, &y, resampling, order).expect("plan");
+        for kernels in [Some(Kernels::Portable), vector].into_iter().flatten() {
+            let want = fast(&plan, &source, pad, ow, oh, kernels).expect("one pass");
+            for threads in [2, 3, 7, 16] {
+                let mut got = vec![0xA5; want.len()];
+                let mut slot = Slot {
+                    bytes: &mut got,
+                    width: ow,
+                    height: oh,
+                };
+                plan.resample_into_bands(
+                    &source,
+                    pad,
+                    &mut slot,
+                    kernels,
+                    &mut Vec::new(),
+                    threads,
+                )
+                .expect("bands");
+                assert!(
+                    got == want,
+                    "case {case}: {w}x{h}x{channels} -> {ow}x{oh} {resampling:?} {order:?} \
+                     {kernels:?} in {threads}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn bad_plans_are_errors_not_panics() {
     let mut out = vec![0u8; 4 * 4 * 3];

@@ -321,6 +321,7 @@ impl DecodePlan {
             assisted_share: self.assisted_share,
             small_files_assisted: self.given_share.is_none_or(|share| share >= 1.0),
             coefficient_threads: beside_gpu,
+            requests: false,
         });
         let balance = Balance::new(
             self.given_share,
@@ -340,6 +341,58 @@ impl DecodePlan {
             why,
             gpu: run,
             policy,
+        }
+    }
+
+    /// The lanes of a server of requests ([`crate::PatchServer`]) on a machine of `cores`
+    /// cores. The CPU lane alone, all its threads on each request's images, where CPU decoding
+    /// is asked for, the tokens go to the CPU, or the GPU lane's assisted path is off
+    /// (`assisted_share` 0: the JPEG engines alone would not give the CPU threads' bytes).
+    /// Otherwise the GPU lane, opened before the first request, beside the CPU lane: offered
+    /// every image (a share of 1, kept), it decodes the JPEGs it takes on its assisted path
+    /// alone, libjpeg-turbo's arithmetic, its engines closed; the CPU lane takes the others.
+    pub fn for_requests(&self, cores: usize, stopwatch: &Arc<Stopwatch>) -> LaneChoice {
+        let cpu = |why: &str| LaneChoice::Cpu {
+            why: why.to_string(),
+            threads: self.threads,
+        };
+        if !self.on_device {
+            return cpu("CPU decode, as the tokens go to the CPU");
+        }
+        if !self.gpu_wanted() {
+            return cpu("CPU decode, as asked");
+        }
+        if self.assisted_share <= 0.0 {
+            return cpu(
+                "CPU decode, as the GPU lane's assisted path is off (assisted_share 0) and the \
+                 JPEG engines' bytes are not the CPU threads'",
+            );
+        }
+        let (threads, beside_gpu) = match self.threads {
+            0 => (cores, cores.saturating_sub(CORES_FOR_THE_GPU_LANE).max(1)),
+            given => (given, given),
+        };
+        let run = GpuRun {
+            large_files: true,
+            short_run: true,
+            assisted_share: 1.0,
+            small_files_assisted: true,
+            coefficient_threads: beside_gpu,
+            requests: true,
+        };
+        let balance = Balance::new(Some(1.0), None, stopwatch.clone(), cpu_seconds(1, 0), cores);
+        LaneChoice::Ahead {
+            why: "GPU decode of the JPEGs its assisted path takes, CPU decode of the others".into(),
+            gpu: Some(run),
+            policy: Box::new(LanePolicy {
+                balance,
+                gpu: Some(run),
+                threads,
+                beside_gpu,
+                // The CPU threads at work stay as they start: between requests the GPU lane's
+                // host threads are idle, and a request of PNGs wants its threads at once.
+                cores: None,
+            }),
         }
     }
 }
@@ -417,6 +470,38 @@ mod tests {
         assert_eq!(
             described.as_deref(),
             Some("a run of 1 epoch (880 MB, about 1.1 s of the CPU threads)")
+        );
+    }
+
+    #[test]
+    fn a_server_opens_the_assisted_path_alone_for_every_image_or_the_cpu_lane() {
+        use crate::options::{DecodeOptions, Options, RuntimeOptions};
+        use crate::schedule::EnginesOpen;
+        let cuda = Options::default();
+        let LaneChoice::Ahead { gpu, policy, .. } =
+            DecodePlan::new(&cuda).for_requests(16, &Arc::default())
+        else {
+            panic!("a server on a CUDA device opens the GPU lane");
+        };
+        let run = gpu.expect("the GPU lane's run");
+        assert!(run.requests && run.assisted_share == 1.0);
+        assert!(policy.is_pinned() && policy.share() == 1.0);
+        assert!(policy.opens_before_the_first_batch());
+        assert!(matches!(policy.engines_open(), EnginesOpen::Never(_)));
+        assert_eq!((policy.threads(), policy.working_threads()), (16, 14));
+        let cpu_choice =
+            |options: Options| match DecodePlan::new(&options).for_requests(16, &Arc::default()) {
+                LaneChoice::Cpu { why, threads } => (why, threads),
+                other => panic!("the CPU lane alone, not {other:?}"),
+            };
+        let asked = cuda.decode(DecodeOptions::default().lanes(Decode::Cpu));
+        assert_eq!(cpu_choice(asked).0, "CPU decode, as asked");
+        let off = cuda.decode(DecodeOptions::default().assisted_share(0.0));
+        assert!(cpu_choice(off).0.contains("assisted_share 0"));
+        let host = cuda.runtime(RuntimeOptions::default().device(Device::Cpu).threads(3));
+        assert_eq!(
+            cpu_choice(host),
+            ("CPU decode, as the tokens go to the CPU".into(), 3)
         );
     }
 

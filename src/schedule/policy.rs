@@ -26,6 +26,10 @@ pub(crate) struct GpuRun {
     /// lane's count beside the GPU lane, as they do the work the CPU lane's threads would do
     /// otherwise.
     pub coefficient_threads: usize,
+    /// Whether the lane serves requests one at a time (a [`crate::PatchServer`]'s): its JPEG
+    /// engines then stay closed, so that every image it decodes (on its assisted path, which is
+    /// libjpeg-turbo's arithmetic) has the bytes the CPU lane would give it.
+    pub requests: bool,
 }
 
 /// When a GPU lane's JPEG engines open.
@@ -112,6 +116,11 @@ impl LanePolicy {
         let Some(run) = self.gpu else {
             return EnginesOpen::Never("no GPU lane is asked for");
         };
+        if run.requests {
+            return EnginesOpen::Never(
+                "a server's images have the CPU threads' bytes: the assisted path decodes them",
+            );
+        }
         if run.large_files && run.assisted_share >= 1.0 {
             return EnginesOpen::Never("the assisted path takes the epoch's large files");
         }

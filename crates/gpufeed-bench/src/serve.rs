@@ -1,13 +1,15 @@
 //! The serving bench: the latency of [`PatchServer::serve`], bytes in memory to packed patches
 //! ready on the device (the stream synchronized), for requests of 1, 8 and 32 images and for
-//! one JPEG of about a megapixel, as p50 and p99 over many requests.
+//! one JPEG of about a megapixel, as p50 and p99 over many requests, with the lanes that
+//! decoded them (on the GPU: the GPU decode lane beside the CPU threads, and the CPU threads
+//! alone).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use gpufeed::patches::Patches;
-use gpufeed::{DType, Device, PatchServer, RequestImage, Tensor};
+use gpufeed::{DType, Decode, DecodeOptions, Device, PatchServer, RequestImage, Tensor};
 
 use crate::{BenchError, Result};
 
@@ -22,6 +24,9 @@ pub struct ServeBenchOptions {
     pub device: Option<usize>,
     /// CPU threads of the GPU rows' servers (0: one per core).
     pub gpu_threads: usize,
+    /// The decoding of the GPU rows, a row each: [`Decode::Auto`] (the GPU decode lane beside
+    /// the CPU threads), [`Decode::Cpu`] (the CPU threads alone).
+    pub gpu_decodes: Vec<Decode>,
     /// Threads of the CPU-device rows (0 leaves them out).
     pub cpu_threads: usize,
     /// Images per request, one row each.
@@ -40,8 +45,10 @@ pub struct ServeBenchOptions {
 pub struct ServeBenchRow {
     /// The preset, by name.
     pub label: String,
-    /// `GPU` or `CPU, n threads`.
+    /// `GPU, GPU lane`, `GPU, CPU decode` or `CPU, n threads`.
     pub device: String,
+    /// Mean images per request the CPU threads and the GPU decode lane decoded.
+    pub decoded_by: (f64, f64),
     /// What a request holds: `8 images`, or the large JPEG's name and size.
     pub request: String,
     /// Mean tokens per request.
@@ -63,6 +70,8 @@ pub struct ServeBenchReport {
     pub rows: Vec<ServeBenchRow>,
     /// Where the GPU rows ran, in words.
     pub device: Option<String>,
+    /// Which lanes the GPU rows' servers decoded with, and why, in words.
+    pub lanes: Vec<String>,
 }
 
 impl ServeBenchReport {
@@ -77,16 +86,26 @@ impl ServeBenchReport {
                 .as_ref()
                 .map_or(String::new(), |d| format!(", GPU rows on {d}"))
         );
+        for lanes in &self.lanes {
+            let _ = writeln!(out, "decode: {lanes}");
+        }
         let _ = writeln!(
             out,
-            "{:<24} {:<14} {:<38} {:>9} {:>9} {:>9} {:>9}",
-            "preset", "device", "request", "tokens", "p50 ms", "p99 ms", "mean ms"
+            "{:<24} {:<16} {:<38} {:>9} {:>9} {:>9} {:>9} {:>11}",
+            "preset", "device", "request", "tokens", "p50 ms", "p99 ms", "mean ms", "cpu+gpu"
         );
         for r in &self.rows {
             let _ = writeln!(
                 out,
-                "{:<24} {:<14} {:<38} {:>9.0} {:>9.3} {:>9.3} {:>9.3}",
-                r.label, r.device, r.request, r.tokens, r.p50_ms, r.p99_ms, r.mean_ms
+                "{:<24} {:<16} {:<38} {:>9.0} {:>9.3} {:>9.3} {:>9.3} {:>11}",
+                r.label,
+                r.device,
+                r.request,
+                r.tokens,
+                r.p50_ms,
+                r.p99_ms,
+                r.mean_ms,
+                format!("{:.1}+{:.1}", r.decoded_by.0, r.decoded_by.1)
             );
         }
         out
@@ -149,14 +168,19 @@ fn nearest_megapixel(files: &[PathBuf], bytes: &[Vec<u8>]) -> Result<Option<(usi
     Ok(best.map(|(_, i, w, h)| (i, w, h)))
 }
 
+/// What [`time_requests`] measured: each request's milliseconds, the mean tokens per request
+/// and the mean images the CPU threads and the GPU lane decoded per request.
+type Timed = (Vec<f64>, f64, (f64, f64));
+
 /// Times `requests` requests (after 3 not counted) of `server`, each the images `request(k)`.
 fn time_requests<'a>(
     server: &mut PatchServer,
     requests: usize,
     request: impl Fn(usize) -> Vec<RequestImage<'a>>,
-) -> Result<(Vec<f64>, f64)> {
+) -> Result<Timed> {
     let mut times = Vec::with_capacity(requests);
     let mut tokens = 0usize;
+    let mut decoded = (0usize, 0usize);
     for k in 0..requests + 3 {
         let images = request(k);
         let start = Instant::now();
@@ -170,10 +194,17 @@ fn time_requests<'a>(
             tokens += batch
                 .patches()
                 .map_or(0, |p| p.tokens_per_image().iter().sum());
+            let (cpu, gpu) = batch.decoded_by();
+            decoded = (decoded.0 + cpu, decoded.1 + gpu);
         }
         drop(batch);
     }
-    Ok((times, tokens as f64 / requests.max(1) as f64))
+    let per_request = |n: usize| n as f64 / requests.max(1) as f64;
+    Ok((
+        times,
+        per_request(tokens),
+        (per_request(decoded.0), per_request(decoded.1)),
+    ))
 }
 
 /// Measures every preset on each device: requests of each size cycling through the folder's
@@ -188,15 +219,22 @@ pub fn serve(options: &ServeBenchOptions) -> Result<ServeBenchReport> {
     };
     let mut devices = Vec::new();
     if let Some(ordinal) = options.device {
-        devices.push((
-            Device::Cuda(ordinal),
-            options.gpu_threads,
-            "GPU".to_string(),
-        ));
+        for &decode in &options.gpu_decodes {
+            let label = match decode {
+                Decode::Cpu => "GPU, CPU decode",
+                _ => "GPU, GPU lane",
+            };
+            devices.push((
+                Device::Cuda(ordinal),
+                options.gpu_threads,
+                decode,
+                label.to_string(),
+            ));
+        }
     }
     if options.cpu_threads > 0 {
         let label = format!("CPU, {} threads", options.cpu_threads);
-        devices.push((Device::Cpu, options.cpu_threads, label));
+        devices.push((Device::Cpu, options.cpu_threads, Decode::Cpu, label));
     }
     if devices.is_empty() || files.is_empty() {
         return Err(BenchError::Nothing("no device or no files".into()));
@@ -204,22 +242,29 @@ pub fn serve(options: &ServeBenchOptions) -> Result<ServeBenchReport> {
     let largest = options.sizes.iter().copied().max().unwrap_or(1).max(1);
     let mut rows = Vec::new();
     let mut description = None;
+    let mut lanes = Vec::new();
     for (label, patches) in &options.presets {
-        for (device, threads, device_label) in &devices {
+        for (device, threads, decode, device_label) in &devices {
             let mut server = PatchServer::builder(*patches)
                 .device(*device)
                 .dtype(options.dtype)
                 .threads(*threads)
                 .max_images(largest)
+                .decode(DecodeOptions::default().lanes(*decode))
                 .build()?;
             if matches!(device, Device::Cuda(_)) {
                 description = Some(server.device_description());
+                let described = format!("{device_label}: {}", server.decode_description());
+                if !lanes.contains(&described) {
+                    lanes.push(described);
+                }
             }
-            let mut row = |request: String, (mut times, tokens): (Vec<f64>, f64)| {
+            let mut row = |request: String, (mut times, tokens, decoded_by): Timed| {
                 let mean = times.iter().sum::<f64>() / times.len().max(1) as f64;
                 rows.push(ServeBenchRow {
                     label: label.clone(),
                     device: device_label.clone(),
+                    decoded_by,
                     request,
                     tokens,
                     p50_ms: quantile(&mut times, 0.5),
@@ -253,6 +298,7 @@ pub fn serve(options: &ServeBenchOptions) -> Result<ServeBenchReport> {
         files: files.len(),
         rows,
         device: description,
+        lanes,
     })
 }
 

@@ -220,6 +220,8 @@ class ServedBatch:
     skipped: list[Tuple[str, str]]
     """Images left out under on_error="skip": (id, reason)."""
     preset: str
+    decoded_by: Tuple[int, int]
+    """How many images the CPU threads decoded and how many the GPU decode lane: (cpu, gpu)."""
     @property
     def grids(self) -> Tensor:
         """image_grid_thw: [images, 3] int64."""
@@ -257,6 +259,7 @@ class PatchServer:
         max_tokens: Optional[int] = None,
         threads: int = 0,
         on_error: Literal["fail", "skip"] = "fail",
+        decode: Literal["auto", "cpu", "hybrid"] = "auto",
         min_pixels: Optional[int] = None,
         max_pixels: Optional[int] = None,
         max_patches: Optional[int] = None,
@@ -268,7 +271,9 @@ class PatchServer:
     ) -> None:
         """device "cuda:0" (default) or "cpu"; dtype float16 (default), bfloat16 or float32;
         the settings the model's processor config changes (min_pixels, max_pixels for Qwen2-VL;
-        max_patches for SigLIP2); torchvision=True for transformers' torchvision processor."""
+        max_patches for SigLIP2); torchvision=True for transformers' torchvision processor;
+        decode="cpu" leaves every image to the CPU threads (by default on a CUDA device the GPU
+        decode lane takes the JPEGs it decodes exactly as they do)."""
     def serve(
         self, images: Sequence[Union[bytes, bytearray, memoryview, str, os.PathLike[str]]]
     ) -> ServedBatch:
@@ -282,6 +287,9 @@ class PatchServer:
     def preset(self) -> str: ...
     @property
     def device_description(self) -> str: ...
+    @property
+    def decode_description(self) -> str:
+        """Which lanes decode the requests' images, and why."""
 def render_views(
     data: bytes,
     preset: str = "dinov2",

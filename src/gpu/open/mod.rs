@@ -323,15 +323,16 @@ fn start_runner(
         screen,
         shared::Limits {
             stopwatch: config.stopwatch.clone(),
-            slots: ring_slots(config.batch_size),
+            slots: ring_slots(config.batch_size, config.requests),
             image_bytes: config.geometry.image_bytes(),
-            lookahead: lookahead(config.batch_size),
+            lookahead: lane_lookahead(config.batch_size, config.requests),
             max_file_bytes: config.max_file_bytes,
             queued_calls: [engine_calls.threads, assisted.threads],
             engine_calls,
             assisted_share: assisted.share,
             small_files_assisted_share: assisted.small_files_share,
             assisted_call_pixels: assisted.recipe.call_pixels,
+            requests: config.requests,
         },
     )?;
     Ok((runner, starting.elapsed()))

@@ -5,6 +5,10 @@
 //! resampled axis is one pass from the source; two are two passes through an 8-bit intermediate
 //! in Pillow's order (the horizontal one over only the rows the vertical one reads). The last
 //! pass writes the kept rectangle of the slot, gray spread to three equal channels there.
+//!
+//! A large pass may be cut into bands of its output rows run side by side on threads of their
+//! own ([`resample_into`]'s `threads`): each band is the very arithmetic of the whole pass on its
+//! rows, so the bytes do not depend on the cut.
 
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
@@ -117,6 +121,18 @@ pub(crate) struct SplitWeights {
 }
 
 impl SplitWeights {
+    /// The split weights of outputs `from..to` (those of a band of a pass's outputs); empty
+    /// where they were not split.
+    fn rows(&self, from: usize, to: usize) -> SplitWeights {
+        let (a, b) = (from * self.stride, to * self.stride);
+        SplitWeights {
+            hi: self.hi.get(a..b).map_or_else(Vec::new, <[i8]>::to_vec),
+            lo: self.lo.get(a..b).map_or_else(Vec::new, <[i16]>::to_vec),
+            stride: self.stride,
+            bytes: self.bytes,
+        }
+    }
+
     /// Splits `c`'s weights into `self`, reusing its buffers.
     pub fn split(&mut self, c: &AxisCoefficients) {
         let stride = c.taps.max(1).next_multiple_of(8);
@@ -146,9 +162,23 @@ impl SplitWeights {
     }
 }
 
+/// Output bytes a band of a pass holds at least: a smaller one saves less than its thread's
+/// start costs (a band of 256 KiB is a few hundred microseconds of a pass).
+const BAND_BYTES: usize = 1 << 18;
+
+/// How many bands of rows a pass writing `rows` rows `row_bytes` apart is cut into: at most
+/// `threads`, and none under [`BAND_BYTES`].
+fn band_count(threads: usize, rows: usize, row_bytes: usize) -> usize {
+    (rows.saturating_mul(row_bytes) / BAND_BYTES)
+        .min(threads)
+        .min(rows)
+        .max(1)
+}
+
 /// Resamples `source` by `plan` into `slot`: the kept outputs at the plans' destination, `pad`
-/// everywhere else, with `kernels`. `scratch` holds the intermediate and the horizontal pass's
-/// strips (grown, never shrunk).
+/// everywhere else, with `kernels`, each pass cut into bands of rows on up to `threads` threads
+/// (the calling one and others started for it; 1: all on the calling thread). `scratch` holds
+/// the intermediate and the horizontal pass's strips (grown, never shrunk).
 pub(crate) fn resample_into(
     plan: &ImagePlan,
     source: &HostImage,
@@ -156,6 +186,7 @@ pub(crate) fn resample_into(
     slot: &mut Slot,
     kernels: Kernels,
     scratch: &mut Vec<u8>,
+    threads: usize,
 ) -> Result<(), PlanError> {
     let channels = source.channels;
     if channels != 1 && channels != 3 {
@@ -201,7 +232,7 @@ pub(crate) fn resample_into(
                 out_step: 3,
                 strips,
             };
-            horizontal(&mut pass, kernels);
+            horizontal_in_bands(&mut pass, kernels, threads);
         }
         (false, true) => {
             let columns = xc.span().0 as usize;
@@ -216,7 +247,7 @@ pub(crate) fn resample_into(
                 out_pitch,
                 spread: c == 1,
             };
-            vertical(&mut pass, kernels);
+            vertical_in_bands(&mut pass, kernels, threads);
         }
         (true, true) if plan.vertical_first => {
             // The vertical pass over the columns the horizontal one reads, into the
@@ -237,7 +268,7 @@ pub(crate) fn resample_into(
                 out_pitch: tmp_pitch,
                 spread: false,
             };
-            vertical(&mut pass, kernels);
+            vertical_in_bands(&mut pass, kernels, threads);
             let mut pass = HorizontalPass {
                 input: intermediate,
                 pitch: tmp_pitch,
@@ -251,7 +282,7 @@ pub(crate) fn resample_into(
                 out_step: 3,
                 strips,
             };
-            horizontal(&mut pass, kernels);
+            horizontal_in_bands(&mut pass, kernels, threads);
         }
         (true, true) => {
             // The horizontal pass over the rows the vertical one reads, into the
@@ -274,7 +305,7 @@ pub(crate) fn resample_into(
                 out_step: c,
                 strips,
             };
-            horizontal(&mut pass, kernels);
+            horizontal_in_bands(&mut pass, kernels, threads);
             let mut pass = VerticalPass {
                 input: intermediate,
                 pitch: tmp_pitch,
@@ -286,10 +317,108 @@ pub(crate) fn resample_into(
                 out_pitch,
                 spread: c == 1,
             };
-            vertical(&mut pass, kernels);
+            vertical_in_bands(&mut pass, kernels, threads);
         }
     }
     Ok(())
+}
+
+/// Runs `bands` (each a band's work), the first on the calling thread and the others on
+/// threads of their own, and returns once all are done.
+fn run_bands<F: FnOnce() + Send>(bands: Vec<F>) {
+    std::thread::scope(|scope| {
+        let mut bands = bands.into_iter();
+        let first = bands.next();
+        for band in bands {
+            scope.spawn(band);
+        }
+        if let Some(first) = first {
+            first();
+        }
+    });
+}
+
+/// `pass` cut into bands of its rows on up to `threads` threads (each band with strips of its
+/// own), or whole on the calling thread where one band is enough.
+fn horizontal_in_bands(pass: &mut HorizontalPass, kernels: Kernels, threads: usize) {
+    let bands = band_count(threads, pass.rows, pass.out_pitch);
+    if bands <= 1 || pass.out_pitch == 0 {
+        horizontal(pass, kernels);
+        return;
+    }
+    let per = pass.rows.div_ceil(bands);
+    let (input, pitch, rows, channels) = (pass.input, pass.pitch, pass.rows, pass.channels);
+    let (coefficients, shift, split) = (pass.coefficients, pass.shift, pass.split);
+    let (out_pitch, out_step, strip_len) = (pass.out_pitch, pass.out_step, pass.strips.len());
+    let work: Vec<_> = pass
+        .output
+        .chunks_mut(per * out_pitch)
+        .enumerate()
+        .map(|(band, output)| (band * per, output))
+        .take_while(|&(from, _)| from < rows)
+        .map(|(from, output)| {
+            move || {
+                let mut strips = vec![0u8; strip_len];
+                let mut part = HorizontalPass {
+                    input: input.get(from * pitch..).unwrap_or(&[]),
+                    pitch,
+                    rows: per.min(rows - from),
+                    channels,
+                    coefficients,
+                    shift,
+                    split,
+                    output,
+                    out_pitch,
+                    out_step,
+                    strips: &mut strips,
+                };
+                horizontal(&mut part, kernels);
+            }
+        })
+        .collect();
+    run_bands(work);
+}
+
+/// `pass` cut into bands of its output rows on up to `threads` threads (each band with its
+/// rows' coefficients), or whole on the calling thread where one band is enough.
+fn vertical_in_bands(pass: &mut VerticalPass, kernels: Kernels, threads: usize) {
+    let rows = pass.coefficients.bounds.len();
+    let bands = band_count(threads, rows, pass.out_pitch);
+    if bands <= 1 || pass.out_pitch == 0 {
+        vertical(pass, kernels);
+        return;
+    }
+    let per = rows.div_ceil(bands);
+    let parts: Vec<(AxisCoefficients, SplitWeights)> = (0..rows)
+        .step_by(per)
+        .map(|from| {
+            let to = (from + per).min(rows);
+            (pass.coefficients.rows(from, to), pass.split.rows(from, to))
+        })
+        .collect();
+    let (input, pitch, row_bytes, shift) = (pass.input, pass.pitch, pass.row_bytes, pass.shift);
+    let (out_pitch, spread) = (pass.out_pitch, pass.spread);
+    let work: Vec<_> = parts
+        .iter()
+        .zip(pass.output.chunks_mut(per * out_pitch))
+        .map(|((coefficients, split), output)| {
+            move || {
+                let mut part = VerticalPass {
+                    input,
+                    pitch,
+                    row_bytes,
+                    coefficients,
+                    shift,
+                    split,
+                    output,
+                    out_pitch,
+                    spread,
+                };
+                vertical(&mut part, kernels);
+            }
+        })
+        .collect();
+    run_bands(work);
 }
 
 /// The scratch bytes `kernels`' horizontal pass needs for `coefficients` over `channels`-sample
