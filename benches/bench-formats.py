@@ -7,27 +7,33 @@ wallpaper-like 1-2 Mpx files from benches/make-formats.py) it prints the images/
 runs of EPOCHS epochs) and of Pillow on one core (the method of tools/pil-baseline:
 decode -> RGB -> Resize(256) BILINEAR -> CenterCrop(224), files read into memory first; best of
 ROUNDS), and their ratio. With a CUDA device (nvidia-smi answers) it also runs a mixed folder
-(the JPEGs and all three other formats) through the default mode beside `--decode cpu`, all
-threads, and prints both rates.
+(the JPEGs and all three other formats) through the default mode, `--decode hybrid` and
+`--decode cpu`, all threads, and prints the three rates.
 
-usage: bench-formats.py GPUFEED [WORK]   (Pillow needed; WORK default /tmp/bench-formats)
-env: N_JPEG (default 400), N_OTHER (24 of each other format), ROUNDS (3), EPOCHS (3),
-     MAKE_CORPUS (default ../shared/tools/make-corpus beside the repository),
-     PHOTOS (default ../shared/photos)
+usage: bench-formats.py GPUFEED [GPUFEED...]   (Pillow needed)
+Several builds are run in turn, each beside the same Pillow runs (a row per build).
+env: WORK (default /tmp/bench-formats), N_JPEG (default 400), N_OTHER (24 of each other
+     format), ROUNDS (3), EPOCHS (3), CPU_TIME (1: images per second of CPU time, for a
+     machine others use too), MAKE_CORPUS (default ../shared/tools/make-corpus beside the
+     repository), PHOTOS (default ../shared/photos)
 """
-import io, json, os, shutil, subprocess, sys, time
+import io, json, os, resource, shutil, subprocess, sys, time
 from PIL import Image
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-gpufeed = sys.argv[1]
-work = sys.argv[2] if len(sys.argv) > 2 else "/tmp/bench-formats"
+builds = sys.argv[1:]
+if not builds:
+    sys.exit(__doc__)
+work = os.environ.get("WORK", "/tmp/bench-formats")
 n_jpeg = int(os.environ.get("N_JPEG", 400))
 n_other = int(os.environ.get("N_OTHER", 24))
 rounds = int(os.environ.get("ROUNDS", 3))
 epochs = int(os.environ.get("EPOCHS", 3))
 make_corpus = os.environ.get("MAKE_CORPUS", os.path.join(ROOT, "..", "shared", "tools", "make-corpus"))
 photos = os.environ.get("PHOTOS", os.path.join(ROOT, "..", "shared", "photos"))
+# CPU_TIME=1: rates per second of CPU time rather than of wall time (for a machine others use).
+CPU_TIME = os.environ.get("CPU_TIME") == "1"
 
 dirs = {"jpeg": os.path.join(work, "jpeg")}
 for kind in ("png", "webp-lossy", "webp-lossless"):
@@ -53,25 +59,41 @@ def pillow_rate(d, R=256, C=224):
 
     for b in data[:20]:
         stage(b)
-    t = time.perf_counter()
+    clock = time.process_time if CPU_TIME else time.perf_counter
+    t = clock()
     for b in data:
         stage(b)
-    return len(data) / (time.perf_counter() - t)
+    return len(data) / (clock() - t)
 
 
-def gpufeed_rate(d, *args):
+def gpufeed_rate(gpufeed, d, *args, cpu_time=False):
+    """images/s of a run; with `cpu_time`, images per second of the process's CPU time (user
+    and system, start-up and reading included): the rate per core on a busy machine too."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run([gpufeed, "run", d, "--json", "--epochs", str(epochs), *args],
                          check=True, capture_output=True, text=True).stdout
-    return json.loads(out)["images_per_s"]
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    summary = json.loads(out)
+    if not cpu_time:
+        return summary["images_per_s"]
+    used = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return summary["images"] / used
 
 
-print(f"{'format':<14} {'gpufeed 1 thread':>17} {'Pillow 1 core':>14} {'ratio':>6}")
+width = max(len(os.path.basename(b)) for b in builds)
+print(f"{'format':<14} {'build':<{width}} {'gpufeed 1 thread':>17} {'Pillow 1 core':>14} {'ratio':>6}")
 for kind, d in dirs.items():
-    ours, theirs = 0.0, 0.0
-    for _ in range(rounds):  # in turn, so that both see the same machine
-        ours = max(ours, gpufeed_rate(d, "--decode", "cpu", "--threads", "1", "--cpu"))
+    ours, theirs = [0.0] * len(builds), 0.0
+    for _ in range(rounds):  # in turn, so that all see the same machine
+        for k, gpufeed in enumerate(builds):
+            rate = gpufeed_rate(gpufeed, d, "--decode", "cpu", "--threads", "1", "--cpu",
+                                cpu_time=CPU_TIME)
+            ours[k] = max(ours[k], rate)
         theirs = max(theirs, pillow_rate(d))
-    print(f"{kind:<14} {ours:>17.1f} {theirs:>14.1f} {ours / theirs:>5.2f}x", flush=True)
+    for gpufeed, rate in zip(builds, ours):
+        name = os.path.basename(gpufeed)
+        print(f"{kind:<14} {name:<{width}} {rate:>17.1f} {theirs:>14.1f} {rate / theirs:>5.2f}x",
+              flush=True)
 
 if shutil.which("nvidia-smi") and subprocess.run(["nvidia-smi"], capture_output=True).returncode == 0:
     mixed = os.path.join(work, "mixed")
@@ -79,7 +101,10 @@ if shutil.which("nvidia-smi") and subprocess.run(["nvidia-smi"], capture_output=
         for kind, d in dirs.items():
             shutil.copytree(d, os.path.join(mixed, kind))
     for _ in range(rounds):
-        default = gpufeed_rate(mixed)
-        cpu = gpufeed_rate(mixed, "--decode", "cpu")
-        print(f"mixed folder, all threads: default {default:.0f} images/s, --decode cpu {cpu:.0f}",
-              flush=True)
+        for gpufeed in builds:
+            rates = {mode: gpufeed_rate(gpufeed, mixed, *args) for mode, args in
+                     [("default", []), ("hybrid", ["--decode", "hybrid"]),
+                      ("cpu", ["--decode", "cpu"])]}
+            print(f"mixed folder, all threads, {os.path.basename(gpufeed)}: "
+                  + ", ".join(f"{mode} {rate:.0f}" for mode, rate in rates.items())
+                  + " images/s", flush=True)

@@ -726,6 +726,53 @@ mod tests {
     }
 
     #[test]
+    fn the_dearest_images_looked_at_start_first_and_the_gpu_lanes_are_skipped() {
+        let options = Options::default();
+        let core = Arc::new(LaneCore::new(
+            &options.decode,
+            crate::geometry::Geometry::new(&options.resize),
+            Arc::new(Stopwatch::default()),
+        ));
+        // No work begun: the lane's threads take nothing, and the test takes in their place.
+        let ahead = CpuAhead::start(&core, 1, 64, 64, ThreadPriority::Inherited).expect("threads");
+        let files = [
+            "assets/rocket.jpg",         // 113 kB of JPEG
+            "assets/chelsea.png",        // 241 kB of PNG
+            "tests/fixtures/lossy.webp", // 11 kB of WebP
+            "assets/retina.jpg",         // 270 kB of JPEG, the GPU lane's
+            "assets/hubble_deep_field.jpg",
+            "assets/rocket.jpg",
+        ];
+        let n = files.len();
+        let work = AheadWork {
+            source: Arc::new(Source::paths(files.to_vec())),
+            order: Arc::new(EpochOrder::new((0..n).collect())),
+            epoch: 0,
+            on_gpu: Arc::new(|_, index| index == 3),
+        };
+        let cost = |k: usize| {
+            let size = std::fs::metadata(files[k]).expect("file").len();
+            expected_cost(files[k], size)
+        };
+        let mut expected: Vec<usize> = (0..n).filter(|&k| k != 3).collect();
+        // Dearest first; equal ones in the order's.
+        expected.sort_by_key(|&k| (std::cmp::Reverse(cost(k)), k));
+        assert_eq!(expected, [4, 1, 0, 5, 2]);
+        let mut state = ahead.shared.lock();
+        state.limit = n;
+        let taken: Vec<usize> =
+            std::iter::from_fn(|| Shared::dearest_pending(&mut state, &work)).collect();
+        assert_eq!(taken, expected);
+        assert_eq!(state.next, n);
+        // A limit stops the looking: only what lies before it competes.
+        state.next = 0;
+        state.limit = 2;
+        assert_eq!(Shared::dearest_pending(&mut state, &work), Some(1));
+        assert_eq!(Shared::dearest_pending(&mut state, &work), Some(0));
+        assert_eq!(Shared::dearest_pending(&mut state, &work), None);
+    }
+
+    #[test]
     fn the_lane_works_its_lookahead_ahead_of_the_batches() {
         let ahead = lane(40);
         assert_eq!(settled(&ahead), (LOOKAHEAD, LOOKAHEAD, LOOKAHEAD));

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use super::mix::EpochSample;
+use super::mix::{EpochSample, WorkMix};
 use super::policy::{GpuRun, LanePolicy};
 use super::share::Balance;
 use super::threads::CORES_FOR_THE_GPU_LANE;
@@ -315,10 +315,22 @@ impl DecodePlan {
         };
         // Beside a GPU lane, an epoch whose work is mostly of files it cannot take keeps the
         // CPU lane as it is alone: every thread, at normal priority.
-        let cpu_bound = gpu && epoch().mix.mostly_cpu_only();
+        let mix = match gpu {
+            true => epoch().mix,
+            false => WorkMix::default(),
+        };
+        let cpu_bound = mix.mostly_cpu_only();
+        let mostly_cpu = match cpu_bound {
+            true => format!(
+                "; the CPU lane keeps every thread, {:.0}% of the work being files the GPU lane \
+                 cannot take",
+                mix.cpu_only_share() * 100.0
+            ),
+            false => String::new(),
+        };
         let why = match (gpu, self.lanes, auto) {
-            (true, Decode::Auto, _) => "automatic".to_string(),
-            (true, _, _) => "hybrid, as asked".to_string(),
+            (true, Decode::Auto, _) => format!("automatic{mostly_cpu}"),
+            (true, _, _) => format!("hybrid, as asked{mostly_cpu}"),
             (false, Decode::Auto, AutoLanes::Cpu(reason)) => {
                 format!("automatic: CPU decode, as {reason}")
             }
