@@ -149,18 +149,31 @@ fn decode_rgb_into(bytes: &[u8], stride: usize, out: &mut [u8]) -> Option<()> {
 mod tests {
     use super::*;
 
-    /// A lossy and a lossless WebP of a photo's odd-sized crop.
+    /// A lossy and a lossless WebP of a photo's odd-sized crop, without and with alpha.
     fn webps() -> Vec<(String, Vec<u8>, u32, u32)> {
         let photo = image::open("assets/astronaut.png")
             .expect("photo")
-            .to_rgb8();
+            .to_rgba8();
         let (w, h) = (301, 227);
-        let crop = image::imageops::crop_imm(&photo, 37, 51, w, h).to_image();
-        let encoder = webp::Encoder::from_rgb(crop.as_raw(), w, h);
-        vec![
-            ("lossy".into(), encoder.encode(80.0).to_vec(), w, h),
-            ("lossless".into(), encoder.encode_lossless().to_vec(), w, h),
-        ]
+        let mut crop = image::imageops::crop_imm(&photo, 37, 51, w, h).to_image();
+        let rgb = image::DynamicImage::ImageRgba8(crop.clone()).to_rgb8();
+        let opaque = webp::Encoder::from_rgb(rgb.as_raw(), w, h);
+        let mut files = vec![
+            ("lossy".into(), opaque.encode(80.0).to_vec(), w, h),
+            ("lossless".into(), opaque.encode_lossless().to_vec(), w, h),
+        ];
+        for (k, pixel) in crop.pixels_mut().enumerate() {
+            pixel[3] = (k * 7 % 256) as u8;
+        }
+        let alpha = webp::Encoder::from_rgba(crop.as_raw(), w, h);
+        files.push(("lossy, alpha".into(), alpha.encode(80.0).to_vec(), w, h));
+        files.push((
+            "lossless, alpha".into(),
+            alpha.encode_lossless().to_vec(),
+            w,
+            h,
+        ));
+        files
     }
 
     #[test]
@@ -203,7 +216,7 @@ mod tests {
                 compared += 1;
             }
         }
-        assert_eq!(compared, 12);
+        assert_eq!(compared, 24);
     }
 
     #[test]
