@@ -563,7 +563,7 @@ fn threads_niceness(prefix: &str) -> Vec<i32> {
 /// In hybrid decoding the CPU lane's threads run below the GPU lane's (which keep the GPU busy
 /// with a few threads) and the rest of the process; with CPU decoding they run as it does, and
 /// so they do in hybrid decoding when most of the work is of files the GPU lane cannot take
-/// (`sources()`: about four fifths of its expected work is PNG, WebP, GIF, TIFF and BMP).
+/// (`sources()`: about seven tenths of its expected work is PNG, WebP, GIF, TIFF and BMP).
 #[test]
 fn the_cpu_lanes_threads_yield_to_the_gpu_lanes_in_hybrid_decoding() {
     let _serial = serial();

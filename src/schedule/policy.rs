@@ -317,7 +317,7 @@ mod tests {
     #[test]
     fn with_most_of_the_work_its_own_the_cpu_lane_keeps_every_thread_at_normal_priority() {
         let hybrid = Options::default().decode(DecodeOptions::default().lanes(Decode::Hybrid));
-        // 60% PNGs (three quarters of the work): all 16 threads, at normal priority, kept when
+        // 60% PNGs (as much of the work): all 16 threads, at normal priority, kept when
         // the lanes' rates come in.
         let cpu_bound = mixed(hybrid, 600);
         assert_eq!(cpu_bound.priority(), ThreadPriority::Inherited);
