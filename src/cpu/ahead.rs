@@ -12,7 +12,7 @@
 //! (while the device opens) and whenever every one of them is in use, they are ordinary memory,
 //! which the batch copies into its staging.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -23,8 +23,12 @@ use super::stage::LaneCore;
 use crate::error::{Error, ItemErrorKind, Result};
 use crate::memory::{PinnedImage, PositionedImage, PositionedImages};
 use crate::order::EpochOrder;
-use crate::schedule::ThreadPriority;
+use crate::schedule::{expected_cost, ThreadPriority};
 use crate::source::Source;
+
+/// The positions of its own the lane looks at before it starts one: of them, the image expected
+/// to take longest starts first.
+const EXPENSIVE_FIRST: usize = 16;
 
 /// Whether the image at a position of the order (with its source index) is offered to the GPU
 /// lane: `on_gpu(position, index)`.
@@ -87,6 +91,9 @@ struct State {
     generation: u64,
     /// The next position to look at for an image the GPU lane is not offered.
     next: usize,
+    /// Positions looked at, this lane's, not started yet, with their expected cost: the dearest
+    /// starts first ([`EXPENSIVE_FIRST`]).
+    pending: BTreeMap<usize, u64>,
     /// Positions at or past this one wait (the lookahead past the batches' cursor).
     limit: usize,
     /// Positions handed back by the GPU lane, not started yet.
@@ -186,23 +193,7 @@ impl Shared {
         }
         let position = match state.handed_back.pop_first() {
             Some(position) => position,
-            None => {
-                let order = &current.work.order;
-                loop {
-                    if (state.next >= order.len() && !order.refills()) || state.next >= state.limit
-                    {
-                        return None;
-                    }
-                    let position = state.next;
-                    state.next += 1;
-                    let on_gpu = order
-                        .get(position)
-                        .is_some_and(|index| (current.work.on_gpu)(position, index));
-                    if !on_gpu {
-                        break position;
-                    }
-                }
-            }
+            None => Self::dearest_pending(state, &current.work)?,
         };
         let positioned = state.positioned.as_ref().and_then(|p| p.take(position));
         if let Some(image) = positioned {
@@ -219,6 +210,37 @@ impl Shared {
             },
         };
         Some((current, position, buffer))
+    }
+
+    /// Looks at positions until [`EXPENSIVE_FIRST`] of this lane's wait (within the limit), and
+    /// takes the one expected to take longest (the first of equals): a batch's large WebPs and
+    /// PNGs start before its small JPEGs, so that it does not wait on one started last. Which
+    /// image goes to which position does not change, only when each starts.
+    fn dearest_pending(state: &mut State, work: &AheadWork) -> Option<usize> {
+        let order = &work.order;
+        while state.pending.len() < EXPENSIVE_FIRST {
+            if (state.next >= order.len() && !order.refills()) || state.next >= state.limit {
+                break;
+            }
+            let position = state.next;
+            state.next += 1;
+            let index = order.get(position);
+            if index.is_some_and(|index| (work.on_gpu)(position, index)) {
+                continue;
+            }
+            let cost = index.map_or(0, |index| {
+                let item = work.source.item(index);
+                expected_cost(item.id(), item.size_hint())
+            });
+            state.pending.insert(position, cost);
+            // A position the order has not planned yet is taken as it comes.
+            if index.is_none() {
+                break;
+            }
+        }
+        let (&position, _) = state.pending.iter().rev().max_by_key(|(_, &cost)| cost)?;
+        state.pending.remove(&position);
+        Some(position)
     }
 
     fn publish(&self, current: &Current, position: usize, result: Prepared) {
@@ -276,6 +298,7 @@ impl CpuAhead {
                 current: None,
                 generation: 0,
                 next: 0,
+                pending: BTreeMap::new(),
                 limit: 0,
                 handed_back: BTreeSet::new(),
                 asked: HashSet::new(),
@@ -346,6 +369,7 @@ impl CpuAhead {
             generation: state.generation,
         }));
         state.next = 0;
+        state.pending.clear();
         state.limit = self.shared.lookahead.min(order_len);
         let settled = self.shared.settle(&mut state);
         state.handed_back.clear();
@@ -699,6 +723,53 @@ mod tests {
             }
         }
         ahead.advance(to);
+    }
+
+    #[test]
+    fn the_dearest_images_looked_at_start_first_and_the_gpu_lanes_are_skipped() {
+        let options = Options::default();
+        let core = Arc::new(LaneCore::new(
+            &options.decode,
+            crate::geometry::Geometry::new(&options.resize),
+            Arc::new(Stopwatch::default()),
+        ));
+        // No work begun: the lane's threads take nothing, and the test takes in their place.
+        let ahead = CpuAhead::start(&core, 1, 64, 64, ThreadPriority::Inherited).expect("threads");
+        let files = [
+            "assets/rocket.jpg",         // 113 kB of JPEG
+            "assets/chelsea.png",        // 241 kB of PNG
+            "tests/fixtures/lossy.webp", // 11 kB of WebP
+            "assets/retina.jpg",         // 270 kB of JPEG, the GPU lane's
+            "assets/hubble_deep_field.jpg",
+            "assets/rocket.jpg",
+        ];
+        let n = files.len();
+        let work = AheadWork {
+            source: Arc::new(Source::paths(files.to_vec())),
+            order: Arc::new(EpochOrder::new((0..n).collect())),
+            epoch: 0,
+            on_gpu: Arc::new(|_, index| index == 3),
+        };
+        let cost = |k: usize| {
+            let size = std::fs::metadata(files[k]).expect("file").len();
+            expected_cost(files[k], size)
+        };
+        let mut expected: Vec<usize> = (0..n).filter(|&k| k != 3).collect();
+        // Dearest first; equal ones in the order's.
+        expected.sort_by_key(|&k| (std::cmp::Reverse(cost(k)), k));
+        assert_eq!(expected, [4, 1, 0, 5, 2]);
+        let mut state = ahead.shared.lock();
+        state.limit = n;
+        let taken: Vec<usize> =
+            std::iter::from_fn(|| Shared::dearest_pending(&mut state, &work)).collect();
+        assert_eq!(taken, expected);
+        assert_eq!(state.next, n);
+        // A limit stops the looking: only what lies before it competes.
+        state.next = 0;
+        state.limit = 2;
+        assert_eq!(Shared::dearest_pending(&mut state, &work), Some(1));
+        assert_eq!(Shared::dearest_pending(&mut state, &work), Some(0));
+        assert_eq!(Shared::dearest_pending(&mut state, &work), None);
     }
 
     #[test]

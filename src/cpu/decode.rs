@@ -7,7 +7,8 @@
 //! and colour conversion. Gray JPEGs stay one channel. CMYK/YCCK JPEGs are decoded whole to
 //! CMYK and turned into RGB as Pillow turns them; JPEGs libjpeg-turbo refuses (truncated or
 //! slightly corrupt files it reports instead of concealing) go through zune-jpeg, whole.
-//! PNG, WebP, BMP, GIF (first frame) and TIFF go through `image`. Gray,
+//! Still WebPs go through libwebp ([`super::webp`]), only the window the resize reads, as
+//! JPEGs. PNG, animated WebP, BMP, GIF (first frame) and TIFF go through `image`. Gray,
 //! alpha (dropped, as Pillow's `convert("RGB")` does), palette and 16-bit images become RGB8.
 //! The pixel limit is checked against the header before any pixel buffer is allocated, and
 //! these decoders may allocate no more than the memory reserved for the image from its header;
@@ -28,6 +29,7 @@ use turbojpeg_region::{Colorspace, Format, Region, Request};
 
 use super::png::PngView;
 use super::probe::check_size;
+use super::webp::decode_webp;
 use crate::error::ItemErrorKind;
 use crate::geometry::SourceRect;
 use crate::memory::BufferPool;
@@ -116,11 +118,12 @@ pub(crate) fn decode(
     };
     match sniff_format(bytes).ok_or(ItemErrorKind::UnknownFormat)? {
         ImageFormat::Jpeg => decode_jpeg(bytes, options, window, pixels),
-        ImageFormat::WebP if !options.exif_orientation => match decode_webp(bytes, options, pixels)
-        {
-            Some(decoded) => decoded,
-            None => with_image(ImageFormat::WebP, pixels),
-        },
+        ImageFormat::WebP if !options.exif_orientation => {
+            match decode_webp(bytes, options, window, pixels) {
+                Some(decoded) => decoded,
+                None => with_image(ImageFormat::WebP, pixels),
+            }
+        }
         format => with_image(format, pixels),
     }
 }
@@ -160,40 +163,6 @@ pub(crate) fn decode_whole(
         pixels.truncate(w * h * 3);
     }
     Ok((pixels, d.width, d.height))
-}
-
-/// A still WebP through libwebp, Pillow's decoder (the same pixels, at Pillow's speed): RGB, or
-/// RGBA with the alpha dropped as Pillow's `convert("RGB")` drops it. `None` for what libwebp's
-/// simple decoder does not take (animations, damaged files): the `image` crate decodes those, or
-/// says what is wrong with them.
-fn decode_webp(
-    bytes: &[u8],
-    options: &DecodeOptions,
-    pixels: &mut Vec<u8>,
-) -> Option<Result<Decoded, ItemErrorKind>> {
-    let features = webp::BitstreamFeatures::new(bytes)?;
-    if features.has_animation() {
-        return None;
-    }
-    let (width, height) = (features.width(), features.height());
-    if let Err(e) = check_size(u64::from(width), u64::from(height), options) {
-        return Some(Err(e));
-    }
-    let image = webp::Decoder::new(bytes).decode()?;
-    let channels = if image.is_alpha() { 4 } else { 3 };
-    if image.len() != width as usize * height as usize * channels {
-        return None;
-    }
-    pixels.clear();
-    if channels == 3 {
-        pixels.extend_from_slice(&image);
-    } else {
-        pixels.reserve(width as usize * height as usize * 3);
-        for rgba in image.chunks_exact(4) {
-            pixels.extend_from_slice(&rgba[..3]);
-        }
-    }
-    Some(Ok(Decoded::full(width, height)))
 }
 
 thread_local! {

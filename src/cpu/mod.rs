@@ -13,6 +13,7 @@ mod probe;
 mod resize;
 mod stage;
 mod views;
+mod webp;
 
 pub use normalize::normalize;
 pub use patches::{patch_batch, patch_image, PatchBatch, PatchDraw, PatchImage};

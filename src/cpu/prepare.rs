@@ -438,8 +438,10 @@ mod tests {
     /// JPEGs of every shape the partial decode meets: the bundled photos, the JPEG fixtures
     /// (`sampling_2x1_all.jpg`, made with `cjpeg -sample 2x1,2x1,2x1`, has sampling factors
     /// libjpeg-turbo cannot crop at the MCU it reports, so it is decoded whole),
-    /// ImageNet-sized crops of the photos (colour 4:2:0 and 4:4:4, and gray) at random sizes and
-    /// aspect ratios, and the files of `GPUFEED_TEST_CORPUS` if set (e.g. a make-corpus folder).
+    /// ImageNet-sized crops of the photos (colour 4:2:0 and 4:4:4, and gray, and every fourth
+    /// also as a lossy and a lossless WebP) at random sizes and aspect ratios, the JPEGs and
+    /// WebPs of the fixtures, and the files of `GPUFEED_TEST_CORPUS` if set (e.g. a make-corpus
+    /// folder).
     fn jpegs() -> Vec<(String, Vec<u8>)> {
         use image::codecs::jpeg::JpegEncoder;
         let mut out: Vec<(String, Vec<u8>)> = Vec::new();
@@ -451,7 +453,10 @@ mod tests {
                     let name = path.to_string_lossy().to_lowercase();
                     if path.is_dir() {
                         stack.push(path);
-                    } else if name.ends_with(".jpg") || name.ends_with(".jpeg") {
+                    } else if name.ends_with(".jpg")
+                        || name.ends_with(".jpeg")
+                        || name.ends_with(".webp")
+                    {
                         out.push((name, std::fs::read(&path).expect("read")));
                     }
                 }
@@ -477,6 +482,14 @@ mod tests {
             let (w, h) = (100 + next(700), 60 + next(700));
             let (x, y) = (next(photo.width() - w), next(photo.height() - h));
             let crop = image::imageops::crop_imm(&photo, x, y, w, h).to_image();
+            if i % 4 == 1 {
+                let webp = webp::Encoder::from_rgb(crop.as_raw(), w, h);
+                out.push((format!("lossy {w}x{h} #{i}"), webp.encode(80.0).to_vec()));
+                out.push((
+                    format!("lossless {w}x{h} #{i}"),
+                    webp.encode_lossless().to_vec(),
+                ));
+            }
             let mut bytes = Vec::new();
             let mut encoder = JpegEncoder::new_with_quality(&mut bytes, 75 + (i % 20) as u8);
             if i % 4 == 3 {

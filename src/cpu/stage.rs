@@ -14,6 +14,7 @@ use crate::memory::{BufferPool, MemoryBudget};
 use crate::options::{DecodeOptions, OnError, ResizeOptions};
 use crate::order::EpochOrder;
 use crate::profile::Stopwatch;
+use crate::schedule::expected_cost;
 use crate::source::Source;
 use crate::tensor::{HostData, NormalizedSlot};
 
@@ -357,7 +358,8 @@ pub(crate) struct Job<'a> {
 }
 
 /// The jobs of one round, shared by the lane's threads: each takes the next as it frees up, the
-/// largest files first.
+/// dearest first (by format and size: [`crate::schedule::expected_cost`]), so that no round
+/// waits on one large WebP or PNG started last.
 struct JobQueue<'a> {
     jobs: Mutex<Vec<Job<'a>>>,
 }
@@ -367,7 +369,10 @@ impl<'a> JobQueue<'a> {
     fn new(mut jobs: Vec<Job<'a>>, chunk: &[ImageTask], source: &Source) -> JobQueue<'a> {
         let sizes: Vec<u64> = jobs
             .par_iter()
-            .map(|job| source.item(chunk[job.k].index).size_hint())
+            .map(|job| {
+                let item = source.item(chunk[job.k].index);
+                expected_cost(item.id(), item.size_hint())
+            })
             .collect();
         let mut order: Vec<usize> = (0..jobs.len()).collect();
         // Popped from the end: the smallest at the front.

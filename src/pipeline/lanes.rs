@@ -22,7 +22,7 @@ use crate::gpu::{lookahead, GpuLane, GpuLaneConfig};
 use crate::options::Options;
 use crate::order::EpochOrder;
 use crate::profile::{Stage, Stopwatch};
-use crate::schedule::{DecodePlan, LaneChoice, LanePolicy};
+use crate::schedule::{DecodePlan, EpochSample, LaneChoice, LanePolicy};
 use crate::source::Source;
 
 /// While the pipeline's device opens, the CPU lane works this fraction of the decode memory's
@@ -56,7 +56,7 @@ impl Lanes {
     }
 
     /// Starts the lanes `plan` chooses for epochs of `images` (`epoch_bytes` estimates an
-    /// epoch's encoded bytes), as far as they go without the pipeline's device:
+    /// epoch's encoded bytes and the mix of its work), as far as they go without the pipeline's device:
     /// [`LanesStarting::open`] finishes them once it is open. For a CUDA device the CPU lane
     /// works ahead of the batches, its threads started here; the GPU lane, where the plan opens
     /// it, opens on a thread of its own once the device is open, joining the batches when
@@ -67,7 +67,7 @@ impl Lanes {
         options: &Options,
         geometry: Geometry,
         images: usize,
-        epoch_bytes: impl FnOnce() -> u64,
+        epoch_bytes: impl FnOnce() -> EpochSample,
         stopwatch: &Arc<Stopwatch>,
     ) -> Result<LanesStarting> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());

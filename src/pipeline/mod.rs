@@ -32,7 +32,7 @@ use crate::options::Options;
 use crate::order::{EpochStart, Fingerprint, PipelineState, Sampler};
 use crate::patches::{NaflexSchedule, Preset};
 use crate::profile::{Profile, Stage, Stopwatch};
-use crate::schedule::DecodePlan;
+use crate::schedule::{DecodePlan, EpochSample, WorkMix};
 use crate::source::Source;
 use lanes::{Lanes, LanesStarting};
 use output::OutputPlan;
@@ -215,11 +215,19 @@ impl Pipeline {
         let geometry = Geometry::new(&options.resize).with_patches(options.patches.as_ref());
         let stopwatch = Arc::new(Stopwatch::default());
         // An epoch's encoded bytes, from the sizes of the first files (a stat each, or the
-        // listing's sizes in object storage).
+        // listing's sizes in object storage), and the mix of its work, from files spread over
+        // the listing (their names' extensions and sizes).
         let epoch_bytes = |source: &Source| {
             let sampled = source.len().min(EPOCH_BYTES_SAMPLE);
             let bytes: u64 = (0..sampled).map(|i| source.item(i).size_hint()).sum();
-            bytes / sampled.max(1) as u64 * shard_len as u64
+            let spread: Vec<usize> = (0..sampled)
+                .map(|k| k * source.len() / sampled.max(1))
+                .collect();
+            let names: Vec<&str> = spread.iter().map(|&i| source.item(i).id()).collect();
+            EpochSample {
+                bytes: bytes / sampled.max(1) as u64 * shard_len as u64,
+                mix: WorkMix::of_names(&names, |k| source.item(spread[k]).size_hint()),
+            }
         };
         let sizes = Sizes {
             geometry,
@@ -745,7 +753,7 @@ impl Starting {
         plan: DecodePlan,
         options: &Options,
         sizes: Sizes,
-        epoch_bytes: impl FnOnce() -> u64,
+        epoch_bytes: impl FnOnce() -> EpochSample,
         stopwatch: &Arc<Stopwatch>,
     ) -> Result<Starting> {
         let Sizes {

@@ -9,12 +9,14 @@
 //! Its rules are unit tests that feed it simulated lane rates and check its decisions: no GPU
 //! is needed to see what it does.
 
+mod mix;
 mod plan;
 mod policy;
 mod share;
 mod steps;
 mod threads;
 
+pub(crate) use mix::{expected_cost, EpochSample, WorkMix};
 pub(crate) use plan::{DecodePlan, LaneChoice};
 pub(crate) use policy::{EnginesOpen, LanePolicy};
 pub(crate) use share::LaneActivity;

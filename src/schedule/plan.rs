@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use super::mix::{EpochSample, WorkMix};
 use super::policy::{GpuRun, LanePolicy};
 use super::share::Balance;
 use super::threads::CORES_FOR_THE_GPU_LANE;
@@ -249,21 +250,26 @@ impl DecodePlan {
         self.planned_epochs
     }
 
-    /// The lanes for epochs of `images` images, whose encoded bytes `epoch_bytes` estimates
-    /// (called once at most, when first needed), on a machine of `cores` cores; the CPU lane's
-    /// times go to `stopwatch`, where the share's rates are read. Automatic decoding opens the
-    /// GPU lane only for epochs of at least [`AUTO_MIN_IMAGES`] images or [`AUTO_MIN_BYTES`],
-    /// and only its assisted path for a run too short to repay the JPEG engines.
-    pub fn choose(
+    /// The lanes for epochs of `images` images, whose encoded bytes and work mix `epoch_sample`
+    /// estimates (called once at most, when first needed), on a machine of `cores` cores; the
+    /// CPU lane's times go to `stopwatch`, where the share's rates are read. Automatic decoding
+    /// opens the GPU lane only for epochs of at least [`AUTO_MIN_IMAGES`] images or
+    /// [`AUTO_MIN_BYTES`], and only its assisted path for a run too short to repay the JPEG
+    /// engines.
+    pub fn choose<S: Into<EpochSample>>(
         &self,
         images: usize,
-        epoch_bytes: impl FnOnce() -> u64,
+        epoch_sample: impl FnOnce() -> S,
         cores: usize,
         stopwatch: &Arc<Stopwatch>,
     ) -> LaneChoice {
         // Sampled once, when first needed.
-        let (mut sample, mut sampled) = (Some(epoch_bytes), None);
-        let mut epoch_bytes = || *sampled.get_or_insert_with(|| sample.take().map_or(0, |f| f()));
+        let (mut sample, mut sampled) = (Some(epoch_sample), None::<EpochSample>);
+        let mut epoch = || {
+            *sampled
+                .get_or_insert_with(|| sample.take().map_or_else(Default::default, |f| f().into()))
+        };
+        let mut epoch_bytes = || epoch().bytes;
         let threads = match self.threads {
             0 => cores,
             given => given,
@@ -307,9 +313,24 @@ impl DecodePlan {
                 PlannedRun::new(images, &mut epoch_bytes, self.planned_epochs, threads),
             ),
         };
+        // Beside a GPU lane, an epoch whose work is mostly of files it cannot take keeps the
+        // CPU lane as it is alone: every thread, at normal priority.
+        let mix = match gpu {
+            true => epoch().mix,
+            false => WorkMix::default(),
+        };
+        let cpu_bound = mix.mostly_cpu_only();
+        let mostly_cpu = match cpu_bound {
+            true => format!(
+                "; the CPU lane keeps every thread, {:.0}% of the work being files the GPU lane \
+                 cannot take",
+                mix.cpu_only_share() * 100.0
+            ),
+            false => String::new(),
+        };
         let why = match (gpu, self.lanes, auto) {
-            (true, Decode::Auto, _) => "automatic".to_string(),
-            (true, _, _) => "hybrid, as asked".to_string(),
+            (true, Decode::Auto, _) => format!("automatic{mostly_cpu}"),
+            (true, _, _) => format!("hybrid, as asked{mostly_cpu}"),
             (false, Decode::Auto, AutoLanes::Cpu(reason)) => {
                 format!("automatic: CPU decode, as {reason}")
             }
@@ -336,6 +357,7 @@ impl DecodePlan {
             threads,
             beside_gpu,
             cores: (self.threads == 0).then_some(cores),
+            cpu_bound,
         });
         LaneChoice::Ahead {
             why,

@@ -59,6 +59,10 @@ pub(crate) struct LanePolicy {
     /// runs, the CPU lane leaves it the cores its host threads keep busy (`None`: the count was
     /// given, and kept).
     pub(super) cores: Option<usize>,
+    /// Whether most of the epoch's work is of files the GPU lane cannot take
+    /// ([`super::WorkMix::mostly_cpu_only`]): the CPU lane then keeps every thread, at normal
+    /// priority, beside the GPU lane, as it has them alone.
+    pub(super) cpu_bound: bool,
 }
 
 /// What a complete window of the lanes' measurements changes.
@@ -76,22 +80,28 @@ impl LanePolicy {
         self.threads
     }
 
+    /// Whether the CPU lane yields to a GPU lane beside it: unless most of the epoch's work is
+    /// of files the GPU lane cannot take (PNG, WebP...), where the CPU lane sets the pace.
+    fn yields(&self) -> bool {
+        self.gpu.is_some() && !self.cpu_bound
+    }
+
     /// The priority of the CPU lane's threads: beside a GPU lane they yield the cores to its
-    /// threads.
+    /// threads, unless the CPU lane's work is most of the epoch's.
     pub fn priority(&self) -> ThreadPriority {
-        match self.gpu {
-            Some(_) => ThreadPriority::BelowTheGpuLane,
-            None => ThreadPriority::Inherited,
+        match self.yields() {
+            true => ThreadPriority::BelowTheGpuLane,
+            false => ThreadPriority::Inherited,
         }
     }
 
     /// The CPU lane's threads that work from the start: beside a GPU lane it leaves the lane's
     /// cores free (opening the lane's decoders is host work too, and on a core of its own it
-    /// ends sooner); alone, all of them.
+    /// ends sooner); alone, or with most of the epoch's work its own, all of them.
     pub fn working_threads(&self) -> usize {
-        match self.gpu {
-            Some(_) => self.beside_gpu,
-            None => self.threads,
+        match self.yields() {
+            true => self.beside_gpu,
+            false => self.threads,
         }
     }
 
@@ -161,12 +171,14 @@ impl LanePolicy {
     /// once a window of measurements is complete, the share moves towards the rates' share
     /// (unless it is kept), and with the thread count left to the pipeline the CPU lane leaves
     /// the GPU lane's host threads the cores they kept busy, or with a share following the
-    /// rates their part of the cores they need ([`cpu_threads_beside`]).
+    /// rates their part of the cores they need ([`cpu_threads_beside`]); with most of the
+    /// epoch's work its own, the CPU lane keeps every thread.
     pub fn observe(&mut self, activity: LaneActivity, working: usize) -> Option<Decision> {
         let observed = self.balance.observe(activity, working)?;
         let share = observed.moved.then(|| self.balance.share());
         let cpu_threads = self
             .cores
+            .filter(|_| !self.cpu_bound)
             .map(|cores| {
                 cpu_threads_beside(
                     cores,
@@ -186,7 +198,7 @@ mod tests {
     use std::time::Duration;
 
     use super::super::share::MIN_WINDOW;
-    use super::super::{DecodePlan, LaneChoice};
+    use super::super::{DecodePlan, EpochSample, LaneChoice, WorkMix};
     use super::*;
     use crate::options::{Decode, DecodeOptions, Options};
     use crate::profile::Stopwatch;
@@ -292,6 +304,76 @@ mod tests {
         assert!(run.is_none());
         assert_eq!(alone.priority(), ThreadPriority::Inherited);
         assert_eq!((alone.threads(), alone.working_threads()), (16, 16));
+    }
+
+    /// The policy `options` make on 16 cores for an epoch of 1,000 files of 500 kB, `pngs` of
+    /// them PNGs and the rest JPEGs.
+    fn mixed(options: Options, pngs: usize) -> LanePolicy {
+        let names: Vec<String> = (0..1000)
+            .map(|i| format!("{i}.{}", if i < pngs { "png" } else { "jpg" }))
+            .collect();
+        let mix = WorkMix::of(names.iter().map(|name| (name.as_str(), 500 * KB)));
+        let sample = EpochSample {
+            bytes: 1000 * 500 * KB,
+            mix,
+        };
+        match DecodePlan::new(&options).choose(1000, || sample, 16, &Arc::default()) {
+            LaneChoice::Ahead { policy, .. } => *policy,
+            LaneChoice::Cpu { why, .. } => panic!("the CPU lane alone: {why}"),
+        }
+    }
+
+    #[test]
+    fn with_most_of_the_work_its_own_the_cpu_lane_keeps_every_thread_at_normal_priority() {
+        let hybrid = Options::default().decode(DecodeOptions::default().lanes(Decode::Hybrid));
+        // 60% PNGs (as much of the work): all 16 threads, at normal priority, kept when
+        // the lanes' rates come in.
+        let cpu_bound = mixed(hybrid, 600);
+        assert_eq!(cpu_bound.priority(), ThreadPriority::Inherited);
+        assert_eq!((cpu_bound.threads(), cpu_bound.working_threads()), (16, 16));
+        // All JPEGs, or a few PNGs among them: today's numbers exactly, the same as an epoch
+        // whose mix is unknown.
+        for pngs in [0, 100] {
+            let jpegs = mixed(hybrid, pngs);
+            assert_eq!(jpegs.priority(), ThreadPriority::BelowTheGpuLane);
+            assert_eq!((jpegs.threads(), jpegs.working_threads()), (16, 14));
+        }
+        let (_, unknown) = policy(hybrid, 1000, 500 * KB, 16);
+        assert_eq!(unknown.priority(), ThreadPriority::BelowTheGpuLane);
+        assert_eq!((unknown.threads(), unknown.working_threads()), (16, 14));
+        // A thread count given is kept either way.
+        let given = hybrid.runtime(hybrid.runtime.threads(8));
+        assert_eq!(mixed(given, 600).working_threads(), 8);
+        assert_eq!(mixed(given, 0).working_threads(), 8);
+    }
+
+    #[test]
+    fn with_most_of_the_work_its_own_the_rates_move_no_cpu_thread_away() {
+        let seconds = MIN_WINDOW.as_secs_f64() * 1.05;
+        let decoded = (2000.0 * seconds) as u64;
+        let hybrid = Options::default().decode(DecodeOptions::default().lanes(Decode::Hybrid));
+        for pngs in [600, 0] {
+            let mut policy = mixed(hybrid, pngs);
+            policy.restart(LaneActivity::default());
+            std::thread::sleep(MIN_WINDOW);
+            let working = policy.working_threads();
+            assert_eq!(
+                policy.observe(activity(decoded, 0, 1.0, seconds), working),
+                None
+            );
+            std::thread::sleep(MIN_WINDOW);
+            let decision = policy
+                .observe(activity(2 * decoded, 0, 1.0, 2.0 * seconds), working)
+                .expect("a complete window");
+            // 600 PNGs: every thread kept; JPEGs alone: threads left to the GPU lane's.
+            match pngs {
+                0 => assert!(
+                    decision.cpu_threads.is_some_and(|t| t < working),
+                    "{decision:?}"
+                ),
+                _ => assert_eq!(decision.cpu_threads, None),
+            }
+        }
     }
 
     #[test]
