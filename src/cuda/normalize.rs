@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use cudarc::driver::{
-    CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
+    CudaFunction, CudaSlice, CudaStream, CudaView, DevicePtr, DeviceRepr, LaunchConfig,
+    PushKernelArg,
 };
 
 use super::device::Gpu;
@@ -150,12 +151,45 @@ impl Normalizer {
         Ok(out)
     }
 
+    /// Like [`Normalizer::run`], from a part of a device buffer (each group of a batch's views,
+    /// say), which begins 16-byte aligned.
+    pub fn run_view(
+        &self,
+        stream: &Arc<CudaStream>,
+        input: &CudaView<'_, u8>,
+        n: usize,
+        height: usize,
+        width: usize,
+        spec: &NormalizeSpec,
+    ) -> Result<DeviceTensor> {
+        let (address, _read) = input.device_ptr(stream);
+        if address % 16 != 0 {
+            return Err(Error::Mismatch(format!(
+                "normalize input at {address:#x}: not 16-byte aligned"
+            )));
+        }
+        let shape = spec.layout.shape(n, height, width);
+        let mut out = DeviceTensor::alloc(stream, spec.dtype, shape, spec.layout)?;
+        self.run_into_view(stream, input, &mut out, spec)?;
+        Ok(out)
+    }
+
     /// Like [`Normalizer::run`], into an existing tensor whose shape, dtype and layout say what
     /// to produce (they must match `spec`).
     pub fn run_into(
         &self,
         stream: &Arc<CudaStream>,
         input: &CudaSlice<u8>,
+        out: &mut DeviceTensor,
+        spec: &NormalizeSpec,
+    ) -> Result<()> {
+        self.run_into_view(stream, &input.as_view(), out, spec)
+    }
+
+    fn run_into_view(
+        &self,
+        stream: &Arc<CudaStream>,
+        input: &CudaView<'_, u8>,
         out: &mut DeviceTensor,
         spec: &NormalizeSpec,
     ) -> Result<()> {
@@ -243,7 +277,7 @@ impl LaunchShape {
         &self,
         stream: &Arc<CudaStream>,
         entries: &Entries,
-        input: &CudaSlice<u8>,
+        input: &CudaView<'_, u8>,
         out: &mut CudaSlice<T>,
     ) -> Result<()> {
         let hw = self.hw as u32;
@@ -291,7 +325,8 @@ impl LaunchShape {
         // least `pixels * 3` bytes and `out` `pixels * 3` elements of the entry point's dtype
         // (checked by `run_into` and the tensor's shape); every thread checks its index against
         // `count`; the vectorized entry points need 16-byte aligned buffers, which device
-        // allocations are, and are chosen only when the pixel or byte counts divide evenly.
+        // allocations are (and a part given to `run_view` is checked to be), and are chosen
+        // only when the pixel or byte counts divide evenly.
         unsafe { builder.launch(config) }
             .map(|_| ())
             .map_err(|e| Error::cuda("launching the normalize kernel", e))

@@ -160,7 +160,7 @@ impl PatchServerBuilder {
         let geometry = Geometry::new(&options.resize).with_patches(Some(&self.patches));
         let bound_tokens = self.bound_tokens();
         let max_tokens = self.max_tokens.unwrap_or(bound_tokens);
-        let plan = OutputPlan::new(&options, &geometry, 0, 0)?;
+        let plan = OutputPlan::new(&options, &geometry, 0, 0, None)?;
         let lane = CpuLane::new(&options.decode, geometry, self.threads, Arc::default())?;
         let gpu = match self.device {
             Device::Cuda(ordinal) => Some(Gpu::open(ordinal)?),
@@ -390,6 +390,8 @@ impl PatchServer {
             next_position: filled.consumed,
             patches,
             indices: filled.indices,
+            views: None,
+            view_draws: None,
         })
     }
 
