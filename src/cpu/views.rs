@@ -71,19 +71,29 @@ thread_local! {
     static VIEW_SCRATCH: RefCell<ViewScratch> = RefCell::new(ViewScratch::new(Kernels::detect()));
 }
 
-/// One view cut from the decoded `pixels` into `out` (`size * size * 3` bytes), its colour
-/// calls applied where `colour` says the CPU applies them.
+/// The group of `draw`, as the image's error when `views` has none such.
+fn group_of<'v>(
+    views: &'v Views,
+    draw: &ViewDraw,
+) -> std::result::Result<&'v ViewGroup, ItemErrorKind> {
+    views
+        .groups
+        .get(draw.group)
+        .ok_or_else(|| ItemErrorKind::Resize(format!("no view group {}", draw.group)))
+}
+
+/// One view of `views` cut from the decoded `pixels` into `out` (`size * size * 3` bytes), its
+/// colour calls applied where `colour` says the CPU applies them.
 fn cut_view_into(
-    pixels: &[u8],
-    decoded: Decoded,
-    group: &ViewGroup,
-    pillow_version: (u32, u32),
+    (pixels, decoded): (&[u8], Decoded),
+    views: &Views,
     draw: &ViewDraw,
     colour: ViewColour,
     scratch: &mut ViewScratch,
     out: &mut [u8],
 ) -> std::result::Result<(), ItemErrorKind> {
-    let geometry = group_geometry(group, pillow_version);
+    let group = group_of(views, draw)?;
+    let geometry = group_geometry(group, views.pillow_version);
     let (x, y) = geometry.axis_plans(
         decoded.source_width,
         decoded.source_height,
@@ -116,23 +126,20 @@ fn cut_view_into(
     Ok(())
 }
 
-/// One view cut from the decoded `pixels`, finished.
+/// One view of `views` cut from the decoded `pixels`, finished.
 fn cut_view(
     pixels: &[u8],
     decoded: Decoded,
-    group: &ViewGroup,
-    pillow_version: (u32, u32),
+    views: &Views,
     draw: ViewDraw,
     kernels: Kernels,
 ) -> std::result::Result<ViewImage, ItemErrorKind> {
-    let size = group.size as usize;
+    let size = group_of(views, &draw)?.size as usize;
     let mut out = vec![0u8; size * size * 3];
     let mut scratch = ViewScratch::new(kernels);
     cut_view_into(
-        pixels,
-        decoded,
-        group,
-        pillow_version,
+        (pixels, decoded),
+        views,
         &draw,
         ViewColour::Cpu,
         &mut scratch,
@@ -168,13 +175,7 @@ fn render_unguarded(
     let kernels = Kernels::detect();
     draws
         .into_par_iter()
-        .map(|draw| {
-            let group = views
-                .groups
-                .get(draw.group)
-                .ok_or_else(|| ItemErrorKind::Resize(format!("no view group {}", draw.group)))?;
-            cut_view(&pixels, decoded, group, views.pillow_version, draw, kernels)
-        })
+        .map(|draw| cut_view(&pixels, decoded, views, draw, kernels))
         .collect()
 }
 
@@ -328,19 +329,7 @@ fn cut_all(
         VIEW_SCRATCH.with(|scratch| {
             let scratch = &mut *scratch.borrow_mut();
             for (draw, out) in draws.iter().zip(dsts.iter_mut()) {
-                let group = views.groups.get(draw.group).ok_or_else(|| {
-                    ItemErrorKind::Resize(format!("no view group {}", draw.group))
-                })?;
-                cut_view_into(
-                    pixels,
-                    decoded,
-                    group,
-                    views.pillow_version,
-                    draw,
-                    lane.colour,
-                    scratch,
-                    out,
-                )?;
+                cut_view_into((pixels, decoded), views, draw, lane.colour, scratch, out)?;
             }
             Ok(())
         })

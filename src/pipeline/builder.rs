@@ -414,6 +414,14 @@ impl PipelineBuilder {
         self
     }
 
+    /// Every option at once, replacing those set so far (the source, views and resume state
+    /// stay as set).
+    pub fn all_options(mut self, options: Options) -> Self {
+        self.options = options;
+        self.device_chosen = true;
+        self
+    }
+
     /// The options set so far.
     pub fn options(&self) -> &Options {
         &self.options
