@@ -441,6 +441,48 @@ mod tests {
     }
 
     #[test]
+    fn views_left_to_the_device_are_cut_alone_and_the_colour_calls_finish_them() {
+        let bytes = rocket();
+        let views = Views::dinov2().seed(3);
+        let finished =
+            render_views(&bytes, &DecodeOptions::default(), &views, 2, 1).expect("views");
+        let mut pixels = Vec::new();
+        let whole = |_: u32, _: u32| DecodeWindow {
+            reduction: 1,
+            region: None,
+        };
+        let decoded = decode(
+            &bytes,
+            &DecodeOptions::default(),
+            &whole,
+            &mut pixels,
+            &BufferPool::new(0),
+            1 << 30,
+        )
+        .expect("decode");
+        let mut scratch = ViewScratch::new(Kernels::detect());
+        let mut coloured = 0;
+        for view in &finished {
+            let size = view.draw.size as usize;
+            let mut cut = vec![0u8; size * size * 3];
+            let colour = ViewColour::Device;
+            cut_view_into(
+                (&pixels, decoded),
+                &views,
+                &view.draw,
+                colour,
+                &mut scratch,
+                &mut cut,
+            )
+            .expect("cut");
+            coloured += usize::from(cut != view.pixels);
+            apply_view_ops(&view.draw.ops, &mut cut, size, size).expect("ops");
+            assert_eq!(cut, view.pixels, "view {}", view.draw.view);
+        }
+        assert!(coloured > 0, "some view has colour calls");
+    }
+
+    #[test]
     fn a_view_of_the_whole_image_is_the_plain_resize() {
         // Scale 1 and the image's own ratio: the box is the whole image, as a stretch resize.
         let bytes = rocket();

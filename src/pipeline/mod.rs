@@ -238,7 +238,11 @@ impl Pipeline {
             geometry,
             images: shard_len,
             classes,
-            views: views_output::lane_views(views.as_ref(), options.batching.batch_size),
+            views: views_output::lane_views(
+                views.as_ref(),
+                options.batching.batch_size,
+                options.runtime.device,
+            ),
         };
         let mut starting = Starting::new(
             plan,
@@ -263,6 +267,10 @@ impl Pipeline {
             .map(|order| (start, order));
         let (gpu, cpu_fallback) = starting.open_device(&mut options, |plan, options| {
             let epoch_bytes = || epoch_bytes(&source);
+            // The views' colour calls as the CPU device takes them.
+            let batch = options.batching.batch_size;
+            let views = views_output::lane_views(views.as_ref(), batch, options.runtime.device);
+            let sizes = Sizes { views, ..sizes };
             Starting::new(plan, options, sizes, epoch_bytes, &stopwatch)
         })?;
         let Starting {

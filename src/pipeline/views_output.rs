@@ -15,22 +15,33 @@ use super::output::{BatchAugment, BatchImages, DeviceWrites, Finished, OutputSta
 use crate::cpu::{LaneViews, NormalizeTable, Staging};
 use crate::cuda::{Gpu, Normalizer, StagingRing, TouchedSlots};
 use crate::error::{Error, Result};
-use crate::options::{Layout, NormalizeSpec, Options};
+use crate::options::{Device, Layout, NormalizeSpec, Options};
 use crate::tensor::{HostData, HostPool, HostTensor, Tensor};
 use crate::views::{GroupBlock, ViewColour, ViewLayout, Views};
 
-/// Where the views' colour calls run: the one place that chooses. The CPU lane applies them
-/// until a device kernel takes them ([`ViewColour::Device`]: the lane then cuts, resizes and
-/// flips, and [`CudaViewsOutput`] runs the kernel on the uploaded views).
-const VIEW_COLOUR: ViewColour = ViewColour::Cpu;
+/// Where the views' colour calls run on `device`: the one place that chooses. The CPU lane
+/// applies them everywhere for now; once a device kernel takes them, a CUDA device returns
+/// [`ViewColour::Device`] here: the lane then cuts, resizes and flips, and
+/// [`CudaViewsOutput::finish`] runs the kernel on the uploaded `u8` views before the
+/// normalize. The CPU device keeps [`ViewColour::Cpu`].
+fn view_colour(device: Device) -> ViewColour {
+    match device {
+        Device::Cuda(_) | Device::Cpu => ViewColour::Cpu,
+    }
+}
 
-/// The views of a pipeline as its CPU lane makes them, for batches of up to `batch` images.
-pub(super) fn lane_views(views: Option<&Arc<Views>>, batch: usize) -> Option<Arc<LaneViews>> {
+/// The views of a pipeline on `device` as its CPU lane makes them, for batches of up to
+/// `batch` images.
+pub(super) fn lane_views(
+    views: Option<&Arc<Views>>,
+    batch: usize,
+    device: Device,
+) -> Option<Arc<LaneViews>> {
     views.map(|views| {
         Arc::new(LaneViews {
             layout: ViewLayout::new(views, batch),
             views: views.clone(),
-            colour: VIEW_COLOUR,
+            colour: view_colour(device),
         })
     })
 }
