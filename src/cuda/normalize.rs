@@ -437,6 +437,51 @@ mod tests {
     }
 
     #[test]
+    fn a_part_of_a_buffer_normalizes_as_a_buffer_of_its_own() {
+        let Some(gpu) = crate::cuda::test_gpu(module_path!()) else {
+            return;
+        };
+        let stream = gpu.stream().clone();
+        let stream = &stream;
+        let kernel = Normalizer::new(stream).expect("compile");
+        // Two blocks as a batch of views lays them out: 3 images of 96 x 96 at offset 0, then
+        // 2 of 5 x 7 at the next multiple of 256.
+        let first: usize = 3 * 96 * 96 * 3;
+        let second_at = first.next_multiple_of(256);
+        let pixels = random_bytes(second_at + 2 * 5 * 7 * 3, 41);
+        let input = stream.clone_htod(&pixels).expect("upload");
+        for dtype in [DType::F16, DType::BF16, DType::F32] {
+            for layout in [Layout::Nchw, Layout::Nhwc] {
+                let spec = OutputOptions::default().dtype(dtype).layout(layout).spec();
+                for (range, n, side) in [
+                    (0..first, 3, (96, 96)),
+                    (second_at..pixels.len(), 2, (5, 7)),
+                ] {
+                    let part = input.slice(range.clone());
+                    let got = kernel
+                        .run_view(stream, &part, n, side.0, side.1, &spec)
+                        .expect("run")
+                        .to_host()
+                        .expect("download");
+                    let want = normalize(&pixels[range], n, side.0, side.1, &spec);
+                    assert_eq!(got.shape(), want.shape());
+                    assert!(
+                        got.to_le_bytes() == want.to_le_bytes(),
+                        "{dtype:?} {layout:?} {n}x{side:?}"
+                    );
+                }
+            }
+        }
+        // A part that does not begin 16-byte aligned is refused.
+        let spec = OutputOptions::default().spec();
+        let part = input.slice(1..1 + 4 * 4 * 3);
+        assert!(matches!(
+            kernel.run_view(stream, &part, 1, 4, 4, &spec),
+            Err(Error::Mismatch(_))
+        ));
+    }
+
+    #[test]
     fn kernel_refuses_a_too_small_input() {
         let Some(gpu) = crate::cuda::test_gpu(module_path!()) else {
             return;
