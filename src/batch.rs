@@ -11,6 +11,7 @@ use crate::options::Layout;
 use crate::patches::{BatchLayout, Packing, PatchPlan, Preset, TokenOrder};
 use crate::source::ReadReport;
 use crate::tensor::{DeviceTensor, HostData, HostTensor, Tensor};
+use crate::views::ViewDraw;
 
 /// How many images of a batch each decode lane made.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -41,11 +42,16 @@ pub struct Batch {
     pub(crate) next_position: usize,
     /// A patch-sequence batch's description (its tokens are `images`).
     pub(crate) patches: Option<BatchPatches>,
+    /// A pipeline of views' tensors, one a view group (`images` is then empty).
+    pub(crate) views: Option<Vec<Tensor>>,
+    /// What each image's views drew, in a pipeline of views.
+    pub(crate) view_draws: Option<Vec<Vec<ViewDraw>>>,
 }
 
 impl Batch {
     /// The images, `[N, 3, H, W]` (NCHW) or `[N, H, W, 3]` (NHWC), on the device the pipeline
-    /// was built for; for a patch-sequence pipeline, the tokens ([`Batch::tokens`]).
+    /// was built for; for a patch-sequence pipeline, the tokens ([`Batch::tokens`]); for a
+    /// pipeline of views, an empty host tensor (the views are [`Batch::views`]).
     pub fn images(&self) -> &Tensor {
         &self.images
     }
@@ -61,6 +67,27 @@ impl Batch {
     /// side tensors the models take with the tokens; `None` for images.
     pub fn patches(&self) -> Option<&BatchPatches> {
         self.patches.as_ref()
+    }
+
+    /// A pipeline of views' views ([`crate::PipelineBuilder::views`]), one tensor per view
+    /// group, in group order: `[count, N, 3, size, size]` (NCHW) or `[count, N, size, size, 3]`
+    /// (NHWC), view `j` of the group for every image of the batch, then view `j + 1`; of the
+    /// pipeline's dtype, normalized with its mean and std, on its device. `None` for images
+    /// (and [`Batch::images`] is empty for views).
+    pub fn views(&self) -> Option<&[Tensor]> {
+        self.views.as_deref()
+    }
+
+    /// Takes the views out of the batch.
+    pub fn take_views(&mut self) -> Option<Vec<Tensor>> {
+        self.views.take()
+    }
+
+    /// What each image's views drew, in batch order, each image's views in view order (across
+    /// the groups): the box, flip and colour calls, [`ViewDraw::json`] giving `--save`'s line.
+    /// `None` for images.
+    pub fn view_draws(&self) -> Option<&[Vec<ViewDraw>]> {
+        self.view_draws.as_deref()
     }
 
     /// Takes the images out of the batch.

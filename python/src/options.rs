@@ -8,6 +8,7 @@
 use std::str::FromStr;
 
 use gpufeed::patches::{EvalPreset, Patches, Preset};
+use gpufeed::views::{Views, ViewsPreset};
 use gpufeed::{
     Augment, ChannelOrder, DType, Decode, Device, DrawRange, Gray16, Interpolation, LastBatch,
     Layout, OnError, Options, PipelineBuilder, Recipe, RemoteOptions, ResizeMode, ResizeOptions,
@@ -50,6 +51,8 @@ pub(crate) struct Keywords {
     patch_settings: PatchSettings,
     /// `eval_preset=`.
     eval_preset: Option<EvalPreset>,
+    /// `views=`: the preset, drawn from `seed`.
+    views: Option<ViewsPreset>,
 }
 
 /// The patch output's settings given as keywords.
@@ -557,6 +560,14 @@ pub(crate) const KEYWORDS: &[Keyword] = &[
         k.eval_preset = v.map(|name| parse::<EvalPreset>(&name)).transpose()?;
         Ok(())
     }),
+    keyword!("views": "Optional[Literal[\"dinov2\", \"simclr\"]]" = |_d| NoValue,
+    "Several views of each image instead of one: \"dinov2\" (2 global of 224, 8 local of 96) or \
+     \"simclr\" (2 of 224), drawn from seed; batch.views holds one tensor per view group, \
+     [count, N, 3, size, size], and batch.view_draws what each view drew.",
+    |k, v: Option<Name>| {
+        k.views = v.map(|name| parse::<ViewsPreset>(&name)).transpose()?;
+        Ok(())
+    }),
 ];
 
 /// The keyword names, in the signature's order (exported as `gpufeed.KEYWORDS`).
@@ -609,6 +620,7 @@ impl Keywords {
             patches: None,
             patch_settings: PatchSettings::default(),
             eval_preset: None,
+            views: None,
             builder: Some(builder),
         }
     }
@@ -722,6 +734,16 @@ impl Keywords {
             self.with(|b| Ok(b.eval_preset(preset)))?;
         }
         self.finish_patches(flip)?;
+        if let Some(preset) = self.views {
+            let seed = self.seed;
+            self.with(|b| {
+                let (major, minor) = b.options().resize.pillow_version;
+                let views = Views::preset(preset)
+                    .seed(seed)
+                    .pillow_version(major, minor);
+                Ok(b.views(views))
+            })?;
+        }
         if let Some(recipe) = self.recipe {
             // The recipe's augmentations replace any given one by one; num_classes stays.
             self.with(|b| {

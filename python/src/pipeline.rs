@@ -676,6 +676,16 @@ pub struct Batch {
     /// With `patches=`: each image's tokens, padding aside.
     #[pyo3(get)]
     tokens_per_image: Option<Vec<usize>>,
+    /// With `views=`: one tensor per view group, `[count, N, 3, size, size]` (nchw) or
+    /// `[count, N, size, size, 3]` (nhwc), normalized, on the batch's device; `None` for
+    /// images.
+    #[pyo3(get)]
+    views: Option<Vec<Py<Tensor>>>,
+    /// With `views=`: for each image, what each of its views drew, a dict each (`view`,
+    /// `group`, `size`, the box `top`, `left`, `height`, `width`, `flip`, and `ops`, the colour
+    /// calls in order), as `gpufeed run --views --save` writes them.
+    #[pyo3(get)]
+    view_draws: Option<Py<PyAny>>,
 }
 
 /// A patch-sequence batch's side tensors, on the batch's device.
@@ -786,6 +796,30 @@ impl Batch {
             .patches()
             .map(|patches| SideTensors::new(py, patches))
             .transpose()?;
+        let view_draws = match batch.view_draws() {
+            Some(images) => {
+                let rows: Vec<String> = images
+                    .iter()
+                    .zip(batch.indices())
+                    .map(|(draws, &index)| {
+                        let draws: Vec<String> =
+                            draws.iter().map(|d| d.json(index, epoch)).collect();
+                        format!("[{}]", draws.join(", "))
+                    })
+                    .collect();
+                Some(loads(format!("[{}]", rows.join(", ")))?)
+            }
+            None => None,
+        };
+        let views = match batch.take_views() {
+            Some(tensors) => Some(
+                tensors
+                    .into_iter()
+                    .map(|t| Py::new(py, Tensor::new(Arc::new(t))))
+                    .collect::<PyResult<Vec<_>>>()?,
+            ),
+            None => None,
+        };
         let images = Py::new(py, Tensor::new(Arc::new(batch.into_images())))?;
         let tokens = side.as_ref().map(|_| images.clone_ref(py));
         Ok(Batch {
@@ -807,6 +841,8 @@ impl Batch {
             spatial_shapes: side.as_ref().map(|s| s.spatial_shapes.clone_ref(py)),
             coordinates: side.as_ref().map(|s| s.coordinates.clone_ref(py)),
             tokens_per_image: side.map(|s| s.tokens_per_image),
+            views,
+            view_draws,
         })
     }
 }

@@ -5,6 +5,7 @@ photos and every fixture."""
 import importlib.util
 import json
 import os
+import pathlib
 import shutil
 
 import pytest
@@ -83,3 +84,46 @@ def test_python_views_equal_the_reference():
         gpufeed.render_views(path.read_bytes(), "dino")
     with pytest.raises(gpufeed.ItemError):
         gpufeed.render_views(b"not an image")
+
+
+def test_pipeline_views_equal_render_views():
+    """`gpufeed.Pipeline(..., views=PRESET)`: batch.views, one tensor per view group
+    `[count, N, 3, size, size]`, each view the normalized pixels of `gpufeed.render_views` for
+    the same image, epoch and seed; batch.view_draws what each view drew."""
+    gpufeed = pytest.importorskip("gpufeed")
+    np = pytest.importorskip("numpy")
+    import PIL
+
+    installed = tuple(int(p) for p in PIL.__version__.split(".")[:2])
+    mean = np.array([0.485, 0.456, 0.406], np.float32)
+    std = np.array([0.229, 0.224, 0.225], np.float32)
+    for preset, seed in [("dinov2", 9), ("simclr", 2)]:
+        pipeline = gpufeed.Pipeline(
+            ASSETS, views=preset, seed=seed, batch_size=3, device="cpu", dtype="float32",
+            pillow_version="%d.%d" % installed,
+        )
+        seen = 0
+        for epoch in range(2):
+            for batch in pipeline:
+                n = len(batch)
+                groups = [np.from_dlpack(t) for t in batch.views]
+                assert [g.shape[1:3] for g in groups] == [(n, 3)] * len(groups)
+                assert len(batch.view_draws) == n
+                for i, index in enumerate(batch.indices):
+                    data = pathlib.Path(batch.ids[i]).read_bytes()
+                    want = gpufeed.render_views(data, preset, index, epoch, seed=seed)
+                    got = [v for g in groups for v in g[:, i]]  # view order, group by group
+                    assert len(got) == len(want)
+                    for v, ((pixels, size, draw), values) in enumerate(zip(want, got)):
+                        assert batch.view_draws[i][v] == json.loads(draw)
+                        x = np.frombuffer(pixels, np.uint8).reshape(size, size, 3)
+                        assert values.shape == (3, size, size)
+                        expected = (x.astype(np.float32) / 255 - mean) / std
+                        assert np.allclose(values.transpose(1, 2, 0), expected, atol=1e-5)
+                        # The u8 samples come back exactly from the normalized values.
+                        back = np.rint((values.transpose(1, 2, 0) * std + mean) * 255)
+                        assert np.array_equal(back.astype(np.uint8), x), (index, v)
+                    seen += 1
+        assert seen == 2 * len(list(ASSETS.glob("*.[jp][pn]g")))
+    with pytest.raises(ValueError, match="dinov2"):
+        gpufeed.Pipeline(ASSETS, views="dino", device="cpu")

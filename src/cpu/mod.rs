@@ -26,3 +26,4 @@ pub(crate) use decode::decode_whole;
 pub(crate) use normalize::NormalizeTable;
 pub(crate) use patches::write_tokens;
 pub(crate) use stage::{BatchRequest, CpuLane, Filled, LaneCore, Staging};
+pub(crate) use views::LaneViews;

@@ -47,6 +47,8 @@ pub(crate) struct Filled {
     pub indices: Vec<usize>,
     /// What each image's random transforms drew (`None` without random transforms).
     pub draws: Vec<Option<CropDraw>>,
+    /// What each image's views drew, in a pipeline of views (empty otherwise).
+    pub view_draws: Vec<Vec<crate::views::ViewDraw>>,
     /// Whether each image pads this rank's shard (a repeat, to keep the ranks equal).
     pub padded: Vec<bool>,
     /// Images that failed, in order.
@@ -162,8 +164,10 @@ impl LaneCore {
 /// The CPU lane: a pool of threads and how they prepare an image.
 #[derive(Debug)]
 pub(crate) struct CpuLane {
-    pool: rayon::ThreadPool,
-    core: Arc<LaneCore>,
+    pub(super) pool: rayon::ThreadPool,
+    pub(super) core: Arc<LaneCore>,
+    /// A pipeline of views: how the lane makes them ([`CpuLane::fill_views`]).
+    pub(super) views: Option<Arc<super::views::LaneViews>>,
 }
 
 impl CpuLane {
@@ -183,7 +187,14 @@ impl CpuLane {
         Ok(CpuLane {
             pool,
             core: Arc::new(LaneCore::new(decode, geometry, stopwatch)),
+            views: None,
         })
+    }
+
+    /// The same lane making `views` instead of one image each (a pipeline of views).
+    pub fn with_views(mut self, views: Option<Arc<super::views::LaneViews>>) -> CpuLane {
+        self.views = views;
+        self
     }
 
     /// Threads of the lane.
@@ -215,6 +226,9 @@ impl CpuLane {
         source: &Source,
         stop: &AtomicBool,
     ) -> Result<Option<Filled>> {
+        if let Some(views) = &self.views {
+            return self.fill_views(views, staging, request, source, stop);
+        }
         let mut filled = Filled::default();
         let BatchRequest {
             order,

@@ -1,18 +1,29 @@
 //! The CPU rendition of views: one image decoded once, whole, then each view cut from the same
 //! pixels with its own box, resized with Pillow's resampling from the planner's integer plan,
-//! flipped, and given its colour calls ([`crate::views::apply_view_ops`]).
+//! flipped, and given its colour calls ([`crate::views::apply_view_ops`]). In a pipeline the
+//! lane's threads write each view straight into its place of the batch's staging
+//! ([`ViewLayout`]).
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
 
 use rayon::prelude::*;
 
 use super::decode::{decode, DecodeWindow, Decoded};
+use super::prepare::ImageTask;
 use super::probe::probe;
 use super::resize::resize_into_slot;
+use super::stage::{BatchRequest, CpuLane, Filled, LaneCore, Staging};
 use crate::error::{panic_message, Error, ItemError, ItemErrorKind, Result};
 use crate::geometry::Geometry;
 use crate::memory::BufferPool;
 use crate::options::{DecodeOptions, ResizeMode, ResizeOptions};
+use crate::profile::Stage;
 use crate::resample::{ImagePlan, Kernels};
-use crate::views::{apply_view_ops, ViewDraw, ViewGroup, Views};
+use crate::source::Source;
+use crate::views::{apply_view_ops, ViewColour, ViewDraw, ViewGroup, ViewLayout, Views};
 
 /// One view of an image: what it drew and its pixels, `size` x `size` packed RGB8.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,40 +49,102 @@ fn group_geometry(group: &ViewGroup, pillow_version: (u32, u32)) -> Geometry {
     Geometry::new(&resize)
 }
 
-/// One view cut from the decoded `pixels`.
-fn cut_view(
-    pixels: &[u8],
-    decoded: Decoded,
-    group: &ViewGroup,
-    pillow_version: (u32, u32),
-    draw: ViewDraw,
+/// Scratch reused from view to view: the resize's plan, its 8-bit intermediate and the CPU's
+/// resampling passes.
+struct ViewScratch {
+    plan: ImagePlan,
+    intermediate: Vec<u8>,
     kernels: Kernels,
-) -> std::result::Result<ViewImage, ItemErrorKind> {
-    let geometry = group_geometry(group, pillow_version);
+}
+
+impl ViewScratch {
+    fn new(kernels: Kernels) -> ViewScratch {
+        ViewScratch {
+            plan: ImagePlan::default(),
+            intermediate: Vec::new(),
+            kernels,
+        }
+    }
+}
+
+thread_local! {
+    static VIEW_SCRATCH: RefCell<ViewScratch> = RefCell::new(ViewScratch::new(Kernels::detect()));
+}
+
+/// The group of `draw`, as the image's error when `views` has none such.
+fn group_of<'v>(
+    views: &'v Views,
+    draw: &ViewDraw,
+) -> std::result::Result<&'v ViewGroup, ItemErrorKind> {
+    views
+        .groups
+        .get(draw.group)
+        .ok_or_else(|| ItemErrorKind::Resize(format!("no view group {}", draw.group)))
+}
+
+/// One view of `views` cut from the decoded `pixels` into `out` (`size * size * 3` bytes), its
+/// colour calls applied where `colour` says the CPU applies them.
+fn cut_view_into(
+    (pixels, decoded): (&[u8], Decoded),
+    views: &Views,
+    draw: &ViewDraw,
+    colour: ViewColour,
+    scratch: &mut ViewScratch,
+    out: &mut [u8],
+) -> std::result::Result<(), ItemErrorKind> {
+    let group = group_of(views, draw)?;
+    let geometry = group_geometry(group, views.pillow_version);
     let (x, y) = geometry.axis_plans(
         decoded.source_width,
         decoded.source_height,
         Some(&draw.crop),
     );
-    let mut plan = ImagePlan::default();
     geometry
-        .plan_axes(&x, &y, 1, decoded.width, decoded.height, &mut plan)
+        .plan_axes(&x, &y, 1, decoded.width, decoded.height, &mut scratch.plan)
         .map_err(|e| ItemErrorKind::Resize(e.to_string()))?;
     let size = group.size as usize;
-    let mut out = vec![0u8; size * size * 3];
-    let mut intermediate = Vec::new();
+    if out.len() != size * size * 3 {
+        return Err(ItemErrorKind::Resize(format!(
+            "a view of {size}x{size} does not fit {} bytes",
+            out.len()
+        )));
+    }
     resize_into_slot(
         pixels,
         decoded,
         (group.size, group.size, 0),
-        &plan,
+        &scratch.plan,
         draw.crop.flipped,
-        (kernels, 1),
-        &mut intermediate,
+        (scratch.kernels, 1),
+        &mut scratch.intermediate,
+        out,
+    )?;
+    if colour == ViewColour::Cpu {
+        apply_view_ops(&draw.ops, out, size, size)
+            .map_err(|e| ItemErrorKind::Resize(e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// One view of `views` cut from the decoded `pixels`, finished.
+fn cut_view(
+    pixels: &[u8],
+    decoded: Decoded,
+    views: &Views,
+    draw: ViewDraw,
+    kernels: Kernels,
+) -> std::result::Result<ViewImage, ItemErrorKind> {
+    let size = group_of(views, &draw)?.size as usize;
+    let mut out = vec![0u8; size * size * 3];
+    let mut scratch = ViewScratch::new(kernels);
+    cut_view_into(
+        (pixels, decoded),
+        views,
+        &draw,
+        ViewColour::Cpu,
+        &mut scratch,
         &mut out,
     )?;
-    apply_view_ops(&draw.ops, &mut out, size, size)
-        .map_err(|e| ItemErrorKind::Resize(e.to_string()))?;
     Ok(ViewImage { draw, pixels: out })
 }
 
@@ -102,13 +175,7 @@ fn render_unguarded(
     let kernels = Kernels::detect();
     draws
         .into_par_iter()
-        .map(|draw| {
-            let group = views
-                .groups
-                .get(draw.group)
-                .ok_or_else(|| ItemErrorKind::Resize(format!("no view group {}", draw.group)))?;
-            cut_view(&pixels, decoded, group, views.pillow_version, draw, kernels)
-        })
+        .map(|draw| cut_view(&pixels, decoded, views, draw, kernels))
         .collect()
 }
 
@@ -148,6 +215,208 @@ pub fn render_views(
     .map_err(item_error)
 }
 
+/// A pipeline's views, as its CPU lane makes them: the views, where each lands in a batch's
+/// staging, and where their colour calls run.
+#[derive(Debug, Clone)]
+pub(crate) struct LaneViews {
+    pub views: Arc<Views>,
+    pub layout: ViewLayout,
+    pub colour: ViewColour,
+}
+
+/// What became of one image's views: their draws, or why the image failed; `None` if it was not
+/// tried because the lane was stopped.
+type ViewsOutcome = Option<std::result::Result<Vec<ViewDraw>, ItemErrorKind>>;
+
+/// Reads image `task` of `source`, decodes it once, whole, and cuts its views into `dsts` (one
+/// destination per view, in view order), on this thread. A panic inside a decoder becomes the
+/// image's error.
+fn prepare_views(
+    source: &Source,
+    task: ImageTask,
+    core: &LaneCore,
+    lane: &LaneViews,
+    dsts: &mut [&mut [u8]],
+) -> std::result::Result<Vec<ViewDraw>, ItemErrorKind> {
+    let (decode_options, pool) = (&core.options.decode, &core.buffers);
+    let reading = Instant::now();
+    let item = source
+        .item(task.index)
+        .open(decode_options.max_file_bytes)?;
+    let header = probe(&item, decode_options)?;
+    let reservation = core.budget.reserve(header.bytes_in_flight);
+    let buffer = pool.take(item.len() as usize);
+    let lent = buffer.capacity();
+    let read = item.read(buffer);
+    core.stopwatch.add(Stage::CpuRead, reading.elapsed());
+    let made = match read {
+        Ok(bytes) => {
+            let size_hint = header.width.saturating_mul(header.height).saturating_mul(3);
+            let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let mut pixels = pool.take(size_hint as usize);
+                let lent = pixels.capacity();
+                let made = cut_all(
+                    &bytes,
+                    core,
+                    lane,
+                    task,
+                    header.bytes_in_flight,
+                    &mut pixels,
+                    dsts,
+                );
+                pool.give(pixels, lent);
+                made
+            }))
+            .unwrap_or_else(|panic| {
+                let _ = VIEW_SCRATCH.try_with(|s| {
+                    if let Ok(mut s) = s.try_borrow_mut() {
+                        *s = ViewScratch::new(Kernels::detect());
+                    }
+                });
+                Err(ItemErrorKind::DecoderPanic(panic_message(panic.as_ref())))
+            });
+            pool.give(bytes.into_buffer(), lent);
+            made
+        }
+        Err((e, buffer)) => {
+            pool.give(buffer, lent);
+            Err(e)
+        }
+    };
+    drop(reservation);
+    made
+}
+
+/// Decodes `bytes` whole into `pixels` and cuts every view into `dsts`.
+fn cut_all(
+    bytes: &[u8],
+    core: &LaneCore,
+    lane: &LaneViews,
+    task: ImageTask,
+    reserved: u64,
+    pixels: &mut Vec<u8>,
+    dsts: &mut [&mut [u8]],
+) -> std::result::Result<Vec<ViewDraw>, ItemErrorKind> {
+    let whole = |_: u32, _: u32| DecodeWindow {
+        reduction: 1,
+        region: None,
+    };
+    let decoded = core.stopwatch.time(Stage::CpuDecode, || {
+        decode(
+            bytes,
+            &core.options.decode,
+            &whole,
+            pixels,
+            &core.buffers,
+            reserved,
+        )
+    })?;
+    let views = &*lane.views;
+    let draws = views.draw_all(
+        decoded.source_width,
+        decoded.source_height,
+        task.index,
+        task.epoch,
+    );
+    if draws.len() != dsts.len() {
+        return Err(ItemErrorKind::Resize(format!(
+            "{} views drawn for {} places",
+            draws.len(),
+            dsts.len()
+        )));
+    }
+    core.stopwatch.time(Stage::CpuResize, || {
+        VIEW_SCRATCH.with(|scratch| {
+            let scratch = &mut *scratch.borrow_mut();
+            for (draw, out) in draws.iter().zip(dsts.iter_mut()) {
+                cut_view_into((pixels, decoded), views, draw, lane.colour, scratch, out)?;
+            }
+            Ok(())
+        })
+    })?;
+    Ok(draws)
+}
+
+impl CpuLane {
+    /// [`CpuLane::fill`] for a pipeline of views: up to `batch_size` good images from the
+    /// request's positions, each decoded once and its views written into their places of
+    /// `staging` (laid out as `lane` says), failed images' places closed up.
+    pub(crate) fn fill_views(
+        &self,
+        lane: &LaneViews,
+        staging: &mut Staging<'_>,
+        request: &BatchRequest<'_>,
+        source: &Source,
+        stop: &AtomicBool,
+    ) -> Result<Option<Filled>> {
+        let mut filled = Filled::default();
+        let BatchRequest {
+            order,
+            start,
+            epoch,
+            batch_size,
+            positions,
+            on_error,
+        } = *request;
+        if batch_size > lane.layout.batch {
+            return Err(Error::Worker(format!(
+                "a batch of {batch_size} images in staging for {}",
+                lane.layout.batch
+            )));
+        }
+        let reach = order.reach(start).min(positions);
+        let mut good = 0;
+        while good < batch_size && filled.consumed < reach {
+            let take = (batch_size - good).min(reach - filled.consumed);
+            let first_position = start + filled.consumed;
+            let chunk: Vec<ImageTask> = (first_position..first_position + take)
+                .map_while(|p| {
+                    order.get(p).map(|index| ImageTask {
+                        index,
+                        epoch,
+                        seq_len: 0,
+                    })
+                })
+                .collect();
+            if chunk.is_empty() {
+                break;
+            }
+            let places = lane.layout.split(staging.pixels, good, chunk.len());
+            let core = &*self.core;
+            let outcomes: Vec<ViewsOutcome> = self.pool.install(|| {
+                places
+                    .into_par_iter()
+                    .zip(chunk.par_iter())
+                    .map(|(mut dsts, &task)| {
+                        (!stop.load(Ordering::Relaxed))
+                            .then(|| prepare_views(source, task, core, lane, &mut dsts))
+                    })
+                    .collect()
+            });
+            let first = good;
+            for (k, outcome) in outcomes.into_iter().enumerate() {
+                let Some(outcome) = outcome else {
+                    return Ok(None);
+                };
+                let padding = order.is_padding(first_position + k);
+                let (outcome, draws) = match outcome {
+                    Ok(draws) => (Ok(None), Some(draws)),
+                    Err(e) => (Err(e), None),
+                };
+                if filled.record(chunk[k].index, padding, outcome, source, on_error)? {
+                    if first + k != good {
+                        lane.layout.move_image(staging.pixels, first + k, good);
+                    }
+                    filled.view_draws.push(draws.unwrap_or_default());
+                    good += 1;
+                }
+            }
+            filled.consumed += chunk.len();
+        }
+        Ok(Some(filled))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,6 +438,48 @@ mod tests {
         let mut bad = Views::dinov2();
         bad.groups[0].count = 0;
         assert!(render_views(&rocket(), &DecodeOptions::default(), &bad, 0, 0).is_err());
+    }
+
+    #[test]
+    fn views_left_to_the_device_are_cut_alone_and_the_colour_calls_finish_them() {
+        let bytes = rocket();
+        let views = Views::dinov2().seed(3);
+        let finished =
+            render_views(&bytes, &DecodeOptions::default(), &views, 2, 1).expect("views");
+        let mut pixels = Vec::new();
+        let whole = |_: u32, _: u32| DecodeWindow {
+            reduction: 1,
+            region: None,
+        };
+        let decoded = decode(
+            &bytes,
+            &DecodeOptions::default(),
+            &whole,
+            &mut pixels,
+            &BufferPool::new(0),
+            1 << 30,
+        )
+        .expect("decode");
+        let mut scratch = ViewScratch::new(Kernels::detect());
+        let mut coloured = 0;
+        for view in &finished {
+            let size = view.draw.size as usize;
+            let mut cut = vec![0u8; size * size * 3];
+            let colour = ViewColour::Device;
+            cut_view_into(
+                (&pixels, decoded),
+                &views,
+                &view.draw,
+                colour,
+                &mut scratch,
+                &mut cut,
+            )
+            .expect("cut");
+            coloured += usize::from(cut != view.pixels);
+            apply_view_ops(&view.draw.ops, &mut cut, size, size).expect("ops");
+            assert_eq!(cut, view.pixels, "view {}", view.draw.view);
+        }
+        assert!(coloured > 0, "some view has colour calls");
     }
 
     #[test]

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use cudarc::driver::{
-    CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
+    CudaFunction, CudaSlice, CudaStream, CudaView, DevicePtr, DeviceRepr, LaunchConfig,
+    PushKernelArg,
 };
 
 use super::device::Gpu;
@@ -150,12 +151,45 @@ impl Normalizer {
         Ok(out)
     }
 
+    /// Like [`Normalizer::run`], from a part of a device buffer (each group of a batch's views,
+    /// say), which begins 16-byte aligned.
+    pub fn run_view(
+        &self,
+        stream: &Arc<CudaStream>,
+        input: &CudaView<'_, u8>,
+        n: usize,
+        height: usize,
+        width: usize,
+        spec: &NormalizeSpec,
+    ) -> Result<DeviceTensor> {
+        let (address, _read) = input.device_ptr(stream);
+        if address % 16 != 0 {
+            return Err(Error::Mismatch(format!(
+                "normalize input at {address:#x}: not 16-byte aligned"
+            )));
+        }
+        let shape = spec.layout.shape(n, height, width);
+        let mut out = DeviceTensor::alloc(stream, spec.dtype, shape, spec.layout)?;
+        self.run_into_view(stream, input, &mut out, spec)?;
+        Ok(out)
+    }
+
     /// Like [`Normalizer::run`], into an existing tensor whose shape, dtype and layout say what
     /// to produce (they must match `spec`).
     pub fn run_into(
         &self,
         stream: &Arc<CudaStream>,
         input: &CudaSlice<u8>,
+        out: &mut DeviceTensor,
+        spec: &NormalizeSpec,
+    ) -> Result<()> {
+        self.run_into_view(stream, &input.as_view(), out, spec)
+    }
+
+    fn run_into_view(
+        &self,
+        stream: &Arc<CudaStream>,
+        input: &CudaView<'_, u8>,
         out: &mut DeviceTensor,
         spec: &NormalizeSpec,
     ) -> Result<()> {
@@ -243,7 +277,7 @@ impl LaunchShape {
         &self,
         stream: &Arc<CudaStream>,
         entries: &Entries,
-        input: &CudaSlice<u8>,
+        input: &CudaView<'_, u8>,
         out: &mut CudaSlice<T>,
     ) -> Result<()> {
         let hw = self.hw as u32;
@@ -291,7 +325,8 @@ impl LaunchShape {
         // least `pixels * 3` bytes and `out` `pixels * 3` elements of the entry point's dtype
         // (checked by `run_into` and the tensor's shape); every thread checks its index against
         // `count`; the vectorized entry points need 16-byte aligned buffers, which device
-        // allocations are, and are chosen only when the pixel or byte counts divide evenly.
+        // allocations are (and a part given to `run_view` is checked to be), and are chosen
+        // only when the pixel or byte counts divide evenly.
         unsafe { builder.launch(config) }
             .map(|_| ())
             .map_err(|e| Error::cuda("launching the normalize kernel", e))
@@ -399,6 +434,51 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_part_of_a_buffer_normalizes_as_a_buffer_of_its_own() {
+        let Some(gpu) = crate::cuda::test_gpu(module_path!()) else {
+            return;
+        };
+        let stream = gpu.stream().clone();
+        let stream = &stream;
+        let kernel = Normalizer::new(stream).expect("compile");
+        // Two blocks as a batch of views lays them out: 3 images of 96 x 96 at offset 0, then
+        // 2 of 5 x 7 at the next multiple of 256.
+        let first: usize = 3 * 96 * 96 * 3;
+        let second_at = first.next_multiple_of(256);
+        let pixels = random_bytes(second_at + 2 * 5 * 7 * 3, 41);
+        let input = stream.clone_htod(&pixels).expect("upload");
+        for dtype in [DType::F16, DType::BF16, DType::F32] {
+            for layout in [Layout::Nchw, Layout::Nhwc] {
+                let spec = OutputOptions::default().dtype(dtype).layout(layout).spec();
+                for (range, n, side) in [
+                    (0..first, 3, (96, 96)),
+                    (second_at..pixels.len(), 2, (5, 7)),
+                ] {
+                    let part = input.slice(range.clone());
+                    let got = kernel
+                        .run_view(stream, &part, n, side.0, side.1, &spec)
+                        .expect("run")
+                        .to_host()
+                        .expect("download");
+                    let want = normalize(&pixels[range], n, side.0, side.1, &spec);
+                    assert_eq!(got.shape(), want.shape());
+                    assert!(
+                        got.to_le_bytes() == want.to_le_bytes(),
+                        "{dtype:?} {layout:?} {n}x{side:?}"
+                    );
+                }
+            }
+        }
+        // A part that does not begin 16-byte aligned is refused.
+        let spec = OutputOptions::default().spec();
+        let part = input.slice(1..1 + 4 * 4 * 3);
+        assert!(matches!(
+            kernel.run_view(stream, &part, 1, 4, 4, &spec),
+            Err(Error::Mismatch(_))
+        ));
     }
 
     #[test]

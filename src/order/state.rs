@@ -84,6 +84,16 @@ impl Fingerprint {
             options: output_options(options),
         }
     }
+
+    /// The same fingerprint with a pipeline of views' views, described in full (`views`):
+    /// they decide every row (a state of a pipeline without views has no such entry).
+    pub fn with_views(mut self, views: Option<String>) -> Fingerprint {
+        if let Some(views) = views {
+            self.options.push(("views".into(), views));
+            self.options.sort_by(|a, b| a.0.cmp(&b.0));
+        }
+        self
+    }
 }
 
 /// The options that decide which image each row holds and what its bytes are: the transforms

@@ -21,6 +21,8 @@ pub struct PipelineBuilder {
     shard_from_env: bool,
     /// Where to begin, from a saved state.
     resume: Option<PipelineState>,
+    /// Views of each image instead of one image each.
+    views: Option<std::sync::Arc<crate::views::Views>>,
 }
 
 impl PipelineBuilder {
@@ -177,6 +179,39 @@ impl PipelineBuilder {
     /// [`Patches::timm_naflex`]: crate::patches::Patches::timm_naflex
     pub fn patches(mut self, patches: crate::patches::Patches) -> Self {
         self.options.patches = Some(patches);
+        self
+    }
+
+    /// Several views of each image instead of one image each, for self-supervised training
+    /// (DINOv2's 2 global and 8 local crops, SimCLR's two): each image decoded once by the CPU
+    /// lane, every view cut, resized, flipped and coloured from it as `views` draws from (seed,
+    /// epoch, index, view), with the views' own seed ([`crate::views::Views::seed`]). Each batch
+    /// then carries one tensor per view group ([`crate::Batch::views`]): `[count, N, 3, size,
+    /// size]` (NCHW) or `[count, N, size, size, 3]` (NHWC), of the dtype, normalized with the
+    /// mean and std, on the device; [`crate::Batch::view_draws`] says what each view drew.
+    ///
+    /// ```no_run
+    /// use gpufeed::views::Views;
+    /// use gpufeed::{Pipeline, Source};
+    /// let mut pipeline = Pipeline::builder()
+    ///     .source(Source::directory("photos")?)
+    ///     .views(Views::dinov2().seed(7))
+    ///     .shuffle(7)
+    ///     .batch_size(64)
+    ///     .build()?;
+    /// while let Some(batch) = pipeline.next_batch()? {
+    ///     let views = batch.views().expect("views");
+    ///     let (global, local) = (&views[0], &views[2]); // [1, 64, 3, 224, 224], [8, 64, 3, 96, 96]
+    /// #   let _ = (global, local);
+    /// }
+    /// # Ok::<(), gpufeed::Error>(())
+    /// ```
+    ///
+    /// The resize mode, flip, augmentations and patch sequences are for one image each: the
+    /// augmentations and patch sequences are refused beside views, the resize mode and flip not
+    /// used. The GPU decode lane makes no views: the CPU lane decodes every image.
+    pub fn views(mut self, views: crate::views::Views) -> Self {
+        self.views = Some(std::sync::Arc::new(views));
         self
     }
 
@@ -379,6 +414,14 @@ impl PipelineBuilder {
         self
     }
 
+    /// Every option at once, replacing those set so far (the source, views and resume state
+    /// stay as set).
+    pub fn all_options(mut self, options: Options) -> Self {
+        self.options = options;
+        self.device_chosen = true;
+        self
+    }
+
     /// The options set so far.
     pub fn options(&self) -> &Options {
         &self.options
@@ -401,6 +444,6 @@ impl PipelineBuilder {
                 options.runtime.device = launch.device();
             }
         }
-        Pipeline::open(source, options, self.resume.as_ref())
+        Pipeline::open(source, options, self.views, self.resume.as_ref())
     }
 }

@@ -55,8 +55,10 @@ impl Lanes {
         }
     }
 
-    /// Starts the lanes `plan` chooses for epochs of `images` (`epoch_bytes` estimates an
-    /// epoch's encoded bytes and the mix of its work), as far as they go without the pipeline's device:
+    /// Starts the lanes `plan` chooses (the CPU lane making `views` of each image, if given: the
+    /// plan then takes the CPU lane alone) for epochs of `images` (`epoch_bytes` estimates an
+    /// epoch's encoded bytes and the mix of its work), as far as they go without the pipeline's
+    /// device:
     /// [`LanesStarting::open`] finishes them once it is open. For a CUDA device the CPU lane
     /// works ahead of the batches, its threads started here; the GPU lane, where the plan opens
     /// it, opens on a thread of its own once the device is open, joining the batches when
@@ -65,7 +67,7 @@ impl Lanes {
     pub fn start(
         plan: &DecodePlan,
         options: &Options,
-        geometry: Geometry,
+        (geometry, views): (Geometry, Option<Arc<crate::cpu::LaneViews>>),
         images: usize,
         epoch_bytes: impl FnOnce() -> EpochSample,
         stopwatch: &Arc<Stopwatch>,
@@ -73,7 +75,8 @@ impl Lanes {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let (why, run, policy) = match plan.choose(images, epoch_bytes, cores, stopwatch) {
             LaneChoice::Cpu { why, threads } => {
-                let cpu = CpuLane::new(&options.decode, geometry, threads, stopwatch.clone())?;
+                let cpu = CpuLane::new(&options.decode, geometry, threads, stopwatch.clone())?
+                    .with_views(views);
                 return Ok(LanesStarting::Ready(Lanes::Cpu(cpu, DecodeWhy(why))));
             }
             LaneChoice::Ahead { why, gpu, policy } => (why, gpu, *policy),

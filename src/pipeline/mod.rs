@@ -13,6 +13,7 @@ mod lanes;
 mod output;
 mod patch_output;
 mod serve;
+mod views_output;
 mod worker;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,6 +35,7 @@ use crate::patches::{NaflexSchedule, Preset};
 use crate::profile::{Profile, Stage, Stopwatch};
 use crate::schedule::{DecodePlan, EpochSample, WorkMix};
 use crate::source::Source;
+use crate::views::Views;
 use lanes::{Lanes, LanesStarting};
 use output::OutputPlan;
 use worker::{EpochCommand, EpochPlanning, LanesReport, Message, Worker};
@@ -67,6 +69,8 @@ pub use serve::{PatchServer, PatchServerBuilder, RequestImage};
 /// ```
 pub struct Pipeline {
     options: Options,
+    /// The views made of each image, in a pipeline of views.
+    views: Option<Arc<Views>>,
     /// The decode choice, read from the options once.
     plan: DecodePlan,
     source_len: usize,
@@ -165,7 +169,7 @@ impl Pipeline {
     /// the first epoch in the background: the builder's [`PipelineBuilder::build`] with every
     /// option given at once.
     pub fn with_options(source: Source, options: Options) -> Result<Pipeline> {
-        Pipeline::open(source, options, None)
+        Pipeline::open(source, options, None, None)
     }
 
     /// [`Pipeline::with_options`], beginning where `state` says instead of at the first epoch
@@ -175,21 +179,27 @@ impl Pipeline {
         options: Options,
         state: &PipelineState,
     ) -> Result<Pipeline> {
-        Pipeline::open(source, options, Some(state))
+        Pipeline::open(source, options, None, Some(state))
     }
 
-    /// [`Pipeline::with_options`], beginning where `resume` says (or at the first epoch).
+    /// [`Pipeline::with_options`], making `views` of each image if given, beginning where
+    /// `resume` says (or at the first epoch).
     fn open(
         source: Source,
         mut options: Options,
+        views: Option<Arc<Views>>,
         resume: Option<&PipelineState>,
     ) -> Result<Pipeline> {
         options.validate()?;
+        if let Some(views) = &views {
+            views_output::check_views(views, &options)?;
+        }
         if source.is_empty() {
             return Err(Error::invalid("source", "the source has no images"));
         }
         let augmenter = augmenter(&options, &source)?;
-        let fingerprint = Fingerprint::new(source.listing(), &options);
+        let fingerprint = Fingerprint::new(source.listing(), &options)
+            .with_views(views.as_ref().map(|v| format!("{v:?}")));
         let sampler =
             Sampler::new(source.len(), &options.batching).with_blocks(source.shuffle_blocks());
         let shard_len = sampler.real_len();
@@ -200,6 +210,9 @@ impl Pipeline {
             options.batching.batch_size = schedule.largest();
         }
         let mut plan = DecodePlan::new(&options);
+        if views.is_some() {
+            plan = plan.for_views();
+        }
         let start = match resume {
             Some(state) => resume_start(state, &fingerprint, &mut plan, &mut options)?,
             None => EpochStart::beginning(0),
@@ -233,9 +246,19 @@ impl Pipeline {
             geometry,
             images: shard_len,
             classes,
+            views: views_output::lane_views(
+                views.as_ref(),
+                options.batching.batch_size,
+                options.runtime.device,
+            ),
         };
-        let mut starting =
-            Starting::new(plan, &options, sizes, || epoch_bytes(&source), &stopwatch)?;
+        let mut starting = Starting::new(
+            plan,
+            &options,
+            sizes.clone(),
+            || epoch_bytes(&source),
+            &stopwatch,
+        )?;
         // The CPU lane starts on the first epoch while the device opens (a few tenths of a
         // second for the CUDA context, the staging and the kernels).
         let source = Arc::new(source);
@@ -252,6 +275,10 @@ impl Pipeline {
             .map(|order| (start, order));
         let (gpu, cpu_fallback) = starting.open_device(&mut options, |plan, options| {
             let epoch_bytes = || epoch_bytes(&source);
+            // The views' colour calls as the CPU device takes them.
+            let batch = options.batching.batch_size;
+            let views = views_output::lane_views(views.as_ref(), batch, options.runtime.device);
+            let sizes = Sizes { views, ..sizes };
             Starting::new(plan, options, sizes, epoch_bytes, &stopwatch)
         })?;
         let Starting {
@@ -300,6 +327,7 @@ impl Pipeline {
         let prefetch = worker.spawn(options.runtime.prefetch)?;
         let mut pipeline = Pipeline {
             options,
+            views,
             plan,
             source_len,
             shard_len,
@@ -616,6 +644,11 @@ impl Pipeline {
         &self.options
     }
 
+    /// The views made of each image, in a pipeline of views ([`PipelineBuilder::views`]).
+    pub fn views(&self) -> Option<&Views> {
+        self.views.as_deref()
+    }
+
     /// The device the batches land on, in words.
     pub fn device_description(&self) -> &str {
         &self.device_description
@@ -696,13 +729,15 @@ fn resume_start(
     Ok(start)
 }
 
-/// What sizes a pipeline's buffers: the outputs' geometry, an epoch's images for this process
-/// and, with MixUp or CutMix, the soft labels' classes (0 without).
-#[derive(Clone, Copy)]
+/// What sizes a pipeline's buffers: the outputs' geometry (or the views of each image), an
+/// epoch's images for this process and, with MixUp or CutMix, the soft labels' classes (0
+/// without).
+#[derive(Clone)]
 struct Sizes {
     geometry: Geometry,
     images: usize,
     classes: usize,
+    views: Option<Arc<crate::cpu::LaneViews>>,
 }
 
 /// timm's batches planned ahead of every epoch, for `positions` positions an epoch (this rank's,
@@ -760,10 +795,18 @@ impl Starting {
             geometry,
             images,
             classes,
+            views,
         } = sizes;
         let lanes_bytes = Lanes::device_bytes(&plan, &geometry, options.batching.batch_size);
-        let output = OutputPlan::new(options, &geometry, lanes_bytes, classes)?;
-        let lanes = Lanes::start(&plan, options, geometry, images, epoch_bytes, stopwatch)?;
+        let output = OutputPlan::new(options, &geometry, lanes_bytes, classes, views.as_deref())?;
+        let lanes = Lanes::start(
+            &plan,
+            options,
+            (geometry, views),
+            images,
+            epoch_bytes,
+            stopwatch,
+        )?;
         Ok(Starting {
             plan,
             output,

@@ -11,9 +11,10 @@ use std::sync::Arc;
 use cudarc::driver::{CudaSlice, CudaStream};
 
 use super::patch_output::{CudaPatchOutput, HostPatchOutput, PatchShapes};
+use super::views_output::{CudaViewsOutput, HostViewsOutput};
 use crate::augment::{augment_batch, mix_normalize, soft_labels, AugmentPlan};
 use crate::batch::BatchPatches;
-use crate::cpu::{NormalizeTable, Staging};
+use crate::cpu::{LaneViews, NormalizeTable, Staging};
 use crate::cuda::{DeviceAugmenter, Gpu, Normalizer, SlotsComing, StagingRing, TouchedSlots};
 use crate::error::{Error, Result};
 use crate::geometry::{CropDraw, Geometry};
@@ -80,6 +81,8 @@ pub(crate) struct Finished {
     pub soft_labels: Option<Tensor>,
     /// A patch sequence's description beside its tokens (`images`).
     pub patches: Option<BatchPatches>,
+    /// A pipeline of views' tensors, one a group (`images` is then empty).
+    pub views: Option<Vec<Tensor>>,
 }
 
 /// Images of a batch that are not in its staging (on the device already, or in page-locked
@@ -102,6 +105,8 @@ pub(crate) struct OutputPlan {
     slot_bytes: usize,
     /// A patch-sequence output's shapes, in place of the images' normalize.
     patches: Option<PatchShapes>,
+    /// A pipeline of views: their layout in the staging and where their colour calls run.
+    views: Option<LaneViews>,
     /// A CUDA device's staging slots, their pages faulted in while the device opens (`None`
     /// where their thread could not start: they are touched when it is open).
     staging: Option<SlotsComing>,
@@ -113,15 +118,20 @@ pub(crate) struct OutputPlan {
 }
 
 impl OutputPlan {
-    /// The plan for `options`' batches of images of `geometry`, beside `lanes_bytes` the lanes
-    /// take on the device; with MixUp or CutMix, soft labels over `classes` classes a row.
+    /// The plan for `options`' batches of images of `geometry` (or of `views` of each image),
+    /// beside `lanes_bytes` the lanes take on the device; with MixUp or CutMix, soft labels
+    /// over `classes` classes a row.
     pub fn new(
         options: &Options,
         geometry: &Geometry,
         lanes_bytes: u128,
         classes: usize,
+        views: Option<&LaneViews>,
     ) -> Result<OutputPlan> {
-        let image_bytes = geometry.image_bytes();
+        let image_bytes = match views {
+            Some(views) => views.layout.image_bytes(),
+            None => geometry.image_bytes(),
+        };
         let batch_size = options.batching.batch_size;
         let (height, width) = options.resize.output_size();
         let spec = options.output.spec();
@@ -129,7 +139,11 @@ impl OutputPlan {
             .patches
             .map(|p| PatchShapes::new(*geometry, p, spec.dtype));
         let rows = batch_size as u128;
-        let staging = rows * image_bytes as u128;
+        let staging = match views {
+            // The groups' blocks, aligned.
+            Some(views) => views.layout.slot_bytes() as u128,
+            None => rows * image_bytes as u128,
+        };
         let output_elements = match &patches {
             Some(shapes) => shapes.max_elements(batch_size),
             None => staging,
@@ -168,6 +182,7 @@ impl OutputPlan {
         Ok(OutputPlan {
             slot_bytes,
             patches,
+            views: views.cloned(),
             staging,
             dims: (height as usize, width as usize),
             spec,
@@ -205,6 +220,7 @@ impl OutputPlan {
         let OutputPlan {
             slot_bytes,
             patches,
+            views,
             staging,
             dims,
             spec,
@@ -214,6 +230,10 @@ impl OutputPlan {
             Some(mut coming) => coming.wait()?,
             None => TouchedSlots::touch(STAGING_SLOTS, slot_bytes)?,
         };
+        if let Some(views) = views {
+            let output = CudaViewsOutput::open(gpu, touched, views.layout, spec, views.colour)?;
+            return Ok(Box::new(output));
+        }
         if let Some(shapes) = patches {
             return Ok(Box::new(CudaPatchOutput::open(gpu, touched, shapes)?));
         }
@@ -229,10 +249,17 @@ impl OutputPlan {
         let OutputPlan {
             slot_bytes,
             patches,
+            views,
             dims,
             spec,
             ..
         } = self;
+        if let Some(views) = views {
+            let runtime = &options.runtime;
+            let output =
+                HostViewsOutput::new(views.layout, spec, runtime.threads, runtime.prefetch)?;
+            return Ok(Box::new(output));
+        }
         if let Some(shapes) = patches {
             let threads = options.runtime.threads;
             return Ok(Box::new(HostPatchOutput::new(slot_bytes, threads, shapes)?));
@@ -461,6 +488,7 @@ impl OutputStage for CudaOutput {
             uploaded,
             soft_labels,
             patches: None,
+            views: None,
         })
     }
 }
@@ -591,6 +619,7 @@ impl OutputStage for HostOutput {
                 uploaded: 0,
                 soft_labels: soft.map(Tensor::Host),
                 patches: None,
+                views: None,
             });
         }
         let data = self
@@ -604,6 +633,7 @@ impl OutputStage for HostOutput {
             uploaded: 0,
             soft_labels: None,
             patches: None,
+            views: None,
         })
     }
 }

@@ -212,6 +212,7 @@ impl OutputStage for CudaPatchOutput {
             uploaded,
             soft_labels: None,
             patches: Some(self.shapes.describe(planned, Some(stream.clone()))),
+            views: None,
         })
     }
 }
@@ -331,6 +332,7 @@ impl OutputStage for HostPatchOutput {
             uploaded: 0,
             soft_labels: None,
             patches: Some(self.shapes.describe(planned, None)),
+            views: None,
         })
     }
 }

@@ -176,7 +176,7 @@ impl PatchServerBuilder {
         let bound_tokens = self.bound_tokens();
         let max_tokens = self.max_tokens.unwrap_or(bound_tokens);
         let lanes_bytes = Lanes::device_bytes_for_requests(&options, &geometry, self.max_images);
-        let plan = OutputPlan::new(&options, &geometry, lanes_bytes, 0)?;
+        let plan = OutputPlan::new(&options, &geometry, lanes_bytes, 0, None)?;
         let gpu = match self.device {
             Device::Cuda(ordinal) => Some(Gpu::open(ordinal)?),
             Device::Cpu => None,
@@ -435,6 +435,8 @@ impl PatchServer {
             next_position: filled.consumed,
             patches,
             indices: filled.indices,
+            views: None,
+            view_draws: None,
         })
     }
 

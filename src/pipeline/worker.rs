@@ -496,6 +496,7 @@ impl Worker {
             uploaded: uploaded_bytes,
             soft_labels,
             patches,
+            views,
         } = self
             .output
             .finish(slot, n, &mut on_device, augment, &images)?;
@@ -511,6 +512,7 @@ impl Worker {
             None => (None, None),
         };
         let crops = filled.draws.iter().copied().collect();
+        let view_draws = views.is_some().then_some(filled.view_draws);
         let batch = Batch {
             next_position: order.start().saturating_add(position + filled.consumed),
             images,
@@ -527,6 +529,8 @@ impl Worker {
             uploaded_bytes,
             decoded_by,
             patches,
+            views,
+            view_draws,
         };
         Ok(Produced::Batch(Box::new(batch), filled.consumed))
     }

@@ -172,6 +172,8 @@ pub(crate) struct DecodePlan {
     planned_epochs: Option<u64>,
     /// CPU threads asked for; 0: one per core.
     threads: usize,
+    /// The batches are views of each image ([`DecodePlan::for_views`]).
+    views: bool,
 }
 
 /// What the lanes of a run are ([`DecodePlan::choose`]).
@@ -206,6 +208,16 @@ impl DecodePlan {
             assisted_share: decode.assisted_share,
             planned_epochs: decode.planned_epochs,
             threads: options.runtime.threads,
+            views: false,
+        }
+    }
+
+    /// The same choice for a pipeline of views: the GPU decode lane makes no views, so the CPU
+    /// lane decodes every image, batch by batch, whatever the decoding asked for.
+    pub fn for_views(self) -> DecodePlan {
+        DecodePlan {
+            views: true,
+            ..self
         }
     }
 
@@ -219,12 +231,12 @@ impl DecodePlan {
 
     /// Whether the GPU decode lane may open: hybrid or automatic decoding on a CUDA device.
     pub fn gpu_wanted(&self) -> bool {
-        matches!(self.lanes, Decode::Hybrid | Decode::Auto) && self.on_device
+        matches!(self.lanes, Decode::Hybrid | Decode::Auto) && self.on_device && !self.views
     }
 
     /// Whether a share between the lanes applies (any decoding but the CPU's alone).
     fn shares(&self) -> bool {
-        self.lanes != Decode::Cpu
+        self.lanes != Decode::Cpu && !self.views
     }
 
     /// The share given, where a share applies: what a saved state's share is checked against.
@@ -284,6 +296,16 @@ impl DecodePlan {
             ),
             _ => AutoLanes::Whole,
         };
+        if self.views {
+            let why = match self.lanes {
+                Decode::Cpu => "views: CPU decode, as asked",
+                _ => "views: CPU decode (the GPU decode lane makes no views)",
+            };
+            return LaneChoice::Cpu {
+                why: why.to_string(),
+                threads: self.threads,
+            };
+        }
         if !self.on_device {
             let why = match self.lanes {
                 Decode::Cpu => "CPU decode, as asked".to_string(),
@@ -414,6 +436,7 @@ impl DecodePlan {
                 // The CPU threads at work stay as they start: between requests the GPU lane's
                 // host threads are idle, and a request of PNGs wants its threads at once.
                 cores: None,
+                cpu_bound: false,
             }),
         }
     }
@@ -555,5 +578,21 @@ mod tests {
             matches!(&choice, LaneChoice::Cpu { why, threads: 0 } if why.contains("CPU decode")),
             "{choice:?}"
         );
+    }
+
+    #[test]
+    fn views_take_the_cpu_lane_alone_batch_by_batch_on_any_device() {
+        use crate::options::{DecodeOptions, Options};
+        for lanes in [Decode::Cpu, Decode::Hybrid, Decode::Auto] {
+            let options = Options::default().decode(DecodeOptions::default().lanes(lanes));
+            let plan = DecodePlan::new(&options).for_views();
+            assert!(!plan.gpu_wanted());
+            assert_eq!(plan.applying(Some(0.5)), None);
+            let choice = plan.choose(1 << 20, || 1 << 40, 16, &Arc::default());
+            assert!(
+                matches!(&choice, LaneChoice::Cpu { why, threads: 0 } if why.starts_with("views")),
+                "{lanes:?}: {choice:?}"
+            );
+        }
     }
 }

@@ -207,6 +207,19 @@ impl DeviceTensor {
 
     dense_accessors!("DeviceTensor");
 
+    /// The same elements with another `shape` of as many elements (a batch of views' `[count *
+    /// n, ...]` as `[count, n, ...]`).
+    pub(crate) fn reshaped(mut self, shape: Vec<usize>) -> Result<DeviceTensor> {
+        if shape.iter().product::<usize>() != self.len() {
+            return Err(Error::Mismatch(format!(
+                "a tensor of shape {:?} seen as {shape:?}",
+                self.shape
+            )));
+        }
+        self.shape = shape;
+        Ok(self)
+    }
+
     /// Number of elements.
     pub fn len(&self) -> usize {
         self.shape.iter().product()

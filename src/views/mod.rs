@@ -7,9 +7,11 @@
 //! Pure planning and pixel arithmetic: the decode once and the crops of every view are the CPU
 //! lane's (`gpufeed::cpu::render_views`).
 
+mod layout;
 mod pillow;
 
 pub use crate::options::{ViewBlur, ViewGroup, ViewOps, Views, ViewsPreset};
+pub use layout::{GroupBlock, ViewLayout};
 pub use pillow::apply_view_ops;
 pub(crate) use pillow::gaussian_kernel;
 
@@ -18,6 +20,19 @@ use crate::random::Draws;
 
 /// Salt that keeps the views' streams apart from the single crop's and the augmentations'.
 const VIEW_SALT: u64 = 0x3C6E_F372_FE94_F82B;
+
+/// Where a pipeline's views get their colour calls ([`ViewOp`]s): on the CPU, by the thread
+/// that cuts them (the views then leave the CPU finished), or on the device, in place on the
+/// uploaded `u8` views before the normalize (the CPU lane then renders the geometry alone: crop,
+/// resize, flip).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ViewColour {
+    /// The CPU lane applies every call ([`apply_view_ops`]).
+    #[default]
+    Cpu,
+    /// The CPU lane leaves the calls to the device.
+    Device,
+}
 
 /// One of torchvision's calls on a view (a PIL image), with the arguments it is given.
 #[derive(Debug, Clone, Copy, PartialEq)]

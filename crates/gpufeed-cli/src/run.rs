@@ -432,10 +432,11 @@ pub struct RunArgs {
     /// Decode every image once and cut it into the preset's views on the CPU (dinov2: 2 global
     /// views of 224 and 8 local of 96; simclr: 2 of 224), each with its own crop, flip and
     /// colour operations drawn from --seed, the epoch, the image and the view, as torchvision
-    /// runs them on a PIL image. With --save FILE.npy: FILE.view<K>.npy (uint8, [images, size,
-    /// size, 3]) for each view K and FILE.views.jsonl (what each view drew). Images go in the
-    /// order --shuffle and --shard give.
-    #[arg(long, value_name = "PRESET", help_heading = "Training", conflicts_with_all = ["train", "augment", "random_erasing", "mixup", "cutmix", "recipe", "device", "state", "resume", "max_batches"])]
+    /// runs them on a PIL image; a pipeline of views normalizes them on the GPU (or the CPU
+    /// device). With --save FILE.npy: FILE.view<K>.npy (uint8, [images, size, size, 3]) for
+    /// each view K and FILE.views.jsonl (what each view drew). Images go in the order --shuffle
+    /// and --shard give; --resume and --state work as for images.
+    #[arg(long, value_name = "PRESET", help_heading = "Training", conflicts_with_all = ["train", "augment", "random_erasing", "mixup", "cutmix", "recipe", "max_batches"])]
     views: Option<gpufeed::views::ViewsPreset>,
     /// Let --save replace existing files (never an image the run reads).
     #[arg(long, hide_short_help = true, help_heading = "Run")]
@@ -1133,19 +1134,22 @@ fn run_and_summarize(args: &RunArgs, signals: &Signals, summarized: &mut bool) -
         return Err(ArgumentError("--epochs must be at least 1".into()).into());
     }
     if let Some(preset) = args.views {
-        let (shard, _) = args.shard()?;
-        let batching = args
-            .options(Device::Cpu, shard)
-            .map_err(|e| ArgumentError(e.to_string()))?
-            .batching;
+        let resume = load_resume(args)?;
+        let (shard, launch) = args.shard()?;
+        let device = args.device(launch.map(|l| l.local_rank));
+        let mut options = args
+            .options(device, shard)
+            .map_err(|e| ArgumentError(e.to_string()))?;
+        options.runtime.cpu_fallback = args.falls_back();
         let source = args.source(&signals.flag)?;
-        crate::views::run_views(&crate::views::ViewsRun {
-            source: &source,
+        let device = crate::views::run_views(crate::views::ViewsRun {
+            source,
             views: gpufeed::views::Views::preset(preset)
                 .seed(args.seed)
                 .pillow_version(args.pillow_version.0, args.pillow_version.1),
-            decode: gpufeed::DecodeOptions::default(),
-            batching,
+            options,
+            resume,
+            state: args.state.as_deref(),
             epochs: args.epochs,
             save: args.save.as_deref(),
             overwrite: args.overwrite,
@@ -1153,7 +1157,7 @@ fn run_and_summarize(args: &RunArgs, signals: &Signals, summarized: &mut bool) -
             stop: &signals.flag,
         })?;
         *summarized = true;
-        return Ok(Device::Cpu);
+        return Ok(device);
     }
     let resume = load_resume(args)?;
     let (shard, launch) = args.shard()?;

@@ -1,8 +1,9 @@
-//! `gpufeed run DIR --views PRESET`: every image decoded once and cut into the preset's views on
-//! the CPU, the summary counting images and views; with `--save FILE.npy`, each view's pixels
-//! (`uint8`, `[images, size, size, 3]`) in `FILE.view<K>.npy`, and what each view drew in
-//! `FILE.views.jsonl`. The images go in the order a pipeline with the same `--shuffle` and
-//! `--shard` goes through.
+//! `gpufeed run DIR --views PRESET`: every image decoded once and cut into the preset's views
+//! by a pipeline of views (on the GPU when there is one, else on the CPU device), the summary
+//! counting images and views; with `--save FILE.npy`, each view's pixels (`uint8`, `[images,
+//! size, size, 3]`) in `FILE.view<K>.npy`, and what each view drew in `FILE.views.jsonl`. The
+//! images go in the order the pipeline's `--shuffle` and `--shard` give; `--resume` and
+//! `--state` work as for images.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -11,18 +12,21 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use gpufeed::views::Views;
-use gpufeed::{BatchOptions, DecodeOptions, Source};
+use gpufeed::{DType, Device, Layout, Options, Pipeline, PipelineState, Source, Tensor};
 use serde_json::json;
 
 use crate::Result;
 
 /// What a views run is given.
 pub struct ViewsRun<'a> {
-    pub source: &'a Source,
+    pub source: Source,
     pub views: Views,
-    pub decode: DecodeOptions,
-    /// The shuffle, the shard and its balance.
-    pub batching: BatchOptions,
+    /// The batching (shuffle, shard and its balance, batch size), the device, dtype, layout,
+    /// mean and std, the decode limits and the threads.
+    pub options: Options,
+    pub resume: Option<PipelineState>,
+    /// Where to save the pipeline's state at the end (`--state`).
+    pub state: Option<&'a Path>,
     pub epochs: u64,
     pub save: Option<&'a Path>,
     pub overwrite: bool,
@@ -38,62 +42,94 @@ fn sibling(npy: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// One image's views: their pixels and their lines of the jsonl.
-type Rendered = (Vec<Vec<u8>>, Vec<String>);
+/// The `u8` samples of a group's views from their f32 NHWC values: each inverted through the
+/// normalize's affine and checked to normalize back to the same value (exact in f32).
+fn unnormalize(tensor: &Tensor, affine: &gpufeed::Affine, out: &mut Vec<u8>) -> Result<()> {
+    let values = tensor.to_host()?.to_f32_vec();
+    out.reserve(values.len());
+    for (k, &y) in values.iter().enumerate() {
+        let c = k % 3;
+        let x = ((y - affine.bias[c]) / affine.scale[c])
+            .round()
+            .clamp(0.0, 255.0) as u8;
+        if affine.apply(c, x).to_bits() != y.to_bits() {
+            return Err(format!("--save: the value {y} of a view is no normalized sample").into());
+        }
+        out.push(x);
+    }
+    Ok(())
+}
 
-/// Renders images `indices` of `source` on `threads` threads, in order; a bad image is `Err`
-/// with its message.
-fn render_chunk(
-    run: &ViewsRun,
-    indices: &[usize],
-    epoch: u64,
-) -> Vec<std::result::Result<Rendered, String>> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let per = indices.len().div_ceil(threads).max(1);
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = indices
-            .chunks(per)
-            .map(|part| {
-                scope.spawn(move || {
-                    part.iter()
-                        .map(|&index| {
-                            let bytes = run.source.read(index).map_err(|e| e.to_string())?;
-                            let views = gpufeed::cpu::render_views(
-                                &bytes,
-                                &run.decode,
-                                &run.views,
-                                index,
-                                epoch,
-                            )
-                            .map_err(|e| {
-                                let id = run.source.id(index).unwrap_or_default();
-                                format!("{id}: {e}")
-                            })?;
-                            let path = match run.source.path(index) {
-                                Some(p) => p.display().to_string(),
-                                None => run.source.id(index).unwrap_or_default().to_string(),
-                            };
-                            let lines = views
-                                .iter()
-                                .map(|v| {
-                                    let line = v.draw.json(index, epoch);
-                                    format!("{{\"path\": {}, {}", json!(path), &line[1..])
-                                })
-                                .collect();
-                            Ok((views.into_iter().map(|v| v.pixels).collect(), lines))
-                        })
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| vec![Err("a render thread panicked".to_string())])
-            })
-            .collect()
-    })
+/// What the run saw: images, errors, and with `--save` the views' pixels and lines.
+#[derive(Default)]
+struct Seen {
+    images: usize,
+    errors: usize,
+    pixels: Vec<Vec<u8>>,
+    lines: Vec<String>,
+    interrupted: bool,
+}
+
+/// What the epochs' loop needs of the run.
+struct Looping<'a> {
+    views: &'a Views,
+    epochs: u64,
+    save: bool,
+    stop: &'a AtomicBool,
+}
+
+/// Runs the pipeline's epochs from where it stands up to `run.epochs`; `names` are the images'
+/// paths for the jsonl.
+fn run_epochs(run: &Looping, pipeline: &mut Pipeline, names: &[String]) -> Result<Seen> {
+    let count = run.views.count();
+    let affine = pipeline.options().output.affine();
+    let mut seen = Seen {
+        pixels: vec![Vec::new(); count],
+        ..Seen::default()
+    };
+    let first = pipeline.epoch();
+    'epochs: for epoch in first..run.epochs {
+        if epoch > first {
+            pipeline.next_epoch()?;
+        }
+        while let Some(batch) = pipeline.next_batch()? {
+            seen.images += batch.len();
+            if run.save {
+                let tensors = batch.views().ok_or("a pipeline of views gave no views")?;
+                let mut k = 0;
+                for (tensor, group) in tensors.iter().zip(&run.views.groups) {
+                    let mut samples = Vec::new();
+                    unnormalize(tensor, &affine, &mut samples)?;
+                    // [count, n, size, size, 3]: view j of the group for every image in turn.
+                    let per_view = samples.len() / group.count.max(1) as usize;
+                    for view in samples.chunks(per_view.max(1)) {
+                        seen.pixels[k].extend_from_slice(view);
+                        k += 1;
+                    }
+                }
+                let draws = batch
+                    .view_draws()
+                    .ok_or("a pipeline of views drew no views")?;
+                for (&index, draws) in batch.indices().iter().zip(draws) {
+                    let path = names.get(index).cloned().unwrap_or_default();
+                    for draw in draws {
+                        let line = draw.json(index, epoch);
+                        seen.lines
+                            .push(format!("{{\"path\": {}, {}", json!(path), &line[1..]));
+                    }
+                }
+            }
+            if run.stop.load(Ordering::Relaxed) {
+                seen.interrupted = true;
+                break 'epochs;
+            }
+        }
+        for e in &pipeline.epoch_report().skipped {
+            seen.errors += 1;
+            eprintln!("gpufeed: skipped {e}");
+        }
+    }
+    Ok(seen)
 }
 
 /// Writes `rows` images of `size` x `size` x 3 `uint8` as one `.npy`.
@@ -126,13 +162,26 @@ fn save_files(npy: &Path, views: &Views) -> Vec<PathBuf> {
     files
 }
 
-/// Runs every epoch over every image; prints the summary.
-pub fn run_views(run: &ViewsRun) -> Result<()> {
-    run.views.validate()?;
-    let count = run.views.count();
-    if let Some(npy) = run.save {
-        if !run.overwrite {
-            if let Some(f) = save_files(npy, &run.views).iter().find(|f| f.exists()) {
+/// Runs the epochs through a pipeline of views; prints the summary; returns the device the
+/// views were made on.
+pub fn run_views(run: ViewsRun) -> Result<Device> {
+    let ViewsRun {
+        source,
+        views,
+        mut options,
+        resume,
+        state,
+        epochs,
+        save,
+        overwrite,
+        json,
+        stop,
+    } = run;
+    views.validate()?;
+    let count = views.count();
+    if let Some(npy) = save {
+        if !overwrite {
+            if let Some(f) = save_files(npy, &views).iter().find(|f| f.exists()) {
                 return Err(format!(
                     "--save: {} exists (give --overwrite to replace it)",
                     f.display()
@@ -140,77 +189,91 @@ pub fn run_views(run: &ViewsRun) -> Result<()> {
                 .into());
             }
         }
+        // f32 NHWC RGB: the views' u8 samples come back exactly from their values.
+        options.output = options
+            .output
+            .dtype(DType::F32)
+            .layout(Layout::Nhwc)
+            .channel_order(gpufeed::ChannelOrder::Rgb);
     }
     let started = Instant::now();
-    let mut pixels: Vec<Vec<u8>> = vec![Vec::new(); count];
-    let mut lines = Vec::new();
-    let (mut images, mut errors) = (0usize, 0usize);
-    'epochs: for epoch in 0..run.epochs {
-        let order = gpufeed::epoch_order(run.source, &run.batching, epoch);
-        for chunk in order.chunks(256) {
-            if run.stop.load(Ordering::Relaxed) {
-                break 'epochs;
-            }
-            for rendered in render_chunk(run, chunk, epoch) {
-                match rendered {
-                    Ok((views, image_lines)) => {
-                        images += 1;
-                        if run.save.is_some() {
-                            for (k, v) in views.into_iter().enumerate() {
-                                pixels[k].extend_from_slice(&v);
-                            }
-                            lines.extend(image_lines);
-                        }
-                    }
-                    Err(e) => {
-                        errors += 1;
-                        eprintln!("gpufeed: skipped {e}");
-                    }
-                }
-            }
-        }
+    // Each image's path (or id) for the jsonl, before the pipeline takes the source.
+    let names: Vec<String> = match save {
+        Some(_) => (0..source.len())
+            .map(|i| match source.path(i) {
+                Some(p) => p.display().to_string(),
+                None => source.id(i).unwrap_or_default().to_string(),
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    let mut builder = Pipeline::builder()
+        .source(source)
+        .views(views.clone())
+        .all_options(options);
+    if let Some(state) = resume {
+        builder = builder.resume(state);
     }
+    let mut pipeline = builder.build()?;
+    if let Some(why) = pipeline.cpu_fallback() {
+        eprintln!("gpufeed: views on the CPU: {why}");
+    }
+    let looping = Looping {
+        views: &views,
+        epochs,
+        save: save.is_some(),
+        stop,
+    };
+    let seen = run_epochs(&looping, &mut pipeline, &names)?;
     let seconds = started.elapsed().as_secs_f64();
+    if let Some(path) = state {
+        pipeline.state().save(path)?;
+    }
     let mut saved = Vec::new();
-    if let Some(npy) = run.save {
-        for (k, view) in pixels.iter().enumerate() {
-            let size = run.views.group_of(k).map_or(0, |g| g.size);
+    if let (Some(npy), false) = (save, seen.interrupted) {
+        for (k, view) in seen.pixels.iter().enumerate() {
+            let size = views.group_of(k).map_or(0, |g| g.size);
             let path = sibling(npy, &format!(".view{k}.npy"));
-            write_npy(&path, view, images, size)?;
+            write_npy(&path, view, seen.images, size)?;
             saved.push(path);
         }
         let path = sibling(npy, ".views.jsonl");
-        let mut text = lines.join("\n");
+        let mut text = seen.lines.join("\n");
         text.push('\n');
         std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         saved.push(path);
     }
+    let images = seen.images;
     let rate = images as f64 / seconds.max(1e-9);
-    if run.json {
+    let device = pipeline.device_description().to_string();
+    if json {
         out!(
             "{}",
             json!({
                 "images": images,
                 "views": images * count,
                 "views_per_image": count,
-                "seed": run.views.seed,
-                "errors": errors,
-                "epochs": run.epochs,
+                "seed": views.seed,
+                "errors": seen.errors,
+                "epochs": epochs,
                 "seconds": seconds,
                 "images_per_s": rate,
                 "views_per_s": rate * count as f64,
+                "device": device,
+                "interrupted": seen.interrupted,
                 "saved": saved.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
             })
         );
     } else {
         out!(
-            "{images} images, {} views ({count} each), {errors} errors in {seconds:.2} s: \
-             {rate:.1} images/s on the CPU",
-            images * count
+            "{images} images, {} views ({count} each), {} errors in {seconds:.2} s: \
+             {rate:.1} images/s on {device}",
+            images * count,
+            seen.errors
         );
         for p in &saved {
             out!("saved {}", p.display());
         }
     }
-    Ok(())
+    Ok(pipeline.options().runtime.device)
 }

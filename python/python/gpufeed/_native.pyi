@@ -78,6 +78,11 @@ class Batch:
     coordinates: Optional[Tensor]
     """With patches=: int64 (row, column) of each token's patch: [N, length, 2] or [rows, 2]."""
     tokens_per_image: Optional[list[int]]
+    views: Optional[list[Tensor]]
+    """With views=: one tensor per view group, [count, N, 3, size, size] (nchw) or
+    [count, N, size, size, 3] (nhwc), normalized, on the batch's device."""
+    view_draws: Optional[list[list[dict[str, Any]]]]
+    """With views=: for each image, what each of its views drew (box, flip, colour calls)."""
     def __len__(self) -> int: ...
 
 def draw_crop(
@@ -169,6 +174,7 @@ class Pipeline:
         tokens_per_batch: Optional[int] = None,
         packing: Optional[Literal["packed", "padded"]] = None,
         eval_preset: Optional[Literal["clip", "siglip-384", "siglip-224", "dinov2"]] = None,
+        views: Optional[Literal["dinov2", "simclr"]] = None,
     ) -> None: ...
     def __iter__(self) -> Iterator[Batch]: ...
     def __next__(self) -> Batch: ...

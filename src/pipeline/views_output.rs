@@ -1,0 +1,312 @@
+//! The output stages of a pipeline of views ([`crate::PipelineBuilder::views`]): the CPU lane
+//! writes each image's views as `u8` into their places of the staging ([`ViewLayout`]: one
+//! block `[count, batch, size, size, 3]` per group); a batch's blocks are packed to its images,
+//! then on a CUDA device uploaded from the page-locked staging ring as they lie and normalized
+//! by the normalize kernel, each group as `count * n` images, and on the CPU device normalized
+//! by the CPU rendition. Each group becomes one tensor `[count, n, 3, size, size]` (NCHW) or
+//! `[count, n, size, size, 3]` (NHWC).
+
+use std::sync::Arc;
+
+use cudarc::driver::CudaStream;
+use rayon::prelude::*;
+
+use super::output::{BatchAugment, BatchImages, DeviceWrites, Finished, OutputStage};
+use crate::cpu::{LaneViews, NormalizeTable, Staging};
+use crate::cuda::{Gpu, Normalizer, StagingRing, TouchedSlots};
+use crate::error::{Error, Result};
+use crate::options::{Device, Layout, NormalizeSpec, Options};
+use crate::tensor::{HostData, HostPool, HostTensor, Tensor};
+use crate::views::{GroupBlock, ViewColour, ViewLayout, Views};
+
+/// Where the views' colour calls run on `device`: the one place that chooses. The CPU lane
+/// applies them everywhere for now; once a device kernel takes them, a CUDA device returns
+/// [`ViewColour::Device`] here: the lane then cuts, resizes and flips, and
+/// [`CudaViewsOutput::finish`] runs the kernel on the uploaded `u8` views before the
+/// normalize. The CPU device keeps [`ViewColour::Cpu`].
+fn view_colour(device: Device) -> ViewColour {
+    match device {
+        Device::Cuda(_) | Device::Cpu => ViewColour::Cpu,
+    }
+}
+
+/// The views of a pipeline on `device` as its CPU lane makes them, for batches of up to
+/// `batch` images.
+pub(super) fn lane_views(
+    views: Option<&Arc<Views>>,
+    batch: usize,
+    device: Device,
+) -> Option<Arc<LaneViews>> {
+    views.map(|views| {
+        Arc::new(LaneViews {
+            layout: ViewLayout::new(views, batch),
+            views: views.clone(),
+            colour: view_colour(device),
+        })
+    })
+}
+
+/// Refuses `views` that are not whole, and options for one image each beside them.
+pub(super) fn check_views(views: &Views, options: &Options) -> Result<()> {
+    views.validate()?;
+    if options.patches.is_some() {
+        return Err(Error::invalid(
+            "views",
+            "views and patch sequences are two outputs: choose one",
+        ));
+    }
+    if options.augment.is_on() {
+        return Err(Error::invalid(
+            "views",
+            "the augmentations are for one image each: the views bring their own colour calls",
+        ));
+    }
+    Ok(())
+}
+
+/// The shape of group `g`'s tensor for a batch of `n` images.
+fn group_shape(g: &GroupBlock, n: usize, layout: Layout) -> Vec<usize> {
+    match layout {
+        Layout::Nchw => vec![g.count, n, 3, g.size, g.size],
+        Layout::Nhwc => vec![g.count, n, g.size, g.size, 3],
+    }
+}
+
+/// The tensor a batch's `images` holds beside its views: empty, of the batch's layout.
+fn no_images(layout: Layout) -> Tensor {
+    Tensor::Host(HostTensor::from_parts(
+        HostData::F32(Vec::new()),
+        layout.shape(0, 0, 0),
+        layout,
+    ))
+}
+
+/// Refuses images a lane wrote on the device: views come from the CPU lane alone.
+fn check_cpu_only(on_device: &dyn DeviceWrites) -> Result<()> {
+    match on_device.places().is_empty() {
+        true => Ok(()),
+        false => Err(Error::Mismatch(
+            "views are made by the CPU lane alone, yet images came from the device".into(),
+        )),
+    }
+}
+
+/// Views on a CUDA device.
+pub(super) struct CudaViewsOutput {
+    gpu: Gpu,
+    ring: StagingRing,
+    normalizer: Normalizer,
+    spec: NormalizeSpec,
+    layout: ViewLayout,
+    /// Where the views' colour calls run: on [`ViewColour::Device`] the CPU lane left them
+    /// for a kernel on the uploaded `u8` views, before the normalize.
+    colour: ViewColour,
+}
+
+impl CudaViewsOutput {
+    /// The stage on `gpu`, staging in the page-locked `staging` (slots of
+    /// `layout.slot_bytes()`).
+    pub fn open(
+        gpu: Gpu,
+        staging: TouchedSlots,
+        layout: ViewLayout,
+        spec: NormalizeSpec,
+        colour: ViewColour,
+    ) -> Result<CudaViewsOutput> {
+        let normalizer = Normalizer::new(gpu.stream())?;
+        let ring = StagingRing::new(gpu.stream(), staging)?;
+        Ok(CudaViewsOutput {
+            gpu,
+            ring,
+            normalizer,
+            spec,
+            layout,
+            colour,
+        })
+    }
+}
+
+impl OutputStage for CudaViewsOutput {
+    fn describe(&self) -> String {
+        self.gpu.describe()
+    }
+
+    fn pinned_bytes(&self) -> usize {
+        self.ring.pinned_bytes()
+    }
+
+    fn cuda_stream(&self) -> Option<Arc<CudaStream>> {
+        Some(self.gpu.stream().clone())
+    }
+
+    fn slots(&self) -> usize {
+        self.ring.len()
+    }
+
+    fn staging(&mut self, slot: usize) -> Result<Staging<'_>> {
+        Ok(Staging {
+            pixels: self.ring.slot_mut(slot)?,
+            normalized: None,
+        })
+    }
+
+    fn finish(
+        &mut self,
+        slot: usize,
+        n: usize,
+        on_device: &mut dyn DeviceWrites,
+        _augment: Option<BatchAugment<'_>>,
+        _images: &BatchImages<'_>,
+    ) -> Result<Finished> {
+        check_cpu_only(on_device)?;
+        let layout = &self.layout;
+        layout.pack(self.ring.slot_mut(slot)?, n);
+        let ranges: Vec<_> = (0..layout.groups.len())
+            .map(|g| layout.packed(g, n))
+            .collect();
+        let uploaded = ranges.iter().map(|r| r.len()).sum();
+        let input = self.ring.upload(slot, &ranges)?;
+        if self.colour == ViewColour::Device {
+            // The colour calls' kernel runs here, in place on each group's `u8` views.
+            return Err(Error::Worker(
+                "the views' colour calls have no device kernel yet".into(),
+            ));
+        }
+        let stream = self.gpu.stream();
+        let mut views = Vec::with_capacity(layout.groups.len());
+        for (g, range) in layout.groups.iter().zip(&ranges) {
+            let part = input.slice(range.clone());
+            let tensor =
+                self.normalizer
+                    .run_view(stream, &part, g.count * n, g.size, g.size, &self.spec)?;
+            let shape = group_shape(g, n, self.spec.layout);
+            views.push(Tensor::Device(tensor.reshaped(shape)?));
+        }
+        Ok(Finished {
+            images: no_images(self.spec.layout),
+            uploaded,
+            soft_labels: None,
+            patches: None,
+            views: Some(views),
+        })
+    }
+}
+
+/// Views in host memory.
+pub(super) struct HostViewsOutput {
+    pixels: Vec<u8>,
+    table: NormalizeTable,
+    /// One pool a group (each group's tensors are of one size).
+    pools: Vec<Arc<HostPool>>,
+    spec: NormalizeSpec,
+    layout: ViewLayout,
+    threads: rayon::ThreadPool,
+}
+
+impl HostViewsOutput {
+    /// The stage for batches laid out as `layout`, normalized on `threads` threads (0: one per
+    /// core), `prefetch` batches ahead.
+    pub fn new(
+        layout: ViewLayout,
+        spec: NormalizeSpec,
+        threads: usize,
+        prefetch: usize,
+    ) -> Result<HostViewsOutput> {
+        let slot_bytes = layout.slot_bytes();
+        let mut pixels = Vec::new();
+        pixels.try_reserve_exact(slot_bytes).map_err(|_| {
+            Error::invalid(
+                "batch_size",
+                format!("cannot allocate {slot_bytes} bytes of staging"),
+            )
+        })?;
+        pixels.resize(slot_bytes, 0);
+        let threads = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("gpufeed-views-{i}"))
+            .build()
+            .map_err(|e| Error::invalid("threads", format!("cannot start the threads: {e}")))?;
+        let pools = layout
+            .groups
+            .iter()
+            .map(|g| {
+                let pool = Arc::new(HostPool::default());
+                // The batches ahead, the one in use and the one being filled.
+                let len = g.count * layout.batch * g.view_bytes();
+                pool.warm(spec.dtype, len, prefetch.max(2) + 2);
+                pool
+            })
+            .collect();
+        Ok(HostViewsOutput {
+            pixels,
+            table: NormalizeTable::new(&spec),
+            pools,
+            spec,
+            layout,
+            threads,
+        })
+    }
+}
+
+impl OutputStage for HostViewsOutput {
+    fn describe(&self) -> String {
+        "CPU".into()
+    }
+
+    fn pinned_bytes(&self) -> usize {
+        0
+    }
+
+    fn cuda_stream(&self) -> Option<Arc<CudaStream>> {
+        None
+    }
+
+    fn slots(&self) -> usize {
+        1
+    }
+
+    fn staging(&mut self, _slot: usize) -> Result<Staging<'_>> {
+        Ok(Staging {
+            pixels: &mut self.pixels,
+            normalized: None,
+        })
+    }
+
+    fn finish(
+        &mut self,
+        _slot: usize,
+        n: usize,
+        on_device: &mut dyn DeviceWrites,
+        _augment: Option<BatchAugment<'_>>,
+        _images: &BatchImages<'_>,
+    ) -> Result<Finished> {
+        check_cpu_only(on_device)?;
+        let layout = &self.layout;
+        layout.pack(&mut self.pixels, n);
+        let mut views = Vec::with_capacity(layout.groups.len());
+        for (k, (g, pool)) in layout.groups.iter().zip(&self.pools).enumerate() {
+            let view = g.view_bytes();
+            let packed = &self.pixels[layout.packed(k, n)];
+            let mut data = pool.take(self.spec.dtype, packed.len());
+            let table = &self.table;
+            if view > 0 {
+                self.threads.install(|| {
+                    data.image_slots(view)
+                        .into_par_iter()
+                        .zip(packed.par_chunks(view))
+                        .for_each(|(slot, px)| table.write_image(px, slot));
+                });
+            }
+            let shape = group_shape(g, n, self.spec.layout);
+            let tensor = HostTensor::pooled(data, shape, self.spec.layout, pool);
+            views.push(Tensor::Host(tensor));
+        }
+        Ok(Finished {
+            images: no_images(self.spec.layout),
+            uploaded: 0,
+            soft_labels: None,
+            patches: None,
+            views: Some(views),
+        })
+    }
+}
