@@ -1,6 +1,6 @@
 //! `cargo bench --bench views_colour`: the views' colour calls of a batch (DINOv2's by default:
 //! 256 images, 2 views of 224 and 8 of 96 each, their drawn jitter, grayscale, blur and
-//! solarize) on the GPU (`gpufeed::cuda::ViewColour`, one launch per view size, 2 for
+//! solarize) on the GPU (`gpufeed::cuda::ViewColourKernel`, one launch per view size, 2 for
 //! DINOv2) beside `gpufeed::views::apply_view_ops` on every CPU core (rayon, one view a
 //! task). The same bytes come out of both (checked); the table gives the median time of a
 //! batch.
@@ -55,10 +55,10 @@ fn main() {
     );
     match gpu_times(&groups, repeats) {
         Ok(gpu) => {
-            row("ViewColour, GPU", gpu);
+            row("ViewColourKernel, GPU", gpu);
             println!("GPU speed-up over the CPU threads: {:.1}x", cpu / gpu);
         }
-        Err(e) => println!("ViewColour, GPU: not measured: {e}"),
+        Err(e) => println!("ViewColourKernel, GPU: not measured: {e}"),
     }
 }
 
@@ -123,7 +123,7 @@ fn cpu_times(groups: &[Group], repeats: usize) -> f64 {
 fn gpu_times(groups: &[Group], repeats: usize) -> Result<f64, Box<dyn std::error::Error>> {
     gpufeed::cuda::probe()?;
     let stream = gpufeed::cuda::new_stream(0)?;
-    let mut colour = gpufeed::cuda::ViewColour::new(&stream)?;
+    let mut colour = gpufeed::cuda::ViewColourKernel::new(&stream)?;
     let pristine = groups
         .iter()
         .map(|g| stream.clone_htod(&g.pixels))

@@ -32,7 +32,7 @@ pub(crate) use kernel_cache::KernelSource;
 pub use normalize::{NormalizeTuning, Normalizer};
 pub use patches::{PatchKernel, PlacedImage};
 pub(crate) use staging::{SlotsComing, StagingRing, TouchedSlots};
-pub use views::ViewColour;
+pub use views::ViewColourKernel;
 
 /// What a machine offers for CUDA work.
 #[derive(Debug, Clone, PartialEq, Eq)]

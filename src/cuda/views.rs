@@ -45,7 +45,7 @@ const SOLARIZE: u64 = 7;
 /// # fn main() -> gpufeed::Result<()> {
 /// use gpufeed::views::ViewOp;
 /// let stream = gpufeed::cuda::new_stream(0)?;
-/// let mut colour = gpufeed::cuda::ViewColour::new(&stream)?;
+/// let mut colour = gpufeed::cuda::ViewColourKernel::new(&stream)?;
 /// // Two 96 x 96 views, one after the other.
 /// let mut images = stream.clone_htod(&vec![128u8; 2 * 96 * 96 * 3]).expect("upload");
 /// let first = [ViewOp::Brightness(1.2), ViewOp::Blur { kernel_size: 9, sigma: 0.8 }];
@@ -55,7 +55,7 @@ const SOLARIZE: u64 = 7;
 /// # }
 /// ```
 #[derive(Debug)]
-pub struct ViewColour {
+pub struct ViewColourKernel {
     stream: Arc<CudaStream>,
     function: CudaFunction,
     /// The plan as the kernel reads it, kept between calls.
@@ -64,15 +64,15 @@ pub struct ViewColour {
     scratch: Option<CudaSlice<u8>>,
 }
 
-impl ViewColour {
+impl ViewColourKernel {
     /// The kernel for the stream's device (compiled once per device in a process, or found in
     /// the kernel cache); its launches go to `stream`.
-    pub fn new(stream: &Arc<CudaStream>) -> Result<ViewColour> {
+    pub fn new(stream: &Arc<CudaStream>) -> Result<ViewColourKernel> {
         let module = Gpu::from_stream(stream).module(&kernel_source())?;
         let function = module
             .load_function("gpufeed_views_colour")
             .map_err(|e| Error::cuda("finding the views' colour kernel", e))?;
-        Ok(ViewColour {
+        Ok(ViewColourKernel {
             stream: stream.clone(),
             function,
             words: Vec::new(),

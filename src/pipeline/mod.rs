@@ -275,7 +275,7 @@ impl Pipeline {
             .map(|order| (start, order));
         let (gpu, cpu_fallback) = starting.open_device(&mut options, |plan, options| {
             let epoch_bytes = || epoch_bytes(&source);
-            // The views' colour calls as the CPU device takes them.
+            // The views as the device takes their colour calls.
             let batch = options.batching.batch_size;
             let views = views_output::lane_views(views.as_ref(), batch, options.runtime.device);
             let sizes = Sizes { views, ..sizes };

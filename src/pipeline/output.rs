@@ -61,6 +61,8 @@ pub(crate) struct BatchImages<'a> {
     pub draws: &'a [Option<CropDraw>],
     /// The sequence length the batch is planned for (timm's patch sequences; 0 otherwise).
     pub seq_len: u32,
+    /// What each image's views drew, in a pipeline of views (empty otherwise).
+    pub view_draws: &'a [Vec<crate::views::ViewDraw>],
 }
 
 /// The augmentations of one batch, for the output stage to carry out on its pixels.

@@ -405,6 +405,7 @@ impl PatchServer {
         let images = BatchImages {
             draws: &filled.draws,
             seq_len: 0,
+            view_draws: &[],
         };
         let n = filled.indices.len();
         let mut on_device = self.lanes.device_writes(unstaged);

@@ -13,21 +13,48 @@ use rayon::prelude::*;
 
 use super::output::{BatchAugment, BatchImages, DeviceWrites, Finished, OutputStage};
 use crate::cpu::{LaneViews, NormalizeTable, Staging};
-use crate::cuda::{Gpu, Normalizer, StagingRing, TouchedSlots};
+use crate::cuda::{Gpu, Normalizer, StagingRing, TouchedSlots, ViewColourKernel};
 use crate::error::{Error, Result};
 use crate::options::{Device, Layout, NormalizeSpec, Options};
 use crate::tensor::{HostData, HostPool, HostTensor, Tensor};
-use crate::views::{GroupBlock, ViewColour, ViewLayout, Views};
+use crate::views::{GroupBlock, ViewColour, ViewDraw, ViewLayout, ViewOp, Views};
 
-/// Where the views' colour calls run on `device`: the one place that chooses. The CPU lane
-/// applies them everywhere for now; once a device kernel takes them, a CUDA device returns
-/// [`ViewColour::Device`] here: the lane then cuts, resizes and flips, and
-/// [`CudaViewsOutput::finish`] runs the kernel on the uploaded `u8` views before the
-/// normalize. The CPU device keeps [`ViewColour::Cpu`].
+/// Where the views' colour calls run on `device`: the one place that chooses. On a CUDA
+/// device the lane cuts, resizes and flips, and [`CudaViewsOutput::finish`] runs the colour
+/// kernel ([`ViewColourKernel`], the same bytes as the CPU's calls) on the uploaded `u8` views
+/// before the normalize: the blur alone is most of a view's CPU time. The CPU device applies
+/// them on the CPU lane.
 fn view_colour(device: Device) -> ViewColour {
     match device {
-        Device::Cuda(_) | Device::Cpu => ViewColour::Cpu,
+        Device::Cuda(_) => ViewColour::Device,
+        Device::Cpu => ViewColour::Cpu,
     }
+}
+
+/// The colour calls of group `group`'s views of a batch, in the group's block order: view `j`
+/// of every image, for `j` in `0..count` (`calls` is cleared and filled).
+fn group_calls<'a>(
+    view_draws: &'a [Vec<ViewDraw>],
+    group: usize,
+    count: usize,
+    calls: &mut Vec<&'a [ViewOp]>,
+) -> Result<()> {
+    calls.clear();
+    for j in 0..count {
+        for (i, draws) in view_draws.iter().enumerate() {
+            let draw = draws
+                .iter()
+                .filter(|d| d.group == group)
+                .nth(j)
+                .ok_or_else(|| {
+                    Error::Mismatch(format!(
+                        "image {i} of the batch has no view {j} of group {group}"
+                    ))
+                })?;
+            calls.push(&draw.ops);
+        }
+    }
+    Ok(())
 }
 
 /// The views of a pipeline on `device` as its CPU lane makes them, for batches of up to
@@ -98,9 +125,9 @@ pub(super) struct CudaViewsOutput {
     normalizer: Normalizer,
     spec: NormalizeSpec,
     layout: ViewLayout,
-    /// Where the views' colour calls run: on [`ViewColour::Device`] the CPU lane left them
-    /// for a kernel on the uploaded `u8` views, before the normalize.
-    colour: ViewColour,
+    /// The colour calls' kernel, where they run on the device ([`ViewColour::Device`]: the CPU
+    /// lane left them for it, on the uploaded `u8` views, before the normalize).
+    colour: Option<ViewColourKernel>,
 }
 
 impl CudaViewsOutput {
@@ -114,6 +141,10 @@ impl CudaViewsOutput {
         colour: ViewColour,
     ) -> Result<CudaViewsOutput> {
         let normalizer = Normalizer::new(gpu.stream())?;
+        let colour = match colour {
+            ViewColour::Device => Some(ViewColourKernel::new(gpu.stream())?),
+            ViewColour::Cpu => None,
+        };
         let ring = StagingRing::new(gpu.stream(), staging)?;
         Ok(CudaViewsOutput {
             gpu,
@@ -156,7 +187,7 @@ impl OutputStage for CudaViewsOutput {
         n: usize,
         on_device: &mut dyn DeviceWrites,
         _augment: Option<BatchAugment<'_>>,
-        _images: &BatchImages<'_>,
+        images: &BatchImages<'_>,
     ) -> Result<Finished> {
         check_cpu_only(on_device)?;
         let layout = &self.layout;
@@ -166,11 +197,19 @@ impl OutputStage for CudaViewsOutput {
             .collect();
         let uploaded = ranges.iter().map(|r| r.len()).sum();
         let input = self.ring.upload(slot, &ranges)?;
-        if self.colour == ViewColour::Device {
-            // The colour calls' kernel runs here, in place on each group's `u8` views.
-            return Err(Error::Worker(
-                "the views' colour calls have no device kernel yet".into(),
-            ));
+        if let Some(kernel) = self.colour.as_mut() {
+            if images.view_draws.len() != n {
+                return Err(Error::Mismatch(format!(
+                    "{} images' view draws for a batch of {n}",
+                    images.view_draws.len()
+                )));
+            }
+            let mut calls = Vec::new();
+            for (g, (group, range)) in layout.groups.iter().zip(&ranges).enumerate() {
+                group_calls(images.view_draws, g, group.count, &mut calls)?;
+                let mut part = input.slice_mut(range.clone());
+                kernel.apply(&mut part, group.size, group.size, &calls)?;
+            }
         }
         let stream = self.gpu.stream();
         let mut views = Vec::with_capacity(layout.groups.len());

@@ -490,6 +490,7 @@ impl Worker {
         let images = BatchImages {
             draws: &filled.draws,
             seq_len,
+            view_draws: &filled.view_draws,
         };
         let Finished {
             images,

@@ -151,7 +151,7 @@ fn on_the_cpu(pixels: &[u8], calls: &[&[ViewOp]], height: usize, width: usize) -
 /// poisoned (and checked untouched), with the scratch poisoned before the launch.
 fn on_the_gpu(
     stream: &Arc<CudaStream>,
-    colour: &mut ViewColour,
+    colour: &mut ViewColourKernel,
     pixels: &[u8],
     calls: &[&[ViewOp]],
     height: usize,
@@ -209,9 +209,9 @@ fn every_call_alone_is_the_cpu_renditions_byte_for_byte() {
         return;
     };
     let stream = gpu.stream().clone();
-    let mut colour = ViewColour::new(&stream).expect("compile");
+    let mut colour = ViewColourKernel::new(&stream).expect("compile");
     let ops = every_call();
-    // DINOv2's sizes, odd ones, the blur's smallest, one pixel: one ViewColour for all, its
+    // DINOv2's sizes, odd ones, the blur's smallest, one pixel: one ViewColourKernel for all, its
     // buffers growing and reused.
     for (case, &(h, w)) in [
         (96, 96),
@@ -277,7 +277,7 @@ fn the_dinov2_and_simclr_draws_are_the_cpu_renditions_byte_for_byte() {
         return;
     };
     let stream = gpu.stream().clone();
-    let mut colour = ViewColour::new(&stream).expect("compile");
+    let mut colour = ViewColourKernel::new(&stream).expect("compile");
     for (name, views, images) in [
         ("dinov2", Views::dinov2().seed(3), 40),
         ("simclr", Views::simclr().seed(5), 80),
@@ -299,7 +299,7 @@ fn views_of_photos_are_the_cpu_renditions_byte_for_byte() {
         return;
     };
     let stream = gpu.stream().clone();
-    let mut colour = ViewColour::new(&stream).expect("compile");
+    let mut colour = ViewColourKernel::new(&stream).expect("compile");
     // DINOv2's crops without their colour calls: the photos' views as they reach the calls.
     let mut plain = Views::dinov2().seed(9);
     plain
@@ -355,7 +355,7 @@ fn too_few_bytes_for_the_views_is_an_error() {
         return;
     };
     let stream = gpu.stream().clone();
-    let mut colour = ViewColour::new(&stream).expect("compile");
+    let mut colour = ViewColourKernel::new(&stream).expect("compile");
     let mut buffer = stream
         .clone_htod(&vec![0u8; 2 * 8 * 8 * 3 - 1])
         .expect("upload");
