@@ -11,6 +11,7 @@
 
 mod batch;
 mod coco;
+mod layout;
 mod mask;
 mod recipe;
 mod source;
