@@ -370,3 +370,121 @@ fn batches_equal_each_sample_transformed_whole() {
         }
     }
 }
+
+/// Whether a CUDA device is usable; without one the test says `skipped: no CUDA device` and
+/// passes, unless `GPUFEED_REQUIRE_GPU=1`.
+fn gpu_present(test: &str) -> bool {
+    match gpufeed::cuda::probe() {
+        Ok(_) => true,
+        Err(e) => {
+            assert!(
+                std::env::var("GPUFEED_REQUIRE_GPU").as_deref() != Ok("1"),
+                "GPUFEED_REQUIRE_GPU=1 but {e}"
+            );
+            eprintln!("skipped: {test}: no CUDA device ({e})");
+            false
+        }
+    }
+}
+
+/// Every device batch against the host batch of the same loader options, normalized on the host
+/// with the same affine (one `f32` fused multiply-add a value, as the kernel): images bit for
+/// bit (padding included), masks and semantic masks byte for byte, targets equal.
+fn check_device_batches(make: &dyn Fn() -> TargetLoader, output: gpufeed::OutputOptions) {
+    let mut host = make();
+    let mut device = make().device(gpufeed::Device::Cuda(0)).output(output);
+    let affine = output.affine();
+    let mut batches = 0;
+    while let Some(want) = host.next_batch() {
+        let got = device
+            .next_device_batch()
+            .expect("a device batch")
+            .expect("device batch");
+        let (n, h, w) = (want.len(), want.height as usize, want.width as usize);
+        assert_eq!(got.images.shape(), &[n, 3, h, w]);
+        let images = got.images.to_host().expect("download").to_f32_vec();
+        for i in 0..n {
+            for c in 0..3 {
+                for p in 0..h * w {
+                    let x = want.images[(i * h * w + p) * 3 + c];
+                    let v = affine.apply(c, x);
+                    let v = match output.dtype {
+                        gpufeed::DType::F16 => gpufeed::half::f16::from_f32(v).to_f32(),
+                        gpufeed::DType::BF16 => gpufeed::half::bf16::from_f32(v).to_f32(),
+                        _ => v,
+                    };
+                    let g = images[((i * 3 + c) * h * w) + p];
+                    assert_eq!(g.to_bits(), v.to_bits(), "row {i} channel {c} pixel {p}");
+                }
+            }
+        }
+        let bytes = |t: &Option<gpufeed::DeviceTensor>| -> Vec<u8> {
+            match t.as_ref().map(|t| t.to_host().expect("download")) {
+                Some(h) => match h.data() {
+                    gpufeed::HostData::U8(v) => v[..h.len()].to_vec(),
+                    other => panic!("masks of {:?}", other.dtype()),
+                },
+                None => Vec::new(),
+            }
+        };
+        let masks = bytes(&got.masks);
+        assert_eq!(masks.len(), want.masks.len());
+        assert!(masks == want.masks, "instance masks differ");
+        assert!(
+            bytes(&got.semantic) == want.semantic,
+            "semantic masks differ"
+        );
+        assert_eq!(got.targets.boxes, want.boxes);
+        assert_eq!(got.targets.offsets, want.offsets);
+        assert_eq!(got.targets.ops, want.ops);
+        batches += 1;
+    }
+    assert!(device.next_device_batch().is_none());
+    assert!(batches > 1);
+}
+
+#[test]
+fn device_batches_equal_the_host_batch_normalized() {
+    if !gpu_present("device_batches_equal_the_host_batch_normalized") {
+        return;
+    }
+    let dir = temp("device");
+    let ann = varied_coco(&dir, 9);
+    let coco = || {
+        TargetLoader::new(TargetSource::coco(&ann, &dir).unwrap())
+            .recipe(TargetRecipe::Lsj)
+            .seed(2)
+            .batch_size(4)
+    };
+    let detection = gpufeed::targets::detection_output();
+    assert_eq!(coco().default_output(), detection);
+    check_device_batches(&coco, detection);
+    check_device_batches(&coco, detection.dtype(gpufeed::DType::BF16));
+    let (images, masks) = (dir.join("seg-images"), dir.join("seg-masks"));
+    std::fs::create_dir_all(&images).unwrap();
+    std::fs::create_dir_all(&masks).unwrap();
+    for i in 0..5u32 {
+        let (w, h) = (31 + 29 * i, 70 - 9 * i);
+        write_jpeg(&images.join(format!("{i}.jpg")), w, h);
+        write_mask(&masks.join(format!("{i}.png")), w, h);
+    }
+    let seg = || {
+        TargetLoader::new(TargetSource::segmentation(&images, &masks).unwrap())
+            .recipe(TargetRecipe::SegmentationTrain)
+            .seed(1)
+            .batch_size(2)
+    };
+    let segmentation = gpufeed::targets::segmentation_output();
+    assert_eq!(seg().default_output(), segmentation);
+    check_device_batches(&seg, segmentation);
+    check_device_batches(&seg, segmentation.dtype(gpufeed::DType::F16));
+}
+
+#[test]
+fn device_batches_on_the_cpu_are_refused() {
+    let dir = temp("cpu-device");
+    let ann = varied_coco(&dir, 2);
+    let mut loader = TargetLoader::new(TargetSource::coco(&ann, &dir).unwrap());
+    let e = loader.next_device_batch().unwrap().unwrap_err().to_string();
+    assert!(e.contains("device"), "{e}");
+}

@@ -6,9 +6,10 @@
 use rayon::prelude::*;
 
 use crate::error::ItemError;
-use crate::options::DecodeOptions;
+use crate::options::{DecodeOptions, Device, OutputOptions};
 use crate::random::Draws;
 
+use super::device::{detection_output, segmentation_output, DeviceTargetBatch, TargetUpload};
 use super::layout::Layout;
 use super::transform;
 use super::{JointOp, Sample, TargetRecipe, TargetSource};
@@ -266,6 +267,9 @@ pub struct TargetLoader {
     position: usize,
     report: TargetReport,
     spare: Spare,
+    device: Device,
+    output: Option<OutputOptions>,
+    upload: Option<TargetUpload>,
 }
 
 impl TargetLoader {
@@ -287,6 +291,9 @@ impl TargetLoader {
             position: 0,
             report: TargetReport::default(),
             spare: Spare::default(),
+            device: Device::Cpu,
+            output: None,
+            upload: None,
         };
         loader.plan_epoch();
         loader
@@ -442,6 +449,69 @@ impl TargetLoader {
             };
         }
         Some(batch)
+    }
+
+    /// Where [`TargetLoader::next_device_batch`] puts the batches: `Device::Cuda(n)` (the
+    /// default, `Device::Cpu`, keeps them in host memory: [`TargetLoader::next_batch`]).
+    pub fn device(mut self, device: Device) -> TargetLoader {
+        self.device = device;
+        self.upload = None;
+        self
+    }
+
+    /// How the images are normalized on the device (dtype, mean, std; the layout is NCHW).
+    /// Default: [`TargetLoader::default_output`].
+    pub fn output(mut self, output: OutputOptions) -> TargetLoader {
+        self.output = Some(output);
+        self.upload = None;
+        self
+    }
+
+    /// The device output of this loader's recipe unless [`TargetLoader::output`] says
+    /// otherwise: `f32`, scaled to `[0, 1]` for the detection recipes (torchvision's detection
+    /// models normalize inside), ImageNet's mean and std for the segmentation recipes.
+    pub fn default_output(&self) -> OutputOptions {
+        match self.recipe {
+            TargetRecipe::SegmentationTrain | TargetRecipe::SegmentationEval => {
+                segmentation_output()
+            }
+            _ if self.source.coco_file().is_none() => segmentation_output(),
+            _ => detection_output(),
+        }
+    }
+
+    /// The epoch's next batch on the CUDA device of [`TargetLoader::device`]: the images
+    /// normalized there, the masks as `u8` tensors; `None` at the epoch's end. The device is
+    /// opened at the first call. An error when the device is the CPU or cannot be used.
+    pub fn next_device_batch(&mut self) -> Option<crate::Result<DeviceTargetBatch>> {
+        let Device::Cuda(ordinal) = self.device else {
+            return Some(Err(crate::Error::invalid(
+                "device",
+                "next_device_batch needs device(Device::Cuda(n))",
+            )));
+        };
+        if self.upload.is_none() {
+            let output = self.output.unwrap_or_else(|| self.default_output());
+            match TargetUpload::open(ordinal, &output) {
+                Ok(u) => self.upload = Some(u),
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        let batch = self.next_batch()?;
+        let instance = self.source.coco_file().is_some_and(|c| c.has_masks());
+        let upload = self.upload.as_mut()?;
+        Some(
+            upload
+                .upload(batch, instance)
+                .map(|(device, [images, masks, semantic])| {
+                    self.spare = Spare {
+                        images,
+                        masks,
+                        semantic,
+                    };
+                    device
+                }),
+        )
     }
 
     /// Gives a handed-out batch's buffers back for the next batches to fill (no allocation per
