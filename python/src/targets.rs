@@ -157,10 +157,7 @@ impl TargetLoader {
         };
         let batch = batch.map_err(to_py_err)?;
         let tensor = |t: gpufeed::DeviceTensor| {
-            Py::new(
-                py,
-                Tensor::new(Arc::new(gpufeed::Tensor::Device(t))),
-            )
+            Py::new(py, Tensor::new(Arc::new(gpufeed::Tensor::Device(t))))
         };
         let images = tensor(batch.images)?;
         let masks = PyDict::new(py);
