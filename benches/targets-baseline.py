@@ -11,6 +11,9 @@ usage: python3 benches/targets-baseline.py IMAGES (--coco FILE | --masks DIR)
            [--recipe lsj|hflip|multiscale|ssdlite|train|eval] [--workers 16] [--batch-size 16]
            [--gpufeed target/release/gpufeed]
 
+With --workers 0 the loop runs on one torch thread and also prints images per CPU second (the
+per-core comparison; time gpufeed with RAYON_NUM_THREADS=1 and /usr/bin/time).
+
 `lsj`'s FixedSizeCrop lives in torchvision's reference scripts, not in the package: the baseline
 runs v2's RandomCrop(1024, pad_if_needed=True) in its place (the same work: a crop and a pad).
 """
@@ -79,11 +82,17 @@ def main():
         data = Pairs(a.images, a.masks, v2.Compose(steps))
     loader = torch.utils.data.DataLoader(data, batch_size=a.batch_size, num_workers=a.workers,
                                          collate_fn=lambda b: tuple(zip(*b)))
-    start, n = time.perf_counter(), 0
+    if a.workers == 0:
+        torch.set_num_threads(1)
+    start, cpu, n = time.perf_counter(), time.process_time(), 0
     for images, _ in loader:
         n += len(images)
     torch_rate = n / (time.perf_counter() - start)
     print(f"torchvision DataLoader ({a.workers} workers): {n} images, {torch_rate:.1f} images/s")
+    if a.workers == 0:
+        # One process on one thread: its CPU seconds, to compare per core with
+        # `RAYON_NUM_THREADS=1 /usr/bin/time gpufeed targets ...`.
+        print(f"  {n / (time.process_time() - cpu):.1f} images per CPU second")
 
     args = [a.gpufeed, "targets", a.images, "--batch-size", str(a.batch_size), "--json"]
     if a.coco:

@@ -56,6 +56,7 @@ fn bits(tensor: &Tensor) -> Vec<u64> {
         gpufeed::HostData::BF16(v) => v.iter().map(|x| u64::from(x.to_bits())).collect(),
         gpufeed::HostData::I32(v) => v.iter().map(|&x| x as u64).collect(),
         gpufeed::HostData::I64(v) => v.iter().map(|&x| x as u64).collect(),
+        gpufeed::HostData::U8(v) => v.iter().map(|&x| u64::from(x)).collect(),
     }
 }
 

@@ -218,3 +218,273 @@ fn batches_do_not_depend_on_the_thread_count() {
         (want.indices, want.images, want.ops)
     );
 }
+
+/// A COCO set of `n` images of varied sizes with polygon and RLE objects under `dir`.
+fn varied_coco(dir: &Path, n: u32) -> std::path::PathBuf {
+    let (mut images, mut annotations) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        let (w, h) = (23 + 41 * (i % 5), 90 - 13 * (i % 4));
+        write_jpeg(&dir.join(format!("{i}.jpg")), w, h);
+        images.push(format!(
+            r#"{{"id": {i}, "file_name": "{i}.jpg", "width": {w}, "height": {h}}}"#
+        ));
+        let (x, y) = (i % 7, i % 5);
+        annotations.push(format!(
+            r#"{{"id": {}, "image_id": {i}, "category_id": 1, "bbox": [{x}, {y}, 15, 12],
+                "segmentation": [[{x}, {y}, {}, {y}, {}, {}]]}}"#,
+            2 * i,
+            x + 15,
+            x + 7,
+            y + 12
+        ));
+        let runs = [w * 3 + 2, w * 4, h * w - w * 7 - 2];
+        annotations.push(format!(
+            r#"{{"id": {}, "image_id": {i}, "category_id": 2, "bbox": [3, 2, 4, 9],
+                "segmentation": {{"size": [{h}, {w}], "counts": {runs:?}}}}}"#,
+            2 * i + 1
+        ));
+    }
+    let ann = dir.join("ann.json");
+    std::fs::write(
+        &ann,
+        format!(
+            r#"{{"images": [{}], "annotations": [{}], "categories": [{{"id": 1}}, {{"id": 2}}]}}"#,
+            images.join(","),
+            annotations.join(",")
+        ),
+    )
+    .unwrap();
+    ann
+}
+
+/// Each row of `batch` against its sample loaded and transformed whole (`Sample::apply`), laid
+/// in the top-left corner of the padded planes, the padding `pad` (images), 0 (instance masks)
+/// and 255 (semantic masks).
+fn check_rows_against_whole(source: &TargetSource, batch: &gpufeed::targets::TargetBatch, pad: u8) {
+    let (hu, wu) = (batch.height as usize, batch.width as usize);
+    for (row, &index) in batch.indices.iter().enumerate() {
+        let mut s = source.load(index, &Default::default()).unwrap();
+        s.apply(&batch.ops[row]).unwrap();
+        let (h, w) = (s.height as usize, s.width as usize);
+        assert_eq!(batch.sizes[row], (s.height, s.width));
+        assert_eq!(batch.row_boxes(row), &s.boxes[..], "row {row}");
+        let image = &batch.images[row * hu * wu * 3..(row + 1) * hu * wu * 3];
+        for y in 0..hu {
+            let got = &image[y * wu * 3..(y + 1) * wu * 3];
+            if y < h {
+                assert_eq!(
+                    &got[..w * 3],
+                    &s.pixels[y * w * 3..(y + 1) * w * 3],
+                    "row {row} y {y} {:?}",
+                    batch.ops[row]
+                );
+                assert!(got[w * 3..].iter().all(|&v| v == pad));
+            } else {
+                assert!(got.iter().all(|&v| v == pad));
+            }
+        }
+        let mut planes: Vec<(&[u8], &[u8], u8)> = Vec::new();
+        let first = batch.offsets[row];
+        for p in 0..s.masks.count {
+            let got = &batch.masks[(first + p) * hu * wu..(first + p + 1) * hu * wu];
+            planes.push((got, &s.masks.data[p * h * w..(p + 1) * h * w], 0));
+        }
+        if s.semantic.count > 0 {
+            planes.push((
+                &batch.semantic[row * hu * wu..(row + 1) * hu * wu],
+                &s.semantic.data,
+                255,
+            ));
+        }
+        for (got, want, fill) in planes {
+            for y in 0..hu {
+                let g = &got[y * wu..(y + 1) * wu];
+                if y < h {
+                    assert_eq!(&g[..w], &want[y * w..(y + 1) * w], "row {row} mask y {y}");
+                    assert!(g[w..].iter().all(|&v| v == fill));
+                } else {
+                    assert!(g.iter().all(|&v| v == fill));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn batches_equal_each_sample_transformed_whole() {
+    let dir = temp("whole");
+    let ann = varied_coco(&dir, 10);
+    let recipes = [
+        TargetRecipe::Plain,
+        TargetRecipe::Hflip,
+        TargetRecipe::Lsj,
+        TargetRecipe::Multiscale,
+        TargetRecipe::Ssd,
+        TargetRecipe::Ssdlite,
+        TargetRecipe::Letterbox {
+            width: 96,
+            height: 64,
+            fill: 114,
+        },
+    ];
+    for recipe in recipes {
+        for seed in 0..3 {
+            let mut loader = TargetLoader::new(TargetSource::coco(&ann, &dir).unwrap())
+                .recipe(recipe)
+                .seed(seed)
+                .pad_fill(7)
+                .batch_size(4);
+            while let Some(batch) = loader.next_batch() {
+                assert!(batch.skipped.is_empty(), "{:?}", batch.skipped);
+                check_rows_against_whole(loader.source(), &batch, 7);
+                // The buffers come back poisoned: the next batch must write every byte.
+                let mut spent = batch;
+                spent.images.fill(0xAB);
+                spent.masks.fill(0xAB);
+                loader.recycle(spent);
+            }
+        }
+    }
+    let (images, masks) = (dir.join("seg-images"), dir.join("seg-masks"));
+    std::fs::create_dir_all(&images).unwrap();
+    std::fs::create_dir_all(&masks).unwrap();
+    for i in 0..6u32 {
+        let (w, h) = (31 + 29 * i, 70 - 9 * i);
+        write_jpeg(&images.join(format!("{i}.jpg")), w, h);
+        write_mask(&masks.join(format!("{i}.png")), w, h);
+    }
+    for recipe in [
+        TargetRecipe::SegmentationTrain,
+        TargetRecipe::SegmentationEval,
+    ] {
+        let mut loader = TargetLoader::new(TargetSource::segmentation(&images, &masks).unwrap())
+            .recipe(recipe)
+            .seed(1)
+            .batch_size(3);
+        while let Some(batch) = loader.next_batch() {
+            check_rows_against_whole(loader.source(), &batch, 0);
+            let mut spent = batch;
+            spent.images.fill(0xAB);
+            spent.semantic.fill(0xAB);
+            loader.recycle(spent);
+        }
+    }
+}
+
+/// Whether a CUDA device is usable; without one the test says `skipped: no CUDA device` and
+/// passes, unless `GPUFEED_REQUIRE_GPU=1`.
+fn gpu_present(test: &str) -> bool {
+    match gpufeed::cuda::probe() {
+        Ok(_) => true,
+        Err(e) => {
+            assert!(
+                std::env::var("GPUFEED_REQUIRE_GPU").as_deref() != Ok("1"),
+                "GPUFEED_REQUIRE_GPU=1 but {e}"
+            );
+            eprintln!("skipped: {test}: no CUDA device ({e})");
+            false
+        }
+    }
+}
+
+/// Every device batch against the host batch of the same loader options, normalized on the host
+/// with the same affine (one `f32` fused multiply-add a value, as the kernel): images bit for
+/// bit (padding included), masks and semantic masks byte for byte, targets equal.
+fn check_device_batches(make: &dyn Fn() -> TargetLoader, output: gpufeed::OutputOptions) {
+    let mut host = make();
+    let mut device = make().device(gpufeed::Device::Cuda(0)).output(output);
+    let affine = output.affine();
+    let mut batches = 0;
+    while let Some(want) = host.next_batch() {
+        let got = device
+            .next_device_batch()
+            .expect("a device batch")
+            .expect("device batch");
+        let (n, h, w) = (want.len(), want.height as usize, want.width as usize);
+        assert_eq!(got.images.shape(), &[n, 3, h, w]);
+        let images = got.images.to_host().expect("download").to_f32_vec();
+        for i in 0..n {
+            for c in 0..3 {
+                for p in 0..h * w {
+                    let x = want.images[(i * h * w + p) * 3 + c];
+                    let v = affine.apply(c, x);
+                    let v = match output.dtype {
+                        gpufeed::DType::F16 => gpufeed::half::f16::from_f32(v).to_f32(),
+                        gpufeed::DType::BF16 => gpufeed::half::bf16::from_f32(v).to_f32(),
+                        _ => v,
+                    };
+                    let g = images[((i * 3 + c) * h * w) + p];
+                    assert_eq!(g.to_bits(), v.to_bits(), "row {i} channel {c} pixel {p}");
+                }
+            }
+        }
+        let bytes = |t: &Option<gpufeed::DeviceTensor>| -> Vec<u8> {
+            match t.as_ref().map(|t| t.to_host().expect("download")) {
+                Some(h) => match h.data() {
+                    gpufeed::HostData::U8(v) => v[..h.len()].to_vec(),
+                    other => panic!("masks of {:?}", other.dtype()),
+                },
+                None => Vec::new(),
+            }
+        };
+        let masks = bytes(&got.masks);
+        assert_eq!(masks.len(), want.masks.len());
+        assert!(masks == want.masks, "instance masks differ");
+        assert!(
+            bytes(&got.semantic) == want.semantic,
+            "semantic masks differ"
+        );
+        assert_eq!(got.targets.boxes, want.boxes);
+        assert_eq!(got.targets.offsets, want.offsets);
+        assert_eq!(got.targets.ops, want.ops);
+        batches += 1;
+    }
+    assert!(device.next_device_batch().is_none());
+    assert!(batches > 1);
+}
+
+#[test]
+fn device_batches_equal_the_host_batch_normalized() {
+    if !gpu_present("device_batches_equal_the_host_batch_normalized") {
+        return;
+    }
+    let dir = temp("device");
+    let ann = varied_coco(&dir, 9);
+    let coco = || {
+        TargetLoader::new(TargetSource::coco(&ann, &dir).unwrap())
+            .recipe(TargetRecipe::Lsj)
+            .seed(2)
+            .batch_size(4)
+    };
+    let detection = gpufeed::targets::detection_output();
+    assert_eq!(coco().default_output(), detection);
+    check_device_batches(&coco, detection);
+    check_device_batches(&coco, detection.dtype(gpufeed::DType::BF16));
+    let (images, masks) = (dir.join("seg-images"), dir.join("seg-masks"));
+    std::fs::create_dir_all(&images).unwrap();
+    std::fs::create_dir_all(&masks).unwrap();
+    for i in 0..5u32 {
+        let (w, h) = (31 + 29 * i, 70 - 9 * i);
+        write_jpeg(&images.join(format!("{i}.jpg")), w, h);
+        write_mask(&masks.join(format!("{i}.png")), w, h);
+    }
+    let seg = || {
+        TargetLoader::new(TargetSource::segmentation(&images, &masks).unwrap())
+            .recipe(TargetRecipe::SegmentationTrain)
+            .seed(1)
+            .batch_size(2)
+    };
+    let segmentation = gpufeed::targets::segmentation_output();
+    assert_eq!(seg().default_output(), segmentation);
+    check_device_batches(&seg, segmentation);
+    check_device_batches(&seg, segmentation.dtype(gpufeed::DType::F16));
+}
+
+#[test]
+fn device_batches_on_the_cpu_are_refused() {
+    let dir = temp("cpu-device");
+    let ann = varied_coco(&dir, 2);
+    let mut loader = TargetLoader::new(TargetSource::coco(&ann, &dir).unwrap());
+    let e = loader.next_device_batch().unwrap().unwrap_err().to_string();
+    assert!(e.contains("device"), "{e}");
+}

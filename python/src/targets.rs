@@ -2,13 +2,14 @@
 //! images (a padded NumPy array and each row's valid size) and a list of dicts like the ones
 //! torchvision's detection models take (`boxes`, `labels`, `masks`, ...).
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use gpufeed::targets::{TargetBatch, TargetRecipe, TargetSource};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
+use crate::tensor::Tensor;
 use crate::to_py_err;
 
 /// Batches of samples with targets: a COCO instances file (``coco=``) beside the image folder,
@@ -22,9 +23,18 @@ use crate::to_py_err;
 /// segmentations), ``semantic`` (uint8 ``[h, w]``, segmentation), ``keypoints``, ``size``
 /// (the valid ``(h, w)``), ``index``, ``id``, ``ops`` (the calls drawn) and ``inverse``
 /// (``(ax, bx, ay, by)``: output ``x = ax * x0 + bx`` of original ``x0``).
+///
+/// With ``device="cuda:0"`` the batches are made on that GPU: ``images`` a ``gpufeed.Tensor``
+/// ``[N, 3, H, W]`` (DLPack, ``torch.from_dlpack``) normalized there in ``dtype`` (default
+/// ``float32``) with ``mean`` and ``std`` (default: ``[0, 1]`` scaling for COCO, ImageNet's
+/// for segmentation pairs), and the targets' dicts without ``masks`` and ``semantic``; the
+/// masks come third: ``(images, targets, masks)``, ``masks`` a dict of ``instance`` (uint8
+/// ``[objects, H, W]``, row ``i``'s objects from ``targets[i]["mask_offset"]``) and
+/// ``semantic`` (uint8 ``[N, H, W]``, padding 255), each a ``gpufeed.Tensor`` or ``None``.
 #[pyclass(module = "gpufeed", frozen)]
 pub struct TargetLoader {
     inner: Mutex<gpufeed::targets::TargetLoader>,
+    on_device: bool,
 }
 
 fn lock(
@@ -37,7 +47,8 @@ fn lock(
 impl TargetLoader {
     #[new]
     #[pyo3(signature = (images, *, coco=None, masks=None, recipe="none", seed=0, batch_size=8,
-                        shuffle=false, size_divisible=32, rank=0, world=1))]
+                        shuffle=false, size_divisible=32, rank=0, world=1, device=None,
+                        dtype=None, mean=None, std=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         images: std::path::PathBuf,
@@ -50,6 +61,10 @@ impl TargetLoader {
         size_divisible: u32,
         rank: usize,
         world: usize,
+        device: Option<String>,
+        dtype: Option<String>,
+        mean: Option<[f32; 3]>,
+        std: Option<[f32; 3]>,
     ) -> PyResult<TargetLoader> {
         let recipe = TargetRecipe::parse(recipe).ok_or_else(|| {
             PyValueError::new_err(format!(
@@ -73,8 +88,27 @@ impl TargetLoader {
             .batch_size(batch_size)
             .size_divisible(size_divisible)
             .shard(rank, world);
+        let device: gpufeed::Device = match device.as_deref() {
+            None => gpufeed::Device::Cpu,
+            Some(name) => name
+                .parse()
+                .map_err(|e: gpufeed::ParseOptionError| PyValueError::new_err(e.to_string()))?,
+        };
+        let on_device = matches!(device, gpufeed::Device::Cuda(_));
+        let mut output = loader.default_output();
+        if let Some(name) = dtype {
+            let dtype: gpufeed::DType = name
+                .parse()
+                .map_err(|e: gpufeed::ParseOptionError| PyValueError::new_err(e.to_string()))?;
+            output = output.dtype(dtype);
+        }
+        if mean.is_some() || std.is_some() {
+            output = output.mean_std(mean.unwrap_or(output.mean), std.unwrap_or(output.std));
+        }
+        let loader = loader.device(device).output(output);
         Ok(TargetLoader {
             inner: Mutex::new(loader),
+            on_device,
         })
     }
 
@@ -83,6 +117,9 @@ impl TargetLoader {
     }
 
     fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        if self.on_device {
+            return self.next_on_device(py);
+        }
         let batch = py.detach(|| lock(&self.inner).next_batch());
         let Some(batch) = batch else {
             lock(&self.inner).next_epoch();
@@ -110,6 +147,27 @@ impl TargetLoader {
     }
 }
 
+impl TargetLoader {
+    /// The next batch on the device: `(images, targets, masks)`.
+    fn next_on_device<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let batch = py.detach(|| lock(&self.inner).next_device_batch());
+        let Some(batch) = batch else {
+            lock(&self.inner).next_epoch();
+            return Ok(None);
+        };
+        let batch = batch.map_err(to_py_err)?;
+        let tensor = |t: gpufeed::DeviceTensor| {
+            Py::new(py, Tensor::new(Arc::new(gpufeed::Tensor::Device(t))))
+        };
+        let images = tensor(batch.images)?;
+        let masks = PyDict::new(py);
+        masks.set_item("instance", batch.masks.map(tensor).transpose()?)?;
+        masks.set_item("semantic", batch.semantic.map(tensor).transpose()?)?;
+        let (_, targets) = batch_parts(py, &batch.targets, false)?;
+        Ok(Some((images, targets, masks).into_pyobject(py)?.into_any()))
+    }
+}
+
 /// A NumPy array of `dtype` and `shape` over `bytes` (copied into a Python bytes object).
 fn array<'py>(
     py: Python<'py>,
@@ -126,8 +184,23 @@ fn array<'py>(
 }
 
 fn batch_to_python<'py>(py: Python<'py>, b: &TargetBatch) -> PyResult<Bound<'py, PyAny>> {
+    let (images, targets) = batch_parts(py, b, true)?;
+    Ok((images, targets).into_pyobject(py)?.into_any())
+}
+
+/// The images as a NumPy array (when `host`, else `None`) and the list of one dict a row (with
+/// the masks' host arrays when `host`, with each row's first instance plane `mask_offset`
+/// always).
+fn batch_parts<'py>(
+    py: Python<'py>,
+    b: &TargetBatch,
+    host: bool,
+) -> PyResult<(Option<Bound<'py, PyAny>>, Bound<'py, PyList>)> {
     let (h, w) = (b.height as usize, b.width as usize);
-    let images = array(py, &b.images, "uint8", vec![b.len(), h, w, 3])?;
+    let images = match host {
+        true => Some(array(py, &b.images, "uint8", vec![b.len(), h, w, 3])?),
+        false => None,
+    };
     let targets = PyList::empty(py);
     for row in 0..b.len() {
         let (o0, o1) = (b.offsets[row], b.offsets[row + 1]);
@@ -148,7 +221,8 @@ fn batch_to_python<'py>(py: Python<'py>, b: &TargetBatch) -> PyResult<Bound<'py,
             "iscrowd",
             array(py, &b.crowd[o0..o1], "uint8", vec![o1 - o0])?,
         )?;
-        if b.masks.len() == b.boxes.len() * h * w {
+        d.set_item("mask_offset", o0)?;
+        if host && b.masks.len() == b.boxes.len() * h * w {
             let mut planes = Vec::with_capacity((o1 - o0) * vh * vw);
             for p in o0..o1 {
                 let plane = &b.masks[p * h * w..(p + 1) * h * w];
@@ -158,7 +232,7 @@ fn batch_to_python<'py>(py: Python<'py>, b: &TargetBatch) -> PyResult<Bound<'py,
             }
             d.set_item("masks", array(py, &planes, "uint8", vec![o1 - o0, vh, vw])?)?;
         }
-        if !b.semantic.is_empty() {
+        if host && !b.semantic.is_empty() {
             let plane = &b.semantic[row * h * w..(row + 1) * h * w];
             let mut valid = Vec::with_capacity(vh * vw);
             for y in 0..vh {
@@ -186,5 +260,5 @@ fn batch_to_python<'py>(py: Python<'py>, b: &TargetBatch) -> PyResult<Bound<'py,
         d.set_item("inverse", (m.ax, m.bx, m.ay, m.by))?;
         targets.append(d)?;
     }
-    Ok((images, targets).into_pyobject(py)?.into_any())
+    Ok((images, targets))
 }

@@ -143,6 +143,7 @@ impl Tensor {
             gpufeed::DType::BF16 => "bfloat16",
             gpufeed::DType::I32 => "int32",
             gpufeed::DType::I64 => "int64",
+            gpufeed::DType::U8 => "uint8",
             _ => "float32",
         }
     }

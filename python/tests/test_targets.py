@@ -337,3 +337,35 @@ def test_python_loader_gives_torchvision_style_targets(tmp_path):
     assert loader.report()["skipped"] == []
     with pytest.raises(ValueError, match="recipe"):
         gpufeed.TargetLoader(str(data / "images"), coco=str(ann), recipe="nope")
+
+
+def test_python_loader_on_the_gpu_matches_the_host_batch(tmp_path):
+    """`TargetLoader(..., device="cuda:0")`: the images normalized on the GPU equal the host
+    batch scaled on the host (f32, detection's default [0, 1]); the masks on the GPU equal the
+    host masks laid out at the padded size; the targets the same."""
+    gpufeed = pytest.importorskip("gpufeed", reason="the gpufeed package is not installed")
+    from conftest import cuda_torch
+
+    cuda = cuda_torch()
+    rng = np.random.default_rng(63)
+    data = tmp_path / "data"
+    data.mkdir()
+    ann = make_coco(data, rng, n=7)
+    args = dict(coco=str(ann), recipe="lsj", seed=4, batch_size=3)
+    host = gpufeed.TargetLoader(str(data / "images"), **args)
+    device = gpufeed.TargetLoader(str(data / "images"), device="cuda:0", **args)
+    batches = 0
+    for (images, targets), (gimages, gtargets, gmasks) in zip(host, device):
+        x = cuda.from_dlpack(gimages)
+        assert x.dtype == cuda.float32 and x.is_cuda
+        want = cuda.from_numpy(images).permute(0, 3, 1, 2).float().mul_(1.0 / 255.0)
+        assert cuda.equal(x.cpu(), want)
+        masks = cuda.from_dlpack(gmasks["instance"]).cpu().numpy()
+        for i, (t, g) in enumerate(zip(targets, gtargets)):
+            np.testing.assert_array_equal(t["boxes"], g["boxes"])
+            h, w = t["size"]
+            o = g["mask_offset"]
+            np.testing.assert_array_equal(masks[o : o + len(t["labels"]), :h, :w], t["masks"])
+        assert gmasks["semantic"] is None
+        batches += 1
+    assert batches == 3

@@ -259,7 +259,7 @@ pub(crate) fn mix_normalize(
         HostData::F16(out) => write_rows(out, n, hw, spec, &value, f16::from_f32),
         HostData::BF16(out) => write_rows(out, n, hw, spec, &value, bf16::from_f32),
         // The pipeline's options refuse an integer output.
-        HostData::I32(_) | HostData::I64(_) => {}
+        HostData::I32(_) | HostData::I64(_) | HostData::U8(_) => {}
     }
 }
 

@@ -212,7 +212,9 @@ impl DeviceAugmenter {
             DeviceData::F32(s) => b.arg(s),
             DeviceData::F16(s) => b.arg(s),
             DeviceData::BF16(s) => b.arg(s),
-            DeviceData::I32(_) | DeviceData::I64(_) => return Err(spec.dtype.not_an_output()),
+            DeviceData::I32(_) | DeviceData::I64(_) | DeviceData::U8(_) => {
+                return Err(spec.dtype.not_an_output())
+            }
         };
         b.arg(&pixels_u)
             .arg(&hw_u)
@@ -521,7 +523,7 @@ mod tests {
                             DeviceData::F32(s) => {
                                 stream.memcpy_htod(&vec![f32::from_bits(u32::MAX); len], s)
                             }
-                            DeviceData::I32(_) | DeviceData::I64(_) => {
+                            DeviceData::I32(_) | DeviceData::I64(_) | DeviceData::U8(_) => {
                                 unreachable!("the dtypes tried are floats")
                             }
                         }

@@ -242,7 +242,9 @@ impl Normalizer {
             DeviceData::F32(s) => shape.launch(stream, entries, input, s),
             DeviceData::F16(s) => shape.launch(stream, entries, input, s),
             DeviceData::BF16(s) => shape.launch(stream, entries, input, s),
-            DeviceData::I32(_) | DeviceData::I64(_) => Err(out.dtype().not_an_output()),
+            DeviceData::I32(_) | DeviceData::I64(_) | DeviceData::U8(_) => {
+                Err(out.dtype().not_an_output())
+            }
         }
     }
 }
@@ -351,6 +353,7 @@ mod tests {
             DeviceData::F32(s) => stream.memcpy_htod(&vec![f32::from_bits(u32::MAX); len], s),
             DeviceData::I32(s) => stream.memcpy_htod(&vec![i32::MIN; len], s),
             DeviceData::I64(s) => stream.memcpy_htod(&vec![i64::MIN; len], s),
+            DeviceData::U8(s) => stream.memcpy_htod(&vec![0xA5u8; len], s),
         }
         .expect("poisoning the output");
     }

@@ -145,7 +145,9 @@ impl PatchKernel {
             DeviceData::F32(s) => b.arg(s),
             DeviceData::F16(s) => b.arg(s),
             DeviceData::BF16(s) => b.arg(s),
-            DeviceData::I32(_) | DeviceData::I64(_) => return Err(out.dtype().not_an_output()),
+            DeviceData::I32(_) | DeviceData::I64(_) | DeviceData::U8(_) => {
+                return Err(out.dtype().not_an_output())
+            }
         };
         b.arg(&patch)
             .arg(&merge)

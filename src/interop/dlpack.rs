@@ -67,6 +67,8 @@ pub const DEVICE_CUDA: i32 = 2;
 
 /// `kDLInt`.
 pub const CODE_INT: u8 = 0;
+/// `kDLUInt`.
+pub const CODE_UINT: u8 = 1;
 /// `kDLFloat`.
 pub const CODE_FLOAT: u8 = 2;
 /// `kDLBfloat`.
@@ -91,7 +93,7 @@ pub struct DLDevice {
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DLDataType {
-    /// `DLDataTypeCode`: [`CODE_FLOAT`], [`CODE_BFLOAT`] or [`CODE_INT`] here.
+    /// `DLDataTypeCode`: [`CODE_FLOAT`], [`CODE_BFLOAT`], [`CODE_INT`] or [`CODE_UINT`] here.
     pub code: u8,
     /// Bits per element.
     pub bits: u8,
@@ -270,6 +272,7 @@ fn data_type(dtype: DType) -> DLDataType {
         DType::F32 => (CODE_FLOAT, 32),
         DType::I32 => (CODE_INT, 32),
         DType::I64 => (CODE_INT, 64),
+        DType::U8 => (CODE_UINT, 8),
     };
     DLDataType {
         code,
@@ -495,6 +498,7 @@ mod tests {
             DType::F32 => HostData::F32((0..n).map(|i| i as f32).collect()),
             DType::I32 => HostData::I32((0..n).map(|i| i as i32).collect()),
             DType::I64 => HostData::I64((0..n).map(|i| i as i64).collect()),
+            DType::U8 => HostData::U8((0..n).map(|i| i as u8).collect()),
         };
         let tensor = HostTensor::new(data, [2, 3, 4, 5], Layout::Nchw).expect("shape");
         Arc::new(Tensor::Host(tensor))
@@ -502,7 +506,15 @@ mod tests {
 
     #[test]
     fn host_export_describes_the_tensor_and_keeps_it_alive() {
-        for dtype in [DType::F16, DType::BF16, DType::F32, DType::I32, DType::I64] {
+        let all = [
+            DType::F16,
+            DType::BF16,
+            DType::F32,
+            DType::I32,
+            DType::I64,
+            DType::U8,
+        ];
+        for dtype in all {
             let tensor = host(dtype);
             let export = export_versioned(&tensor, &ConsumerStream::unordered()).expect("export");
             assert_eq!(Arc::strong_count(&tensor), 2);
@@ -540,6 +552,7 @@ mod tests {
                 DType::F32 => 119f32.to_le_bytes().to_vec(),
                 DType::I32 => 119i32.to_le_bytes().to_vec(),
                 DType::I64 => 119i64.to_le_bytes().to_vec(),
+                DType::U8 => vec![119u8],
             };
             assert_eq!(last, want.as_slice());
             drop(export);

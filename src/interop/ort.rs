@@ -76,6 +76,9 @@ fn host_input(t: &HostTensor) -> Result<SessionInputValue<'_>> {
                 .map(|r| r.into_dyn().into()),
             HostData::I64(v) => TensorRef::<i64>::from_array_view((shape, v.as_slice()))
                 .map(|r| r.into_dyn().into()),
+            HostData::U8(v) => {
+                TensorRef::<u8>::from_array_view((shape, v.as_slice())).map(|r| r.into_dyn().into())
+            }
         };
     value.map_err(|e| fail("a host batch", e))
 }
@@ -106,6 +109,8 @@ fn device_input(t: &DeviceTensor) -> Result<SessionInputValue<'_>> {
                 DeviceData::I32(_) => TensorRefMut::<i32>::from_raw(memory, address, shape)
                     .map(|r| r.into_dyn().into()),
                 DeviceData::I64(_) => TensorRefMut::<i64>::from_raw(memory, address, shape)
+                    .map(|r| r.into_dyn().into()),
+                DeviceData::U8(_) => TensorRefMut::<u8>::from_raw(memory, address, shape)
                     .map(|r| r.into_dyn().into()),
             }
         };

@@ -27,6 +27,8 @@ pub enum DType {
     I32,
     /// 64-bit signed integers (grids, spatial shapes, patch coordinates).
     I64,
+    /// Unsigned bytes (dense targets' masks).
+    U8,
 }
 
 named_choices!(
@@ -38,6 +40,7 @@ named_choices!(
         (DType::F32, ["f32", "float32", "float"]),
         (DType::I32, ["i32", "int32"]),
         (DType::I64, ["i64", "int64"]),
+        (DType::U8, ["u8", "uint8"]),
     ]
 );
 
@@ -48,6 +51,7 @@ impl DType {
             DType::F16 | DType::BF16 => 2,
             DType::F32 | DType::I32 => 4,
             DType::I64 => 8,
+            DType::U8 => 1,
         }
     }
 

@@ -6,9 +6,12 @@
 use rayon::prelude::*;
 
 use crate::error::ItemError;
-use crate::options::DecodeOptions;
+use crate::options::{DecodeOptions, Device, OutputOptions};
 use crate::random::Draws;
 
+use super::device::{detection_output, segmentation_output, DeviceTargetBatch, TargetUpload};
+use super::layout::Layout;
+use super::transform;
 use super::{JointOp, Sample, TargetRecipe, TargetSource};
 
 /// Keeps the order's stream apart from the recipes'.
@@ -263,6 +266,10 @@ pub struct TargetLoader {
     order: Vec<usize>,
     position: usize,
     report: TargetReport,
+    spare: Spare,
+    device: Device,
+    output: Option<OutputOptions>,
+    upload: Option<TargetUpload>,
 }
 
 impl TargetLoader {
@@ -283,6 +290,10 @@ impl TargetLoader {
             order: Vec::new(),
             position: 0,
             report: TargetReport::default(),
+            spare: Spare::default(),
+            device: Device::Cpu,
+            output: None,
+            upload: None,
         };
         loader.plan_epoch();
         loader
@@ -403,28 +414,7 @@ impl TargetLoader {
         let source = &self.source;
         let loaded: Vec<_> = indices
             .par_iter()
-            .map(|&index| {
-                let mut sample = source.load(index, &decode)?;
-                let ops = recipe.draw(
-                    sample.width,
-                    sample.height,
-                    &sample.boxes,
-                    seed,
-                    epoch,
-                    index,
-                );
-                let inverse = Inverse::of(&ops, sample.width, sample.height);
-                let before = sample.boxes.len();
-                sample.apply(&ops).map_err(|e| ItemError {
-                    id: source
-                        .image_path(index)
-                        .map(|p| p.display().to_string())
-                        .unwrap_or_default(),
-                    index,
-                    kind: crate::error::ItemErrorKind::Resize(e.to_string()),
-                })?;
-                Ok((index, sample, ops, inverse, before))
-            })
+            .map(|&index| prepare(source, recipe, &decode, (seed, epoch), index))
             .collect();
         let mut batch = TargetBatch {
             epoch,
@@ -433,66 +423,225 @@ impl TargetLoader {
         let mut rows = Vec::new();
         for r in loaded {
             match r {
-                Ok((index, sample, ops, inverse, before)) => {
-                    self.report.objects += before;
-                    self.report.dropped_objects += before - sample.boxes.len();
-                    batch.indices.push(index);
-                    batch.ids.push(
-                        source
-                            .image_path(index)
-                            .map(|p| p.display().to_string())
-                            .unwrap_or_default(),
-                    );
-                    batch.ops.push(ops);
-                    batch.inverse.push(inverse);
-                    rows.push(sample);
+                Ok(row) => {
+                    self.report.objects += row.before;
+                    self.report.dropped_objects += row.before - row.sample.boxes.len();
+                    batch.indices.push(row.index);
+                    batch.ids.push(id_of(source, row.index));
+                    batch.ops.push(row.ops.clone());
+                    batch.inverse.push(row.inverse);
+                    rows.push(row);
                 }
                 Err(e) => batch.skipped.push(e),
             }
         }
         self.report.samples += rows.len();
         self.report.skipped.extend(batch.skipped.iter().cloned());
-        collate(&mut batch, rows, self.divisible, self.pad_fill);
+        let spare = std::mem::take(&mut self.spare);
+        if let Err(e) = collate(&mut batch, &rows, self.divisible, self.pad_fill, spare) {
+            // A layout that fails here failed for every row alike: nothing is handed out half
+            // written.
+            self.report.skipped.push(e.clone());
+            batch = TargetBatch {
+                epoch,
+                skipped: vec![e],
+                ..TargetBatch::default()
+            };
+        }
         Some(batch)
+    }
+
+    /// Where [`TargetLoader::next_device_batch`] puts the batches: `Device::Cuda(n)` (the
+    /// default, `Device::Cpu`, keeps them in host memory: [`TargetLoader::next_batch`]).
+    pub fn device(mut self, device: Device) -> TargetLoader {
+        self.device = device;
+        self.upload = None;
+        self
+    }
+
+    /// How the images are normalized on the device (dtype, mean, std; the layout is NCHW).
+    /// Default: [`TargetLoader::default_output`].
+    pub fn output(mut self, output: OutputOptions) -> TargetLoader {
+        self.output = Some(output);
+        self.upload = None;
+        self
+    }
+
+    /// The device output of this loader's recipe unless [`TargetLoader::output`] says
+    /// otherwise: `f32`, scaled to `[0, 1]` for the detection recipes (torchvision's detection
+    /// models normalize inside), ImageNet's mean and std for the segmentation recipes.
+    pub fn default_output(&self) -> OutputOptions {
+        match self.recipe {
+            TargetRecipe::SegmentationTrain | TargetRecipe::SegmentationEval => {
+                segmentation_output()
+            }
+            _ if self.source.coco_file().is_none() => segmentation_output(),
+            _ => detection_output(),
+        }
+    }
+
+    /// The epoch's next batch on the CUDA device of [`TargetLoader::device`]: the images
+    /// normalized there, the masks as `u8` tensors; `None` at the epoch's end. The device is
+    /// opened at the first call. An error when the device is the CPU or cannot be used.
+    pub fn next_device_batch(&mut self) -> Option<crate::Result<DeviceTargetBatch>> {
+        let Device::Cuda(ordinal) = self.device else {
+            return Some(Err(crate::Error::invalid(
+                "device",
+                "next_device_batch needs device(Device::Cuda(n))",
+            )));
+        };
+        if self.upload.is_none() {
+            let output = self.output.unwrap_or_else(|| self.default_output());
+            match TargetUpload::open(ordinal, &output) {
+                Ok(u) => self.upload = Some(u),
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        let batch = self.next_batch()?;
+        let instance = self.source.coco_file().is_some_and(|c| c.has_masks());
+        let upload = self.upload.as_mut()?;
+        Some(
+            upload
+                .upload(batch, instance)
+                .map(|(device, [images, masks, semantic])| {
+                    self.spare = Spare {
+                        images,
+                        masks,
+                        semantic,
+                    };
+                    device
+                }),
+        )
+    }
+
+    /// Gives a handed-out batch's buffers back for the next batches to fill (no allocation per
+    /// batch once the sizes settle).
+    pub fn recycle(&mut self, batch: TargetBatch) {
+        self.spare = Spare {
+            images: batch.images,
+            masks: batch.masks,
+            semantic: batch.semantic,
+        };
     }
 }
 
-/// Lays `rows` out in `batch`: padded images, packed targets, masks.
-fn collate(batch: &mut TargetBatch, rows: Vec<Sample>, divisible: u32, pad_fill: u8) {
+/// Buffers of a batch handed back, reused by the next.
+#[derive(Debug, Default)]
+struct Spare {
+    images: Vec<u8>,
+    masks: Vec<u8>,
+    semantic: Vec<u8>,
+}
+
+/// One loaded row: the sample (its targets transformed; its pixels and masks as loaded, or
+/// transformed whole when the layout cannot map the calls), and how it is laid out.
+struct Row {
+    index: usize,
+    id: String,
+    sample: Sample,
+    ops: Vec<JointOp>,
+    inverse: Inverse,
+    before: usize,
+    layout: Layout,
+}
+
+fn id_of(source: &TargetSource, index: usize) -> String {
+    source
+        .image_path(index)
+        .map(|p| p.display().to_string())
+        .unwrap_or_default()
+}
+
+/// Loads sample `index`, draws its calls from (seed, epoch, index) and transforms its targets.
+fn prepare(
+    source: &TargetSource,
+    recipe: TargetRecipe,
+    decode: &DecodeOptions,
+    (seed, epoch): (u64, u64),
+    index: usize,
+) -> Result<Row, ItemError> {
+    let mut sample = source.load(index, decode)?;
+    let ops = recipe.draw(
+        sample.width,
+        sample.height,
+        &sample.boxes,
+        seed,
+        epoch,
+        index,
+    );
+    let inverse = Inverse::of(&ops, sample.width, sample.height);
+    let before = sample.boxes.len();
+    let fail = |e: String| ItemError {
+        id: id_of(source, index),
+        index,
+        kind: crate::error::ItemErrorKind::Resize(e),
+    };
+    let layout = match Layout::plan(&ops, sample.width, sample.height) {
+        Some((layout, lead)) => {
+            transform::apply(&mut sample, &ops[..lead]).map_err(fail)?;
+            transform::apply_targets(&mut sample, &ops[lead..]).map_err(fail)?;
+            layout
+        }
+        None => {
+            transform::apply(&mut sample, &ops).map_err(fail)?;
+            Layout::identity(sample.width, sample.height)
+        }
+    };
+    if layout.size() != (sample.height, sample.width) {
+        return Err(fail(format!(
+            "layout of {}x{} against targets of {}x{}",
+            layout.size().1,
+            layout.size().0,
+            sample.width,
+            sample.height
+        )));
+    }
+    Ok(Row {
+        index,
+        id: id_of(source, index),
+        sample,
+        ops,
+        inverse,
+        before,
+        layout,
+    })
+}
+
+/// Lays `rows` out in `batch`: padded images, packed targets, masks; the rows' pixels and
+/// masks written on the rayon pool, each straight into its place.
+fn collate(
+    batch: &mut TargetBatch,
+    rows: &[Row],
+    divisible: u32,
+    pad_fill: u8,
+    spare: Spare,
+) -> Result<(), ItemError> {
     let round = |v: u32| v.div_ceil(divisible) * divisible;
-    let h = round(rows.iter().map(|s| s.height).max().unwrap_or(0));
-    let w = round(rows.iter().map(|s| s.width).max().unwrap_or(0));
+    let h = round(rows.iter().map(|r| r.sample.height).max().unwrap_or(0));
+    let w = round(rows.iter().map(|r| r.sample.width).max().unwrap_or(0));
     let (hu, wu) = (h as usize, w as usize);
     batch.height = h;
     batch.width = w;
-    batch.images = vec![pad_fill; rows.len() * hu * wu * 3];
-    let semantic = rows.iter().any(|s| s.semantic.count > 0);
-    if semantic {
-        batch.semantic = vec![255; rows.len() * hu * wu];
-    }
+    // Every byte is written below: a buffer handed back is reused as it is.
+    let reuse = |mut v: Vec<u8>, len: usize| {
+        if v.capacity() < len {
+            return vec![0u8; len];
+        }
+        v.resize(len, 0);
+        v
+    };
+    let semantic = rows.iter().any(|r| r.sample.semantic.count > 0);
+    let objects: usize = rows.iter().map(|r| r.sample.masks.count).sum();
+    batch.images = reuse(spare.images, rows.len() * hu * wu * 3);
+    batch.semantic = if semantic {
+        reuse(spare.semantic, rows.len() * hu * wu)
+    } else {
+        Vec::new()
+    };
+    batch.masks = reuse(spare.masks, objects * hu * wu);
     batch.offsets.push(0);
-    for (i, s) in rows.iter().enumerate() {
-        let (sw, sh) = (s.width as usize, s.height as usize);
-        let image = &mut batch.images[i * hu * wu * 3..(i + 1) * hu * wu * 3];
-        for y in 0..sh {
-            image[y * wu * 3..y * wu * 3 + sw * 3]
-                .copy_from_slice(&s.pixels[y * sw * 3..(y + 1) * sw * 3]);
-        }
-        if semantic && s.semantic.count > 0 {
-            let plane = &mut batch.semantic[i * hu * wu..(i + 1) * hu * wu];
-            for y in 0..sh {
-                plane[y * wu..y * wu + sw].copy_from_slice(&s.semantic.data[y * sw..(y + 1) * sw]);
-            }
-        }
-        for p in 0..s.masks.count {
-            let start = batch.masks.len();
-            batch.masks.resize(start + hu * wu, 0);
-            let src = &s.masks.data[p * sw * sh..(p + 1) * sw * sh];
-            for y in 0..sh {
-                batch.masks[start + y * wu..start + y * wu + sw]
-                    .copy_from_slice(&src[y * sw..(y + 1) * sw]);
-            }
-        }
+    for (i, row) in rows.iter().enumerate() {
+        let s = &row.sample;
         batch.sizes.push((s.height, s.width));
         batch.boxes.extend_from_slice(&s.boxes);
         batch.labels.extend_from_slice(&s.labels);
@@ -506,6 +655,68 @@ fn collate(batch: &mut TargetBatch, rows: Vec<Sample>, divisible: u32, pad_fill:
     if !batch.keypoints.is_empty() {
         batch.keypoints.resize(batch.boxes.len(), Vec::new());
     }
+    // Each row's slices of the three buffers.
+    let mut masks_left = &mut batch.masks[..];
+    let mut mask_parts = Vec::with_capacity(rows.len());
+    for row in rows {
+        let (part, rest) = masks_left.split_at_mut(row.sample.masks.count * hu * wu);
+        mask_parts.push(part);
+        masks_left = rest;
+    }
+    let mut semantic_parts: Vec<Option<&mut [u8]>> = if semantic {
+        batch.semantic.chunks_mut(hu * wu).map(Some).collect()
+    } else {
+        rows.iter().map(|_| None).collect()
+    };
+    semantic_parts.resize_with(rows.len(), || None);
+    let plane = hu * wu;
+    rows.par_iter()
+        .zip(batch.images.par_chunks_mut((plane * 3).max(1)))
+        .zip(mask_parts.into_par_iter())
+        .zip(semantic_parts.into_par_iter())
+        .try_for_each_init(Vec::new, |scratch, (((row, image), masks), sem)| {
+            lay_out(row, image, masks, sem, wu, pad_fill, scratch)
+        })
+}
+
+/// Writes one row's image, instance masks and semantic mask into their batch slots.
+fn lay_out(
+    row: &Row,
+    image: &mut [u8],
+    masks: &mut [u8],
+    semantic: Option<&mut [u8]>,
+    columns: usize,
+    pad_fill: u8,
+    scratch: &mut Vec<u8>,
+) -> Result<(), ItemError> {
+    let s = &row.sample;
+    row.layout
+        .image_into(s, image, columns, pad_fill, scratch)
+        .map_err(|e| ItemError {
+            id: row.id.clone(),
+            index: row.index,
+            kind: crate::error::ItemErrorKind::Resize(e),
+        })?;
+    if s.masks.count == 0 && semantic.is_none() {
+        return Ok(());
+    }
+    let maps = row.layout.mask_maps();
+    let plane = image.len() / 3;
+    if let Some(source) = s.masks.data.len().checked_div(s.masks.count) {
+        for (p, out) in masks.chunks_exact_mut(plane.max(1)).enumerate() {
+            let src = &s.masks.data[p * source..(p + 1) * source];
+            row.layout.mask_into(&maps, src, out, (columns, false, 0));
+        }
+    }
+    if let Some(out) = semantic {
+        if s.semantic.count > 0 {
+            row.layout
+                .mask_into(&maps, &s.semantic.data, out, (columns, true, 255));
+        } else {
+            out.fill(255);
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -11,6 +11,8 @@
 
 mod batch;
 mod coco;
+mod device;
+mod layout;
 mod mask;
 mod recipe;
 mod source;
@@ -18,6 +20,7 @@ mod transform;
 
 pub use batch::{BoxFormat, Inverse, TargetBatch, TargetLoader, TargetReport};
 pub use coco::{Category, Coco, CocoError, CocoImage, CocoReport};
+pub use device::{detection_output, segmentation_output, DeviceTargetBatch};
 pub use mask::{MaskError, Rle};
 pub use recipe::TargetRecipe;
 pub use source::TargetSource;

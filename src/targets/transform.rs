@@ -92,6 +92,80 @@ pub(crate) fn apply(sample: &mut Sample, ops: &[JointOp]) -> Result<(), String> 
     Ok(())
 }
 
+/// Applies the calls of `ops` to the boxes, keypoints and size of `sample` only (its pixels and
+/// masks are left as they are; `SanitizeBoundingBoxes` still drops the objects' planes): the
+/// targets of [`apply`], for a sample whose pixels and masks are laid out afterwards
+/// (`super::layout`).
+pub(crate) fn apply_targets(sample: &mut Sample, ops: &[JointOp]) -> Result<(), String> {
+    for op in ops {
+        match *op {
+            JointOp::Resize { height, width } => {
+                if height == 0 || width == 0 {
+                    return Err(format!(
+                        "resize of {}x{} to {width}x{height}",
+                        sample.width, sample.height
+                    ));
+                }
+                if (width, height) != (sample.width, sample.height) {
+                    resize_targets(sample, height, width);
+                }
+            }
+            JointOp::Crop {
+                top,
+                left,
+                height,
+                width,
+            } => {
+                check_window(sample, top, left, height, width)?;
+                crop_boxes(sample, top, left, height, width);
+            }
+            JointOp::IouCrop {
+                top,
+                left,
+                height,
+                width,
+            } => {
+                check_window(sample, top, left, height, width)?;
+                let inside = centres_inside(&sample.boxes, top, left, height, width);
+                crop_boxes(sample, top, left, height, width);
+                for (b, inside) in sample.boxes.iter_mut().zip(inside) {
+                    if !inside {
+                        *b = [0.0; 4];
+                    }
+                }
+            }
+            JointOp::Pad {
+                left,
+                top,
+                right,
+                bottom,
+                ..
+            } => pad_targets(sample, [left, top, right, bottom]),
+            JointOp::HorizontalFlip => flip_targets(sample),
+            JointOp::Sanitize => sanitize(sample),
+            JointOp::Color(_) | JointOp::PermuteChannels(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// An error unless the window lies inside the sample.
+fn check_window(
+    sample: &Sample,
+    top: u32,
+    left: u32,
+    height: u32,
+    width: u32,
+) -> Result<(), String> {
+    if top + height > sample.height || left + width > sample.width {
+        return Err(format!(
+            "crop {width}x{height} at ({left}, {top}) outside {}x{}",
+            sample.width, sample.height
+        ));
+    }
+    Ok(())
+}
+
 /// `F.resize(.., [height, width])` of everything, then (fused) `F.crop(.., top, left, h, w)`.
 fn resize(
     sample: &mut Sample,
@@ -143,18 +217,7 @@ fn resize(
         for plane in [&mut sample.masks, &mut sample.semantic] {
             plane.data = resize_planes(&plane.data, plane.count, old_w, &xs, &ys);
         }
-        let ratios = [
-            (f64::from(width) / f64::from(old_w)) as f32,
-            (f64::from(height) / f64::from(old_h)) as f32,
-        ];
-        for b in &mut sample.boxes {
-            for (k, v) in b.iter_mut().enumerate() {
-                *v *= ratios[k % 2];
-            }
-        }
-        keypoints_map(sample, |x| x * ratios[0], |y| y * ratios[1]);
-        sample.width = width;
-        sample.height = height;
+        resize_targets(sample, height, width);
         if window.is_some() {
             // The pixels and masks are cut already; the boxes follow.
             crop_boxes(sample, top, left, ch, cw);
@@ -165,9 +228,26 @@ fn resize(
     Ok(())
 }
 
+/// The boxes and keypoints of `F.resize(.., [height, width])`, times the `f32` ratios; the
+/// sample takes the new size.
+fn resize_targets(sample: &mut Sample, height: u32, width: u32) {
+    let ratios = [
+        (f64::from(width) / f64::from(sample.width)) as f32,
+        (f64::from(height) / f64::from(sample.height)) as f32,
+    ];
+    for b in &mut sample.boxes {
+        for (k, v) in b.iter_mut().enumerate() {
+            *v *= ratios[k % 2];
+        }
+    }
+    keypoints_map(sample, |x| x * ratios[0], |y| y * ratios[1]);
+    sample.width = width;
+    sample.height = height;
+}
+
 /// PyTorch's `nearest` source index of each kept output `first..first + len` of an axis of
 /// `input` samples resized to `output` (`nearest_idx` of `UpSample.h`).
-fn nearest_indices(input: u32, output: u32, first: u32, len: u32) -> Vec<u32> {
+pub(crate) fn nearest_indices(input: u32, output: u32, first: u32, len: u32) -> Vec<u32> {
     (first..first + len)
         .map(|o| {
             if output == input {
@@ -258,11 +338,8 @@ fn pad(sample: &mut Sample, [left, top, right, bottom]: [u32; 4], fill: [u8; 3],
     let (nw, nh) = (w + l + right as usize, h + t + bottom as usize);
     let grow = |data: &[u8], count: usize, px: usize, fill: &[u8]| {
         let mut out = Vec::with_capacity(count * nw * nh * px);
-        let fill_run = |out: &mut Vec<u8>, n: usize| {
-            for _ in 0..n {
-                out.extend_from_slice(fill);
-            }
-        };
+        let run: Vec<u8> = fill.iter().copied().cycle().take(nw * px).collect();
+        let fill_run = |out: &mut Vec<u8>, n: usize| out.extend_from_slice(&run[..n * px]);
         for p in 0..count {
             for y in 0..nh {
                 if (t..t + h).contains(&y) {
@@ -285,8 +362,14 @@ fn pad(sample: &mut Sample, [left, top, right, bottom]: [u32; 4], fill: [u8; 3],
         1,
         &[mask_fill],
     );
-    sample.width = nw as u32;
-    sample.height = nh as u32;
+    pad_targets(sample, [left, top, right, bottom]);
+}
+
+/// The boxes and keypoints of `F.pad(.., [left, top, right, bottom])`: moved, boxes clamped;
+/// the sample takes the new size.
+fn pad_targets(sample: &mut Sample, [left, top, right, bottom]: [u32; 4]) {
+    sample.width += left + right;
+    sample.height += top + bottom;
     let (lf, tf) = (left as f32, top as f32);
     for b in &mut sample.boxes {
         *b = [b[0] + lf, b[1] + tf, b[2] + lf, b[3] + tf];
@@ -332,6 +415,11 @@ fn horizontal_flip(sample: &mut Sample) {
             row.reverse();
         }
     }
+    flip_targets(sample);
+}
+
+/// The boxes and keypoints of `F.horizontal_flip`.
+fn flip_targets(sample: &mut Sample) {
     let fw = sample.width as f32;
     for b in &mut sample.boxes {
         *b = [-(b[2] - fw), b[1], -(b[0] - fw), b[3]];

@@ -43,6 +43,8 @@ pub enum DeviceData {
     I32(CudaSlice<i32>),
     /// 64-bit integers (a patch sequence's grids, shapes and coordinates).
     I64(CudaSlice<i64>),
+    /// Unsigned bytes (dense targets' masks).
+    U8(CudaSlice<u8>),
 }
 
 impl DeviceData {
@@ -54,6 +56,7 @@ impl DeviceData {
             DeviceData::F32(s) => s.stream(),
             DeviceData::I32(s) => s.stream(),
             DeviceData::I64(s) => s.stream(),
+            DeviceData::U8(s) => s.stream(),
         }
     }
 
@@ -65,6 +68,7 @@ impl DeviceData {
             DeviceData::F32(_) => DType::F32,
             DeviceData::I32(_) => DType::I32,
             DeviceData::I64(_) => DType::I64,
+            DeviceData::U8(_) => DType::U8,
         }
     }
 
@@ -76,6 +80,7 @@ impl DeviceData {
             DeviceData::F32(s) => s.len(),
             DeviceData::I32(s) => s.len(),
             DeviceData::I64(s) => s.len(),
+            DeviceData::U8(s) => s.len(),
         }
     }
 
@@ -93,6 +98,7 @@ impl DeviceData {
             DeviceData::F32(s) => s.device_ptr(stream).0,
             DeviceData::I32(s) => s.device_ptr(stream).0,
             DeviceData::I64(s) => s.device_ptr(stream).0,
+            DeviceData::U8(s) => s.device_ptr(stream).0,
         }
     }
 }
@@ -186,7 +192,7 @@ impl DeviceTensor {
             .max(1);
         let fail = |e| Error::cuda("allocating a device tensor", e);
         // SAFETY: the memory is left uninitialized, which the caller is told above; f16, bf16,
-        // f32, i32 and i64 have no invalid bit patterns, so reading unwritten elements is wrong
+        // f32, i32, i64 and u8 have no invalid bit patterns, so reading unwritten elements is wrong
         // but not undefined behaviour.
         let data = unsafe {
             match dtype {
@@ -195,6 +201,7 @@ impl DeviceTensor {
                 DType::F32 => DeviceData::F32(stream.alloc::<f32>(len).map_err(fail)?),
                 DType::I32 => DeviceData::I32(stream.alloc::<i32>(len).map_err(fail)?),
                 DType::I64 => DeviceData::I64(stream.alloc::<i64>(len).map_err(fail)?),
+                DType::U8 => DeviceData::U8(stream.alloc::<u8>(len).map_err(fail)?),
             }
         };
         Ok(DeviceTensor {
@@ -248,6 +255,7 @@ impl DeviceTensor {
                 HostData::F32(v) => DeviceData::F32(stream.clone_htod(v).map_err(fail)?),
                 HostData::I32(v) => DeviceData::I32(stream.clone_htod(v).map_err(fail)?),
                 HostData::I64(v) => DeviceData::I64(stream.clone_htod(v).map_err(fail)?),
+                HostData::U8(v) => DeviceData::U8(stream.clone_htod(v).map_err(fail)?),
             })
         };
         // An empty tensor keeps one element allocated, as `alloc` does.
@@ -376,6 +384,7 @@ impl DeviceTensor {
             DeviceData::F32(s) => HostData::F32(stream.clone_dtoh(&s.slice(..len)).map_err(fail)?),
             DeviceData::I32(s) => HostData::I32(stream.clone_dtoh(&s.slice(..len)).map_err(fail)?),
             DeviceData::I64(s) => HostData::I64(stream.clone_dtoh(&s.slice(..len)).map_err(fail)?),
+            DeviceData::U8(s) => HostData::U8(stream.clone_dtoh(&s.slice(..len)).map_err(fail)?),
         };
         stream.synchronize().map_err(fail)?;
         HostTensor::new(data, &self.shape, self.layout)

@@ -8,7 +8,7 @@ use super::host::{HostData, HostTensor};
 use crate::options::DType;
 
 /// An element type a tensor can have: `half::f16`, `half::bf16` or `f32` (images, tokens),
-/// `i32` or `i64` (a patch sequence's side tensors). Names the cudarc slice (and host slice) of
+/// `i32` or `i64` (a patch sequence's side tensors), `u8` (masks). Names the cudarc slice (and host slice) of
 /// that type inside a tensor.
 pub trait Element: cudarc::driver::DeviceRepr + Copy + sealed::Sealed + 'static {
     /// The [`DType`] of this element type.
@@ -28,6 +28,7 @@ mod sealed {
     impl Sealed for f32 {}
     impl Sealed for i32 {}
     impl Sealed for i64 {}
+    impl Sealed for u8 {}
 }
 
 macro_rules! element {
@@ -63,6 +64,7 @@ element!(bf16, BF16);
 element!(f32, F32);
 element!(i32, I32);
 element!(i64, I64);
+element!(u8, U8);
 
 impl DeviceTensor {
     /// The cudarc slice of element type `T`, or `None` if the tensor holds another type:

@@ -20,6 +20,8 @@ pub enum HostData {
     I32(Vec<i32>),
     /// 64-bit integers (a patch sequence's grids, shapes and coordinates).
     I64(Vec<i64>),
+    /// Unsigned bytes (dense targets' masks).
+    U8(Vec<u8>),
 }
 
 impl HostData {
@@ -31,6 +33,7 @@ impl HostData {
             HostData::F32(v) => v.len(),
             HostData::I32(v) => v.len(),
             HostData::I64(v) => v.len(),
+            HostData::U8(v) => v.len(),
         }
     }
 
@@ -47,6 +50,7 @@ impl HostData {
             HostData::F32(_) => DType::F32,
             HostData::I32(_) => DType::I32,
             HostData::I64(_) => DType::I64,
+            HostData::U8(_) => DType::U8,
         }
     }
 
@@ -58,6 +62,7 @@ impl HostData {
             HostData::F32(v) => v.as_ptr().cast(),
             HostData::I32(v) => v.as_ptr().cast(),
             HostData::I64(v) => v.as_ptr().cast(),
+            HostData::U8(v) => v.as_ptr().cast(),
         }
     }
 
@@ -84,6 +89,7 @@ impl HostData {
             (_, DType::F32) => HostData::F32(vec![0.0; len]),
             (_, DType::I32) => HostData::I32(vec![0; len]),
             (_, DType::I64) => HostData::I64(vec![0; len]),
+            (_, DType::U8) => HostData::U8(vec![0; len]),
         }
     }
 
@@ -94,7 +100,7 @@ impl HostData {
             HostData::F16(v) => v.chunks_mut(image_len).map(NormalizedSlot::F16).collect(),
             HostData::BF16(v) => v.chunks_mut(image_len).map(NormalizedSlot::BF16).collect(),
             HostData::F32(v) => v.chunks_mut(image_len).map(NormalizedSlot::F32).collect(),
-            HostData::I32(_) | HostData::I64(_) => Vec::new(),
+            HostData::I32(_) | HostData::I64(_) | HostData::U8(_) => Vec::new(),
         }
     }
 
@@ -108,6 +114,7 @@ impl HostData {
             HostData::F32(v) => v.copy_within(src, dst),
             HostData::I32(v) => v.copy_within(src, dst),
             HostData::I64(v) => v.copy_within(src, dst),
+            HostData::U8(v) => v.copy_within(src, dst),
         }
     }
 
@@ -118,6 +125,7 @@ impl HostData {
             HostData::F32(v) => v.truncate(len),
             HostData::I32(v) => v.truncate(len),
             HostData::I64(v) => v.truncate(len),
+            HostData::U8(v) => v.truncate(len),
         }
     }
 }
@@ -163,6 +171,7 @@ impl HostPool {
                 HostData::F32(v) => v.fill(0.0),
                 HostData::I32(v) => v.fill(0),
                 HostData::I64(v) => v.fill(0),
+                HostData::U8(v) => v.fill(0),
             }
             self.give_back(data);
         }
@@ -263,6 +272,7 @@ impl HostTensor {
             HostData::F32(v) => v.clone(),
             HostData::I32(v) => v.iter().map(|&x| x as f32).collect(),
             HostData::I64(v) => v.iter().map(|&x| x as f32).collect(),
+            HostData::U8(v) => v.iter().map(|&x| f32::from(x)).collect(),
         }
     }
 
@@ -274,6 +284,7 @@ impl HostTensor {
             HostData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             HostData::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             HostData::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            HostData::U8(v) => v.iter().flat_map(|x| [*x]).collect(),
         }
     }
 }

@@ -59,6 +59,7 @@ fn descr(dtype: DType) -> Result<&'static str> {
         DType::F32 => Ok("<f4"),
         DType::I32 => Ok("<i4"),
         DType::I64 => Ok("<i8"),
+        DType::U8 => Ok("|u1"),
         other => Err(format!("no .npy type for {other}").into()),
     }
 }

@@ -136,6 +136,7 @@ pub fn run(args: &TargetArgs) -> Result<()> {
             objects += batch.boxes.len();
             batches += 1;
             b += 1;
+            loader.recycle(batch);
         }
         if epoch + 1 < args.epochs {
             loader.next_epoch();

@@ -313,7 +313,9 @@ class TargetLoader:
     """Detection or segmentation batches with their targets: COCO (coco=) or image/mask pairs
     (masks=), through one of torchvision's reference recipes. Iterating runs one epoch and yields
     (images, targets): uint8 [N, H, W, 3] padded images and one dict a row (boxes float32 XYXY,
-    labels int64, iscrowd, masks or semantic uint8, keypoints, size, index, id, ops, inverse)."""
+    labels int64, iscrowd, masks or semantic uint8, keypoints, size, index, id, ops, inverse).
+    With device="cuda:0": (images, targets, masks), images a gpufeed.Tensor [N, 3, H, W] normalized
+    on the GPU (dtype, mean, std), masks {"instance": Tensor or None, "semantic": Tensor or None}."""
     def __init__(
         self,
         images: Union[str, os.PathLike[str]],
@@ -327,8 +329,12 @@ class TargetLoader:
         size_divisible: int = 32,
         rank: int = 0,
         world: int = 1,
+        device: Optional[str] = None,
+        dtype: Optional[str] = None,
+        mean: Optional[Tuple[float, float, float]] = None,
+        std: Optional[Tuple[float, float, float]] = None,
     ) -> None: ...
     def __iter__(self) -> "TargetLoader": ...
-    def __next__(self) -> Tuple[Any, list[dict[str, Any]]]: ...
+    def __next__(self) -> Tuple[Any, ...]: ...
     def report(self) -> dict[str, Any]:
         """Samples delivered and skipped (id, reason), objects dropped by SanitizeBoundingBoxes."""
