@@ -310,7 +310,10 @@ fn served_tokens_on_the_gpu_equal_the_cpu_device_s() {
         for request in &requests {
             let want = seen(&cpu.serve(request).expect("served on the CPU"));
             let batch = gpu.serve(request).expect("served on the GPU");
-            assert!(batch.uploaded_bytes() > 0);
+            // The CPU threads' images go up; the GPU lane's are decoded in place.
+            let (cpu_rows, gpu_rows) = batch.decoded_by();
+            assert_eq!(cpu_rows + gpu_rows, batch.len());
+            assert!(cpu_rows == 0 || batch.uploaded_bytes() > 0);
             assert_eq!(seen(&batch), want, "{:?} {dtype}", patches.preset);
             poison(batch);
         }
