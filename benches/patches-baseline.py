@@ -44,7 +44,7 @@ def make_processor(name, budget):
     if name == "qwen2-vl":
         cls = getattr(transformers, "Qwen2VLImageProcessorPil", None)
         cls = cls or transformers.Qwen2VLImageProcessor
-        return cls(max_pixels=budget) if budget else cls()
+        return cls(max_pixels=budget, do_convert_rgb=True) if budget else cls(do_convert_rgb=True)
     cls = getattr(transformers, "Siglip2ImageProcessorPil", None)
     cls = cls or transformers.Siglip2ImageProcessor
     if budget:

@@ -114,9 +114,11 @@ def qwen_reference(path: Path, config: str):
 
         processor = Qwen2VLImageProcessor()
     elif config == "qwen2-vl-small":
-        processor = Qwen2VLImageProcessorPil(min_pixels=28 * 28 * 4, max_pixels=28 * 28 * 64)
+        processor = Qwen2VLImageProcessorPil(
+            min_pixels=28 * 28 * 4, max_pixels=28 * 28 * 64, do_convert_rgb=True
+        )
     else:
-        processor = Qwen2VLImageProcessorPil()
+        processor = Qwen2VLImageProcessorPil(do_convert_rgb=True)
     out = processor(Image.open(path))
     values = np.asarray(out["pixel_values"])
     return values, {"grid": [int(v) for v in np.asarray(out["image_grid_thw"])[0]]}

@@ -67,7 +67,9 @@ def main():
     served_ms = (time.perf_counter() - start) * 1e3
 
     processor_cls = getattr(transformers, "Qwen2VLImageProcessorPil", None)
-    processor = (processor_cls or transformers.Qwen2VLImageProcessor)(max_pixels=MAX_PIXELS)
+    processor = (processor_cls or transformers.Qwen2VLImageProcessor)(
+        max_pixels=MAX_PIXELS, do_convert_rgb=True
+    )
     start = time.perf_counter()
     reference = processor(images=[Image.open(p) for p in args.photos], return_tensors="pt")
     processor_ms = (time.perf_counter() - start) * 1e3

@@ -837,13 +837,19 @@ impl Keywords {
     }
 }
 
-/// `builder` reproducing Pillow `major.minor`'s rounding: its patch output's, if it has one
-/// (the resize of fixed-size images then stays as it was), else its resize's.
+/// `builder` reproducing Pillow `major.minor`'s rounding: its views' if it has them, and its
+/// patch output's, if it has one (the resize of fixed-size images then stays as it was), else
+/// its resize's.
 pub(crate) fn with_pillow_version(
     builder: PipelineBuilder,
     major: u32,
     minor: u32,
 ) -> PipelineBuilder {
+    // Views resize with their own Pillow rounding: the same version.
+    let builder = match builder.views_set().cloned() {
+        Some(views) => builder.views(views.pillow_version(major, minor)),
+        None => builder,
+    };
     match builder.options().patches {
         Some(mut patches) => {
             patches.pillow_version = (major, minor);

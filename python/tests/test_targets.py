@@ -188,8 +188,18 @@ def check_row(row, saved, image, target, masks_file=None, semantic_file=None):
         np.testing.assert_array_equal(plane, target["semantic"].numpy()[0], err_msg=row["id"])
 
 
+def skip_before_pillow_13():
+    """The targets' resizes follow Pillow 13's pass order (which pass runs first); on an older
+    Pillow the reference's order differs, and so may a level at some pixels."""
+    import PIL
+
+    if int(PIL.__version__.split(".")[0]) < 13:
+        pytest.skip(f"Pillow {PIL.__version__}: the targets' resizes follow Pillow 13's pass order")
+
+
 @pytest.mark.parametrize("recipe", ["none", "hflip", "lsj", "multiscale", "ssd", "ssdlite", "letterbox:320:256"])
 def test_detection_recipes_match_torchvision(tmp_path, recipe):
+    skip_before_pillow_13()
     rng = np.random.default_rng(59)
     data = tmp_path / "data"
     data.mkdir()
@@ -233,6 +243,7 @@ def test_detection_recipes_match_torchvision(tmp_path, recipe):
 
 @pytest.mark.parametrize("recipe", ["train", "eval"])
 def test_segmentation_recipes_match_torchvision(tmp_path, recipe):
+    skip_before_pillow_13()
     rng = np.random.default_rng(60)
     images, masks = tmp_path / "images", tmp_path / "masks"
     images.mkdir()

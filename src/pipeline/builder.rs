@@ -215,6 +215,11 @@ impl PipelineBuilder {
         self
     }
 
+    /// The views set so far ([`PipelineBuilder::views`]), if any.
+    pub fn views_set(&self) -> Option<&crate::views::Views> {
+        self.views.as_deref()
+    }
+
     /// A fixed-size evaluation transform by name (CLIP, SigLIP at 384 or 224, DINOv2): its
     /// resize and crop, filter, mean and std ([`crate::patches::EvalPreset`]); the dtype and
     /// layout stay as set.
