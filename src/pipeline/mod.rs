@@ -190,58 +190,20 @@ impl Pipeline {
         views: Option<Arc<Views>>,
         resume: Option<&PipelineState>,
     ) -> Result<Pipeline> {
-        options.validate()?;
-        if let Some(views) = &views {
-            views_output::check_views(views, &options)?;
-        }
-        if source.is_empty() {
-            return Err(Error::invalid("source", "the source has no images"));
-        }
-        let augmenter = augmenter(&options, &source)?;
-        let fingerprint = Fingerprint::new(source.listing(), &options)
-            .with_views(views.as_ref().map(|v| format!("{v:?}")));
-        let sampler =
-            Sampler::new(source.len(), &options.batching).with_blocks(source.shuffle_blocks());
-        let shard_len = sampler.real_len();
-        // timm's patch sequences: batches planned ahead of every epoch, the largest of which
-        // the batches' memory is sized for.
-        let schedule = batch_schedule(&options, sampler.positions())?;
-        if let Some(schedule) = &schedule {
-            options.batching.batch_size = schedule.largest();
-        }
-        let mut plan = DecodePlan::new(&options);
-        if views.is_some() {
-            plan = plan.for_views();
-        }
-        let start = match resume {
-            Some(state) => resume_start(state, &fingerprint, &mut plan, &mut options)?,
-            None => EpochStart::beginning(0),
-        };
-        if resume.is_some() {
-            check_reach(&sampler, start, options.batching.shard)?;
-        }
-        if schedule.is_none() {
-            fit_batch(&mut options, &sampler);
-        }
+        let Planned {
+            augmenter,
+            fingerprint,
+            sampler,
+            shard_len,
+            schedule,
+            plan,
+            start,
+        } = Planned::new(&source, &mut options, views.as_ref(), resume)?;
         let classes = augmenter.as_ref().map_or(0, |(_, classes)| *classes);
         // The output's geometry, planned once for every lane.
         let geometry = Geometry::new(&options.resize).with_patches(options.patches.as_ref());
         let stopwatch = Arc::new(Stopwatch::default());
-        // An epoch's encoded bytes, from the sizes of the first files (a stat each, or the
-        // listing's sizes in object storage), and the mix of its work, from files spread over
-        // the listing (their names' extensions and sizes).
-        let epoch_bytes = |source: &Source| {
-            let sampled = source.len().min(EPOCH_BYTES_SAMPLE);
-            let bytes: u64 = (0..sampled).map(|i| source.item(i).size_hint()).sum();
-            let spread: Vec<usize> = (0..sampled)
-                .map(|k| k * source.len() / sampled.max(1))
-                .collect();
-            let names: Vec<&str> = spread.iter().map(|&i| source.item(i).id()).collect();
-            EpochSample {
-                bytes: bytes / sampled.max(1) as u64 * shard_len as u64,
-                mix: WorkMix::of_names(&names, |k| source.item(spread[k]).size_hint()),
-            }
-        };
+        let epoch_bytes = |source: &Source| epoch_sample(source, shard_len);
         let sizes = Sizes {
             geometry,
             images: shard_len,
@@ -708,6 +670,91 @@ impl Pipeline {
     /// chunk before each of the first batches); 0 on the CPU device.
     pub fn pinned_bytes(&self) -> usize {
         self.pinned_bytes
+    }
+}
+
+/// What a pipeline is planned as before anything starts: its options checked, its order, the
+/// decode plan and where it begins.
+struct Planned {
+    augmenter: Option<(Augmenter, usize)>,
+    fingerprint: Fingerprint,
+    sampler: Sampler,
+    /// This rank's real images an epoch.
+    shard_len: usize,
+    /// timm's patch sequences: batches planned ahead of every epoch.
+    schedule: Option<NaflexSchedule>,
+    plan: DecodePlan,
+    start: EpochStart,
+}
+
+impl Planned {
+    /// Checks `options` (and `views`) against `source` and plans the run, fitting `options`'
+    /// batch size to the epoch (or to timm's largest planned batch) and taking a `resume`
+    /// state's settings.
+    fn new(
+        source: &Source,
+        options: &mut Options,
+        views: Option<&Arc<Views>>,
+        resume: Option<&PipelineState>,
+    ) -> Result<Planned> {
+        options.validate()?;
+        if let Some(views) = views {
+            views_output::check_views(views, options)?;
+        }
+        if source.is_empty() {
+            return Err(Error::invalid("source", "the source has no images"));
+        }
+        let augmenter = augmenter(options, source)?;
+        let fingerprint =
+            Fingerprint::new(source.listing(), options).with_views(views.map(|v| format!("{v:?}")));
+        let sampler =
+            Sampler::new(source.len(), &options.batching).with_blocks(source.shuffle_blocks());
+        let shard_len = sampler.real_len();
+        // timm's patch sequences: batches planned ahead of every epoch, the largest of which
+        // the batches' memory is sized for.
+        let schedule = batch_schedule(options, sampler.positions())?;
+        if let Some(schedule) = &schedule {
+            options.batching.batch_size = schedule.largest();
+        }
+        let mut plan = DecodePlan::new(options);
+        if views.is_some() {
+            plan = plan.for_views();
+        }
+        let start = match resume {
+            Some(state) => resume_start(state, &fingerprint, &mut plan, options)?,
+            None => EpochStart::beginning(0),
+        };
+        if resume.is_some() {
+            check_reach(&sampler, start, options.batching.shard)?;
+        }
+        if schedule.is_none() {
+            fit_batch(options, &sampler);
+        }
+        Ok(Planned {
+            augmenter,
+            fingerprint,
+            sampler,
+            shard_len,
+            schedule,
+            plan,
+            start,
+        })
+    }
+}
+
+/// An epoch's encoded bytes, from the sizes of the first files (a stat each, or the listing's
+/// sizes in object storage), and the mix of its work, from files spread over the listing (their
+/// names' extensions and sizes); `shard_len` images an epoch.
+fn epoch_sample(source: &Source, shard_len: usize) -> EpochSample {
+    let sampled = source.len().min(EPOCH_BYTES_SAMPLE);
+    let bytes: u64 = (0..sampled).map(|i| source.item(i).size_hint()).sum();
+    let spread: Vec<usize> = (0..sampled)
+        .map(|k| k * source.len() / sampled.max(1))
+        .collect();
+    let names: Vec<&str> = spread.iter().map(|&i| source.item(i).id()).collect();
+    EpochSample {
+        bytes: bytes / sampled.max(1) as u64 * shard_len as u64,
+        mix: WorkMix::of_names(&names, |k| source.item(spread[k]).size_hint()),
     }
 }
 
