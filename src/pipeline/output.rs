@@ -55,6 +55,66 @@ pub(crate) trait OutputStage: Send {
     ) -> Result<Finished>;
 }
 
+/// An output stage on a CUDA device: its GPU and the page-locked staging ring the lanes fill,
+/// from which every such stage answers [`OutputStage`]'s questions alike; it says only how a
+/// batch is finished there.
+pub(crate) trait DeviceStage: Send {
+    /// The device and its stream.
+    fn gpu(&self) -> &Gpu;
+
+    /// The staging ring.
+    fn ring(&self) -> &StagingRing;
+
+    /// The staging ring, to fill or upload.
+    fn ring_mut(&mut self) -> &mut StagingRing;
+
+    /// [`OutputStage::finish`] on the device.
+    fn finish_on_device(
+        &mut self,
+        slot: usize,
+        n: usize,
+        on_device: &mut dyn DeviceWrites,
+        augment: Option<BatchAugment<'_>>,
+        images: &BatchImages<'_>,
+    ) -> Result<Finished>;
+}
+
+impl<T: DeviceStage> OutputStage for T {
+    fn describe(&self) -> String {
+        self.gpu().describe()
+    }
+
+    fn pinned_bytes(&self) -> usize {
+        self.ring().pinned_bytes()
+    }
+
+    fn cuda_stream(&self) -> Option<Arc<CudaStream>> {
+        Some(self.gpu().stream().clone())
+    }
+
+    fn slots(&self) -> usize {
+        self.ring().len()
+    }
+
+    fn staging(&mut self, slot: usize) -> Result<Staging<'_>> {
+        Ok(Staging {
+            pixels: self.ring_mut().slot_mut(slot)?,
+            normalized: None,
+        })
+    }
+
+    fn finish(
+        &mut self,
+        slot: usize,
+        n: usize,
+        on_device: &mut dyn DeviceWrites,
+        augment: Option<BatchAugment<'_>>,
+        images: &BatchImages<'_>,
+    ) -> Result<Finished> {
+        self.finish_on_device(slot, n, on_device, augment, images)
+    }
+}
+
 /// What the output stage learns of a batch's images besides their pixels.
 pub(crate) struct BatchImages<'a> {
     /// What each image's random transforms drew (a patch sequence's box and flip, always).
@@ -407,31 +467,20 @@ impl CudaOutput {
     }
 }
 
-impl OutputStage for CudaOutput {
-    fn describe(&self) -> String {
-        self.gpu.describe()
+impl DeviceStage for CudaOutput {
+    fn gpu(&self) -> &Gpu {
+        &self.gpu
     }
 
-    fn pinned_bytes(&self) -> usize {
-        self.ring.pinned_bytes()
+    fn ring(&self) -> &StagingRing {
+        &self.ring
     }
 
-    fn cuda_stream(&self) -> Option<Arc<CudaStream>> {
-        Some(self.gpu.stream().clone())
+    fn ring_mut(&mut self) -> &mut StagingRing {
+        &mut self.ring
     }
 
-    fn slots(&self) -> usize {
-        self.ring.len()
-    }
-
-    fn staging(&mut self, slot: usize) -> Result<Staging<'_>> {
-        Ok(Staging {
-            pixels: self.ring.slot_mut(slot)?,
-            normalized: None,
-        })
-    }
-
-    fn finish(
+    fn finish_on_device(
         &mut self,
         slot: usize,
         n: usize,

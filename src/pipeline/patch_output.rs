@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
 
-use super::output::{BatchAugment, BatchImages, DeviceWrites, Finished, OutputStage};
+use super::output::{BatchAugment, BatchImages, DeviceStage, DeviceWrites, Finished, OutputStage};
 use crate::batch::BatchPatches;
 use crate::cpu::{write_tokens, Staging};
 use crate::cuda::{Gpu, PatchKernel, PlacedImage, StagingRing, TouchedSlots};
@@ -144,31 +144,20 @@ impl CudaPatchOutput {
     }
 }
 
-impl OutputStage for CudaPatchOutput {
-    fn describe(&self) -> String {
-        self.gpu.describe()
+impl DeviceStage for CudaPatchOutput {
+    fn gpu(&self) -> &Gpu {
+        &self.gpu
     }
 
-    fn pinned_bytes(&self) -> usize {
-        self.ring.pinned_bytes()
+    fn ring(&self) -> &StagingRing {
+        &self.ring
     }
 
-    fn cuda_stream(&self) -> Option<Arc<CudaStream>> {
-        Some(self.gpu.stream().clone())
+    fn ring_mut(&mut self) -> &mut StagingRing {
+        &mut self.ring
     }
 
-    fn slots(&self) -> usize {
-        self.ring.len()
-    }
-
-    fn staging(&mut self, slot: usize) -> Result<Staging<'_>> {
-        Ok(Staging {
-            pixels: self.ring.slot_mut(slot)?,
-            normalized: None,
-        })
-    }
-
-    fn finish(
+    fn finish_on_device(
         &mut self,
         slot: usize,
         n: usize,
