@@ -144,7 +144,7 @@ mod tests {
         assert_eq!(a.labels, [7, 3]);
         assert_eq!(a.crowd, [0, 1]);
         assert_eq!(a.masks.count, 2);
-        assert!(a.masks.data[..48].iter().any(|&v| v == 1));
+        assert!(a.masks.data[..48].contains(&1));
         assert!(a.masks.data[48..].iter().all(|&v| v == 0));
         let flat =
             br#"{"boxes": [[1, 2, 3.5, 2], [0, 0, 2, 2]], "labels": [7, 3], "iscrowd": [0, 1]}"#;
