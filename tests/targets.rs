@@ -460,6 +460,17 @@ fn device_batches_equal_the_host_batch_normalized() {
     assert_eq!(coco().default_output(), detection);
     check_device_batches(&coco, detection);
     check_device_batches(&coco, detection.dtype(gpufeed::DType::BF16));
+    // The same from WebDataset shards: instance masks uploaded as from the COCO file.
+    let shards = coco_as_shards(&dir, &ann, 9, 4);
+    let wds = || {
+        let source = TargetSource::webdataset(&shards, gpufeed::targets::TargetKind::Instances);
+        TargetLoader::new(source.unwrap())
+            .recipe(TargetRecipe::Lsj)
+            .seed(2)
+            .batch_size(4)
+    };
+    assert_eq!(wds().default_output(), detection);
+    check_device_batches(&wds, detection);
     let (images, masks) = (dir.join("seg-images"), dir.join("seg-masks"));
     std::fs::create_dir_all(&images).unwrap();
     std::fs::create_dir_all(&masks).unwrap();
