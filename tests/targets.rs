@@ -460,6 +460,17 @@ fn device_batches_equal_the_host_batch_normalized() {
     assert_eq!(coco().default_output(), detection);
     check_device_batches(&coco, detection);
     check_device_batches(&coco, detection.dtype(gpufeed::DType::BF16));
+    // The same from WebDataset shards: instance masks uploaded as from the COCO file.
+    let shards = coco_as_shards(&dir, &ann, 9, 4);
+    let wds = || {
+        let source = TargetSource::webdataset(&shards, gpufeed::targets::TargetKind::Instances);
+        TargetLoader::new(source.unwrap())
+            .recipe(TargetRecipe::Lsj)
+            .seed(2)
+            .batch_size(4)
+    };
+    assert_eq!(wds().default_output(), detection);
+    check_device_batches(&wds, detection);
     let (images, masks) = (dir.join("seg-images"), dir.join("seg-masks"));
     std::fs::create_dir_all(&images).unwrap();
     std::fs::create_dir_all(&masks).unwrap();
@@ -487,4 +498,284 @@ fn device_batches_on_the_cpu_are_refused() {
     let mut loader = TargetLoader::new(TargetSource::coco(&ann, &dir).unwrap());
     let e = loader.next_device_batch().unwrap().unwrap_err().to_string();
     assert!(e.contains("device"), "{e}");
+}
+
+/// `tar -cf` of `members` (names relative to `from`) as `shard`.
+fn tar(shard: &Path, from: &Path, members: &[String]) {
+    let status = std::process::Command::new("tar")
+        .arg("-cf")
+        .arg(shard)
+        .arg("-C")
+        .arg(from)
+        .args(members)
+        .status()
+        .expect("tar");
+    assert!(status.success());
+}
+
+/// The COCO set of `varied_coco` as WebDataset shards of `per_shard` samples under
+/// `dir/shards`: `{i}.jpg` and `{i}.json` (the image's annotations in COCO's per-image form).
+fn coco_as_shards(dir: &Path, ann: &Path, n: u32, per_shard: u32) -> std::path::PathBuf {
+    let coco: serde_json::Value = serde_json::from_slice(&std::fs::read(ann).unwrap()).unwrap();
+    let shards = dir.join("shards");
+    std::fs::create_dir_all(&shards).unwrap();
+    for first in (0..n).step_by(per_shard as usize) {
+        let mut members = Vec::new();
+        for i in first..(first + per_shard).min(n) {
+            let annotations: Vec<&serde_json::Value> = coco["annotations"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|a| a["image_id"] == i)
+                .collect();
+            let json = serde_json::json!({"annotations": annotations, "extra": "ignored"});
+            std::fs::write(dir.join(format!("{i}.json")), json.to_string()).unwrap();
+            members.extend([format!("{i}.jpg"), format!("{i}.json")]);
+        }
+        tar(&shards.join(format!("s-{first:04}.tar")), dir, &members);
+    }
+    shards
+}
+
+/// Every batch of an epoch of `loader`, the ids left out (they name the files).
+fn epoch_batches(mut loader: TargetLoader) -> Vec<gpufeed::targets::TargetBatch> {
+    let mut out = Vec::new();
+    while let Some(mut b) = loader.next_batch() {
+        assert!(b.skipped.is_empty(), "{:?}", b.skipped);
+        b.ids.clear();
+        out.push(b);
+    }
+    out
+}
+
+fn same_batches(a: &[gpufeed::targets::TargetBatch], b: &[gpufeed::targets::TargetBatch]) {
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.iter().zip(b) {
+        assert_eq!((x.height, x.width, &x.sizes), (y.height, y.width, &y.sizes));
+        assert_eq!(x.indices, y.indices);
+        assert!(x.images == y.images, "images differ");
+        assert_eq!(
+            (&x.boxes, &x.labels, &x.crowd),
+            (&y.boxes, &y.labels, &y.crowd)
+        );
+        assert_eq!((&x.offsets, &x.ops), (&y.offsets, &y.ops));
+        assert!(
+            x.masks == y.masks && x.semantic == y.semantic,
+            "masks differ"
+        );
+    }
+}
+
+#[test]
+fn webdataset_shards_give_the_batches_of_the_folder() {
+    use gpufeed::targets::TargetKind;
+    let dir = temp("wds");
+    let ann = varied_coco(&dir, 10);
+    let shards = coco_as_shards(&dir, &ann, 10, 4);
+    for (recipe, shard) in [
+        (TargetRecipe::Multiscale, (0, 1)),
+        (TargetRecipe::Ssd, (1, 2)),
+    ] {
+        let make = |source| {
+            TargetLoader::new(source)
+                .recipe(recipe)
+                .seed(5)
+                .shuffle(true)
+                .batch_size(3)
+                .shard(shard.0, shard.1)
+                .epoch(1)
+        };
+        let folder = epoch_batches(make(TargetSource::coco(&ann, &dir).unwrap()));
+        let wds = TargetSource::webdataset(&shards, TargetKind::Instances).unwrap();
+        assert_eq!(wds.len(), 10);
+        assert!(wds.has_instance_masks() && wds.is_detection());
+        let first = make(wds);
+        same_batches(&epoch_batches(first), &folder);
+        // Resumed after the first batch: the rest, the same.
+        let wds = TargetSource::webdataset(&shards, TargetKind::Instances).unwrap();
+        let resumed = make(wds).resume_at(1, 3);
+        same_batches(&epoch_batches(resumed), &folder[1..]);
+    }
+    // Without masks: the same boxes, no masks.
+    let wds = TargetSource::webdataset(&shards, TargetKind::Detection).unwrap();
+    let batches = epoch_batches(TargetLoader::new(wds).batch_size(10));
+    let folder =
+        epoch_batches(TargetLoader::new(TargetSource::coco(&ann, &dir).unwrap()).batch_size(10));
+    assert_eq!(batches[0].boxes, folder[0].boxes);
+    assert!(batches[0].masks.is_empty() && !folder[0].masks.is_empty());
+}
+
+#[test]
+fn webdataset_segmentation_gives_the_batches_of_the_folder_pairs() {
+    use gpufeed::targets::TargetKind;
+    let dir = temp("wds-seg");
+    let (images, masks) = (dir.join("images"), dir.join("masks"));
+    std::fs::create_dir_all(&images).unwrap();
+    std::fs::create_dir_all(&masks).unwrap();
+    let mut members = Vec::new();
+    for i in 0..5u32 {
+        let (w, h) = (30 + 17 * i, 50 - 5 * i);
+        write_jpeg(&images.join(format!("{i}.jpg")), w, h);
+        write_mask(&masks.join(format!("{i}.png")), w, h);
+        std::fs::copy(
+            images.join(format!("{i}.jpg")),
+            dir.join(format!("{i}.jpg")),
+        )
+        .unwrap();
+        let mask = if i % 2 == 0 { "seg.png" } else { "mask.png" };
+        std::fs::copy(
+            masks.join(format!("{i}.png")),
+            dir.join(format!("{i}.{mask}")),
+        )
+        .unwrap();
+        members.extend([format!("{i}.jpg"), format!("{i}.{mask}")]);
+    }
+    let shard = dir.join("seg.tar");
+    tar(&shard, &dir, &members);
+    let make = |source| {
+        TargetLoader::new(source)
+            .recipe(TargetRecipe::SegmentationTrain)
+            .seed(2)
+            .shuffle(true)
+            .batch_size(2)
+    };
+    let folder = epoch_batches(make(TargetSource::segmentation(&images, &masks).unwrap()));
+    let wds = TargetSource::webdataset(&shard, TargetKind::Semantic).unwrap();
+    assert!(!wds.is_detection());
+    let loader = make(wds);
+    assert_eq!(
+        loader.default_output().mean,
+        gpufeed::targets::segmentation_output().mean
+    );
+    same_batches(&epoch_batches(loader), &folder);
+}
+
+#[test]
+fn bad_webdataset_samples_are_skipped_with_their_reason() {
+    use gpufeed::targets::TargetKind;
+    let dir = temp("wds-bad");
+    for name in ["a", "b", "c", "e", "f"] {
+        write_jpeg(&dir.join(format!("{name}.jpg")), 40, 30);
+    }
+    let good = r#"{"boxes": [[2, 2, 10, 10]], "labels": [4]}"#;
+    std::fs::write(dir.join("a.json"), good).unwrap();
+    std::fs::write(
+        dir.join("b.json"),
+        r#"{"boxes": [[2, 2, 10, 10]], "labels": [4"#,
+    )
+    .unwrap();
+    // c: no .json; d: a .json without an image.
+    std::fs::write(dir.join("d.json"), good).unwrap();
+    std::fs::write(
+        dir.join("e.json"),
+        r#"{"annotations": [{"bbox": [1, 1, 5, 5], "category_id": 1,
+        "segmentation": {"size": [20, 40], "counts": [5, 10, 785]}}]}"#,
+    )
+    .unwrap();
+    write_mask(&dir.join("f.seg.png"), 40, 20);
+    let members: Vec<String> = [
+        "a.jpg",
+        "a.json",
+        "b.jpg",
+        "b.json",
+        "c.jpg",
+        "d.json",
+        "e.jpg",
+        "e.json",
+        "f.jpg",
+        "f.seg.png",
+    ]
+    .map(String::from)
+    .to_vec();
+    let shard = dir.join("bad.tar");
+    tar(&shard, &dir, &members);
+    let source = TargetSource::webdataset(&shard, TargetKind::Instances).unwrap();
+    assert_eq!(source.len(), 6);
+    let mut loader = TargetLoader::new(source).batch_size(8);
+    let batch = loader.next_batch().unwrap();
+    assert_eq!(batch.len(), 1);
+    assert_eq!(batch.ids, [format!("{}:a.jpg", shard.display())]);
+    assert_eq!(
+        (batch.labels.as_slice(), batch.masks.len()),
+        (&[4i64][..], 32 * 64)
+    );
+    let reasons: Vec<String> = loader
+        .report()
+        .skipped
+        .iter()
+        .map(|e| e.to_string())
+        .collect();
+    assert_eq!(reasons.len(), 5, "{reasons:#?}");
+    let has = |key: &str, says: &str| {
+        let id = format!("{}:{key}", shard.display());
+        assert!(
+            reasons
+                .iter()
+                .any(|r| r.starts_with(&id) && r.contains(says)),
+            "{key}: {says}: {reasons:#?}"
+        );
+    };
+    has("b.jpg", "the .json member is not JSON");
+    has("c.jpg", "the sample has no .json member");
+    has("d", "sample without an image member");
+    has("e.jpg", "mask of 40x20, the image is 40x30");
+    has("f.jpg", "no .json member");
+    // The semantic masks of the same shard: f's is 40x20, its image 40x30.
+    let source = TargetSource::webdataset(&shard, TargetKind::Semantic).unwrap();
+    let mut loader = TargetLoader::new(source).batch_size(8);
+    let batch = loader.next_batch().unwrap();
+    assert!(batch.is_empty());
+    let reasons: Vec<String> = loader
+        .report()
+        .skipped
+        .iter()
+        .map(|e| e.to_string())
+        .collect();
+    assert!(reasons
+        .iter()
+        .any(|r| r.contains("f.jpg") && r.contains(".seg.png member is 40x20, its image 40x30")));
+    assert!(reasons
+        .iter()
+        .any(|r| r.contains("a.jpg") && r.contains("no .seg.png or .mask.png member")));
+}
+
+#[cfg(feature = "object-store")]
+#[test]
+fn webdataset_shards_in_object_storage_give_the_batches_of_the_disk() {
+    use gpufeed::targets::TargetKind;
+    let test = "webdataset_shards_in_object_storage_give_the_batches_of_the_disk";
+    let Some(server) = s3_server::S3Server::for_test(test) else {
+        return;
+    };
+    let dir = temp("wds-s3");
+    let ann = varied_coco(&dir, 9);
+    let shards = coco_as_shards(&dir, &ann, 9, 4);
+    let mut objects = Vec::new();
+    for entry in std::fs::read_dir(&shards).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        objects.push((format!("targets/{name}"), std::fs::read(&path).unwrap()));
+    }
+    server.put_all(objects).expect("upload");
+    let mut options = gpufeed::RemoteOptions::default();
+    for (key, value) in server.store_options() {
+        options = options.store_option(key, value);
+    }
+    let make = |source| {
+        TargetLoader::new(source)
+            .recipe(TargetRecipe::Hflip)
+            .seed(9)
+            .shuffle(true)
+            .batch_size(4)
+    };
+    let disk = epoch_batches(make(
+        TargetSource::webdataset(&shards, TargetKind::Instances).unwrap(),
+    ));
+    let remote =
+        TargetSource::url(&server.url("targets/"), TargetKind::Instances, &options).expect("s3");
+    assert_eq!(
+        remote.id(0).unwrap(),
+        server.url("targets/s-0000.tar:0.jpg")
+    );
+    same_batches(&epoch_batches(make(remote)), &disk);
 }

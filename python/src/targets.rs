@@ -13,7 +13,10 @@ use crate::tensor::Tensor;
 use crate::to_py_err;
 
 /// Batches of samples with targets: a COCO instances file (``coco=``) beside the image folder,
-/// or semantic segmentation pairs (``masks=``, the PNG of each image's relative path and stem),
+/// semantic segmentation pairs (``masks=``, the PNG of each image's relative path and stem), or
+/// WebDataset shards (``webdataset="detection"``, ``"instances"`` or ``"semantic"``: ``images``
+/// a folder of ``.tar`` shards, one shard, or a URL such as ``s3://bucket/train/``; each
+/// sample's ``KEY.json`` or ``KEY.seg.png`` beside its image),
 /// transformed by one of torchvision's reference recipes (``recipe="lsj"``, ``"hflip"``,
 /// ``"multiscale"``, ``"ssdlite"``, ``"segmentation-train"``, ``"segmentation-eval"``,
 /// ``"letterbox:W:H"``, ``"none"``). Iterating runs one epoch and yields
@@ -43,10 +46,34 @@ fn lock(
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The WebDataset shards (a folder, one shard, or a URL) with targets of `kind`.
+fn webdataset_source(
+    shards: &std::path::Path,
+    kind: &str,
+) -> PyResult<gpufeed::Result<TargetSource>> {
+    use gpufeed::targets::TargetKind;
+    let kind = match kind {
+        "detection" => TargetKind::Detection,
+        "instances" => TargetKind::Instances,
+        "semantic" => TargetKind::Semantic,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "webdataset={other:?}: one of \"detection\", \"instances\", \"semantic\""
+            )))
+        }
+    };
+    let text = shards.to_string_lossy();
+    Ok(if text.contains("://") {
+        TargetSource::url(&text, kind, &gpufeed::RemoteOptions::default())
+    } else {
+        TargetSource::webdataset(shards, kind)
+    })
+}
+
 #[pymethods]
 impl TargetLoader {
     #[new]
-    #[pyo3(signature = (images, *, coco=None, masks=None, recipe="none", seed=0, batch_size=8,
+    #[pyo3(signature = (images, *, coco=None, masks=None, webdataset=None, recipe="none", seed=0, batch_size=8,
                         shuffle=false, size_divisible=32, rank=0, world=1, device=None,
                         dtype=None, mean=None, std=None))]
     #[allow(clippy::too_many_arguments)]
@@ -54,6 +81,7 @@ impl TargetLoader {
         images: std::path::PathBuf,
         coco: Option<std::path::PathBuf>,
         masks: Option<std::path::PathBuf>,
+        webdataset: Option<String>,
         recipe: &str,
         seed: u64,
         batch_size: usize,
@@ -75,10 +103,15 @@ impl TargetLoader {
         if world == 0 || rank >= world {
             return Err(PyValueError::new_err("rank must be below world"));
         }
-        let source = match (coco, masks) {
-            (Some(coco), None) => TargetSource::coco(coco, &images),
-            (None, Some(masks)) => TargetSource::segmentation(&images, masks),
-            _ => return Err(PyValueError::new_err("give coco= or masks=, one of them")),
+        let source = match (coco, masks, webdataset.as_deref()) {
+            (Some(coco), None, None) => TargetSource::coco(coco, &images),
+            (None, Some(masks), None) => TargetSource::segmentation(&images, masks),
+            (None, None, Some(kind)) => webdataset_source(&images, kind)?,
+            _ => {
+                return Err(PyValueError::new_err(
+                    "give coco=, masks= or webdataset=, one of them",
+                ))
+            }
         }
         .map_err(to_py_err)?;
         let loader = gpufeed::targets::TargetLoader::new(source)

@@ -380,3 +380,44 @@ def test_python_loader_on_the_gpu_matches_the_host_batch(tmp_path):
         assert gmasks["semantic"] is None
         batches += 1
     assert batches == 3
+
+
+def test_python_loader_reads_webdataset_shards_as_the_folder(tmp_path):
+    """`gpufeed.TargetLoader(shards, webdataset="instances")`: shards written by Python's
+    tarfile (`KEY.jpg` and `KEY.json` in COCO's per-image form) give the batches of the folder
+    and its COCO file, byte for byte."""
+    import tarfile
+
+    gpufeed = pytest.importorskip("gpufeed", reason="the gpufeed package is not installed")
+    rng = np.random.default_rng(63)
+    data = tmp_path / "data"
+    data.mkdir()
+    ann = make_coco(data, rng, n=7)
+    coco = json.loads(ann.read_text())
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    for first in range(0, len(coco["images"]), 3):
+        with tarfile.open(shards / f"part-{first:03d}.tar", "w", format=tarfile.USTAR_FORMAT) as tar:
+            for image in coco["images"][first : first + 3]:
+                key = pathlib.Path(image["file_name"]).stem
+                tar.add(data / "images" / image["file_name"], arcname=f"{key}.jpg")
+                mine = [a for a in coco["annotations"] if a["image_id"] == image["id"]]
+                body = json.dumps({"annotations": mine, "categories": coco["categories"]}).encode()
+                info = tarfile.TarInfo(f"{key}.json")
+                info.size = len(body)
+                tar.addfile(info, __import__("io").BytesIO(body))
+    args = dict(recipe="hflip", seed=4, shuffle=True, batch_size=3)
+    folder = gpufeed.TargetLoader(str(data / "images"), coco=str(ann), **args)
+    wds = gpufeed.TargetLoader(str(shards), webdataset="instances", **args)
+    batches = 0
+    for (a_images, a_targets), (b_images, b_targets) in zip(folder, wds, strict=True):
+        np.testing.assert_array_equal(a_images, b_images)
+        for a, b in zip(a_targets, b_targets, strict=True):
+            assert b["id"].startswith(str(shards)) and b["id"].endswith(".jpg")
+            for key in ("boxes", "labels", "iscrowd", "masks", "size", "index", "ops"):
+                np.testing.assert_array_equal(np.asarray(a[key]), np.asarray(b[key]), err_msg=key)
+        batches += 1
+    assert batches == 3
+    assert wds.report()["skipped"] == []
+    with pytest.raises(ValueError, match="webdataset"):
+        gpufeed.TargetLoader(str(shards), webdataset="boxes")

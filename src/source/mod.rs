@@ -110,6 +110,31 @@ impl SourceItem {
         }
     }
 
+    /// The bytes of the sample's other member whose extension is the first of `exts` it has
+    /// (WebDataset samples: `json`, `seg.png`), with that extension; `None` when it has none of
+    /// them (or is not a shard's sample).
+    pub(crate) fn part(
+        &self,
+        exts: &[&str],
+    ) -> Option<std::result::Result<(String, Vec<u8>), ItemErrorKind>> {
+        let parts: &[tar::Part] = match &self.payload {
+            Payload::Member(place) => &place.parts,
+            #[cfg(feature = "object-store")]
+            Payload::Remote(place) => place.parts(),
+            _ => &[],
+        };
+        let part = exts
+            .iter()
+            .find_map(|ext| parts.iter().find(|p| p.ext == *ext))?;
+        let bytes = match &self.payload {
+            Payload::Member(place) => read_file_span(&place.shard, part.offset, part.len),
+            #[cfg(feature = "object-store")]
+            Payload::Remote(place) => place.read_span(part.offset, part.len),
+            _ => return None,
+        };
+        Some(bytes.map(|b| (part.ext.clone(), b)))
+    }
+
     /// The encoded bytes, read whole (no size limit, but only from a regular file, never a FIFO
     /// or a device): for copies of a source.
     fn read_all(&self) -> std::result::Result<Vec<u8>, ItemErrorKind> {
@@ -470,6 +495,25 @@ fn open_regular(path: &Path) -> std::result::Result<(fs::File, u64), ItemErrorKi
 
 /// Reads into `out` from `offset` of `file` with positioned reads until `out` is full or the file
 /// ends; returns the bytes read.
+/// `len` bytes at `offset` of the regular file at `path` (a member of a shard).
+fn read_file_span(
+    path: &Path,
+    offset: u64,
+    len: u64,
+) -> std::result::Result<Vec<u8>, ItemErrorKind> {
+    use std::os::unix::fs::FileExt;
+    let (file, size) = open_regular(path)?;
+    if offset.saturating_add(len) > size {
+        return Err(ItemErrorKind::Truncated(format!(
+            "the shard ends at byte {size}, before the member's end"
+        )));
+    }
+    let mut out = vec![0u8; usize::try_from(len).unwrap_or(usize::MAX)];
+    file.read_exact_at(&mut out, offset)
+        .map_err(|e| ItemErrorKind::read(&e, describe_io_error(path, &e)))?;
+    Ok(out)
+}
+
 fn read_span(file: &fs::File, offset: u64, out: &mut [u8]) -> std::io::Result<usize> {
     use std::os::unix::fs::FileExt;
     let mut filled = 0;
@@ -834,11 +878,13 @@ impl Source {
                     offset,
                     len,
                     label,
+                    parts,
                 } => SourceItem {
                     payload: Payload::Member(tar::MemberPlace {
                         shard: shard.clone(),
                         offset,
                         len,
+                        parts: parts.into(),
                     }),
                     id,
                     label,
@@ -961,6 +1007,25 @@ impl Source {
             index,
             kind,
         })
+    }
+
+    /// Sample `index`'s other member with the first of these extensions it has (WebDataset
+    /// samples: `json`, `seg.png`): its extension and bytes; `Ok(None)` without one.
+    pub(crate) fn part(
+        &self,
+        index: usize,
+        exts: &[&str],
+    ) -> std::result::Result<Option<(String, Vec<u8>)>, crate::ItemError> {
+        let Some(item) = self.items.get(index) else {
+            return Ok(None);
+        };
+        item.part(exts)
+            .transpose()
+            .map_err(|kind| crate::ItemError {
+                id: item.id.clone(),
+                index,
+                kind,
+            })
     }
 
     /// The indices of items known from the listing to hold no image: damaged parts of tar

@@ -40,9 +40,20 @@ pub(crate) enum Entry {
         offset: u64,
         len: u64,
         label: Option<u32>,
+        /// The sample's other members (a `.json`, a `.seg.png`), for readers of targets.
+        parts: Vec<Part>,
     },
     /// What cannot be read, and why; `at` is where in the shard.
     Damaged { id: String, reason: String, at: u64 },
+}
+
+/// A sample's member other than its image: its extension (lower case, without the first dot:
+/// `json`, `seg.png`) and its bytes' place in the shard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Part {
+    pub ext: String,
+    pub offset: u64,
+    pub len: u64,
 }
 
 /// A member as the headers give it.
@@ -430,11 +441,21 @@ fn sample<R: ReadAt + ?Sized>(file: &R, shard: &str, key: &str, members: &[Membe
             }
         },
     };
+    let parts = members
+        .iter()
+        .filter(|m| !std::ptr::eq(*m, image) && !matches!(m.link, Some(Link::Dangling(_))))
+        .map(|m| Part {
+            ext: extension(m).to_ascii_lowercase(),
+            offset: m.offset,
+            len: m.len,
+        })
+        .collect();
     Entry::Sample {
         id,
         offset: image.offset,
         len: image.len,
         label,
+        parts,
     }
 }
 
@@ -561,6 +582,8 @@ pub(crate) struct MemberPlace {
     pub shard: Arc<PathBuf>,
     pub offset: u64,
     pub len: u64,
+    /// The sample's other members.
+    pub parts: Arc<[Part]>,
 }
 
 #[cfg(test)]
@@ -692,6 +715,7 @@ pub(crate) mod tests {
                 offset,
                 len,
                 label,
+                ..
             } => {
                 let data = &bytes[*offset as usize..(*offset + *len) as usize];
                 (id.clone(), data.to_vec(), *label)

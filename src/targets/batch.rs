@@ -475,7 +475,7 @@ impl TargetLoader {
             TargetRecipe::SegmentationTrain | TargetRecipe::SegmentationEval => {
                 segmentation_output()
             }
-            _ if self.source.coco_file().is_none() => segmentation_output(),
+            _ if !self.source.is_detection() => segmentation_output(),
             _ => detection_output(),
         }
     }
@@ -498,7 +498,7 @@ impl TargetLoader {
             }
         }
         let batch = self.next_batch()?;
-        let instance = self.source.coco_file().is_some_and(|c| c.has_masks());
+        let instance = self.source.has_instance_masks();
         let upload = self.upload.as_mut()?;
         Some(
             upload
@@ -546,10 +546,7 @@ struct Row {
 }
 
 fn id_of(source: &TargetSource, index: usize) -> String {
-    source
-        .image_path(index)
-        .map(|p| p.display().to_string())
-        .unwrap_or_default()
+    source.id(index).unwrap_or_default()
 }
 
 /// Loads sample `index`, draws its calls from (seed, epoch, index) and transforms its targets.

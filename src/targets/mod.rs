@@ -1,5 +1,6 @@
 //! Dense targets: detection and segmentation samples (an image with its boxes, labels, instance
-//! masks or semantic mask) read from COCO files or image/mask folder pairs ([`TargetSource`]),
+//! masks or semantic mask) read from COCO files, image/mask folder pairs or WebDataset shards
+//! ([`TargetSource`]),
 //! transformed together exactly as torchvision v2's reference recipes do ([`TargetRecipe`]:
 //! each image's calls drawn from (seed, epoch, index) as [`JointOp`]s), and collated into
 //! padded batches with packed boxes and labels ([`TargetBatch`], [`TargetLoader`]), each row's
@@ -15,6 +16,7 @@ mod device;
 mod layout;
 mod mask;
 mod recipe;
+mod sample_json;
 mod source;
 mod transform;
 
@@ -23,7 +25,7 @@ pub use coco::{Category, Coco, CocoError, CocoImage, CocoReport};
 pub use device::{detection_output, segmentation_output, DeviceTargetBatch};
 pub use mask::{MaskError, Rle};
 pub use recipe::TargetRecipe;
-pub use source::TargetSource;
+pub use source::{TargetKind, TargetSource};
 
 /// `count` planes of one size, one byte a pixel, plane after plane, row-major.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

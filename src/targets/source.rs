@@ -1,7 +1,9 @@
 //! Where samples with targets come from: a COCO instances file beside an image folder, or
 //! semantic segmentation pairs (each image and the PNG mask of the same relative path and stem
 //! in a mask folder: VOC's `JPEGImages` + `SegmentationClass`, ADE20K's `images` +
-//! `annotations`). A sample that cannot be used is an [`ItemError`] naming the file and why.
+//! `annotations`), or WebDataset tar shards (on disk or in object storage) whose samples carry
+//! their targets beside the image (`KEY.json`, `KEY.seg.png`). A sample that cannot be used is
+//! an [`ItemError`] naming the file (or shard and member) and why.
 
 use std::path::{Path, PathBuf};
 
@@ -10,7 +12,31 @@ use crate::options::DecodeOptions;
 use crate::source::Source;
 
 use super::coco::Coco;
+use super::sample_json::attach_json;
 use super::{Planes, Sample};
+
+/// What the samples of WebDataset shards carry beside their image (`KEY.jpg`, `.jpeg`, `.png`,
+/// `.webp`; see `docs/targets.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetKind {
+    /// `KEY.json`: boxes, labels, crowd flags and keypoints; no masks.
+    Detection,
+    /// `KEY.json` as for [`TargetKind::Detection`], and an instance mask for every object (from
+    /// its `segmentation`: polygons or RLE; an empty mask without one).
+    Instances,
+    /// `KEY.seg.png` (or `KEY.mask.png`): the semantic mask, palette or gray indices.
+    Semantic,
+}
+
+impl TargetKind {
+    /// The members holding a sample's targets, by extension, in the order looked for.
+    fn members(self) -> &'static [&'static str] {
+        match self {
+            TargetKind::Detection | TargetKind::Instances => &["json"],
+            TargetKind::Semantic => &["seg.png", "mask.png"],
+        }
+    }
+}
 
 /// Samples with targets.
 #[derive(Debug)]
@@ -28,6 +54,10 @@ enum Kind {
         images: Source,
         root: PathBuf,
         masks: PathBuf,
+    },
+    WebDataset {
+        samples: Source,
+        kind: TargetKind,
     },
 }
 
@@ -65,11 +95,83 @@ impl TargetSource {
         })
     }
 
+    /// The samples of the WebDataset tar shards in the folder `shards` (its `.tar` files, in
+    /// sorted order) or of the one shard `shards` names, grouped by key as WebDataset groups
+    /// them, each with the targets `kind` says (see [`TargetKind`]). The shards' members are
+    /// indexed here, once; a damaged part of a shard, a sample without an image or without its
+    /// targets' member, is skipped with its reason when it is read.
+    pub fn webdataset(shards: impl AsRef<Path>, kind: TargetKind) -> Result<TargetSource> {
+        let shards = shards.as_ref();
+        let samples = if shards.is_dir() {
+            Source::webdataset(shards)?
+        } else {
+            Source::tar_shards([shards])?
+        };
+        Ok(TargetSource::from_shards(samples, kind))
+    }
+
+    /// The samples of these WebDataset tar shards, in order (see [`TargetSource::webdataset`]).
+    pub fn tar_shards<I, P>(shards: I, kind: TargetKind) -> Result<TargetSource>
+    where
+        I: IntoIterator<Item = P>,
+        P: Into<PathBuf>,
+    {
+        Ok(TargetSource::from_shards(Source::tar_shards(shards)?, kind))
+    }
+
+    /// The samples of the WebDataset shards at `url` in object storage (a prefix listing its
+    /// `.tar` objects, one shard, or a brace list `s3://b/train-{000..009}.tar`), read as
+    /// [`crate::Source::url`] reads them with [`crate::UrlLayout::WebDataset`] (the same
+    /// options, cache and retries), each with the targets `kind` says.
+    #[cfg(feature = "object-store")]
+    pub fn url(
+        url: &str,
+        kind: TargetKind,
+        options: &crate::RemoteOptions,
+    ) -> Result<TargetSource> {
+        let samples = Source::url(url, crate::UrlLayout::WebDataset, options)?;
+        Ok(TargetSource::from_shards(samples, kind))
+    }
+
+    fn from_shards(samples: Source, kind: TargetKind) -> TargetSource {
+        TargetSource {
+            kind: Kind::WebDataset { samples, kind },
+        }
+    }
+
     /// The samples.
     pub fn len(&self) -> usize {
         match &self.kind {
             Kind::Coco { coco, .. } => coco.images.len(),
             Kind::Segmentation { images, .. } => images.len(),
+            Kind::WebDataset { samples, .. } => samples.len(),
+        }
+    }
+
+    /// Sample `index`'s id: its image's path, or `shard.tar:KEY.jpg` for a shard's sample.
+    pub fn id(&self, index: usize) -> Option<String> {
+        match &self.kind {
+            Kind::WebDataset { samples, .. } => samples.id(index).map(str::to_string),
+            _ => self.image_path(index).map(|p| p.display().to_string()),
+        }
+    }
+
+    /// Whether the samples have instance masks (a COCO file with segmentations,
+    /// [`TargetKind::Instances`]).
+    pub fn has_instance_masks(&self) -> bool {
+        match &self.kind {
+            Kind::Coco { coco, .. } => coco.has_masks(),
+            Kind::Segmentation { .. } => false,
+            Kind::WebDataset { kind, .. } => *kind == TargetKind::Instances,
+        }
+    }
+
+    /// Whether the samples carry objects (boxes and labels), not a semantic mask.
+    pub fn is_detection(&self) -> bool {
+        match &self.kind {
+            Kind::Coco { .. } => true,
+            Kind::Segmentation { .. } => false,
+            Kind::WebDataset { kind, .. } => *kind != TargetKind::Semantic,
         }
     }
 
@@ -82,7 +184,7 @@ impl TargetSource {
     pub fn coco_file(&self) -> Option<&Coco> {
         match &self.kind {
             Kind::Coco { coco, .. } => Some(coco),
-            Kind::Segmentation { .. } => None,
+            Kind::Segmentation { .. } | Kind::WebDataset { .. } => None,
         }
     }
 
@@ -93,13 +195,14 @@ impl TargetSource {
                 coco.images.get(index).map(|im| images.join(&im.file_name))
             }
             Kind::Segmentation { images, .. } => images.path(index).map(Path::to_path_buf),
+            Kind::WebDataset { .. } => None,
         }
     }
 
     /// Sample `index`'s mask path (segmentation pairs).
     pub fn mask_path(&self, index: usize) -> Option<PathBuf> {
         match &self.kind {
-            Kind::Coco { .. } => None,
+            Kind::Coco { .. } | Kind::WebDataset { .. } => None,
             Kind::Segmentation {
                 images,
                 root,
@@ -118,6 +221,9 @@ impl TargetSource {
         index: usize,
         decode: &DecodeOptions,
     ) -> std::result::Result<Sample, ItemError> {
+        if let Kind::WebDataset { samples, kind } = &self.kind {
+            return load_shard_sample(samples, *kind, index, decode);
+        }
         let path = self.image_path(index).unwrap_or_default();
         let fail = |kind| ItemError {
             id: path.display().to_string(),
@@ -134,8 +240,8 @@ impl TargetSource {
             ..Sample::default()
         };
         match &self.kind {
-            Kind::Coco { coco, .. } => attach_coco(coco, index, &mut sample),
-            Kind::Segmentation { .. } => {
+            Kind::Coco { coco, .. } => attach_coco(coco, index, coco.has_masks(), &mut sample),
+            Kind::Segmentation { .. } | Kind::WebDataset { .. } => {
                 let mask = self.mask_path(index).unwrap_or_default();
                 attach_mask(&mask, &mut sample)
             }
@@ -145,13 +251,54 @@ impl TargetSource {
     }
 }
 
-/// The COCO annotations of image `index`, masks rasterized at the decoded size (torchvision's
-/// wrapper rasterizes at the image's size).
-fn attach_coco(coco: &Coco, index: usize, sample: &mut Sample) -> std::result::Result<(), String> {
+/// Sample `index` of WebDataset shards: its image member decoded whole, its targets from the
+/// member `kind` names.
+fn load_shard_sample(
+    samples: &Source,
+    kind: TargetKind,
+    index: usize,
+    decode: &DecodeOptions,
+) -> std::result::Result<Sample, ItemError> {
+    let bytes = samples.read(index)?;
+    let fail = |kind| ItemError {
+        id: samples.id(index).unwrap_or_default().to_string(),
+        index,
+        kind,
+    };
+    let (pixels, width, height) = crate::cpu::decode_whole(&bytes, decode).map_err(fail)?;
+    let mut sample = Sample {
+        width,
+        height,
+        pixels,
+        ..Sample::default()
+    };
+    let members = kind.members();
+    let Some((ext, part)) = samples.part(index, members)? else {
+        return Err(fail(ItemErrorKind::Target(format!(
+            "the sample has no .{} member",
+            members.join(" or .")
+        ))));
+    };
+    match kind {
+        TargetKind::Detection => attach_json(&part, false, &mut sample),
+        TargetKind::Instances => attach_json(&part, true, &mut sample),
+        TargetKind::Semantic => attach_mask_bytes(&part, &format!(".{ext} member"), &mut sample),
+    }
+    .map_err(|reason| fail(ItemErrorKind::Target(reason)))?;
+    Ok(sample)
+}
+
+/// The COCO annotations of image `index`, masks (when `masks`) rasterized at the decoded size
+/// (torchvision's wrapper rasterizes at the image's size).
+pub(super) fn attach_coco(
+    coco: &Coco,
+    index: usize,
+    masks: bool,
+    sample: &mut Sample,
+) -> std::result::Result<(), String> {
     let Some(image) = coco.images.get(index) else {
         return Err(format!("no image {index}"));
     };
-    let masks = coco.has_masks();
     let (h, w) = (sample.height, sample.width);
     for a in image.annotations.clone() {
         sample.boxes.push(coco.bbox(a));
@@ -190,14 +337,20 @@ fn attach_coco(coco: &Coco, index: usize, sample: &mut Sample) -> std::result::R
 /// its indices kept.
 fn attach_mask(path: &Path, sample: &mut Sample) -> std::result::Result<(), String> {
     let bytes = std::fs::read(path).map_err(|e| format!("mask {}: {e}", path.display()))?;
-    let (data, w, h) =
-        read_index_png(&bytes).map_err(|e| format!("mask {}: {e}", path.display()))?;
+    attach_mask_bytes(&bytes, &path.display().to_string(), sample)
+}
+
+/// The semantic mask in `bytes` (a PNG), named `name` in reasons.
+fn attach_mask_bytes(
+    bytes: &[u8],
+    name: &str,
+    sample: &mut Sample,
+) -> std::result::Result<(), String> {
+    let (data, w, h) = read_index_png(bytes).map_err(|e| format!("mask {name}: {e}"))?;
     if (w, h) != (sample.width, sample.height) {
         return Err(format!(
-            "mask {} is {w}x{h}, its image {}x{}",
-            path.display(),
-            sample.width,
-            sample.height
+            "mask {name} is {w}x{h}, its image {}x{}",
+            sample.width, sample.height
         ));
     }
     sample.semantic = Planes { count: 1, data };

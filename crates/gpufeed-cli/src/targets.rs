@@ -1,4 +1,5 @@
-//! `gpufeed targets DIR`: detection or segmentation samples with their targets, transformed by
+//! `gpufeed targets DIR`: detection or segmentation samples with their targets (a COCO file, mask
+//! folders, or WebDataset shards on disk or in object storage), transformed by
 //! one of torchvision's reference recipes and batched; `--save OUT` writes each batch's images
 //! and masks as `.npy` and every row's targets and calls to `OUT/targets.jsonl`.
 
@@ -6,23 +7,31 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use gpufeed::targets::{BoxFormat, TargetBatch, TargetLoader, TargetRecipe, TargetSource};
+use gpufeed::targets::{
+    BoxFormat, TargetBatch, TargetKind, TargetLoader, TargetRecipe, TargetSource,
+};
 use serde_json::{json, Value};
 
 use crate::Result;
 
 #[derive(clap::Args, Debug)]
 pub struct TargetArgs {
-    /// The image folder.
+    /// The image folder; with --webdataset, a folder of .tar shards, one shard, or a URL
+    /// (s3://bucket/prefix/, a shard's URL, or s3://b/train-{000..009}.tar).
     dir: PathBuf,
     /// A COCO instances file (`instances_*.json`) naming the images under DIR.
     #[arg(
         long,
         value_name = "FILE",
-        required_unless_present = "masks",
-        conflicts_with = "masks"
+        required_unless_present_any = ["masks", "webdataset"],
+        conflicts_with_all = ["masks", "webdataset"]
     )]
     coco: Option<PathBuf>,
+    /// DIR holds WebDataset shards, each sample's targets beside its image: `detection`
+    /// (KEY.json boxes and labels), `instances` (KEY.json with a mask per object) or `semantic`
+    /// (KEY.seg.png or KEY.mask.png).
+    #[arg(long, value_name = "KIND", value_parser = ["detection", "instances", "semantic"], conflicts_with = "masks")]
+    webdataset: Option<String>,
     /// A folder of PNG masks, one per image of DIR of the same relative path and stem
     /// (semantic segmentation).
     #[arg(long, value_name = "DIR")]
@@ -88,19 +97,37 @@ fn parse_shard(text: &str) -> std::result::Result<(usize, usize), String> {
 /// Runs the command.
 pub fn run(args: &TargetArgs) -> Result<()> {
     let start = Instant::now();
-    let (source, recipe) = match (&args.coco, &args.masks) {
-        (Some(coco), _) => (TargetSource::coco(coco, &args.dir)?, args.detection_recipe),
-        (None, Some(masks)) => (
-            TargetSource::segmentation(&args.dir, masks)?,
-            match args.segmentation_recipe.as_deref() {
-                Some("train") => TargetRecipe::SegmentationTrain,
-                _ => TargetRecipe::SegmentationEval,
-            },
-        ),
-        (None, None) => return Err("give --coco FILE or --masks DIR".into()),
+    let segmentation = match args.segmentation_recipe.as_deref() {
+        Some("train") => TargetRecipe::SegmentationTrain,
+        _ => TargetRecipe::SegmentationEval,
+    };
+    let (source, recipe) = match (&args.coco, &args.masks, args.webdataset.as_deref()) {
+        (Some(coco), _, _) => (TargetSource::coco(coco, &args.dir)?, args.detection_recipe),
+        (None, Some(masks), _) => (TargetSource::segmentation(&args.dir, masks)?, segmentation),
+        (None, None, Some(kind)) => {
+            let kind = match kind {
+                "semantic" => TargetKind::Semantic,
+                "instances" => TargetKind::Instances,
+                _ => TargetKind::Detection,
+            };
+            let text = args.dir.to_string_lossy();
+            let source = if text.contains("://") {
+                TargetSource::url(&text, kind, &gpufeed::RemoteOptions::default())?
+            } else {
+                TargetSource::webdataset(&args.dir, kind)?
+            };
+            let recipe = match kind {
+                TargetKind::Semantic => segmentation,
+                _ => args.detection_recipe,
+            };
+            (source, recipe)
+        }
+        (None, None, None) => {
+            return Err("give --coco FILE, --masks DIR or --webdataset KIND".into())
+        }
     };
     let coco_report = source.coco_file().map(|c| c.report);
-    let instance = source.coco_file().is_some_and(|c| c.has_masks());
+    let instance = source.has_instance_masks();
     let (rank, world) = args.shard.unwrap_or((0, 1));
     let mut loader = TargetLoader::new(source)
         .recipe(recipe)

@@ -2815,3 +2815,37 @@ fn parquet_rows_run_and_save_their_extra_columns() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("for --parquet"));
 }
+
+#[test]
+fn targets_reads_webdataset_shards_with_their_json() {
+    let dir = temp_dir("cli-targets-wds");
+    let root = dir.path();
+    std::fs::copy(repo_path("assets/rocket.jpg"), root.join("a.jpg")).expect("copy");
+    std::fs::copy(repo_path("assets/retina.jpg"), root.join("b.jpg")).expect("copy");
+    let json = r#"{"boxes": [[10, 20, 100, 50]], "labels": [3], "note": "ignored"}"#;
+    std::fs::write(root.join("a.json"), json).expect("write");
+    std::fs::write(root.join("b.json"), "{not json").expect("write");
+    let shard = root.join("s.tar");
+    let status = Command::new("tar")
+        .arg("-cf")
+        .arg(&shard)
+        .arg("-C")
+        .arg(root)
+        .args(["a.jpg", "a.json", "b.jpg", "b.json"])
+        .status()
+        .expect("tar");
+    assert!(status.success());
+    let shard = shard.to_string_lossy().into_owned();
+    let o = gpufeed(&["targets", &shard, "--webdataset", "detection", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary = last_json(&o);
+    assert_eq!(summary["images"], 1, "{summary}");
+    let skipped = summary["skipped"].as_array().expect("skipped");
+    assert_eq!(skipped.len(), 1, "{summary}");
+    assert_eq!(skipped[0]["id"], format!("{shard}:b.jpg"));
+    assert!(skipped[0]["reason"]
+        .as_str()
+        .is_some_and(|r| r.contains("not JSON")));
+    let o = gpufeed(&["targets", &shard]);
+    assert!(!o.status.success());
+}

@@ -310,8 +310,9 @@ def render_views(
     object of what the view drew, as `gpufeed run --views` saves it. The resize follows
     `pillow_version` ((major, minor)), by default the installed Pillow's."""
 class TargetLoader:
-    """Detection or segmentation batches with their targets: COCO (coco=) or image/mask pairs
-    (masks=), through one of torchvision's reference recipes. Iterating runs one epoch and yields
+    """Detection or segmentation batches with their targets: COCO (coco=), image/mask pairs
+    (masks=) or WebDataset shards or their URL (webdataset="detection", "instances" or
+    "semantic"), through one of torchvision's reference recipes. Iterating runs one epoch and yields
     (images, targets): uint8 [N, H, W, 3] padded images and one dict a row (boxes float32 XYXY,
     labels int64, iscrowd, masks or semantic uint8, keypoints, size, index, id, ops, inverse).
     With device="cuda:0": (images, targets, masks), images a gpufeed.Tensor [N, 3, H, W] normalized
@@ -322,6 +323,7 @@ class TargetLoader:
         *,
         coco: Optional[Union[str, os.PathLike[str]]] = None,
         masks: Optional[Union[str, os.PathLike[str]]] = None,
+        webdataset: Optional[str] = None,
         recipe: str = "none",
         seed: int = 0,
         batch_size: int = 8,

@@ -309,6 +309,8 @@ pub(crate) struct Place {
     unit: u32,
     offset: u64,
     len: Option<u64>,
+    /// A shard sample's other members.
+    parts: Arc<[tar::Part]>,
 }
 
 impl Place {
@@ -360,6 +362,38 @@ impl Place {
                 )
             }
             Data::File(path) => OpenItem::file_part(&path, self.offset, len, max_bytes),
+        }
+    }
+}
+
+impl Place {
+    /// The sample's other members.
+    pub fn parts(&self) -> &[tar::Part] {
+        &self.parts
+    }
+
+    /// `len` bytes at `offset` of the item's object (a member of its shard), waiting while the
+    /// object is read.
+    pub fn read_span(&self, offset: u64, len: u64) -> std::result::Result<Vec<u8>, ItemErrorKind> {
+        let data = self
+            .reader
+            .data(self.unit)
+            .map_err(|f| ItemErrorKind::Read {
+                kind: f.kind,
+                reason: f.reason,
+            })?;
+        match data {
+            Data::Memory(buffer) => {
+                let start = usize::try_from(offset).unwrap_or(usize::MAX);
+                let end = start.saturating_add(usize::try_from(len).unwrap_or(usize::MAX));
+                buffer.get(start..end).map(<[u8]>::to_vec).ok_or_else(|| {
+                    ItemErrorKind::Truncated(format!(
+                        "the object ends at byte {}, before the member's end",
+                        buffer.len()
+                    ))
+                })
+            }
+            Data::File(path) => super::read_file_span(&path, offset, len),
         }
     }
 }
@@ -775,6 +809,7 @@ impl Opening {
                         unit,
                         offset: 0,
                         len: shared.objects[unit as usize].meta().map(|m| m.size),
+                        parts: Arc::from([]),
                     }),
                     (None, reason) => Payload::Damaged(reason.unwrap_or_default()),
                 },
@@ -842,12 +877,14 @@ impl Opening {
                     offset,
                     len,
                     label,
+                    parts,
                 } => SourceItem {
                     payload: Payload::Remote(Place {
                         reader: reader.clone(),
                         unit: unit as u32,
                         offset,
                         len: Some(len),
+                        parts: parts.into(),
                     }),
                     id,
                     label,
@@ -1159,9 +1196,10 @@ fn index_cached(path: &Path, size: u64, url: &str) -> std::io::Result<Vec<Entry>
 }
 
 /// The first line of a shard index's text.
-const INDEX_HEADER: &str = "gpufeed-index 2";
+const INDEX_HEADER: &str = "gpufeed-index 3";
 
-/// A shard's index as text: a line a sample (`s`, offset, length, label or `-`, id) or damaged
+/// A shard's index as text: a line a sample (`s`, offset, length, label or `-`, id, then its
+/// other members as extension, offset, length) or damaged
 /// part (`d`, position, id, reason), fields split by tabs, with `\`, tab and newline escaped;
 /// then `end`, the count of those lines and the CRC-32 of the text before this line.
 fn encode_index(entries: &[Entry]) -> Vec<u8> {
@@ -1178,9 +1216,14 @@ fn encode_index(entries: &[Entry]) -> Vec<u8> {
                 offset,
                 len,
                 label,
+                parts,
             } => {
                 let label = label.map_or("-".to_string(), |l| l.to_string());
-                text.push_str(&format!("s\t{offset}\t{len}\t{label}\t{}\n", escape(id)));
+                text.push_str(&format!("s\t{offset}\t{len}\t{label}\t{}", escape(id)));
+                for p in parts {
+                    text.push_str(&format!("\t{}\t{}\t{}", escape(&p.ext), p.offset, p.len));
+                }
+                text.push('\n');
             }
             Entry::Damaged { id, reason, at } => {
                 text.push_str(&format!("d\t{at}\t{}\t{}\n", escape(id), escape(reason)));
@@ -1232,15 +1275,30 @@ fn decode_index(bytes: &[u8], size: u64) -> Option<Vec<Entry>> {
         .map(|line| {
             let fields: Vec<&str> = line.split('\t').collect();
             match fields.as_slice() {
-                ["s", offset, len, label, id] => Some(Entry::Sample {
-                    id: unescape(id),
-                    offset: offset.parse().ok()?,
-                    len: len.parse().ok()?,
-                    label: match *label {
-                        "-" => None,
-                        l => Some(l.parse().ok()?),
-                    },
-                }),
+                ["s", offset, len, label, id, parts @ ..] if parts.len() % 3 == 0 => {
+                    let parts = parts
+                        .chunks_exact(3)
+                        .map(|p| {
+                            let (offset, len) = (p[1].parse().ok()?, p[2].parse().ok()?);
+                            let end = u64::checked_add(offset, len)?;
+                            (end <= size).then(|| tar::Part {
+                                ext: unescape(p[0]),
+                                offset,
+                                len,
+                            })
+                        })
+                        .collect::<Option<Vec<_>>>()?;
+                    Some(Entry::Sample {
+                        id: unescape(id),
+                        offset: offset.parse().ok()?,
+                        len: len.parse().ok()?,
+                        label: match *label {
+                            "-" => None,
+                            l => Some(l.parse().ok()?),
+                        },
+                        parts,
+                    })
+                }
                 ["d", at, id, reason] => Some(Entry::Damaged {
                     id: unescape(id),
                     reason: unescape(reason),
@@ -1279,12 +1337,25 @@ mod tests {
                 offset: 512,
                 len: 100,
                 label: Some(3),
+                parts: vec![
+                    tar::Part {
+                        ext: "json".into(),
+                        offset: 1024 - 100,
+                        len: 10,
+                    },
+                    tar::Part {
+                        ext: "se\tg.png".into(),
+                        offset: 3000,
+                        len: 5,
+                    },
+                ],
             },
             Entry::Sample {
                 id: "s3://b/a.tar:w.jpg".into(),
                 offset: 1024,
                 len: 7,
                 label: None,
+                parts: vec![],
             },
             Entry::Damaged {
                 id: "s3://b/a.tar@2048".into(),
@@ -1308,6 +1379,7 @@ mod tests {
                 offset: 512 + k * 1024,
                 len: 100,
                 label: Some(k as u32 % 3),
+                parts: vec![],
             })
             .collect();
         let text = String::from_utf8(encode_index(&entries)).expect("text");
