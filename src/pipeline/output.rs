@@ -26,17 +26,25 @@ const STAGING_SLOTS: usize = 2;
 
 /// What becomes of a batch once its images are staged.
 pub(crate) trait OutputStage: Send {
-    /// The device the batches land on, in words.
-    fn describe(&self) -> String;
+    /// The device the batches land on, in words (by default the CPU's: host memory).
+    fn describe(&self) -> String {
+        "CPU".into()
+    }
 
-    /// Page-locked host memory held.
-    fn pinned_bytes(&self) -> usize;
+    /// Page-locked host memory held (by default none).
+    fn pinned_bytes(&self) -> usize {
+        0
+    }
 
-    /// The CUDA stream the batches are written on (none on the CPU device).
-    fn cuda_stream(&self) -> Option<Arc<CudaStream>>;
+    /// The CUDA stream the batches are written on (by default none: the CPU device).
+    fn cuda_stream(&self) -> Option<Arc<CudaStream>> {
+        None
+    }
 
-    /// Staging slots in rotation.
-    fn slots(&self) -> usize;
+    /// Staging slots in rotation (by default one).
+    fn slots(&self) -> usize {
+        1
+    }
 
     /// Slot `slot` for the lanes to fill, once nothing reads it any more.
     fn staging(&mut self, slot: usize) -> Result<Staging<'_>>;
@@ -581,22 +589,6 @@ impl HostOutput {
 }
 
 impl OutputStage for HostOutput {
-    fn describe(&self) -> String {
-        "CPU".into()
-    }
-
-    fn pinned_bytes(&self) -> usize {
-        0
-    }
-
-    fn cuda_stream(&self) -> Option<Arc<CudaStream>> {
-        None
-    }
-
-    fn slots(&self) -> usize {
-        1
-    }
-
     fn staging(&mut self, _slot: usize) -> Result<Staging<'_>> {
         if self.augment.is_some() {
             // Normalized in `finish`, once the batch is whole.

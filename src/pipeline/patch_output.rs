@@ -241,22 +241,6 @@ impl HostPatchOutput {
 }
 
 impl OutputStage for HostPatchOutput {
-    fn describe(&self) -> String {
-        "CPU".into()
-    }
-
-    fn pinned_bytes(&self) -> usize {
-        0
-    }
-
-    fn cuda_stream(&self) -> Option<Arc<CudaStream>> {
-        None
-    }
-
-    fn slots(&self) -> usize {
-        1
-    }
-
     fn staging(&mut self, _slot: usize) -> Result<Staging<'_>> {
         Ok(Staging {
             pixels: &mut self.pixels,

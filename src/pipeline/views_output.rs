@@ -8,7 +8,6 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::CudaStream;
 use rayon::prelude::*;
 
 use super::output::{BatchAugment, BatchImages, DeviceStage, DeviceWrites, Finished, OutputStage};
@@ -277,22 +276,6 @@ impl HostViewsOutput {
 }
 
 impl OutputStage for HostViewsOutput {
-    fn describe(&self) -> String {
-        "CPU".into()
-    }
-
-    fn pinned_bytes(&self) -> usize {
-        0
-    }
-
-    fn cuda_stream(&self) -> Option<Arc<CudaStream>> {
-        None
-    }
-
-    fn slots(&self) -> usize {
-        1
-    }
-
     fn staging(&mut self, _slot: usize) -> Result<Staging<'_>> {
         Ok(Staging {
             pixels: &mut self.pixels,
