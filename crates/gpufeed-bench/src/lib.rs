@@ -127,3 +127,23 @@ fn resident_field(field: &str) -> u64 {
         })
         .map_or(0, |kb| kb * 1024)
 }
+
+/// Appends a ustar member (a name under 100 bytes) to `tar`.
+pub fn tar_member(tar: &mut Vec<u8>, name: &str, data: &[u8]) {
+    let mut header = [0u8; 512];
+    header[..name.len()].copy_from_slice(name.as_bytes());
+    header[100..108].copy_from_slice(b"0000644\0");
+    header[108..116].copy_from_slice(b"0000000\0");
+    header[116..124].copy_from_slice(b"0000000\0");
+    header[124..136].copy_from_slice(format!("{:011o}\0", data.len()).as_bytes());
+    header[136..148].copy_from_slice(b"00000000000\0");
+    header[156] = b'0';
+    header[257..263].copy_from_slice(b"ustar\0");
+    header[263..265].copy_from_slice(b"00");
+    header[148..156].copy_from_slice(b"        ");
+    let sum: u32 = header.iter().map(|&b| u32::from(b)).sum();
+    header[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+    tar.extend_from_slice(&header);
+    tar.extend_from_slice(data);
+    tar.resize(tar.len().div_ceil(512) * 512, 0);
+}
