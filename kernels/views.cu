@@ -248,3 +248,29 @@ extern "C" __global__ void __launch_bounds__(512) gpufeed_views_colour(unsigned 
         for (int i = threadIdx.x; i < (int)bytes; i += blockDim.x) view[i] = img[i];
     }
 }
+
+// gpufeed_views_unpack: a batch's records of views (one record an image, its views one after
+// another, as the lanes working ahead write them) copied into the groups' blocks, each group
+// packed as [count, n, size, size, 3]. Grid (chunks, views, n): block (c, v, p) copies chunk c
+// of view v of the image in place p. table[4 v ..]: the view's offset in a record, its group
+// block's offset, its number j in the group, its bytes.
+extern "C" __global__ void __launch_bounds__(256)
+    gpufeed_views_unpack(const unsigned char* __restrict__ records,
+                         unsigned char* __restrict__ blocks,
+                         const unsigned long long* __restrict__ table,
+                         unsigned long long record_bytes, unsigned int n) {
+    const unsigned int v = blockIdx.y, place = blockIdx.z;
+    const unsigned long long record_at = table[4 * v], block_at = table[4 * v + 1];
+    const unsigned long long j = table[4 * v + 2], bytes = table[4 * v + 3];
+    const unsigned char* src = records + place * record_bytes + record_at;
+    unsigned char* dst = blocks + block_at + (j * n + place) * bytes;
+    const unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;
+    const unsigned long long first = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (((record_bytes | record_at | block_at | bytes) & 15ull) == 0) {
+        const uint4* s = (const uint4*)src;
+        uint4* d = (uint4*)dst;
+        for (unsigned long long i = first; i < bytes / 16; i += step) d[i] = s[i];
+    } else {
+        for (unsigned long long i = first; i < bytes; i += step) dst[i] = src[i];
+    }
+}

@@ -11,8 +11,8 @@ use std::collections::BTreeSet;
 use common::gpu_present;
 use gpufeed::views::{ViewDraw, Views};
 use gpufeed::{
-    DType, DecodeOptions, Device, Layout, OutputOptions, Pipeline, PipelineBuilder, PipelineState,
-    Source, Tensor,
+    DType, Decode, DecodeOptions, Device, Layout, OutputOptions, Pipeline, PipelineBuilder,
+    PipelineState, Source, Tensor,
 };
 
 /// The bundled photos and every test fixture (some of which fail to decode and are skipped).
@@ -149,7 +149,7 @@ fn cpu_views_equal_render_views_for_every_image_whatever_the_threads() {
             .build()
             .expect("build");
         assert!(
-            pipeline.decode_description().starts_with("views"),
+            pipeline.decode_description().contains("CPU decode"),
             "{}",
             pipeline.decode_description()
         );
@@ -318,38 +318,83 @@ fn gpu_views_equal_the_cpu_device_s() {
         };
         let (mut cpu, mut gpu) = (make(Device::Cpu), make(Device::Cuda(0)));
         assert!(gpu.cuda_stream().is_some());
-        for epoch in 0..2 {
-            if epoch > 0 {
-                assert_eq!(cpu.next_epoch().expect("next epoch"), epoch);
-                assert_eq!(gpu.next_epoch().expect("next epoch"), epoch);
+        same_batches(&mut cpu, &mut gpu, &format!("{dtype:?} {layout:?}"));
+    }
+}
+
+/// Checks that `gpu` gives the batches `cpu` gives over two epochs (indices, draws, each view's
+/// bytes), poisoning each after the check; returns the images the GPU decode lane made.
+fn same_batches(cpu: &mut Pipeline, gpu: &mut Pipeline, what: &str) -> usize {
+    let mut on_gpu = 0;
+    for epoch in 0..2 {
+        if epoch > 0 {
+            assert_eq!(cpu.next_epoch().expect("next epoch"), epoch);
+            assert_eq!(gpu.next_epoch().expect("next epoch"), epoch);
+        }
+        while let Some(want) = cpu.next_batch().expect("CPU batch") {
+            let got = gpu
+                .next_batch()
+                .expect("GPU batch")
+                .expect("as many batches");
+            assert_eq!(got.indices(), want.indices(), "{what}");
+            assert_eq!(got.view_draws(), want.view_draws(), "{what}");
+            assert!(got.uploaded_bytes() > 0 || got.decoded_by().1 == got.len());
+            on_gpu += got.decoded_by().1;
+            for (g, w) in got
+                .views()
+                .expect("views")
+                .iter()
+                .zip(want.views().expect("views"))
+            {
+                assert!(g.as_device().is_some(), "on the device");
+                assert_eq!(g.shape(), w.shape());
+                let (g, w) = (g.to_host().expect("to_host"), w.to_host().expect("host"));
+                assert!(
+                    g.to_le_bytes() == w.to_le_bytes(),
+                    "{what}, epoch {epoch}: GPU views differ from the CPU device's for {:?} \
+                     (decoded by {:?})",
+                    want.ids(),
+                    got.decoded_by()
+                );
             }
-            while let Some(want) = cpu.next_batch().expect("CPU batch") {
-                let got = gpu
-                    .next_batch()
-                    .expect("GPU batch")
-                    .expect("as many batches");
-                assert_eq!(got.indices(), want.indices());
-                assert_eq!(got.view_draws(), want.view_draws());
-                assert!(got.uploaded_bytes() > 0);
-                for (g, w) in got
-                    .views()
-                    .expect("views")
-                    .iter()
-                    .zip(want.views().expect("views"))
-                {
-                    assert!(g.as_device().is_some(), "on the device");
-                    assert_eq!(g.shape(), w.shape());
-                    let (g, w) = (g.to_host().expect("to_host"), w.to_host().expect("host"));
-                    assert!(
-                        g.to_le_bytes() == w.to_le_bytes(),
-                        "{dtype:?} {layout:?} epoch {epoch}: GPU views differ from the CPU \
-                         device's for {:?}",
-                        want.ids()
-                    );
-                }
-                poison(got);
+            poison(got);
+        }
+        assert!(gpu.next_batch().expect("GPU end").is_none());
+    }
+    on_gpu
+}
+
+/// The GPU decode lane makes views beside the CPU lane, each image decoded once on the GPU and
+/// its views resized there: the same bytes as the CPU device's, whichever lane made an image
+/// (every JPEG offered to the GPU lane, half of them, none: the CPU lane working ahead alone).
+#[test]
+fn gpu_lane_views_equal_the_cpu_device_s() {
+    if !gpu_present("gpu_lane_views_equal_the_cpu_device_s") {
+        return;
+    }
+    for (views, decode, share) in [
+        (Views::dinov2().seed(5), Decode::Hybrid, Some(1.0)),
+        (Views::simclr().seed(6), Decode::Hybrid, Some(0.5)),
+        (Views::dinov2().seed(7), Decode::Cpu, None),
+    ] {
+        let make = |device| {
+            let b = builder(views.clone(), device)
+                .dtype(DType::F16)
+                .batch_size(6);
+            match (device, share) {
+                (Device::Cpu, _) => b,
+                (_, Some(share)) => b.decode(decode).gpu_share(share),
+                (_, None) => b.decode(decode),
             }
-            assert!(gpu.next_batch().expect("GPU end").is_none());
+            .build()
+            .expect("build")
+        };
+        let (mut cpu, mut gpu) = (make(Device::Cpu), make(Device::Cuda(0)));
+        let what = format!("{decode:?} share {share:?}");
+        let on_gpu = same_batches(&mut cpu, &mut gpu, &what);
+        match decode {
+            Decode::Cpu => assert_eq!(on_gpu, 0, "{what}"),
+            _ => assert!(on_gpu > 0, "{what}: the GPU lane made no views"),
         }
     }
 }

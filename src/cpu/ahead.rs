@@ -319,7 +319,7 @@ impl CpuAhead {
             tasks: Condvar::new(),
             results: Condvar::new(),
             core: core.clone(),
-            image_bytes: core.options.geometry.image_bytes(),
+            image_bytes: core.output_bytes(),
             lookahead,
             max_buffers: max_buffers.max(threads),
         });

@@ -21,9 +21,9 @@ pub use prepare::prepare_image;
 pub use stage::{CpuStage, PreparedBatch};
 pub use views::{render_views, ViewImage};
 
+pub(crate) use crate::views::LaneViews;
 pub(crate) use ahead::{AheadImage, AheadWork, CpuAhead};
 pub(crate) use decode::decode_whole;
 pub(crate) use normalize::NormalizeTable;
 pub(crate) use patches::write_tokens;
 pub(crate) use stage::{BatchRequest, CpuLane, Filled, LaneCore, Staging};
-pub(crate) use views::LaneViews;

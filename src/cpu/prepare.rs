@@ -96,11 +96,13 @@ pub(crate) struct ImageTask {
 
 /// What preparing an image made: what its random transforms drew (a patch-sequence output's
 /// box and flip, always), and the bytes of its destination it wrote, from the first (the whole
-/// image of a fixed-size output; its own resized size, rows packed, for a patch sequence).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// image of a fixed-size output; its own resized size, rows packed, for a patch sequence; the
+/// record of its views in a pipeline of views, with what each view drew).
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Made {
     pub draw: Option<CropDraw>,
     pub bytes: usize,
+    pub views: Option<Vec<crate::views::ViewDraw>>,
 }
 
 /// An image a patch-sequence output's rule refuses, as the image's error.
@@ -342,6 +344,7 @@ fn prepare_bytes_unguarded(
         Ok(Made {
             draw: placement.draw,
             bytes: written,
+            views: None,
         })
     })
 }
@@ -418,6 +421,7 @@ mod tests {
             buffers: pool(),
             stopwatch: Arc::default(),
             resize_threads: Default::default(),
+            views: None,
         }
     }
 

@@ -17,6 +17,7 @@ use crate::profile::Stopwatch;
 use crate::schedule::expected_cost;
 use crate::source::Source;
 use crate::tensor::{HostData, NormalizedSlot};
+use crate::views::LaneViews;
 
 /// Where a batch's images go: u8 RGB HWC, one image after another, and on the CPU device also
 /// their normalized copy, made by the thread that prepared each image while it is in its cache.
@@ -129,6 +130,9 @@ pub(crate) struct LaneCore {
     /// thread alone): a server's request of fewer images than the lane's threads lends each
     /// image the threads the others leave idle ([`CpuLane::lend_threads`]).
     pub resize_threads: AtomicUsize,
+    /// A pipeline of views made by lanes working ahead: each image's views written as one
+    /// record ([`crate::views::ViewLayout::record_bytes`]) instead of one image.
+    pub views: Option<Arc<LaneViews>>,
 }
 
 impl LaneCore {
@@ -141,6 +145,23 @@ impl LaneCore {
             buffers: BufferPool::new(decode.memory_limit),
             stopwatch,
             resize_threads: AtomicUsize::new(1),
+            views: None,
+        }
+    }
+
+    /// The same, making each image's `views` as one record (lanes working ahead of a pipeline
+    /// of views).
+    pub fn with_views(mut self, views: Option<Arc<LaneViews>>) -> LaneCore {
+        self.views = views;
+        self
+    }
+
+    /// Bytes of what [`LaneCore::prepare`] writes for one image: an output image, or the record
+    /// of its views.
+    pub fn output_bytes(&self) -> usize {
+        match &self.views {
+            Some(views) => views.layout.record_bytes,
+            None => self.options.geometry.image_bytes(),
         }
     }
 
@@ -149,15 +170,19 @@ impl LaneCore {
         self.resize_threads.load(Ordering::Relaxed).max(1)
     }
 
-    /// Prepares image `task` of `source` into `dst` (one output image's place); returns what
-    /// its random transforms drew and the bytes it wrote.
+    /// Prepares image `task` of `source` into `dst` (one output image's place, or a record of
+    /// its views: [`LaneCore::output_bytes`]); returns what its random transforms drew and the
+    /// bytes it wrote.
     pub fn prepare(
         &self,
         source: &Source,
         task: ImageTask,
         dst: &mut [u8],
     ) -> std::result::Result<Made, ItemErrorKind> {
-        prepare_one(source, task, self, dst)
+        match &self.views {
+            Some(views) => super::views::prepare_record(source, task, self, views, dst),
+            None => prepare_one(source, task, self, dst),
+        }
     }
 }
 
@@ -167,7 +192,7 @@ pub(crate) struct CpuLane {
     pub(super) pool: rayon::ThreadPool,
     pub(super) core: Arc<LaneCore>,
     /// A pipeline of views: how the lane makes them ([`CpuLane::fill_views`]).
-    pub(super) views: Option<Arc<super::views::LaneViews>>,
+    pub(super) views: Option<Arc<LaneViews>>,
 }
 
 impl CpuLane {
@@ -192,7 +217,7 @@ impl CpuLane {
     }
 
     /// The same lane making `views` instead of one image each (a pipeline of views).
-    pub fn with_views(mut self, views: Option<Arc<super::views::LaneViews>>) -> CpuLane {
+    pub fn with_views(mut self, views: Option<Arc<LaneViews>>) -> CpuLane {
         self.views = views;
         self
     }

@@ -2,28 +2,28 @@
 //! pixels with its own box, resized with Pillow's resampling from the planner's integer plan,
 //! flipped, and given its colour calls ([`crate::views::apply_view_ops`]). In a pipeline the
 //! lane's threads write each view straight into its place of the batch's staging
-//! ([`ViewLayout`]).
+//! ([`crate::views::ViewLayout`]).
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Instant;
 
 use rayon::prelude::*;
 
 use super::decode::{decode, DecodeWindow, Decoded};
-use super::prepare::ImageTask;
+use super::prepare::{ImageTask, Made};
 use super::probe::probe;
 use super::resize::resize_into_slot;
 use super::stage::{BatchRequest, CpuLane, Filled, LaneCore, Staging};
 use crate::error::{panic_message, Error, ItemError, ItemErrorKind, Result};
-use crate::geometry::Geometry;
 use crate::memory::BufferPool;
-use crate::options::{DecodeOptions, ResizeMode, ResizeOptions};
+use crate::options::DecodeOptions;
 use crate::profile::Stage;
 use crate::resample::{ImagePlan, Kernels};
 use crate::source::Source;
-use crate::views::{apply_view_ops, ViewColour, ViewDraw, ViewGroup, ViewLayout, Views};
+use crate::views::{
+    apply_view_ops, group_geometry, LaneViews, ViewColour, ViewDraw, ViewGroup, Views,
+};
 
 /// One view of an image: what it drew and its pixels, `size` x `size` packed RGB8.
 #[derive(Debug, Clone, PartialEq)]
@@ -33,20 +33,6 @@ pub struct ViewImage {
     pub draw: ViewDraw,
     /// Its pixels, `draw.size` x `draw.size` x 3, rows first.
     pub pixels: Vec<u8>,
-}
-
-/// The geometry of a group's views: `RandomResizedCrop(size, scale, ratio, interpolation)`.
-fn group_geometry(group: &ViewGroup, pillow_version: (u32, u32)) -> Geometry {
-    let resize = ResizeOptions::default()
-        .pillow_version(pillow_version.0, pillow_version.1)
-        .mode(ResizeMode::RandomResizedCrop {
-            height: group.size,
-            width: group.size,
-            scale: group.scale,
-            ratio: group.ratio,
-        })
-        .interpolation(group.interpolation);
-    Geometry::new(&resize)
 }
 
 /// Scratch reused from view to view: the resize's plan, its 8-bit intermediate and the CPU's
@@ -215,15 +201,6 @@ pub fn render_views(
     .map_err(item_error)
 }
 
-/// A pipeline's views, as its CPU lane makes them: the views, where each lands in a batch's
-/// staging, and where their colour calls run.
-#[derive(Debug, Clone)]
-pub(crate) struct LaneViews {
-    pub views: Arc<Views>,
-    pub layout: ViewLayout,
-    pub colour: ViewColour,
-}
-
 /// What became of one image's views: their draws, or why the image failed; `None` if it was not
 /// tried because the lane was stopped.
 type ViewsOutcome = Option<std::result::Result<Vec<ViewDraw>, ItemErrorKind>>;
@@ -285,6 +262,32 @@ fn prepare_views(
     };
     drop(reservation);
     made
+}
+
+/// Reads image `task` of `source`, decodes it once, whole, and writes its views into `record`
+/// (laid out as `lane.layout`'s records), on this thread: what a lane working ahead of the
+/// batches makes of an image in a pipeline of views.
+pub(crate) fn prepare_record(
+    source: &Source,
+    task: ImageTask,
+    core: &LaneCore,
+    lane: &LaneViews,
+    record: &mut [u8],
+) -> std::result::Result<Made, ItemErrorKind> {
+    let bytes = lane.layout.record_bytes;
+    let Some(record) = record.get_mut(..bytes) else {
+        return Err(ItemErrorKind::Resize(format!(
+            "a record of {bytes} bytes of views in a buffer of {}",
+            record.len()
+        )));
+    };
+    let mut dsts = lane.layout.split_record(record);
+    let draws = prepare_views(source, task, core, lane, &mut dsts)?;
+    Ok(Made {
+        draw: None,
+        bytes,
+        views: Some(draws),
+    })
 }
 
 /// Decodes `bytes` whole into `pixels` and cuts every view into `dsts`.
@@ -420,8 +423,10 @@ impl CpuLane {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::options::{DrawRange, Interpolation};
+    use crate::geometry::Geometry;
+    use crate::options::{DrawRange, Interpolation, ResizeMode, ResizeOptions};
     use crate::views::ViewOps;
+    use std::sync::Arc;
 
     fn rocket() -> Vec<u8> {
         std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/assets/rocket.jpg")).expect("rocket")
@@ -438,6 +443,39 @@ mod tests {
         let mut bad = Views::dinov2();
         bad.groups[0].count = 0;
         assert!(render_views(&rocket(), &DecodeOptions::default(), &bad, 0, 0).is_err());
+    }
+
+    #[test]
+    fn a_lane_working_ahead_writes_each_image_s_views_as_one_record() {
+        let views = Arc::new(Views::dinov2().seed(4));
+        let lane = Arc::new(LaneViews {
+            layout: crate::views::ViewLayout::new(&views, 2),
+            views: views.clone(),
+            colour: ViewColour::Cpu,
+        });
+        let geometry = Geometry::new(&ResizeOptions::default());
+        let core = LaneCore::new(&DecodeOptions::default(), geometry, Arc::default())
+            .with_views(Some(lane.clone()));
+        assert_eq!(core.output_bytes(), lane.layout.record_bytes);
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/rocket.jpg");
+        let source = Source::paths(vec![std::path::PathBuf::from(path)]);
+        let task = ImageTask {
+            index: 0,
+            epoch: 1,
+            seq_len: 0,
+        };
+        let mut record = vec![7u8; core.output_bytes()];
+        let made = core.prepare(&source, task, &mut record).expect("record");
+        let want = render_views(&rocket(), &DecodeOptions::default(), &views, 0, 1).expect("views");
+        assert_eq!(made.bytes, lane.layout.record_bytes);
+        let draws: Vec<ViewDraw> = want.iter().map(|v| v.draw.clone()).collect();
+        assert_eq!(made.views.as_deref(), Some(&draws[..]));
+        for (view, (_, _, offset)) in want.iter().zip(lane.layout.record_views()) {
+            let got = &record[offset..offset + view.pixels.len()];
+            assert!(got == &view.pixels[..], "view {}", view.draw.view);
+        }
+        // Too small a buffer is the image's error.
+        assert!(core.prepare(&source, task, &mut [0u8; 16]).is_err());
     }
 
     #[test]

@@ -33,6 +33,7 @@ pub use normalize::{NormalizeTuning, Normalizer};
 pub use patches::{PatchKernel, PlacedImage};
 pub(crate) use staging::{SlotsComing, StagingRing, TouchedSlots};
 pub use views::ViewColourKernel;
+pub(crate) use views::ViewUnpack;
 
 /// What a machine offers for CUDA work.
 #[derive(Debug, Clone, PartialEq, Eq)]

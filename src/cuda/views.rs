@@ -12,7 +12,7 @@ use cudarc::driver::{
 use super::device::{upload_reusing, Gpu};
 use super::kernel_cache::KernelSource;
 use crate::error::{Error, Result};
-use crate::views::{gaussian_kernel, ViewOp};
+use crate::views::{gaussian_kernel, ViewLayout, ViewOp};
 
 /// The kernel source, embedded at build time.
 const SOURCE: &str = include_str!("../../kernels/views.cu");
@@ -150,6 +150,107 @@ impl ViewColourKernel {
         unsafe { b.launch(config) }
             .map(|_| ())
             .map_err(|e| Error::cuda("launching the views' colour kernel", e))
+    }
+}
+
+/// Threads of a block of the views' unpack.
+const UNPACK_THREADS: u32 = 256;
+
+/// The unpack of a batch's records of views into its groups' blocks on one device
+/// (`gpufeed_views_unpack`): the lanes working ahead of the batches write each image's views as
+/// one record ([`ViewLayout::record_bytes`]), the normalize reads each group's views packed as
+/// `[count, n, size, size, 3]` ([`ViewLayout::packed`]).
+#[derive(Debug)]
+pub(crate) struct ViewUnpack {
+    function: CudaFunction,
+    /// Per view: its offset in a record, its group block's offset, its number in the group and
+    /// its bytes.
+    table: CudaSlice<u64>,
+    views: u32,
+    record_bytes: u64,
+    /// Bytes of the groups' blocks for a full batch (what `blocks` must hold).
+    blocks_bytes: usize,
+    batch: usize,
+}
+
+impl ViewUnpack {
+    /// The unpack of records laid out as `layout`'s, on `stream`'s device.
+    pub fn new(stream: &Arc<CudaStream>, layout: &ViewLayout) -> Result<ViewUnpack> {
+        let module = Gpu::from_stream(stream).module(&kernel_source())?;
+        let function = module
+            .load_function("gpufeed_views_unpack")
+            .map_err(|e| Error::cuda("finding the views' unpack kernel", e))?;
+        let table: Vec<u64> = layout
+            .record_views()
+            .flat_map(|(group, j, offset)| {
+                let g = &layout.groups[group];
+                [offset, g.offset, j, g.view_bytes()].map(|x| x as u64)
+            })
+            .collect();
+        let views = layout.record.len();
+        let table = stream
+            .clone_htod(&table)
+            .map_err(|e| Error::cuda("uploading the views' unpack table", e))?;
+        Ok(ViewUnpack {
+            function,
+            table,
+            views: u32::try_from(views).map_err(|_| Error::invalid("views", "too many views"))?,
+            record_bytes: layout.record_bytes as u64,
+            blocks_bytes: layout.slot_bytes(),
+            batch: layout.batch,
+        })
+    }
+
+    /// Queues on `stream` the copy of the `n` records of `records` (one a place, from the first)
+    /// into `blocks`, each group's views packed for `n` images.
+    pub fn run(
+        &self,
+        stream: &Arc<CudaStream>,
+        records: &CudaSlice<u8>,
+        blocks: &mut CudaSlice<u8>,
+        n: usize,
+    ) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        if n > self.batch
+            || records.len() < n * self.record_bytes as usize
+            || blocks.len() < self.blocks_bytes
+        {
+            return Err(Error::Mismatch(format!(
+                "{n} records of views ({} bytes, blocks of {}) for a batch of {} ({} bytes each, \
+                 blocks of {})",
+                records.len(),
+                blocks.len(),
+                self.batch,
+                self.record_bytes,
+                self.blocks_bytes
+            )));
+        }
+        let largest = self.blocks_bytes.min(u32::MAX as usize);
+        let chunks = largest
+            .div_ceil(16 * UNPACK_THREADS as usize * 64)
+            .clamp(1, 16) as u32;
+        let config = LaunchConfig {
+            grid_dim: (chunks, self.views, n as u32),
+            block_dim: (UNPACK_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let n32 = n as u32;
+        let mut b = stream.launch_builder(&self.function);
+        b.arg(records)
+            .arg(blocks)
+            .arg(&self.table)
+            .arg(&self.record_bytes)
+            .arg(&n32);
+        // SAFETY: the arguments match `gpufeed_views_unpack`'s parameters; block (c, v, p) reads
+        // view v of record p (inside `records`, which holds `n` records, checked above) and
+        // writes its place in its group's block packed for `n` images, inside the first
+        // `blocks_bytes` of `blocks` (checked above: a group's packed block for `n <= batch`
+        // images lies inside its block for a full batch); the table holds 4 words a view.
+        unsafe { b.launch(config) }
+            .map(|_| ())
+            .map_err(|e| Error::cuda("launching the views' unpack", e))
     }
 }
 

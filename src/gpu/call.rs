@@ -11,8 +11,9 @@ use crate::coefficients::entropy::ParsedJpeg;
 use crate::coefficients::pack::PackedImage;
 use crate::coefficients::{Layout, Window};
 use crate::geometry::CropDraw;
-use crate::resample::{AxisPlan, PassPlan};
+use crate::resample::{AxisPlan, Filter, PassOrder, PassPlan};
 use crate::source::ItemBytes;
+use crate::views::ViewDraw;
 
 /// The most compressed bytes one call takes (a larger file alone): what one call holds read.
 pub(crate) const MAX_CALL_BYTES: usize = 16 << 20;
@@ -132,8 +133,26 @@ pub(super) struct CallImage {
     pub y: AxisPlan,
     /// The resize passes with their coefficients.
     pub passes: PassPlan,
+    /// In a pipeline of views, each view's resize into the image's record of views in its slot
+    /// (`x`, `y` and `passes` are then the first view's), and what the views drew; empty and
+    /// `None` otherwise.
+    pub views: Vec<ViewJob>,
+    pub view_draws: Option<Vec<ViewDraw>>,
     /// What the assisted path decodes, when that path takes it.
     pub assisted: Option<AssistedInput>,
+}
+
+/// One view of an image: its resize (box, size, filter, passes) and flip, and where it lies in
+/// the image's record, in units of [`crate::views::RECORD_UNIT`] bytes.
+pub(super) struct ViewJob {
+    pub x: AxisPlan,
+    pub y: AxisPlan,
+    pub passes: PassPlan,
+    pub filter: Filter,
+    pub order: PassOrder,
+    pub flip: bool,
+    pub size: u32,
+    pub offset_units: u32,
 }
 
 /// An image made ready for the assisted path.
@@ -174,10 +193,23 @@ impl CallImage {
         std::iter::once(self.bytes.into_buffer()).chain(packed)
     }
 
-    /// The pixels its resize reads: columns, rows.
+    /// The pixels its resize reads (every view's, in a pipeline of views): columns, rows.
     pub fn pixels_read(&self) -> (Range<u32>, Range<u32>) {
         let passes = &self.passes;
-        (passes.source_columns.clone(), passes.source_rows.clone())
+        let read = (passes.source_columns.clone(), passes.source_rows.clone());
+        self.views.iter().fold(read, |(columns, rows), view| {
+            let p = &view.passes;
+            (span(columns, &p.source_columns), span(rows, &p.source_rows))
+        })
+    }
+}
+
+/// The smallest range holding `a` and `b` (either alone if the other is empty).
+fn span(a: Range<u32>, b: &Range<u32>) -> Range<u32> {
+    match (a.is_empty(), b.is_empty()) {
+        (true, _) => b.clone(),
+        (_, true) => a,
+        _ => a.start.min(b.start)..a.end.max(b.end),
     }
 }
 

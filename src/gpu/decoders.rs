@@ -16,7 +16,10 @@ use super::nvjpeg::{
     ChromaPlanes, DecodedImage, DecoderConfig, DecoderOpening, HardwareDecoder, HardwareHandle,
     JpegInfo, NvjpegError, Outcome, Subsampling,
 };
-use super::resize::plan::{plan_batch_sized, ResizeJob, SourceImage, SourcePixels};
+use super::resize::plan::{
+    plan_batch_placed, plan_batch_sized, BatchError, ResizeJob, SourceImage, SourcePixels,
+};
+use super::resize::ResizeError;
 use super::resize::{BatchResizer, DevicePlan};
 use super::screen::Screened;
 use super::shared::Shared;
@@ -26,6 +29,7 @@ use crate::cuda::Gpu;
 use crate::error::{Error, Result};
 use crate::geometry::Geometry;
 use crate::resample::Filter;
+use crate::views::RECORD_UNIT;
 
 /// The decoders one host thread submits to, with the kernels that follow them.
 pub(super) struct DecoderSet {
@@ -330,6 +334,7 @@ impl DecoderSet {
                         slot: image.slot,
                         ready: event.clone(),
                         draw: image.draw,
+                        views: image.view_draws.clone(),
                         assisted: call.path == Path::Assisted,
                     });
                 }
@@ -378,8 +383,36 @@ impl Resizing {
         let mut jobs = Vec::with_capacity(images.len());
         let mut passes = Vec::with_capacity(images.len());
         let mut sizes = Vec::with_capacity(images.len());
+        // A pipeline of views: each image's views into its record, placed by offset.
+        let record_units = (shared.limits.image_bytes / RECORD_UNIT) as u64;
+        let views = call.images.iter().any(|image| !image.views.is_empty());
         for (k, (image, source)) in call.images.iter().zip(images).enumerate() {
             let Some(source) = *source else { continue };
+            if views {
+                let record = u64::from(image.slot) * record_units;
+                for view in &image.views {
+                    let slot =
+                        u32::try_from(record + u64::from(view.offset_units)).map_err(|_| {
+                            GpuLaneError::Resize(ResizeError::Plan(BatchError::TooLarge(
+                                "a view's offset in the ring",
+                            )))
+                        })?;
+                    jobs.push(ResizeJob {
+                        source,
+                        x: view.x,
+                        y: view.y,
+                        filter: view.filter,
+                        order: view.order,
+                        pad: 0,
+                        flip: view.flip,
+                        slot,
+                    });
+                    passes.push(&view.passes);
+                    sizes.push((view.size, view.size));
+                }
+                written.push(k);
+                continue;
+            }
             jobs.push(ResizeJob {
                 source,
                 x: image.x,
@@ -397,9 +430,11 @@ impl Resizing {
         if jobs.is_empty() {
             return Ok(written);
         }
-        let slot_len = self.geometry.image_bytes() as u64;
-        let plan = plan_batch_sized(&jobs, &passes, &sizes, slot_len)
-            .map_err(|e| GpuLaneError::Resize(e.into()))?;
+        let plan = match views {
+            true => plan_batch_placed(&jobs, &passes, &sizes, RECORD_UNIT as u64),
+            false => plan_batch_sized(&jobs, &passes, &sizes, self.geometry.image_bytes() as u64),
+        }
+        .map_err(|e| GpuLaneError::Resize(e.into()))?;
         let device = match &mut self.plan {
             Some(device) => {
                 device.update(stream, &plan).map_err(GpuLaneError::from)?;

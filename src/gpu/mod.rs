@@ -63,6 +63,7 @@ use crate::resample::Resampling;
 #[cfg(test)]
 use crate::schedule::EnginesOpen;
 use crate::schedule::{LaneActivity, GPU_LANE_HOST_THREADS};
+use crate::views::LaneViews;
 use call::{EngineCalls, ENGINE_THREADS, MAX_CALL_PIXELS};
 use coefficient_threads::CoefficientThreads;
 use decoders::{DecoderSet, EngineDecoders};
@@ -138,6 +139,16 @@ fn lane_lookahead(batch_size: usize, requests: bool) -> usize {
 /// The fewest positions the lanes work ahead.
 const MIN_LOOKAHEAD: usize = 256;
 
+impl GpuLaneConfig {
+    /// Bytes of one slot of the ring: an output image, or the record of an image's views.
+    pub fn image_bytes(&self) -> usize {
+        match &self.views {
+            Some(views) => views.layout.record_bytes,
+            None => self.geometry.image_bytes(),
+        }
+    }
+}
+
 /// What the lane needs to know when it opens.
 #[derive(Debug, Clone)]
 pub(crate) struct GpuLaneConfig {
@@ -176,6 +187,9 @@ pub(crate) struct GpuLaneConfig {
     /// [`crate::PatchServer`]'s): each request is all its work, so its ring holds one
     /// request's images and it looks no further ahead.
     pub requests: bool,
+    /// A pipeline of views: the lane makes each image's views, as one record a slot
+    /// ([`crate::views::ViewLayout::record_bytes`]), instead of one output image.
+    pub views: Option<Arc<LaneViews>>,
 }
 
 /// `struct GfGather` of kernels/resize.cu: one image copied from the ring into a batch.
@@ -275,18 +289,19 @@ impl GpuLane {
         self.runner.activity()
     }
 
-    /// Bytes of device memory a lane takes for outputs of `geometry` in batches of
-    /// `batch_size` (before opening it, the epoch's files unknown; `requests`: a server's lane,
-    /// [`GpuLaneConfig::requests`]): its ring, and each thread's decode, colour and resize
-    /// buffers, at most (those of an epoch of large files).
-    pub fn device_bytes(geometry: &Geometry, batch_size: usize, requests: bool) -> u128 {
+    /// Bytes of device memory a lane takes for outputs of `image_bytes` each (an image, or the
+    /// record of an image's views) in batches of `batch_size` (before opening it, the epoch's
+    /// files unknown; `requests`: a server's lane, [`GpuLaneConfig::requests`]): its ring, and
+    /// each thread's decode, colour and resize buffers, at most (those of an epoch of large
+    /// files).
+    pub fn device_bytes(image_bytes: usize, batch_size: usize, requests: bool) -> u128 {
         let slots = ring_slots(batch_size, requests);
         let engines = |large_files| {
             let calls = EngineCalls::for_files(large_files);
             calls.threads as u128 * calls.device_bytes() as u128
         };
         let engines = engines(false).max(engines(true));
-        slots as u128 * geometry.image_bytes() as u128
+        slots as u128 * image_bytes as u128
             + engines
             + ASSISTED_THREADS as u128 * assisted::budget(MAX_CALL_PIXELS).device_bytes() as u128
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::assisted;
-use super::call::{AssistedInput, Call, CallImage, EngineCalls, Path, MAX_CALL_BYTES};
+use super::call::{AssistedInput, Call, CallImage, EngineCalls, Path, ViewJob, MAX_CALL_BYTES};
 use super::coefficient_threads::{CoefficientThreads, RangeHold};
 use super::screen::MAX_COMPRESSED;
 use super::shared::{Job, Shared};
@@ -16,8 +16,10 @@ use crate::coefficients::Layout;
 use crate::coefficients::{entropy, entropy_batch};
 use crate::geometry::{Geometry, Placement};
 use crate::profile::{Stage, Stopwatch};
+use crate::resample::Resampling;
 #[cfg(test)]
 use crate::resample::{plan_passes, Filter};
+use crate::views::{group_geometry, LaneViews, ViewDraw, RECORD_UNIT};
 use turbojpeg_region::CoefficientReader;
 
 /// A preparing thread's state: the geometry the images are planned for (its filter and passes
@@ -30,6 +32,8 @@ pub(super) struct Preparer {
     headers: Option<CoefficientReader>,
     /// The lane's coefficient threads, for progressive files (none without the assisted path).
     coefficients: Option<Arc<CoefficientThreads>>,
+    /// A pipeline of views: each image's views planned instead of one output image.
+    views: Option<Arc<LaneViews>>,
 }
 
 impl Preparer {
@@ -37,6 +41,7 @@ impl Preparer {
         geometry: Geometry,
         stopwatch: Arc<Stopwatch>,
         coefficients: Option<Arc<CoefficientThreads>>,
+        views: Option<Arc<LaneViews>>,
     ) -> Preparer {
         Preparer {
             geometry,
@@ -44,6 +49,7 @@ impl Preparer {
             buffers: Vec::new(),
             headers: None,
             coefficients,
+            views,
         }
     }
 
@@ -182,6 +188,28 @@ impl Preparer {
             return None;
         };
         let (width, height) = (screened.info.width, screened.info.height);
+        if let Some(views) = &self.views {
+            // Each view's resize, or the CPU lane's image (which reports any problem with it).
+            let Some((jobs, draws)) = plan_views(views, width, height, index, work.lane.epoch)
+            else {
+                self.buffers.push(bytes.into_buffer());
+                return None;
+            };
+            let first = &jobs[0];
+            return Some(CallImage {
+                position,
+                slot,
+                bytes,
+                screened,
+                draw: None,
+                x: first.x,
+                y: first.y,
+                passes: first.passes.clone(),
+                views: jobs,
+                view_draws: Some(draws),
+                assisted: None,
+            });
+        }
         let geometry = self
             .geometry
             .for_sequence(work.lane.order.seq_len_at(position));
@@ -204,9 +232,47 @@ impl Preparer {
             x,
             y,
             passes,
+            views: Vec::new(),
+            view_draws: None,
             assisted: None,
         })
     }
+}
+
+/// The views `lane` draws for source image `index` (`width` x `height`) in `epoch`, each
+/// planned as the CPU lane cuts it (its group's `RandomResizedCrop` of the drawn box, then the
+/// flip), placed at its offset in the image's record; `None` where a view cannot be planned
+/// (a group the GPU's resize cannot take, an offset past the kernels' range).
+fn plan_views(
+    lane: &LaneViews,
+    width: u32,
+    height: u32,
+    index: usize,
+    epoch: u64,
+) -> Option<(Vec<ViewJob>, Vec<ViewDraw>)> {
+    let views = &*lane.views;
+    let draws = views.draw_all(width, height, index, epoch);
+    let mut jobs = Vec::with_capacity(draws.len());
+    for (draw, (_, _, offset)) in draws.iter().zip(lane.layout.record_views()) {
+        let group = views.groups.get(draw.group)?;
+        let geometry = group_geometry(group, views.pillow_version);
+        let Resampling::Filter(filter) = geometry.resampling() else {
+            return None;
+        };
+        let (x, y) = geometry.axis_plans(width, height, Some(&draw.crop));
+        let passes = geometry.pass_plan(&x, &y)?.ok()?;
+        jobs.push(ViewJob {
+            x,
+            y,
+            passes,
+            filter,
+            order: geometry.pass_order,
+            flip: draw.crop.flipped,
+            size: group.size,
+            offset_units: u32::try_from(offset / RECORD_UNIT).ok()?,
+        });
+    }
+    (!jobs.is_empty() && jobs.len() == draws.len()).then_some((jobs, draws))
 }
 
 /// Images of at least this many pixels take the assisted path at its share; of smaller ones it
@@ -486,6 +552,8 @@ mod tests {
             x,
             y,
             passes,
+            views: Vec::new(),
+            view_draws: None,
             assisted: None,
         }
     }

@@ -48,6 +48,7 @@ fn lane_config(geometry: &Geometry, batch_size: usize, assisted_share: f32) -> G
         coefficient_threads: 4,
         decode_memory: Arc::new(MemoryBudget::new(1 << 32)),
         requests: false,
+        views: None,
     }
 }
 

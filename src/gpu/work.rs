@@ -10,6 +10,7 @@ use crate::geometry::CropDraw;
 use crate::order::EpochOrder;
 use crate::schedule::ShareSchedule;
 use crate::source::Source;
+use crate::views::ViewDraw;
 
 /// A range never spans more positions than this, however small the share.
 pub(crate) const MAX_SPAN: usize = 4 * CHUNK;
@@ -48,6 +49,8 @@ pub(crate) struct LaneOutput {
     pub ready: Arc<CudaEvent>,
     /// What the random transforms drew for it.
     pub draw: Option<CropDraw>,
+    /// In a pipeline of views, what each of its views drew (its slot holds their record).
+    pub views: Option<Vec<ViewDraw>>,
     /// Whether the assisted path decoded it (else the engines).
     pub assisted: bool,
 }

@@ -183,8 +183,9 @@ impl PipelineBuilder {
     }
 
     /// Several views of each image instead of one image each, for self-supervised training
-    /// (DINOv2's 2 global and 8 local crops, SimCLR's two): each image decoded once by the CPU
-    /// lane, every view cut, resized, flipped and coloured from it as `views` draws from (seed,
+    /// (DINOv2's 2 global and 8 local crops, SimCLR's two): each image decoded once (on a CUDA
+    /// device by the GPU decode lane or the CPU lane, as `decode` says; on the CPU by the CPU
+    /// lane), every view cut, resized, flipped and coloured from it as `views` draws from (seed,
     /// epoch, index, view), with the views' own seed ([`crate::views::Views::seed`]). Each batch
     /// then carries one tensor per view group ([`crate::Batch::views`]): `[count, N, 3, size,
     /// size]` (NCHW) or `[count, N, size, size, 3]` (NHWC), of the dtype, normalized with the
@@ -209,7 +210,7 @@ impl PipelineBuilder {
     ///
     /// The resize mode, flip, augmentations and patch sequences are for one image each: the
     /// augmentations and patch sequences are refused beside views, the resize mode and flip not
-    /// used. The GPU decode lane makes no views: the CPU lane decodes every image.
+    /// used.
     pub fn views(mut self, views: crate::views::Views) -> Self {
         self.views = Some(std::sync::Arc::new(views));
         self

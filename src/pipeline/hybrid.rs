@@ -539,10 +539,13 @@ impl HybridLanes {
                 let result = gpu.result(at);
                 waits.gpu += waited.elapsed();
                 match result {
-                    LaneResult::Decoded(output) => {
+                    LaneResult::Decoded(mut output) => {
                         filled.indices.push(index);
                         filled.draws.push(output.draw);
                         filled.padded.push(padding);
+                        if let Some(views) = output.views.take() {
+                            filled.view_draws.push(views);
+                        }
                         unstaged.gpu.push((output, place));
                         continue;
                     }
@@ -552,13 +555,16 @@ impl HybridLanes {
             let waited = Instant::now();
             let result = ahead.result(at);
             waits.cpu += waited.elapsed();
+            let mut views = None;
             let outcome = match result {
                 Some(Ok((AheadImage::Pinned(image), made))) => {
                     unstaged.pinned.push((image, place, made.bytes));
+                    views = made.views;
                     Ok(made.draw)
                 }
                 Some(Ok((AheadImage::Positioned(image), made))) if image.is_locked() => {
                     unstaged.positioned.push((image, place));
+                    views = made.views;
                     Ok(made.draw)
                 }
                 // Ordinary memory, or laid out by position and not page-locked: copied (the
@@ -571,6 +577,7 @@ impl HybridLanes {
                     waits.copy += copying.elapsed();
                     waits.copied += 1;
                     ahead.give_back(image);
+                    views = made.views;
                     Ok(made.draw)
                 }
                 Some(Err(kind)) => Err(kind),
@@ -582,9 +589,13 @@ impl HybridLanes {
                     return Err(Error::Worker("the CPU lane's threads have stopped".into()));
                 }
             };
-            if let Err(error) = filled.record(index, padding, outcome, source, on_error) {
-                unstaged.give_back(lane, ahead, &stream)?;
-                return Err(error);
+            match filled.record(index, padding, outcome, source, on_error) {
+                Ok(true) => filled.view_draws.extend(views),
+                Ok(false) => {}
+                Err(error) => {
+                    unstaged.give_back(lane, ahead, &stream)?;
+                    return Err(error);
+                }
             }
         }
         filled.consumed = used;

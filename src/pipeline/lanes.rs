@@ -46,20 +46,18 @@ pub(crate) struct DecodeWhy(String);
 
 impl Lanes {
     /// Device memory the lanes of `plan` may take (the GPU lane's ring and buffers) for outputs
-    /// of `geometry` in batches of `batch_size`, for the output stage's check of what fits before
-    /// anything is allocated.
-    pub fn device_bytes(plan: &DecodePlan, geometry: &Geometry, batch_size: usize) -> u128 {
+    /// of `image_bytes` each (an image, or the record of an image's views) in batches of
+    /// `batch_size`, for the output stage's check of what fits before anything is allocated.
+    pub fn device_bytes(plan: &DecodePlan, image_bytes: usize, batch_size: usize) -> u128 {
         match plan.gpu_wanted() {
-            true => GpuLane::device_bytes(geometry, batch_size, false),
+            true => GpuLane::device_bytes(image_bytes, batch_size, false),
             false => 0,
         }
     }
 
-    /// Starts the lanes `plan` chooses (the CPU lane making `views` of each image, if given: the
-    /// plan then takes the CPU lane alone) for epochs of `images` (`epoch_bytes` estimates an
-    /// epoch's encoded bytes and the mix of its work), as far as they go without the pipeline's
-    /// device:
-    /// [`LanesStarting::open`] finishes them once it is open. For a CUDA device the CPU lane
+    /// Starts the lanes `plan` chooses (making `views` of each image, if given) for epochs of
+    /// `images` (`epoch_bytes` estimates an epoch's encoded bytes and the mix of its work), as
+    /// far as they go without the pipeline's device: [`LanesStarting::open`] finishes them once it is open. For a CUDA device the CPU lane
     /// works ahead of the batches, its threads started here; the GPU lane, where the plan opens
     /// it, opens on a thread of its own once the device is open, joining the batches when
     /// ready, or with a given share before the first batch, so that every image goes to the
@@ -83,7 +81,9 @@ impl Lanes {
         };
         let batch_size = options.batching.batch_size;
         let lookahead = lookahead(batch_size);
-        let core = Arc::new(LaneCore::new(&options.decode, geometry, stopwatch.clone()));
+        let core = Arc::new(
+            LaneCore::new(&options.decode, geometry, stopwatch.clone()).with_views(views.clone()),
+        );
         let ahead = CpuAhead::start(
             &core,
             policy.threads(),
@@ -104,12 +104,13 @@ impl Lanes {
             coefficient_threads: run.coefficient_threads,
             decode_memory: core.budget.clone(),
             requests: false,
+            views,
         });
         ahead.set_active_threads(policy.working_threads());
         // While the device opens the CPU lane reaches this far into the first epoch: an eighth
         // of the decode memory (512 MiB by default) of finished images.
         let reach = (options.decode.memory_limit / BRING_UP_MEMORY_SHARE) as usize
-            / geometry.image_bytes().max(1);
+            / core.output_bytes().max(1);
         Ok(LanesStarting::Ahead(Box::new(AheadStart {
             ahead,
             config,
@@ -131,7 +132,7 @@ impl Lanes {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         match DecodePlan::new(options).for_requests(cores, &Arc::default()) {
             LaneChoice::Ahead { gpu: Some(_), .. } => {
-                GpuLane::device_bytes(geometry, max_images, true)
+                GpuLane::device_bytes(geometry.image_bytes(), max_images, true)
             }
             _ => 0,
         }
@@ -179,6 +180,7 @@ impl Lanes {
             coefficient_threads: policy.working_threads(),
             decode_memory: core.budget.clone(),
             requests: true,
+            views: None,
         };
         let opened = stopwatch.time(Stage::GpuOpen, || {
             GpuLane::open(gpu, &config, policy.engines_open(), &AtomicBool::new(false))

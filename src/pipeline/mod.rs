@@ -717,9 +717,6 @@ impl Planned {
             options.batching.batch_size = schedule.largest();
         }
         let mut plan = DecodePlan::new(options);
-        if views.is_some() {
-            plan = plan.for_views();
-        }
         let start = match resume {
             Some(state) => resume_start(state, &fingerprint, &mut plan, options)?,
             None => EpochStart::beginning(0),
@@ -844,7 +841,10 @@ impl Starting {
             classes,
             views,
         } = sizes;
-        let lanes_bytes = Lanes::device_bytes(&plan, &geometry, options.batching.batch_size);
+        let image_bytes = views
+            .as_ref()
+            .map_or(geometry.image_bytes(), |v| v.layout.record_bytes);
+        let lanes_bytes = Lanes::device_bytes(&plan, image_bytes, options.batching.batch_size);
         let output = OutputPlan::new(options, &geometry, lanes_bytes, classes, views.as_deref())?;
         let lanes = Lanes::start(
             &plan,

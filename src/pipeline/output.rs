@@ -6,6 +6,7 @@
 //! images not in the staging reach a batch through [`DeviceWrites`]. A patch-sequence output has
 //! stages of its own beside them ([`super::patch_output`]).
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream};
@@ -209,7 +210,11 @@ impl OutputPlan {
             .patches
             .map(|p| PatchShapes::new(*geometry, p, spec.dtype));
         let rows = batch_size as u128;
+        let on_device = options.runtime.device != crate::Device::Cpu;
         let staging = match views {
+            // On a CUDA device the lanes working ahead write one record of views a place; the
+            // device unpacks them into the groups' blocks (the scratch below).
+            Some(views) if on_device => rows * views.layout.record_bytes as u128,
             // The groups' blocks, aligned.
             Some(views) => views.layout.slot_bytes() as u128,
             None => rows * image_bytes as u128,
@@ -241,9 +246,10 @@ impl OutputPlan {
             crate::Device::Cuda(_) => (STAGING_SLOTS as u128 * sizes.staging, "pinned host memory"),
         };
         sizes.fits(host_bytes, available_host_memory(), memory)?;
-        let scratch = match options.augment.is_on() {
-            true => DeviceAugmenter::device_bytes(slot_bytes),
-            false => 0,
+        let scratch = match (options.augment.is_on(), views) {
+            (true, _) => DeviceAugmenter::device_bytes(slot_bytes),
+            (false, Some(views)) if on_device => views.layout.slot_bytes() as u128,
+            (false, _) => 0,
         };
         let staging = match options.runtime.device {
             crate::Device::Cuda(_) => TouchedSlots::touch_beside(STAGING_SLOTS, slot_bytes),
@@ -444,6 +450,20 @@ fn available_host_memory() -> Option<u64> {
     Some(kb.saturating_mul(1024))
 }
 
+/// The bytes of a batch's staging to upload: the runs of places `0..n` (of `image` bytes each)
+/// between the places `written` on the device (in increasing order), which are not staged.
+pub(super) fn staged_ranges(written: &[usize], n: usize, image: usize) -> Vec<Range<usize>> {
+    let mut ranges = Vec::with_capacity(written.len() + 1);
+    let mut start = 0;
+    for &place in written.iter().chain(std::iter::once(&n)) {
+        if place > start {
+            ranges.push(start * image..place * image);
+        }
+        start = place + 1;
+    }
+    ranges
+}
+
 /// Batches on a CUDA device.
 struct CudaOutput {
     gpu: Gpu,
@@ -497,18 +517,7 @@ impl DeviceStage for CudaOutput {
         _images: &BatchImages<'_>,
     ) -> Result<Finished> {
         let (height, width) = self.dims;
-        let image = height * width * 3;
-        // The staged images go up (runs between the places written on the device); the others
-        // are written into their places on the device.
-        let written = on_device.places();
-        let mut ranges = Vec::with_capacity(written.len() + 1);
-        let mut start = 0;
-        for &place in written.iter().chain(std::iter::once(&n)) {
-            if place > start {
-                ranges.push(start * image..place * image);
-            }
-            start = place + 1;
-        }
+        let ranges = staged_ranges(&on_device.places(), n, height * width * 3);
         let staged: usize = ranges.iter().map(|r| r.len()).sum();
         let input = self.ring.upload(slot, &ranges)?;
         let uploaded = staged + on_device.write(self.gpu.stream(), input)?;

@@ -1,18 +1,23 @@
-//! The output stages of a pipeline of views ([`crate::PipelineBuilder::views`]): the CPU lane
-//! writes each image's views as `u8` into their places of the staging ([`ViewLayout`]: one
-//! block `[count, batch, size, size, 3]` per group); a batch's blocks are packed to its images,
-//! then on a CUDA device uploaded from the page-locked staging ring as they lie and normalized
-//! by the normalize kernel, each group as `count * n` images, and on the CPU device normalized
-//! by the CPU rendition. Each group becomes one tensor `[count, n, 3, size, size]` (NCHW) or
-//! `[count, n, size, size, 3]` (NHWC).
+//! The output stages of a pipeline of views ([`crate::PipelineBuilder::views`]). On a CUDA device
+//! the lanes working ahead of the batches (the CPU lane, and the GPU decode lane beside it)
+//! write each image's views as one record ([`ViewLayout::record_bytes`]) into its place: the
+//! CPU lane's records are uploaded from the page-locked staging ring, the GPU lane's gathered
+//! on the device, then the device unpacks them into the groups' blocks ([`ViewUnpack`]), runs
+//! the colour calls and normalizes each group as `count * n` images. On the CPU device the CPU
+//! lane writes each view straight into its group's block (`[count, batch, size, size, 3]`),
+//! the blocks are packed to the batch's images and normalized by the CPU rendition. Each group
+//! becomes one tensor `[count, n, 3, size, size]` (NCHW) or `[count, n, size, size, 3]` (NHWC).
 
 use std::sync::Arc;
 
+use cudarc::driver::CudaSlice;
 use rayon::prelude::*;
 
-use super::output::{BatchAugment, BatchImages, DeviceStage, DeviceWrites, Finished, OutputStage};
+use super::output::{
+    staged_ranges, BatchAugment, BatchImages, DeviceStage, DeviceWrites, Finished, OutputStage,
+};
 use crate::cpu::{LaneViews, NormalizeTable, Staging};
-use crate::cuda::{Gpu, Normalizer, StagingRing, TouchedSlots, ViewColourKernel};
+use crate::cuda::{Gpu, Normalizer, StagingRing, TouchedSlots, ViewColourKernel, ViewUnpack};
 use crate::error::{Error, Result};
 use crate::options::{Device, Layout, NormalizeSpec, Options};
 use crate::tensor::{HostData, HostPool, HostTensor, Tensor};
@@ -107,12 +112,13 @@ fn no_images(layout: Layout) -> Tensor {
     ))
 }
 
-/// Refuses images a lane wrote on the device: views come from the CPU lane alone.
+/// Refuses images a lane wrote on the device: views for the CPU come from the CPU lane alone.
 fn check_cpu_only(on_device: &dyn DeviceWrites) -> Result<()> {
     match on_device.places().is_empty() {
         true => Ok(()),
         false => Err(Error::Mismatch(
-            "views are made by the CPU lane alone, yet images came from the device".into(),
+            "views for the CPU are made by the CPU lane alone, yet images came from the device"
+                .into(),
         )),
     }
 }
@@ -124,14 +130,17 @@ pub(super) struct CudaViewsOutput {
     normalizer: Normalizer,
     spec: NormalizeSpec,
     layout: ViewLayout,
+    unpack: ViewUnpack,
+    /// The groups' blocks the records are unpacked into.
+    blocks: CudaSlice<u8>,
     /// The colour calls' kernel, where they run on the device ([`ViewColour::Device`]: the CPU
     /// lane left them for it, on the uploaded `u8` views, before the normalize).
     colour: Option<ViewColourKernel>,
 }
 
 impl CudaViewsOutput {
-    /// The stage on `gpu`, staging in the page-locked `staging` (slots of
-    /// `layout.slot_bytes()`).
+    /// The stage on `gpu`, staging in the page-locked `staging` (slots of `layout.batch`
+    /// records).
     pub fn open(
         gpu: Gpu,
         staging: TouchedSlots,
@@ -145,12 +154,19 @@ impl CudaViewsOutput {
             ViewColour::Cpu => None,
         };
         let ring = StagingRing::new(gpu.stream(), staging)?;
+        let unpack = ViewUnpack::new(gpu.stream(), &layout)?;
+        let blocks = gpu
+            .stream()
+            .alloc_zeros::<u8>(layout.slot_bytes().max(1))
+            .map_err(|e| Error::cuda("allocating the views' blocks", e))?;
         Ok(CudaViewsOutput {
             gpu,
             ring,
             normalizer,
             spec,
             layout,
+            unpack,
+            blocks,
             colour,
         })
     }
@@ -177,14 +193,19 @@ impl DeviceStage for CudaViewsOutput {
         _augment: Option<BatchAugment<'_>>,
         images: &BatchImages<'_>,
     ) -> Result<Finished> {
-        check_cpu_only(on_device)?;
         let layout = &self.layout;
-        layout.pack(self.ring.slot_mut(slot)?, n);
+        // The staged records go up, the others are written into their places on the device;
+        // then the records are unpacked into the groups' blocks.
+        let staged = staged_ranges(&on_device.places(), n, layout.record_bytes);
+        let records = self.ring.upload(slot, &staged)?;
+        let stream = self.gpu.stream();
+        let uploaded =
+            staged.iter().map(|r| r.len()).sum::<usize>() + on_device.write(stream, records)?;
+        self.unpack.run(stream, records, &mut self.blocks, n)?;
+        let input = &mut self.blocks;
         let ranges: Vec<_> = (0..layout.groups.len())
             .map(|g| layout.packed(g, n))
             .collect();
-        let uploaded = ranges.iter().map(|r| r.len()).sum();
-        let input = self.ring.upload(slot, &ranges)?;
         if let Some(kernel) = self.colour.as_mut() {
             if images.view_draws.len() != n {
                 return Err(Error::Mismatch(format!(
@@ -199,7 +220,6 @@ impl DeviceStage for CudaViewsOutput {
                 kernel.apply(&mut part, group.size, group.size, &calls)?;
             }
         }
-        let stream = self.gpu.stream();
         let mut views = Vec::with_capacity(layout.groups.len());
         for (g, range) in layout.groups.iter().zip(&ranges) {
             let part = input.slice(range.clone());

@@ -172,8 +172,6 @@ pub(crate) struct DecodePlan {
     planned_epochs: Option<u64>,
     /// CPU threads asked for; 0: one per core.
     threads: usize,
-    /// The batches are views of each image ([`DecodePlan::for_views`]).
-    views: bool,
 }
 
 /// What the lanes of a run are ([`DecodePlan::choose`]).
@@ -208,16 +206,6 @@ impl DecodePlan {
             assisted_share: decode.assisted_share,
             planned_epochs: decode.planned_epochs,
             threads: options.runtime.threads,
-            views: false,
-        }
-    }
-
-    /// The same choice for a pipeline of views: the GPU decode lane makes no views, so the CPU
-    /// lane decodes every image, batch by batch, whatever the decoding asked for.
-    pub fn for_views(self) -> DecodePlan {
-        DecodePlan {
-            views: true,
-            ..self
         }
     }
 
@@ -231,12 +219,12 @@ impl DecodePlan {
 
     /// Whether the GPU decode lane may open: hybrid or automatic decoding on a CUDA device.
     pub fn gpu_wanted(&self) -> bool {
-        matches!(self.lanes, Decode::Hybrid | Decode::Auto) && self.on_device && !self.views
+        matches!(self.lanes, Decode::Hybrid | Decode::Auto) && self.on_device
     }
 
     /// Whether a share between the lanes applies (any decoding but the CPU's alone).
     fn shares(&self) -> bool {
-        self.lanes != Decode::Cpu && !self.views
+        self.lanes != Decode::Cpu
     }
 
     /// The share given, where a share applies: what a saved state's share is checked against.
@@ -296,16 +284,6 @@ impl DecodePlan {
             ),
             _ => AutoLanes::Whole,
         };
-        if self.views {
-            let why = match self.lanes {
-                Decode::Cpu => "views: CPU decode, as asked",
-                _ => "views: CPU decode (the GPU decode lane makes no views)",
-            };
-            return LaneChoice::Cpu {
-                why: why.to_string(),
-                threads: self.threads,
-            };
-        }
         if !self.on_device {
             let why = match self.lanes {
                 Decode::Cpu => "CPU decode, as asked".to_string(),
@@ -578,21 +556,5 @@ mod tests {
             matches!(&choice, LaneChoice::Cpu { why, threads: 0 } if why.contains("CPU decode")),
             "{choice:?}"
         );
-    }
-
-    #[test]
-    fn views_take_the_cpu_lane_alone_batch_by_batch_on_any_device() {
-        use crate::options::{DecodeOptions, Options};
-        for lanes in [Decode::Cpu, Decode::Hybrid, Decode::Auto] {
-            let options = Options::default().decode(DecodeOptions::default().lanes(lanes));
-            let plan = DecodePlan::new(&options).for_views();
-            assert!(!plan.gpu_wanted());
-            assert_eq!(plan.applying(Some(0.5)), None);
-            let choice = plan.choose(1 << 20, || 1 << 40, 16, &Arc::default());
-            assert!(
-                matches!(&choice, LaneChoice::Cpu { why, threads: 0 } if why.starts_with("views")),
-                "{lanes:?}: {choice:?}"
-            );
-        }
     }
 }

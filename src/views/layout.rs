@@ -1,13 +1,20 @@
-//! Where a batch's views lie in its staging: one block per group, each `[count, batch, size,
-//! size, 3]` u8 (view `j` of the group for every image, then view `j + 1`), the blocks one after
-//! another at offsets aligned for the normalize kernel's vector loads. A pipeline's views are
-//! written there by the CPU lane, uploaded as they lie and normalized group by group, each
-//! group as `count * batch` images.
+//! Where a batch's views lie: one block per group, each `[count, batch, size, size, 3]` u8 (view
+//! `j` of the group for every image, then view `j + 1`), the blocks one after another at offsets
+//! aligned for the normalize kernel's vector loads; normalized group by group, each group as
+//! `count * batch` images. The CPU lane alone writes them there as it makes a batch (batches
+//! for the CPU). Lanes working ahead of the batches (batches for a CUDA device) write each image's
+//! views as one record instead ([`ViewLayout::record_bytes`]: its views one after another), a
+//! record a place, which the device then unpacks into the blocks.
 
 use super::Views;
 
-/// Block offsets are multiples of this many bytes (the normalize kernel loads 16 at a time).
+/// Block offsets, and views' offsets in a record, are multiples of this many bytes (the
+/// normalize kernel loads 16 at a time; the GPU lane's resize places a view by its offset in
+/// these units, [`RECORD_UNIT`]).
 const BLOCK_ALIGN: usize = 256;
+
+/// The unit of a view's offset in a record and of a record's size, in bytes.
+pub const RECORD_UNIT: usize = BLOCK_ALIGN;
 
 /// One group's block in a batch's staging.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +41,10 @@ pub struct ViewLayout {
     pub groups: Vec<GroupBlock>,
     /// Images a batch holds at most.
     pub batch: usize,
+    /// Where each view lies in an image's record, in view order (group by group), in bytes.
+    pub record: Vec<usize>,
+    /// Bytes of one record, a multiple of [`RECORD_UNIT`].
+    pub record_bytes: usize,
 }
 
 impl ViewLayout {
@@ -53,8 +64,51 @@ impl ViewLayout {
                 offset = (offset + bytes).next_multiple_of(BLOCK_ALIGN);
                 block
             })
-            .collect();
-        ViewLayout { groups, batch }
+            .collect::<Vec<GroupBlock>>();
+        let mut record = Vec::new();
+        let mut at = 0usize;
+        for g in &groups {
+            for _ in 0..g.count {
+                record.push(at);
+                at = (at + g.view_bytes()).next_multiple_of(RECORD_UNIT);
+            }
+        }
+        ViewLayout {
+            groups,
+            batch,
+            record,
+            record_bytes: at.max(RECORD_UNIT),
+        }
+    }
+
+    /// An image's record (`record_bytes` or more), split: its views' destinations in view order.
+    pub fn split_record<'a>(&self, record: &'a mut [u8]) -> Vec<&'a mut [u8]> {
+        let mut views = Vec::with_capacity(self.record.len());
+        let mut rest = record;
+        let mut at = 0usize;
+        let sizes = self
+            .groups
+            .iter()
+            .flat_map(|g| std::iter::repeat_n(g.view_bytes(), g.count));
+        for (&offset, bytes) in self.record.iter().zip(sizes) {
+            let (_, tail) = std::mem::take(&mut rest).split_at_mut(offset - at);
+            let (view, tail) = tail.split_at_mut(bytes);
+            views.push(view);
+            rest = tail;
+            at = offset + bytes;
+        }
+        views
+    }
+
+    /// For each view (in view order): its group, its number `j` in the group and its offset in
+    /// a record.
+    pub fn record_views(&self) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
+        self.groups
+            .iter()
+            .enumerate()
+            .flat_map(|(group, g)| (0..g.count).map(move |j| (group, j)))
+            .zip(&self.record)
+            .map(|((group, j), &offset)| (group, j, offset))
     }
 
     /// Bytes of the staging of one batch.
@@ -182,5 +236,29 @@ mod tests {
         assert_eq!(pixels[at(0, 2)], 32);
         let g0 = layout.packed(0, 3);
         assert_eq!(pixels[g0.start + 27 * 4], 11);
+    }
+
+    #[test]
+    fn a_record_holds_each_view_at_an_aligned_offset() {
+        let views = Views::new(vec![
+            crate::views::ViewGroup::new(3, 2),
+            crate::views::ViewGroup::new(2, 3),
+        ]);
+        let layout = ViewLayout::new(&views, 4);
+        assert_eq!(layout.record, [0, 256, 512, 768, 1024]);
+        assert_eq!(layout.record_bytes, 1280);
+        let mut record = vec![0u8; layout.record_bytes];
+        let split = layout.split_record(&mut record);
+        let lens: Vec<usize> = split.iter().map(|v| v.len()).collect();
+        assert_eq!(lens, [27, 27, 12, 12, 12]);
+        for (v, view) in split.into_iter().enumerate() {
+            view.fill(v as u8 + 1);
+        }
+        assert_eq!(record[512..524], [3u8; 12]);
+        assert_eq!(record[524], 0);
+        let listed: Vec<_> = layout.record_views().collect();
+        assert_eq!(listed[3], (1, 1, 768));
+        let dinov2 = ViewLayout::new(&Views::dinov2(), 8);
+        assert_eq!(dinov2.record_bytes, 2 * 224 * 224 * 3 + 8 * 96 * 96 * 3);
     }
 }

@@ -11,15 +11,41 @@ mod layout;
 mod pillow;
 
 pub use crate::options::{ViewBlur, ViewGroup, ViewOps, Views, ViewsPreset};
-pub use layout::{GroupBlock, ViewLayout};
+pub use layout::{GroupBlock, ViewLayout, RECORD_UNIT};
 pub use pillow::apply_view_ops;
 pub(crate) use pillow::gaussian_kernel;
 
-use crate::geometry::{random_resized_crop, CropDraw};
+use std::sync::Arc;
+
+use crate::geometry::{random_resized_crop, CropDraw, Geometry};
+use crate::options::{ResizeMode, ResizeOptions};
 use crate::random::Draws;
 
 /// Salt that keeps the views' streams apart from the single crop's and the augmentations'.
 const VIEW_SALT: u64 = 0x3C6E_F372_FE94_F82B;
+
+/// The geometry of a group's views: `RandomResizedCrop(size, scale, ratio, interpolation)`.
+pub(crate) fn group_geometry(group: &ViewGroup, pillow_version: (u32, u32)) -> Geometry {
+    let resize = ResizeOptions::default()
+        .pillow_version(pillow_version.0, pillow_version.1)
+        .mode(ResizeMode::RandomResizedCrop {
+            height: group.size,
+            width: group.size,
+            scale: group.scale,
+            ratio: group.ratio,
+        })
+        .interpolation(group.interpolation);
+    Geometry::new(&resize)
+}
+
+/// A pipeline's views as its lanes make them: the views, where each lands in a batch
+/// ([`ViewLayout`]) and where their colour calls run.
+#[derive(Debug, Clone)]
+pub(crate) struct LaneViews {
+    pub views: Arc<Views>,
+    pub layout: ViewLayout,
+    pub colour: ViewColour,
+}
 
 /// Where a pipeline's views get their colour calls ([`ViewOp`]s): on the CPU, by the thread
 /// that cuts them (the views then leave the CPU finished), or on the device, in place on the

@@ -386,7 +386,8 @@ const EMULATION: &str = r#"#include <cmath>
 #define __shared__ static
 struct Dim { unsigned x, y, z; };
 static thread_local Dim threadIdx = {0, 0, 0};
-static Dim blockIdx = {0, 0, 0}, blockDim = {5, 1, 1};
+static Dim blockIdx = {0, 0, 0}, blockDim = {5, 1, 1}, gridDim = {1, 1, 1};
+struct uint4 { unsigned x, y, z, w; };
 static std::mutex gf_lock;
 static std::condition_variable gf_turn;
 static unsigned gf_waiting = 0, gf_round = 0;

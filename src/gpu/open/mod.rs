@@ -17,6 +17,7 @@ pub(super) use engines::{engine_count, note as engines_note, opening_note, GrayD
 pub(super) use joining::Joining;
 
 use super::*;
+use crate::resample::Filter;
 use crate::schedule::EnginesOpen;
 use assisted::AssistedRecipe;
 use engines::EngineRecipe;
@@ -57,8 +58,20 @@ impl GpuLane {
         let geometry = config.geometry;
         let filter = match geometry.resampling() {
             Resampling::Filter(filter) => filter,
+            // Views resize with their groups' interpolations, checked below.
+            Resampling::Nearest if config.views.is_some() => Filter::Bilinear,
             Resampling::Nearest => return Err(GpuLaneError::Filter(geometry.interpolation)),
         };
+        if let Some(views) = &config.views {
+            if let Some(g) = views
+                .views
+                .groups
+                .iter()
+                .find(|g| g.interpolation == crate::options::Interpolation::Nearest)
+            {
+                return Err(GpuLaneError::Filter(g.interpolation));
+            }
+        }
         let opening = Instant::now();
         let nvjpeg = NvJpeg::load()?;
         let loaded = opening.elapsed();
@@ -138,7 +151,7 @@ impl GpuLane {
             runner,
             gather,
             gather_descriptors: None,
-            image_bytes: geometry.image_bytes(),
+            image_bytes: config.image_bytes(),
             engines,
             gray_decoders,
             later_sets,
@@ -312,6 +325,7 @@ fn start_runner(
                 config.geometry,
                 config.stopwatch.clone(),
                 coefficients.clone(),
+                config.views.clone(),
             )
         })
         .collect();
@@ -324,7 +338,7 @@ fn start_runner(
         shared::Limits {
             stopwatch: config.stopwatch.clone(),
             slots: ring_slots(config.batch_size, config.requests),
-            image_bytes: config.geometry.image_bytes(),
+            image_bytes: config.image_bytes(),
             lookahead: lane_lookahead(config.batch_size, config.requests),
             max_file_bytes: config.max_file_bytes,
             queued_calls: [engine_calls.threads, assisted.threads],

@@ -39,7 +39,7 @@ pub enum HostRunError {
 }
 
 /// Runs both kernels of `plan` on the host. Source addresses are `memory_base` + an offset into
-/// `memory`; `out` is the batch buffer (slot `s` at `s * plan.slot_bytes()`).
+/// `memory`; `out` is the batch buffer (slot `s` at `s * plan.slot_len`).
 pub fn run_batch(
     plan: &BatchPlan,
     memory: &[u8],
@@ -133,7 +133,7 @@ fn last_pass_image(
         } else {
             written
         };
-        let dst = im.slot as usize * plan.slot_bytes() as usize + pixel as usize * 3;
+        let dst = im.slot as usize * plan.slot_len as usize + pixel as usize * 3;
         let i = x.wrapping_sub(im.dst_x);
         let j = y.wrapping_sub(im.dst_y);
         let v = if i >= im.dst_w || j >= im.dst_h {

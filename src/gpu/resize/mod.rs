@@ -206,7 +206,7 @@ impl BatchResizer {
 
     /// Launches both passes of `plan` on `stream` (for the tests: the lane launches at an address,
     /// [`BatchResizer::launch_at`]), writing every byte of every slot a job of the
-    /// batch names in `out` (slot `s` at `s * plan.slot_bytes()`); other slots are left
+    /// batch names in `out` (slot `s` at `s * plan.slot_len`); other slots are left
     /// as they are.
     ///
     /// # Safety
@@ -232,7 +232,7 @@ impl BatchResizer {
 
     /// Launches both passes of `plan` on `stream` into `out_len` bytes of device memory at `out`,
     /// writing every byte of every slot a job of the batch names (slot `s` at
-    /// `s * plan.slot_bytes()` from `out`); other slots are left as they are.
+    /// `s * plan.slot_len` from `out`); other slots are left as they are.
     ///
     /// # Safety
     ///

@@ -218,19 +218,18 @@ pub struct BatchPlan {
     pub slot_len: u64,
     /// The most output pixels of an image (the last pass's blocks per slot cover them).
     pub max_pixels: u32,
-    /// One past the highest slot written: the output needs `slots * slot_bytes()` bytes.
+    /// One past the highest slot written.
     pub slots: u32,
+    /// Bytes of output the batch writes into, from the first: `slots * slot_len` for
+    /// images in slots of their own; to the end of the last image placed by offset
+    /// ([`plan_batch_placed`]).
+    pub output_end: u64,
 }
 
 impl BatchPlan {
-    /// Bytes from one output slot to the next.
-    pub fn slot_bytes(&self) -> u64 {
-        self.slot_len
-    }
-
-    /// Bytes of output the batch writes into, slots `0..slots`.
+    /// Bytes of output the batch writes into, from the first.
     pub fn output_bytes(&self) -> u64 {
-        u64::from(self.slots) * self.slot_bytes()
+        self.output_end
     }
 
     /// The last pass's grid: blocks per slot, images.
@@ -294,6 +293,14 @@ pub enum BatchError {
         jobs: usize,
         /// Pass plans given.
         passes: usize,
+    },
+    /// Two images placed by offset write overlapping bytes.
+    #[error("images {first} and {second} write overlapping bytes")]
+    Overlap {
+        /// The job placed first.
+        first: usize,
+        /// The job whose bytes begin inside the first's.
+        second: usize,
     },
     /// A count over the kernels' 32-bit indices (or [`MAX_IMAGES`]).
     #[error("the batch is too large for the kernels: {0}")]
@@ -369,6 +376,59 @@ pub fn plan_batch_sized(
         return Err(BatchError::TooLarge("output pixels per slot (or none)"));
     }
     check_slots(jobs)?;
+    let slots = jobs.iter().map(|j| j.slot + 1).max().unwrap_or(0);
+    let output_end = u64::from(slots) * slot_len;
+    plan_checked(jobs, passes, sizes, slot_len, output_end)
+}
+
+/// Plans the batch `jobs` with outputs of sizes of their own placed by offset: job `i` written
+/// at `sizes[i]` (width, height) from byte `jobs[i].slot * unit` (the views of an image, one
+/// after another in its record). Refuses outputs that overlap.
+pub fn plan_batch_placed(
+    jobs: &[ResizeJob],
+    passes: &[&PassPlan],
+    sizes: &[(u32, u32)],
+    unit: u64,
+) -> Result<BatchPlan, BatchError> {
+    if jobs.len() > MAX_IMAGES {
+        return Err(BatchError::TooLarge("more than 65535 images"));
+    }
+    if passes.len() != jobs.len() || sizes.len() != jobs.len() {
+        return Err(BatchError::PassCount {
+            jobs: jobs.len(),
+            passes: passes.len().min(sizes.len()),
+        });
+    }
+    let mut placed = Vec::with_capacity(jobs.len());
+    for (index, (job, &(w, h))) in jobs.iter().zip(sizes).enumerate() {
+        let pixels = u64::from(w) * u64::from(h);
+        if pixels == 0 || pixels > u64::from(u32::MAX / 3) {
+            return Err(BatchError::TooLarge("output pixels per image (or none)"));
+        }
+        let start = u64::from(job.slot)
+            .checked_mul(unit)
+            .ok_or(BatchError::TooLarge("output offset"))?;
+        placed.push((start, start + 3 * pixels, index));
+    }
+    placed.sort_unstable();
+    if let Some(pair) = placed.windows(2).find(|p| p[1].0 < p[0].1) {
+        return Err(BatchError::Overlap {
+            first: pair[0].2,
+            second: pair[1].2,
+        });
+    }
+    let output_end = placed.last().map_or(0, |p| p.1);
+    plan_checked(jobs, passes, sizes, unit, output_end)
+}
+
+/// The plan of jobs whose counts, sizes and output places are checked.
+fn plan_checked(
+    jobs: &[ResizeJob],
+    passes: &[&PassPlan],
+    sizes: &[(u32, u32)],
+    slot_len: u64,
+    output_end: u64,
+) -> Result<BatchPlan, BatchError> {
     let mut builder = Builder::default();
     let descriptors = jobs
         .iter()
@@ -390,6 +450,7 @@ pub fn plan_batch_sized(
         slot_len,
         max_pixels,
         slots,
+        output_end,
     })
 }
 
@@ -965,6 +1026,68 @@ mod tests {
                 "{short:?}"
             );
         }
+    }
+
+    #[test]
+    fn outputs_placed_by_offset_land_where_placed_and_may_not_overlap() {
+        use crate::resample::plan_passes;
+        let (width, height) = (64u32, 48u32);
+        let base = 1u64 << 20;
+        let memory: Vec<u8> = (0..width * height * 3)
+            .map(|i| (i * 7 % 251) as u8)
+            .collect();
+        let pixels = SourcePixels::Interleaved {
+            ptr: base,
+            pitch: width * 3,
+        };
+        let view = |side: u32, slot: u32, flip: bool| {
+            let (x, y) = torchvision_center_crop(width, height, side, side, side);
+            ResizeJob {
+                source: SourceImage::whole(pixels, width, height),
+                x,
+                y,
+                filter: Filter::Bicubic,
+                order: PassOrder::ShrinkVerticalFirst,
+                pad: 0,
+                flip,
+                slot,
+            }
+        };
+        let passes_of = |jobs: &[ResizeJob]| -> Vec<PassPlan> {
+            jobs.iter()
+                .map(|j| plan_passes(&j.x, &j.y, j.filter, j.order).expect("passes"))
+                .collect()
+        };
+        // A view of 16 x 16 (768 bytes, 3 units of 256) then one of 8 x 8 right after it.
+        let jobs = [view(16, 0, false), view(8, 3, true)];
+        let passes = passes_of(&jobs);
+        let refs: Vec<&PassPlan> = passes.iter().collect();
+        let plan = plan_batch_placed(&jobs, &refs, &[(16, 16), (8, 8)], 256).expect("plan");
+        assert_eq!(plan.output_bytes(), 3 * 256 + 8 * 8 * 3);
+        let mut out = vec![0u8; plan.output_bytes() as usize];
+        super::super::host::run_batch(&plan, &memory, base, &mut out).expect("run");
+        for (job, (side, at)) in jobs.iter().zip([(16usize, 0usize), (8, 768)]) {
+            let alone = ResizeJob { slot: 0, ..*job };
+            let plan = plan_batch(&[alone], side as u32, side as u32).expect("plan alone");
+            let mut expected = vec![0u8; side * side * 3];
+            super::super::host::run_batch(&plan, &memory, base, &mut expected).expect("run");
+            assert_eq!(
+                out[at..at + side * side * 3],
+                expected[..],
+                "the {side} view"
+            );
+        }
+        // The second view placed inside the first.
+        let jobs = [view(16, 0, false), view(8, 2, false)];
+        let passes = passes_of(&jobs);
+        let refs: Vec<&PassPlan> = passes.iter().collect();
+        assert!(matches!(
+            plan_batch_placed(&jobs, &refs, &[(16, 16), (8, 8)], 256),
+            Err(BatchError::Overlap {
+                first: 0,
+                second: 1
+            })
+        ));
     }
 
     #[test]
