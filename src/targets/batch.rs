@@ -667,13 +667,17 @@ fn collate(
     };
     semantic_parts.resize_with(rows.len(), || None);
     let plane = hu * wu;
-    rows.par_iter()
+    let laid: Vec<Result<(), ItemError>> = rows
+        .par_iter()
         .zip(batch.images.par_chunks_mut((plane * 3).max(1)))
         .zip(mask_parts.into_par_iter())
         .zip(semantic_parts.into_par_iter())
-        .try_for_each_init(Vec::new, |scratch, (((row, image), masks), sem)| {
+        .map_init(Vec::new, |scratch, (((row, image), masks), sem)| {
             lay_out(row, image, masks, sem, wu, pad_fill, scratch)
         })
+        .collect();
+    // The first row's error, whichever thread met an error first.
+    laid.into_iter().collect()
 }
 
 /// Writes one row's image, instance masks and semantic mask into their batch slots.
