@@ -1,6 +1,7 @@
 //! Dense targets through the public API: bad targets each give their documented result (an
 //! object dropped by `SanitizeBoundingBoxes`, a sample skipped with its reason, an annotation
-//! left out and counted), never a panic; batches are the same whatever the thread count.
+//! left out and counted), never a panic; batches are the same whatever the thread count and
+//! however many are made ahead.
 
 use std::path::Path;
 
@@ -778,4 +779,241 @@ fn webdataset_shards_in_object_storage_give_the_batches_of_the_disk() {
         server.url("targets/s-0000.tar:0.jpg")
     );
     same_batches(&epoch_batches(make(remote)), &disk);
+}
+
+/// What a batch hands out, all of it: the text of its rows' targets, calls, sizes and skipped
+/// samples, and its images', instance masks' and semantic masks' bytes.
+type Seen = (String, Vec<u8>, Vec<u8>, Vec<u8>);
+
+fn seen(b: &gpufeed::targets::TargetBatch) -> Seen {
+    let skipped: Vec<(usize, &str, String)> = b
+        .skipped
+        .iter()
+        .map(|e| (e.index, e.id.as_str(), e.kind.to_string()))
+        .collect();
+    let text = format!(
+        "epoch {} rows {:?} ids {:?} {}x{} sizes {:?} boxes {:?} labels {:?} crowd {:?} \
+         keypoints {:?} offsets {:?} ops {:?} inverse {:?} skipped {skipped:?}",
+        b.epoch,
+        b.indices,
+        b.ids,
+        b.height,
+        b.width,
+        b.sizes,
+        b.boxes,
+        b.labels,
+        b.crowd,
+        b.keypoints,
+        b.offsets,
+        b.ops,
+        b.inverse
+    );
+    (text, b.images.clone(), b.masks.clone(), b.semantic.clone())
+}
+
+/// The loader's report as text.
+fn report_text(loader: &TargetLoader) -> String {
+    let r = loader.report();
+    let skipped: Vec<(usize, String)> = r
+        .skipped
+        .iter()
+        .map(|e| (e.index, e.kind.to_string()))
+        .collect();
+    format!(
+        "{} samples, {} objects, {} dropped, skipped {skipped:?}",
+        r.samples, r.objects, r.dropped_objects
+    )
+}
+
+/// Every batch of `loader`'s epochs up to `until` (exclusive), each batch's buffers spoiled and
+/// handed back before the next is asked for, and the report at the end; on a pool of `threads`.
+fn batches_until(
+    make: &(dyn Fn() -> TargetLoader + Sync),
+    threads: usize,
+    until: u64,
+) -> (Vec<Seen>, String) {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap();
+    pool.install(|| {
+        let mut loader = make();
+        let mut out = Vec::new();
+        while loader.current_epoch() < until {
+            while let Some(mut b) = loader.next_batch() {
+                out.push(seen(&b));
+                b.images.fill(0xAB);
+                b.masks.fill(0xAB);
+                b.semantic.fill(0xAB);
+                loader.recycle(b);
+            }
+            loader.next_epoch();
+        }
+        (out, report_text(&loader))
+    })
+}
+
+#[test]
+fn batches_made_ahead_equal_those_made_when_asked() {
+    // COCO with instance masks (lsj) and a missing image; segmentation pairs (train) with a
+    // mask of another size. Batches of 4 over 13 samples: a short last batch each epoch.
+    let coco_dir = temp("ahead-coco");
+    let ann = varied_coco(&coco_dir, 13);
+    std::fs::remove_file(coco_dir.join("6.jpg")).unwrap();
+    let seg = temp("ahead-seg");
+    let (images, masks) = (seg.join("images"), seg.join("masks"));
+    std::fs::create_dir_all(&images).unwrap();
+    std::fs::create_dir_all(&masks).unwrap();
+    for i in 0..13u32 {
+        let (w, h) = (31 + 29 * (i % 6), 70 - 9 * (i % 5));
+        write_jpeg(&images.join(format!("{i:02}.jpg")), w, h);
+        let mh = if i == 4 { h + 1 } else { h };
+        write_mask(&masks.join(format!("{i:02}.png")), w, mh);
+    }
+    let coco = |prefetch: usize| {
+        TargetLoader::new(TargetSource::coco(&ann, &coco_dir).unwrap())
+            .recipe(TargetRecipe::Lsj)
+            .seed(3)
+            .shuffle(true)
+            .batch_size(4)
+            .prefetch(prefetch)
+    };
+    let pairs = |prefetch: usize| {
+        TargetLoader::new(TargetSource::segmentation(&images, &masks).unwrap())
+            .recipe(TargetRecipe::SegmentationTrain)
+            .seed(8)
+            .shuffle(true)
+            .batch_size(4)
+            .prefetch(prefetch)
+    };
+    let loaders: [&(dyn Fn(usize) -> TargetLoader + Sync); 2] = [&coco, &pairs];
+    for make in loaders {
+        // Made when asked, on one thread: the reference.
+        let (want, report) = batches_until(&|| make(0), 1, 3);
+        assert_eq!(want.len(), 12, "4 batches an epoch, 3 epochs");
+        assert_eq!(
+            want.iter().filter(|b| b.0.contains("skipped []")).count(),
+            9,
+            "one sample skipped each epoch: {report}"
+        );
+        for (threads, prefetch) in [(1, 3), (3, 0), (3, 1), (3, 3), (2, 64)] {
+            let (got, got_report) = batches_until(&|| make(prefetch), threads, 3);
+            assert_eq!(got.len(), want.len());
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(g.0, w.0, "batch {i}, {threads} threads, {prefetch} ahead");
+                assert!(
+                    g.1 == w.1 && g.2 == w.2 && g.3 == w.3,
+                    "batch {i}'s pixels or masks differ, {threads} threads, {prefetch} ahead"
+                );
+            }
+            assert_eq!(got_report, report);
+        }
+        // Resumed in the middle of epoch 1: the same batches follow, into epoch 2.
+        for prefetch in [0, 2] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(3)
+                .build()
+                .unwrap();
+            let got = pool.install(|| {
+                let mut loader = make(prefetch).resume_at(1, 4);
+                let mut out = Vec::new();
+                for _ in 0..2 {
+                    while let Some(b) = loader.next_batch() {
+                        out.push(seen(&b));
+                    }
+                    loader.next_epoch();
+                }
+                out
+            });
+            assert!(got == want[5..], "resumed at (1, 4), {prefetch} ahead");
+        }
+    }
+}
+
+#[test]
+fn options_changed_mid_epoch_drop_the_batches_made_ahead() {
+    let dir = temp("ahead-change");
+    let ann = varied_coco(&dir, 20);
+    let make = || {
+        TargetLoader::new(TargetSource::coco(&ann, &dir).unwrap())
+            .recipe(TargetRecipe::Lsj)
+            .seed(3)
+            .shuffle(true)
+            .batch_size(3)
+    };
+    let first = |loader: TargetLoader| seen(&loader.prefetch(0).next_batch().unwrap());
+    let mut loader = make().prefetch(4);
+    loader.next_batch().unwrap();
+    // The same position (3), another padding value.
+    loader = loader.pad_fill(9);
+    assert!(seen(&loader.next_batch().unwrap()) == first(make().pad_fill(9).resume_at(0, 3)));
+    // Another seed starts the epoch over.
+    loader = loader.seed(4);
+    assert_eq!(loader.position(), (0, 0));
+    assert!(seen(&loader.next_batch().unwrap()) == first(make().pad_fill(9).seed(4)));
+    // Another recipe, another batch size, then back to the position after the first batch.
+    loader = loader
+        .recipe(TargetRecipe::Hflip)
+        .batch_size(5)
+        .resume_at(0, 3);
+    let again = || {
+        make()
+            .pad_fill(9)
+            .seed(4)
+            .recipe(TargetRecipe::Hflip)
+            .batch_size(5)
+    };
+    assert!(seen(&loader.next_batch().unwrap()) == first(again().resume_at(0, 3)));
+    // Another epoch in the middle of this one.
+    loader.next_epoch();
+    assert_eq!(loader.position(), (1, 0));
+    assert!(seen(&loader.next_batch().unwrap()) == first(again().epoch(1)));
+}
+
+#[test]
+fn dropping_a_loader_mid_epoch_returns() {
+    use rayon::prelude::*;
+    let dir = temp("ahead-drop");
+    let ann = varied_coco(&dir, 40);
+    let make = move || {
+        TargetLoader::new(TargetSource::coco(&ann, &dir).unwrap())
+            .recipe(TargetRecipe::Lsj)
+            .batch_size(4)
+            .prefetch(6)
+    };
+    // On pools of one and two threads, the loader used and dropped inside the pool, then the
+    // pool used again; and from a thread outside the pool, dropped at once and after a batch.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for threads in [1, 2] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| {
+                let mut loader = make();
+                loader.next_batch().unwrap();
+                drop(loader);
+            });
+            let sum: u64 = pool.install(|| (0..100u64).into_par_iter().sum());
+            tx.send(format!("{threads} threads: {sum}")).unwrap();
+        }
+        for take in [0, 1] {
+            let mut loader = make();
+            for _ in 0..take {
+                loader.next_batch().unwrap();
+            }
+            drop(loader);
+            tx.send(format!("dropped after {take}")).unwrap();
+        }
+    });
+    let wait = std::time::Duration::from_secs(120);
+    for want in [
+        "1 threads: 4950",
+        "2 threads: 4950",
+        "dropped after 0",
+        "dropped after 1",
+    ] {
+        assert_eq!(rx.recv_timeout(wait).as_deref(), Ok(want));
+    }
 }

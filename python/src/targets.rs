@@ -34,6 +34,9 @@ use crate::to_py_err;
 /// masks come third: ``(images, targets, masks)``, ``masks`` a dict of ``instance`` (uint8
 /// ``[objects, H, W]``, row ``i``'s objects from ``targets[i]["mask_offset"]``) and
 /// ``semantic`` (uint8 ``[N, H, W]``, padding 255), each a ``gpufeed.Tensor`` or ``None``.
+///
+/// ``prefetch`` batches (default 3) are made ahead on gpufeed's threads while one is used
+/// (``0``: each made when asked for); the batches are the same whatever it is.
 #[pyclass(module = "gpufeed", frozen)]
 pub struct TargetLoader {
     inner: Mutex<gpufeed::targets::TargetLoader>,
@@ -75,7 +78,8 @@ impl TargetLoader {
     #[new]
     #[pyo3(signature = (images, *, coco=None, masks=None, webdataset=None, recipe="none", seed=0, batch_size=8,
                         shuffle=false, size_divisible=32, rank=0, world=1, device=None,
-                        dtype=None, mean=None, std=None))]
+                        dtype=None, mean=None, std=None,
+                        prefetch=gpufeed::targets::DEFAULT_PREFETCH))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         images: std::path::PathBuf,
@@ -93,6 +97,7 @@ impl TargetLoader {
         dtype: Option<String>,
         mean: Option<[f32; 3]>,
         std: Option<[f32; 3]>,
+        prefetch: usize,
     ) -> PyResult<TargetLoader> {
         let recipe = TargetRecipe::parse(recipe).ok_or_else(|| {
             PyValueError::new_err(format!(
@@ -120,7 +125,8 @@ impl TargetLoader {
             .shuffle(shuffle)
             .batch_size(batch_size)
             .size_divisible(size_divisible)
-            .shard(rank, world);
+            .shard(rank, world)
+            .prefetch(prefetch);
         let device: gpufeed::Device = match device.as_deref() {
             None => gpufeed::Device::Cpu,
             Some(name) => name

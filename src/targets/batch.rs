@@ -1,7 +1,10 @@
 //! Batches of samples with targets: each epoch's order (shuffled from (seed, epoch), sharded),
-//! the samples loaded and transformed on the rayon pool, the images padded to the batch's
-//! largest (rounded up to a multiple), boxes, labels and crowd flags packed with per-row
-//! offsets, masks as `u8` planes of the padded size, and each row's calls and inverse map.
+//! the samples loaded and transformed on the rayon pool (the next batches' while the caller
+//! uses one: `super::ahead`), the images padded to the batch's largest (rounded up to a
+//! multiple), boxes, labels and crowd flags packed with per-row offsets, masks as `u8` planes
+//! of the padded size, and each row's calls and inverse map.
+
+use std::sync::Arc;
 
 use rayon::prelude::*;
 
@@ -9,6 +12,7 @@ use crate::error::ItemError;
 use crate::options::{DecodeOptions, Device, OutputOptions};
 use crate::random::Draws;
 
+use super::ahead::{Ahead, Key};
 use super::device::{detection_output, segmentation_output, DeviceTargetBatch, TargetUpload};
 use super::layout::Layout;
 use super::transform;
@@ -16,6 +20,9 @@ use super::{JointOp, Sample, TargetRecipe, TargetSource};
 
 /// Keeps the order's stream apart from the recipes'.
 const ORDER_SALT: u64 = 0xA54F_F53A_5F1D_36F1;
+
+/// Batches made ahead by default ([`TargetLoader::prefetch`]).
+pub const DEFAULT_PREFETCH: usize = 3;
 
 /// How a row's output coordinates map back to its original image: `x_out = ax * x + bx`,
 /// `y_out = ay * y + by` (a negative `ax` after a flip).
@@ -253,7 +260,7 @@ pub struct TargetReport {
 /// Batches of a [`TargetSource`] under a [`TargetRecipe`].
 #[derive(Debug)]
 pub struct TargetLoader {
-    source: TargetSource,
+    source: Arc<TargetSource>,
     recipe: TargetRecipe,
     seed: u64,
     batch_size: usize,
@@ -266,7 +273,8 @@ pub struct TargetLoader {
     order: Vec<usize>,
     position: usize,
     report: TargetReport,
-    spare: Spare,
+    prefetch: usize,
+    ahead: Ahead,
     device: Device,
     output: Option<OutputOptions>,
     upload: Option<TargetUpload>,
@@ -277,7 +285,7 @@ impl TargetLoader {
     /// multiple of 32.
     pub fn new(source: TargetSource) -> TargetLoader {
         let mut loader = TargetLoader {
-            source,
+            source: Arc::new(source),
             recipe: TargetRecipe::Plain,
             seed: 0,
             batch_size: 8,
@@ -290,7 +298,8 @@ impl TargetLoader {
             order: Vec::new(),
             position: 0,
             report: TargetReport::default(),
-            spare: Spare::default(),
+            prefetch: DEFAULT_PREFETCH,
+            ahead: Ahead::default(),
             device: Device::Cpu,
             output: None,
             upload: None,
@@ -302,6 +311,7 @@ impl TargetLoader {
     /// The recipe.
     pub fn recipe(mut self, recipe: TargetRecipe) -> TargetLoader {
         self.recipe = recipe;
+        self.ahead.clear();
         self
     }
 
@@ -315,6 +325,7 @@ impl TargetLoader {
     /// Rows a batch (at least 1).
     pub fn batch_size(mut self, n: usize) -> TargetLoader {
         self.batch_size = n.max(1);
+        self.ahead.clear();
         self
     }
 
@@ -329,12 +340,28 @@ impl TargetLoader {
     /// largest image as it is).
     pub fn size_divisible(mut self, n: u32) -> TargetLoader {
         self.divisible = n.max(1);
+        self.ahead.clear();
         self
     }
 
     /// The value of the images' padding in a batch.
     pub fn pad_fill(mut self, v: u8) -> TargetLoader {
         self.pad_fill = v;
+        self.ahead.clear();
+        self
+    }
+
+    /// Batches made ahead while the caller uses the one it has (default
+    /// [`DEFAULT_PREFETCH`]): their rows are loaded and transformed on the rayon pool, each batch
+    /// is laid out as soon as its last row is made, so no thread waits for a batch's slowest row
+    /// and the caller's own work (an upload, a step) overlaps the next batches'. They hold up to
+    /// `n` batches' samples and buffers. 0: a batch is made when it is asked for. The batches
+    /// are the same whatever `n` and the thread count; the work ahead stays within the epoch,
+    /// and changing an option or the position drops it. A batch size times `n` of at least
+    /// twice the pool's threads keeps every thread busy.
+    pub fn prefetch(mut self, n: usize) -> TargetLoader {
+        self.prefetch = n;
+        self.ahead.clear();
         self
     }
 
@@ -379,6 +406,7 @@ impl TargetLoader {
         let (rank, world) = self.shard;
         self.order = order.into_iter().skip(rank).step_by(world).collect();
         self.position = 0;
+        self.ahead.clear();
     }
 
     /// Where the loader stands: the epoch and the samples of its order already handed out.
@@ -402,53 +430,75 @@ impl TargetLoader {
         self.plan_epoch();
     }
 
-    /// The epoch's next batch; `None` at its end (then [`TargetLoader::next_epoch`]).
+    /// The epoch's next batch; `None` at its end (then [`TargetLoader::next_epoch`]). The
+    /// batches after it start being made ([`TargetLoader::prefetch`]).
     pub fn next_batch(&mut self) -> Option<TargetBatch> {
         if self.position >= self.order.len() {
             return None;
         }
         let end = (self.position + self.batch_size).min(self.order.len());
-        let indices = self.order[self.position..end].to_vec();
+        if !self.ahead.front_is(&self.key(self.position, end)) {
+            self.ahead.clear();
+        }
+        self.fill(self.prefetch.max(1));
+        let outcome = self.ahead.take()?;
         self.position = end;
-        let (recipe, seed, epoch, decode) = (self.recipe, self.seed, self.epoch, self.decode);
-        let source = &self.source;
-        let loaded: Vec<_> = indices
-            .par_iter()
-            .map(|&index| prepare(source, recipe, &decode, (seed, epoch), index))
-            .collect();
-        let mut batch = TargetBatch {
-            epoch,
-            ..TargetBatch::default()
-        };
-        let mut rows = Vec::new();
-        for r in loaded {
-            match r {
-                Ok(row) => {
-                    self.report.objects += row.before;
-                    self.report.dropped_objects += row.before - row.sample.boxes.len();
-                    batch.indices.push(row.index);
-                    batch.ids.push(id_of(source, row.index));
-                    batch.ops.push(row.ops.clone());
-                    batch.inverse.push(row.inverse);
-                    rows.push(row);
+        self.fill(self.prefetch);
+        match outcome {
+            Ok(made) => Some(self.hand_out(made)),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+
+    /// What the batch of the order's `start..end` is made from.
+    fn key(&self, start: usize, end: usize) -> Key {
+        Key {
+            recipe: self.recipe,
+            decode: self.decode,
+            seed: self.seed,
+            epoch: self.epoch,
+            indices: self.order[start..end].to_vec(),
+            divisible: self.divisible,
+            pad_fill: self.pad_fill,
+        }
+    }
+
+    /// Starts the epoch's next batches until `batches` are in work.
+    fn fill(&mut self, batches: usize) {
+        let mut start = self.ahead.end().unwrap_or(self.position);
+        while self.ahead.len() < batches && start < self.order.len() {
+            let end = (start + self.batch_size).min(self.order.len());
+            let key = self.key(start, end);
+            self.ahead.push(&self.source, key, end);
+            start = end;
+        }
+    }
+
+    /// Counts a made batch in the report and hands it out.
+    fn hand_out(&mut self, made: Made) -> TargetBatch {
+        let Made {
+            batch,
+            samples,
+            objects,
+            failed,
+        } = made;
+        self.report.objects += objects.0;
+        self.report.dropped_objects += objects.1;
+        self.report.samples += samples;
+        self.report.skipped.extend(batch.skipped.iter().cloned());
+        match failed {
+            None => batch,
+            Some(e) => {
+                // A layout that fails here failed for every row alike: nothing is handed out
+                // half written.
+                self.report.skipped.push(e.clone());
+                TargetBatch {
+                    epoch: batch.epoch,
+                    skipped: vec![e],
+                    ..TargetBatch::default()
                 }
-                Err(e) => batch.skipped.push(e),
             }
         }
-        self.report.samples += rows.len();
-        self.report.skipped.extend(batch.skipped.iter().cloned());
-        let spare = std::mem::take(&mut self.spare);
-        if let Err(e) = collate(&mut batch, &rows, self.divisible, self.pad_fill, spare) {
-            // A layout that fails here failed for every row alike: nothing is handed out half
-            // written.
-            self.report.skipped.push(e.clone());
-            batch = TargetBatch {
-                epoch,
-                skipped: vec![e],
-                ..TargetBatch::default()
-            };
-        }
-        Some(batch)
     }
 
     /// Where [`TargetLoader::next_device_batch`] puts the batches: `Device::Cuda(n)` (the
@@ -504,11 +554,12 @@ impl TargetLoader {
             upload
                 .upload(batch, instance)
                 .map(|(device, [images, masks, semantic])| {
-                    self.spare = Spare {
+                    let spare = Spare {
                         images,
                         masks,
                         semantic,
                     };
+                    self.ahead.recycle(spare, self.prefetch + 1);
                     device
                 }),
         )
@@ -517,17 +568,18 @@ impl TargetLoader {
     /// Gives a handed-out batch's buffers back for the next batches to fill (no allocation per
     /// batch once the sizes settle).
     pub fn recycle(&mut self, batch: TargetBatch) {
-        self.spare = Spare {
+        let spare = Spare {
             images: batch.images,
             masks: batch.masks,
             semantic: batch.semantic,
         };
+        self.ahead.recycle(spare, self.prefetch + 1);
     }
 }
 
 /// Buffers of a batch handed back, reused by the next.
 #[derive(Debug, Default)]
-struct Spare {
+pub(super) struct Spare {
     images: Vec<u8>,
     masks: Vec<u8>,
     semantic: Vec<u8>,
@@ -535,7 +587,7 @@ struct Spare {
 
 /// One loaded row: the sample (its targets transformed; its pixels and masks as loaded, or
 /// transformed whole when the layout cannot map the calls), and how it is laid out.
-struct Row {
+pub(super) struct Row {
     index: usize,
     id: String,
     sample: Sample,
@@ -550,7 +602,7 @@ fn id_of(source: &TargetSource, index: usize) -> String {
 }
 
 /// Loads sample `index`, draws its calls from (seed, epoch, index) and transforms its targets.
-fn prepare(
+pub(super) fn prepare(
     source: &TargetSource,
     recipe: TargetRecipe,
     decode: &DecodeOptions,
@@ -602,6 +654,55 @@ fn prepare(
         before,
         layout,
     })
+}
+
+/// A batch laid out from its rows, and what it adds to the [`TargetReport`].
+pub(super) struct Made {
+    /// The batch; its `skipped`, the rows that could not be made.
+    pub(super) batch: TargetBatch,
+    /// Rows delivered.
+    pub(super) samples: usize,
+    /// Objects loaded, and those the recipe's `SanitizeBoundingBoxes` dropped.
+    pub(super) objects: (usize, usize),
+    /// The layout's error (then the batch is not handed out).
+    pub(super) failed: Option<ItemError>,
+}
+
+/// The batch of epoch `epoch` of the rows `loaded` (in order), padded to a multiple of
+/// `divisible` with `pad_fill`, in the buffers of `spare`.
+pub(super) fn make_batch(
+    epoch: u64,
+    loaded: impl Iterator<Item = Result<Row, ItemError>>,
+    (divisible, pad_fill): (u32, u8),
+    spare: Spare,
+) -> Made {
+    let mut batch = TargetBatch {
+        epoch,
+        ..TargetBatch::default()
+    };
+    let (mut objects, mut dropped) = (0, 0);
+    let mut rows = Vec::new();
+    for r in loaded {
+        match r {
+            Ok(row) => {
+                objects += row.before;
+                dropped += row.before - row.sample.boxes.len();
+                batch.indices.push(row.index);
+                batch.ids.push(row.id.clone());
+                batch.ops.push(row.ops.clone());
+                batch.inverse.push(row.inverse);
+                rows.push(row);
+            }
+            Err(e) => batch.skipped.push(e),
+        }
+    }
+    let failed = collate(&mut batch, &rows, divisible, pad_fill, spare).err();
+    Made {
+        batch,
+        samples: rows.len(),
+        objects: (objects, dropped),
+        failed,
+    }
 }
 
 /// Lays `rows` out in `batch`: padded images, packed targets, masks; the rows' pixels and
@@ -667,13 +768,17 @@ fn collate(
     };
     semantic_parts.resize_with(rows.len(), || None);
     let plane = hu * wu;
-    rows.par_iter()
+    let laid: Vec<Result<(), ItemError>> = rows
+        .par_iter()
         .zip(batch.images.par_chunks_mut((plane * 3).max(1)))
         .zip(mask_parts.into_par_iter())
         .zip(semantic_parts.into_par_iter())
-        .try_for_each_init(Vec::new, |scratch, (((row, image), masks), sem)| {
+        .map_init(Vec::new, |scratch, (((row, image), masks), sem)| {
             lay_out(row, image, masks, sem, wu, pad_fill, scratch)
         })
+        .collect();
+    // The first row's error, whichever thread met an error first.
+    laid.into_iter().collect()
 }
 
 /// Writes one row's image, instance masks and semantic mask into their batch slots.

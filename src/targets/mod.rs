@@ -3,13 +3,14 @@
 //! ([`TargetSource`]),
 //! transformed together exactly as torchvision v2's reference recipes do ([`TargetRecipe`]:
 //! each image's calls drawn from (seed, epoch, index) as [`JointOp`]s), and collated into
-//! padded batches with packed boxes and labels ([`TargetBatch`], [`TargetLoader`]), each row's
-//! inverse map kept so a model's boxes go back to the original pixels
-//! ([`TargetBatch::to_original`]).
+//! padded batches with packed boxes and labels ([`TargetBatch`], [`TargetLoader`], the next
+//! batches made ahead on the rayon pool while the caller uses one), each row's inverse map kept
+//! so a model's boxes go back to the original pixels ([`TargetBatch::to_original`]).
 //!
 //! All of it runs on the CPU: decode whole (libjpeg-turbo, as Pillow), resize with Pillow's
 //! bilinear filter (`src/resample`), masks with PyTorch's nearest. See `docs/targets.md`.
 
+mod ahead;
 mod batch;
 mod coco;
 mod device;
@@ -20,7 +21,7 @@ mod sample_json;
 mod source;
 mod transform;
 
-pub use batch::{BoxFormat, Inverse, TargetBatch, TargetLoader, TargetReport};
+pub use batch::{BoxFormat, Inverse, TargetBatch, TargetLoader, TargetReport, DEFAULT_PREFETCH};
 pub use coco::{Category, Coco, CocoError, CocoImage, CocoReport};
 pub use device::{detection_output, segmentation_output, DeviceTargetBatch};
 pub use mask::{MaskError, Rle};

@@ -58,6 +58,9 @@ pub struct TargetArgs {
     /// Pad each batch's images to a multiple of N.
     #[arg(long, default_value_t = 32)]
     size_divisible: u32,
+    /// Batches made ahead while one is used (0: each made when asked for).
+    #[arg(long, value_name = "N", default_value_t = gpufeed::targets::DEFAULT_PREFETCH)]
+    prefetch: usize,
     /// This process's part: RANK/WORLD.
     #[arg(long, value_parser = parse_shard)]
     shard: Option<(usize, usize)>,
@@ -135,7 +138,8 @@ pub fn run(args: &TargetArgs) -> Result<()> {
         .shuffle(args.shuffle)
         .batch_size(args.batch_size)
         .size_divisible(args.size_divisible)
-        .shard(rank, world);
+        .shard(rank, world)
+        .prefetch(args.prefetch);
     let mut lines = match &args.save {
         Some(dir) => {
             std::fs::create_dir_all(dir)

@@ -316,7 +316,8 @@ class TargetLoader:
     (images, targets): uint8 [N, H, W, 3] padded images and one dict a row (boxes float32 XYXY,
     labels int64, iscrowd, masks or semantic uint8, keypoints, size, index, id, ops, inverse).
     With device="cuda:0": (images, targets, masks), images a gpufeed.Tensor [N, 3, H, W] normalized
-    on the GPU (dtype, mean, std), masks {"instance": Tensor or None, "semantic": Tensor or None}."""
+    on the GPU (dtype, mean, std), masks {"instance": Tensor or None, "semantic": Tensor or None}.
+    prefetch batches (default 3) are made ahead while one is used (0: each made when asked for)."""
     def __init__(
         self,
         images: Union[str, os.PathLike[str]],
@@ -335,6 +336,7 @@ class TargetLoader:
         dtype: Optional[str] = None,
         mean: Optional[Tuple[float, float, float]] = None,
         std: Optional[Tuple[float, float, float]] = None,
+        prefetch: int = 3,
     ) -> None: ...
     def __iter__(self) -> "TargetLoader": ...
     def __next__(self) -> Tuple[Any, ...]: ...
