@@ -76,7 +76,10 @@ fn main() {
             .device(device)
     };
     let runs = [
-        ("views", base().views(views.clone()).shuffle(1).decode(decode)),
+        (
+            "views",
+            base().views(views.clone()).shuffle(1).decode(decode),
+        ),
         (
             "views --decode cpu",
             base().views(views).shuffle(1).decode(Decode::Cpu),

@@ -1154,6 +1154,7 @@ fn run_and_summarize(args: &RunArgs, signals: &Signals, summarized: &mut bool) -
             save: args.save.as_deref(),
             overwrite: args.overwrite,
             json: args.json,
+            profile: args.profile,
             stop: &signals.flag,
         })?;
         *summarized = true;

@@ -31,6 +31,8 @@ pub struct ViewsRun<'a> {
     pub save: Option<&'a Path>,
     pub overwrite: bool,
     pub json: bool,
+    /// Print where the time went, stage by stage (`--profile`).
+    pub profile: bool,
     pub stop: &'a AtomicBool,
 }
 
@@ -175,6 +177,7 @@ pub fn run_views(run: ViewsRun) -> Result<Device> {
         save,
         overwrite,
         json,
+        profile,
         stop,
     } = run;
     views.validate()?;
@@ -246,6 +249,8 @@ pub fn run_views(run: ViewsRun) -> Result<Device> {
     let images = seen.images;
     let rate = images as f64 / seconds.max(1e-9);
     let device = pipeline.device_description().to_string();
+    let decode = pipeline.decode_description();
+    let stages = pipeline.profile();
     if json {
         out!(
             "{}",
@@ -260,6 +265,13 @@ pub fn run_views(run: ViewsRun) -> Result<Device> {
                 "images_per_s": rate,
                 "views_per_s": rate * count as f64,
                 "device": device,
+                "decode": decode,
+                "gpu_share": pipeline.gpu_share(),
+                "profile": stages
+                    .stages
+                    .iter()
+                    .map(|s| (s.stage.name().to_string(), json!({"seconds": s.seconds, "count": s.count})))
+                    .collect::<serde_json::Map<_, _>>(),
                 "interrupted": seen.interrupted,
                 "saved": saved.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
             })
@@ -271,8 +283,15 @@ pub fn run_views(run: ViewsRun) -> Result<Device> {
             images * count,
             seen.errors
         );
+        out!("decode: {decode}");
         for p in &saved {
             out!("saved {}", p.display());
+        }
+        if profile {
+            out!("where the time went (seconds summed over threads):");
+            for line in stages.to_string().lines() {
+                out!("  {line}");
+            }
         }
     }
     Ok(pipeline.options().runtime.device)
