@@ -118,12 +118,16 @@ pub(crate) fn lookahead(batch_size: usize) -> usize {
     (2 * batch_size).max(MIN_LOOKAHEAD)
 }
 
-/// Slots of the lane's ring: one batch, the lookahead and one range per preparing thread; a
-/// server's lane ([`GpuLaneConfig::requests`]) holds one request's images, its most.
-fn ring_slots(batch_size: usize, requests: bool) -> usize {
+/// Slots of the lane's ring: one batch, the lookahead and one range per preparing thread (the
+/// lane's and `extra_preparing` more); a server's lane ([`GpuLaneConfig::requests`]) holds one
+/// request's images, its most.
+fn ring_slots(batch_size: usize, requests: bool, extra_preparing: usize) -> usize {
     match requests {
         true => batch_size.max(1),
-        false => batch_size + lookahead(batch_size) + PREPARING_THREADS * MAX_SPAN,
+        false => {
+            let preparing = PREPARING_THREADS + extra_preparing;
+            batch_size + lookahead(batch_size) + preparing * MAX_SPAN
+        }
     }
 }
 
@@ -190,6 +194,9 @@ pub(crate) struct GpuLaneConfig {
     /// A pipeline of views: the lane makes each image's views, as one record a slot
     /// ([`crate::views::ViewLayout::record_bytes`]), instead of one output image.
     pub views: Option<Arc<LaneViews>>,
+    /// Preparing threads beside the lane's own [`PREPARING_THREADS`] (a pipeline of views plans
+    /// about ten resizes an image: the schedule's `GpuRun::extra_preparing_threads`).
+    pub extra_preparing_threads: usize,
 }
 
 /// `struct GfGather` of kernels/resize.cu: one image copied from the ring into a batch.
@@ -291,11 +298,16 @@ impl GpuLane {
 
     /// Bytes of device memory a lane takes for outputs of `image_bytes` each (an image, or the
     /// record of an image's views) in batches of `batch_size` (before opening it, the epoch's
-    /// files unknown; `requests`: a server's lane, [`GpuLaneConfig::requests`]): its ring, and
-    /// each thread's decode, colour and resize buffers, at most (those of an epoch of large
-    /// files).
-    pub fn device_bytes(image_bytes: usize, batch_size: usize, requests: bool) -> u128 {
-        let slots = ring_slots(batch_size, requests);
+    /// files unknown; `requests`: a server's lane, [`GpuLaneConfig::requests`]; with
+    /// `extra_preparing` preparing threads more than its own): its ring, and each thread's
+    /// decode, colour and resize buffers, at most (those of an epoch of large files).
+    pub fn device_bytes(
+        image_bytes: usize,
+        batch_size: usize,
+        requests: bool,
+        extra_preparing: usize,
+    ) -> u128 {
+        let slots = ring_slots(batch_size, requests, extra_preparing);
         let engines = |large_files| {
             let calls = EngineCalls::for_files(large_files);
             calls.threads as u128 * calls.device_bytes() as u128

@@ -49,6 +49,7 @@ fn lane_config(geometry: &Geometry, batch_size: usize, assisted_share: f32) -> G
         decode_memory: Arc::new(MemoryBudget::new(1 << 32)),
         requests: false,
         views: None,
+        extra_preparing_threads: 0,
     }
 }
 

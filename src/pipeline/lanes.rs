@@ -50,7 +50,12 @@ impl Lanes {
     /// `batch_size`, for the output stage's check of what fits before anything is allocated.
     pub fn device_bytes(plan: &DecodePlan, image_bytes: usize, batch_size: usize) -> u128 {
         match plan.gpu_wanted() {
-            true => GpuLane::device_bytes(image_bytes, batch_size, false),
+            true => GpuLane::device_bytes(
+                image_bytes,
+                batch_size,
+                false,
+                plan.extra_preparing_threads(),
+            ),
             false => 0,
         }
     }
@@ -105,6 +110,7 @@ impl Lanes {
             decode_memory: core.budget.clone(),
             requests: false,
             views,
+            extra_preparing_threads: run.extra_preparing_threads,
         });
         ahead.set_active_threads(policy.working_threads());
         // While the device opens the CPU lane reaches this far into the first epoch: an eighth
@@ -132,7 +138,7 @@ impl Lanes {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         match DecodePlan::new(options).for_requests(cores, &Arc::default()) {
             LaneChoice::Ahead { gpu: Some(_), .. } => {
-                GpuLane::device_bytes(geometry.image_bytes(), max_images, true)
+                GpuLane::device_bytes(geometry.image_bytes(), max_images, true, 0)
             }
             _ => 0,
         }
@@ -181,6 +187,7 @@ impl Lanes {
             decode_memory: core.budget.clone(),
             requests: true,
             views: None,
+            extra_preparing_threads: 0,
         };
         let opened = stopwatch.time(Stage::GpuOpen, || {
             GpuLane::open(gpu, &config, policy.engines_open(), &AtomicBool::new(false))

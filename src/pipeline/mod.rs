@@ -717,6 +717,9 @@ impl Planned {
             options.batching.batch_size = schedule.largest();
         }
         let mut plan = DecodePlan::new(options);
+        if views.is_some() {
+            plan = plan.for_views();
+        }
         let start = match resume {
             Some(state) => resume_start(state, &fingerprint, &mut plan, options)?,
             None => EpochStart::beginning(0),

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::mix::{EpochSample, WorkMix};
 use super::policy::{GpuRun, LanePolicy};
 use super::share::Balance;
-use super::threads::CORES_FOR_THE_GPU_LANE;
+use super::threads::{CORES_FOR_THE_GPU_LANE, VIEWS_EXTRA_PREPARING_THREADS};
 use crate::options::{Decode, Device, Options};
 use crate::profile::Stopwatch;
 
@@ -169,6 +169,8 @@ pub(crate) struct DecodePlan {
     given_share: Option<f32>,
     floor: Option<f32>,
     assisted_share: f32,
+    /// The batches are views of each image ([`DecodePlan::for_views`]).
+    views: bool,
     planned_epochs: Option<u64>,
     /// CPU threads asked for; 0: one per core.
     threads: usize,
@@ -206,6 +208,24 @@ impl DecodePlan {
             assisted_share: decode.assisted_share,
             planned_epochs: decode.planned_epochs,
             threads: options.runtime.threads,
+            views: false,
+        }
+    }
+
+    /// The same choice for a pipeline of views, whose GPU lane plans about ten resizes an image
+    /// on the host: it gets [`VIEWS_EXTRA_PREPARING_THREADS`] more preparing threads.
+    pub fn for_views(self) -> DecodePlan {
+        DecodePlan {
+            views: true,
+            ..self
+        }
+    }
+
+    /// Preparing threads a GPU lane of this plan adds to its own.
+    pub fn extra_preparing_threads(&self) -> usize {
+        match self.views {
+            true => VIEWS_EXTRA_PREPARING_THREADS,
+            false => 0,
         }
     }
 
@@ -343,6 +363,7 @@ impl DecodePlan {
             small_files_assisted: self.given_share.is_none_or(|share| share >= 1.0),
             coefficient_threads: beside_gpu,
             requests: false,
+            extra_preparing_threads: self.extra_preparing_threads(),
         });
         let balance = Balance::new(
             self.given_share,
@@ -401,6 +422,7 @@ impl DecodePlan {
             small_files_assisted: true,
             coefficient_threads: beside_gpu,
             requests: true,
+            extra_preparing_threads: 0,
         };
         let balance = Balance::new(Some(1.0), None, stopwatch.clone(), cpu_seconds(1, 0), cores);
         LaneChoice::Ahead {
@@ -494,6 +516,27 @@ mod tests {
             described.as_deref(),
             Some("a run of 1 epoch (880 MB, about 1.1 s of the CPU threads)")
         );
+    }
+
+    #[test]
+    fn a_pipeline_of_views_gives_the_gpu_lane_more_preparing_threads() {
+        use crate::options::{DecodeOptions, Options};
+        let hybrid = Options::default().decode(DecodeOptions::default().lanes(Decode::Hybrid));
+        for (plan, extra) in [
+            (DecodePlan::new(&hybrid), 0),
+            (
+                DecodePlan::new(&hybrid).for_views(),
+                VIEWS_EXTRA_PREPARING_THREADS,
+            ),
+        ] {
+            assert_eq!(plan.extra_preparing_threads(), extra);
+            let LaneChoice::Ahead { gpu, .. } = plan.choose(8_192, || 1 << 30, 16, &Arc::default())
+            else {
+                panic!("hybrid decoding on a CUDA device opens the GPU lane");
+            };
+            let run = gpu.expect("the GPU lane's run");
+            assert_eq!(run.extra_preparing_threads, extra);
+        }
     }
 
     #[test]

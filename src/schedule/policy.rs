@@ -5,7 +5,7 @@
 //! lanes did and asks; the lanes carry out its decisions and decide nothing themselves.
 
 use super::share::{Balance, LaneActivity};
-use super::threads::{cpu_threads_beside, ThreadPriority};
+use super::threads::{cpu_threads_beside, ThreadPriority, GPU_LANE_HOST_THREADS};
 
 /// The run as the GPU lane sees it, decided when the lanes start.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -30,6 +30,9 @@ pub(crate) struct GpuRun {
     /// engines then stay closed, so that every image it decodes (on its assisted path, which is
     /// libjpeg-turbo's arithmetic) has the bytes the CPU lane would give it.
     pub requests: bool,
+    /// Preparing threads the lane adds to its own ([`super::threads::VIEWS_EXTRA_PREPARING_THREADS`]
+    /// in a pipeline of views, else 0).
+    pub extra_preparing_threads: usize,
 }
 
 /// When a GPU lane's JPEG engines open.
@@ -180,11 +183,12 @@ impl LanePolicy {
             .cores
             .filter(|_| !self.cpu_bound)
             .map(|cores| {
+                let extra = self.gpu.map_or(0, |g| g.extra_preparing_threads);
                 cpu_threads_beside(
                     cores,
-                    observed.gpu_cores,
-                    observed.gpu_fraction,
+                    (observed.gpu_cores, observed.gpu_fraction),
                     self.threads,
+                    GPU_LANE_HOST_THREADS + extra,
                 )
             })
             .filter(|&beside| beside != working);

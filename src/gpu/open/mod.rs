@@ -319,7 +319,7 @@ fn start_runner(
             config.decode_memory.clone(),
         ))
     });
-    let preparers = (0..PREPARING_THREADS)
+    let preparers = (0..PREPARING_THREADS + config.extra_preparing_threads)
         .map(|_| {
             Preparer::new(
                 config.geometry,
@@ -337,7 +337,11 @@ fn start_runner(
         screen,
         shared::Limits {
             stopwatch: config.stopwatch.clone(),
-            slots: ring_slots(config.batch_size, config.requests),
+            slots: ring_slots(
+                config.batch_size,
+                config.requests,
+                config.extra_preparing_threads,
+            ),
             image_bytes: config.image_bytes(),
             lookahead: lane_lookahead(config.batch_size, config.requests),
             max_file_bytes: config.max_file_bytes,
