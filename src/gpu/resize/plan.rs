@@ -353,21 +353,7 @@ pub fn plan_batch_sized(
     sizes: &[(u32, u32)],
     slot_len: u64,
 ) -> Result<BatchPlan, BatchError> {
-    if jobs.len() > MAX_IMAGES {
-        return Err(BatchError::TooLarge("more than 65535 images"));
-    }
-    if passes.len() != jobs.len() {
-        return Err(BatchError::PassCount {
-            jobs: jobs.len(),
-            passes: passes.len(),
-        });
-    }
-    if sizes.len() != jobs.len() {
-        return Err(BatchError::PassCount {
-            jobs: jobs.len(),
-            passes: sizes.len(),
-        });
-    }
+    check_counts(jobs, passes, sizes)?;
     let fits = |&(w, h): &(u32, u32)| {
         let pixels = u64::from(w) * u64::from(h);
         pixels > 0 && pixels <= u64::from(u32::MAX / 3) && pixels * 3 <= slot_len
@@ -390,15 +376,7 @@ pub fn plan_batch_placed(
     sizes: &[(u32, u32)],
     unit: u64,
 ) -> Result<BatchPlan, BatchError> {
-    if jobs.len() > MAX_IMAGES {
-        return Err(BatchError::TooLarge("more than 65535 images"));
-    }
-    if passes.len() != jobs.len() || sizes.len() != jobs.len() {
-        return Err(BatchError::PassCount {
-            jobs: jobs.len(),
-            passes: passes.len().min(sizes.len()),
-        });
-    }
+    check_counts(jobs, passes, sizes)?;
     let mut placed = Vec::with_capacity(jobs.len());
     for (index, (job, &(w, h))) in jobs.iter().zip(sizes).enumerate() {
         let pixels = u64::from(w) * u64::from(h);
@@ -452,6 +430,27 @@ fn plan_checked(
         slots,
         output_end,
     })
+}
+
+/// Refuses more jobs than the kernels index, and pass plans or sizes for another number of jobs.
+fn check_counts(
+    jobs: &[ResizeJob],
+    passes: &[&PassPlan],
+    sizes: &[(u32, u32)],
+) -> Result<(), BatchError> {
+    if jobs.len() > MAX_IMAGES {
+        return Err(BatchError::TooLarge("more than 65535 images"));
+    }
+    match [passes.len(), sizes.len()]
+        .into_iter()
+        .find(|&n| n != jobs.len())
+    {
+        Some(passes) => Err(BatchError::PassCount {
+            jobs: jobs.len(),
+            passes,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Refuses two jobs writing the same slot (their threads would race) and slots past `u32`'s
