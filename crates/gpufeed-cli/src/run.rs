@@ -429,11 +429,11 @@ pub struct RunArgs {
     save: Option<PathBuf>,
     /// Cut every image into a multi-crop preset's views: dinov2 or simclr
     ///
-    /// Decode every image once and cut it into the preset's views on the CPU (dinov2: 2 global
-    /// views of 224 and 8 local of 96; simclr: 2 of 224), each with its own crop, flip and
-    /// colour operations drawn from --seed, the epoch, the image and the view, as torchvision
-    /// runs them on a PIL image; a pipeline of views normalizes them on the GPU (or the CPU
-    /// device). With --save FILE.npy: FILE.view<K>.npy (uint8, [images, size, size, 3]) for
+    /// Decode every image once and cut it into the preset's views (dinov2: 2 global views of 224
+    /// and 8 local of 96; simclr: 2 of 224), each with its own crop, flip and colour operations
+    /// drawn from --seed, the epoch, the image and the view, as torchvision runs them on a PIL
+    /// image: on a GPU, decoded and resized by the GPU decode lane or the CPU threads as
+    /// --decode says, coloured and normalized on the GPU; with --cpu, all on the CPU. With --save FILE.npy: FILE.view<K>.npy (uint8, [images, size, size, 3]) for
     /// each view K and FILE.views.jsonl (what each view drew). Images go in the order --shuffle
     /// and --shard give; --resume and --state work as for images.
     #[arg(long, value_name = "PRESET", help_heading = "Training", conflicts_with_all = ["train", "augment", "random_erasing", "mixup", "cutmix", "recipe", "max_batches"])]
