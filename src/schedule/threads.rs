@@ -16,7 +16,9 @@ pub(crate) const GPU_LANE_HOST_THREADS: usize = 9;
 /// Measured on the H200 machine (16 cores, 8,192 ImageNet-sized files, `dinov2`): from process
 /// start over 5 epochs, in turn on one start, 6,471 images/s with the lane's 3 (the GPU's cores
 /// 60% busy) and 15,895 with 3 more (89% busy); `cargo bench --bench views`, in turn on a later
-/// start, two rounds: 3 more 15,023 and 15,032, 5 more 16,573 and 16,184.
+/// start, two rounds: 3 more 15,023 and 15,032, 5 more 16,573 and 16,184; on another, 5 more
+/// 14,774 and 15,798, 7 more 14,622 and 15,956 (the GPU's cores, not the planning, then set
+/// the pace).
 pub(crate) const VIEWS_EXTRA_PREPARING_THREADS: usize = 5;
 
 /// The scheduling priority a lane's threads run at.
