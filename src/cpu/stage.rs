@@ -159,10 +159,7 @@ impl LaneCore {
     /// Bytes of what [`LaneCore::prepare`] writes for one image: an output image, or the record
     /// of its views.
     pub fn output_bytes(&self) -> usize {
-        match &self.views {
-            Some(views) => views.layout.record_bytes,
-            None => self.options.geometry.image_bytes(),
-        }
+        crate::views::lane_output_bytes(self.views.as_deref(), &self.options.geometry)
     }
 
     /// Threads an image's resize may be cut across (at least 1).

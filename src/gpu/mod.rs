@@ -146,10 +146,7 @@ const MIN_LOOKAHEAD: usize = 256;
 impl GpuLaneConfig {
     /// Bytes of one slot of the ring: an output image, or the record of an image's views.
     pub fn image_bytes(&self) -> usize {
-        match &self.views {
-            Some(views) => views.layout.record_bytes,
-            None => self.geometry.image_bytes(),
-        }
+        crate::views::lane_output_bytes(self.views.as_deref(), &self.geometry)
     }
 }
 

@@ -844,9 +844,7 @@ impl Starting {
             classes,
             views,
         } = sizes;
-        let image_bytes = views
-            .as_ref()
-            .map_or(geometry.image_bytes(), |v| v.layout.record_bytes);
+        let image_bytes = crate::views::lane_output_bytes(views.as_deref(), &geometry);
         let lanes_bytes = Lanes::device_bytes(&plan, image_bytes, options.batching.batch_size);
         let output = OutputPlan::new(options, &geometry, lanes_bytes, classes, views.as_deref())?;
         let lanes = Lanes::start(

@@ -47,6 +47,12 @@ pub(crate) struct LaneViews {
     pub colour: ViewColour,
 }
 
+/// Bytes a lane working ahead writes for one image: an output image of `geometry`, or in a
+/// pipeline of `views` the record of its views ([`ViewLayout::record_bytes`]).
+pub(crate) fn lane_output_bytes(views: Option<&LaneViews>, geometry: &Geometry) -> usize {
+    views.map_or(geometry.image_bytes(), |v| v.layout.record_bytes)
+}
+
 /// Where a pipeline's views get their colour calls ([`ViewOp`]s): on the CPU, by the thread
 /// that cuts them (the views then leave the CPU finished), or on the device, in place on the
 /// uploaded `u8` views before the normalize (the CPU lane then renders the geometry alone: crop,

@@ -1711,13 +1711,7 @@ impl Summary<'_> {
             "token_rows": self.tally.token_rows,
             "patches": self.patches_json(),
             "peak_rss_bytes": peak_rss_bytes(),
-            "profile": self
-                .pipeline
-                .profile()
-                .stages
-                .iter()
-                .map(|s| (s.stage.name().to_string(), json!({"seconds": s.seconds, "count": s.count})))
-                .collect::<serde_json::Map<_, _>>(),
+            "profile": profile_json(&self.pipeline.profile()),
             "open_seconds": self.open_seconds,
             "opened": self.opened.as_ref().map(|r| reads_json(r, self.open_seconds)),
         })
@@ -1884,6 +1878,21 @@ impl Summary<'_> {
             }
         }
     }
+}
+
+/// Where the time went, for the JSON summary: each stage's seconds and count by its name.
+pub(crate) fn profile_json(profile: &gpufeed::Profile) -> Value {
+    profile
+        .stages
+        .iter()
+        .map(|s| {
+            (
+                s.stage.name().to_string(),
+                json!({"seconds": s.seconds, "count": s.count}),
+            )
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into()
 }
 
 fn human_bytes(bytes: usize) -> String {

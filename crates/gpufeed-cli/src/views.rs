@@ -267,11 +267,7 @@ pub fn run_views(run: ViewsRun) -> Result<Device> {
                 "device": device,
                 "decode": decode,
                 "gpu_share": pipeline.gpu_share(),
-                "profile": stages
-                    .stages
-                    .iter()
-                    .map(|s| (s.stage.name().to_string(), json!({"seconds": s.seconds, "count": s.count})))
-                    .collect::<serde_json::Map<_, _>>(),
+                "profile": crate::run::profile_json(&stages),
                 "interrupted": seen.interrupted,
                 "saved": saved.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
             })
