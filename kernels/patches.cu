@@ -3,13 +3,19 @@
 //
 // Compiled at run time by NVRTC (no headers: halves are written as raw 16-bit patterns).
 //
-// Block row blockIdx.y is image i; its threads walk the image's rows x patch_dim values. Value d
-// of token k reads sample (channel c, row y, column x) of patch (pr, pc):
+// Value d of token k reads sample (channel c, row y, column x) of patch (pr, pc):
 //   Qwen2-VL (merge > 0): tokens in merge x merge blocks, values (c, t, y, x);
 //   SigLIP2 / timm (merge == 0): tokens row by row, values (y, x, c).
 // The value is the reference's float arithmetic with IEEE rounding at each step and no fused
 // multiply-add (src/patches/normalize.rs): v = rescale ? float(double(s) * (1/255)) : float(s),
 // then (v - sub[c]) / div[c]. Rows past an image's tokens (padding) get pad[c].
+//
+// A value depends on its sample byte and channel alone, so each block first computes the 768
+// values of (channel, byte) into shared memory with that arithmetic, and where value d of a token
+// lies within its patch (channel, and byte offset from the patch's first sample); then each
+// output element is a gather, a table read and a store. Grid (runs of GF_PATCH_RUN tokens,
+// images): block (r, i) writes rows r * GF_PATCH_RUN .. of image i, its threads on consecutive
+// elements.
 
 struct GfPatchImage {
     unsigned long long offset;     // first byte of the image in the input
@@ -31,6 +37,12 @@ struct GfPatchNorm {
 #define GF_F16 1
 #define GF_BF16 2
 
+// GF_PATCH_RUN, the tokens a block writes, is defined by src/cuda/patches.rs, which sizes the
+// grid with it.
+// Values of a token whose places a block keeps in shared memory; longer tokens (patches of more
+// than 6,144 values) compute each place as they go.
+#define GF_PATCH_MAX_DIM 6144
+
 template <int KIND>
 __device__ __forceinline__ void gf_patch_store(void* out, size_t i, float v) {
     if (KIND == GF_F32) {
@@ -47,49 +59,89 @@ __device__ __forceinline__ void gf_patch_store(void* out, size_t i, float v) {
     }
 }
 
+// Where value d of a token lies within its patch: its channel in the top two bits, below them
+// the byte offset of its sample from the patch's first sample in an image `width` pixels wide.
+__device__ __forceinline__ unsigned int gf_patch_place(unsigned int d, unsigned int patch,
+                                                       unsigned int merge, unsigned int temporal,
+                                                       unsigned int width) {
+    const unsigned int area = patch * patch;
+    unsigned int c, y, x;
+    if (merge > 0) {
+        c = d / (temporal * area);
+        const unsigned int within = d % area;
+        y = within / patch;
+        x = within - y * patch;
+    } else {
+        const unsigned int pixel = d / 3;
+        c = d - pixel * 3;
+        y = pixel / patch;
+        x = pixel - y * patch;
+    }
+    return (c << 30) | ((y * width + x) * 3 + c);
+}
+
+// The byte offset of token k's first sample from the image's first: its patch's top-left.
+__device__ __forceinline__ size_t gf_patch_corner(unsigned int k, unsigned int patch,
+                                                  unsigned int merge, unsigned int grid_w,
+                                                  unsigned int width) {
+    unsigned int pr, pc;
+    if (merge > 0) {
+        const unsigned int per_block = merge * merge;
+        const unsigned int block = k / per_block, in_block = k - block * per_block;
+        const unsigned int blocks_wide = grid_w / merge;
+        const unsigned int bh = block / blocks_wide, bw = block - bh * blocks_wide;
+        pr = bh * merge + in_block / merge;
+        pc = bw * merge + in_block % merge;
+    } else {
+        pr = k / grid_w;
+        pc = k - pr * grid_w;
+    }
+    return ((size_t)pr * patch * width + (size_t)pc * patch) * 3;
+}
+
 template <int KIND>
 __device__ __forceinline__ void gf_patches(const unsigned char* __restrict__ in,
                                            const GfPatchImage* __restrict__ images,
                                            void* __restrict__ out, unsigned int patch,
                                            unsigned int merge, unsigned int temporal,
                                            unsigned int dim, double rescale, GfPatchNorm p) {
+    __shared__ float s_value[3 * 256];
+    __shared__ unsigned int s_place[GF_PATCH_MAX_DIM];
+    __shared__ unsigned long long s_corner[GF_PATCH_RUN];
     const GfPatchImage im = images[blockIdx.y];
-    const unsigned long long values = (unsigned long long)im.rows * dim;
-    const unsigned int area = patch * patch;
-    for (unsigned long long e = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
-         e < values; e += (unsigned long long)gridDim.x * blockDim.x) {
-        const unsigned int k = (unsigned int)(e / dim);
-        const unsigned int d = (unsigned int)(e - (unsigned long long)k * dim);
-        unsigned int c, y, x, pr, pc;
-        if (merge > 0) {
-            c = d / (temporal * area);
-            const unsigned int within = d % area;
-            y = within / patch;
-            x = within - y * patch;
-            const unsigned int per_block = merge * merge;
-            const unsigned int block = k / per_block, in_block = k - block * per_block;
-            const unsigned int blocks_wide = im.grid_w / merge;
-            const unsigned int bh = block / blocks_wide, bw = block - bh * blocks_wide;
-            pr = bh * merge + in_block / merge;
-            pc = bw * merge + in_block % merge;
-        } else {
-            const unsigned int pixel = d / 3;
-            c = d - pixel * 3;
-            y = pixel / patch;
-            x = pixel - y * patch;
-            pr = k / im.grid_w;
-            pc = k - pr * im.grid_w;
-        }
-        const size_t o = (size_t)(im.first_row * dim + e);
-        if (k >= im.tokens) {
-            gf_patch_store<KIND>(out, o, p.pad[c]);
-            continue;
-        }
-        const size_t at = im.offset +
-                          ((size_t)(pr * patch + y) * im.width + (size_t)(pc * patch + x)) * 3 + c;
-        const unsigned int s = in[at];
+    const unsigned int k0 = blockIdx.x * GF_PATCH_RUN;
+    if (k0 >= im.rows) return;
+    const unsigned int run = min(im.rows - k0, (unsigned int)GF_PATCH_RUN);
+    const bool placed = dim <= GF_PATCH_MAX_DIM;
+    for (unsigned int e = threadIdx.x; e < 3 * 256; e += blockDim.x) {
+        const unsigned int c = e >> 8, s = e & 255u;
         const float v = p.rescale ? __double2float_rn(__dmul_rn((double)s, rescale)) : (float)s;
-        gf_patch_store<KIND>(out, o, __fdiv_rn(__fsub_rn(v, p.sub[c]), p.div[c]));
+        s_value[e] = __fdiv_rn(__fsub_rn(v, p.sub[c]), p.div[c]);
+    }
+    if (placed) {
+        for (unsigned int d = threadIdx.x; d < dim; d += blockDim.x)
+            s_place[d] = gf_patch_place(d, patch, merge, temporal, im.width);
+    }
+    for (unsigned int t = threadIdx.x; t < run; t += blockDim.x)
+        s_corner[t] = gf_patch_corner(k0 + t, patch, merge, im.grid_w, im.width);
+    __syncthreads();
+    const unsigned char* pixels = in + im.offset;
+    const size_t first = (size_t)(im.first_row + k0) * dim;
+    const unsigned int values = run * dim;
+    for (unsigned int e = threadIdx.x; e < values; e += blockDim.x) {
+        const unsigned int t = e / dim;
+        const unsigned int d = e - t * dim;
+        const unsigned int place =
+            placed ? s_place[d] : gf_patch_place(d, patch, merge, temporal, im.width);
+        const unsigned int c = place >> 30;
+        float v;
+        if (k0 + t >= im.tokens) {
+            v = p.pad[c];
+        } else {
+            const unsigned int s = pixels[s_corner[t] + (place & 0x3FFFFFFFu)];
+            v = s_value[(c << 8) | s];
+        }
+        gf_patch_store<KIND>(out, first + e, v);
     }
 }
 

@@ -20,6 +20,9 @@ const SOURCE: &str = include_str!("../../kernels/patches.cu");
 
 const THREADS_PER_BLOCK: u32 = 256;
 
+/// Tokens a block of the kernel writes (`GF_PATCH_RUN`).
+const TOKENS_PER_BLOCK: u64 = 16;
+
 /// `struct GfPatchImage` of the kernel source.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
@@ -111,9 +114,11 @@ impl PatchKernel {
             return Ok(());
         }
         let longest = layout.images.iter().map(|i| i.rows).max().unwrap_or(0) as u64;
-        let blocks = (longest * dim as u64)
-            .div_ceil(u64::from(THREADS_PER_BLOCK))
-            .clamp(1, 1 << 16) as u32;
+        let Ok(blocks) = u32::try_from(longest.div_ceil(TOKENS_PER_BLOCK).max(1)) else {
+            return Err(Error::Mismatch(format!(
+                "an image of {longest} tokens is too long for one launch"
+            )));
+        };
         let config = LaunchConfig {
             grid_dim: (blocks, table.len() as u32, 1),
             block_dim: (THREADS_PER_BLOCK, 1, 1),
@@ -157,9 +162,9 @@ impl PatchKernel {
             .arg(&norm);
         // SAFETY: the arguments match `gpufeed_patches_*`'s parameters in order; block row `i`
         // reads image `i` of the table, whose pixels `image_table` checked lie inside `input`
-        // (every sample of its grid), and writes rows `first_row .. first_row + rows` of `out`,
-        // inside the `layout.rows * dim` values checked above; the output element type is the
-        // entry point's.
+        // (every sample of its grid), and writes rows `first_row .. first_row + rows` of `out`
+        // (the blocks of a row past its rows write nothing), inside the `layout.rows * dim`
+        // values checked above; the output element type is the entry point's.
         unsafe { b.launch(config) }
             .map(|_| ())
             .map_err(|e| Error::cuda("launching the patch kernel", e))
@@ -171,7 +176,7 @@ fn kernel_source() -> KernelSource {
     KernelSource {
         name: "patches.cu",
         code: SOURCE,
-        defines: Vec::new(),
+        defines: vec![format!("GF_PATCH_RUN={TOKENS_PER_BLOCK}")],
     }
 }
 
@@ -199,7 +204,9 @@ fn image_table(
             let inside = placed.offset as u64 + bytes <= input_len as u64;
             let covered = u64::from(tokens.grid_w) * u64::from(patch) <= u64::from(placed.width)
                 && u64::from(tokens.grid_h) * u64::from(patch) <= u64::from(placed.height);
-            if !inside || !covered || tokens.rows < tokens.tokens() {
+            // The kernel keeps a sample's offset within its patch in 30 bits.
+            let reachable = u64::from(patch) * u64::from(placed.width) * 3 < 1 << 30;
+            if !inside || !covered || !reachable || tokens.rows < tokens.tokens() {
                 return Err(Error::Mismatch(format!(
                     "image {i}: {}x{} pixels at byte {} of {input_len} do not hold a {}x{} grid \
                      of {patch}-pixel patches",
