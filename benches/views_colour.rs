@@ -3,7 +3,8 @@
 //! solarize) on the GPU (`gpufeed::cuda::ViewColourKernel`, one launch per view size, 2 for
 //! DINOv2) beside `gpufeed::views::apply_view_ops` on every CPU core (rayon, one view a
 //! task). The same bytes come out of both (checked); the table gives the median time of a
-//! batch.
+//! batch, then the GPU's time for each kind of call alone (the batch's views keeping only their
+//! calls of that kind) and the kernel's registers and blocks per multiprocessor.
 //!
 //! Environment: `GPUFEED_BENCH_VIEWS` (`dinov2` or `simclr`, default `dinov2`),
 //! `GPUFEED_BENCH_IMAGES` (default 256), `GPUFEED_BENCH_REPEATS` (default 10, after one not
@@ -58,8 +59,65 @@ fn main() {
             row("ViewColourKernel, GPU", gpu);
             println!("GPU speed-up over the CPU threads: {:.1}x", cpu / gpu);
         }
-        Err(e) => println!("ViewColourKernel, GPU: not measured: {e}"),
+        Err(e) => {
+            println!("ViewColourKernel, GPU: not measured: {e}");
+            return;
+        }
     }
+    for (name, keep) in KINDS {
+        let alone: Vec<Group> = groups
+            .iter()
+            .map(|g| Group {
+                size: g.size,
+                pixels: g.pixels.clone(),
+                calls: g
+                    .calls
+                    .iter()
+                    .map(|ops| ops.iter().copied().filter(keep).collect())
+                    .collect(),
+            })
+            .collect();
+        let calls: usize = alone.iter().flat_map(|g| &g.calls).map(Vec::len).sum();
+        match gpu_times(&alone, repeats) {
+            Ok(ms) => row(&format!("  GPU, {name} alone ({calls} calls)"), ms),
+            Err(e) => println!("  GPU, {name} alone: not measured: {e}"),
+        }
+    }
+    if let Err(e) = footprints(&groups) {
+        println!("the kernel's footprint: not read: {e}");
+    }
+}
+
+/// The kinds of call timed alone.
+type Keep = fn(&ViewOp) -> bool;
+const KINDS: [(&str, Keep); 7] = [
+    ("brightness", |op| matches!(op, ViewOp::Brightness(_))),
+    ("contrast", |op| matches!(op, ViewOp::Contrast(_))),
+    ("saturation", |op| matches!(op, ViewOp::Saturation(_))),
+    ("hue", |op| matches!(op, ViewOp::Hue(_))),
+    ("grayscale", |op| matches!(op, ViewOp::Grayscale)),
+    ("blur", |op| matches!(op, ViewOp::Blur { .. })),
+    ("solarize", |op| matches!(op, ViewOp::Solarize(_))),
+];
+
+/// The kernel's registers, local memory and blocks per multiprocessor for each view size.
+fn footprints(groups: &[Group]) -> Result<(), Box<dyn std::error::Error>> {
+    let stream = gpufeed::cuda::new_stream(0)?;
+    let colour = gpufeed::cuda::ViewColourKernel::new(&stream)?;
+    for group in groups {
+        let f = colour.footprint(group.size, group.size)?;
+        println!(
+            "the kernel for {0} x {0} views: {1} registers and {2} bytes of local memory a \
+             thread, {3} bytes of shared memory, blocks of {4} threads, {5} a multiprocessor",
+            group.size,
+            f.registers,
+            f.local_bytes,
+            f.shared_bytes,
+            f.threads,
+            f.blocks_per_multiprocessor
+        );
+    }
+    Ok(())
 }
 
 /// The batch's views by size: noise pixels and each view's drawn calls.

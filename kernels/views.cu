@@ -4,11 +4,19 @@
 // rounding (__fmul_rn, __dadd_rn, ...), so nothing is contracted into a fused multiply-add and
 // the bytes are the CPU's.
 //
-// gpufeed_views_colour: one block per view, the view's calls in order, each a pass of the
-// block's threads over its pixels (HWC, 3 bytes each). A blur reads the view and writes its
-// other buffer (the view's room in the scratch, or the view itself), the two taking turns; a
-// view left in the scratch is copied back at the end. Contrast's grey level is a block-wide
-// integer sum of the luma in shared memory.
+// gpufeed_views_colour: one block per view. The view's calls run in passes of the block's
+// threads over its pixels (HWC, 3 bytes each), each pixel's three samples held in registers
+// from its read to its write: a pass is an optional blur (reading the view where it lies and
+// writing its other buffer: the view's room in the scratch, or the view itself) followed by the
+// point calls after it, up to the next blur or the next contrast. A contrast's grey level is the
+// mean luma of the pixels the pass before it writes, summed as they are written (a block-wide
+// integer sum in shared memory), so a view's jitter, grayscale, blur and solarize take one to
+// three passes over its pixels instead of one or two per call. Before a blur the pass writes
+// the other buffer, so that the blur writes the view back; a view left in the scratch is copied
+// back at the end. A blur runs in bands of rows, each read once into a tile of shared memory
+// with its halo (reflected at the view's edges as it is filled), a pixel's three samples packed
+// in one word: the four samples a pair of symmetric taps adds are four reads of the tile for
+// all three channels. Without room for a band (a very wide view) it reads the view directly.
 //
 // The plan, one array of 64-bit words:
 //   words[v], v = 0..views: the word where view v's calls start (they end where view v + 1's
@@ -27,88 +35,152 @@
 #define GF_VIEW_BLUR 6
 #define GF_VIEW_SOLARIZE 7
 
+// Convert.c's hsv2rgb steps that depend on one byte alone, computed once per block with the
+// same roundings: for a hue byte h, its sector floor(h * 6 / 255) (mod 6) and the float
+// remainder f; for a saturation byte s, s / 255 as float.
+struct GfHueTables {
+    float remainder[256];
+    float saturation[256];
+    unsigned char sector[256];
+};
+
 // Pillow's convert("L") of one pixel: ITU-R 601-2 in 16-bit fixed point, rounded.
-__device__ __forceinline__ unsigned int gf_view_luma(const unsigned char* px) {
-    const unsigned int l = (unsigned int)px[0] * 19595u + (unsigned int)px[1] * 38470u +
-                           (unsigned int)px[2] * 7471u;
+__device__ __forceinline__ unsigned int gf_view_luma(const unsigned int* px) {
+    const unsigned int l = px[0] * 19595u + px[1] * 38470u + px[2] * 7471u;
     return (l + 0x8000u) >> 16;
 }
 
 // ImagingBlend(degenerate, image, alpha) of one sample: in1 + alpha * (in2 - in1) in float32,
 // clipped to 0..255, truncated.
-__device__ __forceinline__ unsigned char gf_view_blend(unsigned int degenerate, unsigned int sample,
-                                                       float alpha) {
+__device__ __forceinline__ unsigned int gf_view_blend(unsigned int degenerate, unsigned int sample,
+                                                      float alpha) {
     const float diff = (float)((int)sample - (int)degenerate);
     const float t = __fadd_rn((float)degenerate, __fmul_rn(alpha, diff));
-    if (t <= 0.0f) return 0;
-    if (t >= 255.0f) return 255;
-    return (unsigned char)(int)t;
+    if (t <= 0.0f) return 0u;
+    if (t >= 255.0f) return 255u;
+    return (unsigned int)(int)t;
 }
 
 // (int)v clamped to 0..255: Rust's `(v as i32).clamp(0, 255)`.
-__device__ __forceinline__ unsigned char gf_view_clip(double v) {
+__device__ __forceinline__ unsigned int gf_view_clip(double v) {
     const int i = (int)v;
-    return (unsigned char)(i < 0 ? 0 : (i > 255 ? 255 : i));
+    return (unsigned int)(i < 0 ? 0 : (i > 255 ? 255 : i));
+}
+
+// A whole number 0 <= s < 2^31 as a double, exactly, without a conversion instruction (they
+// run at a quarter of the double adds' rate): the bits of 2^52 + s, less 2^52.
+__device__ __forceinline__ double gf_view_whole(int s) {
+    return __dsub_rn(__hiloint2double(0x43300000, s), 4503599627370496.0);
+}
+
+// The tables of GfHueTables, entries e = threadIdx.x, threadIdx.x + blockDim.x, ...
+__device__ __forceinline__ void gf_view_hue_tables(GfHueTables* t) {
+    for (int e = threadIdx.x; e < 256; e += blockDim.x) {
+        const double hd = __ddiv_rn(__dmul_rn((double)e, 6.0), 255.0);
+        const int i = (int)floor(hd);
+        t->remainder[e] = __double2float_rn(__dsub_rn(hd, (double)(float)i));
+        t->sector[e] = (unsigned char)(i % 6);
+        t->saturation[e] = __double2float_rn(__ddiv_rn((double)e, 255.0));
+    }
 }
 
 // Convert.c's rgb2hsv of one pixel, shifted by `shift` (wrapping), and hsv2rgb back.
-__device__ void gf_view_hue(unsigned char* px, unsigned int shift) {
+__device__ __forceinline__ void gf_view_hue(unsigned int* px, unsigned int shift,
+                                            const GfHueTables* tables) {
     const unsigned int r = px[0], g = px[1], b = px[2];
     const unsigned int maxc = max(max(r, g), b);
     const unsigned int minc = min(min(r, g), b);
-    unsigned int h, s;
+    unsigned int h = 0, s = 0;
     const unsigned int v = maxc;
-    if (maxc == minc) {
-        h = 0;
-        s = 0;
-    } else {
+    if (maxc != minc) {
         const float cr = (float)(maxc - minc);
         const float sf = __fdiv_rn(cr, (float)maxc);
-        const float rc = __fdiv_rn((float)(maxc - r), cr);
-        const float gc = __fdiv_rn((float)(maxc - g), cr);
-        const float bc = __fdiv_rn((float)(maxc - b), cr);
+        // Only the two channels' distances a branch reads are divided.
         float hf;
         if (r == maxc) {
-            hf = __fsub_rn(bc, gc);
+            hf = __fsub_rn(__fdiv_rn((float)(maxc - b), cr), __fdiv_rn((float)(maxc - g), cr));
         } else if (g == maxc) {
+            const float rc = __fdiv_rn((float)(maxc - r), cr);
+            const float bc = __fdiv_rn((float)(maxc - b), cr);
             hf = __double2float_rn(__dsub_rn(__dadd_rn(2.0, (double)rc), (double)bc));
         } else {
+            const float gc = __fdiv_rn((float)(maxc - g), cr);
+            const float rc = __fdiv_rn((float)(maxc - r), cr);
             hf = __double2float_rn(__dsub_rn(__dadd_rn(4.0, (double)gc), (double)rc));
         }
-        hf = __double2float_rn(fmod(__dadd_rn(__ddiv_rn((double)hf, 6.0), 1.0), 1.0));
+        // fmod(hf / 6 + 1, 1): hf lies in [-1, 5], so the sum in [5/6, 11/6], and the remainder
+        // is the sum, or the sum less 1 (exact: both lie within a factor of two of 1).
+        double x = __dadd_rn(__ddiv_rn((double)hf, 6.0), 1.0);
+        if (x >= 1.0) x = __dsub_rn(x, 1.0);
+        hf = __double2float_rn(x);
         h = gf_view_clip(__dmul_rn((double)hf, 255.0));
         s = gf_view_clip(__dmul_rn((double)sf, 255.0));
     }
     h = (h + shift) & 255u;
     if (s == 0) {
-        px[0] = (unsigned char)v;
-        px[1] = (unsigned char)v;
-        px[2] = (unsigned char)v;
+        px[0] = v;
+        px[1] = v;
+        px[2] = v;
         return;
     }
-    const double hd = __ddiv_rn(__dmul_rn((double)h, 6.0), 255.0);
-    const int i = (int)floor(hd);
-    const float f = __double2float_rn(__dsub_rn(hd, (double)(float)i));
-    const float fs = __double2float_rn(__ddiv_rn((double)s, 255.0));
+    const float f = tables->remainder[h];
+    const float fs = tables->saturation[s];
     const double vf = (double)v;
-    const unsigned char p = gf_view_clip(round(__dmul_rn(vf, __dsub_rn(1.0, (double)fs))));
-    const unsigned char q =
+    const unsigned int p = gf_view_clip(round(__dmul_rn(vf, __dsub_rn(1.0, (double)fs))));
+    const unsigned int q =
         gf_view_clip(round(__dmul_rn(vf, __dsub_rn(1.0, (double)__fmul_rn(fs, f)))));
-    const unsigned char t = gf_view_clip(round(
+    const unsigned int t = gf_view_clip(round(
         __dmul_rn(vf, __dsub_rn(1.0, __dmul_rn((double)fs, __dsub_rn(1.0, (double)f))))));
-    const unsigned char vv = (unsigned char)v;
-    unsigned char o0, o1, o2;
-    switch (i % 6) {
-        case 0: o0 = vv; o1 = t; o2 = p; break;
-        case 1: o0 = q; o1 = vv; o2 = p; break;
-        case 2: o0 = p; o1 = vv; o2 = t; break;
-        case 3: o0 = p; o1 = q; o2 = vv; break;
-        case 4: o0 = t; o1 = p; o2 = vv; break;
-        default: o0 = vv; o1 = p; o2 = q; break;
+    unsigned int o0, o1, o2;
+    switch (tables->sector[h]) {
+        case 0: o0 = v; o1 = t; o2 = p; break;
+        case 1: o0 = q; o1 = v; o2 = p; break;
+        case 2: o0 = p; o1 = v; o2 = t; break;
+        case 3: o0 = p; o1 = q; o2 = v; break;
+        case 4: o0 = t; o1 = p; o2 = v; break;
+        default: o0 = v; o1 = p; o2 = q; break;
     }
     px[0] = o0;
     px[1] = o1;
     px[2] = o2;
+}
+
+// One point call (any call but a blur) on a pixel's samples; a contrast blends toward `grey`.
+__device__ __forceinline__ void gf_view_point(unsigned long long head, unsigned long long body,
+                                              unsigned int grey, const GfHueTables* tables,
+                                              unsigned int* px) {
+    const unsigned int kind = (unsigned int)(head & 0xFFFFFFFFull);
+    const unsigned int arg = (unsigned int)(head >> 32);
+    const float factor = __uint_as_float((unsigned int)(body & 0xFFFFFFFFull));
+    switch (kind) {
+        case GF_VIEW_BRIGHTNESS:
+            for (int c = 0; c < 3; c++) px[c] = gf_view_blend(0u, px[c], factor);
+            break;
+        case GF_VIEW_CONTRAST:
+            for (int c = 0; c < 3; c++) px[c] = gf_view_blend(grey, px[c], factor);
+            break;
+        case GF_VIEW_SATURATION: {
+            const unsigned int l = gf_view_luma(px);
+            for (int c = 0; c < 3; c++) px[c] = gf_view_blend(l, px[c], factor);
+            break;
+        }
+        case GF_VIEW_HUE:
+            gf_view_hue(px, arg & 255u, tables);
+            break;
+        case GF_VIEW_GRAYSCALE: {
+            const unsigned int l = gf_view_luma(px);
+            px[0] = l;
+            px[1] = l;
+            px[2] = l;
+            break;
+        }
+        case GF_VIEW_SOLARIZE:
+            for (int c = 0; c < 3; c++)
+                if (px[c] >= arg) px[c] = 255u - px[c];
+            break;
+        default:
+            break;
+    }
 }
 
 // torch's reflect padding of index i into 0..n (the edge not repeated).
@@ -118,24 +190,29 @@ __device__ __forceinline__ int gf_view_reflect(int i, int n) {
     return i < 0 ? 0 : (i > n - 1 ? n - 1 : i);
 }
 
-// torchvision's gaussian_blur of pixel (y, x) of `src` into `dst`: the symmetric taps' samples
+// torchvision's gaussian_blur of pixel (y, x) of `src` into `px`: the symmetric taps' samples
 // added first (exact integers), each quarter-kernel weight times its sum added to a double in
-// the CPU rendition's order (rows i, then columns j), rounded half to even.
-__device__ void gf_view_blur_pixel(const unsigned char* src, unsigned char* dst, int y, int x,
-                                   int height, int width, int k, const double* weights) {
+// the CPU rendition's order (rows i, then columns j), rounded half to even. Pixels whose taps
+// all lie inside the view skip the reflection.
+__device__ __forceinline__ void gf_view_blur_pixel(const unsigned char* src, int y, int x,
+                                                   int height, int width, int k,
+                                                   const double* weights, unsigned int* px) {
     const int half = k / 2;
     const int q = half + 1;
+    const size_t pitch = (size_t)width * 3;
+    const bool inside = y >= half && y + half < height && x >= half && x + half < width;
     double acc0 = 0.0, acc1 = 0.0, acc2 = 0.0;
     for (int i = 0; i <= half; i++) {
         const int top = i, bottom = k - 1 - i;
-        const unsigned char* ra = src + (size_t)gf_view_reflect(y + top - half, height) * width * 3;
-        const unsigned char* rb =
-            src + (size_t)gf_view_reflect(y + bottom - half, height) * width * 3;
+        const int ya = inside ? y + top - half : gf_view_reflect(y + top - half, height);
+        const int yb = inside ? y + bottom - half : gf_view_reflect(y + bottom - half, height);
+        const unsigned char* ra = src + (size_t)ya * pitch;
+        const unsigned char* rb = src + (size_t)yb * pitch;
         const bool two_rows = top != bottom;
         for (int j = 0; j <= half; j++) {
             const int l = j, r = k - 1 - j;
-            const int xl = gf_view_reflect(x + l - half, width) * 3;
-            const int xr = gf_view_reflect(x + r - half, width) * 3;
+            const int xl = (inside ? x + l - half : gf_view_reflect(x + l - half, width)) * 3;
+            const int xr = (inside ? x + r - half : gf_view_reflect(x + r - half, width)) * 3;
             int s0 = ra[xl], s1 = ra[xl + 1], s2 = ra[xl + 2];
             if (two_rows) {
                 s0 += rb[xl];
@@ -153,99 +230,196 @@ __device__ void gf_view_blur_pixel(const unsigned char* src, unsigned char* dst,
                 }
             }
             const double w = weights[i * q + j];
-            acc0 = __dadd_rn(acc0, __dmul_rn(w, (double)s0));
-            acc1 = __dadd_rn(acc1, __dmul_rn(w, (double)s1));
-            acc2 = __dadd_rn(acc2, __dmul_rn(w, (double)s2));
+            acc0 = __dadd_rn(acc0, __dmul_rn(w, gf_view_whole(s0)));
+            acc1 = __dadd_rn(acc1, __dmul_rn(w, gf_view_whole(s1)));
+            acc2 = __dadd_rn(acc2, __dmul_rn(w, gf_view_whole(s2)));
         }
     }
-    unsigned char* out = dst + ((size_t)y * width + x) * 3;
-    out[0] = (unsigned char)(int)fmin(fmax(rint(acc0), 0.0), 255.0);
-    out[1] = (unsigned char)(int)fmin(fmax(rint(acc1), 0.0), 255.0);
-    out[2] = (unsigned char)(int)fmin(fmax(rint(acc2), 0.0), 255.0);
+    px[0] = (unsigned int)(int)fmin(fmax(rint(acc0), 0.0), 255.0);
+    px[1] = (unsigned int)(int)fmin(fmax(rint(acc1), 0.0), 255.0);
+    px[2] = (unsigned int)(int)fmin(fmax(rint(acc2), 0.0), 255.0);
 }
 
+// The packed samples of a tile pixel: red, green and blue in bits 0-9, 10-19 and 20-29, so
+// that the sum of four pixels (each field at most 4 x 255 = 1020) is the sum of each channel.
+__device__ __forceinline__ unsigned int gf_view_pack(const unsigned char* px) {
+    return (unsigned int)px[0] | ((unsigned int)px[1] << 10) | ((unsigned int)px[2] << 20);
+}
+
+// The same blur of pixel (y, x) from a tile of packed pixels: `tile` holds rows y0 - half ..
+// of the view (reflected at its edges), each `pitch` packed pixels from column -half on, so
+// every tap lies inside it. The same sums, weights and order as gf_view_blur_pixel.
+__device__ __forceinline__ void gf_view_blur_tiled(const unsigned int* tile, int pitch, int y,
+                                                   int y0, int x, int k, const double* weights,
+                                                   unsigned int* px) {
+    const int half = k / 2;
+    const int q = half + 1;
+    double acc0 = 0.0, acc1 = 0.0, acc2 = 0.0;
+    for (int i = 0; i <= half; i++) {
+        const int top = i, bottom = k - 1 - i;
+        // Row y + top - half of the view is row y - y0 + top of the tile.
+        const unsigned int* ra = tile + (y - y0 + top) * pitch + x;
+        const unsigned int* rb = tile + (y - y0 + bottom) * pitch + x;
+        const bool two_rows = top != bottom;
+        for (int j = 0; j <= half; j++) {
+            // Column x + j - half of the view is column x + j of the tile.
+            const int l = j, r = k - 1 - j;
+            unsigned int sum = ra[l];
+            if (two_rows) sum += rb[l];
+            if (l != r) {
+                sum += ra[r];
+                if (two_rows) sum += rb[r];
+            }
+            const double w = weights[i * q + j];
+            acc0 = __dadd_rn(acc0, __dmul_rn(w, gf_view_whole((int)(sum & 1023u))));
+            acc1 = __dadd_rn(acc1, __dmul_rn(w, gf_view_whole((int)((sum >> 10) & 1023u))));
+            acc2 = __dadd_rn(acc2, __dmul_rn(w, gf_view_whole((int)(sum >> 20))));
+        }
+    }
+    px[0] = (unsigned int)(int)fmin(fmax(rint(acc0), 0.0), 255.0);
+    px[1] = (unsigned int)(int)fmin(fmax(rint(acc1), 0.0), 255.0);
+    px[2] = (unsigned int)(int)fmin(fmax(rint(acc2), 0.0), 255.0);
+}
+
+// A call's kind: the low 32 bits of its first word.
+__device__ __forceinline__ unsigned int gf_view_kind(unsigned long long head) {
+    return (unsigned int)(head & 0xFFFFFFFFull);
+}
+
+// The end of a pass for one pixel: the point calls at plan words [a, b), the write (when the
+// pass writes) and the luma added to `sum` (when a contrast follows).
+__device__ __forceinline__ void gf_view_finish(const unsigned long long* __restrict__ plan,
+                                               unsigned long long a, unsigned long long b,
+                                               unsigned int grey, const GfHueTables* tables,
+                                               unsigned int* px, unsigned char* out, bool writes,
+                                               bool sum_next, unsigned long long* sum) {
+    for (unsigned long long c = a; c < b; c += 2) gf_view_point(plan[c], plan[c + 1], grey, tables, px);
+    if (writes) {
+        out[0] = (unsigned char)px[0];
+        out[1] = (unsigned char)px[1];
+        out[2] = (unsigned char)px[2];
+    }
+    if (sum_next) *sum += gf_view_luma(px);
+}
+
+// The tile a blur reads, in dynamic shared memory: `tile_words` packed pixels (src/cuda/views.rs
+// sizes it from the views' width and their largest blur; 0: none, every blur reads the view).
+#ifndef GF_VIEW_TILE
+#define GF_VIEW_TILE extern __shared__ unsigned int s_tile[]
+#endif
+
 // At most 512 threads a block (src/cuda/views.rs gives large views 512): registers fit them.
-extern "C" __global__ void __launch_bounds__(512) gpufeed_views_colour(unsigned char* images, unsigned char* scratch,
-                                                const unsigned long long* __restrict__ plan,
-                                                int height, int width) {
+extern "C" __global__ void __launch_bounds__(512)
+    gpufeed_views_colour(unsigned char* images, unsigned char* scratch,
+                         const unsigned long long* __restrict__ plan, int height, int width,
+                         unsigned int tile_words) {
     __shared__ unsigned long long s_sum;
+    __shared__ GfHueTables s_hue;
+    GF_VIEW_TILE;
     const int n = height * width;
     const size_t bytes = (size_t)n * 3;
     unsigned char* view = images + (size_t)blockIdx.x * bytes;
     unsigned char* other = scratch + (size_t)blockIdx.x * bytes;
-    unsigned char* img = view;
     const unsigned long long first = plan[blockIdx.x];
     const unsigned long long last = plan[blockIdx.x + 1];
-    for (unsigned long long w = first; w + 1 < last; w += 2) {
-        const unsigned long long head = plan[w];
-        const unsigned long long body = plan[w + 1];
-        const unsigned int kind = (unsigned int)(head & 0xFFFFFFFFull);
-        const unsigned int arg = (unsigned int)(head >> 32);
-        const float factor = __uint_as_float((unsigned int)(body & 0xFFFFFFFFull));
-        switch (kind) {
-            case GF_VIEW_BRIGHTNESS:
-                for (int i = threadIdx.x; i < (int)bytes; i += blockDim.x)
-                    img[i] = gf_view_blend(0u, img[i], factor);
-                break;
-            case GF_VIEW_CONTRAST: {
-                if (threadIdx.x == 0) s_sum = 0ull;
-                __syncthreads();
-                unsigned long long sum = 0ull;
-                for (int p = threadIdx.x; p < n; p += blockDim.x)
-                    sum += gf_view_luma(img + (size_t)p * 3);
-                atomicAdd(&s_sum, sum);
-                __syncthreads();
-                // ImageStat's mean (a double sum of whole numbers: exact), int(mean + 0.5).
-                const double m = __dadd_rn(__ddiv_rn((double)s_sum, (double)n), 0.5);
-                const unsigned int mean = min((unsigned int)m, 255u);
-                for (int i = threadIdx.x; i < (int)bytes; i += blockDim.x)
-                    img[i] = gf_view_blend(mean, img[i], factor);
-                break;
+    // A view without calls is left as it is (the whole block returns together).
+    if (first + 1 >= last) return;
+    gf_view_hue_tables(&s_hue);
+    __syncthreads();
+    unsigned char* src = view;
+    // The grey level of the contrast at `w`, once `summed`.
+    unsigned int grey = 0;
+    bool summed = false;
+    unsigned long long w = first;
+    while (w + 1 < last) {
+        const unsigned int kind = gf_view_kind(plan[w]);
+        const bool blur = kind == GF_VIEW_BLUR;
+        // The pass's point calls are words [a, b): those after its blur, or from w, up to the
+        // next blur or contrast (the contrast at w itself, once its grey level is known). A
+        // contrast first whose level is not known yet makes a pass that only sums it.
+        const unsigned long long a = blur ? w + 2 : w;
+        unsigned long long b = a;
+        if (blur || kind != GF_VIEW_CONTRAST || summed) {
+            while (b + 1 < last) {
+                const unsigned int next = gf_view_kind(plan[b]);
+                if (next == GF_VIEW_BLUR || (next == GF_VIEW_CONTRAST && b != w)) break;
+                b += 2;
             }
-            case GF_VIEW_SATURATION:
-                for (int p = threadIdx.x; p < n; p += blockDim.x) {
-                    unsigned char* px = img + (size_t)p * 3;
-                    const unsigned int l = gf_view_luma(px);
-                    px[0] = gf_view_blend(l, px[0], factor);
-                    px[1] = gf_view_blend(l, px[1], factor);
-                    px[2] = gf_view_blend(l, px[2], factor);
-                }
-                break;
-            case GF_VIEW_HUE:
-                for (int p = threadIdx.x; p < n; p += blockDim.x)
-                    gf_view_hue(img + (size_t)p * 3, arg & 255u);
-                break;
-            case GF_VIEW_GRAYSCALE:
-                for (int p = threadIdx.x; p < n; p += blockDim.x) {
-                    unsigned char* px = img + (size_t)p * 3;
-                    const unsigned char l = (unsigned char)gf_view_luma(px);
-                    px[0] = l;
-                    px[1] = l;
-                    px[2] = l;
-                }
-                break;
-            case GF_VIEW_BLUR: {
-                const double* weights = (const double*)(plan + body);
-                unsigned char* dst = img == view ? other : view;
-                for (int p = threadIdx.x; p < n; p += blockDim.x) {
-                    const int y = p / width, x = p - (p / width) * width;
-                    gf_view_blur_pixel(img, dst, y, x, height, width, (int)arg, weights);
-                }
-                img = dst;
-                break;
-            }
-            case GF_VIEW_SOLARIZE:
-                for (int i = threadIdx.x; i < (int)bytes; i += blockDim.x)
-                    if (img[i] >= arg) img[i] = (unsigned char)(255u - img[i]);
-                break;
-            default:
-                break;
         }
-        // The next call reads what this one wrote.
+        const unsigned int after = b + 1 < last ? gf_view_kind(plan[b]) : 0u;
+        const bool sum_next = after == GF_VIEW_CONTRAST;
+        const bool writes = blur || b > a;
+        unsigned char* dst = src;
+        if (blur) {
+            dst = src == view ? other : view;
+        } else if (after == GF_VIEW_BLUR && src == view) {
+            dst = other;
+        }
+        if (sum_next) {
+            // Every thread has read the last sum (it ended a pass before this barrier).
+            __syncthreads();
+            if (threadIdx.x == 0) s_sum = 0ull;
+            __syncthreads();
+        }
+        const int ksize = blur ? (int)(plan[w] >> 32) : 0;
+        const double* weights = blur ? (const double*)(plan + plan[w + 1]) : (const double*)0;
+        // A blur's bands of rows: as many as the tile holds with their halo.
+        const int half = ksize / 2;
+        const int pitch = width + 2 * half;
+        const int band = blur ? (int)(tile_words / (unsigned int)pitch) - 2 * half : 0;
+        unsigned long long sum = 0ull;
+        if (band >= 1) {
+            for (int y0 = 0; y0 < height; y0 += band) {
+                const int rows = min(band, height - y0);
+                const int tile_rows = rows + 2 * half;
+                // The band before has read the tile.
+                __syncthreads();
+                for (int e = threadIdx.x; e < tile_rows * pitch; e += blockDim.x) {
+                    const int ty = e / pitch, tx = e - ty * pitch;
+                    const int yy = gf_view_reflect(y0 - half + ty, height);
+                    const int xx = gf_view_reflect(tx - half, width);
+                    s_tile[e] = gf_view_pack(src + ((size_t)yy * width + xx) * 3);
+                }
+                __syncthreads();
+                for (int e = threadIdx.x; e < rows * width; e += blockDim.x) {
+                    const int ty = e / width, x = e - ty * width;
+                    unsigned int px[3];
+                    gf_view_blur_tiled(s_tile, pitch, y0 + ty, y0, x, ksize, weights, px);
+                    gf_view_finish(plan, a, b, grey, &s_hue, px,
+                                   dst + ((size_t)(y0 + ty) * width + x) * 3, writes, sum_next,
+                                   &sum);
+                }
+            }
+        } else {
+            for (int p = threadIdx.x; p < n; p += blockDim.x) {
+                unsigned int px[3];
+                const unsigned char* at = src + (size_t)p * 3;
+                if (blur) {
+                    const int y = p / width;
+                    gf_view_blur_pixel(src, y, p - y * width, height, width, ksize, weights, px);
+                } else {
+                    px[0] = at[0];
+                    px[1] = at[1];
+                    px[2] = at[2];
+                }
+                gf_view_finish(plan, a, b, grey, &s_hue, px, dst + (size_t)p * 3, writes, sum_next,
+                               &sum);
+            }
+        }
+        if (sum_next) atomicAdd(&s_sum, sum);
+        // The next pass reads what this one wrote, and the sum is whole.
         __syncthreads();
+        if (sum_next) {
+            // ImageStat's mean (a double sum of whole numbers: exact), int(mean + 0.5).
+            const double m = __dadd_rn(__ddiv_rn((double)s_sum, (double)n), 0.5);
+            grey = min((unsigned int)m, 255u);
+        }
+        summed = sum_next;
+        src = dst;
+        w = b;
     }
-    if (img != view) {
-        for (int i = threadIdx.x; i < (int)bytes; i += blockDim.x) view[i] = img[i];
+    if (src != view) {
+        for (int i = threadIdx.x; i < (int)bytes; i += blockDim.x) view[i] = src[i];
     }
 }
 

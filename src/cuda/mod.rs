@@ -32,8 +32,8 @@ pub(crate) use kernel_cache::KernelSource;
 pub use normalize::{NormalizeTuning, Normalizer};
 pub use patches::{PatchKernel, PlacedImage};
 pub(crate) use staging::{SlotsComing, StagingRing, TouchedSlots};
-pub use views::ViewColourKernel;
 pub(crate) use views::ViewUnpack;
+pub use views::{KernelFootprint, ViewColourKernel};
 
 /// What a machine offers for CUDA work.
 #[derive(Debug, Clone, PartialEq, Eq)]

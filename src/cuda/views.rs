@@ -28,6 +28,32 @@ fn view_threads(pixels: usize) -> u32 {
     }
 }
 
+/// Bytes of shared memory a block's blur tile may take: with the hue tables, a block of 512
+/// threads (3 a multiprocessor, as their registers allow) or of 256 (6) leaves the
+/// multiprocessor's 228 KB for all of them, and stays under the 48 KB a launch may ask without
+/// opting in.
+fn tile_budget(threads: u32) -> u32 {
+    if threads >= 512 {
+        40 << 10
+    } else {
+        20 << 10
+    }
+}
+
+/// Packed pixels of the tile the blurs of `height` x `width` views read (`tile_words` of
+/// `kernels/views.cu`), their largest kernel `largest_kernel` wide: the whole view with its halo
+/// if it fits the budget of blocks of `threads`, else as much as the budget holds; 0 (each blur
+/// reads the view) when not even one row with its halo fits.
+fn tile_words(height: usize, width: usize, largest_kernel: u32, threads: u32) -> u32 {
+    let half = largest_kernel as usize / 2;
+    let pitch = width + 2 * half;
+    let budget = tile_budget(threads) as usize / 4;
+    if budget / pitch < 1 + 2 * half {
+        return 0;
+    }
+    budget.min((height + 2 * half) * pitch) as u32
+}
+
 /// The call kinds of the kernel source (`GF_VIEW_*`).
 const BRIGHTNESS: u64 = 1;
 const CONTRAST: u64 = 2;
@@ -81,6 +107,24 @@ impl ViewColourKernel {
         })
     }
 
+    /// What the compiled kernel holds per thread on this device, and how many of the blocks
+    /// that colour views of `height` x `width` pixels one multiprocessor runs at once: what
+    /// sets how many views are coloured together.
+    pub fn footprint(&self, height: usize, width: usize) -> Result<KernelFootprint> {
+        let threads = view_threads(height * width);
+        let f = &self.function;
+        let fail = |e| Error::cuda("reading the views' colour kernel's attributes", e);
+        Ok(KernelFootprint {
+            registers: f.num_regs().map_err(fail)?,
+            local_bytes: f.local_size_bytes().map_err(fail)?,
+            shared_bytes: f.shared_size_bytes().map_err(fail)?,
+            threads,
+            blocks_per_multiprocessor: f
+                .occupancy_max_active_blocks_per_multiprocessor(threads, 0, None)
+                .map_err(fail)?,
+        })
+    }
+
     /// Applies `calls[k]` (view `k`'s colour calls, in order) to view `k` of `images`, in place:
     /// `calls.len()` views of `height` x `width` packed RGB8 pixels, view `k` at byte
     /// `k * height * width * 3`. The same bytes as
@@ -105,7 +149,7 @@ impl ViewColourKernel {
                 images.len()
             )));
         }
-        let blurs = pack_plan(calls, height, width, &mut self.words)?;
+        let largest_blur = pack_plan(calls, height, width, &mut self.words)?;
         if bytes == 0 || calls.iter().all(|c| c.is_empty()) {
             return Ok(());
         }
@@ -114,7 +158,13 @@ impl ViewColourKernel {
                 "{views} views of {width}x{height} pixels: too many for one launch"
             )));
         }
-        let scratch_bytes = if blurs { views * bytes } else { 1 };
+        let scratch_bytes = if largest_blur.is_some() {
+            views * bytes
+        } else {
+            1
+        };
+        let threads = view_threads(height * width);
+        let tile = largest_blur.map_or(0, |k| tile_words(height, width, k, threads));
         if self
             .scratch
             .as_ref()
@@ -136,21 +186,42 @@ impl ViewColourKernel {
             .map_err(|e| Error::cuda("uploading the views' colour calls", e))?;
         let (h, w) = (height as i32, width as i32);
         let mut b = self.stream.launch_builder(&self.function);
-        b.arg(images).arg(scratch).arg(plan).arg(&h).arg(&w);
+        b.arg(images)
+            .arg(scratch)
+            .arg(plan)
+            .arg(&h)
+            .arg(&w)
+            .arg(&tile);
         let config = LaunchConfig {
             grid_dim: (views as u32, 1, 1),
-            block_dim: (view_threads(height * width), 1, 1),
-            shared_mem_bytes: 0,
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: tile * 4,
         };
         // SAFETY: the arguments match `gpufeed_views_colour`'s parameters; block `k` reads and
         // writes view `k` of `images` (which holds `views` views, checked above) and, when the
         // plan holds a blur, of the scratch (`views` views' room, allocated above); it reads
         // plan words `plan[k]..plan[k + 1]` and a blur's weights, which `pack_plan` laid out
-        // inside the plan it uploaded.
+        // inside the plan it uploaded; its tile is the `tile` words of dynamic shared memory
+        // the launch gives it.
         unsafe { b.launch(config) }
             .map(|_| ())
             .map_err(|e| Error::cuda("launching the views' colour kernel", e))
     }
+}
+
+/// A compiled kernel's resources on one device ([`ViewColourKernel::footprint`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelFootprint {
+    /// Registers per thread.
+    pub registers: i32,
+    /// Local memory per thread, in bytes (spilled registers and arrays kept off registers).
+    pub local_bytes: i32,
+    /// Static shared memory per block, in bytes.
+    pub shared_bytes: i32,
+    /// Threads of a block for the asked views.
+    pub threads: u32,
+    /// Blocks of the asked views that one multiprocessor holds at once.
+    pub blocks_per_multiprocessor: u32,
 }
 
 /// Threads of a block of the views' unpack.
@@ -264,14 +335,14 @@ fn kernel_source() -> KernelSource {
 }
 
 /// Lays out the plan of `calls` (one entry per view) in `words` as `kernels/views.cu` reads it,
-/// and says whether a blur is among them; refuses a blur that `apply_view_ops` would refuse on
-/// `height` x `width` views, and one of size 0.
+/// and gives the largest blur kernel among them (`None`: no blur); refuses a blur that
+/// `apply_view_ops` would refuse on `height` x `width` views, and one of size 0.
 fn pack_plan(
     calls: &[&[ViewOp]],
     height: usize,
     width: usize,
     words: &mut Vec<u64>,
-) -> Result<bool> {
+) -> Result<Option<u32>> {
     let views = calls.len();
     words.clear();
     words.resize(views + 1, 0);
@@ -313,7 +384,7 @@ fn pack_plan(
             }
         }
     }
-    Ok(!blurs.is_empty())
+    Ok(blurs.iter().map(|&(_, k, _)| k as u32).max())
 }
 
 /// `F.adjust_hue`'s shift of the hue byte: `uint8(factor * 255)`, truncated toward zero,

@@ -45,7 +45,10 @@ fn the_plan_lays_out_each_views_calls_and_the_blur_weights() {
     let third = [ViewOp::Hue(-0.1), ViewOp::Solarize(128)];
     let calls: [&[ViewOp]; 3] = [&first, &[], &third];
     let mut words = vec![99; 3];
-    assert!(pack_plan(&calls, 8, 8, &mut words).expect("a plan"));
+    assert_eq!(
+        pack_plan(&calls, 8, 8, &mut words).expect("a plan"),
+        Some(3)
+    );
     // Starts: view 0 at word 4, view 1 (no call) and view 2 at 8, the end at 12.
     assert_eq!(&words[..4], &[4, 8, 8, 12]);
     assert_eq!(words[4], BRIGHTNESS);
@@ -61,7 +64,10 @@ fn the_plan_lays_out_each_views_calls_and_the_blur_weights() {
     assert_eq!(words[13], f64::from(k1[0] * k1[1]).to_bits());
     assert_eq!(words[15], f64::from(k1[1] * k1[1]).to_bits());
     // No blur: no scratch needed.
-    assert!(!pack_plan(&[&third], 8, 8, &mut words).expect("a plan"));
+    assert_eq!(
+        pack_plan(&[&third], 8, 8, &mut words).expect("a plan"),
+        None
+    );
     assert_eq!(words.len(), 2 + 4);
 }
 
@@ -93,6 +99,21 @@ fn a_blur_too_large_for_the_views_is_refused_as_on_the_cpu() {
     assert!(err.to_string().contains("12x8"), "{err}");
 }
 
+#[test]
+fn the_blur_tile_holds_bands_of_rows_with_their_halo_within_its_budget() {
+    // DINOv2's views and blur: 224 x 224 in 40 KB (36 rows a band with the halo of 4 on each
+    // side), 96 x 96 in 20 KB (41 rows).
+    assert_eq!(tile_words(224, 224, 9, 512), 10_240);
+    assert_eq!(10_240 / (224 + 8) - 8, 36);
+    assert_eq!(tile_words(96, 96, 9, 256), 5_120);
+    // A small view whole, with its halo.
+    assert_eq!(tile_words(12, 20, 3, 256), (12 + 2) * (20 + 2));
+    // Too wide for one row and its halo: no tile, each blur reads the view.
+    assert_eq!(tile_words(100, 5_000, 9, 256), 0);
+    assert_eq!(tile_words(100, 1_100, 9, 512), 10_240);
+    assert_eq!(tile_words(100, 1_200, 9, 512), 0);
+}
+
 /// Every call alone, at factors that reach the edges: 0, 1, large; hue shifts at and near the
 /// wrap; blurs of small and large sigma; every solarize threshold's kind.
 fn every_call() -> Vec<ViewOp> {
@@ -115,6 +136,31 @@ fn every_call() -> Vec<ViewOp> {
         ops.push(ViewOp::Blur { kernel_size, sigma });
     }
     ops
+}
+
+/// `views` views' calls, each a random sequence of up to 8 of `every_call`'s (a blur only where
+/// it fits `h` x `w`): contrasts first, twice in a row, after a blur; blurs first, last, twice.
+fn mixed_calls(views: usize, h: usize, w: usize, seed: u64) -> Vec<Vec<ViewOp>> {
+    let pool: Vec<ViewOp> = every_call()
+        .into_iter()
+        .filter(|op| match op {
+            ViewOp::Blur { kernel_size, .. } => (*kernel_size as usize) / 2 < h.min(w),
+            _ => true,
+        })
+        .collect();
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = |n: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n as u64) as usize
+    };
+    (0..views)
+        .map(|_| {
+            let len = next(9);
+            (0..len).map(|_| pool[next(pool.len())]).collect()
+        })
+        .collect()
 }
 
 /// Pixels that sweep the colour cube (hues on both sides of the wrap, greys, saturated and dull
@@ -294,6 +340,24 @@ fn the_dinov2_and_simclr_draws_are_the_cpu_renditions_byte_for_byte() {
 }
 
 #[test]
+fn mixed_sequences_of_calls_are_the_cpu_renditions_byte_for_byte() {
+    let Some(gpu) = crate::cuda::test_gpu(module_path!()) else {
+        return;
+    };
+    let stream = gpu.stream().clone();
+    let mut colour = ViewColourKernel::new(&stream).expect("compile");
+    for (seed, &(h, w)) in [(96, 96), (224, 224), (13, 31), (3, 4)].iter().enumerate() {
+        let mixed = mixed_calls(120, h, w, seed as u64 + 5);
+        let calls: Vec<&[ViewOp]> = mixed.iter().map(Vec::as_slice).collect();
+        let bytes = h * w * 3;
+        let pixels = sweep(calls.len() * bytes, seed as u64 + 31);
+        let want = on_the_cpu(&pixels, &calls, h, w);
+        let got = on_the_gpu(&stream, &mut colour, &pixels, &calls, h, w);
+        same(&got, &want, &calls, bytes, &format!("{w}x{h} mixed"));
+    }
+}
+
+#[test]
 fn views_of_photos_are_the_cpu_renditions_byte_for_byte() {
     let Some(gpu) = crate::cuda::test_gpu(module_path!()) else {
         return;
@@ -384,6 +448,7 @@ const EMULATION: &str = r#"#include <cmath>
 #define __forceinline__ inline
 #define __restrict__
 #define __shared__ static
+#define GF_VIEW_TILE static unsigned int s_tile[1 << 16]
 struct Dim { unsigned x, y, z; };
 static thread_local Dim threadIdx = {0, 0, 0};
 static Dim blockIdx = {0, 0, 0}, blockDim = {5, 1, 1}, gridDim = {1, 1, 1};
@@ -410,6 +475,10 @@ static inline double __dmul_rn(double a, double b) { volatile double r = a * b; 
 static inline double __ddiv_rn(double a, double b) { volatile double r = a / b; return r; }
 static inline float __double2float_rn(double a) { return (float)a; }
 static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
+static inline double __hiloint2double(int hi, int lo) {
+    const uint64_t bits = ((uint64_t)(uint32_t)hi << 32) | (uint32_t)lo;
+    double d; memcpy(&d, &bits, 8); return d;
+}
 using std::min; using std::max;
 "#;
 
@@ -420,26 +489,32 @@ const HARNESS: &str = r#"#include <cstdio>
 #include <vector>
 int main(int argc, char** argv) {
   int bad = 0;
+  // No tile (every blur reads the view), tiles too small for a band of some blurs, bands of a
+  // few rows, the sizes src/cuda/views.rs gives, a whole view.
+  const unsigned tiles[] = {0, 97, 600, 2000, 5120, 10240, 65536};
   for (int a = 1; a < argc; a++) {
     FILE* f = fopen(argv[a], "rb");
     uint64_t hdr[4]; fread(hdr, 8, 4, f);
     size_t h = hdr[0], w = hdr[1], views = hdr[2], nw = hdr[3];
     std::vector<unsigned long long> words(nw); fread(words.data(), 8, nw, f);
     size_t bytes = h * w * 3 * views;
-    std::vector<unsigned char> px(bytes), want(bytes), scratch(bytes + 1, 0xA5);
-    fread(px.data(), 1, bytes, f); fread(want.data(), 1, bytes, f); fclose(f);
-    for (unsigned b = 0; b < views; b++) {
-      blockIdx.x = b;
-      std::vector<std::thread> team;
-      for (unsigned t = 0; t < blockDim.x; t++)
-        team.emplace_back([&, t] { threadIdx.x = t; gpufeed_views_colour(px.data(), scratch.data(), words.data(), (int)h, (int)w); });
-      for (auto& member : team) member.join();
+    std::vector<unsigned char> original(bytes), want(bytes), scratch(bytes + 1, 0xA5);
+    fread(original.data(), 1, bytes, f); fread(want.data(), 1, bytes, f); fclose(f);
+    for (unsigned tile : tiles) {
+      std::vector<unsigned char> px = original;
+      for (unsigned b = 0; b < views; b++) {
+        blockIdx.x = b;
+        std::vector<std::thread> team;
+        for (unsigned t = 0; t < blockDim.x; t++)
+          team.emplace_back([&, t] { threadIdx.x = t; gpufeed_views_colour(px.data(), scratch.data(), words.data(), (int)h, (int)w, tile); });
+        for (auto& member : team) member.join();
+      }
+      size_t diff = 0, first = (size_t)-1;
+      for (size_t i = 0; i < bytes; i++) if (px[i] != want[i]) { if (!diff) first = i; diff++; }
+      printf("%s %zux%zu views %zu tile %u: %zu differ", argv[a], w, h, views, tile, diff);
+      if (diff) { size_t v = first / (h*w*3); printf(" first view %zu byte %zu got %d want %d", v, first % (h*w*3), px[first], want[first]); bad = 1; }
+      printf("\n");
     }
-    size_t diff = 0, first = (size_t)-1;
-    for (size_t i = 0; i < bytes; i++) if (px[i] != want[i]) { if (!diff) first = i; diff++; }
-    printf("%s %zux%zu views %zu: %zu differ", argv[a], w, h, views, diff);
-    if (diff) { size_t v = first / (h*w*3); printf(" first view %zu byte %zu got %d want %d", v, first % (h*w*3), px[first], want[first]); bad = 1; }
-    printf("\n");
   }
   return bad;
 }
@@ -525,6 +600,12 @@ fn the_kernel_source_run_on_the_cpu_is_the_cpu_rendition() {
         let pixels = sweep(calls.len() * size * size * 3, size as u64);
         cases.push(emulation_case(&pixels, &calls, size, size));
     }
+    for (seed, &(h, w)) in [(24, 24), (13, 31), (3, 4)].iter().enumerate() {
+        let mixed = mixed_calls(40, h, w, seed as u64 + 1);
+        let calls: Vec<&[ViewOp]> = mixed.iter().map(Vec::as_slice).collect();
+        let pixels = sweep(calls.len() * h * w * 3, seed as u64 + 21);
+        cases.push(emulation_case(&pixels, &calls, h, w));
+    }
     let files: Vec<_> = cases
         .iter()
         .enumerate()
@@ -543,7 +624,7 @@ fn the_kernel_source_run_on_the_cpu_is_the_cpu_rendition() {
     assert!(run.status.success(), "{report}");
     assert_eq!(
         report.matches(": 0 differ").count(),
-        files.len(),
+        files.len() * 7,
         "{report}"
     );
 }
