@@ -287,19 +287,21 @@ __device__ __forceinline__ unsigned int gf_view_kind(unsigned long long head) {
 }
 
 // The end of a pass for one pixel: the point calls at plan words [a, b), the write (when the
-// pass writes) and the luma added to `sum` (when a contrast follows).
-__device__ __forceinline__ void gf_view_finish(const unsigned long long* __restrict__ plan,
-                                               unsigned long long a, unsigned long long b,
-                                               unsigned int grey, const GfHueTables* tables,
-                                               unsigned int* px, unsigned char* out, bool writes,
-                                               bool sum_next, unsigned long long* sum) {
-    for (unsigned long long c = a; c < b; c += 2) gf_view_point(plan[c], plan[c + 1], grey, tables, px);
+// pass writes); its luma when a contrast follows (to be summed), else 0.
+__device__ __forceinline__ unsigned int gf_view_finish(const unsigned long long* __restrict__ plan,
+                                                       unsigned long long a, unsigned long long b,
+                                                       unsigned int grey,
+                                                       const GfHueTables* tables,
+                                                       unsigned int* px, unsigned char* out,
+                                                       bool writes, bool sum_next) {
+    for (unsigned long long c = a; c < b; c += 2)
+        gf_view_point(plan[c], plan[c + 1], grey, tables, px);
     if (writes) {
         out[0] = (unsigned char)px[0];
         out[1] = (unsigned char)px[1];
         out[2] = (unsigned char)px[2];
     }
-    if (sum_next) *sum += gf_view_luma(px);
+    return sum_next ? gf_view_luma(px) : 0u;
 }
 
 // The tile a blur reads, in dynamic shared memory: `tile_words` packed pixels (src/cuda/views.rs
@@ -385,9 +387,9 @@ extern "C" __global__ void __launch_bounds__(512)
                     const int ty = e / width, x = e - ty * width;
                     unsigned int px[3];
                     gf_view_blur_tiled(s_tile, pitch, y0 + ty, y0, x, ksize, weights, px);
-                    gf_view_finish(plan, a, b, grey, &s_hue, px,
-                                   dst + ((size_t)(y0 + ty) * width + x) * 3, writes, sum_next,
-                                   &sum);
+                    sum += gf_view_finish(plan, a, b, grey, &s_hue, px,
+                                          dst + ((size_t)(y0 + ty) * width + x) * 3, writes,
+                                          sum_next);
                 }
             }
         } else {
@@ -402,8 +404,8 @@ extern "C" __global__ void __launch_bounds__(512)
                     px[1] = at[1];
                     px[2] = at[2];
                 }
-                gf_view_finish(plan, a, b, grey, &s_hue, px, dst + (size_t)p * 3, writes, sum_next,
-                               &sum);
+                sum += gf_view_finish(plan, a, b, grey, &s_hue, px, dst + (size_t)p * 3, writes,
+                                      sum_next);
             }
         }
         if (sum_next) atomicAdd(&s_sum, sum);
