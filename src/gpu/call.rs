@@ -118,8 +118,8 @@ impl EngineCalls {
     }
 }
 
-/// An image of a call: where it goes, its compressed bytes and header facts, what the random
-/// transforms drew for it and how it is resized.
+/// An image of a call: where it goes, its compressed bytes and header facts, and what the call
+/// makes of it.
 pub(super) struct CallImage {
     /// Its position in the epoch's order.
     pub position: usize,
@@ -127,19 +127,30 @@ pub(super) struct CallImage {
     pub slot: u32,
     pub bytes: ItemBytes,
     pub screened: Screened,
-    pub draw: Option<CropDraw>,
-    /// The source region and output placement along each axis.
-    pub x: AxisPlan,
-    pub y: AxisPlan,
-    /// The resize passes with their coefficients.
-    pub passes: PassPlan,
-    /// In a pipeline of views, each view's resize into the image's record of views in its slot
-    /// (`x`, `y` and `passes` are then the first view's), and what the views drew; empty and
-    /// `None` otherwise.
-    pub views: Vec<ViewJob>,
-    pub view_draws: Option<Vec<ViewDraw>>,
+    pub output: ImageOutput,
     /// What the assisted path decodes, when that path takes it.
     pub assisted: Option<AssistedInput>,
+}
+
+/// What a call makes of an image in its ring slot.
+pub(super) enum ImageOutput {
+    /// One output image.
+    Image(ImageResize),
+    /// A pipeline of views: each view's resize into the image's record of views, and what the
+    /// views drew (handed on with the image).
+    Views {
+        jobs: Vec<ViewJob>,
+        draws: Vec<ViewDraw>,
+    },
+}
+
+/// An output image's resize: what the random transforms drew for it, the source region and
+/// output placement along each axis, the passes with their coefficients.
+pub(super) struct ImageResize {
+    pub draw: Option<CropDraw>,
+    pub x: AxisPlan,
+    pub y: AxisPlan,
+    pub passes: PassPlan,
 }
 
 /// One view of an image: its resize (box, size, filter, passes) and flip, and where it lies in
@@ -195,12 +206,16 @@ impl CallImage {
 
     /// The pixels its resize reads (every view's, in a pipeline of views): columns, rows.
     pub fn pixels_read(&self) -> (Range<u32>, Range<u32>) {
-        let passes = &self.passes;
-        let read = (passes.source_columns.clone(), passes.source_rows.clone());
-        self.views.iter().fold(read, |(columns, rows), view| {
-            let p = &view.passes;
-            (span(columns, &p.source_columns), span(rows, &p.source_rows))
-        })
+        match &self.output {
+            ImageOutput::Image(resize) => {
+                let passes = &resize.passes;
+                (passes.source_columns.clone(), passes.source_rows.clone())
+            }
+            ImageOutput::Views { jobs, .. } => jobs.iter().fold((0..0, 0..0), |(c, r), view| {
+                let p = &view.passes;
+                (span(c, &p.source_columns), span(r, &p.source_rows))
+            }),
+        }
     }
 }
 

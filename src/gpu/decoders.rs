@@ -10,7 +10,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaEvent, CudaModule, CudaSlice, CudaStream, DevicePtrMut};
 
 use super::assisted::AssistedDecoder;
-use super::call::{Call, EngineCalls, Path};
+use super::call::{Call, EngineCalls, ImageOutput, Path};
 use super::error::GpuLaneError;
 use super::nvjpeg::{
     ChromaPlanes, DecodedImage, DecoderConfig, DecoderOpening, HardwareDecoder, HardwareHandle,
@@ -285,7 +285,7 @@ impl DecoderSet {
     /// image. Nothing is written unless `ordered` (the stream waits for the slots' last readers).
     /// A call that fails leaves its images to the CPU lane, and the set's stream idle before
     /// their slots are handed out again.
-    pub fn run(&mut self, call: &Call, shared: &Shared, ordered: bool) -> Vec<LaneResult> {
+    pub fn run(&mut self, call: &mut Call, shared: &Shared, ordered: bool) -> Vec<LaneResult> {
         let mut results = vec![LaneResult::Refused; call.images.len()];
         if !ordered {
             return results;
@@ -328,14 +328,19 @@ impl DecoderSet {
         };
         match self.record() {
             Ok(event) => {
+                let assisted = call.path == Path::Assisted;
                 for k in written {
-                    let image = &call.images[k];
+                    let image = &mut call.images[k];
+                    let (draw, views) = match &mut image.output {
+                        ImageOutput::Image(resize) => (resize.draw, None),
+                        ImageOutput::Views { draws, .. } => (None, Some(std::mem::take(draws))),
+                    };
                     results[k] = LaneResult::Decoded(LaneOutput {
                         slot: image.slot,
                         ready: event.clone(),
-                        draw: image.draw,
-                        views: image.view_draws.clone(),
-                        assisted: call.path == Path::Assisted,
+                        draw,
+                        views,
+                        assisted,
                     });
                 }
             }
@@ -385,46 +390,50 @@ impl Resizing {
         let mut sizes = Vec::with_capacity(images.len());
         // A pipeline of views: each image's views into its record, placed by offset.
         let record_units = (shared.limits.image_bytes / RECORD_UNIT) as u64;
-        let views = call.images.iter().any(|image| !image.views.is_empty());
+        let mut views = false;
         for (k, (image, source)) in call.images.iter().zip(images).enumerate() {
             let Some(source) = *source else { continue };
-            if views {
-                let record = u64::from(image.slot) * record_units;
-                for view in &image.views {
-                    let slot =
-                        u32::try_from(record + u64::from(view.offset_units)).map_err(|_| {
-                            GpuLaneError::Resize(ResizeError::Plan(BatchError::TooLarge(
-                                "a view's offset in the ring",
-                            )))
-                        })?;
-                    jobs.push(ResizeJob {
-                        source,
-                        x: view.x,
-                        y: view.y,
-                        filter: view.filter,
-                        order: view.order,
-                        pad: 0,
-                        flip: view.flip,
-                        slot,
-                    });
-                    passes.push(&view.passes);
-                    sizes.push((view.size, view.size));
+            let resize = match &image.output {
+                ImageOutput::Image(resize) => resize,
+                ImageOutput::Views { jobs: planned, .. } => {
+                    views = true;
+                    let record = u64::from(image.slot) * record_units;
+                    for view in planned {
+                        let slot =
+                            u32::try_from(record + u64::from(view.offset_units)).map_err(|_| {
+                                GpuLaneError::Resize(ResizeError::Plan(BatchError::TooLarge(
+                                    "a view's offset in the ring",
+                                )))
+                            })?;
+                        jobs.push(ResizeJob {
+                            source,
+                            x: view.x,
+                            y: view.y,
+                            filter: view.filter,
+                            order: view.order,
+                            pad: 0,
+                            flip: view.flip,
+                            slot,
+                        });
+                        passes.push(&view.passes);
+                        sizes.push((view.size, view.size));
+                    }
+                    written.push(k);
+                    continue;
                 }
-                written.push(k);
-                continue;
-            }
+            };
             jobs.push(ResizeJob {
                 source,
-                x: image.x,
-                y: image.y,
+                x: resize.x,
+                y: resize.y,
                 filter: self.filter,
                 order: self.geometry.pass_order,
                 pad,
-                flip: image.draw.is_some_and(|d| d.flipped),
+                flip: resize.draw.is_some_and(|d| d.flipped),
                 slot: image.slot,
             });
-            passes.push(&image.passes);
-            sizes.push(self.geometry.out_size(&image.x, &image.y));
+            passes.push(&resize.passes);
+            sizes.push(self.geometry.out_size(&resize.x, &resize.y));
             written.push(k);
         }
         if jobs.is_empty() {

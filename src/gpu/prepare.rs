@@ -7,7 +7,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::assisted;
-use super::call::{AssistedInput, Call, CallImage, EngineCalls, Path, ViewJob, MAX_CALL_BYTES};
+use super::call::{
+    AssistedInput, Call, CallImage, EngineCalls, ImageOutput, ImageResize, Path, ViewJob,
+    MAX_CALL_BYTES,
+};
 use super::coefficient_threads::{CoefficientThreads, RangeHold};
 use super::screen::MAX_COMPRESSED;
 use super::shared::{Job, Shared};
@@ -195,18 +198,12 @@ impl Preparer {
                 self.buffers.push(bytes.into_buffer());
                 return None;
             };
-            let first = &jobs[0];
             return Some(CallImage {
                 position,
                 slot,
                 bytes,
                 screened,
-                draw: None,
-                x: first.x,
-                y: first.y,
-                passes: first.passes.clone(),
-                views: jobs,
-                view_draws: Some(draws),
+                output: ImageOutput::Views { jobs, draws },
                 assisted: None,
             });
         }
@@ -228,12 +225,7 @@ impl Preparer {
             slot,
             bytes,
             screened,
-            draw,
-            x,
-            y,
-            passes,
-            views: Vec::new(),
-            view_draws: None,
+            output: ImageOutput::Image(ImageResize { draw, x, y, passes }),
             assisted: None,
         })
     }
@@ -548,12 +540,12 @@ mod tests {
                 gray,
                 engines: true,
             },
-            draw: None,
-            x,
-            y,
-            passes,
-            views: Vec::new(),
-            view_draws: None,
+            output: ImageOutput::Image(ImageResize {
+                draw: None,
+                x,
+                y,
+                passes,
+            }),
             assisted: None,
         }
     }

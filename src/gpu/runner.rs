@@ -186,9 +186,11 @@ fn submit(shared: Arc<Shared>, mut set: DecoderSet) {
     let stream = set.stream().clone();
     loop {
         let next = shared.next_call(&stream, set.path());
-        let Some((call, ordered)) = next else { break };
+        let Some((mut call, ordered)) = next else {
+            break;
+        };
         let calling = Instant::now();
-        let ran = catch_unwind(AssertUnwindSafe(|| set.run(&call, &shared, ordered)));
+        let ran = catch_unwind(AssertUnwindSafe(|| set.run(&mut call, &shared, ordered)));
         shared.add_call_time(set.path(), calling.elapsed());
         let results = match ran {
             Ok(results) if results.len() == call.images.len() => results,

@@ -557,27 +557,29 @@ impl HybridLanes {
             waits.cpu += waited.elapsed();
             let mut views = None;
             let outcome = match result {
-                Some(Ok((AheadImage::Pinned(image), made))) => {
-                    unstaged.pinned.push((image, place, made.bytes));
-                    views = made.views;
-                    Ok(made.draw)
-                }
-                Some(Ok((AheadImage::Positioned(image), made))) if image.is_locked() => {
-                    unstaged.positioned.push((image, place));
-                    views = made.views;
-                    Ok(made.draw)
-                }
-                // Ordinary memory, or laid out by position and not page-locked: copied (the
-                // bytes the image holds: a patch sequence's image fills its place in part).
                 Some(Ok((image, made))) => {
-                    let copying = Instant::now();
-                    let bytes = made.bytes.min(image_bytes);
-                    let at = place * image_bytes;
-                    staging.pixels[at..at + bytes].copy_from_slice(&image.as_slice()[..bytes]);
-                    waits.copy += copying.elapsed();
-                    waits.copied += 1;
-                    ahead.give_back(image);
                     views = made.views;
+                    match image {
+                        AheadImage::Pinned(image) => {
+                            unstaged.pinned.push((image, place, made.bytes))
+                        }
+                        AheadImage::Positioned(image) if image.is_locked() => {
+                            unstaged.positioned.push((image, place));
+                        }
+                        // Ordinary memory, or laid out by position and not page-locked: copied
+                        // (the bytes the image holds: a patch sequence's image fills its place
+                        // in part).
+                        image => {
+                            let copying = Instant::now();
+                            let bytes = made.bytes.min(image_bytes);
+                            let at = place * image_bytes;
+                            staging.pixels[at..at + bytes]
+                                .copy_from_slice(&image.as_slice()[..bytes]);
+                            waits.copy += copying.elapsed();
+                            waits.copied += 1;
+                            ahead.give_back(image);
+                        }
+                    }
                     Ok(made.draw)
                 }
                 Some(Err(kind)) => Err(kind),

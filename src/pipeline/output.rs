@@ -307,7 +307,7 @@ impl OutputPlan {
             None => TouchedSlots::touch(STAGING_SLOTS, slot_bytes)?,
         };
         if let Some(views) = views {
-            let output = CudaViewsOutput::open(gpu, touched, views.layout, spec, views.colour)?;
+            let output = CudaViewsOutput::open(gpu, touched, views.layout, spec)?;
             return Ok(Box::new(output));
         }
         if let Some(shapes) = patches {

@@ -133,9 +133,9 @@ pub(super) struct CudaViewsOutput {
     unpack: ViewUnpack,
     /// The groups' blocks the records are unpacked into.
     blocks: CudaSlice<u8>,
-    /// The colour calls' kernel, where they run on the device ([`ViewColour::Device`]: the CPU
-    /// lane left them for it, on the uploaded `u8` views, before the normalize).
-    colour: Option<ViewColourKernel>,
+    /// The colour calls' kernel: on a CUDA device the lanes leave the calls to it
+    /// ([`ViewColour::Device`]), on the uploaded `u8` views, before the normalize.
+    colour: ViewColourKernel,
 }
 
 impl CudaViewsOutput {
@@ -146,13 +146,9 @@ impl CudaViewsOutput {
         staging: TouchedSlots,
         layout: ViewLayout,
         spec: NormalizeSpec,
-        colour: ViewColour,
     ) -> Result<CudaViewsOutput> {
         let normalizer = Normalizer::new(gpu.stream())?;
-        let colour = match colour {
-            ViewColour::Device => Some(ViewColourKernel::new(gpu.stream())?),
-            ViewColour::Cpu => None,
-        };
+        let colour = ViewColourKernel::new(gpu.stream())?;
         let ring = StagingRing::new(gpu.stream(), staging)?;
         let unpack = ViewUnpack::new(gpu.stream(), &layout)?;
         let blocks = gpu
@@ -206,19 +202,18 @@ impl DeviceStage for CudaViewsOutput {
         let ranges: Vec<_> = (0..layout.groups.len())
             .map(|g| layout.packed(g, n))
             .collect();
-        if let Some(kernel) = self.colour.as_mut() {
-            if images.view_draws.len() != n {
-                return Err(Error::Mismatch(format!(
-                    "{} images' view draws for a batch of {n}",
-                    images.view_draws.len()
-                )));
-            }
-            let mut calls = Vec::new();
-            for (g, (group, range)) in layout.groups.iter().zip(&ranges).enumerate() {
-                group_calls(images.view_draws, g, group.count, &mut calls)?;
-                let mut part = input.slice_mut(range.clone());
-                kernel.apply(&mut part, group.size, group.size, &calls)?;
-            }
+        if images.view_draws.len() != n {
+            return Err(Error::Mismatch(format!(
+                "{} images' view draws for a batch of {n}",
+                images.view_draws.len()
+            )));
+        }
+        let mut calls = Vec::new();
+        for (g, (group, range)) in layout.groups.iter().zip(&ranges).enumerate() {
+            group_calls(images.view_draws, g, group.count, &mut calls)?;
+            let mut part = input.slice_mut(range.clone());
+            self.colour
+                .apply(&mut part, group.size, group.size, &calls)?;
         }
         let mut views = Vec::with_capacity(layout.groups.len());
         for (g, range) in layout.groups.iter().zip(&ranges) {
