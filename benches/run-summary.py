@@ -17,7 +17,9 @@ def gpu_part(e):
     return f" gpu {by['gpu'] / max(by['cpu'] + by['gpu'], 1):.2f}" if by else ""
 
 
-epochs = ", ".join(f"{e['images'] / max(e['seconds'], 1e-9):.0f}{gpu_part(e)}" for e in j["epochs"])
+# A pipeline of views reports its epochs as a count, without a list of them.
+per_epoch = j["epochs"] if isinstance(j.get("epochs"), list) else []
+epochs = ", ".join(f"{e['images'] / max(e['seconds'], 1e-9):.0f}{gpu_part(e)}" for e in per_epoch)
 cold = ""
 if len(sys.argv) > 2:
     s = float(sys.argv[2])
@@ -25,8 +27,8 @@ if len(sys.argv) > 2:
 first = j.get("first_batch_seconds")
 if first is not None:
     cold += f"first batch {first:.2f} s; "
-print(f"{label}: {cold}{j['images_per_s']:.0f} img/s (epochs {epochs}), by {j['decoded_by']}, "
-      f"share {j['gpu_share']}, setup {j['setup_seconds']:.2f} s; {j.get('decode', '')}")
+print(f"{label}: {cold}{j['images_per_s']:.0f} img/s (epochs {epochs}), by {j.get('decoded_by')}, "
+      f"share {j.get('gpu_share')}, setup {j.get('setup_seconds', 0):.2f} s; {j.get('decode', '')}")
 profile = j.get("profile")
 if profile:
     print("    " + ", ".join(f"{k} {v['seconds']:.2f}s/{v['count']}"
