@@ -16,7 +16,8 @@
 // back at the end. A blur runs in bands of rows, each read once into a tile of shared memory
 // with its halo (reflected at the view's edges as it is filled), a pixel's three samples packed
 // in one word: the four samples a pair of symmetric taps adds are four reads of the tile for
-// all three channels. Without room for a band (a very wide view) it reads the view directly.
+// all three channels. Without room for a band (a very wide view) it reads the view directly,
+// the same sums in the same order.
 //
 // The plan, one array of 64-bit words:
 //   words[v], v = 0..views: the word where view v's calls start (they end where view v + 1's
@@ -190,85 +191,53 @@ __device__ __forceinline__ int gf_view_reflect(int i, int n) {
     return i < 0 ? 0 : (i > n - 1 ? n - 1 : i);
 }
 
-// torchvision's gaussian_blur of pixel (y, x) of `src` into `px`: the symmetric taps' samples
-// added first (exact integers), each quarter-kernel weight times its sum added to a double in
-// the CPU rendition's order (rows i, then columns j), rounded half to even. Pixels whose taps
-// all lie inside the view skip the reflection.
-__device__ __forceinline__ void gf_view_blur_pixel(const unsigned char* src, int y, int x,
-                                                   int height, int width, int k,
-                                                   const double* weights, unsigned int* px) {
-    const int half = k / 2;
-    const int q = half + 1;
-    const size_t pitch = (size_t)width * 3;
-    const bool inside = y >= half && y + half < height && x >= half && x + half < width;
-    double acc0 = 0.0, acc1 = 0.0, acc2 = 0.0;
-    for (int i = 0; i <= half; i++) {
-        const int top = i, bottom = k - 1 - i;
-        const int ya = inside ? y + top - half : gf_view_reflect(y + top - half, height);
-        const int yb = inside ? y + bottom - half : gf_view_reflect(y + bottom - half, height);
-        const unsigned char* ra = src + (size_t)ya * pitch;
-        const unsigned char* rb = src + (size_t)yb * pitch;
-        const bool two_rows = top != bottom;
-        for (int j = 0; j <= half; j++) {
-            const int l = j, r = k - 1 - j;
-            const int xl = (inside ? x + l - half : gf_view_reflect(x + l - half, width)) * 3;
-            const int xr = (inside ? x + r - half : gf_view_reflect(x + r - half, width)) * 3;
-            int s0 = ra[xl], s1 = ra[xl + 1], s2 = ra[xl + 2];
-            if (two_rows) {
-                s0 += rb[xl];
-                s1 += rb[xl + 1];
-                s2 += rb[xl + 2];
-            }
-            if (l != r) {
-                s0 += ra[xr];
-                s1 += ra[xr + 1];
-                s2 += ra[xr + 2];
-                if (two_rows) {
-                    s0 += rb[xr];
-                    s1 += rb[xr + 1];
-                    s2 += rb[xr + 2];
-                }
-            }
-            const double w = weights[i * q + j];
-            acc0 = __dadd_rn(acc0, __dmul_rn(w, gf_view_whole(s0)));
-            acc1 = __dadd_rn(acc1, __dmul_rn(w, gf_view_whole(s1)));
-            acc2 = __dadd_rn(acc2, __dmul_rn(w, gf_view_whole(s2)));
-        }
-    }
-    px[0] = (unsigned int)(int)fmin(fmax(rint(acc0), 0.0), 255.0);
-    px[1] = (unsigned int)(int)fmin(fmax(rint(acc1), 0.0), 255.0);
-    px[2] = (unsigned int)(int)fmin(fmax(rint(acc2), 0.0), 255.0);
-}
-
-// The packed samples of a tile pixel: red, green and blue in bits 0-9, 10-19 and 20-29, so
-// that the sum of four pixels (each field at most 4 x 255 = 1020) is the sum of each channel.
+// The packed samples of a pixel: red, green and blue in bits 0-9, 10-19 and 20-29, so that the
+// sum of four pixels (each field at most 4 x 255 = 1020) is the sum of each channel.
 __device__ __forceinline__ unsigned int gf_view_pack(const unsigned char* px) {
     return (unsigned int)px[0] | ((unsigned int)px[1] << 10) | ((unsigned int)px[2] << 20);
 }
 
-// The same blur of pixel (y, x) from a tile of packed pixels: `tile` holds rows y0 - half ..
-// of the view (reflected at its edges), each `pitch` packed pixels from column -half on, so
-// every tap lies inside it. The same sums, weights and order as gf_view_blur_pixel.
-__device__ __forceinline__ void gf_view_blur_tiled(const unsigned int* tile, int pitch, int y,
-                                                   int y0, int x, int k, const double* weights,
-                                                   unsigned int* px) {
+// A blur's pixels read from a tile of packed pixels in shared memory: rows y0 - half .. of the
+// view (reflected at its edges when the tile was filled), each `pitch` pixels from column -half.
+struct GfViewTile {
+    const unsigned int* tile;
+    int pitch, y0, half;
+    // The packed pixel at row y + dy, column x + dx of the view (|dy|, |dx| <= half).
+    __device__ __forceinline__ unsigned int at(int y, int x, int dy, int dx) const {
+        return tile[(y - y0 + half + dy) * pitch + x + half + dx];
+    }
+};
+
+// A blur's pixels read from the view itself, reflected at its edges (torch's reflect padding).
+struct GfViewDirect {
+    const unsigned char* src;
+    int height, width;
+    __device__ __forceinline__ unsigned int at(int y, int x, int dy, int dx) const {
+        const int yy = gf_view_reflect(y + dy, height), xx = gf_view_reflect(x + dx, width);
+        return gf_view_pack(src + ((size_t)yy * width + xx) * 3);
+    }
+};
+
+// torchvision's gaussian_blur of pixel (y, x) into `px`: the samples its equal taps weigh added
+// first (exact integers, the three channels at once in packed words), each quarter-kernel
+// weight times its sum added to a double in the CPU rendition's order (rows i, then columns j),
+// rounded half to even.
+template <typename Pixels>
+__device__ __forceinline__ void gf_view_blur(const Pixels& pixels, int y, int x, int k,
+                                             const double* weights, unsigned int* px) {
     const int half = k / 2;
     const int q = half + 1;
     double acc0 = 0.0, acc1 = 0.0, acc2 = 0.0;
     for (int i = 0; i <= half; i++) {
-        const int top = i, bottom = k - 1 - i;
-        // Row y + top - half of the view is row y - y0 + top of the tile.
-        const unsigned int* ra = tile + (y - y0 + top) * pitch + x;
-        const unsigned int* rb = tile + (y - y0 + bottom) * pitch + x;
+        const int top = i - half, bottom = k - 1 - i - half;
         const bool two_rows = top != bottom;
         for (int j = 0; j <= half; j++) {
-            // Column x + j - half of the view is column x + j of the tile.
-            const int l = j, r = k - 1 - j;
-            unsigned int sum = ra[l];
-            if (two_rows) sum += rb[l];
+            const int l = j - half, r = k - 1 - j - half;
+            unsigned int sum = pixels.at(y, x, top, l);
+            if (two_rows) sum += pixels.at(y, x, bottom, l);
             if (l != r) {
-                sum += ra[r];
-                if (two_rows) sum += rb[r];
+                sum += pixels.at(y, x, top, r);
+                if (two_rows) sum += pixels.at(y, x, bottom, r);
             }
             const double w = weights[i * q + j];
             acc0 = __dadd_rn(acc0, __dmul_rn(w, gf_view_whole((int)(sum & 1023u))));
@@ -373,6 +342,7 @@ extern "C" __global__ void __launch_bounds__(512)
         if (band >= 1) {
             for (int y0 = 0; y0 < height; y0 += band) {
                 const int rows = min(band, height - y0);
+                const GfViewTile tile = {s_tile, pitch, y0, half};
                 const int tile_rows = rows + 2 * half;
                 // The band before has read the tile.
                 __syncthreads();
@@ -386,19 +356,20 @@ extern "C" __global__ void __launch_bounds__(512)
                 for (int e = threadIdx.x; e < rows * width; e += blockDim.x) {
                     const int ty = e / width, x = e - ty * width;
                     unsigned int px[3];
-                    gf_view_blur_tiled(s_tile, pitch, y0 + ty, y0, x, ksize, weights, px);
+                    gf_view_blur(tile, y0 + ty, x, ksize, weights, px);
                     sum += gf_view_finish(plan, a, b, grey, &s_hue, px,
                                           dst + ((size_t)(y0 + ty) * width + x) * 3, writes,
                                           sum_next);
                 }
             }
         } else {
+            const GfViewDirect direct = {src, height, width};
             for (int p = threadIdx.x; p < n; p += blockDim.x) {
                 unsigned int px[3];
                 const unsigned char* at = src + (size_t)p * 3;
                 if (blur) {
                     const int y = p / width;
-                    gf_view_blur_pixel(src, y, p - y * width, height, width, ksize, weights, px);
+                    gf_view_blur(direct, y, p - y * width, ksize, weights, px);
                 } else {
                     px[0] = at[0];
                     px[1] = at[1];
