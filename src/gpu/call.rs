@@ -134,8 +134,9 @@ pub(super) struct CallImage {
 
 /// What a call makes of an image in its ring slot.
 pub(super) enum ImageOutput {
-    /// One output image.
-    Image(ImageResize),
+    /// One output image (boxed: its passes are most of a call image's size, and a pipeline of
+    /// views has none).
+    Image(Box<ImageResize>),
     /// A pipeline of views: each view's resize into the image's record of views, and what the
     /// views drew (handed on with the image).
     Views {

@@ -225,7 +225,7 @@ impl Preparer {
             slot,
             bytes,
             screened,
-            output: ImageOutput::Image(ImageResize { draw, x, y, passes }),
+            output: ImageOutput::Image(Box::new(ImageResize { draw, x, y, passes })),
             assisted: None,
         })
     }
@@ -540,12 +540,12 @@ mod tests {
                 gray,
                 engines: true,
             },
-            output: ImageOutput::Image(ImageResize {
+            output: ImageOutput::Image(Box::new(ImageResize {
                 draw: None,
                 x,
                 y,
                 passes,
-            }),
+            })),
             assisted: None,
         }
     }
