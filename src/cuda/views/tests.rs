@@ -231,6 +231,15 @@ fn on_the_gpu(
     got[HEAD..HEAD + pixels.len()].to_vec()
 }
 
+/// The test GPU's stream and a colour kernel for it; `None` (the test skipped, or failed under
+/// `GPUFEED_REQUIRE_GPU=1`) without a GPU.
+fn colour_kernel() -> Option<(Arc<CudaStream>, ViewColourKernel)> {
+    let gpu = crate::cuda::test_gpu(module_path!())?;
+    let stream = gpu.stream().clone();
+    let colour = ViewColourKernel::new(&stream).expect("compile");
+    Some((stream, colour))
+}
+
 /// Fails naming the first view and byte that differ.
 fn same(got: &[u8], want: &[u8], calls: &[&[ViewOp]], bytes: usize, case: &str) {
     if got == want {
@@ -251,11 +260,9 @@ fn same(got: &[u8], want: &[u8], calls: &[&[ViewOp]], bytes: usize, case: &str) 
 
 #[test]
 fn every_call_alone_is_the_cpu_renditions_byte_for_byte() {
-    let Some(gpu) = crate::cuda::test_gpu(module_path!()) else {
+    let Some((stream, mut colour)) = colour_kernel() else {
         return;
     };
-    let stream = gpu.stream().clone();
-    let mut colour = ViewColourKernel::new(&stream).expect("compile");
     let ops = every_call();
     // DINOv2's sizes, odd ones, the blur's smallest, one pixel: one ViewColourKernel for all, its
     // buffers growing and reused.
@@ -319,11 +326,9 @@ fn drawn_calls(views: &Views, images: usize) -> Vec<(usize, Vec<Vec<ViewOp>>)> {
 
 #[test]
 fn the_dinov2_and_simclr_draws_are_the_cpu_renditions_byte_for_byte() {
-    let Some(gpu) = crate::cuda::test_gpu(module_path!()) else {
+    let Some((stream, mut colour)) = colour_kernel() else {
         return;
     };
-    let stream = gpu.stream().clone();
-    let mut colour = ViewColourKernel::new(&stream).expect("compile");
     for (name, views, images) in [
         ("dinov2", Views::dinov2().seed(3), 40),
         ("simclr", Views::simclr().seed(5), 80),
@@ -341,11 +346,9 @@ fn the_dinov2_and_simclr_draws_are_the_cpu_renditions_byte_for_byte() {
 
 #[test]
 fn mixed_sequences_of_calls_are_the_cpu_renditions_byte_for_byte() {
-    let Some(gpu) = crate::cuda::test_gpu(module_path!()) else {
+    let Some((stream, mut colour)) = colour_kernel() else {
         return;
     };
-    let stream = gpu.stream().clone();
-    let mut colour = ViewColourKernel::new(&stream).expect("compile");
     for (seed, &(h, w)) in [(96, 96), (224, 224), (13, 31), (3, 4)].iter().enumerate() {
         let mixed = mixed_calls(120, h, w, seed as u64 + 5);
         let calls: Vec<&[ViewOp]> = mixed.iter().map(Vec::as_slice).collect();
@@ -359,11 +362,9 @@ fn mixed_sequences_of_calls_are_the_cpu_renditions_byte_for_byte() {
 
 #[test]
 fn views_of_photos_are_the_cpu_renditions_byte_for_byte() {
-    let Some(gpu) = crate::cuda::test_gpu(module_path!()) else {
+    let Some((stream, mut colour)) = colour_kernel() else {
         return;
     };
-    let stream = gpu.stream().clone();
-    let mut colour = ViewColourKernel::new(&stream).expect("compile");
     // DINOv2's crops without their colour calls: the photos' views as they reach the calls.
     let mut plain = Views::dinov2().seed(9);
     plain
@@ -415,11 +416,9 @@ fn views_of_photos_are_the_cpu_renditions_byte_for_byte() {
 
 #[test]
 fn too_few_bytes_for_the_views_is_an_error() {
-    let Some(gpu) = crate::cuda::test_gpu(module_path!()) else {
+    let Some((stream, mut colour)) = colour_kernel() else {
         return;
     };
-    let stream = gpu.stream().clone();
-    let mut colour = ViewColourKernel::new(&stream).expect("compile");
     let mut buffer = stream
         .clone_htod(&vec![0u8; 2 * 8 * 8 * 3 - 1])
         .expect("upload");
