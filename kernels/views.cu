@@ -146,11 +146,16 @@ __device__ __forceinline__ void gf_view_hue(unsigned int* px, unsigned int shift
     px[2] = o2;
 }
 
+// A call's kind: the low 32 bits of its first word.
+__device__ __forceinline__ unsigned int gf_view_kind(unsigned long long head) {
+    return (unsigned int)(head & 0xFFFFFFFFull);
+}
+
 // One point call (any call but a blur) on a pixel's samples; a contrast blends toward `grey`.
 __device__ __forceinline__ void gf_view_point(unsigned long long head, unsigned long long body,
                                               unsigned int grey, const GfHueTables* tables,
                                               unsigned int* px) {
-    const unsigned int kind = (unsigned int)(head & 0xFFFFFFFFull);
+    const unsigned int kind = gf_view_kind(head);
     const unsigned int arg = (unsigned int)(head >> 32);
     const float factor = __uint_as_float((unsigned int)(body & 0xFFFFFFFFull));
     switch (kind) {
@@ -250,11 +255,6 @@ __device__ __forceinline__ void gf_view_blur(const Pixels& pixels, int y, int x,
     px[2] = (unsigned int)(int)fmin(fmax(rint(acc2), 0.0), 255.0);
 }
 
-// A call's kind: the low 32 bits of its first word.
-__device__ __forceinline__ unsigned int gf_view_kind(unsigned long long head) {
-    return (unsigned int)(head & 0xFFFFFFFFull);
-}
-
 // The end of a pass for one pixel: the point calls at plan words [a, b), the write (when the
 // pass writes); its luma when a contrast follows (to be summed), else 0.
 __device__ __forceinline__ unsigned int gf_view_finish(const unsigned long long* __restrict__ plan,
@@ -295,8 +295,14 @@ extern "C" __global__ void __launch_bounds__(512)
     const unsigned long long last = plan[blockIdx.x + 1];
     // A view without calls is left as it is (the whole block returns together).
     if (first + 1 >= last) return;
-    gf_view_hue_tables(&s_hue);
-    __syncthreads();
+    // The hue's tables, where a call needs them (the same answer in every thread).
+    bool hue = false;
+    for (unsigned long long w = first; w + 1 < last; w += 2)
+        hue = hue || gf_view_kind(plan[w]) == GF_VIEW_HUE;
+    if (hue) {
+        gf_view_hue_tables(&s_hue);
+        __syncthreads();
+    }
     unsigned char* src = view;
     // The grey level of the contrast at `w`, once `summed`.
     unsigned int grey = 0;
