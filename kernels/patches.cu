@@ -6,12 +6,12 @@
 // Value d of token k reads sample (channel c, row y, column x) of patch (pr, pc):
 //   Qwen2-VL (merge > 0): tokens in merge x merge blocks, values (c, t, y, x);
 //   SigLIP2 / timm (merge == 0): tokens row by row, values (y, x, c).
-// The value is the reference's float arithmetic with IEEE rounding at each step and no fused
-// multiply-add (src/patches/normalize.rs): v = rescale ? float(double(s) * (1/255)) : float(s),
-// then (v - sub[c]) / div[c]. Rows past an image's tokens (padding) get pad[c].
+// A value depends on its sample byte and channel alone: `values[c * 256 + s]`, the 768 values of
+// (channel, byte) computed on the host with the reference's float arithmetic
+// (src/patches/normalize.rs NormalizeConstants::table). Rows past an image's tokens (padding) get
+// pad[c].
 //
-// A value depends on its sample byte and channel alone, so each block first computes the 768
-// values of (channel, byte) into shared memory with that arithmetic, and where value d of a token
+// Each block first copies that table into shared memory and computes where value d of a token
 // lies within its patch (channel, and byte offset from the patch's first sample); then each
 // output element is a gather, a table read and a store. Grid (runs of GF_PATCH_RUN tokens,
 // images): block (r, i) writes rows r * GF_PATCH_RUN .. of image i, its threads on consecutive
@@ -26,11 +26,8 @@ struct GfPatchImage {
     unsigned int grid_w;           // patches across
 };
 
-struct GfPatchNorm {
-    float sub[3];
-    float div[3];
+struct GfPatchPad {
     float pad[3];
-    int rescale;
 };
 
 #define GF_F32 0
@@ -104,7 +101,8 @@ __device__ __forceinline__ void gf_patches(const unsigned char* __restrict__ in,
                                            const GfPatchImage* __restrict__ images,
                                            void* __restrict__ out, unsigned int patch,
                                            unsigned int merge, unsigned int temporal,
-                                           unsigned int dim, double rescale, GfPatchNorm p) {
+                                           unsigned int dim,
+                                           const float* __restrict__ values, GfPatchPad p) {
     __shared__ float s_value[3 * 256];
     __shared__ unsigned int s_place[GF_PATCH_MAX_DIM];
     __shared__ unsigned long long s_corner[GF_PATCH_RUN];
@@ -113,11 +111,7 @@ __device__ __forceinline__ void gf_patches(const unsigned char* __restrict__ in,
     if (k0 >= im.rows) return;
     const unsigned int run = min(im.rows - k0, (unsigned int)GF_PATCH_RUN);
     const bool placed = dim <= GF_PATCH_MAX_DIM;
-    for (unsigned int e = threadIdx.x; e < 3 * 256; e += blockDim.x) {
-        const unsigned int c = e >> 8, s = e & 255u;
-        const float v = p.rescale ? __double2float_rn(__dmul_rn((double)s, rescale)) : (float)s;
-        s_value[e] = __fdiv_rn(__fsub_rn(v, p.sub[c]), p.div[c]);
-    }
+    for (unsigned int e = threadIdx.x; e < 3 * 256; e += blockDim.x) s_value[e] = values[e];
     if (placed) {
         for (unsigned int d = threadIdx.x; d < dim; d += blockDim.x)
             s_place[d] = gf_patch_place(d, patch, merge, temporal, im.width);
@@ -127,8 +121,8 @@ __device__ __forceinline__ void gf_patches(const unsigned char* __restrict__ in,
     __syncthreads();
     const unsigned char* pixels = in + im.offset;
     const size_t first = (size_t)(im.first_row + k0) * dim;
-    const unsigned int values = run * dim;
-    for (unsigned int e = threadIdx.x; e < values; e += blockDim.x) {
+    const unsigned int elements = run * dim;
+    for (unsigned int e = threadIdx.x; e < elements; e += blockDim.x) {
         const unsigned int t = e / dim;
         const unsigned int d = e - t * dim;
         const unsigned int place =
@@ -149,8 +143,8 @@ __device__ __forceinline__ void gf_patches(const unsigned char* __restrict__ in,
     extern "C" __global__ void gpufeed_patches_##NAME(                                        \
         const unsigned char* __restrict__ in, const GfPatchImage* __restrict__ images,        \
         void* __restrict__ out, unsigned int patch, unsigned int merge, unsigned int temporal, \
-        unsigned int dim, double rescale, GfPatchNorm p) {                                    \
-        gf_patches<KIND>(in, images, out, patch, merge, temporal, dim, rescale, p);           \
+        unsigned int dim, const float* __restrict__ values, GfPatchPad p) {                   \
+        gf_patches<KIND>(in, images, out, patch, merge, temporal, dim, values, p);            \
     }
 
 GF_PATCH_ENTRY(f32, GF_F32)

@@ -12,7 +12,7 @@ use super::device::{upload_reusing, Gpu};
 use super::kernel_cache::KernelSource;
 use crate::error::{Error, Result};
 use crate::options::DType;
-use crate::patches::{BatchLayout, Patches, TokenOrder, RESCALE};
+use crate::patches::{BatchLayout, NormalizeConstants, Patches, TokenOrder};
 use crate::tensor::DeviceData;
 
 /// The kernel source, embedded at build time.
@@ -39,18 +39,15 @@ struct GfPatchImage {
 // padding); any bit pattern is a valid value.
 unsafe impl DeviceRepr for GfPatchImage {}
 
-/// `struct GfPatchNorm` of the kernel source.
+/// `struct GfPatchPad` of the kernel source: a padding token's value per channel.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
-struct GfPatchNorm {
-    sub: [f32; 3],
-    div: [f32; 3],
+struct GfPatchPad {
     pad: [f32; 3],
-    rescale: i32,
 }
 
-// SAFETY: `repr(C)`, nine floats and an int, as the kernel's struct; passed by value.
-unsafe impl DeviceRepr for GfPatchNorm {}
+// SAFETY: `repr(C)`, three floats, as the kernel's struct; passed by value.
+unsafe impl DeviceRepr for GfPatchPad {}
 
 /// Where one resized image lies in the input buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,13 +60,16 @@ pub struct PlacedImage {
     pub height: u32,
 }
 
-/// The patch kernel, compiled for one device, with the per-image table it reuses.
+/// The patch kernel, compiled for one device, with the per-image table it reuses and the token
+/// values of (channel, byte) it last uploaded.
 #[derive(Debug)]
 pub struct PatchKernel {
     f32: CudaFunction,
     f16: CudaFunction,
     bf16: CudaFunction,
     table: Option<CudaSlice<GfPatchImage>>,
+    values: Option<CudaSlice<f32>>,
+    values_of: Option<NormalizeConstants>,
 }
 
 impl PatchKernel {
@@ -86,6 +86,8 @@ impl PatchKernel {
             f16: load("gpufeed_patches_f16")?,
             bf16: load("gpufeed_patches_bf16")?,
             table: None,
+            values: None,
+            values_of: None,
         })
     }
 
@@ -130,12 +132,19 @@ impl PatchKernel {
             TokenOrder::Merged { merge, temporal } => (merge, temporal),
             _ => (0, 1),
         };
-        let k = patches.constants();
-        let norm = GfPatchNorm {
-            sub: k.sub,
-            div: k.div,
+        let constants = patches.constants();
+        if self.values_of != Some(constants) {
+            self.values_of = None;
+            let table = constants.table();
+            upload_reusing(stream, table.as_flattened(), &mut self.values)
+                .map_err(|e| Error::cuda("uploading the patch values", e))?;
+            self.values_of = Some(constants);
+        }
+        let Some(values) = &self.values else {
+            return Err(Error::Mismatch("the patch values were not uploaded".into()));
+        };
+        let pad = GfPatchPad {
             pad: patches.pad_values(),
-            rescale: i32::from(k.rescale),
         };
         let (patch, dim) = (patches.patch_size, dim as u32);
         let function = match out.dtype() {
@@ -158,9 +167,10 @@ impl PatchKernel {
             .arg(&merge)
             .arg(&temporal)
             .arg(&dim)
-            .arg(&RESCALE)
-            .arg(&norm);
-        // SAFETY: the arguments match `gpufeed_patches_*`'s parameters in order; block row `i`
+            .arg(values)
+            .arg(&pad);
+        // SAFETY: the arguments match `gpufeed_patches_*`'s parameters in order; `values` holds
+        // the 768 values of (channel, byte) the kernel reads; block row `i`
         // reads image `i` of the table, whose pixels `image_table` checked lie inside `input`
         // (every sample of its grid), and writes rows `first_row .. first_row + rows` of `out`
         // (the blocks of a row past its rows write nothing), inside the `layout.rows * dim`

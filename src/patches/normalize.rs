@@ -11,8 +11,9 @@
 //!   (the product in Python's `float64`), likewise `std'`, then `(float32(x) - mean') / std'`.
 //!
 //! Each comes down to `rescale?(x)` then one `float32` subtraction and one `float32` division
-//! per value ([`NormalizeConstants`]), which the CPU rendition and `kernels/patches.cu` both
-//! compute with IEEE rounding and no fused multiply-add.
+//! per value ([`NormalizeConstants`]), computed here with IEEE rounding and no fused multiply-add
+//! for each of the 768 (channel, byte) pairs ([`NormalizeConstants::table`]): the CPU rendition
+//! reads that table, and `kernels/patches.cu` reads it uploaded.
 
 use crate::options::Arithmetic;
 
