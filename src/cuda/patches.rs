@@ -68,7 +68,9 @@ pub struct PatchKernel {
     f16: CudaFunction,
     bf16: CudaFunction,
     table: Option<CudaSlice<GfPatchImage>>,
-    values: Option<CudaSlice<f32>>,
+    /// The kernel's 768 values of (channel, byte), `values[c * 256 + s]`...
+    values: CudaSlice<f32>,
+    /// ...of these constants (`None` until uploaded).
     values_of: Option<NormalizeConstants>,
 }
 
@@ -86,7 +88,9 @@ impl PatchKernel {
             f16: load("gpufeed_patches_f16")?,
             bf16: load("gpufeed_patches_bf16")?,
             table: None,
-            values: None,
+            values: stream
+                .alloc_zeros::<f32>(3 * 256)
+                .map_err(|e| Error::cuda("allocating the patch values", e))?,
             values_of: None,
         })
     }
@@ -135,14 +139,11 @@ impl PatchKernel {
         let constants = patches.constants();
         if self.values_of != Some(constants) {
             self.values_of = None;
-            let table = constants.table();
-            upload_reusing(stream, table.as_flattened(), &mut self.values)
+            stream
+                .memcpy_htod(constants.table().as_flattened(), &mut self.values)
                 .map_err(|e| Error::cuda("uploading the patch values", e))?;
             self.values_of = Some(constants);
         }
-        let Some(values) = &self.values else {
-            return Err(Error::Mismatch("the patch values were not uploaded".into()));
-        };
         let pad = GfPatchPad {
             pad: patches.pad_values(),
         };
@@ -167,14 +168,14 @@ impl PatchKernel {
             .arg(&merge)
             .arg(&temporal)
             .arg(&dim)
-            .arg(values)
+            .arg(&self.values)
             .arg(&pad);
         // SAFETY: the arguments match `gpufeed_patches_*`'s parameters in order; `values` holds
-        // the 768 values of (channel, byte) the kernel reads; block row `i`
-        // reads image `i` of the table, whose pixels `image_table` checked lie inside `input`
-        // (every sample of its grid), and writes rows `first_row .. first_row + rows` of `out`
-        // (the blocks of a row past its rows write nothing), inside the `layout.rows * dim`
-        // values checked above; the output element type is the entry point's.
+        // the 768 values of (channel, byte) the kernel reads; block row `i` reads image `i` of
+        // the table, whose pixels `image_table` checked lie inside `input` (every sample of its
+        // grid), and writes rows `first_row .. first_row + rows` of `out` (the blocks of a row
+        // past its rows write nothing), inside the `layout.rows * dim` values checked above; the
+        // output element type is the entry point's.
         unsafe { b.launch(config) }
             .map(|_| ())
             .map_err(|e| Error::cuda("launching the patch kernel", e))
