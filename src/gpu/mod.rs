@@ -82,9 +82,14 @@ pub(crate) use work::{LaneOutput, LaneResult, LaneWork, MAX_SPAN};
 /// (measured on the H100 machine: decoded in one call with colour images, some came out wrong).
 const GRAY_ON_THE_GPU: bool = true;
 
-/// Host threads that read, screen and plan the lane's images for the submitting threads (about
-/// 50 µs an image), so that those do nothing but decode, convert and resize.
-const PREPARING_THREADS: usize = 3;
+/// Host threads that read, screen and plan the lane's images for the submitting threads (80-100
+/// µs an image on the H200 machine, half of it the resize coefficients), so that those do
+/// nothing but decode, convert and resize. With three they were 2.6-2.9 of 3 busy and set the
+/// lane's pace; measured on the H200 machine (16 cores, 8,192 ImageNet-sized files, 5 epochs from
+/// process start, in turn on one start, three rounds): three 33,400-36,500 images/s, five
+/// 39,500-39,800, seven 33,300-36,200, nine 23,100-31,300; with Qwen2-VL's patches
+/// (`max_pixels` 50,176) 30,000-30,700, 32,800-33,200, 28,600-33,700 and 22,900-26,900.
+const PREPARING_THREADS: usize = 5;
 
 /// Host threads that submit calls to the assisted path ([`assisted`]), each with its own decoder
 /// and stream: each waits for its call's entropy decode before the resize, so several keep the

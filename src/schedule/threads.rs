@@ -9,17 +9,17 @@ pub(crate) const CORES_FOR_THE_GPU_LANE: usize = 2;
 
 /// The GPU lane's host threads: its preparing threads, its assisted path's submitting threads
 /// and its engines' (the GPU lane checks at build time that its own counts add up to this).
-pub(crate) const GPU_LANE_HOST_THREADS: usize = 9;
+pub(crate) const GPU_LANE_HOST_THREADS: usize = 11;
 
 /// Preparing threads the GPU lane adds in a pipeline of views, where it plans about ten resizes
-/// an image on the host (about 150 µs an image for DINOv2's, against 35 µs for one crop).
-/// Measured on the H200 machine (16 cores, 8,192 ImageNet-sized files, `dinov2`): from process
-/// start over 5 epochs, in turn on one start, 6,471 images/s with the lane's 3 (the GPU's cores
-/// 60% busy) and 15,895 with 3 more (89% busy); `cargo bench --bench views`, in turn on a later
-/// start, two rounds: 3 more 15,023 and 15,032, 5 more 16,573 and 16,184; on another, 5 more
-/// 14,774 and 15,798, 7 more 14,622 and 15,956 (the GPU's cores, not the planning, then set
-/// the pace).
-pub(crate) const VIEWS_EXTRA_PREPARING_THREADS: usize = 5;
+/// an image on the host (about 150 µs an image for DINOv2's, against 35 µs for one crop): eight
+/// in all. Measured on the H200 machine (16 cores, 8,192 ImageNet-sized files, `dinov2`), when
+/// the lane had 3 of its own: from process start over 5 epochs, in turn on one start, 6,471
+/// images/s with the lane's 3 (the GPU's cores 60% busy) and 15,895 with 3 more (89% busy);
+/// `cargo bench --bench views`, in turn on a later start, two rounds: 3 more 15,023 and 15,032,
+/// 5 more 16,573 and 16,184; on another, 5 more 14,774 and 15,798, 7 more 14,622 and 15,956
+/// (the GPU's cores, not the planning, then set the pace).
+pub(crate) const VIEWS_EXTRA_PREPARING_THREADS: usize = 3;
 
 /// The scheduling priority a lane's threads run at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,11 +75,11 @@ mod tests {
         assert_eq!(cpu_threads_beside(16, (3.0, 0.0), 12, LANE), 12);
         assert_eq!(cpu_threads_beside(4, (9.0, 0.0), 4, LANE), 1);
         // A share following the rates: the lane's part of its cores where that is more.
-        assert_eq!(gpu_lane_cores(LANE), 10);
-        assert_eq!(cpu_threads_beside(16, (6.6, 0.9), 16, LANE), 7);
-        assert_eq!(cpu_threads_beside(16, (6.6, 1.0), 16, LANE), 6);
+        assert_eq!(gpu_lane_cores(LANE), 12);
+        assert_eq!(cpu_threads_beside(16, (6.6, 0.9), 16, LANE), 5);
+        assert_eq!(cpu_threads_beside(16, (6.6, 1.0), 16, LANE), 4);
         assert_eq!(cpu_threads_beside(16, (6.6, 0.5), 16, LANE), 9);
-        assert_eq!(cpu_threads_beside(64, (6.6, 1.0), 64, LANE), 54);
+        assert_eq!(cpu_threads_beside(64, (6.6, 1.0), 64, LANE), 52);
         assert_eq!(cpu_threads_beside(16, (0.2, 0.04), 16, LANE), 16);
         assert_eq!(cpu_threads_beside(8, (6.6, 1.0), 8, LANE), 1);
         // A lane of views, with more preparing threads: its part is more.
