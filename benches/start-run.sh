@@ -6,7 +6,8 @@
 # it is importable. Run on the GPU machine from the repository root (carry .gpu). BASE_ENV
 # (default empty) is put before the base binary's runs. STEPS (default "large imagenet cold"),
 # ROUNDS (default 2), BATCHES (default "256 32"), IMAGENET_EPOCHS (default 3), SETS (the large
-# photo sets, default "baseline mix"; see benches/large-run.sh), OUTPUT_EPOCHS (default 5).
+# photo sets, default "baseline mix"; see benches/large-run.sh), OUTPUT_EPOCHS (default 5),
+# OUTPUT_ARGS (default empty: added to every run of the outputs step, e.g. "--gpu-share 1").
 #   large     benches/make-large.py's two sets, 2,048 entries an epoch, 3 epochs: the default
 #             mode, this build and the build before; the GPU lane alone (--gpu-share 1) once
 #   imagenet  8,192 make-corpus files, IMAGENET_EPOCHS epochs: the default mode and hybrid with a
@@ -82,8 +83,8 @@ if want outputs; then
     for output in "fixed crop:" "Qwen2-VL:--patches qwen2-vl --max-pixels 50176" "training:--train" \
       "DINOv2 views:--views dinov2"; do
       IFS=: read -r label args <<<"$output"
-      base run /tmp/c8k --json --epochs $n $args | summary "before, $label" | head -1
-      $new run /tmp/c8k --json --epochs $n $args | summary "this,   $label" | head -1
+      base run /tmp/c8k --json --epochs $n $args ${OUTPUT_ARGS:-} | summary "before, $label" | head -1
+      $new run /tmp/c8k --json --epochs $n $args ${OUTPUT_ARGS:-} | summary "this,   $label" | head -1
     done
   done
 fi
