@@ -82,9 +82,9 @@ pub(crate) use work::{LaneOutput, LaneResult, LaneWork, MAX_SPAN};
 /// (measured on the H100 machine: decoded in one call with colour images, some came out wrong).
 const GRAY_ON_THE_GPU: bool = true;
 
-/// Host threads that read, screen and plan the lane's images for the submitting threads (80-100
-/// µs an image on the H200 machine, half of it the resize coefficients), so that those do
-/// nothing but decode, convert and resize. With three they were 2.6-2.9 of 3 busy and set the
+/// Host threads that read, screen and plan the lane's images for the submitting threads (80-110
+/// µs an image on the H200 machine, a third to a half of it the resize coefficients), so that
+/// those do nothing but decode, convert and resize. With three they were 2.6-2.9 of 3 busy and set the
 /// lane's pace; measured on the H200 machine (16 cores, 8,192 ImageNet-sized files, 5 epochs from
 /// process start, in turn on one start, three rounds): three 33,400-36,500 images/s, five
 /// 39,500-39,800, seven 33,300-36,200, nine 23,100-31,300; with Qwen2-VL's patches
