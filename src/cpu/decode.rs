@@ -158,7 +158,10 @@ pub(crate) fn decode_whole(
     }
     if d.channels == 1 {
         let gray = pixels;
-        pixels = gray[..w * h].iter().flat_map(|&v| [v, v, v]).collect();
+        pixels = vec![0; w * h * 3];
+        for (px, &v) in pixels.chunks_exact_mut(3).zip(&gray[..w * h]) {
+            px.fill(v);
+        }
     } else {
         pixels.truncate(w * h * 3);
     }

@@ -14,7 +14,7 @@ use crate::random::Draws;
 
 use super::ahead::{Ahead, Key};
 use super::device::{detection_output, segmentation_output, DeviceTargetBatch, TargetUpload};
-use super::layout::Layout;
+use super::layout::{Layout, LayoutScratch};
 use super::transform;
 use super::{JointOp, Sample, TargetRecipe, TargetSource};
 
@@ -705,6 +705,13 @@ pub(super) fn make_batch(
     }
 }
 
+thread_local! {
+    /// Each pool thread's layout buffers, kept from batch to batch (at most the largest row's
+    /// resampled window and intermediate).
+    static LAYOUT_SCRATCH: std::cell::RefCell<LayoutScratch> =
+        std::cell::RefCell::new(LayoutScratch::default());
+}
+
 /// Lays `rows` out in `batch`: padded images, packed targets, masks; the rows' pixels and
 /// masks written on the rayon pool, each straight into its place.
 fn collate(
@@ -773,8 +780,9 @@ fn collate(
         .zip(batch.images.par_chunks_mut((plane * 3).max(1)))
         .zip(mask_parts.into_par_iter())
         .zip(semantic_parts.into_par_iter())
-        .map_init(Vec::new, |scratch, (((row, image), masks), sem)| {
-            lay_out(row, image, masks, sem, wu, pad_fill, scratch)
+        .map(|(((row, image), masks), sem)| {
+            LAYOUT_SCRATCH
+                .with_borrow_mut(|scratch| lay_out(row, image, masks, sem, wu, pad_fill, scratch))
         })
         .collect();
     // The first row's error, whichever thread met an error first.
@@ -789,7 +797,7 @@ fn lay_out(
     semantic: Option<&mut [u8]>,
     columns: usize,
     pad_fill: u8,
-    scratch: &mut Vec<u8>,
+    scratch: &mut LayoutScratch,
 ) -> Result<(), ItemError> {
     let s = &row.sample;
     row.layout

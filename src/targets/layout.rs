@@ -126,19 +126,51 @@ impl Layout {
         (lo as u32, (hi - lo + 1).max(0) as u32)
     }
 
+    /// Whether the output is one stretch of the resized image, `[x0, x0 + xn)` x `[y0, y0 + yn)`,
+    /// with no padding, its columns ascending (`Some(false)`) or mirrored (`Some(true)`).
+    fn straight(&self, (x0, xn): (u32, u32), (y0, yn): (u32, u32)) -> Option<bool> {
+        let (x0, y0) = (x0 as i32, y0 as i32);
+        let rows = self.ys.len() == yn as usize
+            && self.ys.iter().enumerate().all(|(i, &v)| v == y0 + i as i32);
+        if !rows || self.xs.len() != xn as usize {
+            return None;
+        }
+        let last = x0 + xn as i32 - 1;
+        if self.xs.iter().enumerate().all(|(i, &v)| v == x0 + i as i32) {
+            Some(false)
+        } else if self
+            .xs
+            .iter()
+            .enumerate()
+            .all(|(i, &v)| v == last - i as i32)
+        {
+            Some(true)
+        } else {
+            None
+        }
+    }
+
     /// Writes the sample's image into `slot` (`rows` x `columns` x 3, row-major): the mapped
-    /// output, then `pad` beyond it. `scratch` holds the resampled window between calls.
+    /// output, then `pad` beyond it. A resized output that is one stretch of the resized image
+    /// (a resize, a crop inside it, a flip) is resampled straight into the slot; otherwise the
+    /// kept window is resampled into `scratch` and copied from there.
     pub(crate) fn image_into(
         &self,
         sample: &Sample,
         slot: &mut [u8],
         columns: usize,
         pad: u8,
-        scratch: &mut Vec<u8>,
+        scratch: &mut LayoutScratch,
     ) -> Result<(), String> {
         let (sh, sw) = self.source;
         let (x0, xn) = Layout::window(&self.xs);
         let (y0, yn) = Layout::window(&self.ys);
+        let source = HostImage {
+            pixels: &sample.pixels,
+            width: sw,
+            height: sh,
+            channels: 3,
+        };
         let (pixels, stride) = match self.resize {
             Some((rh, rw)) if xn > 0 && yn > 0 => {
                 let axis = |src: u32, resized: u32, first: u32, len: u32| AxisPlan {
@@ -156,29 +188,45 @@ impl Layout {
                     PassOrder::default(),
                 )
                 .map_err(|e| e.to_string())?;
-                let mut window = std::mem::take(scratch);
-                window.clear();
-                window.resize(xn as usize * yn as usize * 3, 0);
-                let mut work = Vec::new();
+                let row_bytes = columns * 3;
+                if let Some(mirrored) = self.straight((x0, xn), (y0, yn)) {
+                    let rows = slot.len().checked_div(row_bytes).unwrap_or(0);
+                    plan.resample_into(
+                        &source,
+                        pad,
+                        &mut Slot {
+                            bytes: slot,
+                            width: columns as u32,
+                            height: rows as u32,
+                        },
+                        Kernels::detect(),
+                        &mut scratch.work,
+                    )
+                    .map_err(|e| e.to_string())?;
+                    if mirrored {
+                        for row in slot.chunks_exact_mut(row_bytes).take(yn as usize) {
+                            mirror_pixels(&mut row[..xn as usize * 3]);
+                        }
+                    }
+                    return Ok(());
+                }
+                let len = xn as usize * yn as usize * 3;
+                if scratch.window.len() < len {
+                    scratch.window.resize(len, 0);
+                }
                 plan.resample_into(
-                    &HostImage {
-                        pixels: &sample.pixels,
-                        width: sw,
-                        height: sh,
-                        channels: 3,
-                    },
+                    &source,
                     0,
                     &mut Slot {
-                        bytes: &mut window,
+                        bytes: &mut scratch.window[..len],
                         width: xn,
                         height: yn,
                     },
                     Kernels::detect(),
-                    &mut work,
+                    &mut scratch.work,
                 )
                 .map_err(|e| e.to_string())?;
-                *scratch = window;
-                (&scratch[..], xn as usize)
+                (&scratch.window[..len], xn as usize)
             }
             _ => (&sample.pixels[..], sw as usize),
         };
@@ -186,7 +234,7 @@ impl Layout {
             Some(_) => (x0 as i32, y0 as i32),
             None => (0, 0),
         };
-        let fills: Vec<[u8; 3]> = self.fills.iter().map(|f| f.0).collect();
+        let runs = runs(&self.xs);
         let row_bytes = columns * 3;
         let out_w = self.xs.len();
         for (y, row) in slot.chunks_exact_mut(row_bytes).enumerate() {
@@ -198,12 +246,31 @@ impl Layout {
             rest.fill(pad);
             if sy < 0 {
                 for (px, &sx) in visible.chunks_exact_mut(3).zip(&self.xs) {
-                    px.copy_from_slice(&fills[(-sy.min(sx)) as usize - 1]);
+                    px.copy_from_slice(&self.fills[(-sy.min(sx)) as usize - 1].0);
                 }
                 continue;
             }
             let src = &pixels[(sy - wy) as usize * stride * 3..];
-            copy_runs(visible, &self.xs, wx, src, |g| fills[g - 1]);
+            for run in &runs {
+                let dst = &mut visible[run.dst * 3..(run.dst + run.len) * 3];
+                match run.kind {
+                    RunKind::Fill(g) => {
+                        let fill = self.fills[g - 1].0;
+                        for px in dst.chunks_exact_mut(3) {
+                            px.copy_from_slice(&fill);
+                        }
+                    }
+                    RunKind::Ascending(v) => {
+                        let s = (v - wx) as usize * 3;
+                        dst.copy_from_slice(&src[s..s + run.len * 3]);
+                    }
+                    RunKind::Descending(v) => {
+                        let s = (v - wx) as usize * 3 + 3 - run.len * 3;
+                        dst.copy_from_slice(&src[s..s + run.len * 3]);
+                        mirror_pixels(dst);
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -302,37 +369,124 @@ fn middle(map: &[i32]) -> (usize, usize) {
     (first, end)
 }
 
-/// Fills `dst` (one output row of `px`-byte pixels) from `src` (one source row) at the indices
-/// `xs` less `offset`, ascending runs copied whole; padding `-g` takes `fill(g)`.
-fn copy_runs<const N: usize>(
-    dst: &mut [u8],
-    xs: &[i32],
-    offset: i32,
-    src: &[u8],
-    fill: impl Fn(usize) -> [u8; N],
-) {
-    let px = N;
-    let mut x = 0;
-    while x < xs.len() {
-        let v = xs[x];
-        if v < 0 {
-            dst[x * px..(x + 1) * px].copy_from_slice(&fill((-v) as usize));
-            x += 1;
-            continue;
-        }
-        let mut end = x + 1;
-        while end < xs.len() && xs[end] == v + (end - x) as i32 {
-            end += 1;
-        }
-        let s = (v - offset) as usize * px;
-        if end - x > 8 {
-            dst[x * px..end * px].copy_from_slice(&src[s..s + (end - x) * px]);
-        } else {
-            for k in 0..end - x {
-                let one: [u8; N] = src[s + k * N..s + (k + 1) * N].try_into().unwrap_or([0; N]);
-                dst[(x + k) * N..(x + k + 1) * N].copy_from_slice(&one);
+/// What a run of output columns holds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum RunKind {
+    /// The fill of pad call `g` (`1` the first).
+    Fill(usize),
+    /// Source columns ascending from this one.
+    Ascending(i32),
+    /// Source columns descending from this one.
+    Descending(i32),
+}
+
+/// A stretch of output columns: `len` of them from `dst`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Run {
+    dst: usize,
+    len: usize,
+    kind: RunKind,
+}
+
+/// An axis map cut into runs (one pad call's fill, or consecutive source columns either way),
+/// found once for all the rows an image's map serves.
+fn runs(map: &[i32]) -> Vec<Run> {
+    let mut out: Vec<Run> = Vec::new();
+    for (x, &v) in map.iter().enumerate() {
+        if let Some(last) = out.last_mut() {
+            let len = last.len as i32;
+            let next = match last.kind {
+                RunKind::Fill(g) if v == -(g as i32) => Some(last.kind),
+                RunKind::Ascending(first) if v >= 0 && v == first + len => Some(last.kind),
+                // A one-column run turns descending when the next column is the one before it.
+                RunKind::Ascending(first) if v >= 0 && len == 1 && v == first - 1 => {
+                    Some(RunKind::Descending(first))
+                }
+                RunKind::Descending(first) if v >= 0 && v == first - len => Some(last.kind),
+                _ => None,
+            };
+            if let Some(kind) = next {
+                last.kind = kind;
+                last.len += 1;
+                continue;
             }
         }
-        x = end;
+        let kind = if v < 0 {
+            RunKind::Fill((-v) as usize)
+        } else {
+            RunKind::Ascending(v)
+        };
+        out.push(Run {
+            dst: x,
+            len: 1,
+            kind,
+        });
+    }
+    out
+}
+
+/// Reverses the order of the 3-byte pixels of `row`.
+fn mirror_pixels(row: &mut [u8]) {
+    row.reverse();
+    for px in row.chunks_exact_mut(3) {
+        px.swap(0, 2);
+    }
+}
+
+/// Buffers [`Layout::image_into`] reuses from row to row: the resampled window and the
+/// resampling's intermediate.
+#[derive(Debug, Default)]
+pub(crate) struct LayoutScratch {
+    window: Vec<u8>,
+    work: Vec<u8>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(dst: usize, len: usize, kind: RunKind) -> Run {
+        Run { dst, len, kind }
+    }
+
+    #[test]
+    fn maps_cut_into_fills_and_runs_either_way() {
+        use RunKind::*;
+        // Pad call 1, four columns up, pad call 2.
+        assert_eq!(
+            runs(&[-1, -1, 5, 6, 7, 8, -2]),
+            [
+                run(0, 2, Fill(1)),
+                run(2, 4, Ascending(5)),
+                run(6, 1, Fill(2))
+            ]
+        );
+        // A flip: one descending run; a lone column stays ascending.
+        assert_eq!(
+            runs(&[9, 8, 7, 3]),
+            [run(0, 3, Descending(9)), run(3, 1, Ascending(3))]
+        );
+        // A jump ends a run; a turn after two columns starts another.
+        assert_eq!(
+            runs(&[0, 1, 0, 4, 3]),
+            [
+                run(0, 2, Ascending(0)),
+                run(2, 1, Ascending(0)),
+                run(3, 2, Descending(4))
+            ]
+        );
+        // Column 0 does not continue into pad call 1 (-1) descending.
+        assert_eq!(
+            runs(&[1, 0, -1]),
+            [run(0, 2, Descending(1)), run(2, 1, Fill(1))]
+        );
+        assert!(runs(&[]).is_empty());
+    }
+
+    #[test]
+    fn mirrored_pixels_keep_their_channels() {
+        let mut row = [1, 2, 3, 4, 5, 6, 7, 8, 9];
+        mirror_pixels(&mut row);
+        assert_eq!(row, [7, 8, 9, 4, 5, 6, 1, 2, 3]);
     }
 }

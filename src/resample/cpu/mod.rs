@@ -17,7 +17,7 @@ mod portable;
 
 use super::coefficients::AxisCoefficients;
 use super::image::ImagePlan;
-use super::plan::{Axis, PlanError};
+use super::plan::{Axis, AxisPlan, PlanError};
 
 /// The instruction sets the passes can run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -201,9 +201,7 @@ pub(crate) fn resample_into(
     let (x, y) = (&plan.x, &plan.y);
     x.check(Axis::X, source.width, slot.width)?;
     y.check(Axis::Y, source.height, slot.height)?;
-    if x.out_len != slot.width || y.out_len != slot.height {
-        slot.bytes.fill(pad);
-    }
+    pad_outside(slot, x, y, pad);
     let c = channels as usize;
     let pitch = source.width as usize * c;
     // The source region starts at its top-left sample; the coefficients count from there.
@@ -321,6 +319,23 @@ pub(crate) fn resample_into(
         }
     }
     Ok(())
+}
+
+/// Fills with `pad` every byte of `slot` outside the kept outputs' rectangle (`x` and `y`
+/// checked against it); the passes write every byte inside it.
+fn pad_outside(slot: &mut Slot, x: &AxisPlan, y: &AxisPlan, pad: u8) {
+    let pitch = slot.width as usize * 3;
+    let (top, rows) = (y.dst_offset as usize, y.out_len as usize);
+    let left = (x.dst_offset as usize * 3).min(pitch);
+    let right = (left + x.out_len as usize * 3).min(pitch);
+    for (r, row) in slot.bytes.chunks_exact_mut(pitch.max(1)).enumerate() {
+        if r < top || r >= top + rows {
+            row.fill(pad);
+        } else {
+            row[..left].fill(pad);
+            row[right..].fill(pad);
+        }
+    }
 }
 
 /// Runs `bands` (each a band's work), the first on the calling thread and the others on
