@@ -35,7 +35,8 @@ use crate::to_py_err;
 /// ``[objects, H, W]``, row ``i``'s objects from ``targets[i]["mask_offset"]``) and
 /// ``semantic`` (uint8 ``[N, H, W]``, padding 255), each a ``gpufeed.Tensor`` or ``None``.
 ///
-/// ``prefetch`` batches (default 3) are made ahead on gpufeed's threads while one is used
+/// ``prefetch`` batches (by default six rows for each of gpufeed's threads, at least 3
+/// batches) are made ahead on gpufeed's threads while one is used
 /// (``0``: each made when asked for); the batches are the same whatever it is.
 #[pyclass(module = "gpufeed", frozen)]
 pub struct TargetLoader {
@@ -79,7 +80,7 @@ impl TargetLoader {
     #[pyo3(signature = (images, *, coco=None, masks=None, webdataset=None, recipe="none", seed=0, batch_size=8,
                         shuffle=false, size_divisible=32, rank=0, world=1, device=None,
                         dtype=None, mean=None, std=None,
-                        prefetch=gpufeed::targets::DEFAULT_PREFETCH))]
+                        prefetch=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         images: std::path::PathBuf,
@@ -97,7 +98,7 @@ impl TargetLoader {
         dtype: Option<String>,
         mean: Option<[f32; 3]>,
         std: Option<[f32; 3]>,
-        prefetch: usize,
+        prefetch: Option<usize>,
     ) -> PyResult<TargetLoader> {
         let recipe = TargetRecipe::parse(recipe).ok_or_else(|| {
             PyValueError::new_err(format!(
@@ -119,14 +120,16 @@ impl TargetLoader {
             }
         }
         .map_err(to_py_err)?;
-        let loader = gpufeed::targets::TargetLoader::new(source)
+        let mut loader = gpufeed::targets::TargetLoader::new(source)
             .recipe(recipe)
             .seed(seed)
             .shuffle(shuffle)
             .batch_size(batch_size)
             .size_divisible(size_divisible)
-            .shard(rank, world)
-            .prefetch(prefetch);
+            .shard(rank, world);
+        if let Some(n) = prefetch {
+            loader = loader.prefetch(n);
+        }
         let device: gpufeed::Device = match device.as_deref() {
             None => gpufeed::Device::Cpu,
             Some(name) => name

@@ -12,7 +12,7 @@ use crate::error::ItemError;
 use crate::options::{DecodeOptions, Device, OutputOptions};
 use crate::random::Draws;
 
-use super::ahead::{Ahead, Key};
+use super::ahead::{Ahead, AheadPolicy, Key};
 use super::device::{detection_output, segmentation_output, DeviceTargetBatch, TargetUpload};
 use super::layout::{Layout, LayoutScratch};
 use super::transform;
@@ -20,9 +20,6 @@ use super::{JointOp, Sample, TargetRecipe, TargetSource};
 
 /// Keeps the order's stream apart from the recipes'.
 const ORDER_SALT: u64 = 0xA54F_F53A_5F1D_36F1;
-
-/// Batches made ahead by default ([`TargetLoader::prefetch`]).
-pub const DEFAULT_PREFETCH: usize = 3;
 
 /// How a row's output coordinates map back to its original image: `x_out = ax * x + bx`,
 /// `y_out = ay * y + by` (a negative `ax` after a flip).
@@ -273,7 +270,8 @@ pub struct TargetLoader {
     order: Vec<usize>,
     position: usize,
     report: TargetReport,
-    prefetch: usize,
+    /// Batches made ahead; `None`: [`AheadPolicy::batches`] for the pool and the batch size.
+    prefetch: Option<usize>,
     ahead: Ahead,
     device: Device,
     output: Option<OutputOptions>,
@@ -298,7 +296,7 @@ impl TargetLoader {
             order: Vec::new(),
             position: 0,
             report: TargetReport::default(),
-            prefetch: DEFAULT_PREFETCH,
+            prefetch: None,
             ahead: Ahead::default(),
             device: Device::Cpu,
             output: None,
@@ -351,16 +349,15 @@ impl TargetLoader {
         self
     }
 
-    /// Batches made ahead while the caller uses the one it has (default
-    /// [`DEFAULT_PREFETCH`]): their rows are loaded and transformed on the rayon pool, each batch
-    /// is laid out as soon as its last row is made, so no thread waits for a batch's slowest row
-    /// and the caller's own work (an upload, a step) overlaps the next batches'. They hold up to
-    /// `n` batches' samples and buffers. 0: a batch is made when it is asked for. The batches
-    /// are the same whatever `n` and the thread count; the work ahead stays within the epoch,
-    /// and changing an option or the position drops it. A batch size times `n` of at least
-    /// twice the pool's threads keeps every thread busy.
+    /// Batches made ahead while the caller uses the one it has (by default enough for every
+    /// thread of the pool, [`AheadPolicy`]): their rows are loaded and transformed on the rayon
+    /// pool, each batch is laid out as soon as its last row is made, so no thread waits for a
+    /// batch's slowest row and the caller's own work (an upload, a step) overlaps the next
+    /// batches'. They hold up to `n` batches' samples and buffers. 0: a batch is made when it is
+    /// asked for. The batches are the same whatever `n` and the thread count; the work ahead
+    /// stays within the epoch, and changing an option or the position drops it.
     pub fn prefetch(mut self, n: usize) -> TargetLoader {
-        self.prefetch = n;
+        self.prefetch = Some(n);
         self.ahead.clear();
         self
     }
@@ -440,10 +437,11 @@ impl TargetLoader {
         if !self.ahead.front_is(&self.key(self.position, end)) {
             self.ahead.clear();
         }
-        self.fill(self.prefetch.max(1));
+        let ahead = self.batches_ahead();
+        self.fill(ahead.max(1));
         let outcome = self.ahead.take()?;
         self.position = end;
-        self.fill(self.prefetch);
+        self.fill(ahead);
         match outcome {
             Ok(made) => Some(self.hand_out(made)),
             Err(panic) => std::panic::resume_unwind(panic),
@@ -559,7 +557,7 @@ impl TargetLoader {
                         masks,
                         semantic,
                     };
-                    self.ahead.recycle(spare, self.prefetch + 1);
+                    self.ahead.recycle(spare, self.batches_ahead() + 1);
                     device
                 }),
         )
@@ -573,7 +571,13 @@ impl TargetLoader {
             masks: batch.masks,
             semantic: batch.semantic,
         };
-        self.ahead.recycle(spare, self.prefetch + 1);
+        self.ahead.recycle(spare, self.batches_ahead() + 1);
+    }
+
+    /// Batches made ahead: the number given to [`TargetLoader::prefetch`], else the policy's.
+    pub fn batches_ahead(&self) -> usize {
+        self.prefetch
+            .unwrap_or_else(|| AheadPolicy::batches(rayon::current_num_threads(), self.batch_size))
     }
 }
 

@@ -21,7 +21,7 @@ mod sample_json;
 mod source;
 mod transform;
 
-pub use batch::{BoxFormat, Inverse, TargetBatch, TargetLoader, TargetReport, DEFAULT_PREFETCH};
+pub use batch::{BoxFormat, Inverse, TargetBatch, TargetLoader, TargetReport};
 pub use coco::{Category, Coco, CocoError, CocoImage, CocoReport};
 pub use device::{detection_output, segmentation_output, DeviceTargetBatch};
 pub use mask::{MaskError, Rle};

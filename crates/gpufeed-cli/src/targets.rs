@@ -58,9 +58,10 @@ pub struct TargetArgs {
     /// Pad each batch's images to a multiple of N.
     #[arg(long, default_value_t = 32)]
     size_divisible: u32,
-    /// Batches made ahead while one is used (0: each made when asked for).
-    #[arg(long, value_name = "N", default_value_t = gpufeed::targets::DEFAULT_PREFETCH)]
-    prefetch: usize,
+    /// Batches made ahead while one is used (0: each made when asked for) [default: six rows
+    /// for each thread, at least 3 batches].
+    #[arg(long, value_name = "N")]
+    prefetch: Option<usize>,
     /// This process's part: RANK/WORLD.
     #[arg(long, value_parser = parse_shard)]
     shard: Option<(usize, usize)>,
@@ -138,8 +139,10 @@ pub fn run(args: &TargetArgs) -> Result<()> {
         .shuffle(args.shuffle)
         .batch_size(args.batch_size)
         .size_divisible(args.size_divisible)
-        .shard(rank, world)
-        .prefetch(args.prefetch);
+        .shard(rank, world);
+    if let Some(n) = args.prefetch {
+        loader = loader.prefetch(n);
+    }
     let mut lines = match &args.save {
         Some(dir) => {
             std::fs::create_dir_all(dir)
