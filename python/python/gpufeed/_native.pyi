@@ -317,7 +317,8 @@ class TargetLoader:
     labels int64, iscrowd, masks or semantic uint8, keypoints, size, index, id, ops, inverse).
     With device="cuda:0": (images, targets, masks), images a gpufeed.Tensor [N, 3, H, W] normalized
     on the GPU (dtype, mean, std), masks {"instance": Tensor or None, "semantic": Tensor or None}.
-    prefetch batches (default 3) are made ahead while one is used (0: each made when asked for)."""
+    prefetch batches (by default six rows for each of gpufeed's threads, at least 3) are made
+    ahead while one is used (0: each made when asked for)."""
     def __init__(
         self,
         images: Union[str, os.PathLike[str]],
@@ -336,7 +337,7 @@ class TargetLoader:
         dtype: Optional[str] = None,
         mean: Optional[Tuple[float, float, float]] = None,
         std: Optional[Tuple[float, float, float]] = None,
-        prefetch: int = 3,
+        prefetch: Optional[int] = None,
     ) -> None: ...
     def __iter__(self) -> "TargetLoader": ...
     def __next__(self) -> Tuple[Any, ...]: ...
