@@ -26,7 +26,8 @@ use super::{TargetRecipe, TargetSource};
 /// ImageNet-sized JPEGs with their masks and objects, batch 16, 3 epochs, two rounds in turn):
 /// 3 batches (3 rows a thread) against 6 (6 a thread) and 12: segmentation `eval` 3,532-3,987,
 /// 3,860-4,446 and 3,997-4,520 images/s; `train` 4,240-4,974, 4,433-5,386 and 4,792-5,555;
-/// detection `lsj` 1,481-1,556, 1,656-1,663 and 1,698-1,759.
+/// detection `lsj` 1,481-1,556, 1,656-1,663 and 1,698-1,759. The rows' samples are held until
+/// their batch is laid out, so the default's memory grows with the pool (`docs/targets.md`).
 pub(crate) struct AheadPolicy;
 
 impl AheadPolicy {
