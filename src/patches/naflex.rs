@@ -11,7 +11,7 @@
 //!   `crop_h = round(sqrt(area / aspect))`, `crop_w = round(sqrt(area * aspect))` (Python's
 //!   round), kept if it fits, at `randint(0, H - crop_h)`, `randint(0, W - crop_w)`; else the
 //!   centre fallback with the ratio clamped; then the crop's size for the sequence length
-//!   ([`draw_crop`]). The crop is cut, then resized (`F.resized_crop` on a PIL image: Pillow's
+//!   (`draw_crop`). The crop is cut, then resized (`F.resized_crop` on a PIL image: Pillow's
 //!   resize, which the resampler reproduces bit for bit);
 //! - `RandomHorizontalFlip`: `torch.rand(1) < p`, after the crop;
 //! - `calculate_naflex_batch_size`: `floor(tokens_per_batch / seq_len / divisor) * divisor`,

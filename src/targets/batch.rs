@@ -349,8 +349,8 @@ impl TargetLoader {
         self
     }
 
-    /// Batches made ahead while the caller uses the one it has (by default enough for every
-    /// thread of the pool, [`AheadPolicy`]): their rows are loaded and transformed on the rayon
+    /// Batches made ahead while the caller uses the one it has (by default enough for six rows
+    /// for each thread of the pool, at least three batches): their rows are loaded and transformed on the rayon
     /// pool, each batch is laid out as soon as its last row is made, so no thread waits for a
     /// batch's slowest row and the caller's own work (an upload, a step) overlaps the next
     /// batches'. They hold up to `n` batches' samples and buffers. 0: a batch is made when it is
