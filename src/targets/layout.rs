@@ -171,6 +171,7 @@ impl Layout {
             height: sh,
             channels: 3,
         };
+        let row_bytes = columns * 3;
         let (pixels, stride) = match self.resize {
             Some((rh, rw)) if xn > 0 && yn > 0 => {
                 let axis = |src: u32, resized: u32, first: u32, len: u32| AxisPlan {
@@ -188,21 +189,35 @@ impl Layout {
                     PassOrder::default(),
                 )
                 .map_err(|e| e.to_string())?;
-                let row_bytes = columns * 3;
-                if let Some(mirrored) = self.straight((x0, xn), (y0, yn)) {
-                    let rows = slot.len().checked_div(row_bytes).unwrap_or(0);
-                    plan.resample_into(
-                        &source,
-                        pad,
-                        &mut Slot {
-                            bytes: slot,
-                            width: columns as u32,
-                            height: rows as u32,
-                        },
-                        Kernels::detect(),
-                        &mut scratch.work,
-                    )
-                    .map_err(|e| e.to_string())?;
+                // Straight into the slot (the padding around the kept rectangle filled by the
+                // resample), or the kept window into the thread's buffer, copied below.
+                let straight = self.straight((x0, xn), (y0, yn));
+                let len = xn as usize * yn as usize * 3;
+                let rows = slot.len().checked_div(row_bytes).unwrap_or(0);
+                if straight.is_none() && scratch.window.len() < len {
+                    scratch.window.resize(len, 0);
+                }
+                let mut into = match straight {
+                    Some(_) => Slot {
+                        bytes: &mut *slot,
+                        width: columns as u32,
+                        height: rows as u32,
+                    },
+                    None => Slot {
+                        bytes: &mut scratch.window[..len],
+                        width: xn,
+                        height: yn,
+                    },
+                };
+                plan.resample_into(
+                    &source,
+                    pad,
+                    &mut into,
+                    Kernels::detect(),
+                    &mut scratch.work,
+                )
+                .map_err(|e| e.to_string())?;
+                if let Some(mirrored) = straight {
                     if mirrored {
                         for row in slot.chunks_exact_mut(row_bytes).take(yn as usize) {
                             mirror_pixels(&mut row[..xn as usize * 3]);
@@ -210,22 +225,6 @@ impl Layout {
                     }
                     return Ok(());
                 }
-                let len = xn as usize * yn as usize * 3;
-                if scratch.window.len() < len {
-                    scratch.window.resize(len, 0);
-                }
-                plan.resample_into(
-                    &source,
-                    0,
-                    &mut Slot {
-                        bytes: &mut scratch.window[..len],
-                        width: xn,
-                        height: yn,
-                    },
-                    Kernels::detect(),
-                    &mut scratch.work,
-                )
-                .map_err(|e| e.to_string())?;
                 (&scratch.window[..len], xn as usize)
             }
             _ => (&sample.pixels[..], sw as usize),
@@ -235,7 +234,6 @@ impl Layout {
             None => (0, 0),
         };
         let runs = runs(&self.xs);
-        let row_bytes = columns * 3;
         let out_w = self.xs.len();
         for (y, row) in slot.chunks_exact_mut(row_bytes).enumerate() {
             let Some(&sy) = self.ys.get(y) else {
