@@ -9,7 +9,10 @@ the same recipe and batch size. Both print images per second; the ratio is the l
 
 usage: python3 benches/targets-baseline.py IMAGES (--coco FILE | --masks DIR)
            [--recipe lsj|hflip|multiscale|ssdlite|train|eval] [--workers 16] [--batch-size 16]
-           [--gpufeed target/release/gpufeed]
+           [--epochs 1] [--device N] [--gpufeed target/release/gpufeed]
+
+With --device N gpufeed puts each batch on CUDA device N (resized, padded and normalized
+there, the masks uploaded); the DataLoader's batches stay in host memory as it makes them.
 
 With --workers 0 the loop runs on one torch thread and also prints images per CPU second (the
 per-core comparison; time gpufeed with RAYON_NUM_THREADS=1 and /usr/bin/time).
@@ -72,6 +75,8 @@ def main():
     ap.add_argument("--workers", type=int, default=16)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--gpufeed", default="target/release/gpufeed")
+    ap.add_argument("--epochs", type=int, default=1, help="epochs of both (the workers kept between them)")
+    ap.add_argument("--device", type=int, help="gpufeed's batches on this CUDA device (resized and normalized there)")
     a = ap.parse_args()
     steps = recipe(a.recipe) + [v2.PILToTensor()]
     if a.coco:
@@ -81,12 +86,14 @@ def main():
     else:
         data = Pairs(a.images, a.masks, v2.Compose(steps))
     loader = torch.utils.data.DataLoader(data, batch_size=a.batch_size, num_workers=a.workers,
-                                         collate_fn=lambda b: tuple(zip(*b)))
+                                         collate_fn=lambda b: tuple(zip(*b)),
+                                         persistent_workers=a.workers > 0)
     if a.workers == 0:
         torch.set_num_threads(1)
     start, cpu, n = time.perf_counter(), time.process_time(), 0
-    for images, _ in loader:
-        n += len(images)
+    for _ in range(a.epochs):
+        for images, _ in loader:
+            n += len(images)
     torch_rate = n / (time.perf_counter() - start)
     print(f"torchvision DataLoader ({a.workers} workers): {n} images, {torch_rate:.1f} images/s")
     if a.workers == 0:
@@ -94,7 +101,10 @@ def main():
         # `RAYON_NUM_THREADS=1 /usr/bin/time gpufeed targets ...`.
         print(f"  {n / (time.process_time() - cpu):.1f} images per CPU second")
 
-    args = [a.gpufeed, "targets", a.images, "--batch-size", str(a.batch_size), "--json"]
+    args = [a.gpufeed, "targets", a.images, "--batch-size", str(a.batch_size), "--json",
+            "--epochs", str(a.epochs)]
+    if a.device is not None:
+        args += ["--device", str(a.device)]
     if a.coco:
         args += ["--coco", a.coco, "--detection-recipe", a.recipe]
     else:

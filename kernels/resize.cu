@@ -38,7 +38,7 @@ struct GfPass {
     unsigned int weights;
 };
 
-// One image of the batch: src/gpu/resize/plan.rs's ResizeDescriptor, field for field (152 bytes).
+// One image of the batch: src/cuda/resize/plan.rs's ResizeDescriptor, field for field (152 bytes).
 struct GfResizeImage {
     unsigned long long src[3];  // each channel's sample at the source region's top-left
     unsigned long long tmp;     // byte offset of the image's intermediate in `tmp`
@@ -55,7 +55,7 @@ struct GfResizeImage {
     unsigned int dst_y;
     unsigned int dst_w;
     unsigned int dst_h;
-    unsigned int pad;           // value of every byte outside the rectangle
+    unsigned int pad;           // value outside the rectangle: red in the low byte, then green, blue
     unsigned int flip;          // 1: the slot mirrored left to right (a flip after the resize)
     unsigned int out_w;         // the image's output size: rows of out_w * 3 bytes from the
     unsigned int out_h;         //   slot's first byte
@@ -163,7 +163,7 @@ extern "C" __global__ void gpufeed_resize_first(const GfResizeImage* __restrict_
 }
 
 // The last pass into each image's slot: every byte of the image's out_w x out_h pixels from the
-// slot's first byte (slots slot_bytes apart), the pad value around the kept rectangle. Grid
+// slot's first byte (slots slot_bytes apart), the pad colour around the kept rectangle. Grid
 // (blocks for the largest image, images).
 extern "C" __global__ void gpufeed_resize_last(const GfResizeImage* __restrict__ images,
                                                const int* __restrict__ coeffs,
@@ -185,7 +185,9 @@ extern "C" __global__ void gpufeed_resize_last(const GfResizeImage* __restrict__
     const unsigned int j = y - im->dst_y;
     unsigned char v[3];
     if (i >= im->dst_w || j >= im->dst_h) {
-        v[0] = v[1] = v[2] = (unsigned char)im->pad;
+        v[0] = (unsigned char)(im->pad & 255u);
+        v[1] = (unsigned char)((im->pad >> 8) & 255u);
+        v[2] = (unsigned char)((im->pad >> 16) & 255u);
     } else {
         gf_pass_pixel(im, im->last, coeffs, tmp, i, j, v);
         if (im->channels == 1) v[1] = v[2] = v[0];

@@ -9,7 +9,15 @@ use gpufeed::targets::{TargetLoader, TargetRecipe, TargetSource};
 use gpufeed::ItemErrorKind;
 
 fn write_jpeg(path: &Path, w: u32, h: u32) {
-    let img = image::RgbImage::from_fn(w, h, |x, y| image::Rgb([(x * 7) as u8, (y * 5) as u8, 99]));
+    // Gradients with noise, so resampling shows in every byte.
+    let noise = |x: u32, y: u32| (x.wrapping_mul(2_654_435_761) ^ y.wrapping_mul(40_503)) >> 27;
+    let img = image::RgbImage::from_fn(w, h, |x, y| {
+        image::Rgb([
+            (x * 7 + noise(x, y)) as u8,
+            (y * 5) as u8,
+            (99 + noise(y, x)) as u8,
+        ])
+    });
     img.save(path).unwrap();
 }
 
@@ -461,6 +469,34 @@ fn device_batches_equal_the_host_batch_normalized() {
     assert_eq!(coco().default_output(), detection);
     check_device_batches(&coco, detection);
     check_device_batches(&coco, detection.dtype(gpufeed::DType::BF16));
+    // Every recipe: resized, cut, padded (in the batch's padding colour or another) and
+    // mirrored on the device, or laid out on the host where the device cannot place a row.
+    for recipe in [
+        TargetRecipe::Plain,
+        TargetRecipe::Hflip,
+        TargetRecipe::Multiscale,
+        TargetRecipe::Ssd,
+        TargetRecipe::Ssdlite,
+        TargetRecipe::SegmentationTrain,
+        TargetRecipe::SegmentationEval,
+        TargetRecipe::Letterbox {
+            width: 96,
+            height: 70,
+            fill: 114,
+        },
+    ] {
+        for seed in [3, 4] {
+            let make = || {
+                TargetLoader::new(TargetSource::coco(&ann, &dir).unwrap())
+                    .recipe(recipe)
+                    .seed(seed)
+                    .shuffle(true)
+                    .batch_size(3)
+                    .size_divisible(if seed == 3 { 32 } else { 1 })
+            };
+            check_device_batches(&make, detection);
+        }
+    }
     // The same from WebDataset shards: instance masks uploaded as from the COCO file.
     let shards = coco_as_shards(&dir, &ann, 9, 4);
     let wds = || {
@@ -490,6 +526,34 @@ fn device_batches_equal_the_host_batch_normalized() {
     assert_eq!(seg().default_output(), segmentation);
     check_device_batches(&seg, segmentation);
     check_device_batches(&seg, segmentation.dtype(gpufeed::DType::F16));
+    // Real photos (assets/: JPEGs and PNGs of several sizes) with masks of their sizes.
+    let (photos, photo_masks) = (dir.join("photos"), dir.join("photo-masks"));
+    std::fs::create_dir_all(&photos).unwrap();
+    std::fs::create_dir_all(&photo_masks).unwrap();
+    let assets = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets");
+    for entry in std::fs::read_dir(assets).unwrap() {
+        let path = entry.unwrap().path();
+        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+        if !["jpg", "png"].contains(&ext) {
+            continue;
+        }
+        let (w, h) = image::image_dimensions(&path).unwrap();
+        std::fs::copy(&path, photos.join(path.file_name().unwrap())).unwrap();
+        let stem = path.file_stem().unwrap().to_string_lossy().to_string();
+        write_mask(&photo_masks.join(format!("{stem}.png")), w, h);
+    }
+    for recipe in [
+        TargetRecipe::SegmentationTrain,
+        TargetRecipe::SegmentationEval,
+    ] {
+        let real = || {
+            TargetLoader::new(TargetSource::segmentation(&photos, &photo_masks).unwrap())
+                .recipe(recipe)
+                .seed(5)
+                .batch_size(3)
+        };
+        check_device_batches(&real, segmentation);
+    }
 }
 
 #[test]

@@ -13,6 +13,7 @@ mod image_staging;
 mod kernel_cache;
 mod normalize;
 mod patches;
+pub(crate) mod resize;
 mod staging;
 mod views;
 

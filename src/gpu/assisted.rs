@@ -20,9 +20,9 @@ use cudarc::driver::{CudaStream, DevicePtr};
 
 use super::call::{window_read, AssistedInput, CallImage, MAX_CALL_PIXELS};
 use super::error::GpuLaneError;
-use super::resize::plan::{SourceImage, SourcePixels};
 use crate::coefficients::gpu::{Budget, GpuDecoder};
 use crate::coefficients::Window;
+use crate::cuda::resize::plan::{SourceImage, SourcePixels};
 use crate::error::{Error, Result};
 
 /// Pixels one assisted call holds at most in a lane for small files (a call of

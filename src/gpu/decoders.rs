@@ -16,15 +16,15 @@ use super::nvjpeg::{
     ChromaPlanes, DecodedImage, DecoderConfig, DecoderOpening, HardwareDecoder, HardwareHandle,
     JpegInfo, NvjpegError, Outcome, Subsampling,
 };
-use super::resize::plan::{
-    plan_batch_placed, plan_batch_sized, BatchError, ResizeJob, SourceImage, SourcePixels,
-};
-use super::resize::ResizeError;
-use super::resize::{BatchResizer, DevicePlan};
 use super::screen::Screened;
 use super::shared::Shared;
 use super::work::{LaneOutput, LaneResult};
 use super::ycc::{ChromaSampling, YccConverter, YccJob};
+use crate::cuda::resize::plan::{
+    plan_batch_placed, plan_batch_sized, BatchError, ResizeJob, SourceImage, SourcePixels,
+};
+use crate::cuda::resize::ResizeError;
+use crate::cuda::resize::{BatchResizer, DevicePlan};
 use crate::cuda::Gpu;
 use crate::error::{Error, Result};
 use crate::geometry::Geometry;
@@ -411,7 +411,7 @@ impl Resizing {
                             y: view.y,
                             filter: view.filter,
                             order: view.order,
-                            pad: 0,
+                            pad: [0; 3],
                             flip: view.flip,
                             slot,
                         });
@@ -428,7 +428,7 @@ impl Resizing {
                 y: resize.y,
                 filter: self.filter,
                 order: self.geometry.pass_order,
-                pad,
+                pad: [pad; 3],
                 flip: resize.draw.is_some_and(|d| d.flipped),
                 slot: image.slot,
             });

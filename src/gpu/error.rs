@@ -3,7 +3,7 @@
 use cudarc::driver::DriverError;
 
 use super::nvjpeg::{NvjpegError, NvjpegUnavailable};
-use super::resize::ResizeError;
+use crate::cuda::resize::ResizeError;
 use crate::options::Interpolation;
 
 /// Why the GPU decode lane cannot run, or why one of its calls failed (its images then go to

@@ -9,7 +9,7 @@
 //! and screens ([`screen`]) the files of it the lane is offered ([`offered`](crate::schedule::ShareSchedule::offers)),
 //! computes each image's draws and resize coefficients and cuts the images into calls ([`prepare`],
 //! [`call`]); a submitting thread takes the next call, decodes it on its own decoders ([`nvjpeg`])
-//! and stream, makes it RGB ([`ycc`]), resizes the images into their ring slots ([`resize`],
+//! and stream, makes it RGB ([`ycc`]), resizes the images into their ring slots ([`crate::cuda::resize`],
 //! [`decoders`]) and publishes one [`LaneResult`] per position. nvJPEG's hardware decode keeps the
 //! submitting thread busy on the host, so the host work that does not need the decoders is done
 //! beside it rather than between its calls. A batch asks for the results of its positions
@@ -39,7 +39,7 @@ mod error;
 pub(crate) mod nvjpeg;
 mod open;
 mod prepare;
-pub(crate) mod resize;
+
 mod runner;
 mod screen;
 mod shared;

@@ -10,9 +10,9 @@ use super::prepare::SMALL_FILES_ASSISTED_SHARE;
 use super::work::{span, LaneResult, CHUNK};
 use super::*;
 use crate::cpu::prepare_image;
+use crate::cuda::resize::plan::{plan_batch, ResizeJob, SourceImage, SourcePixels};
+use crate::cuda::resize::BatchResizer;
 use crate::cuda::test_gpu;
-use crate::gpu::resize::plan::{plan_batch, ResizeJob, SourceImage, SourcePixels};
-use crate::gpu::resize::BatchResizer;
 use crate::options::Interpolation;
 use crate::options::{DecodeOptions, ResizeMode, ResizeOptions};
 use crate::order::EpochOrder;
@@ -212,7 +212,7 @@ fn gpu_resize_equals_the_cpu_rendition() {
     };
     let stream = gpu.stream();
     let module = gpu
-        .module(&super::resize::kernel_source())
+        .module(&crate::cuda::resize::kernel_source())
         .expect("compile");
     let resizer = BatchResizer::from_module(&module).expect("kernels");
     let modes = [
@@ -294,7 +294,7 @@ fn gpu_resize_equals_the_cpu_rendition() {
                         y,
                         filter,
                         order: PassOrder::default(),
-                        pad,
+                        pad: [pad; 3],
                         flip,
                         slot,
                     }
@@ -347,7 +347,7 @@ fn gpu_resize_at_each_images_own_size_equals_the_cpu_rendition() {
     };
     let stream = gpu.stream();
     let module = gpu
-        .module(&super::resize::kernel_source())
+        .module(&crate::cuda::resize::kernel_source())
         .expect("compile");
     let resizer = BatchResizer::from_module(&module).expect("kernels");
     let presets = [
@@ -414,7 +414,7 @@ fn gpu_resize_at_each_images_own_size_equals_the_cpu_rendition() {
                 y: pl.y,
                 filter,
                 order: geometry.pass_order,
-                pad: 0,
+                pad: [0; 3],
                 flip: pl.draw.is_some_and(|d| d.flipped),
                 slot: (sizes.len() - 1 - i) as u32,
             })
@@ -424,9 +424,13 @@ fn gpu_resize_at_each_images_own_size_equals_the_cpu_rendition() {
             .map(|pl| geometry.out_size(&pl.x, &pl.y))
             .collect();
         let pass_refs: Vec<_> = passes.iter().collect();
-        let plan =
-            super::resize::plan::plan_batch_sized(&jobs, &pass_refs, &out_sizes, stride as u64)
-                .expect("plan");
+        let plan = crate::cuda::resize::plan::plan_batch_sized(
+            &jobs,
+            &pass_refs,
+            &out_sizes,
+            stride as u64,
+        )
+        .expect("plan");
         let mut out = stream
             .clone_htod(&vec![0xA5u8; stride * sizes.len()])
             .expect("poisoned output");

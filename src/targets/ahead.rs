@@ -16,6 +16,7 @@ use crate::error::ItemError;
 use crate::options::DecodeOptions;
 
 use super::batch::{make_batch, prepare, Made, Row, Spare};
+use super::device::StagingPool;
 use super::{TargetRecipe, TargetSource};
 
 /// How many batches are made ahead when the caller does not say: enough that every thread of
@@ -56,6 +57,8 @@ pub(crate) struct Key {
     pub indices: Vec<usize>,
     pub divisible: u32,
     pub pad_fill: u8,
+    /// Made for the device (its rows' pixels left for the device to resample) or the host.
+    pub for_device: bool,
 }
 
 /// What a batch in work ends as: the batch, or the panic of one of its rows (raised again in
@@ -69,6 +72,8 @@ struct Work {
     end: usize,
     source: Arc<TargetSource>,
     spares: Arc<Spares>,
+    /// Where a batch made for the device is laid out, when its device is open.
+    staging: Option<Arc<StagingPool>>,
     /// Set when the batch is no longer wanted: the rows not yet started are not made.
     dropped: AtomicBool,
     rows: Mutex<Vec<Option<Result<Row, ItemError>>>>,
@@ -125,6 +130,7 @@ fn finish(work: &Work) {
                     rows.into_iter().flatten(),
                     (k.divisible, k.pad_fill),
                     spare,
+                    (k.for_device, work.staging.as_deref()),
                 )
             }))
         }
@@ -183,6 +189,8 @@ impl Spares {
 pub(crate) struct Ahead {
     queue: VecDeque<Arc<Work>>,
     spares: Arc<Spares>,
+    /// The page-locked buffers batches made for the device are laid out in.
+    staging: Option<Arc<StagingPool>>,
 }
 
 impl std::fmt::Debug for Ahead {
@@ -212,11 +220,16 @@ impl Ahead {
     /// Starts the batch of `key`, which ends its epoch's order at `end`: one job a row.
     pub(crate) fn push(&mut self, source: &Arc<TargetSource>, key: Key, end: usize) {
         let rows = key.indices.len();
+        let staging = match key.for_device {
+            true => self.staging.clone(),
+            false => None,
+        };
         let work = Arc::new(Work {
             key,
             end,
             source: Arc::clone(source),
             spares: Arc::clone(&self.spares),
+            staging,
             dropped: AtomicBool::new(false),
             rows: Mutex::new((0..rows).map(|_| None).collect()),
             panic: Mutex::new(None),
@@ -245,6 +258,13 @@ impl Ahead {
     pub(crate) fn clear(&mut self) {
         for work in self.queue.drain(..) {
             work.dropped.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Lays the batches made for the device out in `pool`'s page-locked buffers from now on.
+    pub(crate) fn stage_in(&mut self, pool: &Arc<StagingPool>) {
+        if !self.staging.as_ref().is_some_and(|p| Arc::ptr_eq(p, pool)) {
+            self.staging = Some(Arc::clone(pool));
         }
     }
 

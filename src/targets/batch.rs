@@ -11,10 +11,13 @@ use rayon::prelude::*;
 use crate::error::ItemError;
 use crate::options::{DecodeOptions, Device, OutputOptions};
 use crate::random::Draws;
+use crate::resample::{plan_passes, AxisPlan, Filter, PassOrder, PassPlan};
 
 use super::ahead::{Ahead, AheadPolicy, Key};
-use super::device::{detection_output, segmentation_output, DeviceTargetBatch, TargetUpload};
-use super::layout::{Layout, LayoutScratch};
+use super::device::{
+    detection_output, segmentation_output, DeviceTargetBatch, Staged, StagingPool, TargetUpload,
+};
+use super::layout::{Layout, LayoutScratch, Placement};
 use super::transform;
 use super::{JointOp, Sample, TargetRecipe, TargetSource};
 
@@ -165,6 +168,24 @@ pub struct TargetBatch {
     pub inverse: Vec<Inverse>,
     /// The samples of this batch that were skipped, and why.
     pub skipped: Vec<ItemError>,
+    /// A batch made for the device: each row's pixels as the device resamples them into its
+    /// padded slot (`images` then holds the rows' source pixels, one after another).
+    pub(super) device_rows: Vec<DeviceRow>,
+}
+
+/// A row of a batch made for the device: where its source pixels are in the batch's `images`
+/// (packed RGB8, `width` x `height`) and the resize into its `height` x `width` slot of the
+/// padded batch (the plans' kept window at its place, the rest `pad`, mirrored when `flip`).
+#[derive(Debug, Clone)]
+pub(super) struct DeviceRow {
+    pub(super) offset: usize,
+    pub(super) width: u32,
+    pub(super) height: u32,
+    pub(super) x: AxisPlan,
+    pub(super) y: AxisPlan,
+    pub(super) passes: PassPlan,
+    pub(super) flip: bool,
+    pub(super) pad: [u8; 3],
 }
 
 impl TargetBatch {
@@ -276,6 +297,9 @@ pub struct TargetLoader {
     device: Device,
     output: Option<OutputOptions>,
     upload: Option<TargetUpload>,
+    /// Whether the batches are made for the device ([`TargetLoader::next_device_batch`]: the
+    /// rows' pixels resampled there) or the host.
+    for_device: bool,
 }
 
 impl TargetLoader {
@@ -301,6 +325,7 @@ impl TargetLoader {
             device: Device::Cpu,
             output: None,
             upload: None,
+            for_device: false,
         };
         loader.plan_epoch();
         loader
@@ -430,6 +455,13 @@ impl TargetLoader {
     /// The epoch's next batch; `None` at its end (then [`TargetLoader::next_epoch`]). The
     /// batches after it start being made ([`TargetLoader::prefetch`]).
     pub fn next_batch(&mut self) -> Option<TargetBatch> {
+        self.next_made(false).map(|(batch, _)| batch)
+    }
+
+    /// The epoch's next batch, made for the device (with the page-locked buffer it is laid out
+    /// in, when it is) or the host.
+    fn next_made(&mut self, for_device: bool) -> Option<(TargetBatch, Option<Staged>)> {
+        self.for_device = for_device;
         if self.position >= self.order.len() {
             return None;
         }
@@ -458,6 +490,7 @@ impl TargetLoader {
             indices: self.order[start..end].to_vec(),
             divisible: self.divisible,
             pad_fill: self.pad_fill,
+            for_device: self.for_device,
         }
     }
 
@@ -473,28 +506,30 @@ impl TargetLoader {
     }
 
     /// Counts a made batch in the report and hands it out.
-    fn hand_out(&mut self, made: Made) -> TargetBatch {
+    fn hand_out(&mut self, made: Made) -> (TargetBatch, Option<Staged>) {
         let Made {
             batch,
             samples,
             objects,
             failed,
+            staged,
         } = made;
         self.report.objects += objects.0;
         self.report.dropped_objects += objects.1;
         self.report.samples += samples;
         self.report.skipped.extend(batch.skipped.iter().cloned());
         match failed {
-            None => batch,
+            None => (batch, staged),
             Some(e) => {
                 // A layout that fails here failed for every row alike: nothing is handed out
                 // half written.
                 self.report.skipped.push(e.clone());
-                TargetBatch {
+                let batch = TargetBatch {
                     epoch: batch.epoch,
                     skipped: vec![e],
                     ..TargetBatch::default()
-                }
+                };
+                (batch, None)
             }
         }
     }
@@ -504,6 +539,7 @@ impl TargetLoader {
     pub fn device(mut self, device: Device) -> TargetLoader {
         self.device = device;
         self.upload = None;
+        self.ahead.clear();
         self
     }
 
@@ -545,22 +581,25 @@ impl TargetLoader {
                 Err(e) => return Some(Err(e)),
             }
         }
-        let batch = self.next_batch()?;
+        if let Some(upload) = &self.upload {
+            self.ahead.stage_in(upload.pool());
+        }
+        let (batch, staged) = self.next_made(true)?;
         let instance = self.source.has_instance_masks();
+        // The page-locked buffers of the batches in work, of the one handed out and of the next.
+        let keep = self.batches_ahead() + 2;
         let upload = self.upload.as_mut()?;
-        Some(
-            upload
-                .upload(batch, instance)
-                .map(|(device, [images, masks, semantic])| {
-                    let spare = Spare {
-                        images,
-                        masks,
-                        semantic,
-                    };
-                    self.ahead.recycle(spare, self.batches_ahead() + 1);
-                    device
-                }),
-        )
+        Some(upload.upload(batch, staged, (instance, keep)).map(
+            |(device, [images, masks, semantic])| {
+                let spare = Spare {
+                    images,
+                    masks,
+                    semantic,
+                };
+                self.ahead.recycle(spare, self.batches_ahead() + 1);
+                device
+            },
+        ))
     }
 
     /// Gives a handed-out batch's buffers back for the next batches to fill (no allocation per
@@ -670,15 +709,20 @@ pub(super) struct Made {
     pub(super) objects: (usize, usize),
     /// The layout's error (then the batch is not handed out).
     pub(super) failed: Option<ItemError>,
+    /// The page-locked buffer a batch made for the device is laid out in (its `images`,
+    /// `masks` and `semantic` then empty).
+    pub(super) staged: Option<Staged>,
 }
 
 /// The batch of epoch `epoch` of the rows `loaded` (in order), padded to a multiple of
-/// `divisible` with `pad_fill`, in the buffers of `spare`.
+/// `divisible` with `pad_fill`, in the buffers of `spare`; `for_device`: its images left for
+/// the device to resample ([`DeviceRow`]).
 pub(super) fn make_batch(
     epoch: u64,
     loaded: impl Iterator<Item = Result<Row, ItemError>>,
     (divisible, pad_fill): (u32, u8),
     spare: Spare,
+    (for_device, staging): (bool, Option<&StagingPool>),
 ) -> Made {
     let mut batch = TargetBatch {
         epoch,
@@ -700,12 +744,21 @@ pub(super) fn make_batch(
             Err(e) => batch.skipped.push(e),
         }
     }
-    let failed = collate(&mut batch, &rows, divisible, pad_fill, spare).err();
+    let mut staged = None;
+    let failed = collate(
+        &mut batch,
+        &rows,
+        (divisible, pad_fill),
+        (spare, &mut staged),
+        (for_device, staging),
+    )
+    .err();
     Made {
         batch,
         samples: rows.len(),
         objects: (objects, dropped),
         failed,
+        staged,
     }
 }
 
@@ -716,14 +769,16 @@ thread_local! {
         std::cell::RefCell::new(LayoutScratch::default());
 }
 
-/// Lays `rows` out in `batch`: padded images, packed targets, masks; the rows' pixels and
-/// masks written on the rayon pool, each straight into its place.
+/// Lays `rows` out in `batch`: padded images (or, `for_device`, each row's pixels for the
+/// device to resample), packed targets, masks; the rows' pixels and masks written on the rayon
+/// pool, each straight into its place: in `spare`'s buffers, or for the device in a
+/// page-locked buffer of `staging`, left in `staged`.
 fn collate(
     batch: &mut TargetBatch,
     rows: &[Row],
-    divisible: u32,
-    pad_fill: u8,
-    spare: Spare,
+    (divisible, pad_fill): (u32, u8),
+    (spare, staged): (Spare, &mut Option<Staged>),
+    (for_device, staging): (bool, Option<&StagingPool>),
 ) -> Result<(), ItemError> {
     let round = |v: u32| v.div_ceil(divisible) * divisible;
     let h = round(rows.iter().map(|r| r.sample.height).max().unwrap_or(0));
@@ -741,13 +796,40 @@ fn collate(
     };
     let semantic = rows.iter().any(|r| r.sample.semantic.count > 0);
     let objects: usize = rows.iter().map(|r| r.sample.masks.count).sum();
-    batch.images = reuse(spare.images, rows.len() * hu * wu * 3);
-    batch.semantic = if semantic {
-        reuse(spare.semantic, rows.len() * hu * wu)
-    } else {
-        Vec::new()
-    };
-    batch.masks = reuse(spare.masks, objects * hu * wu);
+    // Each row's bytes of `images`: its padded slot, or its pixels for the device: as decoded
+    // when the device can place them and they are no more than its output (an upscale, a
+    // crop), else laid out here (a large photo shrunk: fewer bytes to copy and send).
+    let plans: Vec<Option<Placement>> = rows
+        .iter()
+        .map(|row| match for_device {
+            true => device_placement(&row.layout, (h, w), pad_fill).filter(|_| {
+                let (oh, ow) = row.layout.size();
+                row.layout.source_len() <= oh as usize * ow as usize * 3
+            }),
+            false => None,
+        })
+        .collect();
+    let image_lens: Vec<usize> = rows
+        .iter()
+        .zip(&plans)
+        .map(|(row, plan)| match (for_device, plan) {
+            (false, _) => hu * wu * 3,
+            (true, Some(_)) => row.layout.source_len(),
+            (true, None) => row.sample.height as usize * row.sample.width as usize * 3,
+        })
+        .collect();
+    let lens = [
+        image_lens.iter().sum(),
+        objects * hu * wu,
+        if semantic { rows.len() * hu * wu } else { 0 },
+    ];
+    // Without page-locked memory (none could be had), the host buffers, copied at the upload.
+    *staged = staging.and_then(|pool| pool.take(lens).ok());
+    if staged.is_none() {
+        batch.images = reuse(spare.images, lens[0]);
+        batch.masks = reuse(spare.masks, lens[1]);
+        batch.semantic = reuse(spare.semantic, lens[2]);
+    }
     batch.offsets.push(0);
     for (i, row) in rows.iter().enumerate() {
         let s = &row.sample;
@@ -765,7 +847,15 @@ fn collate(
         batch.keypoints.resize(batch.boxes.len(), Vec::new());
     }
     // Each row's slices of the three buffers.
-    let mut masks_left = &mut batch.masks[..];
+    let [images_all, masks_all, semantic_all] = match staged.as_mut() {
+        Some(staged) => staged.parts_mut(),
+        None => [
+            &mut batch.images[..],
+            &mut batch.masks[..],
+            &mut batch.semantic[..],
+        ],
+    };
+    let mut masks_left = masks_all;
     let mut mask_parts = Vec::with_capacity(rows.len());
     for row in rows {
         let (part, rest) = masks_left.split_at_mut(row.sample.masks.count * hu * wu);
@@ -773,50 +863,144 @@ fn collate(
         masks_left = rest;
     }
     let mut semantic_parts: Vec<Option<&mut [u8]>> = if semantic {
-        batch.semantic.chunks_mut(hu * wu).map(Some).collect()
+        semantic_all.chunks_mut(hu * wu).map(Some).collect()
     } else {
         rows.iter().map(|_| None).collect()
     };
     semantic_parts.resize_with(rows.len(), || None);
-    let plane = hu * wu;
-    let laid: Vec<Result<(), ItemError>> = rows
+    let mut images_left = images_all;
+    let mut image_parts = Vec::with_capacity(rows.len());
+    for &len in &image_lens {
+        let (part, rest) = images_left.split_at_mut(len);
+        image_parts.push(part);
+        images_left = rest;
+    }
+    let laid: Vec<Result<Option<DeviceRow>, ItemError>> = rows
         .par_iter()
-        .zip(batch.images.par_chunks_mut((plane * 3).max(1)))
+        .zip(plans.into_par_iter())
+        .zip(image_parts.into_par_iter())
         .zip(mask_parts.into_par_iter())
         .zip(semantic_parts.into_par_iter())
-        .map(|(((row, image), masks), sem)| {
-            LAYOUT_SCRATCH
-                .with_borrow_mut(|scratch| lay_out(row, image, masks, sem, wu, pad_fill, scratch))
+        .map(|((((row, plan), image), masks), sem)| {
+            LAYOUT_SCRATCH.with_borrow_mut(|scratch| {
+                let device = match for_device {
+                    true => Some(for_the_device(row, plan, image, w, pad_fill, scratch)?),
+                    false => {
+                        row.layout
+                            .image_into(&row.sample, image, wu, pad_fill, scratch)
+                            .map_err(|e| row_error(row, e))?;
+                        None
+                    }
+                };
+                lay_out_masks(row, masks, sem, wu);
+                Ok(device)
+            })
         })
         .collect();
     // The first row's error, whichever thread met an error first.
-    laid.into_iter().collect()
+    let device_rows: Vec<Option<DeviceRow>> = laid.into_iter().collect::<Result<_, _>>()?;
+    let mut offset = 0;
+    for (mut row, len) in device_rows.into_iter().flatten().zip(&image_lens) {
+        row.offset = offset;
+        offset += len;
+        batch.device_rows.push(row);
+    }
+    Ok(())
 }
 
-/// Writes one row's image, instance masks and semantic mask into their batch slots.
-fn lay_out(
+/// A row's resize by the device, when its layout is one placed rectangle whose padding has the
+/// batch's padding colour (or the row fills its `rows` x `columns` slot).
+fn device_placement(
+    layout: &Layout,
+    (rows, columns): (u32, u32),
+    pad_fill: u8,
+) -> Option<Placement> {
+    let placement = layout.placement()?;
+    let fills_slot = placement.valid == (rows, columns);
+    match placement.fill {
+        Some(fill) if fill != [pad_fill; 3] && !fills_slot => None,
+        _ => Some(placement),
+    }
+}
+
+/// A row's item error from its layout's.
+fn row_error(row: &Row, e: String) -> ItemError {
+    ItemError {
+        id: row.id.clone(),
+        index: row.index,
+        kind: crate::error::ItemErrorKind::Resize(e),
+    }
+}
+
+/// Writes a row's pixels into `image` for the device: its source pixels when the device can
+/// place its resize (`plan`), else its output laid out here (then copied by the device); and
+/// how the device writes its slot, `columns` wide. Its `offset` is set by the caller.
+fn for_the_device(
     row: &Row,
+    plan: Option<Placement>,
     image: &mut [u8],
-    masks: &mut [u8],
-    semantic: Option<&mut [u8]>,
-    columns: usize,
+    columns: u32,
     pad_fill: u8,
     scratch: &mut LayoutScratch,
-) -> Result<(), ItemError> {
+) -> Result<DeviceRow, ItemError> {
     let s = &row.sample;
-    row.layout
-        .image_into(s, image, columns, pad_fill, scratch)
-        .map_err(|e| ItemError {
-            id: row.id.clone(),
-            index: row.index,
-            kind: crate::error::ItemErrorKind::Resize(e),
-        })?;
+    let placement = match plan {
+        Some(p) => {
+            let pixels = s.pixels.get(..image.len()).ok_or_else(|| {
+                row_error(
+                    row,
+                    format!(
+                        "{} bytes of pixels, the layout reads {}",
+                        s.pixels.len(),
+                        image.len()
+                    ),
+                )
+            })?;
+            image.copy_from_slice(pixels);
+            p
+        }
+        None => {
+            row.layout
+                .image_into(s, image, s.width as usize, pad_fill, scratch)
+                .map_err(|e| row_error(row, e))?;
+            Placement {
+                x: AxisPlan::stretch(s.width, s.width),
+                y: AxisPlan::stretch(s.height, s.height),
+                flip: false,
+                fill: None,
+                valid: (s.height, s.width),
+            }
+        }
+    };
+    let (mut x, y) = (placement.x, placement.y);
+    if placement.flip {
+        // The kernel mirrors the whole slot: the kept columns land mirrored inside the valid
+        // rectangle when placed as far from the slot's right edge as from the valid's.
+        x.dst_offset += columns - placement.valid.1;
+    }
+    let passes = plan_passes(&x, &y, Filter::Bilinear, PassOrder::default())
+        .map_err(|e| row_error(row, e.to_string()))?;
+    Ok(DeviceRow {
+        offset: 0,
+        width: x.src_len,
+        height: y.src_len,
+        x,
+        y,
+        passes,
+        flip: placement.flip,
+        pad: placement.fill.unwrap_or([pad_fill; 3]),
+    })
+}
+
+/// Writes one row's instance masks and semantic mask into their batch slots (`columns` wide).
+fn lay_out_masks(row: &Row, masks: &mut [u8], semantic: Option<&mut [u8]>, columns: usize) {
+    let s = &row.sample;
     if s.masks.count == 0 && semantic.is_none() {
-        return Ok(());
+        return;
     }
     let maps = row.layout.mask_maps();
-    let plane = image.len() / 3;
     if let Some(source) = s.masks.data.len().checked_div(s.masks.count) {
+        let plane = masks.len() / s.masks.count.max(1);
         for (p, out) in masks.chunks_exact_mut(plane.max(1)).enumerate() {
             let src = &s.masks.data[p * source..(p + 1) * source];
             row.layout.mask_into(&maps, src, out, (columns, false, 0));
@@ -830,12 +1014,150 @@ fn lay_out(
             out.fill(255);
         }
     }
-    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cuda::resize::host::run_batch;
+    use crate::cuda::resize::plan::{plan_batch_sized, ResizeJob, SourceImage, SourcePixels};
+
+    /// A row's slot as the device writes it (the resize kernel run on the host, statement for
+    /// statement) equals the host's layout of it, for rows the device places (resized, cut,
+    /// padded in the batch's colour or filling their slot in another, mirrored) and rows laid
+    /// out on the host and copied.
+    #[test]
+    fn device_rows_write_the_host_layout() {
+        let (w, h) = (57u32, 43u32);
+        let pixels: Vec<u8> = (0..w * h * 3)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        let resize = |height, width| JointOp::Resize { height, width };
+        let crop = |top, left, height, width| JointOp::Crop {
+            top,
+            left,
+            height,
+            width,
+        };
+        let pad = |left, top, right, bottom, fill| JointOp::Pad {
+            left,
+            top,
+            right,
+            bottom,
+            fill,
+            mask_fill: 255,
+        };
+        let flip = JointOp::HorizontalFlip;
+        // The calls, and the colour of the padding inside the output when the device can
+        // place it (`Some(None)`: no padding inside).
+        type Case = (Vec<JointOp>, Option<Option<[u8; 3]>>);
+        let cases: Vec<Case> = vec![
+            (vec![resize(80, 100)], Some(None)),
+            (vec![resize(70, 90), flip], Some(None)),
+            (
+                vec![resize(120, 150), crop(10, 20, 60, 70), flip],
+                Some(None),
+            ),
+            (
+                vec![resize(30, 40), pad(0, 0, 24, 2, [123, 117, 104]), flip],
+                Some(Some([123, 117, 104])),
+            ),
+            (
+                vec![
+                    resize(60, 50),
+                    flip,
+                    pad(0, 0, 30, 25, [0; 3]),
+                    crop(5, 12, 64, 64),
+                ],
+                Some(Some([0; 3])),
+            ),
+            (vec![pad(7, 3, 2, 5, [9; 3])], Some(Some([9; 3]))),
+            (vec![crop(4, 6, 30, 40), flip], Some(None)),
+            (vec![], Some(None)),
+            // Two pads of different colours: laid out on the host.
+            (
+                vec![pad(4, 0, 0, 0, [1, 2, 3]), pad(0, 0, 4, 0, [3, 2, 1])],
+                None,
+            ),
+        ];
+        let mut scratch = LayoutScratch::default();
+        for (ops, inside) in &cases {
+            for (divisible, pad_fill) in [(32, 0u8), (1, 9), (1, 0)] {
+                let (layout, lead) = Layout::plan(ops, w, h).expect("layout");
+                assert_eq!(lead, 0);
+                let (oh, ow) = layout.size();
+                let round = |v: u32| v.div_ceil(divisible) * divisible;
+                let (rows, columns) = (round(oh), round(ow));
+                let sample = Sample {
+                    width: ow,
+                    height: oh,
+                    pixels: pixels.clone(),
+                    ..Sample::default()
+                };
+                let slot = (rows * columns * 3) as usize;
+                let mut want = vec![0u8; slot];
+                layout
+                    .image_into(&sample, &mut want, columns as usize, pad_fill, &mut scratch)
+                    .expect("host layout");
+                let placement = device_placement(&layout, (rows, columns), pad_fill);
+                let fills_slot = (oh, ow) == (rows, columns);
+                let placed = match inside {
+                    Some(Some(fill)) => *fill == [pad_fill; 3] || fills_slot,
+                    Some(None) => true,
+                    None => false,
+                };
+                assert_eq!(placement.is_some(), placed, "{ops:?}");
+                let row = Row {
+                    index: 0,
+                    id: String::new(),
+                    inverse: Inverse::of(ops, w, h),
+                    sample,
+                    ops: ops.clone(),
+                    before: 0,
+                    layout,
+                };
+                let len = match placement {
+                    Some(_) => row.layout.source_len(),
+                    None => (oh * ow * 3) as usize,
+                };
+                let mut memory = vec![0u8; len];
+                let device = for_the_device(
+                    &row,
+                    placement,
+                    &mut memory,
+                    columns,
+                    pad_fill,
+                    &mut scratch,
+                )
+                .expect("device row");
+                let base = 4096;
+                let job = ResizeJob {
+                    source: SourceImage::whole(
+                        SourcePixels::Interleaved {
+                            ptr: base,
+                            pitch: device.width * 3,
+                        },
+                        device.width,
+                        device.height,
+                    ),
+                    x: device.x,
+                    y: device.y,
+                    filter: Filter::Bilinear,
+                    order: PassOrder::default(),
+                    pad: device.pad,
+                    flip: device.flip,
+                    slot: 0,
+                };
+                let plan =
+                    plan_batch_sized(&[job], &[&device.passes], &[(columns, rows)], slot as u64)
+                        .expect("plan");
+                let mut got = vec![0xA5u8; slot];
+                run_batch(&plan, &memory, base, &mut got).expect("host run of the kernel");
+                let differing = got.iter().zip(&want).filter(|(a, b)| a != b).count();
+                assert_eq!(differing, 0, "{ops:?} in {columns}x{rows}, pad {pad_fill}");
+            }
+        }
+    }
 
     #[test]
     fn box_formats_round_trip() {

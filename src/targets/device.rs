@@ -1,17 +1,22 @@
-//! A batch of samples with targets on a CUDA device: the padded `u8` images, instance masks and
-//! semantic masks copied into one page-locked staging buffer (reused from batch to batch, grown
-//! only when a batch is larger than any before), uploaded asynchronously on the loader's stream,
-//! the images normalized there by the normalize kernel (`src/cuda/normalize.rs`) into an NCHW
-//! tensor of the chosen dtype, the masks handed out as `u8` device tensors.
+//! A batch of samples with targets on a CUDA device: each row's pixels as decoded (or laid out
+//! on the host when the device cannot place them), instance masks and semantic masks copied
+//! into one page-locked staging buffer (reused from batch to batch, grown only when a batch is
+//! larger than any before), uploaded asynchronously on the loader's stream; there the rows are
+//! resized, cropped, padded and mirrored into the padded `u8` batch by the resize kernel
+//! (`src/cuda/resize`, Pillow's arithmetic, the bytes of the host's layout), normalized by the
+//! normalize kernel (`src/cuda/normalize.rs`) into an NCHW tensor of the chosen dtype, the
+//! masks handed out as `u8` device tensors.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{CudaEvent, CudaSlice, CudaStream};
+use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream};
 
+use crate::cuda::resize::{kernel_source, BatchResizer, DevicePlan, PackedResize};
 use crate::cuda::{Gpu, Normalizer};
 use crate::error::{guarded, Error, Result};
 use crate::memory::PageLocked;
 use crate::options::{DType, Layout, NormalizeSpec, OutputOptions};
+use crate::resample::{Filter, PassOrder};
 use crate::tensor::{DeviceData, DeviceTensor};
 
 use super::TargetBatch;
@@ -45,16 +50,119 @@ pub fn segmentation_output() -> OutputOptions {
     OutputOptions::default().dtype(DType::F32)
 }
 
-/// The loader's device stage: its stream, the normalize kernel, the staging buffer and the
-/// device input buffer, both reused.
+/// A page-locked buffer a batch made for the device is laid out in (its rows' pixels, instance
+/// masks and semantic masks, one after another), uploaded from there with no copy, and handed
+/// back to its [`StagingPool`] once the upload is queued.
+pub(crate) struct Staged {
+    memory: PageLocked,
+    /// The three parts' lengths.
+    lens: [usize; 3],
+    /// Recorded after the last upload out of it.
+    uploaded: Option<CudaEvent>,
+}
+
+impl Staged {
+    /// The rows' pixels, the instance masks and the semantic masks, to write.
+    pub(crate) fn parts_mut(&mut self) -> [&mut [u8]; 3] {
+        let [a, b, c] = self.lens;
+        let (images, rest) = self.memory.as_mut_slice().split_at_mut(a);
+        let (masks, rest) = rest.split_at_mut(b);
+        [images, masks, &mut rest[..c]]
+    }
+
+    /// Each part's range.
+    fn ranges(&self) -> [std::ops::Range<usize>; 3] {
+        let [a, b, c] = self.lens;
+        [0..a, a..a + b, a + b..a + b + c]
+    }
+
+    /// Waits for the last upload out of it.
+    fn wait(&self) -> Result<()> {
+        match &self.uploaded {
+            Some(event) => event
+                .synchronize()
+                .map_err(|e| Error::cuda("waiting for a target upload", e)),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        // The page-locked memory must outlive any copy still reading it.
+        let _ = self.wait();
+    }
+}
+
+/// The page-locked buffers of the batches made for the device: taken by the pool thread that
+/// lays a batch out, handed back once its upload is queued (at most as many kept as batches
+/// are in work and in hand, so they grow only with a batch larger than any before).
+pub(crate) struct StagingPool {
+    context: Arc<CudaContext>,
+    free: Mutex<Vec<Staged>>,
+}
+
+impl std::fmt::Debug for StagingPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StagingPool").finish_non_exhaustive()
+    }
+}
+
+impl StagingPool {
+    /// A buffer for parts of `lens` bytes: a free one large enough once its last upload has
+    /// finished, else a new one.
+    pub(crate) fn take(&self, lens: [usize; 3]) -> Result<Staged> {
+        let bytes: usize = lens.iter().sum();
+        let found = {
+            let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+            free.iter()
+                .position(|s| s.memory.as_slice().len() >= bytes)
+                .map(|i| free.swap_remove(i))
+        };
+        let mut staged = match found {
+            Some(staged) => {
+                staged.wait()?;
+                staged
+            }
+            None => Staged {
+                memory: guarded("page-locking the targets' staging memory", || {
+                    PageLocked::new(&self.context, bytes.max(1))
+                })?,
+                lens,
+                uploaded: None,
+            },
+        };
+        staged.lens = lens;
+        Ok(staged)
+    }
+
+    /// Keeps `staged` for the next batches unless `keep` are kept already.
+    pub(crate) fn give(&self, staged: Staged, keep: usize) {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        if free.len() < keep {
+            free.push(staged);
+        }
+    }
+}
+
+/// The loader's device stage: its stream, the resize and normalize kernels, the staging
+/// buffer, the device buffers of the rows' pixels and of the padded batch, and the resize's
+/// plan, all reused.
 pub(crate) struct TargetUpload {
     gpu: Gpu,
+    resizer: BatchResizer,
     normalizer: Normalizer,
     spec: NormalizeSpec,
-    staging: Option<PageLocked>,
+    staging: [Option<PageLocked>; 2],
     input: Option<CudaSlice<u8>>,
-    /// Recorded after the last upload out of `staging`.
-    uploaded: Option<CudaEvent>,
+    padded: Option<CudaSlice<u8>>,
+    plan: Option<DevicePlan>,
+    /// Recorded after the last upload out of each staging buffer.
+    uploaded: [Option<CudaEvent>; 2],
+    /// The staging buffer the next batch is copied into.
+    turn: usize,
+    /// The page-locked buffers the batches are laid out in.
+    pool: Arc<StagingPool>,
 }
 
 impl std::fmt::Debug for TargetUpload {
@@ -76,64 +184,75 @@ impl TargetUpload {
         }
         let gpu = Gpu::open(ordinal)?;
         let normalizer = Normalizer::new(gpu.stream())?;
+        let resizer = BatchResizer::from_module(&gpu.module(&kernel_source())?)?;
         Ok(TargetUpload {
-            gpu,
+            resizer,
             normalizer,
             spec,
-            staging: None,
+            staging: [None, None],
             input: None,
-            uploaded: None,
+            padded: None,
+            plan: None,
+            uploaded: [None, None],
+            turn: 0,
+            pool: Arc::new(StagingPool {
+                context: gpu.stream().context().clone(),
+                free: Mutex::new(Vec::new()),
+            }),
+            gpu,
         })
     }
 
-    /// The stream every upload and kernel goes to.
-    pub(crate) fn stream(&self) -> &Arc<CudaStream> {
-        self.gpu.stream()
+    /// The page-locked buffers the batches for this device are laid out in.
+    pub(crate) fn pool(&self) -> &Arc<StagingPool> {
+        &self.pool
     }
 
     /// `batch` on the device (its instance masks as a tensor when `instance`, even of no
-    /// plane); its host buffers are taken and come back as the second value, for the loader to
-    /// reuse.
+    /// plane), from `staged` when it was laid out there (handed back to the pool after, which
+    /// keeps at most `keep`), else copied from its host buffers, which are taken and come back
+    /// as the second value, for the loader to reuse.
     pub(crate) fn upload(
         &mut self,
         mut batch: TargetBatch,
-        instance: bool,
+        staged: Option<Staged>,
+        (instance, keep): (bool, usize),
     ) -> Result<(DeviceTargetBatch, [Vec<u8>; 3])> {
         let (n, h, w) = (batch.len(), batch.height as usize, batch.width as usize);
-        let parts = [&batch.images, &batch.masks, &batch.semantic];
-        let total: usize = parts.iter().map(|p| p.len()).sum();
-        // The staging buffer is written only once its last upload has finished.
-        if let Some(event) = self.uploaded.take() {
-            event
-                .synchronize()
-                .map_err(|e| Error::cuda("waiting for a target upload", e))?;
-        }
-        let context = self.stream().context().clone();
-        let staging = match self.staging.take() {
-            Some(s) if s.as_slice().len() >= total.max(1) => s,
-            _ => guarded("page-locking the targets' staging memory", || {
-                PageLocked::new(&context, total.max(1))
-            })?,
+        let turn = self.turn;
+        let (host, ranges): (&[u8], [std::ops::Range<usize>; 3]) = match &staged {
+            Some(staged) => (staged.memory.as_slice(), staged.ranges()),
+            None => {
+                let parts = [&batch.images[..], &batch.masks[..], &batch.semantic[..]];
+                let total: usize = parts.iter().map(|p| p.len()).sum();
+                // Two staging buffers in turn: this batch is copied into one while the last
+                // batch's upload reads the other. Each is written only once its last upload
+                // has finished.
+                self.turn = 1 - turn;
+                if let Some(event) = self.uploaded[turn].take() {
+                    event
+                        .synchronize()
+                        .map_err(|e| Error::cuda("waiting for a target upload", e))?;
+                }
+                let context = self.gpu.stream().context().clone();
+                let staging = match self.staging[turn].take() {
+                    Some(s) if s.as_slice().len() >= total.max(1) => s,
+                    _ => guarded("page-locking the targets' staging memory", || {
+                        PageLocked::new(&context, total.max(1))
+                    })?,
+                };
+                let staging = self.staging[turn].insert(staging);
+                let ranges = copy_in_parallel(&mut staging.as_mut_slice()[..total], &parts);
+                let [a, b, c]: [std::ops::Range<usize>; 3] = ranges
+                    .try_into()
+                    .map_err(|_| Error::Mismatch("three parts of a target batch".into()))?;
+                (staging.as_slice(), [a, b, c])
+            }
         };
-        let staging = self.staging.insert(staging);
-        let mut at = 0;
-        let mut ranges = Vec::with_capacity(3);
-        for part in parts {
-            staging.as_mut_slice()[at..at + part.len()].copy_from_slice(part);
-            ranges.push(at..at + part.len());
-            at += part.len();
-        }
         let stream = self.gpu.stream().clone();
-        let host = staging.as_slice();
         let fail = |e| Error::cuda("uploading a target batch", e);
         let images_len = ranges[0].len();
-        let mut input = match self.input.take() {
-            Some(d) if d.len() >= images_len.max(1) => d,
-            // Allocated (zeroed) only when a batch is larger than any before.
-            _ => guarded("allocating the targets' device input", || {
-                stream.alloc_zeros::<u8>(images_len.max(1))
-            })?,
-        };
+        let mut input = reuse_or_grow(self.input.take(), images_len, &stream, "input")?;
         if images_len > 0 {
             let mut dst = input.slice_mut(0..images_len);
             // From page-locked memory the copy is asynchronous; the event below guards it.
@@ -141,8 +260,44 @@ impl TargetUpload {
                 .memcpy_htod(&host[ranges[0].clone()], &mut dst)
                 .map_err(fail)?;
         }
-        let images = self.normalizer.run(&stream, &input, n, h, w, &self.spec)?;
+        let padded_len = n * h * w * 3;
+        let mut padded = reuse_or_grow(self.padded.take(), padded_len, &stream, "padded batch")?;
+        if n > 0 {
+            if batch.device_rows.len() != n {
+                return Err(Error::Mismatch(format!(
+                    "a target batch of {n} rows with {} laid out for the device",
+                    batch.device_rows.len()
+                )));
+            }
+            let rows: Vec<PackedResize<'_>> = batch
+                .device_rows
+                .iter()
+                .map(|row| PackedResize {
+                    offset: row.offset,
+                    width: row.width,
+                    height: row.height,
+                    x: row.x,
+                    y: row.y,
+                    passes: &row.passes,
+                    filter: Filter::Bilinear,
+                    order: PassOrder::default(),
+                    pad: row.pad,
+                    flip: row.flip,
+                })
+                .collect();
+            self.resizer.resize_packed(
+                &stream,
+                &mut self.plan,
+                &input,
+                &rows,
+                (w as u32, h as u32),
+                &mut padded,
+            )?;
+        }
+        batch.device_rows = Vec::new();
+        let images = self.normalizer.run(&stream, &padded, n, h, w, &self.spec)?;
         self.input = Some(input);
+        self.padded = Some(padded);
         let plane = |range: std::ops::Range<usize>, planes: usize| -> Result<DeviceTensor> {
             let mut t = DeviceTensor::alloc(&stream, DType::U8, [planes, h, w], Layout::Nchw)?;
             if let (DeviceData::U8(s), false) = (t.data_mut(), range.is_empty()) {
@@ -152,21 +307,23 @@ impl TargetUpload {
             Ok(t)
         };
         let masks = match instance {
-            true => Some(plane(
-                ranges[1].clone(),
-                batch.masks.len() / (h * w).max(1),
-            )?),
+            true => Some(plane(ranges[1].clone(), ranges[1].len() / (h * w).max(1))?),
             false => None,
         };
-        let semantic = match batch.semantic.is_empty() {
+        let semantic = match ranges[2].is_empty() {
             true => None,
             false => Some(plane(ranges[2].clone(), n)?),
         };
-        self.uploaded = Some(
-            stream
-                .record_event(None)
-                .map_err(|e| Error::cuda("recording a target upload", e))?,
-        );
+        let uploaded = stream
+            .record_event(None)
+            .map_err(|e| Error::cuda("recording a target upload", e))?;
+        match staged {
+            Some(mut staged) => {
+                staged.uploaded = Some(uploaded);
+                self.pool.give(staged, keep);
+            }
+            None => self.uploaded[turn] = Some(uploaded),
+        }
         let spent = [
             std::mem::take(&mut batch.images),
             std::mem::take(&mut batch.masks),
@@ -184,11 +341,93 @@ impl TargetUpload {
     }
 }
 
+/// Most threads copying a batch into staging memory: one thread copies 5-10 GB/s, and a
+/// batch is tens of megabytes (`lsj`'s instance masks, 1 MB an object).
+const COPY_THREADS: usize = 8;
+
+/// Bytes a copying thread takes at least.
+const COPY_SHARE: usize = 1 << 20;
+
+/// Copies `parts` one after another into `dst` (their total length), cut into pieces copied on
+/// up to [`COPY_THREADS`] threads; each part's range in `dst`.
+fn copy_in_parallel(dst: &mut [u8], parts: &[&[u8]]) -> Vec<std::ops::Range<usize>> {
+    let total = dst.len();
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, COPY_THREADS)
+        .min(total.div_ceil(COPY_SHARE).max(1));
+    let piece = total.div_ceil(threads).max(1);
+    let mut ranges = Vec::with_capacity(parts.len());
+    let mut pieces: Vec<(&mut [u8], &[u8])> = Vec::new();
+    let mut rest = dst;
+    let mut at = 0;
+    for part in parts {
+        ranges.push(at..at + part.len());
+        at += part.len();
+        for chunk in part.chunks(piece) {
+            let (head, tail) = rest.split_at_mut(chunk.len());
+            pieces.push((head, chunk));
+            rest = tail;
+        }
+    }
+    let groups = pieces.len().div_ceil(threads).max(1);
+    std::thread::scope(|scope| {
+        let mut work = pieces.chunks_mut(groups);
+        let mine = work.next();
+        for group in work {
+            scope.spawn(move || group.iter_mut().for_each(|(d, s)| d.copy_from_slice(s)));
+        }
+        if let Some(group) = mine {
+            group.iter_mut().for_each(|(d, s)| d.copy_from_slice(s));
+        }
+    });
+    ranges
+}
+
+/// `buffer` when it holds `len` bytes, else a new device buffer of `len` (at least 1): allocated
+/// only when a batch is larger than any before.
+fn reuse_or_grow(
+    buffer: Option<CudaSlice<u8>>,
+    len: usize,
+    stream: &Arc<CudaStream>,
+    what: &'static str,
+) -> Result<CudaSlice<u8>> {
+    match buffer {
+        Some(d) if d.len() >= len.max(1) => Ok(d),
+        _ => guarded(what, || stream.alloc_zeros::<u8>(len.max(1))),
+    }
+}
+
 impl Drop for TargetUpload {
     fn drop(&mut self) {
         // The page-locked memory must outlive any copy still reading it.
-        if let Some(event) = &self.uploaded {
+        for event in self.uploaded.iter().flatten() {
             let _ = event.synchronize();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_are_copied_one_after_another_whatever_the_pieces() {
+        let parts: Vec<Vec<u8>> = [0usize, 5, 3 << 20, 1, (1 << 20) + 7, 0]
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| (0..n).map(|k| (k * 7 + i) as u8).collect())
+            .collect();
+        let refs: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
+        let total = refs.iter().map(|p| p.len()).sum();
+        let mut dst = vec![0xA5u8; total];
+        let ranges = copy_in_parallel(&mut dst, &refs);
+        assert_eq!(dst, parts.concat());
+        for (range, part) in ranges.iter().zip(&parts) {
+            assert_eq!(&dst[range.clone()], &part[..]);
+        }
+        assert!(copy_in_parallel(&mut [], &[&[]])
+            .iter()
+            .all(|r| r.is_empty()));
     }
 }

@@ -113,6 +113,11 @@ impl Layout {
         Some((layout, lead))
     }
 
+    /// Bytes of the source's pixels (RGB8).
+    pub(crate) fn source_len(&self) -> usize {
+        self.source.0 as usize * self.source.1 as usize * 3
+    }
+
     /// The output's size (rows, columns).
     pub(crate) fn size(&self) -> (u32, u32) {
         (self.ys.len() as u32, self.xs.len() as u32)
@@ -273,6 +278,51 @@ impl Layout {
         Ok(())
     }
 
+    /// The row as the device's resize writes it (`src/cuda/resize`), when it is one rectangle
+    /// of the resized image, ascending or mirrored, inside padding of one colour: `None` for
+    /// an output of padding only, of runs cut apart, or of pads of different colours.
+    pub(crate) fn placement(&self) -> Option<Placement> {
+        let (sh, sw) = self.source;
+        let (rh, rw) = self.resize.unwrap_or(self.source);
+        let (x, flip) = single_run(&self.xs)?;
+        let (y, flipped_rows) = single_run(&self.ys)?;
+        if flipped_rows {
+            return None;
+        }
+        let (lead, xn) = (x.dst as u32, x.len as u32);
+        let (top, yn) = (y.dst as u32, y.len as u32);
+        let first = |kind: RunKind, len: u32| match kind {
+            RunKind::Ascending(v) => v as u32,
+            RunKind::Descending(v) => v as u32 + 1 - len,
+            RunKind::Fill(_) => 0,
+        };
+        let (valid_w, valid_h) = (self.xs.len() as u32, self.ys.len() as u32);
+        let fills: Vec<[u8; 3]> = (self.xs.iter().chain(&self.ys))
+            .filter(|&&v| v < 0)
+            .map(|&v| self.fills[(-v) as usize - 1].0)
+            .collect();
+        if fills.windows(2).any(|w| w[0] != w[1]) {
+            return None;
+        }
+        let axis = |src: u32, resized: u32, out_first: u32, out_len: u32, at: u32| AxisPlan {
+            src_len: src,
+            resized,
+            out_first,
+            out_len,
+            dst_offset: at,
+            ..AxisPlan::default()
+        };
+        // Mirrored, the kept columns start where the unmirrored output had them.
+        let left = if flip { valid_w - lead - xn } else { lead };
+        Some(Placement {
+            x: axis(sw, rw, first(x.kind, xn), xn, left),
+            y: axis(sh, rh, first(y.kind, yn), yn, top),
+            flip,
+            fill: fills.first().copied(),
+            valid: (valid_h, valid_w),
+        })
+    }
+
     /// Each output index's source index on a mask (PyTorch's `nearest` after a resize), or the
     /// padding's `-v`.
     fn mask_map(map: &[i32], source: u32, resized: Option<u32>) -> AxisMap {
@@ -421,6 +471,36 @@ fn runs(map: &[i32]) -> Vec<Run> {
         });
     }
     out
+}
+
+/// The one run of source indices of an axis map between its fills, and whether it descends;
+/// `None` when there is none or more than one.
+fn single_run(map: &[i32]) -> Option<(Run, bool)> {
+    let mut kept = runs(map)
+        .into_iter()
+        .filter(|r| !matches!(r.kind, RunKind::Fill(_)));
+    let run = kept.next()?;
+    if kept.next().is_some() {
+        return None;
+    }
+    Some((run, matches!(run.kind, RunKind::Descending(_))))
+}
+
+/// A row as the device's resize writes it: the kept window of the resize (the plans' source
+/// and resized lengths, first kept sample and count) at its place in the row's valid
+/// rectangle, the rest of which is `fill`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Placement {
+    /// Columns: the resize, the kept window, where it lands (before a mirror).
+    pub(crate) x: AxisPlan,
+    /// Rows: the same.
+    pub(crate) y: AxisPlan,
+    /// Whether the valid rectangle is mirrored left to right.
+    pub(crate) flip: bool,
+    /// The colour of the valid rectangle around the kept window, when there is any.
+    pub(crate) fill: Option<[u8; 3]>,
+    /// The valid rectangle (rows, columns).
+    pub(crate) valid: (u32, u32),
 }
 
 /// Reverses the order of the 3-byte pixels of `row`.

@@ -7,8 +7,11 @@
 //! batches made ahead on the rayon pool while the caller uses one), each row's inverse map kept
 //! so a model's boxes go back to the original pixels ([`TargetBatch::to_original`]).
 //!
-//! All of it runs on the CPU: decode whole (libjpeg-turbo, as Pillow), resize with Pillow's
-//! bilinear filter (`src/resample`), masks with PyTorch's nearest. See `docs/targets.md`.
+//! The samples are read, decoded whole (libjpeg-turbo, as Pillow) and their targets transformed
+//! on the CPU, masks resized with PyTorch's nearest; the images are resized with Pillow's
+//! bilinear filter on the CPU (`src/resample`) or, for a batch on a CUDA device
+//! ([`TargetLoader::next_device_batch`]), by the device's resize kernel (`src/cuda/resize`),
+//! with the same bytes. See `docs/targets.md`.
 
 mod ahead;
 mod batch;

@@ -207,7 +207,7 @@ fn engine_decoders(config: &GpuLaneConfig, gray: bool) -> EngineDecoders {
 /// The lane's kernels compiled for `gpu` (`kernels/resize.cu`), and its gather.
 fn compile_kernels(gpu: &Gpu) -> Result<(Arc<CudaModule>, CudaFunction), GpuLaneError> {
     let module = gpu
-        .module(&resize::kernel_source())
+        .module(&crate::cuda::resize::kernel_source())
         .map_err(GpuLaneError::kernel("resize.cu"))?;
     let gather = module
         .load_function("gpufeed_gather")

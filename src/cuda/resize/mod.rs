@@ -14,10 +14,14 @@ use thiserror::Error;
 use crate::cuda::KernelSource;
 
 #[cfg(test)]
-mod host;
+pub(crate) mod host;
 pub(crate) mod plan;
 
-use plan::{BatchError, BatchPlan, ResizeDescriptor, THREADS_PER_BLOCK};
+use crate::resample::{AxisPlan, Filter, PassOrder, PassPlan};
+use plan::{
+    plan_batch_sized, BatchError, BatchPlan, ResizeDescriptor, ResizeJob, SourceImage,
+    SourcePixels, THREADS_PER_BLOCK,
+};
 
 /// The kernel source, embedded at build time.
 pub const SOURCE: &str = include_str!("../../../kernels/resize.cu");
@@ -52,6 +56,15 @@ pub enum ResizeError {
         /// Bytes of the output.
         actual: u64,
     },
+}
+
+impl From<ResizeError> for crate::Error {
+    fn from(e: ResizeError) -> crate::Error {
+        match e {
+            ResizeError::Driver { context, source } => crate::Error::cuda(context, source),
+            other => crate::Error::Mismatch(format!("resizing on the device: {other}")),
+        }
+    }
 }
 
 impl ResizeError {
@@ -160,7 +173,97 @@ fn refill<T: DeviceRepr>(
         .map_err(ResizeError::driver(context))
 }
 
+/// An RGB8 image packed in a device buffer of images, and its resize into a slot of a batch.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PackedResize<'a> {
+    /// Its first byte in the buffer (rows of `width * 3` bytes, one after another).
+    pub offset: usize,
+    /// Its pixels per row...
+    pub width: u32,
+    /// ...and rows.
+    pub height: u32,
+    /// The horizontal plan.
+    pub x: AxisPlan,
+    /// The vertical plan.
+    pub y: AxisPlan,
+    /// [`plan_passes`](crate::resample::plan_passes) of the plans, `filter` and `order`.
+    pub passes: &'a PassPlan,
+    /// The resampling filter.
+    pub filter: Filter,
+    /// Pillow's pass order.
+    pub order: PassOrder,
+    /// The colour outside the kept rectangle.
+    pub pad: [u8; 3],
+    /// Whether the slot is mirrored left to right.
+    pub flip: bool,
+}
+
 impl BatchResizer {
+    /// Resizes `images`, packed in `sources`, into slots of `width` x `height` RGB8 of `out`
+    /// (image `i` into slot `i`; every byte of each written), on `stream`; `plan` is the
+    /// device plan kept from call to call (its buffers reused). Refuses an image whose bytes
+    /// are not all inside `sources`, and an `out` too small for the slots.
+    pub(crate) fn resize_packed(
+        &self,
+        stream: &Arc<CudaStream>,
+        plan: &mut Option<DevicePlan>,
+        sources: &CudaSlice<u8>,
+        images: &[PackedResize<'_>],
+        (width, height): (u32, u32),
+        out: &mut CudaSlice<u8>,
+    ) -> Result<(), ResizeError> {
+        use cudarc::driver::{DevicePtr, DevicePtrMut};
+        let base = sources.device_ptr(stream).0;
+        let mut jobs = Vec::with_capacity(images.len());
+        for (index, image) in images.iter().enumerate() {
+            let bytes = image.width as usize * image.height as usize * 3;
+            if image
+                .offset
+                .checked_add(bytes)
+                .is_none_or(|end| end > sources.len())
+            {
+                return Err(ResizeError::Plan(BatchError::Address { index }));
+            }
+            jobs.push(ResizeJob {
+                source: SourceImage::whole(
+                    SourcePixels::Interleaved {
+                        ptr: base + image.offset as u64,
+                        pitch: image.width * 3,
+                    },
+                    image.width,
+                    image.height,
+                ),
+                x: image.x,
+                y: image.y,
+                filter: image.filter,
+                order: image.order,
+                pad: image.pad,
+                flip: image.flip,
+                slot: index as u32,
+            });
+        }
+        let passes: Vec<&PassPlan> = images.iter().map(|i| i.passes).collect();
+        let sizes = vec![(width, height); images.len()];
+        let slot_len = u64::from(width) * u64::from(height) * 3;
+        let batch = plan_batch_sized(&jobs, &passes, &sizes, slot_len)?;
+        let device_plan = match plan.take() {
+            Some(mut p) => {
+                p.update(stream, &batch)?;
+                p
+            }
+            None => self.upload(stream, &batch)?,
+        };
+        let device_plan = plan.insert(device_plan);
+        let len = out.len() as u64;
+        let (address, _written) = out.device_ptr_mut(stream);
+        // SAFETY: every job reads its image inside `sources` (its bytes checked above against
+        // the buffer's length; the planner checked the plans read inside the image), device
+        // memory of this stream's context borrowed for the call and ordered by cudarc's events
+        // against other streams' writes; `address` is `out`'s start, `len` bytes, borrowed
+        // (and its write recorded on `stream`) while the guard lives.
+        unsafe { self.launch_at(stream, device_plan, address, len) }
+    }
+
     /// The kernels of a module compiled from [`SOURCE`] (the device's module cache keeps it).
     pub fn from_module(
         module: &Arc<cudarc::driver::CudaModule>,
@@ -309,6 +412,173 @@ impl BatchResizer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::resample::{plan_passes, resample};
+    use gpufeed_bench::upload::random_bytes;
+
+    /// Images packed at odd offsets of one buffer resize into their slots as the CPU rendition
+    /// places them: upscaled and downscaled, cut, put anywhere in the slot, the rest of the
+    /// slot a colour, mirrored; every byte of the poisoned output written.
+    #[test]
+    fn packed_images_resize_into_their_slots_as_on_the_cpu() {
+        let Some(gpu) =
+            crate::cuda::test_gpu("packed_images_resize_into_their_slots_as_on_the_cpu")
+        else {
+            return;
+        };
+        let stream = gpu.stream();
+        let module = gpu.module(&kernel_source()).expect("compile");
+        let resizer = BatchResizer::from_module(&module).expect("kernels");
+        let (ow, oh) = (77u32, 61u32);
+        // (source w, h), resized (w, h), kept window (x0, xn, y0, yn), placed at (x, y), pad, flip
+        type Case = (
+            (u32, u32),
+            (u32, u32),
+            (u32, u32, u32, u32),
+            (u32, u32),
+            [u8; 3],
+            bool,
+        );
+        let cases: [Case; 6] = [
+            ((50, 37), (77, 57), (0, 77, 0, 57), (0, 0), [0; 3], false),
+            ((50, 37), (77, 57), (0, 77, 0, 57), (0, 0), [0; 3], true),
+            (
+                (120, 90),
+                (66, 50),
+                (5, 40, 3, 44),
+                (20, 9),
+                [123, 117, 104],
+                true,
+            ),
+            (
+                (31, 29),
+                (31, 29),
+                (0, 31, 0, 29),
+                (3, 2),
+                [255, 0, 9],
+                false,
+            ),
+            ((200, 7), (90, 3), (13, 60, 0, 3), (0, 58), [1, 2, 3], true),
+            ((9, 140), (4, 70), (0, 4, 10, 60), (73, 1), [114; 3], false),
+        ];
+        let mut packed = Vec::new();
+        let mut offsets = Vec::new();
+        let mut sources = Vec::new();
+        for (i, ((w, h), ..)) in cases.iter().enumerate() {
+            packed.extend(random_bytes(i * 7 + 1, i as u64));
+            offsets.push(packed.len());
+            let pixels = random_bytes((w * h * 3) as usize, 100 + i as u64);
+            packed.extend(&pixels);
+            sources.push(pixels);
+        }
+        let axis = |src, resized, first, len, at| AxisPlan {
+            src_len: src,
+            resized,
+            out_first: first,
+            out_len: len,
+            dst_offset: at,
+            ..AxisPlan::default()
+        };
+        let plans: Vec<(AxisPlan, AxisPlan)> = cases
+            .iter()
+            .map(|&((w, h), (rw, rh), (x0, xn, y0, yn), (dx, dy), ..)| {
+                (axis(w, rw, x0, xn, dx), axis(h, rh, y0, yn, dy))
+            })
+            .collect();
+        let passes: Vec<PassPlan> = plans
+            .iter()
+            .map(|(x, y)| {
+                plan_passes(x, y, Filter::Bilinear, PassOrder::default()).expect("passes")
+            })
+            .collect();
+        let images: Vec<PackedResize<'_>> = cases
+            .iter()
+            .zip(&plans)
+            .zip(&passes)
+            .zip(&offsets)
+            .map(|(((c, &(x, y)), passes), &offset)| PackedResize {
+                offset,
+                width: c.0 .0,
+                height: c.0 .1,
+                x,
+                y,
+                passes,
+                filter: Filter::Bilinear,
+                order: PassOrder::default(),
+                pad: c.4,
+                flip: c.5,
+            })
+            .collect();
+        let slot = (ow * oh * 3) as usize;
+        let device_sources = stream.clone_htod(&packed).expect("upload");
+        let mut out = stream
+            .clone_htod(&vec![0xA5u8; slot * cases.len() + 5])
+            .expect("poisoned output");
+        let mut plan = None;
+        resizer
+            .resize_packed(
+                stream,
+                &mut plan,
+                &device_sources,
+                &images,
+                (ow, oh),
+                &mut out,
+            )
+            .expect("resize");
+        let got = stream.clone_dtoh(&out).expect("download");
+        for (i, (case, (x, y))) in cases.iter().zip(&plans).enumerate() {
+            let ((w, h), .., pad, flip) = *case;
+            // The CPU rendition with pads 0 and 255: the bytes that differ are padding.
+            let mut dark = vec![0u8; slot];
+            let mut light = vec![0u8; slot];
+            for (want, value) in [(&mut dark, 0u8), (&mut light, 255)] {
+                resample(
+                    &sources[i],
+                    w,
+                    h,
+                    3,
+                    x,
+                    y,
+                    Filter::Bilinear,
+                    value,
+                    want,
+                    ow,
+                    oh,
+                )
+                .expect("cpu rendition");
+            }
+            let mut want: Vec<u8> = dark
+                .iter()
+                .zip(&light)
+                .enumerate()
+                .map(|(k, (&a, &b))| if a == b { a } else { pad[k % 3] })
+                .collect();
+            if flip {
+                for row in want.chunks_exact_mut(ow as usize * 3) {
+                    let mirrored: Vec<u8> = row.chunks_exact(3).rev().flatten().copied().collect();
+                    row.copy_from_slice(&mirrored);
+                }
+            }
+            let got = &got[i * slot..(i + 1) * slot];
+            let differing = got.iter().zip(&want).filter(|(a, b)| a != b).count();
+            assert_eq!(differing, 0, "case {i}: {differing} bytes differ");
+        }
+        assert_eq!(got[slot * cases.len()..], [0xA5; 5], "past the slots");
+        // An image whose bytes run past the buffer is refused, nothing launched.
+        let mut short = images.clone();
+        short[5].offset = packed.len() - 10;
+        let refused = resizer.resize_packed(
+            stream,
+            &mut plan,
+            &device_sources,
+            &short,
+            (ow, oh),
+            &mut out,
+        );
+        assert!(matches!(
+            refused,
+            Err(ResizeError::Plan(BatchError::Address { index: 5 }))
+        ));
+    }
 
     /// Compiles the kernels for a Hopper and an Ampere device wherever NVRTC can be loaded (no
     /// device needed), so a syntax error shows before the GPU machine.

@@ -6,7 +6,7 @@
 
 use thiserror::Error;
 
-use crate::gpu::resize::plan::{BatchPlan, PassDescriptor, ResizeDescriptor, THREADS_PER_BLOCK};
+use crate::cuda::resize::plan::{BatchPlan, PassDescriptor, ResizeDescriptor, THREADS_PER_BLOCK};
 use crate::resample::{clip8, HALF};
 
 /// Why a host run stopped: the plan reads or writes outside the buffers given (a bad address).
@@ -137,7 +137,8 @@ fn last_pass_image(
         let i = x.wrapping_sub(im.dst_x);
         let j = y.wrapping_sub(im.dst_y);
         let v = if i >= im.dst_w || j >= im.dst_h {
-            [im.pad as u8; 3]
+            let [r, g, b, _] = im.pad.to_le_bytes();
+            [r, g, b]
         } else {
             let mut v = pass_pixel(n, im, &im.last, &plan.coefficients, sources, tmp, i, j)?;
             if im.channels == 1 {
@@ -215,7 +216,7 @@ fn pass_pixel(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::resize::plan::{plan_batch, ResizeJob, SourceImage, SourcePixels};
+    use crate::cuda::resize::plan::{plan_batch, ResizeJob, SourceImage, SourcePixels};
     use crate::resample::{AxisPlan, Filter, PassOrder};
 
     fn job(ptr: u64) -> ResizeJob {
@@ -225,7 +226,7 @@ mod tests {
             y: AxisPlan::stretch(4, 2),
             filter: Filter::Box,
             order: PassOrder::default(),
-            pad: 0,
+            pad: [0; 3],
             flip: false,
             slot: 0,
         }
@@ -239,6 +240,25 @@ mod tests {
         run_batch(&plan, &memory, 100, &mut out).expect("run");
         // (0 + 10 + 40 + 50) / 4 = 25, and so on; gray spread to RGB.
         assert_eq!(out, [25, 25, 25, 45, 45, 45, 105, 105, 105, 125, 125, 125]);
+    }
+
+    #[test]
+    fn the_pad_colour_surrounds_the_kept_rectangle_mirrored_with_it() {
+        let memory: Vec<u8> = (0..16).map(|v| v * 10).collect();
+        let mut padded = job(100);
+        // The 2 x 2 box halving kept at column 1 of a 3 x 2 slot, the slot mirrored.
+        padded.x = AxisPlan {
+            dst_offset: 1,
+            ..AxisPlan::stretch(4, 2)
+        };
+        padded.pad = [7, 8, 9];
+        padded.flip = true;
+        let plan = plan_batch(&[padded], 3, 2).expect("plan");
+        let mut out = vec![0u8; 18];
+        run_batch(&plan, &memory, 100, &mut out).expect("run");
+        let row = |a: u8, b: u8| [a, a, a, b, b, b, 7, 8, 9];
+        assert_eq!(out[..9], row(45, 25));
+        assert_eq!(out[9..], row(125, 105));
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //!   and clamped, as Pillow's `imTemp`). Its grid is the prefix sum of every image's blocks
 //!   ([`ResizeDescriptor::block0`]); skipped when no image needs it.
 //! - `gpufeed_resize_last`, one launch, grid `(blocks per slot, images)`, one thread per output
-//!   pixel of every slot written: the pad value outside the kept rectangle, inside it the last
+//!   pixel of every slot written: the pad colour outside the kept rectangle, inside it the last
 //!   (or only) pass, from the intermediate or straight from the source region. An image that
 //!   resamples neither axis is copied by a vertical pass of one tap of weight 1.0.
 
@@ -124,8 +124,8 @@ pub struct ResizeJob {
     /// Which Pillow's pass order to reproduce ([`PassOrder::for_pillow`]; Pillow 13's by
     /// default).
     pub order: PassOrder,
-    /// The value of every output byte outside the kept rectangle.
-    pub pad: u8,
+    /// The colour (red, green, blue) of every output pixel outside the kept rectangle.
+    pub pad: [u8; 3],
     /// Whether the slot is mirrored left to right after the resize (the pad areas too).
     pub flip: bool,
     /// The slot written: bytes `[slot * out_h * out_w * 3, (slot + 1) * out_h * out_w * 3)`.
@@ -190,7 +190,7 @@ pub struct ResizeDescriptor {
     pub dst_w: u32,
     /// Height of the kept rectangle.
     pub dst_h: u32,
-    /// The pad value (low 8 bits).
+    /// The pad colour: red in the low 8 bits, then green, then blue.
     pub pad: u32,
     /// 1: the slot is written mirrored left to right (a horizontal flip after the resize).
     pub flip: u32,
@@ -531,7 +531,7 @@ impl Builder {
             dst_y: job.y.dst_offset,
             dst_w: job.x.out_len,
             dst_h: job.y.out_len,
-            pad: u32::from(job.pad),
+            pad: u32::from_le_bytes([job.pad[0], job.pad[1], job.pad[2], 0]),
             flip: u32::from(job.flip),
             out_w: out_width,
             out_h: out_height,
@@ -794,7 +794,7 @@ mod tests {
             y,
             filter: Filter::Bilinear,
             order: PassOrder::ShrinkVerticalFirst,
-            pad: 0,
+            pad: [0; 3],
             flip: false,
             slot,
         }
@@ -1047,7 +1047,7 @@ mod tests {
                 y,
                 filter: Filter::Bicubic,
                 order: PassOrder::ShrinkVerticalFirst,
-                pad: 0,
+                pad: [0; 3],
                 flip,
                 slot,
             }
