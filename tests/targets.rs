@@ -398,10 +398,24 @@ fn gpu_present(test: &str) -> bool {
 
 /// Every device batch against the host batch of the same loader options, normalized on the host
 /// with the same affine (one `f32` fused multiply-add a value, as the kernel): images bit for
-/// bit (padding included), masks and semantic masks byte for byte, targets equal.
+/// bit (padding included), masks and semantic masks byte for byte, targets equal. Twice: one
+/// batch made ahead (the first made while the device opens and copied into staging memory, the
+/// others laid out in page-locked memory), and the default (a small set all made at once).
 fn check_device_batches(make: &dyn Fn() -> TargetLoader, output: gpufeed::OutputOptions) {
+    check_device_batches_ahead(make, output, Some(1));
+    check_device_batches_ahead(make, output, None);
+}
+
+fn check_device_batches_ahead(
+    make: &dyn Fn() -> TargetLoader,
+    output: gpufeed::OutputOptions,
+    prefetch: Option<usize>,
+) {
     let mut host = make();
     let mut device = make().device(gpufeed::Device::Cuda(0)).output(output);
+    if let Some(n) = prefetch {
+        device = device.prefetch(n);
+    }
     let affine = output.affine();
     let mut batches = 0;
     while let Some(want) = host.next_batch() {

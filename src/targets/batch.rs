@@ -461,6 +461,20 @@ impl TargetLoader {
     /// The epoch's next batch, made for the device (with the page-locked buffer it is laid out
     /// in, when it is) or the host.
     fn next_made(&mut self, for_device: bool) -> Option<(TargetBatch, Option<Staged>)> {
+        let end = self.start_ahead(for_device)?;
+        let ahead = self.batches_ahead();
+        let outcome = self.ahead.take()?;
+        self.position = end;
+        self.fill(ahead);
+        match outcome {
+            Ok(made) => Some(self.hand_out(made)),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+
+    /// Starts the next batches for the device or the host (dropping those in work for the
+    /// other, or for other options); the end of the next batch, `None` at the epoch's end.
+    fn start_ahead(&mut self, for_device: bool) -> Option<usize> {
         self.for_device = for_device;
         if self.position >= self.order.len() {
             return None;
@@ -469,15 +483,8 @@ impl TargetLoader {
         if !self.ahead.front_is(&self.key(self.position, end)) {
             self.ahead.clear();
         }
-        let ahead = self.batches_ahead();
-        self.fill(ahead.max(1));
-        let outcome = self.ahead.take()?;
-        self.position = end;
-        self.fill(ahead);
-        match outcome {
-            Ok(made) => Some(self.hand_out(made)),
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
+        self.fill(self.batches_ahead().max(1));
+        Some(end)
     }
 
     /// What the batch of the order's `start..end` is made from.
@@ -575,6 +582,10 @@ impl TargetLoader {
             )));
         };
         if self.upload.is_none() {
+            // The first batches are made on the pool while the device opens (its context and
+            // kernels: a few tenths of a second); they are copied into staging memory at their
+            // upload, the later ones laid out there.
+            self.start_ahead(true);
             let output = self.output.unwrap_or_else(|| self.default_output());
             match TargetUpload::open(ordinal, &output) {
                 Ok(u) => self.upload = Some(u),

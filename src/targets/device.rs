@@ -220,6 +220,18 @@ impl TargetUpload {
     ) -> Result<(DeviceTargetBatch, [Vec<u8>; 3])> {
         let (n, h, w) = (batch.len(), batch.height as usize, batch.width as usize);
         let turn = self.turn;
+        if staged.is_some() {
+            // The batches laid out in page-locked memory need no staging buffer: those of the
+            // first batches (made before the device was open) go once their uploads are done.
+            for (buffer, event) in self.staging.iter_mut().zip(&mut self.uploaded) {
+                if let Some(event) = event.take() {
+                    event
+                        .synchronize()
+                        .map_err(|e| Error::cuda("waiting for a target upload", e))?;
+                }
+                *buffer = None;
+            }
+        }
         let (host, ranges): (&[u8], [std::ops::Range<usize>; 3]) = match &staged {
             Some(staged) => (staged.memory.as_slice(), staged.ranges()),
             None => {
