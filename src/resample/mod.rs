@@ -35,7 +35,7 @@ pub use filter::{Filter, Resampling};
 pub use passes::{plan_passes, plan_passes_torchvision, Direction, Pass, PassOrder, PassPlan};
 #[cfg(test)]
 pub use plan::torchvision_center_crop;
-pub use plan::{letterbox_fit, torchvision_resize, Axis, AxisPlan, PlanError};
+pub use plan::{letterbox_fit, torchvision_resize, Axis, AxisPlan, PlanError, Window};
 
 pub(crate) use cpu::{HostImage, Kernels, Slot};
 pub(crate) use image::ImagePlan;

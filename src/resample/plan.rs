@@ -342,6 +342,36 @@ pub enum PlanError {
     },
 }
 
+/// A rectangle of output pixels: columns `x..x + width`, rows `y..y + height`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    /// Left column.
+    pub x: u32,
+    /// Top row.
+    pub y: u32,
+    /// Columns.
+    pub width: u32,
+    /// Rows.
+    pub height: u32,
+}
+
+impl Window {
+    /// The whole of a `width` x `height` image.
+    pub fn whole(width: u32, height: u32) -> Window {
+        Window {
+            x: 0,
+            y: 0,
+            width,
+            height,
+        }
+    }
+
+    /// Pixels in the window.
+    pub fn pixels(&self) -> u64 {
+        u64::from(self.width) * u64::from(self.height)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

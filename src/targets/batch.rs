@@ -8,10 +8,11 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
+use crate::cuda::resize::PackedResize;
 use crate::error::ItemError;
 use crate::options::{DecodeOptions, Device, OutputOptions};
 use crate::random::Draws;
-use crate::resample::{plan_passes, AxisPlan, Filter, PassOrder, PassPlan};
+use crate::resample::{plan_passes, AxisPlan, Filter, PassOrder};
 
 use super::ahead::{Ahead, AheadPolicy, Key};
 use super::device::{
@@ -168,24 +169,10 @@ pub struct TargetBatch {
     pub inverse: Vec<Inverse>,
     /// The samples of this batch that were skipped, and why.
     pub skipped: Vec<ItemError>,
-    /// A batch made for the device: each row's pixels as the device resamples them into its
-    /// padded slot (`images` then holds the rows' source pixels, one after another).
-    pub(super) device_rows: Vec<DeviceRow>,
-}
-
-/// A row of a batch made for the device: where its source pixels are in the batch's `images`
-/// (packed RGB8, `width` x `height`) and the resize into its `height` x `width` slot of the
-/// padded batch (the plans' kept window at its place, the rest `pad`, mirrored when `flip`).
-#[derive(Debug, Clone)]
-pub(super) struct DeviceRow {
-    pub(super) offset: usize,
-    pub(super) width: u32,
-    pub(super) height: u32,
-    pub(super) x: AxisPlan,
-    pub(super) y: AxisPlan,
-    pub(super) passes: PassPlan,
-    pub(super) flip: bool,
-    pub(super) pad: [u8; 3],
+    /// A batch made for the device: how the device resizes each row into its padded slot
+    /// from its pixels, packed in the batch's `images` (or in the page-locked buffer it was laid
+    /// out in).
+    pub(super) device_rows: Vec<PackedResize>,
 }
 
 impl TargetBatch {
@@ -727,7 +714,7 @@ pub(super) struct Made {
 
 /// The batch of epoch `epoch` of the rows `loaded` (in order), padded to a multiple of
 /// `divisible` with `pad_fill`, in the buffers of `spare`; `for_device`: its images left for
-/// the device to resample ([`DeviceRow`]).
+/// the device to resample ([`PackedResize`]).
 pub(super) fn make_batch(
     epoch: u64,
     loaded: impl Iterator<Item = Result<Row, ItemError>>,
@@ -886,7 +873,7 @@ fn collate(
         image_parts.push(part);
         images_left = rest;
     }
-    let laid: Vec<Result<Option<DeviceRow>, ItemError>> = rows
+    let laid: Vec<Result<Option<PackedResize>, ItemError>> = rows
         .par_iter()
         .zip(plans.into_par_iter())
         .zip(image_parts.into_par_iter())
@@ -909,7 +896,7 @@ fn collate(
         })
         .collect();
     // The first row's error, whichever thread met an error first.
-    let device_rows: Vec<Option<DeviceRow>> = laid.into_iter().collect::<Result<_, _>>()?;
+    let device_rows: Vec<Option<PackedResize>> = laid.into_iter().collect::<Result<_, _>>()?;
     let mut offset = 0;
     for (mut row, len) in device_rows.into_iter().flatten().zip(&image_lens) {
         row.offset = offset;
@@ -953,7 +940,7 @@ fn for_the_device(
     columns: u32,
     pad_fill: u8,
     scratch: &mut LayoutScratch,
-) -> Result<DeviceRow, ItemError> {
+) -> Result<PackedResize, ItemError> {
     let s = &row.sample;
     let placement = match plan {
         Some(p) => {
@@ -991,15 +978,17 @@ fn for_the_device(
     }
     let passes = plan_passes(&x, &y, Filter::Bilinear, PassOrder::default())
         .map_err(|e| row_error(row, e.to_string()))?;
-    Ok(DeviceRow {
+    Ok(PackedResize {
         offset: 0,
         width: x.src_len,
         height: y.src_len,
         x,
         y,
         passes,
-        flip: placement.flip,
+        filter: Filter::Bilinear,
+        order: PassOrder::default(),
         pad: placement.fill.unwrap_or([pad_fill; 3]),
+        flip: placement.flip,
     })
 }
 
@@ -1153,8 +1142,8 @@ mod tests {
                     ),
                     x: device.x,
                     y: device.y,
-                    filter: Filter::Bilinear,
-                    order: PassOrder::default(),
+                    filter: device.filter,
+                    order: device.order,
                     pad: device.pad,
                     flip: device.flip,
                     slot: 0,

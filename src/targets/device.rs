@@ -1,22 +1,21 @@
 //! A batch of samples with targets on a CUDA device: each row's pixels as decoded (or laid out
-//! on the host when the device cannot place them), instance masks and semantic masks copied
-//! into one page-locked staging buffer (reused from batch to batch, grown only when a batch is
-//! larger than any before), uploaded asynchronously on the loader's stream; there the rows are
-//! resized, cropped, padded and mirrored into the padded `u8` batch by the resize kernel
-//! (`src/cuda/resize`, Pillow's arithmetic, the bytes of the host's layout), normalized by the
-//! normalize kernel (`src/cuda/normalize.rs`) into an NCHW tensor of the chosen dtype, the
-//! masks handed out as `u8` device tensors.
+//! on the host when the device cannot place them), instance masks and semantic masks, laid out
+//! by the pool's threads in a page-locked buffer ([`StagingPool`]: reused from batch to batch,
+//! grown only when a batch is larger than any before), uploaded asynchronously on the loader's
+//! stream; there the rows are resized, cropped, padded and mirrored into the padded `u8` batch
+//! by the resize kernel (`src/cuda/resize`, Pillow's arithmetic, the bytes of the host's
+//! layout), normalized by the normalize kernel (`src/cuda/normalize.rs`) into an NCHW tensor of
+//! the chosen dtype, the masks handed out as `u8` device tensors.
 
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream};
 
-use crate::cuda::resize::{kernel_source, BatchResizer, DevicePlan, PackedResize};
+use crate::cuda::resize::{kernel_source, BatchResizer, DevicePlan};
 use crate::cuda::{Gpu, Normalizer};
 use crate::error::{guarded, Error, Result};
 use crate::memory::PageLocked;
 use crate::options::{DType, Layout, NormalizeSpec, OutputOptions};
-use crate::resample::{Filter, PassOrder};
 use crate::tensor::{DeviceData, DeviceTensor};
 
 use super::TargetBatch;
@@ -153,14 +152,9 @@ pub(crate) struct TargetUpload {
     resizer: BatchResizer,
     normalizer: Normalizer,
     spec: NormalizeSpec,
-    staging: [Option<PageLocked>; 2],
     input: Option<CudaSlice<u8>>,
     padded: Option<CudaSlice<u8>>,
     plan: Option<DevicePlan>,
-    /// Recorded after the last upload out of each staging buffer.
-    uploaded: [Option<CudaEvent>; 2],
-    /// The staging buffer the next batch is copied into.
-    turn: usize,
     /// The page-locked buffers the batches are laid out in.
     pool: Arc<StagingPool>,
 }
@@ -189,12 +183,9 @@ impl TargetUpload {
             resizer,
             normalizer,
             spec,
-            staging: [None, None],
             input: None,
             padded: None,
             plan: None,
-            uploaded: [None, None],
-            turn: 0,
             pool: Arc::new(StagingPool {
                 context: gpu.stream().context().clone(),
                 free: Mutex::new(Vec::new()),
@@ -209,65 +200,75 @@ impl TargetUpload {
     }
 
     /// `batch` on the device (its instance masks as a tensor when `instance`, even of no
-    /// plane), from `staged` when it was laid out there (handed back to the pool after, which
-    /// keeps at most `keep`), else copied from its host buffers, which are taken and come back
-    /// as the second value, for the loader to reuse.
+    /// plane), uploaded from `staged` when it was laid out there, else from a buffer of the pool
+    /// its host buffers are copied into (those are taken and come back as the second value, for
+    /// the loader to reuse); the buffer goes back to the pool (which keeps at most `keep`).
     pub(crate) fn upload(
         &mut self,
         mut batch: TargetBatch,
         staged: Option<Staged>,
         (instance, keep): (bool, usize),
     ) -> Result<(DeviceTargetBatch, [Vec<u8>; 3])> {
-        let (n, h, w) = (batch.len(), batch.height as usize, batch.width as usize);
-        let turn = self.turn;
-        if staged.is_some() {
-            // The batches laid out in page-locked memory need no staging buffer: those of the
-            // first batches (made before the device was open) go once their uploads are done.
-            for (buffer, event) in self.staging.iter_mut().zip(&mut self.uploaded) {
-                if let Some(event) = event.take() {
-                    event
-                        .synchronize()
-                        .map_err(|e| Error::cuda("waiting for a target upload", e))?;
-                }
-                *buffer = None;
-            }
-        }
-        let (host, ranges): (&[u8], [std::ops::Range<usize>; 3]) = match &staged {
-            Some(staged) => (staged.memory.as_slice(), staged.ranges()),
+        // A batch made before the device opened is copied into a buffer of the pool now.
+        let mut staged = match staged {
+            Some(staged) => staged,
             None => {
                 let parts = [&batch.images[..], &batch.masks[..], &batch.semantic[..]];
-                let total: usize = parts.iter().map(|p| p.len()).sum();
-                // Two staging buffers in turn: this batch is copied into one while the last
-                // batch's upload reads the other. Each is written only once its last upload
-                // has finished.
-                self.turn = 1 - turn;
-                if let Some(event) = self.uploaded[turn].take() {
-                    event
-                        .synchronize()
-                        .map_err(|e| Error::cuda("waiting for a target upload", e))?;
+                let mut staged = self.pool.take(parts.map(<[u8]>::len))?;
+                for (to, from) in staged.parts_mut().into_iter().zip(parts) {
+                    to.copy_from_slice(from);
                 }
-                let context = self.gpu.stream().context().clone();
-                let staging = match self.staging[turn].take() {
-                    Some(s) if s.as_slice().len() >= total.max(1) => s,
-                    _ => guarded("page-locking the targets' staging memory", || {
-                        PageLocked::new(&context, total.max(1))
-                    })?,
-                };
-                let staging = self.staging[turn].insert(staging);
-                let ranges = copy_in_parallel(&mut staging.as_mut_slice()[..total], &parts);
-                let [a, b, c]: [std::ops::Range<usize>; 3] = ranges
-                    .try_into()
-                    .map_err(|_| Error::Mismatch("three parts of a target batch".into()))?;
-                (staging.as_slice(), [a, b, c])
+                staged
             }
         };
+        let stream = self.gpu.stream().clone();
+        let queued = self.enqueue(&mut batch, &staged, instance);
+        if queued.is_err() {
+            // Nothing may still read the buffer when it is dropped.
+            let _ = stream.synchronize();
+        }
+        let (images, masks, semantic) = queued?;
+        staged.uploaded = Some(
+            stream
+                .record_event(None)
+                .map_err(|e| Error::cuda("recording a target upload", e))?,
+        );
+        self.pool.give(staged, keep);
+        let spent = [
+            std::mem::take(&mut batch.images),
+            std::mem::take(&mut batch.masks),
+            std::mem::take(&mut batch.semantic),
+        ];
+        Ok((
+            DeviceTargetBatch {
+                images,
+                masks,
+                semantic,
+                targets: batch,
+            },
+            spent,
+        ))
+    }
+
+    /// Queues on the loader's stream the upload of `batch` out of `staged`, the resize of its
+    /// rows into the padded batch, the normalize kernel and the masks' uploads; the images and
+    /// the two mask tensors.
+    fn enqueue(
+        &mut self,
+        batch: &mut TargetBatch,
+        staged: &Staged,
+        instance: bool,
+    ) -> Result<(DeviceTensor, Option<DeviceTensor>, Option<DeviceTensor>)> {
+        let (n, h, w) = (batch.len(), batch.height as usize, batch.width as usize);
+        let (host, ranges) = (staged.memory.as_slice(), staged.ranges());
         let stream = self.gpu.stream().clone();
         let fail = |e| Error::cuda("uploading a target batch", e);
         let images_len = ranges[0].len();
         let mut input = reuse_or_grow(self.input.take(), images_len, &stream, "input")?;
         if images_len > 0 {
             let mut dst = input.slice_mut(0..images_len);
-            // From page-locked memory the copy is asynchronous; the event below guards it.
+            // From page-locked memory the copy is asynchronous; the event `upload` records
+            // after it guards the buffer.
             stream
                 .memcpy_htod(&host[ranges[0].clone()], &mut dst)
                 .map_err(fail)?;
@@ -281,27 +282,11 @@ impl TargetUpload {
                     batch.device_rows.len()
                 )));
             }
-            let rows: Vec<PackedResize<'_>> = batch
-                .device_rows
-                .iter()
-                .map(|row| PackedResize {
-                    offset: row.offset,
-                    width: row.width,
-                    height: row.height,
-                    x: row.x,
-                    y: row.y,
-                    passes: &row.passes,
-                    filter: Filter::Bilinear,
-                    order: PassOrder::default(),
-                    pad: row.pad,
-                    flip: row.flip,
-                })
-                .collect();
             self.resizer.resize_packed(
                 &stream,
                 &mut self.plan,
                 &input,
-                &rows,
+                &batch.device_rows,
                 (w as u32, h as u32),
                 &mut padded,
             )?;
@@ -326,74 +311,8 @@ impl TargetUpload {
             true => None,
             false => Some(plane(ranges[2].clone(), n)?),
         };
-        let uploaded = stream
-            .record_event(None)
-            .map_err(|e| Error::cuda("recording a target upload", e))?;
-        match staged {
-            Some(mut staged) => {
-                staged.uploaded = Some(uploaded);
-                self.pool.give(staged, keep);
-            }
-            None => self.uploaded[turn] = Some(uploaded),
-        }
-        let spent = [
-            std::mem::take(&mut batch.images),
-            std::mem::take(&mut batch.masks),
-            std::mem::take(&mut batch.semantic),
-        ];
-        Ok((
-            DeviceTargetBatch {
-                images,
-                masks,
-                semantic,
-                targets: batch,
-            },
-            spent,
-        ))
+        Ok((images, masks, semantic))
     }
-}
-
-/// Most threads copying a batch into staging memory: one thread copies 5-10 GB/s, and a
-/// batch is tens of megabytes (`lsj`'s instance masks, 1 MB an object).
-const COPY_THREADS: usize = 8;
-
-/// Bytes a copying thread takes at least.
-const COPY_SHARE: usize = 1 << 20;
-
-/// Copies `parts` one after another into `dst` (their total length), cut into pieces copied on
-/// up to [`COPY_THREADS`] threads; each part's range in `dst`.
-fn copy_in_parallel(dst: &mut [u8], parts: &[&[u8]]) -> Vec<std::ops::Range<usize>> {
-    let total = dst.len();
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, COPY_THREADS)
-        .min(total.div_ceil(COPY_SHARE).max(1));
-    let piece = total.div_ceil(threads).max(1);
-    let mut ranges = Vec::with_capacity(parts.len());
-    let mut pieces: Vec<(&mut [u8], &[u8])> = Vec::new();
-    let mut rest = dst;
-    let mut at = 0;
-    for part in parts {
-        ranges.push(at..at + part.len());
-        at += part.len();
-        for chunk in part.chunks(piece) {
-            let (head, tail) = rest.split_at_mut(chunk.len());
-            pieces.push((head, chunk));
-            rest = tail;
-        }
-    }
-    let groups = pieces.len().div_ceil(threads).max(1);
-    std::thread::scope(|scope| {
-        let mut work = pieces.chunks_mut(groups);
-        let mine = work.next();
-        for group in work {
-            scope.spawn(move || group.iter_mut().for_each(|(d, s)| d.copy_from_slice(s)));
-        }
-        if let Some(group) = mine {
-            group.iter_mut().for_each(|(d, s)| d.copy_from_slice(s));
-        }
-    });
-    ranges
 }
 
 /// `buffer` when it holds `len` bytes, else a new device buffer of `len` (at least 1): allocated
@@ -407,39 +326,5 @@ fn reuse_or_grow(
     match buffer {
         Some(d) if d.len() >= len.max(1) => Ok(d),
         _ => guarded(what, || stream.alloc_zeros::<u8>(len.max(1))),
-    }
-}
-
-impl Drop for TargetUpload {
-    fn drop(&mut self) {
-        // The page-locked memory must outlive any copy still reading it.
-        for event in self.uploaded.iter().flatten() {
-            let _ = event.synchronize();
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parts_are_copied_one_after_another_whatever_the_pieces() {
-        let parts: Vec<Vec<u8>> = [0usize, 5, 3 << 20, 1, (1 << 20) + 7, 0]
-            .iter()
-            .enumerate()
-            .map(|(i, &n)| (0..n).map(|k| (k * 7 + i) as u8).collect())
-            .collect();
-        let refs: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
-        let total = refs.iter().map(|p| p.len()).sum();
-        let mut dst = vec![0xA5u8; total];
-        let ranges = copy_in_parallel(&mut dst, &refs);
-        assert_eq!(dst, parts.concat());
-        for (range, part) in ranges.iter().zip(&parts) {
-            assert_eq!(&dst[range.clone()], &part[..]);
-        }
-        assert!(copy_in_parallel(&mut [], &[&[]])
-            .iter()
-            .all(|r| r.is_empty()));
     }
 }

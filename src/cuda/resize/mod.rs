@@ -174,8 +174,8 @@ fn refill<T: DeviceRepr>(
 }
 
 /// An RGB8 image packed in a device buffer of images, and its resize into a slot of a batch.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct PackedResize<'a> {
+#[derive(Debug, Clone)]
+pub(crate) struct PackedResize {
     /// Its first byte in the buffer (rows of `width * 3` bytes, one after another).
     pub offset: usize,
     /// Its pixels per row...
@@ -187,7 +187,7 @@ pub(crate) struct PackedResize<'a> {
     /// The vertical plan.
     pub y: AxisPlan,
     /// [`plan_passes`](crate::resample::plan_passes) of the plans, `filter` and `order`.
-    pub passes: &'a PassPlan,
+    pub passes: PassPlan,
     /// The resampling filter.
     pub filter: Filter,
     /// Pillow's pass order.
@@ -208,7 +208,7 @@ impl BatchResizer {
         stream: &Arc<CudaStream>,
         plan: &mut Option<DevicePlan>,
         sources: &CudaSlice<u8>,
-        images: &[PackedResize<'_>],
+        images: &[PackedResize],
         (width, height): (u32, u32),
         out: &mut CudaSlice<u8>,
     ) -> Result<(), ResizeError> {
@@ -242,7 +242,7 @@ impl BatchResizer {
                 slot: index as u32,
             });
         }
-        let passes: Vec<&PassPlan> = images.iter().map(|i| i.passes).collect();
+        let passes: Vec<&PassPlan> = images.iter().map(|i| &i.passes).collect();
         let sizes = vec![(width, height); images.len()];
         let slot_len = u64::from(width) * u64::from(height) * 3;
         let batch = plan_batch_sized(&jobs, &passes, &sizes, slot_len)?;
@@ -490,10 +490,10 @@ mod tests {
                 plan_passes(x, y, Filter::Bilinear, PassOrder::default()).expect("passes")
             })
             .collect();
-        let images: Vec<PackedResize<'_>> = cases
+        let images: Vec<PackedResize> = cases
             .iter()
             .zip(&plans)
-            .zip(&passes)
+            .zip(passes)
             .zip(&offsets)
             .map(|(((c, &(x, y)), passes), &offset)| PackedResize {
                 offset,

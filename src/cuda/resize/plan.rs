@@ -17,8 +17,9 @@
 
 use thiserror::Error;
 
-use crate::coefficients::Window;
-use crate::resample::{Axis, AxisPlan, Direction, Filter, Pass, PassOrder, PassPlan, PlanError};
+use crate::resample::{
+    Axis, AxisPlan, Direction, Filter, Pass, PassOrder, PassPlan, PlanError, Window,
+};
 
 /// Threads per block of both kernels; the horizontal grid's prefix sum counts blocks of this many.
 pub const THREADS_PER_BLOCK: u32 = 256;
