@@ -130,37 +130,52 @@ pub(crate) fn decode(
 
 /// Decodes all of `bytes` at full size as packed RGB8 (a gray JPEG spread to three equal
 /// channels, as Pillow's `convert("RGB")`): what the dense targets' transforms start from.
-/// Returns the pixels, the width and the height.
+/// The pixels go into a buffer of `buffers` (the smallest that holds them, its stale bytes
+/// overwritten: no zeroing, no fresh pages), to be given back once used. Returns the pixels,
+/// the width and the height.
 pub(crate) fn decode_whole(
     bytes: &[u8],
     options: &DecodeOptions,
+    buffers: &BufferPool,
 ) -> Result<(Vec<u8>, u32, u32), ItemErrorKind> {
     let header = super::probe::probe(bytes, options)?;
-    let pool = BufferPool::new(0);
+    let rgb_len = (header.width as usize)
+        .saturating_mul(header.height as usize)
+        .saturating_mul(3);
+    let mut pixels = buffers.take(rgb_len);
     let whole = |_, _| DecodeWindow {
         reduction: 1,
         region: None,
     };
-    let mut pixels = Vec::new();
     let d = decode(
         bytes,
         options,
         &whole,
         &mut pixels,
-        &pool,
+        &BufferPool::new(0),
         header.bytes_in_flight,
-    )?;
+    );
+    let d = match d {
+        Ok(d) => d,
+        Err(e) => {
+            buffers.give(pixels, rgb_len);
+            return Err(e);
+        }
+    };
     let (w, h) = (d.width as usize, d.height as usize);
     if d.reduction != 1 || pixels.len() < w * h * d.channels as usize {
+        buffers.give(pixels, rgb_len);
         return Err(ItemErrorKind::Decode(
             "decoder gave fewer pixels than the image has".into(),
         ));
     }
     if d.channels == 1 {
-        let gray = pixels;
-        pixels = vec![0; w * h * 3];
-        for (px, &v) in pixels.chunks_exact_mut(3).zip(&gray[..w * h]) {
-            px.fill(v);
+        // Spread in place, from the last pixel back, so no gray value is overwritten before
+        // it is read.
+        pixels.resize(w * h * 3, 0);
+        for i in (0..w * h).rev() {
+            let v = pixels[i];
+            pixels[i * 3..i * 3 + 3].fill(v);
         }
     } else {
         pixels.truncate(w * h * 3);

@@ -9,6 +9,7 @@
 
 mod augment;
 mod device;
+mod gather;
 mod image_staging;
 mod kernel_cache;
 mod normalize;
@@ -28,6 +29,9 @@ pub use device::DeviceOpening;
 #[cfg(test)]
 pub(crate) use device::{compile_ptx, compile_through, Compiled};
 pub(crate) use device::{upload_reusing, Gpu};
+#[cfg(test)]
+pub(crate) use gather::gather_on_host;
+pub(crate) use gather::{GatherPlane, PlaneGather};
 pub(crate) use image_staging::{upload_images, upload_positioned, ImagesInFlight};
 pub(crate) use kernel_cache::KernelSource;
 pub use normalize::{NormalizeTuning, Normalizer};

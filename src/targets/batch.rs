@@ -9,7 +9,9 @@ use std::sync::Arc;
 use rayon::prelude::*;
 
 use crate::cuda::resize::PackedResize;
+use crate::cuda::GatherPlane;
 use crate::error::ItemError;
+use crate::memory::BufferPool;
 use crate::options::{DecodeOptions, Device, OutputOptions};
 use crate::random::Draws;
 use crate::resample::{plan_passes, AxisPlan, Filter, PassOrder};
@@ -173,6 +175,22 @@ pub struct TargetBatch {
     /// from its pixels, packed in the batch's `images` (or in the page-locked buffer it was laid
     /// out in).
     pub(super) device_rows: Vec<PackedResize>,
+    /// A batch made for the device: how the device gathers each instance and semantic mask
+    /// into its padded plane from the rows' masks as loaded, packed after the pixels.
+    pub(super) device_masks: DeviceMasks,
+}
+
+/// The masks of a batch made for the device: the rows' instance planes and semantic masks as
+/// loaded, one after the other (instance planes first), and how each output plane is gathered
+/// from them ([`crate::cuda::PlaneGather`]).
+#[derive(Debug, Clone, Default)]
+pub(super) struct DeviceMasks {
+    /// One per object, in row order.
+    pub(super) instance: Vec<GatherPlane>,
+    /// One per row when the batch has semantic masks (a row without one: all 255).
+    pub(super) semantic: Vec<GatherPlane>,
+    /// The rows' axis maps and pad fills the planes name.
+    pub(super) maps: Vec<i32>,
 }
 
 impl TargetBatch {
@@ -642,15 +660,17 @@ fn id_of(source: &TargetSource, index: usize) -> String {
     source.id(index).unwrap_or_default()
 }
 
-/// Loads sample `index`, draws its calls from (seed, epoch, index) and transforms its targets.
+/// Loads sample `index` (its pixels and semantic mask in buffers of `buffers`), draws its calls
+/// from (seed, epoch, index) and transforms its targets.
 pub(super) fn prepare(
     source: &TargetSource,
     recipe: TargetRecipe,
     decode: &DecodeOptions,
     (seed, epoch): (u64, u64),
     index: usize,
+    buffers: &BufferPool,
 ) -> Result<Row, ItemError> {
-    let mut sample = source.load(index, decode)?;
+    let mut sample = source.load_with(index, decode, buffers)?;
     let ops = recipe.draw(
         sample.width,
         sample.height,
@@ -714,12 +734,13 @@ pub(super) struct Made {
 
 /// The batch of epoch `epoch` of the rows `loaded` (in order), padded to a multiple of
 /// `divisible` with `pad_fill`, in the buffers of `spare`; `for_device`: its images left for
-/// the device to resample ([`PackedResize`]).
+/// the device to resample ([`PackedResize`]). The rows' pixel and mask buffers go back to
+/// `buffers` once laid out.
 pub(super) fn make_batch(
     epoch: u64,
     loaded: impl Iterator<Item = Result<Row, ItemError>>,
     (divisible, pad_fill): (u32, u8),
-    spare: Spare,
+    (spare, buffers): (Spare, &BufferPool),
     (for_device, staging): (bool, Option<&StagingPool>),
 ) -> Made {
     let mut batch = TargetBatch {
@@ -751,9 +772,22 @@ pub(super) fn make_batch(
         (for_device, staging),
     )
     .err();
+    let samples = rows.len();
+    for row in rows {
+        let Sample {
+            pixels,
+            masks,
+            semantic,
+            ..
+        } = row.sample;
+        for buffer in [pixels, masks.data, semantic.data] {
+            let capacity = buffer.capacity();
+            buffers.give(buffer, capacity);
+        }
+    }
     Made {
         batch,
-        samples: rows.len(),
+        samples,
         objects: (objects, dropped),
         failed,
         staged,
@@ -793,7 +827,6 @@ fn collate(
         v
     };
     let semantic = rows.iter().any(|r| r.sample.semantic.count > 0);
-    let objects: usize = rows.iter().map(|r| r.sample.masks.count).sum();
     // Each row's bytes of `images`: its padded slot, or its pixels for the device: as decoded
     // when the device can place them and they are no more than its output (an upscale, a
     // crop), else laid out here (a large photo shrunk: fewer bytes to copy and send).
@@ -816,10 +849,22 @@ fn collate(
             (true, None) => row.sample.height as usize * row.sample.width as usize * 3,
         })
         .collect();
+    // Each row's bytes of `masks` and `semantic`: its padded planes, or for the device its
+    // masks as loaded (the device gathers them into their planes).
+    let mask_lens: Vec<(usize, usize)> = rows
+        .iter()
+        .map(|row| match for_device {
+            true => (row.sample.masks.data.len(), row.sample.semantic.data.len()),
+            false => (
+                row.sample.masks.count * hu * wu,
+                if semantic { hu * wu } else { 0 },
+            ),
+        })
+        .collect();
     let lens = [
         image_lens.iter().sum(),
-        objects * hu * wu,
-        if semantic { rows.len() * hu * wu } else { 0 },
+        mask_lens.iter().map(|l| l.0).sum(),
+        mask_lens.iter().map(|l| l.1).sum(),
     ];
     // Without page-locked memory (none could be had), the host buffers, copied at the upload.
     *staged = staging.and_then(|pool| pool.take(lens).ok());
@@ -853,19 +898,24 @@ fn collate(
             &mut batch.semantic[..],
         ],
     };
-    let mut masks_left = masks_all;
+    let (mut masks_left, mut semantic_left) = (masks_all, semantic_all);
     let mut mask_parts = Vec::with_capacity(rows.len());
-    for row in rows {
-        let (part, rest) = masks_left.split_at_mut(row.sample.masks.count * hu * wu);
+    let mut semantic_parts = Vec::with_capacity(rows.len());
+    for &(masks_len, semantic_len) in &mask_lens {
+        let (part, rest) = masks_left.split_at_mut(masks_len);
         mask_parts.push(part);
         masks_left = rest;
+        let (part, rest) = semantic_left.split_at_mut(semantic_len);
+        // The host lays out a plane for every row of a semantic batch (all 255 without a
+        // mask); the device gets the masks there are.
+        let has = if for_device {
+            semantic_len > 0
+        } else {
+            semantic
+        };
+        semantic_parts.push(has.then_some(part));
+        semantic_left = rest;
     }
-    let mut semantic_parts: Vec<Option<&mut [u8]>> = if semantic {
-        semantic_all.chunks_mut(hu * wu).map(Some).collect()
-    } else {
-        rows.iter().map(|_| None).collect()
-    };
-    semantic_parts.resize_with(rows.len(), || None);
     let mut images_left = images_all;
     let mut image_parts = Vec::with_capacity(rows.len());
     for &len in &image_lens {
@@ -890,7 +940,15 @@ fn collate(
                         None
                     }
                 };
-                lay_out_masks(row, masks, sem, wu);
+                match for_device {
+                    true => {
+                        masks.copy_from_slice(&row.sample.masks.data);
+                        if let Some(sem) = sem {
+                            sem.copy_from_slice(&row.sample.semantic.data);
+                        }
+                    }
+                    false => lay_out_masks(row, masks, sem, wu),
+                }
                 Ok(device)
             })
         })
@@ -903,7 +961,90 @@ fn collate(
         offset += len;
         batch.device_rows.push(row);
     }
+    if for_device {
+        batch.device_masks = device_masks(rows, semantic, lens[1])?;
+    }
     Ok(())
+}
+
+/// How the device gathers the masks of `rows` (with a semantic plane each when `semantic`)
+/// from their masks as loaded, packed instance planes first and the semantic masks from byte
+/// `semantic_at`.
+fn device_masks(
+    rows: &[Row],
+    semantic: bool,
+    semantic_at: usize,
+) -> Result<DeviceMasks, ItemError> {
+    let mut out = DeviceMasks::default();
+    let (mut instance_at, mut semantic_at) = (0u64, semantic_at as u64);
+    let offset = |maps: &Vec<i32>| maps.len() as u32;
+    for row in rows {
+        let s = &row.sample;
+        if s.masks.count == 0 && !semantic {
+            continue;
+        }
+        let (rows_n, columns) = row.layout.source_size();
+        let plane = rows_n as usize * columns as usize;
+        if s.masks.data.len() != s.masks.count * plane
+            || (s.semantic.count > 0 && s.semantic.data.len() != plane)
+        {
+            return Err(row_error(
+                row,
+                format!(
+                    "masks of {} bytes for planes of {columns}x{rows_n}",
+                    s.masks.data.len()
+                ),
+            ));
+        }
+        let (xs, ys) = row.layout.mask_maps();
+        let fills = offset(&out.maps);
+        out.maps.extend(row.layout.semantic_fills().map(i32::from));
+        let fill_count = offset(&out.maps) - fills;
+        let xs_at = offset(&out.maps);
+        out.maps.extend_from_slice(&xs);
+        let ys_at = offset(&out.maps);
+        out.maps.extend_from_slice(&ys);
+        let placed = GatherPlane {
+            source: 0,
+            source_width: columns,
+            source_height: rows_n,
+            xs: xs_at,
+            xs_len: xs.len() as u32,
+            ys: ys_at,
+            ys_len: ys.len() as u32,
+            fills: 0,
+            fill_count: 0,
+            beyond: 0,
+            unused: 0,
+        };
+        for _ in 0..s.masks.count {
+            out.instance.push(GatherPlane {
+                source: instance_at,
+                ..placed
+            });
+            instance_at += plane as u64;
+        }
+        if !semantic {
+            continue;
+        }
+        out.semantic.push(match s.semantic.count {
+            0 => GatherPlane {
+                beyond: 255,
+                ..GatherPlane::default()
+            },
+            _ => GatherPlane {
+                source: semantic_at,
+                fills,
+                fill_count,
+                beyond: 255,
+                ..placed
+            },
+        });
+        if s.semantic.count > 0 {
+            semantic_at += plane as u64;
+        }
+    }
+    Ok(out)
 }
 
 /// A row's resize by the device, when its layout is one placed rectangle whose padding has the
@@ -1021,17 +1162,17 @@ mod tests {
     use super::*;
     use crate::cuda::resize::host::run_batch;
     use crate::cuda::resize::plan::{plan_batch_sized, ResizeJob, SourceImage, SourcePixels};
+    use crate::targets::Planes;
 
     /// A row's slot as the device writes it (the resize kernel run on the host, statement for
     /// statement) equals the host's layout of it, for rows the device places (resized, cut,
     /// padded in the batch's colour or filling their slot in another, mirrored) and rows laid
     /// out on the host and copied.
-    #[test]
-    fn device_rows_write_the_host_layout() {
-        let (w, h) = (57u32, 43u32);
-        let pixels: Vec<u8> = (0..w * h * 3)
-            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
-            .collect();
+    /// The calls of the layout tests, and the colour of the padding inside the output when
+    /// the device can place it (`Some(None)`: no padding inside).
+    type Case = (Vec<JointOp>, Option<Option<[u8; 3]>>);
+
+    fn layout_cases() -> Vec<Case> {
         let resize = |height, width| JointOp::Resize { height, width };
         let crop = |top, left, height, width| JointOp::Crop {
             top,
@@ -1045,13 +1186,11 @@ mod tests {
             right,
             bottom,
             fill,
-            mask_fill: 255,
+            // Masks padded with 255, or with 7 where the image's pad is black.
+            mask_fill: if fill == [0; 3] { 7 } else { 255 },
         };
         let flip = JointOp::HorizontalFlip;
-        // The calls, and the colour of the padding inside the output when the device can
-        // place it (`Some(None)`: no padding inside).
-        type Case = (Vec<JointOp>, Option<Option<[u8; 3]>>);
-        let cases: Vec<Case> = vec![
+        vec![
             (vec![resize(80, 100)], Some(None)),
             (vec![resize(70, 90), flip], Some(None)),
             (
@@ -1079,7 +1218,16 @@ mod tests {
                 vec![pad(4, 0, 0, 0, [1, 2, 3]), pad(0, 0, 4, 0, [3, 2, 1])],
                 None,
             ),
-        ];
+        ]
+    }
+
+    #[test]
+    fn device_rows_write_the_host_layout() {
+        let (w, h) = (57u32, 43u32);
+        let pixels: Vec<u8> = (0..w * h * 3)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        let cases = layout_cases();
         let mut scratch = LayoutScratch::default();
         for (ops, inside) in &cases {
             for (divisible, pad_fill) in [(32, 0u8), (1, 9), (1, 0)] {
@@ -1156,6 +1304,89 @@ mod tests {
                 let differing = got.iter().zip(&want).filter(|(a, b)| a != b).count();
                 assert_eq!(differing, 0, "{ops:?} in {columns}x{rows}, pad {pad_fill}");
             }
+        }
+    }
+
+    /// A batch made for the device, its masks gathered by the gather kernel (its host
+    /// rendition), equals the batch laid out on the host: instance planes and semantic masks,
+    /// of rows resized, cut, padded (masks with 255 and 7) and mirrored, rows with and without
+    /// a semantic mask, in batches padded to 32 and to 1.
+    #[test]
+    fn device_masks_gather_the_host_layout() {
+        let (w, h) = (57u32, 43u32);
+        let plane = (w * h) as usize;
+        let bytes = |n: usize, salt: u32| -> Vec<u8> {
+            (0..n as u32)
+                .map(|i| (i.wrapping_add(salt).wrapping_mul(2_654_435_761) >> 13) as u8)
+                .collect()
+        };
+        let rows: Vec<Row> = layout_cases()
+            .into_iter()
+            .enumerate()
+            .map(|(i, (ops, _))| {
+                let (layout, _) = Layout::plan(&ops, w, h).expect("layout");
+                let (oh, ow) = layout.size();
+                let objects = i % 3;
+                let semantic = i % 4 != 1;
+                Row {
+                    index: i,
+                    id: format!("row {i}"),
+                    inverse: Inverse::of(&ops, w, h),
+                    sample: Sample {
+                        width: ow,
+                        height: oh,
+                        pixels: bytes(plane * 3, 1),
+                        masks: Planes {
+                            count: objects,
+                            data: bytes(plane * objects, 2 + i as u32)
+                                .iter()
+                                .map(|b| b & 1)
+                                .collect(),
+                        },
+                        semantic: Planes {
+                            count: usize::from(semantic),
+                            data: if semantic {
+                                bytes(plane, 3 + i as u32)
+                            } else {
+                                Vec::new()
+                            },
+                        },
+                        ..Sample::default()
+                    },
+                    ops,
+                    before: 0,
+                    layout,
+                }
+            })
+            .collect();
+        for divisible in [32, 1] {
+            let made = |for_device| {
+                let mut batch = TargetBatch::default();
+                collate(
+                    &mut batch,
+                    &rows,
+                    (divisible, 0),
+                    (Spare::default(), &mut None),
+                    (for_device, None),
+                )
+                .expect("collate");
+                batch
+            };
+            let (host, device) = (made(false), made(true));
+            let size = (host.width, host.height);
+            let sources = [&device.masks[..], &device.semantic[..]].concat();
+            let m = &device.device_masks;
+            assert_eq!(m.instance.len() * plane, device.masks.len());
+            let instance = crate::cuda::gather_on_host(&sources, &m.instance, &m.maps, size);
+            assert_eq!(
+                instance, host.masks,
+                "instance masks, divisible {divisible}"
+            );
+            let semantic = crate::cuda::gather_on_host(&sources, &m.semantic, &m.maps, size);
+            assert_eq!(
+                semantic, host.semantic,
+                "semantic masks, divisible {divisible}"
+            );
         }
     }
 

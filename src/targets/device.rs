@@ -5,14 +5,16 @@
 //! stream; there the rows are resized, cropped, padded and mirrored into the padded `u8` batch
 //! by the resize kernel (`src/cuda/resize`, Pillow's arithmetic, the bytes of the host's
 //! layout), normalized by the normalize kernel (`src/cuda/normalize.rs`) into an NCHW tensor of
-//! the chosen dtype, the masks handed out as `u8` device tensors.
+//! the chosen dtype; the masks, sent as loaded, are resized, cut, padded and mirrored into
+//! their padded planes by the gather kernel (`src/cuda/gather.rs`, the host's nearest
+//! lookups) and handed out as `u8` device tensors.
 
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream};
 
 use crate::cuda::resize::{kernel_source, BatchResizer, DevicePlan};
-use crate::cuda::{Gpu, Normalizer};
+use crate::cuda::{GatherPlane, Gpu, Normalizer, PlaneGather};
 use crate::error::{guarded, Error, Result};
 use crate::memory::PageLocked;
 use crate::options::{DType, Layout, NormalizeSpec, OutputOptions};
@@ -151,8 +153,11 @@ pub(crate) struct TargetUpload {
     gpu: Gpu,
     resizer: BatchResizer,
     normalizer: Normalizer,
+    gather: PlaneGather,
     spec: NormalizeSpec,
     input: Option<CudaSlice<u8>>,
+    /// The rows' masks as loaded.
+    mask_sources: Option<CudaSlice<u8>>,
     padded: Option<CudaSlice<u8>>,
     plan: Option<DevicePlan>,
     /// The page-locked buffers the batches are laid out in.
@@ -179,11 +184,14 @@ impl TargetUpload {
         let gpu = Gpu::open(ordinal)?;
         let normalizer = Normalizer::new(gpu.stream())?;
         let resizer = BatchResizer::from_module(&gpu.module(&kernel_source())?)?;
+        let gather = PlaneGather::new(gpu.stream())?;
         Ok(TargetUpload {
             resizer,
             normalizer,
+            gather,
             spec,
             input: None,
+            mask_sources: None,
             padded: None,
             plan: None,
             pool: Arc::new(StagingPool {
@@ -295,22 +303,46 @@ impl TargetUpload {
         let images = self.normalizer.run(&stream, &padded, n, h, w, &self.spec)?;
         self.input = Some(input);
         self.padded = Some(padded);
-        let plane = |range: std::ops::Range<usize>, planes: usize| -> Result<DeviceTensor> {
-            let mut t = DeviceTensor::alloc(&stream, DType::U8, [planes, h, w], Layout::Nchw)?;
-            if let (DeviceData::U8(s), false) = (t.data_mut(), range.is_empty()) {
-                let mut dst = s.slice_mut(0..range.len());
-                stream.memcpy_htod(&host[range], &mut dst).map_err(fail)?;
+        // The masks as loaded, instance planes then semantic masks (adjacent in `host`).
+        let mask_range = ranges[1].start..ranges[2].end;
+        let mut sources = reuse_or_grow(
+            self.mask_sources.take(),
+            mask_range.len(),
+            &stream,
+            "mask sources",
+        )?;
+        if !mask_range.is_empty() {
+            let mut dst = sources.slice_mut(0..mask_range.len());
+            stream
+                .memcpy_htod(&host[mask_range], &mut dst)
+                .map_err(fail)?;
+        }
+        let masks = std::mem::take(&mut batch.device_masks);
+        let mut gathered = |planes: &[GatherPlane]| -> Result<DeviceTensor> {
+            let mut t =
+                DeviceTensor::alloc(&stream, DType::U8, [planes.len(), h, w], Layout::Nchw)?;
+            if let DeviceData::U8(out) = t.data_mut() {
+                self.gather.gather(
+                    &stream,
+                    &sources,
+                    planes,
+                    &masks.maps,
+                    (w as u32, h as u32),
+                    out,
+                )?;
             }
             Ok(t)
         };
-        let masks = match instance {
-            true => Some(plane(ranges[1].clone(), ranges[1].len() / (h * w).max(1))?),
+        let instance_masks = match instance {
+            true => Some(gathered(&masks.instance)?),
             false => None,
         };
-        let semantic = match ranges[2].is_empty() {
+        let semantic = match masks.semantic.is_empty() {
             true => None,
-            false => Some(plane(ranges[2].clone(), n)?),
+            false => Some(gathered(&masks.semantic)?),
         };
+        self.mask_sources = Some(sources);
+        let masks = instance_masks;
         Ok((images, masks, semantic))
     }
 }

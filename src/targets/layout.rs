@@ -118,6 +118,16 @@ impl Layout {
         self.source.0 as usize * self.source.1 as usize * 3
     }
 
+    /// The source's size (rows, columns): its masks' planes.
+    pub(crate) fn source_size(&self) -> (u32, u32) {
+        self.source
+    }
+
+    /// Each pad call's semantic fill, in call order (pad call `g` is the `g`-th).
+    pub(crate) fn semantic_fills(&self) -> impl Iterator<Item = u8> + '_ {
+        self.fills.iter().map(|f| f.1)
+    }
+
     /// The output's size (rows, columns).
     pub(crate) fn size(&self) -> (u32, u32) {
         (self.ys.len() as u32, self.xs.len() as u32)

@@ -10,10 +10,16 @@ use serde_json::{json, Value};
 use super::coco::Coco;
 use super::source::attach_coco;
 use super::Sample;
+use crate::memory::BufferPool;
 
 /// Attaches the objects of the JSON `bytes` to `sample` (its image decoded), with an instance
 /// mask for each when `masks`. `Err` names what is wrong.
-pub(crate) fn attach_json(bytes: &[u8], masks: bool, sample: &mut Sample) -> Result<(), String> {
+pub(crate) fn attach_json(
+    bytes: &[u8],
+    masks: bool,
+    sample: &mut Sample,
+    buffers: &BufferPool,
+) -> Result<(), String> {
     let value: Value =
         serde_json::from_slice(bytes).map_err(|e| format!("the .json member is not JSON: {e}"))?;
     let Some(object) = value.as_object() else {
@@ -56,7 +62,7 @@ pub(crate) fn attach_json(bytes: &[u8], masks: bool, sample: &mut Sample) -> Res
     });
     let bytes = serde_json::to_vec(&doc).map_err(|e| e.to_string())?;
     let coco = Coco::from_slice(&bytes).map_err(|e| format!("the .json member: {e}"))?;
-    attach_coco(&coco, 0, masks, sample)?;
+    attach_coco(&coco, 0, masks, sample, buffers)?;
     if let Some(boxes) = xyxy {
         sample.boxes = boxes;
     }
@@ -139,7 +145,7 @@ mod tests {
             "segmentation": [[1, 2, 4, 2, 4, 4]], "iscrowd": 0, "area": 9},
             {"bbox": [0, 0, 2, 2], "category_id": 3, "iscrowd": 1}], "other": 1}"#;
         let mut a = sample();
-        attach_json(coco, true, &mut a).expect("coco form");
+        attach_json(coco, true, &mut a, &BufferPool::new(0)).expect("coco form");
         assert_eq!(a.boxes, [[1.0, 2.0, 4.5, 4.0], [0.0, 0.0, 2.0, 2.0]]);
         assert_eq!(a.labels, [7, 3]);
         assert_eq!(a.crowd, [0, 1]);
@@ -149,7 +155,7 @@ mod tests {
         let flat =
             br#"{"boxes": [[1, 2, 3.5, 2], [0, 0, 2, 2]], "labels": [7, 3], "iscrowd": [0, 1]}"#;
         let mut b = sample();
-        attach_json(flat, false, &mut b).expect("flat form");
+        attach_json(flat, false, &mut b, &BufferPool::new(0)).expect("flat form");
         assert_eq!(
             (&b.boxes, &b.labels, &b.crowd),
             (&a.boxes, &a.labels, &a.crowd)
@@ -157,7 +163,7 @@ mod tests {
         assert_eq!(b.masks.count, 0);
         let xyxy = br#"{"boxes_xyxy": [[1, 2, 4.5, 4], [0, 0, 2, 2]], "labels": [7, 3]}"#;
         let mut c = sample();
-        attach_json(xyxy, false, &mut c).expect("xyxy form");
+        attach_json(xyxy, false, &mut c, &BufferPool::new(0)).expect("xyxy form");
         assert_eq!((&c.boxes, &c.labels), (&a.boxes, &a.labels));
     }
 
@@ -166,7 +172,7 @@ mod tests {
         let json = br#"{"annotations": [{"bbox": [1, 2, 3, 2], "category_id": 7},
             {"bbox": [0, 0, 2, 2], "category_id": 3}], "categories": [{"id": 3, "name": "x"}]}"#;
         let mut a = sample();
-        attach_json(json, false, &mut a).expect("read");
+        attach_json(json, false, &mut a, &BufferPool::new(0)).expect("read");
         assert_eq!(a.labels, [3]);
     }
 
@@ -187,7 +193,8 @@ mod tests {
             ),
             (br#"{"annotations": 3}"#, "not a list"),
         ] {
-            let err = attach_json(bytes, true, &mut sample()).expect_err("bad");
+            let err =
+                attach_json(bytes, true, &mut sample(), &BufferPool::new(0)).expect_err("bad");
             assert!(err.contains(says), "{err}");
         }
     }

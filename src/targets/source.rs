@@ -8,6 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, ItemError, ItemErrorKind, Result};
+use crate::memory::BufferPool;
 use crate::options::DecodeOptions;
 use crate::source::Source;
 
@@ -221,8 +222,19 @@ impl TargetSource {
         index: usize,
         decode: &DecodeOptions,
     ) -> std::result::Result<Sample, ItemError> {
+        self.load_with(index, decode, &BufferPool::new(0))
+    }
+
+    /// [`TargetSource::load`], its pixels and semantic mask in buffers of `buffers` (given back
+    /// by the loader once the sample's batch is laid out).
+    pub(crate) fn load_with(
+        &self,
+        index: usize,
+        decode: &DecodeOptions,
+        buffers: &BufferPool,
+    ) -> std::result::Result<Sample, ItemError> {
         if let Kind::WebDataset { samples, kind } = &self.kind {
-            return load_shard_sample(samples, *kind, index, decode);
+            return load_shard_sample(samples, *kind, index, decode, buffers);
         }
         let path = self.image_path(index).unwrap_or_default();
         let fail = |kind| ItemError {
@@ -232,7 +244,8 @@ impl TargetSource {
         };
         let bytes = std::fs::read(&path)
             .map_err(|e| fail(ItemErrorKind::read(&e, format!("{}: {e}", path.display()))))?;
-        let (pixels, width, height) = crate::cpu::decode_whole(&bytes, decode).map_err(fail)?;
+        let (pixels, width, height) =
+            crate::cpu::decode_whole(&bytes, decode, buffers).map_err(fail)?;
         let mut sample = Sample {
             width,
             height,
@@ -240,10 +253,12 @@ impl TargetSource {
             ..Sample::default()
         };
         match &self.kind {
-            Kind::Coco { coco, .. } => attach_coco(coco, index, coco.has_masks(), &mut sample),
+            Kind::Coco { coco, .. } => {
+                attach_coco(coco, index, coco.has_masks(), &mut sample, buffers)
+            }
             Kind::Segmentation { .. } | Kind::WebDataset { .. } => {
                 let mask = self.mask_path(index).unwrap_or_default();
-                attach_mask(&mask, &mut sample)
+                attach_mask(&mask, &mut sample, buffers)
             }
         }
         .map_err(|reason| fail(ItemErrorKind::Target(reason)))?;
@@ -258,6 +273,7 @@ fn load_shard_sample(
     kind: TargetKind,
     index: usize,
     decode: &DecodeOptions,
+    buffers: &BufferPool,
 ) -> std::result::Result<Sample, ItemError> {
     let bytes = samples.read(index)?;
     let fail = |kind| ItemError {
@@ -265,7 +281,8 @@ fn load_shard_sample(
         index,
         kind,
     };
-    let (pixels, width, height) = crate::cpu::decode_whole(&bytes, decode).map_err(fail)?;
+    let (pixels, width, height) =
+        crate::cpu::decode_whole(&bytes, decode, buffers).map_err(fail)?;
     let mut sample = Sample {
         width,
         height,
@@ -280,26 +297,35 @@ fn load_shard_sample(
         ))));
     };
     match kind {
-        TargetKind::Detection => attach_json(&part, false, &mut sample),
-        TargetKind::Instances => attach_json(&part, true, &mut sample),
-        TargetKind::Semantic => attach_mask_bytes(&part, &format!(".{ext} member"), &mut sample),
+        TargetKind::Detection => attach_json(&part, false, &mut sample, buffers),
+        TargetKind::Instances => attach_json(&part, true, &mut sample, buffers),
+        TargetKind::Semantic => {
+            attach_mask_bytes(&part, &format!(".{ext} member"), &mut sample, buffers)
+        }
     }
     .map_err(|reason| fail(ItemErrorKind::Target(reason)))?;
     Ok(sample)
 }
 
 /// The COCO annotations of image `index`, masks (when `masks`) rasterized at the decoded size
-/// (torchvision's wrapper rasterizes at the image's size).
+/// (torchvision's wrapper rasterizes at the image's size) in a buffer of `buffers`.
 pub(super) fn attach_coco(
     coco: &Coco,
     index: usize,
     masks: bool,
     sample: &mut Sample,
+    buffers: &BufferPool,
 ) -> std::result::Result<(), String> {
     let Some(image) = coco.images.get(index) else {
         return Err(format!("no image {index}"));
     };
     let (h, w) = (sample.height, sample.width);
+    let plane = h as usize * w as usize;
+    if masks {
+        let len = plane.saturating_mul(image.annotations.len());
+        sample.masks.data = buffers.take(len);
+        sample.masks.data.clear();
+    }
     for a in image.annotations.clone() {
         sample.boxes.push(coco.bbox(a));
         sample.labels.push(coco.label(a));
@@ -312,9 +338,9 @@ pub(super) fn attach_coco(
         if !masks {
             continue;
         }
-        let plane = match coco.rle(a, h, w) {
+        let rle = match coco.rle(a, h, w) {
             // An object without a segmentation has an empty mask.
-            None => vec![0u8; h as usize * w as usize],
+            None => None,
             Some(Err(e)) => return Err(format!("annotation {a} of image {}: {e}", image.id)),
             Some(Ok(rle)) if (rle.height, rle.width) != (h, w) => {
                 return Err(format!(
@@ -322,9 +348,13 @@ pub(super) fn attach_coco(
                     image.id, rle.width, rle.height
                 ))
             }
-            Some(Ok(rle)) => rle.decode(),
+            Some(Ok(rle)) => Some(rle),
         };
-        sample.masks.data.extend_from_slice(&plane);
+        let start = sample.masks.data.len();
+        sample.masks.data.resize(start + plane, 0);
+        if let Some(rle) = rle {
+            rle.decode_into(&mut sample.masks.data[start..]);
+        }
         sample.masks.count += 1;
     }
     if !sample.keypoints.is_empty() {
@@ -335,9 +365,13 @@ pub(super) fn attach_coco(
 
 /// The semantic mask at `path`: an 8-bit (or fewer bits) palette or gray PNG of the image's size,
 /// its indices kept.
-fn attach_mask(path: &Path, sample: &mut Sample) -> std::result::Result<(), String> {
+fn attach_mask(
+    path: &Path,
+    sample: &mut Sample,
+    buffers: &BufferPool,
+) -> std::result::Result<(), String> {
     let bytes = std::fs::read(path).map_err(|e| format!("mask {}: {e}", path.display()))?;
-    attach_mask_bytes(&bytes, &path.display().to_string(), sample)
+    attach_mask_bytes(&bytes, &path.display().to_string(), sample, buffers)
 }
 
 /// The semantic mask in `bytes` (a PNG), named `name` in reasons.
@@ -345,9 +379,11 @@ fn attach_mask_bytes(
     bytes: &[u8],
     name: &str,
     sample: &mut Sample,
+    buffers: &BufferPool,
 ) -> std::result::Result<(), String> {
-    let (data, w, h) = read_index_png(bytes).map_err(|e| format!("mask {name}: {e}"))?;
+    let (data, w, h) = read_index_png(bytes, buffers).map_err(|e| format!("mask {name}: {e}"))?;
     if (w, h) != (sample.width, sample.height) {
+        buffers.give(data, 0);
         return Err(format!(
             "mask {name} is {w}x{h}, its image {}x{}",
             sample.width, sample.height
@@ -357,8 +393,12 @@ fn attach_mask_bytes(
     Ok(())
 }
 
-/// A palette or gray PNG's indices, one byte a pixel (1, 2 and 4 bits unpacked).
-fn read_index_png(bytes: &[u8]) -> std::result::Result<(Vec<u8>, u32, u32), String> {
+/// A palette or gray PNG's indices, one byte a pixel (1, 2 and 4 bits unpacked), in a buffer
+/// of `buffers`.
+fn read_index_png(
+    bytes: &[u8],
+    buffers: &BufferPool,
+) -> std::result::Result<(Vec<u8>, u32, u32), String> {
     let mut decoder = png::Decoder::new(std::io::Cursor::new(bytes));
     decoder.set_transformations(png::Transformations::IDENTITY);
     let mut reader = decoder.read_info().map_err(|e| e.to_string())?;
@@ -381,23 +421,38 @@ fn read_index_png(bytes: &[u8]) -> std::result::Result<(Vec<u8>, u32, u32), Stri
     let size = reader
         .output_buffer_size()
         .ok_or_else(|| "PNG too large".to_string())?;
-    let mut raw = vec![0u8; size];
-    let frame = reader.next_frame(&mut raw).map_err(|e| e.to_string())?;
-    let line = frame.line_size;
-    let mut out = Vec::with_capacity(w as usize * h as usize);
-    for y in 0..h as usize {
-        let row = &raw[y * line..(y + 1) * line];
-        if bits == 8 {
-            out.extend_from_slice(&row[..w as usize]);
-            continue;
+    let mut raw = buffers.take(size);
+    raw.resize(size, 0);
+    let line = match reader.next_frame(&mut raw) {
+        Ok(frame) => frame.line_size,
+        Err(e) => {
+            buffers.give(raw, size);
+            return Err(e.to_string());
         }
+    };
+    let (w_px, h_px) = (w as usize, h as usize);
+    if bits == 8 {
+        // One byte a pixel: the rows are the indices, packed unless a row carries more.
+        if line != w_px {
+            for y in 1..h_px {
+                raw.copy_within(y * line..y * line + w_px, y * w_px);
+            }
+        }
+        raw.truncate(w_px * h_px);
+        return Ok((raw, w, h));
+    }
+    let mut out = buffers.take(w_px * h_px);
+    out.clear();
+    for y in 0..h_px {
+        let row = &raw[y * line..(y + 1) * line];
         let per = 8 / bits;
         let mask = (1u8 << bits) - 1;
-        for x in 0..w as usize {
+        for x in 0..w_px {
             let byte = row[x / per];
             let shift = 8 - bits * (x % per + 1);
             out.push((byte >> shift) & mask);
         }
     }
+    buffers.give(raw, size);
     Ok((out, w, h))
 }
