@@ -660,7 +660,7 @@ fn id_of(source: &TargetSource, index: usize) -> String {
     source.id(index).unwrap_or_default()
 }
 
-/// Loads sample `index` (its pixels and semantic mask in buffers of `buffers`), draws its calls
+/// Loads sample `index` (its pixels and masks in buffers of `buffers`), draws its calls
 /// from (seed, epoch, index) and transforms its targets.
 pub(super) fn prepare(
     source: &TargetSource,

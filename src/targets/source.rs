@@ -225,7 +225,7 @@ impl TargetSource {
         self.load_with(index, decode, &BufferPool::new(0))
     }
 
-    /// [`TargetSource::load`], its pixels and semantic mask in buffers of `buffers` (given back
+    /// [`TargetSource::load`], its pixels and masks in buffers of `buffers` (given back
     /// by the loader once the sample's batch is laid out).
     pub(crate) fn load_with(
         &self,
