@@ -143,6 +143,7 @@ pub(crate) fn decode_whole(
         .saturating_mul(header.height as usize)
         .saturating_mul(3);
     let mut pixels = buffers.take(rgb_len);
+    let lent = pixels.capacity();
     let whole = |_, _| DecodeWindow {
         reduction: 1,
         region: None,
@@ -158,13 +159,13 @@ pub(crate) fn decode_whole(
     let d = match d {
         Ok(d) => d,
         Err(e) => {
-            buffers.give(pixels, rgb_len);
+            buffers.give(pixels, lent);
             return Err(e);
         }
     };
     let (w, h) = (d.width as usize, d.height as usize);
     if d.reduction != 1 || pixels.len() < w * h * d.channels as usize {
-        buffers.give(pixels, rgb_len);
+        buffers.give(pixels, lent);
         return Err(ItemErrorKind::Decode(
             "decoder gave fewer pixels than the image has".into(),
         ));

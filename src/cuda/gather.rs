@@ -84,40 +84,39 @@ impl PlaneGather {
         })
     }
 
-    /// Writes `planes.len()` planes of `width` x `height` bytes into `out`, plane `p` gathered
-    /// from `sources` as `planes[p]` says through `maps`, on `stream`. Refuses a plane whose
-    /// source lies outside `sources` or whose maps lie outside `maps`, and an `out` smaller
-    /// than the planes.
+    /// Writes each output's planes, `width` x `height` bytes each, plane `p` of an output
+    /// gathered from `sources` as its `planes[p]` says through `maps` (uploaded once for all
+    /// outputs), on `stream`. Refuses a plane whose source lies outside `sources` or whose maps
+    /// lie outside `maps`, and an output smaller than its planes.
     pub(crate) fn gather(
         &mut self,
         stream: &Arc<CudaStream>,
         sources: &CudaSlice<u8>,
-        planes: &[GatherPlane],
         maps: &[i32],
         (width, height): (u32, u32),
-        out: &mut CudaSlice<u8>,
+        outputs: &mut [(&[GatherPlane], &mut CudaSlice<u8>)],
     ) -> Result<()> {
-        check(sources.len(), planes, maps)?;
         let plane_len = u64::from(width) * u64::from(height);
-        let needed = plane_len * planes.len() as u64;
-        if (out.len() as u64) < needed {
-            return Err(Error::Mismatch(format!(
-                "the mask output holds {} bytes, its {} planes {needed}",
-                out.len(),
-                planes.len()
-            )));
+        for (planes, out) in outputs.iter() {
+            check(sources.len(), planes, maps)?;
+            let needed = plane_len * planes.len() as u64;
+            if (out.len() as u64) < needed {
+                return Err(Error::Mismatch(format!(
+                    "the mask output holds {} bytes, its {} planes {needed}",
+                    out.len(),
+                    planes.len()
+                )));
+            }
         }
-        if needed == 0 {
+        let table: Vec<GatherPlane> = outputs
+            .iter()
+            .flat_map(|(p, _)| p.iter().copied())
+            .collect();
+        if table.is_empty() || plane_len == 0 {
             return Ok(());
         }
-        let Ok(count) = u32::try_from(planes.len()) else {
-            return Err(Error::Mismatch(format!(
-                "{} mask planes in one batch",
-                planes.len()
-            )));
-        };
         let fail = |e| Error::cuda("uploading the gather table", e);
-        let table = upload_reusing(stream, planes, &mut self.planes).map_err(fail)?;
+        let table = upload_reusing(stream, &table, &mut self.planes).map_err(fail)?;
         // An empty map list still passes a valid buffer.
         let maps = upload_reusing(
             stream,
@@ -125,30 +124,45 @@ impl PlaneGather {
             &mut self.maps,
         )
         .map_err(fail)?;
-        let config = LaunchConfig {
-            grid_dim: (
-                width.div_ceil(THREADS_PER_BLOCK),
-                height.min(MAX_GRID_YZ),
-                count.min(MAX_GRID_YZ),
-            ),
-            block_dim: (THREADS_PER_BLOCK, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let mut b = stream.launch_builder(&self.function);
-        b.arg(sources)
-            .arg(table)
-            .arg(&count)
-            .arg(maps)
-            .arg(out)
-            .arg(&width)
-            .arg(&height);
-        // SAFETY: the arguments match `gpufeed_gather_planes`'s parameters in order; `table`
-        // holds `count` planes, each reading only inside its source plane, which `check` found
-        // inside `sources`, through maps `check` found inside `maps` (fills included); the
-        // kernel writes `count` planes of `width * height` bytes, inside `out` (checked above).
-        unsafe { b.launch(config) }
-            .map(|_| ())
-            .map_err(|e| Error::cuda("launching the gather kernel", e))
+        let mut first = 0;
+        for (planes, out) in outputs.iter_mut() {
+            let Ok(count) = u32::try_from(planes.len()) else {
+                return Err(Error::Mismatch(format!(
+                    "{} mask planes in one batch",
+                    planes.len()
+                )));
+            };
+            let rows = table.slice(first..first + planes.len());
+            first += planes.len();
+            if count == 0 {
+                continue;
+            }
+            let config = LaunchConfig {
+                grid_dim: (
+                    width.div_ceil(THREADS_PER_BLOCK),
+                    height.min(MAX_GRID_YZ),
+                    count.min(MAX_GRID_YZ),
+                ),
+                block_dim: (THREADS_PER_BLOCK, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let mut b = stream.launch_builder(&self.function);
+            b.arg(sources)
+                .arg(&rows)
+                .arg(&count)
+                .arg(maps)
+                .arg(&mut **out)
+                .arg(&width)
+                .arg(&height);
+            // SAFETY: the arguments match `gpufeed_gather_planes`'s parameters in order; `rows`
+            // holds this output's `count` planes, each reading only inside its source plane,
+            // which `check` found inside `sources`, through maps `check` found inside `maps`
+            // (fills included); the kernel writes `count` planes of `width * height` bytes,
+            // inside `out` (checked above).
+            unsafe { b.launch(config) }
+                .map_err(|e| Error::cuda("launching the gather kernel", e))?;
+        }
+        Ok(())
     }
 }
 
@@ -288,37 +302,55 @@ mod tests {
                     unused: 0,
                 });
             }
-            let want = gather_on_host(&sources, &planes, &maps, (width, height));
+            // Two outputs of one launch list (the planes split where the seed says), as the
+            // instance and semantic masks of a batch are.
+            let split = draws.below(planes.len() as u64 + 1) as usize;
+            let (first, second) = planes.split_at(split);
             let device_sources = stream.clone_htod(&sources).expect("sources");
-            let mut out = stream
-                .clone_htod(&vec![0xA5u8; want.len() + 7])
-                .expect("poisoned output");
+            let mut wants = Vec::new();
+            let mut outs = Vec::new();
+            for group in [first, second] {
+                let want = gather_on_host(&sources, group, &maps, (width, height));
+                outs.push(
+                    stream
+                        .clone_htod(&vec![0xA5u8; want.len() + 7])
+                        .expect("poisoned output"),
+                );
+                wants.push(want);
+            }
+            let [out_a, out_b] = &mut outs[..] else {
+                unreachable!("two outputs")
+            };
             gather
                 .gather(
                     &stream,
                     &device_sources,
-                    &planes,
                     &maps,
                     (width, height),
-                    &mut out,
+                    &mut [(first, out_a), (second, out_b)],
                 )
                 .expect("gather");
-            let got = stream.clone_dtoh(&out).expect("download");
-            assert_eq!(&got[..want.len()], &want[..], "seed {seed}");
-            assert!(
-                got[want.len()..].iter().all(|&b| b == 0xA5),
-                "wrote past the planes"
-            );
-            let mut outside = planes.clone();
+            for (want, out) in wants.iter().zip(&outs) {
+                let got = stream.clone_dtoh(out).expect("download");
+                assert_eq!(&got[..want.len()], &want[..], "seed {seed}, split {split}");
+                assert!(
+                    got[want.len()..].iter().all(|&b| b == 0xA5),
+                    "wrote past the planes"
+                );
+            }
+            // One plane whose source starts past the sources, into an output that holds it.
+            let mut outside = planes[..1].to_vec();
             outside[0].source = sources.len() as u64;
+            let mut room = stream
+                .alloc_zeros::<u8>((width * height) as usize)
+                .expect("output");
             assert!(gather
                 .gather(
                     &stream,
                     &device_sources,
-                    &outside,
                     &maps,
                     (width, height),
-                    &mut out
+                    &mut [(&outside, &mut room)],
                 )
                 .is_err());
         }

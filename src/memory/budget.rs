@@ -64,10 +64,12 @@ impl Drop for Reservation<'_> {
 /// large images is reused instead of freed and allocated again: glibc keeps what one thread
 /// frees in that thread's arena, where no other thread can use it, and resident memory would
 /// grow by a large image per thread. What the pool keeps, with what it has lent, stays within
-/// its limit.
+/// its limit ([`BufferPool::new`]), or what it keeps free does ([`BufferPool::free_within`]).
 #[derive(Debug)]
 pub(crate) struct BufferPool {
     keep: u64,
+    /// Whether lent buffers count against `keep`.
+    counts_lent: bool,
     state: Mutex<PoolState>,
 }
 
@@ -83,7 +85,18 @@ impl BufferPool {
     pub fn new(keep: u64) -> BufferPool {
         BufferPool {
             keep,
+            counts_lent: true,
             state: Mutex::new(PoolState::default()),
+        }
+    }
+
+    /// A pool keeping at most `keep` bytes free, for buffers that may grow, change hands or
+    /// be dropped while lent (what is lent is not counted; `give`'s `lent_capacity` is
+    /// ignored).
+    pub fn free_within(keep: u64) -> BufferPool {
+        BufferPool {
+            counts_lent: false,
+            ..BufferPool::new(keep)
         }
     }
 
@@ -106,7 +119,9 @@ impl BufferPool {
             }
             None => Vec::new(),
         };
-        state.lent_bytes += buffer.capacity() as u64;
+        if self.counts_lent {
+            state.lent_bytes += buffer.capacity() as u64;
+        }
         buffer
     }
 
@@ -167,6 +182,36 @@ mod tests {
         pool.give(big, 0);
         let c = pool.take(1500);
         assert_eq!(c.capacity(), 0, "a buffer over the limit is not kept");
+    }
+
+    #[test]
+    fn a_pool_free_within_its_limit_counts_only_what_it_keeps() {
+        let pool = BufferPool::free_within(1000);
+        // Lent and never given back: nothing is counted against the limit.
+        let mut lost = pool.take(600);
+        lost.resize(600, 0);
+        let mut a = pool.take(700);
+        a.resize(700, 1);
+        let cap = a.capacity();
+        pool.give(a, 0);
+        assert_eq!(
+            pool.take(10).capacity(),
+            cap,
+            "kept although 600 bytes were never given back"
+        );
+        let mut b = Vec::with_capacity(400);
+        b.push(0u8);
+        let mut c = Vec::with_capacity(700);
+        c.push(0u8);
+        pool.give(b, 0);
+        pool.give(c, 0);
+        assert_eq!(
+            pool.take(1).capacity(),
+            400,
+            "the second one was over the limit"
+        );
+        assert_eq!(pool.take(1).capacity(), 0, "and not kept");
+        drop(lost);
     }
 
     #[test]

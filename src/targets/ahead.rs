@@ -171,7 +171,8 @@ fn wait(work: &Work) -> Outcome {
 #[derive(Debug)]
 pub(crate) struct Spares {
     free: Mutex<Vec<Spare>>,
-    /// The rows' buffers: at most [`Spares::ROW_BUFFER_BYTES`] kept.
+    /// The rows' buffers: at most [`Spares::ROW_BUFFER_BYTES`] kept free (a row's buffers
+    /// grow while it is made, and a row dropped or skipped keeps its own).
     buffers: BufferPool,
 }
 
@@ -179,7 +180,7 @@ impl Default for Spares {
     fn default() -> Spares {
         Spares {
             free: Mutex::default(),
-            buffers: BufferPool::new(Spares::ROW_BUFFER_BYTES),
+            buffers: BufferPool::free_within(Spares::ROW_BUFFER_BYTES),
         }
     }
 }

@@ -781,8 +781,7 @@ pub(super) fn make_batch(
             ..
         } = row.sample;
         for buffer in [pixels, masks.data, semantic.data] {
-            let capacity = buffer.capacity();
-            buffers.give(buffer, capacity);
+            buffers.give(buffer, 0);
         }
     }
     Made {

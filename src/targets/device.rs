@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream};
 
 use crate::cuda::resize::{kernel_source, BatchResizer, DevicePlan};
-use crate::cuda::{GatherPlane, Gpu, Normalizer, PlaneGather};
+use crate::cuda::{Gpu, Normalizer, PlaneGather};
 use crate::error::{guarded, Error, Result};
 use crate::memory::PageLocked;
 use crate::options::{DType, Layout, NormalizeSpec, OutputOptions};
@@ -318,29 +318,28 @@ impl TargetUpload {
                 .map_err(fail)?;
         }
         let masks = std::mem::take(&mut batch.device_masks);
-        let mut gathered = |planes: &[GatherPlane]| -> Result<DeviceTensor> {
-            let mut t =
-                DeviceTensor::alloc(&stream, DType::U8, [planes.len(), h, w], Layout::Nchw)?;
-            if let DeviceData::U8(out) = t.data_mut() {
-                self.gather.gather(
-                    &stream,
-                    &sources,
-                    planes,
-                    &masks.maps,
-                    (w as u32, h as u32),
-                    out,
-                )?;
+        let planes =
+            |count: usize| DeviceTensor::alloc(&stream, DType::U8, [count, h, w], Layout::Nchw);
+        let mut instance_masks = instance.then(|| planes(masks.instance.len())).transpose()?;
+        let mut semantic = (!masks.semantic.is_empty())
+            .then(|| planes(masks.semantic.len()))
+            .transpose()?;
+        let mut outputs = Vec::with_capacity(2);
+        for (tensor, group) in [
+            (instance_masks.as_mut(), &masks.instance),
+            (semantic.as_mut(), &masks.semantic),
+        ] {
+            if let Some(DeviceData::U8(out)) = tensor.map(DeviceTensor::data_mut) {
+                outputs.push((&group[..], out));
             }
-            Ok(t)
-        };
-        let instance_masks = match instance {
-            true => Some(gathered(&masks.instance)?),
-            false => None,
-        };
-        let semantic = match masks.semantic.is_empty() {
-            true => None,
-            false => Some(gathered(&masks.semantic)?),
-        };
+        }
+        self.gather.gather(
+            &stream,
+            &sources,
+            &masks.maps,
+            (w as u32, h as u32),
+            &mut outputs,
+        )?;
         self.mask_sources = Some(sources);
         let masks = instance_masks;
         Ok((images, masks, semantic))

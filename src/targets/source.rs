@@ -426,7 +426,7 @@ fn read_index_png(
     let line = match reader.next_frame(&mut raw) {
         Ok(frame) => frame.line_size,
         Err(e) => {
-            buffers.give(raw, size);
+            buffers.give(raw, 0);
             return Err(e.to_string());
         }
     };
@@ -453,6 +453,6 @@ fn read_index_png(
             out.push((byte >> shift) & mask);
         }
     }
-    buffers.give(raw, size);
+    buffers.give(raw, 0);
     Ok((out, w, h))
 }
