@@ -398,21 +398,28 @@ fn gpu_present(test: &str) -> bool {
 
 /// Every device batch against the host batch of the same loader options, normalized on the host
 /// with the same affine (one `f32` fused multiply-add a value, as the kernel): images bit for
-/// bit (padding included), masks and semantic masks byte for byte, targets equal. Twice: one
-/// batch made ahead (the first made while the device opens and copied into staging memory, the
-/// others laid out in page-locked memory), and the default (a small set all made at once).
-fn check_device_batches(make: &dyn Fn() -> TargetLoader, output: gpufeed::OutputOptions) {
-    check_device_batches_ahead(make, output, Some(1));
-    check_device_batches_ahead(make, output, None);
+/// bit (padding included), masks and semantic masks byte for byte, targets equal. Three times:
+/// one batch made ahead, the JPEGs decoded on the CPU (the first batch made while the device
+/// opens and copied into staging memory, the others laid out in page-locked memory); the
+/// default (a small set all made at once), the JPEGs decoded by the device's decoders (open
+/// before the first batch); and the default with the decoders opening beside the first
+/// batches. Returns the rows the device decoded in the second.
+fn check_device_batches(make: &dyn Fn() -> TargetLoader, output: gpufeed::OutputOptions) -> usize {
+    check_device_batches_ahead(make, output, (Some(1), gpufeed::Decode::Cpu));
+    check_device_batches_ahead(make, output, (None, gpufeed::Decode::Auto));
+    check_device_batches_ahead(make, output, (None, gpufeed::Decode::Hybrid))
 }
 
 fn check_device_batches_ahead(
     make: &dyn Fn() -> TargetLoader,
     output: gpufeed::OutputOptions,
-    prefetch: Option<usize>,
-) {
+    (prefetch, lanes): (Option<usize>, gpufeed::Decode),
+) -> usize {
     let mut host = make();
-    let mut device = make().device(gpufeed::Device::Cuda(0)).output(output);
+    let mut device = make()
+        .device(gpufeed::Device::Cuda(0))
+        .output(output)
+        .decode_lanes(lanes);
     if let Some(n) = prefetch {
         device = device.prefetch(n);
     }
@@ -464,6 +471,11 @@ fn check_device_batches_ahead(
     }
     assert!(device.next_device_batch().is_none());
     assert!(batches > 1);
+    let decoded = device.report().decoded_on_device;
+    if lanes == gpufeed::Decode::Cpu {
+        assert_eq!(decoded, 0);
+    }
+    decoded
 }
 
 #[test]
@@ -481,7 +493,8 @@ fn device_batches_equal_the_host_batch_normalized() {
     };
     let detection = gpufeed::targets::detection_output();
     assert_eq!(coco().default_output(), detection);
-    check_device_batches(&coco, detection);
+    // Every row of `lsj` is placed by the device, so every JPEG goes to its decoders.
+    assert_eq!(check_device_batches(&coco, detection), 9);
     check_device_batches(&coco, detection.dtype(gpufeed::DType::BF16));
     // Every recipe: resized, cut, padded (in the batch's padding colour or another) and
     // mirrored on the device, or laid out on the host where the device cannot place a row.
@@ -530,6 +543,10 @@ fn device_batches_equal_the_host_batch_normalized() {
         write_jpeg(&images.join(format!("{i}.jpg")), w, h);
         write_mask(&masks.join(format!("{i}.png")), w, h);
     }
+    // A gray JPEG: one plane, which the device spreads to three channels as the CPU does.
+    let gray = image::GrayImage::from_fn(57, 43, |x, y| image::Luma([((x * 9) ^ (y * 5)) as u8]));
+    gray.save(images.join("5.jpg")).unwrap();
+    write_mask(&masks.join("5.png"), 57, 43);
     let seg = || {
         TargetLoader::new(TargetSource::segmentation(&images, &masks).unwrap())
             .recipe(TargetRecipe::SegmentationTrain)
@@ -538,7 +555,7 @@ fn device_batches_equal_the_host_batch_normalized() {
     };
     let segmentation = gpufeed::targets::segmentation_output();
     assert_eq!(seg().default_output(), segmentation);
-    check_device_batches(&seg, segmentation);
+    assert_eq!(check_device_batches(&seg, segmentation), 6);
     check_device_batches(&seg, segmentation.dtype(gpufeed::DType::F16));
     // Real photos (assets/: JPEGs and PNGs of several sizes) with masks of their sizes.
     let (photos, photo_masks) = (dir.join("photos"), dir.join("photo-masks"));
@@ -566,7 +583,8 @@ fn device_batches_equal_the_host_batch_normalized() {
                 .seed(5)
                 .batch_size(3)
         };
-        check_device_batches(&real, segmentation);
+        // The baseline JPEGs among the photos go to the device's decoders.
+        assert!(check_device_batches(&real, segmentation) > 0);
     }
 }
 

@@ -38,6 +38,11 @@ use crate::to_py_err;
 /// ``prefetch`` batches (by default six rows for each of gpufeed's threads, at least 3
 /// batches) are made ahead on gpufeed's threads while one is used
 /// (``0``: each made when asked for); the batches are the same whatever it is.
+///
+/// ``decode`` says who decodes the JPEGs of the batches on a device: ``"auto"`` (the GPU's
+/// cores, once their decoders are open a few tenths of a second in; gpufeed's CPU threads
+/// before), ``"hybrid"`` (the same, the first batch waiting for the decoders) or ``"cpu"``.
+/// The bytes are the same either way; ``report()["decoded_on_device"]`` counts the GPU's.
 #[pyclass(module = "gpufeed", frozen)]
 pub struct TargetLoader {
     inner: Mutex<gpufeed::targets::TargetLoader>,
@@ -80,7 +85,7 @@ impl TargetLoader {
     #[pyo3(signature = (images, *, coco=None, masks=None, webdataset=None, recipe="none", seed=0, batch_size=8,
                         shuffle=false, size_divisible=32, rank=0, world=1, device=None,
                         dtype=None, mean=None, std=None,
-                        prefetch=None))]
+                        prefetch=None, decode="auto"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         images: std::path::PathBuf,
@@ -99,7 +104,11 @@ impl TargetLoader {
         mean: Option<[f32; 3]>,
         std: Option<[f32; 3]>,
         prefetch: Option<usize>,
+        decode: &str,
     ) -> PyResult<TargetLoader> {
+        let lanes: gpufeed::Decode = decode
+            .parse()
+            .map_err(|e: gpufeed::ParseOptionError| PyValueError::new_err(e.to_string()))?;
         let recipe = TargetRecipe::parse(recipe).ok_or_else(|| {
             PyValueError::new_err(format!(
                 "recipe {recipe:?}: one of {}",
@@ -147,7 +156,7 @@ impl TargetLoader {
         if mean.is_some() || std.is_some() {
             output = output.mean_std(mean.unwrap_or(output.mean), std.unwrap_or(output.std));
         }
-        let loader = loader.device(device).output(output);
+        let loader = loader.device(device).output(output).decode_lanes(lanes);
         Ok(TargetLoader {
             inner: Mutex::new(loader),
             on_device,
@@ -179,6 +188,7 @@ impl TargetLoader {
         d.set_item("samples", r.samples)?;
         d.set_item("objects", r.objects)?;
         d.set_item("dropped_objects", r.dropped_objects)?;
+        d.set_item("decoded_on_device", r.decoded_on_device)?;
         let skipped: Vec<(String, String)> = r
             .skipped
             .iter()

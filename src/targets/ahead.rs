@@ -95,11 +95,13 @@ fn make_row(work: &Work, row: usize) {
         return;
     }
     let k = &work.key;
+    // A row loaded while the device's decoders are open leaves its JPEG to them.
+    let device = work.staging.as_ref().is_some_and(|s| s.decoders_taking());
     let made = catch_unwind(AssertUnwindSafe(|| {
         prepare(
             &work.source,
             k.recipe,
-            &k.decode,
+            (&k.decode, device),
             (k.seed, k.epoch),
             k.indices[row],
             &work.spares.buffers,
@@ -128,7 +130,7 @@ fn finish(work: &Work) {
             let k = &work.key;
             catch_unwind(AssertUnwindSafe(|| {
                 make_batch(
-                    k.epoch,
+                    (k.epoch, &k.decode),
                     rows.into_iter().flatten(),
                     (k.divisible, k.pad_fill),
                     (spare, &work.spares.buffers),

@@ -8,11 +8,11 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use crate::cuda::resize::PackedResize;
+use crate::cuda::resize::{PackedPixels, PackedResize};
 use crate::cuda::GatherPlane;
 use crate::error::ItemError;
 use crate::memory::BufferPool;
-use crate::options::{DecodeOptions, Device, OutputOptions};
+use crate::options::{Decode, DecodeOptions, Device, OutputOptions};
 use crate::random::Draws;
 use crate::resample::{plan_passes, AxisPlan, Filter, PassOrder};
 
@@ -20,6 +20,7 @@ use super::ahead::{Ahead, AheadPolicy, Key};
 use super::device::{
     detection_output, segmentation_output, DeviceTargetBatch, Staged, StagingPool, TargetUpload,
 };
+use super::device_decode::{DecodedImages, DeviceJpeg, JpegDecoders};
 use super::layout::{Layout, LayoutScratch, Placement};
 use super::transform;
 use super::{JointOp, Sample, TargetRecipe, TargetSource};
@@ -278,7 +279,14 @@ pub struct TargetReport {
     pub objects: usize,
     /// Objects the recipe's `SanitizeBoundingBoxes` dropped.
     pub dropped_objects: usize,
+    /// Samples whose JPEG the CUDA device decoded (batches on a device,
+    /// [`TargetLoader::decode_lanes`]); the CPU decoded the others.
+    pub decoded_on_device: usize,
 }
+
+/// A batch handed out, with the page-locked buffer it is laid out in (when it is) and the
+/// images the device decoded for it (when it did).
+type Handed = (TargetBatch, Option<Staged>, Option<DecodedImages>);
 
 /// Batches of a [`TargetSource`] under a [`TargetRecipe`].
 #[derive(Debug)]
@@ -301,6 +309,8 @@ pub struct TargetLoader {
     ahead: Ahead,
     device: Device,
     output: Option<OutputOptions>,
+    /// Which decoders decode the images of the batches on a device.
+    lanes: Decode,
     upload: Option<TargetUpload>,
     /// Whether the batches are made for the device ([`TargetLoader::next_device_batch`]: the
     /// rows' pixels resampled there) or the host.
@@ -329,6 +339,7 @@ impl TargetLoader {
             ahead: Ahead::default(),
             device: Device::Cpu,
             output: None,
+            lanes: Decode::Auto,
             upload: None,
             for_device: false,
         };
@@ -460,12 +471,12 @@ impl TargetLoader {
     /// The epoch's next batch; `None` at its end (then [`TargetLoader::next_epoch`]). The
     /// batches after it start being made ([`TargetLoader::prefetch`]).
     pub fn next_batch(&mut self) -> Option<TargetBatch> {
-        self.next_made(false).map(|(batch, _)| batch)
+        self.next_made(false).map(|(batch, ..)| batch)
     }
 
     /// The epoch's next batch, made for the device (with the page-locked buffer it is laid out
-    /// in, when it is) or the host.
-    fn next_made(&mut self, for_device: bool) -> Option<(TargetBatch, Option<Staged>)> {
+    /// in, when it is, and the images the device decoded for it) or the host.
+    fn next_made(&mut self, for_device: bool) -> Option<Handed> {
         let end = self.start_ahead(for_device)?;
         let ahead = self.batches_ahead();
         let outcome = self.ahead.take()?;
@@ -518,20 +529,23 @@ impl TargetLoader {
     }
 
     /// Counts a made batch in the report and hands it out.
-    fn hand_out(&mut self, made: Made) -> (TargetBatch, Option<Staged>) {
+    fn hand_out(&mut self, made: Made) -> Handed {
         let Made {
             batch,
+            decoded,
+            decoded_rows,
             samples,
             objects,
             failed,
             staged,
         } = made;
+        self.report.decoded_on_device += decoded_rows;
         self.report.objects += objects.0;
         self.report.dropped_objects += objects.1;
         self.report.samples += samples;
         self.report.skipped.extend(batch.skipped.iter().cloned());
         match failed {
-            None => (batch, staged),
+            None => (batch, staged, decoded),
             Some(e) => {
                 // A layout that fails here failed for every row alike: nothing is handed out
                 // half written.
@@ -541,7 +555,7 @@ impl TargetLoader {
                     skipped: vec![e],
                     ..TargetBatch::default()
                 };
-                (batch, None)
+                (batch, None, None)
             }
         }
     }
@@ -553,6 +567,25 @@ impl TargetLoader {
         self.upload = None;
         self.ahead.clear();
         self
+    }
+
+    /// Which decoders decode the JPEGs of the batches on a CUDA device
+    /// ([`TargetLoader::next_device_batch`]); the host's batches are decoded on the CPU.
+    /// [`Decode::Auto`] (the default): the device's cores decode every baseline JPEG they can
+    /// once their decoders are open (a few tenths of a second after the first call; the CPU
+    /// decodes the rows made before). [`Decode::Hybrid`]: the same, the first call waiting for
+    /// the decoders. [`Decode::Cpu`]: the CPU threads decode every image. The bytes of a batch
+    /// are the same whichever decodes it.
+    pub fn decode_lanes(mut self, lanes: Decode) -> TargetLoader {
+        self.lanes = lanes;
+        self.upload = None;
+        self
+    }
+
+    /// What decodes the images of the batches on the device, in words (once the first was
+    /// asked for; `None` before).
+    pub fn decode_description(&self) -> Option<String> {
+        self.upload.as_ref().map(TargetUpload::decoders_description)
     }
 
     /// How the images are normalized on the device (dtype, mean, std; the layout is NCHW).
@@ -589,10 +622,13 @@ impl TargetLoader {
         if self.upload.is_none() {
             // The first batches are made on the pool while the device opens (its context and
             // kernels: a few tenths of a second); they are copied into staging memory at their
-            // upload, the later ones laid out there.
-            self.start_ahead(true);
+            // upload, the later ones laid out there. With `Decode::Hybrid` the device and its
+            // decoders open first, so every batch's JPEGs go to them.
+            if self.lanes != Decode::Hybrid {
+                self.start_ahead(true);
+            }
             let output = self.output.unwrap_or_else(|| self.default_output());
-            match TargetUpload::open(ordinal, &output) {
+            match TargetUpload::open(ordinal, &output, self.lanes) {
                 Ok(u) => self.upload = Some(u),
                 Err(e) => return Some(Err(e)),
             }
@@ -600,22 +636,24 @@ impl TargetLoader {
         if let Some(upload) = &self.upload {
             self.ahead.stage_in(upload.pool());
         }
-        let (batch, staged) = self.next_made(true)?;
+        let (batch, staged, decoded) = self.next_made(true)?;
         let instance = self.source.has_instance_masks();
         // The page-locked buffers of the batches in work, of the one handed out and of the next.
         let keep = self.batches_ahead() + 2;
         let upload = self.upload.as_mut()?;
-        Some(upload.upload(batch, staged, (instance, keep)).map(
-            |(device, [images, masks, semantic])| {
-                let spare = Spare {
-                    images,
-                    masks,
-                    semantic,
-                };
-                self.ahead.recycle(spare, self.batches_ahead() + 1);
-                device
-            },
-        ))
+        Some(
+            upload
+                .upload(batch, (staged, decoded), (instance, keep))
+                .map(|(device, [images, masks, semantic])| {
+                    let spare = Spare {
+                        images,
+                        masks,
+                        semantic,
+                    };
+                    self.ahead.recycle(spare, self.batches_ahead() + 1);
+                    device
+                }),
+        )
     }
 
     /// Gives a handed-out batch's buffers back for the next batches to fill (no allocation per
@@ -654,23 +692,28 @@ pub(super) struct Row {
     inverse: Inverse,
     before: usize,
     layout: Layout,
+    /// A JPEG left to the device's decoders (the sample has no pixels until it is decoded).
+    jpeg: Option<DeviceJpeg>,
+    /// Where the device decoded its pixels, once it has.
+    decoded: Option<PackedPixels>,
 }
 
 fn id_of(source: &TargetSource, index: usize) -> String {
     source.id(index).unwrap_or_default()
 }
 
-/// Loads sample `index` (its pixels and masks in buffers of `buffers`), draws its calls
-/// from (seed, epoch, index) and transforms its targets.
+/// Loads sample `index` (its pixels and masks in buffers of `buffers`; with `device`, a JPEG
+/// the device's decoders take left to them when the device can lay its row out), draws its
+/// calls from (seed, epoch, index) and transforms its targets.
 pub(super) fn prepare(
     source: &TargetSource,
     recipe: TargetRecipe,
-    decode: &DecodeOptions,
+    (decode, device): (&DecodeOptions, bool),
     (seed, epoch): (u64, u64),
     index: usize,
     buffers: &BufferPool,
 ) -> Result<Row, ItemError> {
-    let mut sample = source.load_with(index, decode, buffers)?;
+    let (mut sample, mut jpeg) = source.load_with(index, decode, buffers, device)?;
     let ops = recipe.draw(
         sample.width,
         sample.height,
@@ -686,7 +729,18 @@ pub(super) fn prepare(
         index,
         kind: crate::error::ItemErrorKind::Resize(e),
     };
-    let layout = match Layout::plan(&ops, sample.width, sample.height) {
+    let plan = Layout::plan(&ops, sample.width, sample.height);
+    if !matches!(plan, Some((_, 0))) {
+        // Calls applied to the pixels here: they are decoded here.
+        if let Some(left) = jpeg.take() {
+            sample.pixels = decode_on_cpu(left, decode, buffers).map_err(|kind| ItemError {
+                id: id_of(source, index),
+                index,
+                kind,
+            })?;
+        }
+    }
+    let layout = match plan {
         Some((layout, lead)) => {
             transform::apply(&mut sample, &ops[..lead]).map_err(fail)?;
             transform::apply_targets(&mut sample, &ops[lead..]).map_err(fail)?;
@@ -714,13 +768,101 @@ pub(super) fn prepare(
         inverse,
         before,
         layout,
+        jpeg,
+        decoded: None,
     })
+}
+
+/// The pixels of a JPEG left to the device, decoded on the CPU after all (as the sample would
+/// have been loaded), in a buffer of `buffers`.
+fn decode_on_cpu(
+    jpeg: DeviceJpeg,
+    decode: &DecodeOptions,
+    buffers: &BufferPool,
+) -> Result<Vec<u8>, crate::error::ItemErrorKind> {
+    let (width, height) = (jpeg.width(), jpeg.height());
+    let (pixels, w, h) = crate::cpu::decode_whole(jpeg.bytes(), decode, buffers)?;
+    if (w, h) != (width, height) {
+        buffers.give(pixels, 0);
+        return Err(crate::error::ItemErrorKind::Decode(format!(
+            "decoded {w}x{h}, its header says {width}x{height}"
+        )));
+    }
+    Ok(pixels)
+}
+
+/// The padded size of a batch of `rows`: each side the largest row's, rounded up to a
+/// multiple of `divisible`.
+fn padded_size(rows: &[Row], divisible: u32) -> (u32, u32) {
+    let round = |v: u32| v.div_ceil(divisible) * divisible;
+    let h = round(rows.iter().map(|r| r.sample.height).max().unwrap_or(0));
+    let w = round(rows.iter().map(|r| r.sample.width).max().unwrap_or(0));
+    (h, w)
+}
+
+/// Decodes the JPEGs `rows` left to the device: on `decoders` those whose slot the device
+/// places, the rest (and any the device did not decode) on the CPU; a row the CPU cannot
+/// decode either is dropped into `skipped`. The device's decoded images, if any.
+fn decode_left_jpegs(
+    rows: &mut Vec<Row>,
+    decoders: Option<&JpegDecoders>,
+    (divisible, pad_fill): (u32, u8),
+    (decode, buffers): (&DecodeOptions, &BufferPool),
+    skipped: &mut Vec<ItemError>,
+) -> Option<DecodedImages> {
+    let (h, w) = padded_size(rows, divisible);
+    let on_device: Vec<usize> = (0..rows.len())
+        .filter(|&k| {
+            rows[k].jpeg.is_some() && device_placement(&rows[k].layout, (h, w), pad_fill).is_some()
+        })
+        .collect();
+    let jpegs: Vec<&DeviceJpeg> = on_device
+        .iter()
+        .filter_map(|&k| rows[k].jpeg.as_ref())
+        .collect();
+    let (images, placed) = match decoders {
+        Some(decoders) => decoders.decode(&jpegs),
+        None => (None, vec![None; jpegs.len()]),
+    };
+    for (&k, pixels) in on_device.iter().zip(placed) {
+        if pixels.is_some() {
+            rows[k].decoded = pixels;
+            rows[k].jpeg = None;
+        }
+    }
+    let mut failed = vec![false; rows.len()];
+    for (k, row) in rows.iter_mut().enumerate() {
+        let Some(jpeg) = row.jpeg.take() else {
+            continue;
+        };
+        match decode_on_cpu(jpeg, decode, buffers) {
+            Ok(pixels) => row.sample.pixels = pixels,
+            Err(kind) => {
+                failed[k] = true;
+                skipped.push(ItemError {
+                    id: row.id.clone(),
+                    index: row.index,
+                    kind,
+                });
+            }
+        }
+    }
+    let mut k = 0;
+    rows.retain(|_| {
+        k += 1;
+        !failed[k - 1]
+    });
+    images
 }
 
 /// A batch laid out from its rows, and what it adds to the [`TargetReport`].
 pub(super) struct Made {
     /// The batch; its `skipped`, the rows that could not be made.
     pub(super) batch: TargetBatch,
+    /// The images the device decoded for a batch made for it, which its rows read.
+    pub(super) decoded: Option<DecodedImages>,
+    /// Rows whose JPEG the device decoded.
+    pub(super) decoded_rows: usize,
     /// Rows delivered.
     pub(super) samples: usize,
     /// Objects loaded, and those the recipe's `SanitizeBoundingBoxes` dropped.
@@ -734,10 +876,11 @@ pub(super) struct Made {
 
 /// The batch of epoch `epoch` of the rows `loaded` (in order), padded to a multiple of
 /// `divisible` with `pad_fill`, in the buffers of `spare`; `for_device`: its images left for
-/// the device to resample ([`PackedResize`]). The rows' pixel and mask buffers go back to
-/// `buffers` once laid out.
+/// the device to resample ([`PackedResize`]), the JPEGs left to its decoders decoded there (or
+/// with `decode`, on the CPU). The rows' pixel and mask buffers go back to `buffers` once laid
+/// out.
 pub(super) fn make_batch(
-    epoch: u64,
+    (epoch, decode): (u64, &DecodeOptions),
     loaded: impl Iterator<Item = Result<Row, ItemError>>,
     (divisible, pad_fill): (u32, u8),
     (spare, buffers): (Spare, &BufferPool),
@@ -747,21 +890,43 @@ pub(super) fn make_batch(
         epoch,
         ..TargetBatch::default()
     };
-    let (mut objects, mut dropped) = (0, 0);
     let mut rows = Vec::new();
+    // Each source index's place in the batch, to list the skipped rows in order.
+    let mut places = Vec::new();
     for r in loaded {
         match r {
             Ok(row) => {
-                objects += row.before;
-                dropped += row.before - row.sample.boxes.len();
-                batch.indices.push(row.index);
-                batch.ids.push(row.id.clone());
-                batch.ops.push(row.ops.clone());
-                batch.inverse.push(row.inverse);
+                places.push(row.index);
                 rows.push(row);
             }
-            Err(e) => batch.skipped.push(e),
+            Err(e) => {
+                places.push(e.index);
+                batch.skipped.push(e);
+            }
         }
+    }
+    let decoded = match rows.iter().any(|r| r.jpeg.is_some()) {
+        true => decode_left_jpegs(
+            &mut rows,
+            staging.and_then(StagingPool::decoders),
+            (divisible, pad_fill),
+            (decode, buffers),
+            &mut batch.skipped,
+        ),
+        false => None,
+    };
+    batch
+        .skipped
+        .sort_by_key(|e| places.iter().position(|&i| i == e.index));
+    let decoded_rows = rows.iter().filter(|r| r.decoded.is_some()).count();
+    let (mut objects, mut dropped) = (0, 0);
+    for row in &rows {
+        objects += row.before;
+        dropped += row.before - row.sample.boxes.len();
+        batch.indices.push(row.index);
+        batch.ids.push(row.id.clone());
+        batch.ops.push(row.ops.clone());
+        batch.inverse.push(row.inverse);
     }
     let mut staged = None;
     let failed = collate(
@@ -786,6 +951,8 @@ pub(super) fn make_batch(
     }
     Made {
         batch,
+        decoded,
+        decoded_rows,
         samples,
         objects: (objects, dropped),
         failed,
@@ -811,9 +978,7 @@ fn collate(
     (spare, staged): (Spare, &mut Option<Staged>),
     (for_device, staging): (bool, Option<&StagingPool>),
 ) -> Result<(), ItemError> {
-    let round = |v: u32| v.div_ceil(divisible) * divisible;
-    let h = round(rows.iter().map(|r| r.sample.height).max().unwrap_or(0));
-    let w = round(rows.iter().map(|r| r.sample.width).max().unwrap_or(0));
+    let (h, w) = padded_size(rows, divisible);
     let (hu, wu) = (h as usize, w as usize);
     batch.height = h;
     batch.width = w;
@@ -826,15 +991,16 @@ fn collate(
         v
     };
     let semantic = rows.iter().any(|r| r.sample.semantic.count > 0);
-    // Each row's bytes of `images`: its padded slot, or its pixels for the device: as decoded
-    // when the device can place them and they are no more than its output (an upscale, a
-    // crop), else laid out here (a large photo shrunk: fewer bytes to copy and send).
+    // Each row's bytes of `images`: its padded slot, or its pixels for the device: none when
+    // the device decoded them; as decoded when the device can place them and they are no more
+    // than its output (an upscale, a crop), else laid out here (a large photo shrunk: fewer
+    // bytes to copy and send).
     let plans: Vec<Option<Placement>> = rows
         .iter()
         .map(|row| match for_device {
             true => device_placement(&row.layout, (h, w), pad_fill).filter(|_| {
                 let (oh, ow) = row.layout.size();
-                row.layout.source_len() <= oh as usize * ow as usize * 3
+                row.decoded.is_some() || row.layout.source_len() <= oh as usize * ow as usize * 3
             }),
             false => None,
         })
@@ -844,6 +1010,7 @@ fn collate(
         .zip(&plans)
         .map(|(row, plan)| match (for_device, plan) {
             (false, _) => hu * wu * 3,
+            (true, Some(_)) if row.decoded.is_some() => 0,
             (true, Some(_)) => row.layout.source_len(),
             (true, None) => row.sample.height as usize * row.sample.width as usize * 3,
         })
@@ -956,7 +1123,9 @@ fn collate(
     let device_rows: Vec<Option<PackedResize>> = laid.into_iter().collect::<Result<_, _>>()?;
     let mut offset = 0;
     for (mut row, len) in device_rows.into_iter().flatten().zip(&image_lens) {
-        row.offset = offset;
+        if let PackedPixels::Uploaded { offset: at } = &mut row.pixels {
+            *at = offset;
+        }
         offset += len;
         batch.device_rows.push(row);
     }
@@ -1083,6 +1252,7 @@ fn for_the_device(
 ) -> Result<PackedResize, ItemError> {
     let s = &row.sample;
     let placement = match plan {
+        Some(p) if row.decoded.is_some() => p,
         Some(p) => {
             let pixels = s.pixels.get(..image.len()).ok_or_else(|| {
                 row_error(
@@ -1119,7 +1289,7 @@ fn for_the_device(
     let passes = plan_passes(&x, &y, Filter::Bilinear, PassOrder::default())
         .map_err(|e| row_error(row, e.to_string()))?;
     Ok(PackedResize {
-        offset: 0,
+        pixels: row.decoded.unwrap_or(PackedPixels::Uploaded { offset: 0 }),
         width: x.src_len,
         height: y.src_len,
         x,
@@ -1262,6 +1432,8 @@ mod tests {
                     ops: ops.clone(),
                     before: 0,
                     layout,
+                    jpeg: None,
+                    decoded: None,
                 };
                 let len = match placement {
                     Some(_) => row.layout.source_len(),
@@ -1355,6 +1527,8 @@ mod tests {
                     ops,
                     before: 0,
                     layout,
+                    jpeg: None,
+                    decoded: None,
                 }
             })
             .collect();
@@ -1387,6 +1561,67 @@ mod tests {
                 "semantic masks, divisible {divisible}"
             );
         }
+    }
+
+    /// Rows that left their JPEGs to the device, laid out with no decoder to take them, are
+    /// decoded on the CPU: the batch is the batch loaded on the CPU, byte for byte, its rows'
+    /// order and the order of its skipped rows (a mask missing, a PNG among the JPEGs) kept.
+    #[test]
+    fn jpegs_no_device_decodes_are_decoded_on_the_cpu() {
+        let dir = std::env::temp_dir().join(format!("gpufeed-left-jpegs-{}", std::process::id()));
+        let (images, masks) = (dir.join("images"), dir.join("masks"));
+        std::fs::create_dir_all(&images).expect("folder");
+        std::fs::create_dir_all(&masks).expect("folder");
+        for i in 0..6u32 {
+            let (w, h) = (37 + 11 * i, 29 + 5 * i);
+            let rgb = image::RgbImage::from_fn(w, h, |x, y| {
+                image::Rgb([(x * 7 + i) as u8, ((y * 5) ^ x) as u8, (x * y) as u8])
+            });
+            let ext = if i == 4 { "png" } else { "jpg" };
+            rgb.save(images.join(format!("{i}.{ext}"))).expect("image");
+            if i != 2 {
+                let mask =
+                    image::GrayImage::from_fn(w, h, |x, y| image::Luma([((x + y) % 5) as u8]));
+                mask.save(masks.join(format!("{i}.png"))).expect("mask");
+            }
+        }
+        let source = TargetSource::segmentation(&images, &masks).expect("pairs");
+        let decode = DecodeOptions::default();
+        let buffers = BufferPool::new(0);
+        let batch = |device: bool| {
+            let rows: Vec<Result<Row, ItemError>> = (0..source.len())
+                .map(|i| {
+                    let recipe = TargetRecipe::SegmentationTrain;
+                    prepare(&source, recipe, (&decode, device), (9, 1), i, &buffers)
+                })
+                .collect();
+            let left = rows.iter().flatten().filter(|r| r.jpeg.is_some()).count();
+            assert_eq!(left, if device { 4 } else { 0 });
+            let made = make_batch(
+                (1, &decode),
+                rows.into_iter(),
+                (32, 0),
+                (Spare::default(), &buffers),
+                (false, None),
+            );
+            assert!(made.failed.is_none());
+            assert_eq!(made.decoded_rows, 0);
+            made.batch
+        };
+        let (cpu, left) = (batch(false), batch(true));
+        assert_eq!(cpu.indices.len(), 5);
+        assert_eq!(left.indices, cpu.indices);
+        assert!(left.images == cpu.images, "images differ");
+        assert!(left.semantic == cpu.semantic, "masks differ");
+        let reasons = |b: &TargetBatch| -> Vec<(usize, String)> {
+            b.skipped
+                .iter()
+                .map(|e| (e.index, e.kind.to_string()))
+                .collect()
+        };
+        assert_eq!(reasons(&left), reasons(&cpu));
+        assert_eq!(left.skipped.len(), 1);
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

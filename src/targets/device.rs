@@ -17,9 +17,10 @@ use crate::cuda::resize::{kernel_source, BatchResizer, DevicePlan};
 use crate::cuda::{Gpu, Normalizer, PlaneGather};
 use crate::error::{guarded, Error, Result};
 use crate::memory::PageLocked;
-use crate::options::{DType, Layout, NormalizeSpec, OutputOptions};
+use crate::options::{DType, Decode, Layout, NormalizeSpec, OutputOptions};
 use crate::tensor::{DeviceData, DeviceTensor};
 
+use super::device_decode::{DecodedImages, JpegDecoders};
 use super::TargetBatch;
 
 /// One batch on the device: the normalized images, the masks, and the rest of the batch (its
@@ -101,6 +102,8 @@ impl Drop for Staged {
 pub(crate) struct StagingPool {
     context: Arc<CudaContext>,
     free: Mutex<Vec<Staged>>,
+    /// The device's JPEG decoders, unless the CPU decodes every image.
+    decoders: Option<Arc<JpegDecoders>>,
 }
 
 impl std::fmt::Debug for StagingPool {
@@ -110,6 +113,16 @@ impl std::fmt::Debug for StagingPool {
 }
 
 impl StagingPool {
+    /// The device's JPEG decoders, unless the CPU decodes every image.
+    pub(crate) fn decoders(&self) -> Option<&JpegDecoders> {
+        self.decoders.as_deref()
+    }
+
+    /// Whether the rows loaded now leave their JPEGs to the device's decoders (one is open).
+    pub(crate) fn decoders_taking(&self) -> bool {
+        self.decoders.as_ref().is_some_and(|d| d.taking())
+    }
+
     /// A buffer for parts of `lens` bytes: a free one large enough once its last upload has
     /// finished, else a new one.
     pub(crate) fn take(&self, lens: [usize; 3]) -> Result<Staged> {
@@ -174,8 +187,13 @@ impl std::fmt::Debug for TargetUpload {
 }
 
 impl TargetUpload {
-    /// Opens CUDA device `ordinal` with a stream of its own and compiles the kernel.
-    pub(crate) fn open(ordinal: usize, output: &OutputOptions) -> Result<TargetUpload> {
+    /// Opens CUDA device `ordinal` with a stream of its own and compiles the kernels; the
+    /// JPEG decoders open as `lanes` says ([`super::TargetLoader::decode_lanes`]).
+    pub(crate) fn open(
+        ordinal: usize,
+        output: &OutputOptions,
+        lanes: Decode,
+    ) -> Result<TargetUpload> {
         let mut spec = output.spec();
         spec.layout = Layout::Nchw;
         if !spec.dtype.is_float() {
@@ -185,6 +203,11 @@ impl TargetUpload {
         let normalizer = Normalizer::new(gpu.stream())?;
         let resizer = BatchResizer::from_module(&gpu.module(&kernel_source())?)?;
         let gather = PlaneGather::new(gpu.stream())?;
+        let decoders = match lanes {
+            Decode::Cpu => None,
+            Decode::Hybrid => Some(JpegDecoders::open(gpu.stream(), true)),
+            _ => Some(JpegDecoders::open(gpu.stream(), false)),
+        };
         Ok(TargetUpload {
             resizer,
             normalizer,
@@ -197,9 +220,18 @@ impl TargetUpload {
             pool: Arc::new(StagingPool {
                 context: gpu.stream().context().clone(),
                 free: Mutex::new(Vec::new()),
+                decoders,
             }),
             gpu,
         })
+    }
+
+    /// What decodes the images of the batches for this device, in words.
+    pub(crate) fn decoders_description(&self) -> String {
+        match &self.pool.decoders {
+            Some(decoders) => decoders.describe(),
+            None => "the CPU threads".into(),
+        }
     }
 
     /// The page-locked buffers the batches for this device are laid out in.
@@ -210,11 +242,12 @@ impl TargetUpload {
     /// `batch` on the device (its instance masks as a tensor when `instance`, even of no
     /// plane), uploaded from `staged` when it was laid out there, else from a buffer of the pool
     /// its host buffers are copied into (those are taken and come back as the second value, for
-    /// the loader to reuse); the buffer goes back to the pool (which keeps at most `keep`).
+    /// the loader to reuse), its rows decoded on the device read from `decoded`; the buffers go
+    /// back to their pools (which keep at most `keep`).
     pub(crate) fn upload(
         &mut self,
         mut batch: TargetBatch,
-        staged: Option<Staged>,
+        (staged, decoded): (Option<Staged>, Option<DecodedImages>),
         (instance, keep): (bool, usize),
     ) -> Result<(DeviceTargetBatch, [Vec<u8>; 3])> {
         // A batch made before the device opened is copied into a buffer of the pool now.
@@ -230,12 +263,18 @@ impl TargetUpload {
             }
         };
         let stream = self.gpu.stream().clone();
-        let queued = self.enqueue(&mut batch, &staged, instance);
+        let queued = self.enqueue(&mut batch, (&staged, decoded.as_ref()), instance);
         if queued.is_err() {
-            // Nothing may still read the buffer when it is dropped.
+            // Nothing may still read the buffers when they are dropped.
             let _ = stream.synchronize();
         }
         let (images, masks, semantic) = queued?;
+        if let Some(mut decoded) = decoded {
+            decoded.read_on(&stream)?;
+            if let Some(decoders) = &self.pool.decoders {
+                decoders.give_buffer(decoded, keep);
+            }
+        }
         staged.uploaded = Some(
             stream
                 .record_event(None)
@@ -264,7 +303,7 @@ impl TargetUpload {
     fn enqueue(
         &mut self,
         batch: &mut TargetBatch,
-        staged: &Staged,
+        (staged, decoded): (&Staged, Option<&DecodedImages>),
         instance: bool,
     ) -> Result<(DeviceTensor, Option<DeviceTensor>, Option<DeviceTensor>)> {
         let (n, h, w) = (batch.len(), batch.height as usize, batch.width as usize);
@@ -290,10 +329,13 @@ impl TargetUpload {
                     batch.device_rows.len()
                 )));
             }
+            if let Some(decoded) = decoded {
+                decoded.wait_on(&stream)?;
+            }
             self.resizer.resize_packed(
                 &stream,
                 &mut self.plan,
-                &input,
+                (&input, decoded.and_then(DecodedImages::buffer)),
                 &batch.device_rows,
                 (w as u32, h as u32),
                 &mut padded,

@@ -17,6 +17,7 @@ mod ahead;
 mod batch;
 mod coco;
 mod device;
+mod device_decode;
 mod layout;
 mod mask;
 mod recipe;

@@ -13,6 +13,7 @@ use crate::options::DecodeOptions;
 use crate::source::Source;
 
 use super::coco::Coco;
+use super::device_decode::DeviceJpeg;
 use super::sample_json::attach_json;
 use super::{Planes, Sample};
 
@@ -222,19 +223,22 @@ impl TargetSource {
         index: usize,
         decode: &DecodeOptions,
     ) -> std::result::Result<Sample, ItemError> {
-        self.load_with(index, decode, &BufferPool::new(0))
+        self.load_with(index, decode, &BufferPool::new(0), false)
+            .map(|(sample, _)| sample)
     }
 
     /// [`TargetSource::load`], its pixels and masks in buffers of `buffers` (given back
-    /// by the loader once the sample's batch is laid out).
+    /// by the loader once the sample's batch is laid out); with `device`, a JPEG the device's
+    /// decoders take is left to them (the sample then has its size and no pixels).
     pub(crate) fn load_with(
         &self,
         index: usize,
         decode: &DecodeOptions,
         buffers: &BufferPool,
-    ) -> std::result::Result<Sample, ItemError> {
+        device: bool,
+    ) -> std::result::Result<(Sample, Option<DeviceJpeg>), ItemError> {
         if let Kind::WebDataset { samples, kind } = &self.kind {
-            return load_shard_sample(samples, *kind, index, decode, buffers);
+            return load_shard_sample(samples, *kind, index, (decode, device), buffers);
         }
         let path = self.image_path(index).unwrap_or_default();
         let fail = |kind| ItemError {
@@ -244,14 +248,7 @@ impl TargetSource {
         };
         let bytes = std::fs::read(&path)
             .map_err(|e| fail(ItemErrorKind::read(&e, format!("{}: {e}", path.display()))))?;
-        let (pixels, width, height) =
-            crate::cpu::decode_whole(&bytes, decode, buffers).map_err(fail)?;
-        let mut sample = Sample {
-            width,
-            height,
-            pixels,
-            ..Sample::default()
-        };
+        let (mut sample, jpeg) = decode_or_leave(bytes, decode, buffers, device).map_err(fail)?;
         match &self.kind {
             Kind::Coco { coco, .. } => {
                 attach_coco(coco, index, coco.has_masks(), &mut sample, buffers)
@@ -262,33 +259,58 @@ impl TargetSource {
             }
         }
         .map_err(|reason| fail(ItemErrorKind::Target(reason)))?;
-        Ok(sample)
+        Ok((sample, jpeg))
     }
 }
 
-/// Sample `index` of WebDataset shards: its image member decoded whole, its targets from the
-/// member `kind` names.
+/// The image of `bytes` decoded whole in a buffer of `buffers`, or with `device` a JPEG the
+/// device's decoders take left to them (the sample then has its size and no pixels).
+fn decode_or_leave(
+    bytes: Vec<u8>,
+    decode: &DecodeOptions,
+    buffers: &BufferPool,
+    device: bool,
+) -> std::result::Result<(Sample, Option<DeviceJpeg>), ItemErrorKind> {
+    let bytes = match device {
+        true => match DeviceJpeg::take(bytes, decode) {
+            Ok(jpeg) => {
+                let sample = Sample {
+                    width: jpeg.width(),
+                    height: jpeg.height(),
+                    ..Sample::default()
+                };
+                return Ok((sample, Some(jpeg)));
+            }
+            Err(bytes) => bytes,
+        },
+        false => bytes,
+    };
+    let (pixels, width, height) = crate::cpu::decode_whole(&bytes, decode, buffers)?;
+    let sample = Sample {
+        width,
+        height,
+        pixels,
+        ..Sample::default()
+    };
+    Ok((sample, None))
+}
+
+/// Sample `index` of WebDataset shards: its image member decoded whole (or with `device`, a
+/// JPEG left to the device's decoders), its targets from the member `kind` names.
 fn load_shard_sample(
     samples: &Source,
     kind: TargetKind,
     index: usize,
-    decode: &DecodeOptions,
+    (decode, device): (&DecodeOptions, bool),
     buffers: &BufferPool,
-) -> std::result::Result<Sample, ItemError> {
+) -> std::result::Result<(Sample, Option<DeviceJpeg>), ItemError> {
     let bytes = samples.read(index)?;
     let fail = |kind| ItemError {
         id: samples.id(index).unwrap_or_default().to_string(),
         index,
         kind,
     };
-    let (pixels, width, height) =
-        crate::cpu::decode_whole(&bytes, decode, buffers).map_err(fail)?;
-    let mut sample = Sample {
-        width,
-        height,
-        pixels,
-        ..Sample::default()
-    };
+    let (mut sample, jpeg) = decode_or_leave(bytes, decode, buffers, device).map_err(fail)?;
     let members = kind.members();
     let Some((ext, part)) = samples.part(index, members)? else {
         return Err(fail(ItemErrorKind::Target(format!(
@@ -304,7 +326,7 @@ fn load_shard_sample(
         }
     }
     .map_err(|reason| fail(ItemErrorKind::Target(reason)))?;
-    Ok(sample)
+    Ok((sample, jpeg))
 }
 
 /// The COCO annotations of image `index`, masks (when `masks`) rasterized at the decoded size

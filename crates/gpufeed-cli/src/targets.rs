@@ -77,6 +77,12 @@ pub struct TargetArgs {
     /// on the device. Without it the batches stay in host memory.
     #[arg(long, value_name = "N", conflicts_with = "save")]
     device: Option<usize>,
+    /// With --device, who decodes the JPEGs: auto (the device's cores once their decoders are
+    /// open, a few tenths of a second in; the CPU threads before), hybrid (the same, the first
+    /// batch waiting for the decoders) or cpu (the CPU threads, every image). The same bytes
+    /// either way.
+    #[arg(long, default_value_t = gpufeed::Decode::Auto)]
+    decode: gpufeed::Decode,
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
@@ -163,7 +169,9 @@ pub fn run(args: &TargetArgs) -> Result<()> {
     // From the command's start to the first batch handed out, and the rows of that batch.
     let mut first: Option<(f64, usize)> = None;
     if let Some(ordinal) = args.device {
-        loader = loader.device(gpufeed::Device::Cuda(ordinal));
+        loader = loader
+            .device(gpufeed::Device::Cuda(ordinal))
+            .decode_lanes(args.decode);
         let mut last = None;
         for epoch in 0..args.epochs {
             while let Some(batch) = loader.next_device_batch() {
@@ -226,6 +234,8 @@ pub fn run(args: &TargetArgs) -> Result<()> {
         "objects": objects,
         "objects_loaded": report.objects,
         "objects_dropped": report.dropped_objects,
+        "decoded_on_device": report.decoded_on_device,
+        "decode": loader.decode_description().unwrap_or_else(|| "the CPU threads".into()),
         "skipped": skipped,
         "orphan_annotations": coco_report.map(|r| r.orphan_annotations),
         "unknown_categories": coco_report.map(|r| r.unknown_categories),

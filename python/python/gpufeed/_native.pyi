@@ -318,7 +318,9 @@ class TargetLoader:
     With device="cuda:0": (images, targets, masks), images a gpufeed.Tensor [N, 3, H, W] normalized
     on the GPU (dtype, mean, std), masks {"instance": Tensor or None, "semantic": Tensor or None}.
     prefetch batches (by default six rows for each of gpufeed's threads, at least 3) are made
-    ahead while one is used (0: each made when asked for)."""
+    ahead while one is used (0: each made when asked for). decode (with a device): "auto" (the
+    GPU's cores decode baseline JPEGs once their decoders are open), "hybrid" (the same, the first
+    batch waiting for them) or "cpu"; the bytes are the same either way."""
     def __init__(
         self,
         images: Union[str, os.PathLike[str]],
@@ -338,8 +340,10 @@ class TargetLoader:
         mean: Optional[Tuple[float, float, float]] = None,
         std: Optional[Tuple[float, float, float]] = None,
         prefetch: Optional[int] = None,
+        decode: str = "auto",
     ) -> None: ...
     def __iter__(self) -> "TargetLoader": ...
     def __next__(self) -> Tuple[Any, ...]: ...
     def report(self) -> dict[str, Any]:
-        """Samples delivered and skipped (id, reason), objects dropped by SanitizeBoundingBoxes."""
+        """Samples delivered and skipped (id, reason), objects dropped by SanitizeBoundingBoxes,
+        samples whose JPEG the GPU decoded (decoded_on_device)."""

@@ -173,11 +173,56 @@ fn refill<T: DeviceRepr>(
         .map_err(ResizeError::driver(context))
 }
 
-/// An RGB8 image packed in a device buffer of images, and its resize into a slot of a batch.
+/// Where a row's pixels are: packed RGB8 in the buffer of uploaded images, or decoded on the
+/// device into a buffer of decoded images.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PackedPixels {
+    /// Rows of `width * 3` bytes, one after another, from this byte of the uploaded images.
+    Uploaded {
+        /// Its first byte.
+        offset: usize,
+    },
+    /// Rows `pitch` bytes apart from this byte of the decoded images, RGB8 or one gray plane.
+    Decoded {
+        /// Its first byte.
+        offset: usize,
+        /// Bytes from one row to the next.
+        pitch: u32,
+        /// One gray sample a pixel (resampled as one channel, written as three equal ones).
+        gray: bool,
+    },
+}
+
+impl PackedPixels {
+    /// The bytes an image of `width` x `height` takes from its first one (its last row only as
+    /// wide as the image).
+    fn extent(&self, width: u32, height: u32) -> Option<(usize, usize)> {
+        let (w, h) = (width as usize, height as usize);
+        match *self {
+            PackedPixels::Uploaded { offset } => Some((offset, w.checked_mul(h)?.checked_mul(3)?)),
+            PackedPixels::Decoded {
+                offset,
+                pitch,
+                gray,
+            } => {
+                let row = w.checked_mul(if gray { 1 } else { 3 })?;
+                if h == 0 || row > pitch as usize {
+                    return (h == 0).then_some((offset, 0));
+                }
+                Some((
+                    offset,
+                    (pitch as usize).checked_mul(h - 1)?.checked_add(row)?,
+                ))
+            }
+        }
+    }
+}
+
+/// An RGB8 image in a device buffer of images, and its resize into a slot of a batch.
 #[derive(Debug, Clone)]
 pub(crate) struct PackedResize {
-    /// Its first byte in the buffer (rows of `width * 3` bytes, one after another).
-    pub offset: usize,
+    /// Where its pixels are.
+    pub pixels: PackedPixels,
     /// Its pixels per row...
     pub width: u32,
     /// ...and rows.
@@ -199,40 +244,61 @@ pub(crate) struct PackedResize {
 }
 
 impl BatchResizer {
-    /// Resizes `images`, packed in `sources`, into slots of `width` x `height` RGB8 of `out`
-    /// (image `i` into slot `i`; every byte of each written), on `stream`; `plan` is the
-    /// device plan kept from call to call (its buffers reused). Refuses an image whose bytes
-    /// are not all inside `sources`, and an `out` too small for the slots.
+    /// Resizes `images`, packed in `sources` (the uploaded images) or in `decoded` (the images
+    /// decoded on the device), into slots of `width` x `height` RGB8 of `out` (image `i` into
+    /// slot `i`; every byte of each written), on `stream`; `plan` is the device plan kept from
+    /// call to call (its buffers reused). Refuses an image whose bytes are not all inside its
+    /// buffer, and an `out` too small for the slots.
     pub(crate) fn resize_packed(
         &self,
         stream: &Arc<CudaStream>,
         plan: &mut Option<DevicePlan>,
-        sources: &CudaSlice<u8>,
+        (sources, decoded): (&CudaSlice<u8>, Option<&CudaSlice<u8>>),
         images: &[PackedResize],
         (width, height): (u32, u32),
         out: &mut CudaSlice<u8>,
     ) -> Result<(), ResizeError> {
         use cudarc::driver::{DevicePtr, DevicePtrMut};
-        let base = sources.device_ptr(stream).0;
+        let uploaded = (sources.device_ptr(stream).0, sources.len());
+        let decoded = decoded.map(|d| (d.device_ptr(stream).0, d.len()));
         let mut jobs = Vec::with_capacity(images.len());
         for (index, image) in images.iter().enumerate() {
-            let bytes = image.width as usize * image.height as usize * 3;
-            if image
-                .offset
-                .checked_add(bytes)
-                .is_none_or(|end| end > sources.len())
-            {
+            let (base, len) = match image.pixels {
+                PackedPixels::Uploaded { .. } => uploaded,
+                PackedPixels::Decoded { .. } => decoded.unwrap_or((0, 0)),
+            };
+            let inside = image
+                .pixels
+                .extent(image.width, image.height)
+                .and_then(|(offset, bytes)| offset.checked_add(bytes))
+                .is_some_and(|end| end <= len);
+            if !inside {
                 return Err(ResizeError::Plan(BatchError::Address { index }));
             }
+            let pixels = match image.pixels {
+                PackedPixels::Uploaded { offset } => SourcePixels::Interleaved {
+                    ptr: base + offset as u64,
+                    pitch: image.width * 3,
+                },
+                PackedPixels::Decoded {
+                    offset,
+                    pitch,
+                    gray: false,
+                } => SourcePixels::Interleaved {
+                    ptr: base + offset as u64,
+                    pitch,
+                },
+                PackedPixels::Decoded {
+                    offset,
+                    pitch,
+                    gray: true,
+                } => SourcePixels::Gray {
+                    ptr: base + offset as u64,
+                    pitch,
+                },
+            };
             jobs.push(ResizeJob {
-                source: SourceImage::whole(
-                    SourcePixels::Interleaved {
-                        ptr: base + image.offset as u64,
-                        pitch: image.width * 3,
-                    },
-                    image.width,
-                    image.height,
-                ),
+                source: SourceImage::whole(pixels, image.width, image.height),
                 x: image.x,
                 y: image.y,
                 filter: image.filter,
@@ -256,10 +322,10 @@ impl BatchResizer {
         let device_plan = plan.insert(device_plan);
         let len = out.len() as u64;
         let (address, _written) = out.device_ptr_mut(stream);
-        // SAFETY: every job reads its image inside `sources` (its bytes checked above against
-        // the buffer's length; the planner checked the plans read inside the image), device
-        // memory of this stream's context borrowed for the call and ordered by cudarc's events
-        // against other streams' writes; `address` is `out`'s start, `len` bytes, borrowed
+        // SAFETY: every job reads its image inside `sources` or `decoded` (its bytes checked
+        // above against its buffer's length; the planner checked the plans read inside the
+        // image), device memory of this stream's context borrowed for the call and ordered by
+        // cudarc's events against other streams' writes; `address` is `out`'s start, `len` bytes, borrowed
         // (and its write recorded on `stream`) while the guard lives.
         unsafe { self.launch_at(stream, device_plan, address, len) }
     }
@@ -460,15 +526,41 @@ mod tests {
             ((200, 7), (90, 3), (13, 60, 0, 3), (0, 58), [1, 2, 3], true),
             ((9, 140), (4, 70), (0, 4, 10, 60), (73, 1), [114; 3], false),
         ];
+        // Even cases uploaded packed; odd ones as decoded on the device, rows `pitch` apart
+        // (case 3 one gray plane, which the kernel spreads to three equal channels).
         let mut packed = Vec::new();
-        let mut offsets = Vec::new();
+        let mut decoded = Vec::new();
+        let mut places = Vec::new();
         let mut sources = Vec::new();
         for (i, ((w, h), ..)) in cases.iter().enumerate() {
-            packed.extend(random_bytes(i * 7 + 1, i as u64));
-            offsets.push(packed.len());
-            let pixels = random_bytes((w * h * 3) as usize, 100 + i as u64);
-            packed.extend(&pixels);
-            sources.push(pixels);
+            let (w, h) = (*w as usize, *h as usize);
+            let gray = i == 3;
+            let channels = if gray { 1 } else { 3 };
+            let samples = random_bytes(w * h * channels, 100 + i as u64);
+            let rgb: Vec<u8> = match gray {
+                true => samples.iter().flat_map(|&v| [v; 3]).collect(),
+                false => samples.clone(),
+            };
+            if i % 2 == 0 {
+                packed.extend(random_bytes(i * 7 + 1, i as u64));
+                places.push(PackedPixels::Uploaded {
+                    offset: packed.len(),
+                });
+                packed.extend(&rgb);
+            } else {
+                decoded.extend(random_bytes(i * 5 + 3, i as u64));
+                let pitch = w * channels + 2 * i + 1;
+                places.push(PackedPixels::Decoded {
+                    offset: decoded.len(),
+                    pitch: pitch as u32,
+                    gray,
+                });
+                for row in samples.chunks_exact(w * channels) {
+                    decoded.extend(row);
+                    decoded.extend(random_bytes(pitch - row.len(), 7));
+                }
+            }
+            sources.push(rgb);
         }
         let axis = |src, resized, first, len, at| AxisPlan {
             src_len: src,
@@ -494,9 +586,9 @@ mod tests {
             .iter()
             .zip(&plans)
             .zip(passes)
-            .zip(&offsets)
-            .map(|(((c, &(x, y)), passes), &offset)| PackedResize {
-                offset,
+            .zip(&places)
+            .map(|(((c, &(x, y)), passes), &pixels)| PackedResize {
+                pixels,
                 width: c.0 .0,
                 height: c.0 .1,
                 x,
@@ -510,6 +602,7 @@ mod tests {
             .collect();
         let slot = (ow * oh * 3) as usize;
         let device_sources = stream.clone_htod(&packed).expect("upload");
+        let device_decoded = stream.clone_htod(&decoded).expect("upload");
         let mut out = stream
             .clone_htod(&vec![0xA5u8; slot * cases.len() + 5])
             .expect("poisoned output");
@@ -518,7 +611,7 @@ mod tests {
             .resize_packed(
                 stream,
                 &mut plan,
-                &device_sources,
+                (&device_sources, Some(&device_decoded)),
                 &images,
                 (ow, oh),
                 &mut out,
@@ -563,20 +656,59 @@ mod tests {
             assert_eq!(differing, 0, "case {i}: {differing} bytes differ");
         }
         assert_eq!(got[slot * cases.len()..], [0xA5; 5], "past the slots");
-        // An image whose bytes run past the buffer is refused, nothing launched.
-        let mut short = images.clone();
-        short[5].offset = packed.len() - 10;
+        // An image whose bytes run past its buffer is refused, nothing launched.
+        for (at, pixels) in [
+            (
+                4,
+                PackedPixels::Uploaded {
+                    offset: packed.len() - 10,
+                },
+            ),
+            (
+                5,
+                PackedPixels::Decoded {
+                    offset: decoded.len() - 10,
+                    pitch: 9 * 3,
+                    gray: false,
+                },
+            ),
+            // A pitch shorter than a row.
+            (
+                3,
+                PackedPixels::Decoded {
+                    offset: 0,
+                    pitch: 30,
+                    gray: true,
+                },
+            ),
+        ] {
+            let mut short = images.clone();
+            short[at].pixels = pixels;
+            let refused = resizer.resize_packed(
+                stream,
+                &mut plan,
+                (&device_sources, Some(&device_decoded)),
+                &short,
+                (ow, oh),
+                &mut out,
+            );
+            assert!(
+                matches!(refused, Err(ResizeError::Plan(BatchError::Address { index })) if index == at),
+                "{refused:?}"
+            );
+        }
+        // Decoded rows without a buffer of decoded images are refused.
         let refused = resizer.resize_packed(
             stream,
             &mut plan,
-            &device_sources,
-            &short,
+            (&device_sources, None),
+            &images,
             (ow, oh),
             &mut out,
         );
         assert!(matches!(
             refused,
-            Err(ResizeError::Plan(BatchError::Address { index: 5 }))
+            Err(ResizeError::Plan(BatchError::Address { index: 1 }))
         ));
     }
 
