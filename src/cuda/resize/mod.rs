@@ -194,6 +194,27 @@ pub(crate) enum PackedPixels {
 }
 
 impl PackedPixels {
+    /// Where the samples of an image `width` pixels wide are, its buffer starting at `base`.
+    fn at(self, base: u64, width: u32) -> SourcePixels {
+        match self {
+            PackedPixels::Uploaded { offset } => SourcePixels::Interleaved {
+                ptr: base + offset as u64,
+                pitch: width * 3,
+            },
+            PackedPixels::Decoded {
+                offset,
+                pitch,
+                gray,
+            } => {
+                let ptr = base + offset as u64;
+                match gray {
+                    true => SourcePixels::Gray { ptr, pitch },
+                    false => SourcePixels::Interleaved { ptr, pitch },
+                }
+            }
+        }
+    }
+
     /// The bytes an image of `width` x `height` takes from its first one (its last row only as
     /// wide as the image).
     fn extent(&self, width: u32, height: u32) -> Option<(usize, usize)> {
@@ -275,30 +296,12 @@ impl BatchResizer {
             if !inside {
                 return Err(ResizeError::Plan(BatchError::Address { index }));
             }
-            let pixels = match image.pixels {
-                PackedPixels::Uploaded { offset } => SourcePixels::Interleaved {
-                    ptr: base + offset as u64,
-                    pitch: image.width * 3,
-                },
-                PackedPixels::Decoded {
-                    offset,
-                    pitch,
-                    gray: false,
-                } => SourcePixels::Interleaved {
-                    ptr: base + offset as u64,
-                    pitch,
-                },
-                PackedPixels::Decoded {
-                    offset,
-                    pitch,
-                    gray: true,
-                } => SourcePixels::Gray {
-                    ptr: base + offset as u64,
-                    pitch,
-                },
-            };
             jobs.push(ResizeJob {
-                source: SourceImage::whole(pixels, image.width, image.height),
+                source: SourceImage::whole(
+                    image.pixels.at(base, image.width),
+                    image.width,
+                    image.height,
+                ),
                 x: image.x,
                 y: image.y,
                 filter: image.filter,
