@@ -346,8 +346,12 @@ def test_python_loader_gives_torchvision_style_targets(tmp_path):
             rows += 1
     assert rows > 0
     assert loader.report()["skipped"] == []
+    # Host batches are decoded on the CPU.
+    assert loader.report()["decoded_on_device"] == 0
     with pytest.raises(ValueError, match="recipe"):
         gpufeed.TargetLoader(str(data / "images"), coco=str(ann), recipe="nope")
+    with pytest.raises(ValueError, match="nope"):
+        gpufeed.TargetLoader(str(data / "images"), coco=str(ann), decode="nope")
 
 
 def test_python_loader_on_the_gpu_matches_the_host_batch(tmp_path):
