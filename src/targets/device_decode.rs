@@ -326,22 +326,20 @@ impl JpegDecoders {
     }
 
     /// A free decoder, waiting for one while all are in use; `None` when none is open.
-    fn take_decoder(&self) -> Option<GpuDecoder> {
+    fn take_decoder(&self) -> Option<Lent<'_>> {
         let mut free = lock(&self.free);
         loop {
             if let Some(decoder) = free.pop() {
-                return Some(decoder);
+                return Some(Lent {
+                    decoders: self,
+                    decoder: Some(decoder),
+                });
             }
             if !self.taking() {
                 return None;
             }
             free = self.returned.wait(free).unwrap_or_else(|e| e.into_inner());
         }
-    }
-
-    fn give_decoder(&self, decoder: GpuDecoder) {
-        lock(&self.free).push(decoder);
-        self.returned.notify_one();
     }
 
     /// A buffer of decoded images, empty, its last reader done.
@@ -382,20 +380,23 @@ impl JpegDecoders {
         if jpegs.is_empty() {
             return (None, placed);
         }
-        let Some(mut decoder) = self.take_decoder() else {
+        let Some(mut lent) = self.take_decoder() else {
+            return (None, placed);
+        };
+        let Some(decoder) = lent.decoder.as_mut() else {
             return (None, placed);
         };
         let decoded = self
             .take_buffer()
             .and_then(|mut images| {
-                decode_calls(&mut decoder, jpegs, &mut images, &mut placed)?;
+                decode_calls(decoder, jpegs, &mut images, &mut placed)?;
                 Ok(images)
             })
             .inspect_err(|_| {
                 // Whatever was queued is done before the decoder and buffers are used again.
                 let _ = decoder.stream().synchronize();
             });
-        self.give_decoder(decoder);
+        drop(lent);
         match decoded {
             Ok(images) if placed.iter().any(Option::is_some) => (Some(images), placed),
             Ok(images) => {
@@ -404,6 +405,30 @@ impl JpegDecoders {
             }
             Err(_) => (None, vec![None; jpegs.len()]),
         }
+    }
+}
+
+/// A decoder taken from the free ones, given back when dropped; one dropped by a panic is not
+/// given back (its state unknown) and no longer counted open, so no thread waits for it.
+struct Lent<'a> {
+    decoders: &'a JpegDecoders,
+    decoder: Option<GpuDecoder>,
+}
+
+impl Drop for Lent<'_> {
+    fn drop(&mut self) {
+        let Some(decoder) = self.decoder.take() else {
+            return;
+        };
+        let decoders = self.decoders;
+        if std::thread::panicking() {
+            drop(decoder);
+            decoders.open.fetch_sub(1, Ordering::AcqRel);
+            decoders.returned.notify_all();
+            return;
+        }
+        lock(&decoders.free).push(decoder);
+        decoders.returned.notify_one();
     }
 }
 
