@@ -1195,20 +1195,18 @@ fn a_lane_without_its_engines_decodes_every_image_on_its_assisted_path() {
         "{}",
         lane.describe()
     );
-    assert!(
-        lane.describe().contains("the first of its 4 decoders"),
-        "{}",
-        lane.describe()
-    );
+    // A lane of small files: eight decoders.
+    let first = format!("the first of its {SMALL_FILES_ASSISTED_THREADS} decoders");
+    assert!(lane.describe().contains(&first), "{}", lane.describe());
     assert!(!lane.poll_opening(), "no engines to take in");
     let (made, assisted, got) = run_lane_paths(&mut lane, &gpu, &bytes, 0x6B);
-    // The other three sets join; the images are the same, whichever set decodes them.
+    // The other sets join; the images are the same, whichever set decodes them.
     lane.wait_until_open();
-    assert!(
-        lane.describe().contains("other 3 decoders at work"),
-        "{}",
-        lane.describe()
+    let others = format!(
+        "other {} decoders at work",
+        SMALL_FILES_ASSISTED_THREADS - 1
     );
+    assert!(lane.describe().contains(&others), "{}", lane.describe());
     let (made_after, assisted_after, got_after) = run_lane_paths(&mut lane, &gpu, &bytes, 0x2D);
     assert_eq!(made_after, made);
     assert_eq!(assisted_after, assisted);
@@ -1292,4 +1290,44 @@ fn a_lane_offered_images_from_a_later_position_works_ahead_from_there() {
     // The engines' IDCT, within the bars of `the_lane_decodes_like_the_cpu_lane`.
     let (mean, p999) = differences_from_the_cpu_lane(&got, image, cpu_lane, 1.5);
     assert!(mean <= 0.5 && p999 <= 3, "mean {mean:.3}, p99.9 {p999}");
+}
+
+#[test]
+fn small_file_lanes_submit_from_more_assisted_threads_within_the_large_files_memory() {
+    use super::open::assisted_threads;
+    let geometry = Geometry::new(&ResizeOptions::default());
+    let small = lane_config(&geometry, 256, 1.0);
+    let beside = super::EnginesOpen::BesideTheLane;
+    assert_eq!(
+        assisted_threads(&small, beside),
+        SMALL_FILES_ASSISTED_THREADS
+    );
+    assert_eq!(
+        assisted_threads(&small, super::EnginesOpen::Never("a short run")),
+        SMALL_FILES_ASSISTED_THREADS
+    );
+    let large = GpuLaneConfig {
+        large_files: true,
+        ..lane_config(&geometry, 256, 1.0)
+    };
+    assert_eq!(assisted_threads(&large, beside), ASSISTED_THREADS);
+    let server = GpuLaneConfig {
+        requests: true,
+        ..lane_config(&geometry, 32, 1.0)
+    };
+    assert_eq!(assisted_threads(&server, beside), ASSISTED_THREADS);
+    // The engines open first and take the small files: one thread for the few large ones.
+    let few = GpuLaneConfig {
+        small_files_assisted: false,
+        ..lane_config(&geometry, 256, 1.0)
+    };
+    assert_eq!(assisted_threads(&few, super::EnginesOpen::BeforeTheLane), 1);
+    // The small files' threads hold no more device memory than the large files' the lane is
+    // sized for.
+    let small_call = assisted::budget(assisted::call_pixels(false)).device_bytes();
+    let large_call = assisted::budget(assisted::call_pixels(true)).device_bytes();
+    assert!(
+        SMALL_FILES_ASSISTED_THREADS * small_call <= ASSISTED_THREADS * large_call,
+        "{SMALL_FILES_ASSISTED_THREADS} x {small_call} against {ASSISTED_THREADS} x {large_call}"
+    );
 }

@@ -357,12 +357,15 @@ fn start_runner(
 }
 
 /// The assisted path's submitting threads for `config`'s files, the engines opening as
-/// `engines`: all of them, unless the engines open first and the assisted path takes only the
-/// few files of 1 Mpx or more among small ones (one then, which holds less memory).
-fn assisted_threads(config: &GpuLaneConfig, engines: EnginesOpen) -> usize {
+/// `engines`: [`ASSISTED_THREADS`] for large files and a server's requests,
+/// [`SMALL_FILES_ASSISTED_THREADS`] for small files, unless the engines open first and the
+/// assisted path takes only the few files of 1 Mpx or more among small ones (one then, which
+/// holds less memory).
+pub(super) fn assisted_threads(config: &GpuLaneConfig, engines: EnginesOpen) -> usize {
     let few_files = !config.large_files && !config.small_files_assisted;
     match (few_files, engines) {
         (true, EnginesOpen::BeforeTheLane) => 1,
-        _ => ASSISTED_THREADS,
+        _ if config.large_files || config.requests => ASSISTED_THREADS,
+        _ => SMALL_FILES_ASSISTED_THREADS,
     }
 }
