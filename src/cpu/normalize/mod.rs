@@ -208,6 +208,31 @@ mod tests {
     use super::*;
     use crate::options::{Affine, ChannelOrder, OutputOptions};
 
+    /// The NaN an output of `dtype` is poisoned with, as bits.
+    fn poison_bits(dtype: DType) -> u32 {
+        match dtype {
+            DType::F16 => u32::from(f16::NAN.to_bits()),
+            _ => f32::NAN.to_bits(),
+        }
+    }
+
+    /// The bits `table` writes for `pixels` into an output of `dtype` (`f16` or `f32`) poisoned
+    /// with NaN.
+    fn written_bits(table: &NormalizeTable, pixels: &[u8], dtype: DType) -> Vec<u32> {
+        match dtype {
+            DType::F16 => {
+                let mut out = vec![f16::NAN; pixels.len()];
+                table.write_image(pixels, NormalizedSlot::F16(&mut out));
+                out.iter().map(|v| u32::from(v.to_bits())).collect()
+            }
+            _ => {
+                let mut out = vec![f32::NAN; pixels.len()];
+                table.write_image(pixels, NormalizedSlot::F32(&mut out));
+                out.iter().map(|v| v.to_bits()).collect()
+            }
+        }
+    }
+
     /// Every value the vectors write against the table alone, on pixels that hold every sample
     /// value, for each length of a step's tail, both float types, both channel orders and other
     /// means and deviations, into outputs poisoned with NaN.
@@ -240,27 +265,11 @@ mod tests {
                         assert!(table.vectors.is_some(), "{dtype:?} planes take the vectors");
                     }
                     let oracle = table.clone().without_vectors();
-                    let n = pixel_count * 3;
-                    match dtype {
-                        DType::F16 => {
-                            let (mut got, mut want) = (vec![f16::NAN; n], vec![f16::NAN; n]);
-                            table.write_image(&pixels, NormalizedSlot::F16(&mut got));
-                            oracle.write_image(&pixels, NormalizedSlot::F16(&mut want));
-                            let bits =
-                                |v: &[f16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                            assert_eq!(bits(&got), bits(&want), "f16, {pixel_count} pixels");
-                            assert!(got.iter().all(|v| v.is_finite()), "every value written");
-                        }
-                        _ => {
-                            let (mut got, mut want) = (vec![f32::NAN; n], vec![f32::NAN; n]);
-                            table.write_image(&pixels, NormalizedSlot::F32(&mut got));
-                            oracle.write_image(&pixels, NormalizedSlot::F32(&mut want));
-                            let bits =
-                                |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                            assert_eq!(bits(&got), bits(&want), "f32, {pixel_count} pixels");
-                            assert!(got.iter().all(|v| v.is_finite()), "every value written");
-                        }
-                    }
+                    let got = written_bits(&table, &pixels, dtype);
+                    let want = written_bits(&oracle, &pixels, dtype);
+                    assert_eq!(got, want, "{dtype:?}, {pixel_count} pixels");
+                    let poison = poison_bits(dtype);
+                    assert!(!got.contains(&poison), "every value written");
                 }
             }
         }
