@@ -74,17 +74,18 @@ pub(super) fn available() -> bool {
         && std::is_x86_feature_detected!("f16c")
 }
 
-/// Writes the values of the whole steps of `pixels` into `planes`: returns the pixels written,
-/// none where this CPU lacks the instructions ([`available`]), a plane holds fewer values or a
-/// source channel is not 0, 1 or 2.
+/// Writes the values of the whole steps of `pixels` into `planes`, plane `k` from source
+/// channel `source[k]`: returns the pixels written, none where this CPU lacks the instructions
+/// ([`available`]), a plane holds fewer values or a source channel is not 0, 1 or 2.
 pub(super) fn planes<T: Element>(
     pixels: &[u8],
     planes: [&mut [T]; 3],
+    source: [usize; 3],
     affine: &PlaneAffine,
 ) -> usize {
     match available() {
         // SAFETY: the CPU has the instructions.
-        true => unsafe { steps(pixels, planes, affine) },
+        true => unsafe { steps(pixels, planes, source, affine) },
         false => 0,
     }
 }
@@ -94,10 +95,15 @@ pub(super) fn planes<T: Element>(
 /// # Safety
 /// [`available`].
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn steps<T: Element>(pixels: &[u8], planes: [&mut [T]; 3], affine: &PlaneAffine) -> usize {
+unsafe fn steps<T: Element>(
+    pixels: &[u8],
+    planes: [&mut [T]; 3],
+    source: [usize; 3],
+    affine: &PlaneAffine,
+) -> usize {
     let steps = pixels.len() / (3 * STEP);
     let shortest = planes.iter().map(|p| p.len()).min().unwrap_or(0);
-    if shortest < steps * STEP || affine.source.iter().any(|&c| c > 2) {
+    if shortest < steps * STEP || source.iter().any(|&c| c > 2) {
         return 0;
     }
     let scales = affine.scale.map(|s| _mm256_set1_ps(s));
@@ -109,7 +115,7 @@ unsafe fn steps<T: Element>(pixels: &[u8], planes: [&mut [T]; 3], affine: &Plane
         // SAFETY: `bytes` holds 48 bytes.
         let loads = [0, 16, 32].map(|at| unsafe { _mm_loadu_si128(bytes.as_ptr().add(at).cast()) });
         for plane in 0..3 {
-            let m = &masks[affine.source[plane]];
+            let m = &masks[source[plane]];
             let x = _mm_or_si128(
                 _mm_or_si128(
                     _mm_shuffle_epi8(loads[0], m[0]),

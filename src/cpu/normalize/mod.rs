@@ -29,19 +29,24 @@ pub(crate) struct NormalizeTable {
     vectors: Option<PlaneAffine>,
 }
 
-/// Per output plane: the source channel it reads (0, 1 or 2), and its scale and bias.
+/// Per output plane: its source channel's scale and bias.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct PlaneAffine {
-    source: [usize; 3],
     scale: [f32; 3],
     bias: [f32; 3],
 }
 
 /// An output element type, whose planes this CPU may compute with vectors ahead of the table.
 trait Planes: Copy {
-    /// Writes the values of the first pixels of `pixels` into `planes` by `affine` with this
-    /// CPU's vectors: returns how many pixels (none without them).
-    fn vector_planes(_pixels: &[u8], _planes: [&mut [Self]; 3], _affine: &PlaneAffine) -> usize {
+    /// Writes the values of the first pixels of `pixels` into `planes` (plane `k` from source
+    /// channel `source[k]`) by `affine` with this CPU's vectors: returns how many pixels (none
+    /// without them).
+    fn vector_planes(
+        _pixels: &[u8],
+        _planes: [&mut [Self]; 3],
+        _source: [usize; 3],
+        _affine: &PlaneAffine,
+    ) -> usize {
         0
     }
 }
@@ -50,15 +55,25 @@ impl Planes for bf16 {}
 
 #[cfg(target_arch = "x86_64")]
 impl Planes for f16 {
-    fn vector_planes(pixels: &[u8], planes: [&mut [f16]; 3], affine: &PlaneAffine) -> usize {
-        avx2::planes(pixels, planes, affine)
+    fn vector_planes(
+        pixels: &[u8],
+        planes: [&mut [f16]; 3],
+        source: [usize; 3],
+        affine: &PlaneAffine,
+    ) -> usize {
+        avx2::planes(pixels, planes, source, affine)
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 impl Planes for f32 {
-    fn vector_planes(pixels: &[u8], planes: [&mut [f32]; 3], affine: &PlaneAffine) -> usize {
-        avx2::planes(pixels, planes, affine)
+    fn vector_planes(
+        pixels: &[u8],
+        planes: [&mut [f32]; 3],
+        source: [usize; 3],
+        affine: &PlaneAffine,
+    ) -> usize {
+        avx2::planes(pixels, planes, source, affine)
     }
 }
 
@@ -109,7 +124,6 @@ impl NormalizeTable {
         let source_channel = [0, 1, 2].map(|oc| spec.channel_order.output_channel(oc));
         let planes = spec.layout == Layout::Nchw && matches!(spec.dtype, DType::F16 | DType::F32);
         let vectors = (planes && vectors_available()).then(|| PlaneAffine {
-            source: source_channel,
             scale: source_channel.map(|c| spec.affine.scale[c]),
             bias: source_channel.map(|c| spec.affine.bias[c]),
         });
@@ -149,7 +163,8 @@ impl NormalizeTable {
                 let (p0, rest) = out.split_at_mut(hw.min(out.len()));
                 let (p1, p2) = rest.split_at_mut(hw.min(rest.len()));
                 let done = self.vectors.as_ref().map_or(0, |affine| {
-                    T::vector_planes(pixels, [&mut *p0, &mut *p1, &mut *p2], affine)
+                    let planes = [&mut *p0, &mut *p1, &mut *p2];
+                    T::vector_planes(pixels, planes, self.source_channel, affine)
                 });
                 let planes = p0[done..]
                     .iter_mut()
