@@ -53,23 +53,12 @@ trait Planes: Copy {
 
 impl Planes for bf16 {}
 
+/// The element types the vectors write (`f16`, `f32`) take them.
 #[cfg(target_arch = "x86_64")]
-impl Planes for f16 {
+impl<T: avx2::Element + Copy> Planes for T {
     fn vector_planes(
         pixels: &[u8],
-        planes: [&mut [f16]; 3],
-        source: [usize; 3],
-        affine: &PlaneAffine,
-    ) -> usize {
-        avx2::planes(pixels, planes, source, affine)
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-impl Planes for f32 {
-    fn vector_planes(
-        pixels: &[u8],
-        planes: [&mut [f32]; 3],
+        planes: [&mut [T]; 3],
         source: [usize; 3],
         affine: &PlaneAffine,
     ) -> usize {
