@@ -21,7 +21,8 @@ use super::shared::Shared;
 use super::work::{LaneOutput, LaneResult};
 use super::ycc::{ChromaSampling, YccConverter, YccJob};
 use crate::cuda::resize::plan::{
-    plan_batch_placed, plan_batch_sized, BatchError, ResizeJob, SourceImage, SourcePixels,
+    plan_batch_placed_into, plan_batch_sized_into, BatchError, BatchPlan, ResizeJob, SourceImage,
+    SourcePixels,
 };
 use crate::cuda::resize::ResizeError;
 use crate::cuda::resize::{BatchResizer, DevicePlan};
@@ -45,6 +46,8 @@ pub(super) struct DecoderSet {
 /// The resize of a set's decoded images into their slots of the ring.
 struct Resizing {
     resizer: BatchResizer,
+    /// The call's plan on the host, made again call after call in the same buffers.
+    batch: BatchPlan,
     plan: Option<DevicePlan>,
     geometry: Geometry,
     filter: Filter,
@@ -187,6 +190,7 @@ impl DecoderSet {
             decoders,
             resizing: Resizing {
                 resizer: BatchResizer::from_module(resize)?,
+                batch: BatchPlan::default(),
                 plan: None,
                 geometry,
                 filter,
@@ -439,19 +443,23 @@ impl Resizing {
         if jobs.is_empty() {
             return Ok(written);
         }
-        let plan = match views {
-            true => plan_batch_placed(&jobs, &passes, &sizes, RECORD_UNIT as u64),
-            false => plan_batch_sized(&jobs, &passes, &sizes, self.geometry.image_bytes() as u64),
+        let plan = &mut self.batch;
+        match views {
+            true => plan_batch_placed_into(plan, &jobs, &passes, &sizes, RECORD_UNIT as u64),
+            false => {
+                let slot_len = self.geometry.image_bytes() as u64;
+                plan_batch_sized_into(plan, &jobs, &passes, &sizes, slot_len)
+            }
         }
         .map_err(|e| GpuLaneError::Resize(e.into()))?;
         let device = match &mut self.plan {
             Some(device) => {
-                device.update(stream, &plan).map_err(GpuLaneError::from)?;
+                device.update(stream, plan).map_err(GpuLaneError::from)?;
                 device
             }
             None => self.plan.insert(
                 self.resizer
-                    .upload(stream, &plan)
+                    .upload(stream, plan)
                     .map_err(GpuLaneError::from)?,
             ),
         };

@@ -11,7 +11,7 @@ use cudarc::driver::{
 };
 use thiserror::Error;
 
-use crate::cuda::KernelSource;
+use crate::cuda::{KernelSource, PageLockedUpload};
 
 #[cfg(test)]
 pub(crate) mod host;
@@ -91,7 +91,6 @@ pub struct BatchResizer {
 
 /// A planned batch in device memory: descriptors, coefficients and the intermediate buffer.
 /// Reusable: launching it again recomputes the same slots.
-#[derive(Debug)]
 pub struct DevicePlan {
     descriptors: CudaSlice<ResizeDescriptor>,
     coefficients: CudaSlice<i32>,
@@ -101,30 +100,43 @@ pub struct DevicePlan {
     last_pass_grid: (u32, u32),
     slot_len: u64,
     output_bytes: u64,
+    /// The page-locked memory the descriptors and coefficients are uploaded through.
+    staging: PageLockedUpload,
+}
+
+impl std::fmt::Debug for DevicePlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DevicePlan")
+            .field("images", &self.images)
+            .field("coefficients", &self.coefficients.len())
+            .field("intermediate", &self.intermediate.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl DevicePlan {
     /// Replaces the batch with `plan`, on `stream`, reusing the device buffers where they are
-    /// large enough (a pipeline's steady state allocates nothing).
+    /// large enough (a pipeline's steady state allocates nothing). The upload is queued from
+    /// page-locked memory: the thread does not wait for the stream's queued work.
     pub fn update(
         &mut self,
         stream: &Arc<CudaStream>,
         plan: &BatchPlan,
     ) -> Result<(), ResizeError> {
         let descriptors = descriptors_of(plan);
-        refill(
-            stream,
-            &descriptors,
-            &mut self.descriptors,
-            "uploading the descriptors",
-        )?;
         let coefficients = &plan.coefficients;
-        refill(
-            stream,
-            coefficients,
-            &mut self.coefficients,
-            "uploading the coefficients",
-        )?;
+        make_room(stream, &mut self.descriptors, descriptors.len())?;
+        make_room(stream, &mut self.coefficients, coefficients.len())?;
+        let bytes = std::mem::size_of_val(&*descriptors) + std::mem::size_of_val(&**coefficients);
+        self.staging
+            .start(stream, bytes)
+            .map_err(ResizeError::driver("waiting for the last plan's upload"))?;
+        self.staging
+            .queue(stream, &descriptors, &mut self.descriptors)
+            .map_err(ResizeError::driver("uploading the descriptors"))?;
+        self.staging
+            .queue(stream, coefficients, &mut self.coefficients)
+            .map_err(ResizeError::driver("uploading the coefficients"))?;
         let intermediate = intermediate_len(plan)?;
         if self.intermediate.len() < intermediate {
             self.intermediate = stream
@@ -155,22 +167,28 @@ fn intermediate_len(plan: &BatchPlan) -> Result<usize, ResizeError> {
         .map_err(|_| ResizeError::Plan(BatchError::TooLarge("intermediate bytes")))
 }
 
-/// Copies `data` into `slice`, reallocating it first when it is too small.
-fn refill<T: DeviceRepr>(
+/// Device memory for `len` values of a plan's (at least one), left uninitialized: an upload
+/// fills what a launch reads before the launch.
+fn plan_buffer<T: DeviceRepr>(
     stream: &Arc<CudaStream>,
-    data: &[T],
+    len: usize,
+) -> Result<CudaSlice<T>, ResizeError> {
+    // SAFETY: the plan's types are plain old data; `DevicePlan::update` queues the upload of the
+    // values a launch reads before the launch, on the same stream.
+    unsafe { stream.alloc::<T>(len.max(1)) }
+        .map_err(ResizeError::driver("allocating a plan's buffer"))
+}
+
+/// Reallocates `slice` when it holds fewer than `len` values.
+fn make_room<T: DeviceRepr>(
+    stream: &Arc<CudaStream>,
     slice: &mut CudaSlice<T>,
-    context: &'static str,
+    len: usize,
 ) -> Result<(), ResizeError> {
-    if slice.len() < data.len() {
-        *slice = stream
-            .clone_htod(data)
-            .map_err(ResizeError::driver(context))?;
-        return Ok(());
+    if slice.len() < len {
+        *slice = plan_buffer(stream, len)?;
     }
-    stream
-        .memcpy_htod(data, slice)
-        .map_err(ResizeError::driver(context))
+    Ok(())
 }
 
 /// Where a row's pixels are: packed RGB8 in the buffer of uploaded images, or decoded on the
@@ -355,25 +373,21 @@ impl BatchResizer {
         stream: &Arc<CudaStream>,
         plan: &BatchPlan,
     ) -> Result<DevicePlan, ResizeError> {
-        let descriptors = stream
-            .clone_htod(&*descriptors_of(plan))
-            .map_err(ResizeError::driver("uploading the descriptors"))?;
-        let coefficients = stream
-            .clone_htod(&plan.coefficients)
-            .map_err(ResizeError::driver("uploading the coefficients"))?;
-        let intermediate = stream
-            .alloc_zeros::<u8>(intermediate_len(plan)?)
-            .map_err(ResizeError::driver("allocating the intermediate"))?;
-        Ok(DevicePlan {
-            descriptors,
-            coefficients,
-            intermediate,
-            images: plan.descriptors.len() as u32,
-            first_pass_blocks: plan.first_pass_blocks,
-            last_pass_grid: plan.last_pass_grid(),
-            slot_len: plan.slot_len,
-            output_bytes: plan.output_bytes(),
-        })
+        let mut device = DevicePlan {
+            descriptors: plan_buffer(stream, plan.descriptors.len())?,
+            coefficients: plan_buffer(stream, plan.coefficients.len())?,
+            intermediate: stream
+                .alloc_zeros::<u8>(intermediate_len(plan)?)
+                .map_err(ResizeError::driver("allocating the intermediate"))?,
+            images: 0,
+            first_pass_blocks: 0,
+            last_pass_grid: (0, 0),
+            slot_len: 0,
+            output_bytes: 0,
+            staging: PageLockedUpload::default(),
+        };
+        device.update(stream, plan)?;
+        Ok(device)
     }
 
     /// Launches both passes of `plan` on `stream` (for the tests: the lane launches at an address,

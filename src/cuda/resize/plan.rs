@@ -203,8 +203,9 @@ pub struct ResizeDescriptor {
     pub reserved: u32,
 }
 
-/// What the kernels need for one batch, computed on the host.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What the kernels need for one batch, computed on the host. A plan made again into the same
+/// value ([`plan_batch_sized_into`], [`plan_batch_placed_into`]) reuses its buffers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BatchPlan {
     /// One descriptor per job, in the jobs' order.
     pub descriptors: Vec<ResizeDescriptor>,
@@ -223,7 +224,7 @@ pub struct BatchPlan {
     pub slots: u32,
     /// Bytes of output the batch writes into, from the first: `slots * slot_len` for
     /// images in slots of their own; to the end of the last image placed by offset
-    /// ([`plan_batch_placed`]).
+    /// ([`plan_batch_placed_into`]).
     pub output_end: u64,
 }
 
@@ -354,6 +355,21 @@ pub fn plan_batch_sized(
     sizes: &[(u32, u32)],
     slot_len: u64,
 ) -> Result<BatchPlan, BatchError> {
+    let mut plan = BatchPlan::default();
+    plan_batch_sized_into(&mut plan, jobs, passes, sizes, slot_len)?;
+    Ok(plan)
+}
+
+/// [`plan_batch_sized`] into `plan`, reusing its buffers (a lane's steady state allocates
+/// nothing); on an error `plan` holds no batch to launch.
+pub fn plan_batch_sized_into(
+    plan: &mut BatchPlan,
+    jobs: &[ResizeJob],
+    passes: &[&PassPlan],
+    sizes: &[(u32, u32)],
+    slot_len: u64,
+) -> Result<(), BatchError> {
+    plan.descriptors.clear();
     check_counts(jobs, passes, sizes)?;
     let fits = |&(w, h): &(u32, u32)| {
         let pixels = u64::from(w) * u64::from(h);
@@ -365,18 +381,34 @@ pub fn plan_batch_sized(
     check_slots(jobs)?;
     let slots = jobs.iter().map(|j| j.slot + 1).max().unwrap_or(0);
     let output_end = u64::from(slots) * slot_len;
-    plan_checked(jobs, passes, sizes, slot_len, output_end)
+    plan_checked(plan, jobs, passes, sizes, slot_len, output_end)
 }
 
-/// Plans the batch `jobs` with outputs of sizes of their own placed by offset: job `i` written
-/// at `sizes[i]` (width, height) from byte `jobs[i].slot * unit` (the views of an image, one
-/// after another in its record). Refuses outputs that overlap.
+/// [`plan_batch_placed_into`] into a plan of its own.
+#[cfg(test)]
 pub fn plan_batch_placed(
     jobs: &[ResizeJob],
     passes: &[&PassPlan],
     sizes: &[(u32, u32)],
     unit: u64,
 ) -> Result<BatchPlan, BatchError> {
+    let mut plan = BatchPlan::default();
+    plan_batch_placed_into(&mut plan, jobs, passes, sizes, unit)?;
+    Ok(plan)
+}
+
+/// Plans the batch `jobs` with outputs of sizes of their own placed by offset into `plan`,
+/// reusing its buffers: job `i` written at `sizes[i]` (width, height) from byte
+/// `jobs[i].slot * unit` (the views of an image, one after another in its record). Refuses
+/// outputs that overlap; on an error `plan` holds no batch to launch.
+pub fn plan_batch_placed_into(
+    plan: &mut BatchPlan,
+    jobs: &[ResizeJob],
+    passes: &[&PassPlan],
+    sizes: &[(u32, u32)],
+    unit: u64,
+) -> Result<(), BatchError> {
+    plan.descriptors.clear();
     check_counts(jobs, passes, sizes)?;
     let mut placed = Vec::with_capacity(jobs.len());
     for (index, (job, &(w, h))) in jobs.iter().zip(sizes).enumerate() {
@@ -397,40 +429,50 @@ pub fn plan_batch_placed(
         });
     }
     let output_end = placed.last().map_or(0, |p| p.1);
-    plan_checked(jobs, passes, sizes, unit, output_end)
+    plan_checked(plan, jobs, passes, sizes, unit, output_end)
 }
 
-/// The plan of jobs whose counts, sizes and output places are checked.
+/// Makes `plan` the plan of jobs whose counts, sizes and output places are checked, in its own
+/// buffers.
 fn plan_checked(
+    plan: &mut BatchPlan,
     jobs: &[ResizeJob],
     passes: &[&PassPlan],
     sizes: &[(u32, u32)],
     slot_len: u64,
     output_end: u64,
-) -> Result<BatchPlan, BatchError> {
-    let mut builder = Builder::default();
-    let descriptors = jobs
-        .iter()
-        .zip(passes)
-        .zip(sizes)
-        .enumerate()
-        .map(|(index, ((job, passes), &(w, h)))| builder.add(index, job, passes, w, h))
-        .collect::<Result<Vec<_>, _>>()?;
-    let max_pixels = sizes.iter().map(|&(w, h)| w * h).max().unwrap_or(0);
+) -> Result<(), BatchError> {
+    plan.descriptors.clear();
+    let mut coefficients = std::mem::take(&mut plan.coefficients);
+    coefficients.clear();
+    let mut builder = Builder {
+        coefficients,
+        intermediate_bytes: 0,
+        blocks: 0,
+    };
+    // A failed plan is left empty: its coefficients' buffer is kept for the next.
+    let added = jobs.iter().zip(passes).zip(sizes).enumerate().try_for_each(
+        |(index, ((job, passes), &(w, h)))| {
+            let descriptor = builder.add(index, job, passes, w, h)?;
+            plan.descriptors.push(descriptor);
+            Ok(())
+        },
+    );
     if builder.coefficients.is_empty() {
         builder.coefficients.push(0);
     }
-    let slots = jobs.iter().map(|j| j.slot + 1).max().unwrap_or(0);
-    Ok(BatchPlan {
-        descriptors,
-        coefficients: builder.coefficients,
-        intermediate_bytes: builder.intermediate_bytes.max(1),
-        first_pass_blocks: builder.blocks,
-        slot_len,
-        max_pixels,
-        slots,
-        output_end,
-    })
+    plan.coefficients = builder.coefficients;
+    if let Err(e) = added {
+        plan.descriptors.clear();
+        return Err(e);
+    }
+    plan.intermediate_bytes = builder.intermediate_bytes.max(1);
+    plan.first_pass_blocks = builder.blocks;
+    plan.slot_len = slot_len;
+    plan.max_pixels = sizes.iter().map(|&(w, h)| w * h).max().unwrap_or(0);
+    plan.slots = jobs.iter().map(|j| j.slot + 1).max().unwrap_or(0);
+    plan.output_end = output_end;
+    Ok(())
 }
 
 /// Refuses more jobs than the kernels index, and pass plans or sizes for another number of jobs.
@@ -476,7 +518,6 @@ fn check_slots(jobs: &[ResizeJob]) -> Result<(), BatchError> {
 
 /// The running state of a plan: coefficients packed so far, intermediate bytes and first-pass
 /// blocks handed out.
-#[derive(Default)]
 struct Builder {
     coefficients: Vec<i32>,
     intermediate_bytes: u64,
@@ -1078,6 +1119,8 @@ mod tests {
             );
         }
         // The second view placed inside the first.
+        let (ok_jobs, ok_passes) = (jobs, passes.clone());
+        let ok_refs: Vec<&PassPlan> = ok_passes.iter().collect();
         let jobs = [view(16, 0, false), view(8, 2, false)];
         let passes = passes_of(&jobs);
         let refs: Vec<&PassPlan> = passes.iter().collect();
@@ -1088,6 +1131,25 @@ mod tests {
                 second: 1
             })
         ));
+        // Made again into one plan, call after call, a failed call between: the same plans as
+        // made fresh, and a failed one left with nothing to launch.
+        let fresh = plan_batch_placed(&ok_jobs, &ok_refs, &[(16, 16), (8, 8)], 256);
+        let mut reused =
+            plan_batch_sized(&ok_jobs[..1], &ok_refs[..1], &[(16, 16)], 768).expect("a first plan");
+        let overlap = plan_batch_placed_into(&mut reused, &jobs, &refs, &[(16, 16), (8, 8)], 256);
+        assert!(overlap.is_err() && reused.descriptors.is_empty());
+        let sized = [view(16, 0, false), view(16, 1, true)];
+        let sized_passes = passes_of(&sized);
+        let sized_refs: Vec<&PassPlan> = sized_passes.iter().collect();
+        let sizes = [(16, 16); 2];
+        plan_batch_sized_into(&mut reused, &sized, &sized_refs, &sizes, 768).expect("sized");
+        assert_eq!(
+            reused,
+            plan_batch_sized(&sized, &sized_refs, &sizes, 768).expect("fresh")
+        );
+        plan_batch_placed_into(&mut reused, &ok_jobs, &ok_refs, &[(16, 16), (8, 8)], 256)
+            .expect("placed");
+        assert_eq!(Ok(reused), fresh);
     }
 
     #[test]
