@@ -9,7 +9,9 @@ use std::sync::Arc;
 use super::mix::{EpochSample, WorkMix};
 use super::policy::{GpuRun, LanePolicy};
 use super::share::Balance;
-use super::threads::{CORES_FOR_THE_GPU_LANE, VIEWS_EXTRA_PREPARING_THREADS};
+use super::threads::{
+    CORES_FOR_THE_GPU_LANE, VIEWS_CPU_THREADS_BESIDE, VIEWS_EXTRA_PREPARING_THREADS,
+};
 use crate::options::{Decode, Device, Options};
 use crate::profile::Stopwatch;
 
@@ -213,7 +215,8 @@ impl DecodePlan {
     }
 
     /// The same choice for a pipeline of views, whose GPU lane plans about ten resizes an image
-    /// on the host: it gets [`VIEWS_EXTRA_PREPARING_THREADS`] more preparing threads.
+    /// on the host: it gets [`VIEWS_EXTRA_PREPARING_THREADS`] more preparing threads, and the CPU
+    /// lane keeps [`VIEWS_CPU_THREADS_BESIDE`] threads beside it at least.
     pub fn for_views(self) -> DecodePlan {
         DecodePlan {
             views: true,
@@ -377,6 +380,10 @@ impl DecodePlan {
             gpu: run,
             threads,
             beside_gpu,
+            least_beside_gpu: match self.views {
+                true => VIEWS_CPU_THREADS_BESIDE,
+                false => 1,
+            },
             cores: (self.threads == 0).then_some(cores),
             cpu_bound,
         });
@@ -433,6 +440,7 @@ impl DecodePlan {
                 gpu: Some(run),
                 threads,
                 beside_gpu,
+                least_beside_gpu: 1,
                 // The CPU threads at work stay as they start: between requests the GPU lane's
                 // host threads are idle, and a request of PNGs wants its threads at once.
                 cores: None,
@@ -519,23 +527,28 @@ mod tests {
     }
 
     #[test]
-    fn a_pipeline_of_views_gives_the_gpu_lane_more_preparing_threads() {
+    fn a_pipeline_of_views_gives_the_gpu_lane_more_preparing_threads_and_the_cpu_lane_more_beside()
+    {
         use crate::options::{DecodeOptions, Options};
         let hybrid = Options::default().decode(DecodeOptions::default().lanes(Decode::Hybrid));
-        for (plan, extra) in [
-            (DecodePlan::new(&hybrid), 0),
+        for (plan, extra, least) in [
+            (DecodePlan::new(&hybrid), 0, 1),
             (
                 DecodePlan::new(&hybrid).for_views(),
                 VIEWS_EXTRA_PREPARING_THREADS,
+                VIEWS_CPU_THREADS_BESIDE,
             ),
         ] {
             assert_eq!(plan.extra_preparing_threads(), extra);
-            let LaneChoice::Ahead { gpu, .. } = plan.choose(8_192, || 1 << 30, 16, &Arc::default())
+            let LaneChoice::Ahead { gpu, policy, .. } =
+                plan.choose(8_192, || 1 << 30, 16, &Arc::default())
             else {
                 panic!("hybrid decoding on a CUDA device opens the GPU lane");
             };
             let run = gpu.expect("the GPU lane's run");
             assert_eq!(run.extra_preparing_threads, extra);
+            // The CPU lane keeps the threads that make the views of the files the lane refuses.
+            assert_eq!(policy.least_beside_gpu, least);
         }
     }
 

@@ -56,8 +56,11 @@ pub(crate) struct LanePolicy {
     pub(super) gpu: Option<GpuRun>,
     /// The CPU lane's threads...
     pub(super) threads: usize,
-    /// ...and those that work beside a GPU lane.
+    /// ...and those that work beside a GPU lane...
     pub(super) beside_gpu: usize,
+    /// ...at least, with the thread count left to the pipeline: more than one beside a lane of
+    /// views ([`super::threads::VIEWS_CPU_THREADS_BESIDE`]).
+    pub(super) least_beside_gpu: usize,
     /// The machine's cores when the thread count was left to the pipeline: once the GPU lane
     /// runs, the CPU lane leaves it the cores its host threads keep busy (`None`: the count was
     /// given, and kept).
@@ -188,7 +191,7 @@ impl LanePolicy {
                     cores,
                     (observed.gpu_cores, observed.gpu_fraction),
                     self.threads,
-                    GPU_LANE_HOST_THREADS + extra,
+                    (GPU_LANE_HOST_THREADS + extra, self.least_beside_gpu),
                 )
             })
             .filter(|&beside| beside != working);
