@@ -421,7 +421,7 @@ pub(crate) const KEYWORDS: &[Keyword] = &[
         |k, v: Name| k.with(|b| Ok(b.decode(parse::<Decode>(&v)?)))),
     keyword!("gpu_share": "Optional[float]" = |d| d.options.decode.gpu_share,
     "The GPU lane's share of the images it can take, 0 to 1, kept fixed so that every run \
-     gives the same bytes (None: it follows the lanes' measured rates).",
+     offers each image to the same lane (None: it follows the lanes' measured rates).",
     |k, v: Option<f32>| k.with(|b| Ok(match v {
         Some(share) => b.gpu_share(share),
         None => b,

@@ -103,8 +103,10 @@ pub struct DecodeOptions {
     /// With hybrid or automatic decoding, the share of the images the GPU lane can take that it
     /// is offered, 0 to 1. `None` (default): it starts at 1 (every image) once the GPU lane has
     /// opened and follows the lanes' measured rates; the pipeline reports it
-    /// ([`crate::Pipeline::gpu_share`]), and giving a share makes every run decode every image
-    /// in the same lane, so its output is the same bit for bit.
+    /// ([`crate::Pipeline::gpu_share`]). Giving a share makes every run offer every image to the
+    /// same lane (an image the lane fails or refuses at run time still goes to the CPU lane,
+    /// whose inverse DCT may differ from the JPEG engines'); [`Decode::Cpu`] gives the same bytes
+    /// on every run.
     pub gpu_share: Option<f32>,
     /// With the share following the rates, the least it may fall to, 0 to 1. Default `None` (no
     /// floor), and [`SHARED_MACHINE_MIN_GPU_SHARE`] for a process that shares its machine with
