@@ -324,7 +324,8 @@ impl DecoderSet {
         let written = match made {
             Ok(written) if !written.is_empty() => written,
             Ok(_) => return results,
-            Err(_) => {
+            Err(error) => {
+                shared.call_failed(call.images.len(), &error.to_string());
                 // Whatever the call queued is done before its slots are free again.
                 let _ = self.stream.synchronize();
                 return results;

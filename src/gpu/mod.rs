@@ -340,11 +340,13 @@ impl GpuLane {
         matches!(self.engines, Joining::Off(_))
     }
 
-    /// The lane in words.
+    /// The lane in words: how it opened, what joined it later, and its calls that failed (their
+    /// images decoded by the CPU lane), if any.
     pub fn describe(&self) -> String {
         [
             later_sets_note(&self.later_sets),
             engines_note(&self.engines),
+            self.runner.failed_calls_note(),
         ]
         .into_iter()
         .flatten()

@@ -119,6 +119,11 @@ impl Runner {
         Ok(())
     }
 
+    /// The lane's failed calls in words (`None`: none failed).
+    pub fn failed_calls_note(&self) -> Option<String> {
+        self.shared.failed_calls_note()
+    }
+
     /// Says the engines' gray decoders are being made: gray files take the assisted path until
     /// the call returned here says they are all made.
     pub fn grays_coming(&self) -> impl FnOnce() + Send + 'static {
@@ -194,7 +199,12 @@ fn submit(shared: Arc<Shared>, mut set: DecoderSet) {
         shared.add_call_time(set.path(), calling.elapsed());
         let results = match ran {
             Ok(results) if results.len() == call.images.len() => results,
-            _ => {
+            ran => {
+                let why = match ran {
+                    Ok(_) => "a call gave another number of results than it had images",
+                    Err(_) => "a call panicked",
+                };
+                shared.call_failed(call.images.len(), why);
                 // Whatever the set queued before it failed is done before the slots are free.
                 let _ = stream.synchronize();
                 vec![LaneResult::Refused; call.images.len()]

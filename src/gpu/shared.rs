@@ -119,6 +119,43 @@ pub(crate) struct Shared {
     /// their gray decoders are made after every set's colour one (1-2 s later with four
     /// processes making theirs), and until then the assisted path takes the gray files.
     grays_on_engines: AtomicBool,
+    /// The calls that failed, whose images the CPU lane decoded instead.
+    failed: Mutex<FailedCalls>,
+}
+
+/// Calls of the lane that failed (a driver or kernel error, or a panic) since it opened: their
+/// images go to the CPU lane, whose inverse DCT may differ from the JPEG engines'. Counted and
+/// the first one's error kept, so that the lane's description says so.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct FailedCalls {
+    calls: u64,
+    images: u64,
+    first: Option<String>,
+}
+
+impl FailedCalls {
+    /// Counts a call of `images` images that failed with `error`.
+    pub fn add(&mut self, images: usize, error: &str) {
+        self.calls += 1;
+        self.images += images as u64;
+        if self.first.is_none() {
+            self.first = Some(error.to_string());
+        }
+    }
+
+    /// The failures in words, for the lane's description (`None`: there were none).
+    pub fn note(&self) -> Option<String> {
+        let first = self.first.as_deref()?;
+        let calls = match self.calls {
+            1 => "1 call".to_string(),
+            n => format!("{n} calls"),
+        };
+        Some(format!(
+            "{calls} of the GPU lane failed, their {} images decoded by the CPU lane (the first: \
+             {first})",
+            self.images
+        ))
+    }
 }
 
 impl Shared {
@@ -157,7 +194,24 @@ impl Shared {
             ring,
             call_nanos: Default::default(),
             grays_on_engines: AtomicBool::new(true),
+            failed: Mutex::new(FailedCalls::default()),
         }
+    }
+
+    /// Counts a call of `images` images that failed with `error` (the CPU lane takes them).
+    pub fn call_failed(&self, images: usize, error: &str) {
+        self.failed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .add(images, error);
+    }
+
+    /// The lane's failed calls in words (`None`: none failed).
+    pub fn failed_calls_note(&self) -> Option<String> {
+        self.failed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .note()
     }
 
     /// Whether gray files go to the engines' calls (their gray decoders made), rather than to
@@ -570,5 +624,26 @@ mod tests {
         assert_eq!(request_range(32, 3), 11);
         assert_eq!(request_range(1_000, 3), CHUNK);
         assert_eq!(request_range(0, 0), 1);
+    }
+
+    #[test]
+    fn failed_calls_are_counted_and_the_first_error_kept() {
+        let mut failed = FailedCalls::default();
+        assert_eq!(failed.note(), None);
+        failed.add(24, "CUDA failed uploading the coefficients: out of memory");
+        assert_eq!(
+            failed.note().as_deref(),
+            Some(
+                "1 call of the GPU lane failed, their 24 images decoded by the CPU lane (the \
+                 first: CUDA failed uploading the coefficients: out of memory)"
+            )
+        );
+        failed.add(8, "a call panicked");
+        let note = failed.note().unwrap_or_default();
+        assert!(
+            note.starts_with("2 calls of the GPU lane failed, their 32 images"),
+            "{note}"
+        );
+        assert!(note.ends_with("out of memory)"), "{note}");
     }
 }
