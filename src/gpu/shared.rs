@@ -126,7 +126,7 @@ pub(crate) struct Shared {
 /// Calls of the lane that failed (a driver or kernel error, or a panic) since it opened: their
 /// images go to the CPU lane, whose inverse DCT may differ from the JPEG engines'. Counted and
 /// the first one's error kept, so that the lane's description says so.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Default)]
 pub(crate) struct FailedCalls {
     calls: u64,
     images: u64,
