@@ -1,7 +1,8 @@
 //! `cargo bench --bench coefficients -- FOLDER`: where the time of the exact GPU-assisted JPEG
 //! path goes on a folder of JPEGs (camera-size photos: `benches/make-large.py`).
 //!
-//! CPU, one thread, per megapixel: libjpeg-turbo's full decode against reading the
+//! CPU, one thread, per megapixel: libjpeg-turbo's full decode (with turbojpeg-region's faster
+//! Huffman decoder and with the library's own, in turn) against reading the
 //! coefficients only, whole or stopped after the rows a centre crop needs, and packing them
 //! into the transfer format; for progressive files, gpufeed's own progressive decoder against
 //! libjpeg-turbo's reading of their coefficients; then N threads reading and packing (images/s,
@@ -210,9 +211,12 @@ fn per_mpx(seconds: f64, mpx: f64) -> String {
 
 fn cpu_single_thread(files: &[File], mpx: f64) {
     let mut decoder = Decoder::new().expect("decoder");
+    let mut library = Decoder::new().expect("decoder");
+    library.set_fast_huffman(false);
     let mut reader = CoefficientReader::new().expect("reader");
     let mut progressive = ProgressiveDecoder::new();
-    let (mut full, mut read, mut read_crop, mut packing) = (0.0, 0.0, 0.0, 0.0);
+    let (mut full, mut full_library, mut read, mut read_crop, mut packing) =
+        (0.0, 0.0, 0.0, 0.0, 0.0);
     // The files gpufeed's progressive decoder takes: its time, libjpeg-turbo's, their Mpx.
     let (mut ours, mut theirs, mut progressive_mpx) = (0.0, 0.0, 0.0);
     let (mut jpeg_bytes, mut packed_bytes, mut dense_bytes, mut zeros, mut coefficients) =
@@ -236,6 +240,9 @@ fn cpu_single_thread(files: &[File], mpx: f64) {
         let t = Instant::now();
         let _ = decoder.decompress(&file.jpeg, &request, &mut pixels);
         full += t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let _ = library.decompress(&file.jpeg, &request, &mut pixels);
+        full_library += t.elapsed().as_secs_f64();
 
         let t = Instant::now();
         let taken = progressive.decode(&file.jpeg).is_ok();
@@ -278,8 +285,10 @@ fn cpu_single_thread(files: &[File], mpx: f64) {
     }
     println!("CPU, one thread ({} files, {mpx:.1} Mpx):", files.len());
     println!(
-        "  full decode (libjpeg-turbo, RGB)      {}",
-        per_mpx(full, mpx)
+        "  full decode (libjpeg-turbo, RGB)      {}   (with its own Huffman decoder: {}, {:.2}x)",
+        per_mpx(full, mpx),
+        per_mpx(full_library, mpx),
+        full_library / full
     );
     println!(
         "  coefficients only, whole image        {}",

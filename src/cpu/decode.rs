@@ -2,7 +2,8 @@
 //!
 //! The format is sniffed from the bytes, never the file name. JPEG goes straight into the caller's
 //! reusable buffer through libjpeg-turbo (the decoder Pillow uses, SIMD, with one decompressor per
-//! thread), and only the [`DecodeWindow`] the resize will read: rows above it are entropy-decoded
+//! thread; baseline files' Huffman decoding made faster, to the same coefficients: see
+//! `turbojpeg_region::Decoder`), and only the [`DecodeWindow`] the resize will read: rows above it are entropy-decoded
 //! but not transformed, rows below it not decoded at all, columns beside it skip the inverse DCT
 //! and colour conversion. Gray JPEGs stay one channel. CMYK/YCCK JPEGs are decoded whole to
 //! CMYK and turned into RGB as Pillow turns them; JPEGs libjpeg-turbo refuses (truncated or

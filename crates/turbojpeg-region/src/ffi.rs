@@ -106,6 +106,32 @@ pub struct Encode {
     pub v_samp: [i32; MAX_COMPONENTS],
 }
 
+/// `gf_decompress`'s output formats.
+pub const FORMAT_RGB: i32 = 0;
+pub const FORMAT_GRAY: i32 = 1;
+pub const FORMAT_CMYK: i32 = 2;
+
+/// `struct gf_request`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DecodeRequest {
+    pub format: i32,
+    pub denom: i32,
+    pub x: u32,
+    pub y: u32,
+    pub width: u32,
+    pub height: u32,
+    pub fast_huffman: i32,
+}
+
+/// `struct gf_decompressed`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Decompressed {
+    pub warnings: i32,
+    pub fast_huffman: i32,
+}
+
 /// libjpeg's `J_COLOR_SPACE` values the shim passes.
 pub const JCS_GRAYSCALE: i32 = 1;
 pub const JCS_RGB: i32 = 2;
@@ -137,6 +163,15 @@ extern "C" {
         count: u32,
         rows: *mut *const i16,
     ) -> c_int;
+    pub fn gf_decompress(
+        reader: *mut Reader,
+        data: *const c_uchar,
+        len: size_t,
+        request: *const DecodeRequest,
+        dst: *mut c_uchar,
+        pitch: size_t,
+        out: *mut Decompressed,
+    ) -> c_int;
     pub fn gf_compress(
         params: *const Encode,
         pixels: *const c_uchar,
@@ -156,4 +191,6 @@ pub fn layout_matches() -> bool {
         && size(1) == std::mem::size_of::<Header>()
         && size(2) == std::mem::size_of::<Coefficients>()
         && size(3) == std::mem::size_of::<Encode>()
+        && size(4) == std::mem::size_of::<DecodeRequest>()
+        && size(5) == std::mem::size_of::<Decompressed>()
 }

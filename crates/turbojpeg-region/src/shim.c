@@ -1,7 +1,9 @@
 /*
- * The libjpeg API calls of turbojpeg-region that TurboJPEG 3 does not offer: reading a JPEG's
- * DCT coefficients (jpeg_read_coefficients), optionally stopping after the iMCU rows a caller
- * needs, and writing JPEGs with any sampling factors (for tests and benchmarks).
+ * The libjpeg API calls of turbojpeg-region that TurboJPEG 3 does not offer: decoding to pixels
+ * with the faster Huffman decoder of huffman.c (the steps of TurboJPEG's tj3Decompress8
+ * otherwise), reading a JPEG's DCT coefficients (jpeg_read_coefficients), optionally stopping
+ * after the iMCU rows a caller needs, and writing JPEGs with any sampling factors (for tests and
+ * benchmarks).
  *
  * libjpeg reports a fatal error by calling error_exit, which must not return. Here it longjmps
  * back to the setjmp of the gf_* function that called into libjpeg: every such function sets its
@@ -18,6 +20,8 @@
 
 #include "jpeglib.h"
 #include "jerror.h"
+
+#include "huffman.h"
 
 /* Status codes, mirrored in src/ffi.rs. */
 #define GF_OK 0
@@ -323,6 +327,115 @@ int gf_block_rows(gf_reader *r, int ci, uint32_t first, uint32_t count, const in
   return GF_OK;
 }
 
+/* ---- Decoding to pixels ---- */
+
+/* Output formats of gf_decompress, mirrored in src/ffi.rs. */
+#define GF_RGB 0
+#define GF_GRAY 1
+#define GF_CMYK 2
+
+/* How gf_decompress decodes: the output format, the DCT scaling 1/denom, the region (x, y,
+ * width, height: all zero for the whole image) and whether huffman.c's decoder takes the place
+ * of the library's. */
+typedef struct gf_request {
+  int32_t format;
+  int32_t denom;
+  uint32_t x;
+  uint32_t y;
+  uint32_t width;
+  uint32_t height;
+  int32_t fast_huffman;
+} gf_request;
+
+/* What gf_decompress did: libjpeg's warnings about the data (the first is the reader's
+ * message) and whether huffman.c decoded the image. */
+typedef struct gf_decompressed {
+  int32_t warnings;
+  int32_t fast_huffman;
+} gf_decompressed;
+
+/* Decodes `data` as TurboJPEG's tj3Decompress8 does (fancy upsampling, the accurate integer
+ * IDCT, jpeg_crop_scanline and jpeg_skip_scanlines for a region, rows below it never decoded)
+ * into `dst`: the region's rows, `pitch` bytes apart, from its first pixel. The caller has
+ * checked the region against the image's scaled size and `dst` against the region. */
+int gf_decompress(gf_reader *r, const unsigned char *data, size_t len, const gf_request *req,
+                  unsigned char *dst, size_t pitch, gf_decompressed *out) {
+  j_decompress_ptr cinfo = &r->cinfo;
+  JSAMPROW rows[32];
+  JDIMENSION crop_x, crop_w, first, end, lines;
+  int status;
+  gf_close(r);
+  r->message[0] = '\0';
+  memset(out, 0, sizeof(*out));
+  if (data == NULL || len == 0 || (unsigned long)len != len || dst == NULL ||
+      req->format < GF_RGB || req->format > GF_CMYK) {
+    snprintf(r->message, sizeof(r->message), "no data or a bad request");
+    return GF_BAD_CALL;
+  }
+  status = setjmp(r->jump);
+  if (status != 0) {
+    if (status == GF_SCAN_LIMIT)
+      snprintf(r->message, sizeof(r->message), "more than %d scans", r->scan_limit);
+    gf_close(r);
+    return status;
+  }
+  r->open = 1;
+  jpeg_mem_src(cinfo, data, (unsigned long)len);
+  jpeg_read_header(cinfo, TRUE);
+  cinfo->out_color_space = req->format == GF_RGB    ? JCS_EXT_RGB
+                           : req->format == GF_GRAY ? JCS_GRAYSCALE
+                                                    : JCS_CMYK;
+  cinfo->do_fancy_upsampling = TRUE;
+  cinfo->dct_method = JDCT_ISLOW;
+  cinfo->scale_num = 1;
+  cinfo->scale_denom = (unsigned int)req->denom;
+  jpeg_start_decompress(cinfo);
+  if (req->fast_huffman) out->fast_huffman = gf_huffman_install(cinfo);
+
+  if (req->x != 0 || (req->width != 0 && req->width != cinfo->output_width)) {
+    crop_x = req->x;
+    crop_w = req->width;
+    jpeg_crop_scanline(cinfo, &crop_x, &crop_w);
+    if (crop_x != req->x || crop_w != req->width) {
+      snprintf(r->message, sizeof(r->message), "the region's columns %u+%u became %u+%u",
+               req->x, req->width, crop_x, crop_w);
+      gf_close(r);
+      return GF_BAD_CALL;
+    }
+  }
+  first = req->height != 0 ? req->y : 0;
+  end = req->height != 0 ? req->y + req->height : cinfo->output_height;
+  if (first > 0 && jpeg_skip_scanlines(cinfo, first) != first) {
+    snprintf(r->message, sizeof(r->message), "could not skip to row %u", first);
+    gf_close(r);
+    return GF_BAD_CALL;
+  }
+  while (cinfo->output_scanline < end) {
+    JDIMENSION want = end - cinfo->output_scanline, i;
+    if (want > 32) want = 32;
+    for (i = 0; i < want; i++)
+      rows[i] = dst + (size_t)(cinfo->output_scanline - first + i) * pitch;
+    if (jpeg_read_scanlines(cinfo, rows, want) == 0) {
+      /* Only a suspending data source reads nothing; the memory source never suspends. */
+      snprintf(r->message, sizeof(r->message), "the data source suspended");
+      gf_close(r);
+      return GF_ERROR;
+    }
+  }
+  if (end < cinfo->output_height) {
+    lines = cinfo->output_height - end;
+    if (jpeg_skip_scanlines(cinfo, lines) != lines) {
+      snprintf(r->message, sizeof(r->message), "could not skip the rows below %u", end);
+      gf_close(r);
+      return GF_BAD_CALL;
+    }
+  }
+  jpeg_finish_decompress(cinfo);
+  out->warnings = r->warnings;
+  gf_close(r);
+  return GF_OK;
+}
+
 /* ---- Writing JPEGs ---- */
 
 typedef struct gf_encode {
@@ -465,6 +578,8 @@ size_t gf_layout(int which) {
   case 1: return sizeof(gf_header);
   case 2: return sizeof(gf_coefficients);
   case 3: return sizeof(gf_encode);
+  case 4: return sizeof(gf_request);
+  case 5: return sizeof(gf_decompressed);
   default: return 0;
   }
 }
