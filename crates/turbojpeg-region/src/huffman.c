@@ -7,15 +7,17 @@
  * GF_FAST_BITS bits (most coefficients of a photo: a short code and a small value), giving the
  * coefficient's run, value and length in one lookup instead of a code lookup, a bit-buffer
  * check, a bit extraction and a sign extension; end-of-block codes resolve the same way. The
- * bit buffer is refilled six bytes at a time, in one load when none of them is 0xFF. The rest
- * is the library's code: the slow path near markers and at the end of the data, restart
- * markers, the zero bits stuffed after a premature end, and when each path is taken. So the
- * coefficients and the pixels are the library's, bit for bit, on any data, and so are the
- * warnings but for one thing: the bit buffer is refilled at other points (once a coefficient
- * rather than once a code and once its bits), so when a damaged scan ends early the count of
- * stray bytes libjpeg reports before the next marker can differ by a few, and a bad code met
- * right where the library would change paths can be reported by one and not the other. The
- * tests compare both decoders on clean, truncated and corrupted files.
+ * bit buffer is refilled six bytes at a time, in one load when none of them is 0xFF. And files
+ * with restart markers take the fast path too (see decode_mcu). The rest is the library's code:
+ * the slow path near markers and at the end of the data, restart markers, the zero bits stuffed
+ * after a premature end. So the coefficients and the pixels are the library's, bit for bit, on
+ * any data. So are the warnings, with two exceptions on damaged files: the bit buffer is
+ * refilled at other points (once a coefficient rather than once a code and once its bits), so
+ * when a damaged scan ends early the count of stray bytes libjpeg reports before the next marker
+ * can differ by a few; and the fast path, the library's as this one, replaces a bad code by a
+ * zero without the warning its slow path gives, so a file the library decodes on the slow path
+ * (restart markers) can warn there and not here. The tests compare both decoders on clean,
+ * truncated and corrupted files.
  *
  * Derived from libjpeg-turbo 3.1's jdhuff.c and jdhuff.h:
  *   This file was part of the Independent JPEG Group's software:
@@ -598,25 +600,36 @@ static boolean decode_mcu_fast(j_decompress_ptr cinfo, JBLOCKROW *MCU_data) {
   return TRUE;
 }
 
-/* jdhuff.c decode_mcu: the same choice of path. A file with restart markers stays on the slow
- * path throughout, as in the library: with the fast path there, a damaged interval decodes to
- * other pixels (the tests' "padding 0xFFs" case). */
+/* jdhuff.c decode_mcu, with one more kind of file on the fast path: one with restart markers
+ * (most cameras write them), which the library decodes on its slow path throughout. The fast
+ * path never reads past a marker: it takes the marker's bytes back and the MCU is decoded again
+ * on the slow path, so restart markers are met and read as on the slow path. What a failed fast
+ * attempt leaves behind is the one difference: it decodes on through zero bits and writes their
+ * coefficients, and the slow path only writes the coefficients it decodes. In a file without
+ * restart markers the library's own fast path does the same, and so the blocks keep what it
+ * wrote; in a file with them, where the library never takes the fast path, the blocks are zeroed
+ * again first (a damaged interval with a stray "FF FF 00" decodes otherwise). The last MCU of
+ * each interval stays on the slow path: the fast path's read-ahead would meet the marker there
+ * and the MCU be decoded twice. */
 static boolean decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data) {
   gf_entropy *entropy = (gf_entropy *)cinfo->entropy;
   int usefast = 1;
+  int blkn;
 
-  if (cinfo->restart_interval) {
-    if (entropy->restarts_to_go == 0)
-      if (!process_restart(cinfo)) return FALSE;
-    usefast = 0;
-  }
+  if (cinfo->restart_interval && entropy->restarts_to_go == 0)
+    if (!process_restart(cinfo)) return FALSE;
   if (cinfo->src->bytes_in_buffer < BUFSIZE * (size_t)cinfo->blocks_in_MCU ||
-      cinfo->unread_marker != 0)
+      cinfo->unread_marker != 0 || (cinfo->restart_interval && entropy->restarts_to_go == 1))
     usefast = 0;
 
   if (!entropy->pub.insufficient_data) {
     if (usefast) {
-      if (!decode_mcu_fast(cinfo, MCU_data)) goto use_slow;
+      if (!decode_mcu_fast(cinfo, MCU_data)) {
+        if (cinfo->restart_interval && MCU_data)
+          for (blkn = 0; blkn < cinfo->blocks_in_MCU; blkn++)
+            memset(MCU_data[blkn], 0, sizeof(JBLOCK));
+        goto use_slow;
+      }
     } else {
     use_slow:
       if (!decode_mcu_slow(cinfo, MCU_data)) return FALSE;

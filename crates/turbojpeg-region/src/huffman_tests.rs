@@ -75,6 +75,14 @@ fn variants(jpeg: &[u8], mix: &mut Mix) -> Vec<(String, Vec<u8>)> {
     let at = start + data / 3;
     marker.splice(at..at, [0xFF, 0xD3]);
     out.push(("a stray RST3".into(), marker));
+    let restart = jpeg[start..]
+        .windows(2)
+        .position(|w| w[0] == 0xFF && (0xD0..=0xD7).contains(&w[1]));
+    if let Some(at) = restart {
+        let mut lost = jpeg.to_vec();
+        lost.drain(start + at..start + at + 2);
+        out.push(("a restart marker lost".into(), lost));
+    }
     let mut ff = jpeg.to_vec();
     ff.splice(start + data / 4..start + data / 4, [0xFF, 0xFF, 0x00]);
     out.push(("padding 0xFFs".into(), ff));
