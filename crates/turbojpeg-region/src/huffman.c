@@ -367,6 +367,16 @@ static boolean process_restart(j_decompress_ptr cinfo) {
   return TRUE;
 }
 
+/* A block's DC coefficient: its difference `diff` added to the component's last (wrapping, as
+ * the library's does on malformed files), written to the block when there is one. */
+static inline void add_dc(j_decompress_ptr cinfo, int blkn, int diff, int *last_dc_val,
+                          JBLOCKROW block) {
+  int ci = cinfo->MCU_membership[blkn];
+  int dc = (int)((unsigned int)diff + (unsigned int)last_dc_val[ci]);
+  last_dc_val[ci] = dc;
+  if (block) (*block)[0] = (JCOEF)dc;
+}
+
 /* jdhuff.c decode_mcu_slow: markers, the end of the data, suspension. */
 static boolean decode_mcu_slow(j_decompress_ptr cinfo, JBLOCKROW *MCU_data) {
   gf_entropy *entropy = (gf_entropy *)cinfo->entropy;
@@ -393,12 +403,7 @@ static boolean decode_mcu_slow(j_decompress_ptr cinfo, JBLOCKROW *MCU_data) {
       r = GET_BITS(s);
       s = HUFF_EXTEND(r, s);
     }
-    if (entropy->dc_needed[blkn]) {
-      int ci = cinfo->MCU_membership[blkn];
-      s = (int)((unsigned int)s + (unsigned int)last_dc_val[ci]);
-      last_dc_val[ci] = s;
-      if (block) (*block)[0] = (JCOEF)s;
-    }
+    if (entropy->dc_needed[blkn]) add_dc(cinfo, blkn, s, last_dc_val, block);
 
     if (entropy->ac_needed[blkn] && block) {
       for (k = 1; k < DCTSIZE2; k++) {
@@ -530,12 +535,7 @@ static boolean decode_mcu_fast(j_decompress_ptr cinfo, JBLOCKROW *MCU_data) {
       }
     }
 
-    if (entropy->dc_needed[blkn]) {
-      int ci = cinfo->MCU_membership[blkn];
-      s = (int)((unsigned int)s + (unsigned int)last_dc_val[ci]);
-      last_dc_val[ci] = s;
-      if (block) (*block)[0] = (JCOEF)s;
-    }
+    if (entropy->dc_needed[blkn]) add_dc(cinfo, blkn, s, last_dc_val, block);
 
     if (entropy->ac_needed[blkn] && block) {
       for (k = 1; k < DCTSIZE2; k++) {
