@@ -295,11 +295,8 @@ fn decode_jpeg_turbo(
         // libjpeg fills a truncated file's missing rows and says so; Pillow (and so torchvision)
         // refuses such a file, and so does gpufeed. Other warnings (corrupt data libjpeg steps
         // over) leave an image Pillow delivers too.
-        if let Some(warning) = decoded
-            .warning
-            .filter(|w| w.contains("Premature end of JPEG"))
-        {
-            return Err(ItemErrorKind::Truncated(format!("JPEG: {warning}")));
+        if decoded.premature_end {
+            return Err(truncated_jpeg());
         }
         Ok(Some(Decoded {
             width: decoded.width,
@@ -310,6 +307,11 @@ fn decode_jpeg_turbo(
             source_height: header.height,
         }))
     })
+}
+
+/// A JPEG whose data ended before the image, in libjpeg's words.
+fn truncated_jpeg() -> ItemErrorKind {
+    ItemErrorKind::Truncated("JPEG: Premature end of JPEG file".into())
 }
 
 /// A CMYK or YCCK JPEG, whole, as Pillow decodes it: libjpeg's CMYK samples taken as Adobe's
@@ -330,11 +332,8 @@ fn decode_cmyk(
     let Ok(decoded) = decoder.decompress(bytes, &request, &mut cmyk) else {
         return Ok(None);
     };
-    if let Some(warning) = decoded
-        .warning
-        .filter(|w| w.contains("Premature end of JPEG"))
-    {
-        return Err(ItemErrorKind::Truncated(format!("JPEG: {warning}")));
+    if decoded.premature_end {
+        return Err(truncated_jpeg());
     }
     pixels.clear();
     pixels.reserve(cmyk.len() / 4 * 3);
@@ -624,6 +623,57 @@ mod tests {
             ),
             Err(ItemErrorKind::UnknownFormat)
         );
+    }
+
+    /// A JPEG cut short is refused as Pillow refuses it, also when libjpeg's first warning is
+    /// about other damage (here a stray marker inside the first restart interval).
+    #[test]
+    fn a_cut_jpeg_is_truncated_whatever_warning_comes_first() {
+        use turbojpeg_region::{encode, EncodeOptions, Restart};
+        let (w, h) = (96u32, 64u32);
+        let pixels: Vec<u8> = (0..w * h * 3).map(|i| (i * 37 % 251) as u8).collect();
+        let options_restart = EncodeOptions {
+            restart: Restart::Rows(1),
+            ..EncodeOptions::default()
+        };
+        let jpeg = encode(&pixels, w, h, Format::Rgb, &options_restart).expect("encode");
+        let sos = jpeg
+            .windows(2)
+            .position(|p| p == [0xFF, 0xDA])
+            .expect("a scan");
+        let first_restart = sos
+            + jpeg[sos..]
+                .windows(2)
+                .position(|p| p[0] == 0xFF && (0xD0..=0xD7).contains(&p[1]))
+                .expect("a restart marker");
+        let mut damaged = jpeg.clone();
+        damaged.splice(first_restart - 4..first_restart - 4, [0xFF, 0xD7]);
+        damaged.truncate(damaged.len() * 3 / 4);
+        let mut buf = Vec::new();
+        let outcome = decode(
+            &damaged,
+            &options(),
+            &|_, _| DecodeWindow::WHOLE,
+            &mut buf,
+            &BufferPool::new(1 << 30),
+            1 << 30,
+        );
+        assert!(
+            matches!(outcome, Err(ItemErrorKind::Truncated(_))),
+            "{outcome:?}"
+        );
+        // The same file whole decodes, stray marker and all.
+        let mut whole = jpeg.clone();
+        whole.splice(first_restart - 4..first_restart - 4, [0xFF, 0xD7]);
+        assert!(decode(
+            &whole,
+            &options(),
+            &|_, _| DecodeWindow::WHOLE,
+            &mut buf,
+            &BufferPool::new(1 << 30),
+            1 << 30,
+        )
+        .is_ok());
     }
 
     #[test]

@@ -129,6 +129,7 @@ pub struct DecodeRequest {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Decompressed {
     pub warnings: i32,
+    pub premature_end: i32,
     pub fast_huffman: i32,
 }
 

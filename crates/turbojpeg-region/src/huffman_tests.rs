@@ -224,3 +224,46 @@ fn fast_huffman_decodes_as_the_library_on_clean_and_damaged_files() {
     }
     assert!(taken > 1000, "the shim's decoder took {taken} decodes");
 }
+
+/// A file with restart markers, a stray marker inside its first interval and its end cut off:
+/// libjpeg's first warning is about the stray marker, and the cut is still reported, whichever
+/// decoder runs.
+#[test]
+fn a_premature_end_is_reported_after_other_warnings() {
+    let (w, h) = (160, 120);
+    let options = EncodeOptions {
+        restart: Restart::Rows(1),
+        ..EncodeOptions::default()
+    };
+    let jpeg = encode(&picture(w, h, 5), w, h, Format::Rgb, &options).expect("encode");
+    let start = scan_start(&jpeg);
+    let first_restart = start
+        + jpeg[start..]
+            .windows(2)
+            .position(|p| p[0] == 0xFF && (0xD0..=0xD7).contains(&p[1]))
+            .expect("a restart marker");
+    let mut damaged = jpeg.clone();
+    let inside = (start + first_restart) / 2;
+    damaged.splice(inside..inside, [0xFF, 0xD7]);
+    damaged.truncate(damaged.len() * 3 / 4);
+    let mut decoder = Decoder::new().expect("decoder");
+    for fast in [false, true] {
+        decoder.set_fast_huffman(fast);
+        let header = decoder.read_header(&damaged).expect("header");
+        let request = Request {
+            format: Format::Rgb,
+            reduction: 1,
+            region: None,
+        };
+        let mut pixels = vec![0; request.output_len(&header)];
+        let decoded = decoder
+            .decompress(&damaged, &request, &mut pixels)
+            .expect("decoded with warnings");
+        let warning = decoded.warning.expect("a warning");
+        assert!(
+            !warning.contains("Premature end of JPEG"),
+            "fast {fast}: {warning}"
+        );
+        assert!(decoded.premature_end, "fast {fast}");
+    }
+}

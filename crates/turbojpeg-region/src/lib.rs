@@ -233,6 +233,9 @@ pub struct Decoded {
     /// for a truncated file, "Corrupt JPEG data: ..."): the image was decoded to its end, the
     /// damaged part filled in by libjpeg.
     pub warning: Option<String>,
+    /// The data ended before the image did and libjpeg filled in the rest (its warning
+    /// "Premature end of JPEG file", whichever warning came first): a truncated file.
+    pub premature_end: bool,
     /// Whether the shim's faster Huffman decoder entropy-decoded the image (see [`Decoder`]);
     /// `false` for progressive, arithmetic-coded, multi-scan and lossless files, or when turned
     /// off.
@@ -510,6 +513,7 @@ impl Decoder {
             height: scaled_h,
             region: written,
             warning,
+            premature_end: done.premature_end != 0,
             fast_huffman: done.fast_huffman != 0,
         })
     }
@@ -668,11 +672,13 @@ mod tests {
             .expect("decoded with a warning");
         let warning = decoded.warning.expect("a warning");
         assert!(warning.contains("Premature end of JPEG file"), "{warning}");
+        assert!(decoded.premature_end);
         // A complete file has none.
         let complete = decoder
             .decompress(&jpeg, &whole, &mut out)
             .expect("decoded");
         assert_eq!(complete.warning, None);
+        assert!(!complete.premature_end);
         // The decoder is still usable after errors.
         assert_eq!(full(&mut decoder, &jpeg, Format::Rgb, 1).len(), out.len());
     }

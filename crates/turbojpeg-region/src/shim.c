@@ -85,6 +85,7 @@ typedef struct gf_reader {
   int stopped_early;
   int scan_limit;                 /* 0: none */
   int warnings;
+  int premature_end;              /* the data ended before the image (JWRN_JPEG_EOF) */
   char message[JMSG_LENGTH_MAX];  /* the last error, or the first warning */
 } gf_reader;
 
@@ -99,6 +100,7 @@ static void gf_error_exit(j_common_ptr cinfo) {
 static void gf_emit_message(j_common_ptr cinfo, int msg_level) {
   gf_reader *r = (gf_reader *)cinfo->client_data;
   if (msg_level >= 0 || r->stopped_early) return;
+  if (cinfo->err->msg_code == JWRN_JPEG_EOF) r->premature_end = 1;
   if (r->warnings == 0) (*cinfo->err->format_message)(cinfo, r->message);
   r->warnings++;
   cinfo->err->num_warnings++;
@@ -131,6 +133,7 @@ static void gf_close(gf_reader *r) {
   r->stopped_early = 0;
   r->stop_rows = 0;
   r->warnings = 0;
+  r->premature_end = 0;
 }
 
 gf_reader *gf_reader_new(void) {
@@ -348,9 +351,11 @@ typedef struct gf_request {
 } gf_request;
 
 /* What gf_decompress did: libjpeg's warnings about the data (the first is the reader's
- * message) and whether huffman.c decoded the image. */
+ * message), whether one said the data ended before the image, and whether huffman.c decoded
+ * the image. */
 typedef struct gf_decompressed {
   int32_t warnings;
+  int32_t premature_end;
   int32_t fast_huffman;
 } gf_decompressed;
 
@@ -432,6 +437,7 @@ int gf_decompress(gf_reader *r, const unsigned char *data, size_t len, const gf_
   }
   jpeg_finish_decompress(cinfo);
   out->warnings = r->warnings;
+  out->premature_end = r->premature_end;
   gf_close(r);
   return GF_OK;
 }
