@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """bench-formats: the CPU lane per core against Pillow per core, by format, in one run.
 
-For each format (jpeg: make-corpus's ImageNet-like JPEGs; png, webp-lossy, webp-lossless:
-wallpaper-like 1-2 Mpx files from benches/make-formats.py) it prints the images/s of
+For each format (jpeg: make-corpus's ImageNet-like JPEGs; jpeg-restart: the same written again
+with restart markers, as cameras write them; png, webp-lossy, webp-lossless: wallpaper-like
+1-2 Mpx files from benches/make-formats.py) it prints the images/s of
 `gpufeed run DIR --decode cpu --threads 1 --cpu` (the CPU lane on one thread; best of ROUNDS
 runs of EPOCHS epochs) and of Pillow on one core (the method of tools/pil-baseline:
 decode -> RGB -> Resize(256) BILINEAR -> CenterCrop(224), files read into memory first; best of
@@ -43,6 +44,17 @@ if not os.path.isdir(dirs["jpeg"]):
 if not os.path.isdir(dirs["png"]):
     subprocess.run([sys.executable, os.path.join(HERE, "make-formats.py"), photos,
                     os.path.join(work, "formats"), str(n_other), dirs["jpeg"]], check=True)
+# The same JPEGs with restart markers every 8 MCUs, as cameras write them (libjpeg-turbo decodes
+# those on its slow path; gpufeed's Huffman decoder does not).
+dirs["jpeg-restart"] = os.path.join(work, "jpeg-restart")
+if not os.path.isdir(dirs["jpeg-restart"]):
+    os.makedirs(dirs["jpeg-restart"])
+    for root, _, names in os.walk(dirs["jpeg"]):
+        for name in sorted(names):
+            with Image.open(os.path.join(root, name)) as im:
+                if im.mode in ("RGB", "L"):
+                    im.save(os.path.join(dirs["jpeg-restart"], name), quality=90,
+                            restart_marker_blocks=8)
 
 
 def pillow_rate(d, R=256, C=224):
@@ -99,7 +111,8 @@ if shutil.which("nvidia-smi") and subprocess.run(["nvidia-smi"], capture_output=
     mixed = os.path.join(work, "mixed")
     if not os.path.isdir(mixed):
         for kind, d in dirs.items():
-            shutil.copytree(d, os.path.join(mixed, kind))
+            if kind != "jpeg-restart":
+                shutil.copytree(d, os.path.join(mixed, kind))
     for _ in range(rounds):
         for gpufeed in builds:
             rates = {mode: gpufeed_rate(gpufeed, mixed, *args) for mode, args in
