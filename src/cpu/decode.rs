@@ -598,29 +598,27 @@ mod tests {
         DecodeOptions::default()
     }
 
+    /// `bytes` decoded whole with the default options into `buf`, with memory to spare.
+    fn decode_whole_into(bytes: &[u8], buf: &mut Vec<u8>) -> Result<Decoded, ItemErrorKind> {
+        decode(
+            bytes,
+            &options(),
+            &|_, _| DecodeWindow::WHOLE,
+            buf,
+            &BufferPool::new(1 << 30),
+            1 << 30,
+        )
+    }
+
     #[test]
     fn garbage_and_empty_are_errors() {
         let mut buf = Vec::new();
         assert!(matches!(
-            decode(
-                b"",
-                &options(),
-                &|_, _| DecodeWindow::WHOLE,
-                &mut buf,
-                &BufferPool::new(1 << 30),
-                1 << 30,
-            ),
+            decode_whole_into(b"", &mut buf),
             Err(ItemErrorKind::Decode(_))
         ));
         assert_eq!(
-            decode(
-                b"hello, I am text",
-                &options(),
-                &|_, _| DecodeWindow::WHOLE,
-                &mut buf,
-                &BufferPool::new(1 << 30),
-                1 << 30,
-            ),
+            decode_whole_into(b"hello, I am text", &mut buf),
             Err(ItemErrorKind::UnknownFormat)
         );
     }
@@ -650,14 +648,7 @@ mod tests {
         damaged.splice(first_restart - 4..first_restart - 4, [0xFF, 0xD7]);
         damaged.truncate(damaged.len() * 3 / 4);
         let mut buf = Vec::new();
-        let outcome = decode(
-            &damaged,
-            &options(),
-            &|_, _| DecodeWindow::WHOLE,
-            &mut buf,
-            &BufferPool::new(1 << 30),
-            1 << 30,
-        );
+        let outcome = decode_whole_into(&damaged, &mut buf);
         assert!(
             matches!(outcome, Err(ItemErrorKind::Truncated(_))),
             "{outcome:?}"
@@ -665,15 +656,7 @@ mod tests {
         // The same file whole decodes, stray marker and all.
         let mut whole = jpeg.clone();
         whole.splice(first_restart - 4..first_restart - 4, [0xFF, 0xD7]);
-        assert!(decode(
-            &whole,
-            &options(),
-            &|_, _| DecodeWindow::WHOLE,
-            &mut buf,
-            &BufferPool::new(1 << 30),
-            1 << 30,
-        )
-        .is_ok());
+        assert!(decode_whole_into(&whole, &mut buf).is_ok());
     }
 
     #[test]
@@ -699,14 +682,7 @@ mod tests {
             png.extend_from_slice(&crc32(&chunk).to_be_bytes());
         }
         let mut buf = Vec::new();
-        match decode(
-            &png,
-            &options(),
-            &|_, _| DecodeWindow::WHOLE,
-            &mut buf,
-            &BufferPool::new(1 << 30),
-            1 << 30,
-        ) {
+        match decode_whole_into(&png, &mut buf) {
             Err(ItemErrorKind::TooLarge { width, height, .. }) => {
                 assert_eq!((width, height), (70000, 70000))
             }

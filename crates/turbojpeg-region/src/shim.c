@@ -115,8 +115,10 @@ static void gf_emit_message(j_common_ptr cinfo, int msg_level) {
 static void gf_progress(j_common_ptr common) {
   j_decompress_ptr cinfo = (j_decompress_ptr)common;
   gf_reader *r = (gf_reader *)common->client_data;
-  if (r->scan_limit > 0 && cinfo->input_scan_number > r->scan_limit)
+  if (r->scan_limit > 0 && cinfo->input_scan_number > r->scan_limit) {
+    snprintf(r->message, sizeof(r->message), "more than %d scans", r->scan_limit);
     longjmp(r->jump, GF_SCAN_LIMIT);
+  }
   if (r->stop_rows > 0 && !r->stopped_early && !cinfo->progressive_mode &&
       !cinfo->arith_code && cinfo->comps_in_scan == cinfo->num_components &&
       cinfo->input_iMCU_row >= r->stop_rows &&
@@ -134,6 +136,12 @@ static void gf_close(gf_reader *r) {
   r->stop_rows = 0;
   r->warnings = 0;
   r->premature_end = 0;
+}
+
+/* Forgets the image after a failure (its message already written) and returns `status`. */
+static int gf_stop(gf_reader *r, int status) {
+  gf_close(r);
+  return status;
 }
 
 gf_reader *gf_reader_new(void) {
@@ -186,10 +194,7 @@ int gf_open(gf_reader *r, const unsigned char *data, size_t len, gf_header *out)
     return GF_BAD_CALL;
   }
   status = setjmp(r->jump);
-  if (status != 0) {
-    gf_close(r);
-    return status;
-  }
+  if (status != 0) return gf_stop(r, status);
   r->open = 1;
   jpeg_mem_src(cinfo, data, (unsigned long)len);
   jpeg_read_header(cinfo, TRUE);
@@ -213,8 +218,7 @@ int gf_open(gf_reader *r, const unsigned char *data, size_t len, gf_header *out)
   if (cinfo->num_components < 1 || cinfo->num_components > GF_MAX_COMPONENTS) {
     snprintf(r->message, sizeof(r->message), "%d components (1 to %d are read)",
              cinfo->num_components, GF_MAX_COMPONENTS);
-    gf_close(r);
-    return GF_UNSUPPORTED;
+    return gf_stop(r, GF_UNSUPPORTED);
   }
   for (ci = 0; ci < cinfo->num_components; ci++) {
     jpeg_component_info *c = &cinfo->comp_info[ci];
@@ -233,8 +237,7 @@ int gf_open(gf_reader *r, const unsigned char *data, size_t len, gf_header *out)
   if (cinfo->data_precision != 8) {
     snprintf(r->message, sizeof(r->message), "%d-bit samples (8-bit are read)",
              cinfo->data_precision);
-    gf_close(r);
-    return GF_UNSUPPORTED;
+    return gf_stop(r, GF_UNSUPPORTED);
   }
   return GF_OK;
 }
@@ -274,12 +277,9 @@ int gf_read_coefficients(gf_reader *r, uint32_t stop_rows, gf_coefficients *out)
   }
   status = setjmp(r->jump);
   if (status != 0) {
-    if (status == GF_SCAN_LIMIT)
-      snprintf(r->message, sizeof(r->message), "more than %d scans", r->scan_limit);
-    else if (r->err.msg_code == JERR_NOTIMPL)
+    if (status == GF_ERROR && r->err.msg_code == JERR_NOTIMPL)
       status = GF_UNSUPPORTED; /* lossless JPEG: no coefficients */
-    gf_close(r);
-    return status;
+    return gf_stop(r, status);
   }
   r->stop_rows = stop_rows;
   r->warnings = 0;
@@ -288,8 +288,7 @@ int gf_read_coefficients(gf_reader *r, uint32_t stop_rows, gf_coefficients *out)
   if (r->arrays == NULL) {
     /* Only a suspending data source returns NULL; the memory source never suspends. */
     snprintf(r->message, sizeof(r->message), "the data source suspended");
-    gf_close(r);
-    return GF_ERROR;
+    return gf_stop(r, GF_ERROR);
   }
   memset(out, 0, sizeof(*out));
   out->stopped_early = r->stopped_early;
@@ -301,8 +300,7 @@ int gf_read_coefficients(gf_reader *r, uint32_t stop_rows, gf_coefficients *out)
     if (q == NULL) {
       /* A component that no scan carried (a damaged multi-scan file): no table was latched. */
       snprintf(r->message, sizeof(r->message), "component %d has no scan", ci);
-      gf_close(r);
-      return GF_ERROR;
+      return gf_stop(r, GF_ERROR);
     }
     for (i = 0; i < DCTSIZE2; i++) out->quant[ci][i] = q->quantval[i];
   }
@@ -378,12 +376,7 @@ int gf_decompress(gf_reader *r, const unsigned char *data, size_t len, const gf_
     return GF_BAD_CALL;
   }
   status = setjmp(r->jump);
-  if (status != 0) {
-    if (status == GF_SCAN_LIMIT)
-      snprintf(r->message, sizeof(r->message), "more than %d scans", r->scan_limit);
-    gf_close(r);
-    return status;
-  }
+  if (status != 0) return gf_stop(r, status);
   r->open = 1;
   jpeg_mem_src(cinfo, data, (unsigned long)len);
   jpeg_read_header(cinfo, TRUE);
@@ -404,16 +397,14 @@ int gf_decompress(gf_reader *r, const unsigned char *data, size_t len, const gf_
     if (crop_x != req->x || crop_w != req->width) {
       snprintf(r->message, sizeof(r->message), "the region's columns %u+%u became %u+%u",
                req->x, req->width, crop_x, crop_w);
-      gf_close(r);
-      return GF_BAD_CALL;
+      return gf_stop(r, GF_BAD_CALL);
     }
   }
   first = req->height != 0 ? req->y : 0;
   end = req->height != 0 ? req->y + req->height : cinfo->output_height;
   if (first > 0 && jpeg_skip_scanlines(cinfo, first) != first) {
     snprintf(r->message, sizeof(r->message), "could not skip to row %u", first);
-    gf_close(r);
-    return GF_BAD_CALL;
+    return gf_stop(r, GF_BAD_CALL);
   }
   while (cinfo->output_scanline < end) {
     JDIMENSION want = end - cinfo->output_scanline, i;
@@ -423,23 +414,20 @@ int gf_decompress(gf_reader *r, const unsigned char *data, size_t len, const gf_
     if (jpeg_read_scanlines(cinfo, rows, want) == 0) {
       /* Only a suspending data source reads nothing; the memory source never suspends. */
       snprintf(r->message, sizeof(r->message), "the data source suspended");
-      gf_close(r);
-      return GF_ERROR;
+      return gf_stop(r, GF_ERROR);
     }
   }
   if (end < cinfo->output_height) {
     lines = cinfo->output_height - end;
     if (jpeg_skip_scanlines(cinfo, lines) != lines) {
       snprintf(r->message, sizeof(r->message), "could not skip the rows below %u", end);
-      gf_close(r);
-      return GF_BAD_CALL;
+      return gf_stop(r, GF_BAD_CALL);
     }
   }
   jpeg_finish_decompress(cinfo);
   out->warnings = r->warnings;
   out->premature_end = r->premature_end;
-  gf_close(r);
-  return GF_OK;
+  return gf_stop(r, GF_OK);
 }
 
 /* ---- Writing JPEGs ---- */
