@@ -332,8 +332,7 @@ impl OutputPlan {
         } = self;
         if let Some(views) = views {
             let runtime = &options.runtime;
-            let output =
-                HostViewsOutput::new(views.layout, spec, runtime.threads, runtime.prefetch)?;
+            let output = HostViewsOutput::new(views.layout, spec, runtime.threads)?;
             return Ok(Box::new(output));
         }
         if let Some(shapes) = patches {
@@ -352,10 +351,7 @@ impl OutputPlan {
                     })?,
             );
         }
-        // The batches ahead, the one in use and the one being filled.
-        output
-            .pool
-            .warm(spec.dtype, slot_bytes, options.runtime.prefetch.max(2) + 2);
+        output.pool.warm(spec.dtype, slot_bytes);
         Ok(Box::new(output))
     }
 }

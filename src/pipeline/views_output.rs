@@ -247,13 +247,8 @@ pub(super) struct HostViewsOutput {
 
 impl HostViewsOutput {
     /// The stage for batches laid out as `layout`, normalized on `threads` threads (0: one per
-    /// core), `prefetch` batches ahead.
-    pub fn new(
-        layout: ViewLayout,
-        spec: NormalizeSpec,
-        threads: usize,
-        prefetch: usize,
-    ) -> Result<HostViewsOutput> {
+    /// core).
+    pub fn new(layout: ViewLayout, spec: NormalizeSpec, threads: usize) -> Result<HostViewsOutput> {
         let slot_bytes = layout.slot_bytes();
         let mut pixels = Vec::new();
         pixels.try_reserve_exact(slot_bytes).map_err(|_| {
@@ -273,9 +268,8 @@ impl HostViewsOutput {
             .iter()
             .map(|g| {
                 let pool = Arc::new(HostPool::default());
-                // The batches ahead, the one in use and the one being filled.
                 let len = g.count * layout.batch * g.view_bytes();
-                pool.warm(spec.dtype, len, prefetch.max(2) + 2);
+                pool.warm(spec.dtype, len);
                 pool
             })
             .collect();

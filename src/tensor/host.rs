@@ -160,18 +160,22 @@ impl HostPool {
             .resized(dtype, len)
     }
 
-    /// Fills the pool with `count` buffers of `len` elements of `dtype`, their pages touched,
-    /// so the first batches write into memory as ready as the later ones.
-    pub fn warm(&self, dtype: DType, len: usize, count: usize) {
-        for _ in 0..count.min(POOL_KEEPS) {
-            let mut data = HostData::F32(Vec::new()).resized(dtype, len);
+    /// Fills the pool with two buffers of `len` elements of `dtype`, their pages mapped, so the
+    /// first batches write into memory as ready as the later ones. Two are what a pipeline
+    /// cycles through while its consumer keeps up (the batch in use, the one being filled); a
+    /// slower consumer holds more, made as it needs them, while the threads wait on it anyway.
+    /// The system zeroes each page as it maps it: one element written a page is all it takes.
+    pub fn warm(&self, dtype: DType, len: usize) {
+        for _ in 0..2 {
+            // Hidden from the optimizer: zeros stored into memory known to be zero are dropped.
+            let mut data = std::hint::black_box(HostData::F32(Vec::new()).resized(dtype, len));
             match &mut data {
-                HostData::F16(v) => v.fill(f16::ZERO),
-                HostData::BF16(v) => v.fill(bf16::ZERO),
-                HostData::F32(v) => v.fill(0.0),
-                HostData::I32(v) => v.fill(0),
-                HostData::I64(v) => v.fill(0),
-                HostData::U8(v) => v.fill(0),
+                HostData::F16(v) => touch_pages(v, f16::ZERO),
+                HostData::BF16(v) => touch_pages(v, bf16::ZERO),
+                HostData::F32(v) => touch_pages(v, 0.0),
+                HostData::I32(v) => touch_pages(v, 0),
+                HostData::I64(v) => touch_pages(v, 0),
+                HostData::U8(v) => touch_pages(v, 0),
             }
             self.give_back(data);
         }
@@ -185,6 +189,16 @@ impl HostPool {
         if free.len() < POOL_KEEPS {
             free.push(data);
         }
+    }
+}
+
+/// Writes `zero` into the first element of every 4 KiB page of `v` (zeroed already), so that
+/// the system maps the pages now rather than when a batch first writes them.
+fn touch_pages<T: Copy>(v: &mut [T], zero: T) {
+    const PAGE: usize = 4096;
+    let step = (PAGE / std::mem::size_of::<T>().max(1)).max(1);
+    for element in v.iter_mut().step_by(step) {
+        *element = zero;
     }
 }
 
@@ -312,5 +326,36 @@ impl Drop for HostTensor {
         if let Some(pool) = self.recycle.take() {
             pool.give_back(std::mem::replace(&mut self.data, HostData::F32(Vec::new())));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warm_pool_hands_out_zeroed_buffers_of_the_asked_length() {
+        for dtype in [DType::F16, DType::BF16, DType::F32, DType::U8, DType::I64] {
+            let pool = HostPool::default();
+            // 3 pages and a bit, so that the touched elements and the others both show.
+            let len = 3 * 4096 + 17;
+            pool.warm(dtype, len);
+            assert_eq!(pool.free.lock().map(|f| f.len()).unwrap_or(0), 2);
+            for _ in 0..2 {
+                let data = pool.take(dtype, len);
+                assert_eq!(data.len(), len);
+                assert_eq!(data.dtype(), dtype);
+                let widened = HostTensor::from_parts(data, [len], Layout::Nchw).to_f32_vec();
+                assert!(widened.iter().all(|&x| x == 0.0), "{dtype:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn touch_pages_writes_one_element_a_page() {
+        let mut v = vec![7u32; 3 * 1024 + 5];
+        touch_pages(&mut v, 0);
+        let touched: Vec<usize> = (0..v.len()).filter(|&i| v[i] == 0).collect();
+        assert_eq!(touched, [0, 1024, 2048, 3072]);
     }
 }
