@@ -3,12 +3,15 @@
  * of the library's own (jdhuff.c) for one image once jpeg_start_decompress has set it up.
  *
  * It is that decoder with one change to its fast path: a second lookup table per Huffman table
- * resolves a code together with the magnitude bits that follow it whenever both fit in
- * GF_FAST_BITS bits (most coefficients of a photo: a short code and a small value), giving the
- * coefficient's run, value and length in one lookup instead of a code lookup, a bit-buffer
- * check, a bit extraction and a sign extension; end-of-block codes resolve the same way. The
- * bit buffer is refilled six bytes at a time, in one load when none of them is 0xFF. And files
- * with restart markers take the fast path too (see decode_mcu). The rest is the library's code:
+ * resolves a code together with the magnitude bits that follow it whenever both fit in the
+ * table's index (GF_FAST_BITS bits for a DC table, GF_AC_BITS for an AC one; most coefficients
+ * of a photo: a short code and a small value), giving the coefficient's run, value and length in
+ * one lookup instead of a code lookup, a bit-buffer check, a bit extraction and a sign
+ * extension. In an AC table an entry holds two symbols where the second fits after the first
+ * (a coefficient, then a coefficient or the end of the block), and runs of 16 zeros and ends of
+ * block resolve the same way. The tables are kept from one image to the next (most files of a
+ * folder share theirs). The bit buffer is refilled six bytes at a time, in one load when none
+ * of them is 0xFF. And files with restart markers take the fast path too (see decode_mcu). The rest is the library's code:
  * the slow path near markers and at the end of the data, restart markers, the zero bits stuffed
  * after a premature end. So the coefficients and the pixels are the library's, bit for bit, on
  * any data. So are the warnings, with two exceptions on damaged files: the bit buffer is
@@ -31,6 +34,7 @@
  */
 
 #include <stddef.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -78,7 +82,8 @@ struct jpeg_input_controller {
 };
 
 #define HUFF_LOOKAHEAD 8 /* the library's code lookup */
-#define GF_FAST_BITS 10  /* the combined lookup: 4 KiB a table */
+#define GF_FAST_BITS 10  /* a DC table's combined lookup: 4 KiB */
+#define GF_AC_BITS 11    /* an AC table's: 8 KiB */
 #define BIT_BUF_SIZE 64
 #define MIN_GET_BITS (BIT_BUF_SIZE - 7)
 #define BUFSIZE (DCTSIZE2 * 8)
@@ -101,13 +106,55 @@ static const int natural_order[DCTSIZE2 + 16] = {
 #define FAST_END_OF_BLOCK 0x1000
 #define FAST_VALUE(e) ((e) >> 16)
 
+/* An AC table's entry: one coefficient, or two (then the second is stored first, at
+ * k + run + advance, and the first over it where advance is 0), the end of the block after
+ * them or alone. Bits 0-3 the bits taken, 4-7 the zero run before the first coefficient, 8-11
+ * the advance to the second (0: none; 1 + its zero run), bit 12 the block ends, bits 13-20 the
+ * second value (signed), 21-31 the first (signed; 0 for a lone end of block or a run of 16
+ * zeros, stored where a zero is anyway). 0: not resolved here. The coefficient of an end of
+ * block paired after a coefficient is a 0 stored right after it. */
+#define AC_TOTAL(e) ((e) & 15)
+#define AC_RUN(e) (((e) >> 4) & 15)
+#define AC_ADVANCE(e) (((e) >> 8) & 15)
+#define AC_END_OF_BLOCK 0x1000
+#define AC_VALUE2(e) ((int32_t)((uint32_t)(e) << 11) >> 24)
+#define AC_VALUE1(e) ((e) >> 21)
+#define AC_ENTRY(total, run, advance, value1, value2)                                       \
+  ((int32_t)(((uint32_t)(value1) << 21) | (((uint32_t)(value2) & 0xFF) << 13) |            \
+             ((uint32_t)(advance) << 8) | ((uint32_t)(run) << 4) | (uint32_t)(total)))
+
 typedef struct {
   int32_t maxcode[18];   /* largest code of length k (-1 if none); [17] a sentinel */
   int32_t valoffset[18]; /* huffval[] index of the first symbol of length k, less its code */
-  const JHUFF_TBL *pub;
+  UINT8 huffval[256];    /* the table's symbols (a copy: the table outlives the image here) */
   int lookup[1 << HUFF_LOOKAHEAD]; /* (length << 8) | symbol, length 9: too long */
-  int32_t fast[1 << GF_FAST_BITS];
+  int32_t fast[1 << GF_AC_BITS]; /* a DC table's (GF_FAST_BITS), an AC table's (GF_AC_BITS) */
 } gf_derived_tbl;
+
+/* Derived tables kept from image to image: most files of a folder share their Huffman tables
+ * (an encoder's standard ones), and an AC table's lookup costs about 4% of a decode to build.
+ * Eight: the most one scan uses (four components, a DC and an AC table each). */
+#define GF_CACHED_TABLES 8
+
+typedef struct {
+  int used;              /* holds a table */
+  int is_dc;
+  UINT8 bits[17];        /* the table it was made from: its code counts and symbols */
+  UINT8 huffval[256];
+  unsigned long stamp;   /* the install that last used it (0: none) */
+  gf_derived_tbl tbl;
+} gf_cached_tbl;
+
+struct gf_huffman_cache {
+  unsigned long clock; /* installs so far */
+  gf_cached_tbl slots[GF_CACHED_TABLES];
+};
+
+gf_huffman_cache *gf_huffman_cache_new(void) {
+  return (gf_huffman_cache *)calloc(1, sizeof(gf_huffman_cache));
+}
+
+void gf_huffman_cache_free(gf_huffman_cache *cache) { free(cache); }
 
 typedef struct {
   struct jpeg_entropy_decoder pub; /* must come first: the library reads it */
@@ -132,24 +179,59 @@ typedef struct {
   j_decompress_ptr cinfo;
 } working_state;
 
-/* jdhuff.c jpeg_make_d_derived_tbl, plus the combined table; 0 when the table is missing or
- * malformed (the library, which built its own from the same table first, would have stopped). */
-static int make_derived(j_decompress_ptr cinfo, int is_dc, int tblno, gf_derived_tbl **pdtbl) {
-  const JHUFF_TBL *htbl;
-  gf_derived_tbl *dtbl;
+/* An AC table's lookup (GF_AC_BITS bits, see AC_ENTRY): first each symbol whose code and
+ * magnitude bits fit (values of 10 bits at most), then, where one leaves room, the symbol after
+ * it: looked up in the same entries with its bits shifted to the top, taken when all its bits
+ * lie within the index (the padding zeros unread) and its value fits 8 bits. */
+static void make_ac_fast(const JHUFF_TBL *htbl, const unsigned int *huffcode, int32_t *fast) {
+  int32_t single[1 << GF_AC_BITS];
+  int p = 0, l, i, ctr;
+
+  memset(single, 0, sizeof(single));
+  for (l = 1; l <= 16; l++) {
+    for (i = 1; i <= (int)htbl->bits[l]; i++, p++) {
+      int symbol = htbl->huffval[p], run = symbol >> 4, size = symbol & 15;
+      int end_of_block = symbol == 0, zeros = symbol == 0xF0;
+      int lookbits = (int)huffcode[p] << (GF_AC_BITS - l);
+      /* Sizes 0 with runs of 1 to 14 (ends of block to the library) stay on the slow path. */
+      if ((size == 0 && !end_of_block && !zeros) || size > 10 || l + size > GF_AC_BITS) continue;
+      for (ctr = 0; ctr < (1 << (GF_AC_BITS - l)); ctr++) {
+        int32_t value = 0;
+        if (size > 0) {
+          int bits = (ctr >> (GF_AC_BITS - l - size)) & ((1 << size) - 1);
+          value = bits < (1 << (size - 1)) ? bits - (1 << size) + 1 : bits;
+        }
+        single[lookbits + ctr] = AC_ENTRY(l + size, run, 0, value, 0) |
+                                 (end_of_block ? AC_END_OF_BLOCK : 0);
+      }
+    }
+  }
+  for (i = 0; i < (1 << GF_AC_BITS); i++) {
+    int32_t first = single[i], second;
+    int taken = AC_TOTAL(first), total;
+    fast[i] = first;
+    if (first == 0 || (first & AC_END_OF_BLOCK) || taken >= GF_AC_BITS) continue;
+    second = single[(i << taken) & ((1 << GF_AC_BITS) - 1)];
+    total = taken + AC_TOTAL(second);
+    if (second == 0 || total > GF_AC_BITS) continue;
+    if (second & AC_END_OF_BLOCK)
+      fast[i] = AC_ENTRY(total, AC_RUN(first), 1, AC_VALUE1(first), 0) | AC_END_OF_BLOCK;
+    else if (AC_VALUE1(second) != 0 && AC_VALUE1(second) >= -128 && AC_VALUE1(second) <= 127 &&
+             AC_RUN(second) < 15)
+      fast[i] = AC_ENTRY(total, AC_RUN(first), 1 + AC_RUN(second), AC_VALUE1(first),
+                         AC_VALUE1(second));
+  }
+}
+
+/* jdhuff.c jpeg_make_d_derived_tbl, plus the combined table; 0 when the table is malformed (the
+ * library, which built its own from the same table first, would have stopped). */
+static int make_derived(const JHUFF_TBL *htbl, int is_dc, gf_derived_tbl *dtbl) {
   int p, i, l, si, numsymbols, lookbits, ctr;
   char huffsize[257];
   unsigned int huffcode[257];
   unsigned int code;
 
-  if (tblno < 0 || tblno >= NUM_HUFF_TBLS) return 0;
-  htbl = is_dc ? cinfo->dc_huff_tbl_ptrs[tblno] : cinfo->ac_huff_tbl_ptrs[tblno];
-  if (htbl == NULL) return 0;
-  if (*pdtbl == NULL)
-    *pdtbl = (gf_derived_tbl *)(*cinfo->mem->alloc_small)((j_common_ptr)cinfo, JPOOL_IMAGE,
-                                                          sizeof(gf_derived_tbl));
-  dtbl = *pdtbl;
-  dtbl->pub = htbl;
+  memcpy(dtbl->huffval, htbl->huffval, sizeof(dtbl->huffval));
 
   p = 0;
   for (l = 1; l <= 16; l++) {
@@ -187,7 +269,10 @@ static int make_derived(j_decompress_ptr cinfo, int is_dc, int tblno, gf_derived
   dtbl->maxcode[17] = 0xFFFFF;
 
   for (i = 0; i < (1 << HUFF_LOOKAHEAD); i++) dtbl->lookup[i] = (HUFF_LOOKAHEAD + 1) << 8;
-  memset(dtbl->fast, 0, sizeof(dtbl->fast));
+  if (is_dc)
+    for (i = 0; i < (1 << GF_FAST_BITS); i++) dtbl->fast[i] = 0;
+  else
+    make_ac_fast(htbl, huffcode, dtbl->fast);
   p = 0;
   for (l = 1; l <= GF_FAST_BITS; l++) {
     for (i = 1; i <= (int)htbl->bits[l]; i++, p++) {
@@ -200,9 +285,8 @@ static int make_derived(j_decompress_ptr cinfo, int is_dc, int tblno, gf_derived
         for (ctr = 1 << (HUFF_LOOKAHEAD - l); ctr > 0; ctr--)
           dtbl->lookup[lookbits++] = (l << HUFF_LOOKAHEAD) | symbol;
       }
-      /* A zero run of 16 (ZRL) and DC sizes past 15 (refused below) stay on the slow path. */
-      if ((!is_dc && size == 0 && !end_of_block) || size > 15 || l + size > GF_FAST_BITS)
-        continue;
+      /* DC sizes past 15 (refused below) stay on the slow path. */
+      if (!is_dc || size > 15 || l + size > GF_FAST_BITS) continue;
       lookbits = (int)huffcode[p] << (GF_FAST_BITS - l);
       for (ctr = 0; ctr < (1 << (GF_FAST_BITS - l)); ctr++) {
         int32_t value = 0, entry;
@@ -224,6 +308,41 @@ static int make_derived(j_decompress_ptr cinfo, int is_dc, int tblno, gf_derived
     }
   }
   return 1;
+}
+
+/* The derived table of the image's DC or AC table `tblno`: the cache's where it holds one made
+ * from the same code counts and symbols, else made anew in the slot used least recently (never
+ * one this install took: no scan uses more tables than there are slots). NULL when the table is
+ * missing or malformed. */
+static gf_derived_tbl *derived_table(j_decompress_ptr cinfo, gf_huffman_cache *cache, int is_dc,
+                                     int tblno) {
+  const JHUFF_TBL *htbl;
+  gf_cached_tbl *slot = &cache->slots[0];
+  int i, count = 0;
+
+  if (tblno < 0 || tblno >= NUM_HUFF_TBLS) return NULL;
+  htbl = is_dc ? cinfo->dc_huff_tbl_ptrs[tblno] : cinfo->ac_huff_tbl_ptrs[tblno];
+  if (htbl == NULL) return NULL;
+  for (i = 1; i <= 16; i++) count += htbl->bits[i];
+  if (count > 256) return NULL;
+  for (i = 0; i < GF_CACHED_TABLES; i++) {
+    gf_cached_tbl *cached = &cache->slots[i];
+    if (cached->used && cached->is_dc == is_dc &&
+        memcmp(cached->bits, htbl->bits, sizeof(cached->bits)) == 0 &&
+        memcmp(cached->huffval, htbl->huffval, (size_t)count) == 0) {
+      cached->stamp = cache->clock;
+      return &cached->tbl;
+    }
+    if (cached->stamp < slot->stamp) slot = cached;
+  }
+  slot->used = 0;
+  if (!make_derived(htbl, is_dc, &slot->tbl)) return NULL;
+  slot->used = 1;
+  slot->is_dc = is_dc;
+  memcpy(slot->bits, htbl->bits, sizeof(slot->bits));
+  memcpy(slot->huffval, htbl->huffval, sizeof(slot->huffval));
+  slot->stamp = cache->clock;
+  return &slot->tbl;
 }
 
 /* jdhuff.c jpeg_fill_bit_buffer. */
@@ -322,7 +441,7 @@ static int huff_decode(working_state *state, bit_buf_type get_buffer, int bits_l
     WARNMS(state->cinfo, JWRN_HUFF_BAD_CODE);
     return 0;
   }
-  return htbl->pub->huffval[(int)(code + htbl->valoffset[l])];
+  return htbl->huffval[(int)(code + htbl->valoffset[l])];
 }
 
 #define HUFF_DECODE(result, state, htbl, failaction, slowlabel)                  \
@@ -500,7 +619,7 @@ static boolean decode_mcu_slow(j_decompress_ptr cinfo, JBLOCKROW *MCU_data) {
     if (nb > 16)                                                              \
       s = 0;                                                                  \
     else                                                                      \
-      s = htbl->pub->huffval[(int)(s + htbl->valoffset[nb]) & 0xFF];          \
+      s = htbl->huffval[(int)(s + htbl->valoffset[nb]) & 0xFF];               \
   }
 
 /* jdhuff.c decode_mcu_fast, with the combined lookup first. FALSE: a marker was met, and the MCU
@@ -540,13 +659,18 @@ static boolean decode_mcu_fast(j_decompress_ptr cinfo, JBLOCKROW *MCU_data) {
     if (entropy->ac_needed[blkn] && block) {
       for (k = 1; k < DCTSIZE2; k++) {
         FILL_BIT_BUFFER_FAST
-        entry = actbl->fast[PEEK_BITS(GF_FAST_BITS)];
+        entry = actbl->fast[PEEK_BITS(GF_AC_BITS)];
         if (entry) {
-          DROP_BITS(FAST_TOTAL(entry));
-          if (entry & FAST_END_OF_BLOCK) break;
-          k += FAST_RUN(entry);
-          (*block)[natural_order[k]] = (JCOEF)FAST_VALUE(entry);
-          continue;
+          int first = k + AC_RUN(entry), second = first + AC_ADVANCE(entry);
+          /* Past the block's end: the next block's bits, or damage: the library's way below. */
+          if (second < DCTSIZE2) {
+            DROP_BITS(AC_TOTAL(entry));
+            (*block)[natural_order[second]] = (JCOEF)AC_VALUE2(entry);
+            (*block)[natural_order[first]] = (JCOEF)AC_VALUE1(entry);
+            k = second;
+            if (entry & AC_END_OF_BLOCK) break;
+            continue;
+          }
         }
         HUFF_DECODE_FAST(s, l, actbl);
         r = s >> 4;
@@ -565,12 +689,15 @@ static boolean decode_mcu_fast(j_decompress_ptr cinfo, JBLOCKROW *MCU_data) {
     } else {
       for (k = 1; k < DCTSIZE2; k++) {
         FILL_BIT_BUFFER_FAST
-        entry = actbl->fast[PEEK_BITS(GF_FAST_BITS)];
+        entry = actbl->fast[PEEK_BITS(GF_AC_BITS)];
         if (entry) {
-          DROP_BITS(FAST_TOTAL(entry));
-          if (entry & FAST_END_OF_BLOCK) break;
-          k += FAST_RUN(entry);
-          continue;
+          int second = k + AC_RUN(entry) + AC_ADVANCE(entry);
+          if (second < DCTSIZE2) {
+            DROP_BITS(AC_TOTAL(entry));
+            k = second;
+            if (entry & AC_END_OF_BLOCK) break;
+            continue;
+          }
         }
         HUFF_DECODE_FAST(s, l, actbl);
         r = s >> 4;
@@ -645,7 +772,7 @@ static void start_pass(j_decompress_ptr cinfo) {
   ERREXIT(cinfo, JERR_NOT_COMPILED);
 }
 
-int gf_huffman_install(j_decompress_ptr cinfo) {
+int gf_huffman_install(j_decompress_ptr cinfo, gf_huffman_cache *cache) {
   gf_entropy *entropy;
   int ci, blkn;
 
@@ -657,17 +784,20 @@ int gf_huffman_install(j_decompress_ptr cinfo) {
       cinfo->comps_in_scan != cinfo->num_components || cinfo->comps_in_scan > MAX_COMPS_IN_SCAN ||
       cinfo->blocks_in_MCU > D_MAX_BLOCKS_IN_MCU || cinfo->output_scanline != 0 ||
       cinfo->input_iMCU_row != 0 || cinfo->entropy == NULL ||
-      cinfo->entropy->insufficient_data)
+      cinfo->entropy->insufficient_data || cache == NULL)
     return 0;
 
   entropy = (gf_entropy *)(*cinfo->mem->alloc_small)((j_common_ptr)cinfo, JPOOL_IMAGE,
                                                      sizeof(gf_entropy));
   memset(entropy, 0, sizeof(*entropy));
+  cache->clock++;
   for (ci = 0; ci < cinfo->comps_in_scan; ci++) {
     jpeg_component_info *compptr = cinfo->cur_comp_info[ci];
-    if (!make_derived(cinfo, 1, compptr->dc_tbl_no, &entropy->dc_derived[compptr->dc_tbl_no]) ||
-        !make_derived(cinfo, 0, compptr->ac_tbl_no, &entropy->ac_derived[compptr->ac_tbl_no]))
-      return 0;
+    int dc = compptr->dc_tbl_no, ac = compptr->ac_tbl_no;
+    if (dc < 0 || dc >= NUM_HUFF_TBLS || ac < 0 || ac >= NUM_HUFF_TBLS) return 0;
+    entropy->dc_derived[dc] = derived_table(cinfo, cache, 1, dc);
+    entropy->ac_derived[ac] = derived_table(cinfo, cache, 0, ac);
+    if (entropy->dc_derived[dc] == NULL || entropy->ac_derived[ac] == NULL) return 0;
   }
   for (blkn = 0; blkn < cinfo->blocks_in_MCU; blkn++) {
     jpeg_component_info *compptr = cinfo->cur_comp_info[cinfo->MCU_membership[blkn]];

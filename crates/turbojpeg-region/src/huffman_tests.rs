@@ -267,3 +267,89 @@ fn a_premature_end_is_reported_after_other_warnings() {
         assert!(decoded.premature_end, "fast {fast}");
     }
 }
+
+/// The same file with the first two symbols of one code length swapped in its first AC table:
+/// the same code counts, other symbols (a decoder keeping tables by their counts alone would
+/// decode it with the original's).
+fn symbols_swapped(jpeg: &[u8]) -> Vec<u8> {
+    let mut out = jpeg.to_vec();
+    let mut at = 2;
+    while at + 4 <= out.len() && out[at] == 0xFF {
+        let marker = out[at + 1];
+        let length = usize::from(out[at + 2]) * 256 + usize::from(out[at + 3]);
+        if marker == 0xC4 {
+            // Tables in the segment: class and id, 16 counts, the symbols.
+            let mut table = at + 4;
+            while table < at + 2 + length {
+                let counts = &out[table + 1..table + 17];
+                let symbols: usize = counts.iter().map(|&c| usize::from(c)).sum();
+                if out[table] >> 4 == 1 {
+                    let mut first = table + 17;
+                    for &count in counts {
+                        if count >= 2 {
+                            out.swap(first, first + 1);
+                            return out;
+                        }
+                        first += usize::from(count);
+                    }
+                }
+                table += 17 + symbols;
+            }
+        }
+        at += 2 + length;
+    }
+    panic!("no AC table with two codes of one length");
+}
+
+/// Tables are kept from image to image by one decoder: files of many different tables (more
+/// than it keeps), files sharing theirs, and a file whose table differs from another's only in
+/// its symbols, in turn and again, each decoded as the library decodes it.
+#[test]
+fn tables_kept_between_images_are_matched_by_their_codes_and_symbols() {
+    let mut files = Vec::new();
+    for (i, quality) in [20, 45, 70, 85, 95, 100].into_iter().enumerate() {
+        let (w, h) = (96 + 8 * i as u32, 64);
+        let options = EncodeOptions {
+            quality,
+            optimize: true,
+            ..EncodeOptions::default()
+        };
+        let jpeg =
+            encode(&picture(w, h, 40 + i as u64), w, h, Format::Rgb, &options).expect("encode");
+        files.push((format!("q{quality} optimized"), jpeg));
+    }
+    let standard = encode(
+        &picture(80, 80, 9),
+        80,
+        80,
+        Format::Rgb,
+        &EncodeOptions::default(),
+    )
+    .expect("encode");
+    files.push(("standard tables".into(), standard.clone()));
+    files.push((
+        "standard tables, swapped".into(),
+        symbols_swapped(&standard),
+    ));
+    let optimized = files[2].1.clone();
+    files.push(("q70 optimized, swapped".into(), symbols_swapped(&optimized)));
+
+    let mut decoder = Decoder::new().expect("decoder");
+    let order: Vec<usize> = (0..files.len()).chain((0..files.len()).rev()).collect();
+    for round in 0..2 {
+        for &i in &order {
+            let (name, jpeg) = &files[i];
+            let (library, _) = decode(&mut decoder, jpeg, Format::Rgb, 1, false, false);
+            // Twice in a row: the second finds every table kept.
+            for _ in 0..2 {
+                let (fast, used) = decode(&mut decoder, jpeg, Format::Rgb, 1, false, true);
+                assert!(used, "{name}: the shim's decoder did not take the file");
+                assert!(library == fast, "{name}, round {round}: the pixels differ");
+            }
+        }
+    }
+    // The swapped symbols do change the pixels: the test tells the tables apart.
+    let (a, _) = decode(&mut decoder, &standard, Format::Rgb, 1, false, true);
+    let (b, _) = decode(&mut decoder, &files[7].1, Format::Rgb, 1, false, true);
+    assert!(a != b, "swapping the symbols left the pixels as they were");
+}

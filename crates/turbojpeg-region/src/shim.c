@@ -87,6 +87,7 @@ typedef struct gf_reader {
   int warnings;
   int premature_end;              /* the data ended before the image (JWRN_JPEG_EOF) */
   char message[JMSG_LENGTH_MAX];  /* the last error, or the first warning */
+  gf_huffman_cache *huffman;      /* the faster decoder's tables, made at its first image */
 } gf_reader;
 
 static void gf_error_exit(j_common_ptr cinfo) {
@@ -164,6 +165,7 @@ gf_reader *gf_reader_new(void) {
 
 void gf_reader_free(gf_reader *r) {
   if (r == NULL) return;
+  gf_huffman_cache_free(r->huffman);
   jpeg_destroy_decompress(&r->cinfo);
   free(r);
 }
@@ -388,7 +390,10 @@ int gf_decompress(gf_reader *r, const unsigned char *data, size_t len, const gf_
   cinfo->scale_num = 1;
   cinfo->scale_denom = (unsigned int)req->denom;
   jpeg_start_decompress(cinfo);
-  if (req->fast_huffman) out->fast_huffman = gf_huffman_install(cinfo);
+  if (req->fast_huffman) {
+    if (r->huffman == NULL) r->huffman = gf_huffman_cache_new();
+    out->fast_huffman = gf_huffman_install(cinfo, r->huffman);
+  }
 
   if (req->x != 0 || (req->width != 0 && req->width != cinfo->output_width)) {
     crop_x = req->x;
