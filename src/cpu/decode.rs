@@ -9,7 +9,9 @@
 //! CMYK and turned into RGB as Pillow turns them; JPEGs libjpeg-turbo refuses (truncated or
 //! slightly corrupt files it reports instead of concealing) go through zune-jpeg, whole.
 //! Still WebPs go through libwebp ([`super::webp`]), only the window the resize reads, as
-//! JPEGs. PNG, animated WebP, BMP, GIF (first frame) and TIFF go through `image`. Gray,
+//! JPEGs. The common PNGs (8-bit RGB, RGBA, gray, gray with alpha) are inflated in one call and
+//! unfiltered here ([`super::png_direct`]); other PNGs, animated WebP, BMP, GIF (first frame)
+//! and TIFF go through `image`. Gray,
 //! alpha (dropped, as Pillow's `convert("RGB")` does), palette and 16-bit images become RGB8.
 //! The pixel limit is checked against the header before any pixel buffer is allocated, and
 //! these decoders may allocate no more than the memory reserved for the image from its header;
@@ -29,6 +31,7 @@ use zune_jpeg::JpegDecoder;
 use turbojpeg_region::{Colorspace, Format, Region, Request};
 
 use super::png::PngView;
+use super::png_direct::decode_png;
 use super::probe::check_size;
 use super::webp::decode_webp;
 use crate::error::ItemErrorKind;
@@ -123,6 +126,15 @@ pub(crate) fn decode(
             match decode_webp(bytes, options, window, pixels) {
                 Some(decoded) => decoded,
                 None => with_image(ImageFormat::WebP, pixels),
+            }
+        }
+        ImageFormat::Png => {
+            if let Some((width, height)) = super::png::header(bytes).map(|h| (h.width, h.height)) {
+                check_size(u64::from(width), u64::from(height), options)?;
+            }
+            match decode_png(bytes, options.exif_orientation, pixels, pool, memory) {
+                Some(decoded) => Ok(decoded),
+                None => with_image(ImageFormat::Png, pixels),
             }
         }
         format => with_image(format, pixels),
@@ -689,6 +701,183 @@ mod tests {
             other => panic!("expected TooLarge, got {other:?}"),
         }
         assert!(buf.capacity() < 1 << 20);
+    }
+
+    /// `bytes` through the `image` crate's PNG decoder alone: the pixels or the error.
+    fn png_through_image(bytes: &[u8]) -> Result<Vec<u8>, ItemErrorKind> {
+        let options = options();
+        let decoder = Decoder {
+            format: ImageFormat::Png,
+            options: &options,
+            memory: 1 << 30,
+            pool: &BufferPool::new(1 << 30),
+        };
+        let mut pixels = vec![0xA5; 7];
+        decoder.decode(PngView::new(bytes, false), &mut pixels)?;
+        Ok(pixels)
+    }
+
+    /// A PNG of `samples` (`w` x `h` pixels of `color`), rows filtered with `filter`, its image
+    /// data in chunks of at most `chunk` bytes.
+    fn encode_png(
+        samples: &[u8],
+        (w, h): (u32, u32),
+        color: png::ColorType,
+        filter: png::Filter,
+        chunk: usize,
+    ) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut encoder = png::Encoder::new(&mut out, w, h);
+        encoder.set_color(color);
+        encoder.set_depth(png::BitDepth::Eight);
+        encoder.set_filter(filter);
+        let mut writer = encoder.write_header().expect("header");
+        let mut stream = writer.stream_writer_with_size(chunk).expect("stream");
+        std::io::Write::write_all(&mut stream, samples).expect("data");
+        stream.finish().expect("finish");
+        drop(writer);
+        out
+    }
+
+    /// Photo-like samples: gradients, edges and noise, so that every filter predicts badly and
+    /// well somewhere.
+    fn png_samples(len: usize, seed: u32) -> Vec<u8> {
+        let mut state = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+        (0..len)
+            .map(|i| {
+                state = state.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+                let noise = (state >> 16) as usize % 23;
+                ((i / 3 + i / 97 * 5 + noise + if i % 41 < 7 { 120 } else { 0 }) % 256) as u8
+            })
+            .collect()
+    }
+
+    #[test]
+    fn common_pngs_decode_directly_to_the_image_crate_pixels() {
+        use png::{ColorType, Filter};
+        let pool = BufferPool::new(1 << 30);
+        let mut taken = 0;
+        for (k, (color, channels)) in [
+            (ColorType::Rgb, 3),
+            (ColorType::Rgba, 4),
+            (ColorType::Grayscale, 1),
+            (ColorType::GrayscaleAlpha, 2),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            for (w, h) in [(1, 1), (1, 9), (17, 1), (37, 29), (64, 48)] {
+                let samples = png_samples(w * h * channels, (k * 131 + w * 7 + h) as u32);
+                for filter in [
+                    Filter::NoFilter,
+                    Filter::Sub,
+                    Filter::Up,
+                    Filter::Avg,
+                    Filter::Paeth,
+                    Filter::Adaptive,
+                ] {
+                    for chunk in [1 << 20, 97] {
+                        let png = encode_png(&samples, (w as u32, h as u32), color, filter, chunk);
+                        let what = format!("{color:?} {w}x{h} {filter:?}, chunks of {chunk}");
+                        let expected = png_through_image(&png).expect(&what);
+                        let mut direct = vec![0x5A; 11];
+                        let decoded = decode_png(&png, false, &mut direct, &pool, 1 << 30)
+                            .unwrap_or_else(|| panic!("{what}: not taken"));
+                        assert_eq!(decoded, Decoded::full(w as u32, h as u32), "{what}");
+                        assert!(direct == expected, "{what}: the pixels differ");
+                        let mut whole = Vec::new();
+                        decode_whole_into(&png, &mut whole).expect(&what);
+                        assert!(whole == expected, "{what}: decode differs");
+                        taken += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(taken, 4 * 5 * 6 * 2);
+    }
+
+    #[test]
+    fn other_and_damaged_pngs_are_left_to_the_image_crate() {
+        let pool = BufferPool::new(1 << 30);
+        let (w, h) = (23u32, 19u32);
+        let rgb = png_samples((w * h * 3) as usize, 5);
+        let good = encode_png(&rgb, (w, h), png::ColorType::Rgb, png::Filter::Paeth, 64);
+        let mut cases: Vec<(String, Vec<u8>)> = Vec::new();
+        // Files it does not take: 16 bits, a palette, a transparent colour.
+        let mut wide = Vec::new();
+        let mut encoder = png::Encoder::new(&mut wide, w, h);
+        encoder.set_color(png::ColorType::Rgb);
+        encoder.set_depth(png::BitDepth::Sixteen);
+        let mut writer = encoder.write_header().expect("header");
+        writer
+            .write_image_data(&png_samples((w * h * 6) as usize, 6))
+            .expect("data");
+        drop(writer);
+        cases.push(("16 bits".into(), wide));
+        let mut indexed = Vec::new();
+        let mut encoder = png::Encoder::new(&mut indexed, w, h);
+        encoder.set_color(png::ColorType::Indexed);
+        encoder.set_palette(png_samples(256 * 3, 7));
+        let mut writer = encoder.write_header().expect("header");
+        writer
+            .write_image_data(&png_samples((w * h) as usize, 8))
+            .expect("data");
+        drop(writer);
+        cases.push(("a palette".into(), indexed));
+        let mut keyed = Vec::new();
+        let mut encoder = png::Encoder::new(&mut keyed, w, h);
+        encoder.set_color(png::ColorType::Rgb);
+        encoder.set_trns(vec![0, 1, 0, 2, 0, 3]);
+        let mut writer = encoder.write_header().expect("header");
+        writer.write_image_data(&rgb).expect("data");
+        drop(writer);
+        cases.push(("a transparent colour".into(), keyed));
+        let mut interlaced = good.clone();
+        interlaced[28] = 1;
+        let crc = crc32(&interlaced[12..29]);
+        interlaced[29..33].copy_from_slice(&crc.to_be_bytes());
+        cases.push(("interlaced".into(), interlaced));
+        // Damage: a changed byte (its checksum then wrong), the same with the checksum
+        // mended (the data then inflates wrong or to another size), cuts.
+        let idat = good.windows(4).position(|c| c == b"IDAT").expect("IDAT") + 4;
+        for offset in [2, 10, 40] {
+            let mut changed = good.clone();
+            changed[idat + offset] ^= 0x21;
+            cases.push((
+                format!("byte {offset} of the data changed"),
+                changed.clone(),
+            ));
+            let length = u32::from_be_bytes(good[idat - 8..idat - 4].try_into().expect("4"));
+            let end = idat + length as usize;
+            let crc = crc32(&changed[idat - 4..end]);
+            changed[end..end + 4].copy_from_slice(&crc.to_be_bytes());
+            cases.push((format!("byte {offset} changed, checksum mended"), changed));
+        }
+        for cut in [good.len() - 12, good.len() - 1, idat + 30, idat] {
+            cases.push((format!("cut at {cut}"), good[..cut].to_vec()));
+        }
+        for (what, png) in cases {
+            let mut direct = Vec::new();
+            assert!(
+                decode_png(&png, false, &mut direct, &pool, 1 << 30).is_none(),
+                "{what}: taken"
+            );
+            let mut whole = Vec::new();
+            let decoded = decode_whole_into(&png, &mut whole).map(|_| whole);
+            assert_eq!(decoded, png_through_image(&png), "{what}");
+        }
+        // An orientation to apply leaves the file to the other decoder too.
+        let mut oriented = good[..good.len() - 12].to_vec();
+        let exif = b"MM\x00\x2a\x00\x00\x00\x08\x00\x01\x01\x12\x00\x03\x00\x00\x00\x01\x00\x06\x00\x00\x00\x00\x00\x00";
+        let mut chunk = b"eXIf".to_vec();
+        chunk.extend_from_slice(exif);
+        oriented.extend_from_slice(&(exif.len() as u32).to_be_bytes());
+        oriented.extend_from_slice(&chunk);
+        oriented.extend_from_slice(&crc32(&chunk).to_be_bytes());
+        oriented.extend_from_slice(&good[good.len() - 12..]);
+        let mut direct = Vec::new();
+        assert!(decode_png(&oriented, true, &mut direct, &pool, 1 << 30).is_none());
+        assert!(decode_png(&oriented, false, &mut direct, &pool, 1 << 30).is_some());
     }
 
     fn crc32(data: &[u8]) -> u32 {

@@ -7,6 +7,7 @@ mod decode;
 mod normalize;
 mod patches;
 mod png;
+mod png_direct;
 mod prepare;
 mod priority;
 mod probe;
