@@ -804,33 +804,29 @@ mod tests {
         let good = encode_png(&rgb, (w, h), png::ColorType::Rgb, png::Filter::Paeth, 64);
         let mut cases: Vec<(String, Vec<u8>)> = Vec::new();
         // Files it does not take: 16 bits, a palette, a transparent colour.
-        let mut wide = Vec::new();
-        let mut encoder = png::Encoder::new(&mut wide, w, h);
-        encoder.set_color(png::ColorType::Rgb);
-        encoder.set_depth(png::BitDepth::Sixteen);
-        let mut writer = encoder.write_header().expect("header");
-        writer
-            .write_image_data(&png_samples((w * h * 6) as usize, 6))
-            .expect("data");
-        drop(writer);
+        let encode_with = |samples: &[u8], setup: &dyn Fn(&mut png::Encoder<&mut Vec<u8>>)| {
+            let mut out = Vec::new();
+            let mut encoder = png::Encoder::new(&mut out, w, h);
+            setup(&mut encoder);
+            let mut writer = encoder.write_header().expect("header");
+            writer.write_image_data(samples).expect("data");
+            drop(writer);
+            out
+        };
+        let wide = encode_with(&png_samples((w * h * 6) as usize, 6), &|e| {
+            e.set_color(png::ColorType::Rgb);
+            e.set_depth(png::BitDepth::Sixteen);
+        });
         cases.push(("16 bits".into(), wide));
-        let mut indexed = Vec::new();
-        let mut encoder = png::Encoder::new(&mut indexed, w, h);
-        encoder.set_color(png::ColorType::Indexed);
-        encoder.set_palette(png_samples(256 * 3, 7));
-        let mut writer = encoder.write_header().expect("header");
-        writer
-            .write_image_data(&png_samples((w * h) as usize, 8))
-            .expect("data");
-        drop(writer);
+        let indexed = encode_with(&png_samples((w * h) as usize, 8), &|e| {
+            e.set_color(png::ColorType::Indexed);
+            e.set_palette(png_samples(256 * 3, 7));
+        });
         cases.push(("a palette".into(), indexed));
-        let mut keyed = Vec::new();
-        let mut encoder = png::Encoder::new(&mut keyed, w, h);
-        encoder.set_color(png::ColorType::Rgb);
-        encoder.set_trns(vec![0, 1, 0, 2, 0, 3]);
-        let mut writer = encoder.write_header().expect("header");
-        writer.write_image_data(&rgb).expect("data");
-        drop(writer);
+        let keyed = encode_with(&rgb, &|e| {
+            e.set_color(png::ColorType::Rgb);
+            e.set_trns(vec![0, 1, 0, 2, 0, 3]);
+        });
         cases.push(("a transparent colour".into(), keyed));
         let mut interlaced = good.clone();
         interlaced[28] = 1;
