@@ -128,15 +128,10 @@ pub(crate) fn decode(
                 None => with_image(ImageFormat::WebP, pixels),
             }
         }
-        ImageFormat::Png => {
-            if let Some((width, height)) = super::png::header(bytes).map(|h| (h.width, h.height)) {
-                check_size(u64::from(width), u64::from(height), options)?;
-            }
-            match decode_png(bytes, options.exif_orientation, pixels, pool, memory) {
-                Some(decoded) => Ok(decoded),
-                None => with_image(ImageFormat::Png, pixels),
-            }
-        }
+        ImageFormat::Png => match decode_png(bytes, options, pixels, pool, memory) {
+            Some(decoded) => decoded,
+            None => with_image(ImageFormat::Png, pixels),
+        },
         format => with_image(format, pixels),
     }
 }
@@ -682,7 +677,7 @@ mod tests {
         ihdr.extend_from_slice(&[8, 2, 0, 0, 0]);
         png.extend_from_slice(&13u32.to_be_bytes());
         png.extend_from_slice(&ihdr);
-        png.extend_from_slice(&crc32(&ihdr).to_be_bytes());
+        png.extend_from_slice(&crc32fast::hash(&ihdr).to_be_bytes());
         for (name, data) in [
             (&b"IDAT"[..], &[0x78, 0x9c, 0x03, 0x00][..]),
             (b"IEND", &[]),
@@ -691,7 +686,7 @@ mod tests {
             chunk.extend_from_slice(data);
             png.extend_from_slice(&(data.len() as u32).to_be_bytes());
             png.extend_from_slice(&chunk);
-            png.extend_from_slice(&crc32(&chunk).to_be_bytes());
+            png.extend_from_slice(&crc32fast::hash(&chunk).to_be_bytes());
         }
         let mut buf = Vec::new();
         match decode_whole_into(&png, &mut buf) {
@@ -781,8 +776,9 @@ mod tests {
                         let what = format!("{color:?} {w}x{h} {filter:?}, chunks of {chunk}");
                         let expected = png_through_image(&png).expect(&what);
                         let mut direct = vec![0x5A; 11];
-                        let decoded = decode_png(&png, false, &mut direct, &pool, 1 << 30)
-                            .unwrap_or_else(|| panic!("{what}: not taken"));
+                        let decoded = decode_png(&png, &options(), &mut direct, &pool, 1 << 30)
+                            .unwrap_or_else(|| panic!("{what}: not taken"))
+                            .expect(&what);
                         assert_eq!(decoded, Decoded::full(w as u32, h as u32), "{what}");
                         assert!(direct == expected, "{what}: the pixels differ");
                         let mut whole = Vec::new();
@@ -830,7 +826,7 @@ mod tests {
         cases.push(("a transparent colour".into(), keyed));
         let mut interlaced = good.clone();
         interlaced[28] = 1;
-        let crc = crc32(&interlaced[12..29]);
+        let crc = crc32fast::hash(&interlaced[12..29]);
         interlaced[29..33].copy_from_slice(&crc.to_be_bytes());
         cases.push(("interlaced".into(), interlaced));
         // Damage: a changed byte (its checksum then wrong), the same with the checksum
@@ -845,7 +841,7 @@ mod tests {
             ));
             let length = u32::from_be_bytes(good[idat - 8..idat - 4].try_into().expect("4"));
             let end = idat + length as usize;
-            let crc = crc32(&changed[idat - 4..end]);
+            let crc = crc32fast::hash(&changed[idat - 4..end]);
             changed[end..end + 4].copy_from_slice(&crc.to_be_bytes());
             cases.push((format!("byte {offset} changed, checksum mended"), changed));
         }
@@ -855,7 +851,7 @@ mod tests {
         for (what, png) in cases {
             let mut direct = Vec::new();
             assert!(
-                decode_png(&png, false, &mut direct, &pool, 1 << 30).is_none(),
+                decode_png(&png, &options(), &mut direct, &pool, 1 << 30).is_none(),
                 "{what}: taken"
             );
             let mut whole = Vec::new();
@@ -869,25 +865,14 @@ mod tests {
         chunk.extend_from_slice(exif);
         oriented.extend_from_slice(&(exif.len() as u32).to_be_bytes());
         oriented.extend_from_slice(&chunk);
-        oriented.extend_from_slice(&crc32(&chunk).to_be_bytes());
+        oriented.extend_from_slice(&crc32fast::hash(&chunk).to_be_bytes());
         oriented.extend_from_slice(&good[good.len() - 12..]);
         let mut direct = Vec::new();
-        assert!(decode_png(&oriented, true, &mut direct, &pool, 1 << 30).is_none());
-        assert!(decode_png(&oriented, false, &mut direct, &pool, 1 << 30).is_some());
-    }
-
-    fn crc32(data: &[u8]) -> u32 {
-        let mut crc = 0xFFFF_FFFFu32;
-        for &b in data {
-            crc ^= b as u32;
-            for _ in 0..8 {
-                crc = if crc & 1 != 0 {
-                    (crc >> 1) ^ 0xEDB8_8320
-                } else {
-                    crc >> 1
-                };
-            }
-        }
-        !crc
+        let turned = DecodeOptions {
+            exif_orientation: true,
+            ..options()
+        };
+        assert!(decode_png(&oriented, &turned, &mut direct, &pool, 1 << 30).is_none());
+        assert!(decode_png(&oriented, &options(), &mut direct, &pool, 1 << 30).is_some());
     }
 }

@@ -13,9 +13,12 @@ use std::cell::RefCell;
 
 use libdeflater::Decompressor;
 
+use crate::error::ItemErrorKind;
 use crate::memory::BufferPool;
+use crate::options::DecodeOptions;
 
 use super::decode::Decoded;
+use super::probe::check_size;
 
 /// The PNG signature.
 const SIGNATURE: &[u8; 8] = b"\x89PNG\r\n\x1a\n";
@@ -99,21 +102,25 @@ fn layout(bytes: &[u8], exif_orientation: bool) -> Option<Layout<'_>> {
 }
 
 /// Decodes `bytes` into `pixels` as packed RGB8 when it is a PNG this path takes (see the
-/// module), using at most `memory` bytes beside `pixels` for its inflated rows; `None` leaves
-/// the file to the other decoder, `pixels` then unspecified.
+/// module), using at most `memory` bytes beside `pixels` for its inflated rows; a size past the
+/// pixel limit is refused before anything is allocated. `None` leaves the file to the other
+/// decoder, `pixels` then unspecified.
 pub(crate) fn decode_png(
     bytes: &[u8],
-    exif_orientation: bool,
+    options: &DecodeOptions,
     pixels: &mut Vec<u8>,
     pool: &BufferPool,
     memory: u64,
-) -> Option<Decoded> {
+) -> Option<Result<Decoded, ItemErrorKind>> {
     let Layout {
         width,
         height,
         channels,
         data,
-    } = layout(bytes, exif_orientation)?;
+    } = layout(bytes, options.exif_orientation)?;
+    if let Err(e) = check_size(width as u64, height as u64, options) {
+        return Some(Err(e));
+    }
     let row = width.checked_mul(channels)?;
     let inflated_len = row.checked_add(1)?.checked_mul(height)?;
     let joined: usize = if data.len() > 1 {
@@ -132,7 +139,7 @@ pub(crate) fn decode_png(
         Some(Decoded::full(u32_width, u32_height))
     });
     pool.give(inflated, lent);
-    decoded
+    decoded.map(Ok)
 }
 
 /// Inflates the zlib stream split over `data` (`joined` bytes in all when more than one chunk)

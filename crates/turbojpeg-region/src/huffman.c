@@ -139,8 +139,7 @@ typedef struct {
 typedef struct {
   int used;              /* holds a table */
   int is_dc;
-  UINT8 bits[17];        /* the table it was made from: its code counts and symbols */
-  UINT8 huffval[256];
+  UINT8 bits[17];        /* the table it was made from: its code counts (its symbols: tbl's) */
   unsigned long stamp;   /* the install that last used it (0: none) */
   gf_derived_tbl tbl;
 } gf_cached_tbl;
@@ -329,7 +328,7 @@ static gf_derived_tbl *derived_table(j_decompress_ptr cinfo, gf_huffman_cache *c
     gf_cached_tbl *cached = &cache->slots[i];
     if (cached->used && cached->is_dc == is_dc &&
         memcmp(cached->bits, htbl->bits, sizeof(cached->bits)) == 0 &&
-        memcmp(cached->huffval, htbl->huffval, (size_t)count) == 0) {
+        memcmp(cached->tbl.huffval, htbl->huffval, (size_t)count) == 0) {
       cached->stamp = cache->clock;
       return &cached->tbl;
     }
@@ -340,7 +339,6 @@ static gf_derived_tbl *derived_table(j_decompress_ptr cinfo, gf_huffman_cache *c
   slot->used = 1;
   slot->is_dc = is_dc;
   memcpy(slot->bits, htbl->bits, sizeof(slot->bits));
-  memcpy(slot->huffval, htbl->huffval, sizeof(slot->huffval));
   slot->stamp = cache->clock;
   return &slot->tbl;
 }
