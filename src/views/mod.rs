@@ -7,6 +7,9 @@
 //! Pure planning and pixel arithmetic: the decode once and the crops of every view are the CPU
 //! lane's (`gpufeed::cpu::render_views`).
 
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod hue_avx2;
 mod layout;
 mod pillow;
 

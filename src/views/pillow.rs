@@ -17,18 +17,13 @@ fn luma(px: &[u8]) -> u8 {
 }
 
 /// `ImagingBlend(degenerate, image, alpha)` of one sample: `in1 + alpha * (in2 - in1)` in
-/// float32, truncated; clipped to 0..255 when `alpha` is outside 0..1.
+/// float32, truncated; clipped to 0..255 when `alpha` is outside 0..1 (within it the value lies
+/// between the two samples). Clamped first, then truncated (a NaN factor gives 0, as a
+/// conversion of a NaN does).
+#[inline(always)]
 fn blend(degenerate: u8, sample: u8, alpha: f32) -> u8 {
     let t = f32::from(degenerate) + alpha * (i32::from(sample) - i32::from(degenerate)) as f32;
-    if (0.0..=1.0).contains(&alpha) {
-        t as u8
-    } else if t <= 0.0 {
-        0
-    } else if t >= 255.0 {
-        255
-    } else {
-        t as u8
-    }
+    t.clamp(0.0, 255.0) as i32 as u8
 }
 
 /// `ImageEnhance.Contrast`'s grey level: the mean of `convert("L")` as `ImageStat` computes it
@@ -51,7 +46,8 @@ fn contrast_mean(img: &[u8]) -> u8 {
 }
 
 /// `Convert.c`'s `rgb2hsv_row`: `h` and `s` in float, the steps with a double constant in
-/// double, truncated to 0..255.
+/// double, truncated to 0..255. Its `fmod(h / 6.0 + 1.0, 1.0)` is the subtraction it equals
+/// there: `h` lies in [-1, 5], so `h / 6 + 1` in [5/6, 11/6], where `x - 1` is exact.
 fn rgb_to_hsv(px: [u8; 3]) -> [u8; 3] {
     let [r, g, b] = px;
     let maxc = r.max(g).max(b);
@@ -61,54 +57,113 @@ fn rgb_to_hsv(px: [u8; 3]) -> [u8; 3] {
     }
     let cr = f32::from(maxc - minc);
     let s = cr / f32::from(maxc);
-    let rc = f32::from(maxc - r) / cr;
-    let gc = f32::from(maxc - g) / cr;
-    let bc = f32::from(maxc - b) / cr;
+    let part = |c: u8| f32::from(maxc - c) / cr;
     let h: f32 = if r == maxc {
-        bc - gc
+        part(b) - part(g)
     } else if g == maxc {
-        (2.0 + f64::from(rc) - f64::from(bc)) as f32
+        (2.0 + f64::from(part(r)) - f64::from(part(b))) as f32
     } else {
-        (4.0 + f64::from(gc) - f64::from(rc)) as f32
+        (4.0 + f64::from(part(g)) - f64::from(part(r))) as f32
     };
-    let h = ((f64::from(h) / 6.0 + 1.0) % 1.0) as f32;
+    let x = f64::from(h) / 6.0 + 1.0;
+    let h = if (1.0..2.0).contains(&x) {
+        x - 1.0
+    } else if (0.0..1.0).contains(&x) {
+        x
+    } else {
+        x % 1.0
+    } as f32;
     let clip = |v: f64| (v as i32).clamp(0, 255) as u8;
     [clip(f64::from(h) * 255.0), clip(f64::from(s) * 255.0), maxc]
 }
 
-/// `Convert.c`'s `hsv2rgb`: the sector and its remainder in double (stored as float), C's
-/// `round` (halves away from zero).
-fn hsv_to_rgb(hsv: [u8; 3]) -> [u8; 3] {
-    let [h, s, v] = hsv;
-    if s == 0 {
-        return [v, v, v];
+/// C's `round` (halves away from zero) of `x`, clipped to 0..255, without a call: the
+/// truncation and the remainder it leaves are exact for such values.
+fn round_clip(x: f64) -> u8 {
+    if x.is_nan() || x <= 0.0 {
+        return 0;
     }
-    let hd = f64::from(f32::from(h)) * 6.0 / 255.0;
-    let i = hd.floor() as i32;
-    let f = (hd - f64::from(i as f32)) as f32;
-    let fs = (f64::from(f32::from(s)) / 255.0) as f32;
-    let vf = f64::from(f32::from(v));
-    let clip = |x: f64| (x.round() as i32).clamp(0, 255) as u8;
-    let p = clip(vf * (1.0 - f64::from(fs)));
-    let q = clip(vf * (1.0 - f64::from(fs * f)));
-    let t = clip(vf * (1.0 - f64::from(fs) * (1.0 - f64::from(f))));
-    match i % 6 {
-        0 => [v, t, p],
-        1 => [q, v, p],
-        2 => [p, v, t],
-        3 => [p, q, v],
-        4 => [t, p, v],
-        _ => [v, p, q],
+    if x >= 255.0 {
+        return 255;
+    }
+    let whole = x as u32;
+    (whole + u32::from(x - f64::from(whole) >= 0.5)) as u8
+}
+
+/// `Convert.c`'s `hsv2rgb` steps that depend on one byte alone, for each byte: the sector of
+/// a hue `h` (`floor(h * 6.0 / 255.0)` in double, taken as the truncation of a value at least 0)
+/// and its remainder (in double, stored as float), and a saturation's `s / 255.0` (stored as
+/// float).
+struct HsvSteps {
+    sector: [u8; 256],
+    remainder: [f32; 256],
+    saturation: [f32; 256],
+}
+
+impl HsvSteps {
+    fn new() -> HsvSteps {
+        let mut steps = HsvSteps {
+            sector: [0; 256],
+            remainder: [0.0; 256],
+            saturation: [0.0; 256],
+        };
+        for e in 0..256 {
+            let hd = f64::from(e as f32) * 6.0 / 255.0;
+            let i = hd as i32;
+            steps.sector[e] = (i % 6) as u8;
+            steps.remainder[e] = (hd - f64::from(i as f32)) as f32;
+            steps.saturation[e] = (f64::from(e as f32) / 255.0) as f32;
+        }
+        steps
+    }
+
+    /// `Convert.c`'s `hsv2rgb` of one pixel: C's `round` (halves away from zero).
+    fn rgb(&self, hsv: [u8; 3]) -> [u8; 3] {
+        let [h, s, v] = hsv;
+        if s == 0 {
+            return [v, v, v];
+        }
+        let f = self.remainder[usize::from(h)];
+        let fs = self.saturation[usize::from(s)];
+        let vf = f64::from(f32::from(v));
+        let p = round_clip(vf * (1.0 - f64::from(fs)));
+        let q = round_clip(vf * (1.0 - f64::from(fs * f)));
+        let t = round_clip(vf * (1.0 - f64::from(fs) * (1.0 - f64::from(f))));
+        match self.sector[usize::from(h)] {
+            0 => [v, t, p],
+            1 => [q, v, p],
+            2 => [p, v, t],
+            3 => [p, q, v],
+            4 => [t, p, v],
+            _ => [v, p, q],
+        }
     }
 }
 
 /// `F.adjust_hue` on a PIL image: the image to HSV, `uint8(factor * 255)` added to the hue
-/// (truncated toward zero, wrapping), back to RGB.
+/// (truncated toward zero, wrapping), back to RGB. Eight pixels a step with AVX2
+/// ([`super::hue_avx2`], the same arithmetic), the rest one by one.
 fn hue(img: &mut [u8], factor: f32) {
     let shift = (f64::from(factor) * 255.0) as i32 as u8;
-    for px in img.chunks_exact_mut(3) {
+    let mut rest: &mut [u8] = img;
+    #[cfg(target_arch = "x86_64")]
+    if super::hue_avx2::available() {
+        let mut steps = rest.chunks_exact_mut(3 * super::hue_avx2::STEP);
+        for step in &mut steps {
+            if let Ok(step) = <&mut [u8; 3 * super::hue_avx2::STEP]>::try_from(step) {
+                // SAFETY: the CPU has AVX2 (`available` above).
+                #[allow(unsafe_code)]
+                unsafe {
+                    super::hue_avx2::hue_step(step, shift)
+                };
+            }
+        }
+        rest = steps.into_remainder();
+    }
+    let steps = HsvSteps::new();
+    for px in rest.chunks_exact_mut(3) {
         let [h, s, v] = rgb_to_hsv([px[0], px[1], px[2]]);
-        px.copy_from_slice(&hsv_to_rgb([h.wrapping_add(shift), s, v]));
+        px.copy_from_slice(&steps.rgb([h.wrapping_add(shift), s, v]));
     }
 }
 
@@ -145,59 +200,205 @@ fn reflect(i: isize, n: usize) -> usize {
 /// The sums are taken in float64 (PyTorch's convolution sums float32 in an order of its own:
 /// an output within about 1e-4 of a half may round the other way there). The kernel is
 /// symmetric, exactly (its taps at `x` and `-x` are the same float32), so the samples its equal
-/// taps weigh are added first and multiplied once: a quarter of the products. Each channel is
-/// padded once, and each tap runs along whole rows.
+/// taps weigh are added first and multiplied once: a quarter of the products. Each output's sum
+/// runs over the kernel's rows `i`, then its columns `j` (the GPU's order too); the samples of
+/// a row, all three channels, are summed side by side ([`blur_row`]).
 fn blur(img: &mut [u8], height: usize, width: usize, kernel_size: usize, sigma: f32) {
-    let k1 = gaussian_kernel(kernel_size, sigma);
     let k = kernel_size;
-    let weight = |i: usize, j: usize| f64::from(k1[i] * k1[j]);
+    let taps = k / 2 + 1;
+    let k1 = gaussian_kernel(k, sigma);
+    let weights: Vec<f64> = (0..taps * taps)
+        .map(|n| f64::from(k1[n / taps] * k1[n % taps]))
+        .collect();
     let half = (k / 2) as isize;
-    let pw = width + k - 1;
+    // Samples of a padded row, and padded rows.
+    let pw = (width + k - 1) * 3;
     let ph = height + k - 1;
     let mut padded = vec![0f64; pw * ph];
-    let mut rows = vec![0f64; pw];
-    let mut acc = vec![0f64; width];
-    for c in 0..3 {
-        for (py, line) in padded.chunks_exact_mut(pw).enumerate() {
-            let y = reflect(py as isize - half, height);
-            for (px, v) in line.iter_mut().enumerate() {
-                let x = reflect(px as isize - half, width);
-                *v = f64::from(img[(y * width + x) * 3 + c]);
+    for (py, line) in padded.chunks_exact_mut(pw).enumerate() {
+        let y = reflect(py as isize - half, height);
+        let row = &img[y * width * 3..(y + 1) * width * 3];
+        for (px, v) in line.chunks_exact_mut(3).enumerate() {
+            let x = reflect(px as isize - half, width);
+            for (v, &s) in v.iter_mut().zip(&row[x * 3..x * 3 + 3]) {
+                *v = f64::from(s);
             }
         }
-        for y in 0..height {
-            acc.fill(0.0);
-            for i in 0..=k / 2 {
-                let (top, bottom) = (y + i, y + k - 1 - i);
-                let a = &padded[top * pw..(top + 1) * pw];
-                if top == bottom {
-                    rows.copy_from_slice(a);
+    }
+    // Row i of a pass: the padded rows the kernel's rows i and k - 1 - i weigh, added.
+    let mut pairs = vec![0f64; taps * pw];
+    let mut sums = vec![0f64; width * 3];
+    for y in 0..height {
+        for (i, pair) in pairs.chunks_exact_mut(pw).enumerate() {
+            let (top, bottom) = (y + i, y + k - 1 - i);
+            let a = &padded[top * pw..(top + 1) * pw];
+            if top == bottom {
+                pair.copy_from_slice(a);
+            } else {
+                let b = &padded[bottom * pw..(bottom + 1) * pw];
+                for ((p, &a), &b) in pair.iter_mut().zip(a).zip(b) {
+                    *p = a + b;
+                }
+            }
+        }
+        blur_row(&pairs, pw, k, &weights, &mut sums);
+        let out = &mut img[y * width * 3..(y + 1) * width * 3];
+        for (o, &sum) in out.iter_mut().zip(&sums) {
+            *o = round_half_even_clip(sum);
+        }
+    }
+}
+
+/// A blurred row's sums: sample o (pixel x, channel c: `o = 3x + c`) is, over the kernel's rows
+/// `i` then its columns `j`, `w(i, j) * (pairs[i][o + 3j] + pairs[i][o + 3(k - 1 - j)])` added
+/// to a float64 that starts at 0 (the middle column once). Eight samples at a time, each its
+/// own sum, so that the compiler keeps them in vector registers; on CPUs with AVX2 four a
+/// register.
+fn blur_row(pairs: &[f64], pw: usize, k: usize, weights: &[f64], sums: &mut [f64]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above); the function is safe Rust compiled
+        // with it.
+        #[allow(unsafe_code)]
+        unsafe {
+            blur_row_avx2(pairs, pw, k, weights, sums)
+        };
+        return;
+    }
+    blur_row_with(pairs, pw, k, weights, sums);
+}
+
+/// [`blur_row_with`] compiled for AVX2 (no fused multiply-adds: Rust rounds the product and
+/// the sum apart).
+///
+/// # Safety
+/// The CPU has AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[allow(unsafe_code)]
+unsafe fn blur_row_avx2(pairs: &[f64], pw: usize, k: usize, weights: &[f64], sums: &mut [f64]) {
+    blur_row_with(pairs, pw, k, weights, sums);
+}
+
+#[inline(always)]
+fn blur_row_with(pairs: &[f64], pw: usize, k: usize, weights: &[f64], sums: &mut [f64]) {
+    const LANES: usize = 8;
+    let taps = k / 2 + 1;
+    let samples = sums.len();
+    let mut o = 0;
+    while o + LANES <= samples {
+        let mut acc = [0f64; LANES];
+        for (i, pair) in pairs.chunks_exact(pw).enumerate() {
+            for j in 0..taps {
+                let w = weights[i * taps + j];
+                let (l, r) = (o + 3 * j, o + 3 * (k - 1 - j));
+                let left = &pair[l..l + LANES];
+                if l == r {
+                    for (a, &u) in acc.iter_mut().zip(left) {
+                        *a += w * u;
+                    }
                 } else {
-                    let b = &padded[bottom * pw..(bottom + 1) * pw];
-                    for ((r, &a), &b) in rows.iter_mut().zip(a).zip(b) {
-                        *r = a + b;
+                    let right = &pair[r..r + LANES];
+                    for ((a, &u), &v) in acc.iter_mut().zip(left).zip(right) {
+                        *a += w * (u + v);
                     }
                 }
-                for j in 0..=k / 2 {
-                    let w = weight(i, j);
-                    let (l, r) = (j, k - 1 - j);
-                    if l == r {
-                        for (a, &v) in acc.iter_mut().zip(&rows[l..l + width]) {
-                            *a += w * v;
-                        }
-                    } else {
-                        let left = &rows[l..l + width];
-                        let right = &rows[r..r + width];
-                        for ((a, &u), &v) in acc.iter_mut().zip(left).zip(right) {
-                            *a += w * (u + v);
-                        }
-                    }
-                }
-            }
-            for (x, a) in acc.iter().enumerate() {
-                img[(y * width + x) * 3 + c] = a.round_ties_even().clamp(0.0, 255.0) as u8;
             }
         }
+        sums[o..o + LANES].copy_from_slice(&acc);
+        o += LANES;
+    }
+    for (o, sum) in sums.iter_mut().enumerate().skip(o) {
+        let mut acc = 0f64;
+        for (i, pair) in pairs.chunks_exact(pw).enumerate() {
+            for j in 0..taps {
+                let w = weights[i * taps + j];
+                let (l, r) = (o + 3 * j, o + 3 * (k - 1 - j));
+                acc += if l == r {
+                    w * pair[l]
+                } else {
+                    w * (pair[l] + pair[r])
+                };
+            }
+        }
+        *sum = acc;
+    }
+}
+
+/// `round` half to even of a blurred sum, clipped to 0..255, without a call: 2^52 added and
+/// taken away rounds a value in 0..2^51 to a whole number, ties to even, in IEEE arithmetic.
+fn round_half_even_clip(sum: f64) -> u8 {
+    const WHOLE: f64 = 4_503_599_627_370_496.0;
+    let v = sum.clamp(0.0, 255.0);
+    ((v + WHOLE) - WHOLE) as u8
+}
+
+/// A call that maps each pixel alone.
+#[derive(Clone, Copy)]
+enum Point {
+    /// Every sample blended with this grey level by this factor (brightness, contrast).
+    Blend(u8, f32),
+    /// Each pixel's samples blended with its own grey level (`ImageEnhance.Color`).
+    Saturation(f32),
+    /// Each pixel its grey level.
+    Grayscale,
+    /// Samples at or above the threshold inverted.
+    Solarize(u8),
+}
+
+/// Applies `call` to every pixel of `img`; compiled for AVX2 too, where the compiler makes
+/// vector instructions of the loops (the same operations on the same values).
+fn point(img: &mut [u8], call: Point) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above); the function is safe Rust compiled
+        // with it.
+        #[allow(unsafe_code)]
+        unsafe {
+            point_avx2(img, call)
+        };
+        return;
+    }
+    point_with(img, call);
+}
+
+/// [`point_with`] compiled for AVX2.
+///
+/// # Safety
+/// The CPU has AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[allow(unsafe_code)]
+unsafe fn point_avx2(img: &mut [u8], call: Point) {
+    point_with(img, call);
+}
+
+#[inline(always)]
+fn point_with(img: &mut [u8], call: Point) {
+    match call {
+        Point::Blend(grey, f) => img.iter_mut().for_each(|v| *v = blend(grey, *v, f)),
+        Point::Saturation(f) => {
+            // A run of pixels' grey levels, each three times, then the run's samples blended.
+            const RUN: usize = 32;
+            let mut greys = [0u8; 3 * RUN];
+            for run in img.chunks_mut(3 * RUN) {
+                for (g, px) in greys.chunks_exact_mut(3).zip(run.chunks_exact(3)) {
+                    g.fill(luma(px));
+                }
+                for (v, &g) in run.iter_mut().zip(&greys) {
+                    *v = blend(g, *v, f);
+                }
+            }
+        }
+        Point::Grayscale => {
+            for px in img.chunks_exact_mut(3) {
+                let l = luma(px);
+                px.fill(l);
+            }
+        }
+        Point::Solarize(t) => img
+            .iter_mut()
+            .for_each(|v| *v = if *v >= t { 255 - *v } else { *v }),
     }
 }
 
@@ -219,37 +420,21 @@ pub fn apply_view_ops(
     };
     for op in ops {
         match *op {
-            ViewOp::Brightness(f) => img.iter_mut().for_each(|v| *v = blend(0, *v, f)),
-            ViewOp::Contrast(f) => {
-                let mean = contrast_mean(img);
-                img.iter_mut().for_each(|v| *v = blend(mean, *v, f));
-            }
-            ViewOp::Saturation(f) => {
-                for px in img.chunks_exact_mut(3) {
-                    let l = luma(px);
-                    px.iter_mut().for_each(|v| *v = blend(l, *v, f));
-                }
-            }
+            ViewOp::Brightness(f) => point(img, Point::Blend(0, f)),
+            ViewOp::Contrast(f) => point(img, Point::Blend(contrast_mean(img), f)),
+            ViewOp::Saturation(f) => point(img, Point::Saturation(f)),
             ViewOp::Hue(f) => hue(img, f),
-            ViewOp::Grayscale => {
-                for px in img.chunks_exact_mut(3) {
-                    let l = luma(px);
-                    px.fill(l);
-                }
-            }
+            ViewOp::Grayscale => point(img, Point::Grayscale),
             ViewOp::Blur { kernel_size, sigma } => {
                 let k = kernel_size as usize;
-                if k / 2 >= height.min(width) {
+                if k == 0 || k / 2 >= height.min(width) {
                     return Err(Error::Mismatch(format!(
                         "a {width}x{height} view is too small for a blur kernel of {k}"
                     )));
                 }
                 blur(img, height, width, k, sigma);
             }
-            ViewOp::Solarize(t) => img
-                .iter_mut()
-                .filter(|v| **v >= t)
-                .for_each(|v| *v = 255 - *v),
+            ViewOp::Solarize(t) => point(img, Point::Solarize(t)),
         }
     }
     Ok(())
@@ -259,6 +444,309 @@ pub fn apply_view_ops(
 mod tests {
     use super::*;
 
+    // The arithmetic as first written: C's `fmod`, `floor` and `round` called, each output's
+    // blur summed alone.
+
+    /// `Convert.c`'s `rgb2hsv_row`: `h` and `s` in float, the steps with a double constant in
+    /// double, truncated to 0..255.
+    fn reference_rgb_to_hsv(px: [u8; 3]) -> [u8; 3] {
+        let [r, g, b] = px;
+        let maxc = r.max(g).max(b);
+        let minc = r.min(g).min(b);
+        if maxc == minc {
+            return [0, 0, maxc];
+        }
+        let cr = f32::from(maxc - minc);
+        let s = cr / f32::from(maxc);
+        let rc = f32::from(maxc - r) / cr;
+        let gc = f32::from(maxc - g) / cr;
+        let bc = f32::from(maxc - b) / cr;
+        let h: f32 = if r == maxc {
+            bc - gc
+        } else if g == maxc {
+            (2.0 + f64::from(rc) - f64::from(bc)) as f32
+        } else {
+            (4.0 + f64::from(gc) - f64::from(rc)) as f32
+        };
+        let h = ((f64::from(h) / 6.0 + 1.0) % 1.0) as f32;
+        let clip = |v: f64| (v as i32).clamp(0, 255) as u8;
+        [clip(f64::from(h) * 255.0), clip(f64::from(s) * 255.0), maxc]
+    }
+
+    /// `Convert.c`'s `hsv2rgb`: the sector and its remainder in double (stored as float), C's
+    /// `round` (halves away from zero).
+    fn reference_hsv_to_rgb(hsv: [u8; 3]) -> [u8; 3] {
+        let [h, s, v] = hsv;
+        if s == 0 {
+            return [v, v, v];
+        }
+        let hd = f64::from(f32::from(h)) * 6.0 / 255.0;
+        let i = hd.floor() as i32;
+        let f = (hd - f64::from(i as f32)) as f32;
+        let fs = (f64::from(f32::from(s)) / 255.0) as f32;
+        let vf = f64::from(f32::from(v));
+        let clip = |x: f64| (x.round() as i32).clamp(0, 255) as u8;
+        let p = clip(vf * (1.0 - f64::from(fs)));
+        let q = clip(vf * (1.0 - f64::from(fs * f)));
+        let t = clip(vf * (1.0 - f64::from(fs) * (1.0 - f64::from(f))));
+        match i % 6 {
+            0 => [v, t, p],
+            1 => [q, v, p],
+            2 => [p, v, t],
+            3 => [p, q, v],
+            4 => [t, p, v],
+            _ => [v, p, q],
+        }
+    }
+
+    /// torchvision's `gaussian_blur` of a `uint8` image: the 2-D kernel (the float32 outer
+    /// product of the 1-D one) over the reflect-padded image, each output rounded half to even.
+    /// The sums are taken in float64 (PyTorch's convolution sums float32 in an order of its own:
+    /// an output within about 1e-4 of a half may round the other way there). The kernel is
+    /// symmetric, exactly (its taps at `x` and `-x` are the same float32), so the samples its equal
+    /// taps weigh are added first and multiplied once: a quarter of the products. Each channel is
+    /// padded once, and each tap runs along whole rows.
+    fn reference_blur(img: &mut [u8], height: usize, width: usize, kernel_size: usize, sigma: f32) {
+        let k1 = gaussian_kernel(kernel_size, sigma);
+        let k = kernel_size;
+        let weight = |i: usize, j: usize| f64::from(k1[i] * k1[j]);
+        let half = (k / 2) as isize;
+        let pw = width + k - 1;
+        let ph = height + k - 1;
+        let mut padded = vec![0f64; pw * ph];
+        let mut rows = vec![0f64; pw];
+        let mut acc = vec![0f64; width];
+        for c in 0..3 {
+            for (py, line) in padded.chunks_exact_mut(pw).enumerate() {
+                let y = reflect(py as isize - half, height);
+                for (px, v) in line.iter_mut().enumerate() {
+                    let x = reflect(px as isize - half, width);
+                    *v = f64::from(img[(y * width + x) * 3 + c]);
+                }
+            }
+            for y in 0..height {
+                acc.fill(0.0);
+                for i in 0..=k / 2 {
+                    let (top, bottom) = (y + i, y + k - 1 - i);
+                    let a = &padded[top * pw..(top + 1) * pw];
+                    if top == bottom {
+                        rows.copy_from_slice(a);
+                    } else {
+                        let b = &padded[bottom * pw..(bottom + 1) * pw];
+                        for ((r, &a), &b) in rows.iter_mut().zip(a).zip(b) {
+                            *r = a + b;
+                        }
+                    }
+                    for j in 0..=k / 2 {
+                        let w = weight(i, j);
+                        let (l, r) = (j, k - 1 - j);
+                        if l == r {
+                            for (a, &v) in acc.iter_mut().zip(&rows[l..l + width]) {
+                                *a += w * v;
+                            }
+                        } else {
+                            let left = &rows[l..l + width];
+                            let right = &rows[r..r + width];
+                            for ((a, &u), &v) in acc.iter_mut().zip(left).zip(right) {
+                                *a += w * (u + v);
+                            }
+                        }
+                    }
+                }
+                for (x, a) in acc.iter().enumerate() {
+                    img[(y * width + x) * 3 + c] = a.round_ties_even().clamp(0.0, 255.0) as u8;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn hsv_conversions_equal_the_calls_they_stand_for_on_every_input() {
+        let steps = HsvSteps::new();
+        for v in 0..1u32 << 24 {
+            let [a, b, c, _] = v.to_le_bytes();
+            assert_eq!(
+                rgb_to_hsv([a, b, c]),
+                reference_rgb_to_hsv([a, b, c]),
+                "{a} {b} {c}"
+            );
+            assert_eq!(
+                steps.rgb([a, b, c]),
+                reference_hsv_to_rgb([a, b, c]),
+                "{a} {b} {c}"
+            );
+        }
+        for x in [
+            -0.7,
+            -0.5,
+            -0.0,
+            0.0,
+            0.49999999999999994,
+            0.5,
+            1.5,
+            2.5,
+            254.5,
+            254.9,
+            255.0,
+        ] {
+            assert_eq!(
+                round_clip(x),
+                (f64::round(x) as i32).clamp(0, 255) as u8,
+                "{x}"
+            );
+        }
+        assert_eq!(round_clip(f64::NAN), 0);
+        for x in [
+            0.5,
+            1.5,
+            2.5,
+            3.49,
+            254.5,
+            255.5,
+            -0.5,
+            -3.0,
+            300.0,
+            f64::NAN,
+        ] {
+            let want = f64::round_ties_even(x).clamp(0.0, 255.0) as u8;
+            assert_eq!(round_half_even_clip(x), want, "{x}");
+        }
+    }
+
+    #[test]
+    fn hue_steps_of_eight_pixels_equal_the_pixel_by_pixel_hue_on_every_colour() {
+        #[cfg(target_arch = "x86_64")]
+        if super::super::hue_avx2::available() {
+            let steps = HsvSteps::new();
+            for shift in [0u8, 1, 77, 128, 200, 255] {
+                let mut block = [0u8; 24];
+                for first in (0..1u32 << 24).step_by(8) {
+                    for (i, px) in block.chunks_exact_mut(3).enumerate() {
+                        px.copy_from_slice(&(first + i as u32).to_le_bytes()[..3]);
+                    }
+                    let mut want = block;
+                    for px in want.chunks_exact_mut(3) {
+                        let [h, s, v] = rgb_to_hsv([px[0], px[1], px[2]]);
+                        px.copy_from_slice(&steps.rgb([h.wrapping_add(shift), s, v]));
+                    }
+                    // SAFETY: the CPU has AVX2 (checked above).
+                    #[allow(unsafe_code)]
+                    unsafe {
+                        super::super::hue_avx2::hue_step(&mut block, shift)
+                    };
+                    assert_eq!(block, want, "from {first:06x}, shift {shift}");
+                }
+            }
+        }
+    }
+
+    /// `ImagingBlend` as first written: clipped apart when the factor is outside 0..1.
+    fn reference_blend(degenerate: u8, sample: u8, alpha: f32) -> u8 {
+        let t = f32::from(degenerate) + alpha * (i32::from(sample) - i32::from(degenerate)) as f32;
+        if (0.0..=1.0).contains(&alpha) {
+            t as u8
+        } else if t <= 0.0 {
+            0
+        } else if t >= 255.0 {
+            255
+        } else {
+            t as u8
+        }
+    }
+
+    #[test]
+    fn point_calls_equal_their_pixel_by_pixel_arithmetic() {
+        let alphas = [0.0f32, 0.6, 0.999, 1.0, 1.4, 2.5, -0.5, f32::NAN];
+        for alpha in alphas {
+            for d in 0..=255u8 {
+                for v in 0..=255u8 {
+                    assert_eq!(
+                        blend(d, v, alpha),
+                        reference_blend(d, v, alpha),
+                        "{d} {v} {alpha}"
+                    );
+                }
+            }
+        }
+        // Every sample value in every channel, in runs that end mid-run.
+        let img: Vec<u8> = (0..3 * 1000).map(|i| (i * 7 + i / 3) as u8).collect();
+        for len in [3 * 1000, 3 * 33, 3] {
+            for alpha in alphas {
+                let mut got = img[..len].to_vec();
+                point(&mut got, Point::Saturation(alpha));
+                let mut want = img[..len].to_vec();
+                for px in want.chunks_exact_mut(3) {
+                    let l = luma(px);
+                    px.iter_mut()
+                        .for_each(|v| *v = reference_blend(l, *v, alpha));
+                }
+                assert_eq!(got, want, "saturation {alpha}, {len} samples");
+                let mut got = img[..len].to_vec();
+                point(&mut got, Point::Blend(117, alpha));
+                let want: Vec<u8> = img[..len]
+                    .iter()
+                    .map(|&v| reference_blend(117, v, alpha))
+                    .collect();
+                assert_eq!(got, want, "blend {alpha}, {len} samples");
+            }
+            let mut got = img[..len].to_vec();
+            point(&mut got, Point::Solarize(128));
+            let want: Vec<u8> = img[..len]
+                .iter()
+                .map(|&v| if v >= 128 { !v } else { v })
+                .collect();
+            assert_eq!(got, want);
+        }
+    }
+
+    #[test]
+    fn blurs_equal_each_output_summed_alone() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for (height, width) in [
+            (1, 1),
+            (3, 7),
+            (5, 8),
+            (9, 17),
+            (12, 31),
+            (40, 33),
+            (96, 96),
+        ] {
+            for k in 1..=11usize {
+                if k / 2 >= height.min(width) {
+                    continue;
+                }
+                for sigma in [0.1f32, 0.7, 1.3, 2.0, 5.5] {
+                    let mut img: Vec<u8> = (0..height * width * 3).map(|_| next() as u8).collect();
+                    if next() % 3 == 0 {
+                        // Flat stretches, where sums near a half are likelier.
+                        img.iter_mut().for_each(|v| *v &= 0xF0);
+                    }
+                    let mut want = img.clone();
+                    reference_blur(&mut want, height, width, k, sigma);
+                    blur(&mut img, height, width, k, sigma);
+                    assert_eq!(img, want, "{width}x{height}, kernel {k}, sigma {sigma}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_blur_kernel_of_nothing_is_refused() {
+        let mut img = vec![9u8; 4 * 4 * 3];
+        let none = [ViewOp::Blur {
+            kernel_size: 0,
+            sigma: 1.0,
+        }];
+        assert!(apply_view_ops(&none, &mut img, 4, 4).is_err());
+        assert!(img.iter().all(|&v| v == 9));
+    }
+
     #[test]
     fn hsv_round_trip_is_pillows() {
         // Pillow 13: Image.new("RGB", (1, 1), c).convert("HSV").getpixel((0, 0)) and back.
@@ -266,8 +754,8 @@ mod tests {
         assert_eq!(rgb_to_hsv([0, 255, 0]), [85, 255, 255]);
         assert_eq!(rgb_to_hsv([0, 0, 255]), [170, 255, 255]);
         assert_eq!(rgb_to_hsv([7, 7, 7]), [0, 0, 7]);
-        assert_eq!(hsv_to_rgb([0, 255, 255]), [255, 0, 0]);
-        assert_eq!(hsv_to_rgb([0, 0, 9]), [9, 9, 9]);
+        assert_eq!(HsvSteps::new().rgb([0, 255, 255]), [255, 0, 0]);
+        assert_eq!(HsvSteps::new().rgb([0, 0, 9]), [9, 9, 9]);
     }
 
     #[test]
