@@ -9,7 +9,7 @@
 
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
-mod hue_avx2;
+mod colour_avx2;
 mod layout;
 mod pillow;
 

@@ -142,19 +142,19 @@ impl HsvSteps {
 
 /// `F.adjust_hue` on a PIL image: the image to HSV, `uint8(factor * 255)` added to the hue
 /// (truncated toward zero, wrapping), back to RGB. Eight pixels a step with AVX2
-/// ([`super::hue_avx2`], the same arithmetic), the rest one by one.
+/// ([`super::colour_avx2`], the same arithmetic), the rest one by one.
 fn hue(img: &mut [u8], factor: f32) {
     let shift = (f64::from(factor) * 255.0) as i32 as u8;
     let mut rest: &mut [u8] = img;
     #[cfg(target_arch = "x86_64")]
-    if super::hue_avx2::available() {
-        let mut steps = rest.chunks_exact_mut(3 * super::hue_avx2::STEP);
+    if super::colour_avx2::available() {
+        let mut steps = rest.chunks_exact_mut(3 * super::colour_avx2::STEP);
         for step in &mut steps {
-            if let Ok(step) = <&mut [u8; 3 * super::hue_avx2::STEP]>::try_from(step) {
+            if let Ok(step) = <&mut [u8; 3 * super::colour_avx2::STEP]>::try_from(step) {
                 // SAFETY: the CPU has AVX2 (`available` above).
                 #[allow(unsafe_code)]
                 unsafe {
-                    super::hue_avx2::hue_step(step, shift)
+                    super::colour_avx2::hue_step(step, shift)
                 };
             }
         }
@@ -346,48 +346,26 @@ enum Point {
     Solarize(u8),
 }
 
-/// Applies `call` to every pixel of `img`; compiled for AVX2 too, where the compiler makes
-/// vector instructions of the loops (the same operations on the same values).
+/// Pixels of a run of [`point`]'s blends: their grey levels are gathered, three times each,
+/// then the run's samples blended.
+const RUN: usize = 32;
+
+/// Applies `call` to every pixel of `img`.
 fn point(img: &mut [u8], call: Point) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU has AVX2 (checked just above); the function is safe Rust compiled
-        // with it.
-        #[allow(unsafe_code)]
-        unsafe {
-            point_avx2(img, call)
-        };
-        return;
-    }
-    point_with(img, call);
-}
-
-/// [`point_with`] compiled for AVX2.
-///
-/// # Safety
-/// The CPU has AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-#[allow(unsafe_code)]
-unsafe fn point_avx2(img: &mut [u8], call: Point) {
-    point_with(img, call);
-}
-
-#[inline(always)]
-fn point_with(img: &mut [u8], call: Point) {
     match call {
-        Point::Blend(grey, f) => img.iter_mut().for_each(|v| *v = blend(grey, *v, f)),
+        Point::Blend(grey, f) => {
+            let greys = [grey; 3 * RUN];
+            for run in img.chunks_mut(3 * RUN) {
+                blend_samples(run, &greys, f);
+            }
+        }
         Point::Saturation(f) => {
-            // A run of pixels' grey levels, each three times, then the run's samples blended.
-            const RUN: usize = 32;
             let mut greys = [0u8; 3 * RUN];
             for run in img.chunks_mut(3 * RUN) {
                 for (g, px) in greys.chunks_exact_mut(3).zip(run.chunks_exact(3)) {
                     g.fill(luma(px));
                 }
-                for (v, &g) in run.iter_mut().zip(&greys) {
-                    *v = blend(g, *v, f);
-                }
+                blend_samples(run, &greys, f);
             }
         }
         Point::Grayscale => {
@@ -399,6 +377,30 @@ fn point_with(img: &mut [u8], call: Point) {
         Point::Solarize(t) => img
             .iter_mut()
             .for_each(|v| *v = if *v >= t { 255 - *v } else { *v }),
+    }
+}
+
+/// [`blend`] of each sample toward its grey level (`greys`, at least as many): 32 a step with
+/// AVX2 ([`super::colour_avx2::blend_step`], the same arithmetic), the rest one by one.
+fn blend_samples(samples: &mut [u8], greys: &[u8], alpha: f32) {
+    #[allow(unused_mut)]
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if super::colour_avx2::available() {
+        const STEP: usize = super::colour_avx2::BLEND_STEP;
+        for (s, g) in samples.chunks_exact_mut(STEP).zip(greys.chunks_exact(STEP)) {
+            if let (Ok(s), Ok(g)) = (<&mut [u8; STEP]>::try_from(s), <&[u8; STEP]>::try_from(g)) {
+                // SAFETY: the CPU has AVX2 (`available` above).
+                #[allow(unsafe_code)]
+                unsafe {
+                    super::colour_avx2::blend_step(s, g, alpha)
+                };
+                done += STEP;
+            }
+        }
+    }
+    for (v, &g) in samples.iter_mut().zip(greys).skip(done) {
+        *v = blend(g, *v, alpha);
     }
 }
 
@@ -616,7 +618,7 @@ mod tests {
     #[test]
     fn hue_steps_of_eight_pixels_equal_the_pixel_by_pixel_hue_on_every_colour() {
         #[cfg(target_arch = "x86_64")]
-        if super::super::hue_avx2::available() {
+        if super::super::colour_avx2::available() {
             let steps = HsvSteps::new();
             for shift in [0u8, 1, 77, 128, 200, 255] {
                 let mut block = [0u8; 24];
@@ -632,7 +634,7 @@ mod tests {
                     // SAFETY: the CPU has AVX2 (checked above).
                     #[allow(unsafe_code)]
                     unsafe {
-                        super::super::hue_avx2::hue_step(&mut block, shift)
+                        super::super::colour_avx2::hue_step(&mut block, shift)
                     };
                     assert_eq!(block, want, "from {first:06x}, shift {shift}");
                 }

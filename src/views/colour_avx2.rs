@@ -1,16 +1,20 @@
-//! `F.adjust_hue` on a PIL image with AVX2, eight pixels a step, bit-identical to the scalar
-//! steps ([`super::pillow`]'s `rgb_to_hsv` and `HsvSteps::rgb`): the same float and double
-//! operations, each on eight (float) or four (double) pixels at once, every branch of a pixel
-//! computed and the one it takes chosen by masks. IEEE division, conversion and rounding give
-//! the same bits in a vector lane as in a scalar register, and the truncations here only meet
-//! values inside 0..=255 (or a NaN or a grey pixel's, which the masks drop).
+//! The views' colour calls with AVX2, bit-identical to the scalar arithmetic of
+//! [`super::pillow`]: `F.adjust_hue` eight pixels a step ([`hue_step`]: `rgb_to_hsv` and
+//! `HsvSteps::rgb`) and `ImagingBlend` 32 samples a step ([`blend_step`]). The same float and
+//! double operations, each on eight (float) or four (double) lanes at once, every branch of a
+//! pixel computed and the one it takes chosen by masks. IEEE division, conversion and rounding
+//! give the same bits in a vector lane as in a scalar register, and the truncations here only
+//! meet values inside 0..=255 (or a NaN or a grey pixel's, which the masks drop).
 
 use std::arch::x86_64::*;
 
-/// Pixels a step takes.
+/// Pixels a hue step takes.
 pub(super) const STEP: usize = 8;
 
-/// Whether this CPU runs [`hue_step`].
+/// Samples a blend step takes.
+pub(super) const BLEND_STEP: usize = 32;
+
+/// Whether this CPU runs [`hue_step`] and [`blend_step`].
 pub(super) fn available() -> bool {
     std::arch::is_x86_feature_detected!("avx2")
 }
@@ -211,4 +215,43 @@ fn to_rgb(h: __m256i, s: __m256i, v: __m256i) -> [__m256i; 3] {
         pick([p, p, t, v, v, q]),
     ]
     .map(|c| _mm256_blendv_epi8(c, v, grey))
+}
+
+/// `ImagingBlend(grey, sample, alpha)` of `BLEND_STEP` samples, each toward its own grey level
+/// (`blend`): `grey + alpha * (sample - grey)` in float32 (the difference taken in integers),
+/// clamped to 0..=255 (a NaN to 0), truncated.
+///
+/// # Safety
+/// AVX2 ([`available`]).
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn blend_step(
+    samples: &mut [u8; BLEND_STEP],
+    greys: &[u8; BLEND_STEP],
+    alpha: f32,
+) {
+    let alpha = _mm256_set1_ps(alpha);
+    let top = _mm256_set1_ps(255.0);
+    let mut out = [_mm256_setzero_si256(); BLEND_STEP / 8];
+    for (i, o) in out.iter_mut().enumerate() {
+        // SAFETY: unaligned loads of eight bytes at 8i < BLEND_STEP of each array.
+        let (s, g) = unsafe {
+            (
+                _mm256_cvtepu8_epi32(_mm_loadl_epi64(samples.as_ptr().add(8 * i).cast())),
+                _mm256_cvtepu8_epi32(_mm_loadl_epi64(greys.as_ptr().add(8 * i).cast())),
+            )
+        };
+        let difference = _mm256_cvtepi32_ps(_mm256_sub_epi32(s, g));
+        let t = _mm256_add_ps(_mm256_cvtepi32_ps(g), _mm256_mul_ps(alpha, difference));
+        // `min(255, t)` keeps a NaN (its second operand), `max(NaN, 0)` gives 0.
+        let clamped = _mm256_max_ps(_mm256_min_ps(top, t), _mm256_setzero_ps());
+        *o = _mm256_cvttps_epi32(clamped);
+    }
+    // Four vectors of eight i32s in 0..=255 to 32 bytes in order: the packs work within 128-bit
+    // lanes, the permute puts the quarters back in order.
+    let words_lo = _mm256_packus_epi32(out[0], out[1]);
+    let words_hi = _mm256_packus_epi32(out[2], out[3]);
+    let bytes = _mm256_packus_epi16(words_lo, words_hi);
+    let bytes = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    // SAFETY: an unaligned store of 32 bytes into an array of 32.
+    unsafe { _mm256_storeu_si256(samples.as_mut_ptr().cast(), bytes) };
 }
