@@ -27,22 +27,16 @@ fn blend(degenerate: u8, sample: u8, alpha: f32) -> u8 {
 }
 
 /// `ImageEnhance.Contrast`'s grey level: the mean of `convert("L")` as `ImageStat` computes it
-/// (a float64 sum over the histogram divided by the count), `int(mean + 0.5)`.
+/// (a float64 sum over the histogram divided by the count), `int(mean + 0.5)`. Each term of that
+/// sum, and each partial sum, is a whole number far below 2^53, so the float64 sum is the
+/// integer sum of the grey levels exactly, whatever the order: that is what is added here.
 fn contrast_mean(img: &[u8]) -> u8 {
-    let mut hist = [0u64; 256];
-    for px in img.chunks_exact(3) {
-        hist[luma(px) as usize] += 1;
-    }
-    let n: u64 = hist.iter().sum();
+    let n = (img.len() / 3) as u64;
     if n == 0 {
         return 0;
     }
-    let sum: f64 = hist
-        .iter()
-        .enumerate()
-        .map(|(i, &c)| i as f64 * c as f64)
-        .sum();
-    (sum / n as f64 + 0.5) as u8
+    let sum: u64 = img.chunks_exact(3).map(|px| u64::from(luma(px))).sum();
+    (sum as f64 / n as f64 + 0.5) as u8
 }
 
 /// `Convert.c`'s `rgb2hsv_row`: `h` and `s` in float, the steps with a double constant in
@@ -698,6 +692,41 @@ mod tests {
                 .map(|&v| if v >= 128 { !v } else { v })
                 .collect();
             assert_eq!(got, want);
+        }
+    }
+
+    #[test]
+    fn the_contrast_grey_level_is_the_histograms_mean() {
+        let reference = |img: &[u8]| {
+            let mut hist = [0u64; 256];
+            for px in img.chunks_exact(3) {
+                hist[luma(px) as usize] += 1;
+            }
+            let n: u64 = hist.iter().sum();
+            let sum: f64 = hist
+                .iter()
+                .enumerate()
+                .map(|(i, &c)| i as f64 * c as f64)
+                .sum();
+            if n == 0 {
+                0
+            } else {
+                (sum / n as f64 + 0.5) as u8
+            }
+        };
+        let mut state = 0x1234_5678_9abc_def1u64;
+        for len in [0, 1, 2, 7, 96 * 96, 224 * 224, 1000 * 700] {
+            let mut img: Vec<u8> = (0..3 * len)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    state as u8
+                })
+                .collect();
+            assert_eq!(contrast_mean(&img), reference(&img), "{len} pixels");
+            img.fill(255);
+            assert_eq!(contrast_mean(&img), reference(&img), "{len} white pixels");
         }
     }
 
