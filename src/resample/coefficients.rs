@@ -107,7 +107,9 @@ impl AxisCoefficients {
                 self.copy(first + plan.out_first, plan.out_len);
             }
             Resampling::Nearest => self.nearest(plan),
-            Resampling::Filter(filter) => self.convolution(plan, |x| filter.weight(x), filter),
+            Resampling::Filter(filter) => {
+                self.convolution(plan, |x| filter.weight(x), filter, vector_weights(filter))
+            }
         }
         Ok(())
     }
@@ -145,11 +147,14 @@ impl AxisCoefficients {
     }
 
     /// `precompute_coeffs` and `normalize_coeffs_8bpc` for the kept outputs.
+    /// With `vectors` (where [`vector_weights`] says so), four outputs at a time, the same
+    /// bits.
     fn convolution(
         &mut self,
         plan: &AxisPlan,
         weight: impl Fn(f64) -> f64,
         filter: super::filter::Filter,
+        vectors: bool,
     ) {
         let in_size = plan.src_len as i32;
         let (in0, in1) = plan.source_box().edges();
@@ -169,8 +174,45 @@ impl AxisCoefficients {
             spill.resize(taps, 0.0);
             &mut spill
         };
-        let kept = plan.out_first..plan.out_first + plan.out_len;
-        for (xx, row) in kept.zip(self.weights.chunks_exact_mut(taps)) {
+        let out_len = plan.out_len as usize;
+        let mut done = 0;
+        // Bilinear and bicubic weights four outputs at a time where the CPU has AVX2 (the same
+        // bits); the rest, and four whose values are not all finite, one by one below.
+        #[cfg(target_arch = "x86_64")]
+        if vectors {
+            let axis = super::weights_avx2::AxisFilter {
+                filter,
+                in0: f64::from(in0),
+                scale,
+                support,
+                inv_filterscale,
+                in_size,
+                taps,
+            };
+            let mut values = vec![0f64; 4 * taps];
+            let mut bounds = [(0, 0); 4];
+            while done + 4 <= out_len {
+                let rows = &mut self.weights[done * taps..(done + 4) * taps];
+                let first = plan.out_first + done as u32;
+                // SAFETY: the CPU has AVX2 and the filter is one the vectors take
+                // (`vector_weights`, which the caller asked); the function checks its
+                // buffers' lengths.
+                #[allow(unsafe_code)]
+                let computed = unsafe {
+                    super::weights_avx2::four_outputs(&axis, first, &mut values, rows, &mut bounds)
+                };
+                if !computed {
+                    // The scalar loop below writes these outputs' weights, over zeros.
+                    rows.fill(0);
+                    break;
+                }
+                self.bounds.extend_from_slice(&bounds);
+                done += 4;
+            }
+        }
+        let kept = plan.out_first + done as u32..plan.out_first + plan.out_len;
+        let rows = self.weights[done * taps..].chunks_exact_mut(taps);
+        for (xx, row) in kept.zip(rows) {
             let center = f64::from(in0) + (f64::from(xx) + 0.5) * scale;
             // `(int)` truncates toward zero; Rust's `as` does too (and saturates instead of UB).
             let xmin = ((center - support + 0.5) as i32).max(0);
@@ -203,6 +245,20 @@ impl AxisCoefficients {
             .get(start..start + bounds.1 as usize)
             .unwrap_or(&[]);
         (bounds, weights)
+    }
+}
+
+/// Whether this CPU computes `filter`'s weights four outputs at a time (bilinear and bicubic,
+/// with AVX2).
+fn vector_weights(filter: super::filter::Filter) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        super::weights_avx2::takes(filter)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = filter;
+        false
     }
 }
 
@@ -253,6 +309,45 @@ mod tests {
         assert_eq!(clip8(HALF + 200 * ONE), 200);
         assert_eq!(clip8(-1), 0, "negative sums floor, then clamp to 0");
         assert_eq!(clip8(i32::MAX), 255);
+    }
+
+    #[test]
+    fn weights_four_outputs_at_a_time_equal_them_one_by_one() {
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move |n: u32| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % u64::from(n)) as u32
+        };
+        let mut plans = Vec::new();
+        for src in [1, 2, 3, 7, 31, 96, 224, 255, 256, 375, 500, 4000] {
+            for out in [1, 2, 3, 4, 5, 96, 168, 224, 252, 256, 333, 1000] {
+                plans.push(plan(src, out));
+            }
+        }
+        // Random crops resized up and down (a random resized crop's), centre crops, and the
+        // same from images decoded at a fraction of their size (fractional boxes).
+        for _ in 0..2000 {
+            let src = 2 + next(1500);
+            let start = next(src - 1);
+            let len = 1 + next(src - start);
+            let crop = AxisPlan::crop_then_resize(start, len, 1 + next(400));
+            plans.push(crop);
+            let reduction = 1 << next(4);
+            plans.push(crop.reduced(reduction, src.div_ceil(reduction)));
+            let resized = 1 + next(600);
+            plans.push(AxisPlan::center_crop(src, resized, 1 + next(resized)));
+        }
+        for filter in [Filter::Bilinear, Filter::Bicubic, Filter::Lanczos] {
+            for p in &plans {
+                let mut one = AxisCoefficients::default();
+                let mut four = AxisCoefficients::default();
+                one.convolution(p, |x| filter.weight(x), filter, false);
+                four.convolution(p, |x| filter.weight(x), filter, vector_weights(filter));
+                assert_eq!(one, four, "{filter:?} {p:?}");
+            }
+        }
     }
 
     #[test]

@@ -28,6 +28,9 @@ mod reference;
 #[cfg(test)]
 mod tests;
 mod torch;
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod weights_avx2;
 
 #[cfg(test)]
 pub use coefficients::{clip8, HALF};
