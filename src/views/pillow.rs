@@ -41,8 +41,27 @@ fn contrast_mean(img: &[u8]) -> u8 {
 
 /// `Convert.c`'s `rgb2hsv_row`: `h` and `s` in float, the steps with a double constant in
 /// double, truncated to 0..255. Its `fmod(h / 6.0 + 1.0, 1.0)` is the subtraction it equals
-/// there: `h` lies in [-1, 5], so `h / 6 + 1` in [5/6, 11/6], where `x - 1` is exact.
+/// there ([`unit_fraction`]).
 fn rgb_to_hsv(px: [u8; 3]) -> [u8; 3] {
+    rgb_to_hsv_with(px, unit_fraction)
+}
+
+/// `fmod(x, 1.0)` of `x = h / 6 + 1`: `h` lies in [-1, 5], so `x` in [5/6, 11/6], where it is
+/// `x - 1` from 1 on (exact) and `x` below; C's `fmod` for anything else.
+#[inline(always)]
+fn unit_fraction(x: f64) -> f64 {
+    if (1.0..2.0).contains(&x) {
+        x - 1.0
+    } else if (0.0..1.0).contains(&x) {
+        x
+    } else {
+        x % 1.0
+    }
+}
+
+/// [`rgb_to_hsv`] with `fraction` for its `fmod(x, 1.0)`.
+#[inline(always)]
+fn rgb_to_hsv_with(px: [u8; 3], fraction: impl Fn(f64) -> f64) -> [u8; 3] {
     let [r, g, b] = px;
     let maxc = r.max(g).max(b);
     let minc = r.min(g).min(b);
@@ -59,14 +78,7 @@ fn rgb_to_hsv(px: [u8; 3]) -> [u8; 3] {
     } else {
         (4.0 + f64::from(part(g)) - f64::from(part(r))) as f32
     };
-    let x = f64::from(h) / 6.0 + 1.0;
-    let h = if (1.0..2.0).contains(&x) {
-        x - 1.0
-    } else if (0.0..1.0).contains(&x) {
-        x
-    } else {
-        x % 1.0
-    } as f32;
+    let h = fraction(f64::from(h) / 6.0 + 1.0) as f32;
     let clip = |v: f64| (v as i32).clamp(0, 255) as u8;
     [clip(f64::from(h) * 255.0), clip(f64::from(s) * 255.0), maxc]
 }
@@ -440,34 +452,8 @@ pub fn apply_view_ops(
 mod tests {
     use super::*;
 
-    // The arithmetic as first written: C's `fmod`, `floor` and `round` called, each output's
-    // blur summed alone.
-
-    /// `Convert.c`'s `rgb2hsv_row`: `h` and `s` in float, the steps with a double constant in
-    /// double, truncated to 0..255.
-    fn reference_rgb_to_hsv(px: [u8; 3]) -> [u8; 3] {
-        let [r, g, b] = px;
-        let maxc = r.max(g).max(b);
-        let minc = r.min(g).min(b);
-        if maxc == minc {
-            return [0, 0, maxc];
-        }
-        let cr = f32::from(maxc - minc);
-        let s = cr / f32::from(maxc);
-        let rc = f32::from(maxc - r) / cr;
-        let gc = f32::from(maxc - g) / cr;
-        let bc = f32::from(maxc - b) / cr;
-        let h: f32 = if r == maxc {
-            bc - gc
-        } else if g == maxc {
-            (2.0 + f64::from(rc) - f64::from(bc)) as f32
-        } else {
-            (4.0 + f64::from(gc) - f64::from(rc)) as f32
-        };
-        let h = ((f64::from(h) / 6.0 + 1.0) % 1.0) as f32;
-        let clip = |v: f64| (v as i32).clamp(0, 255) as u8;
-        [clip(f64::from(h) * 255.0), clip(f64::from(s) * 255.0), maxc]
-    }
+    // The arithmetic as first written: C's `floor` and `round` called, each output's blur
+    // summed alone (and `rgb_to_hsv_with` given C's `fmod` below).
 
     /// `Convert.c`'s `hsv2rgb`: the sector and its remainder in double (stored as float), C's
     /// `round` (halves away from zero).
@@ -563,7 +549,7 @@ mod tests {
             let [a, b, c, _] = v.to_le_bytes();
             assert_eq!(
                 rgb_to_hsv([a, b, c]),
-                reference_rgb_to_hsv([a, b, c]),
+                rgb_to_hsv_with([a, b, c], |x| x % 1.0),
                 "{a} {b} {c}"
             );
             assert_eq!(
