@@ -7,7 +7,9 @@
 # (default empty) is put before the base binary's runs. STEPS (default "large imagenet cold"),
 # ROUNDS (default 2), BATCHES (default "256 32"), IMAGENET_EPOCHS (default 3), SETS (the large
 # photo sets, default "baseline mix"; see benches/large-run.sh), OUTPUT_EPOCHS (default 5),
-# OUTPUT_ARGS (default empty: added to every run of the outputs step, e.g. "--gpu-share 1").
+# OUTPUT_ARGS (default empty: added to every run of the outputs step, e.g. "--gpu-share 1"),
+# VIEWS_THREADS (default empty: CPU-lane thread counts, e.g. "6 8", each a further run of this
+# build's views in the outputs step).
 #   large     benches/make-large.py's two sets, 2,048 entries an epoch, 3 epochs: the default
 #             mode, this build and the build before; the GPU lane alone (--gpu-share 1) once
 #   imagenet  8,192 make-corpus files, IMAGENET_EPOCHS epochs: the default mode and hybrid with a
@@ -85,6 +87,10 @@ if want outputs; then
       IFS=: read -r label args <<<"$output"
       base run /tmp/c8k --json --epochs $n $args ${OUTPUT_ARGS:-} | summary "before, $label" | head -1
       $new run /tmp/c8k --json --epochs $n $args ${OUTPUT_ARGS:-} | summary "this,   $label" | head -1
+    done
+    for t in ${VIEWS_THREADS:-}; do
+      $new run /tmp/c8k --json --epochs $n --views dinov2 --threads $t ${OUTPUT_ARGS:-} |
+        summary "this,   DINOv2 views, --threads $t" | head -1
     done
   done
 fi
