@@ -149,15 +149,23 @@ fn to_hsv(r: __m256i, g: __m256i, b: __m256i) -> (__m256i, __m256i, __m256i) {
 #[target_feature(enable = "avx2")]
 fn round_clip(x: [__m256d; 2]) -> __m256i {
     let t = truncate(x);
-    let rest = each(x, |x| x);
-    let rest = [0, 1].map(|i| _mm256_sub_pd(rest[i], whole(t)[i]));
-    let up = [0, 1].map(|i| _mm256_cmp_pd::<_CMP_GE_OQ>(rest[i], _mm256_set1_pd(0.5)));
-    let as_ints = |m: [__m256d; 2]| truncate_mask(m);
-    let rounded = _mm256_sub_epi32(t, as_ints(up));
-    let positive = as_ints([0, 1].map(|i| _mm256_cmp_pd::<_CMP_GT_OQ>(x[i], _mm256_setzero_pd())));
-    let top = as_ints([0, 1].map(|i| _mm256_cmp_pd::<_CMP_GE_OQ>(x[i], _mm256_set1_pd(255.0))));
+    let whole_t = whole(t);
+    // Where the remainder `x - trunc(x)` (exact) is a half or more: one more.
+    let up = lanes(|i| {
+        _mm256_cmp_pd::<_CMP_GE_OQ>(_mm256_sub_pd(x[i], whole_t[i]), _mm256_set1_pd(0.5))
+    });
+    let rounded = _mm256_sub_epi32(t, up);
+    let positive = lanes(|i| _mm256_cmp_pd::<_CMP_GT_OQ>(x[i], _mm256_setzero_pd()));
+    let top = lanes(|i| _mm256_cmp_pd::<_CMP_GE_OQ>(x[i], _mm256_set1_pd(255.0)));
     let rounded = _mm256_blendv_epi8(rounded, _mm256_set1_epi32(255), top);
     _mm256_and_si256(rounded, positive)
+}
+
+/// The masks `test` gives for both halves, as eight 32-bit masks.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn lanes(test: impl Fn(usize) -> __m256d) -> __m256i {
+    truncate_mask([test(0), test(1)])
 }
 
 /// Two halves of double masks (all ones or zeros) as eight 32-bit masks.
