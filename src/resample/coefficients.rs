@@ -189,7 +189,9 @@ impl AxisCoefficients {
                 in_size,
                 taps,
             };
-            let mut values = vec![0f64; 4 * taps];
+            // Scratch for filters of up to 64 taps (`four_outputs` leaves wider ones to the
+            // scalar loop).
+            let mut values = [0f64; 4 * 64];
             let mut bounds = [(0, 0); 4];
             while done + 4 <= out_len {
                 let rows = &mut self.weights[done * taps..(done + 4) * taps];

@@ -166,6 +166,9 @@ fn hue(img: &mut [u8], factor: f32) {
         }
         rest = steps.into_remainder();
     }
+    if rest.len() < 3 {
+        return;
+    }
     let steps = HsvSteps::new();
     for px in rest.chunks_exact_mut(3) {
         let [h, s, v] = rgb_to_hsv([px[0], px[1], px[2]]);
