@@ -26,5 +26,5 @@ pub(crate) use crate::views::LaneViews;
 pub(crate) use ahead::{AheadImage, AheadWork, CpuAhead};
 pub(crate) use decode::decode_whole;
 pub(crate) use normalize::NormalizeTable;
-pub(crate) use patches::write_tokens;
+pub(crate) use patches::TokenWriter;
 pub(crate) use stage::{BatchRequest, CpuLane, Filled, LaneCore, Staging};

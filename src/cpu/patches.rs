@@ -362,7 +362,7 @@ pub fn patch_batch(
         other => return Err(other.not_an_output()),
     };
     let pixels: Vec<&[u8]> = images.iter().map(|i| i.pixels.as_slice()).collect();
-    write_tokens(&pixels, &plans, &layout, patches, &mut tokens)?;
+    TokenWriter::new(patches, dtype)?.write(&pixels, &plans, &layout, &mut tokens)?;
     Ok(PatchBatch {
         tokens,
         patch_dim: dim,
@@ -371,68 +371,220 @@ pub fn patch_batch(
     })
 }
 
-/// Writes the tokens of `images` (each the resized pixels of its plan in `plans`, rows packed)
-/// into `out` (`layout.rows` rows of `patch_dim` elements) as `patches` lays them out, an image
-/// at a time on the current rayon pool: the CPU rendition of `kernels/patches.cu`.
-pub(crate) fn write_tokens(
-    images: &[&[u8]],
-    plans: &[PatchPlan],
-    layout: &BatchLayout,
-    patches: &Patches,
-    out: &mut HostData,
-) -> Result<()> {
-    let dim = patches.patch_dim();
-    let fits = images.len() == plans.len()
-        && plans.len() == layout.images.len()
-        && out.len() == layout.rows * dim
-        && images.iter().zip(plans).all(|(pixels, plan)| {
-            pixels.len() >= plan.width as usize * plan.height as usize * 3
-                && plan.grid_w * patches.patch_size <= plan.width
-                && plan.grid_h * patches.patch_size <= plan.height
-        });
-    if !fits {
-        return Err(Error::Mismatch(format!(
-            "{} images and {} plans for a layout of {} images in {} elements",
-            images.len(),
-            plans.len(),
-            layout.images.len(),
-            out.len()
-        )));
-    }
-    let writer = TokenWriter {
-        order: patches.token_order(),
-        patch: patches.patch_size,
-        dim,
-        table: patches.constants().table(),
-        pad: patches.pad_values(),
-    };
-    match out {
-        HostData::F16(v) => writer.write_all(images, plans, layout, v, f16::from_f32),
-        HostData::BF16(v) => writer.write_all(images, plans, layout, v, bf16::from_f32),
-        HostData::F32(v) => writer.write_all(images, plans, layout, v, |x| x),
-        other => return Err(other.dtype().not_an_output()),
-    }
-    Ok(())
+/// Writes the tokens of images into a batch's rows as one preset lays them out, in one element
+/// type: the CPU rendition of `kernels/patches.cu`. Made once for a pipeline's batches.
+pub(crate) struct TokenWriter {
+    dim: usize,
+    patch: u32,
+    typed: TypedWriter,
 }
 
-/// Writes images' tokens.
-struct TokenWriter {
-    order: TokenOrder,
-    patch: u32,
-    dim: usize,
-    table: [[f32; 256]; 3],
-    pad: [f32; 3],
+/// The writer of each element type.
+enum TypedWriter {
+    F16(ElementWriter<f16>),
+    BF16(ElementWriter<bf16>),
+    F32(ElementWriter<f32>),
 }
 
 impl TokenWriter {
+    /// The writer of `patches`' tokens in `dtype`.
+    pub(crate) fn new(patches: &Patches, dtype: DType) -> Result<TokenWriter> {
+        let table = patches.constants().table();
+        let pad = patches.pad_values();
+        let order = patches.token_order();
+        let patch = patches.patch_size;
+        let typed = match dtype {
+            DType::F16 => {
+                TypedWriter::F16(ElementWriter::new(order, patch, &table, pad, f16::from_f32))
+            }
+            DType::BF16 => TypedWriter::BF16(ElementWriter::new(
+                order,
+                patch,
+                &table,
+                pad,
+                bf16::from_f32,
+            )),
+            DType::F32 => TypedWriter::F32(ElementWriter::new(order, patch, &table, pad, |x| x)),
+            other => return Err(other.not_an_output()),
+        };
+        Ok(TokenWriter {
+            dim: patches.patch_dim(),
+            patch,
+            typed,
+        })
+    }
+
+    /// Writes the tokens of `images` (each the resized pixels of its plan in `plans`, rows
+    /// packed) into `out` (`layout.rows` rows of `patch_dim` elements), an image at a time on
+    /// the current rayon pool.
+    pub(crate) fn write(
+        &self,
+        images: &[&[u8]],
+        plans: &[PatchPlan],
+        layout: &BatchLayout,
+        out: &mut HostData,
+    ) -> Result<()> {
+        let fits = images.len() == plans.len()
+            && plans.len() == layout.images.len()
+            && out.len() == layout.rows * self.dim
+            && images.iter().zip(plans).all(|(pixels, plan)| {
+                pixels.len() >= plan.width as usize * plan.height as usize * 3
+                    && plan.grid_w * self.patch <= plan.width
+                    && plan.grid_h * self.patch <= plan.height
+            });
+        if !fits {
+            return Err(Error::Mismatch(format!(
+                "{} images and {} plans for a layout of {} images in {} elements",
+                images.len(),
+                plans.len(),
+                layout.images.len(),
+                out.len()
+            )));
+        }
+        match (&self.typed, out) {
+            (TypedWriter::F16(w), HostData::F16(v)) => w.write_all(images, plans, layout, v),
+            (TypedWriter::BF16(w), HostData::BF16(v)) => w.write_all(images, plans, layout, v),
+            (TypedWriter::F32(w), HostData::F32(v)) => w.write_all(images, plans, layout, v),
+            (_, other) => {
+                return Err(Error::Mismatch(format!(
+                    "tokens of another type than the writer's: {:?}",
+                    other.dtype()
+                )))
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Writes images' tokens of element type `T`: every (channel, byte) value and the padding
+/// converted to `T` once, each token a gather from its patch through that table, the values it
+/// repeats copied.
+struct ElementWriter<T> {
+    order: TokenOrder,
+    patch: u32,
+    dim: usize,
+    /// The value of byte `x` of channel `c` at `c * 256 + x`.
+    values: Vec<T>,
+    /// A padding token.
+    pad: Vec<T>,
+    /// The token's values read from its patch, as runs along the patch's rows.
+    gathers: Vec<Gather>,
+    /// The token's values that repeat earlier ones (Qwen2-VL's frames along time), as runs:
+    /// `len` values from `from` copied to `to`.
+    repeats: Vec<Repeat>,
+}
+
+/// A run of a token's values read from one row of its patch, one channel, along the row:
+/// value `d + i * d_step` is sample `within + i * 3` of patch row `row`, for `i < len`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Gather {
+    /// The place of its first value in the token.
+    d: usize,
+    /// How far apart its values are in the token.
+    d_step: usize,
+    /// The patch row it is read from.
+    row: usize,
+    /// Its first sample's place within that row of the image (`column * 3 + channel`).
+    within: usize,
+    /// Its channel's first place in the value table (`channel * 256`).
+    channel: usize,
+    /// Its values.
+    len: usize,
+}
+
+/// A run of a token's values repeating earlier ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Repeat {
+    to: usize,
+    from: usize,
+    len: usize,
+}
+
+impl<T: Copy + Send + Sync> ElementWriter<T> {
+    fn new(
+        order: TokenOrder,
+        patch: u32,
+        table: &[[f32; 256]; 3],
+        pad: [f32; 3],
+        convert: impl Fn(f32) -> T,
+    ) -> ElementWriter<T> {
+        let dim = order.patch_dim(patch);
+        let values = table.iter().flatten().map(|&v| convert(v)).collect();
+        let mut first = std::collections::HashMap::new();
+        let mut pad_token = Vec::with_capacity(dim);
+        let mut read = Vec::with_capacity(dim);
+        let mut repeats: Vec<Repeat> = Vec::new();
+        for d in 0..dim {
+            let (c, y, x) = order.value_source(d as u32, patch);
+            pad_token.push(convert(pad[c as usize]));
+            match first.entry((c, y, x)) {
+                std::collections::hash_map::Entry::Occupied(seen) => {
+                    let from = *seen.get();
+                    match repeats.last_mut() {
+                        Some(run) if run.to + run.len == d && run.from + run.len == from => {
+                            run.len += 1
+                        }
+                        _ => repeats.push(Repeat {
+                            to: d,
+                            from,
+                            len: 1,
+                        }),
+                    }
+                }
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    slot.insert(d);
+                    read.push((c as usize, y as usize, x as usize, d));
+                }
+            }
+        }
+        // The values read, channel by channel and row by row along the patch, as runs whose
+        // places in the token are evenly spaced (Qwen2-VL: one after the other; SigLIP2 and
+        // timm: every third).
+        read.sort_unstable();
+        let mut gathers: Vec<Gather> = Vec::new();
+        for (c, row, x, d) in read {
+            let (within, channel) = (x * 3 + c, c * 256);
+            match gathers.last_mut() {
+                Some(run)
+                    if run.row == row
+                        && run.channel == channel
+                        && run.within + run.len * 3 == within
+                        && d > run.d
+                        && (run.len == 1 || run.d + run.len * run.d_step == d) =>
+                {
+                    if run.len == 1 {
+                        run.d_step = d - run.d;
+                    }
+                    run.len += 1;
+                }
+                _ => gathers.push(Gather {
+                    d,
+                    d_step: 1,
+                    row,
+                    within,
+                    channel,
+                    len: 1,
+                }),
+            }
+        }
+        ElementWriter {
+            order,
+            patch,
+            dim,
+            values,
+            pad: pad_token,
+            gathers,
+            repeats,
+        }
+    }
+
     /// Every image's rows of `out`, in parallel (each image's rows are its own).
-    fn write_all<T: Copy + Send>(
+    fn write_all(
         &self,
         images: &[&[u8]],
         plans: &[PatchPlan],
         layout: &BatchLayout,
         out: &mut [T],
-        convert: impl Fn(f32) -> T + Sync,
     ) {
         use rayon::prelude::*;
         let mut rest = out;
@@ -446,35 +598,36 @@ impl TokenWriter {
             .into_par_iter()
             .zip(images.par_iter().zip(plans).zip(&layout.images))
             .for_each(|(rows, ((pixels, plan), place))| {
-                self.write(pixels, plan.width as usize, place, rows, &convert)
+                self.write(pixels, plan.width as usize, place, rows)
             });
     }
 
-    /// One image's rows (`rows`, from its first): its tokens, then the padding.
-    fn write<T: Copy>(
-        &self,
-        pixels: &[u8],
-        width: usize,
-        place: &ImageTokens,
-        rows: &mut [T],
-        convert: &impl Fn(f32) -> T,
-    ) {
-        let sources: Vec<(u32, u32, u32)> = (0..self.dim as u32)
-            .map(|d| self.order.value_source(d, self.patch))
-            .collect();
+    /// One image's rows (`rows`, from its first): its tokens, then the padding. The caller
+    /// has checked that every patch of `place`'s grid lies within `pixels`.
+    fn write(&self, pixels: &[u8], width: usize, place: &ImageTokens, rows: &mut [T]) {
+        let patch = self.patch as usize;
+        let stride = width * 3;
         for (k, token) in rows.chunks_exact_mut(self.dim).enumerate() {
             if k >= place.tokens() {
-                for (v, &(c, _, _)) in token.iter_mut().zip(&sources) {
-                    *v = convert(self.pad[c as usize]);
-                }
+                token.copy_from_slice(&self.pad);
                 continue;
             }
             let (pr, pc) = self.order.token_patch(k as u32, place.grid_w);
-            for (v, &(c, y, x)) in token.iter_mut().zip(&sources) {
-                let row = (pr * self.patch + y) as usize;
-                let col = (pc * self.patch + x) as usize;
-                let sample = pixels[(row * width + col) * 3 + c as usize];
-                *v = convert(self.table[c as usize][sample as usize]);
+            let first = pr as usize * patch * stride + pc as usize * patch * 3;
+            let patch_pixels = &pixels[first..];
+            for g in &self.gathers {
+                let values = &self.values[g.channel..g.channel + 256];
+                let from = g.row * stride + g.within;
+                let samples = patch_pixels[from..from + 3 * (g.len - 1) + 1]
+                    .iter()
+                    .step_by(3);
+                let to = token[g.d..].iter_mut().step_by(g.d_step);
+                for (v, &sample) in to.zip(samples) {
+                    *v = values[usize::from(sample)];
+                }
+            }
+            for r in &self.repeats {
+                token.copy_within(r.from..r.from + r.len, r.to);
             }
         }
     }
@@ -514,6 +667,77 @@ mod tests {
         let px = image.pixels[14 * p.width as usize * 3];
         assert_eq!(v[2 * 1176], k.value(0, px));
         assert_eq!(v[2 * 1176 + 196], k.value(0, px));
+    }
+
+    /// Each value as the kernel's definition reads it: token `k`'s patch, value `d`'s
+    /// (channel, row, column) in it, the table's value; the padding's after an image's tokens.
+    fn value_by_value(image: &PatchImage, patches: &Patches, k: usize, d: usize) -> f32 {
+        let order = patches.token_order();
+        let (c, y, x) = order.value_source(d as u32, patches.patch_size);
+        if k >= image.plan.tokens() {
+            return patches.pad_values()[c as usize];
+        }
+        let (pr, pc) = order.token_patch(k as u32, image.plan.grid_w);
+        let row = (pr * patches.patch_size + y) as usize;
+        let col = (pc * patches.patch_size + x) as usize;
+        let sample = image.pixels[(row * image.plan.width as usize + col) * 3 + c as usize];
+        patches.constants().table()[c as usize][usize::from(sample)]
+    }
+
+    #[test]
+    fn tokens_are_the_table_values_of_their_patches_samples() {
+        let files = [
+            "assets/rocket.jpg",
+            "assets/chelsea.png",
+            "assets/camera.png",
+        ];
+        let presets = [
+            Patches::qwen2_vl().max_pixels(60_000),
+            Patches::siglip2_naflex().max_patches(64),
+            Patches::siglip2_naflex().max_patches(64).packed(true),
+            Patches::timm_naflex(),
+        ];
+        for patches in &presets {
+            let images: Vec<PatchImage> = files
+                .iter()
+                .enumerate()
+                .map(|(index, f)| {
+                    let bytes = std::fs::read(f).expect("asset");
+                    let draw = PatchDraw {
+                        seq_len: 144,
+                        seed: 3,
+                        epoch: 1,
+                        index,
+                    };
+                    let draw =
+                        (patches.preset == crate::patches::Preset::TimmNaflex).then_some(draw);
+                    patch_image(&bytes, f, &DecodeOptions::default(), patches, draw).expect("image")
+                })
+                .collect();
+            let seq_len = (patches.preset == crate::patches::Preset::TimmNaflex).then_some(144);
+            for dtype in [DType::F32, DType::F16, DType::BF16] {
+                let batch = patch_batch(&images, patches, dtype, seq_len).expect("batch");
+                let dim = batch.patch_dim;
+                let mut checked = 0;
+                for (image, place) in images.iter().zip(&batch.layout.images) {
+                    for k in 0..place.rows {
+                        for d in 0..dim {
+                            let want = value_by_value(image, patches, k, d);
+                            let at = (place.first_row + k) * dim + d;
+                            let got = match &batch.tokens {
+                                HostData::F32(v) => v[at].to_bits() == want.to_bits(),
+                                HostData::F16(v) => v[at] == f16::from_f32(want),
+                                HostData::BF16(v) => v[at] == bf16::from_f32(want),
+                                _ => false,
+                            };
+                            assert!(got, "{:?} {dtype:?}: token {k} value {d}", patches.preset);
+                            checked += 1;
+                        }
+                    }
+                }
+                assert_eq!(checked, batch.layout.rows * dim);
+            }
+        }
     }
 
     #[test]

@@ -13,7 +13,7 @@ use cudarc::driver::CudaStream;
 
 use super::output::{BatchAugment, BatchImages, DeviceStage, DeviceWrites, Finished, OutputStage};
 use crate::batch::BatchPatches;
-use crate::cpu::{write_tokens, Staging};
+use crate::cpu::{Staging, TokenWriter};
 use crate::cuda::{Gpu, PatchKernel, PlacedImage, StagingRing, TouchedSlots};
 use crate::error::{Error, Result};
 use crate::geometry::Geometry;
@@ -211,6 +211,7 @@ pub(crate) struct HostPatchOutput {
     pixels: Vec<u8>,
     pool: Arc<HostPool>,
     threads: rayon::ThreadPool,
+    writer: TokenWriter,
     shapes: PatchShapes,
 }
 
@@ -235,6 +236,7 @@ impl HostPatchOutput {
             pixels,
             pool: Arc::new(HostPool::default()),
             threads,
+            writer: TokenWriter::new(&shapes.patches, shapes.dtype)?,
             shapes,
         })
     }
@@ -289,16 +291,9 @@ impl OutputStage for HostPatchOutput {
             .collect::<Result<Vec<&[u8]>>>()?;
         let elements = planned.layout.rows * self.shapes.patches.patch_dim();
         let mut data = self.pool.take(self.shapes.dtype, elements);
-        let shapes = &self.shapes;
-        self.threads.install(|| {
-            write_tokens(
-                &sources,
-                &planned.plans,
-                &planned.layout,
-                &shapes.patches,
-                &mut data,
-            )
-        })?;
+        let writer = &self.writer;
+        self.threads
+            .install(|| writer.write(&sources, &planned.plans, &planned.layout, &mut data))?;
         let tokens = HostTensor::pooled(data, &planned.shape, Layout::Nchw, &self.pool);
         Ok(Finished {
             images: Tensor::Host(tokens),
