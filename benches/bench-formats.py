@@ -7,16 +7,22 @@ with restart markers, as cameras write them; png, webp-lossy, webp-lossless: wal
 `gpufeed run DIR --decode cpu --threads 1 --cpu` (the CPU lane on one thread; best of ROUNDS
 runs of EPOCHS epochs) and of Pillow on one core (the method of tools/pil-baseline:
 decode -> RGB -> Resize(256) BILINEAR -> CenterCrop(224), files read into memory first; best of
-ROUNDS), and their ratio. With a CUDA device (nvidia-smi answers) it also runs a mixed folder
-(the JPEGs and all three other formats) through the default mode, `--decode hybrid` and
-`--decode cpu`, all threads, and prints the three rates.
+ROUNDS), and their ratio. With a CUDA device (nvidia-smi answers) it then runs every format's
+folder and a mixed one (the JPEGs and all three other formats) on all threads through each
+path: `--decode cpu`, `--decode hybrid`, the default mode and the GPU lane alone
+(`--gpu-share 1`), and prints for each the images/s, the SMs' and the JPEG engines' busy share
+while it ran (`nvidia-smi dmon`), how many images the CPU threads, the JPEG engines and the
+assisted path decoded, and NVIDIA DALI's rate on the JPEG folders where DALI runs (DALI_BENCH,
+default ../shared/tools/dali-bench, with DALI_PYTHON, default this Python; its header says how
+to bring DALI to the machine).
 
 usage: bench-formats.py GPUFEED [GPUFEED...]   (Pillow needed)
 Several builds are run in turn, each beside the same Pillow runs (a row per build).
 env: WORK (default /tmp/bench-formats), N_JPEG (default 400), N_OTHER (24 of each other
      format), ROUNDS (3), EPOCHS (3), CPU_TIME (1: images per second of CPU time, for a
-     machine others use too), MAKE_CORPUS (default ../shared/tools/make-corpus beside the
-     repository), PHOTOS (default ../shared/photos)
+     machine others use too), GPU_EPOCHS (8) and GPU_SECONDS (6: the all-thread runs last
+     that long, of that many epochs at least), MAKE_CORPUS (default
+     ../shared/tools/make-corpus beside the repository), PHOTOS (default ../shared/photos)
 """
 import io, json, os, resource, shutil, subprocess, sys, time
 from PIL import Image
@@ -107,17 +113,110 @@ for kind, d in dirs.items():
         print(f"{kind:<14} {name:<{width}} {rate:>17.1f} {theirs:>14.1f} {rate / theirs:>5.2f}x",
               flush=True)
 
+def dmon_share(samples):
+    """The mean `sm` and `jpg` busy percentages of `nvidia-smi dmon -s u` lines (its header names
+    the columns; '-' where a GPU has no such unit), or None for a column without samples."""
+    columns, seen = None, {"sm": [], "jpg": []}
+    for line in samples.splitlines():
+        fields = line.split()
+        if line.startswith("#"):
+            if len(fields) > 1 and fields[1] == "gpu":
+                columns = fields[1:]
+            continue
+        if columns is None or len(fields) != len(columns):
+            continue
+        for name in seen:
+            if name in columns and fields[columns.index(name)].isdigit():
+                seen[name].append(int(fields[columns.index(name)]))
+    return {name: (sum(v) / len(v) if v else None) for name, v in seen.items()}
+
+
+def with_dmon(run):
+    """`run()`'s result and the GPU's busy shares while it ran (device 0, one sample a second;
+    the first sample, taken as the run starts, left out)."""
+    dmon = subprocess.Popen(["nvidia-smi", "dmon", "-s", "u", "-d", "1", "-i", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        result = run()
+    finally:
+        dmon.terminate()
+        out, _ = dmon.communicate()
+    lines = out.splitlines()
+    first_data = next((i for i, l in enumerate(lines) if l.strip() and not l.startswith("#")), None)
+    if first_data is not None:
+        del lines[first_data]
+    return result, dmon_share("\n".join(lines))
+
+
+def percent(v):
+    return "n/a" if v is None else f"{v:.0f}%"
+
+
+GPU_EPOCHS = int(os.environ.get("GPU_EPOCHS", 8))
+# The all-thread runs last GPU_SECONDS or more (the engines open for runs of about 2 s and more;
+# dmon samples once a second): a folder's epochs are raised from GPU_EPOCHS to fill them, by
+# the rate of one epoch in the default mode.
+GPU_SECONDS = float(os.environ.get("GPU_SECONDS", 6))
+
+
+def epochs_for(gpufeed, d):
+    """Epochs of `d` for runs of GPU_SECONDS or more, GPU_EPOCHS at least."""
+    out = subprocess.run([gpufeed, "run", d, "--json", "--epochs", "1"], check=True,
+                         capture_output=True, text=True).stdout
+    summary = json.loads(out)
+    per_epoch = summary["images"] / max(summary["images_per_s"], 1e-9)
+    return max(GPU_EPOCHS, int(GPU_SECONDS / max(per_epoch, 1e-3)) + 1)
+# Each path of the whole machine: the CPU threads alone, the GPU lane beside them as the share
+# follows their rates (hybrid), the default (automatic) mode, and the GPU lane alone (its JPEG
+# engines and assisted path; other formats stay on the CPU threads).
+PATHS = [("cpu", ["--decode", "cpu"]), ("hybrid", ["--decode", "hybrid"]), ("default", []),
+         ("gpu lane", ["--decode", "hybrid", "--gpu-share", "1"])]
+# NVIDIA DALI's pipeline on the JPEG folders: DALI_BENCH (default ../shared/tools/dali-bench),
+# run with the Python that imports nvidia.dali (DALI_PYTHON, default this one).
+dali_bench = os.environ.get("DALI_BENCH", os.path.join(ROOT, "..", "shared", "tools", "dali-bench"))
+dali_python = os.environ.get("DALI_PYTHON", sys.executable)
+
+
+def dali_rate(d, n_epochs):
+    """DALI's images/s on `d` over `n_epochs` (after a warm one), or None where it does not run."""
+    if not os.path.isfile(dali_bench):
+        return None
+    done = subprocess.run([dali_python, dali_bench, d, "--epochs", str(n_epochs)],
+                          capture_output=True, text=True)
+    rates = [float(w) for line in done.stdout.splitlines() if "images/s" in line
+             for w, nxt in zip(line.split(), line.split()[1:]) if nxt.startswith("images/s")
+             and w.replace(".", "", 1).replace(",", "").isdigit()]
+    return rates[-1] if done.returncode == 0 and rates else None
+
+
 if shutil.which("nvidia-smi") and subprocess.run(["nvidia-smi"], capture_output=True).returncode == 0:
     mixed = os.path.join(work, "mixed")
     if not os.path.isdir(mixed):
         for kind, d in dirs.items():
             if kind != "jpeg-restart":
                 shutil.copytree(d, os.path.join(mixed, kind))
-    for _ in range(rounds):
-        for gpufeed in builds:
-            rates = {mode: gpufeed_rate(gpufeed, mixed, *args) for mode, args in
-                     [("default", []), ("hybrid", ["--decode", "hybrid"]),
-                      ("cpu", ["--decode", "cpu"])]}
-            print(f"mixed folder, all threads, {os.path.basename(gpufeed)}: "
-                  + ", ".join(f"{mode} {rate:.0f}" for mode, rate in rates.items())
-                  + " images/s", flush=True)
+    all_dirs = dict(dirs, mixed=mixed)
+    print(f"\nall threads, {GPU_SECONDS:.0f} s or more a run; the SMs' and JPEG engines' busy "
+          "share by nvidia-smi dmon; decoded by: CPU threads / JPEG engines / assisted path")
+    print(f"{'format':<14} {'build':<{width}} {'path':<9} {'images/s':>9} {'SM':>5} {'JPEG':>5}  "
+          f"{'decoded by':<20} {'DALI':>8} {'x DALI':>7}")
+    for kind, d in all_dirs.items():
+        n_epochs = epochs_for(builds[0], d)
+        dali = dali_rate(d, n_epochs) if kind.startswith("jpeg") else None
+        for _ in range(rounds):
+            for gpufeed in builds:
+                for path, args in PATHS:
+                    def run():
+                        out = subprocess.run(
+                            [gpufeed, "run", d, "--json", "--epochs", str(n_epochs), *args],
+                            check=True, capture_output=True, text=True).stdout
+                        return json.loads(out)
+                    summary, busy = with_dmon(run)
+                    by = summary.get("decoded_by", {})
+                    split = f"{by.get('cpu', 0)}/{by.get('gpu', 0)}/{by.get('gpu_assisted', 0)}"
+                    rate = summary["images_per_s"]
+                    versus = f"{rate / dali:>6.2f}x" if dali else f"{'':>7}"
+                    print(f"{kind:<14} {os.path.basename(gpufeed):<{width}} {path:<9} "
+                          f"{rate:>9.0f} {percent(busy['sm']):>5} {percent(busy['jpg']):>5}  "
+                          f"{split:<20} {(f'{dali:.0f}' if dali else 'n/a'):>8} {versus}",
+                          flush=True)

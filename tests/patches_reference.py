@@ -33,6 +33,8 @@ import numpy as np
 from PIL import Image
 
 REPO = Path(__file__).resolve().parent.parent
+# The given folder's files that are images (a README or SOURCES.md beside them is left out).
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"}
 SEED_NOTE = "timm-train draws from gpufeed's seed 7, epoch 3, index = the file's place"
 
 try:
@@ -48,7 +50,9 @@ def make_inputs(folder: Path, extra: Path | None) -> list[Path]:
     rng = np.random.default_rng(58)
     files = sorted(p for p in (REPO / "assets").iterdir() if p.suffix in (".png", ".jpg"))
     if extra:
-        files += sorted(p for p in extra.iterdir() if p.is_file())
+        files += sorted(
+            p for p in extra.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
+        )
     out = []
     for f in files:
         shutil.copy(f, folder / f.name)
