@@ -222,10 +222,10 @@ pub fn run(args: &TargetArgs) -> Result<()> {
     }
     let report = loader.report();
     let seconds = start.elapsed().as_secs_f64();
-    let skipped: Vec<Value> = report
+    let errors: Vec<Value> = report
         .skipped
         .iter()
-        .map(|e| json!({"id": e.id, "index": e.index, "reason": e.kind.to_string()}))
+        .map(|e| json!({"path": e.id, "index": e.index, "reason": e.kind.to_string()}))
         .collect();
     let summary = json!({
         "recipe": format!("{recipe:?}"),
@@ -236,7 +236,8 @@ pub fn run(args: &TargetArgs) -> Result<()> {
         "objects_dropped": report.dropped_objects,
         "decoded_on_device": report.decoded_on_device,
         "decode": loader.decode_description().unwrap_or_else(|| "the CPU threads".into()),
-        "skipped": skipped,
+        "skipped": errors.len(),
+        "errors": errors,
         "orphan_annotations": coco_report.map(|r| r.orphan_annotations),
         "unknown_categories": coco_report.map(|r| r.unknown_categories),
         "seconds": seconds,

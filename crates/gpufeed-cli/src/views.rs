@@ -66,7 +66,8 @@ fn unnormalize(tensor: &Tensor, affine: &gpufeed::Affine, out: &mut Vec<u8>) -> 
 #[derive(Default)]
 struct Seen {
     images: usize,
-    errors: usize,
+    /// The images skipped, with their reasons.
+    skipped: Vec<gpufeed::ItemError>,
     pixels: Vec<Vec<u8>>,
     lines: Vec<String>,
     interrupted: bool,
@@ -127,8 +128,8 @@ fn run_epochs(run: &Looping, pipeline: &mut Pipeline, names: &[String]) -> Resul
             }
         }
         for e in &pipeline.epoch_report().skipped {
-            seen.errors += 1;
             eprintln!("gpufeed: skipped {e}");
+            seen.skipped.push(e.clone());
         }
     }
     Ok(seen)
@@ -259,7 +260,8 @@ pub fn run_views(run: ViewsRun) -> Result<Device> {
                 "views": images * count,
                 "views_per_image": count,
                 "seed": views.seed,
-                "errors": seen.errors,
+                "skipped": seen.skipped.len(),
+                "errors": seen.skipped.iter().map(|e| json!({"path": e.id, "reason": e.kind.to_string()})).collect::<Vec<_>>(),
                 "epochs": epochs,
                 "seconds": seconds,
                 "images_per_s": rate,
@@ -274,11 +276,14 @@ pub fn run_views(run: ViewsRun) -> Result<Device> {
         );
     } else {
         out!(
-            "{images} images, {} views ({count} each), {} errors in {seconds:.2} s: \
+            "{images} images, {} views ({count} each), {} skipped in {seconds:.2} s: \
              {rate:.1} images/s on {device}",
             images * count,
-            seen.errors
+            seen.skipped.len()
         );
+        for e in &seen.skipped {
+            out!("skipped {}: {}", e.id, e.kind);
+        }
         out!("decode: {decode}");
         for p in &saved {
             out!("saved {}", p.display());

@@ -2511,6 +2511,38 @@ fn packing_padded_holds_the_packed_tokens_behind_a_mask() {
     assert_eq!(older_summary["tokens"], summary["tokens"]);
 }
 
+/// A views run lists the files it skipped as `run` does: `skipped` counts them, `errors` names
+/// each with its reason, and the other images' views are all there.
+#[test]
+fn views_runs_list_their_skipped_files_as_runs_do() {
+    let dir = temp_dir("views-skipped");
+    std::fs::copy(repo_path("assets/rocket.jpg"), dir.join("rocket.jpg")).expect("copy");
+    std::fs::write(dir.join("broken.jpg"), b"\xff\xd8 not a JPEG after all").expect("write");
+    let o = gpufeed(&[
+        "run",
+        dir.to_str().expect("utf-8 path"),
+        "--views",
+        "simclr",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary = last_json(&o);
+    assert_eq!(summary["images"], 1, "{summary}");
+    assert_eq!(summary["views"], 2, "{summary}");
+    assert_eq!(summary["skipped"], 1, "{summary}");
+    let error = &summary["errors"][0];
+    assert!(
+        error["path"]
+            .as_str()
+            .is_some_and(|p| p.ends_with("broken.jpg")),
+        "{summary}"
+    );
+    assert!(
+        error["reason"].as_str().is_some_and(|r| !r.is_empty()),
+        "{summary}"
+    );
+}
+
 /// `--views dinov2`: ten views of each image, counted in the summary; `--save` writes each view
 /// and what it drew, equal to the library's views of the same image; flags that do not apply
 /// to views are refused.
@@ -2533,7 +2565,8 @@ fn views_are_counted_saved_and_equal_to_the_librarys() {
     let summary = last_json(&o);
     assert_eq!(summary["images"], 7, "{summary}");
     assert_eq!(summary["views"], 70, "{summary}");
-    assert_eq!(summary["errors"], 0, "{summary}");
+    assert_eq!(summary["skipped"], 0, "{summary}");
+    assert_eq!(summary["errors"], serde_json::json!([]), "{summary}");
     let lines = std::fs::read_to_string(dir.join("out.views.jsonl")).expect("jsonl");
     let lines: Vec<serde_json::Value> = lines
         .lines()
@@ -2840,9 +2873,10 @@ fn targets_reads_webdataset_shards_with_their_json() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let summary = last_json(&o);
     assert_eq!(summary["images"], 1, "{summary}");
-    let skipped = summary["skipped"].as_array().expect("skipped");
+    assert_eq!(summary["skipped"], 1, "{summary}");
+    let skipped = summary["errors"].as_array().expect("errors");
     assert_eq!(skipped.len(), 1, "{summary}");
-    assert_eq!(skipped[0]["id"], format!("{shard}:b.jpg"));
+    assert_eq!(skipped[0]["path"], format!("{shard}:b.jpg"));
     assert!(skipped[0]["reason"]
         .as_str()
         .is_some_and(|r| r.contains("not JSON")));
