@@ -8,10 +8,10 @@ compares every pixel with Pillow's Resize(256, BILINEAR) + CenterCrop(224) of th
 of `out.crops.tsv` names: torchvision's `F.resized_crop` + `F.hflip` on the drawn parameters.
 
 The reference follows the arguments given to `gpufeed run`: `--interpolation NAME` (Pillow's
-filter of that name), `--resize-mode stretch|letterbox` (with `--pad`), `--resize`/`--crop`, and
-`--dct-scaling`, whose reference is Pillow's `Image.draft` at the same scale followed by
-`resize(size, box=...)` of the same box in reduced pixels (what gpufeed's reduced decode
-approximates the full-size resize with).
+filter of that name), `--resize-mode stretch|letterbox` (with `--pad`), `--resize`/`--crop`,
+`--size HxW` (the output, of any mode), and `--dct-scaling`, whose reference is Pillow's
+`Image.draft` at the same scale followed by `resize(size, box=...)` of the same box in reduced
+pixels (what gpufeed's reduced decode approximates the full-size resize with).
 
 usage: python3 tests/fidelity.py DIR [GPUFEED [ARGS...]]   (needs Pillow and numpy; GPUFEED
        defaults to target/release/gpufeed; ARGS go to `gpufeed run`, e.g. --dct-scaling, or
@@ -63,9 +63,19 @@ def open_rgb(path, box_size, out_size):
     return im.convert("RGB"), r
 
 
+def output_size(C):
+    """The output's (width, height): `--size HxW`, else `--crop`'s square."""
+    size = arg("--size", None)
+    if size is None:
+        return C, C
+    h, w = (int(v) for v in size.lower().split("x"))
+    return w, h
+
+
 def torchvision(path, R=256, C=224):
     filt = FILTERS[arg("--interpolation", "bilinear")]
     R, C = int(arg("--resize", R)), int(arg("--crop", C))
+    CW, CH = output_size(C)
     mode = arg("--resize-mode", "center-crop")
 
     def resized_size(size):
@@ -73,9 +83,9 @@ def torchvision(path, R=256, C=224):
         if mode == "center-crop":
             return (R, int(R * h / w)) if w <= h else (int(R * w / h), R)
         if mode == "stretch":
-            return (C, C)
-        scale = min(C / w, C / h)
-        return (min(max(1, int(w * scale + 0.5)), C), min(max(1, int(h * scale + 0.5)), C))
+            return (CW, CH)
+        scale = min(CW / w, CH / h)
+        return (min(max(1, int(w * scale + 0.5)), CW), min(max(1, int(h * scale + 0.5)), CH))
 
     im, r = open_rgb(path, lambda size: size, resized_size)
     with Image.open(path) as original:
@@ -85,15 +95,16 @@ def torchvision(path, R=256, C=224):
     if mode == "stretch":
         return np.asarray(im, np.int16)
     if mode == "letterbox":
-        out = Image.new("RGB", (C, C), (int(arg("--pad", 114)),) * 3)
-        out.paste(im, ((C - nw) // 2, (C - nh) // 2))
+        out = Image.new("RGB", (CW, CH), (int(arg("--pad", 114)),) * 3)
+        out.paste(im, ((CW - nw) // 2, (CH - nh) // 2))
         return np.asarray(out, np.int16)
-    if nw < C or nh < C:
-        padded = Image.new("RGB", (max(nw, C), max(nh, C)))
-        padded.paste(im, ((max(nw, C) - nw) // 2, (max(nh, C) - nh) // 2))
-        im, nw, nh = padded, max(nw, C), max(nh, C)
-    left, top = int(round((nw - C) / 2.0)), int(round((nh - C) / 2.0))
-    return np.asarray(im.crop((left, top, left + C, top + C)), np.int16)
+    # torchvision's CenterCrop: pad (centred, zeros) to the crop where the image is smaller.
+    if nw < CW or nh < CH:
+        padded = Image.new("RGB", (max(nw, CW), max(nh, CH)))
+        padded.paste(im, ((max(nw, CW) - nw) // 2, (max(nh, CH) - nh) // 2))
+        im, nw, nh = padded, max(nw, CW), max(nh, CH)
+    left, top = int(round((nw - CW) / 2.0)), int(round((nh - CH) / 2.0))
+    return np.asarray(im.crop((left, top, left + CW, top + CH)), np.int16)
 
 
 def resized_crop(path, top, left, height, width, flipped, size=224):
