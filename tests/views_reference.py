@@ -12,6 +12,7 @@ Pillow calls are made here directly, and the blur is torchvision's arithmetic wr
 NumPy (float32 kernel, reflect padding, sums in float64, rounded half to even).
 
 usage: python3 tests/views_reference.py DIR [GPUFEED] [PRESET] [SEED] [EPOCHS]
+       (PRESET: dinov2, simclr, or a JSON spec file of view groups, as `--views` takes it)
 prints: views compared, mean absolute difference, differing samples overall and in views
         without a blur; exits 1 unless every view without a blur is equal and the blurred ones
         differ in at most 1 level at under 1 sample in 10,000 (PyTorch's float32 sums of the
@@ -31,6 +32,20 @@ from PIL import Image, ImageEnhance, ImageOps
 PILLOW_VERSION = ".".join(PIL.__version__.split(".")[:2])
 
 RESAMPLE = {"dinov2": Image.BICUBIC, "simclr": Image.BILINEAR}
+FILTERS = {"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC, "nearest": Image.NEAREST,
+           "lanczos": Image.LANCZOS, "box": Image.BOX, "hamming": Image.HAMMING}
+
+
+def group_filters(preset):
+    """Each group's Pillow filter: the preset's, or a JSON spec file's (`interpolation` of each
+    group, bilinear where it is left out)."""
+    if preset in RESAMPLE:
+        return lambda group: RESAMPLE[preset]
+    with open(preset) as f:
+        spec = json.load(f)
+    groups = spec["groups"] if isinstance(spec, dict) else spec
+    names = [g.get("interpolation", "bilinear").lower() for g in groups]
+    return lambda group: FILTERS[names[group]]
 
 try:  # torchvision's own functions on PIL images, where installed.
     from torchvision.transforms import functional as TF
@@ -118,6 +133,7 @@ def reference_view(image, line, resample):
 
 def compare(folder, cli, preset="dinov2", seed=0, epochs=1):
     """Runs the command line and compares every view; returns the statistics."""
+    filters = group_filters(preset)
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "out.npy")
         subprocess.run(
@@ -141,7 +157,7 @@ def compare(folder, cli, preset="dinov2", seed=0, epochs=1):
             path = line["path"]
             if path not in opened:
                 opened = {path: Image.open(path).convert("RGB")}
-            want = reference_view(opened[path], line, RESAMPLE[preset])
+            want = reference_view(opened[path], line, filters(line["group"]))
             got = saved[k][row]
             d = np.abs(got.astype(np.int32) - want.astype(np.int32))
             blurred = any(op[0] == "blur" for op in line["ops"])

@@ -107,27 +107,25 @@ fn draw_crop(
     Ok((d.top, d.left, d.height, d.width, d.flipped))
 }
 
-/// The views of a multi-crop preset (`"dinov2"` or `"simclr"`) of one encoded image (source
-/// index `index`, `epoch`), decoded once on the CPU: for each view, `(pixels, size, draw)`,
-/// `pixels` its `size * size * 3` bytes (`uint8`, rows first, RGB), `draw` what it drew as a
-/// JSON object (its box, flip and the torchvision calls after them), exactly as
-/// `gpufeed run --views` saves them. The resize follows `pillow_version` (`(major, minor)`),
-/// by default the installed Pillow's, as torchvision's transforms run with it.
+/// The views of a multi-crop preset (`"dinov2"` or `"simclr"`), or of a spec of view groups as
+/// `Pipeline`'s `views=` takes it, of one encoded image (source index `index`, `epoch`), decoded
+/// once on the CPU: for each view, `(pixels, size, draw)`, `pixels` its `size * size * 3` bytes
+/// (`uint8`, rows first, RGB), `draw` what it drew as a JSON object (its box, flip and the
+/// torchvision calls after them), exactly as `gpufeed run --views` saves them. The resize
+/// follows `pillow_version` (`(major, minor)`), by default the installed Pillow's, as
+/// torchvision's transforms run with it.
 #[pyfunction]
-#[pyo3(signature = (data, preset="dinov2", index=0, epoch=0, *, seed=0, pillow_version=None))]
+#[pyo3(signature = (data, preset=options::ViewsSpec(gpufeed::views::Views::dinov2()), index=0, epoch=0, *, seed=0, pillow_version=None))]
 fn render_views(
     py: Python<'_>,
     data: &[u8],
-    preset: &str,
+    preset: options::ViewsSpec,
     index: usize,
     epoch: u64,
     seed: u64,
     pillow_version: Option<(u32, u32)>,
 ) -> PyResult<Vec<(Py<pyo3::types::PyBytes>, u32, String)>> {
-    let preset: gpufeed::views::ViewsPreset = preset
-        .parse()
-        .map_err(|e: gpufeed::ParseOptionError| PyValueError::new_err(e.to_string()))?;
-    let mut views = gpufeed::views::Views::preset(preset).seed(seed);
+    let mut views = preset.0.seed(seed);
     if let Some((major, minor)) = pillow_version.or_else(|| pipeline::installed_pillow(py)) {
         views = views.pillow_version(major, minor);
     }

@@ -8,7 +8,7 @@
 use std::str::FromStr;
 
 use gpufeed::patches::{EvalPreset, Patches, Preset};
-use gpufeed::views::{Views, ViewsPreset};
+use gpufeed::views::Views;
 use gpufeed::{
     Augment, ChannelOrder, DType, Decode, Device, DrawRange, Gray16, Interpolation, LastBatch,
     Layout, OnError, Options, PipelineBuilder, Recipe, RemoteOptions, ResizeMode, ResizeOptions,
@@ -51,8 +51,8 @@ pub(crate) struct Keywords {
     patch_settings: PatchSettings,
     /// `eval_preset=`.
     eval_preset: Option<EvalPreset>,
-    /// `views=`: the preset, drawn from `seed`.
-    views: Option<ViewsPreset>,
+    /// `views=`: the preset's or the spec's groups, drawn from `seed`.
+    views: Option<Views>,
 }
 
 /// The patch output's settings given as keywords.
@@ -560,12 +560,15 @@ pub(crate) const KEYWORDS: &[Keyword] = &[
         k.eval_preset = v.map(|name| parse::<EvalPreset>(&name)).transpose()?;
         Ok(())
     }),
-    keyword!("views": "Optional[Literal[\"dinov2\", \"simclr\"]]" = |_d| NoValue,
-    "Several views of each image instead of one: \"dinov2\" (2 global of 224, 8 local of 96) or \
-     \"simclr\" (2 of 224), drawn from seed; batch.views holds one tensor per view group, \
+    keyword!("views": "Union[Literal[\"dinov2\", \"simclr\"], str, Sequence[dict[str, Any]], None]"
+    = |_d| NoValue,
+    "Several views of each image instead of one: \"dinov2\" (2 global of 224, 8 local of 96), \
+     \"simclr\" (2 of 224), or a recipe of its own: a list of view groups, each a dict of size, \
+     count, scale, ratio, interpolation, flip, color_jitter, grayscale, blur and solarize (or \
+     that list as JSON text), drawn from seed; batch.views holds one tensor per view group, \
      [count, N, 3, size, size], and batch.view_draws what each view drew.",
-    |k, v: Option<Name>| {
-        k.views = v.map(|name| parse::<ViewsPreset>(&name)).transpose()?;
+    |k, v: Option<ViewsSpec>| {
+        k.views = v.map(|spec| spec.0);
         Ok(())
     }),
 ];
@@ -734,13 +737,11 @@ impl Keywords {
             self.with(|b| Ok(b.eval_preset(preset)))?;
         }
         self.finish_patches(flip)?;
-        if let Some(preset) = self.views {
+        if let Some(views) = self.views.take() {
             let seed = self.seed;
             self.with(|b| {
                 let (major, minor) = b.options().resize.pillow_version;
-                let views = Views::preset(preset)
-                    .seed(seed)
-                    .pillow_version(major, minor);
+                let views = views.seed(seed).pillow_version(major, minor);
                 Ok(b.views(views))
             })?;
         }
@@ -1004,6 +1005,32 @@ impl<'py> FromPyObject<'_, 'py> for DeviceName {
         }
         let text: String = value.str()?.extract()?;
         parse::<Device>(&Name(text)).map(DeviceName)
+    }
+}
+
+/// `views=`: a preset's name or a JSON spec's text, or the spec itself as Python lists and
+/// dicts (written as JSON with the `json` module, then read as the text is).
+pub(crate) struct ViewsSpec(pub(crate) Views);
+
+impl<'py> FromPyObject<'_, 'py> for ViewsSpec {
+    type Error = PyErr;
+
+    fn extract(value: Borrowed<'_, 'py, PyAny>) -> PyResult<Self> {
+        let text: String = if value.is_instance_of::<PyString>() {
+            value.extract()?
+        } else {
+            let json = value.py().import("json")?;
+            json.call_method1("dumps", (value,))
+                .map_err(|e| {
+                    PyTypeError::new_err(format!(
+                        "views: not a preset's name or a list of view groups ({e})"
+                    ))
+                })?
+                .extract()?
+        };
+        Views::parse(&text)
+            .map(ViewsSpec)
+            .map_err(|e| PyValueError::new_err(e.to_string()))
     }
 }
 

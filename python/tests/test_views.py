@@ -24,6 +24,18 @@ def cli():
     return path
 
 
+# A recipe of its own (`views=` as a list of groups, `--views FILE.json`): two filters the
+# presets do not use, every operation, groups of several views.
+SPEC = [
+    {"size": 160, "count": 2, "scale": [0.3, 1.0], "interpolation": "bicubic", "flip": 0.5,
+     "color_jitter": {"p": 0.8, "brightness": 0.4, "contrast": 0.4, "saturation": 0.2, "hue": 0.1},
+     "grayscale": 0.2, "blur": {"p": 0.5, "kernel_size": 7}},
+    {"size": 64, "count": 3, "scale": [0.05, 0.3], "ratio": [0.5, 2.0], "interpolation": "lanczos",
+     "solarize": 0.5},
+    {"size": 48, "interpolation": "nearest", "flip": 1.0},
+]
+
+
 @pytest.fixture
 def photos(tmp_path):
     """The bundled photos and every fixture: gray, CMYK, YCCK, progressive, EXIF, 16-bit and
@@ -33,10 +45,14 @@ def photos(tmp_path):
     return tmp_path
 
 
-@pytest.mark.parametrize("preset,seed", [("dinov2", 0), ("dinov2", 11), ("simclr", 3)])
-def test_every_view_equals_the_reference(photos, preset, seed):
+@pytest.mark.parametrize("preset,seed", [("dinov2", 0), ("dinov2", 11), ("simclr", 3), ("spec", 5)])
+def test_every_view_equals_the_reference(photos, tmp_path_factory, preset, seed):
+    views_per_image = {"dinov2": 10, "simclr": 2, "spec": sum(g.get("count", 1) for g in SPEC)}
+    views_per_image = views_per_image[preset]
+    if preset == "spec":
+        preset = str(tmp_path_factory.mktemp("spec") / "views.json")
+        pathlib.Path(preset).write_text(json.dumps(SPEC))
     stats = reference.compare(photos, cli(), preset, seed)
-    views_per_image = 10 if preset == "dinov2" else 2
     assert stats["views"] == views_per_image * len(list(photos.iterdir()))
     assert stats["diff_unblurred"] == 0, stats
     assert reference.passes(stats), stats
@@ -71,7 +87,12 @@ def test_python_views_equal_the_reference():
         assert (line["index"], line["epoch"], line["size"]) == (4, 1, size)
         got = np.frombuffer(pixels, np.uint8).reshape(size, size, 3)
         want = reference.reference_view(image, line, Image.BICUBIC)
-        assert np.array_equal(got, want), line
+        if any(op[0] == "blur" for op in line["ops"]):
+            # With torch installed the reference blurs with its float32 sums (the script's bar).
+            off = np.abs(got.astype(np.int16) - want)
+            assert off.max() <= 1 and np.count_nonzero(off) * 10_000 <= off.size, line
+        else:
+            assert np.array_equal(got, want), line
     assert views == gpufeed.render_views(path.read_bytes(), "dinov2", 4, 1, seed=9)
     # The installed Pillow's rounding by default, as the reference above runs with it.
     import PIL
@@ -97,7 +118,7 @@ def test_pipeline_views_equal_render_views():
     installed = tuple(int(p) for p in PIL.__version__.split(".")[:2])
     mean = np.array([0.485, 0.456, 0.406], np.float32)
     std = np.array([0.229, 0.224, 0.225], np.float32)
-    for preset, seed in [("dinov2", 9), ("simclr", 2)]:
+    for preset, seed in [("dinov2", 9), ("simclr", 2), (SPEC, 4), (json.dumps(SPEC), 4)]:
         pipeline = gpufeed.Pipeline(
             ASSETS, views=preset, seed=seed, batch_size=3, device="cpu", dtype="float32",
             pillow_version="%d.%d" % installed,
@@ -127,3 +148,7 @@ def test_pipeline_views_equal_render_views():
         assert seen == 2 * len(list(ASSETS.glob("*.[jp][pn]g")))
     with pytest.raises(ValueError, match="dinov2"):
         gpufeed.Pipeline(ASSETS, views="dino", device="cpu")
+    with pytest.raises(ValueError, match='group 0: unknown key "colour_jitter"'):
+        gpufeed.Pipeline(ASSETS, views=[{"size": 96, "colour_jitter": {}}], device="cpu")
+    with pytest.raises(TypeError, match="views"):
+        gpufeed.Pipeline(ASSETS, views=[{"size": object()}], device="cpu")

@@ -86,6 +86,7 @@ mod patches;
 mod resize;
 mod runtime;
 mod views;
+mod views_json;
 
 pub(crate) use augment::RAND_AUGMENT_BINS;
 pub use augment::{Augment, MAX_RAND_AUGMENT_OPS};

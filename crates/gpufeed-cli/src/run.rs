@@ -427,17 +427,20 @@ pub struct RunArgs {
     /// that reproduce it, and its mixing). They appear only once the run has succeeded.
     #[arg(long, value_name = "FILE.npy", help_heading = "Run")]
     save: Option<PathBuf>,
-    /// Cut every image into a multi-crop preset's views: dinov2 or simclr
+    /// Cut every image into views: dinov2, simclr, or a JSON spec (a file or the text)
     ///
     /// Decode every image once and cut it into the preset's views (dinov2: 2 global views of 224
-    /// and 8 local of 96; simclr: 2 of 224), each with its own crop, flip and colour operations
+    /// and 8 local of 96; simclr: 2 of 224), or a recipe's of its own: a JSON list of view
+    /// groups, as a file (FILE.json) or the text itself (docs/views.md: size, count, scale,
+    /// ratio, interpolation, flip, color_jitter, grayscale, blur, solarize per group); each view
+    /// with its own crop, flip and colour operations
     /// drawn from --seed, the epoch, the image and the view, as torchvision runs them on a PIL
     /// image: on a GPU, decoded and resized by the GPU decode lane or the CPU threads as
     /// --decode says, coloured and normalized on the GPU; with --cpu, all on the CPU. With --save FILE.npy: FILE.view<K>.npy (uint8, [images, size, size, 3]) for
     /// each view K and FILE.views.jsonl (what each view drew). Images go in the order --shuffle
     /// and --shard give; --resume and --state work as for images.
-    #[arg(long, value_name = "PRESET", help_heading = "Training", conflicts_with_all = ["train", "augment", "random_erasing", "mixup", "cutmix", "recipe", "max_batches"])]
-    views: Option<gpufeed::views::ViewsPreset>,
+    #[arg(long, value_name = "PRESET|SPEC", help_heading = "Training", conflicts_with_all = ["train", "augment", "random_erasing", "mixup", "cutmix", "recipe", "max_batches"])]
+    views: Option<String>,
     /// Let --save replace existing files (never an image the run reads).
     #[arg(long, hide_short_help = true, help_heading = "Run")]
     overwrite: bool,
@@ -996,6 +999,29 @@ pub fn run(args: &RunArgs) -> Result<Device> {
 }
 
 /// The state `--resume` names: at the run's end (epoch E, the beginning of the epoch
+/// `--views`: a preset's name, a JSON spec's text, or the path of a file holding one.
+fn views_of(spec: &str) -> Result<gpufeed::views::Views> {
+    use gpufeed::views::{Views, ViewsPreset};
+    let text = spec.trim();
+    let inline = text.starts_with('[') || text.starts_with('{');
+    if inline || text.parse::<ViewsPreset>().is_ok() {
+        return Views::parse(text).map_err(flag_names);
+    }
+    let path = Path::new(text);
+    if !path.is_file() && !text.ends_with(".json") && !text.contains('/') {
+        // Neither a preset nor a file: the library's error lists the presets.
+        return Views::parse(text).map_err(flag_names);
+    }
+    let json = std::fs::read_to_string(path)
+        .map_err(|e| ArgumentError(format!("invalid option --views: cannot read {text}: {e}")))?;
+    Views::from_json(&json).map_err(|e| match e {
+        gpufeed::Error::InvalidOption { reason, .. } => {
+            ArgumentError(format!("invalid option --views: {text}: {reason}")).into()
+        }
+        other => other.into(),
+    })
+}
+
 /// `--epochs E` ends at) it has nothing left to run; one past it is not this run's.
 fn load_resume(args: &RunArgs) -> Result<Option<PipelineState>> {
     let Some(path) = &args.resume else {
@@ -1133,7 +1159,8 @@ fn run_and_summarize(args: &RunArgs, signals: &Signals, summarized: &mut bool) -
     if args.epochs == 0 {
         return Err(ArgumentError("--epochs must be at least 1".into()).into());
     }
-    if let Some(preset) = args.views {
+    if let Some(spec) = &args.views {
+        let views = views_of(spec)?;
         let resume = load_resume(args)?;
         let (shard, launch) = args.shard()?;
         let device = args.device(launch.map(|l| l.local_rank));
@@ -1144,7 +1171,7 @@ fn run_and_summarize(args: &RunArgs, signals: &Signals, summarized: &mut bool) -
         let source = args.source(&signals.flag)?;
         let device = crate::views::run_views(crate::views::ViewsRun {
             source,
-            views: gpufeed::views::Views::preset(preset)
+            views: views
                 .seed(args.seed)
                 .pillow_version(args.pillow_version.0, args.pillow_version.1),
             options,

@@ -2511,6 +2511,79 @@ fn packing_padded_holds_the_packed_tokens_behind_a_mask() {
     assert_eq!(older_summary["tokens"], summary["tokens"]);
 }
 
+/// `--views FILE.json` (or the JSON itself): a recipe of its own, its groups' views counted and
+/// saved, each equal to the library's views of the same spec; a misspelt key is refused, named.
+#[test]
+fn views_of_a_json_spec_are_counted_saved_and_equal_to_the_librarys() {
+    let dir = temp_dir("views-spec");
+    let spec = r#"[{"size": 80, "count": 2, "interpolation": "lanczos", "flip": 0.5,
+                   "color_jitter": {"p": 0.8, "brightness": 0.4, "hue": 0.1}},
+                  {"size": 40, "scale": [0.05, 0.3], "blur": {"p": 0.5, "kernel_size": 5},
+                   "solarize": 0.5}]"#;
+    let file = dir.join("views.json");
+    std::fs::write(&file, spec).expect("spec");
+    let npy = dir.join("out.npy");
+    let o = gpufeed(&[
+        "run",
+        "assets",
+        "--views",
+        file.to_str().expect("utf-8 path"),
+        "--seed",
+        "3",
+        "--json",
+        "--save",
+        npy.to_str().expect("utf-8 path"),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary = last_json(&o);
+    assert_eq!(summary["views"], 21, "{summary}");
+    assert_eq!(summary["views_per_image"], 3, "{summary}");
+    let views = gpufeed::views::Views::from_json(spec)
+        .expect("spec")
+        .seed(3);
+    let bytes = std::fs::read(repo_path("assets/rocket.jpg")).expect("rocket");
+    let lines = std::fs::read_to_string(dir.join("out.views.jsonl")).expect("jsonl");
+    let line: serde_json::Value = lines
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .find(|l: &serde_json::Value| {
+            l["path"]
+                .as_str()
+                .is_some_and(|p| p.ends_with("rocket.jpg"))
+        })
+        .expect("rocket's first view");
+    let index = line["index"].as_u64().expect("index") as usize;
+    let want =
+        gpufeed::cpu::render_views(&bytes, &Default::default(), &views, index, 0).expect("views");
+    for (k, view) in want.iter().enumerate() {
+        let saved = std::fs::read(dir.join(format!("out.view{k}.npy"))).expect("view");
+        let bytes = view.pixels.len();
+        // The seven images' rows after the header.
+        let at = saved.len() - 7 * bytes;
+        // Rows in the order of the run: rocket.jpg's row is its line's place among the images.
+        let place = lines
+            .lines()
+            .filter(|l| l.contains(&format!("\"view\": {k},")))
+            .position(|l| l.contains("rocket.jpg"))
+            .expect("rocket's row");
+        assert_eq!(
+            &saved[at + place * bytes..at + (place + 1) * bytes],
+            &view.pixels[..]
+        );
+    }
+    // The spec as text, and a misspelt key.
+    let o = gpufeed(&["run", "assets", "--views", r#"[{"size": 48}]"#, "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(last_json(&o)["views"], 7);
+    let o = gpufeed(&["run", "assets", "--views", r#"[{"size": 48, "colour": 1}]"#]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("--views") && err.contains("\"colour\""),
+        "{err}"
+    );
+}
+
 /// A views run lists the files it skipped as `run` does: `skipped` counts them, `errors` names
 /// each with its reason, and the other images' views are all there.
 #[test]

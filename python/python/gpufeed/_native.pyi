@@ -174,7 +174,7 @@ class Pipeline:
         tokens_per_batch: Optional[int] = None,
         packing: Optional[Literal["packed", "padded"]] = None,
         eval_preset: Optional[Literal["clip", "siglip-384", "siglip-224", "dinov2"]] = None,
-        views: Optional[Literal["dinov2", "simclr"]] = None,
+        views: Union[Literal["dinov2", "simclr"], str, Sequence[dict[str, Any]], None] = None,
     ) -> None: ...
     def __iter__(self) -> Iterator[Batch]: ...
     def __next__(self) -> Batch: ...
@@ -298,15 +298,15 @@ class PatchServer:
         """Which lanes decode the requests' images, and why."""
 def render_views(
     data: bytes,
-    preset: str = "dinov2",
+    preset: Union[str, Sequence[dict[str, Any]]] = "dinov2",
     index: int = 0,
     epoch: int = 0,
     *,
     seed: int = 0,
     pillow_version: Optional[Tuple[int, int]] = None,
 ) -> List[Tuple[bytes, int, str]]:
-    """The views of a multi-crop preset ("dinov2" or "simclr") of one encoded image, decoded
-    once: (pixels, size, draw) per view, pixels size*size*3 uint8 bytes (HWC, RGB), draw a JSON
+    """The views of a multi-crop preset ("dinov2" or "simclr"), or of a spec of view groups as
+    Pipeline's views= takes it, of one encoded image, decoded once: (pixels, size, draw) per view, pixels size*size*3 uint8 bytes (HWC, RGB), draw a JSON
     object of what the view drew, as `gpufeed run --views` saves it. The resize follows
     `pillow_version` ((major, minor)), by default the installed Pillow's."""
 class TargetLoader:
