@@ -427,11 +427,18 @@ impl TokenWriter {
         let fits = images.len() == plans.len()
             && plans.len() == layout.images.len()
             && out.len() == layout.rows * self.dim
-            && images.iter().zip(plans).all(|(pixels, plan)| {
-                pixels.len() >= plan.width as usize * plan.height as usize * 3
-                    && plan.grid_w * self.patch <= plan.width
-                    && plan.grid_h * self.patch <= plan.height
-            });
+            && layout.images.iter().map(|p| p.rows).sum::<usize>() == layout.rows
+            && images
+                .iter()
+                .zip(plans)
+                .zip(&layout.images)
+                .all(|((pixels, plan), place)| {
+                    pixels.len() >= plan.width as usize * plan.height as usize * 3
+                        && plan.grid_w * self.patch <= plan.width
+                        && plan.grid_h * self.patch <= plan.height
+                        && (place.grid_h, place.grid_w) == (plan.grid_h, plan.grid_w)
+                        && place.rows >= place.tokens()
+                });
         if !fits {
             return Err(Error::Mismatch(format!(
                 "{} images and {} plans for a layout of {} images in {} elements",
@@ -738,6 +745,36 @@ mod tests {
                 assert_eq!(checked, batch.layout.rows * dim);
             }
         }
+    }
+
+    #[test]
+    fn a_layout_that_does_not_fit_its_plans_is_an_error() {
+        let bytes = std::fs::read("assets/rocket.jpg").expect("asset");
+        let q = Patches::qwen2_vl().max_pixels(60_000);
+        let image = patch_image(&bytes, "rocket.jpg", &DecodeOptions::default(), &q, None)
+            .expect("patches");
+        let batch = patch_batch(std::slice::from_ref(&image), &q, DType::F32, None).expect("batch");
+        let writer = TokenWriter::new(&q, DType::F32).expect("writer");
+        let pixels = [image.pixels.as_slice()];
+        let mut out = batch.tokens.clone();
+        writer
+            .write(&pixels, &batch.plans, &batch.layout, &mut out)
+            .expect("the batch's own layout");
+        assert_eq!(out, batch.tokens);
+        let mut wider = batch.layout.clone();
+        wider.images[0].grid_w += 1;
+        assert!(writer
+            .write(&pixels, &batch.plans, &wider, &mut out)
+            .is_err());
+        let mut longer = batch.layout.clone();
+        longer.images[0].rows += 1;
+        assert!(writer
+            .write(&pixels, &batch.plans, &longer, &mut out)
+            .is_err());
+        let mut halves = HostData::F16(vec![f16::ZERO; out.len()]);
+        assert!(writer
+            .write(&pixels, &batch.plans, &batch.layout, &mut halves)
+            .is_err());
     }
 
     #[test]
