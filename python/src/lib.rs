@@ -115,7 +115,10 @@ fn draw_crop(
 /// follows `pillow_version` (`(major, minor)`), by default the installed Pillow's, as
 /// torchvision's transforms run with it.
 #[pyfunction]
-#[pyo3(signature = (data, preset=options::ViewsSpec(gpufeed::views::Views::dinov2()), index=0, epoch=0, *, seed=0, pillow_version=None))]
+#[pyo3(
+    signature = (data, preset=options::ViewsSpec(gpufeed::views::Views::dinov2()), index=0, epoch=0, *, seed=0, pillow_version=None),
+    text_signature = "(data, preset='dinov2', index=0, epoch=0, *, seed=0, pillow_version=None)"
+)]
 fn render_views(
     py: Python<'_>,
     data: &[u8],

@@ -103,6 +103,18 @@ def test_python_views_equal_the_reference():
     )
     with pytest.raises(ValueError, match="dinov2, simclr"):
         gpufeed.render_views(path.read_bytes(), "dino")
+    # A spec of view groups, and the preset by default.
+    spec = [{"size": 64, "count": 2, "interpolation": "bicubic", "flip": 1.0}]
+    made = gpufeed.render_views(path.read_bytes(), spec, 4, 1, seed=9)
+    assert [size for _, size, _ in made] == [64, 64]
+    for pixels, size, draw in made:
+        line = json.loads(draw)
+        assert line["flip"] is True
+        got = np.frombuffer(pixels, np.uint8).reshape(size, size, 3)
+        assert np.array_equal(got, reference.reference_view(image, line, Image.BICUBIC)), line
+    import inspect
+
+    assert inspect.signature(gpufeed.render_views).parameters["preset"].default == "dinov2"
     with pytest.raises(gpufeed.ItemError):
         gpufeed.render_views(b"not an image")
 
