@@ -10,7 +10,9 @@
 //!
 //! The resize and crop are torchvision's on PIL images, so the pixels are Pillow's bit for bit;
 //! the normalize is the pipeline's (`x * a + b` in `float32`, within a unit in the last place of
-//! `(x / 255 - mean) / std`).
+//! `(x / 255 - mean) / std`). transformers' processors cut the centre crop at
+//! `(height - crop) // 2` where torchvision rounds half to even: one pixel apart for about a
+//! quarter of image sizes (docs/patches.md).
 
 use std::fmt;
 use std::str::FromStr;
