@@ -269,6 +269,14 @@ fn views_refuse_options_for_one_image_each() {
     let mut bad = Views::dinov2();
     bad.groups[0].count = 0;
     assert!(builder(bad, Device::Cpu).build().is_err());
+    // Views no machine's memory holds (64 of 8192 x 8192, 12.9 GB an image): refused before
+    // anything is allocated, naming the views.
+    let huge = Views::from_json(r#"[{"size": 8192, "count": 64}]"#).expect("a valid spec");
+    let e = refused(builder(huge, Device::Cpu).batch_size(256));
+    assert!(
+        e.contains("invalid option views: one image's 64 views take"),
+        "{e}"
+    );
 }
 
 /// Fills the views' memory with all bits set before it goes back to the pool, so that a view

@@ -227,6 +227,7 @@ impl OutputPlan {
             rows,
             height,
             width,
+            views: views.map_or(0, |v| v.views.count()),
             staging,
             output: output_elements * spec.dtype.size_of() as u128,
             labels: rows * classes as u128 * 4,
@@ -361,6 +362,8 @@ struct BatchSizes {
     rows: u128,
     height: u32,
     width: u32,
+    /// Views of each image (0 for one output image each).
+    views: usize,
     staging: u128,
     output: u128,
     /// The soft labels of a mixed batch (0 without mixing), over `classes` classes.
@@ -405,27 +408,32 @@ impl BatchSizes {
                 ),
             )
         } else if one_image * (self.prefetch + 2) * 16 > available {
-            // Fewer than 16 such images fit: the size is what to change.
-            (
-                "resize",
-                format!(
-                    "one image of {}x{} (height x width) takes {:.2} GB",
-                    self.height,
-                    self.width,
-                    gb(one_image)
+            // Fewer than 16 such images fit: the size (or the views) is what to change.
+            match self.views {
+                0 => (
+                    "resize",
+                    format!(
+                        "one image of {}x{} (height x width) takes {:.2} GB",
+                        self.height,
+                        self.width,
+                        gb(one_image)
+                    ),
                 ),
-            )
+                views => (
+                    "views",
+                    format!("one image's {views} views take {:.2} GB", gb(one_image)),
+                ),
+            }
         } else if one_batch * 2 <= available {
             ("prefetch", format!("a batch takes {:.2} GB", gb(one_batch)))
         } else {
+            let images = match self.views {
+                0 => format!("images of {}x{} (height x width)", self.height, self.width),
+                views => format!("images of {views} views each"),
+            };
             (
                 "batch_size",
-                format!(
-                    "a batch of {rows} images of {}x{} (height x width) takes {:.2} GB",
-                    self.height,
-                    self.width,
-                    gb(one_batch)
-                ),
+                format!("a batch of {rows} {images} takes {:.2} GB", gb(one_batch)),
             )
         };
         Error::invalid(

@@ -1335,7 +1335,7 @@ fn row_name(source: &Source, index: usize) -> String {
 
 /// The library's option names in an error as this command line's flags: an
 /// [`ArgumentError`].
-fn flag_names(error: gpufeed::Error) -> Box<dyn std::error::Error> {
+pub(crate) fn flag_names(error: gpufeed::Error) -> Box<dyn std::error::Error> {
     match error {
         gpufeed::Error::InvalidOption { option, reason } => {
             let flag = match option {

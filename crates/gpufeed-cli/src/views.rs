@@ -218,7 +218,7 @@ pub fn run_views(run: ViewsRun) -> Result<Device> {
     if let Some(state) = resume {
         builder = builder.resume(state);
     }
-    let mut pipeline = builder.build()?;
+    let mut pipeline = builder.build().map_err(crate::run::flag_names)?;
     if let Some(why) = pipeline.cpu_fallback() {
         eprintln!("gpufeed: views on the CPU: {why}");
     }
