@@ -148,6 +148,14 @@ fn render_views(
         .collect())
 }
 
+/// A multi-crop preset's view groups (`"dinov2"` or `"simclr"`), or a spec's, as the list of
+/// dicts `Pipeline`'s `views=` takes: every field written, to start a recipe of one's own from.
+#[pyfunction]
+fn views_spec<'py>(py: Python<'py>, preset: options::ViewsSpec) -> PyResult<Bound<'py, PyAny>> {
+    py.import("json")?
+        .call_method1("loads", (preset.0.to_json(),))
+}
+
 /// Every keyword of `Pipeline()` as `(name, type, default, doc)`, in the signature's order: the
 /// table the signature, the docstring and the misspelt-keyword error are made from (the tests
 /// compare the `.pyi` stub with it).
@@ -164,6 +172,7 @@ fn _keyword_table() -> Vec<(&'static str, &'static str, String, &'static str)> {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(draw_crop, m)?)?;
     m.add_function(wrap_pyfunction!(render_views, m)?)?;
+    m.add_function(wrap_pyfunction!(views_spec, m)?)?;
     m.add_function(wrap_pyfunction!(_keyword_table, m)?)?;
     m.add_class::<pipeline::Pipeline>()?;
     m.add_class::<pipeline::Batch>()?;

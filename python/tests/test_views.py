@@ -160,6 +160,14 @@ def test_pipeline_views_equal_render_views():
         assert seen == 2 * len(list(ASSETS.glob("*.[jp][pn]g")))
     with pytest.raises(ValueError, match="dinov2"):
         gpufeed.Pipeline(ASSETS, views="dino", device="cpu")
+    # A preset's groups as a spec give the preset's views.
+    spec = gpufeed.views_spec("dinov2")
+    assert [g["count"] for g in spec] == [1, 1, 8] and spec[2]["interpolation"] == "bicubic"
+    assert gpufeed.views_spec(spec) == spec
+    first = lambda views: [np.from_dlpack(t).copy() for t in next(iter(gpufeed.Pipeline(
+        ASSETS, views=views, seed=1, batch_size=2, device="cpu", dtype="float32"))).views]
+    for a, b in zip(first("dinov2"), first(spec)):
+        assert np.array_equal(a, b)
     with pytest.raises(ValueError, match='group 0: unknown key "colour_jitter"'):
         gpufeed.Pipeline(ASSETS, views=[{"size": 96, "colour_jitter": {}}], device="cpu")
     with pytest.raises(TypeError, match="views"):

@@ -259,6 +259,7 @@ pub fn run_views(run: ViewsRun) -> Result<Device> {
                 "images": images,
                 "views": images * count,
                 "views_per_image": count,
+                "spec": serde_json::from_str::<serde_json::Value>(&views.to_json()).unwrap_or_default(),
                 "seed": views.seed,
                 "skipped": seen.skipped.len(),
                 "errors": seen.skipped.iter().map(|e| json!({"path": e.id, "reason": e.kind.to_string()})).collect::<Vec<_>>(),

@@ -28,6 +28,7 @@ from ._native import (
     Tensor,
     draw_crop,
     render_views,
+    views_spec,
 )
 
 __all__ = [
@@ -43,4 +44,5 @@ __all__ = [
     "Tensor",
     "draw_crop",
     "render_views",
+    "views_spec",
 ]

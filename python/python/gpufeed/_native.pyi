@@ -296,6 +296,10 @@ class PatchServer:
     @property
     def decode_description(self) -> str:
         """Which lanes decode the requests' images, and why."""
+def views_spec(preset: Union[str, Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """A multi-crop preset's view groups ("dinov2" or "simclr"), or a spec's, as the list of
+    dicts Pipeline's views= takes: every field written, to start a recipe of one's own from."""
+
 def render_views(
     data: bytes,
     preset: Union[str, Sequence[dict[str, Any]]] = "dinov2",
