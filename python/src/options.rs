@@ -560,12 +560,12 @@ pub(crate) const KEYWORDS: &[Keyword] = &[
         k.eval_preset = v.map(|name| parse::<EvalPreset>(&name)).transpose()?;
         Ok(())
     }),
-    keyword!("views": "Union[Literal[\"dinov2\", \"simclr\"], str, Sequence[dict[str, Any]], None]"
+    keyword!("views": "Union[Literal[\"dinov2\", \"simclr\"], str, os.PathLike[str], Sequence[dict[str, Any]], None]"
     = |_d| NoValue,
     "Several views of each image instead of one: \"dinov2\" (2 global of 224, 8 local of 96), \
      \"simclr\" (2 of 224), or a recipe of its own: a list of view groups, each a dict of size, \
      count, scale, ratio, interpolation, flip, color_jitter, grayscale, blur and solarize (or \
-     that list as JSON text), drawn from seed; batch.views holds one tensor per view group, \
+     that list as JSON text, or a .json file's path), drawn from seed; batch.views holds one tensor per view group, \
      [count, N, 3, size, size], and batch.view_draws what each view drew.",
     |k, v: Option<ViewsSpec>| {
         k.views = v.map(|spec| spec.0);
@@ -1008,29 +1008,46 @@ impl<'py> FromPyObject<'_, 'py> for DeviceName {
     }
 }
 
-/// `views=`: a preset's name or a JSON spec's text, or the spec itself as Python lists and
-/// dicts (written as JSON with the `json` module, then read as the text is).
+/// `views=`: a preset's name, a JSON spec's text or the path of a file holding one (a `str` or
+/// an `os.PathLike`), or the spec itself as Python lists and dicts (written as JSON with the
+/// `json` module, then read as the text is).
 pub(crate) struct ViewsSpec(pub(crate) Views);
 
 impl<'py> FromPyObject<'_, 'py> for ViewsSpec {
     type Error = PyErr;
 
     fn extract(value: Borrowed<'_, 'py, PyAny>) -> PyResult<Self> {
-        let text: String = if value.is_instance_of::<PyString>() {
-            value.extract()?
+        let py = value.py();
+        let (text, path): (String, bool) = if value.is_instance_of::<PyString>() {
+            (value.extract()?, false)
+        } else if value.hasattr("__fspath__")? {
+            let path = py.import("os")?.call_method1("fspath", (value,))?;
+            (path.str()?.extract()?, true)
         } else {
-            let json = value.py().import("json")?;
-            json.call_method1("dumps", (value,))
+            let json = py.import("json")?;
+            let text = json
+                .call_method1("dumps", (value,))
                 .map_err(|e| {
                     PyTypeError::new_err(format!(
                         "views: not a preset's name or a list of view groups ({e})"
                     ))
                 })?
-                .extract()?
+                .extract()?;
+            (text, false)
         };
-        Views::parse(&text)
-            .map(ViewsSpec)
-            .map_err(|e| PyValueError::new_err(e.to_string()))
+        let trimmed = text.trim();
+        let named = trimmed.parse::<gpufeed::views::ViewsPreset>().is_ok();
+        let inline = trimmed.starts_with('[') || trimmed.starts_with('{');
+        let file = path || (!named && !inline && std::path::Path::new(trimmed).is_file());
+        let views = if file {
+            let json = std::fs::read_to_string(trimmed).map_err(|e| {
+                PyValueError::new_err(format!("views: cannot read {trimmed}: {e}"))
+            })?;
+            Views::from_json(&json).map_err(|e| PyValueError::new_err(format!("{trimmed}: {e}")))
+        } else {
+            Views::parse(&text).map_err(|e| PyValueError::new_err(e.to_string()))
+        };
+        views.map(ViewsSpec)
     }
 }
 

@@ -119,7 +119,7 @@ def test_python_views_equal_the_reference():
         gpufeed.render_views(b"not an image")
 
 
-def test_pipeline_views_equal_render_views():
+def test_pipeline_views_equal_render_views(tmp_path):
     """`gpufeed.Pipeline(..., views=PRESET)`: batch.views, one tensor per view group
     `[count, N, 3, size, size]`, each view the normalized pixels of `gpufeed.render_views` for
     the same image, epoch and seed; batch.view_draws what each view drew."""
@@ -164,6 +164,12 @@ def test_pipeline_views_equal_render_views():
     spec = gpufeed.views_spec("dinov2")
     assert [g["count"] for g in spec] == [1, 1, 8] and spec[2]["interpolation"] == "bicubic"
     assert gpufeed.views_spec(spec) == spec
+    # A spec file's path, as str or pathlib.Path, as the command line's --views FILE.json.
+    spec_file = tmp_path / "views.json"
+    spec_file.write_text(json.dumps(spec))
+    assert gpufeed.views_spec(spec_file) == spec == gpufeed.views_spec(str(spec_file))
+    with pytest.raises(ValueError, match="cannot read"):
+        gpufeed.views_spec(tmp_path / "missing.json")
     first = lambda views: [np.from_dlpack(t).copy() for t in next(iter(gpufeed.Pipeline(
         ASSETS, views=views, seed=1, batch_size=2, device="cpu", dtype="float32"))).views]
     for a, b in zip(first("dinov2"), first(spec)):

@@ -174,7 +174,7 @@ class Pipeline:
         tokens_per_batch: Optional[int] = None,
         packing: Optional[Literal["packed", "padded"]] = None,
         eval_preset: Optional[Literal["clip", "siglip-384", "siglip-224", "dinov2"]] = None,
-        views: Union[Literal["dinov2", "simclr"], str, Sequence[dict[str, Any]], None] = None,
+        views: Union[Literal["dinov2", "simclr"], str, os.PathLike[str], Sequence[dict[str, Any]], None] = None,
     ) -> None: ...
     def __iter__(self) -> Iterator[Batch]: ...
     def __next__(self) -> Batch: ...
@@ -296,13 +296,13 @@ class PatchServer:
     @property
     def decode_description(self) -> str:
         """Which lanes decode the requests' images, and why."""
-def views_spec(preset: Union[str, Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
+def views_spec(preset: Union[str, os.PathLike[str], Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
     """A multi-crop preset's view groups ("dinov2" or "simclr"), or a spec's, as the list of
     dicts Pipeline's views= takes: every field written, to start a recipe of one's own from."""
 
 def render_views(
     data: bytes,
-    preset: Union[str, Sequence[dict[str, Any]]] = "dinov2",
+    preset: Union[str, os.PathLike[str], Sequence[dict[str, Any]]] = "dinov2",
     index: int = 0,
     epoch: int = 0,
     *,
