@@ -211,8 +211,36 @@ fn reflect(i: isize, n: usize) -> usize {
 /// symmetric, exactly (its taps at `x` and `-x` are the same float32), so the samples its equal
 /// taps weigh are added first and multiplied once: a quarter of the products. Each output's sum
 /// runs over the kernel's rows `i`, then its columns `j` (the GPU's order too); the samples of
-/// a row, all three channels, are summed side by side ([`blur_row`]).
+/// a row, all three channels, are summed side by side ([`blur_row_with`]); on CPUs with AVX2 the
+/// whole blur is compiled for it, four samples a register.
 fn blur(img: &mut [u8], height: usize, width: usize, kernel_size: usize, sigma: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above); the function is safe Rust compiled
+        // with it.
+        #[allow(unsafe_code)]
+        unsafe {
+            blur_avx2(img, height, width, kernel_size, sigma)
+        };
+        return;
+    }
+    blur_with(img, height, width, kernel_size, sigma);
+}
+
+/// [`blur_with`] compiled for AVX2 (no fused multiply-adds: Rust rounds the product and the
+/// sum apart).
+///
+/// # Safety
+/// The CPU has AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[allow(unsafe_code)]
+unsafe fn blur_avx2(img: &mut [u8], height: usize, width: usize, kernel_size: usize, sigma: f32) {
+    blur_with(img, height, width, kernel_size, sigma);
+}
+
+#[inline(always)]
+fn blur_with(img: &mut [u8], height: usize, width: usize, kernel_size: usize, sigma: f32) {
     let k = kernel_size;
     let taps = k / 2 + 1;
     let k1 = gaussian_kernel(k, sigma);
@@ -224,12 +252,20 @@ fn blur(img: &mut [u8], height: usize, width: usize, kernel_size: usize, sigma: 
     let pw = (width + k - 1) * 3;
     let ph = height + k - 1;
     let mut padded = vec![0f64; pw * ph];
+    let left = k / 2;
     for (py, line) in padded.chunks_exact_mut(pw).enumerate() {
         let y = reflect(py as isize - half, height);
         let row = &img[y * width * 3..(y + 1) * width * 3];
-        for (px, v) in line.chunks_exact_mut(3).enumerate() {
+        // The row itself in the middle, its reflections on either side.
+        for (v, &s) in line[left * 3..(left + width) * 3].iter_mut().zip(row) {
+            *v = f64::from(s);
+        }
+        for px in (0..left).chain(left + width..width + k - 1) {
             let x = reflect(px as isize - half, width);
-            for (v, &s) in v.iter_mut().zip(&row[x * 3..x * 3 + 3]) {
+            for (v, &s) in line[px * 3..px * 3 + 3]
+                .iter_mut()
+                .zip(&row[x * 3..x * 3 + 3])
+            {
                 *v = f64::from(s);
             }
         }
@@ -250,7 +286,7 @@ fn blur(img: &mut [u8], height: usize, width: usize, kernel_size: usize, sigma: 
                 }
             }
         }
-        blur_row(&pairs, pw, k, &weights, &mut sums);
+        blur_row_with(&pairs, pw, k, &weights, &mut sums);
         let out = &mut img[y * width * 3..(y + 1) * width * 3];
         for (o, &sum) in out.iter_mut().zip(&sums) {
             *o = round_half_even_clip(sum);
@@ -263,32 +299,6 @@ fn blur(img: &mut [u8], height: usize, width: usize, kernel_size: usize, sigma: 
 /// to a float64 that starts at 0 (the middle column once). Eight samples at a time, each its
 /// own sum, so that the compiler keeps them in vector registers; on CPUs with AVX2 four a
 /// register.
-fn blur_row(pairs: &[f64], pw: usize, k: usize, weights: &[f64], sums: &mut [f64]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU has AVX2 (checked just above); the function is safe Rust compiled
-        // with it.
-        #[allow(unsafe_code)]
-        unsafe {
-            blur_row_avx2(pairs, pw, k, weights, sums)
-        };
-        return;
-    }
-    blur_row_with(pairs, pw, k, weights, sums);
-}
-
-/// [`blur_row_with`] compiled for AVX2 (no fused multiply-adds: Rust rounds the product and
-/// the sum apart).
-///
-/// # Safety
-/// The CPU has AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-#[allow(unsafe_code)]
-unsafe fn blur_row_avx2(pairs: &[f64], pw: usize, k: usize, weights: &[f64], sums: &mut [f64]) {
-    blur_row_with(pairs, pw, k, weights, sums);
-}
-
 #[inline(always)]
 fn blur_row_with(pairs: &[f64], pw: usize, k: usize, weights: &[f64], sums: &mut [f64]) {
     const LANES: usize = 8;
