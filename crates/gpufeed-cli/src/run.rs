@@ -998,7 +998,6 @@ pub fn run(args: &RunArgs) -> Result<Device> {
     outcome
 }
 
-/// The state `--resume` names: at the run's end (epoch E, the beginning of the epoch
 /// `--views`: a preset's name, a JSON spec's text, or the path of a file holding one.
 fn views_of(spec: &str) -> Result<gpufeed::views::Views> {
     use gpufeed::views::{Views, ViewsPreset};
@@ -1022,6 +1021,7 @@ fn views_of(spec: &str) -> Result<gpufeed::views::Views> {
     })
 }
 
+/// The state `--resume` names: at the run's end (epoch E, the beginning of the epoch
 /// `--epochs E` ends at) it has nothing left to run; one past it is not this run's.
 fn load_resume(args: &RunArgs) -> Result<Option<PipelineState>> {
     let Some(path) = &args.resume else {
