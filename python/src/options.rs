@@ -1035,18 +1035,13 @@ impl<'py> FromPyObject<'_, 'py> for ViewsSpec {
                 .extract()?;
             (text, false)
         };
-        let trimmed = text.trim();
-        let named = trimmed.parse::<gpufeed::views::ViewsPreset>().is_ok();
-        let inline = trimmed.starts_with('[') || trimmed.starts_with('{');
-        let file = path || (!named && !inline && std::path::Path::new(trimmed).is_file());
-        let views = if file {
-            let json = std::fs::read_to_string(trimmed)
-                .map_err(|e| PyValueError::new_err(format!("views: cannot read {trimmed}: {e}")))?;
-            Views::from_json(&json).map_err(|e| PyValueError::new_err(format!("{trimmed}: {e}")))
-        } else {
-            Views::parse(&text).map_err(|e| PyValueError::new_err(e.to_string()))
+        let views = match path {
+            true => Views::load_file(&text),
+            false => Views::load(&text),
         };
-        views.map(ViewsSpec)
+        views
+            .map(ViewsSpec)
+            .map_err(|e| PyValueError::new_err(e.to_string()))
     }
 }
 

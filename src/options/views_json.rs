@@ -18,6 +18,8 @@
 //! 0.1 to 2. A key that is none of these is refused, naming it, so that a misspelt operation
 //! is not silently left out.
 
+use std::path::Path;
+
 use serde_json::{json, Map, Value};
 
 use super::{ColorJitter, DrawRange, Interpolation, ViewBlur, ViewGroup, ViewOps, Views};
@@ -44,6 +46,38 @@ impl Views {
         text.parse::<ViewsPreset>()
             .map(Views::preset)
             .map_err(|e| Error::invalid("views", format!("{e}, or a JSON list of view groups")))
+    }
+
+    /// What `gpufeed run --views` and Python's `views=` take: a preset's name, a JSON spec's
+    /// text, or the path of a file holding a spec ([`Views::load_file`]), seed 0. Text that is
+    /// neither a preset nor JSON is read as a path when it names a file, ends in `.json` or
+    /// holds a `/`; otherwise the error lists the presets.
+    pub fn load(spec: &str) -> Result<Views> {
+        let text = spec.trim();
+        let inline = text.starts_with('[') || text.starts_with('{');
+        if inline || text.parse::<ViewsPreset>().is_ok() {
+            return Views::parse(text);
+        }
+        let path = Path::new(text);
+        if path.is_file() || text.ends_with(".json") || text.contains('/') {
+            return Views::load_file(path);
+        }
+        Views::parse(text)
+    }
+
+    /// The views of the JSON spec in the file at `path` ([`Views::from_json`]); errors name the
+    /// file.
+    pub fn load_file(path: impl AsRef<Path>) -> Result<Views> {
+        let path = path.as_ref();
+        let json = std::fs::read_to_string(path)
+            .map_err(|e| Error::invalid("views", format!("cannot read {}: {e}", path.display())))?;
+        Views::from_json(&json).map_err(|e| match e {
+            Error::InvalidOption { option, reason } => Error::InvalidOption {
+                option,
+                reason: format!("{}: {reason}", path.display()),
+            },
+            other => other,
+        })
     }
 
     /// The views a JSON spec describes (a list of groups, or `{"groups": [...]}`), seed 0,
@@ -246,6 +280,39 @@ mod tests {
             assert_eq!(Views::from_json(&wrapped).expect("wrapped"), views);
         }
         assert_eq!(Views::parse(" DINOv2 ").expect("a preset"), Views::dinov2());
+    }
+
+    #[test]
+    fn a_spec_loads_from_a_preset_json_text_or_a_file() {
+        let dir = std::env::temp_dir().join(format!("gpufeed-views-load-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("folder");
+        let file = dir.join("recipe.json");
+        std::fs::write(&file, r#"[{"size": 64, "count": 3}]"#).expect("write");
+        let path = file.to_str().expect("utf-8 path");
+        let inline = Views::load(r#" [{"size": 64, "count": 3}] "#).expect("inline");
+        assert_eq!(Views::load(path).expect("file").groups, inline.groups);
+        assert_eq!(Views::load_file(&file).expect("file").groups, inline.groups);
+        assert_eq!(
+            Views::load("dinov2").expect("preset").groups,
+            Views::dinov2().groups
+        );
+
+        let message = |spec: &str| Views::load(spec).map(|_| ()).unwrap_err().to_string();
+        let missing = dir.join("missing.json");
+        let said = message(missing.to_str().expect("utf-8 path"));
+        assert!(
+            said.contains("cannot read") && said.contains("missing.json"),
+            "{said}"
+        );
+        std::fs::write(&file, r#"[{"size": 64, "colour": 1}]"#).expect("write");
+        let said = message(path);
+        assert!(
+            said.contains("recipe.json") && said.contains("\"colour\""),
+            "{said}"
+        );
+        let said = message("dino");
+        assert!(said.contains("dinov2") && said.contains("simclr"), "{said}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -998,29 +998,6 @@ pub fn run(args: &RunArgs) -> Result<Device> {
     outcome
 }
 
-/// `--views`: a preset's name, a JSON spec's text, or the path of a file holding one.
-fn views_of(spec: &str) -> Result<gpufeed::views::Views> {
-    use gpufeed::views::{Views, ViewsPreset};
-    let text = spec.trim();
-    let inline = text.starts_with('[') || text.starts_with('{');
-    if inline || text.parse::<ViewsPreset>().is_ok() {
-        return Views::parse(text).map_err(flag_names);
-    }
-    let path = Path::new(text);
-    if !path.is_file() && !text.ends_with(".json") && !text.contains('/') {
-        // Neither a preset nor a file: the library's error lists the presets.
-        return Views::parse(text).map_err(flag_names);
-    }
-    let json = std::fs::read_to_string(path)
-        .map_err(|e| ArgumentError(format!("invalid option --views: cannot read {text}: {e}")))?;
-    Views::from_json(&json).map_err(|e| match e {
-        gpufeed::Error::InvalidOption { reason, .. } => {
-            ArgumentError(format!("invalid option --views: {text}: {reason}")).into()
-        }
-        other => other.into(),
-    })
-}
-
 /// The state `--resume` names: at the run's end (epoch E, the beginning of the epoch
 /// `--epochs E` ends at) it has nothing left to run; one past it is not this run's.
 fn load_resume(args: &RunArgs) -> Result<Option<PipelineState>> {
@@ -1160,7 +1137,7 @@ fn run_and_summarize(args: &RunArgs, signals: &Signals, summarized: &mut bool) -
         return Err(ArgumentError("--epochs must be at least 1".into()).into());
     }
     if let Some(spec) = &args.views {
-        let views = views_of(spec)?;
+        let views = gpufeed::views::Views::load(spec).map_err(flag_names)?;
         let resume = load_resume(args)?;
         let (shard, launch) = args.shard()?;
         let device = args.device(launch.map(|l| l.local_rank));
