@@ -871,6 +871,112 @@ fn hybrid_output_is_within_the_fidelity_bars() {
     assert!(mean <= 0.5 && p999 <= 3.0, "mean {mean:.3}, p99.9 {p999}");
 }
 
+/// A folder of `files` ImageNet-sized JPEGs (4:2:0, 300 to 499 by 250 to 399 pixels): parts of
+/// a photo, each with noise of its own, so that no two images are alike.
+fn imagenet_sized_folder(files: usize) -> common::TempDir {
+    use rayon::prelude::*;
+    use turbojpeg_region::{encode, EncodeOptions, Format};
+    let dir = common::TempDir::new("engines-beside-assisted");
+    let photo = image::open(common::repo_path("assets/astronaut.png"))
+        .expect("photo")
+        .to_rgb8();
+    (0..files).into_par_iter().for_each(|i| {
+        let i = i as u32;
+        let (w, h) = (300 + (i * 37) % 200, 250 + (i * 53) % 150);
+        let (x, y) = (
+            (i * 7) % (photo.width() - w),
+            (i * 11) % (photo.height() - h),
+        );
+        let mut rgb = image::imageops::crop_imm(&photo, x, y, w, h)
+            .to_image()
+            .into_raw();
+        let mut state = i.wrapping_mul(2_654_435_761) | 1;
+        for p in rgb.iter_mut() {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            *p = p.saturating_add((state % 9) as u8).saturating_sub(4);
+        }
+        let bytes = encode(&rgb, w, h, Format::Rgb, &EncodeOptions::default()).expect("encode");
+        std::fs::write(dir.join(format!("{i:05}.jpg")), bytes).expect("write");
+    });
+    dir
+}
+
+/// The JPEG engines and the assisted path decoding small files side by side, the SMs busy:
+/// every image of two epochs is the CPU lane's, within the engines' inverse DCT. (The engines
+/// write a call's pixels as it is submitted, not in their stream's order: before the decoder
+/// waited for the work queued ahead of a call, a few of every 8,192 images came out with pixels
+/// of the engines' next call, on the H100 machine.)
+#[test]
+fn engines_beside_the_assisted_path_leave_every_image_whole() {
+    let _serial = serial();
+    if !gpu_present("engines_beside_the_assisted_path_leave_every_image_whole") {
+        return;
+    }
+    let dir = imagenet_sized_folder(8192);
+    let builder = |decode| {
+        Pipeline::builder()
+            .source(Source::directory(dir.path()).expect("folder"))
+            .batch_size(256)
+            .mean_std([0.0; 3], [1.0 / 255.0; 3])
+            .dtype(DType::F32)
+            .decode(decode)
+            .gpu_share(1.0)
+            .device(Device::Cuda(0))
+    };
+    // Each image's levels, by id.
+    let mut reference = std::collections::HashMap::new();
+    let mut cpu = builder(Decode::Cpu).build().expect("build");
+    for batch in &mut cpu {
+        let batch = batch.expect("batch");
+        let values = batch.images().to_host().expect("host").to_f32_vec();
+        let per_image = values.len() / batch.len();
+        for (id, image) in batch.ids().iter().zip(values.chunks(per_image)) {
+            let levels: Vec<u8> = image.iter().map(|&v| v as u8).collect();
+            reference.insert(id.clone(), levels);
+        }
+    }
+    drop(cpu);
+    let mut hybrid = builder(Decode::Hybrid).build().expect("build");
+    let (mut at, mut by_engines, mut by_assisted) = (0, 0, 0);
+    let (mut worst, mut wrong) = (0.0f32, Vec::new());
+    for _ in 0..2 {
+        for batch in &mut hybrid {
+            let batch = batch.expect("batch");
+            let values = batch.images().to_host().expect("host").to_f32_vec();
+            let per_image = values.len() / batch.len();
+            for (id, image) in batch.ids().iter().zip(values.chunks(per_image)) {
+                let want = reference.get(id).expect("an image of the CPU lane's run");
+                let mean = image
+                    .iter()
+                    .zip(want)
+                    .map(|(&g, &w)| (g - w as f32).abs())
+                    .sum::<f32>()
+                    / per_image as f32;
+                worst = worst.max(mean);
+                if mean > 2.0 {
+                    wrong.push(format!("{id} (mean difference {mean:.1})"));
+                }
+                at += 1;
+            }
+        }
+        let report = hybrid.epoch_report();
+        by_engines += report.decoded_by_gpu - report.decoded_by_assisted;
+        by_assisted += report.decoded_by_assisted;
+    }
+    println!(
+        "{at} images: {by_engines} by the engines, {by_assisted} by the assisted path; the worst \
+         image's mean difference from the CPU lane {worst:.3}"
+    );
+    assert_eq!(at, 2 * reference.len(), "both epochs made every image");
+    assert!(
+        by_engines > 0 && by_assisted > 0,
+        "both paths of the GPU lane decoded: engines {by_engines}, assisted {by_assisted}"
+    );
+    assert!(wrong.is_empty(), "{} images wrong: {wrong:?}", wrong.len());
+}
+
 /// Twenty epochs of hybrid decoding leave host and device memory where the first ones left them,
 /// counted from the epoch by which the GPU lane has finished opening (its decoder sets join one
 /// at a time beside the first epochs, each taking its device memory; on this small folder an

@@ -24,7 +24,8 @@
 //! 4. `nvjpegDecodeBatchedInitialize(handle, state, n, 1, format)` when `n` or the format changed
 //!    since the last call (or after a failed batch, which the header says it resets), then
 //!    `nvjpegDecodeBatched(handle, state, data, lengths, destinations, stream)` on the caller's
-//!    stream, and an event is recorded on that stream.
+//!    stream, and an event is recorded on that stream. Before a call's first batch the host waits
+//!    for everything queued on the stream before the call (see below).
 //!
 //! # Buffer lifetimes and asynchrony
 //!
@@ -34,12 +35,20 @@
 //! written again until that batch's event has completed; the next `decode` fills the other slot
 //! while the batch runs, and the one after waits for the event. The nvJPEG state, handle and parse
 //! object live as long as the decoder, whose `Drop` waits for outstanding work before destroying
-//! them. The output of a batch stays valid until the next `decode` on the same decoder: queue the
-//! work that reads it on the same stream before calling `decode` again, or make another stream wait
-//! for an event recorded after it on that stream and finish before the next `decode`. Growing the
-//! output arena (rare: only for a batch larger than any before) waits for the stream. With the
-//! hardware backend, `nvjpegDecodeBatched` keeps the calling thread busy for most of the decode
-//! (measured on the H100 machine: about 45 µs of host time an image, one thread alone).
+//! them.
+//!
+//! The hardware backend writes its output when `nvjpegDecodeBatched` is called, not when the
+//! stream gets to it: work queued on the stream before the call may still be reading the arena
+//! while the engines overwrite it (torchcodec found the same, pytorch/torchcodec#1634: a
+//! `cudaStreamWaitEvent` does not gate the write, a host wait does). So each call records an event
+//! on the stream as it starts and the host waits for it just before the call's first batch goes to
+//! the hardware (the staging copy overlaps the wait). The output of a batch therefore stays valid
+//! until the next `decode` on the same decoder: queue the work that reads it on the same stream
+//! before calling `decode` again, or make another stream wait for an event recorded after it on
+//! that stream and finish before the next `decode`. Growing the output arena (rare: only for a
+//! batch larger than any before) waits for the stream. With the hardware backend,
+//! `nvjpegDecodeBatched` keeps the calling thread busy for most of the decode (measured on the
+//! H100 machine: about 45 µs of host time an image, one thread alone).
 //!
 //! # CUDA runtime and context
 //!
@@ -673,6 +682,12 @@ pub struct HardwareDecoder {
     /// The slot of the last batch that `decode` returned successfully with hardware work.
     ready: Option<usize>,
     arena: Option<CudaSlice<u8>>,
+    /// Recorded on the stream as a call starts (after the arena's poison, if any): the host
+    /// waits for it before the call's first batch goes to the hardware, whose writes do not
+    /// wait for the stream (see the module docs).
+    queued: CudaEvent,
+    /// Whether the next batch submitted is a call's first (the host waits for `queued`).
+    wait_for_queued: bool,
     stream: Option<Arc<CudaStream>>,
     outcomes: Vec<Outcome>,
     /// Indices of the call's images sent to the hardware.
@@ -897,6 +912,8 @@ impl HardwareDecoder {
             last_slot: None,
             ready: None,
             arena: None,
+            queued: new_event()?,
+            wait_for_queued: false,
             stream: None,
             outcomes: Vec::with_capacity(max_batch),
             accepted: Vec::with_capacity(max_batch),
@@ -1136,6 +1153,12 @@ impl HardwareDecoder {
             }
         }
         drop(arena_guard);
+        // Everything queued on the stream so far: the work that reads the previous call's
+        // output, and the poison. The host waits for it before the engines write the arena.
+        self.queued
+            .record(stream)
+            .map_err(cuda("recording the work queued before the decode"))?;
+        self.wait_for_queued = true;
 
         // 3. The chunks, each staged in the slot the previous one does not use and sent to the
         // hardware in one `nvjpegDecodeBatched`.
@@ -1246,6 +1269,14 @@ impl HardwareDecoder {
             .config
             .take_turns
             .then(|| handle.turn.lock().unwrap_or_else(PoisonError::into_inner));
+        // The engines write the arena as soon as the batch is submitted, whatever the stream
+        // still holds: the work that reads the previous call's output must be done (once per
+        // call; a call's later batches write other parts of the arena).
+        if std::mem::take(&mut self.wait_for_queued) {
+            self.queued
+                .synchronize()
+                .map_err(cuda("waiting for the work queued before the decode"))?;
+        }
         let slot = &mut self.slots[slot_index];
         // SAFETY: the slot's `data`/`lengths`/`destinations` hold `batch_len` entries each,
         // matching the size given to nvjpegDecodeBatchedInitialize, and, like the bytes `data[i]`
@@ -1546,6 +1577,108 @@ mod tests {
         let (bytes, pitch, ps, cs) = layout(OutputFormat::Interleaved, 37, 23).unwrap();
         assert_eq!((bytes, pitch, ps, cs), (37 * 3 * 23, 111, 3, 1));
         assert!(layout(OutputFormat::Interleaved, u32::MAX, u32::MAX).is_none());
+    }
+
+    /// A 4:2:0 JPEG of `side` x `side` noise from `seed`.
+    fn noise_jpeg(side: u32, seed: u32) -> Vec<u8> {
+        use turbojpeg_region::{encode, EncodeOptions, Format};
+        let mut state = seed.wrapping_mul(2_654_435_761) | 1;
+        let pixels: Vec<u8> = (0..side * side * 3)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 17;
+                state ^= state << 5;
+                (state >> 24) as u8
+            })
+            .collect();
+        encode(&pixels, side, side, Format::Rgb, &EncodeOptions::default()).expect("encode")
+    }
+
+    /// The engines write a batch's pixels as the batch is submitted, whatever the stream still
+    /// holds (pytorch/torchcodec#1634): the decoder waits for the work queued before a call, so
+    /// that work reads the previous call's pixels, not the next one's.
+    #[test]
+    fn work_queued_before_a_call_reads_the_previous_calls_pixels() {
+        use cudarc::driver::{LaunchConfig, PushKernelArg};
+        let Some(gpu) = crate::cuda::test_gpu(module_path!()) else {
+            return;
+        };
+        let skip = |why: String| eprintln!("skipped: {}: {why}", module_path!());
+        let nvjpeg = match NvJpeg::load() {
+            Ok(nvjpeg) => nvjpeg,
+            Err(e) => return skip(e.to_string()),
+        };
+        let stream = gpu.stream().context().new_stream().expect("a stream");
+        let handle = match HardwareHandle::new(&nvjpeg, stream.context(), false) {
+            Ok(handle) => handle,
+            Err(e @ (NvjpegError::NoHardware { .. } | NvjpegError::NoEngines)) => {
+                return skip(e.to_string())
+            }
+            Err(e) => panic!("the handle: {e}"),
+        };
+        let config = DecoderConfig::default();
+        let mut decoder =
+            HardwareDecoder::with_handle(&handle, &stream, config.clone()).expect("the decoder");
+        let (first, second) = (noise_jpeg(512, 1), noise_jpeg(512, 2));
+        let mut decode = |jpeg: &[u8]| -> DecodedImage {
+            let info = inspect_markers(&config, jpeg).expect("a baseline JPEG");
+            let batch = decoder
+                .decode_inspected(&stream, &[jpeg], &[info])
+                .expect("decode");
+            match batch.outcomes() {
+                [Outcome::Decoded(image)] => *image,
+                other => panic!("{other:?}"),
+            }
+        };
+        // A kernel that spins for about 0.1 s, then copies the pixels: the work queued
+        // before the second call.
+        let ptx = cudarc::nvrtc::compile_ptx(
+            "extern \"C\" __global__ void spin_then_copy(const unsigned char *from, \
+             unsigned char *to, unsigned long long n, long long cycles) {\n\
+             if (threadIdx.x == 0) { long long start = clock64(); \
+             while (clock64() - start < cycles) {} }\n\
+             __syncthreads();\n\
+             for (unsigned long long i = threadIdx.x; i < n; i += blockDim.x) to[i] = from[i];\n}\n",
+        )
+        .expect("compile");
+        let module = stream.context().load_module(ptx).expect("load");
+        let spin_then_copy = module.load_function("spin_then_copy").expect("the kernel");
+
+        let image = decode(&first);
+        stream.synchronize().expect("sync");
+        let mut want = stream.alloc_zeros::<u8>(image.span).expect("alloc");
+        let mut got = stream.alloc_zeros::<u8>(image.span).expect("alloc");
+        let (span, none) = (image.span as u64, 0i64);
+        let mut launch = stream.launch_builder(&spin_then_copy);
+        launch.arg(&image.ptr).arg(&mut want).arg(&span).arg(&none);
+        let one_block = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: `image.ptr` addresses `span` bytes of the decoder's arena, `want` holds
+        // `span` bytes, and the kernel copies `span` bytes and nothing else.
+        unsafe { launch.launch(one_block) }.expect("launch");
+        let want = stream.clone_dtoh(&want).expect("download");
+
+        let image = decode(&first);
+        let cycles = 200_000_000i64;
+        let mut launch = stream.launch_builder(&spin_then_copy);
+        launch.arg(&image.ptr).arg(&mut got).arg(&span).arg(&cycles);
+        // SAFETY: as above.
+        unsafe { launch.launch(one_block) }.expect("launch");
+        let next = decode(&second);
+        assert_eq!(
+            next.ptr, image.ptr,
+            "the second call reuses the first's place"
+        );
+        let got = stream.clone_dtoh(&got).expect("download");
+        assert!(
+            got == want,
+            "the pixels read after the spin are another image's ({} of {} bytes differ)",
+            got.iter().zip(&want).filter(|(a, b)| a != b).count(),
+            want.len()
+        );
     }
 
     fn fixture(name: &str) -> Vec<u8> {
