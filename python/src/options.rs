@@ -1018,14 +1018,14 @@ impl<'py> FromPyObject<'_, 'py> for ViewsSpec {
 
     fn extract(value: Borrowed<'_, 'py, PyAny>) -> PyResult<Self> {
         let py = value.py();
-        let (text, path): (String, bool) = if value.is_instance_of::<PyString>() {
-            (value.extract()?, false)
+        let views = if value.is_instance_of::<PyString>() {
+            Views::load(&value.extract::<String>()?)
         } else if value.hasattr("__fspath__")? {
             let path = py.import("os")?.call_method1("fspath", (value,))?;
-            (path.str()?.extract()?, true)
+            Views::load_file(path.str()?.extract::<String>()?)
         } else {
             let json = py.import("json")?;
-            let text = json
+            let text: String = json
                 .call_method1("dumps", (value,))
                 .map_err(|e| {
                     PyTypeError::new_err(format!(
@@ -1033,11 +1033,7 @@ impl<'py> FromPyObject<'_, 'py> for ViewsSpec {
                     ))
                 })?
                 .extract()?;
-            (text, false)
-        };
-        let views = match path {
-            true => Views::load_file(&text),
-            false => Views::load(&text),
+            Views::parse(&text)
         };
         views
             .map(ViewsSpec)
