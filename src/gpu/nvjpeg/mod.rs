@@ -1263,20 +1263,21 @@ impl HardwareDecoder {
             })?;
             self.initialized_for = Some((batch_len, fmt));
         }
+        // The engines write the arena as soon as the batch is submitted, whatever the stream
+        // still holds: the work that reads the previous call's output must be done (once per
+        // call; a call's later batches write other parts of the arena). Waited for before the
+        // turn, so that a decoder waiting on its own stream leaves the engines to the other.
+        if std::mem::take(&mut self.wait_for_queued) {
+            self.queued
+                .synchronize()
+                .map_err(cuda("waiting for the work queued before the decode"))?;
+        }
         // Held to the end of the call: through the wait for its batch when read in place.
         let handle = self.handle.clone();
         let _turn = self
             .config
             .take_turns
             .then(|| handle.turn.lock().unwrap_or_else(PoisonError::into_inner));
-        // The engines write the arena as soon as the batch is submitted, whatever the stream
-        // still holds: the work that reads the previous call's output must be done (once per
-        // call; a call's later batches write other parts of the arena).
-        if std::mem::take(&mut self.wait_for_queued) {
-            self.queued
-                .synchronize()
-                .map_err(cuda("waiting for the work queued before the decode"))?;
-        }
         let slot = &mut self.slots[slot_index];
         // SAFETY: the slot's `data`/`lengths`/`destinations` hold `batch_len` entries each,
         // matching the size given to nvjpegDecodeBatchedInitialize, and, like the bytes `data[i]`
