@@ -213,7 +213,9 @@ if shutil.which("nvidia-smi") and subprocess.run(["nvidia-smi"], capture_output=
                         return json.loads(out)
                     summary, busy = with_dmon(run)
                     by = summary.get("decoded_by", {})
-                    split = f"{by.get('cpu', 0)}/{by.get('gpu', 0)}/{by.get('gpu_assisted', 0)}"
+                    # `gpu` counts the GPU lane's images, the assisted path's among them.
+                    assisted = by.get('gpu_assisted', 0)
+                    split = f"{by.get('cpu', 0)}/{by.get('gpu', 0) - assisted}/{assisted}"
                     rate = summary["images_per_s"]
                     versus = f"{rate / dali:>6.2f}x" if dali else f"{'':>7}"
                     print(f"{kind:<14} {os.path.basename(gpufeed):<{width}} {path:<9} "
