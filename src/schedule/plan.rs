@@ -83,20 +83,21 @@ fn auto_lanes(
     assisted: bool,
 ) -> AutoLanes {
     // A planned run counts all its epochs; a run of unknown length, one.
-    let epochs = planned.unwrap_or(1).max(1);
-    let run_images = (images as u64).saturating_mul(epochs);
-    if run_images < AUTO_MIN_IMAGES && epoch_bytes().saturating_mul(epochs) < AUTO_MIN_BYTES {
-        let what = match planned {
-            Some(_) => format!("a run of {run_images} images"),
-            None => format!("an epoch of {images} images"),
-        };
+    let planned_run = PlannedRun::new(images, &mut epoch_bytes, planned, cores);
+    let few = match &planned_run {
+        Some(run) => (run.images < AUTO_MIN_IMAGES && run.bytes < AUTO_MIN_BYTES)
+            .then(|| format!("a run of {} images", run.images)),
+        None => ((images as u64) < AUTO_MIN_IMAGES && epoch_bytes() < AUTO_MIN_BYTES)
+            .then(|| format!("an epoch of {images} images")),
+    };
+    if let Some(what) = few {
         return AutoLanes::Cpu(format!(
             "{what} does not repay opening the GPU decode lane (it takes {AUTO_MIN_IMAGES}, or \
              {} MB)",
             AUTO_MIN_BYTES >> 20
         ));
     }
-    let Some(run) = PlannedRun::new(images, epoch_bytes, planned, cores) else {
+    let Some(run) = planned_run else {
         return AutoLanes::Whole;
     };
     let cpu_seconds = run.cpu_seconds;
@@ -125,6 +126,7 @@ fn hybrid_short_run(assisted: bool, planned: Option<PlannedRun>) -> bool {
 /// A run of a planned number of epochs, and the CPU threads' time it takes, about.
 struct PlannedRun {
     epochs: u64,
+    images: u64,
     bytes: u64,
     /// Seconds the CPU lane's threads alone would take.
     cpu_seconds: f64,
@@ -141,11 +143,12 @@ impl PlannedRun {
     ) -> Option<PlannedRun> {
         let epochs = planned?;
         let bytes = epoch_bytes().saturating_mul(epochs);
-        let run_images = (images as u64).saturating_mul(epochs);
+        let images = (images as u64).saturating_mul(epochs);
         Some(PlannedRun {
             epochs,
+            images,
             bytes,
-            cpu_seconds: cpu_seconds(run_images, bytes) / cores.max(1) as f64,
+            cpu_seconds: cpu_seconds(images, bytes) / cores.max(1) as f64,
         })
     }
 
