@@ -152,6 +152,8 @@ fn bad_files_are_skipped_on_the_gpu_too() {
     assert!(pipeline.next_batch().expect("end").is_none());
 }
 
+/// Reads the whole GPU's free memory, so it needs the GPU to itself: another process opening a
+/// GPU lane meanwhile takes a gigabyte and fails it. Run the test suites one after another.
 #[test]
 fn creating_and_dropping_pipelines_leaks_neither_device_nor_host_memory() {
     let _serial = serial();
