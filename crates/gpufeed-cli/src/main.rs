@@ -164,7 +164,7 @@ fn default_job() -> Result<()> {
     out!("next: your own images");
     out!("  gpufeed run DIR                      every image under DIR, torchvision's eval transform");
     out!("  gpufeed run DIR --image-folder --train --epochs 2 --save out.npy");
-    out!("  gpufeed run --help                   every option");
+    out!("  gpufeed run --help-all               every option");
     Ok(())
 }
 

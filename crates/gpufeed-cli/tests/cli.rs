@@ -173,6 +173,8 @@ fn no_arguments_runs_on_the_bundled_assets() {
     // What to try next, after the summary.
     assert!(out.contains("next: your own images"), "{out}");
     assert!(out.contains("gpufeed run DIR"), "{out}");
+    // The hint for every option names the help that lists them all.
+    assert!(out.contains("gpufeed run --help-all"), "{out}");
     if gpufeed::cuda::probe().is_err() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains("CUDA is not available"), "{err}");
