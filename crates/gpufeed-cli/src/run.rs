@@ -1631,6 +1631,18 @@ impl Summary<'_> {
         }
     }
 
+    /// What the output would have uploaded as `u8` on a GPU: the images' pixels (a patch
+    /// sequence's tokens each hold `patch_size`² of them, once, whatever its temporal frames).
+    fn u8_bytes(&self) -> usize {
+        match &self.pipeline.options().patches {
+            Some(patches) => {
+                let side = patches.patch_size as usize;
+                self.tally.tokens * side * side * 3
+            }
+            None => self.images() * self.image_bytes(),
+        }
+    }
+
     /// The patch-sequence output, as JSON (`null` for images).
     fn patches_json(&self) -> Value {
         self.pipeline.options().patches.map_or(Value::Null, |p| {
@@ -1711,6 +1723,7 @@ impl Summary<'_> {
             "gpu_share": self.pipeline.gpu_share(),
             "state": self.state_json(),
             "f32_bytes": self.f32_bytes(),
+            "u8_bytes": self.u8_bytes(),
             "tokens": self.tally.tokens,
             "token_rows": self.tally.token_rows,
             "patches": self.patches_json(),
@@ -1855,7 +1868,7 @@ impl Summary<'_> {
         } else {
             out!(
                 "  uploaded    nothing (CPU device); on a GPU: {} as u8 instead of {} as f32",
-                human_bytes(f32_bytes / 4),
+                human_bytes(self.u8_bytes()),
                 human_bytes(f32_bytes)
             );
         }

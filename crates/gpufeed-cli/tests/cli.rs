@@ -2103,6 +2103,11 @@ fn qwen2_vl_patches_save_tokens_grids_and_offsets() {
         summary["f32_bytes"].as_u64(),
         Some(tokens as u64 * 1176 * 4)
     );
+    // Uploaded as u8 on a GPU: the pixels once, not the two frames of a temporal patch.
+    assert_eq!(
+        summary["u8_bytes"].as_u64(),
+        Some(tokens as u64 * 14 * 14 * 3)
+    );
     let (descr, shape, data) = read_npy(&npy);
     assert_eq!((descr.as_str(), shape), ("<f4", vec![tokens, 1176]));
     let (grid_shape, grids) = read_ints(&dir.join("out.grids.npy"));
@@ -2293,6 +2298,7 @@ fn eval_presets_by_name() {
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(last_json(&o)["f32_bytes"], 7 * 3 * 384 * 384 * 4);
+    assert_eq!(last_json(&o)["u8_bytes"], 7 * 3 * 384 * 384);
     let o = gpufeed(&[
         "run",
         "assets",
