@@ -5,6 +5,8 @@
 mod ahead;
 mod decode;
 mod normalize;
+#[allow(unsafe_code)]
+mod paeth;
 mod patches;
 mod png;
 mod png_direct;
