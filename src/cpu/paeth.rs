@@ -15,7 +15,9 @@
 //! on `a`.
 //!
 //! That is the specification's choice on every input (the tests try all 2^24 of them). The
-//! channels of a pixel travel side by side in 16-bit lanes.
+//! channels of a pixel travel side by side in 16-bit lanes; where two Paeth rows follow each
+//! other, the second row's pixels ride in the upper lanes two pixels behind the first's, so
+//! two chains share the instructions.
 
 /// Whether this processor runs [`paeth_rgb_row`] and [`paeth_rgba_row_in_place`].
 pub(crate) fn available() -> bool {
@@ -42,14 +44,47 @@ pub(crate) fn paeth_rgb_row(previous: &[u8], filtered: &[u8], out: &mut [u8]) {
     );
     assert!(available());
     // SAFETY: SSE4.1 is present (checked above); the three slices are checked to hold the
-    // same whole pixels, all that `paeth_row_sse41` reads and writes, and `out`, borrowed
+    // same whole pixels, all that `paeth_span` reads and writes, and `out`, borrowed
     // mutably, overlaps neither of the others.
+    let pixels = out.len() / 3;
     unsafe {
-        paeth_row_sse41::<3>(
+        paeth_span::<3>(
             previous.as_ptr(),
             filtered.as_ptr(),
             out.as_mut_ptr(),
-            out.len() / 3,
+            (0, pixels),
+            pixels,
+        )
+    }
+}
+
+/// Undoes the Paeth filter on two consecutive rows of 3-byte pixels, both filtered with Paeth:
+/// `filtered` and `second_filtered` hold their filtered bytes, `previous` the row above the
+/// first as reconstructed, and `out` (two rows long) receives both reconstructed rows. About
+/// twice as fast as [`paeth_rgb_row`] on each.
+///
+/// # Panics
+/// If the lengths differ or are not whole pixels, or where [`available`] is false.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn paeth_two_rgb_rows(
+    previous: &[u8],
+    (filtered, second_filtered): (&[u8], &[u8]),
+    out: &mut [u8],
+) {
+    let row = previous.len();
+    assert!(filtered.len() == row && second_filtered.len() == row && out.len() == 2 * row);
+    assert!(row.is_multiple_of(3));
+    assert!(available());
+    let (first, second) = out.split_at_mut(row);
+    // SAFETY: SSE4.1 is present (checked above); every row is checked to hold the same whole
+    // pixels, all that `two_rgb_rows_sse41` reads and writes, and the two output rows, borrowed
+    // mutably and split, overlap nothing else.
+    unsafe {
+        two_rgb_rows_sse41(
+            previous.as_ptr(),
+            (filtered.as_ptr(), second_filtered.as_ptr()),
+            (first.as_mut_ptr(), second.as_mut_ptr()),
+            row / 3,
         )
     }
 }
@@ -65,14 +100,20 @@ pub(crate) fn paeth_rgba_row_in_place(previous: &[u8], row: &mut [u8]) {
     assert!(available());
     let at = row.as_mut_ptr();
     // SAFETY: SSE4.1 is present (checked above); both slices are checked to hold the same
-    // whole pixels, all that `paeth_row_sse41` reads and writes; with 4-byte pixels it reads
+    // whole pixels, all that `paeth_span` reads and writes; with 4-byte pixels it reads
     // each pixel of the row before it writes that pixel and nothing after it.
-    unsafe { paeth_row_sse41::<4>(previous.as_ptr(), at, at, row.len() / 4) }
+    unsafe { paeth_span::<4>(previous.as_ptr(), at, at, (0, row.len() / 4), row.len() / 4) }
 }
 
 /// [`paeth_rgb_row`] where the processor is not x86-64: never called ([`available`] is false).
 #[cfg(not(target_arch = "x86_64"))]
 pub(crate) fn paeth_rgb_row(_previous: &[u8], _filtered: &[u8], _out: &mut [u8]) {
+    unreachable!("the vector Paeth path runs on x86-64 only")
+}
+
+/// [`paeth_two_rgb_rows`] where the processor is not x86-64: never called.
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) fn paeth_two_rgb_rows(_previous: &[u8], _filtered: (&[u8], &[u8]), _out: &mut [u8]) {
     unreachable!("the vector Paeth path runs on x86-64 only")
 }
 
@@ -133,30 +174,44 @@ unsafe fn load4(p: *const u8) -> __m128i {
     _mm_unpacklo_epi8(_mm_cvtsi32_si128(word), _mm_setzero_si128())
 }
 
-/// The Paeth rows' loop over `pixels` pixels of `BPP` bytes (3 or 4) at raw pointers.
+/// The Paeth loop over pixels `from..to` of a row of `pixels` pixels of `BPP` bytes (3 or 4) at
+/// raw pointers, pixel `from - 1` already reconstructed in `out` where `from > 0`.
 ///
 /// # Safety
-/// SSE4.1 must be present; `previous`, `filtered` and `out` must each be valid for
-/// `pixels * BPP` bytes, `out` not overlapping `previous` and, where `BPP` is 3, not
-/// `filtered` (with 4-byte pixels `out` may be `filtered`).
+/// SSE4.1 must be present; `from <= to <= pixels`; `previous`, `filtered` and `out` must each
+/// be valid for `pixels * BPP` bytes, `out` not overlapping `previous` and, where `BPP` is 3,
+/// not `filtered` (with 4-byte pixels `out` may be `filtered`). With 3-byte pixels the byte
+/// after pixel `to - 1` in `out`, where `to < pixels`, is overwritten.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "sse4.1")]
-unsafe fn paeth_row_sse41<const BPP: usize>(
+unsafe fn paeth_span<const BPP: usize>(
     previous: *const u8,
     filtered: *const u8,
     out: *mut u8,
+    (from, to): (usize, usize),
     pixels: usize,
 ) {
-    let zero = _mm_setzero_si128();
-    let (mut a, mut c) = (zero, zero);
-    // Four bytes are read and written a pixel: with 3-byte pixels, every pixel but the last,
-    // whose fourth byte would lie past the row.
-    let wide = if BPP == 4 {
-        pixels
-    } else {
-        pixels.saturating_sub(1)
+    if from >= to {
+        return;
+    }
+    let (mut a, mut c) = match from {
+        0 => (_mm_setzero_si128(), _mm_setzero_si128()),
+        // SAFETY: pixel `from - 1` is not the row's last, so four bytes from it lie within.
+        _ => unsafe {
+            (
+                load4(out.add((from - 1) * BPP)),
+                load4(previous.add((from - 1) * BPP)),
+            )
+        },
     };
-    for i in 0..wide {
+    // Four bytes are read and written a pixel: with 3-byte pixels, every pixel but the row's
+    // last, whose fourth byte would lie past the row.
+    let wide = if BPP == 4 {
+        to
+    } else {
+        to.min(pixels.saturating_sub(1))
+    };
+    for i in from..wide {
         // SAFETY: pixel `i` is not the last of a 3-byte row, so its four bytes lie within
         // the rows the caller vouches for.
         let (b, x) = unsafe { (load4(previous.add(i * BPP)), load4(filtered.add(i * BPP))) };
@@ -168,7 +223,7 @@ unsafe fn paeth_row_sse41<const BPP: usize>(
         unsafe { out.add(i * BPP).cast::<i32>().write_unaligned(word) };
         c = b;
     }
-    for i in wide..pixels {
+    for i in wide.max(from)..to {
         for k in 0..BPP {
             let at = i * BPP + k;
             // SAFETY: `at` and `at - BPP` lie within the rows the caller vouches for.
@@ -182,6 +237,84 @@ unsafe fn paeth_row_sse41<const BPP: usize>(
                 *out.add(at) = (*filtered.add(at)).wrapping_add(predicted);
             }
         }
+    }
+}
+
+/// Two consecutive Paeth rows of `pixels` 3-byte pixels at once: the first row's pixel `i` in
+/// the low lanes beside the second row's pixel `i - 2` in the high ones, two chains through
+/// the same instructions. The second row's bytes above are the first row's, two and three
+/// pixels back, still in registers.
+///
+/// # Safety
+/// SSE4.1 must be present; `previous`, `filtered`, `second_filtered`, `out` and `second_out`
+/// must each be valid for `pixels * 3` bytes; `out` and `second_out` overlap none of the others
+/// nor each other, except that `second_out` may begin right after `out` ends.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.1")]
+unsafe fn two_rgb_rows_sse41(
+    previous: *const u8,
+    (filtered, second_filtered): (*const u8, *const u8),
+    (out, second_out): (*mut u8, *mut u8),
+    pixels: usize,
+) {
+    if pixels < 4 {
+        // SAFETY: the caller's bounds, the second row's bytes above being the first row's.
+        unsafe {
+            paeth_span::<3>(previous, filtered, out, (0, pixels), pixels);
+            paeth_span::<3>(out, second_filtered, second_out, (0, pixels), pixels);
+        }
+        return;
+    }
+    // The first row's pixels 0 and 1 alone (the byte after pixel 1, pixel 2's first, is
+    // written again below).
+    // SAFETY: the caller's bounds; 2 < `pixels`.
+    unsafe { paeth_span::<3>(previous, filtered, out, (0, 2), pixels) };
+    // `one_back` holds the pixels to the left (the second row's before its first: zeros),
+    // `two_back` the first row's pixel above the second row's next, `above_left` the bytes
+    // above left of both (the second row's: zeros for its first pixel).
+    // SAFETY: pixels 0 and 1 are not the row's last (4 pixels or more), so read whole.
+    let (mut two_back, mut one_back, mut above_left) =
+        unsafe { (load4(out), load4(out.add(3)), load4(previous.add(3))) };
+    for i in 2..pixels - 1 {
+        let j = i - 2;
+        // SAFETY: the first row's pixel `i` and the second row's pixel `j` (below `i`) are
+        // neither row's last, so their four bytes lie within the rows.
+        let (x, above) = unsafe {
+            (
+                _mm_unpacklo_epi64(
+                    load4(filtered.add(i * 3)),
+                    load4(second_filtered.add(j * 3)),
+                ),
+                _mm_unpacklo_epi64(load4(previous.add(i * 3)), two_back),
+            )
+        };
+        let r = reconstruct(one_back, above, above_left, x);
+        let bytes = _mm_packus_epi16(r, r);
+        // SAFETY: as the loads; each store's fourth byte is the next pixel's first of its own
+        // row, written after.
+        unsafe {
+            out.add(i * 3)
+                .cast::<i32>()
+                .write_unaligned(_mm_cvtsi128_si32(bytes));
+            second_out
+                .add(j * 3)
+                .cast::<i32>()
+                .write_unaligned(_mm_extract_epi32::<1>(bytes));
+        }
+        (two_back, one_back, above_left) = (one_back, r, above);
+    }
+    // The first row's last pixel, then the second row's last three, above them the first row
+    // whole.
+    // SAFETY: the caller's bounds, the second row's bytes above being the first row's.
+    unsafe {
+        paeth_span::<3>(previous, filtered, out, (pixels - 1, pixels), pixels);
+        paeth_span::<3>(
+            out,
+            second_filtered,
+            second_out,
+            (pixels - 3, pixels),
+            pixels,
+        );
     }
 }
 
@@ -250,7 +383,7 @@ mod tests {
             state ^= state << 17;
             state
         };
-        for pixels in [1usize, 2, 3, 5, 17, 64, 333] {
+        for pixels in [1usize, 2, 3, 4, 5, 6, 17, 64, 333] {
             for smooth in [false, true] {
                 let byte = |next: &mut dyn FnMut() -> u64| {
                     let r = next();
@@ -279,6 +412,21 @@ mod tests {
                         paeth_rgba_row_in_place(&previous, &mut got);
                     }
                     assert_eq!(got, want, "{pixels} pixels of {bpp} bytes, smooth {smooth}");
+                    if bpp == 3 {
+                        // A second row below, both at once, the output poisoned first.
+                        let second: Vec<u8> = (0..n).map(|_| byte(&mut next)).collect();
+                        let mut want_second = second.clone();
+                        for i in 0..n {
+                            let left = if i >= 3 { want_second[i - 3] } else { 0 };
+                            let above_left = if i >= 3 { want[i - 3] } else { 0 };
+                            want_second[i] =
+                                second[i].wrapping_add(specification(left, want[i], above_left));
+                        }
+                        let mut both = vec![0xA5u8; 2 * n];
+                        paeth_two_rgb_rows(&previous, (&filtered, &second), &mut both);
+                        assert_eq!(both[..n], want[..], "first of two, {pixels} pixels");
+                        assert_eq!(both[n..], want_second[..], "second of two, {pixels} pixels");
+                    }
                 }
             }
         }
