@@ -19,7 +19,8 @@
 //! other, the second row's pixels ride in the upper lanes two pixels behind the first's, so
 //! two chains share the instructions.
 
-/// Whether this processor runs [`paeth_rgb_row`] and [`paeth_rgba_row_in_place`].
+/// Whether this processor runs [`paeth_rgb_row`], [`paeth_two_rgb_rows`] and
+/// [`paeth_rgba_row_in_place`].
 pub(crate) fn available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -43,10 +44,10 @@ pub(crate) fn paeth_rgb_row(previous: &[u8], filtered: &[u8], out: &mut [u8]) {
         previous.len() == out.len() && filtered.len() == out.len() && out.len().is_multiple_of(3)
     );
     assert!(available());
+    let pixels = out.len() / 3;
     // SAFETY: SSE4.1 is present (checked above); the three slices are checked to hold the
     // same whole pixels, all that `paeth_span` reads and writes, and `out`, borrowed
     // mutably, overlaps neither of the others.
-    let pixels = out.len() / 3;
     unsafe {
         paeth_span::<3>(
             previous.as_ptr(),
@@ -60,8 +61,8 @@ pub(crate) fn paeth_rgb_row(previous: &[u8], filtered: &[u8], out: &mut [u8]) {
 
 /// Undoes the Paeth filter on two consecutive rows of 3-byte pixels, both filtered with Paeth:
 /// `filtered` and `second_filtered` hold their filtered bytes, `previous` the row above the
-/// first as reconstructed, and `out` (two rows long) receives both reconstructed rows. About
-/// twice as fast as [`paeth_rgb_row`] on each.
+/// first as reconstructed, and `out` (two rows long) receives both reconstructed rows. Faster
+/// than [`paeth_rgb_row`] on each: the two rows' chains share the instructions.
 ///
 /// # Panics
 /// If the lengths differ or are not whole pixels, or where [`available`] is false.
@@ -126,9 +127,9 @@ pub(crate) fn paeth_rgba_row_in_place(_previous: &[u8], _row: &mut [u8]) {
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-/// One pixel's reconstruction: `x` (the filtered bytes) plus the prediction from `a` (left),
-/// `b` (above) and `c` (above left), each a pixel's bytes in the low 16-bit lanes; the result in
-/// the same lanes, modulo 256.
+/// A pixel's reconstruction (or two pixels', one in each half): `x` (the filtered bytes) plus
+/// the prediction from `a` (left), `b` (above) and `c` (above left), one byte a 16-bit lane;
+/// the result in the same lanes, modulo 256.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "sse4.1")]
 fn reconstruct(a: __m128i, b: __m128i, c: __m128i, x: __m128i) -> __m128i {
