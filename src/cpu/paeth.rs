@@ -321,24 +321,8 @@ unsafe fn two_rgb_rows_sse41(
 
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
+    use super::super::png_direct::paeth_specification as specification;
     use super::*;
-
-    /// The specification's predictor.
-    fn specification(a: u8, b: u8, c: u8) -> u8 {
-        let p = i16::from(a) + i16::from(b) - i16::from(c);
-        let (pa, pb, pc) = (
-            (p - i16::from(a)).abs(),
-            (p - i16::from(b)).abs(),
-            (p - i16::from(c)).abs(),
-        );
-        if pa <= pb && pa <= pc {
-            a
-        } else if pb <= pc {
-            b
-        } else {
-            c
-        }
-    }
 
     #[test]
     fn the_vector_predictor_is_the_specifications_on_every_input() {
