@@ -15,9 +15,10 @@
 //! on `a`.
 //!
 //! That is the specification's choice on every input (the tests try all 2^24 of them). The
-//! channels of a pixel travel side by side in 16-bit lanes; where two Paeth rows follow each
-//! other, the second row's pixels ride in the upper lanes two pixels behind the first's, so
-//! two chains share the instructions.
+//! channels of a pixel travel side by side in 16-bit lanes; where Paeth rows follow each other,
+//! the next row's pixels ride in the next lanes two pixels behind the row above's, so that
+//! several chains share the instructions: four rows in a 256-bit register (AVX2), else two in
+//! a 128-bit one (SSE4.1).
 
 /// Whether this processor runs [`paeth_rgb_row`], [`paeth_two_rgb_rows`] and
 /// [`paeth_rgba_row_in_place`].
@@ -88,6 +89,58 @@ pub(crate) fn paeth_two_rgb_rows(
             row / 3,
         )
     }
+}
+
+/// Whether this processor runs [`paeth_four_rgb_rows`] (AVX2).
+pub(crate) fn four_rows_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Undoes the Paeth filter on four consecutive rows of 3-byte pixels, all filtered with Paeth:
+/// `filtered` holds their filtered bytes, `previous` the row above the first as reconstructed,
+/// and `out` (four rows long) receives the reconstructed rows. Each row rides in its quarter of
+/// a 256-bit register, two pixels behind the row above it.
+///
+/// # Panics
+/// If the lengths differ or are not whole pixels, or where [`four_rows_available`] is false.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn paeth_four_rgb_rows(previous: &[u8], filtered: [&[u8]; 4], out: &mut [u8]) {
+    let row = previous.len();
+    assert!(filtered.iter().all(|f| f.len() == row) && out.len() == 4 * row);
+    assert!(row.is_multiple_of(3));
+    assert!(four_rows_available() && available());
+    let (first, rest) = out.split_at_mut(row);
+    let (second, rest) = rest.split_at_mut(row);
+    let (third, fourth) = rest.split_at_mut(row);
+    // SAFETY: AVX2 (and so SSE4.1) is present (checked above); every row is checked to hold the
+    // same whole pixels, all that `four_rgb_rows_avx2` reads and writes, and the four output
+    // rows, borrowed mutably and split, overlap nothing else.
+    unsafe {
+        four_rgb_rows_avx2(
+            previous.as_ptr(),
+            filtered.map(<[u8]>::as_ptr),
+            [
+                first.as_mut_ptr(),
+                second.as_mut_ptr(),
+                third.as_mut_ptr(),
+                fourth.as_mut_ptr(),
+            ],
+            row / 3,
+        )
+    }
+}
+
+/// [`paeth_four_rgb_rows`] where the processor is not x86-64: never called.
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) fn paeth_four_rgb_rows(_previous: &[u8], _filtered: [&[u8]; 4], _out: &mut [u8]) {
+    unreachable!("the vector Paeth path runs on x86-64 only")
 }
 
 /// Undoes the Paeth filter on one row of 4-byte pixels in place: `row` holds the filtered
@@ -161,6 +214,49 @@ fn reconstruct(a: __m128i, b: __m128i, c: __m128i, x: __m128i) -> __m128i {
         _mm_cmpgt_epi16(inner_high, a),
     );
     _mm_blendv_epi8(_mm_blendv_epi8(x_plus_a, x_plus_b, outer), x_plus_c, inner)
+}
+
+/// [`reconstruct`] on four pixels at once, one in each quarter of a 256-bit register.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn reconstruct_four(a: __m256i, b: __m256i, c: __m256i, x: __m256i) -> __m256i {
+    let c3 = _mm256_add_epi16(_mm256_add_epi16(c, c), c);
+    let far = _mm256_sub_epi16(_mm256_sub_epi16(c3, b), b);
+    let middle = _mm256_sub_epi16(c3, b);
+    let (outer_low, outer_high) = (_mm256_min_epi16(b, far), _mm256_max_epi16(b, far));
+    let b_below_c = _mm256_cmpgt_epi16(c, b);
+    let half_down = _mm256_srai_epi16(middle, 1);
+    let half_up = _mm256_srai_epi16(_mm256_add_epi16(middle, _mm256_set1_epi16(1)), 1);
+    let inner_low = _mm256_blendv_epi8(far, half_down, b_below_c);
+    let inner_high = _mm256_blendv_epi8(half_up, far, b_below_c);
+    let x_plus_b = _mm256_add_epi8(x, b);
+    let x_plus_c = _mm256_add_epi8(x, c);
+    let x_plus_a = _mm256_add_epi8(x, a);
+    let outer = _mm256_and_si256(
+        _mm256_cmpgt_epi16(a, outer_low),
+        _mm256_cmpgt_epi16(outer_high, a),
+    );
+    let inner = _mm256_and_si256(
+        _mm256_cmpgt_epi16(a, inner_low),
+        _mm256_cmpgt_epi16(inner_high, a),
+    );
+    _mm256_blendv_epi8(
+        _mm256_blendv_epi8(x_plus_a, x_plus_b, outer),
+        x_plus_c,
+        inner,
+    )
+}
+
+/// Four pixels' bytes, four from each of `p` (widened to 16-bit lanes, a quarter each).
+///
+/// # Safety
+/// Each pointer must be valid for reading four bytes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn load_four(p: [*const u8; 4]) -> __m256i {
+    // SAFETY: the caller's guarantee.
+    let [w0, w1, w2, w3] = p.map(|q| unsafe { q.cast::<i32>().read_unaligned() });
+    _mm256_cvtepu8_epi16(_mm_set_epi32(w3, w2, w1, w0))
 }
 
 /// Four bytes at `p` widened to the low 16-bit lanes.
@@ -319,6 +415,106 @@ unsafe fn two_rgb_rows_sse41(
     }
 }
 
+/// Four consecutive Paeth rows of `pixels` 3-byte pixels at once: row `r`'s pixel `i - 2r` in
+/// the register's quarter `r`. Each row's bytes above are the row above's, two pixels back
+/// (moved up a quarter), its bytes above left the last pixel's bytes above.
+///
+/// # Safety
+/// AVX2 must be present; `previous` and every row of `filtered` and `out` must be valid for
+/// `pixels * 3` bytes; the rows of `out` overlap none of the others nor each other, except that
+/// each may begin right after the one before ends.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn four_rgb_rows_avx2(
+    previous: *const u8,
+    filtered: [*const u8; 4],
+    out: [*mut u8; 4],
+    pixels: usize,
+) {
+    // The row above each row of `out`.
+    let above_row = [
+        previous,
+        out[0].cast_const(),
+        out[1].cast_const(),
+        out[2].cast_const(),
+    ];
+    if pixels < 8 {
+        for r in 0..4 {
+            // SAFETY: the caller's bounds; the rows above are done first.
+            unsafe { paeth_span::<3>(above_row[r], filtered[r], out[r], (0, pixels), pixels) };
+        }
+        return;
+    }
+    // The staggered start: row r's first 6 - 2r pixels (the byte after each span's last pixel is
+    // written again below).
+    for r in 0..3 {
+        // SAFETY: the caller's bounds; 6 - 2r < `pixels`, the row above done that far.
+        unsafe { paeth_span::<3>(above_row[r], filtered[r], out[r], (0, 6 - 2 * r), pixels) };
+    }
+    let at = |p: *const u8, pixel: usize| p.wrapping_add(pixel * 3);
+    let (o0, o1, o2) = (
+        out[0].cast_const(),
+        out[1].cast_const(),
+        out[2].cast_const(),
+    );
+    // SAFETY (the three loads): pixels 0-5 are none of them a row's last (8 pixels or more).
+    // `one_back`: the pixels to the left (the fourth row's before its first: zeros).
+    let mut one_back = unsafe { load_four([at(o0, 5), at(o1, 3), at(o2, 1), at(o2, 1)]) };
+    one_back = _mm256_blend_epi32::<0b1100_0000>(one_back, _mm256_setzero_si256());
+    // `two_back`: the pixels two to the left; quarters 0-2 are the rows below's bytes above.
+    let mut two_back = unsafe { load_four([at(o0, 4), at(o1, 2), at(o2, 0), at(o2, 0)]) };
+    // `above_left`: the bytes above left (the fourth row's first pixel's: zeros).
+    let mut above_left = unsafe { load_four([at(previous, 5), at(o0, 3), at(o1, 1), at(o1, 1)]) };
+    above_left = _mm256_blend_epi32::<0b1100_0000>(above_left, _mm256_setzero_si256());
+    for i in 6..pixels - 1 {
+        let pixel = [i, i - 2, i - 4, i - 6];
+        // SAFETY: pixel `i` of the first row and the pixels behind it of the others are no
+        // row's last, so their four bytes lie within the rows.
+        let (x, top) = unsafe {
+            (
+                load_four(std::array::from_fn(|r| at(filtered[r], pixel[r]))),
+                load_four([at(previous, i); 4]),
+            )
+        };
+        let above = _mm256_blend_epi32::<0b0000_0011>(
+            _mm256_permute4x64_epi64::<0b10_01_00_00>(two_back),
+            top,
+        );
+        let r = reconstruct_four(one_back, above, above_left, x);
+        let bytes = _mm256_packus_epi16(r, r);
+        let words = [
+            _mm256_extract_epi32::<0>(bytes),
+            _mm256_extract_epi32::<1>(bytes),
+            _mm256_extract_epi32::<4>(bytes),
+            _mm256_extract_epi32::<5>(bytes),
+        ];
+        for (row, word) in words.into_iter().enumerate() {
+            // SAFETY: as the loads; each store's fourth byte is the next pixel's first of its
+            // own row, written after.
+            unsafe {
+                out[row]
+                    .add(pixel[row] * 3)
+                    .cast::<i32>()
+                    .write_unaligned(word)
+            };
+        }
+        (two_back, one_back, above_left) = (one_back, r, above);
+    }
+    // The staggered end: row r's last 1 + 2r pixels, the rows above whole by then.
+    for r in 0..4 {
+        // SAFETY: the caller's bounds; 1 + 2r < `pixels`.
+        unsafe {
+            paeth_span::<3>(
+                above_row[r],
+                filtered[r],
+                out[r],
+                (pixels - 1 - 2 * r, pixels),
+                pixels,
+            )
+        };
+    }
+}
+
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::super::png_direct::paeth_specification as specification;
@@ -368,7 +564,7 @@ mod tests {
             state ^= state << 17;
             state
         };
-        for pixels in [1usize, 2, 3, 4, 5, 6, 17, 64, 333] {
+        for pixels in [1usize, 2, 3, 4, 5, 6, 7, 8, 9, 10, 17, 64, 333] {
             for smooth in [false, true] {
                 let byte = |next: &mut dyn FnMut() -> u64| {
                     let r = next();
@@ -411,6 +607,34 @@ mod tests {
                         paeth_two_rgb_rows(&previous, (&filtered, &second), &mut both);
                         assert_eq!(both[..n], want[..], "first of two, {pixels} pixels");
                         assert_eq!(both[n..], want_second[..], "second of two, {pixels} pixels");
+                        if four_rows_available() {
+                            // Two rows more, all four at once.
+                            let mut rows = vec![filtered.clone(), second.clone()];
+                            let mut wanted = vec![want.clone(), want_second.clone()];
+                            for _ in 0..2 {
+                                let row: Vec<u8> = (0..n).map(|_| byte(&mut next)).collect();
+                                let above = &wanted[wanted.len() - 1];
+                                let mut done = row.clone();
+                                for i in 0..n {
+                                    let left = if i >= 3 { done[i - 3] } else { 0 };
+                                    let above_left = if i >= 3 { above[i - 3] } else { 0 };
+                                    done[i] = row[i]
+                                        .wrapping_add(specification(left, above[i], above_left));
+                                }
+                                rows.push(row);
+                                wanted.push(done);
+                            }
+                            let mut four = vec![0x5Au8; 4 * n];
+                            let filtered_rows = [&rows[0][..], &rows[1], &rows[2], &rows[3]];
+                            paeth_four_rgb_rows(&previous, filtered_rows, &mut four);
+                            for (r, want_row) in wanted.iter().enumerate() {
+                                assert_eq!(
+                                    four[r * n..(r + 1) * n],
+                                    want_row[..],
+                                    "row {r} of four, {pixels} pixels"
+                                );
+                            }
+                        }
                     }
                 }
             }
