@@ -180,72 +180,62 @@ pub(crate) fn paeth_rgba_row_in_place(_previous: &[u8], _row: &mut [u8]) {
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-/// A pixel's reconstruction (or two pixels', one in each half): `x` (the filtered bytes) plus
-/// the prediction from `a` (left), `b` (above) and `c` (above left), one byte a 16-bit lane;
-/// the result in the same lanes, modulo 256.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "sse4.1")]
-fn reconstruct(a: __m128i, b: __m128i, c: __m128i, x: __m128i) -> __m128i {
-    // Off the chain: the two intervals the row above decides. The prediction is `c` for `a`
-    // strictly inside the inner one, `b` for `a` inside the outer one but not the inner one,
-    // `a` elsewhere.
-    let c3 = _mm_add_epi16(_mm_add_epi16(c, c), c);
-    let far = _mm_sub_epi16(_mm_sub_epi16(c3, b), b); // 3c - 2b
-    let middle = _mm_sub_epi16(c3, b); // 3c - b
-    let (outer_low, outer_high) = (_mm_min_epi16(b, far), _mm_max_epi16(b, far));
-    // Where b < c the inner interval runs from (3c - b) / 2 rounded down to 3c - 2b; where
-    // b >= c from 3c - 2b to (3c - b) / 2 rounded up.
-    let b_below_c = _mm_cmpgt_epi16(c, b);
-    let half_down = _mm_srai_epi16(middle, 1);
-    let half_up = _mm_srai_epi16(_mm_add_epi16(middle, _mm_set1_epi16(1)), 1);
-    let inner_low = _mm_blendv_epi8(far, half_down, b_below_c);
-    let inner_high = _mm_blendv_epi8(half_up, far, b_below_c);
-    // The sums in bytes, so each wraps within its lane's low byte.
-    let x_plus_b = _mm_add_epi8(x, b);
-    let x_plus_c = _mm_add_epi8(x, c);
-    // On the chain: where `a` lies.
-    let x_plus_a = _mm_add_epi8(x, a);
-    let outer = _mm_and_si128(
-        _mm_cmpgt_epi16(a, outer_low),
-        _mm_cmpgt_epi16(outer_high, a),
-    );
-    let inner = _mm_and_si128(
-        _mm_cmpgt_epi16(a, inner_low),
-        _mm_cmpgt_epi16(inner_high, a),
-    );
-    _mm_blendv_epi8(_mm_blendv_epi8(x_plus_a, x_plus_b, outer), x_plus_c, inner)
+/// Defines a reconstruction function over one vector width: `x` (the filtered bytes) plus the
+/// prediction from `a` (left), `b` (above) and `c` (above left), one byte a 16-bit lane, the
+/// result in the same lanes, modulo 256. The intrinsics are passed in by width.
+macro_rules! reconstruction {
+    (
+        $(#[$doc:meta])* $name:ident, $vector:ty, $feature:literal,
+        add16: $add16:ident, sub16: $sub16:ident, min16: $min16:ident, max16: $max16:ident,
+        greater16: $greater16:ident, halve16: $halve16:ident, splat16: $splat16:ident,
+        select: $select:ident, add8: $add8:ident, and: $and:ident
+    ) => {
+        $(#[$doc])*
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $feature)]
+        fn $name(a: $vector, b: $vector, c: $vector, x: $vector) -> $vector {
+            // Off the chain: the two intervals the row above decides. The prediction is `c`
+            // for `a` strictly inside the inner one, `b` for `a` inside the outer one but not
+            // the inner one, `a` elsewhere.
+            let c3 = $add16($add16(c, c), c);
+            let far = $sub16($sub16(c3, b), b); // 3c - 2b
+            let middle = $sub16(c3, b); // 3c - b
+            let (outer_low, outer_high) = ($min16(b, far), $max16(b, far));
+            // Where b < c the inner interval runs from (3c - b) / 2 rounded down to 3c - 2b;
+            // where b >= c from 3c - 2b to (3c - b) / 2 rounded up.
+            let b_below_c = $greater16(c, b);
+            let half_down = $halve16(middle, 1);
+            let half_up = $halve16($add16(middle, $splat16(1)), 1);
+            let inner_low = $select(far, half_down, b_below_c);
+            let inner_high = $select(half_up, far, b_below_c);
+            // The sums in bytes, so each wraps within its lane's low byte.
+            let x_plus_b = $add8(x, b);
+            let x_plus_c = $add8(x, c);
+            // On the chain: where `a` lies.
+            let x_plus_a = $add8(x, a);
+            let outer = $and($greater16(a, outer_low), $greater16(outer_high, a));
+            let inner = $and($greater16(a, inner_low), $greater16(inner_high, a));
+            $select($select(x_plus_a, x_plus_b, outer), x_plus_c, inner)
+        }
+    };
 }
 
-/// [`reconstruct`] on four pixels at once, one in each quarter of a 256-bit register.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn reconstruct_four(a: __m256i, b: __m256i, c: __m256i, x: __m256i) -> __m256i {
-    let c3 = _mm256_add_epi16(_mm256_add_epi16(c, c), c);
-    let far = _mm256_sub_epi16(_mm256_sub_epi16(c3, b), b);
-    let middle = _mm256_sub_epi16(c3, b);
-    let (outer_low, outer_high) = (_mm256_min_epi16(b, far), _mm256_max_epi16(b, far));
-    let b_below_c = _mm256_cmpgt_epi16(c, b);
-    let half_down = _mm256_srai_epi16(middle, 1);
-    let half_up = _mm256_srai_epi16(_mm256_add_epi16(middle, _mm256_set1_epi16(1)), 1);
-    let inner_low = _mm256_blendv_epi8(far, half_down, b_below_c);
-    let inner_high = _mm256_blendv_epi8(half_up, far, b_below_c);
-    let x_plus_b = _mm256_add_epi8(x, b);
-    let x_plus_c = _mm256_add_epi8(x, c);
-    let x_plus_a = _mm256_add_epi8(x, a);
-    let outer = _mm256_and_si256(
-        _mm256_cmpgt_epi16(a, outer_low),
-        _mm256_cmpgt_epi16(outer_high, a),
-    );
-    let inner = _mm256_and_si256(
-        _mm256_cmpgt_epi16(a, inner_low),
-        _mm256_cmpgt_epi16(inner_high, a),
-    );
-    _mm256_blendv_epi8(
-        _mm256_blendv_epi8(x_plus_a, x_plus_b, outer),
-        x_plus_c,
-        inner,
-    )
-}
+reconstruction!(
+    /// A pixel's reconstruction, or two pixels', one in each half of a 128-bit register.
+    reconstruct, __m128i, "sse4.1",
+    add16: _mm_add_epi16, sub16: _mm_sub_epi16, min16: _mm_min_epi16, max16: _mm_max_epi16,
+    greater16: _mm_cmpgt_epi16, halve16: _mm_srai_epi16, splat16: _mm_set1_epi16,
+    select: _mm_blendv_epi8, add8: _mm_add_epi8, and: _mm_and_si128
+);
+
+reconstruction!(
+    /// Four pixels' reconstruction, one in each quarter of a 256-bit register.
+    reconstruct_four, __m256i, "avx2",
+    add16: _mm256_add_epi16, sub16: _mm256_sub_epi16, min16: _mm256_min_epi16,
+    max16: _mm256_max_epi16, greater16: _mm256_cmpgt_epi16, halve16: _mm256_srai_epi16,
+    splat16: _mm256_set1_epi16, select: _mm256_blendv_epi8, add8: _mm256_add_epi8,
+    and: _mm256_and_si256
+);
 
 /// Four pixels' bytes, four from each of `p` (widened to 16-bit lanes, a quarter each).
 ///
