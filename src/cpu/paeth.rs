@@ -539,10 +539,26 @@ mod tests {
         }
     }
 
+    /// Row `filtered` reconstructed byte by byte with the specification's predictor, given the
+    /// row above, `above`, in pixels of `bpp` bytes.
+    fn reconstructed(above: &[u8], filtered: &[u8], bpp: usize) -> Vec<u8> {
+        let mut row = filtered.to_vec();
+        for i in 0..row.len() {
+            let (left, above_left) = if i >= bpp {
+                (row[i - bpp], above[i - bpp])
+            } else {
+                (0, 0)
+            };
+            row[i] = filtered[i].wrapping_add(specification(left, above[i], above_left));
+        }
+        row
+    }
+
     /// Rows of random bytes, and rows whose bytes sit near each other (where the predictor's
-    /// ties lie), reconstructed as the scalar loop does.
+    /// ties lie), one, two and four at a time, against the specification's reconstruction,
+    /// into outputs poisoned first.
     #[test]
-    fn rows_equal_the_scalar_reconstruction() {
+    fn rows_equal_the_specifications_reconstruction() {
         if !available() {
             eprintln!("skipped: no SSE4.1");
             return;
@@ -556,75 +572,47 @@ mod tests {
         };
         for pixels in [1usize, 2, 3, 4, 5, 6, 7, 8, 9, 10, 17, 64, 333] {
             for smooth in [false, true] {
-                let byte = |next: &mut dyn FnMut() -> u64| {
-                    let r = next();
-                    if smooth {
-                        (120 + (r % 5) as u8).wrapping_sub(2)
-                    } else {
-                        r as u8
-                    }
+                let mut row = |bpp: usize| -> Vec<u8> {
+                    (0..pixels * bpp)
+                        .map(|_| {
+                            let r = next();
+                            match smooth {
+                                true => (120 + (r % 5) as u8).wrapping_sub(2),
+                                false => r as u8,
+                            }
+                        })
+                        .collect()
                 };
-                for bpp in [3usize, 4] {
-                    let n = pixels * bpp;
-                    let previous: Vec<u8> = (0..n).map(|_| byte(&mut next)).collect();
-                    let filtered: Vec<u8> = (0..n).map(|_| byte(&mut next)).collect();
-                    let mut want = filtered.clone();
-                    for i in 0..n {
-                        let left = if i >= bpp { want[i - bpp] } else { 0 };
-                        let above_left = if i >= bpp { previous[i - bpp] } else { 0 };
-                        want[i] =
-                            filtered[i].wrapping_add(specification(left, previous[i], above_left));
-                    }
-                    let mut got = vec![0u8; n];
-                    if bpp == 3 {
-                        paeth_rgb_row(&previous, &filtered, &mut got);
-                    } else {
-                        got.copy_from_slice(&filtered);
-                        paeth_rgba_row_in_place(&previous, &mut got);
-                    }
-                    assert_eq!(got, want, "{pixels} pixels of {bpp} bytes, smooth {smooth}");
-                    if bpp == 3 {
-                        // A second row below, both at once, the output poisoned first.
-                        let second: Vec<u8> = (0..n).map(|_| byte(&mut next)).collect();
-                        let mut want_second = second.clone();
-                        for i in 0..n {
-                            let left = if i >= 3 { want_second[i - 3] } else { 0 };
-                            let above_left = if i >= 3 { want[i - 3] } else { 0 };
-                            want_second[i] =
-                                second[i].wrapping_add(specification(left, want[i], above_left));
-                        }
-                        let mut both = vec![0xA5u8; 2 * n];
-                        paeth_two_rgb_rows(&previous, (&filtered, &second), &mut both);
-                        assert_eq!(both[..n], want[..], "first of two, {pixels} pixels");
-                        assert_eq!(both[n..], want_second[..], "second of two, {pixels} pixels");
-                        if four_rows_available() {
-                            // Two rows more, all four at once.
-                            let mut rows = vec![filtered.clone(), second.clone()];
-                            let mut wanted = vec![want.clone(), want_second.clone()];
-                            for _ in 0..2 {
-                                let row: Vec<u8> = (0..n).map(|_| byte(&mut next)).collect();
-                                let above = &wanted[wanted.len() - 1];
-                                let mut done = row.clone();
-                                for i in 0..n {
-                                    let left = if i >= 3 { done[i - 3] } else { 0 };
-                                    let above_left = if i >= 3 { above[i - 3] } else { 0 };
-                                    done[i] = row[i]
-                                        .wrapping_add(specification(left, above[i], above_left));
-                                }
-                                rows.push(row);
-                                wanted.push(done);
-                            }
-                            let mut four = vec![0x5Au8; 4 * n];
-                            let filtered_rows = [&rows[0][..], &rows[1], &rows[2], &rows[3]];
-                            paeth_four_rgb_rows(&previous, filtered_rows, &mut four);
-                            for (r, want_row) in wanted.iter().enumerate() {
-                                assert_eq!(
-                                    four[r * n..(r + 1) * n],
-                                    want_row[..],
-                                    "row {r} of four, {pixels} pixels"
-                                );
-                            }
-                        }
+                // One row of 4-byte pixels, in place.
+                let (previous, filtered) = (row(4), row(4));
+                let mut got = filtered.clone();
+                paeth_rgba_row_in_place(&previous, &mut got);
+                let want = reconstructed(&previous, &filtered, 4);
+                assert_eq!(got, want, "{pixels} pixels of 4 bytes, smooth {smooth}");
+                // Four rows of 3-byte pixels: the first alone, the first two, all four.
+                let n = pixels * 3;
+                let previous = row(3);
+                let rows: Vec<Vec<u8>> = (0..4).map(|_| row(3)).collect();
+                let mut wanted = vec![reconstructed(&previous, &rows[0], 3)];
+                for k in 1..4 {
+                    wanted.push(reconstructed(&wanted[k - 1], &rows[k], 3));
+                }
+                let mut got = vec![0xA5u8; n];
+                paeth_rgb_row(&previous, &rows[0], &mut got);
+                assert_eq!(got, wanted[0], "one row, {pixels} pixels, smooth {smooth}");
+                let mut both = vec![0xA5u8; 2 * n];
+                paeth_two_rgb_rows(&previous, (&rows[0], &rows[1]), &mut both);
+                for (r, want_row) in wanted[..2].iter().enumerate() {
+                    let got_row = &both[r * n..(r + 1) * n];
+                    assert_eq!(got_row, &want_row[..], "row {r} of two, {pixels} pixels");
+                }
+                if four_rows_available() {
+                    let mut four = vec![0x5Au8; 4 * n];
+                    let filtered_rows = [&rows[0][..], &rows[1], &rows[2], &rows[3]];
+                    paeth_four_rgb_rows(&previous, filtered_rows, &mut four);
+                    for (r, want_row) in wanted.iter().enumerate() {
+                        let got_row = &four[r * n..(r + 1) * n];
+                        assert_eq!(got_row, &want_row[..], "row {r} of four, {pixels} pixels");
                     }
                 }
             }
