@@ -563,19 +563,13 @@ mod tests {
             eprintln!("skipped: no SSE4.1");
             return;
         }
-        let mut state = 0x2545_f491_4f6c_dd1d_u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut draws = crate::random::Draws::new(0x2545_f491_4f6c_dd1d);
         for pixels in [1usize, 2, 3, 4, 5, 6, 7, 8, 9, 10, 17, 64, 333] {
             for smooth in [false, true] {
                 let mut row = |bpp: usize| -> Vec<u8> {
                     (0..pixels * bpp)
                         .map(|_| {
-                            let r = next();
+                            let r = draws.next();
                             match smooth {
                                 true => (120 + (r % 5) as u8).wrapping_sub(2),
                                 false => r as u8,
