@@ -15,12 +15,17 @@
 //                         axes: Pillow's first pass over only the rows (or columns) the second
 //                         reads, into the 8-bit intermediate. Its grid is every image's blocks
 //                         back to back (a prefix sum, searched per block).
-//   gpufeed_resize_last   grid (blocks per slot, images), one thread per output pixel of every
-//                         slot written: the pad value outside the kept rectangle, inside it the
-//                         last (or only) pass, from the intermediate or the source region.
+//   gpufeed_resize_last   one thread per output pixel of every slot written: the pad value
+//                         outside the kept rectangle, inside it the last (or only) pass, from the
+//                         intermediate or the source region. Its grid is (blocks per slot,
+//                         images) when every image has as many pixels, else every image's blocks
+//                         back to back, as the first pass's.
 //
-// Sources are addressed per channel (a pointer, a row pitch, a pixel step), which covers
-// interleaved RGB (step 3), planar RGB (step 1, three planes) and gray (one plane).
+// Every source is interleaved: RGB (a pixel step of 3) or gray (one channel, step 1), so channel
+// c's sample lies c bytes after channel 0's (the descriptor's src[c] is src[0] + c) and one
+// pointer, one row pitch and one step address them all. A thread's loop over its taps is
+// unrolled four times, so that their loads issue together: the sums are integers, so the order
+// in which they are added changes nothing.
 
 #define GF_PRECISION_BITS 22
 #define GF_HALF (1 << (GF_PRECISION_BITS - 1))
@@ -59,7 +64,8 @@ struct GfResizeImage {
     unsigned int flip;          // 1: the slot mirrored left to right (a flip after the resize)
     unsigned int out_w;         // the image's output size: rows of out_w * 3 bytes from the
     unsigned int out_h;         //   slot's first byte
-    unsigned int reserved;
+    unsigned int last_block0;   // first block of the image in the last pass's grid, when that
+                                //   grid is every image's blocks back to back
 };
 
 // NVRTC has no offsetof; src/batch.rs's tests read the two structs above, field by field, and
@@ -73,18 +79,20 @@ __device__ __forceinline__ unsigned char gf_clip8(int sum) {
     return (unsigned char)(v < 0 ? 0 : (v > 255 ? 255 : v));
 }
 
-// C channels: out[c] = clip8(HALF + sum over k < len of p[c][k * stride[c]] * w[k]), in 32-bit
+// C channels: out[c] = clip8(HALF + sum over k < len of p[k * stride + c] * w[k]), in 32-bit
 // integers as Pillow sums them (the two headroom bits keep the sum from overflowing).
 template <int C>
-__device__ __forceinline__ void gf_taps(const unsigned char* const* p, const size_t* stride,
+__device__ __forceinline__ void gf_taps(const unsigned char* __restrict__ p, size_t stride,
                                         const int* __restrict__ w, int len, unsigned char* out) {
     int sum[C];
 #pragma unroll
     for (int c = 0; c < C; c++) sum[c] = GF_HALF;
+#pragma unroll 4
     for (int k = 0; k < len; k++) {
         const int wk = __ldg(w + k);
+        const unsigned char* at = p + (size_t)k * stride;
 #pragma unroll
-        for (int c = 0; c < C; c++) sum[c] += (int)__ldg(p[c] + (size_t)k * stride[c]) * wk;
+        for (int c = 0; c < C; c++) sum[c] += (int)__ldg(at + c) * wk;
     }
 #pragma unroll
     for (int c = 0; c < C; c++) out[c] = gf_clip8(sum[c]);
@@ -103,23 +111,16 @@ __device__ __forceinline__ void gf_pass_pixel(const GfResizeImage* __restrict__ 
     // The first tap's input pixel.
     const size_t x = vertical ? (size_t)pass.fixed_first + i : (size_t)start;
     const size_t y = vertical ? (size_t)start : (size_t)pass.fixed_first + j;
-    const unsigned char* p[3];
-    size_t stride[3];
+    const unsigned char* p;
+    size_t stride;
     if (pass.from_tmp) {
         const size_t pitch = (size_t)im->tmp_width * im->channels;
-        const unsigned char* at = tmp + im->tmp + y * pitch + x * im->channels;
-#pragma unroll
-        for (int c = 0; c < 3; c++) {
-            p[c] = at + c;
-            stride[c] = vertical ? pitch : im->channels;
-        }
+        p = tmp + im->tmp + y * pitch + x * im->channels;
+        stride = vertical ? pitch : im->channels;
     } else {
-#pragma unroll
-        for (int c = 0; c < 3; c++) {
-            p[c] = reinterpret_cast<const unsigned char*>(im->src[c]) + y * im->src_pitch[c] +
-                   x * im->src_step;
-            stride[c] = vertical ? im->src_pitch[c] : im->src_step;
-        }
+        p = reinterpret_cast<const unsigned char*>(im->src[0]) + y * im->src_pitch[0] +
+            x * im->src_step;
+        stride = vertical ? im->src_pitch[0] : im->src_step;
     }
     if (im->channels == 3) {
         gf_taps<3>(p, stride, w, len, v);
@@ -128,14 +129,16 @@ __device__ __forceinline__ void gf_pass_pixel(const GfResizeImage* __restrict__ 
     }
 }
 
-// The image whose first-pass blocks include `block`: the last one whose first block is at or
-// before it (images without a first pass own no blocks and are passed over).
+// The image whose blocks of a pass include `block`: the last one whose first block (block0 of
+// the first pass, last_block0 of the last) is at or before it (images without a first pass own
+// no blocks of it and are passed over).
+template <bool LAST>
 __device__ __forceinline__ unsigned int gf_block_owner(const GfResizeImage* __restrict__ images,
                                                        unsigned int count, unsigned int block) {
     unsigned int lo = 0, hi = count;
     while (hi - lo > 1) {
         const unsigned int mid = (lo + hi) / 2;
-        if (images[mid].block0 <= block) {
+        if ((LAST ? images[mid].last_block0 : images[mid].block0) <= block) {
             lo = mid;
         } else {
             hi = mid;
@@ -150,7 +153,7 @@ extern "C" __global__ void gpufeed_resize_first(const GfResizeImage* __restrict_
                                                 unsigned int count,
                                                 const int* __restrict__ coeffs,
                                                 unsigned char* __restrict__ tmp) {
-    const GfResizeImage* im = images + gf_block_owner(images, count, blockIdx.x);
+    const GfResizeImage* im = images + gf_block_owner<false>(images, count, blockIdx.x);
     const unsigned int width = im->tmp_width;
     const unsigned int unit = (blockIdx.x - im->block0) * blockDim.x + threadIdx.x;
     if (unit >= im->tmp_height * width) return;
@@ -164,16 +167,21 @@ extern "C" __global__ void gpufeed_resize_first(const GfResizeImage* __restrict_
 
 // The last pass into each image's slot: every byte of the image's out_w x out_h pixels from the
 // slot's first byte (slots slot_bytes apart), the pad colour around the kept rectangle. Grid
-// (blocks for the largest image, images).
+// (blocks for the largest image, images) when gridDim.y is the image count, else (every image's
+// blocks back to back, 1).
 extern "C" __global__ void gpufeed_resize_last(const GfResizeImage* __restrict__ images,
+                                               unsigned int count,
                                                const int* __restrict__ coeffs,
                                                const unsigned char* __restrict__ tmp,
                                                unsigned char* __restrict__ out,
                                                unsigned long long slot_bytes) {
-    const GfResizeImage* im = images + blockIdx.y;
+    const bool per_image = gridDim.y == count;
+    const GfResizeImage* im =
+        images + (per_image ? blockIdx.y : gf_block_owner<true>(images, count, blockIdx.x));
+    const unsigned int block = per_image ? blockIdx.x : blockIdx.x - im->last_block0;
     const unsigned int out_width = im->out_w;
     const unsigned int pixels = out_width * im->out_h;
-    const unsigned int pixel = blockIdx.x * blockDim.x + threadIdx.x;
+    const unsigned int pixel = block * blockDim.x + threadIdx.x;
     if (pixel >= pixels) return;
     const unsigned int y = pixel / out_width;
     const unsigned int written = pixel - y * out_width;

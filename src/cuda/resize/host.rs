@@ -60,8 +60,11 @@ pub fn run_batch(
     for block in 0..plan.first_pass_blocks {
         first_pass_block(plan, &sources, &mut tmp, block)?;
     }
-    for (n, im) in plan.descriptors.iter().enumerate() {
-        last_pass_image(plan, &sources, &tmp, n, im, out)?;
+    let (blocks_x, blocks_y) = plan.last_pass_grid();
+    for block_y in 0..blocks_y {
+        for block_x in 0..blocks_x {
+            last_pass_block(plan, &sources, &tmp, (block_x, block_y), blocks_y, out)?;
+        }
     }
     Ok(())
 }
@@ -72,12 +75,16 @@ struct Memory<'a> {
     base: u64,
 }
 
-/// gf_block_owner.
-fn block_owner(images: &[ResizeDescriptor], block: u32) -> usize {
+/// gf_block_owner: of the first pass's blocks, or (`last`) of the last pass's.
+fn block_owner(images: &[ResizeDescriptor], block: u32, last: bool) -> usize {
     let (mut lo, mut hi) = (0, images.len());
     while hi - lo > 1 {
         let mid = (lo + hi) / 2;
-        if images[mid].block0 <= block {
+        let first_block = match last {
+            true => images[mid].last_block0,
+            false => images[mid].block0,
+        };
+        if first_block <= block {
             lo = mid;
         } else {
             hi = mid;
@@ -93,7 +100,7 @@ fn first_pass_block(
     tmp: &mut [u8],
     block: u32,
 ) -> Result<(), HostRunError> {
-    let n = block_owner(&plan.descriptors, block);
+    let n = block_owner(&plan.descriptors, block, false);
     let Some(im) = plan.descriptors.get(n) else {
         return Ok(());
     };
@@ -115,17 +122,33 @@ fn first_pass_block(
     Ok(())
 }
 
-/// gpufeed_resize_last for every thread of image `n`.
-fn last_pass_image(
+/// Block `(block_x, block_y)` of gpufeed_resize_last, whose grid is `grid_y` rows high.
+fn last_pass_block(
     plan: &BatchPlan,
     sources: &Memory,
     tmp: &[u8],
-    n: usize,
-    im: &ResizeDescriptor,
+    (block_x, block_y): (u32, u32),
+    grid_y: u32,
     out: &mut [u8],
 ) -> Result<(), HostRunError> {
+    let per_image = grid_y as usize == plan.descriptors.len();
+    let n = match per_image {
+        true => block_y as usize,
+        false => block_owner(&plan.descriptors, block_x, true),
+    };
+    let Some(im) = plan.descriptors.get(n) else {
+        return Ok(());
+    };
+    let block = match per_image {
+        true => block_x,
+        false => block_x - im.last_block0,
+    };
     let (width, pixels) = (im.out_w, im.out_w * im.out_h);
-    for pixel in 0..pixels {
+    for thread in 0..THREADS_PER_BLOCK {
+        let pixel = block * THREADS_PER_BLOCK + thread;
+        if pixel >= pixels {
+            return Ok(());
+        }
         let y = pixel / width;
         let written = pixel - y * width;
         let x = if im.flip != 0 {
@@ -196,10 +219,11 @@ fn pass_pixel(
                 let at = im.tmp + y * pitch + x * u64::from(im.channels) + c as u64 + k * stride;
                 *tmp.get(at as usize).ok_or(plan_error.clone())?
             } else {
-                let pitch = u64::from(im.src_pitch[c]);
+                // Interleaved: channel c lies c bytes after channel 0.
+                let pitch = u64::from(im.src_pitch[0]);
                 let step = u64::from(im.src_step);
                 let stride = if vertical { pitch } else { step };
-                let address = im.src[c] + y * pitch + x * step + k * stride;
+                let address = im.src[0] + y * pitch + x * step + k * stride + c as u64;
                 address
                     .checked_sub(sources.base)
                     .and_then(|at| sources.bytes.get(at as usize).copied())

@@ -474,12 +474,15 @@ impl BatchResizer {
         let mut builder = stream.launch_builder(&self.last);
         builder
             .arg(&plan.descriptors)
+            .arg(&plan.images)
             .arg(&plan.coefficients)
             .arg(&plan.intermediate)
             .arg(&out)
             .arg(&plan.slot_len);
-        // SAFETY: the arguments match gpufeed_resize_last's parameters in order. The grid's y is
-        // the descriptor count and each thread checks its pixel against its image's size, whose
+        // SAFETY: the arguments match gpufeed_resize_last's parameters in order (descriptors,
+        // their count, coefficients, intermediate, output, slot length). The grid's y is the
+        // descriptor count, or its x the prefix sum of the images' blocks (plan_batch), and each
+        // thread checks its pixel against its image's size, whose
         // bytes the planner checked fit a slot; every slot a descriptor names lies inside `out`
         // (checked above against plan.output_bytes);
         // coefficient offsets and intermediate ranges are in bounds by construction

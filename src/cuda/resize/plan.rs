@@ -199,8 +199,9 @@ pub struct ResizeDescriptor {
     pub out_w: u32,
     /// The image's output height.
     pub out_h: u32,
-    /// Keeps the struct a multiple of 8 bytes, as the kernel's.
-    pub reserved: u32,
+    /// First block of the image in the last pass's grid when the batch's images differ in size
+    /// (the grid is then every image's blocks back to back).
+    pub last_block0: u32,
 }
 
 /// What the kernels need for one batch, computed on the host. A plan made again into the same
@@ -215,6 +216,8 @@ pub struct BatchPlan {
     pub intermediate_bytes: u64,
     /// Blocks of the first pass; 0 when no image resamples both axes (the launch is skipped).
     pub first_pass_blocks: u32,
+    /// Blocks of the last pass, every image's back to back ([`ResizeDescriptor::last_block0`]).
+    pub last_pass_blocks: u32,
     /// Bytes from one output slot to the next: each image is written from its slot's first
     /// byte, `out_w * out_h * 3` bytes of u8 HWC RGB.
     pub slot_len: u64,
@@ -234,8 +237,15 @@ impl BatchPlan {
         self.output_end
     }
 
-    /// The last pass's grid: blocks per slot, images.
+    /// The last pass's grid: blocks per slot and images when every image has the most output
+    /// pixels; else every image's blocks back to back, in one row (no block is left idle by a
+    /// small image beside a large one: DINOv2's local views have a sixth of a global one's).
     pub fn last_pass_grid(&self) -> (u32, u32) {
+        let images = self.descriptors.len() as u32;
+        let per_slot = self.max_pixels.div_ceil(THREADS_PER_BLOCK).max(1);
+        if self.last_pass_blocks < per_slot * images {
+            return (self.last_pass_blocks.max(1), 1);
+        }
         (
             self.max_pixels.div_ceil(THREADS_PER_BLOCK).max(1),
             self.descriptors.len() as u32,
@@ -449,6 +459,7 @@ fn plan_checked(
         coefficients,
         intermediate_bytes: 0,
         blocks: 0,
+        last_blocks: 0,
     };
     // A failed plan is left empty: its coefficients' buffer is kept for the next.
     let added = jobs.iter().zip(passes).zip(sizes).enumerate().try_for_each(
@@ -468,6 +479,7 @@ fn plan_checked(
     }
     plan.intermediate_bytes = builder.intermediate_bytes.max(1);
     plan.first_pass_blocks = builder.blocks;
+    plan.last_pass_blocks = builder.last_blocks;
     plan.slot_len = slot_len;
     plan.max_pixels = sizes.iter().map(|&(w, h)| w * h).max().unwrap_or(0);
     plan.slots = jobs.iter().map(|j| j.slot + 1).max().unwrap_or(0);
@@ -516,12 +528,13 @@ fn check_slots(jobs: &[ResizeJob]) -> Result<(), BatchError> {
     Ok(())
 }
 
-/// The running state of a plan: coefficients packed so far, intermediate bytes and first-pass
+/// The running state of a plan: coefficients packed so far, intermediate bytes and both passes'
 /// blocks handed out.
 struct Builder {
     coefficients: Vec<i32>,
     intermediate_bytes: u64,
     blocks: u32,
+    last_blocks: u32,
 }
 
 impl Builder {
@@ -551,7 +564,19 @@ impl Builder {
         let (tmp_width, tmp_height) = passes.intermediate;
         let tmp = self.place_intermediate(tmp_width, tmp_height, channels)?;
         let block0 = self.blocks;
-        self.add_blocks(tmp_width, tmp_height)?;
+        self.blocks = add_blocks(
+            self.blocks,
+            tmp_width,
+            tmp_height,
+            "blocks of the first pass",
+        )?;
+        let last_block0 = self.last_blocks;
+        self.last_blocks = add_blocks(
+            self.last_blocks,
+            out_width,
+            out_height,
+            "blocks of the last pass",
+        )?;
         let first = match &passes.first {
             Some(pass) => self.push_pass(pass, false)?,
             None => PassDescriptor::default(),
@@ -577,7 +602,7 @@ impl Builder {
             flip: u32::from(job.flip),
             out_w: out_width,
             out_h: out_height,
-            reserved: 0,
+            last_block0,
         })
     }
 
@@ -596,17 +621,6 @@ impl Builder {
         let offset = self.intermediate_bytes.next_multiple_of(16);
         self.intermediate_bytes = offset + pixels * u64::from(channels);
         Ok(offset)
-    }
-
-    /// Hands the image the first-pass blocks covering its `width` x `height` intermediate.
-    fn add_blocks(&mut self, width: u32, height: u32) -> Result<(), BatchError> {
-        let pixels = u64::from(width) * u64::from(height);
-        let blocks = pixels.div_ceil(u64::from(THREADS_PER_BLOCK));
-        self.blocks = u32::try_from(u64::from(self.blocks) + blocks)
-            .ok()
-            .filter(|&b| b < i32::MAX as u32)
-            .ok_or(BatchError::TooLarge("blocks of the first pass"))?;
-        Ok(())
     }
 
     /// Appends a pass's bounds (as `i32` pairs) and weights; returns its descriptor.
@@ -672,6 +686,16 @@ fn check_held(index: usize, source: &SourceImage, passes: &PassPlan) -> Result<(
     }
 }
 
+/// `blocks` handed out so far, and then those covering a `width` x `height` image of one pass.
+fn add_blocks(blocks: u32, width: u32, height: u32, what: &'static str) -> Result<u32, BatchError> {
+    let pixels = u64::from(width) * u64::from(height);
+    let added = pixels.div_ceil(u64::from(THREADS_PER_BLOCK));
+    u32::try_from(u64::from(blocks) + added)
+        .ok()
+        .filter(|&b| b < i32::MAX as u32)
+        .ok_or(BatchError::TooLarge(what))
+}
+
 /// Each channel's address at the source region's top-left corner (which may lie outside the
 /// window held: only the pixels the passes read are), and its pitch.
 fn region_addresses(index: usize, job: &ResizeJob) -> Result<([u64; 3], [u32; 3]), BatchError> {
@@ -735,7 +759,7 @@ mod tests {
         assert_eq!(offset_of!(ResizeDescriptor, flip), 136);
         assert_eq!(offset_of!(ResizeDescriptor, out_w), 140);
         assert_eq!(offset_of!(ResizeDescriptor, out_h), 144);
-        assert_eq!(offset_of!(ResizeDescriptor, reserved), 148);
+        assert_eq!(offset_of!(ResizeDescriptor, last_block0), 148);
     }
 
     /// The fields of `struct NAME { ... };` in kernels/resize.cu with their C offsets and
@@ -813,7 +837,7 @@ mod tests {
             ("flip", offset_of!(ResizeDescriptor, flip)),
             ("out_w", offset_of!(ResizeDescriptor, out_w)),
             ("out_h", offset_of!(ResizeDescriptor, out_h)),
-            ("reserved", offset_of!(ResizeDescriptor, reserved)),
+            ("last_block0", offset_of!(ResizeDescriptor, last_block0)),
         ]
         .into_iter()
         .map(|(f, o)| (f.to_string(), o))
@@ -1065,6 +1089,66 @@ mod tests {
                     Err(BatchError::Window { index: 0 })
                 ),
                 "{short:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn images_of_other_sizes_share_a_last_pass_grid_of_their_own_blocks() {
+        use crate::resample::plan_passes;
+        let (width, height) = (90u32, 70u32);
+        let base = 1u64 << 20;
+        let memory: Vec<u8> = (0..width * height * 3)
+            .map(|i| (i * 13 % 251) as u8)
+            .collect();
+        let pixels = SourcePixels::Interleaved {
+            ptr: base,
+            pitch: width * 3,
+        };
+        // Views of 40 x 40 (7 blocks of the last pass), 8 x 8 (1) and 24 x 24 (3), placed one
+        // after another in units of 256 bytes.
+        let sides = [40u32, 8, 24];
+        let mut unit = 0;
+        let mut jobs = Vec::new();
+        let mut places = Vec::new();
+        for (k, &side) in sides.iter().enumerate() {
+            let (x, y) = torchvision_center_crop(width, height, side + 9, side, side);
+            jobs.push(ResizeJob {
+                source: SourceImage::whole(pixels, width, height),
+                x,
+                y,
+                filter: Filter::Bicubic,
+                order: PassOrder::ShrinkVerticalFirst,
+                pad: [0; 3],
+                flip: k == 1,
+                slot: unit,
+            });
+            places.push(unit as usize * 256);
+            unit += (side * side * 3).div_ceil(256);
+        }
+        let passes: Vec<PassPlan> = jobs
+            .iter()
+            .map(|j| plan_passes(&j.x, &j.y, j.filter, j.order).expect("passes"))
+            .collect();
+        let refs: Vec<&PassPlan> = passes.iter().collect();
+        let sizes: Vec<(u32, u32)> = sides.iter().map(|&s| (s, s)).collect();
+        let plan = plan_batch_placed(&jobs, &refs, &sizes, 256).expect("plan");
+        let first_blocks: Vec<u32> = plan.descriptors.iter().map(|d| d.last_block0).collect();
+        assert_eq!(first_blocks, [0, 7, 8]);
+        assert_eq!(plan.last_pass_blocks, 11);
+        assert_eq!(plan.last_pass_grid(), (11, 1));
+        let mut out = vec![0x5Au8; plan.output_bytes() as usize];
+        super::super::host::run_batch(&plan, &memory, base, &mut out).expect("run");
+        for ((job, &side), &at) in jobs.iter().zip(&sides).zip(&places) {
+            let alone = ResizeJob { slot: 0, ..*job };
+            let plan = plan_batch(&[alone], side, side).expect("plan alone");
+            assert_eq!(plan.last_pass_grid().1, 1);
+            let mut expected = vec![0u8; (side * side * 3) as usize];
+            super::super::host::run_batch(&plan, &memory, base, &mut expected).expect("run");
+            assert_eq!(
+                out[at..at + expected.len()],
+                expected[..],
+                "the {side} view"
             );
         }
     }
