@@ -1093,18 +1093,25 @@ mod tests {
         }
     }
 
-    #[test]
-    fn images_of_other_sizes_share_a_last_pass_grid_of_their_own_blocks() {
-        use crate::resample::plan_passes;
-        let (width, height) = (90u32, 70u32);
+    /// An interleaved RGB image of `width` x `height` at a made-up device address: the address,
+    /// the host memory standing for it (sample `i` is `i * step % 251`) and its pixels.
+    fn patterned_source(width: u32, height: u32, step: u32) -> (u64, Vec<u8>, SourcePixels) {
         let base = 1u64 << 20;
-        let memory: Vec<u8> = (0..width * height * 3)
-            .map(|i| (i * 13 % 251) as u8)
+        let memory = (0..width * height * 3)
+            .map(|i| (i * step % 251) as u8)
             .collect();
         let pixels = SourcePixels::Interleaved {
             ptr: base,
             pitch: width * 3,
         };
+        (base, memory, pixels)
+    }
+
+    #[test]
+    fn images_of_other_sizes_share_a_last_pass_grid_of_their_own_blocks() {
+        use crate::resample::plan_passes;
+        let (width, height) = (90u32, 70u32);
+        let (base, memory, pixels) = patterned_source(width, height, 13);
         // Views of 40 x 40 (7 blocks of the last pass), 8 x 8 (1) and 24 x 24 (3), placed one
         // after another in units of 256 bytes.
         let sides = [40u32, 8, 24];
@@ -1157,14 +1164,7 @@ mod tests {
     fn outputs_placed_by_offset_land_where_placed_and_may_not_overlap() {
         use crate::resample::plan_passes;
         let (width, height) = (64u32, 48u32);
-        let base = 1u64 << 20;
-        let memory: Vec<u8> = (0..width * height * 3)
-            .map(|i| (i * 7 % 251) as u8)
-            .collect();
-        let pixels = SourcePixels::Interleaved {
-            ptr: base,
-            pitch: width * 3,
-        };
+        let (base, memory, pixels) = patterned_source(width, height, 7);
         let view = |side: u32, slot: u32, flip: bool| {
             let (x, y) = torchvision_center_crop(width, height, side, side, side);
             ResizeJob {
