@@ -243,13 +243,10 @@ impl BatchPlan {
     pub fn last_pass_grid(&self) -> (u32, u32) {
         let images = self.descriptors.len() as u32;
         let per_slot = self.max_pixels.div_ceil(THREADS_PER_BLOCK).max(1);
-        if self.last_pass_blocks < per_slot * images {
-            return (self.last_pass_blocks.max(1), 1);
+        match u64::from(self.last_pass_blocks) < u64::from(per_slot) * u64::from(images) {
+            true => (self.last_pass_blocks.max(1), 1),
+            false => (per_slot, images),
         }
-        (
-            self.max_pixels.div_ceil(THREADS_PER_BLOCK).max(1),
-            self.descriptors.len() as u32,
-        )
     }
 }
 
