@@ -16,8 +16,9 @@
 // back at the end. A blur runs in bands of rows, each read once into a tile of shared memory
 // with its halo (reflected at the view's edges as it is filled), a pixel's three samples packed
 // in one word: the four samples a pair of symmetric taps adds are four reads of the tile for
-// all three channels. Without room for a band (a very wide view) it reads the view directly,
-// the same sums in the same order.
+// all three channels; for the kernel sizes the presets draw (9 and 23) its loops are unrolled,
+// every tap a constant offset in the tile and the weights in shared memory. Without room for a
+// band (a very wide view) it reads the view directly, the same sums in the same order.
 //
 // The plan, one array of 64-bit words:
 //   words[v], v = 0..views: the word where view v's calls start (they end where view v + 1's
@@ -223,6 +224,36 @@ struct GfViewDirect {
     }
 };
 
+// A blur's three sums rounded half to even and clipped to 0..255, into `px`.
+__device__ __forceinline__ void gf_view_blur_round(double acc0, double acc1, double acc2,
+                                                   unsigned int* px) {
+    px[0] = (unsigned int)(int)fmin(fmax(rint(acc0), 0.0), 255.0);
+    px[1] = (unsigned int)(int)fmin(fmax(rint(acc1), 0.0), 255.0);
+    px[2] = (unsigned int)(int)fmin(fmax(rint(acc2), 0.0), 255.0);
+}
+
+// acc + w * s for a blur's float32 weight `w` and whole sample sum `s` below 2^10: their
+// product is exact in a double (at most 34 significant bits), so the fused multiply-add rounds
+// once, where the CPU rendition rounds the product (exactly) and then the sum: the same bits.
+// The kernel's one fused operation: built with GF_VIEW_BLUR_UNFUSED it is the product and the
+// sum apart, so that a test can check the compiler fuses nothing else.
+__device__ __forceinline__ double gf_view_blur_madd(double w, double s, double acc) {
+#ifdef GF_VIEW_BLUR_UNFUSED
+    return __dadd_rn(acc, __dmul_rn(w, s));
+#else
+    return __fma_rn(w, s, acc);
+#endif
+}
+
+// One weighted term of a blur's sums: the three channels of `sum` (a packed sum of equal taps'
+// samples) times weight `w`, added to the accumulators.
+__device__ __forceinline__ void gf_view_blur_term(unsigned int sum, double w, double& acc0,
+                                                  double& acc1, double& acc2) {
+    acc0 = gf_view_blur_madd(w, gf_view_whole((int)(sum & 1023u)), acc0);
+    acc1 = gf_view_blur_madd(w, gf_view_whole((int)((sum >> 10) & 1023u)), acc1);
+    acc2 = gf_view_blur_madd(w, gf_view_whole((int)(sum >> 20)), acc2);
+}
+
 // torchvision's gaussian_blur of pixel (y, x) into `px`: the samples its equal taps weigh added
 // first (exact integers, the three channels at once in packed words), each quarter-kernel
 // weight times its sum added to a double in the CPU rendition's order (rows i, then columns j),
@@ -244,15 +275,41 @@ __device__ __forceinline__ void gf_view_blur(const Pixels& pixels, int y, int x,
                 sum += pixels.at(y, x, top, r);
                 if (two_rows) sum += pixels.at(y, x, bottom, r);
             }
-            const double w = weights[i * q + j];
-            acc0 = __dadd_rn(acc0, __dmul_rn(w, gf_view_whole((int)(sum & 1023u))));
-            acc1 = __dadd_rn(acc1, __dmul_rn(w, gf_view_whole((int)((sum >> 10) & 1023u))));
-            acc2 = __dadd_rn(acc2, __dmul_rn(w, gf_view_whole((int)(sum >> 20))));
+            gf_view_blur_term(sum, weights[i * q + j], acc0, acc1, acc2);
         }
     }
-    px[0] = (unsigned int)(int)fmin(fmax(rint(acc0), 0.0), 255.0);
-    px[1] = (unsigned int)(int)fmin(fmax(rint(acc1), 0.0), 255.0);
-    px[2] = (unsigned int)(int)fmin(fmax(rint(acc2), 0.0), 255.0);
+    gf_view_blur_round(acc0, acc1, acc2, px);
+}
+
+// Kernel sizes whose tiled blur is compiled with its loops unrolled (DINOv2's 9, SimCLR's 23),
+// and the most weights among them: (23 / 2 + 1)^2.
+#define GF_VIEW_UNROLLED_WEIGHTS 144
+__device__ __forceinline__ bool gf_view_unrolled(int k) { return k == 9 || k == 23; }
+
+// gf_view_blur from the tile for a kernel of K taps known when compiled: the same sums,
+// products and order, with every tap's place a constant offset from the window's top-left
+// pixel `at` (rows `pitch` apart) and the weights read from shared memory.
+template <int K>
+__device__ __forceinline__ void gf_view_blur_unrolled(const unsigned int* at, int pitch,
+                                                      const double* weights, unsigned int* px) {
+    constexpr int half = K / 2, q = half + 1;
+    double acc0 = 0.0, acc1 = 0.0, acc2 = 0.0;
+#pragma unroll
+    for (int i = 0; i <= half; i++) {
+        const unsigned int* top = at + i * pitch;
+        const unsigned int* bottom = at + (K - 1 - i) * pitch;
+#pragma unroll
+        for (int j = 0; j <= half; j++) {
+            unsigned int sum = top[j];
+            if (i != half) sum += bottom[j];
+            if (j != half) {
+                sum += top[K - 1 - j];
+                if (i != half) sum += bottom[K - 1 - j];
+            }
+            gf_view_blur_term(sum, weights[i * q + j], acc0, acc1, acc2);
+        }
+    }
+    gf_view_blur_round(acc0, acc1, acc2, px);
 }
 
 // The end of a pass for one pixel: the point calls at plan words [a, b), the write (when the
@@ -279,13 +336,15 @@ __device__ __forceinline__ unsigned int gf_view_finish(const unsigned long long*
 #define GF_VIEW_TILE extern __shared__ unsigned int s_tile[]
 #endif
 
-// At most 512 threads a block (src/cuda/views.rs gives large views 512): registers fit them.
-extern "C" __global__ void __launch_bounds__(512)
+// At most 512 threads a block (src/cuda/views.rs gives large views 512), two such blocks a
+// multiprocessor: at most 64 registers a thread.
+extern "C" __global__ void __launch_bounds__(512, 2)
     gpufeed_views_colour(unsigned char* images, unsigned char* scratch,
                          const unsigned long long* __restrict__ plan, int height, int width,
                          unsigned int tile_words) {
     __shared__ unsigned long long s_sum;
     __shared__ GfHueTables s_hue;
+    __shared__ double s_weights[GF_VIEW_UNROLLED_WEIGHTS];
     GF_VIEW_TILE;
     const int n = height * width;
     const size_t bytes = (size_t)n * 3;
@@ -345,6 +404,13 @@ extern "C" __global__ void __launch_bounds__(512)
         const int pitch = width + 2 * half;
         const int band = blur ? (int)(tile_words / (unsigned int)pitch) - 2 * half : 0;
         unsigned long long sum = 0ull;
+        // An unrolled blur reads its weights from shared memory (the first band's barrier
+        // orders this copy before the reads; the pass before has ended with a barrier).
+        const bool unrolled = band >= 1 && gf_view_unrolled(ksize);
+        if (unrolled) {
+            for (int e = threadIdx.x; e < (half + 1) * (half + 1); e += blockDim.x)
+                s_weights[e] = weights[e];
+        }
         if (band >= 1) {
             for (int y0 = 0; y0 < height; y0 += band) {
                 const int rows = min(band, height - y0);
@@ -362,7 +428,14 @@ extern "C" __global__ void __launch_bounds__(512)
                 for (int e = threadIdx.x; e < rows * width; e += blockDim.x) {
                     const int ty = e / width, x = e - ty * width;
                     unsigned int px[3];
-                    gf_view_blur(tile, y0 + ty, x, ksize, weights, px);
+                    const unsigned int* at = s_tile + ty * pitch + x;
+                    if (unrolled && ksize == 9) {
+                        gf_view_blur_unrolled<9>(at, pitch, s_weights, px);
+                    } else if (unrolled) {
+                        gf_view_blur_unrolled<23>(at, pitch, s_weights, px);
+                    } else {
+                        gf_view_blur(tile, y0 + ty, x, ksize, weights, px);
+                    }
                     sum += gf_view_finish(plan, a, b, grey, &s_hue, px,
                                           dst + ((size_t)(y0 + ty) * width + x) * 3, writes,
                                           sum_next);

@@ -28,26 +28,21 @@ fn view_threads(pixels: usize) -> u32 {
     }
 }
 
-/// Bytes of shared memory a block's blur tile may take: with the hue tables, a block of 512
-/// threads (3 a multiprocessor, as their registers allow) or of 256 (6) leaves the
-/// multiprocessor's 228 KB for all of them, and stays under the 48 KB a launch may ask without
-/// opting in.
-fn tile_budget(threads: u32) -> u32 {
-    if threads >= 512 {
-        40 << 10
-    } else {
-        20 << 10
-    }
-}
+/// Bytes of shared memory a block's blur tile may take: with the hue tables and the unrolled
+/// blurs' weights (about 3.5 KB), under the 48 KB a launch may ask without opting in. The
+/// kernel's 64 registers a thread let a multiprocessor hold two blocks of 512 threads (88 KB
+/// of tiles) or four of 256 (176 KB): within its 228 KB either way. A 96 x 96 view with a
+/// blur of 9 fits whole, with its halo (10,816 words).
+const TILE_BYTES: u32 = 44 << 10;
 
 /// Packed pixels of the tile the blurs of `height` x `width` views read (`tile_words` of
 /// `kernels/views.cu`), their largest kernel `largest_kernel` wide: the whole view with its halo
-/// if it fits the budget of blocks of `threads`, else as much as the budget holds; 0 (each blur
-/// reads the view) when not even one row with its halo fits.
-fn tile_words(height: usize, width: usize, largest_kernel: u32, threads: u32) -> u32 {
+/// if it fits [`TILE_BYTES`], else as much as that holds; 0 (each blur reads the view) when not
+/// even one row with its halo fits.
+fn tile_words(height: usize, width: usize, largest_kernel: u32) -> u32 {
     let half = largest_kernel as usize / 2;
     let pitch = width + 2 * half;
-    let budget = tile_budget(threads) as usize / 4;
+    let budget = TILE_BYTES as usize / 4;
     if budget / pitch < 1 + 2 * half {
         return 0;
     }
@@ -164,7 +159,7 @@ impl ViewColourKernel {
             1
         };
         let threads = view_threads(height * width);
-        let tile = largest_blur.map_or(0, |k| tile_words(height, width, k, threads));
+        let tile = largest_blur.map_or(0, |k| tile_words(height, width, k));
         if self
             .scratch
             .as_ref()
