@@ -13,7 +13,8 @@
 //
 // Each block first copies that table into shared memory and computes where value d of a token
 // lies within its patch (channel, and byte offset from the patch's first sample); then each
-// output element is a gather, a table read and a store. Grid (runs of GF_PATCH_RUN tokens,
+// output element is a gather, a table read and a store (two neighbouring elements a thread,
+// stored together, where tokens have an even length). Grid (runs of GF_PATCH_RUN tokens,
 // images): block (r, i) writes rows r * GF_PATCH_RUN .. of image i, its threads on consecutive
 // elements.
 
@@ -40,19 +41,43 @@ struct GfPatchPad {
 // than 6,144 values) compute each place as they go.
 #define GF_PATCH_MAX_DIM 6144
 
+// One value as the output stores it: a float32's bits, or a half's / bfloat16's in the low 16.
 template <int KIND>
-__device__ __forceinline__ void gf_patch_store(void* out, size_t i, float v) {
-    if (KIND == GF_F32) {
-        static_cast<float*>(out)[i] = v;
-    } else if (KIND == GF_F16) {
+__device__ __forceinline__ unsigned int gf_patch_bits(float v) {
+    if (KIND == GF_F32) return __float_as_uint(v);
+    if (KIND == GF_F16) {
         unsigned short h;
         asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
-        static_cast<unsigned short*>(out)[i] = h;
+        return h;
+    }
+    // Round to nearest even; the values are finite.
+    unsigned int u = __float_as_uint(v);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return u >> 16;
+}
+
+// Values i and i + 1 (i even) stored together: one 8-byte store of two float32s, or one
+// 4-byte store of two 16-bit values.
+template <int KIND>
+__device__ __forceinline__ void gf_patch_store_pair(void* out, size_t i, float v0, float v1) {
+    const unsigned int b0 = gf_patch_bits<KIND>(v0), b1 = gf_patch_bits<KIND>(v1);
+    if (KIND == GF_F32) {
+        uint2 pair;
+        pair.x = b0;
+        pair.y = b1;
+        static_cast<uint2*>(out)[i / 2] = pair;
     } else {
-        // Round to nearest even; the values are finite.
-        unsigned int u = __float_as_uint(v);
-        u += 0x7FFFu + ((u >> 16) & 1u);
-        static_cast<unsigned short*>(out)[i] = (unsigned short)(u >> 16);
+        static_cast<unsigned int*>(out)[i / 2] = b0 | (b1 << 16);
+    }
+}
+
+template <int KIND>
+__device__ __forceinline__ void gf_patch_store(void* out, size_t i, float v) {
+    const unsigned int b = gf_patch_bits<KIND>(v);
+    if (KIND == GF_F32) {
+        static_cast<unsigned int*>(out)[i] = b;
+    } else {
+        static_cast<unsigned short*>(out)[i] = (unsigned short)b;
     }
 }
 
@@ -122,20 +147,30 @@ __device__ __forceinline__ void gf_patches(const unsigned char* __restrict__ in,
     const unsigned char* pixels = in + im.offset;
     const size_t first = (size_t)(im.first_row + k0) * dim;
     const unsigned int elements = run * dim;
-    for (unsigned int e = threadIdx.x; e < elements; e += blockDim.x) {
-        const unsigned int t = e / dim;
-        const unsigned int d = e - t * dim;
+    // A value of token t at place d of its patch.
+    auto value = [&](unsigned int t, unsigned int d) -> float {
         const unsigned int place =
             placed ? s_place[d] : gf_patch_place(d, patch, merge, temporal, im.width);
         const unsigned int c = place >> 30;
-        float v;
-        if (k0 + t >= im.tokens) {
-            v = p.pad[c];
-        } else {
-            const unsigned int s = pixels[s_corner[t] + (place & 0x3FFFFFFFu)];
-            v = s_value[(c << 8) | s];
+        if (k0 + t >= im.tokens) return p.pad[c];
+        const unsigned int s = pixels[s_corner[t] + (place & 0x3FFFFFFFu)];
+        return s_value[(c << 8) | s];
+    };
+    if ((dim & 1u) == 0) {
+        // Tokens of an even length (every preset's): two values a thread, stored together
+        // (the first value's index is even, so the pair is aligned).
+        const unsigned int half = dim / 2;
+        for (unsigned int e = threadIdx.x; e < elements / 2; e += blockDim.x) {
+            const unsigned int t = e / half;
+            const unsigned int d = 2 * (e - t * half);
+            gf_patch_store_pair<KIND>(out, first + (size_t)t * dim + d, value(t, d),
+                                      value(t, d + 1));
         }
-        gf_patch_store<KIND>(out, first + e, v);
+        return;
+    }
+    for (unsigned int e = threadIdx.x; e < elements; e += blockDim.x) {
+        const unsigned int t = e / dim;
+        gf_patch_store<KIND>(out, first + e, value(t, e - t * dim));
     }
 }
 

@@ -19,10 +19,18 @@ pub(crate) struct PatchSizing {
     pub seq_len: u32,
 }
 
+/// Bytes an image's place is a multiple of: places one after another then all start on 16
+/// bytes, so the GPU's copy of a batch's images (`gpufeed_gather`) moves 16 bytes at a time (it
+/// copies byte by byte otherwise: Qwen2-VL's bound at 50,176 pixels is 268,452 bytes).
+pub(crate) const PLACE_ALIGN: usize = 16;
+
 impl PatchSizing {
-    /// The most bytes an image's resized pixels take (RGB8): its place in a batch's staging.
+    /// The most bytes an image's resized pixels take (RGB8), rounded up to a multiple of
+    /// [`PLACE_ALIGN`]: its place in a batch's staging and in the GPU lane's ring.
     pub fn image_bytes(&self) -> usize {
-        usize::try_from(self.patches.max_image_pixels().saturating_mul(3)).unwrap_or(usize::MAX)
+        let bytes = usize::try_from(self.patches.max_image_pixels().saturating_mul(3))
+            .unwrap_or(usize::MAX);
+        bytes.saturating_add(PLACE_ALIGN - 1) / PLACE_ALIGN * PLACE_ALIGN
     }
 
     /// Whether the resize is PyTorch's `uint8` one (transformers' torchvision processors).
@@ -182,6 +190,11 @@ mod tests {
         let plan = g.patch_plan(&draw).expect("plan");
         assert_eq!(plan, q.plan(451, 300).expect("plan"));
         assert_eq!(g.image_bytes(), 28 * 28 * 1280 * 3);
+        // A bound that is not a multiple of 16 bytes gets a place that is.
+        let small = geometry(&Patches::qwen2_vl().max_pixels(50_176));
+        let bound = Patches::qwen2_vl().max_pixels(50_176).max_image_pixels() as usize * 3;
+        assert_eq!(bound, 268_452);
+        assert_eq!(small.image_bytes(), 268_464);
         let e = g.placement(10_050, 50, 0, 0).expect_err("aspect");
         assert!(e.to_string().contains("aspect ratio"), "{e}");
     }
