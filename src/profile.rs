@@ -26,6 +26,12 @@ pub enum Stage {
     /// The GPU lane's submitting threads on a call: the engines' decode, the colour conversion
     /// and the resize, as the host sees them.
     GpuCall,
+    /// Within [`Stage::GpuCall`], a call's decode: the engines' decode, or the assisted path's
+    /// queued decode and the wait for its entropy decoding's verdicts.
+    GpuDecode,
+    /// Within [`Stage::GpuCall`], a call's colour conversion (the engines') and resize planned
+    /// and queued.
+    GpuResize,
     /// The batch waiting for the CPU lane's images.
     WaitCpu,
     /// The batch waiting for the GPU lane's images.
@@ -45,7 +51,7 @@ pub enum Stage {
 
 impl Stage {
     /// Every stage, in the order of the data flow.
-    pub const ALL: [Stage; 13] = [
+    pub const ALL: [Stage; 15] = [
         Stage::CpuRead,
         Stage::CpuDecode,
         Stage::CpuResize,
@@ -53,6 +59,8 @@ impl Stage {
         Stage::GpuPrepare,
         Stage::GpuCoefficients,
         Stage::GpuCall,
+        Stage::GpuDecode,
+        Stage::GpuResize,
         Stage::WaitCpu,
         Stage::WaitGpu,
         Stage::StagingCopy,
@@ -71,6 +79,8 @@ impl Stage {
             Stage::GpuPrepare => "gpu_prepare",
             Stage::GpuCoefficients => "gpu_coefficients",
             Stage::GpuCall => "gpu_call",
+            Stage::GpuDecode => "gpu_call_decode",
+            Stage::GpuResize => "gpu_call_resize",
             Stage::WaitCpu => "wait_cpu_lane",
             Stage::WaitGpu => "wait_gpu_lane",
             Stage::StagingCopy => "staging_copy",

@@ -538,6 +538,40 @@ fn hybrid_accounts_for_every_file_like_the_cpu() {
     );
 }
 
+/// The profile splits the GPU lane's calls into their decode and their resize: both run inside
+/// a call, so they are counted at most once a call and take no more than the calls' time.
+#[test]
+fn the_gpu_lanes_calls_split_into_decode_and_resize_in_the_profile() {
+    let _serial = serial();
+    if !gpu_present("the_gpu_lanes_calls_split_into_decode_and_resize_in_the_profile") {
+        return;
+    }
+    let mut pipeline = Pipeline::builder()
+        .source(sources())
+        .batch_size(5)
+        .decode(Decode::Hybrid)
+        .gpu_share(1.0)
+        .device(Device::Cuda(0))
+        .build()
+        .expect("build");
+    while pipeline.next_batch().expect("batch").is_some() {}
+    let profile = pipeline.profile();
+    let (call, decode, resize) = (
+        profile.get(Stage::GpuCall),
+        profile.get(Stage::GpuDecode),
+        profile.get(Stage::GpuResize),
+    );
+    assert!(resize.count >= 1, "no call resized: {profile}");
+    assert!(
+        resize.count <= decode.count && decode.count <= call.count,
+        "{profile}"
+    );
+    assert!(
+        decode.seconds + resize.seconds <= call.seconds + 1e-6,
+        "{profile}"
+    );
+}
+
 /// The niceness (Linux's scheduling priority, per thread) in a `/proc/.../stat` line.
 fn niceness_in_stat(stat: &str) -> i32 {
     // Field 19; the name (field 2) is in parentheses and may hold spaces.

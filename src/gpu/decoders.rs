@@ -29,6 +29,7 @@ use crate::cuda::resize::{BatchResizer, DevicePlan};
 use crate::cuda::Gpu;
 use crate::error::{Error, Result};
 use crate::geometry::Geometry;
+use crate::profile::Stage;
 use crate::resample::Filter;
 use crate::views::RECORD_UNIT;
 
@@ -296,6 +297,7 @@ impl DecoderSet {
         }
         let stream = &self.stream;
         let resizing = &mut self.resizing;
+        let watch = &shared.limits.stopwatch;
         let made = match &mut self.decoders {
             Decoders::Engines(engines) => {
                 let jpegs: Vec<(&[u8], Screened)> = call
@@ -303,23 +305,31 @@ impl DecoderSet {
                     .iter()
                     .map(|image| (&*image.bytes, image.screened))
                     .collect();
-                engines.decode(stream, &jpegs).and_then(|decoded| {
-                    // The colour images made RGB and resized a part at a time, in the RGB buffer.
-                    let mut written = Vec::with_capacity(decoded.len());
-                    let room = engines.rgb.as_ref().map_or(0, CudaSlice::len);
-                    let sizes = decoded
-                        .iter()
-                        .map(|d| d.as_ref().map_or(0, Decoded::rgb_bytes));
-                    for part in parts(sizes, room) {
-                        let images = engines.convert(stream, &decoded, part)?;
-                        written.extend(resizing.resize(stream, call, shared, &images)?);
-                    }
-                    Ok(written)
+                let decoded = watch.time(Stage::GpuDecode, || engines.decode(stream, &jpegs));
+                decoded.and_then(|decoded| {
+                    watch.time(Stage::GpuResize, || {
+                        // The colour images made RGB and resized a part at a time, in the RGB
+                        // buffer.
+                        let mut written = Vec::with_capacity(decoded.len());
+                        let room = engines.rgb.as_ref().map_or(0, CudaSlice::len);
+                        let sizes = decoded
+                            .iter()
+                            .map(|d| d.as_ref().map_or(0, Decoded::rgb_bytes));
+                        for part in parts(sizes, room) {
+                            let images = engines.convert(stream, &decoded, part)?;
+                            written.extend(resizing.resize(stream, call, shared, &images)?);
+                        }
+                        Ok(written)
+                    })
                 })
             }
-            Decoders::Assisted(assisted) => assisted
-                .decode(&call.images)
-                .and_then(|images| resizing.resize(stream, call, shared, &images)),
+            Decoders::Assisted(assisted) => watch
+                .time(Stage::GpuDecode, || assisted.decode(&call.images))
+                .and_then(|images| {
+                    watch.time(Stage::GpuResize, || {
+                        resizing.resize(stream, call, shared, &images)
+                    })
+                }),
         };
         let written = match made {
             Ok(written) if !written.is_empty() => written,
