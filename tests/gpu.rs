@@ -7,7 +7,7 @@ mod common;
 use common::{gpu_present, mean_and_p999, repo_path, rss_bytes};
 use gpufeed::{
     ChannelOrder, CudaUnavailable, DType, Decode, Device, EpochReport, Error, Layout, OnError,
-    Pipeline, PipelineBuilder, ResizeMode, Source, Stage,
+    Pipeline, PipelineBuilder, Profile, ResizeMode, Source, Stage,
 };
 
 /// The tests share one process and one GPU; the memory tests read process-wide figures, so the
@@ -483,27 +483,37 @@ fn mixed_folder() -> common::TempDir {
     dir
 }
 
-/// Every batch of an epoch: (ids, skipped as "id: reason", output bits, decoded by (cpu, gpu)).
-fn epoch(builder: PipelineBuilder) -> (Vec<String>, Vec<String>, Vec<u8>, (usize, usize)) {
+/// What one epoch of a pipeline gave.
+struct EpochRun {
+    ids: Vec<String>,
+    /// Skipped files as "id: reason".
+    skipped: Vec<String>,
+    /// Images decoded by (the CPU lane, the GPU lane).
+    decoded_by: (usize, usize),
+    profile: Profile,
+}
+
+/// Every batch of an epoch of the pipeline `builder` builds (each copied to the host).
+fn epoch(builder: PipelineBuilder) -> EpochRun {
     let mut pipeline = builder.build().expect("build");
-    let (mut ids, mut bits) = (Vec::new(), Vec::new());
+    let mut ids = Vec::new();
     while let Some(batch) = pipeline.next_batch().expect("batch") {
         ids.extend(batch.ids().iter().cloned());
-        bits.extend(batch.images().to_host().expect("host").to_le_bytes());
+        batch.images().to_host().expect("host");
     }
     let report = pipeline.epoch_report();
-    let skipped = report.skipped.iter().map(|e| e.to_string()).collect();
-    (
+    EpochRun {
         ids,
-        skipped,
-        bits,
-        (report.decoded_by_cpu, report.decoded_by_gpu),
-    )
+        skipped: report.skipped.iter().map(|e| e.to_string()).collect(),
+        decoded_by: (report.decoded_by_cpu, report.decoded_by_gpu),
+        profile: pipeline.profile(),
+    }
 }
 
 /// Hybrid decoding accounts for every file exactly as CPU decoding does (same images, same
 /// order, same skipped files with the same reasons), the GPU lane decodes the baseline colour
-/// JPEGs it is offered, and the files it cannot take go to the CPU lane.
+/// JPEGs it is offered, and the files it cannot take go to the CPU lane; its profile splits
+/// the GPU lane's calls into their decode and their resize.
 #[test]
 fn hybrid_accounts_for_every_file_like_the_cpu() {
     let _serial = serial();
@@ -521,41 +531,23 @@ fn hybrid_accounts_for_every_file_like_the_cpu() {
     };
     let cpu = epoch(builder(Decode::Cpu));
     let hybrid = epoch(builder(Decode::Hybrid));
-    assert_eq!(hybrid.0, cpu.0, "same images in the same order");
-    assert_eq!(hybrid.1, cpu.1, "same files skipped for the same reasons");
-    assert_eq!(cpu.3, (cpu.0.len(), 0));
-    let (by_cpu, by_gpu) = hybrid.3;
-    assert_eq!(by_cpu + by_gpu, cpu.0.len());
+    assert_eq!(hybrid.ids, cpu.ids, "same images in the same order");
+    assert_eq!(
+        hybrid.skipped, cpu.skipped,
+        "same files skipped for the same reasons"
+    );
+    assert_eq!(cpu.decoded_by, (cpu.ids.len(), 0));
+    let (by_cpu, by_gpu) = hybrid.decoded_by;
+    assert_eq!(by_cpu + by_gpu, cpu.ids.len());
     // rgb420, rgb444, UPPER, rocket, retina, hubble: baseline colour JPEGs.
     assert!(by_gpu >= 6, "the GPU lane decoded {by_gpu}");
     assert!(
         by_cpu >= 5,
         "CMYK, YCCK, the PNGs and WebP stay on the CPU: {by_cpu}"
     );
-    println!(
-        "hybrid: {by_cpu} images by the CPU, {by_gpu} by the GPU; skipped {:?}",
-        hybrid.1
-    );
-}
-
-/// The profile splits the GPU lane's calls into their decode and their resize: both run inside
-/// a call, so they are counted at most once a call and take no more than the calls' time.
-#[test]
-fn the_gpu_lanes_calls_split_into_decode_and_resize_in_the_profile() {
-    let _serial = serial();
-    if !gpu_present("the_gpu_lanes_calls_split_into_decode_and_resize_in_the_profile") {
-        return;
-    }
-    let mut pipeline = Pipeline::builder()
-        .source(sources())
-        .batch_size(5)
-        .decode(Decode::Hybrid)
-        .gpu_share(1.0)
-        .device(Device::Cuda(0))
-        .build()
-        .expect("build");
-    while pipeline.next_batch().expect("batch").is_some() {}
-    let profile = pipeline.profile();
+    // The profile splits the GPU lane's calls into their decode and their resize: both run
+    // inside a call, so they are counted at most once a call and take no more than its time.
+    let profile = &hybrid.profile;
     let (call, decode, resize) = (
         profile.get(Stage::GpuCall),
         profile.get(Stage::GpuDecode),
@@ -569,6 +561,10 @@ fn the_gpu_lanes_calls_split_into_decode_and_resize_in_the_profile() {
     assert!(
         decode.seconds + resize.seconds <= call.seconds + 1e-6,
         "{profile}"
+    );
+    println!(
+        "hybrid: {by_cpu} images by the CPU, {by_gpu} by the GPU; skipped {:?}",
+        hybrid.skipped
     );
 }
 
