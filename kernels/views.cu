@@ -431,7 +431,7 @@ extern "C" __global__ void __launch_bounds__(512, 2)
                     const unsigned int* at = s_tile + ty * pitch + x;
                     if (unrolled && ksize == 9) {
                         gf_view_blur_unrolled<9>(at, pitch, s_weights, px);
-                    } else if (unrolled) {
+                    } else if (unrolled && ksize == 23) {
                         gf_view_blur_unrolled<23>(at, pitch, s_weights, px);
                     } else {
                         gf_view_blur(tile, y0 + ty, x, ksize, weights, px);

@@ -30,7 +30,9 @@ impl PatchSizing {
     pub fn image_bytes(&self) -> usize {
         let bytes = usize::try_from(self.patches.max_image_pixels().saturating_mul(3))
             .unwrap_or(usize::MAX);
-        bytes.saturating_add(PLACE_ALIGN - 1) / PLACE_ALIGN * PLACE_ALIGN
+        bytes
+            .checked_next_multiple_of(PLACE_ALIGN)
+            .unwrap_or(usize::MAX)
     }
 
     /// Whether the resize is PyTorch's `uint8` one (transformers' torchvision processors).
