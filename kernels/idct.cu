@@ -5,8 +5,9 @@
 // upsampling, no merged upsampler) and colour-converted (jdcolor.c) into the rendered window.
 //
 // Every function mirrors its CPU rendition in src/coefficients/reference.rs line by line, with the
-// C's integer types: JLONG is `long long` (64-bit, as on LP64 Linux), the IDCT workspace `int`,
-// the multiplier table `short` (ISLOW_MULT_TYPE of a SIMD build). Integers only.
+// C's integer types: JLONG is `long long` (64-bit, as on LP64 Linux) in the IDCT, the IDCT
+// workspace `int`, the multiplier table `short` (ISLOW_MULT_TYPE of a SIMD build); the colour
+// conversion's JLONG values fit an `int` (gf_ycc_rgb). Integers only.
 //
 // Compiled at run time by NVRTC (no headers: nothing is included). Also compiled as C++ on the
 // host with a few macros standing in for CUDA's (src/coefficients/host_check.rs), which runs both
@@ -17,8 +18,9 @@
 //   gpufeed_idct_islow     grid (x: enough blocks for the largest job, y: job), one thread per
 //                          8x8 block, a grid-stride loop over the job's blocks; packed
 //                          coefficients, or dense ones (GF_DENSE) the entropy kernels wrote.
-//   gpufeed_upsample_color grid (x: blocks per image, y: image), one thread per output pixel,
-//                          a grid-stride loop over the window's pixels.
+//   gpufeed_upsample_color grid (x: one block per window row, y: image), one thread per pair
+//                          of output pixels, grid-stride loops over the window's rows and a
+//                          row's pairs.
 
 // One component of one image (src/coefficients/batch.rs IdctJob): its packed section in the
 // coefficient buffer, its plane in the plane buffer.
@@ -170,6 +172,22 @@ __device__ __forceinline__ void gf_islow_1d(const long long v[8], long long out[
     out[7] = tmp10 - tmp3;
 }
 
+// A row's eight samples stored as one 8-byte word where `out` is 8-byte aligned (a plane's rows
+// are: planes start 256-byte aligned and their pitch is whole blocks), else byte by byte.
+__device__ __forceinline__ void gf_store8(unsigned char* out, const unsigned char samples[8]) {
+    if (((unsigned long long)out & 7) != 0) {
+        for (int c = 0; c < 8; c++) out[c] = samples[c];
+        return;
+    }
+    unsigned long long word = 0;
+    for (int c = 0; c < 8; c++) word |= (unsigned long long)samples[c] << (8 * c);
+#ifdef GF_HOST
+    memcpy(out, &word, 8);
+#else
+    *(unsigned long long*)out = word;
+#endif
+}
+
 // jpeg_idct_islow on one block: `coef` natural order, `quant` the multiplier table, 8 rows of 8
 // samples written `stride` bytes apart from `out` (reference.rs idct_islow).
 __device__ void gf_idct_islow(const short* coef, const short* quant, unsigned char* out,
@@ -206,14 +224,18 @@ __device__ void gf_idct_islow(const short* coef, const short* quant, unsigned ch
             // AC terms all zero (the NO_ZERO_ROW_TEST shortcut)
             unsigned char dcval =
                 gf_idct_range_limit((int)gf_descale((long long)wsptr[0], GF_PASS1_BITS + 3));
-            for (int col = 0; col < 8; col++) outptr[col] = dcval;
+            unsigned char samples[8];
+            for (int col = 0; col < 8; col++) samples[col] = dcval;
+            gf_store8(outptr, samples);
             continue;
         }
         for (int col = 0; col < 8; col++) v[col] = (long long)wsptr[col];
         gf_islow_1d(v, result);
+        unsigned char samples[8];
         for (int col = 0; col < 8; col++)
-            outptr[col] = gf_idct_range_limit(
+            samples[col] = gf_idct_range_limit(
                 (int)gf_descale(result[col], GF_CONST_BITS + GF_PASS1_BITS + 3));
+        gf_store8(outptr, samples);
     }
 }
 
@@ -252,6 +274,29 @@ __device__ void gf_expand(const unsigned char* section, const GfIdctJob& job, un
     }
 }
 
+// A dense block's 64 coefficients: eight 16-byte loads where the block is 16-byte aligned (the
+// entropy kernels' planes are), else one at a time. A warp's threads read 32 blocks 128 bytes
+// apart, so each load instruction touches 32 cache lines: eight of them instead of 64.
+__device__ __forceinline__ void gf_load_block(const short* src, short* coef) {
+    if (((unsigned long long)src & 15) != 0) {
+        for (int i = 0; i < 64; i++) coef[i] = src[i];
+        return;
+    }
+    for (int q = 0; q < 8; q++) {
+        uint4 w;
+#ifdef GF_HOST
+        memcpy(&w, src + 8 * q, 16);
+#else
+        w = ((const uint4*)src)[q];
+#endif
+        const unsigned int words[4] = {w.x, w.y, w.z, w.w};
+        for (int k = 0; k < 4; k++) {
+            coef[8 * q + 2 * k] = (short)(words[k] & 0xFFFF);
+            coef[8 * q + 2 * k + 1] = (short)(words[k] >> 16);
+        }
+    }
+}
+
 extern "C" __global__ void gpufeed_idct_islow(const unsigned char* coefficients,
                                               const short* dense, unsigned char* planes,
                                               const GfIdctJob* jobs) {
@@ -271,7 +316,7 @@ extern "C" __global__ void gpufeed_idct_islow(const unsigned char* coefficients,
             const short* src = dense + ((unsigned long long)job.masks |
                                         (unsigned long long)job.groups << 32) +
                                ((unsigned long long)by * job.ac + bx) * 64;
-            for (int i = 0; i < 64; i++) coef[i] = src[i];
+            gf_load_block(src, coef);
         } else {
             gf_expand(section, job, b, coef);
         }
@@ -338,52 +383,153 @@ __device__ int gf_upsampled(const unsigned char* planes, const GfPlane& p, unsig
     return (thiscolsum * 3 + nextcolsum + 7) >> 4;
 }
 
+// The samples of pixels x and x + 1 (x even) of row y of a component, as gf_upsampled makes
+// them one at a time: an h2 routine makes both from one input sample and its neighbours, read
+// once here.
+__device__ void gf_upsampled_pair(const unsigned char* planes, const GfPlane& p, unsigned int x,
+                                  unsigned int y, int* s) {
+    if (p.method == GF_UP_FULL) {
+        const unsigned char* row = planes + p.offset + (unsigned long long)(y - p.y0) * p.pitch;
+        s[0] = row[x - p.x0];
+        s[1] = row[x + 1 - p.x0];
+        return;
+    }
+    if (p.method == GF_UP_FANCY_H2V1) {
+        const unsigned char* row = planes + p.offset + (unsigned long long)(y - p.y0) * p.pitch;
+        const unsigned int i = x >> 1;
+        const int invalue = row[i - p.x0];
+        s[0] = i == 0 ? invalue : (invalue * 3 + row[i - 1 - p.x0] + 1) >> 2;
+        s[1] = i == p.last_i ? invalue : (invalue * 3 + row[i + 1 - p.x0] + 2) >> 2;
+        return;
+    }
+    if (p.method == GF_UP_FANCY_H2V2) {
+        const unsigned int j = y >> 1;
+        unsigned int far;
+        if ((y & 1) == 0) {
+            far = j > 0 ? j - 1 : 0;
+        } else {
+            far = j + 1 < p.last_j ? j + 1 : p.last_j;
+        }
+        const unsigned char* near_row = planes + p.offset + (unsigned long long)(j - p.y0) * p.pitch;
+        const unsigned char* far_row = planes + p.offset + (unsigned long long)(far - p.y0) * p.pitch;
+        const unsigned int i = x >> 1;
+        const int thiscolsum = near_row[i - p.x0] * 3 + far_row[i - p.x0];
+        if (i == 0) {
+            s[0] = (thiscolsum * 4 + 8) >> 4;
+        } else {
+            const int lastcolsum = near_row[i - 1 - p.x0] * 3 + far_row[i - 1 - p.x0];
+            s[0] = (thiscolsum * 3 + lastcolsum + 8) >> 4;
+        }
+        if (i == p.last_i) {
+            s[1] = (thiscolsum * 4 + 7) >> 4;
+        } else {
+            const int nextcolsum = near_row[i + 1 - p.x0] * 3 + far_row[i + 1 - p.x0];
+            s[1] = (thiscolsum * 3 + nextcolsum + 7) >> 4;
+        }
+        return;
+    }
+    s[0] = gf_upsampled(planes, p, x, y);
+    s[1] = gf_upsampled(planes, p, x + 1, y);
+}
+
 // ---- jdcolor.c ----
 
 #define GF_SCALEBITS 16
-#define GF_ONE_HALF ((long long)1 << (GF_SCALEBITS - 1))
-#define GF_FIX_1_40200 ((long long)91881)
-#define GF_FIX_1_77200 ((long long)116130)
-#define GF_FIX_0_71414 ((long long)46802)
-#define GF_FIX_0_34414 ((long long)22554)
+#define GF_ONE_HALF (1 << (GF_SCALEBITS - 1))
+#define GF_FIX_1_40200 91881
+#define GF_FIX_1_77200 116130
+#define GF_FIX_0_71414 46802
+#define GF_FIX_0_34414 22554
 
 // range_limit of the colour converters: a clamp to 0..255.
-__device__ __forceinline__ unsigned char gf_range_limit(long long x) {
+__device__ __forceinline__ unsigned char gf_range_limit(int x) {
     return (unsigned char)(x < 0 ? 0 : (x > 255 ? 255 : x));
 }
 
+// ycc_rgb_convert of one pixel, with build_ycc_rgb_table's entries computed in place. The C
+// computes them in JLONG; in int they are the same numbers: with cb and cr in -128..127 no
+// product or sum here passes 2^24 in magnitude.
+__device__ __forceinline__ void gf_ycc_rgb(int luma, int cb, int cr, unsigned char* pixel) {
+    cb -= 128;
+    cr -= 128;
+    const int cr_r = (GF_FIX_1_40200 * cr + GF_ONE_HALF) >> GF_SCALEBITS;
+    const int cb_b = (GF_FIX_1_77200 * cb + GF_ONE_HALF) >> GF_SCALEBITS;
+    const int cr_g = -GF_FIX_0_71414 * cr;
+    const int cb_g = -GF_FIX_0_34414 * cb + GF_ONE_HALF;
+    pixel[0] = gf_range_limit(luma + cr_r);
+    pixel[1] = gf_range_limit(luma + ((cb_g + cr_g) >> GF_SCALEBITS));
+    pixel[2] = gf_range_limit(luma + cb_b);
+}
+
+// Pixel (x, y) of the image, upsampled and converted, written at `pixel`.
+__device__ void gf_color_one(const unsigned char* planes, const GfColorJob& job, unsigned int x,
+                             unsigned int y, unsigned char* pixel) {
+    if (job.conversion == GF_CC_GRAY) {
+        pixel[0] = (unsigned char)gf_upsampled(planes, job.comp[0], x, y);
+        return;
+    }
+    const int a = gf_upsampled(planes, job.comp[0], x, y);
+    const int b = gf_upsampled(planes, job.comp[1], x, y);
+    const int c = gf_upsampled(planes, job.comp[2], x, y);
+    if (job.conversion == GF_CC_RGB) {
+        // rgb_rgb_convert
+        pixel[0] = (unsigned char)a;
+        pixel[1] = (unsigned char)b;
+        pixel[2] = (unsigned char)c;
+        return;
+    }
+    gf_ycc_rgb(a, b, c, pixel);
+}
+
+// Pixels (x, y) and (x + 1, y) (x even) of the image, upsampled and converted, written from
+// `pixel` on.
+__device__ void gf_color_pair(const unsigned char* planes, const GfColorJob& job, unsigned int x,
+                              unsigned int y, unsigned char* pixel) {
+    int a[2];
+    gf_upsampled_pair(planes, job.comp[0], x, y, a);
+    if (job.conversion == GF_CC_GRAY) {
+        pixel[0] = (unsigned char)a[0];
+        pixel[1] = (unsigned char)a[1];
+        return;
+    }
+    int b[2], c[2];
+    gf_upsampled_pair(planes, job.comp[1], x, y, b);
+    gf_upsampled_pair(planes, job.comp[2], x, y, c);
+    if (job.conversion == GF_CC_RGB) {
+        // rgb_rgb_convert
+        for (int k = 0; k < 2; k++) {
+            pixel[3 * k] = (unsigned char)a[k];
+            pixel[3 * k + 1] = (unsigned char)b[k];
+            pixel[3 * k + 2] = (unsigned char)c[k];
+        }
+        return;
+    }
+    gf_ycc_rgb(a[0], b[0], c[0], pixel);
+    gf_ycc_rgb(a[1], b[1], c[1], pixel + 3);
+}
+
+// Rows of the window by block (a grid-stride loop), each thread a pair of pixels of a row (an
+// even image column and the next), which the h2 upsamplers make from the same input samples;
+// a pair the window's edge cuts is made one pixel at a time.
 extern "C" __global__ void gpufeed_upsample_color(const unsigned char* planes, unsigned char* out,
                                                   const GfColorJob* jobs) {
-    const GfColorJob job = jobs[blockIdx.y];
-    for (unsigned int p = blockIdx.x * blockDim.x + threadIdx.x; p < job.pixels;
-         p += blockDim.x * gridDim.x) {
-        unsigned int col = p % job.width;
-        unsigned int row = p / job.width;
-        unsigned int x = job.x + col;
-        unsigned int y = job.y + row;
-        unsigned char* pixel = out + job.out + (unsigned long long)row * job.out_pitch;
-        if (job.conversion == GF_CC_GRAY) {
-            pixel[col] = (unsigned char)gf_upsampled(planes, job.comp[0], x, y);
-            continue;
+    const GfColorJob& job = jobs[blockIdx.y];
+    const unsigned int channels = job.conversion == GF_CC_GRAY ? 1 : 3;
+    const unsigned int x_end = job.x + job.width;
+    const unsigned int first_pair = job.x >> 1;
+    const unsigned int pairs = ((x_end + 1) >> 1) - first_pair;
+    for (unsigned int row = blockIdx.x; row < job.height; row += gridDim.x) {
+        const unsigned int y = job.y + row;
+        unsigned char* line = out + job.out + (unsigned long long)row * job.out_pitch;
+        for (unsigned int q = threadIdx.x; q < pairs; q += blockDim.x) {
+            const unsigned int x = (first_pair + q) << 1;
+            if (x >= job.x && x + 1 < x_end) {
+                gf_color_pair(planes, job, x, y, line + (x - job.x) * channels);
+                continue;
+            }
+            if (x >= job.x && x < x_end) gf_color_one(planes, job, x, y, line + (x - job.x) * channels);
+            if (x + 1 >= job.x && x + 1 < x_end)
+                gf_color_one(planes, job, x + 1, y, line + (x + 1 - job.x) * channels);
         }
-        pixel += 3 * col;
-        if (job.conversion == GF_CC_RGB) {
-            // rgb_rgb_convert
-            pixel[0] = (unsigned char)gf_upsampled(planes, job.comp[0], x, y);
-            pixel[1] = (unsigned char)gf_upsampled(planes, job.comp[1], x, y);
-            pixel[2] = (unsigned char)gf_upsampled(planes, job.comp[2], x, y);
-            continue;
-        }
-        // ycc_rgb_convert with build_ycc_rgb_table's entries computed in place
-        long long luma = gf_upsampled(planes, job.comp[0], x, y);
-        long long cb = (long long)gf_upsampled(planes, job.comp[1], x, y) - 128;
-        long long cr = (long long)gf_upsampled(planes, job.comp[2], x, y) - 128;
-        long long cr_r = (GF_FIX_1_40200 * cr + GF_ONE_HALF) >> GF_SCALEBITS;
-        long long cb_b = (GF_FIX_1_77200 * cb + GF_ONE_HALF) >> GF_SCALEBITS;
-        long long cr_g = -GF_FIX_0_71414 * cr;
-        long long cb_g = -GF_FIX_0_34414 * cb + GF_ONE_HALF;
-        pixel[0] = gf_range_limit(luma + cr_r);
-        pixel[1] = gf_range_limit(luma + ((cb_g + cr_g) >> GF_SCALEBITS));
-        pixel[2] = gf_range_limit(luma + cb_b);
     }
 }

@@ -9,8 +9,9 @@ use super::Error;
 
 /// Threads per block of the IDCT kernel (one 8x8 block each).
 pub const IDCT_THREADS: u32 = 128;
-/// Threads per block of the upsampling and colour kernel (one pixel each).
-pub const COLOR_THREADS: u32 = 256;
+/// Threads per block of the upsampling and colour kernel (two pixels of a row each, a block a
+/// row: 256 pixels a pass over the row).
+pub const COLOR_THREADS: u32 = 128;
 /// Most blocks along the grid's x for one job or image (the threads loop past it).
 const MAX_GRID_X: u32 = 4096;
 /// The most jobs or images of one launch (the grid's y).
@@ -144,7 +145,7 @@ impl BatchPlan {
         self.plane_bytes = 0;
         self.output_bytes = 0;
         let mut largest_job = 0u32;
-        let mut largest_image = 0u32;
+        let mut tallest_window = 0u32;
         let too_large = |what: &str| Error::Request(format!("{what} too large for one launch"));
         for (image, at) in images {
             if !at.is_multiple_of(8) {
@@ -174,7 +175,7 @@ impl BatchPlan {
             let channels = image.channels() as u32;
             let pitch = window.width * channels;
             let pixels = u32::try_from(window.pixels()).map_err(|_| too_large("a window"))?;
-            largest_image = largest_image.max(pixels);
+            tallest_window = tallest_window.max(window.height);
             let out = self.output_bytes;
             self.output_bytes = (out + image.output_bytes()).next_multiple_of(ALIGN);
             color.out = out;
@@ -202,7 +203,7 @@ impl BatchPlan {
             )));
         }
         self.idct_grid_x = largest_job.div_ceil(IDCT_THREADS).clamp(1, MAX_GRID_X);
-        self.color_grid_x = largest_image.div_ceil(COLOR_THREADS).clamp(1, MAX_GRID_X);
+        self.color_grid_x = tallest_window.clamp(1, MAX_GRID_X);
         Ok(())
     }
 }

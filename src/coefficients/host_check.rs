@@ -28,6 +28,7 @@ const PRELUDE: &str = r#"
 #include <vector>
 
 struct gf_dim3 { unsigned int x, y, z; };
+struct uint4 { unsigned int x, y, z, w; };
 static gf_dim3 blockIdx, blockDim, threadIdx, gridDim;
 #define __global__
 #define __device__
