@@ -112,6 +112,31 @@ __device__ __forceinline__ long long gf_left_shift(long long a, int b) {
     return (long long)((unsigned long long)a << b);
 }
 
+// The same in int, for the 1-D IDCT in int (gf_idct_pass_fits_int: the value fits).
+__device__ __forceinline__ int gf_left_shift(int a, int b) {
+    return (int)((unsigned int)a << b);
+}
+
+// DESCALE in int, where the sum fits (gf_idct_pass_fits_int).
+__device__ __forceinline__ int gf_descale(int x, int n) {
+    return (x + (1 << (n - 1))) >> n;
+}
+
+// The largest input magnitude for which a 1-D IDCT pass (gf_islow_1d) computed in int gives
+// the JLONG result: every intermediate and output is a sum of the inputs times constants whose
+// magnitudes add up to at most 178,219 (output 1: tmp11 and the odd part's tmp2), so with
+// inputs within 12,000 every value stays within 2,138,628,000 and, with a descale's rounding
+// term (at most 2^17), below 2^31. Real images stay far inside it (a dequantized coefficient of
+// 8-bit samples is within about 2,100, pass 1's outputs within about 8,200); the rest take the
+// JLONG pass.
+#define GF_IDCT_INT_INPUT 12000
+
+__device__ __forceinline__ bool gf_idct_pass_fits_int(const int v[8]) {
+    bool fits = true;
+    for (int k = 0; k < 8; k++) fits = fits && v[k] >= -GF_IDCT_INT_INPUT && v[k] <= GF_IDCT_INT_INPUT;
+    return fits;
+}
+
 // DEQUANTIZE(coef, quantval): an int product of two shorts.
 __device__ __forceinline__ int gf_dequantize(short coef, short quantval) {
     return (int)coef * (int)quantval;
@@ -131,17 +156,18 @@ __device__ __forceinline__ unsigned char gf_idct_range_limit(int x) {
 // The 1-D inverse DCT both passes of jpeg_idct_islow run on eight values `v` (the LL&M
 // butterflies, figure 8 of the paper for the odd part): the eight outputs, in order, before their
 // pass's descale (reference.rs islow_1d).
-__device__ __forceinline__ void gf_islow_1d(const long long v[8], long long out[8]) {
+template <typename T>
+__device__ __forceinline__ void gf_islow_1d(const T v[8], T out[8]) {
     // Even part: reverse the even part of the forward DCT.
-    long long z1 = (v[2] + v[6]) * GF_FIX_0_541196100;
-    long long tmp2 = z1 + v[6] * -GF_FIX_1_847759065;
-    long long tmp3 = z1 + v[2] * GF_FIX_0_765366865;
-    long long tmp0 = gf_left_shift(v[0] + v[4], GF_CONST_BITS);
-    long long tmp1 = gf_left_shift(v[0] - v[4], GF_CONST_BITS);
-    const long long tmp10 = tmp0 + tmp3;
-    const long long tmp13 = tmp0 - tmp3;
-    const long long tmp11 = tmp1 + tmp2;
-    const long long tmp12 = tmp1 - tmp2;
+    T z1 = (v[2] + v[6]) * (T)GF_FIX_0_541196100;
+    T tmp2 = z1 + v[6] * -(T)GF_FIX_1_847759065;
+    T tmp3 = z1 + v[2] * (T)GF_FIX_0_765366865;
+    T tmp0 = gf_left_shift(v[0] + v[4], GF_CONST_BITS);
+    T tmp1 = gf_left_shift(v[0] - v[4], GF_CONST_BITS);
+    const T tmp10 = tmp0 + tmp3;
+    const T tmp13 = tmp0 - tmp3;
+    const T tmp11 = tmp1 + tmp2;
+    const T tmp12 = tmp1 - tmp2;
 
     // Odd part: y7, y5, y3, y1.
     tmp0 = v[7];
@@ -149,18 +175,18 @@ __device__ __forceinline__ void gf_islow_1d(const long long v[8], long long out[
     tmp2 = v[3];
     tmp3 = v[1];
     z1 = tmp0 + tmp3;
-    long long z2 = tmp1 + tmp2;
-    long long z3 = tmp0 + tmp2;
-    long long z4 = tmp1 + tmp3;
-    const long long z5 = (z3 + z4) * GF_FIX_1_175875602;
-    z1 = z1 * -GF_FIX_0_899976223;
-    z2 = z2 * -GF_FIX_2_562915447;
-    z3 = z3 * -GF_FIX_1_961570560 + z5;
-    z4 = z4 * -GF_FIX_0_390180644 + z5;
-    tmp0 = tmp0 * GF_FIX_0_298631336 + z1 + z3;
-    tmp1 = tmp1 * GF_FIX_2_053119869 + z2 + z4;
-    tmp2 = tmp2 * GF_FIX_3_072711026 + z2 + z3;
-    tmp3 = tmp3 * GF_FIX_1_501321110 + z1 + z4;
+    T z2 = tmp1 + tmp2;
+    T z3 = tmp0 + tmp2;
+    T z4 = tmp1 + tmp3;
+    const T z5 = (z3 + z4) * (T)GF_FIX_1_175875602;
+    z1 = z1 * -(T)GF_FIX_0_899976223;
+    z2 = z2 * -(T)GF_FIX_2_562915447;
+    z3 = z3 * -(T)GF_FIX_1_961570560 + z5;
+    z4 = z4 * -(T)GF_FIX_0_390180644 + z5;
+    tmp0 = tmp0 * (T)GF_FIX_0_298631336 + z1 + z3;
+    tmp1 = tmp1 * (T)GF_FIX_2_053119869 + z2 + z4;
+    tmp2 = tmp2 * (T)GF_FIX_3_072711026 + z2 + z3;
+    tmp3 = tmp3 * (T)GF_FIX_1_501321110 + z1 + z4;
 
     out[0] = tmp10 + tmp3;
     out[1] = tmp11 + tmp2;
@@ -209,7 +235,16 @@ __device__ void gf_idct_islow(const short* coef, const short* quant, unsigned ch
             for (int row = 0; row < 8; row++) wsptr[8 * row] = dcval;
             continue;
         }
-        for (int row = 0; row < 8; row++) v[row] = gf_dequantize(inptr[8 * row], quantptr[8 * row]);
+        int in[8];
+        for (int row = 0; row < 8; row++) in[row] = gf_dequantize(inptr[8 * row], quantptr[8 * row]);
+        if (gf_idct_pass_fits_int(in)) {
+            int out[8];
+            gf_islow_1d(in, out);
+            for (int row = 0; row < 8; row++)
+                wsptr[8 * row] = gf_descale(out[row], GF_CONST_BITS - GF_PASS1_BITS);
+            continue;
+        }
+        for (int row = 0; row < 8; row++) v[row] = in[row];
         gf_islow_1d(v, result);
         for (int row = 0; row < 8; row++)
             wsptr[8 * row] = (int)gf_descale(result[row], GF_CONST_BITS - GF_PASS1_BITS);
@@ -229,9 +264,18 @@ __device__ void gf_idct_islow(const short* coef, const short* quant, unsigned ch
             gf_store8(outptr, samples);
             continue;
         }
+        unsigned char samples[8];
+        if (gf_idct_pass_fits_int(wsptr)) {
+            int out[8];
+            gf_islow_1d(wsptr, out);
+            for (int col = 0; col < 8; col++)
+                samples[col] =
+                    gf_idct_range_limit(gf_descale(out[col], GF_CONST_BITS + GF_PASS1_BITS + 3));
+            gf_store8(outptr, samples);
+            continue;
+        }
         for (int col = 0; col < 8; col++) v[col] = (long long)wsptr[col];
         gf_islow_1d(v, result);
-        unsigned char samples[8];
         for (int col = 0; col < 8; col++)
             samples[col] = gf_idct_range_limit(
                 (int)gf_descale(result[col], GF_CONST_BITS + GF_PASS1_BITS + 3));

@@ -101,6 +101,30 @@ int main(int argc, char** argv) {
 }
 "#;
 
+/// A harness of the IDCT alone: `n` blocks of 64 coefficients and 64 multipliers (i16) in, each
+/// block's 8 x 8 samples out, through the kernel's `gf_idct_islow`.
+const IDCT_HARNESS: &str = r#"
+#include "idct.cu"
+
+int main(int argc, char** argv) {
+    if (argc != 3) return 2;
+    FILE* in = fopen(argv[1], "rb");
+    if (!in) return 2;
+    size_t n = u64(in);
+    std::vector<short> blocks(n * 128);
+    bytes(in, blocks.data(), n * 256);
+    fclose(in);
+    std::vector<unsigned char> out(n * 64);
+    for (size_t b = 0; b < n; b++)
+        gf_idct_islow(blocks.data() + b * 128, blocks.data() + b * 128 + 64, out.data() + b * 64, 8);
+    FILE* o = fopen(argv[2], "wb");
+    if (!o) return 2;
+    fwrite(out.data(), 1, out.size(), o);
+    fclose(o);
+    return 0;
+}
+"#;
+
 /// The harness built in `dir`, or `None` (said on stderr) without a C++ compiler.
 pub(super) fn build_harness(dir: &Path) -> Option<PathBuf> {
     build_cpp_harness(dir, "idct.cu", HARNESS, false)
@@ -318,4 +342,65 @@ fn the_kernels_run_on_the_host_equal_the_cpu_rendition_and_libjpeg_turbo() {
     let (turbo, _, _) = turbo_decode(&jpeg, false);
     assert_eq!(plan.rendered[0].offset, 0);
     assert!(output[..turbo.len()] == turbo[..], "assets/retina.jpg");
+}
+
+/// The IDCT's passes in `int` give the JLONG passes' samples: blocks whose dequantized values
+/// lie just inside and just outside the bound the `int` passes take (`GF_IDCT_INT_INPUT`), and
+/// blocks of extreme values (coefficients and multipliers up to 32,767, whose sums need 64
+/// bits), each against the CPU rendition.
+#[test]
+fn the_idct_in_int_equals_the_jlong_idct_inside_its_bound_and_beyond() {
+    let dir = std::env::temp_dir().join(format!("gpufeed-idct-int-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch folder");
+    let scratch = Scratch(dir);
+    let Some(harness) = build_cpp_harness(&scratch.0, "idct.cu", IDCT_HARNESS, true) else {
+        return;
+    };
+    let random = random_bytes(4 * 64 * 3000, 17);
+    let value = |at: usize| u32::from_le_bytes(random[4 * at..4 * at + 4].try_into().unwrap());
+    let mut blocks: Vec<([i16; 64], [i16; 64])> = Vec::new();
+    for b in 0..3000usize {
+        // Magnitudes of the dequantized values: small, about the bound, and anything.
+        let (coef_max, quant_max): (u32, u32) = match b % 3 {
+            0 => (64, 255),
+            1 => (12_100, 1),
+            _ => (32_767, 32_767),
+        };
+        let mut coef = [0i16; 64];
+        let mut quant = [0i16; 64];
+        for k in 0..64 {
+            let r = value(b * 64 + k);
+            // About half the AC terms zero, so the zero-column and zero-row shortcuts run too.
+            let zero = k > 0 && r & 1 == 1 && b % 5 != 0;
+            let magnitude = (r >> 1) % (coef_max + 1);
+            coef[k] = if zero {
+                0
+            } else if r & 2 == 0 {
+                magnitude as i16
+            } else {
+                -(magnitude as i16)
+            };
+            quant[k] = (1 + (r >> 8) % quant_max) as i16;
+        }
+        blocks.push((coef, quant));
+    }
+    let mut input = (blocks.len() as u64).to_le_bytes().to_vec();
+    for (coef, quant) in &blocks {
+        for v in coef.iter().chain(quant) {
+            input.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    let output = run_harness(&harness, &scratch.0, &input);
+    assert_eq!(output.len(), blocks.len() * 64);
+    for (b, (coef, quant)) in blocks.iter().enumerate() {
+        let mut expected = [0u8; 64];
+        super::reference::idct_islow(coef, quant, &mut expected, 8);
+        assert_eq!(
+            &output[b * 64..b * 64 + 64],
+            &expected[..],
+            "block {b} (coefficients {:?}, multipliers {:?})",
+            &coef[..8],
+            &quant[..8]
+        );
+    }
 }
