@@ -48,6 +48,22 @@ static unsigned long long u64(FILE* f) {
 static void bytes(FILE* f, void* p, size_t n) {
     if (n && fread(p, 1, n, f) != n) { fprintf(stderr, "short input\n"); exit(2); }
 }
+
+// The input file of a harness run as `harness INPUT OUTPUT` (exit status 2 otherwise).
+static inline FILE* harness_input(int argc, char** argv) {
+    if (argc != 3) exit(2);
+    FILE* in = fopen(argv[1], "rb");
+    if (!in) exit(2);
+    return in;
+}
+
+static inline int write_output(const char* path, const void* p, size_t n) {
+    FILE* o = fopen(path, "wb");
+    if (!o) return 2;
+    fwrite(p, 1, n, o);
+    fclose(o);
+    return 0;
+}
 "#;
 
 /// The harness (after [`PRELUDE`]): the kernel source included, and a main that reads a batch,
@@ -56,9 +72,7 @@ const HARNESS: &str = r#"
 #include "idct.cu"
 
 int main(int argc, char** argv) {
-    if (argc != 3) return 2;
-    FILE* in = fopen(argv[1], "rb");
-    if (!in) return 2;
+    FILE* in = harness_input(argc, argv);
     size_t coef_len = u64(in), plane_len = u64(in), out_len = u64(in);
     size_t n_idct = u64(in), n_color = u64(in), dense_len = u64(in);
     unsigned int idct_grid_x = u64(in), color_grid_x = u64(in);
@@ -93,11 +107,7 @@ int main(int argc, char** argv) {
                 gpufeed_upsample_color(planes.data(), out.data(), color.data());
             }
 
-    FILE* o = fopen(argv[2], "wb");
-    if (!o) return 2;
-    fwrite(out.data(), 1, out.size(), o);
-    fclose(o);
-    return 0;
+    return write_output(argv[2], out.data(), out.size());
 }
 "#;
 
@@ -107,9 +117,7 @@ const IDCT_HARNESS: &str = r#"
 #include "idct.cu"
 
 int main(int argc, char** argv) {
-    if (argc != 3) return 2;
-    FILE* in = fopen(argv[1], "rb");
-    if (!in) return 2;
+    FILE* in = harness_input(argc, argv);
     size_t n = u64(in);
     std::vector<short> blocks(n * 128);
     bytes(in, blocks.data(), n * 256);
@@ -117,11 +125,7 @@ int main(int argc, char** argv) {
     std::vector<unsigned char> out(n * 64);
     for (size_t b = 0; b < n; b++)
         gf_idct_islow(blocks.data() + b * 128, blocks.data() + b * 128 + 64, out.data() + b * 64, 8);
-    FILE* o = fopen(argv[2], "wb");
-    if (!o) return 2;
-    fwrite(out.data(), 1, out.size(), o);
-    fclose(o);
-    return 0;
+    return write_output(argv[2], out.data(), out.size());
 }
 "#;
 
