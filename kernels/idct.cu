@@ -5,9 +5,10 @@
 // upsampling, no merged upsampler) and colour-converted (jdcolor.c) into the rendered window.
 //
 // Every function mirrors its CPU rendition in src/coefficients/reference.rs line by line, with the
-// C's integer types: JLONG is `long long` (64-bit, as on LP64 Linux) in the IDCT, the IDCT
-// workspace `int`, the multiplier table `short` (ISLOW_MULT_TYPE of a SIMD build); the colour
-// conversion's JLONG values fit an `int` (gf_ycc_rgb). Integers only.
+// C's integer types: JLONG is `long long` (64-bit, as on LP64 Linux), the IDCT workspace `int`,
+// the multiplier table `short` (ISLOW_MULT_TYPE of a SIMD build). Where the JLONG values provably
+// fit an `int`, they are computed in one, which gives the same numbers: an IDCT pass whose
+// inputs are within GF_IDCT_INT_INPUT, and the colour conversion (gf_ycc_rgb). Integers only.
 //
 // Compiled at run time by NVRTC (no headers: nothing is included). Also compiled as C++ on the
 // host with a few macros standing in for CUDA's (src/coefficients/host_check.rs), which runs both
