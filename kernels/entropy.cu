@@ -35,7 +35,7 @@
 // functions, and each thread reads only what earlier launches wrote (the status words aside,
 // which only ever gain bits), so that sequential run is the GPU's result.
 
-#define GF_LOOKUP_BITS 9
+#define GF_LOOKUP_BITS 10
 #define GF_TABLE_WORDS ((1 << GF_LOOKUP_BITS) + 18 + 18 + 64)
 #define GF_MAXCODE (1 << GF_LOOKUP_BITS)
 #define GF_VALOFFSET (GF_MAXCODE + 18)
@@ -130,14 +130,48 @@ __device__ __forceinline__ unsigned int gf_bswap(unsigned int w) {
 #endif
 }
 
-// The 32 bits of the image's data from bit `pos` on (zeros past its words).
-__device__ __forceinline__ unsigned int gf_peek(const unsigned int* __restrict__ data,
-                                                unsigned int words, unsigned int pos) {
+// Word `w` of the image's data in its bit order (zero past its words).
+__device__ __forceinline__ unsigned int gf_word(const unsigned int* __restrict__ data,
+                                                unsigned int words, unsigned int w) {
+    return w < words ? gf_bswap(data[w]) : 0u;
+}
+
+// The data's next bits from a bit position on, 64 of them held in registers: `bits` left-aligned
+// (its top bit is the one at the position), `have` of them valid, and the word after them,
+// `ahead` (word `word` of the data), loaded a refill before it is needed. One load refills 32
+// bits, where reading every symbol's 32 bits afresh would take two, and a refill does not wait
+// on it.
+struct GfBits {
+    unsigned long long bits;
+    unsigned int have, word, ahead;
+};
+
+__device__ __forceinline__ void gf_bits_at(const unsigned int* __restrict__ data,
+                                           unsigned int words, unsigned int pos, GfBits& b) {
     const unsigned int w = pos >> 5;
-    const unsigned int hi = w < words ? gf_bswap(data[w]) : 0u;
-    const unsigned int lo = w + 1 < words ? gf_bswap(data[w + 1]) : 0u;
-    const unsigned int s = pos & 31;
-    return s ? (hi << s) | (lo >> (32 - s)) : hi;
+    const unsigned long long two =
+        (unsigned long long)gf_word(data, words, w) << 32 | gf_word(data, words, w + 1);
+    b.bits = two << (pos & 31);
+    b.have = 64 - (pos & 31);
+    b.word = w + 2;
+    b.ahead = gf_word(data, words, b.word);
+}
+
+// The next 32 bits (at least 32 are then held).
+__device__ __forceinline__ unsigned int gf_bits_peek(const unsigned int* __restrict__ data,
+                                                     unsigned int words, GfBits& b) {
+    if (b.have < 32) {
+        b.bits |= (unsigned long long)b.ahead << (32 - b.have);
+        b.have += 32;
+        b.ahead = gf_word(data, words, ++b.word);
+    }
+    return (unsigned int)(b.bits >> 32);
+}
+
+// Drops `len` bits (at most 31, and at most what the last peek left held).
+__device__ __forceinline__ void gf_bits_drop(GfBits& b, unsigned int len) {
+    b.bits <<= len;
+    b.have -= len;
 }
 
 // Decodes one Huffman code from the 32 bits `bits`: its symbol, and its length in `len` (0 for a
@@ -174,56 +208,82 @@ struct GfDecode {
     unsigned short dc[GF_MAX_BLOCKS_IN_MCU];
 };
 
+// The component of each block of the MCU, two bits a block (GF_MAX_BLOCKS_IN_MCU of them).
+__device__ __forceinline__ unsigned int gf_components(const GfHuffImage& im) {
+    unsigned int mask = 0;
+    for (unsigned int j = 0; j < GF_MAX_BLOCKS_IN_MCU && j < im.blocks_in_mcu; j++)
+        mask |= (im.block[j] & 3u) << (2 * j);
+    return mask;
+}
+
+// A warp's threads decode different symbols: one table lookup serves a DC and an AC code alike
+// (a DC symbol is a size below 16, an AC symbol a run and a size), and a block's place in its
+// plane follows from the one before without a division, so that the paths a warp takes in step
+// stay short.
 __device__ __forceinline__ void gf_decode(const unsigned int* __restrict__ data,
                                           const unsigned int* __restrict__ tables,
                                           const GfHuffImage& im, unsigned int end,
                                           unsigned int limit, GfDecode& d, short* out,
                                           unsigned int block, unsigned int stop,
                                           const unsigned short* pred, unsigned int* status) {
-    unsigned int mcu = 0, bb = 0, comp = 0;
-    short* dst = 0;
     const bool writing = out != 0;
-    // Where block `block` lies: MCU and position inside it come from the block index alone, so
-    // an inconsistent state cannot move a write outside the planes.
+    const unsigned int words = im.words, blocks_in_mcu = im.blocks_in_mcu, period = im.period;
+    const unsigned int components = gf_components(im);
+    // Where block `block` lies (writing only): its place in the MCU and the MCU's column and row,
+    // from the block's index once, then advanced a block at a time, so an inconsistent state
+    // cannot move a write outside the planes.
+    unsigned int bb = 0, mx = 0, my = 0, comp = 0;
+    short* dst = 0;
+    if (writing) {
+        const unsigned int mcu = block / blocks_in_mcu;
+        bb = block - mcu * blocks_in_mcu;
+        mx = mcu % im.mcus_wide;
+        my = mcu / im.mcus_wide;
+    }
     #define GF_LOCATE()                                                                   \
         if (writing && block < stop) {                                                    \
-            mcu = block / im.blocks_in_mcu;                                               \
-            bb = block - mcu * im.blocks_in_mcu;                                          \
             const unsigned int info = im.block[bb];                                       \
             comp = info & 255;                                                            \
-            const unsigned int mx = mcu % im.mcus_wide, my = mcu / im.mcus_wide;          \
             const unsigned int bx = mx * im.h[comp] + ((info >> 8) & 255);                \
             const unsigned int by = my * im.v[comp] + (info >> 16);                       \
             dst = out + im.plane[comp] +                                                  \
                   ((unsigned long long)by * im.plane_wide[comp] + bx) * 64;              \
         }
     GF_LOCATE();
+    GfBits in;
+    gf_bits_at(data, words, d.pos, in);
     while (d.pos < end) {
         if (writing && block >= stop) return;
-        const unsigned int bits = gf_peek(data, im.words, d.pos);
-        const unsigned int c = im.block[d.b] & 255;
+        const unsigned int bits = gf_bits_peek(data, words, in);
+        const unsigned int c = (components >> (2 * d.b)) & 3;
+        const bool dc = d.k == 0;
         unsigned int len;
-        if (d.k == 0) {
-            const unsigned int s = gf_huff(tables + (2 * c) * GF_TABLE_WORDS, bits, &len);
-            if (len == 0) {
-                d.error = GF_STATUS_BAD_CODE;
-                break;
-            }
-            int diff = 0;
-            if (s) diff = gf_extend((bits << len) >> (32 - s), s);
-            len += s;
+        const unsigned int symbol =
+            gf_huff(tables + (2 * c + (dc ? 0 : 1)) * GF_TABLE_WORDS, bits, &len);
+        if (len == 0) {
+            d.error = GF_STATUS_BAD_CODE;
+            break;
+        }
+        const unsigned int r = symbol >> 4, s = symbol & 15;
+        if (!dc && s && d.k + r > 63) {
+            d.error = GF_STATUS_BAD_RUN;
+            break;
+        }
+        const int value = s ? gf_extend((bits << len) >> (32 - s), s) : 0;
+        len += s;
+        if (writing && d.pos + len > limit) {
+            atomicOr(status, GF_STATUS_OVERRUN);
+            return;
+        }
+        if (dc) {
             if (writing) {
-                if (d.pos + len > limit) {
-                    atomicOr(status, GF_STATUS_OVERRUN);
-                    return;
-                }
                 // Constant indices only (a run-time index would put the decoder's state in
                 // local memory).
                 unsigned short sum = 0;
 #pragma unroll
                 for (int j = 0; j < 3; j++)
                     if ((unsigned int)j == comp) {
-                        d.dc[j] = (unsigned short)(d.dc[j] + (unsigned short)diff);
+                        d.dc[j] = (unsigned short)(d.dc[j] + (unsigned short)value);
                         sum = (unsigned short)(pred[j] + d.dc[j]);
                     }
                 dst[0] = (short)sum;
@@ -231,49 +291,34 @@ __device__ __forceinline__ void gf_decode(const unsigned int* __restrict__ data,
 #pragma unroll
                 for (int j = 0; j < GF_MAX_BLOCKS_IN_MCU; j++)
                     if ((unsigned int)j == d.bucket)
-                        d.dc[j] = (unsigned short)(d.dc[j] + (unsigned short)diff);
+                        d.dc[j] = (unsigned short)(d.dc[j] + (unsigned short)value);
             }
             d.k = 1;
+        } else if (s) {
+            d.k += r;
+            if (writing) dst[gf_natural[d.k]] = (short)value;
+            d.k++;
         } else {
-            const unsigned int rs = gf_huff(tables + (2 * c + 1) * GF_TABLE_WORDS, bits, &len);
-            if (len == 0) {
-                d.error = GF_STATUS_BAD_CODE;
-                break;
-            }
-            const unsigned int r = rs >> 4, s = rs & 15;
-            if (s) {
-                d.k += r;
-                if (d.k > 63) {
-                    d.error = GF_STATUS_BAD_RUN;
-                    break;
-                }
-                if (writing) {
-                    if (d.pos + len + s > limit) {
-                        atomicOr(status, GF_STATUS_OVERRUN);
-                        return;
-                    }
-                    dst[gf_natural[d.k]] = (short)gf_extend((bits << len) >> (32 - s), s);
-                }
-                len += s;
-                d.k++;
-            } else if (r == 15) {
-                d.k += 16;
-            } else {
-                d.k = 64; // end of block
-            }
-            if (writing && d.pos + len > limit) {
-                atomicOr(status, GF_STATUS_OVERRUN);
-                return;
-            }
+            d.k = r == 15 ? d.k + 16 : 64; // sixteen zeros, or the end of the block
         }
         d.pos += len;
+        gf_bits_drop(in, len);
         if (d.k >= 64) {
             d.k = 0;
             d.blocks++;
-            d.b = d.b + 1 == im.period ? 0 : d.b + 1;
-            d.bucket = d.bucket + 1 == im.blocks_in_mcu ? 0 : d.bucket + 1;
-            block++;
-            GF_LOCATE();
+            d.b = d.b + 1 == period ? 0 : d.b + 1;
+            d.bucket = d.bucket + 1 == blocks_in_mcu ? 0 : d.bucket + 1;
+            if (writing) {
+                block++;
+                if (++bb == blocks_in_mcu) {
+                    bb = 0;
+                    if (++mx == im.mcus_wide) {
+                        mx = 0;
+                        my++;
+                    }
+                }
+                GF_LOCATE();
+            }
         }
     }
     #undef GF_LOCATE

@@ -25,12 +25,18 @@ use super::markers::{
 };
 use super::Error;
 
-/// Bits the kernels' first-level Huffman lookup reads at once.
-pub const LOOKUP_BITS: u32 = 9;
+/// Bits the kernels' first-level Huffman lookup reads at once (`GF_LOOKUP_BITS`): codes longer
+/// than that take the slow path, a warp's threads waiting while one of them walks it.
+pub const LOOKUP_BITS: u32 = 10;
 /// `u32` words of one table in the kernels' form: the lookup (`1 << LOOKUP_BITS` entries,
 /// `length << 8 | symbol`, 0 for a longer code), `maxcode[0..18]` and `valoffset[0..18]` (as
 /// `i32`), the 256 symbols 4 to a word.
-pub const TABLE_WORDS: usize = (1 << LOOKUP_BITS) + 18 + 18 + 64;
+pub const TABLE_WORDS: usize = table_words(LOOKUP_BITS);
+
+/// `u32` words of one table in lookup form with a first-level lookup of `lookup_bits` bits.
+pub const fn table_words(lookup_bits: u32) -> usize {
+    (1 << lookup_bits) + 18 + 18 + 64
+}
 /// Blocks an MCU holds at most (libjpeg's `D_MAX_BLOCKS_IN_MCU`).
 pub const MAX_BLOCKS_IN_MCU: usize = 10;
 
@@ -264,8 +270,8 @@ fn build(
         let ac_table = defined.ac[ta]
             .as_ref()
             .ok_or_else(|| unsupported(format!("AC Huffman table {ta} missing")))?;
-        derive_table(dc_table, true, &mut tables)?;
-        derive_table(ac_table, false, &mut tables)?;
+        derive_table(dc_table, true, LOOKUP_BITS, &mut tables)?;
+        derive_table(ac_table, false, LOOKUP_BITS, &mut tables)?;
     }
     let mcus = mcus_wide
         .checked_mul(mcus_high)

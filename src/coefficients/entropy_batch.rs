@@ -375,11 +375,17 @@ pub fn copy_plane(
 mod tests {
     use super::*;
 
-    /// The structures have the sizes of the kernel's.
+    /// The structures have the sizes of the kernel's, the tables its lookup width.
     #[test]
     fn descriptors_have_the_kernels_layout() {
         assert_eq!(std::mem::size_of::<HuffImage>(), 128);
         assert_eq!(std::mem::size_of::<HuffSub>(), 24);
         assert_eq!(std::mem::size_of::<HuffInterval>(), 24);
+        // The tables' lookup form is the kernels' too.
+        let lookup_bits = format!(
+            "#define GF_LOOKUP_BITS {}\n",
+            crate::coefficients::entropy::LOOKUP_BITS
+        );
+        assert!(crate::coefficients::gpu::ENTROPY_SOURCE.contains(&lookup_bits));
     }
 }

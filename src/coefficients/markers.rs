@@ -3,7 +3,7 @@
 //! tables derived as `jpeg_make_d_derived_tbl` derives them, and a scan's entropy-coded data
 //! destuffed and cut at its restart markers as libjpeg's bit reader sees it.
 
-use super::entropy::{Interval, LOOKUP_BITS, NATURAL_ORDER, TABLE_WORDS};
+use super::entropy::{table_words, Interval, NATURAL_ORDER};
 use super::Error;
 
 /// [`Error::Unsupported`] with `reason`.
@@ -214,12 +214,18 @@ pub(super) fn parse_dqt(
     Ok(())
 }
 
-/// `jpeg_make_d_derived_tbl` in the kernels' form, appended to `out`.
-pub(super) fn derive_table(table: &RawTable, is_dc: bool, out: &mut Vec<u32>) -> Result<(), Error> {
+/// `jpeg_make_d_derived_tbl` in the kernels' form with a first-level lookup of `lookup_bits`
+/// bits ([`table_words`] of them), appended to `out`.
+pub(super) fn derive_table(
+    table: &RawTable,
+    is_dc: bool,
+    lookup_bits: u32,
+    out: &mut Vec<u32>,
+) -> Result<(), Error> {
     let base = out.len();
-    out.resize(base + TABLE_WORDS, 0);
+    out.resize(base + table_words(lookup_bits), 0);
     let words = &mut out[base..];
-    let (lookup, rest) = words.split_at_mut(1 << LOOKUP_BITS);
+    let (lookup, rest) = words.split_at_mut(1 << lookup_bits);
     let (maxcode, rest) = rest.split_at_mut(18);
     let (valoffset, symbols) = rest.split_at_mut(18);
     // Canonical codes, shortest first (Figure C.1 and C.2 of the standard).
@@ -235,8 +241,8 @@ pub(super) fn derive_table(table: &RawTable, is_dc: bool, out: &mut Vec<u32>) ->
                 return Err(unsupported("a Huffman table whose codes overflow"));
             }
             let symbol = table.values[p];
-            if l as u32 <= LOOKUP_BITS {
-                let shift = LOOKUP_BITS - l as u32;
+            if l as u32 <= lookup_bits {
+                let shift = lookup_bits - l as u32;
                 let first = (code << shift) as usize;
                 for entry in &mut lookup[first..first + (1 << shift)] {
                     *entry = (l as u32) << 8 | u32::from(symbol);
@@ -340,6 +346,7 @@ pub(super) fn destuff_scan(
 
 #[cfg(test)]
 mod tests {
+    use super::super::entropy::LOOKUP_BITS;
     use super::*;
 
     /// A tiny table: symbols 0 (code 0), 1 (10), 2 (110).
@@ -354,13 +361,14 @@ mod tests {
             values: vec![5, 7, 9],
         };
         let mut out = Vec::new();
-        derive_table(&table, true, &mut out).unwrap();
-        let lookup = &out[..512];
+        derive_table(&table, true, LOOKUP_BITS, &mut out).unwrap();
+        let n = 1usize << LOOKUP_BITS;
+        let lookup = &out[..n];
         assert_eq!(lookup[0], 1 << 8 | 5);
-        assert_eq!(lookup[255], 1 << 8 | 5);
-        assert_eq!(lookup[256], 2 << 8 | 7);
-        assert_eq!(lookup[0b110 << 6], 3 << 8 | 9);
-        assert_eq!(lookup[511], 0);
+        assert_eq!(lookup[n / 2 - 1], 1 << 8 | 5);
+        assert_eq!(lookup[n / 2], 2 << 8 | 7);
+        assert_eq!(lookup[0b110 << (LOOKUP_BITS - 3)], 3 << 8 | 9);
+        assert_eq!(lookup[n - 1], 0);
         // An overflowing table: three codes of length 1.
         counts[1] = 3;
         counts[2] = 0;
@@ -369,6 +377,6 @@ mod tests {
             counts,
             values: vec![1, 2, 3],
         };
-        assert!(derive_table(&bad, true, &mut out).is_err());
+        assert!(derive_table(&bad, true, LOOKUP_BITS, &mut out).is_err());
     }
 }

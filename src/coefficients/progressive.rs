@@ -31,7 +31,7 @@
 //!   run of still-zero coefficients, a correction bit for every coefficient already nonzero in
 //!   the band, in and after the end of band run.
 
-use super::entropy::{Interval, MAX_BLOCKS_IN_MCU, NATURAL_ORDER, TABLE_WORDS};
+use super::entropy::{table_words, Interval, MAX_BLOCKS_IN_MCU, NATURAL_ORDER};
 use super::layout::{Layout, Window};
 use super::markers::{
     derive_table, destuff_scan, parse_dht, parse_dqt, parse_dri, parse_frame, unsupported, Cursor,
@@ -40,6 +40,12 @@ use super::markers::{
 use super::pack::{PackedImage, RowsPacker};
 use super::{CoefficientSource, Error};
 
+/// Bits of this decoder's first-level Huffman lookup: the kernels' lookup form, narrower than
+/// the kernels' own (a progressive file holds a table for every scan and component, and a
+/// decode reserves them).
+const LOOKUP_BITS: u32 = 9;
+/// `u32` words of one of this decoder's tables.
+const TABLE_WORDS: usize = table_words(LOOKUP_BITS);
 /// The most scans a file may have (the CPU lane's libjpeg-turbo stops there too): real files
 /// have about ten; a crafted file with thousands would take seconds.
 pub const MAX_SCANS: u32 = crate::options::MAX_PROGRESSIVE_SCANS;
@@ -483,7 +489,7 @@ impl ProgressiveDecoder {
             let table = table
                 .as_ref()
                 .ok_or_else(|| unsupported(format!("Huffman table {slot} missing")))?;
-            derive_table(table, is_dc, &mut self.tables)?;
+            derive_table(table, is_dc, LOOKUP_BITS, &mut self.tables)?;
         }
         Ok(())
     }
@@ -1305,7 +1311,7 @@ impl<'a> Bits<'a> {
             self.refill();
         }
         let bits = (self.buffer >> 32) as u32;
-        let lookup_bits = super::entropy::LOOKUP_BITS;
+        let lookup_bits = LOOKUP_BITS;
         let entry = table[(bits >> (32 - lookup_bits)) as usize];
         if entry != 0 {
             let len = entry >> 8;
