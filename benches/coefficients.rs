@@ -16,6 +16,7 @@
 //! and the whole path from JPEG bytes on the host to RGB windows on the device (Mpx/s and MB/s
 //! of entropy-coded data).
 //!
+//! FOLDER is read with its subfolders (`benches/make-large.py`'s sets are folders of parts).
 //! Options: `--threads N` (default: all cores), `--rounds R` (3), `--batch-mpx M` (64: the
 //! megapixels of windows in one GPU batch), `--crop` (the GPU runs the centre-crop windows
 //! instead of whole images). Files that are not JPEGs the path takes (CMYK, 12-bit...) are
@@ -96,17 +97,38 @@ struct File {
     layout: Layout,
 }
 
-fn load(folder: &PathBuf) -> (Vec<File>, usize) {
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(folder)
-        .unwrap_or_else(|e| panic!("{}: {e}", folder.display()))
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.extension()
+/// The `.jpg` and `.jpeg` files under `folder`, its subfolders included (as `gpufeed run` lists
+/// a folder: links followed, each folder read once), sorted.
+fn jpeg_paths(folder: &std::path::Path) -> Vec<PathBuf> {
+    let mut paths = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut folders = vec![folder.to_path_buf()];
+    while let Some(dir) = folders.pop() {
+        let Ok(real) = std::fs::canonicalize(&dir) else {
+            continue;
+        };
+        if !seen.insert(real) {
+            continue;
+        }
+        let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        for path in entries.filter_map(|e| e.ok().map(|e| e.path())) {
+            if path.is_dir() {
+                folders.push(path);
+            } else if path
+                .extension()
                 .and_then(|e| e.to_str())
                 .is_some_and(|e| e.eq_ignore_ascii_case("jpg") || e.eq_ignore_ascii_case("jpeg"))
-        })
-        .collect();
+            {
+                paths.push(path);
+            }
+        }
+    }
     paths.sort();
+    paths
+}
+
+fn load(folder: &std::path::Path) -> (Vec<File>, usize) {
+    let paths = jpeg_paths(folder);
     let mut reader = CoefficientReader::new().expect("reader");
     let mut files = Vec::new();
     let mut refused = 0;
