@@ -22,7 +22,7 @@
 //! instead of whole images). Files that are not JPEGs the path takes (CMYK, 12-bit...) are
 //! counted and left out.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use gpufeed::coefficients::entropy::ParsedJpeg;
@@ -99,7 +99,7 @@ struct File {
 
 /// The `.jpg` and `.jpeg` files under `folder`, its subfolders included (as `gpufeed run` lists
 /// a folder: links followed, each folder read once), sorted.
-fn jpeg_paths(folder: &std::path::Path) -> Vec<PathBuf> {
+fn jpeg_paths(folder: &Path) -> Vec<PathBuf> {
     let mut paths = Vec::new();
     let mut seen = std::collections::HashSet::new();
     let mut folders = vec![folder.to_path_buf()];
@@ -127,7 +127,7 @@ fn jpeg_paths(folder: &std::path::Path) -> Vec<PathBuf> {
     paths
 }
 
-fn load(folder: &std::path::Path) -> (Vec<File>, usize) {
+fn load(folder: &Path) -> (Vec<File>, usize) {
     let paths = jpeg_paths(folder);
     let mut reader = CoefficientReader::new().expect("reader");
     let mut files = Vec::new();

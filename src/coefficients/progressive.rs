@@ -41,8 +41,8 @@ use super::pack::{PackedImage, RowsPacker};
 use super::{CoefficientSource, Error};
 
 /// Bits of this decoder's first-level Huffman lookup: the kernels' lookup form, narrower than
-/// the kernels' own (a progressive file holds a table for every scan and component, and a
-/// decode reserves them).
+/// the kernels' own. A progressive file holds a table for every scan and component, and
+/// [`packed_decode_bytes`] does not count them: at 9 bits they stay within its margin.
 const LOOKUP_BITS: u32 = 9;
 /// `u32` words of one of this decoder's tables.
 const TABLE_WORDS: usize = table_words(LOOKUP_BITS);
