@@ -503,24 +503,29 @@ __device__ __forceinline__ void gf_ycc_rgb(int luma, int cb, int cr, unsigned ch
     pixel[2] = gf_range_limit(luma + cb_b);
 }
 
-// Pixel (x, y) of the image, upsampled and converted, written at `pixel`.
-__device__ void gf_color_one(const unsigned char* planes, const GfColorJob& job, unsigned int x,
-                             unsigned int y, unsigned char* pixel) {
-    if (job.conversion == GF_CC_GRAY) {
-        pixel[0] = (unsigned char)gf_upsampled(planes, job.comp[0], x, y);
-        return;
-    }
-    const int a = gf_upsampled(planes, job.comp[0], x, y);
-    const int b = gf_upsampled(planes, job.comp[1], x, y);
-    const int c = gf_upsampled(planes, job.comp[2], x, y);
+// One pixel's three upsampled samples converted (rgb_rgb_convert or ycc_rgb_convert), written
+// at `pixel`.
+__device__ __forceinline__ void gf_convert(const GfColorJob& job, int a, int b, int c,
+                                           unsigned char* pixel) {
     if (job.conversion == GF_CC_RGB) {
-        // rgb_rgb_convert
         pixel[0] = (unsigned char)a;
         pixel[1] = (unsigned char)b;
         pixel[2] = (unsigned char)c;
         return;
     }
     gf_ycc_rgb(a, b, c, pixel);
+}
+
+// Pixel (x, y) of the image, upsampled and converted, written at `pixel`.
+__device__ void gf_color_one(const unsigned char* planes, const GfColorJob& job, unsigned int x,
+                             unsigned int y, unsigned char* pixel) {
+    const int a = gf_upsampled(planes, job.comp[0], x, y);
+    if (job.conversion == GF_CC_GRAY) {
+        pixel[0] = (unsigned char)a;
+        return;
+    }
+    gf_convert(job, a, gf_upsampled(planes, job.comp[1], x, y),
+               gf_upsampled(planes, job.comp[2], x, y), pixel);
 }
 
 // Pixels (x, y) and (x + 1, y) (x even) of the image, upsampled and converted, written from
@@ -537,17 +542,8 @@ __device__ void gf_color_pair(const unsigned char* planes, const GfColorJob& job
     int b[2], c[2];
     gf_upsampled_pair(planes, job.comp[1], x, y, b);
     gf_upsampled_pair(planes, job.comp[2], x, y, c);
-    if (job.conversion == GF_CC_RGB) {
-        // rgb_rgb_convert
-        for (int k = 0; k < 2; k++) {
-            pixel[3 * k] = (unsigned char)a[k];
-            pixel[3 * k + 1] = (unsigned char)b[k];
-            pixel[3 * k + 2] = (unsigned char)c[k];
-        }
-        return;
-    }
-    gf_ycc_rgb(a[0], b[0], c[0], pixel);
-    gf_ycc_rgb(a[1], b[1], c[1], pixel + 3);
+    gf_convert(job, a[0], b[0], c[0], pixel);
+    gf_convert(job, a[1], b[1], c[1], pixel + 3);
 }
 
 // Rows of the window by block (a grid-stride loop), each thread a pair of pixels of a row (an
