@@ -59,8 +59,7 @@ struct GfColorJob {
     unsigned int width;
     unsigned int height;
     unsigned int conversion;  // GF_CC_*
-    unsigned int pixels;      // width * height
-    unsigned int unused;
+    unsigned int unused[2];
 };
 
 static_assert(sizeof(GfIdctJob) == 40, "GfIdctJob is batch.rs IdctJob");
@@ -378,6 +377,30 @@ __device__ __forceinline__ int gf_at(const unsigned char* planes, const GfPlane&
     return planes[p.offset + (unsigned long long)(j - p.y0) * p.pitch + (i - p.x0)];
 }
 
+// libjpeg-turbo's fancy upsamplers' formulas, shared by the one-pixel and the pixel-pair
+// renditions below. h2v1_fancy_upsample's outputs 2i and 2i + 1 from input sample i and its
+// left or right neighbour (the first and last columns repeat their sample):
+__device__ __forceinline__ int gf_h2v1_even(int in, int left, bool first) {
+    return first ? in : (in * 3 + left + 1) >> 2;
+}
+__device__ __forceinline__ int gf_h2v1_odd(int in, int right, bool last) {
+    return last ? in : (in * 3 + right + 2) >> 2;
+}
+// h2v2_fancy_upsample's, from column sums (the nearer row's sample * 3 + the farther row's):
+__device__ __forceinline__ int gf_h2v2_even(int colsum, int left, bool first) {
+    return first ? (colsum * 4 + 8) >> 4 : (colsum * 3 + left + 8) >> 4;
+}
+__device__ __forceinline__ int gf_h2v2_odd(int colsum, int right, bool last) {
+    return last ? (colsum * 4 + 7) >> 4 : (colsum * 3 + right + 7) >> 4;
+}
+// The fancy vertical routines' farther input row for output row y (above for the upper output
+// row, below for the lower), the edge rows repeated (jdmainct.c context rows).
+__device__ __forceinline__ unsigned int gf_far_row(const GfPlane& p, unsigned int y) {
+    const unsigned int j = y >> 1;
+    if ((y & 1) == 0) return j > 0 ? j - 1 : 0;
+    return j + 1 < p.last_j ? j + 1 : p.last_j;
+}
+
 // The component's sample at full-resolution pixel (x, y) as its upsampling routine makes it
 // (reference.rs upsampled).
 __device__ int gf_upsampled(const unsigned char* planes, const GfPlane& p, unsigned int x,
@@ -391,41 +414,28 @@ __device__ int gf_upsampled(const unsigned char* planes, const GfPlane& p, unsig
         return gf_at(planes, p, x / p.h, y / p.v);
     }
     if (p.method == GF_UP_FANCY_H2V1) {
-        // h2v1_fancy_upsample
-        unsigned int i = x >> 1;
-        int invalue = gf_at(planes, p, i, y);
-        if ((x & 1) == 0) {
-            if (i == 0) return invalue; // special case for first column
-            return (invalue * 3 + gf_at(planes, p, i - 1, y) + 1) >> 2;
-        }
-        if (i == p.last_i) return invalue; // special case for last column
-        return (invalue * 3 + gf_at(planes, p, i + 1, y) + 2) >> 2;
+        const unsigned int i = x >> 1;
+        const int in = gf_at(planes, p, i, y);
+        if ((x & 1) == 0) return gf_h2v1_even(in, i == 0 ? 0 : gf_at(planes, p, i - 1, y), i == 0);
+        const bool last = i == p.last_i;
+        return gf_h2v1_odd(in, last ? 0 : gf_at(planes, p, i + 1, y), last);
     }
-    // The fancy vertical routines: the nearer row and the farther one (above for the upper
-    // output row, below for the lower), the edge rows repeated (jdmainct.c context rows).
-    unsigned int j = y >> 1;
-    unsigned int far;
-    if ((y & 1) == 0) {
-        far = j > 0 ? j - 1 : 0;
-    } else {
-        far = j + 1 < p.last_j ? j + 1 : p.last_j;
-    }
+    const unsigned int j = y >> 1, far = gf_far_row(p, y);
     if (p.method == GF_UP_FANCY_H1V2) {
         // h1v2_fancy_upsample: bias 1 above, 2 below
         int thiscolsum = gf_at(planes, p, x, j) * 3 + gf_at(planes, p, x, far);
         return (thiscolsum + ((y & 1) == 0 ? 1 : 2)) >> 2;
     }
     // h2v2_fancy_upsample: column sums, then across
-    unsigned int i = x >> 1;
-    int thiscolsum = gf_at(planes, p, i, j) * 3 + gf_at(planes, p, i, far);
+    const unsigned int i = x >> 1;
+    const int colsum = gf_at(planes, p, i, j) * 3 + gf_at(planes, p, i, far);
     if ((x & 1) == 0) {
-        if (i == 0) return (thiscolsum * 4 + 8) >> 4; // special case for first column
-        int lastcolsum = gf_at(planes, p, i - 1, j) * 3 + gf_at(planes, p, i - 1, far);
-        return (thiscolsum * 3 + lastcolsum + 8) >> 4;
+        const int left = i == 0 ? 0 : gf_at(planes, p, i - 1, j) * 3 + gf_at(planes, p, i - 1, far);
+        return gf_h2v2_even(colsum, left, i == 0);
     }
-    if (i == p.last_i) return (thiscolsum * 4 + 7) >> 4; // special case for last column
-    int nextcolsum = gf_at(planes, p, i + 1, j) * 3 + gf_at(planes, p, i + 1, far);
-    return (thiscolsum * 3 + nextcolsum + 7) >> 4;
+    const bool last = i == p.last_i;
+    const int right = last ? 0 : gf_at(planes, p, i + 1, j) * 3 + gf_at(planes, p, i + 1, far);
+    return gf_h2v2_odd(colsum, right, last);
 }
 
 // The samples of pixels x and x + 1 (x even) of row y of a component, as gf_upsampled makes
@@ -439,38 +449,25 @@ __device__ void gf_upsampled_pair(const unsigned char* planes, const GfPlane& p,
         s[1] = row[x + 1 - p.x0];
         return;
     }
+    const unsigned int i = x >> 1;
+    const bool first = i == 0, last = i == p.last_i;
     if (p.method == GF_UP_FANCY_H2V1) {
         const unsigned char* row = planes + p.offset + (unsigned long long)(y - p.y0) * p.pitch;
-        const unsigned int i = x >> 1;
-        const int invalue = row[i - p.x0];
-        s[0] = i == 0 ? invalue : (invalue * 3 + row[i - 1 - p.x0] + 1) >> 2;
-        s[1] = i == p.last_i ? invalue : (invalue * 3 + row[i + 1 - p.x0] + 2) >> 2;
+        const int in = row[i - p.x0];
+        s[0] = gf_h2v1_even(in, first ? 0 : row[i - 1 - p.x0], first);
+        s[1] = gf_h2v1_odd(in, last ? 0 : row[i + 1 - p.x0], last);
         return;
     }
     if (p.method == GF_UP_FANCY_H2V2) {
-        const unsigned int j = y >> 1;
-        unsigned int far;
-        if ((y & 1) == 0) {
-            far = j > 0 ? j - 1 : 0;
-        } else {
-            far = j + 1 < p.last_j ? j + 1 : p.last_j;
-        }
-        const unsigned char* near_row = planes + p.offset + (unsigned long long)(j - p.y0) * p.pitch;
-        const unsigned char* far_row = planes + p.offset + (unsigned long long)(far - p.y0) * p.pitch;
-        const unsigned int i = x >> 1;
-        const int thiscolsum = near_row[i - p.x0] * 3 + far_row[i - p.x0];
-        if (i == 0) {
-            s[0] = (thiscolsum * 4 + 8) >> 4;
-        } else {
-            const int lastcolsum = near_row[i - 1 - p.x0] * 3 + far_row[i - 1 - p.x0];
-            s[0] = (thiscolsum * 3 + lastcolsum + 8) >> 4;
-        }
-        if (i == p.last_i) {
-            s[1] = (thiscolsum * 4 + 7) >> 4;
-        } else {
-            const int nextcolsum = near_row[i + 1 - p.x0] * 3 + far_row[i + 1 - p.x0];
-            s[1] = (thiscolsum * 3 + nextcolsum + 7) >> 4;
-        }
+        const unsigned char* near_row =
+            planes + p.offset + (unsigned long long)((y >> 1) - p.y0) * p.pitch;
+        const unsigned char* far_row =
+            planes + p.offset + (unsigned long long)(gf_far_row(p, y) - p.y0) * p.pitch;
+        const int colsum = near_row[i - p.x0] * 3 + far_row[i - p.x0];
+        const int left = first ? 0 : near_row[i - 1 - p.x0] * 3 + far_row[i - 1 - p.x0];
+        const int right = last ? 0 : near_row[i + 1 - p.x0] * 3 + far_row[i + 1 - p.x0];
+        s[0] = gf_h2v2_even(colsum, left, first);
+        s[1] = gf_h2v2_odd(colsum, right, last);
         return;
     }
     s[0] = gf_upsampled(planes, p, x, y);
@@ -506,24 +503,29 @@ __device__ __forceinline__ void gf_ycc_rgb(int luma, int cb, int cr, unsigned ch
     pixel[2] = gf_range_limit(luma + cb_b);
 }
 
-// Pixel (x, y) of the image, upsampled and converted, written at `pixel`.
-__device__ void gf_color_one(const unsigned char* planes, const GfColorJob& job, unsigned int x,
-                             unsigned int y, unsigned char* pixel) {
-    if (job.conversion == GF_CC_GRAY) {
-        pixel[0] = (unsigned char)gf_upsampled(planes, job.comp[0], x, y);
-        return;
-    }
-    const int a = gf_upsampled(planes, job.comp[0], x, y);
-    const int b = gf_upsampled(planes, job.comp[1], x, y);
-    const int c = gf_upsampled(planes, job.comp[2], x, y);
+// One pixel's three upsampled samples converted (rgb_rgb_convert or ycc_rgb_convert), written
+// at `pixel`.
+__device__ __forceinline__ void gf_convert(const GfColorJob& job, int a, int b, int c,
+                                           unsigned char* pixel) {
     if (job.conversion == GF_CC_RGB) {
-        // rgb_rgb_convert
         pixel[0] = (unsigned char)a;
         pixel[1] = (unsigned char)b;
         pixel[2] = (unsigned char)c;
         return;
     }
     gf_ycc_rgb(a, b, c, pixel);
+}
+
+// Pixel (x, y) of the image, upsampled and converted, written at `pixel`.
+__device__ void gf_color_one(const unsigned char* planes, const GfColorJob& job, unsigned int x,
+                             unsigned int y, unsigned char* pixel) {
+    const int a = gf_upsampled(planes, job.comp[0], x, y);
+    if (job.conversion == GF_CC_GRAY) {
+        pixel[0] = (unsigned char)a;
+        return;
+    }
+    gf_convert(job, a, gf_upsampled(planes, job.comp[1], x, y),
+               gf_upsampled(planes, job.comp[2], x, y), pixel);
 }
 
 // Pixels (x, y) and (x + 1, y) (x even) of the image, upsampled and converted, written from
@@ -540,17 +542,8 @@ __device__ void gf_color_pair(const unsigned char* planes, const GfColorJob& job
     int b[2], c[2];
     gf_upsampled_pair(planes, job.comp[1], x, y, b);
     gf_upsampled_pair(planes, job.comp[2], x, y, c);
-    if (job.conversion == GF_CC_RGB) {
-        // rgb_rgb_convert
-        for (int k = 0; k < 2; k++) {
-            pixel[3 * k] = (unsigned char)a[k];
-            pixel[3 * k + 1] = (unsigned char)b[k];
-            pixel[3 * k + 2] = (unsigned char)c[k];
-        }
-        return;
-    }
-    gf_ycc_rgb(a[0], b[0], c[0], pixel);
-    gf_ycc_rgb(a[1], b[1], c[1], pixel + 3);
+    gf_convert(job, a[0], b[0], c[0], pixel);
+    gf_convert(job, a[1], b[1], c[1], pixel + 3);
 }
 
 // Rows of the window by block (a grid-stride loop), each thread a pair of pixels of a row (an

@@ -85,10 +85,8 @@ pub struct ColorJob {
     pub height: u32,
     /// `GF_CC_*`.
     pub conversion: u32,
-    /// Pixels in the window.
-    pub pixels: u32,
     /// Padding to the kernel's layout.
-    pub unused: u32,
+    pub unused: [u32; 2],
 }
 
 /// Where one image's rendered window is in the output buffer.
@@ -174,7 +172,6 @@ impl BatchPlan {
             let window = image.window;
             let channels = image.channels() as u32;
             let pitch = window.width * channels;
-            let pixels = u32::try_from(window.pixels()).map_err(|_| too_large("a window"))?;
             tallest_window = tallest_window.max(window.height);
             let out = self.output_bytes;
             self.output_bytes = (out + image.output_bytes()).next_multiple_of(ALIGN);
@@ -185,7 +182,6 @@ impl BatchPlan {
             color.width = window.width;
             color.height = window.height;
             color.conversion = image.conversion.code();
-            color.pixels = pixels;
             self.color.push(color);
             self.rendered.push(Rendered {
                 offset: out,

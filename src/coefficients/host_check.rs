@@ -234,8 +234,8 @@ fn descriptor_bytes(plan: &BatchPlan) -> Vec<u8> {
                 c.width,
                 c.height,
                 c.conversion,
-                c.pixels,
-                c.unused,
+                c.unused[0],
+                c.unused[1],
             ],
         );
     }
