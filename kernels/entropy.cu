@@ -260,14 +260,19 @@ __device__ __forceinline__ void gf_decode(const unsigned int* __restrict__ data,
         unsigned int len;
         const unsigned int symbol =
             gf_huff(tables + (2 * c + (dc ? 0 : 1)) * GF_TABLE_WORDS, bits, &len);
-        if (len == 0) {
-            d.error = GF_STATUS_BAD_CODE;
-            break;
-        }
         const unsigned int r = symbol >> 4, s = symbol & 15;
-        if (!dc && s && d.k + r > 63) {
-            d.error = GF_STATUS_BAD_RUN;
-            break;
+        if (len == 0 || (!dc && s && d.k + r > 63)) {
+            if (writing) {
+                d.error = len == 0 ? GF_STATUS_BAD_CODE : GF_STATUS_BAD_RUN;
+                break;
+            }
+            // A guess gone wrong (the true decode of a valid file never gets here): guess again
+            // from the next bit.
+            d.k = 0;
+            d.b = 0;
+            d.pos += 1;
+            gf_bits_drop(in, 1);
+            continue;
         }
         const int value = s ? gf_extend((bits << len) >> (32 - s), s) : 0;
         len += s;
