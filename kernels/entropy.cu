@@ -13,8 +13,10 @@
 //   gpufeed_huff_zero    zero the batch's coefficient planes (the writes below skip zeros).
 //   gpufeed_huff_sync    pass p: each subsequence decodes from its predecessor's exit state of
 //                        pass p - 1 (pass 0: from its own first bit at the start of a block, a
-//                        guess; the first subsequence of an interval knows its state), counting
-//                        the blocks it completes and summing its DC differences per component;
+//                        guess; the first subsequence of an interval knows its state; a guess
+//                        that meets a code no table holds, or a run past coefficient 63, guesses
+//                        again from the next bit), counting the blocks it completes and summing
+//                        its DC differences per component;
 //                        a pass whose exit states all equal the pass before's is the exact
 //                        sequential decode, and later passes return at once.
 //   gpufeed_huff_group,  each subsequence's first block and DC predictors: a prefix sum of the
@@ -47,10 +49,6 @@
 #define GF_STATUS_OVERRUN 4u
 #define GF_STATUS_SHORT 8u
 #define GF_STATUS_NO_SYNC 16u
-
-// The state word's bit for a decode that met a bad code or run (its position and block are then
-// meaningless; a successor starts from its guess).
-#define GF_STATE_ERROR 0x10000u
 
 // One image (entropy_batch.rs HuffImage).
 struct GfHuffImage {
@@ -92,8 +90,7 @@ struct GfHuffInterval {
 // A subsequence's exit state and what its decode produced.
 struct GfHuffExit {
     unsigned int pos;         // bit position after its last symbol
-    unsigned int state;       // coefficient index | (block of the MCU % period) << 8 |
-                              // GF_STATE_ERROR
+    unsigned int state;       // coefficient index | (block of the MCU % period) << 8
     unsigned int blocks;      // blocks it completed
     unsigned int changed;     // 1 when this pass changed (pos, state) (always in pass 0)
     unsigned int dc[GF_MAX_BLOCKS_IN_MCU / 2]; // DC differences summed (wrapping 16-bit, two a
@@ -331,7 +328,7 @@ __device__ __forceinline__ void gf_decode(const unsigned int* __restrict__ data,
 }
 
 __device__ __forceinline__ unsigned int gf_state(const GfDecode& d) {
-    return d.error ? GF_STATE_ERROR : (d.k | d.b << 8);
+    return d.k | d.b << 8;
 }
 
 // The start state of subsequence `i` from the exits of the pass before (`prev`, null in pass 0).
@@ -346,11 +343,9 @@ __device__ __forceinline__ void gf_start(const GfHuffSub& sub, const GfHuffExit*
     for (int j = 0; j < GF_MAX_BLOCKS_IN_MCU; j++) d.dc[j] = 0;
     if (!sub.first && prev != 0) {
         const GfHuffExit e = prev[i - 1];
-        if (!(e.state & GF_STATE_ERROR)) {
-            d.pos = e.pos;
-            d.k = e.state & 255;
-            d.b = (e.state >> 8) & 255;
-        }
+        d.pos = e.pos;
+        d.k = e.state & 255;
+        d.b = (e.state >> 8) & 255;
     }
 }
 
@@ -575,11 +570,6 @@ extern "C" __global__ void gpufeed_huff_write(const unsigned int* __restrict__ d
                                     (unsigned short)(base.dc01 >> 16),
                                     (unsigned short)base.dc2};
     unsigned int* st = status + im.status;
-    // The start state must be what the predecessor left.
-    if (sub.first == 0 && (fin[i - 1].state & GF_STATE_ERROR)) {
-        atomicOr(st, GF_STATUS_NO_SYNC);
-        return;
-    }
     gf_decode(data + im.data, tables + im.tables, im, sub.end,
               sub.limit, d, coef + im.coef, base.block, stop, pred, st);
     const unsigned int reached = base.block + d.blocks;
