@@ -570,6 +570,13 @@ extern "C" __global__ void gpufeed_huff_write(const unsigned int* __restrict__ d
                                     (unsigned short)(base.dc01 >> 16),
                                     (unsigned short)base.dc2};
     unsigned int* st = status + im.status;
+    // The last pass still changed this subsequence's exit: its image's decode has not settled
+    // (the first pass that changes nothing is the sequential decode; without one, the starts
+    // are not known to be right).
+    if (changed[passes - 1] != 0 && (fin[i].changed & 1)) {
+        atomicOr(st, GF_STATUS_NO_SYNC);
+        return;
+    }
     gf_decode(data + im.data, tables + im.tables, im, sub.end,
               sub.limit, d, coef + im.coef, base.block, stop, pred, st);
     const unsigned int reached = base.block + d.blocks;

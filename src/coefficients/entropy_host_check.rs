@@ -184,10 +184,16 @@ struct Run {
     plan: EntropyPlan,
 }
 
-/// Runs `images` through the host-compiled kernels, staged as the GPU side stages them
-/// ([`stage`]: one buffer holding each image's multiplier tables, Huffman tables and data, at
-/// multiples of 8 bytes); returns the result and the staged buffer with each image's offset.
-fn run_staged(harness: &Path, dir: &Path, images: &[&ParsedJpeg]) -> (Run, Vec<u8>, Vec<usize>) {
+/// Runs `images` through the host-compiled kernels with `passes` synchronisation passes, staged
+/// as the GPU side stages them ([`stage`]: one buffer holding each image's multiplier tables,
+/// Huffman tables and data, at multiples of 8 bytes); returns the result and the staged buffer
+/// with each image's offset.
+fn run_staged(
+    harness: &Path,
+    dir: &Path,
+    images: &[&ParsedJpeg],
+    passes: u32,
+) -> (Run, Vec<u8>, Vec<usize>) {
     let mut staged = Vec::new();
     let mut plan = EntropyPlan::default();
     let mut offsets = Vec::new();
@@ -207,17 +213,25 @@ fn run_staged(harness: &Path, dir: &Path, images: &[&ParsedJpeg]) -> (Run, Vec<u
         .chunks_exact(4)
         .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
         .collect();
-    let result = run_plan(harness, dir, &staged, &words, plan);
+    let result = run_plan(harness, dir, &staged, &words, plan, passes);
     (result, staged, offsets)
 }
 
-/// Runs `images` through the host-compiled kernels.
+/// Runs `images` through the host-compiled kernels, with the passes the GPU side launches.
 fn run(harness: &Path, dir: &Path, images: &[&ParsedJpeg]) -> Run {
-    run_staged(harness, dir, images).0
+    run_staged(harness, dir, images, PASSES).0
 }
 
-/// Runs `plan` through the host-compiled kernels with `data` and `tables` as their buffers.
-fn run_plan(harness: &Path, dir: &Path, data: &[u8], tables: &[u32], plan: EntropyPlan) -> Run {
+/// Runs `plan` through the host-compiled kernels with `data` and `tables` as their buffers and
+/// `passes` synchronisation passes.
+fn run_plan(
+    harness: &Path,
+    dir: &Path,
+    data: &[u8],
+    tables: &[u32],
+    plan: EntropyPlan,
+    passes: u32,
+) -> Run {
     let mut input = Vec::new();
     for v in [
         data.len() as u64,
@@ -226,7 +240,7 @@ fn run_plan(harness: &Path, dir: &Path, data: &[u8], tables: &[u32], plan: Entro
         plan.subs.len() as u64,
         plan.intervals.len() as u64,
         plan.coefficients,
-        u64::from(PASSES),
+        u64::from(passes),
         u64::from(HUFF_THREADS),
     ] {
         input.extend_from_slice(&v.to_le_bytes());
@@ -380,6 +394,61 @@ fn the_entropy_kernels_run_on_the_host_equal_libjpeg_turbo() {
 }
 
 #[test]
+fn too_few_passes_flag_every_unsettled_image_and_no_other() {
+    let scratch = scratch("entropy-passes");
+    let Some(harness) = build_harness(&scratch.0) else {
+        return;
+    };
+    let named: Vec<(String, Vec<u8>)> = cases(5)
+        .into_iter()
+        .map(|c| (c.name, c.jpeg))
+        .chain(larger_cases())
+        .filter(|(_, jpeg)| parse(jpeg).is_ok())
+        .collect();
+    let parsed: Vec<ParsedJpeg> = named.iter().map(|(_, j)| parse(j).unwrap()).collect();
+    let images: Vec<&ParsedJpeg> = parsed.iter().collect();
+    // Each image alone, with every pass: how many passes its chains need.
+    let needed: Vec<u32> = images
+        .iter()
+        .map(|image| {
+            run_staged(&harness, &scratch.0, &[*image], PASSES)
+                .0
+                .final_pass
+        })
+        .collect();
+    let mut reader = CoefficientReader::new().unwrap();
+    for passes in [2, 4] {
+        let (result, _, _) = run_staged(&harness, &scratch.0, &images, passes);
+        let mut flagged = 0;
+        for (i, (name, jpeg)) in named.iter().enumerate() {
+            // The first pass that changes nothing must fall within the passes launched.
+            let settled = needed[i] < passes;
+            if result.status[i] != 0 {
+                assert!(
+                    !settled,
+                    "{name}: settled in pass {} of {passes}, flagged",
+                    needed[i]
+                );
+                flagged += 1;
+            } else {
+                assert!(
+                    settled,
+                    "{name}: needs pass {} of {passes}, not flagged",
+                    needed[i]
+                );
+                if let Err(e) = compare(&result, i, jpeg, &mut reader) {
+                    panic!("{name}, {passes} passes: {e}");
+                }
+            }
+        }
+        assert!(
+            flagged > 0 && flagged < named.len(),
+            "{passes} passes: {flagged} flagged"
+        );
+    }
+}
+
+#[test]
 fn broken_files_are_refused_or_flagged_never_a_crash() {
     let scratch = scratch("entropy-broken");
     let Some(harness) = build_harness_with(&scratch.0, true) else {
@@ -474,7 +543,7 @@ fn entropy_decoded_windows_through_the_idct_kernels_equal_libjpeg_turbo() {
         .filter_map(|(name, jpeg)| parse(&jpeg).ok().map(|p| (name, jpeg, p)))
         .collect();
     let images: Vec<&ParsedJpeg> = parsed.iter().map(|(_, _, p)| p).collect();
-    let (decoded, staged, offsets) = run_staged(&entropy, &entropy_dir, &images);
+    let (decoded, staged, offsets) = run_staged(&entropy, &entropy_dir, &images, PASSES);
     assert!(decoded.status.iter().all(|&s| s == 0));
     let picks = random_bytes(parsed.len() * 4, 23);
     for windows in [false, true] {
