@@ -31,6 +31,7 @@ use gpufeed::coefficients::pack::{pack, PackedImage};
 use gpufeed::coefficients::progressive::ProgressiveDecoder;
 use gpufeed::coefficients::{Layout, Window};
 use gpufeed::cudarc::driver::sys::CUevent_flags;
+use gpufeed::Source;
 use rayon::prelude::*;
 use turbojpeg_region::{CoefficientReader, Decoder, Format, Request};
 
@@ -97,34 +98,19 @@ struct File {
     layout: Layout,
 }
 
-/// The `.jpg` and `.jpeg` files under `folder`, its subfolders included (as `gpufeed run` lists
-/// a folder: links followed, each folder read once), sorted.
+/// The `.jpg` and `.jpeg` files under `folder`, listed as `gpufeed run` lists a folder
+/// ([`Source::directory`]: subfolders included, links followed, each folder read once).
 fn jpeg_paths(folder: &Path) -> Vec<PathBuf> {
-    let mut paths = Vec::new();
-    let mut seen = std::collections::HashSet::new();
-    let mut folders = vec![folder.to_path_buf()];
-    while let Some(dir) = folders.pop() {
-        let Ok(real) = std::fs::canonicalize(&dir) else {
-            continue;
-        };
-        if !seen.insert(real) {
-            continue;
-        }
-        let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-        for path in entries.filter_map(|e| e.ok().map(|e| e.path())) {
-            if path.is_dir() {
-                folders.push(path);
-            } else if path
-                .extension()
+    let source = Source::directory(folder).unwrap_or_else(|e| panic!("{}: {e}", folder.display()));
+    (0..source.len())
+        .filter_map(|i| source.path(i))
+        .filter(|p| {
+            p.extension()
                 .and_then(|e| e.to_str())
                 .is_some_and(|e| e.eq_ignore_ascii_case("jpg") || e.eq_ignore_ascii_case("jpeg"))
-            {
-                paths.push(path);
-            }
-        }
-    }
-    paths.sort();
-    paths
+        })
+        .map(Path::to_path_buf)
+        .collect()
 }
 
 fn load(folder: &Path) -> (Vec<File>, usize) {

@@ -399,14 +399,13 @@ fn too_few_passes_flag_every_unsettled_image_and_no_other() {
     let Some(harness) = build_harness(&scratch.0) else {
         return;
     };
-    let named: Vec<(String, Vec<u8>)> = cases(5)
+    let named: Vec<(String, Vec<u8>, ParsedJpeg)> = cases(5)
         .into_iter()
         .map(|c| (c.name, c.jpeg))
         .chain(larger_cases())
-        .filter(|(_, jpeg)| parse(jpeg).is_ok())
+        .filter_map(|(name, jpeg)| parse(&jpeg).ok().map(|p| (name, jpeg, p)))
         .collect();
-    let parsed: Vec<ParsedJpeg> = named.iter().map(|(_, j)| parse(j).unwrap()).collect();
-    let images: Vec<&ParsedJpeg> = parsed.iter().collect();
+    let images: Vec<&ParsedJpeg> = named.iter().map(|(_, _, p)| p).collect();
     // Each image alone, with every pass: how many passes its chains need.
     let needed: Vec<u32> = images
         .iter()
@@ -420,7 +419,7 @@ fn too_few_passes_flag_every_unsettled_image_and_no_other() {
     for passes in [2, 4] {
         let (result, _, _) = run_staged(&harness, &scratch.0, &images, passes);
         let mut flagged = 0;
-        for (i, (name, jpeg)) in named.iter().enumerate() {
+        for (i, (name, jpeg, _)) in named.iter().enumerate() {
             // The first pass that changes nothing must fall within the passes launched.
             let settled = needed[i] < passes;
             if result.status[i] != 0 {
