@@ -268,10 +268,10 @@ fn too_few_passes_flag_images_and_the_next_batch_launches_every_pass() {
     );
     for (i, (item, a)) in batch.iter().zip(&out).enumerate() {
         match failures.iter().find(|f| f.0 == i) {
-            Some(&(_, bits)) => assert_eq!(
-                bits,
-                super::entropy_batch::status::NO_SYNC,
-                "{}",
+            // Unsettled, its write pass may also have run past its data or ended short.
+            Some(&(_, bits)) => assert!(
+                bits & super::entropy_batch::status::NO_SYNC != 0,
+                "{}: {bits:#x}",
                 item.prepared.name
             ),
             None => assert!(a == &item.prepared.expected, "{}", item.prepared.name),
