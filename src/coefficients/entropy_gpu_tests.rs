@@ -12,7 +12,7 @@ use super::entropy::{parse, ParsedJpeg};
 use super::entropy_batch::PASSES;
 use super::entropy_host_check::larger_cases;
 use super::gpu::{Budget, GpuDecoder};
-use super::sync_passes::Settled;
+use super::sync_passes::{Settled, SyncPasses};
 use super::Layout;
 use crate::cuda::test_gpu;
 use gpufeed_bench::upload::random_bytes;
@@ -254,9 +254,10 @@ fn too_few_passes_flag_images_and_the_next_batch_launches_every_pass() {
     let mut reader = CoefficientReader::new().unwrap();
     let items = larger_items(&mut reader);
     let batch: Vec<&Item> = items.iter().collect();
-    // Recent batches that settled at once: the policy launches its fewest passes, fewer than
-    // these photos need (the 4:2:0 one's chains settle in pass 8, the ninth launch, in the host
-    // run of the kernels).
+    // Recent batches that settled at once, and a floor of 8: the policy launches 8 passes, fewer
+    // than these photos need (the 4:2:0 one's chains settle in pass 8, the ninth launch, in the
+    // host run of the kernels).
+    *decoder.sync_passes() = SyncPasses::with_floor(8);
     decoder.sync_passes().record(u8::MAX, Settled::After(2));
     let out = run(&mut decoder, &batch, 0x77);
     let launched = decoder.sync_passes_launched();
