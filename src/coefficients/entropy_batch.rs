@@ -10,8 +10,9 @@ use super::Error;
 /// Bits of entropy-coded data one thread decodes (the last subsequence of an interval may be
 /// shorter).
 pub const SUB_BITS: u32 = 1024;
-/// Synchronisation passes launched; the first that changes nothing ends them (the rest return at
-/// once). An image whose decode has not synchronised by then is flagged.
+/// Most synchronisation passes a batch launches ([`super::sync_passes`] picks how many); the
+/// first that changes nothing ends them (the rest return at once). An image whose decode has not
+/// synchronised by the last is flagged.
 pub const PASSES: u32 = 64;
 /// Threads per block of every entropy launch.
 pub const HUFF_THREADS: u32 = 128;

@@ -9,8 +9,10 @@ use turbojpeg_region::CoefficientReader;
 
 use super::cases::{cases, prepare, Case, Prepared};
 use super::entropy::{parse, ParsedJpeg};
+use super::entropy_batch::PASSES;
 use super::entropy_host_check::larger_cases;
 use super::gpu::{Budget, GpuDecoder};
+use super::sync_passes::{Settled, SyncPasses};
 use super::Layout;
 use crate::cuda::test_gpu;
 use gpufeed_bench::upload::random_bytes;
@@ -187,5 +189,99 @@ fn broken_files_are_flagged_on_the_gpu_and_spare_their_batch() {
         if !broken.contains(&i) {
             assert!(a == &item.prepared.expected, "{}", item.prepared.name);
         }
+    }
+}
+
+/// The larger cases as entropy-coded items.
+fn larger_items(reader: &mut CoefficientReader) -> Vec<Item> {
+    larger_cases()
+        .into_iter()
+        .map(|(name, jpeg)| {
+            let header = reader.open(&jpeg).unwrap().header().clone();
+            let entropy = Some((parse(&jpeg).unwrap(), Layout::new(&header).unwrap()));
+            let case = Case {
+                name,
+                jpeg: jpeg.clone(),
+            };
+            Item {
+                prepared: prepare(reader, &case, None),
+                jpeg,
+                entropy,
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn later_batches_launch_the_passes_recent_ones_needed_and_stay_exact() {
+    let Some(gpu) = test_gpu("later_batches_launch_the_passes_recent_ones_needed_and_stay_exact")
+    else {
+        return;
+    };
+    let mut decoder =
+        GpuDecoder::new(gpu.stream(), Budget::for_megapixels(16.0, 16)).expect("decoder");
+    let mut reader = CoefficientReader::new().unwrap();
+    let items = larger_items(&mut reader);
+    let batch: Vec<&Item> = items.iter().collect();
+    for round in 0..3u8 {
+        let out = run(&mut decoder, &batch, 0x11 * (round + 1));
+        let launched = decoder.sync_passes_launched();
+        if round == 0 {
+            assert_eq!(launched, PASSES, "a new decoder launches every pass");
+        } else {
+            assert!(launched < PASSES, "round {round}: still {launched} passes");
+        }
+        assert_eq!(decoder.entropy_failures().unwrap(), vec![], "round {round}");
+        check_coefficients(&decoder, &batch, &mut reader);
+        for (item, a) in batch.iter().zip(&out) {
+            assert!(
+                a == &item.prepared.expected,
+                "{}, round {round}",
+                item.prepared.name
+            );
+        }
+    }
+}
+
+#[test]
+fn too_few_passes_flag_images_and_the_next_batch_launches_every_pass() {
+    let Some(gpu) = test_gpu("too_few_passes_flag_images_and_the_next_batch_launches_every_pass")
+    else {
+        return;
+    };
+    let mut decoder =
+        GpuDecoder::new(gpu.stream(), Budget::for_megapixels(16.0, 16)).expect("decoder");
+    let mut reader = CoefficientReader::new().unwrap();
+    let items = larger_items(&mut reader);
+    let batch: Vec<&Item> = items.iter().collect();
+    // Recent batches that settled at once, and a floor of 8: the policy launches 8 passes, fewer
+    // than these photos need (the 4:2:0 one's chains settle in pass 8, the ninth launch, in the
+    // host run of the kernels).
+    *decoder.sync_passes() = SyncPasses::with_floor(8);
+    decoder.sync_passes().record(u8::MAX, Settled::After(2));
+    let out = run(&mut decoder, &batch, 0x77);
+    let launched = decoder.sync_passes_launched();
+    assert!(launched < PASSES);
+    let failures = decoder.entropy_failures().unwrap();
+    assert!(
+        !failures.is_empty(),
+        "{launched} passes settled every photo"
+    );
+    for (i, (item, a)) in batch.iter().zip(&out).enumerate() {
+        match failures.iter().find(|f| f.0 == i) {
+            // Unsettled, its write pass may also have run past its data or ended short.
+            Some(&(_, bits)) => assert!(
+                bits & super::entropy_batch::status::NO_SYNC != 0,
+                "{}: {bits:#x}",
+                item.prepared.name
+            ),
+            None => assert!(a == &item.prepared.expected, "{}", item.prepared.name),
+        }
+    }
+    let out = run(&mut decoder, &batch, 0x78);
+    assert_eq!(decoder.sync_passes_launched(), PASSES);
+    assert_eq!(decoder.entropy_failures().unwrap(), vec![]);
+    for (item, a) in batch.iter().zip(&out) {
+        assert!(a == &item.prepared.expected, "{}", item.prepared.name);
     }
 }

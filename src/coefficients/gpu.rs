@@ -28,6 +28,7 @@ use super::entropy_batch::{
     QUANT_SECTIONS,
 };
 use super::pack::PackedImage;
+use super::sync_passes::{size_class, Settled, SyncPasses};
 use super::{Error, Layout, Window};
 use crate::cuda::{Gpu, KernelSource};
 use crate::memory::PageLocked;
@@ -151,6 +152,15 @@ struct Entropy {
     group_bases: CudaSlice<u8>,
     changed: CudaSlice<u32>,
     status: CudaSlice<u32>,
+    /// Synchronisation passes to launch, from the recent batches' outcomes.
+    passes: SyncPasses,
+    /// Passes the last batch launched, and its size class.
+    launched: u32,
+    class: u8,
+    /// Whether the last batch's outcome is still to be read.
+    unread: bool,
+    /// The last batch's per-pass flags, read back with its status.
+    changed_host: Vec<u32>,
 }
 
 impl std::fmt::Debug for GpuDecoder {
@@ -267,6 +277,11 @@ impl GpuDecoder {
             group_bases: allocated(group_bases)?,
             changed: allocated(changed)?,
             status: allocated(status)?,
+            passes: SyncPasses::new(),
+            launched: 0,
+            class: 0,
+            unread: false,
+            changed_host: vec![0; PASSES as usize],
         };
         Ok(GpuDecoder {
             stream: stream.clone(),
@@ -464,9 +479,10 @@ impl GpuDecoder {
 
     /// The entropy-coded images of the last transformed batch whose GPU decode was not exact,
     /// with their status bits ([`super::entropy_batch::status`]): a code no table holds, a run
-    /// past coefficient 63, data cut short or corrupt, no synchronisation. Waits for the
-    /// stream.
-    pub fn entropy_failures(&self) -> Result<Vec<(usize, u32)>, Error> {
+    /// past coefficient 63, data cut short or corrupt, no synchronisation (by the last pass
+    /// launched). Waits for the stream, and tells the pass policy ([`SyncPasses`]) how many
+    /// passes the batch needed.
+    pub fn entropy_failures(&mut self) -> Result<Vec<(usize, u32)>, Error> {
         let n = self.entropy.batch_index.len();
         if n == 0 {
             return Ok(Vec::new());
@@ -481,6 +497,7 @@ impl GpuDecoder {
             .stream
             .clone_dtoh(&self.entropy.status.slice(..n))
             .map_err(device("downloading the entropy decode's status"))?;
+        self.settled()?;
         Ok(self
             .entropy
             .batch_index
@@ -489,6 +506,22 @@ impl GpuDecoder {
             .filter(|(_, s)| *s != 0)
             .map(|(&i, s)| (i, s))
             .collect())
+    }
+
+    /// Reads the last batch's per-pass flags (the stream has finished it) and tells the pass
+    /// policy how many passes it needed.
+    fn settled(&mut self) -> Result<(), Error> {
+        let e = &mut self.entropy;
+        if !std::mem::take(&mut e.unread) {
+            return Ok(());
+        }
+        let launched = e.launched as usize;
+        let flags = &mut e.changed_host[..launched];
+        self.stream
+            .memcpy_dtoh(&e.changed.slice(..launched), flags)
+            .map_err(device("downloading the synchronisation flags"))?;
+        e.passes.record(e.class, Settled::from_flags(flags));
+        Ok(())
     }
 
     /// Queues the upload of the batch's packed coefficients on the stream.
@@ -644,7 +677,12 @@ impl GpuDecoder {
 
         let n = plan.subs.len() as u32;
         let per_sub = thread_each(n);
-        for pass in 0..PASSES {
+        let longest = plan.intervals.iter().map(|iv| iv.subs).max().unwrap_or(0);
+        e.class = size_class(longest);
+        let passes = e.passes.launch(e.class);
+        e.launched = passes;
+        e.unread = true;
+        for pass in 0..passes {
             let mut builder = self.stream.launch_builder(&e.sync);
             builder
                 .arg(&self.coefficients)
@@ -661,11 +699,10 @@ impl GpuDecoder {
             // before on this stream; the kernel reads no data word past an image's `words`).
             // Thread i < n reads subsequence i and its image (uploaded above), exits i - 1 and i
             // of one half of `exits` and writes exit i of the other (2 * n exits fit: n is at
-            // most `subsequences`), and flag `pass` < PASSES.
+            // most `subsequences`), and flag `pass` < passes <= PASSES.
             unsafe { builder.launch(per_sub) }.map_err(device("launching a sync pass"))?;
         }
 
-        let passes = PASSES;
         let n_groups = n.div_ceil(GROUP_SUBS as u32);
         let per_group = thread_each(n_groups);
         let mut builder = self.stream.launch_builder(&e.group);
@@ -740,6 +777,18 @@ impl GpuDecoder {
         // above), and bits of its image's status word.
         unsafe { builder.launch(per_sub) }.map_err(device("launching the entropy decode"))?;
         Ok(())
+    }
+
+    /// The policy that picks how many synchronisation passes the next batch launches.
+    #[cfg(test)]
+    pub(crate) fn sync_passes(&mut self) -> &mut SyncPasses {
+        &mut self.entropy.passes
+    }
+
+    /// Synchronisation passes the last batch launched.
+    #[cfg(test)]
+    pub(crate) fn sync_passes_launched(&self) -> u32 {
+        self.entropy.launched
     }
 
     /// The dense coefficients the entropy kernels wrote for the batch's entropy-coded image `h`

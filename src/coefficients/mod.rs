@@ -13,6 +13,7 @@
 //! - [`entropy`]: a baseline JPEG parsed for the GPU's own entropy decoding (its scan destuffed
 //!   and cut at its restart markers, its Huffman tables in lookup form), so that the CPU decodes
 //!   nothing; [`entropy_batch`]: a batch of them planned for `kernels/entropy.cu`;
+//!   [`sync_passes`]: how many of its synchronisation passes a batch launches;
 //! - [`progressive`]: progressive JPEGs entropy-decoded on the CPU into libjpeg-turbo's
 //!   coefficients, faster than libjpeg-turbo reads them, for [`pack`];
 //! - [`gpu`]: the kernels (`kernels/idct.cu`, `kernels/entropy.cu`) and their host side,
@@ -43,6 +44,7 @@ pub mod progressive;
 #[cfg(test)]
 mod progressive_tests;
 pub mod reference;
+pub mod sync_passes;
 #[cfg(test)]
 mod tests;
 
