@@ -212,16 +212,32 @@ fn larger_items(reader: &mut CoefficientReader) -> Vec<Item> {
         .collect()
 }
 
+/// A decoder for the larger cases, with a reader and the cases as items (None without a GPU;
+/// the GPU is returned to be kept alive).
+fn larger_setup(
+    test: &str,
+) -> Option<(crate::cuda::Gpu, GpuDecoder, CoefficientReader, Vec<Item>)> {
+    let gpu = test_gpu(test)?;
+    let decoder = GpuDecoder::new(gpu.stream(), Budget::for_megapixels(16.0, 16)).expect("decoder");
+    let mut reader = CoefficientReader::new().unwrap();
+    let items = larger_items(&mut reader);
+    Some((gpu, decoder, reader, items))
+}
+
+/// Every image of the batch decoded to libjpeg-turbo's pixels.
+fn assert_exact(batch: &[&Item], out: &[Vec<u8>]) {
+    for (item, a) in batch.iter().zip(out) {
+        assert!(a == &item.prepared.expected, "{}", item.prepared.name);
+    }
+}
+
 #[test]
 fn later_batches_launch_the_passes_recent_ones_needed_and_stay_exact() {
-    let Some(gpu) = test_gpu("later_batches_launch_the_passes_recent_ones_needed_and_stay_exact")
+    let Some((_gpu, mut decoder, mut reader, items)) =
+        larger_setup("later_batches_launch_the_passes_recent_ones_needed_and_stay_exact")
     else {
         return;
     };
-    let mut decoder =
-        GpuDecoder::new(gpu.stream(), Budget::for_megapixels(16.0, 16)).expect("decoder");
-    let mut reader = CoefficientReader::new().unwrap();
-    let items = larger_items(&mut reader);
     let batch: Vec<&Item> = items.iter().collect();
     for round in 0..3u8 {
         let out = run(&mut decoder, &batch, 0x11 * (round + 1));
@@ -233,26 +249,17 @@ fn later_batches_launch_the_passes_recent_ones_needed_and_stay_exact() {
         }
         assert_eq!(decoder.entropy_failures().unwrap(), vec![], "round {round}");
         check_coefficients(&decoder, &batch, &mut reader);
-        for (item, a) in batch.iter().zip(&out) {
-            assert!(
-                a == &item.prepared.expected,
-                "{}, round {round}",
-                item.prepared.name
-            );
-        }
+        assert_exact(&batch, &out);
     }
 }
 
 #[test]
 fn too_few_passes_flag_images_and_the_next_batch_launches_every_pass() {
-    let Some(gpu) = test_gpu("too_few_passes_flag_images_and_the_next_batch_launches_every_pass")
+    let Some((_gpu, mut decoder, _reader, items)) =
+        larger_setup("too_few_passes_flag_images_and_the_next_batch_launches_every_pass")
     else {
         return;
     };
-    let mut decoder =
-        GpuDecoder::new(gpu.stream(), Budget::for_megapixels(16.0, 16)).expect("decoder");
-    let mut reader = CoefficientReader::new().unwrap();
-    let items = larger_items(&mut reader);
     let batch: Vec<&Item> = items.iter().collect();
     // Recent batches that settled at once, and a floor of 8: the policy launches 8 passes, fewer
     // than these photos need (the 4:2:0 one's chains settle in pass 8, the ninth launch, in the
@@ -281,7 +288,5 @@ fn too_few_passes_flag_images_and_the_next_batch_launches_every_pass() {
     let out = run(&mut decoder, &batch, 0x78);
     assert_eq!(decoder.sync_passes_launched(), PASSES);
     assert_eq!(decoder.entropy_failures().unwrap(), vec![]);
-    for (item, a) in batch.iter().zip(&out) {
-        assert!(a == &item.prepared.expected, "{}", item.prepared.name);
-    }
+    assert_exact(&batch, &out);
 }
