@@ -11,10 +11,10 @@
 //! batch is put in a size class, the bit length of its longest interval counted in subsequences
 //! ([`size_class`]), and a batch looks only at the recent batches of its class or larger: the
 //! most passes any of the last [`WINDOW`] of them needed, plus half of that (at least
-//! [`MARGIN`]), within [`MIN_PASSES`]..=[`PASSES`]: the floor is there because a batch needing
+//! [`MARGIN`]), within [`MIN_PASSES`]..=[`PASSES`]. The floor is there because a batch needing
 //! more than the recent ones is the costly miss (its unsettled images go to the CPU), and a
-//! launch past the last change costs only a few microseconds. A batch larger than every recent one
-//! launches all [`PASSES`]. A batch that has not settled by its last pass has its unsettled
+//! launch past the last change costs only a few microseconds. A batch larger than every recent
+//! one launches all [`PASSES`]. A batch that has not settled by its last pass has its unsettled
 //! images flagged (the kernels check it; they are decoded on the CPU, to the same bytes), and is
 //! remembered as having needed all [`PASSES`].
 //!
@@ -27,7 +27,8 @@ use super::entropy_batch::PASSES;
 pub const WINDOW: usize = 32;
 /// Fewest passes launched. Batches of ImageNet-sized files need 2-13, with a tail: with a floor
 /// of 8, a few batches a run needed more than the recent ones and a half, and their unsettled
-/// images, decoded on the CPU, cost DINOv2's views 4-8% on an H100; with 24, none did.
+/// images, decoded on the CPU, cost DINOv2's views 4-8% on an H100; with 24, no more images
+/// went to the CPU than with all [`PASSES`].
 pub const MIN_PASSES: u32 = 24;
 /// Fewest passes launched beyond the most a recent batch needed.
 pub const MARGIN: u32 = 4;
