@@ -147,30 +147,24 @@ fn the_gpu_entropy_decode_equals_libjpeg_turbo() {
 
 #[test]
 fn broken_files_are_flagged_on_the_gpu_and_spare_their_batch() {
-    let Some(gpu) = test_gpu("broken_files_are_flagged_on_the_gpu_and_spare_their_batch") else {
+    let Some((_gpu, mut decoder, mut reader, whole)) =
+        larger_setup("broken_files_are_flagged_on_the_gpu_and_spare_their_batch")
+    else {
         return;
     };
-    let mut decoder =
-        GpuDecoder::new(gpu.stream(), Budget::for_megapixels(16.0, 16)).expect("decoder");
-    let mut reader = CoefficientReader::new().unwrap();
     let mut items = Vec::new();
     let mut broken = Vec::new();
-    for (name, jpeg) in larger_cases() {
-        let header = reader.open(&jpeg).unwrap().header().clone();
-        let layout = Layout::new(&header).unwrap();
+    for item in whole {
+        let layout = item.entropy.as_ref().map(|(_, layout)| layout.clone());
         let case = Case {
-            name: name.clone(),
-            jpeg: jpeg.clone(),
+            name: item.prepared.name.clone(),
+            jpeg: item.jpeg.clone(),
         };
-        items.push(Item {
-            prepared: prepare(&mut reader, &case, None),
-            jpeg: jpeg.clone(),
-            entropy: Some((parse(&jpeg).unwrap(), layout.clone())),
-        });
+        items.push(item);
         // The file cut in the middle of its data: parsed (no EOI) and flagged short, unless
         // its restart markers say it is cut (refused).
-        let cut = &jpeg[..jpeg.len() * 3 / 5];
-        if let Ok(parsed_cut) = parse(cut) {
+        let cut = &case.jpeg[..case.jpeg.len() * 3 / 5];
+        if let (Ok(parsed_cut), Some(layout)) = (parse(cut), layout) {
             broken.push(items.len());
             items.push(Item {
                 prepared: prepare(&mut reader, &case, None),

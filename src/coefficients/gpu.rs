@@ -154,11 +154,10 @@ struct Entropy {
     status: CudaSlice<u32>,
     /// Synchronisation passes to launch, from the recent batches' outcomes.
     passes: SyncPasses,
-    /// Passes the last batch launched, and its size class.
+    /// Passes the last batch launched.
     launched: u32,
-    class: u8,
-    /// Whether the last batch's outcome is still to be read.
-    unread: bool,
+    /// The last batch's size class while its outcome is still to be read.
+    unread: Option<u8>,
     /// The last batch's per-pass flags, read back with its status.
     changed_host: Vec<u32>,
 }
@@ -279,8 +278,7 @@ impl GpuDecoder {
             status: allocated(status)?,
             passes: SyncPasses::new(),
             launched: 0,
-            class: 0,
-            unread: false,
+            unread: None,
             changed_host: vec![0; PASSES as usize],
         };
         Ok(GpuDecoder {
@@ -512,15 +510,15 @@ impl GpuDecoder {
     /// policy how many passes it needed.
     fn settled(&mut self) -> Result<(), Error> {
         let e = &mut self.entropy;
-        if !std::mem::take(&mut e.unread) {
+        let Some(class) = e.unread.take() else {
             return Ok(());
-        }
+        };
         let launched = e.launched as usize;
         let flags = &mut e.changed_host[..launched];
         self.stream
             .memcpy_dtoh(&e.changed.slice(..launched), flags)
             .map_err(device("downloading the synchronisation flags"))?;
-        e.passes.record(e.class, Settled::from_flags(flags));
+        e.passes.record(class, Settled::from_flags(flags));
         Ok(())
     }
 
@@ -678,10 +676,10 @@ impl GpuDecoder {
         let n = plan.subs.len() as u32;
         let per_sub = thread_each(n);
         let longest = plan.intervals.iter().map(|iv| iv.subs).max().unwrap_or(0);
-        e.class = size_class(longest);
-        let passes = e.passes.launch(e.class);
+        let class = size_class(longest);
+        let passes = e.passes.launch(class);
         e.launched = passes;
-        e.unread = true;
+        e.unread = Some(class);
         for pass in 0..passes {
             let mut builder = self.stream.launch_builder(&e.sync);
             builder
