@@ -160,6 +160,8 @@ struct Entropy {
     unread: Option<u8>,
     /// The last batch's per-pass flags, read back with its status.
     changed_host: Vec<u32>,
+    /// The last batch's status words, read back (one an image).
+    status_host: Vec<u32>,
 }
 
 impl std::fmt::Debug for GpuDecoder {
@@ -280,6 +282,7 @@ impl GpuDecoder {
             launched: 0,
             unread: None,
             changed_host: vec![0; PASSES as usize],
+            status_host: vec![0; budget.images.max(1)],
         };
         Ok(GpuDecoder {
             stream: stream.clone(),
@@ -491,19 +494,25 @@ impl GpuDecoder {
         self.finished
             .synchronize()
             .map_err(device("waiting for the entropy decode"))?;
-        let status = self
-            .stream
-            .clone_dtoh(&self.entropy.status.slice(..n))
+        let e = &mut self.entropy;
+        let Some(status) = e.status_host.get_mut(..n) else {
+            return Err(Error::Request(format!(
+                "{n} entropy-coded images in a batch of at most {}",
+                e.status_host.len()
+            )));
+        };
+        self.stream
+            .memcpy_dtoh(&e.status.slice(..n), status)
             .map_err(device("downloading the entropy decode's status"))?;
-        self.settled()?;
-        Ok(self
-            .entropy
+        let failures = e
             .batch_index
             .iter()
-            .zip(status)
-            .filter(|(_, s)| *s != 0)
-            .map(|(&i, s)| (i, s))
-            .collect())
+            .zip(status.iter())
+            .filter(|(_, &s)| s != 0)
+            .map(|(&i, &s)| (i, s))
+            .collect();
+        self.settled()?;
+        Ok(failures)
     }
 
     /// Reads the last batch's per-pass flags (the stream has finished it) and tells the pass
