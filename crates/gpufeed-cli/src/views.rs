@@ -62,10 +62,16 @@ fn unnormalize(tensor: &Tensor, affine: &gpufeed::Affine, out: &mut Vec<u8>) -> 
     Ok(())
 }
 
-/// What the run saw: images, errors, and with `--save` the views' pixels and lines.
+/// What the run saw: images, errors, each epoch's report and time, and with `--save` the views'
+/// pixels and lines.
 #[derive(Default)]
 struct Seen {
     images: usize,
+    /// Each epoch's report and its seconds, from its first batch asked for to its last batch's
+    /// kernels done.
+    epochs: Vec<(gpufeed::EpochReport, f64)>,
+    /// From the pipeline's build to the first batch's views done on their device.
+    first_batch_seconds: Option<f64>,
     /// The images skipped, with their reasons.
     skipped: Vec<gpufeed::ItemError>,
     pixels: Vec<Vec<u8>>,
@@ -82,8 +88,13 @@ struct Looping<'a> {
 }
 
 /// Runs the pipeline's epochs from where it stands up to `run.epochs`; `names` are the images'
-/// paths for the jsonl.
-fn run_epochs(run: &Looping, pipeline: &mut Pipeline, names: &[String]) -> Result<Seen> {
+/// paths for the jsonl; `build_started` is when the pipeline's build began.
+fn run_epochs(
+    run: &Looping,
+    pipeline: &mut Pipeline,
+    names: &[String],
+    build_started: Instant,
+) -> Result<Seen> {
     let count = run.views.count();
     let affine = pipeline.options().output.affine();
     let mut seen = Seen {
@@ -92,11 +103,17 @@ fn run_epochs(run: &Looping, pipeline: &mut Pipeline, names: &[String]) -> Resul
     };
     let first = pipeline.epoch();
     'epochs: for epoch in first..run.epochs {
+        let started = Instant::now();
         if epoch > first {
             pipeline.next_epoch()?;
         }
+        let mut last = None;
         while let Some(batch) = pipeline.next_batch()? {
             seen.images += batch.len();
+            if seen.first_batch_seconds.is_none() {
+                synchronize_views(&batch)?;
+                seen.first_batch_seconds = Some(build_started.elapsed().as_secs_f64());
+            }
             if run.save {
                 let tensors = batch.views().ok_or("a pipeline of views gave no views")?;
                 let mut k = 0;
@@ -122,17 +139,37 @@ fn run_epochs(run: &Looping, pipeline: &mut Pipeline, names: &[String]) -> Resul
                     }
                 }
             }
-            if run.stop.load(Ordering::Relaxed) {
+            let interrupted = run.stop.load(Ordering::Relaxed);
+            last = Some(batch);
+            if interrupted {
                 seen.interrupted = true;
-                break 'epochs;
+                break;
             }
         }
-        for e in &pipeline.epoch_report().skipped {
+        // The epoch ends once its last batch's views are made.
+        if let Some(batch) = &last {
+            synchronize_views(batch)?;
+        }
+        let report = pipeline.epoch_report().clone();
+        for e in &report.skipped {
             eprintln!("gpufeed: skipped {e}");
             seen.skipped.push(e.clone());
         }
+        seen.epochs.push((report, started.elapsed().as_secs_f64()));
+        if seen.interrupted {
+            break 'epochs;
+        }
     }
     Ok(seen)
+}
+
+/// Waits for the kernels that make `batch`'s views.
+fn synchronize_views(batch: &gpufeed::Batch) -> Result<()> {
+    match batch.views() {
+        Some(views) => views.iter().try_for_each(|t| t.synchronize())?,
+        None => batch.images().synchronize()?,
+    }
+    Ok(())
 }
 
 /// Writes `rows` images of `size` x `size` x 3 `uint8` as one `.npy`.
@@ -200,7 +237,6 @@ pub fn run_views(run: ViewsRun) -> Result<Device> {
             .layout(Layout::Nhwc)
             .channel_order(gpufeed::ChannelOrder::Rgb);
     }
-    let started = Instant::now();
     // Each image's path (or id) for the jsonl, before the pipeline takes the source.
     let names: Vec<String> = match save {
         Some(_) => (0..source.len())
@@ -211,6 +247,7 @@ pub fn run_views(run: ViewsRun) -> Result<Device> {
             .collect(),
         None => Vec::new(),
     };
+    let build_started = Instant::now();
     let mut builder = Pipeline::builder()
         .source(source)
         .views(views.clone())
@@ -219,6 +256,7 @@ pub fn run_views(run: ViewsRun) -> Result<Device> {
         builder = builder.resume(state);
     }
     let mut pipeline = builder.build().map_err(crate::run::flag_names)?;
+    let setup_seconds = build_started.elapsed().as_secs_f64();
     if let Some(why) = pipeline.cpu_fallback() {
         eprintln!("gpufeed: views on the CPU: {why}");
     }
@@ -228,8 +266,9 @@ pub fn run_views(run: ViewsRun) -> Result<Device> {
         save: save.is_some(),
         stop,
     };
-    let seen = run_epochs(&looping, &mut pipeline, &names)?;
-    let seconds = started.elapsed().as_secs_f64();
+    let seen = run_epochs(&looping, &mut pipeline, &names, build_started)?;
+    // As `gpufeed run`'s: the epochs' time, the pipeline's build apart.
+    let seconds: f64 = seen.epochs.iter().map(|(_, s)| s).sum();
     if let Some(path) = state {
         pipeline.state().save(path)?;
     }
@@ -263,12 +302,23 @@ pub fn run_views(run: ViewsRun) -> Result<Device> {
                 "seed": views.seed,
                 "skipped": seen.skipped.len(),
                 "errors": seen.skipped.iter().map(|e| json!({"path": e.id, "reason": e.kind.to_string()})).collect::<Vec<_>>(),
-                "epochs": epochs,
+                "epochs": seen.epochs.iter().map(|(r, s)| json!({"epoch": r.epoch,
+                    "images": r.images, "batches": r.batches, "skipped": r.skipped.len(),
+                    "seconds": s, "complete": r.complete,
+                    "decoded_by": {"cpu": r.decoded_by_cpu, "gpu": r.decoded_by_gpu,
+                                   "gpu_assisted": r.decoded_by_assisted}})).collect::<Vec<_>>(),
+                "setup_seconds": setup_seconds,
+                "first_batch_seconds": seen.first_batch_seconds,
                 "seconds": seconds,
                 "images_per_s": rate,
                 "views_per_s": rate * count as f64,
                 "device": device,
                 "decode": decode,
+                "decoded_by": {
+                    "cpu": seen.epochs.iter().map(|(r, _)| r.decoded_by_cpu).sum::<usize>(),
+                    "gpu": seen.epochs.iter().map(|(r, _)| r.decoded_by_gpu).sum::<usize>(),
+                    "gpu_assisted": seen.epochs.iter().map(|(r, _)| r.decoded_by_assisted).sum::<usize>(),
+                },
                 "gpu_share": pipeline.gpu_share(),
                 "profile": crate::run::profile_json(&stages),
                 "interrupted": seen.interrupted,
@@ -277,8 +327,8 @@ pub fn run_views(run: ViewsRun) -> Result<Device> {
         );
     } else {
         out!(
-            "{images} images, {} views ({count} each), {} skipped in {seconds:.2} s: \
-             {rate:.1} images/s on {device}",
+            "{images} images, {} views ({count} each), {} skipped in {seconds:.2} s \
+             (the pipeline's build {setup_seconds:.2} s before): {rate:.1} images/s on {device}",
             images * count,
             seen.skipped.len()
         );

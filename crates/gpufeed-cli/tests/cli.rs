@@ -2546,6 +2546,23 @@ fn views_of_a_json_spec_are_counted_saved_and_equal_to_the_librarys() {
     let summary = last_json(&o);
     assert_eq!(summary["views"], 21, "{summary}");
     assert_eq!(summary["views_per_image"], 3, "{summary}");
+    // Timed as `gpufeed run`'s summary: the epochs apart from the pipeline's build.
+    let epochs = summary["epochs"].as_array().expect("epochs");
+    assert_eq!(epochs.len(), 1, "{summary}");
+    assert_eq!(epochs[0]["images"], 7, "{summary}");
+    let seconds = summary["seconds"].as_f64().expect("seconds");
+    assert_eq!(epochs[0]["seconds"].as_f64(), Some(seconds), "{summary}");
+    let setup = summary["setup_seconds"].as_f64().expect("setup_seconds");
+    let first = summary["first_batch_seconds"]
+        .as_f64()
+        .expect("first_batch_seconds");
+    assert!(first > 0.0 && first <= setup + seconds, "{summary}");
+    let decoded = &summary["decoded_by"];
+    assert_eq!(
+        decoded["cpu"].as_u64().expect("cpu") + decoded["gpu"].as_u64().expect("gpu"),
+        7,
+        "{summary}"
+    );
     let views = gpufeed::views::Views::from_json(spec)
         .expect("spec")
         .seed(3);
