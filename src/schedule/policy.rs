@@ -127,7 +127,13 @@ impl LanePolicy {
     /// batch, else beside it once it runs; not at all for a run too short to repay them (the
     /// assisted path stands in for them), nor for an epoch of large files the assisted path
     /// takes whole (the engines would only take its few small files, and opening them holds the
-    /// driver and a core for one to two seconds).
+    /// driver and a core for one to two seconds), nor, with the share following the lanes'
+    /// rates in a process alone on its machine (no floor), for small files the assisted path
+    /// may take whole (its share 1, the default). Measured on the one-GPU H100 machine (16
+    /// cores, 8,192 ImageNet-sized files, 16 epochs from process start): the one-crop
+    /// `--train` epochs ran at 55,000-67,000 images/s before the engines joined and at
+    /// 38,000-45,000 once they took one small file in four (docs/figures.md, 2026-12-06,
+    /// night again).
     pub fn engines_open(&self) -> EnginesOpen {
         let Some(run) = self.gpu else {
             return EnginesOpen::Never("no GPU lane is asked for");
@@ -143,6 +149,11 @@ impl LanePolicy {
         match (self.opens_before_the_first_batch(), run.short_run) {
             (true, _) => EnginesOpen::BeforeTheLane,
             (false, true) => EnginesOpen::Never("the run ends before they could"),
+            // Small files the assisted path takes whole (its share 1), the share following the
+            // rates on a machine of the process's own (no floor): the assisted path alone.
+            (false, false) if run.assisted_share >= 1.0 && self.floor().is_none() => {
+                EnginesOpen::Never("the assisted path alone decodes small files faster")
+            }
             (false, false) => EnginesOpen::BesideTheLane,
         }
     }
@@ -247,9 +258,22 @@ mod tests {
     #[test]
     fn the_engines_open_beside_the_batches_before_them_with_a_given_share_or_not_at_all() {
         let hybrid = Options::default().decode(DecodeOptions::default().lanes(Decode::Hybrid));
-        // A run of unknown length of ImageNet-sized files: beside the running batches.
-        let (_, open) = policy(hybrid, 8_192, 110 * KB, 16);
-        assert!(!open.opens_before_the_first_batch());
+        // A run of unknown length of ImageNet-sized files, the share following the rates: the
+        // assisted path alone takes them...
+        let (_, alone) = policy(hybrid, 8_192, 110 * KB, 16);
+        assert!(!alone.opens_before_the_first_batch());
+        assert_eq!(
+            alone.engines_open(),
+            EnginesOpen::Never("the assisted path alone decodes small files faster")
+        );
+        // ...unless it takes a part of them only, or the share has a floor (ranks sharing the
+        // machine's cores): then the engines open beside the running batches.
+        let part = hybrid.decode(hybrid.decode.assisted_share(0.75));
+        let (_, open) = policy(part, 8_192, 110 * KB, 16);
+        assert_eq!(open.engines_open(), EnginesOpen::BesideTheLane);
+        let floored = hybrid.decode(hybrid.decode.ranks_on_machine(4));
+        let (_, open) = policy(floored, 8_192, 110 * KB, 16);
+        assert!(open.floor().is_some());
         assert_eq!(open.engines_open(), EnginesOpen::BesideTheLane);
         // A given share: the lane opens whole before the first batch.
         let given = hybrid.decode(hybrid.decode.gpu_share(Some(0.5)));
