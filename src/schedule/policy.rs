@@ -129,10 +129,12 @@ impl LanePolicy {
     /// takes whole (the engines would only take its few small files, and opening them holds the
     /// driver and a core for one to two seconds), nor, with the share following the lanes'
     /// rates in a process alone on its machine (no floor), for small files the assisted path
-    /// may take whole (its share 1, the default). Measured on the one-GPU H100 machine (16
-    /// cores, 8,192 ImageNet-sized files, 16 epochs from process start): the one-crop
-    /// `--train` epochs ran at 55,000-67,000 images/s before the engines joined and at
-    /// 38,000-45,000 once they took one small file in four (docs/figures.md, 2026-12-06,
+    /// may take whole (its share 1, the default). Measured on the one-GPU machines (16 cores,
+    /// 8,192 ImageNet-sized files, 16 epochs): on an H100 the one-crop `--train` epochs ran at
+    /// 55,000-67,000 images/s before the engines joined and at 39,000-45,000 once they took
+    /// one small file in four; on an H200, in turn with the engines joining, the engines kept
+    /// closed gave 1.31-1.33x with `--train`, 1.18-1.32x with the fixed crop, 1.29-1.40x with
+    /// Qwen2-VL's patches and 1.14-1.21x with DINOv2's views (docs/figures.md, 2026-12-06,
     /// night again).
     pub fn engines_open(&self) -> EnginesOpen {
         let Some(run) = self.gpu else {
