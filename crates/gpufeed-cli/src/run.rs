@@ -406,8 +406,9 @@ pub struct RunArgs {
     min_gpu_share: Option<f32>,
     /// Of the GPU lane's baseline JPEGs of 1 Mpx or more, the share its assisted path decodes
     /// on the GPU's cores (exactly as libjpeg-turbo does) beside the JPEG engines, 0 to 1 (of
-    /// smaller ones three in four at most, unless a --gpu-share below 1 is given); it also
-    /// takes the progressive ones, unless the share is 0.
+    /// smaller ones three in four at most, unless a --gpu-share below 1 is given; at 1, with
+    /// the share following the rates, the engines stay closed on small files); it also takes
+    /// the progressive ones, unless the share is 0.
     #[arg(long, default_value_t = gpufeed::DEFAULT_ASSISTED_SHARE, hide_short_help = true, help_heading = "Decoding")]
     assisted_share: f32,
     /// Decode large JPEGs at 1/2, 1/4 or 1/8 size in the DCT domain when the output keeps a 2x
