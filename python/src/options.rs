@@ -435,7 +435,8 @@ pub(crate) const KEYWORDS: &[Keyword] = &[
     }))),
     keyword!("assisted_share": "float" = |d| d.options.decode.assisted_share,
         "Of the GPU lane's baseline JPEGs of 1 Mpx or more, the share its assisted path decodes \
-         exactly on the GPU's cores beside the JPEG engines.",
+         exactly on the GPU's cores beside the JPEG engines; at 1 (with the share following the \
+         rates) the engines stay closed on small files.",
         |k, v: f32| k.with(|b| Ok(b.assisted_share(v)))),
     keyword!("planned_epochs": "Optional[int]" = |d| d.options.decode.planned_epochs,
     "How many epochs the run takes, if known: automatic decoding leaves a run too short to \
