@@ -1670,23 +1670,12 @@ impl Summary<'_> {
             .iter()
             .map(|e| json!({"path": e.id, "reason": e.kind.to_string()}))
             .collect();
-        let epochs: Vec<Value> = self
-            .tally
-            .reports
-            .iter()
-            .zip(&self.tally.seconds)
-            .map(|(r, &s)| {
-                let mut epoch = json!({"epoch": r.epoch, "images": r.images,
-                       "batches": r.batches, "padded": r.padded, "skipped": r.skipped.len(),
-                       "dropped": r.dropped, "seconds": s, "complete": r.complete,
-                       "decoded_by": {"cpu": r.decoded_by_cpu, "gpu": r.decoded_by_gpu,
-                                      "gpu_assisted": r.decoded_by_assisted}});
-                if let Some(reads) = &r.reads {
-                    epoch["reads"] = reads_json(reads, s);
-                }
-                epoch
-            })
-            .collect();
+        let epochs = epochs_json(
+            self.tally
+                .reports
+                .iter()
+                .zip(self.tally.seconds.iter().copied()),
+        );
         json!({
             "dir": self.args.dir.display().to_string(),
             "device": self.pipeline.device_description(),
@@ -1716,11 +1705,7 @@ impl Summary<'_> {
             "seconds": self.seconds(),
             "images_per_s": self.images_per_s(),
             "uploaded_bytes": self.tally.uploaded_bytes,
-            "decoded_by": {
-                "cpu": self.tally.reports.iter().map(|r| r.decoded_by_cpu).sum::<usize>(),
-                "gpu": self.tally.reports.iter().map(|r| r.decoded_by_gpu).sum::<usize>(),
-                "gpu_assisted": self.tally.reports.iter().map(|r| r.decoded_by_assisted).sum::<usize>(),
-            },
+            "decoded_by": decoded_by_json(&self.tally.reports),
             "gpu_share": self.pipeline.gpu_share(),
             "state": self.state_json(),
             "f32_bytes": self.f32_bytes(),
@@ -1899,6 +1884,39 @@ impl Summary<'_> {
 }
 
 /// Where the time went, for the JSON summary: each stage's seconds and count by its name.
+/// Each epoch's entry of a summary's `epochs`, from its report and seconds.
+pub(crate) fn epochs_json<'a>(
+    epochs: impl Iterator<Item = (&'a gpufeed::EpochReport, f64)>,
+) -> Vec<Value> {
+    epochs
+        .map(|(r, s)| {
+            let mut epoch = json!({"epoch": r.epoch, "images": r.images,
+                   "batches": r.batches, "padded": r.padded, "skipped": r.skipped.len(),
+                   "dropped": r.dropped, "seconds": s, "complete": r.complete,
+                   "decoded_by": {"cpu": r.decoded_by_cpu, "gpu": r.decoded_by_gpu,
+                                  "gpu_assisted": r.decoded_by_assisted}});
+            if let Some(reads) = &r.reads {
+                epoch["reads"] = reads_json(reads, s);
+            }
+            epoch
+        })
+        .collect()
+}
+
+/// A summary's `decoded_by`: the images each lane decoded over `reports`.
+pub(crate) fn decoded_by_json<'a>(
+    reports: impl IntoIterator<Item = &'a gpufeed::EpochReport> + Clone,
+) -> Value {
+    let sum = |lane: fn(&gpufeed::EpochReport) -> usize| -> usize {
+        reports.clone().into_iter().map(lane).sum()
+    };
+    json!({
+        "cpu": sum(|r| r.decoded_by_cpu),
+        "gpu": sum(|r| r.decoded_by_gpu),
+        "gpu_assisted": sum(|r| r.decoded_by_assisted),
+    })
+}
+
 pub(crate) fn profile_json(profile: &gpufeed::Profile) -> Value {
     profile
         .stages

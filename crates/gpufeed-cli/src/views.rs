@@ -62,8 +62,8 @@ fn unnormalize(tensor: &Tensor, affine: &gpufeed::Affine, out: &mut Vec<u8>) -> 
     Ok(())
 }
 
-/// What the run saw: images, errors, each epoch's report and time, and with `--save` the views'
-/// pixels and lines.
+/// What the run saw: images, each epoch's report (its skipped images with their reasons) and
+/// time, and with `--save` the views' pixels and lines.
 #[derive(Default)]
 struct Seen {
     images: usize,
@@ -72,8 +72,6 @@ struct Seen {
     epochs: Vec<(gpufeed::EpochReport, f64)>,
     /// From the pipeline's build to the first batch's views done on their device.
     first_batch_seconds: Option<f64>,
-    /// The images skipped, with their reasons.
-    skipped: Vec<gpufeed::ItemError>,
     pixels: Vec<Vec<u8>>,
     lines: Vec<String>,
     interrupted: bool,
@@ -153,7 +151,6 @@ fn run_epochs(
         let report = pipeline.epoch_report().clone();
         for e in &report.skipped {
             eprintln!("gpufeed: skipped {e}");
-            seen.skipped.push(e.clone());
         }
         seen.epochs.push((report, started.elapsed().as_secs_f64()));
         if seen.interrupted {
@@ -267,6 +264,8 @@ pub fn run_views(run: ViewsRun) -> Result<Device> {
         stop,
     };
     let seen = run_epochs(&looping, &mut pipeline, &names, build_started)?;
+    let skipped: Vec<&gpufeed::ItemError> =
+        seen.epochs.iter().flat_map(|(r, _)| &r.skipped).collect();
     // As `gpufeed run`'s: the epochs' time, the pipeline's build apart.
     let seconds: f64 = seen.epochs.iter().map(|(_, s)| s).sum();
     if let Some(path) = state {
@@ -300,13 +299,9 @@ pub fn run_views(run: ViewsRun) -> Result<Device> {
                 "views_per_image": count,
                 "spec": serde_json::from_str::<serde_json::Value>(&views.to_json()).unwrap_or_default(),
                 "seed": views.seed,
-                "skipped": seen.skipped.len(),
-                "errors": seen.skipped.iter().map(|e| json!({"path": e.id, "reason": e.kind.to_string()})).collect::<Vec<_>>(),
-                "epochs": seen.epochs.iter().map(|(r, s)| json!({"epoch": r.epoch,
-                    "images": r.images, "batches": r.batches, "skipped": r.skipped.len(),
-                    "seconds": s, "complete": r.complete,
-                    "decoded_by": {"cpu": r.decoded_by_cpu, "gpu": r.decoded_by_gpu,
-                                   "gpu_assisted": r.decoded_by_assisted}})).collect::<Vec<_>>(),
+                "skipped": skipped.len(),
+                "errors": skipped.iter().map(|e| json!({"path": e.id, "reason": e.kind.to_string()})).collect::<Vec<_>>(),
+                "epochs": crate::run::epochs_json(seen.epochs.iter().map(|(r, s)| (r, *s))),
                 "setup_seconds": setup_seconds,
                 "first_batch_seconds": seen.first_batch_seconds,
                 "seconds": seconds,
@@ -314,11 +309,7 @@ pub fn run_views(run: ViewsRun) -> Result<Device> {
                 "views_per_s": rate * count as f64,
                 "device": device,
                 "decode": decode,
-                "decoded_by": {
-                    "cpu": seen.epochs.iter().map(|(r, _)| r.decoded_by_cpu).sum::<usize>(),
-                    "gpu": seen.epochs.iter().map(|(r, _)| r.decoded_by_gpu).sum::<usize>(),
-                    "gpu_assisted": seen.epochs.iter().map(|(r, _)| r.decoded_by_assisted).sum::<usize>(),
-                },
+                "decoded_by": crate::run::decoded_by_json(seen.epochs.iter().map(|(r, _)| r)),
                 "gpu_share": pipeline.gpu_share(),
                 "profile": crate::run::profile_json(&stages),
                 "interrupted": seen.interrupted,
@@ -330,9 +321,9 @@ pub fn run_views(run: ViewsRun) -> Result<Device> {
             "{images} images, {} views ({count} each), {} skipped in {seconds:.2} s \
              (the pipeline's build {setup_seconds:.2} s before): {rate:.1} images/s on {device}",
             images * count,
-            seen.skipped.len()
+            skipped.len()
         );
-        for e in &seen.skipped {
+        for e in &skipped {
             out!("skipped {}: {}", e.id, e.kind);
         }
         out!("decode: {decode}");
