@@ -37,13 +37,10 @@
 #define GF_VIEW_BLUR 6
 #define GF_VIEW_SOLARIZE 7
 
-// Convert.c's hsv2rgb steps that depend on one byte alone, computed once per block with the
-// same roundings: for a hue byte h, its sector floor(h * 6 / 255) (mod 6) and the float
-// remainder f; for a saturation byte s, s / 255 as float.
+// The hue byte Convert.c's rgb2hsv gives where the quotient gf_view_hue divides is whole, for
+// each whole quotient k: computed once per block with Convert.c's float steps.
 struct GfHueTables {
-    float remainder[256];
-    float saturation[256];
-    unsigned char sector[256];
+    unsigned char whole[256];
 };
 
 // Pillow's convert("L") of one pixel: ITU-R 601-2 in 16-bit fixed point, rounded.
@@ -75,72 +72,124 @@ __device__ __forceinline__ double gf_view_whole(int s) {
     return __dsub_rn(__hiloint2double(0x43300000, s), 4503599627370496.0);
 }
 
-// The tables of GfHueTables, entries e = threadIdx.x, threadIdx.x + blockDim.x, ...
+// Convert.c's rgb2hsv hue byte of a pixel whose channels differ, as it computes it: h in float
+// from the two distances its branch divides, fmod(h / 6 + 1, 1) in double (h lies in [-1, 5],
+// so the sum in [5/6, 11/6], and the remainder is the sum, or the sum less 1: exact), times 255,
+// truncated.
+__device__ __forceinline__ unsigned int gf_view_hue_byte(unsigned int r, unsigned int g,
+                                                         unsigned int b) {
+    const unsigned int maxc = max(max(r, g), b);
+    const unsigned int minc = min(min(r, g), b);
+    const float cr = (float)(maxc - minc);
+    float hf;
+    if (r == maxc) {
+        hf = __fsub_rn(__fdiv_rn((float)(maxc - b), cr), __fdiv_rn((float)(maxc - g), cr));
+    } else if (g == maxc) {
+        const float rc = __fdiv_rn((float)(maxc - r), cr);
+        const float bc = __fdiv_rn((float)(maxc - b), cr);
+        hf = __double2float_rn(__dsub_rn(__dadd_rn(2.0, (double)rc), (double)bc));
+    } else {
+        const float gc = __fdiv_rn((float)(maxc - g), cr);
+        const float rc = __fdiv_rn((float)(maxc - r), cr);
+        hf = __double2float_rn(__dsub_rn(__dadd_rn(4.0, (double)gc), (double)rc));
+    }
+    double x = __dadd_rn(__ddiv_rn((double)hf, 6.0), 1.0);
+    if (x >= 1.0) x = __dsub_rn(x, 1.0);
+    return gf_view_clip(__dmul_rn((double)__double2float_rn(x), 255.0));
+}
+
+// GfHueTables' entries k = threadIdx.x, threadIdx.x + blockDim.x, ...: the hue byte of a pixel
+// whose channels span 0..255 and whose n (see gf_view_hue) is 6k, on the branch of rgb2hsv
+// that n falls in (k = 255 never occurs: it is left 255).
 __device__ __forceinline__ void gf_view_hue_tables(GfHueTables* t) {
     for (int e = threadIdx.x; e < 256; e += blockDim.x) {
-        const double hd = __ddiv_rn(__dmul_rn((double)e, 6.0), 255.0);
-        const int i = (int)floor(hd);
-        t->remainder[e] = __double2float_rn(__dsub_rn(hd, (double)(float)i));
-        t->sector[e] = (unsigned char)(i % 6);
-        t->saturation[e] = __double2float_rn(__ddiv_rn((double)e, 255.0));
+        const unsigned int n = 6u * (unsigned int)e;
+        unsigned int r = 255u, g = 0u, b = 0u;
+        if (n <= 255u) {
+            g = n;
+        } else if (n <= 510u) {
+            r = 510u - n;
+            g = 255u;
+        } else if (n <= 765u) {
+            r = 0u;
+            g = 255u;
+            b = n - 510u;
+        } else if (n <= 1020u) {
+            r = 0u;
+            g = 1020u - n;
+            b = 255u;
+        } else if (n <= 1275u) {
+            r = n - 1020u;
+            b = 255u;
+        } else if (n < 1530u) {
+            b = 1530u - n;
+        }
+        t->whole[e] = (unsigned char)(n < 1530u ? gf_view_hue_byte(r, g, b) : 255u);
     }
 }
 
-// Convert.c's rgb2hsv of one pixel, shifted by `shift` (wrapping), and hsv2rgb back.
+// floor(n / d) for n < 2^24 and 0 < d < 2^16 whose quotient is at most 255, and whether the
+// division leaves nothing: the approximate float quotient (within 2 ulp, so at most one off
+// once truncated) corrected by its remainder.
+__device__ __forceinline__ unsigned int gf_view_quotient(unsigned int n, unsigned int d,
+                                                         bool* whole) {
+    unsigned int q = (unsigned int)__fdividef((float)n, (float)d);
+    int rest = (int)n - (int)(q * d);
+    if (rest < 0) {
+        q -= 1u;
+        rest += (int)d;
+    } else if (rest >= (int)d) {
+        q += 1u;
+        rest -= (int)d;
+    }
+    *whole = rest == 0;
+    return q;
+}
+
+// Convert.c's rgb2hsv of one pixel, its hue shifted by `shift` (wrapping), and hsv2rgb back,
+// in whole numbers. For every colour (the tests run all 2^24 of them) its float and double
+// steps give:
+// - the saturation s = floor(255 c / v), c the channels' span and v their largest;
+// - the hue floor(255 n / 6c), where n is 6c times the hue's fraction of the turn (g - b, plus
+//   6c when negative, with red the largest; 2c + b - r with green; 4c + r - g with blue),
+//   except where that quotient k is whole: there the float steps may fall one below it, and
+//   do for the same k whatever the colour (GfHueTables holds what they give);
+// - p, q and t: v (255 - s) / 255, v (255^2 - s m) / 255^2 and v (255^2 - s (255 - m)) / 255^2
+//   rounded half up, where m = 6h mod 255 is 255 times hsv2rgb's remainder f;
+// so the same bytes come out of these integer steps.
 __device__ __forceinline__ void gf_view_hue(unsigned int* px, unsigned int shift,
                                             const GfHueTables* tables) {
     const unsigned int r = px[0], g = px[1], b = px[2];
-    const unsigned int maxc = max(max(r, g), b);
-    const unsigned int minc = min(min(r, g), b);
-    unsigned int h = 0, s = 0;
-    const unsigned int v = maxc;
-    if (maxc != minc) {
-        const float cr = (float)(maxc - minc);
-        const float sf = __fdiv_rn(cr, (float)maxc);
-        // Only the two channels' distances a branch reads are divided.
-        float hf;
-        if (r == maxc) {
-            hf = __fsub_rn(__fdiv_rn((float)(maxc - b), cr), __fdiv_rn((float)(maxc - g), cr));
-        } else if (g == maxc) {
-            const float rc = __fdiv_rn((float)(maxc - r), cr);
-            const float bc = __fdiv_rn((float)(maxc - b), cr);
-            hf = __double2float_rn(__dsub_rn(__dadd_rn(2.0, (double)rc), (double)bc));
-        } else {
-            const float gc = __fdiv_rn((float)(maxc - g), cr);
-            const float rc = __fdiv_rn((float)(maxc - r), cr);
-            hf = __double2float_rn(__dsub_rn(__dadd_rn(4.0, (double)gc), (double)rc));
-        }
-        // fmod(hf / 6 + 1, 1): hf lies in [-1, 5], so the sum in [5/6, 11/6], and the remainder
-        // is the sum, or the sum less 1 (exact: both lie within a factor of two of 1).
-        double x = __dadd_rn(__ddiv_rn((double)hf, 6.0), 1.0);
-        if (x >= 1.0) x = __dsub_rn(x, 1.0);
-        hf = __double2float_rn(x);
-        h = gf_view_clip(__dmul_rn((double)hf, 255.0));
-        s = gf_view_clip(__dmul_rn((double)sf, 255.0));
+    const unsigned int v = max(max(r, g), b);
+    const unsigned int c = v - min(min(r, g), b);
+    // A grey (s = 0) stays itself.
+    if (c == 0u) return;
+    bool whole;
+    const unsigned int s = gf_view_quotient(255u * c, v, &whole);
+    unsigned int n;
+    if (r == v) {
+        n = g >= b ? g - b : 6u * c + g - b;
+    } else if (g == v) {
+        n = 2u * c + b - r;
+    } else {
+        n = 4u * c + r - g;
     }
-    h = (h + shift) & 255u;
-    if (s == 0) {
-        px[0] = v;
-        px[1] = v;
-        px[2] = v;
-        return;
-    }
-    const float f = tables->remainder[h];
-    const float fs = tables->saturation[s];
-    const double vf = (double)v;
-    const unsigned int p = gf_view_clip(round(__dmul_rn(vf, __dsub_rn(1.0, (double)fs))));
-    const unsigned int q =
-        gf_view_clip(round(__dmul_rn(vf, __dsub_rn(1.0, (double)__fmul_rn(fs, f)))));
-    const unsigned int t = gf_view_clip(round(
-        __dmul_rn(vf, __dsub_rn(1.0, __dmul_rn((double)fs, __dsub_rn(1.0, (double)f))))));
+    const unsigned int k = gf_view_quotient(255u * n, 6u * c, &whole);
+    const unsigned int h = ((whole ? (unsigned int)tables->whole[k] : k) + shift) & 255u;
+    // s >= 1 (c >= 1, v <= 255): hsv2rgb takes its sectors.
+    const unsigned int sector = 6u * h / 255u;
+    const unsigned int m = 6u * h - 255u * sector;
+    const unsigned int p = (2u * v * (255u - s) + 255u) / 510u;
+    const unsigned int q = (2u * v * (65025u - s * m) + 65025u) / 130050u;
+    const unsigned int t = (2u * v * (65025u - s * (255u - m)) + 65025u) / 130050u;
     unsigned int o0, o1, o2;
-    switch (tables->sector[h]) {
-        case 0: o0 = v; o1 = t; o2 = p; break;
+    switch (sector) {
         case 1: o0 = q; o1 = v; o2 = p; break;
         case 2: o0 = p; o1 = v; o2 = t; break;
         case 3: o0 = p; o1 = q; o2 = v; break;
         case 4: o0 = t; o1 = p; o2 = v; break;
-        default: o0 = v; o1 = p; o2 = q; break;
+        case 5: o0 = v; o1 = p; o2 = q; break;
+        default: o0 = v; o1 = t; o2 = p; break;
     }
     px[0] = o0;
     px[1] = o1;

@@ -312,6 +312,34 @@ fn every_call_alone_is_the_cpu_renditions_byte_for_byte() {
     }
 }
 
+/// Every colour once, red changing fastest: 2^24 pixels, a 4096 x 4096 view.
+fn every_colour() -> Vec<u8> {
+    (0..1u32 << 24)
+        .flat_map(|v| {
+            let [r, g, b, _] = v.to_le_bytes();
+            [r, g, b]
+        })
+        .collect()
+}
+
+/// Hue shifts for views of every colour: none, a quarter turn, half a turn each way (a
+/// negative factor wraps), the smallest.
+const EVERY_COLOUR_HUES: [f32; 5] = [0.0, 0.25, 0.5, -0.5, 0.004];
+
+#[test]
+fn the_hue_of_every_colour_is_the_cpu_renditions() {
+    let Some((stream, mut colour)) = colour_kernel() else {
+        return;
+    };
+    let colours = every_colour();
+    let ops: Vec<[ViewOp; 1]> = EVERY_COLOUR_HUES.map(|f| [ViewOp::Hue(f)]).to_vec();
+    let calls: Vec<&[ViewOp]> = ops.iter().map(|op| &op[..]).collect();
+    let pixels = colours.repeat(calls.len());
+    let want = on_the_cpu(&pixels, &calls, 4096, 4096);
+    let got = on_the_gpu(&stream, &mut colour, &pixels, &calls, 4096, 4096);
+    same(&got, &want, &calls, colours.len(), "every colour");
+}
+
 /// The calls of `views`' draws for images `0..images` in two epochs, group by group:
 /// `(size, the calls of each view of the group)`.
 fn drawn_calls(views: &Views, images: usize) -> Vec<(usize, Vec<Vec<ViewOp>>)> {
@@ -491,6 +519,14 @@ static inline double __hiloint2double(int hi, int lo) {
     const uint64_t bits = ((uint64_t)(uint32_t)hi << 32) | (uint32_t)lo;
     double d; memcpy(&d, &bits, 8); return d;
 }
+// __fdividef as far off as the GPU's may be (2 ulp), up or down as the operands' bits fall, so
+// that the kernel's corrections of its quotients run here too.
+static inline float __fdividef(float a, float b) {
+    volatile float q = a / b; float r = q;
+    unsigned u, x, y; memcpy(&u, &r, 4); memcpy(&x, &a, 4); memcpy(&y, &b, 4);
+    u = ((x ^ y) & 1u) ? u + 2u : (u >= 2u ? u - 2u : u);
+    memcpy(&r, &u, 4); return r;
+}
 using std::min; using std::max;
 "#;
 
@@ -498,13 +534,16 @@ using std::min; using std::max;
 /// the kernel's blocks one after the other (each on its team of threads), and counts the bytes
 /// that differ.
 const HARNESS: &str = r#"#include <cstdio>
+#include <cstdlib>
 #include <vector>
 int main(int argc, char** argv) {
   int bad = 0;
   // No tile (every blur reads the view), tiles too small for a band of some blurs, bands of a
   // few rows, the sizes src/cuda/views.rs gives, a whole view.
-  const unsigned tiles[] = {0, 97, 600, 2000, 5120, 10240, 65536};
+  // `--tile=N` before the cases: that tile alone.
+  std::vector<unsigned> tiles = {0, 97, 600, 2000, 5120, 10240, 65536};
   for (int a = 1; a < argc; a++) {
+    if (strncmp(argv[a], "--tile=", 7) == 0) { tiles = {(unsigned)atoi(argv[a] + 7)}; continue; }
     FILE* f = fopen(argv[a], "rb");
     uint64_t hdr[4]; fread(hdr, 8, 4, f);
     size_t h = hdr[0], w = hdr[1], views = hdr[2], nw = hdr[3];
@@ -548,17 +587,17 @@ fn emulation_case(pixels: &[u8], calls: &[&[ViewOp]], h: usize, w: usize) -> Vec
     out
 }
 
-#[test]
-fn the_kernel_source_run_on_the_cpu_is_the_cpu_rendition() {
+/// The kernel source built as C++ with the harness, in a folder of its own (`name`): the folder
+/// and the program, or `None` (the test skipped) where there is no C++ compiler.
+fn emulation(name: &str) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
     use std::io::Write as _;
-    use std::process::Command;
-    let dir = std::env::temp_dir().join(format!("gpufeed-views-emulation-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("gpufeed-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a folder");
     let kernel = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels/views.cu");
     let source = format!("{EMULATION}\n#include \"{}\"\n{HARNESS}", kernel.display());
     std::fs::write(dir.join("emulation.cpp"), source).expect("the harness");
     let binary = dir.join("emulation");
-    let compiled = Command::new("c++")
+    let compiled = std::process::Command::new("c++")
         .args(["-O2", "-ffp-contract=off", "-std=c++17", "-pthread", "-o"])
         .arg(&binary)
         .arg(dir.join("emulation.cpp"))
@@ -566,11 +605,9 @@ fn the_kernel_source_run_on_the_cpu_is_the_cpu_rendition() {
     let compiled = match compiled {
         Ok(out) => out,
         Err(e) => {
-            let _ = writeln!(
-                std::io::stderr(),
-                "skipped: the_kernel_source_run_on_the_cpu_is_the_cpu_rendition: no C++ compiler ({e})"
-            );
-            return;
+            let _ = writeln!(std::io::stderr(), "skipped: {name}: no C++ compiler ({e})");
+            let _ = std::fs::remove_dir_all(&dir);
+            return None;
         }
     };
     assert!(
@@ -578,6 +615,42 @@ fn the_kernel_source_run_on_the_cpu_is_the_cpu_rendition() {
         "{}",
         String::from_utf8_lossy(&compiled.stderr)
     );
+    Some((dir, binary))
+}
+
+/// The emulation's report on `cases` (each tile of the harness, or `tile` alone), its folder
+/// removed after; fails where the harness does.
+fn emulated(
+    dir: &std::path::Path,
+    binary: &std::path::Path,
+    tile: Option<u32>,
+    cases: &[Vec<u8>],
+) -> String {
+    let files: Vec<_> = cases
+        .iter()
+        .enumerate()
+        .map(|(i, case)| {
+            let file = dir.join(format!("case{i:02}.bin"));
+            std::fs::write(&file, case).expect("a case");
+            file
+        })
+        .collect();
+    let run = std::process::Command::new(binary)
+        .args(tile.map(|t| format!("--tile={t}")))
+        .args(&files)
+        .output()
+        .expect("the harness runs");
+    let _ = std::fs::remove_dir_all(dir);
+    let report = String::from_utf8_lossy(&run.stdout).into_owned();
+    assert!(run.status.success(), "{report}");
+    report
+}
+
+#[test]
+fn the_kernel_source_run_on_the_cpu_is_the_cpu_rendition() {
+    let Some((dir, binary)) = emulation("views-emulation") else {
+        return;
+    };
     let mut cases = Vec::new();
     let ops = every_call();
     for (case, &(h, w)) in [(96, 96), (61, 97), (12, 12), (5, 9), (1, 1)]
@@ -618,25 +691,23 @@ fn the_kernel_source_run_on_the_cpu_is_the_cpu_rendition() {
         let pixels = sweep(calls.len() * h * w * 3, seed as u64 + 21);
         cases.push(emulation_case(&pixels, &calls, h, w));
     }
-    let files: Vec<_> = cases
-        .iter()
-        .enumerate()
-        .map(|(i, case)| {
-            let file = dir.join(format!("case{i:02}.bin"));
-            std::fs::write(&file, case).expect("a case");
-            file
-        })
-        .collect();
-    let run = Command::new(&binary)
-        .args(&files)
-        .output()
-        .expect("the harness runs");
-    let _ = std::fs::remove_dir_all(&dir);
-    let report = String::from_utf8_lossy(&run.stdout);
-    assert!(run.status.success(), "{report}");
+    let report = emulated(&dir, &binary, None, &cases);
     assert_eq!(
         report.matches(": 0 differ").count(),
-        files.len() * 7,
+        cases.len() * 7,
         "{report}"
     );
+}
+
+#[test]
+fn the_kernel_source_run_on_the_cpu_gives_the_hue_of_every_colour() {
+    let Some((dir, binary)) = emulation("views-hue-emulation") else {
+        return;
+    };
+    // Two shifts of every colour (the GPU test runs five): half a turn back, a quarter on.
+    let ops = [[ViewOp::Hue(-0.5)], [ViewOp::Hue(0.25)]];
+    let calls: Vec<&[ViewOp]> = ops.iter().map(|op| &op[..]).collect();
+    let case = emulation_case(&every_colour().repeat(calls.len()), &calls, 4096, 4096);
+    let report = emulated(&dir, &binary, Some(0), &[case]);
+    assert_eq!(report.matches(": 0 differ").count(), 1, "{report}");
 }
