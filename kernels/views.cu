@@ -1,8 +1,9 @@
 // The colour calls of many views (DINOv2's, SimCLR's) on their u8 pixels, in place: Pillow's
 // arithmetic as torchvision runs it on a PIL image, line for line the CPU rendition in
-// src/views/pillow.rs (apply_view_ops). Every float and double step is written with its
-// rounding (__fmul_rn, __dadd_rn, ...), so nothing is contracted into a fused multiply-add and
-// the bytes are the CPU's.
+// src/views/pillow.rs (apply_view_ops) but for the hue, whose float and double steps give the
+// whole-number results gf_view_hue computes instead. Every float and double step is written
+// with its rounding (__fmul_rn, __dadd_rn, ...), so nothing is contracted into a fused
+// multiply-add and the bytes are the CPU's.
 //
 // gpufeed_views_colour: one block per view. The view's calls run in passes of the block's
 // threads over its pixels (HWC, 3 bytes each), each pixel's three samples held in registers
