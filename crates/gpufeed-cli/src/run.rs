@@ -1883,7 +1883,6 @@ impl Summary<'_> {
     }
 }
 
-/// Where the time went, for the JSON summary: each stage's seconds and count by its name.
 /// Each epoch's entry of a summary's `epochs`, from its report and seconds.
 pub(crate) fn epochs_json<'a>(
     epochs: impl Iterator<Item = (&'a gpufeed::EpochReport, f64)>,
@@ -1917,6 +1916,7 @@ pub(crate) fn decoded_by_json<'a>(
     })
 }
 
+/// Where the time went, for the JSON summary: each stage's seconds and count by its name.
 pub(crate) fn profile_json(profile: &gpufeed::Profile) -> Value {
     profile
         .stages
