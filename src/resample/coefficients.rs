@@ -16,7 +16,7 @@
 //!   `step = (double)(in1 - in0) / out` once per output (a running sum, not a product), taking the
 //!   sample `(int)position`; a position past the image leaves the output 0.
 
-use super::filter::Resampling;
+use super::filter::{Filter, Resampling};
 use super::plan::{Axis, AxisPlan, PlanError};
 
 /// Fraction bits of the integer weights: 32 bits less 8 for the sample, less 2 for headroom
@@ -43,8 +43,104 @@ pub struct AxisCoefficients {
     pub taps: usize,
     /// Per kept output: the first source sample it reads and how many it reads.
     pub bounds: Vec<(u32, u32)>,
-    /// `taps` weights per kept output, [`PRECISION_BITS`] fraction bits.
+    /// `taps` weights per kept output, [`PRECISION_BITS`] fraction bits; empty where they are
+    /// left to the device (`weights_on_device`).
     pub weights: Vec<i32>,
+    /// Where the host left the weights to the device ([`AxisCoefficients::compute_bounds`]):
+    /// what its kernel computes them from, the bounds here as the weights' would be.
+    pub weights_on_device: Option<WeightRule>,
+}
+
+/// What a device computes the weights of a bilinear or bicubic axis from, where the host leaves
+/// them to it: the values the host's loop starts from, so that the same double operations, each
+/// rounded on its own (`kernels/resize.cu`'s `gpufeed_resize_weights`), give the same weights.
+/// Weights of kept output `j` (the resize's sample `out_first + j`) are those
+/// [`AxisCoefficients::compute`] gives it.
+#[derive(Debug, Clone, Copy)]
+pub struct WeightRule {
+    /// Bilinear or bicubic ([`WeightRule::takes`]).
+    pub filter: Filter,
+    /// The box's first edge (a C float, widened).
+    pub in0: f64,
+    /// Source samples per output.
+    pub scale: f64,
+    /// How far the stretched filter reaches.
+    pub support: f64,
+    /// One over the filter's stretch.
+    pub inv_filterscale: f64,
+    /// Samples of the image resized (taps are clamped to it).
+    pub in_size: i32,
+    /// The first kept output's sample of the resize.
+    pub out_first: u32,
+}
+
+impl WeightRule {
+    /// Whether a device computes `filter`'s weights: those whose values are additions,
+    /// multiplications and comparisons alone (no sine or cosine, whose library results differ
+    /// between the host and the device).
+    pub fn takes(filter: Filter) -> bool {
+        matches!(filter, Filter::Bilinear | Filter::Bicubic)
+    }
+
+    /// Its values as bits, for comparing rules exactly.
+    fn bits(&self) -> (Filter, [u64; 4], i32, u32) {
+        let values = [self.in0, self.scale, self.support, self.inv_filterscale];
+        (
+            self.filter,
+            values.map(f64::to_bits),
+            self.in_size,
+            self.out_first,
+        )
+    }
+}
+
+impl PartialEq for WeightRule {
+    fn eq(&self, other: &WeightRule) -> bool {
+        self.bits() == other.bits()
+    }
+}
+
+impl Eq for WeightRule {}
+
+/// What every output of a convolution axis shares (the scalar loop's values, which the vectors'
+/// loop and the device's kernel start from too).
+pub(super) struct Convolution {
+    pub rule: WeightRule,
+    /// Weights per output (Pillow's `ksize`).
+    pub taps: usize,
+}
+
+impl Convolution {
+    /// `precompute_coeffs`'s values for `plan` under `filter`.
+    fn of(plan: &AxisPlan, filter: Filter) -> Convolution {
+        let (in0, in1) = plan.source_box().edges();
+        let scale = f64::from(in1 - in0) / f64::from(plan.resized);
+        let filterscale = scale.max(1.0);
+        let support = filter.support() * filterscale;
+        Convolution {
+            rule: WeightRule {
+                filter,
+                in0: f64::from(in0),
+                scale,
+                support,
+                inv_filterscale: 1.0 / filterscale,
+                in_size: plan.src_len as i32,
+                out_first: plan.out_first,
+            },
+            taps: (support.ceil() as usize) * 2 + 1,
+        }
+    }
+
+    /// Output `xx`'s centre, first sample and samples read (at most `taps`).
+    fn bounds(&self, xx: u32) -> (f64, i32, usize) {
+        let r = &self.rule;
+        let center = r.in0 + (f64::from(xx) + 0.5) * r.scale;
+        // `(int)` truncates toward zero; Rust's `as` does too (and saturates instead of UB).
+        let xmin = ((center - r.support + 0.5) as i32).max(0);
+        let xmax = ((center + r.support + 0.5) as i32).min(r.in_size);
+        let len = (xmax - xmin).max(0) as usize;
+        (center, xmin, len.min(self.taps))
+    }
 }
 
 impl AxisCoefficients {
@@ -63,6 +159,10 @@ impl AxisCoefficients {
                 .weights
                 .get(from * taps..to * taps)
                 .map_or_else(Vec::new, <[i32]>::to_vec),
+            weights_on_device: self.weights_on_device.map(|rule| WeightRule {
+                out_first: rule.out_first + from as u32,
+                ..rule
+            }),
         }
     }
 
@@ -101,6 +201,7 @@ impl AxisCoefficients {
         plan.check_own(axis)?;
         self.bounds.clear();
         self.weights.clear();
+        self.weights_on_device = None;
         match resampling {
             _ if !plan.is_resampled() => {
                 let first = plan.source_box().start / plan.source_box().divisor;
@@ -111,6 +212,52 @@ impl AxisCoefficients {
                 self.convolution(plan, |x| filter.weight(x), filter, vector_weights(filter))
             }
         }
+        Ok(())
+    }
+
+    /// [`AxisCoefficients::compute`] with the weights of a bilinear or bicubic axis left to the
+    /// device ([`WeightRule`]): the bounds alone are computed here, the same as `compute`'s.
+    /// Any other axis is computed whole.
+    pub(crate) fn compute_bounds(
+        &mut self,
+        plan: &AxisPlan,
+        filter: Filter,
+        axis: Axis,
+    ) -> Result<(), PlanError> {
+        if !WeightRule::takes(filter) || !plan.is_resampled() {
+            return self.compute(plan, Resampling::Filter(filter), axis);
+        }
+        plan.check_own(axis)?;
+        self.bounds.clear();
+        self.weights.clear();
+        let convolution = Convolution::of(plan, filter);
+        self.resampled = true;
+        self.taps = convolution.taps;
+        let mut done = 0;
+        // Four outputs at a time where the CPU has AVX2 (the same bounds); the rest, and four
+        // whose values leave `i32`, one by one below.
+        #[cfg(target_arch = "x86_64")]
+        if vector_weights(filter) {
+            let mut four = [(0, 0); 4];
+            while done + 4 <= plan.out_len {
+                // SAFETY: the CPU has AVX2 (`vector_weights`).
+                #[allow(unsafe_code)]
+                let computed = unsafe {
+                    super::weights_avx2::four_bounds(&convolution, plan.out_first + done, &mut four)
+                };
+                if !computed {
+                    break;
+                }
+                self.bounds.extend_from_slice(&four);
+                done += 4;
+            }
+        }
+        let kept = plan.out_first + done..plan.out_first + plan.out_len;
+        self.bounds.extend(kept.map(|xx| {
+            let (_, xmin, len) = convolution.bounds(xx);
+            (xmin as u32, len as u32)
+        }));
+        self.weights_on_device = Some(convolution.rule);
         Ok(())
     }
 
@@ -153,16 +300,11 @@ impl AxisCoefficients {
         &mut self,
         plan: &AxisPlan,
         weight: impl Fn(f64) -> f64,
-        filter: super::filter::Filter,
+        filter: Filter,
         vectors: bool,
     ) {
-        let in_size = plan.src_len as i32;
-        let (in0, in1) = plan.source_box().edges();
-        let scale = f64::from(in1 - in0) / f64::from(plan.resized);
-        let filterscale = scale.max(1.0);
-        let support = filter.support() * filterscale;
-        let taps = (support.ceil() as usize) * 2 + 1;
-        let inv_filterscale = 1.0 / filterscale;
+        let convolution = Convolution::of(plan, filter);
+        let (rule, taps) = (&convolution.rule, convolution.taps);
         self.resampled = true;
         self.taps = taps;
         self.weights.resize(plan.out_len as usize * taps, 0);
@@ -180,15 +322,6 @@ impl AxisCoefficients {
         // bits); the rest, and four whose values are not all finite, one by one below.
         #[cfg(target_arch = "x86_64")]
         if vectors {
-            let axis = super::weights_avx2::AxisFilter {
-                filter,
-                in0: f64::from(in0),
-                scale,
-                support,
-                inv_filterscale,
-                in_size,
-                taps,
-            };
             // Scratch for filters of up to 64 taps (`four_outputs` leaves wider ones to the
             // scalar loop).
             let mut values = [0f64; 4 * 64];
@@ -201,7 +334,13 @@ impl AxisCoefficients {
                 // buffers' lengths.
                 #[allow(unsafe_code)]
                 let computed = unsafe {
-                    super::weights_avx2::four_outputs(&axis, first, &mut values, rows, &mut bounds)
+                    super::weights_avx2::four_outputs(
+                        &convolution,
+                        first,
+                        &mut values,
+                        rows,
+                        &mut bounds,
+                    )
                 };
                 if !computed {
                     // The scalar loop below writes these outputs' weights, over zeros.
@@ -215,15 +354,11 @@ impl AxisCoefficients {
         let kept = plan.out_first + done as u32..plan.out_first + plan.out_len;
         let rows = self.weights[done * taps..].chunks_exact_mut(taps);
         for (xx, row) in kept.zip(rows) {
-            let center = f64::from(in0) + (f64::from(xx) + 0.5) * scale;
-            // `(int)` truncates toward zero; Rust's `as` does too (and saturates instead of UB).
-            let xmin = ((center - support + 0.5) as i32).max(0);
-            let xmax = ((center + support + 0.5) as i32).min(in_size);
-            let len = (xmax - xmin).max(0) as usize;
-            let k = &mut prekk[..len.min(taps)];
+            let (center, xmin, len) = convolution.bounds(xx);
+            let k = &mut prekk[..len];
             let mut ww = 0.0;
             for (x, w) in k.iter_mut().enumerate() {
-                let v = weight((f64::from(x as i32 + xmin) - center + 0.5) * inv_filterscale);
+                let v = weight((f64::from(x as i32 + xmin) - center + 0.5) * rule.inv_filterscale);
                 *w = v;
                 ww += v;
             }
@@ -252,7 +387,7 @@ impl AxisCoefficients {
 
 /// Whether this CPU computes `filter`'s weights four outputs at a time (bilinear and bicubic,
 /// with AVX2).
-fn vector_weights(filter: super::filter::Filter) -> bool {
+fn vector_weights(filter: Filter) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         super::weights_avx2::takes(filter)
@@ -348,6 +483,29 @@ mod tests {
                 one.convolution(p, |x| filter.weight(x), filter, false);
                 four.convolution(p, |x| filter.weight(x), filter, vector_weights(filter));
                 assert_eq!(one, four, "{filter:?} {p:?}");
+                // The bounds alone, for the device's weights, are the same; the rule is the
+                // loop's.
+                let mut whole = AxisCoefficients::default();
+                whole
+                    .compute(p, Resampling::Filter(filter), Axis::X)
+                    .expect("coefficients");
+                let mut bounds = AxisCoefficients::default();
+                bounds.compute_bounds(p, filter, Axis::X).expect("bounds");
+                let alone = AxisCoefficients {
+                    weights: whole.weights.clone(),
+                    weights_on_device: None,
+                    ..bounds.clone()
+                };
+                assert_eq!(alone, whole, "{filter:?} {p:?}");
+                match WeightRule::takes(filter) && p.is_resampled() {
+                    true => {
+                        assert!(bounds.weights.is_empty());
+                        let rule = bounds.weights_on_device.expect("a rule");
+                        assert_eq!(rule, Convolution::of(p, filter).rule);
+                        assert_eq!(rule.out_first, p.out_first);
+                    }
+                    false => assert_eq!(bounds, whole, "{filter:?} {p:?}"),
+                }
             }
         }
     }

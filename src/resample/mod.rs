@@ -32,10 +32,14 @@ mod torch;
 #[allow(unsafe_code)]
 mod weights_avx2;
 
+pub use coefficients::WeightRule;
 #[cfg(test)]
 pub use coefficients::{clip8, HALF};
 pub use filter::{Filter, Resampling};
-pub use passes::{plan_passes, plan_passes_torchvision, Direction, Pass, PassOrder, PassPlan};
+pub use passes::{
+    plan_passes, plan_passes_torchvision, plan_passes_weights_on_device, Direction, Pass,
+    PassOrder, PassPlan,
+};
 #[cfg(test)]
 pub use plan::torchvision_center_crop;
 pub use plan::{letterbox_fit, torchvision_resize, Axis, AxisPlan, PlanError, Window};

@@ -118,6 +118,22 @@ pub fn plan_passes(
     Ok(passes_of(x, y, xc, yc, order.vertical_first(x, y)))
 }
 
+/// [`plan_passes`] for a resize on the device: the weights of a bilinear or bicubic axis left to
+/// its kernel ([`WeightRule`](super::WeightRule), the host's double operations there), the
+/// bounds and the passes the same as `plan_passes`'s. Other filters' weights are computed here.
+pub fn plan_passes_weights_on_device(
+    x: &AxisPlan,
+    y: &AxisPlan,
+    filter: Filter,
+    order: PassOrder,
+) -> Result<PassPlan, PlanError> {
+    let mut xc = AxisCoefficients::default();
+    let mut yc = AxisCoefficients::default();
+    xc.compute_bounds(x, filter, Axis::X)?;
+    yc.compute_bounds(y, filter, Axis::Y)?;
+    Ok(passes_of(x, y, xc, yc, order.vertical_first(x, y)))
+}
+
 /// The passes torchvision's resize of a `uint8` tensor runs on the CPU for plans `x` and `y`
 /// under `filter` (bilinear or bicubic): PyTorch's 16-bit weights ([`super::torch`]), the width
 /// first, in the same pass structure (the same kernels run them).

@@ -12,6 +12,7 @@
 
 use std::arch::x86_64::*;
 
+use super::coefficients::Convolution;
 use super::coefficients::ONE;
 use super::filter::Filter;
 
@@ -21,24 +22,6 @@ pub(super) fn takes(filter: Filter) -> bool {
         && std::arch::is_x86_feature_detected!("avx2")
 }
 
-/// What the weights of every output of one axis share (the scalar loop's names).
-#[derive(Debug, Clone, Copy)]
-pub(super) struct AxisFilter {
-    pub filter: Filter,
-    /// The box's first edge.
-    pub in0: f64,
-    /// Source samples per output.
-    pub scale: f64,
-    /// How far the stretched filter reaches.
-    pub support: f64,
-    /// One over the filter's stretch.
-    pub inv_filterscale: f64,
-    /// Samples of the image resized (taps are clamped to it).
-    pub in_size: i32,
-    /// Weights per output.
-    pub taps: usize,
-}
-
 /// The weights of outputs `first..first + 4`: `rows` their four rows of `taps` weights (each
 /// output's first `count` weights, zeros after them), `bounds` each one's first sample and
 /// `count`. `values` is scratch of `4 * taps` doubles. `false`, with `rows` and `bounds` not to
@@ -46,10 +29,10 @@ pub(super) struct AxisFilter {
 /// these outputs.
 ///
 /// # Safety
-/// AVX2, and `axis.filter` one [`takes`].
+/// AVX2, and `axis.rule.filter` one [`takes`].
 #[target_feature(enable = "avx2")]
 pub(super) unsafe fn four_outputs(
-    axis: &AxisFilter,
+    axis: &Convolution,
     first: u32,
     values: &mut [f64],
     rows: &mut [i32],
@@ -60,31 +43,8 @@ pub(super) unsafe fn four_outputs(
         return false;
     }
     let half = _mm256_set1_pd(0.5);
-    let xx = _mm256_add_pd(
-        _mm256_set1_pd(f64::from(first)),
-        _mm256_setr_pd(0.0, 1.0, 2.0, 3.0),
-    );
-    // `in0 + (xx + 0.5) * scale`.
-    let center = _mm256_add_pd(
-        _mm256_set1_pd(axis.in0),
-        _mm256_mul_pd(_mm256_add_pd(xx, half), _mm256_set1_pd(axis.scale)),
-    );
-    let support = _mm256_set1_pd(axis.support);
-    // `(int)(center - support + 0.5)` at least 0, `(int)(center + support + 0.5)` at most the
-    // image: the centres lie within the image, far inside `i32`.
-    let xmin = _mm_max_epi32(
-        _mm256_cvttpd_epi32(_mm256_add_pd(_mm256_sub_pd(center, support), half)),
-        _mm_setzero_si128(),
-    );
-    let xmax = _mm_min_epi32(
-        _mm256_cvttpd_epi32(_mm256_add_pd(_mm256_add_pd(center, support), half)),
-        _mm_set1_epi32(axis.in_size),
-    );
-    let count = _mm_min_epi32(
-        _mm_max_epi32(_mm_sub_epi32(xmax, xmin), _mm_setzero_si128()),
-        _mm_set1_epi32(taps as i32),
-    );
-    let inv = _mm256_set1_pd(axis.inv_filterscale);
+    let (center, xmin, count) = tap_bounds(axis, first);
+    let inv = _mm256_set1_pd(axis.rule.inv_filterscale);
     let mut ww = _mm256_setzero_pd();
     let mut finite = _mm256_setzero_pd();
     for (t, out) in values[..4 * taps].chunks_exact_mut(4).enumerate() {
@@ -92,7 +52,7 @@ pub(super) unsafe fn four_outputs(
         // `(double)(x + xmin)`, then `(x - center + 0.5) * inv_filterscale`.
         let x = _mm256_cvtepi32_pd(_mm_add_epi32(xmin, t));
         let at = _mm256_mul_pd(_mm256_add_pd(_mm256_sub_pd(x, center), half), inv);
-        let v = match axis.filter {
+        let v = match axis.rule.filter {
             Filter::Bicubic => bicubic(at),
             _ => bilinear(at),
         };
@@ -128,6 +88,76 @@ pub(super) unsafe fn four_outputs(
             row[t] = w;
         }
     }
+    store_bounds(xmin, count, bounds);
+    true
+}
+
+/// The taps of outputs `first..first + 4`: their centres (`in0 + (xx + 0.5) * scale`), first
+/// samples (`(int)(center - support + 0.5)`, at least 0) and counts (up to `(int)(center +
+/// support + 0.5)`, at most the image, at most `taps`), as the scalar loop computes them where
+/// those values lie inside `i32` (the centres lie within the image).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn tap_bounds(axis: &Convolution, first: u32) -> (__m256d, __m128i, __m128i) {
+    let half = _mm256_set1_pd(0.5);
+    let xx = _mm256_add_pd(
+        _mm256_set1_pd(f64::from(first)),
+        _mm256_setr_pd(0.0, 1.0, 2.0, 3.0),
+    );
+    let center = _mm256_add_pd(
+        _mm256_set1_pd(axis.rule.in0),
+        _mm256_mul_pd(_mm256_add_pd(xx, half), _mm256_set1_pd(axis.rule.scale)),
+    );
+    let support = _mm256_set1_pd(axis.rule.support);
+    let xmin = _mm_max_epi32(
+        _mm256_cvttpd_epi32(_mm256_add_pd(_mm256_sub_pd(center, support), half)),
+        _mm_setzero_si128(),
+    );
+    let xmax = _mm_min_epi32(
+        _mm256_cvttpd_epi32(_mm256_add_pd(_mm256_add_pd(center, support), half)),
+        _mm_set1_epi32(axis.rule.in_size),
+    );
+    let count = _mm_min_epi32(
+        _mm_max_epi32(_mm_sub_epi32(xmax, xmin), _mm_setzero_si128()),
+        _mm_set1_epi32(axis.taps as i32),
+    );
+    (center, xmin, count)
+}
+
+/// The bounds alone of outputs `first..first + 4` (each one's first sample and count), the
+/// scalar loop's; `false`, with `bounds` not to be used, where a value truncated is not inside
+/// `i32` (the scalar loop then computes them).
+///
+/// # Safety
+/// AVX2.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn four_bounds(
+    axis: &Convolution,
+    first: u32,
+    bounds: &mut [(u32, u32); 4],
+) -> bool {
+    if axis.taps > i32::MAX as usize {
+        return false;
+    }
+    let (center, xmin, count) = tap_bounds(axis, first);
+    // Both truncated values strictly inside i32 (and not NaN), as the scalar conversions need
+    // to agree with the vector ones.
+    let reach = _mm256_add_pd(
+        _mm256_andnot_pd(_mm256_set1_pd(-0.0), center),
+        _mm256_add_pd(_mm256_set1_pd(axis.rule.support), _mm256_set1_pd(0.5)),
+    );
+    let inside = _mm256_cmp_pd::<_CMP_LT_OQ>(reach, _mm256_set1_pd(2_147_483_647.0));
+    if _mm256_movemask_pd(inside) != 0b1111 {
+        return false;
+    }
+    store_bounds(xmin, count, bounds);
+    true
+}
+
+/// Four outputs' first samples and counts into `bounds`.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn store_bounds(xmin: __m128i, count: __m128i, bounds: &mut [(u32, u32); 4]) {
     let (mut starts, mut counts) = ([0i32; 4], [0i32; 4]);
     // SAFETY: unaligned stores of four i32s into arrays of four.
     unsafe {
@@ -137,7 +167,6 @@ pub(super) unsafe fn four_outputs(
     for ((b, &start), &count) in bounds.iter_mut().zip(&starts).zip(&counts) {
         *b = (start as u32, count as u32);
     }
-    true
 }
 
 /// `|x|` (the scalar filters negate a negative `x`: the same magnitude; at `-0.0` either gives

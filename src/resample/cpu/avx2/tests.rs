@@ -90,6 +90,7 @@ fn random_coefficients(
         taps,
         bounds,
         weights,
+        weights_on_device: None,
     }
 }
 
