@@ -9,6 +9,8 @@
 
 mod augment;
 mod device;
+#[cfg(test)]
+pub(crate) mod emulation;
 mod gather;
 mod image_staging;
 mod kernel_cache;

@@ -1,4 +1,5 @@
 use super::*;
+use crate::cuda::emulation::{emulated, emulation};
 use crate::views::{apply_view_ops, ViewOps, Views};
 use gpufeed_bench::upload::random_bytes;
 
@@ -469,67 +470,6 @@ fn too_few_bytes_for_the_views_is_an_error() {
     assert!(err.to_string().contains("383"), "{err}");
 }
 
-/// What the kernel source needs of CUDA as plain C++: a block's threads as 5 threads of the
-/// process meeting at each `__syncthreads`, shared memory as statics, the rounding intrinsics
-/// as IEEE operations the compiler may not contract; so that `kernels/views.cu`'s arithmetic,
-/// and its barriers, are checked against `apply_view_ops` where there is no GPU.
-const EMULATION: &str = r#"#include <cmath>
-#include <cstring>
-#include <cstdint>
-#include <cstddef>
-#include <algorithm>
-#include <mutex>
-#include <condition_variable>
-#include <thread>
-#define __device__
-#define __global__
-#define __launch_bounds__(...)
-#define __forceinline__ inline
-#define __restrict__
-#define __shared__ static
-#define GF_VIEW_TILE static unsigned int s_tile[1 << 16]
-struct Dim { unsigned x, y, z; };
-static thread_local Dim threadIdx = {0, 0, 0};
-static Dim blockIdx = {0, 0, 0}, blockDim = {5, 1, 1}, gridDim = {1, 1, 1};
-struct uint4 { unsigned x, y, z, w; };
-static std::mutex gf_lock;
-static std::condition_variable gf_turn;
-static unsigned gf_waiting = 0, gf_round = 0;
-static inline void __syncthreads() {
-    std::unique_lock<std::mutex> hold(gf_lock);
-    const unsigned round = gf_round;
-    if (++gf_waiting == blockDim.x) { gf_waiting = 0; gf_round++; gf_turn.notify_all(); }
-    else gf_turn.wait(hold, [&] { return gf_round != round; });
-}
-static inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
-    std::lock_guard<std::mutex> hold(gf_lock); auto o = *p; *p += v; return o;
-}
-static inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
-static inline float __fsub_rn(float a, float b) { volatile float r = a - b; return r; }
-static inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
-static inline float __fdiv_rn(float a, float b) { volatile float r = a / b; return r; }
-static inline double __dadd_rn(double a, double b) { volatile double r = a + b; return r; }
-static inline double __dsub_rn(double a, double b) { volatile double r = a - b; return r; }
-static inline double __dmul_rn(double a, double b) { volatile double r = a * b; return r; }
-static inline double __ddiv_rn(double a, double b) { volatile double r = a / b; return r; }
-static inline double __fma_rn(double a, double b, double c) { volatile double r = std::fma(a, b, c); return r; }
-static inline float __double2float_rn(double a) { return (float)a; }
-static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
-static inline double __hiloint2double(int hi, int lo) {
-    const uint64_t bits = ((uint64_t)(uint32_t)hi << 32) | (uint32_t)lo;
-    double d; memcpy(&d, &bits, 8); return d;
-}
-// __fdividef as far off as the GPU's may be (2 ulp), up or down as the operands' bits fall, so
-// that the kernel's corrections of its quotients run here too.
-static inline float __fdividef(float a, float b) {
-    volatile float q = a / b; float r = q;
-    unsigned u, x, y; memcpy(&u, &r, 4); memcpy(&x, &a, 4); memcpy(&y, &b, 4);
-    u = ((x ^ y) & 1u) ? u + 2u : (u >= 2u ? u - 2u : u);
-    memcpy(&r, &u, 4); return r;
-}
-using std::min; using std::max;
-"#;
-
 /// Reads the cases (`h`, `w`, views, plan words, the plan, the pixels, the CPU's bytes), runs
 /// the kernel's blocks one after the other (each on its team of threads), and counts the bytes
 /// that differ.
@@ -587,68 +527,9 @@ fn emulation_case(pixels: &[u8], calls: &[&[ViewOp]], h: usize, w: usize) -> Vec
     out
 }
 
-/// The kernel source built as C++ with the harness, in a folder of its own (`name`): the folder
-/// and the program, or `None` (the test skipped) where there is no C++ compiler.
-fn emulation(name: &str) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
-    use std::io::Write as _;
-    let dir = std::env::temp_dir().join(format!("gpufeed-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a folder");
-    let kernel = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels/views.cu");
-    let source = format!("{EMULATION}\n#include \"{}\"\n{HARNESS}", kernel.display());
-    std::fs::write(dir.join("emulation.cpp"), source).expect("the harness");
-    let binary = dir.join("emulation");
-    let compiled = std::process::Command::new("c++")
-        .args(["-O2", "-ffp-contract=off", "-std=c++17", "-pthread", "-o"])
-        .arg(&binary)
-        .arg(dir.join("emulation.cpp"))
-        .output();
-    let compiled = match compiled {
-        Ok(out) => out,
-        Err(e) => {
-            let _ = writeln!(std::io::stderr(), "skipped: {name}: no C++ compiler ({e})");
-            let _ = std::fs::remove_dir_all(&dir);
-            return None;
-        }
-    };
-    assert!(
-        compiled.status.success(),
-        "{}",
-        String::from_utf8_lossy(&compiled.stderr)
-    );
-    Some((dir, binary))
-}
-
-/// The emulation's report on `cases` (each tile of the harness, or `tile` alone), its folder
-/// removed after; fails where the harness does.
-fn emulated(
-    dir: &std::path::Path,
-    binary: &std::path::Path,
-    tile: Option<u32>,
-    cases: &[Vec<u8>],
-) -> String {
-    let files: Vec<_> = cases
-        .iter()
-        .enumerate()
-        .map(|(i, case)| {
-            let file = dir.join(format!("case{i:02}.bin"));
-            std::fs::write(&file, case).expect("a case");
-            file
-        })
-        .collect();
-    let run = std::process::Command::new(binary)
-        .args(tile.map(|t| format!("--tile={t}")))
-        .args(&files)
-        .output()
-        .expect("the harness runs");
-    let _ = std::fs::remove_dir_all(dir);
-    let report = String::from_utf8_lossy(&run.stdout).into_owned();
-    assert!(run.status.success(), "{report}");
-    report
-}
-
 #[test]
 fn the_kernel_source_run_on_the_cpu_is_the_cpu_rendition() {
-    let Some((dir, binary)) = emulation("views-emulation") else {
+    let Some((dir, binary)) = emulation("views-emulation", "views.cu", HARNESS) else {
         return;
     };
     let mut cases = Vec::new();
@@ -691,7 +572,7 @@ fn the_kernel_source_run_on_the_cpu_is_the_cpu_rendition() {
         let pixels = sweep(calls.len() * h * w * 3, seed as u64 + 21);
         cases.push(emulation_case(&pixels, &calls, h, w));
     }
-    let report = emulated(&dir, &binary, None, &cases);
+    let report = emulated(&dir, &binary, &[], &cases);
     assert_eq!(
         report.matches(": 0 differ").count(),
         cases.len() * 7,
@@ -701,13 +582,13 @@ fn the_kernel_source_run_on_the_cpu_is_the_cpu_rendition() {
 
 #[test]
 fn the_kernel_source_run_on_the_cpu_gives_the_hue_of_every_colour() {
-    let Some((dir, binary)) = emulation("views-hue-emulation") else {
+    let Some((dir, binary)) = emulation("views-hue-emulation", "views.cu", HARNESS) else {
         return;
     };
     // Two shifts of every colour (the GPU test runs five): half a turn back, a quarter on.
     let ops = [[ViewOp::Hue(-0.5)], [ViewOp::Hue(0.25)]];
     let calls: Vec<&[ViewOp]> = ops.iter().map(|op| &op[..]).collect();
     let case = emulation_case(&every_colour().repeat(calls.len()), &calls, 4096, 4096);
-    let report = emulated(&dir, &binary, Some(0), &[case]);
+    let report = emulated(&dir, &binary, &["--tile=0".into()], &[case]);
     assert_eq!(report.matches(": 0 differ").count(), 1, "{report}");
 }
