@@ -3,14 +3,18 @@
 //
 // Compiled at run time by NVRTC (src/cuda.rs), which has no include path here: no headers.
 //
-// The host (src/batch.rs) does everything that involves floating point or choices: Pillow's
-// integer coefficients (src/pillow.rs: precompute_coeffs + normalize_coeffs_8bpc, 22 fraction
-// bits), which passes run in which order (Pillow skips an axis whose size is unchanged, and
-// Pillow 13 runs the vertical pass first when the height shrinks much more than the width), and
-// which rows or columns each pass covers. The kernels only sum products in 32-bit integers from
-// the same rounding half and clamp as Pillow's clip8 does, so they agree with the CPU rendition,
-// and so with Pillow, byte for byte:
+// The host (src/cuda/resize/plan.rs) makes the choices: which passes run in which order (Pillow
+// skips an axis whose size is unchanged, and Pillow 13 runs the vertical pass first when the
+// height shrinks much more than the width), which rows or columns each pass covers, and each
+// output's taps (src/resample/coefficients.rs). Pillow's integer weights (precompute_coeffs +
+// normalize_coeffs_8bpc, 22 fraction bits) come from the host, or, for the bilinear and bicubic
+// filters where the host leaves them here, from gpufeed_resize_weights, in the host's double
+// operations one by one (each rounded on its own: no fused multiply-add). The passes only sum
+// products in 32-bit integers from the same rounding half and clamp as Pillow's clip8 does, so
+// they agree with the CPU rendition, and so with Pillow, byte for byte:
 //
+//   gpufeed_resize_weights  one thread per output of every axis whose weights are left here,
+//                         before the passes.
 //   gpufeed_resize_first  one thread per intermediate pixel of every image that resamples both
 //                         axes: Pillow's first pass over only the rows (or columns) the second
 //                         reads, into the 8-bit intermediate. Its grid is every image's blocks
@@ -30,10 +34,10 @@
 #define GF_PRECISION_BITS 22
 #define GF_HALF (1 << (GF_PRECISION_BITS - 1))
 
-// One pass: src/batch.rs's PassDescriptor. Output pixel (i, j) takes its taps from the bounds and
-// weights of output i along input row fixed_first + j (horizontal), or of output j down input
-// column fixed_first + i (vertical). Offsets count ints into `coeffs`; bounds are (first input
-// sample, samples) pairs, weights `taps` per output.
+// One pass: src/cuda/resize/plan.rs's PassDescriptor. Output pixel (i, j) takes its taps from
+// the bounds and weights of output i along input row fixed_first + j (horizontal), or of output
+// j down input column fixed_first + i (vertical). Offsets count ints into `coeffs`; bounds are
+// (first input sample, samples) pairs, weights `taps` per output.
 struct GfPass {
     unsigned int vertical;
     unsigned int from_tmp;      // 1: reads the intermediate; 0: the source region
@@ -68,10 +72,94 @@ struct GfResizeImage {
                                 //   grid is every image's blocks back to back
 };
 
-// NVRTC has no offsetof; src/batch.rs's tests read the two structs above, field by field, and
+// NVRTC has no offsetof; src/cuda/resize/plan.rs's tests read the structs, field by field, and
 // compare the C layout with the Rust one.
 static_assert(sizeof(GfPass) == 24, "GfPass size");
 static_assert(sizeof(GfResizeImage) == 152, "GfResizeImage size");
+
+// One axis whose weights are computed here: src/cuda/resize/plan.rs's WeightJob, the values
+// src/resample/coefficients.rs's loop starts from.
+struct GfWeightJob {
+    double in0;               // the box's first edge
+    double scale;             // source samples per output
+    double support;           // how far the stretched filter reaches
+    double inv_filterscale;   // one over the filter's stretch
+    int in_size;              // samples of the image resized (taps are clamped to it)
+    unsigned int taps;        // weights per output
+    unsigned int out_first;   // the first output's sample of the resize
+    unsigned int out_len;     // outputs
+    unsigned int weights;     // offset of the first output's weights in `coeffs`
+    unsigned int filter;      // 0: bilinear; 1: bicubic
+};
+
+static_assert(sizeof(GfWeightJob) == 56, "GfWeightJob size");
+
+// Rust's `as i32` of a double: toward zero, saturating, NaN to 0 (C's (int) where it is defined).
+__device__ __forceinline__ int gf_trunc(double v) {
+    if (!(v == v)) return 0;
+    if (v >= 2147483647.0) return 2147483647;
+    if (v <= -2147483648.0) return -2147483647 - 1;
+    return (int)v;
+}
+
+// Resample.c's bilinear_filter and bicubic_filter (a = -0.5), operation for operation.
+__device__ __forceinline__ double gf_filter(unsigned int bicubic, double x) {
+    if (x < 0.0) x = -x;
+    if (!bicubic) return x < 1.0 ? __dsub_rn(1.0, x) : 0.0;
+    const double a = -0.5;
+    if (x < 1.0) {
+        return __dadd_rn(__dmul_rn(__dmul_rn(__dsub_rn(__dmul_rn(a + 2.0, x), a + 3.0), x), x),
+                         1.0);
+    }
+    if (x < 2.0) {
+        return __dmul_rn(
+            __dsub_rn(__dmul_rn(__dadd_rn(__dmul_rn(__dsub_rn(x, 5.0), x), 8.0), x), 4.0), a);
+    }
+    return 0.0;
+}
+
+// The filter's value at tap t of an output centred at `center` whose first tap is `xmin`.
+__device__ __forceinline__ double gf_tap(const GfWeightJob& job, double center, int xmin,
+                                         int t) {
+    const double x = (double)(t + xmin);
+    return gf_filter(job.filter,
+                     __dmul_rn(__dadd_rn(__dsub_rn(x, center), 0.5), job.inv_filterscale));
+}
+
+// Grid (blocks over the longest axis's outputs, jobs or 65535): each thread one output of a job,
+// striding over both. Output o's row: its taps' filter values summed in order, each divided by
+// the sum (unless it is 0), scaled to 22 fraction bits and rounded half away from zero; zeros
+// past its taps. The values are computed twice rather than kept, the same bits each time.
+extern "C" __global__ void gpufeed_resize_weights(const GfWeightJob* __restrict__ jobs,
+                                                  unsigned int count, int* __restrict__ coeffs) {
+    for (unsigned int j = blockIdx.y; j < count; j += gridDim.y) {
+        const GfWeightJob job = jobs[j];
+        for (unsigned int o = blockIdx.x * blockDim.x + threadIdx.x; o < job.out_len;
+             o += gridDim.x * blockDim.x) {
+            const double xx = (double)(job.out_first + o);
+            const double center = __dadd_rn(job.in0, __dmul_rn(__dadd_rn(xx, 0.5), job.scale));
+            int xmin = gf_trunc(__dadd_rn(__dsub_rn(center, job.support), 0.5));
+            int xmax = gf_trunc(__dadd_rn(__dadd_rn(center, job.support), 0.5));
+            xmin = xmin < 0 ? 0 : xmin;
+            xmax = xmax > job.in_size ? job.in_size : xmax;
+            const long long span = (long long)xmax - (long long)xmin;
+            const int len = span < 0 ? 0 : (span > (long long)job.taps ? (int)job.taps : (int)span);
+            double ww = 0.0;
+            for (int t = 0; t < len; t++) ww = __dadd_rn(ww, gf_tap(job, center, xmin, t));
+            int* row = coeffs + job.weights + (size_t)o * job.taps;
+            for (int t = 0; t < (int)job.taps; t++) {
+                int fixed = 0;
+                if (t < len) {
+                    double w = gf_tap(job, center, xmin, t);
+                    if (ww != 0.0) w = __ddiv_rn(w, ww);
+                    const double scaled = __dmul_rn(w, (double)(1 << GF_PRECISION_BITS));
+                    fixed = gf_trunc(w < 0.0 ? __dadd_rn(-0.5, scaled) : __dadd_rn(0.5, scaled));
+                }
+                row[t] = fixed;
+            }
+        }
+    }
+}
 
 // Pillow's clip8: the sum's integer part (arithmetic shift: negative sums floor), clamped.
 __device__ __forceinline__ unsigned char gf_clip8(int sum) {

@@ -20,7 +20,7 @@ pub(crate) mod plan;
 use crate::resample::{AxisPlan, Filter, PassOrder, PassPlan};
 use plan::{
     plan_batch_sized, BatchError, BatchPlan, ResizeDescriptor, ResizeJob, SourceImage,
-    SourcePixels, THREADS_PER_BLOCK,
+    SourcePixels, WeightJob, THREADS_PER_BLOCK,
 };
 
 /// The kernel source, embedded at build time.
@@ -31,6 +31,11 @@ pub const SOURCE: &str = include_str!("../../../kernels/resize.cu");
 // `GfResizeImage` (batch.rs's tests compare the two field by field, the kernel static_asserts the
 // sizes), so its bytes can be copied to the device as they are.
 unsafe impl DeviceRepr for ResizeDescriptor {}
+
+// SAFETY: `WeightJob` is `repr(C)` plain old data (four f64 then six u32, 56 bytes, no padding)
+// laid out as the kernel's `GfWeightJob` (plan.rs's tests compare the two field by field, the
+// kernel static_asserts the size).
+unsafe impl DeviceRepr for WeightJob {}
 
 /// What can go wrong on the device side.
 #[derive(Debug, Error)]
@@ -73,6 +78,12 @@ impl ResizeError {
     }
 }
 
+/// Threads per block of `gpufeed_resize_weights`.
+const WEIGHTS_THREADS: u32 = 128;
+
+/// The most blocks of a grid's y dimension.
+const MAX_GRID_Y: u32 = 65_535;
+
 /// The kernel source as the module cache compiles it.
 pub(crate) fn kernel_source() -> KernelSource {
     KernelSource {
@@ -85,6 +96,7 @@ pub(crate) fn kernel_source() -> KernelSource {
 /// The two entry points of kernels/resize.cu, compiled for one device.
 #[derive(Debug)]
 pub struct BatchResizer {
+    weights: CudaFunction,
     first: CudaFunction,
     last: CudaFunction,
 }
@@ -93,7 +105,13 @@ pub struct BatchResizer {
 /// Reusable: launching it again recomputes the same slots.
 pub struct DevicePlan {
     descriptors: CudaSlice<ResizeDescriptor>,
+    /// The host's coefficients, then the weights the device computes.
     coefficients: CudaSlice<i32>,
+    /// The jobs computing those weights ([`BatchPlan::weight_jobs`]).
+    weight_jobs: CudaSlice<WeightJob>,
+    weight_job_count: u32,
+    /// The most outputs of a weight job.
+    weight_outputs: u32,
     intermediate: CudaSlice<u8>,
     images: u32,
     first_pass_blocks: u32,
@@ -125,9 +143,17 @@ impl DevicePlan {
     ) -> Result<(), ResizeError> {
         let descriptors = descriptors_of(plan);
         let coefficients = &plan.coefficients;
+        let weight_jobs = &plan.weight_jobs;
         make_room(stream, &mut self.descriptors, descriptors.len())?;
-        make_room(stream, &mut self.coefficients, coefficients.len())?;
-        let bytes = std::mem::size_of_val(&*descriptors) + std::mem::size_of_val(&**coefficients);
+        make_room(
+            stream,
+            &mut self.coefficients,
+            coefficients.len() + plan.device_weights as usize,
+        )?;
+        make_room(stream, &mut self.weight_jobs, weight_jobs.len())?;
+        let bytes = std::mem::size_of_val(&*descriptors)
+            + std::mem::size_of_val(&**coefficients)
+            + std::mem::size_of_val(&**weight_jobs);
         self.staging
             .start(stream, bytes)
             .map_err(ResizeError::driver("waiting for the last plan's upload"))?;
@@ -137,6 +163,12 @@ impl DevicePlan {
         self.staging
             .queue(stream, coefficients, &mut self.coefficients)
             .map_err(ResizeError::driver("uploading the coefficients"))?;
+        self.staging
+            .queue(stream, weight_jobs, &mut self.weight_jobs)
+            .map_err(ResizeError::driver("uploading the weight jobs"))?;
+        self.weight_job_count = u32::try_from(weight_jobs.len())
+            .map_err(|_| ResizeError::Plan(BatchError::TooLarge("weight jobs")))?;
+        self.weight_outputs = weight_jobs.iter().map(|j| j.out_len).max().unwrap_or(0);
         let intermediate = intermediate_len(plan)?;
         if self.intermediate.len() < intermediate {
             self.intermediate = stream
@@ -361,6 +393,7 @@ impl BatchResizer {
                 .map_err(ResizeError::driver("finding a kernel entry point"))
         };
         Ok(BatchResizer {
+            weights: load("gpufeed_resize_weights")?,
             first: load("gpufeed_resize_first")?,
             last: load("gpufeed_resize_last")?,
         })
@@ -375,7 +408,13 @@ impl BatchResizer {
     ) -> Result<DevicePlan, ResizeError> {
         let mut device = DevicePlan {
             descriptors: plan_buffer(stream, plan.descriptors.len())?,
-            coefficients: plan_buffer(stream, plan.coefficients.len())?,
+            coefficients: plan_buffer(
+                stream,
+                plan.coefficients.len() + plan.device_weights as usize,
+            )?,
+            weight_jobs: plan_buffer(stream, plan.weight_jobs.len())?,
+            weight_job_count: 0,
+            weight_outputs: 0,
             intermediate: stream
                 .alloc_zeros::<u8>(intermediate_len(plan)?)
                 .map_err(ResizeError::driver("allocating the intermediate"))?,
@@ -416,9 +455,43 @@ impl BatchResizer {
         unsafe { self.launch_at(stream, plan, address, len) }
     }
 
-    /// Launches both passes of `plan` on `stream` into `out_len` bytes of device memory at `out`,
-    /// writing every byte of every slot a job of the batch names (slot `s` at
-    /// `s * plan.slot_len` from `out`); other slots are left as they are.
+    /// Launches `gpufeed_resize_weights` for the weights `plan` leaves to the device (none:
+    /// nothing), on `stream`, before the passes that read them.
+    fn launch_weights(
+        &self,
+        stream: &Arc<CudaStream>,
+        plan: &mut DevicePlan,
+    ) -> Result<(), ResizeError> {
+        if plan.weight_job_count == 0 {
+            return Ok(());
+        }
+        let config = LaunchConfig {
+            grid_dim: (
+                plan.weight_outputs.div_ceil(WEIGHTS_THREADS).max(1),
+                plan.weight_job_count.min(MAX_GRID_Y),
+                1,
+            ),
+            block_dim: (WEIGHTS_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut builder = stream.launch_builder(&self.weights);
+        builder
+            .arg(&plan.weight_jobs)
+            .arg(&plan.weight_job_count)
+            .arg(&mut plan.coefficients);
+        // SAFETY: the arguments match gpufeed_resize_weights's parameters in order (jobs, their
+        // count, coefficients). The planner placed every job's `out_len * taps` weights after
+        // the host's values, inside the `device_weights` values the buffer holds beyond them
+        // (`update` made room), no job's rows over another's; the kernel reads only its jobs
+        // (`weight_job_count` of them, uploaded before it on this stream).
+        unsafe { builder.launch(config) }.map_err(ResizeError::driver("launching the weights"))?;
+        Ok(())
+    }
+
+    /// Launches the weights `plan` leaves to the device, then both passes, on `stream` into
+    /// `out_len` bytes of device memory at `out`, writing every byte of every slot a job of the
+    /// batch names (slot `s` at `s * plan.slot_len` from `out`); other slots are left as they
+    /// are.
     ///
     /// # Safety
     ///
@@ -443,6 +516,7 @@ impl BatchResizer {
         if plan.images == 0 {
             return Ok(());
         }
+        self.launch_weights(stream, plan)?;
         if plan.first_pass_blocks > 0 {
             let config = LaunchConfig {
                 grid_dim: (plan.first_pass_blocks, 1, 1),
@@ -732,6 +806,207 @@ mod tests {
         ));
     }
 
+    /// Random resizes, bilinear and bicubic (and a Lanczos one, whose weights stay on the
+    /// host): crops of sources up to 3,000 samples a side shrunk up to 3,000 times or enlarged
+    /// up to 600 times, planned with the weights left to the device (the plan) and with the
+    /// host's; and the weights the device must compute.
+    fn weight_cases(seed: u64, count: usize) -> (BatchPlan, Vec<i32>) {
+        use crate::resample::Axis;
+        let mut state = seed;
+        let mut next = move |n: u32| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % u64::from(n.max(1))) as u32
+        };
+        let axis = |next: &mut dyn FnMut(u32) -> u32| {
+            let longest = if next(4) == 0 { 3000 } else { 600 };
+            let src = 1 + next(longest);
+            let len = 1 + next(src);
+            let offset = next(src - len + 1);
+            let largest = if next(3) == 0 { 600 } else { 250 };
+            let size = 1 + next(largest);
+            (src, AxisPlan::crop_then_resize(offset, len, size))
+        };
+        let pixels = SourcePixels::Interleaved {
+            ptr: 1 << 32,
+            pitch: 3 * 3001,
+        };
+        let mut jobs = Vec::new();
+        for slot in 0..count as u32 {
+            let ((w, x), (h, y)) = (axis(&mut next), axis(&mut next));
+            let filter = match next(9) {
+                0 => Filter::Lanczos,
+                1..=4 => Filter::Bilinear,
+                _ => Filter::Bicubic,
+            };
+            let order =
+                [PassOrder::ShrinkVerticalFirst, PassOrder::HorizontalFirst][slot as usize % 2];
+            let source = SourceImage::whole(pixels, w, h);
+            assert!(
+                x.check(Axis::X, w, x.out_len).is_ok() && y.check(Axis::Y, h, y.out_len).is_ok()
+            );
+            jobs.push(ResizeJob {
+                source,
+                x,
+                y,
+                filter,
+                order,
+                pad: [0; 3],
+                flip: false,
+                slot,
+            });
+        }
+        let (host, device) = plan::passes_both_ways(&jobs);
+        let sizes: Vec<_> = jobs.iter().map(|j| (j.x.out_len, j.y.out_len)).collect();
+        let slot_len = sizes
+            .iter()
+            .map(|&(w, h)| u64::from(w * h) * 3)
+            .max()
+            .unwrap_or(3);
+        let refs: Vec<&PassPlan> = device.iter().collect();
+        let plan = plan_batch_sized(&jobs, &refs, &sizes, slot_len).expect("plan");
+        let want = plan::device_weights_on_host(&host, &jobs);
+        assert_eq!(want.len(), plan.device_weights as usize);
+        (plan, want)
+    }
+
+    /// Reads a case (the host's values, the device's, the jobs, the grid, the weights wanted),
+    /// runs `gpufeed_resize_weights` over the grid's blocks and threads one by one into a
+    /// poisoned buffer, and counts the values that differ.
+    const WEIGHTS_HARNESS: &str = r#"#include <cstdio>
+#include <vector>
+int main(int argc, char** argv) {
+  int bad = 0;
+  for (int a = 1; a < argc; a++) {
+    FILE* f = fopen(argv[a], "rb");
+    uint64_t hdr[5]; fread(hdr, 8, 5, f);
+    const size_t base = hdr[0], total = hdr[1], count = hdr[2];
+    std::vector<GfWeightJob> jobs(count); fread(jobs.data(), sizeof(GfWeightJob), count, f);
+    std::vector<int> want(total); fread(want.data(), 4, total, f); fclose(f);
+    std::vector<int> coeffs(base + total, 0x5A5A5A5A);
+    blockDim = {(unsigned)hdr[3], 1, 1};
+    gridDim = {1, (unsigned)hdr[4], 1};
+    for (blockIdx.y = 0; blockIdx.y < gridDim.y; blockIdx.y++)
+      for (threadIdx.x = 0; threadIdx.x < blockDim.x; threadIdx.x++)
+        gpufeed_resize_weights(jobs.data(), (unsigned)count, coeffs.data());
+    size_t diff = 0, first = (size_t)-1;
+    for (size_t i = 0; i < total; i++) if (coeffs[base + i] != want[i]) { if (!diff) first = i; diff++; }
+    for (size_t i = 0; i < base; i++) if (coeffs[i] != 0x5A5A5A5A) diff++;
+    printf("%s: %zu jobs, %zu weights, %zu differ", argv[a], count, total, diff);
+    if (diff && first != (size_t)-1) { printf(" first %zu got %d want %d", first, coeffs[base + first], want[first]); }
+    if (diff) bad = 1;
+    printf("\n");
+  }
+  return bad;
+}
+"#;
+
+    #[test]
+    fn the_weights_kernel_run_on_the_cpu_gives_the_hosts_weights() {
+        use crate::cuda::emulation::{emulated, emulation};
+        let Some((dir, binary)) =
+            emulation("resize-weights-emulation", "resize.cu", WEIGHTS_HARNESS)
+        else {
+            return;
+        };
+        let mut cases = Vec::new();
+        // One block a job with a thread for every output, and few blocks striding over many
+        // jobs with few threads striding over their outputs.
+        for (seed, threads, blocks) in [(7, 1024, 0), (11, 32, 3)] {
+            let (plan, want) = weight_cases(seed, 400);
+            let base = plan.coefficients.len() as u64;
+            let blocks = match blocks {
+                0 => plan.weight_jobs.len() as u64,
+                n => n,
+            };
+            let mut case = Vec::new();
+            for v in [
+                base,
+                want.len() as u64,
+                plan.weight_jobs.len() as u64,
+                threads,
+                blocks,
+            ] {
+                case.extend_from_slice(&v.to_le_bytes());
+            }
+            for job in &plan.weight_jobs {
+                for v in [job.in0, job.scale, job.support, job.inv_filterscale] {
+                    case.extend_from_slice(&v.to_le_bytes());
+                }
+                case.extend_from_slice(&job.in_size.to_le_bytes());
+                for v in [
+                    job.taps,
+                    job.out_first,
+                    job.out_len,
+                    job.weights,
+                    job.filter,
+                ] {
+                    case.extend_from_slice(&v.to_le_bytes());
+                }
+            }
+            for v in &want {
+                case.extend_from_slice(&v.to_le_bytes());
+            }
+            cases.push(case);
+        }
+        let report = emulated(&dir, &binary, &[], &cases);
+        assert_eq!(report.matches(" 0 differ").count(), 2, "{report}");
+    }
+
+    /// The weights the device computes are the host's, value for value, and the host's values
+    /// before them are left as uploaded.
+    #[test]
+    fn weights_computed_on_the_device_are_the_hosts() {
+        let Some(gpu) = crate::cuda::test_gpu("weights_computed_on_the_device_are_the_hosts")
+        else {
+            return;
+        };
+        let stream = gpu.stream();
+        let module = gpu.module(&kernel_source()).expect("compile");
+        let resizer = BatchResizer::from_module(&module).expect("kernels");
+        let mut device: Option<DevicePlan> = None;
+        for seed in [3, 5, 9] {
+            let (plan, want) = weight_cases(seed, 400);
+            let device = match device.as_mut() {
+                Some(d) => {
+                    d.update(stream, &plan).expect("update");
+                    d
+                }
+                None => device.insert(resizer.upload(stream, &plan).expect("upload")),
+            };
+            // Poisoned where the device computes its weights.
+            let base = plan.coefficients.len();
+            let poison = vec![0x5A5A_5A5Ai32; want.len()];
+            stream
+                .memcpy_htod(
+                    &poison,
+                    &mut device.coefficients.slice_mut(base..base + want.len()),
+                )
+                .expect("poison");
+            resizer.launch_weights(stream, device).expect("launch");
+            let got = stream
+                .clone_dtoh(&device.coefficients.slice(..base + want.len()))
+                .expect("download");
+            assert_eq!(
+                &got[..base],
+                &plan.coefficients[..],
+                "seed {seed}: the host's values"
+            );
+            let differ = got[base..]
+                .iter()
+                .zip(&want)
+                .filter(|(g, w)| g != w)
+                .count();
+            assert_eq!(
+                differ,
+                0,
+                "seed {seed}: {differ} of {} weights differ",
+                want.len()
+            );
+        }
+    }
+
     /// Compiles the kernels for a Hopper and an Ampere device wherever NVRTC can be loaded (no
     /// device needed), so a syntax error shows before the GPU machine.
     #[test]
@@ -752,12 +1027,15 @@ mod tests {
                 .unwrap_or_else(|e| panic!("compute_{major}{minor}: {e}"));
             let text = ptx.to_src();
             for kernel in [
+                "gpufeed_resize_weights",
                 "gpufeed_resize_first",
                 "gpufeed_resize_last",
                 "gpufeed_gather",
             ] {
                 assert!(text.contains(kernel), "{kernel} for compute_{major}{minor}");
             }
+            // The weights' double operations each rounded on their own, as the host's.
+            assert!(!text.contains("fma.rn.f64"), "a fused multiply-add");
         }
     }
 }

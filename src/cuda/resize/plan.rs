@@ -18,7 +18,7 @@
 use thiserror::Error;
 
 use crate::resample::{
-    Axis, AxisPlan, Direction, Filter, Pass, PassOrder, PassPlan, PlanError, Window,
+    Axis, AxisPlan, Direction, Filter, Pass, PassOrder, PassPlan, PlanError, WeightRule, Window,
 };
 
 /// Threads per block of both kernels; the horizontal grid's prefix sum counts blocks of this many.
@@ -204,14 +204,48 @@ pub struct ResizeDescriptor {
     pub last_block0: u32,
 }
 
+/// `struct GfWeightJob` of kernels/resize.cu, field for field: the weights of one pass whose
+/// host left them to the device ([`WeightRule`]), which `gpufeed_resize_weights` computes into
+/// the batch's coefficients before the passes run.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct WeightJob {
+    /// The box's first edge.
+    pub in0: f64,
+    /// Source samples per output.
+    pub scale: f64,
+    /// How far the stretched filter reaches.
+    pub support: f64,
+    /// One over the filter's stretch.
+    pub inv_filterscale: f64,
+    /// Samples of the image resized (taps are clamped to it).
+    pub in_size: i32,
+    /// Weights per output.
+    pub taps: u32,
+    /// The first output's sample of the resize.
+    pub out_first: u32,
+    /// Outputs.
+    pub out_len: u32,
+    /// Offset of the first output's weights in the coefficient buffer, in `i32`s.
+    pub weights: u32,
+    /// 0: bilinear; 1: bicubic.
+    pub filter: u32,
+}
+
 /// What the kernels need for one batch, computed on the host. A plan made again into the same
 /// value ([`plan_batch_sized_into`], [`plan_batch_placed_into`]) reuses its buffers.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct BatchPlan {
     /// One descriptor per job, in the jobs' order.
     pub descriptors: Vec<ResizeDescriptor>,
-    /// Every image's bounds and weights, packed (never empty, so it can be uploaded as is).
+    /// Every image's bounds and weights, packed (never empty, so it can be uploaded as is),
+    /// but the weights left to the device...
     pub coefficients: Vec<i32>,
+    /// ...which `weight_jobs` compute into the `device_weights` values of the device's buffer
+    /// after `coefficients`' (the offsets count from the buffer's start).
+    pub weight_jobs: Vec<WeightJob>,
+    /// Values of the weights left to the device.
+    pub device_weights: u32,
     /// Bytes of the intermediate buffer (at least 1).
     pub intermediate_bytes: u64,
     /// Blocks of the first pass; 0 when no image resamples both axes (the launch is skipped).
@@ -452,8 +486,12 @@ fn plan_checked(
     plan.descriptors.clear();
     let mut coefficients = std::mem::take(&mut plan.coefficients);
     coefficients.clear();
+    let mut weight_jobs = std::mem::take(&mut plan.weight_jobs);
+    weight_jobs.clear();
     let mut builder = Builder {
         coefficients,
+        weight_jobs,
+        device_weights: 0,
         intermediate_bytes: 0,
         blocks: 0,
         last_blocks: 0,
@@ -469,9 +507,15 @@ fn plan_checked(
     if builder.coefficients.is_empty() {
         builder.coefficients.push(0);
     }
+    // The weights left to the device go after the host's values.
+    let added = added.and_then(|()| builder.place_device_weights(&mut plan.descriptors));
     plan.coefficients = builder.coefficients;
+    plan.weight_jobs = builder.weight_jobs;
+    plan.device_weights = builder.device_weights;
     if let Err(e) = added {
         plan.descriptors.clear();
+        plan.weight_jobs.clear();
+        plan.device_weights = 0;
         return Err(e);
     }
     plan.intermediate_bytes = builder.intermediate_bytes.max(1);
@@ -525,10 +569,19 @@ fn check_slots(jobs: &[ResizeJob]) -> Result<(), BatchError> {
     Ok(())
 }
 
+/// While a batch is planned, the mark of a pass's weights offset counted among the values the
+/// device computes rather than from the buffer's start.
+const ON_DEVICE: u32 = 1 << 31;
+
 /// The running state of a plan: coefficients packed so far, intermediate bytes and both passes'
 /// blocks handed out.
 struct Builder {
     coefficients: Vec<i32>,
+    /// The passes whose weights the device computes, their offsets counted from the start of
+    /// the values after `coefficients` until [`Builder::place_device_weights`]...
+    weight_jobs: Vec<WeightJob>,
+    /// ...and those values.
+    device_weights: u32,
     intermediate_bytes: u64,
     blocks: u32,
     last_blocks: u32,
@@ -620,31 +673,100 @@ impl Builder {
         Ok(offset)
     }
 
-    /// Appends a pass's bounds (as `i32` pairs) and weights; returns its descriptor.
+    /// Appends a pass's bounds (as `i32` pairs) and weights (or the job computing them on the
+    /// device); returns its descriptor.
     fn push_pass(&mut self, pass: &Pass, from_tmp: bool) -> Result<PassDescriptor, BatchError> {
         let axis = &pass.coefficients;
+        let taps = u32::try_from(axis.taps).map_err(|_| BatchError::TooLarge("taps"))?;
         let bounds = self.offset()?;
         for &(start, len) in &axis.bounds {
             // Both are below MAX_SIDE, so they fit an i32.
             self.coefficients.push(start as i32);
             self.coefficients.push(len as i32);
         }
-        let weights = self.offset()?;
-        self.coefficients.extend_from_slice(&axis.weights);
+        let weights = match &axis.weights_on_device {
+            Some(rule) => self.push_weight_job(rule, taps, axis.bounds.len())?,
+            None => {
+                let weights = self.offset()?;
+                self.coefficients.extend_from_slice(&axis.weights);
+                weights
+            }
+        };
         self.offset()?;
         Ok(PassDescriptor {
             vertical: u32::from(pass.direction == Direction::Vertical),
             from_tmp: u32::from(from_tmp),
             fixed_first: pass.fixed_first,
-            taps: u32::try_from(axis.taps).map_err(|_| BatchError::TooLarge("taps"))?,
+            taps,
             bounds,
             weights,
         })
     }
 
+    /// Adds the job computing `outputs` rows of `taps` weights under `rule` on the device;
+    /// returns their offset among the device's values, marked [`ON_DEVICE`].
+    fn push_weight_job(
+        &mut self,
+        rule: &WeightRule,
+        taps: u32,
+        outputs: usize,
+    ) -> Result<u32, BatchError> {
+        let too_large = || BatchError::TooLarge("weights computed on the device");
+        let out_len = u32::try_from(outputs).map_err(|_| too_large())?;
+        let at = self.device_weights;
+        self.device_weights = out_len
+            .checked_mul(taps)
+            .and_then(|n| at.checked_add(n))
+            .filter(|&end| end < ON_DEVICE)
+            .ok_or_else(too_large)?;
+        self.weight_jobs.push(WeightJob {
+            in0: rule.in0,
+            scale: rule.scale,
+            support: rule.support,
+            inv_filterscale: rule.inv_filterscale,
+            in_size: rule.in_size,
+            taps,
+            out_first: rule.out_first,
+            out_len,
+            weights: at,
+            filter: u32::from(rule.filter == Filter::Bicubic),
+        });
+        Ok(at | ON_DEVICE)
+    }
+
+    /// Moves the weights left to the device after the host's values: their jobs' offsets, and
+    /// those of the passes of `descriptors` that read them (marked [`ON_DEVICE`]), count from
+    /// the buffer's start.
+    fn place_device_weights(
+        &mut self,
+        descriptors: &mut [ResizeDescriptor],
+    ) -> Result<(), BatchError> {
+        if self.weight_jobs.is_empty() {
+            return Ok(());
+        }
+        let base = self.offset()?;
+        base.checked_add(self.device_weights)
+            .ok_or(BatchError::TooLarge("coefficients of the batch"))?;
+        for job in &mut self.weight_jobs {
+            job.weights += base;
+        }
+        for descriptor in descriptors.iter_mut() {
+            let first = (descriptor.tmp_height > 0).then_some(&mut descriptor.first);
+            for pass in first.into_iter().chain([&mut descriptor.last]) {
+                if pass.weights & ON_DEVICE != 0 {
+                    pass.weights = (pass.weights & !ON_DEVICE) + base;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The next host value's offset (below [`ON_DEVICE`]).
     fn offset(&self) -> Result<u32, BatchError> {
         u32::try_from(self.coefficients.len())
-            .map_err(|_| BatchError::TooLarge("coefficients of the batch"))
+            .ok()
+            .filter(|&n| n < ON_DEVICE)
+            .ok_or(BatchError::TooLarge("coefficients of the batch"))
     }
 }
 
@@ -718,6 +840,37 @@ fn region_addresses(index: usize, job: &ResizeJob) -> Result<([u64; 3], [u32; 3]
     Ok((src, pitches))
 }
 
+/// The passes of each of `jobs` with the host's weights, and with the bilinear and bicubic ones
+/// left to the device.
+#[cfg(test)]
+pub(crate) fn passes_both_ways(jobs: &[ResizeJob]) -> (Vec<PassPlan>, Vec<PassPlan>) {
+    use crate::resample::{plan_passes, plan_passes_weights_on_device};
+    jobs.iter()
+        .map(|j| {
+            let host = plan_passes(&j.x, &j.y, j.filter, j.order).expect("plan");
+            let device = plan_passes_weights_on_device(&j.x, &j.y, j.filter, j.order);
+            (host, device.expect("plan"))
+        })
+        .unzip()
+}
+
+/// The weights a plan of `jobs` whose passes leave them to the device ([`WeightJob`]s in the
+/// passes' order) must find computed there, in the device's values after the host's: the
+/// weights of `host`, the same jobs' passes planned with the host's weights.
+#[cfg(test)]
+pub(crate) fn device_weights_on_host(host: &[PassPlan], jobs: &[ResizeJob]) -> Vec<i32> {
+    let mut weights = Vec::new();
+    for (plan, job) in host.iter().zip(jobs) {
+        for pass in plan.first.iter().chain([&plan.last]) {
+            let c = &pass.coefficients;
+            if c.resampled && WeightRule::takes(job.filter) {
+                weights.extend_from_slice(&c.weights);
+            }
+        }
+    }
+    weights
+}
+
 #[cfg(test)]
 mod tests {
     use std::mem::{align_of, offset_of, size_of};
@@ -784,8 +937,8 @@ mod tests {
                 None => (field, 1),
             };
             let (size, align) = match ty {
-                "unsigned long long" => (8, 8),
-                "unsigned int" => (4, 4),
+                "unsigned long long" | "double" => (8, 8),
+                "unsigned int" | "int" => (4, 4),
                 "GfPass" => (24, 4),
                 other => panic!("unexpected field type {other}"),
             };
@@ -847,6 +1000,151 @@ mod tests {
         let source = include_str!("../../../kernels/resize.cu");
         assert!(source.contains("sizeof(GfResizeImage) == 152"));
         assert!(source.contains("sizeof(GfPass) == 24"));
+        let weights: Vec<_> = [
+            ("in0", offset_of!(WeightJob, in0)),
+            ("scale", offset_of!(WeightJob, scale)),
+            ("support", offset_of!(WeightJob, support)),
+            ("inv_filterscale", offset_of!(WeightJob, inv_filterscale)),
+            ("in_size", offset_of!(WeightJob, in_size)),
+            ("taps", offset_of!(WeightJob, taps)),
+            ("out_first", offset_of!(WeightJob, out_first)),
+            ("out_len", offset_of!(WeightJob, out_len)),
+            ("weights", offset_of!(WeightJob, weights)),
+            ("filter", offset_of!(WeightJob, filter)),
+        ]
+        .into_iter()
+        .map(|(f, o)| (f.to_string(), o))
+        .collect();
+        let c = c_layout("GfWeightJob");
+        let end = c.last().map_or(0, |(_, o, s)| o + s);
+        let c: Vec<_> = c.into_iter().map(|(f, o, _)| (f, o)).collect();
+        assert_eq!(c, weights);
+        assert_eq!(end, size_of::<WeightJob>(), "no tail padding");
+        assert!(source.contains("sizeof(GfWeightJob) == 56"));
+    }
+
+    /// The weights each pass of `plan` reads, output by output, from `coefficients` (the
+    /// device's buffer): its direction, then each output's bounds and row of weights.
+    fn pass_rows(plan: &BatchPlan, coefficients: &[i32]) -> Vec<(u32, Vec<i32>)> {
+        let mut rows = Vec::new();
+        for d in &plan.descriptors {
+            let first = (d.tmp_height > 0).then_some((&d.first, d.tmp_width, d.tmp_height));
+            for (pass, w, h) in first.into_iter().chain([(&d.last, d.dst_w, d.dst_h)]) {
+                let outputs = if pass.vertical == 1 { h } else { w } as usize;
+                let taps = pass.taps as usize;
+                for o in 0..outputs {
+                    let (at, weights) = (pass.bounds as usize + 2 * o, pass.weights as usize);
+                    let row = &coefficients[weights + o * taps..weights + (o + 1) * taps];
+                    rows.push((pass.vertical, [&coefficients[at..at + 2], row].concat()));
+                }
+            }
+        }
+        rows
+    }
+
+    #[test]
+    fn weights_left_to_the_device_are_placed_after_the_hosts_and_read_as_the_hosts() {
+        use crate::resample::Pass;
+        let pixels = |at: u64, width: u32| SourcePixels::Interleaved {
+            ptr: at << 24,
+            pitch: width * 3,
+        };
+        // Bicubic and bilinear crops (both passes, either order, one pass alone), an axis left
+        // alone, a box, and a filter whose weights stay on the host.
+        let mut jobs = Vec::new();
+        for (k, &(w, h, filter)) in [
+            (500, 375, Filter::Bicubic),
+            (375, 500, Filter::Bilinear),
+            (224, 900, Filter::Bicubic),
+            (224, 224, Filter::Bicubic),
+            (640, 224, Filter::Bilinear),
+            (333, 251, Filter::Lanczos),
+            (4000, 3000, Filter::Bicubic),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let mut j = job(w, h, pixels(k as u64 + 1, w), k as u32);
+            j.filter = filter;
+            if k == 3 {
+                (j.x, j.y) = (AxisPlan::stretch(224, 224), AxisPlan::stretch(224, 96));
+            }
+            jobs.push(j);
+        }
+        let (host, device) = passes_both_ways(&jobs);
+        let strip = |p: &PassPlan| {
+            let strip = |pass: &Pass| {
+                (
+                    pass.direction,
+                    pass.fixed_first,
+                    pass.coefficients.bounds.clone(),
+                )
+            };
+            (
+                p.first.as_ref().map(strip),
+                strip(&p.last),
+                p.intermediate,
+                p.source_rows.clone(),
+            )
+        };
+        for (h, d) in host.iter().zip(&device) {
+            assert_eq!(strip(h), strip(d), "the same passes and bounds");
+        }
+        let sizes: Vec<_> = jobs
+            .iter()
+            .map(|j| (j.x.resized.min(224), j.y.resized.min(224)))
+            .collect();
+        let slot_len = 224 * 224 * 3;
+        let (host_refs, device_refs): (Vec<_>, Vec<_>) = host.iter().zip(&device).unzip();
+        let on_host = plan_batch_sized(&jobs, &host_refs, &sizes, slot_len).expect("plan");
+        let mut on_device = BatchPlan::default();
+        // Planned twice into the same plan: the second from a plan that held jobs.
+        for _ in 0..2 {
+            plan_batch_sized_into(&mut on_device, &jobs, &device_refs, &sizes, slot_len)
+                .expect("plan");
+        }
+        assert!(on_device.coefficients.len() < on_host.coefficients.len() / 2);
+        // Every bilinear and bicubic resampled axis is a job (five crops' two, the stretch's
+        // one; not the Lanczos crop's, nor the unchanged axis), rows back to back after the
+        // host's values.
+        assert_eq!(on_device.weight_jobs.len(), 2 * 5 + 1);
+        let mut end = on_device.coefficients.len() as u32;
+        for job in &on_device.weight_jobs {
+            assert_eq!(job.weights, end);
+            end += job.out_len * job.taps;
+        }
+        assert_eq!(
+            end,
+            on_device.coefficients.len() as u32 + on_device.device_weights
+        );
+        // Each job's rows filled with the host's weights of its pass (the jobs follow the
+        // passes in order): every pass reads what the host's plan gives it.
+        let mut buffer = on_device.coefficients.clone();
+        buffer.extend(device_weights_on_host(&host, &jobs));
+        assert_eq!(buffer.len(), end as usize);
+        assert_eq!(
+            pass_rows(&on_device, &buffer),
+            pass_rows(&on_host, &on_host.coefficients)
+        );
+        let descriptors = |p: &BatchPlan| {
+            p.descriptors
+                .iter()
+                .map(|d| ResizeDescriptor {
+                    first: PassDescriptor {
+                        bounds: 0,
+                        weights: 0,
+                        ..d.first
+                    },
+                    last: PassDescriptor {
+                        bounds: 0,
+                        weights: 0,
+                        ..d.last
+                    },
+                    ..*d
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(descriptors(&on_device), descriptors(&on_host));
     }
 
     fn job(width: u32, height: u32, pixels: SourcePixels, slot: u32) -> ResizeJob {
