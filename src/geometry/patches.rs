@@ -8,7 +8,8 @@
 use super::{CropDraw, Geometry};
 use crate::patches::{PatchError, PatchPlan, PatchResize, Patches, Preset};
 use crate::resample::{
-    plan_passes, plan_passes_torchvision, AxisPlan, PassOrder, PassPlan, PlanError, Resampling,
+    plan_passes_torchvision, plan_passes_weights_on_device, AxisPlan, PassOrder, PassPlan,
+    PlanError, Resampling,
 };
 
 /// How a patch-sequence output sizes its images: the preset's rule, and the sequence length of
@@ -156,16 +157,18 @@ impl Geometry {
         }
     }
 
-    /// The passes of axes `x` and `y` under this geometry's filter: Pillow's in its version's
-    /// order, or PyTorch's `uint8` ones. `None` for nearest (no passes: the GPU lane leaves it to
-    /// the CPU lane).
+    /// The passes of axes `x` and `y` under this geometry's filter, for the GPU lane's resize
+    /// kernels: Pillow's in its version's order, its bilinear and bicubic weights left to the
+    /// device ([`plan_passes_weights_on_device`], the same double operations there), or
+    /// PyTorch's `uint8` ones. `None` for nearest (no passes: the GPU lane leaves it to the CPU
+    /// lane).
     pub fn pass_plan(&self, x: &AxisPlan, y: &AxisPlan) -> Option<Result<PassPlan, PlanError>> {
         let Resampling::Filter(filter) = self.resampling() else {
             return None;
         };
         Some(match &self.patches {
             Some(sizing) if sizing.is_torchvision() => plan_passes_torchvision(x, y, filter),
-            _ => plan_passes(x, y, filter, self.pass_order),
+            _ => plan_passes_weights_on_device(x, y, filter, self.pass_order),
         })
     }
 }
