@@ -751,8 +751,8 @@ impl Builder {
             job.weights += base;
         }
         for descriptor in descriptors.iter_mut() {
-            let first = (descriptor.tmp_height > 0).then_some(&mut descriptor.first);
-            for pass in first.into_iter().chain([&mut descriptor.last]) {
+            // A descriptor without a first pass holds a default one, unmarked.
+            for pass in [&mut descriptor.first, &mut descriptor.last] {
                 if pass.weights & ON_DEVICE != 0 {
                     pass.weights = (pass.weights & !ON_DEVICE) + base;
                 }
