@@ -13,10 +13,13 @@
 //
 // Each block first copies that table into shared memory and computes where value d of a token
 // lies within its patch (channel, and byte offset from the patch's first sample); then each
-// output element is a gather, a table read and a store (two neighbouring elements a thread,
-// stored together, where tokens have an even length). Grid (runs of GF_PATCH_RUN tokens,
-// images): block (r, i) writes rows r * GF_PATCH_RUN .. of image i, its threads on consecutive
-// elements.
+// output element is a gather, a table read and a store. Where tokens are a multiple of four
+// values long (every preset's) a thread makes four neighbouring values and stores them together
+// (8 bytes, or 16 for float32); where a token repeats its patch over temporal copies (Qwen2-VL:
+// values (c, t, y, x), the same for every t) it makes each four once and stores them in every
+// copy. Otherwise two values a thread (tokens of an even length), or one. Grid (runs of
+// GF_PATCH_RUN tokens, images): block (r, i) writes rows r * GF_PATCH_RUN .. of image i, its
+// threads on consecutive elements.
 
 struct GfPatchImage {
     unsigned long long offset;     // first byte of the image in the input
@@ -68,6 +71,28 @@ __device__ __forceinline__ void gf_patch_store_pair(void* out, size_t i, float v
         static_cast<uint2*>(out)[i / 2] = pair;
     } else {
         static_cast<unsigned int*>(out)[i / 2] = b0 | (b1 << 16);
+    }
+}
+
+// Values i .. i + 3 (i a multiple of four, the output 16-byte aligned) stored together: one
+// 16-byte store of four float32s, or one 8-byte store of four 16-bit values.
+template <int KIND>
+__device__ __forceinline__ void gf_patch_store_four(void* out, size_t i, float v0, float v1,
+                                                    float v2, float v3) {
+    const unsigned int b0 = gf_patch_bits<KIND>(v0), b1 = gf_patch_bits<KIND>(v1);
+    const unsigned int b2 = gf_patch_bits<KIND>(v2), b3 = gf_patch_bits<KIND>(v3);
+    if (KIND == GF_F32) {
+        uint4 four;
+        four.x = b0;
+        four.y = b1;
+        four.z = b2;
+        four.w = b3;
+        static_cast<uint4*>(out)[i / 4] = four;
+    } else {
+        uint2 four;
+        four.x = b0 | (b1 << 16);
+        four.y = b2 | (b3 << 16);
+        static_cast<uint2*>(out)[i / 4] = four;
     }
 }
 
@@ -156,6 +181,30 @@ __device__ __forceinline__ void gf_patches(const unsigned char* __restrict__ in,
         const unsigned int s = pixels[s_corner[t] + (place & 0x3FFFFFFFu)];
         return s_value[(c << 8) | s];
     };
+    if ((dim & 3u) == 0 && (reinterpret_cast<size_t>(out) & 15u) == 0) {
+        // Four values a thread. With temporal copies of a patch (merge > 0: values (c, t, y, x),
+        // each channel's `temporal * area` values holding its `area` samples once a copy), a
+        // thread makes four of one copy and stores them in each: `unique` values a token to
+        // make, value u of which is value `(u / area) * temporal * area + u % area` of the token.
+        const unsigned int area = patch * patch;
+        const unsigned int copies =
+            (merge > 0 && temporal > 1 && (area & 3u) == 0 && dim == 3 * temporal * area)
+                ? temporal
+                : 1;
+        const unsigned int unique = dim / copies;
+        const unsigned int fours = unique / 4;
+        for (unsigned int e = threadIdx.x; e < run * fours; e += blockDim.x) {
+            const unsigned int t = e / fours;
+            const unsigned int u = 4 * (e - t * fours);
+            const unsigned int d = copies > 1 ? (u / area) * dim / 3 + u % area : u;
+            const float v0 = value(t, d), v1 = value(t, d + 1), v2 = value(t, d + 2),
+                        v3 = value(t, d + 3);
+            const size_t at = first + (size_t)t * dim + d;
+            for (unsigned int c = 0; c < copies; c++)
+                gf_patch_store_four<KIND>(out, at + (size_t)c * area, v0, v1, v2, v3);
+        }
+        return;
+    }
     if ((dim & 1u) == 0) {
         // Tokens of an even length (every preset's): two values a thread, stored together
         // (the first value's index is even, so the pair is aligned).

@@ -21,7 +21,7 @@ const SOURCE: &str = include_str!("../../kernels/patches.cu");
 const THREADS_PER_BLOCK: u32 = 256;
 
 /// Tokens a block of the kernel writes (`GF_PATCH_RUN`).
-const TOKENS_PER_BLOCK: u64 = 16;
+const TOKENS_PER_BLOCK: u64 = 32;
 
 /// `struct GfPatchImage` of the kernel source.
 #[repr(C)]

@@ -75,15 +75,23 @@ fn random_image(patches: &Patches, seq_len: Option<u32>, seed: u64) -> PatchImag
 }
 
 /// The configurations the kernel is compared on: preset, sequence length, packed; patches too
-/// large for the places the kernel keeps in shared memory (more than 6,144 values a token).
+/// large for the places the kernel keeps in shared memory (more than 6,144 values a token);
+/// tokens of a length that is not a multiple of four (written two values a thread: 1,350; one
+/// value a thread: 675).
 fn configurations() -> Vec<(Patches, Option<u32>)> {
     let mut wide_siglip = Patches::siglip2_naflex().max_patches(16);
     wide_siglip.patch_size = 48;
     let mut wide_qwen = Patches::qwen2_vl().max_pixels(200_000);
     wide_qwen.patch_size = 36;
+    let mut even_qwen = Patches::qwen2_vl();
+    even_qwen.patch_size = 15;
+    let mut odd_siglip = Patches::siglip2_naflex().max_patches(64);
+    odd_siglip.patch_size = 15;
     vec![
         (wide_siglip, None),
         (wide_qwen, None),
+        (even_qwen, None),
+        (odd_siglip, None),
         (Patches::qwen2_vl(), None),
         (Patches::qwen2_vl().arithmetic(Arithmetic::TorchFused), None),
         (Patches::qwen2_vl().packed(false), None),
