@@ -148,6 +148,7 @@ fn every_preset_equals_the_cpu_rendition_of_its_reference() {
             Patches::qwen2_vl().max_pixels(28 * 28 * 200).torchvision(),
             DType::BF16,
         ),
+        (Patches::qwen3_vl().max_pixels(32 * 32 * 300), DType::F16),
         (Patches::siglip2_naflex(), DType::F16),
         (
             Patches::siglip2_naflex().max_patches(64).packed(true),

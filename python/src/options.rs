@@ -396,8 +396,8 @@ pub(crate) const KEYWORDS: &[Keyword] = &[
         |k, v: usize| k.with(|b| Ok(b.prefetch(v)))),
     keyword!("max_pixels": "Optional[int]" = |_d| NoValue,
     "Refuse images that claim more pixels than this (None: 178956970); with \
-     patches=\"qwen2-vl\", Qwen2-VL's max_pixels instead: the most pixels of a resized image \
-     (None: 28 * 28 * 1280).",
+     patches=\"qwen2-vl\" or \"qwen3-vl\", the model's max_pixels instead: the most pixels of a \
+     resized image (None: 28 * 28 * 1280; qwen3-vl 4096 * 4096).",
     |k, v: Option<u64>| {
         k.max_pixels = v;
         Ok(())
@@ -495,8 +495,9 @@ pub(crate) const KEYWORDS: &[Keyword] = &[
         Ok(())
     }),
     keyword!("patches": "Optional[str]" = |_d| NoValue,
-    "Patch sequences instead of fixed-size images: \"qwen2-vl\", \"siglip2-naflex\", \
-     \"timm-naflex\", or \"qwen2-vl-torchvision\" and \"siglip2-naflex-torchvision\" for \
+    "Patch sequences instead of fixed-size images: \"qwen2-vl\", \"qwen3-vl\" (Qwen2-VL's \
+     processor with Qwen3-VL's settings), \"siglip2-naflex\", \"timm-naflex\", or \
+     \"qwen2-vl-torchvision\", \"qwen3-vl-torchvision\" and \"siglip2-naflex-torchvision\" for \
      transformers' torchvision processors; batch.tokens and the side tensors hold them.",
     |k, v: Option<String>| {
         k.patches = v
@@ -506,7 +507,8 @@ pub(crate) const KEYWORDS: &[Keyword] = &[
         Ok(())
     }),
     keyword!("min_pixels": "Optional[int]" = |_d| NoValue,
-    "patches=\"qwen2-vl\": the fewest pixels of a resized image (None: 56 * 56).",
+    "patches=\"qwen2-vl\" or \"qwen3-vl\": the fewest pixels of a resized image (None: 56 * 56; \
+     qwen3-vl 256 * 256).",
     |k, v: Option<u64>| {
         k.patch_settings.min_pixels = v;
         Ok(())

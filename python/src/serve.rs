@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use gpufeed::patches::{Patches, Preset};
+use gpufeed::patches::Patches;
 use gpufeed::{DType, Decode, DecodeOptions, Device, OnError, RequestImage};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -23,12 +23,15 @@ use crate::to_py_err;
 /// (``decode="cpu"``: the CPU threads decode every image); the bytes are the same either way.
 ///
 /// ``preset`` is ``"qwen2-vl"`` (transformers' ``Qwen2VLImageProcessor``: packed tokens,
-/// ``image_grid_thw``, ``cu_seqlens``) or ``"siglip2-naflex"`` (``Siglip2ImageProcessor``:
-/// padded to ``max_patches`` with ``pixel_attention_mask`` and ``spatial_shapes``).
+/// ``image_grid_thw``, ``cu_seqlens``), ``"qwen3-vl"`` (the same processor with Qwen3-VL's
+/// settings: patches of 16, mean and std 0.5, 256 x 256 to 4096 x 4096 pixels) or
+/// ``"siglip2-naflex"`` (``Siglip2ImageProcessor``: padded to ``max_patches`` with
+/// ``pixel_attention_mask`` and ``spatial_shapes``).
 #[pyclass(module = "gpufeed", frozen)]
 pub struct PatchServer {
     inner: Mutex<gpufeed::PatchServer>,
-    preset: Preset,
+    /// The preset's name ([`Patches::preset_name`]).
+    preset: &'static str,
     /// The process that built the server (its threads do not exist in a fork).
     process: u32,
 }
@@ -84,10 +87,8 @@ fn patches_of(
     mean_std: (Option<[f64; 3]>, Option<[f64; 3]>),
     pillow_version: Option<(u32, u32)>,
 ) -> PyResult<Patches> {
-    let preset: Preset = name
-        .parse()
+    let mut patches = Patches::from_name(name)
         .map_err(|e: gpufeed::ParseOptionError| PyValueError::new_err(e.to_string()))?;
-    let mut patches = Patches::preset(preset);
     if let Some(pixels) = min_pixels {
         patches = patches.min_pixels(pixels);
     }
@@ -181,7 +182,7 @@ impl PatchServer {
         let server = py.detach(|| builder.build()).map_err(to_py_err)?;
         Ok(PatchServer {
             inner: Mutex::new(server),
-            preset: patches.preset,
+            preset: patches.preset_name(),
             process: std::process::id(),
         })
     }
@@ -231,7 +232,7 @@ impl PatchServer {
     /// The preset's name.
     #[getter]
     fn preset(&self) -> &'static str {
-        self.preset.name()
+        self.preset
     }
 
     /// The device the tokens land on, in words.
@@ -250,7 +251,7 @@ impl PatchServer {
         let server = self.lock();
         format!(
             "gpufeed.PatchServer({:?}, up to {} images and {} tokens a request, on {})",
-            self.preset.name(),
+            self.preset,
             server.max_images(),
             server.max_tokens(),
             server.device_description()
@@ -308,7 +309,7 @@ enum Side {
 }
 
 impl ServedBatch {
-    fn new(py: Python<'_>, batch: gpufeed::Batch, preset: Preset) -> PyResult<ServedBatch> {
+    fn new(py: Python<'_>, batch: gpufeed::Batch, preset: &'static str) -> PyResult<ServedBatch> {
         let info = batch
             .patches()
             .cloned()
@@ -327,7 +328,7 @@ impl ServedBatch {
             ids,
             indices,
             skipped,
-            preset: preset.name(),
+            preset,
             decoded_by,
             info,
             made: Default::default(),

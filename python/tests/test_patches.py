@@ -122,7 +122,28 @@ def test_qwen2_vl_equals_transformers_pil_processor(images, settings):
     # Qwen2-VL's published processor converts to RGB (transparency onto white); transformers
     # releases before 5.23 leave that off when the class is made without its configuration.
     reference = processor("Qwen2VL", do_convert_rgb=True, **settings)
-    rows = epoch(images, patches="qwen2-vl", **settings)
+    same_as_qwen_processor(images, epoch(images, patches="qwen2-vl", **settings), reference)
+
+
+# What Qwen3-VL's checkpoints publish for the same processor (their preprocessor_config.json:
+# size shortest_edge 65536 and longest_edge 16777216, patch 16, temporal patch 2, merge 2).
+QWEN3_VL = dict(patch_size=16, temporal_patch_size=2, merge_size=2, image_mean=[0.5] * 3,
+                image_std=[0.5] * 3, min_pixels=256 * 256, max_pixels=4096 * 4096)
+
+
+@pytest.mark.parametrize(
+    "budget",
+    [{}, {"min_pixels": 32 * 32 * 4, "max_pixels": 32 * 32 * 64}],
+    ids=["defaults", "small-budget"],
+)
+def test_qwen3_vl_equals_transformers_pil_processor_with_its_settings(images, budget):
+    reference = processor("Qwen2VL", do_convert_rgb=True, **{**QWEN3_VL, **budget})
+    same_as_qwen_processor(images, epoch(images, patches="qwen3-vl", **budget), reference)
+
+
+def same_as_qwen_processor(images, rows, reference):
+    """Every image's packed tokens, grid and span in `rows` as the Qwen2-VL-rule `reference`
+    gives them (or both refuse the image)."""
     assert len(rows) == len(images)
     for path in images:
         if refused_by_both(rows, path, reference):
@@ -201,8 +222,12 @@ def test_patch_mistakes_name_the_keyword_and_bad_images_their_file(tmp_path):
 
 @pytest.mark.parametrize(
     "keywords",
-    [dict(patches="qwen2-vl", max_pixels=28 * 28 * 256), dict(patches="siglip2-naflex", max_patches=64)],
-    ids=["qwen2-vl", "siglip2-naflex"],
+    [
+        dict(patches="qwen2-vl", max_pixels=28 * 28 * 256),
+        dict(patches="qwen3-vl", max_pixels=32 * 32 * 256),
+        dict(patches="siglip2-naflex", max_patches=64),
+    ],
+    ids=["qwen2-vl", "qwen3-vl", "siglip2-naflex"],
 )
 def test_cuda_batches_hold_the_cpu_devices_tokens_and_side_tensors(keywords):
     """On cuda:0 (the CPU threads decoding), the tokens and every side tensor are on the GPU and

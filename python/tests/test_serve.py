@@ -138,6 +138,17 @@ def test_tokens_equal_transformers_processors_bit_for_bit():
     got = arrays(server.serve([p.read_bytes() for p in PHOTOS]))
     assert np.array_equal(got["grids"], want["image_grid_thw"])
     assert np.array_equal(got["tokens"].view(np.uint32), want["pixel_values"].view(np.uint32))
+    # Qwen3-VL: the same processor with its checkpoints' settings, a budget of 256 merged
+    # patches of 32 x 32.
+    qwen3 = qwen_cls(patch_size=16, image_mean=[0.5] * 3, image_std=[0.5] * 3,
+                     min_pixels=256 * 256, max_pixels=32 * 32 * 256, do_convert_rgb=True)
+    want = qwen3(images=images, return_tensors="np")
+    server = gpufeed.PatchServer("qwen3-vl", device="cpu", dtype="float32", max_pixels=32 * 32 * 256)
+    assert server.preset == "qwen3-vl"
+    got = arrays(server.serve([p.read_bytes() for p in PHOTOS]))
+    assert np.array_equal(got["grids"], want["image_grid_thw"])
+    assert got["tokens"].shape[1] == 1536
+    assert np.array_equal(got["tokens"].view(np.uint32), want["pixel_values"].view(np.uint32))
     want = siglip(images=images, return_tensors="np")
     server = gpufeed.PatchServer("siglip2-naflex", device="cpu", dtype="float32", max_patches=64)
     got = arrays(server.serve([str(p) for p in PHOTOS]))

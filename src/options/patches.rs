@@ -235,6 +235,37 @@ impl Patches {
         }
     }
 
+    /// Qwen3-VL's image processor: transformers' `Qwen2VLImageProcessor` with the settings
+    /// Qwen3-VL's checkpoints publish (`preprocessor_config.json`): patches of 16, temporal
+    /// patch 2, merge 2 (sizes in multiples of 32), `min_pixels` 256 x 256 (`shortest_edge`
+    /// 65,536), `max_pixels` 4096 x 4096 (`longest_edge` 16,777,216), mean and std 0.5, bicubic,
+    /// packed. Its `max_pixels` lets one image reach 16.7 Mpx: a pipeline sizes its batches for
+    /// that bound, so give a smaller `max_pixels` for batches of many images.
+    pub fn qwen3_vl() -> Patches {
+        Patches {
+            patch_size: 16,
+            min_pixels: 256 * 256,
+            max_pixels: 4096 * 4096,
+            mean: [0.5; 3],
+            std: [0.5; 3],
+            ..Patches::qwen2_vl()
+        }
+    }
+
+    /// Whether these are Qwen3-VL's model settings on the Qwen2-VL rule ([`Patches::qwen3_vl`]:
+    /// patches of 16 merged 2 x 2 over 2 frames, mean and std 0.5), whatever the pixel budget.
+    fn is_qwen3_vl(&self) -> bool {
+        let qwen3 = Patches::qwen3_vl();
+        self.preset == Preset::Qwen2Vl
+            && (self.patch_size, self.merge_size, self.temporal_patch_size)
+                == (
+                    qwen3.patch_size,
+                    qwen3.merge_size,
+                    qwen3.temporal_patch_size,
+                )
+            && (self.mean, self.std) == (qwen3.mean, qwen3.std)
+    }
+
     /// transformers' `Siglip2ImageProcessor`: 256 patches of 16, bilinear, mean and std 0.5,
     /// padded to `max_patches` with a mask.
     pub fn siglip2_naflex() -> Patches {
@@ -289,18 +320,20 @@ impl Patches {
     /// Every name [`Patches::from_name`] takes, the torchvision variants of transformers'
     /// processors beside their PIL ones; the command line's `--patches` and Python's
     /// `patches=` take the same.
-    pub const NAMES: [&'static str; 5] = [
+    pub const NAMES: [&'static str; 7] = [
         "qwen2-vl",
         "qwen2-vl-torchvision",
+        "qwen3-vl",
+        "qwen3-vl-torchvision",
         "siglip2-naflex",
         "siglip2-naflex-torchvision",
         "timm-naflex",
     ];
 
     /// The preset of a name of [`Patches::NAMES`] with its defaults (case and `_` for `-`
-    /// aside): `qwen2-vl`, `siglip2-naflex`, `timm-naflex`, and `qwen2-vl-torchvision` or
-    /// `siglip2-naflex-torchvision` for transformers' torchvision processor
-    /// ([`Patches::torchvision`]).
+    /// aside): `qwen2-vl`, `qwen3-vl` ([`Patches::qwen3_vl`]), `siglip2-naflex`, `timm-naflex`,
+    /// and `qwen2-vl-torchvision`, `qwen3-vl-torchvision` or `siglip2-naflex-torchvision` for
+    /// transformers' torchvision processor ([`Patches::torchvision`]).
     pub fn from_name(name: &str) -> std::result::Result<Patches, ParseOptionError> {
         let canonical = name.trim().to_ascii_lowercase().replace('_', "-");
         let (base, torchvision) = match canonical.strip_suffix("-torchvision") {
@@ -311,10 +344,18 @@ impl Patches {
             ParseOptionError::new(
                 "patch preset",
                 name,
-                "qwen2-vl, qwen2-vl-torchvision, siglip2-naflex, siglip2-naflex-torchvision, \
-                 timm-naflex",
+                "qwen2-vl, qwen2-vl-torchvision, qwen3-vl, qwen3-vl-torchvision, siglip2-naflex, \
+                 siglip2-naflex-torchvision, timm-naflex",
             )
         };
+        if base == "qwen3-vl" {
+            let qwen3 = Patches::qwen3_vl();
+            return Ok(if torchvision {
+                qwen3.torchvision()
+            } else {
+                qwen3
+            });
+        }
         let preset: Preset = base.parse().map_err(|_| refused())?;
         match (preset, torchvision) {
             (Preset::TimmNaflex, true) => Err(refused()),
@@ -323,12 +364,24 @@ impl Patches {
         }
     }
 
-    /// The name of [`Patches::NAMES`] this preset's rule and arithmetic go by: the preset's,
-    /// with `-torchvision` for transformers' torchvision arithmetic.
+    /// The model's preset these settings are, arithmetic aside: `qwen3-vl` for the Qwen2-VL
+    /// rule with Qwen3-VL's model settings, else the rule's name ([`Preset::name`]).
+    pub fn preset_name(&self) -> &'static str {
+        if self.is_qwen3_vl() {
+            "qwen3-vl"
+        } else {
+            self.preset.name()
+        }
+    }
+
+    /// The name of [`Patches::NAMES`] this preset's rule and arithmetic go by: the preset's
+    /// (`qwen3-vl` for the Qwen2-VL rule with Qwen3-VL's model settings), with `-torchvision`
+    /// for transformers' torchvision arithmetic.
     pub fn name(&self) -> String {
+        let base = self.preset_name();
         match self.resize {
-            PatchResize::TorchvisionUint8 => format!("{}-torchvision", self.preset.name()),
-            PatchResize::Pillow => self.preset.name().to_string(),
+            PatchResize::TorchvisionUint8 => format!("{base}-torchvision"),
+            PatchResize::Pillow => base.to_string(),
         }
     }
 
@@ -504,6 +557,19 @@ mod tests {
         }
         let torchvision = Patches::from_name("Qwen2_VL-torchvision").expect("alias");
         assert_eq!(torchvision, Patches::qwen2_vl().torchvision());
+        let qwen3 = Patches::from_name("Qwen3_VL").expect("alias");
+        assert_eq!(qwen3, Patches::qwen3_vl());
+        assert_eq!(
+            (qwen3.preset, qwen3.patch_size, qwen3.patch_dim()),
+            (Preset::Qwen2Vl, 16, 1536)
+        );
+        // A smaller budget keeps the model's name; other model settings are Qwen2-VL's rule.
+        assert_eq!(qwen3.max_pixels(1 << 20).name(), "qwen3-vl");
+        let other = Patches {
+            patch_size: 14,
+            ..qwen3
+        };
+        assert_eq!(other.name(), "qwen2-vl");
         assert_eq!(
             Patches::from_name("siglip2-naflex"),
             Ok(Patches::siglip2_naflex())

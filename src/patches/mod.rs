@@ -9,7 +9,8 @@
 //!   with [`PatchResize::TorchvisionUint8`] and [`Arithmetic::TorchFused`]): `smart_resize`
 //!   to multiples of 28 between `min_pixels` and `max_pixels`, bicubic, patches of 14, a
 //!   temporal patch of 2 (the still image repeated), 2 x 2 merged; `pixel_values` and
-//!   `image_grid_thw`;
+//!   `image_grid_thw`; `qwen3-vl` ([`Patches::qwen3_vl`]) is the same processor with the
+//!   settings Qwen3-VL's checkpoints publish (patches of 16, multiples of 32, mean and std 0.5);
 //! - `siglip2-naflex`: transformers' `Siglip2ImageProcessor`: the largest size of at most
 //!   `max_patches` patches of 16 keeping the aspect ratio, bilinear; `pixel_values` padded to
 //!   `max_patches`, `pixel_attention_mask`, `spatial_shapes`;

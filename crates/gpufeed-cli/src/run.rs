@@ -227,20 +227,23 @@ pub struct RunArgs {
     /// Output channels in BGR order.
     #[arg(long, hide_short_help = true, help_heading = "Output")]
     bgr: bool,
-    /// Patch sequences for ViTs and VLMs: qwen2-vl, siglip2-naflex, timm-naflex
+    /// Patch sequences for ViTs/VLMs: qwen2-vl, qwen3-vl, siglip2-naflex, timm-naflex
     ///
     /// Patch sequences instead of fixed-size images, for vision transformers and
     /// vision-language models: qwen2-vl (transformers' Qwen2VLImageProcessor: pixel_values and
-    /// image_grid_thw, packed with cu_seqlens), siglip2-naflex (Siglip2ImageProcessor:
+    /// image_grid_thw, packed with cu_seqlens), qwen3-vl (the same processor with Qwen3-VL's
+    /// settings: patches of 16, mean and std 0.5, 256 x 256 to 4096 x 4096 pixels; give
+    /// --max-pixels for batches of many images), siglip2-naflex (Siglip2ImageProcessor:
     /// pixel_values padded to --max-patches, pixel_attention_mask, spatial_shapes), timm-naflex
     /// (timm's NaFlex training loader: a sequence length per batch from --seq-lens, as many
     /// images as --tokens-per-batch holds, random crops and flips from --seed, a mask and patch
-    /// coordinates), or qwen2-vl-torchvision and siglip2-naflex-torchvision for transformers'
-    /// torchvision processors. Each image keeps its aspect ratio; the resize and crop options
+    /// coordinates), or qwen2-vl-torchvision, qwen3-vl-torchvision and siglip2-naflex-torchvision
+    /// for transformers' torchvision processors. Each image keeps its aspect ratio; the resize and crop options
     /// of fixed-size images are refused beside it.
     #[arg(long, value_name = "PRESET", value_parser = parse_patches, conflicts_with_all = ["train", "recipe", "resize_mode"], help_heading = "Patches")]
     patches: Option<Patches>,
-    /// qwen2-vl: the fewest pixels of a resized image (min_pixels; default 56 x 56).
+    /// qwen2-vl, qwen3-vl: the fewest pixels of a resized image (min_pixels; default 56 x 56,
+    /// qwen3-vl 256 x 256).
     #[arg(
         long,
         value_name = "N",
@@ -365,8 +368,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", hide_short_help = true, help_heading = "Run")]
     max_batches: Option<u64>,
     /// Refuse images claiming more pixels than this (default 178956970); with --patches
-    /// qwen2-vl, Qwen2-VL's max_pixels instead: the most pixels of a resized image (default 28
-    /// x 28 x 1280).
+    /// qwen2-vl or qwen3-vl, the model's max_pixels instead: the most pixels of a resized image
+    /// (default 28 x 28 x 1280; qwen3-vl 4096 x 4096).
     #[arg(
         long,
         value_name = "N",

@@ -257,7 +257,7 @@ class PatchServer:
 
     def __init__(
         self,
-        preset: Literal["qwen2-vl", "siglip2-naflex"] = "qwen2-vl",
+        preset: Literal["qwen2-vl", "qwen3-vl", "siglip2-naflex"] = "qwen2-vl",
         *,
         device: Optional[Union[str, Any]] = None,
         dtype: Optional[Union[str, Any]] = None,

@@ -95,6 +95,7 @@ fn configurations() -> Vec<(Patches, Option<u32>)> {
         (Patches::qwen2_vl(), None),
         (Patches::qwen2_vl().arithmetic(Arithmetic::TorchFused), None),
         (Patches::qwen2_vl().packed(false), None),
+        (Patches::qwen3_vl().max_pixels(32 * 32 * 300), None),
         (Patches::siglip2_naflex(), None),
         (Patches::siglip2_naflex().max_patches(64).packed(true), None),
         (Patches::timm_naflex(), Some(256)),
