@@ -421,6 +421,34 @@ fn conflicting_options_and_budgets_under_one_patch_are_refused_by_name() {
         matches!(&e, Error::InvalidOption { option, .. } if *option == "prefetch" || *option == "batch_size"),
         "{e}"
     );
+    // Qwen3-VL's own budget lets an image reach 16.7 Mpx: batches of 256 are refused naming the
+    // batch size, and the message the budget that sizes the images; an image too large for the
+    // machine on its own names the budget.
+    let rockets = vec![repo_path("assets/rocket.jpg"); 256];
+    let e = refused(
+        Pipeline::builder()
+            .patches(Patches::qwen3_vl())
+            .source(Source::paths(rockets.clone())),
+    );
+    assert!(
+        matches!(&e, Error::InvalidOption { option, .. } if *option == "batch_size"),
+        "{e}"
+    );
+    assert!(
+        e.to_string()
+            .contains("up to 16777216 pixels (or lower max_pixels)"),
+        "{e}"
+    );
+    let e = refused(
+        Pipeline::builder()
+            .patches(Patches::qwen3_vl().max_pixels(4_000_000_000))
+            .batch_size(2)
+            .source(Source::paths(rockets)),
+    );
+    assert!(
+        matches!(&e, Error::InvalidOption { option, .. } if *option == "max_pixels"),
+        "{e}"
+    );
     let cases: Vec<(PipelineBuilder, &str)> = vec![
         (
             qwen().resize(gpufeed::ResizeMode::center_crop(256, 200)),

@@ -227,6 +227,14 @@ impl OutputPlan {
             rows,
             height,
             width,
+            patch_budget: options.patches.map(|p| {
+                let option = match p.preset {
+                    crate::patches::Preset::Qwen2Vl => "max_pixels",
+                    crate::patches::Preset::Siglip2Naflex => "max_patches",
+                    crate::patches::Preset::TimmNaflex => "seq_lens",
+                };
+                (p.max_image_pixels(), option)
+            }),
             views: views.map_or(0, |v| v.views.count()),
             staging,
             output: output_elements * spec.dtype.size_of() as u128,
@@ -362,6 +370,10 @@ struct BatchSizes {
     rows: u128,
     height: u32,
     width: u32,
+    /// For patch sequences: the most pixels an image may have under the patch settings, which
+    /// the batches are sized for (`height` x `width` is then not the images' size), and the
+    /// preset's option that sets it.
+    patch_budget: Option<(u64, &'static str)>,
     /// Views of each image (0 for one output image each).
     views: usize,
     staging: u128,
@@ -409,8 +421,15 @@ impl BatchSizes {
             )
         } else if one_image * (self.prefetch + 2) * 16 > available {
             // Fewer than 16 such images fit: the size (or the views) is what to change.
-            match self.views {
-                0 => (
+            match (self.views, self.patch_budget) {
+                (0, Some((pixels, option))) => (
+                    option,
+                    format!(
+                        "one image of up to {pixels} pixels takes {:.2} GB",
+                        gb(one_image)
+                    ),
+                ),
+                (0, None) => (
                     "resize",
                     format!(
                         "one image of {}x{} (height x width) takes {:.2} GB",
@@ -419,7 +438,7 @@ impl BatchSizes {
                         gb(one_image)
                     ),
                 ),
-                views => (
+                (views, _) => (
                     "views",
                     format!("one image's {views} views take {:.2} GB", gb(one_image)),
                 ),
@@ -427,9 +446,12 @@ impl BatchSizes {
         } else if one_batch * 2 <= available {
             ("prefetch", format!("a batch takes {:.2} GB", gb(one_batch)))
         } else {
-            let images = match self.views {
-                0 => format!("images of {}x{} (height x width)", self.height, self.width),
-                views => format!("images of {views} views each"),
+            let images = match (self.views, self.patch_budget) {
+                (0, Some((pixels, option))) => {
+                    format!("images of up to {pixels} pixels (or lower {option})")
+                }
+                (0, None) => format!("images of {}x{} (height x width)", self.height, self.width),
+                (views, _) => format!("images of {views} views each"),
             };
             (
                 "batch_size",
