@@ -348,19 +348,14 @@ impl Patches {
                  siglip2-naflex-torchvision, timm-naflex",
             )
         };
-        if base == "qwen3-vl" {
-            let qwen3 = Patches::qwen3_vl();
-            return Ok(if torchvision {
-                qwen3.torchvision()
-            } else {
-                qwen3
-            });
-        }
-        let preset: Preset = base.parse().map_err(|_| refused())?;
-        match (preset, torchvision) {
+        let patches = match base {
+            "qwen3-vl" => Patches::qwen3_vl(),
+            base => Patches::preset(base.parse().map_err(|_| refused())?),
+        };
+        match (patches.preset, torchvision) {
             (Preset::TimmNaflex, true) => Err(refused()),
-            (preset, true) => Ok(Patches::preset(preset).torchvision()),
-            (preset, false) => Ok(Patches::preset(preset)),
+            (_, true) => Ok(patches.torchvision()),
+            (_, false) => Ok(patches),
         }
     }
 

@@ -261,6 +261,16 @@ impl Patches {
         }
     }
 
+    /// The setting that bounds [`Patches::max_image_pixels`]: `max_pixels` (Qwen2-VL),
+    /// `max_patches` (SigLIP2) or `seq_lens` (timm), for errors that say what to lower.
+    pub fn budget_option(&self) -> &'static str {
+        match self.preset {
+            Preset::Qwen2Vl => "max_pixels",
+            Preset::Siglip2Naflex => "max_patches",
+            Preset::TimmNaflex => "seq_lens",
+        }
+    }
+
     /// timm's schedule of batches for `images` images an epoch under `seed`.
     pub fn schedule(
         &self,

@@ -227,14 +227,9 @@ impl OutputPlan {
             rows,
             height,
             width,
-            patch_budget: options.patches.map(|p| {
-                let option = match p.preset {
-                    crate::patches::Preset::Qwen2Vl => "max_pixels",
-                    crate::patches::Preset::Siglip2Naflex => "max_patches",
-                    crate::patches::Preset::TimmNaflex => "seq_lens",
-                };
-                (p.max_image_pixels(), option)
-            }),
+            patch_budget: options
+                .patches
+                .map(|p| (p.max_image_pixels(), p.budget_option())),
             views: views.map_or(0, |v| v.views.count()),
             staging,
             output: output_elements * spec.dtype.size_of() as u128,

@@ -238,8 +238,8 @@ pub struct RunArgs {
     /// (timm's NaFlex training loader: a sequence length per batch from --seq-lens, as many
     /// images as --tokens-per-batch holds, random crops and flips from --seed, a mask and patch
     /// coordinates), or qwen2-vl-torchvision, qwen3-vl-torchvision and siglip2-naflex-torchvision
-    /// for transformers' torchvision processors. Each image keeps its aspect ratio; the resize and crop options
-    /// of fixed-size images are refused beside it.
+    /// for transformers' torchvision processors. Each image keeps its aspect ratio; the resize
+    /// and crop options of fixed-size images are refused beside it.
     #[arg(long, value_name = "PRESET", value_parser = parse_patches, conflicts_with_all = ["train", "recipe", "resize_mode"], help_heading = "Patches")]
     patches: Option<Patches>,
     /// qwen2-vl, qwen3-vl: the fewest pixels of a resized image (min_pixels; default 56 x 56,
