@@ -421,9 +421,10 @@ fn conflicting_options_and_budgets_under_one_patch_are_refused_by_name() {
         matches!(&e, Error::InvalidOption { option, .. } if *option == "prefetch" || *option == "batch_size"),
         "{e}"
     );
-    // Qwen3-VL's own budget lets an image reach 16.7 Mpx: batches of 256 are refused naming the
-    // batch size, and the message the budget that sizes the images; an image too large for the
-    // machine on its own names the budget.
+    // Qwen3-VL's own budget lets an image reach 16.7 Mpx: batches of 256 (64.42 GB each) are
+    // refused naming the batch size, or the prefetch depth where two such batches fit, and the
+    // message the budget that sizes the images; an image too large for the machine on its own
+    // names the budget.
     let rockets = vec![repo_path("assets/rocket.jpg"); 256];
     let e = refused(
         Pipeline::builder()
@@ -431,9 +432,10 @@ fn conflicting_options_and_budgets_under_one_patch_are_refused_by_name() {
             .source(Source::paths(rockets.clone())),
     );
     assert!(
-        matches!(&e, Error::InvalidOption { option, .. } if *option == "batch_size"),
+        matches!(&e, Error::InvalidOption { option, .. } if *option == "batch_size" || *option == "prefetch"),
         "{e}"
     );
+    assert!(e.to_string().contains("a batch of 256 images"), "{e}");
     assert!(
         e.to_string()
             .contains("up to 16777216 pixels (or lower max_pixels)"),

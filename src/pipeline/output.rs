@@ -438,8 +438,6 @@ impl BatchSizes {
                     format!("one image's {views} views take {:.2} GB", gb(one_image)),
                 ),
             }
-        } else if one_batch * 2 <= available {
-            ("prefetch", format!("a batch takes {:.2} GB", gb(one_batch)))
         } else {
             let images = match (self.views, self.patch_budget) {
                 (0, Some((pixels, option))) => {
@@ -448,10 +446,14 @@ impl BatchSizes {
                 (0, None) => format!("images of {}x{} (height x width)", self.height, self.width),
                 (views, _) => format!("images of {views} views each"),
             };
-            (
-                "batch_size",
-                format!("a batch of {rows} {images} takes {:.2} GB", gb(one_batch)),
-            )
+            let what = format!("a batch of {rows} {images} takes {:.2} GB", gb(one_batch));
+            // Two batches fit: fewer in flight is enough; else the batch itself is too large.
+            let option = if one_batch * 2 <= available {
+                "prefetch"
+            } else {
+                "batch_size"
+            };
+            (option, what)
         };
         Error::invalid(
             option,
@@ -708,5 +710,52 @@ impl OutputStage for HostOutput {
             patches: None,
             views: None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Qwen3-VL's default budget at batch 256: 64.42 GB of `f32` patches a batch.
+    fn qwen3_batches() -> BatchSizes {
+        BatchSizes {
+            rows: 256,
+            height: 224,
+            width: 224,
+            patch_budget: Some((16_777_216, "max_pixels")),
+            views: 0,
+            staging: 256 * 16_777_216 * 3,
+            output: 256 * 16_777_216 * 3 * 4,
+            labels: 0,
+            classes: 0,
+            prefetch: 2,
+        }
+    }
+
+    fn refusal(available: u64) -> (String, String) {
+        match qwen3_batches().too_large(u128::MAX, Some(available), "host memory") {
+            Error::InvalidOption { option, reason } => (option.to_string(), reason),
+            e => panic!("not an option's error: {e}"),
+        }
+    }
+
+    #[test]
+    fn batches_too_large_name_the_prefetch_depth_where_two_fit_else_the_batch_size() {
+        let batch = "a batch of 256 images of up to 16777216 pixels (or lower max_pixels) takes \
+                     64.42 GB";
+        let (option, reason) = refusal(134_000_000_000);
+        assert_eq!(option, "prefetch");
+        assert!(reason.starts_with(batch), "{reason}");
+        let (option, reason) = refusal(24_000_000_000);
+        assert_eq!(option, "batch_size");
+        assert!(reason.starts_with(batch), "{reason}");
+        // Fewer than 16 images fit: the budget that sizes each image.
+        let (option, reason) = refusal(1_000_000_000);
+        assert_eq!(option, "max_pixels");
+        assert!(
+            reason.starts_with("one image of up to 16777216 pixels"),
+            "{reason}"
+        );
     }
 }
