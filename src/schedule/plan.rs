@@ -377,6 +377,7 @@ impl DecodePlan {
             assisted_share: self.assisted_share,
             small_files_assisted: self.given_share.is_none_or(|share| share >= 1.0),
             coefficient_threads: beside_gpu,
+            cpu_only_work: mix.cpu_only > 0,
             requests: false,
             extra_preparing_threads: self.extra_preparing_threads(),
         });
@@ -440,6 +441,7 @@ impl DecodePlan {
             assisted_share: 1.0,
             small_files_assisted: true,
             coefficient_threads: beside_gpu,
+            cpu_only_work: false,
             requests: true,
             extra_preparing_threads: 0,
         };

@@ -30,6 +30,10 @@ pub(crate) struct GpuRun {
     /// engines then stay closed, so that every image it decodes (on its assisted path, which is
     /// libjpeg-turbo's arithmetic) has the bytes the CPU lane would give it.
     pub requests: bool,
+    /// Whether some of the epoch's work (a sample of its files) is of files the GPU lane cannot
+    /// take (PNG, WebP and the like): the CPU lane then has work of its own from the first
+    /// image.
+    pub cpu_only_work: bool,
     /// Preparing threads the lane adds to its own ([`super::threads::VIEWS_EXTRA_PREPARING_THREADS`]
     /// in a pipeline of views, else 0).
     pub extra_preparing_threads: usize,
@@ -117,10 +121,19 @@ impl LanePolicy {
     }
 
     /// Whether the GPU lane opens before the first batch: with a given share, so that every
-    /// image goes to the same lane on every run; otherwise it opens on a thread of its own and
-    /// joins the running batches.
+    /// image goes to the same lane on every run; and for an epoch of large JPEGs that the
+    /// assisted path takes whole, where the CPU lane, started while the device opened, would
+    /// decode the first two batches' photos whole (25 ms of a thread each) and those batches
+    /// would wait on it. Measured on the one-GPU H100 machine (16 cores, 2,048 baseline photos
+    /// of 2-12 Mpx an epoch, batch 256): the first epoch at 1,569-1,789 images/s with the lane
+    /// joining the running batches, 2,340-2,645 with it open before them (docs/figures.md,
+    /// 2026-12-07, once more). Otherwise it opens on a thread of its own and joins the running
+    /// batches, the CPU lane working meanwhile.
     pub fn opens_before_the_first_batch(&self) -> bool {
         self.balance.is_pinned()
+            || self.gpu.is_some_and(|run| {
+                run.large_files && run.assisted_share >= 1.0 && !run.cpu_only_work
+            })
     }
 
     /// When the GPU lane's JPEG engines open: with the lane when it opens before the first
@@ -311,6 +324,28 @@ mod tests {
             policy(part, 2_048, 2_500 * KB, 16).1.engines_open(),
             EnginesOpen::BesideTheLane
         );
+    }
+
+    #[test]
+    fn the_gpu_lane_opens_before_the_first_batch_for_large_jpegs_it_takes_whole() {
+        let auto = Options::default();
+        // Camera photos, the share following the rates: the lane opens before the first batch,
+        // the share still not given...
+        let (_, photos) = policy(auto, 2_048, 2_500 * KB, 16);
+        assert!(photos.opens_before_the_first_batch());
+        assert!(!photos.is_pinned());
+        // ...not for small files, which the CPU lane decodes while the device opens...
+        let (_, small) = policy(auto, 8_192, 110 * KB, 16);
+        assert!(!small.opens_before_the_first_batch());
+        // ...nor where the assisted path takes a part of the photos only (the engines open
+        // beside the lane for the rest)...
+        let part = auto.decode(auto.decode.assisted_share(0.5));
+        assert!(!policy(part, 2_048, 2_500 * KB, 16)
+            .1
+            .opens_before_the_first_batch());
+        // ...nor where some of the work is of files only the CPU lane decodes.
+        assert!(mixed(auto, 0).opens_before_the_first_batch());
+        assert!(!mixed(auto, 100).opens_before_the_first_batch());
     }
 
     #[test]
