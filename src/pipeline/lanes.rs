@@ -65,8 +65,8 @@ impl Lanes {
     /// far as they go without the pipeline's device: [`LanesStarting::open`] finishes them once it is open. For a CUDA device the CPU lane
     /// works ahead of the batches, its threads started here; the GPU lane, where the plan opens
     /// it, opens on a thread of its own once the device is open, joining the batches when
-    /// ready, or with a given share before the first batch, so that every image goes to the
-    /// same lane on every run.
+    /// ready, or before the first batch where the policy says (with a given share, so that
+    /// every image goes to the same lane on every run; for an epoch of large JPEGs).
     pub fn start(
         plan: &DecodePlan,
         options: &Options,
@@ -412,7 +412,8 @@ impl LanesStarting {
         let LanesStarting::Ahead(start) = self else {
             return None;
         };
-        // A given share opens the GPU lane before the first batch instead.
+        // A given share (or an epoch of large JPEGs) opens the GPU lane before the first batch
+        // instead.
         if start.policy.opens_before_the_first_batch() {
             return None;
         }

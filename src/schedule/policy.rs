@@ -125,10 +125,11 @@ impl LanePolicy {
     /// assisted path takes whole, where the CPU lane, started while the device opened, would
     /// decode the first two batches' photos whole (25 ms of a thread each) and those batches
     /// would wait on it. Measured on the one-GPU H100 machine (16 cores, 2,048 baseline photos
-    /// of 2-12 Mpx an epoch, batch 256): the first epoch at 1,569-1,789 images/s with the lane
-    /// joining the running batches, 2,340-2,645 with it open before them (docs/figures.md,
-    /// 2026-12-07, once more). Otherwise it opens on a thread of its own and joins the running
-    /// batches, the CPU lane working meanwhile.
+    /// of 2-12 Mpx an epoch, batch 256, in turn): the first epoch at 2,244-2,276 images/s with
+    /// the lane joining the running batches, 2,561-2,717 with it open before them, 3-epoch runs
+    /// 1.10-1.13x faster; a mix with progressive files 0.92-1.03x by round, median 0.99
+    /// (docs/figures.md, 2026-12-07, at last). Otherwise it opens on a thread of its own and
+    /// joins the running batches, the CPU lane working meanwhile.
     pub fn opens_before_the_first_batch(&self) -> bool {
         self.balance.is_pinned()
             || self.gpu.is_some_and(|run| {
