@@ -415,8 +415,8 @@ fn conflicting_options_and_budgets_under_one_patch_are_refused_by_name() {
     // Qwen2-VL's default budget in batches of 256 takes more memory than the machine has: the
     // error names the option to lower. (An epoch of one image would cut the batch to one row,
     // so the epoch holds a full batch.)
-    let rocket = repo_path("assets/rocket.jpg");
-    let e = refused(qwen().prefetch(64).source(Source::paths(vec![rocket; 256])));
+    let rockets = vec![repo_path("assets/rocket.jpg"); 256];
+    let e = refused(qwen().prefetch(64).source(Source::paths(rockets.clone())));
     assert!(
         matches!(&e, Error::InvalidOption { option, .. } if *option == "prefetch" || *option == "batch_size"),
         "{e}"
@@ -425,7 +425,6 @@ fn conflicting_options_and_budgets_under_one_patch_are_refused_by_name() {
     // refused naming the batch size, or the prefetch depth where two such batches fit, and the
     // message the budget that sizes the images; an image too large for the machine on its own
     // names the budget.
-    let rockets = vec![repo_path("assets/rocket.jpg"); 256];
     let e = refused(
         Pipeline::builder()
             .patches(Patches::qwen3_vl())

@@ -12,6 +12,11 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ASSETS = ROOT / "assets"
 FIXTURES = ROOT / "tests" / "fixtures"
+# What Qwen3-VL's checkpoints publish for transformers' Qwen2VLImageProcessor (their
+# preprocessor_config.json: size shortest_edge 65536 and longest_edge 16777216, patch 16,
+# temporal patch 2, merge 2, mean and std 0.5).
+QWEN3_VL = dict(patch_size=16, temporal_patch_size=2, merge_size=2, image_mean=[0.5] * 3,
+                image_std=[0.5] * 3, min_pixels=256 * 256, max_pixels=4096 * 4096)
 
 
 def all_images():

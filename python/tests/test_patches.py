@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 import gpufeed
-from conftest import ASSETS, FIXTURES, cuda_torch
+from conftest import ASSETS, FIXTURES, QWEN3_VL, cuda_torch
 
 FIXTURE_NAMES = [
     "cmyk.jpg",
@@ -123,12 +123,6 @@ def test_qwen2_vl_equals_transformers_pil_processor(images, settings):
     # releases before 5.23 leave that off when the class is made without its configuration.
     reference = processor("Qwen2VL", do_convert_rgb=True, **settings)
     same_as_qwen_processor(images, epoch(images, patches="qwen2-vl", **settings), reference)
-
-
-# What Qwen3-VL's checkpoints publish for the same processor (their preprocessor_config.json:
-# size shortest_edge 65536 and longest_edge 16777216, patch 16, temporal patch 2, merge 2).
-QWEN3_VL = dict(patch_size=16, temporal_patch_size=2, merge_size=2, image_mean=[0.5] * 3,
-                image_std=[0.5] * 3, min_pixels=256 * 256, max_pixels=4096 * 4096)
 
 
 @pytest.mark.parametrize(

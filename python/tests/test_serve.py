@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import gpufeed
-from conftest import ASSETS, FIXTURES, ROOT, cuda_torch
+from conftest import ASSETS, FIXTURES, QWEN3_VL, ROOT, cuda_torch
 
 PHOTOS = [
     ASSETS / "rocket.jpg",
@@ -140,8 +140,7 @@ def test_tokens_equal_transformers_processors_bit_for_bit():
     assert np.array_equal(got["tokens"].view(np.uint32), want["pixel_values"].view(np.uint32))
     # Qwen3-VL: the same processor with its checkpoints' settings, a budget of 256 merged
     # patches of 32 x 32.
-    qwen3 = qwen_cls(patch_size=16, image_mean=[0.5] * 3, image_std=[0.5] * 3,
-                     min_pixels=256 * 256, max_pixels=32 * 32 * 256, do_convert_rgb=True)
+    qwen3 = qwen_cls(**{**QWEN3_VL, "max_pixels": 32 * 32 * 256}, do_convert_rgb=True)
     want = qwen3(images=images, return_tensors="np")
     server = gpufeed.PatchServer("qwen3-vl", device="cpu", dtype="float32", max_pixels=32 * 32 * 256)
     assert server.preset == "qwen3-vl"
