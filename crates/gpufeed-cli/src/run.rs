@@ -888,9 +888,9 @@ struct Tally {
     tokens: usize,
     /// A patch sequence's rows, padding included.
     token_rows: usize,
-    /// When the pipeline's build began.
-    build_started: Instant,
-    /// Seconds from the build's beginning to the first batch's tensor being ready.
+    /// Seconds the pipeline's build took.
+    setup_seconds: f64,
+    /// Seconds to the first batch's tensor: the build's, then the first epoch's up to it.
     first_batch_seconds: Option<f64>,
 }
 
@@ -1237,7 +1237,7 @@ fn run_and_summarize(args: &RunArgs, signals: &Signals, summarized: &mut bool) -
         uploaded_bytes: 0,
         tokens: 0,
         token_rows: 0,
-        build_started: setup,
+        setup_seconds,
         first_batch_seconds: None,
     };
     let rows = Rows {
@@ -1260,7 +1260,6 @@ fn run_and_summarize(args: &RunArgs, signals: &Signals, summarized: &mut bool) -
         args,
         pipeline: &pipeline,
         tally: &tally,
-        setup_seconds,
         unreadable,
         left_out,
         saved: Vec::new(),
@@ -1390,7 +1389,8 @@ fn run_epochs(
                 }
                 if tally.first_batch_seconds.is_none() {
                     batch.images().synchronize()?;
-                    tally.first_batch_seconds = Some(tally.build_started.elapsed().as_secs_f64());
+                    tally.first_batch_seconds =
+                        Some(tally.setup_seconds + start.elapsed().as_secs_f64());
                 }
                 progress.inc((batch.len() + batch.skipped().len()) as u64);
                 if let Some(saver) = rows.saver.as_deref_mut() {
@@ -1573,7 +1573,6 @@ struct Summary<'a> {
     args: &'a RunArgs,
     pipeline: &'a Pipeline,
     tally: &'a Tally,
-    setup_seconds: f64,
     unreadable: Vec<Value>,
     /// Files the listing left out, by extension.
     left_out: Vec<(String, usize)>,
@@ -1703,7 +1702,7 @@ impl Summary<'_> {
             "batch_size": options.batching.batch_size,
             "dtype": options.output.dtype.name(),
             "layout": options.output.layout.name(),
-            "setup_seconds": self.setup_seconds,
+            "setup_seconds": self.tally.setup_seconds,
             "first_batch_seconds": self.tally.first_batch_seconds,
             "seconds": self.seconds(),
             "images_per_s": self.images_per_s(),
@@ -1814,7 +1813,7 @@ impl Summary<'_> {
         }
         out!(
             "  setup       {:.3} s (device, kernel compile, staging)",
-            self.setup_seconds
+            self.tally.setup_seconds
         );
         if let Some(first) = self.tally.first_batch_seconds {
             out!("  first batch {first:.3} s after the build began");

@@ -86,12 +86,12 @@ struct Looping<'a> {
 }
 
 /// Runs the pipeline's epochs from where it stands up to `run.epochs`; `names` are the images'
-/// paths for the jsonl; `build_started` is when the pipeline's build began.
+/// paths for the jsonl; `setup_seconds` is the pipeline's build's time.
 fn run_epochs(
     run: &Looping,
     pipeline: &mut Pipeline,
     names: &[String],
-    build_started: Instant,
+    setup_seconds: f64,
 ) -> Result<Seen> {
     let count = run.views.count();
     let affine = pipeline.options().output.affine();
@@ -110,7 +110,8 @@ fn run_epochs(
             seen.images += batch.len();
             if seen.first_batch_seconds.is_none() {
                 synchronize_views(&batch)?;
-                seen.first_batch_seconds = Some(build_started.elapsed().as_secs_f64());
+                // The build's time, then the first epoch's up to its first batch.
+                seen.first_batch_seconds = Some(setup_seconds + started.elapsed().as_secs_f64());
             }
             if run.save {
                 let tensors = batch.views().ok_or("a pipeline of views gave no views")?;
@@ -263,7 +264,7 @@ pub fn run_views(run: ViewsRun) -> Result<Device> {
         save: save.is_some(),
         stop,
     };
-    let seen = run_epochs(&looping, &mut pipeline, &names, build_started)?;
+    let seen = run_epochs(&looping, &mut pipeline, &names, setup_seconds)?;
     let skipped: Vec<&gpufeed::ItemError> =
         seen.epochs.iter().flat_map(|(r, _)| &r.skipped).collect();
     // As `gpufeed run`'s: the epochs' time, the pipeline's build apart.
