@@ -7,6 +7,7 @@ grids, masks and spatial shapes the same numbers. transformers 5.x calls the PIL
 """
 
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -67,9 +68,32 @@ def images(tmp_path_factory):
         "gray-97x61.png": Image.fromarray(rng.integers(0, 256, (61, 97), dtype=np.uint8)),
         "rgba-45x71.png": Image.fromarray(rng.integers(0, 256, (71, 45, 4), dtype=np.uint8)),
         "photo-1001x333.jpg": Image.open(ASSETS / "chelsea.png").convert("RGB").resize((1001, 333)),
+        # Modes Pillow converts its own ways: 16-bit gray (clamped, not scaled), one bit, gray
+        # with alpha, a palette without transparency; BMP, GIF, TIFF and lossless WebP with alpha.
+        "gray16-129x83.png": Image.fromarray(rng.integers(0, 65536, (83, 129), dtype=np.uint16)),
+        "bits-70x90.png": Image.fromarray(rng.integers(0, 2, (90, 70)).astype(bool)),
+        "gray-alpha-99x64.png": Image.fromarray(
+            rng.integers(0, 256, (64, 99, 2), dtype=np.uint8), "LA"
+        ),
+        "palette-80x120.png": Image.fromarray(
+            rng.integers(0, 256, (120, 80, 3), dtype=np.uint8)
+        ).convert("P", palette=Image.Palette.ADAPTIVE),
+        "noise-201x55.bmp": Image.fromarray(rng.integers(0, 256, (55, 201, 3), dtype=np.uint8)),
+        "palette-80x120.gif": Image.fromarray(
+            rng.integers(0, 256, (120, 80, 3), dtype=np.uint8)
+        ).convert("P", palette=Image.Palette.ADAPTIVE),
+        "noise-77x45.tiff": Image.fromarray(rng.integers(0, 256, (45, 77, 3), dtype=np.uint8)),
+        "alpha-77x61.webp": Image.fromarray(rng.integers(0, 256, (61, 77, 4), dtype=np.uint8)),
     }
+    # JPEGs of the sampling factors other than the photos' 4:2:0.
+    photo = Image.open(ASSETS / "chelsea.png").convert("RGB")
+    jpegs = {"photo-437x291-444.jpg": ((437, 291), 0), "photo-311x509-422.jpg": ((311, 509), 1)}
+    saving = {".jpg": {"quality": 90}, ".webp": {"lossless": True}}
     for name, image in made.items():
-        image.save(folder / name, quality=90) if name.endswith(".jpg") else image.save(folder / name)
+        image.save(folder / name, **saving.get(Path(name).suffix, {}))
+        out.append(folder / name)
+    for name, (size, subsampling) in jpegs.items():
+        photo.resize(size).save(folder / name, quality=75, subsampling=subsampling)
         out.append(folder / name)
     return out
 
