@@ -61,13 +61,19 @@ def images(tmp_path_factory):
         shutil.copy(f, folder / f.name)
         out.append(folder / f.name)
     rng = np.random.default_rng(58)
+    photo = Image.open(ASSETS / "chelsea.png").convert("RGB")
+    palette = Image.fromarray(rng.integers(0, 256, (120, 80, 3), dtype=np.uint8)).convert(
+        "P", palette=Image.Palette.ADAPTIVE
+    )
     made = {
         "noise-333x517.png": Image.fromarray(rng.integers(0, 256, (517, 333, 3), dtype=np.uint8)),
         "column-1x300.png": Image.fromarray(rng.integers(0, 256, (300, 1, 3), dtype=np.uint8)),
         "tiny-5x3.png": Image.fromarray(rng.integers(0, 256, (3, 5, 3), dtype=np.uint8)),
         "gray-97x61.png": Image.fromarray(rng.integers(0, 256, (61, 97), dtype=np.uint8)),
         "rgba-45x71.png": Image.fromarray(rng.integers(0, 256, (71, 45, 4), dtype=np.uint8)),
-        "photo-1001x333.jpg": Image.open(ASSETS / "chelsea.png").convert("RGB").resize((1001, 333)),
+        "photo-1001x333.jpg": photo.resize((1001, 333)),
+        "photo-437x291-444.jpg": photo.resize((437, 291)),
+        "photo-311x509-422.jpg": photo.resize((311, 509)),
         # Modes Pillow converts its own ways: 16-bit gray (clamped, not scaled), one bit, gray
         # with alpha, a palette without transparency; BMP, GIF, TIFF and lossless WebP with alpha.
         "gray16-129x83.png": Image.fromarray(rng.integers(0, 65536, (83, 129), dtype=np.uint16)),
@@ -75,25 +81,20 @@ def images(tmp_path_factory):
         "gray-alpha-99x64.png": Image.fromarray(
             rng.integers(0, 256, (64, 99, 2), dtype=np.uint8), "LA"
         ),
-        "palette-80x120.png": Image.fromarray(
-            rng.integers(0, 256, (120, 80, 3), dtype=np.uint8)
-        ).convert("P", palette=Image.Palette.ADAPTIVE),
+        "palette-80x120.png": palette,
         "noise-201x55.bmp": Image.fromarray(rng.integers(0, 256, (55, 201, 3), dtype=np.uint8)),
-        "palette-80x120.gif": Image.fromarray(
-            rng.integers(0, 256, (120, 80, 3), dtype=np.uint8)
-        ).convert("P", palette=Image.Palette.ADAPTIVE),
+        "palette-80x120.gif": palette,
         "noise-77x45.tiff": Image.fromarray(rng.integers(0, 256, (45, 77, 3), dtype=np.uint8)),
         "alpha-77x61.webp": Image.fromarray(rng.integers(0, 256, (61, 77, 4), dtype=np.uint8)),
     }
-    # JPEGs of the sampling factors other than the photos' 4:2:0.
-    photo = Image.open(ASSETS / "chelsea.png").convert("RGB")
-    jpegs = {"photo-437x291-444.jpg": ((437, 291), 0), "photo-311x509-422.jpg": ((311, 509), 1)}
     saving = {".jpg": {"quality": 90}, ".webp": {"lossless": True}}
+    # JPEGs of the sampling factors other than the photos' 4:2:0.
+    subsampling = {"photo-437x291-444.jpg": 0, "photo-311x509-422.jpg": 1}
     for name, image in made.items():
-        image.save(folder / name, **saving.get(Path(name).suffix, {}))
-        out.append(folder / name)
-    for name, (size, subsampling) in jpegs.items():
-        photo.resize(size).save(folder / name, quality=75, subsampling=subsampling)
+        options = saving.get(Path(name).suffix, {})
+        if name in subsampling:
+            options = {**options, "subsampling": subsampling[name]}
+        image.save(folder / name, **options)
         out.append(folder / name)
     return out
 

@@ -1816,7 +1816,7 @@ impl Summary<'_> {
             self.tally.setup_seconds
         );
         if let Some(first) = self.tally.first_batch_seconds {
-            out!("  first batch {first:.3} s after the build began");
+            out!("  first batch {first:.3} s (the build, then the first epoch up to it)");
         }
         out!("  seconds     {:.3}", self.seconds());
         out!("  images/s    {:.1}", self.images_per_s());

@@ -70,7 +70,8 @@ struct Seen {
     /// Each epoch's report and its seconds, from its first batch asked for to its last batch's
     /// kernels done.
     epochs: Vec<(gpufeed::EpochReport, f64)>,
-    /// From the pipeline's build to the first batch's views done on their device.
+    /// The pipeline's build, then the first epoch up to its first batch's views done on their
+    /// device.
     first_batch_seconds: Option<f64>,
     pixels: Vec<Vec<u8>>,
     lines: Vec<String>,
@@ -110,7 +111,6 @@ fn run_epochs(
             seen.images += batch.len();
             if seen.first_batch_seconds.is_none() {
                 synchronize_views(&batch)?;
-                // The build's time, then the first epoch's up to its first batch.
                 seen.first_batch_seconds = Some(setup_seconds + started.elapsed().as_secs_f64());
             }
             if run.save {
